@@ -1,0 +1,60 @@
+#include "ports/posix/port.h"
+#include <errno.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t port_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+double port_now_s(void) { return port_now_ns() * 1e-9; }
+
+void port_sleep_ns(int64_t ns)
+{
+    if (ns <= 0) return;
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+}
+
+int port_ncpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void port_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+int port_thread_start(port_thread *t, void *(*fn)(void *), void *arg)
+{
+    return pthread_create(t, NULL, fn, arg);
+}
+
+void port_thread_join(port_thread t) { pthread_join(t, NULL); }
+
+void port_mutex_init(port_mutex *m) { pthread_mutex_init(m, NULL); }
+
+void port_cond_init(port_cond *c)
+{
+    pthread_condattr_t at;
+    pthread_condattr_init(&at);
+    pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &at);
+    pthread_condattr_destroy(&at);
+}
+
+int port_cond_wait_until(port_cond *c, port_mutex *m, int64_t deadline_ns)
+{
+    struct timespec ts = {deadline_ns / 1000000000LL, deadline_ns % 1000000000LL};
+    return pthread_cond_timedwait(c, m, &ts);
+}

@@ -1,0 +1,28 @@
+/* The platform layer (POSIX): time, threads, CPU count. The core calls these rather
+ * than reaching for OS APIs directly (MicroPython ports/ style). */
+#ifndef PORT_H
+#define PORT_H
+#include <pthread.h>
+#include <stdint.h>
+
+int64_t port_now_ns(void);              /* monotonic */
+double port_now_s(void);
+void port_sleep_ns(int64_t ns);
+int port_ncpus(void);                   /* CPUs this process may run on */
+void port_cpu_relax(void);              /* pause instruction for spin loops */
+
+typedef pthread_t port_thread;
+typedef pthread_mutex_t port_mutex;
+typedef pthread_cond_t port_cond;
+int port_thread_start(port_thread *t, void *(*fn)(void *), void *arg);
+void port_thread_join(port_thread t);
+void port_mutex_init(port_mutex *m);
+void port_cond_init(port_cond *c);      /* uses CLOCK_MONOTONIC */
+/* Waits until signalled or the monotonic deadline (ns) passes; returns 0 or ETIMEDOUT. */
+int port_cond_wait_until(port_cond *c, port_mutex *m, int64_t deadline_ns);
+#define port_mutex_lock pthread_mutex_lock
+#define port_mutex_unlock pthread_mutex_unlock
+#define port_cond_signal pthread_cond_signal
+#define port_cond_broadcast pthread_cond_broadcast
+#define port_cond_wait pthread_cond_wait
+#endif

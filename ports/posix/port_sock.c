@@ -1,0 +1,207 @@
+#include "ports/posix/port_sock.h"
+#include "ports/posix/port.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int ms_left(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - port_now_ns();
+    if (left <= 0) return 0;
+    return left / 1000000 > 1000 ? 1000 : (int)(left / 1000000) + 1;
+}
+
+static struct addrinfo *resolve(const char *host, int port, int passive, char *err, size_t errlen)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    char ps[16];
+    hints.ai_family = AF_INET; /* IPv4: what cluster rendezvous addresses are in practice */
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
+    if (rc) {
+        if (err) snprintf(err, errlen, "cannot resolve '%s': %s", host ? host : "", gai_strerror(rc));
+        return NULL;
+    }
+    return res;
+}
+
+int port_sock_listen(const char *host, int port, int backlog, char *err, size_t errlen)
+{
+    struct addrinfo *ai = resolve(host, port, 1, err, errlen);
+    if (!ai) return PORT_ERR;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, backlog)) {
+        int e = errno;
+        if (err)
+            snprintf(err, errlen, "cannot listen on %s:%d: %s", host && *host ? host : "0.0.0.0",
+                     port, strerror(e));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        errno = e;
+        return PORT_ERR;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+int port_sock_local_port(int fd)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len)) return -1;
+    return ntohs(sa.sin_port);
+}
+
+int port_sock_connect(const char *host, int port, int64_t deadline_ns, char *err, size_t errlen)
+{
+    struct addrinfo *ai = resolve(host, port, 0, err, errlen);
+    if (!ai) return PORT_ERR;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) goto fail;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) goto fail;
+    for (;;) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        int ms = ms_left(deadline_ns);
+        if (ms == 0) { errno = ETIMEDOUT; goto fail; }
+        int r = poll(&p, 1, ms);
+        if (r < 0 && errno != EINTR) goto fail;
+        if (r > 0) break;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (soerr) { errno = soerr; goto fail; }
+    port_sock_set_nonblock(fd, 0);
+    freeaddrinfo(ai);
+    return fd;
+fail: {
+    int e = errno;
+    if (err) snprintf(err, errlen, "cannot connect to %s:%d: %s", host, port, strerror(e));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    errno = e;
+    return e == ETIMEDOUT ? PORT_TIMEOUT : PORT_ERR;
+}
+}
+
+int port_sock_accept(int lfd, int64_t deadline_ns, char *peer, size_t peerlen)
+{
+    for (;;) {
+        int r = port_sock_wait_readable(lfd, deadline_ns);
+        if (r == 0) return PORT_TIMEOUT;
+        if (r < 0) return PORT_ERR;
+        struct sockaddr_in sa;
+        socklen_t len = sizeof sa;
+        int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+            return PORT_ERR;
+        }
+        if (peer) {
+            char ip[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+            snprintf(peer, peerlen, "%s:%d", ip, ntohs(sa.sin_port));
+        }
+        return fd;
+    }
+}
+
+void port_sock_tune(int fd, int bufbytes)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (bufbytes > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufbytes, sizeof bufbytes);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufbytes, sizeof bufbytes);
+    }
+}
+
+int port_sock_set_nonblock(int fd, int on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return PORT_ERR;
+    return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK) < 0 ? PORT_ERR : 0;
+}
+
+int port_sock_wait_readable(int fd, int64_t deadline_ns)
+{
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int ms = ms_left(deadline_ns);
+        if (ms == 0) return 0;
+        int r = poll(&p, 1, ms);
+        if (r > 0) return 1;
+        if (r < 0 && errno != EINTR) return PORT_ERR;
+    }
+}
+
+static int wait_io(int fd, short ev, int64_t deadline_ns)
+{
+    struct pollfd p = {fd, ev, 0};
+    int ms = ms_left(deadline_ns);
+    if (ms == 0) return PORT_TIMEOUT;
+    int r = poll(&p, 1, ms);
+    return r < 0 && errno != EINTR ? PORT_ERR : 0;
+}
+
+int port_sock_write_full(int fd, const void *buf, size_t n, int64_t deadline_ns)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { p += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno == EPIPE) return PORT_CLOSED;
+        if (w < 0 && errno == ECONNRESET) return PORT_CLOSED;
+        if (w < 0 && errno != EAGAIN && errno != EINTR) return PORT_ERR;
+        int r = wait_io(fd, POLLOUT, deadline_ns);
+        if (r) return r;
+    }
+    return 0;
+}
+
+int port_sock_read_full(int fd, void *buf, size_t n, int64_t deadline_ns)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r > 0) { p += r; n -= (size_t)r; continue; }
+        if (r == 0) return PORT_CLOSED;
+        if (errno == ECONNRESET) return PORT_CLOSED;
+        if (errno != EAGAIN && errno != EINTR) return PORT_ERR;
+        int w = wait_io(fd, POLLIN, deadline_ns);
+        if (w) return w;
+    }
+    return 0;
+}
+
+int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen)
+{
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs)) return PORT_ERR;
+    int rc = PORT_ERR;
+    for (i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, ifname)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
+            rc = 0;
+            break;
+        }
+    freeifaddrs(ifs);
+    return rc;
+}
+
+void port_sock_close(int fd)
+{
+    if (fd >= 0) close(fd);
+}

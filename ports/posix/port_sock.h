@@ -1,0 +1,31 @@
+/* Socket helpers (POSIX). Every blocking call takes a monotonic deadline in ns
+ * (port_now_ns() based); none waits forever. Return codes: >= 0 ok (an fd where one
+ * is returned), PORT_ERR (errno set), PORT_TIMEOUT, PORT_CLOSED (peer closed). */
+#ifndef PORT_SOCK_H
+#define PORT_SOCK_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum { PORT_ERR = -1, PORT_TIMEOUT = -2, PORT_CLOSED = -3 };
+
+/* Listens on host:port (host NULL or "" = all interfaces, port 0 = ephemeral).
+ * On failure returns PORT_ERR and writes e.g. "cannot listen on 0.0.0.0:23456:
+ * Address already in use" into err. */
+int port_sock_listen(const char *host, int port, int backlog, char *err, size_t errlen);
+int port_sock_local_port(int fd);
+/* One connection attempt, bounded by the deadline. */
+int port_sock_connect(const char *host, int port, int64_t deadline_ns, char *err, size_t errlen);
+/* Accepts one connection; PORT_TIMEOUT when none arrives before the deadline. */
+int port_sock_accept(int lfd, int64_t deadline_ns, char *peer, size_t peerlen);
+/* TCP_NODELAY and, when bufbytes > 0, SO_SNDBUF/SO_RCVBUF. */
+void port_sock_tune(int fd, int bufbytes);
+int port_sock_set_nonblock(int fd, int on);
+/* Full transfers on a blocking or non-blocking fd, polling until the deadline. */
+int port_sock_write_full(int fd, const void *buf, size_t n, int64_t deadline_ns);
+int port_sock_read_full(int fd, void *buf, size_t n, int64_t deadline_ns);
+/* Waits until fd is readable (1), the deadline passes (0), or error (PORT_ERR). */
+int port_sock_wait_readable(int fd, int64_t deadline_ns);
+/* IPv4 address of a named interface (DDPRT_SOCKET_IFNAME); 0 or PORT_ERR. */
+int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen);
+void port_sock_close(int fd);
+#endif

@@ -1,0 +1,63 @@
+#include "test/t.h"
+#include "rt/arena.h"
+#include "rt/tensor.h"
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TEST(arena_aligns_and_tracks_high_water)
+{
+    rt_arena a;
+    CHECK(rt_arena_init(&a, "test", 4096) == 0);
+    void *p = rt_arena_alloc(&a, 3, RT_MEM_PARAMS, "p");
+    void *q = rt_arena_alloc(&a, 100, RT_MEM_GRADS, "q");
+    CHECK(((uintptr_t)p % RT_ALIGN) == 0 && ((uintptr_t)q % RT_ALIGN) == 0);
+    CHECK((char *)q - (char *)p == RT_ALIGN);
+    size_t m = rt_arena_mark(&a);
+    rt_arena_alloc(&a, 1000, RT_MEM_ACTS, "r");
+    rt_arena_reset(&a, m);
+    CHECK_EQ(a.used, m);
+    CHECK(a.high >= m + 1000);
+    CHECK(rt_arena_try_alloc(&a, 1 << 20, RT_MEM_ACTS, "too big") == NULL);
+    rt_arena_free(&a);
+}
+
+TEST(arena_plan_matches_real)
+{
+    rt_arena plan, real;
+    rt_arena_plan(&plan, "plan");
+    rt_tensor t = rt_tensor_new(&plan, RT_MEM_ACTS, "x", RT_F32, 4, 64, 10, 24, 24);
+    CHECK(t.data == NULL);
+    rt_tensor_new(&plan, RT_MEM_PARAMS, "w", RT_F32, 2, 50, 320, 0, 0);
+    CHECK(rt_arena_init(&real, "real", plan.high) == 0);
+    rt_tensor u = rt_tensor_new(&real, RT_MEM_ACTS, "x", RT_F32, 4, 64, 10, 24, 24);
+    rt_tensor_new(&real, RT_MEM_PARAMS, "w", RT_F32, 2, 50, 320, 0, 0);
+    CHECK(u.data != NULL);
+    CHECK_EQ(real.used, plan.used);
+    CHECK_EQ(rt_tensor_numel(&u), 64 * 10 * 24 * 24);
+    rt_arena_free(&real);
+}
+
+TEST(arena_overflow_names_request)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        rt_arena a;
+        rt_arena_init(&a, "host", 1024);
+        rt_arena_alloc(&a, 512, RT_MEM_ACTS, "conv1.out");
+        rt_arena_alloc(&a, 4096, RT_MEM_ACTS, "conv2.out");
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[512] = {0};
+    ssize_t n = read(fds[0], buf, sizeof buf - 1);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(n > 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    CHECKF(strstr(buf, "conv2.out") && strstr(buf, "4096") && strstr(buf, "512 of 1024"), "got: %s", buf);
+}

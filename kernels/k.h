@@ -1,0 +1,81 @@
+/* Compute kernels (CPU). Float32, NCHW, contiguous. No kernel allocates: scratch
+ * comes from the caller's workspace (sized by the *_workspace functions at start-up).
+ * Backward kernels overwrite (do not accumulate into) dx, dw, db; a NULL dx means
+ * "not needed" (the first layer). CUDA twins live in kernels/cuda with the same names
+ * prefixed k_cuda_. */
+#ifndef K_H
+#define K_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Threads used by the kernels (a pool created once; 1 = run on the caller). */
+void k_set_threads(int n);
+int k_threads(void);
+/* Which SIMD path the runtime dispatch picked: "avx512", "avx2" or "generic". */
+const char *k_isa(void);
+
+typedef struct k_conv_shape {
+    int n, c, h, w;     /* input */
+    int k, r, s;        /* output channels, kernel height/width */
+    int stride, pad;
+    int p, q;           /* output height/width; filled by k_conv_shape_init */
+} k_conv_shape;
+void k_conv_shape_init(k_conv_shape *sh);
+size_t k_conv2d_workspace(const k_conv_shape *sh); /* bytes, for fwd and bwd */
+/* x[n,c,h,w] * w[k,c,r,s] + b[k] -> y[n,k,p,q] */
+void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
+                  float *y, void *ws);
+void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
+                  float *dx, float *dw, float *db, void *ws);
+
+/* y[n,out] = x[n,in] @ w[out,in]^T + b[out] (PyTorch nn.Linear layout) */
+void k_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y);
+void k_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy,
+                  float *dx, float *dw, float *db);
+
+void k_relu_fwd(size_t n, const float *x, float *y);
+/* dx = dy where y > 0 (y is the relu output) */
+void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
+
+/* Max pool, kernel ks, stride st, no padding; idx records the argmax (offset in the
+ * input plane) for backward. */
+void k_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y,
+                     int32_t *idx);
+void k_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy,
+                     const int32_t *idx, float *dx);
+
+/* Counter-based RNG: uniform in [0,1) from (seed, counter); the same on CPU and GPU
+ * and independent of threading. */
+float k_rand_uniform(uint64_t seed, uint64_t counter);
+/* Dropout with probability p, survivors scaled by 1/(1-p); mask[i] = 1 when kept.
+ * Element i uses counter offset + i. */
+void k_dropout_fwd(size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                   float *y, uint8_t *mask);
+void k_dropout_bwd(size_t n, float p, const uint8_t *mask, const float *dy, float *dx);
+/* Dropout2d: whole channels (n*c planes of hw elements); mask has n*c entries and
+ * plane j uses counter offset + j. */
+void k_dropout2d_fwd(int n, int c, int hw, float p, uint64_t seed, uint64_t offset,
+                     const float *x, float *y, uint8_t *mask);
+void k_dropout2d_bwd(int n, int c, int hw, float p, const uint8_t *mask, const float *dy,
+                     float *dx);
+
+/* Numerically stable log_softmax over rows of length classes. */
+void k_log_softmax_fwd(int n, int classes, const float *x, float *y);
+/* Sum over rows of -logp[i, label[i]] (the caller divides for the mean); also counts
+ * rows whose argmax equals the label into *correct when correct != NULL. */
+double k_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, long *correct);
+/* Gradient of mean NLL(log_softmax(x)) w.r.t. x: scale * (softmax - onehot), where
+ * scale = 1/n_total. */
+void k_log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t *labels,
+                           float scale, float *dx);
+
+/* SGD with momentum, PyTorch semantics: g' = g + wd*p; v = m*v + (1-dampening)*g'
+ * (v = g' on the first step); p -= lr * (nesterov ? g' + m*v : v). */
+typedef struct k_sgd_cfg { float lr, momentum, dampening, weight_decay; int nesterov; } k_sgd_cfg;
+void k_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const float *g, float *v);
+
+/* Kaiming-uniform (a = sqrt 5) as PyTorch's Conv2d/Linear reset_parameters:
+ * weight ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (gain*sqrt(3/fan_in) with that a),
+ * bias ~ U(-1/sqrt(fan_in), +). Uses k_rand_uniform(seed, offset + i). */
+void k_init_uniform(size_t n, float bound, uint64_t seed, uint64_t offset, float *out);
+#endif

@@ -31,4 +31,8 @@ double rt_rdzv_timeout_s(const rt_rdzv *r);
 int rt_rdzv_allgather(rt_rdzv *r, const void *mine, size_t len, void *all, char *err, size_t errlen);
 int rt_rdzv_barrier(rt_rdzv *r, char *err, size_t errlen);
 void rt_rdzv_close(rt_rdzv *r);
+
+struct tp_bootstrap;
+/* Fills a transport bootstrap (transport/tp_backend.h) that uses this rendezvous. */
+void rt_rdzv_bootstrap(rt_rdzv *r, struct tp_bootstrap *bs);
 #endif

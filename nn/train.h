@@ -1,0 +1,38 @@
+/* The trainer: plans all memory, loads the data, and runs the seed script's loop
+ * (train epochs, "Train Epoch" / "Test set" lines, timing). */
+#ifndef NN_TRAIN_H
+#define NN_TRAIN_H
+#include "nn/data.h"
+#include "nn/loader.h"
+#include "nn/model.h"
+#include "nn/opts.h"
+#include "nn/sampler.h"
+
+typedef struct nn_trainer {
+    nn_opts o;
+    char data_dir[512];
+    rt_arena host;
+    nn_dataset train, test;
+    nn_sampler sampler;
+    nn_loader loader;
+    nn_model model;
+    float *momentum;       /* optimizer state, one per parameter */
+    k_sgd_cfg sgd;
+    int eval_chunk;        /* evaluation runs in chunks of this many samples */
+    int rank, world;
+    uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
+    double peak_rss_mib;
+} nn_trainer;
+
+/* Everything up to the first step: data located and validated, memory planned and
+ * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
+int nn_trainer_setup(nn_trainer *t, const nn_opts *o, char *err, size_t errlen);
+/* One optimizer step on a batch; returns the batch's mean loss. Allocates nothing. */
+double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n);
+/* Loss sum and correct count over this rank's share of the test set. */
+void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
+/* The epochs loop with the seed's log lines; returns the process exit status. */
+int nn_trainer_run(nn_trainer *t);
+void nn_trainer_free(nn_trainer *t);
+double nn_peak_rss_mib(void);
+#endif

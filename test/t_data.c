@@ -1,0 +1,80 @@
+#include "test/t_data.h"
+#include "test/t.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+const char *t_tmpdir(const char *tag)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "/tmp/ddprt-test-%s-XXXXXX", tag);
+    if (!mkdtemp(path)) t_fail(__FILE__, __LINE__, "mkdtemp failed");
+    return path;
+}
+
+void t_write_file(const char *dir, const char *name, const void *buf, size_t n, int gz)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (gz) {
+        gzFile f = gzopen(p, "wb");
+        if (!f || (n && gzwrite(f, buf, (unsigned)n) != (int)n)) t_fail(__FILE__, __LINE__, "gzwrite %s", p);
+        if (f) gzclose(f);
+    } else {
+        FILE *f = fopen(p, "wb");
+        if (!f || fwrite(buf, 1, n, f) != n) t_fail(__FILE__, __LINE__, "write %s", p);
+        if (f) fclose(f);
+    }
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+void t_write_idx_images(const char *dir, const char *name, int n, int rows, int cols, const uint8_t *px, int gz)
+{
+    size_t sz = 16 + (size_t)n * rows * cols;
+    uint8_t *b = malloc(sz);
+    put32(b, 0x803); put32(b + 4, n); put32(b + 8, rows); put32(b + 12, cols);
+    memcpy(b + 16, px, sz - 16);
+    t_write_file(dir, name, b, sz, gz);
+    free(b);
+}
+
+void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t *labels, int gz)
+{
+    uint8_t *b = malloc(8 + (size_t)n);
+    put32(b, 0x801); put32(b + 4, n);
+    memcpy(b + 8, labels, n);
+    t_write_file(dir, name, b, 8 + (size_t)n, gz);
+    free(b);
+}
+
+static void synth_split(const char *dir, const char *split, int n, unsigned seed, int gz)
+{
+    uint8_t *px = malloc((size_t)n * 784), *lb = malloc(n);
+    char name[64];
+    srand(seed);
+    for (int i = 0; i < n; i++) {
+        int c = rand() % 10;
+        lb[i] = (uint8_t)c;
+        for (int j = 0; j < 784; j++) px[(size_t)i * 784 + j] = (uint8_t)(rand() % 40);
+        /* A horizontal bar at row 4 + 2c: easy for a conv net to separate. */
+        for (int x = 4; x < 24; x++) px[(size_t)i * 784 + (4 + 2 * c) * 28 + x] = 255;
+    }
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte%s", split, gz ? ".gz" : "");
+    t_write_idx_images(dir, name, n, 28, 28, px, gz);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte%s", split, gz ? ".gz" : "");
+    t_write_idx_labels(dir, name, n, lb, gz);
+    free(px);
+    free(lb);
+}
+
+void t_write_synthetic_dataset(const char *dir, int n_train, int n_test, int gz)
+{
+    synth_split(dir, "train", n_train, 1, gz);
+    synth_split(dir, "t10k", n_test, 2, gz);
+}

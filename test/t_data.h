@@ -1,0 +1,17 @@
+/* Test helpers: write small MNIST-format datasets (plain or gzip) into a temp dir. */
+#ifndef T_DATA_H
+#define T_DATA_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Makes a fresh directory under /tmp; returns its path (static storage). */
+const char *t_tmpdir(const char *tag);
+/* Writes raw bytes to dir/name (gzip-compressed when gz). */
+void t_write_file(const char *dir, const char *name, const void *buf, size_t n, int gz);
+/* Writes a well-formed IDX images (3-D) or labels (1-D) file. */
+void t_write_idx_images(const char *dir, const char *name, int n, int rows, int cols, const uint8_t *px, int gz);
+void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t *labels, int gz);
+/* A learnable synthetic dataset in Fashion-MNIST layout (train n_train, t10k n_test):
+ * class c draws a bright bar at a class-specific position plus noise. */
+void t_write_synthetic_dataset(const char *dir, int n_train, int n_test, int gz);
+#endif

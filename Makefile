@@ -54,6 +54,15 @@ ubsan:
 tsan:
 	$(MAKE) BUILD=build-tsan SAN="-fsanitize=thread" OPT=-O1 test
 
+# The main job: Fashion-MNIST LeNet with the seed script's defaults.
+DATA_DIR ?= /usr/share/datasets/fashion-mnist
+RUN_ARGS ?=
+run: all
+	@if [ -z "$$DDPRT_DATA" ] && [ ! -e data/train-images-idx3-ubyte.gz ] && [ ! -e $(DATA_DIR)/train-images-idx3-ubyte.gz ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
+	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi
+	./$(BUILD)/ddprt-train $(RUN_ARGS)
+
 clean:
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz
 

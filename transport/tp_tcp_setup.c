@@ -1,0 +1,371 @@
+/* TCP backend, connection setup: every rank listens on an ephemeral port, publishes
+ * (ip, port) through the bootstrap's allgather, then the full mesh is built: rank i
+ * connects to every j > i and accepts every j < i. One poll loop drives the outgoing
+ * connects and the incoming handshakes together, so the order in which ranks arrive
+ * does not matter and a silent stranger on the port cannot stall the job. Every
+ * connection starts with a hello (magic, version, ranks, world, job token hash); a
+ * wrong one is answered with a refusal, logged, and closed. */
+#include "transport/tp_tcp_int.h"
+#include "ports/posix/port.h"
+#include "ports/posix/port_sock.h"
+#include "rt/log.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { C_CONNECTING, C_RETRY, C_HELLO_OUT, C_REPLY_IN, C_HELLO_IN, C_FREE };
+
+typedef struct tcp_conn {
+    int fd, peer, state;
+    size_t done;
+    unsigned char buf[sizeof(tcp_hello)];
+    int64_t until;          /* retry time (C_RETRY) or handshake deadline (incoming) */
+    char from[64];
+} tcp_conn;
+
+#define TCP_MAX_INCOMING 64
+#define TCP_HANDSHAKE_NS (10LL * 1000000000LL)
+
+static int sockbuf_bytes(void)
+{
+    /* 0 keeps Linux's autotuning (it grows to tcp_wmem/tcp_rmem max); a fixed size
+     * pins it. Measured on loopback: see bench notes in transport/tp_tcp.c. */
+    const char *s = getenv("DDPRT_TCP_BUFSIZE");
+    return s ? atoi(s) : 0;
+}
+
+static void read_boot_id(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    out[0] = 0;
+    if (!f) return;
+    if (!fgets(out, (int)n, f)) out[0] = 0;
+    fclose(f);
+    out[strcspn(out, "\n")] = 0;
+}
+
+/* The address the others should dial: DDPRT_SOCKET_IFNAME's, else the source address
+ * of the route to the rendezvous master (a UDP connect sends nothing), else the
+ * hostname's, else loopback. */
+static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, size_t errlen)
+{
+    const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
+    listen_ip[0] = 0;
+    if (ifn && *ifn) {
+        if (port_sock_iface_addr(ifn, me->ip, sizeof me->ip)) {
+            snprintf(err, errlen, "DDPRT_SOCKET_IFNAME=%s: no interface with an IPv4 address by that name", ifn);
+            return -1;
+        }
+        snprintf(listen_ip, llen, "%s", me->ip);
+        me->pinned = 1;
+        return 0;
+    }
+    snprintf(me->ip, sizeof me->ip, "127.0.0.1");
+    const char *master = getenv("MASTER_ADDR");
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    if (master && *master && !getaddrinfo(master, "9", &hints, &ai)) {
+        int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof sa;
+        if (u >= 0 && !connect(u, ai->ai_addr, ai->ai_addrlen) &&
+            !getsockname(u, (struct sockaddr *)&sa, &sl))
+            inet_ntop(AF_INET, &sa.sin_addr, me->ip, sizeof me->ip);
+        if (u >= 0) close(u);
+        freeaddrinfo(ai);
+        return 0;
+    }
+    if (!getaddrinfo(me->host, NULL, &hints, &ai)) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, me->ip, sizeof me->ip);
+        freeaddrinfo(ai);
+    }
+    return 0;
+}
+
+static const char *refusal_text(uint32_t st)
+{
+    switch (st) {
+    case TCP_REFUSE_MAGIC: return "not a ddprt peer (bad magic)";
+    case TCP_REFUSE_VERSION: return "protocol version mismatch";
+    case TCP_REFUSE_TOKEN: return "wrong job token (a rank of another job?)";
+    case TCP_REFUSE_RANK: return "unexpected or duplicate rank";
+    case TCP_REFUSE_WORLD: return "world size mismatch";
+    default: return "refused";
+    }
+}
+
+static int same_machine(const tcp_addr *a, const tcp_addr *b)
+{
+    return !a->pinned && !b->pinned && !strcmp(a->host, b->host) && !strcmp(a->boot, b->boot);
+}
+
+static int start_connect(tcp_conn *c, const tcp_addr *a, int same_host, char *err, size_t errlen)
+{
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)a->port);
+    const char *ip = same_host ? "127.0.0.1" : a->ip;
+    snprintf(c->from, sizeof c->from, "%s:%d", ip, a->port);
+    if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+        snprintf(err, errlen, "rank %d published a bad address '%s'", c->peer, a->ip);
+        return -1;
+    }
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) { snprintf(err, errlen, "socket: %s", strerror(errno)); return -1; }
+    /* Buffer sizes must be set before connect: the window scale is fixed by the SYN. */
+    port_sock_tune(c->fd, sockbuf_bytes());
+    c->done = 0;
+    if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) && errno != EINPROGRESS) {
+        close(c->fd);
+        c->fd = -1;
+        c->state = C_RETRY;
+        c->until = port_now_ns() + 100000000LL;
+        return 0;
+    }
+    c->state = C_CONNECTING;
+    return 0;
+}
+
+/* Non-blocking partial I/O on a handshake buffer: 1 complete, 0 more to do, -1 error. */
+static int step_io(tcp_conn *c, int out, size_t total)
+{
+    ssize_t r = out ? send(c->fd, c->buf + c->done, total - c->done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                    : recv(c->fd, c->buf + c->done, total - c->done, MSG_DONTWAIT);
+    if (r > 0) c->done += (size_t)r;
+    else if (r == 0 || (errno != EAGAIN && errno != EINTR)) return -1;
+    return c->done == total;
+}
+
+static uint32_t check_hello(const tcp_hello *h, const tcp_backend *t, uint64_t token)
+{
+    if (h->magic != TCP_MAGIC) return TCP_REFUSE_MAGIC;
+    if (h->version != TCP_VERSION) return TCP_REFUSE_VERSION;
+    if (h->token_hash != token) return TCP_REFUSE_TOKEN;
+    if (h->world != t->b.world) return TCP_REFUSE_WORLD;
+    if (h->to != t->b.rank || h->from < 0 || h->from >= t->b.rank || t->peers[h->from].fd >= 0)
+        return TCP_REFUSE_RANK;
+    return TCP_OK;
+}
+
+static void answer_hello(tcp_backend *t, tcp_conn *c, uint64_t token)
+{
+    tcp_hello h;
+    memcpy(&h, c->buf, sizeof h);
+    tcp_reply rep = {TCP_MAGIC, check_hello(&h, t, token)};
+    int ok = port_sock_write_full(c->fd, &rep, sizeof rep, port_now_ns() + 1000000000LL) == 0;
+    if (rep.status == TCP_OK && ok) {
+        t->peers[h.from].fd = c->fd;
+        rt_debug("tcp: rank %d connected from %s", h.from, c->from);
+    } else {
+        if (rep.status != TCP_OK)
+            rt_warn("tcp: refused a connection from %s: %s", c->from, refusal_text(rep.status));
+        close(c->fd);
+    }
+    c->fd = -1;
+    c->state = C_FREE;
+}
+
+static void drop_incoming(tcp_conn *c, const char *why)
+{
+    rt_warn("tcp: dropped a connection from %s: %s", c->from, why);
+    close(c->fd);
+    c->fd = -1;
+    c->state = C_FREE;
+}
+
+/* Accepts everything queued on the listening socket into free incoming slots. */
+static void accept_all(int lfd, tcp_conn *in, int nin)
+{
+    for (;;) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof sa;
+        int fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        int k = 0;
+        while (k < nin && in[k].state != C_FREE) k++;
+        if (k == nin) { close(fd); continue; } /* a flood of strangers: shed them */
+        tcp_conn *c = &in[k];
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+        snprintf(c->from, sizeof c->from, "%s:%d", ip, ntohs(sa.sin_port));
+        c->fd = fd;
+        c->state = C_HELLO_IN;
+        c->done = 0;
+        c->until = port_now_ns() + TCP_HANDSHAKE_NS;
+    }
+}
+
+static int missing_list(const tcp_backend *t, char *s, size_t n)
+{
+    int cnt = 0;
+    size_t o = 0;
+    s[0] = 0;
+    for (int j = 0; j < t->b.world; j++)
+        if (j != t->b.rank && t->peers[j].fd < 0) {
+            if (cnt < 8 && o < n) o += (size_t)snprintf(s + o, n - o, "%s%d", cnt ? ", " : "", j);
+            cnt++;
+        }
+    if (cnt > 8 && o < n) snprintf(s + o, n - o, ", ...");
+    return cnt;
+}
+
+/* Advances one outgoing connection; -1 with err on a fatal answer. */
+static int step_out(tcp_backend *t, tcp_conn *c, short rev, const tcp_addr *all, int same,
+                    uint64_t token, char *err, size_t errlen)
+{
+    int64_t now = port_now_ns();
+    if (c->state == C_RETRY) {
+        if (now >= c->until) return start_connect(c, &all[c->peer], same, err, errlen);
+        return 0;
+    }
+    if (c->state == C_CONNECTING) {
+        if (!rev) return 0;
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (soerr) { /* refused or reset: the peer may not be up yet; try again */
+            close(c->fd);
+            c->fd = -1;
+            c->state = C_RETRY;
+            c->until = now + 100000000LL;
+            return 0;
+        }
+        tcp_hello h = {TCP_MAGIC, TCP_VERSION, t->b.rank, c->peer, t->b.world, 0, token};
+        memcpy(c->buf, &h, sizeof h);
+        c->state = C_HELLO_OUT;
+        c->done = 0;
+    }
+    int r;
+    if (c->state == C_HELLO_OUT) {
+        if ((r = step_io(c, 1, sizeof(tcp_hello))) < 0) goto io_fail;
+        if (!r) return 0;
+        c->state = C_REPLY_IN;
+        c->done = 0;
+    }
+    if ((r = step_io(c, 0, sizeof(tcp_reply))) < 0) goto io_fail;
+    if (!r) return 0;
+    tcp_reply rep;
+    memcpy(&rep, c->buf, sizeof rep);
+    if (rep.magic != TCP_MAGIC) {
+        snprintf(err, errlen, "%s (published by rank %d) is not a ddprt peer", c->from, c->peer);
+        return -1;
+    }
+    if (rep.status != TCP_OK) {
+        snprintf(err, errlen, "rank %d at %s refused our connection: %s", c->peer, c->from,
+                 refusal_text(rep.status));
+        return -1;
+    }
+    t->peers[c->peer].fd = c->fd;
+    c->fd = -1;
+    c->state = C_FREE;
+    return 0;
+io_fail:
+    snprintf(err, errlen, "rank %d at %s closed the connection during the handshake", c->peer, c->from);
+    return -1;
+}
+
+static int mesh_loop(tcp_backend *t, int lfd, const tcp_addr *all, const tcp_addr *me,
+                     uint64_t token, int64_t deadline, char *err, size_t errlen)
+{
+    int world = t->b.world, rank = t->b.rank, nout = world - rank - 1;
+    tcp_conn *out = calloc((size_t)(nout > 0 ? nout : 1), sizeof *out);
+    tcp_conn in[TCP_MAX_INCOMING];
+    struct pollfd *pf = calloc((size_t)(nout + TCP_MAX_INCOMING + 1), sizeof *pf);
+    int rc = -1;
+    if (!out || !pf) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int k = 0; k < TCP_MAX_INCOMING; k++) in[k].fd = -1, in[k].state = C_FREE;
+    for (int k = 0; k < nout; k++) {
+        int j = rank + 1 + k;
+        out[k].peer = j;
+        out[k].fd = -1;
+        if (start_connect(&out[k], &all[j], same_machine(&all[j], me), err, errlen)) goto done;
+    }
+    char miss[128];
+    while (missing_list(t, miss, sizeof miss)) {
+        int64_t now = port_now_ns();
+        if (now >= deadline) {
+            snprintf(err, errlen, "timed out after %.0f s connecting to rank(s) %s", t->timeout_s, miss);
+            goto done;
+        }
+        int np = 0;
+        pf[np++] = (struct pollfd){lfd, POLLIN, 0};
+        for (int k = 0; k < nout; k++)
+            if (out[k].fd >= 0)
+                pf[np++] = (struct pollfd){out[k].fd, out[k].state == C_REPLY_IN ? POLLIN : POLLOUT, 0};
+        for (int k = 0; k < TCP_MAX_INCOMING; k++)
+            if (in[k].state == C_HELLO_IN) pf[np++] = (struct pollfd){in[k].fd, POLLIN, 0};
+        int ms = (int)((deadline - now) / 1000000) + 1;
+        if (poll(pf, (nfds_t)np, ms > 50 ? 50 : ms) < 0 && errno != EINTR) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            goto done;
+        }
+        if (pf[0].revents) accept_all(lfd, in, TCP_MAX_INCOMING);
+        now = port_now_ns();
+        for (int k = 0; k < TCP_MAX_INCOMING; k++) {
+            tcp_conn *c = &in[k];
+            if (c->state != C_HELLO_IN) continue;
+            int r = step_io(c, 0, sizeof(tcp_hello));
+            if (r < 0) drop_incoming(c, "closed before its hello");
+            else if (r) answer_hello(t, c, token);
+            else if (now >= c->until) drop_incoming(c, "no hello within 10 s");
+        }
+        /* Outgoing: revents looked up by fd (the poll set is rebuilt every turn). */
+        for (int k = 0; k < nout; k++) {
+            if (out[k].state == C_FREE) continue;
+            short rev = 0;
+            for (int q = 1; q < np; q++)
+                if (pf[q].fd == out[k].fd) rev = pf[q].revents;
+            if (step_out(t, &out[k], rev, all, same_machine(&all[out[k].peer], me), token, err, errlen))
+                goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int k = 0; out && k < nout; k++)
+        if (out[k].fd >= 0) close(out[k].fd);
+    for (int k = 0; k < TCP_MAX_INCOMING; k++)
+        if (in[k].fd >= 0) close(in[k].fd);
+    free(out);
+    free(pf);
+    return rc;
+}
+
+int tcp_mesh_connect(tcp_backend *t, const tp_bootstrap *bs, char *err, size_t errlen)
+{
+    tcp_addr me, *all = NULL;
+    char lip[48];
+    memset(&me, 0, sizeof me);
+    gethostname(me.host, sizeof me.host - 1);
+    read_boot_id(me.boot, sizeof me.boot);
+    if (choose_addr(&me, lip, sizeof lip, err, errlen)) return -1;
+    int lfd = port_sock_listen(lip, 0, t->b.world + 16, err, errlen);
+    if (lfd < 0) return -1;
+    /* Accepted sockets inherit the listener's buffer sizes (set before the SYN). */
+    port_sock_tune(lfd, sockbuf_bytes());
+    port_sock_set_nonblock(lfd, 1);
+    me.port = port_sock_local_port(lfd);
+    rt_debug("tcp: rank %d listening on %s:%d", t->b.rank, lip[0] ? lip : "0.0.0.0", me.port);
+    int rc = -1;
+    all = calloc((size_t)t->b.world, sizeof *all);
+    if (!all) { snprintf(err, errlen, "out of memory"); goto done; }
+    char aerr[200] = "";
+    if (bs->allgather(bs->ctx, &me, sizeof me, all, aerr, sizeof aerr)) {
+        snprintf(err, errlen, "tcp: address exchange failed: %s", aerr);
+        goto done;
+    }
+    int64_t deadline = port_now_ns() + (int64_t)(t->timeout_s * 1e9);
+    rc = mesh_loop(t, lfd, all, &me, bs->token_hash, deadline, err, errlen);
+done:
+    /* The mesh is complete (or failed): nobody may join later, so stop listening. */
+    close(lfd);
+    free(all);
+    return rc;
+}

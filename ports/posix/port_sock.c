@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -204,4 +205,84 @@ int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen)
 void port_sock_close(int fd)
 {
     if (fd >= 0) close(fd);
+}
+
+int port_sock_poll_readable(const int *fds, int n, int *ready, int64_t deadline_ns)
+{
+    /* Small sets (the common case) stay on the stack; a big world's set is malloc'd. */
+    struct pollfd small[64], *p = n <= 64 ? small : malloc(sizeof *p * (size_t)n);
+    int small_idx[64], *idx = n <= 64 ? small_idx : malloc(sizeof *idx * (size_t)n), m = 0, rc = 0;
+    if (!p || !idx) { rc = PORT_ERR; goto out; }
+    for (int i = 0; i < n; i++) {
+        ready[i] = 0;
+        if (fds[i] >= 0) { p[m].fd = fds[i]; p[m].events = POLLIN; p[m].revents = 0; idx[m++] = i; }
+    }
+    for (;;) {
+        int64_t left = deadline_ns - port_now_ns();
+        int ms = left <= 0 ? 0 : left / 1000000 > 1000 ? 1000 : (int)(left / 1000000) + 1;
+        int r = poll(p, (nfds_t)m, ms);
+        if (r < 0 && errno != EINTR) { rc = PORT_ERR; break; }
+        if (r > 0) {
+            for (int j = 0; j < m; j++)
+                if (p[j].revents) { ready[idx[j]] = 1; rc++; }
+            break;
+        }
+        if (left <= 0) break;
+    }
+out:
+    if (p != small) free(p);
+    if (idx != small_idx) free(idx);
+    return rc;
+}
+
+long port_sock_read_some(int fd, void *buf, size_t n)
+{
+    for (;;) {
+        ssize_t r = recv(fd, buf, n, MSG_DONTWAIT);
+        if (r > 0) return (long)r;
+        if (r == 0) return PORT_CLOSED;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        return errno == ECONNRESET ? PORT_CLOSED : PORT_ERR;
+    }
+}
+
+void port_sock_hostname(char *name, size_t len)
+{
+    if (gethostname(name, len) || !*name) snprintf(name, len, "?");
+    name[len - 1] = 0;
+}
+
+void port_sock_host_ip(char *ip, size_t iplen)
+{
+    const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
+    if (ifn && *ifn && port_sock_iface_addr(ifn, ip, iplen) == 0) return;
+    char host[256];
+    port_sock_hostname(host, sizeof host);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) == 0) {
+        for (struct addrinfo *a = res; a; a = a->ai_next) {
+            struct in_addr in = ((struct sockaddr_in *)a->ai_addr)->sin_addr;
+            if ((ntohl(in.s_addr) >> 24) == 127) continue; /* loopback: useless to other hosts */
+            inet_ntop(AF_INET, &in, ip, (socklen_t)iplen);
+            freeaddrinfo(res);
+            return;
+        }
+        freeaddrinfo(res);
+    }
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+            struct in_addr in = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            if ((ntohl(in.s_addr) >> 24) == 127) continue;
+            inet_ntop(AF_INET, &in, ip, (socklen_t)iplen);
+            freeifaddrs(ifs);
+            return;
+        }
+        freeifaddrs(ifs);
+    }
+    snprintf(ip, iplen, "127.0.0.1");
 }

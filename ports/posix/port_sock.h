@@ -28,4 +28,15 @@ int port_sock_wait_readable(int fd, int64_t deadline_ns);
 /* IPv4 address of a named interface (DDPRT_SOCKET_IFNAME); 0 or PORT_ERR. */
 int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen);
 void port_sock_close(int fd);
+/* Waits until any of fds[0..n) is readable, closed or in error (negative fds are
+ * skipped); sets ready[i] = 1 for those. Returns how many, 0 once the deadline has
+ * passed (a past deadline still checks once without waiting), or PORT_ERR. */
+int port_sock_poll_readable(const int *fds, int n, int *ready, int64_t deadline_ns);
+/* One non-blocking read: > 0 bytes read, 0 when nothing is there yet, PORT_CLOSED, PORT_ERR. */
+long port_sock_read_some(int fd, void *buf, size_t n);
+/* This host's name (gethostname), "?" when unknown. */
+void port_sock_hostname(char *name, size_t len);
+/* The IPv4 address peers should use for this host: DDPRT_SOCKET_IFNAME's, else the
+ * hostname's (non-loopback), else the first non-loopback interface's, else 127.0.0.1. */
+void port_sock_host_ip(char *ip, size_t iplen);
 #endif

@@ -1,0 +1,299 @@
+/* Where and as whom a rank meets the others: the init method (tcp://, file://, env://)
+ * or, without one, what the launcher left in the environment (torchrun, Slurm, Open MPI,
+ * MPICH/PMI). Explicit options always win over the environment. */
+#include "rt/rdzv_int.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_S 300.0
+
+/* One launcher flavour's variable names, tried in this order. */
+typedef struct { const char *name, *rank, *world, *world2, *local; } flavour;
+static const flavour FLAVOURS[] = {
+    {"torchrun env", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL, "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID"},
+};
+enum { F_TORCH, F_SLURM, F_OMPI, F_PMI, F_COUNT };
+
+/* 1 = set to a valid integer, 0 = unset/empty, -1 = set but not an integer (err set). */
+static int env_int(const char *name, int *v, char *err, size_t errlen)
+{
+    const char *s = name ? getenv(name) : NULL;
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || x < -1 || x > 1000000000L) {
+        snprintf(err, errlen, "%s=%s is not a valid integer", name, s);
+        return -1;
+    }
+    *v = (int)x;
+    return 1;
+}
+
+/* Fills rank/world/local_rank that the options left at -1 from flavour f. */
+static int from_flavour(const flavour *f, rt_rdzv_plan *p, int need, char *err, size_t errlen)
+{
+    int v, k;
+    if (p->rank < 0) {
+        if ((k = env_int(f->rank, &v, err, errlen)) < 0) return -1;
+        if (k) p->rank = v;
+        else if (need) { snprintf(err, errlen, "%s: %s is not set (which rank is this?)", f->name, f->rank); return -1; }
+    }
+    if (p->world < 0) {
+        if ((k = env_int(f->world, &v, err, errlen)) < 0) return -1;
+        if (!k && (k = env_int(f->world2, &v, err, errlen)) < 0) return -1;
+        if (k) p->world = v;
+        else if (need) { snprintf(err, errlen, "%s: %s is not set (how many ranks?)", f->name, f->world); return -1; }
+    }
+    if (p->local_rank < 0) {
+        if ((k = env_int(f->local, &v, err, errlen)) < 0) return -1;
+        if (!k && f == &FLAVOURS[F_PMI] && (k = env_int("PMI_LOCAL_RANK", &v, err, errlen)) < 0) return -1;
+        if (k) p->local_rank = v;
+    }
+    return 0;
+}
+
+static int detect_flavour(void)
+{
+    for (int f = 0; f < F_COUNT; f++) {
+        const char *s = getenv(FLAVOURS[f].rank);
+        if (s && *s) return f;
+    }
+    return -1;
+}
+
+/* "HOST:PORT" -> host, port; 0 or -1. */
+static int parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || (size_t)(colon - s) >= hostlen) return -1;
+    if (memchr(s, '/', (size_t)(colon - s)) || memchr(s, '[', (size_t)(colon - s))) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || (*end && strcmp(end, "/")) || v < 1 || v > 65535) return -1;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    *port = (int)v;
+    return 0;
+}
+
+/* MASTER_ADDR / MASTER_PORT (torchrun, and what we ask mpirun users to export). */
+static int master_from_env(rt_rdzv_plan *p, const char *who, char *err, size_t errlen)
+{
+    const char *a = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
+    if (!a || !*a || !ps || !*ps) {
+        snprintf(err, errlen, "%s: MASTER_ADDR and MASTER_PORT must be set (export MASTER_ADDR=<host of rank 0> "
+                 "MASTER_PORT=<free port>%s)", who,
+                 !strcmp(who, "Open MPI") ? "; pass them with mpirun -x MASTER_ADDR -x MASTER_PORT" : "");
+        return -1;
+    }
+    int port;
+    if (env_int("MASTER_PORT", &port, err, errlen) < 0) return -1;
+    if (port < 1 || port > 65535) { snprintf(err, errlen, "MASTER_PORT=%s is not a port (1-65535)", ps); return -1; }
+    snprintf(p->host, sizeof p->host, "%s", a);
+    p->port = port;
+    return 0;
+}
+
+static int slurm_master(rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    const char *a = getenv("MASTER_ADDR"), *nl = getenv("SLURM_JOB_NODELIST");
+    if (!nl || !*nl) nl = getenv("SLURM_NODELIST");
+    if (a && *a) snprintf(p->host, sizeof p->host, "%s", a); /* the user's choice wins */
+    else if (!nl || !*nl) { snprintf(err, errlen, "Slurm: SLURM_JOB_NODELIST is not set and no MASTER_ADDR"); return -1; }
+    else if (rt_hostlist_first(nl, p->host, sizeof p->host)) {
+        snprintf(err, errlen, "Slurm: cannot parse SLURM_JOB_NODELIST='%s'", nl);
+        return -1;
+    }
+    int port, k = env_int("MASTER_PORT", &port, err, errlen), id;
+    if (k < 0) return -1;
+    if (!k) {
+        /* Same port on every rank of the job without any extra exchange; different jobs
+         * on the same master node get different ports. */
+        if (env_int("SLURM_JOB_ID", &id, err, errlen) <= 0) {
+            snprintf(err, errlen, "Slurm: neither MASTER_PORT nor SLURM_JOB_ID is set");
+            return -1;
+        }
+        port = 20000 + id % 20000;
+    }
+    if (port < 1 || port > 65535) { snprintf(err, errlen, "MASTER_PORT=%d is not a port (1-65535)", port); return -1; }
+    p->port = port;
+    return 0;
+}
+
+int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->rank = o->rank >= 0 ? o->rank : -1;
+    p->world = o->world_size >= 0 ? o->world_size : -1;
+    p->local_rank = o->local_rank >= 0 ? o->local_rank : -1;
+    p->timeout_s = o->timeout_s;
+    const char *ts = getenv("DDPRT_TIMEOUT");
+    if (p->timeout_s <= 0 && ts && *ts) {
+        char *end;
+        p->timeout_s = strtod(ts, &end);
+        if (*end || !(p->timeout_s > 0)) { snprintf(err, errlen, "DDPRT_TIMEOUT=%s is not a positive number of seconds", ts); return -1; }
+    }
+    if (p->timeout_s <= 0) p->timeout_s = DEFAULT_TIMEOUT_S;
+    const char *tok = o->token ? o->token : getenv("DDPRT_JOB_TOKEN");
+    const char *jid = getenv("SLURM_JOB_ID");
+    if (tok && *tok) snprintf(p->token, sizeof p->token, "%s", tok);
+    else if (!o->token && jid && *jid) snprintf(p->token, sizeof p->token, "slurm-job-%s", jid);
+
+    const char *im = o->init_method;
+    int f = detect_flavour();
+    if (im && *im) {
+        if (!strncmp(im, "tcp://", 6)) {
+            if (parse_hostport(im + 6, p->host, sizeof p->host, &p->port)) {
+                snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT (port 1-65535)", im);
+                return -1;
+            }
+            p->kind = RT_RDZV_TCP;
+            p->source = "tcp://";
+        } else if (!strncmp(im, "file://", 7)) {
+            if (im[7] != '/' || strlen(im + 7) >= sizeof p->path - 32 || im[strlen(im) - 1] == '/') {
+                snprintf(err, errlen, "bad init method '%s': expected file:///absolute/path/to/file", im);
+                return -1;
+            }
+            snprintf(p->path, sizeof p->path, "%s", im + 7);
+            p->kind = RT_RDZV_FILE;
+            p->source = "file://";
+        } else if (!strcmp(im, "env://")) {
+            if (master_from_env(p, "env://", err, errlen)) return -1;
+            p->kind = RT_RDZV_TCP;
+            p->source = "env://";
+            f = F_TORCH;
+        } else {
+            snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT, file:///path or env://", im);
+            return -1;
+        }
+        /* torch wants rank/world beside tcp:// and file://; we also take them from the
+         * launcher's environment when the caller left them out. */
+        if (f >= 0 && from_flavour(&FLAVOURS[f], p, 0, err, errlen)) return -1;
+        if (p->rank < 0 || p->world < 0) {
+            snprintf(err, errlen, "%s needs the rank and world size (options, or RANK and WORLD_SIZE)", im);
+            return -1;
+        }
+    } else if (f >= 0 || getenv("MASTER_ADDR")) {
+        if (f < 0) f = F_TORCH;
+        p->source = FLAVOURS[f].name;
+        if (from_flavour(&FLAVOURS[f], p, 1, err, errlen)) return -1;
+        if (f == F_SLURM ? slurm_master(p, err, errlen) : master_from_env(p, FLAVOURS[f].name, err, errlen))
+            return -1;
+        p->kind = RT_RDZV_TCP;
+    } else if (p->world <= 1 && p->rank <= 0) {
+        p->kind = RT_RDZV_SINGLE; /* no launcher, no init method: a one-process job */
+        p->source = "single process";
+        p->world = 1;
+        p->rank = 0;
+    } else {
+        snprintf(err, errlen, "rank %d of %d but no init method: pass tcp://HOST:PORT or set MASTER_ADDR/MASTER_PORT",
+                 p->rank, p->world);
+        return -1;
+    }
+    if (p->world < 1 || p->world > RT_RDZV_MAX_WORLD) {
+        snprintf(err, errlen, "world size %d is out of range (1-%d)", p->world, RT_RDZV_MAX_WORLD);
+        return -1;
+    }
+    if (p->rank < 0 || p->rank >= p->world) {
+        snprintf(err, errlen, "rank %d is out of range for world size %d (%s)", p->rank, p->world, p->source);
+        return -1;
+    }
+    if (p->world == 1) p->kind = RT_RDZV_SINGLE, p->local_rank = 0;
+    if (p->kind == RT_RDZV_TCP) snprintf(p->where, sizeof p->where, "tcp://%s:%d", p->host, p->port);
+    else if (p->kind == RT_RDZV_FILE) snprintf(p->where, sizeof p->where, "file://%s", p->path);
+    else snprintf(p->where, sizeof p->where, "single process");
+    return 0;
+}
+
+/* ---- Slurm hostlists ---- */
+typedef struct { int (*fn)(const char *, void *); void *ctx; int count, stop; } hl_walk;
+
+/* Expands item (one comma-separated element, brackets allowed anywhere) behind prefix. */
+static int hl_expand(hl_walk *w, char *out, size_t used, const char *s, size_t n)
+{
+    const char *lb = memchr(s, '[', n);
+    if (!lb) {
+        if (memchr(s, ']', n) || used + n >= 256) return -1;
+        memcpy(out + used, s, n);
+        out[used + n] = 0;
+        w->count++;
+        if (w->fn && w->fn(out, w->ctx)) w->stop = 1;
+        return 0;
+    }
+    size_t lit = (size_t)(lb - s);
+    const char *rb = memchr(lb, ']', n - lit);
+    if (!rb || memchr(s, ']', lit) || memchr(lb + 1, '[', (size_t)(rb - lb - 1)) || used + lit >= 256) return -1;
+    memcpy(out + used, s, lit);
+    used += lit;
+    const char *r = lb + 1, *suffix = rb + 1;
+    size_t sufn = n - (size_t)(suffix - s);
+    while (r < rb && !w->stop) {
+        const char *comma = memchr(r, ',', (size_t)(rb - r));
+        const char *end = comma ? comma : rb, *dash = memchr(r, '-', (size_t)(end - r));
+        const char *hi_s = dash ? dash + 1 : r;
+        size_t width = (size_t)((dash ? dash : end) - r);
+        if (width == 0 || width > 18 || (size_t)(end - hi_s) == 0 || (size_t)(end - hi_s) > 18) return -1;
+        unsigned long long lo = 0, hi = 0;
+        for (const char *c = r; c < (dash ? dash : end); c++) {
+            if (*c < '0' || *c > '9') return -1;
+            lo = lo * 10 + (unsigned)(*c - '0');
+        }
+        for (const char *c = hi_s; c < end; c++) {
+            if (*c < '0' || *c > '9') return -1;
+            hi = hi * 10 + (unsigned)(*c - '0');
+        }
+        if (hi < lo || hi - lo > 1000000) return -1;
+        for (unsigned long long v = lo; v <= hi && !w->stop; v++) {
+            /* Zero padding is kept: the width of the lower bound ("01-04" -> 01 02 03 04). */
+            int k = snprintf(out + used, 256 - used, "%0*llu", (int)width, v);
+            if (k < 0 || used + (size_t)k >= 256) return -1;
+            if (hl_expand(w, out, used + (size_t)k, suffix, sufn)) return -1;
+        }
+        r = comma ? comma + 1 : rb;
+        if (comma && r == rb) return -1;
+    }
+    return 0;
+}
+
+int rt_hostlist_each(const char *list, int (*fn)(const char *host, void *ctx), void *ctx)
+{
+    hl_walk w = {fn, ctx, 0, 0};
+    char out[256];
+    const char *s = list;
+    if (!s || !*s) return -1;
+    while (*s && !w.stop) {
+        /* Split on commas outside brackets. */
+        const char *e = s;
+        int depth = 0;
+        while (*e && (depth || *e != ',')) {
+            if (*e == '[') depth++;
+            else if (*e == ']' && --depth < 0) return -1;
+            e++;
+        }
+        if (depth || e == s || hl_expand(&w, out, 0, s, (size_t)(e - s))) return -1;
+        s = *e ? e + 1 : e;
+        if (*e && !*s) return -1; /* trailing comma */
+    }
+    return w.count;
+}
+
+typedef struct { char *out; size_t len; } first_ctx;
+static int take_first(const char *host, void *ctx)
+{
+    first_ctx *c = ctx;
+    snprintf(c->out, c->len, "%s", host);
+    return 1;
+}
+
+int rt_hostlist_first(const char *list, char *out, size_t outlen)
+{
+    first_ctx c = {out, outlen};
+    return rt_hostlist_each(list, take_first, &c) > 0 ? 0 : -1;
+}

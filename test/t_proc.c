@@ -1,0 +1,101 @@
+#include "test/t_proc.h"
+#include "ports/posix/port.h"
+#include "ports/posix/port_sock.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+const char *t_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/ddprt-t-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(dir)) snprintf(dir, sizeof dir, "/tmp");
+    }
+    return dir;
+}
+
+void t_clean_env(void)
+{
+    static const char *const prefixes[] = {"SLURM_", "OMPI_", "PMI_", "DDPRT_JOB", "DDPRT_TIMEOUT", "DDPRT_RDZV", NULL};
+    static const char *const names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                        "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID", NULL};
+    for (int i = 0; names[i]; i++) unsetenv(names[i]);
+    /* unsetenv shifts environ, so restart the scan after every removal. */
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e && !again; e++)
+            for (int i = 0; prefixes[i] && !again; i++)
+                if (!strncmp(*e, prefixes[i], strlen(prefixes[i]))) {
+                    char name[256];
+                    size_t n = strcspn(*e, "=");
+                    snprintf(name, sizeof name, "%.*s", (int)(n < 255 ? n : 255), *e);
+                    unsetenv(name);
+                    again = 1;
+                }
+    }
+}
+
+void t_spawn(t_proc *p, const char *name, char *const argv[], char *const env[])
+{
+    snprintf(p->out, sizeof p->out, "%s/%s.out", t_tmpdir(), name);
+    snprintf(p->err, sizeof p->err, "%s/%s.err", t_tmpdir(), name);
+    fflush(NULL);
+    p->pid = fork();
+    if (p->pid == 0) {
+        int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        for (int i = 0; env && env[i]; i++) putenv(env[i]);
+        execv(argv[0], argv);
+        fprintf(stderr, "cannot exec %s\n", argv[0]);
+        _exit(127);
+    }
+}
+
+int t_wait(t_proc *p, double secs)
+{
+    int64_t deadline = port_now_ns() + (int64_t)(secs * 1e9);
+    for (;;) {
+        int st;
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0) return -1;
+        if (port_now_ns() > deadline) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            return -1;
+        }
+        port_sleep_ns(5000000);
+    }
+}
+
+const char *t_slurp(const char *path)
+{
+    static char buf[8][16384];
+    static int k;
+    char *b = buf[k++ % 8];
+    b[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return b;
+    size_t n = fread(b, 1, sizeof buf[0] - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+int t_free_port(void)
+{
+    char err[256];
+    int fd = port_sock_listen("127.0.0.1", 0, 1, err, sizeof err);
+    int port = port_sock_local_port(fd);
+    port_sock_close(fd);
+    return port;
+}

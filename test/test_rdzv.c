@@ -1,0 +1,254 @@
+/* Rendezvous: hostlists, launcher environments, the wire format, and real multi-process
+ * jobs over tcp://, env:// and file:// including the ways they go wrong. */
+#include "test/t.h"
+#include "test/t_proc.h"
+#include "ports/posix/port.h"
+#include "ports/posix/port_sock.h"
+#include "rt/rdzv_int.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- hostlists ---- */
+typedef struct { char buf[1024]; } joined;
+static int join_host(const char *h, void *ctx)
+{
+    joined *j = ctx;
+    size_t n = strlen(j->buf);
+    snprintf(j->buf + n, sizeof j->buf - n, "%s%s", n ? " " : "", h);
+    return 0;
+}
+static const char *expand(const char *list)
+{
+    static joined j;
+    j.buf[0] = 0;
+    if (rt_hostlist_each(list, join_host, &j) < 0) return "ERROR";
+    return j.buf;
+}
+
+TEST(rdzv_hostlist_expands_slurm_lists)
+{
+    CHECK(!strcmp(expand("node[01-04,07]"), "node01 node02 node03 node04 node07"));
+    CHECK(!strcmp(expand("a[1-2],b3"), "a1 a2 b3"));
+    CHECK(!strcmp(expand("n[8-10]"), "n8 n9 n10"));
+    CHECK(!strcmp(expand("r[1-2]n[03-04]"), "r1n03 r1n04 r2n03 r2n04"));
+    CHECK(!strcmp(expand("gpu-[009-011]-ib,login"), "gpu-009-ib gpu-010-ib gpu-011-ib login"));
+    CHECK(!strcmp(expand("single"), "single"));
+    const char *bad[] = {"", "n[1-", "n[a-b]", "n]", "a,,b", "n[3-1]", "n[1,]", "a,", "n[[1]]", NULL};
+    for (int i = 0; bad[i]; i++) CHECKF(!strcmp(expand(bad[i]), "ERROR"), "'%s' -> %s", bad[i], expand(bad[i]));
+    char first[64];
+    CHECK(rt_hostlist_first("gpu[07-08,11],cpu1", first, sizeof first) == 0 && !strcmp(first, "gpu07"));
+}
+
+/* ---- environments ---- */
+static const rt_rdzv_opts NOOPTS = {NULL, -1, -1, -1, 0, NULL, 0};
+
+TEST(rdzv_env_torchrun)
+{
+    t_clean_env();
+    setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1), setenv("MASTER_PORT", "23456", 1);
+    rt_rdzv_plan p;
+    char err[512];
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.kind == RT_RDZV_TCP && p.rank == 2 && p.world == 4 && p.local_rank == 1 && p.port == 23456);
+    CHECK(!strcmp(p.host, "10.0.0.1") && !strcmp(p.where, "tcp://10.0.0.1:23456") && p.token[0] == 0);
+    CHECK_NEAR(p.timeout_s, 300, 0);
+    setenv("DDPRT_TIMEOUT", "7.5", 1);
+    setenv("DDPRT_JOB_TOKEN", "abc", 1);
+    rt_rdzv_opts o = NOOPTS;
+    o.init_method = "env://";
+    CHECKF(rt_rdzv_resolve(&o, &p, err, sizeof err) == 0, "%s", err);
+    CHECK_NEAR(p.timeout_s, 7.5, 0);
+    CHECK(!strcmp(p.token, "abc") && !strcmp(p.source, "env://"));
+    unsetenv("MASTER_PORT");
+    CHECK(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1 && strstr(err, "MASTER_PORT"));
+}
+
+TEST(rdzv_env_slurm)
+{
+    t_clean_env();
+    setenv("SLURM_PROCID", "3", 1), setenv("SLURM_NTASKS", "8", 1), setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_JOB_NODELIST", "gpu[07-08,11]", 1), setenv("SLURM_JOB_ID", "123456", 1);
+    rt_rdzv_plan p;
+    char err[512];
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.kind == RT_RDZV_TCP && p.rank == 3 && p.world == 8 && p.local_rank == 1);
+    CHECK(!strcmp(p.host, "gpu07") && p.port == 20000 + 123456 % 20000);
+    CHECK(!strcmp(p.token, "slurm-job-123456") && !strcmp(p.source, "Slurm"));
+    setenv("MASTER_PORT", "1234", 1);
+    unsetenv("SLURM_NTASKS");
+    setenv("SLURM_NPROCS", "8", 1); /* older Slurm */
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.port == 1234 && p.world == 8);
+    setenv("SLURM_PROCID", "9", 1);
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "rank 9 is out of range for world size 8"), "%s", err);
+}
+
+TEST(rdzv_env_open_mpi_and_pmi)
+{
+    t_clean_env();
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    rt_rdzv_plan p;
+    char err[512];
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "Open MPI") && strstr(err, "MASTER_ADDR") && strstr(err, "mpirun -x"), "%s", err);
+    setenv("MASTER_ADDR", "host0", 1), setenv("MASTER_PORT", "29500", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.rank == 1 && p.world == 2 && p.local_rank == 1 && !strcmp(p.host, "host0") && p.port == 29500);
+    t_clean_env();
+    setenv("PMI_RANK", "2", 1), setenv("PMI_SIZE", "3", 1), setenv("MPI_LOCALRANKID", "0", 1);
+    setenv("MASTER_ADDR", "h", 1), setenv("MASTER_PORT", "29501", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.rank == 2 && p.world == 3 && p.local_rank == 0 && !strcmp(p.source, "MPICH/PMI"));
+}
+
+TEST(rdzv_env_explicit_options_win_and_errors)
+{
+    t_clean_env();
+    setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1);
+    rt_rdzv_opts o = {"tcp://127.0.0.1:5000", 1, 3, 0, 2.5, "tok", 0};
+    rt_rdzv_plan p;
+    char err[512];
+    CHECKF(rt_rdzv_resolve(&o, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.rank == 1 && p.world == 3 && p.local_rank == 0 && p.timeout_s == 2.5 && !strcmp(p.token, "tok"));
+    o.rank = o.world_size = -1;
+    CHECKF(rt_rdzv_resolve(&o, &p, err, sizeof err) == 0, "%s", err); /* from RANK/WORLD_SIZE */
+    CHECK(p.rank == 2 && p.world == 4);
+    t_clean_env();
+    const char *bad[] = {"udp://h:1", "tcp://host", "tcp://h:0", "tcp://h:99999", "tcp://:5", "file://", "file://rel",
+                         "file:///dir/", NULL};
+    o.rank = 0, o.world_size = 2;
+    for (int i = 0; bad[i]; i++) {
+        o.init_method = bad[i];
+        CHECKF(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1 && strstr(err, "bad init method"), "%s: %s", bad[i], err);
+    }
+    o.init_method = "tcp://h:5";
+    o.rank = 5, o.world_size = 4;
+    CHECK(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "rank 5 is out of range for world size 4"), "%s", err);
+    o.init_method = NULL, o.rank = 1, o.world_size = 2;
+    CHECK(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1 && strstr(err, "no init method"));
+    setenv("DDPRT_TIMEOUT", "soon", 1);
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1 && strstr(err, "DDPRT_TIMEOUT"));
+    unsetenv("DDPRT_TIMEOUT");
+    setenv("RANK", "x", 1), setenv("WORLD_SIZE", "2", 1), setenv("MASTER_ADDR", "h", 1), setenv("MASTER_PORT", "1", 1);
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1 && strstr(err, "RANK=x"));
+    t_clean_env();
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0 && p.kind == RT_RDZV_SINGLE, "%s", err);
+}
+
+TEST(rdzv_single_process_needs_no_network)
+{
+    t_clean_env();
+    rt_rdzv *r;
+    char err[512];
+    CHECKF(rt_rdzv_open(&r, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(rt_rdzv_rank(r) == 0 && rt_rdzv_world(r) == 1 && rt_rdzv_local_rank(r) == 0);
+    int x = 42, y = 0;
+    CHECK(rt_rdzv_allgather(r, &x, sizeof x, &y, err, sizeof err) == 0 && y == 42);
+    CHECK(rt_rdzv_barrier(r, err, sizeof err) == 0);
+    rt_rdzv_close(r);
+}
+
+/* ---- wire format ---- */
+TEST(rdzv_wire_roundtrip_and_bounds)
+{
+    uint8_t b[RT_RDZV_HDR + RT_RDZV_MAX_HELLO];
+    rt_rdzv_hello h = {3, 4, -1, 77, 0x1122334455667788ull, 9, 10, "node07"}, g;
+    size_t n = rt_rdzv_put_hello(b, sizeof b, &h);
+    const char *why;
+    CHECK(n > 0 && rt_rdzv_parse_hello(b, n, &g, &why) == 0);
+    CHECK(g.rank == 3 && g.world == 4 && g.local_rank == -1 && g.pid == 77 && g.token_hash == h.token_hash);
+    CHECK(g.config_hash == 9 && g.gen == 10 && !strcmp(g.host, "node07"));
+    CHECK(rt_rdzv_parse_hello(b, n - 1, &g, &why) == -1);
+    b[41] = 0xff; /* hostname length beyond the message */
+    CHECK(rt_rdzv_parse_hello(b, n, &g, &why) == -1);
+    rt_rdzv_hdr hd;
+    rt_rdzv_put_hdr(b, RZ_HELLO, 40, 5);
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR, &hd, &why) == 0 && hd.len == 40 && hd.seq == 5);
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR - 1, &hd, &why) == -1);
+    rt_rdzv_put_hdr(b, RZ_HELLO, RT_RDZV_MAX_HELLO + 1, 0);
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR, &hd, &why) == -1 && strstr(why, "length"));
+    rt_rdzv_put_hdr(b, RZ_GATHER, RT_RDZV_MAX_MSG + 1, 0);
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR, &hd, &why) == -1);
+    memcpy(b, "GET / HTTP/1.1\r\n", 16);
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR, &hd, &why) == -1 && strstr(why, "magic"));
+    rt_rdzv_put_hdr(b, RZ_HELLO, 0, 0);
+    b[4] = 9;
+    CHECK(rt_rdzv_parse_hdr(b, RT_RDZV_HDR, &hd, &why) == -1 && strstr(why, "version"));
+    uint32_t code;
+    char text[16];
+    n = rt_rdzv_put_text(b, sizeof b, 2, "a\nb\x01 long text");
+    CHECK(rt_rdzv_parse_text(b, n, &code, text, sizeof text, &why) == 0 && code == 2 && !strcmp(text, "a?b? long text"));
+    CHECK(rt_rdzv_token_hash_of("") == 0 && rt_rdzv_token_hash_of(NULL) == 0);
+    CHECK(rt_rdzv_token_hash_of("a") != rt_rdzv_token_hash_of("b") && rt_rdzv_token_hash_of("a") != 0);
+}
+
+/* ---- real jobs ---- */
+#define MAXP 8
+static t_proc P[MAXP];
+
+/* Starts t-rdzv_rank as process slot i with INIT RANK WORLD + extra "k=v" arguments. */
+static void rank_proc(int i, const char *init, int rank, int world, const char *a1, const char *a2, char *const *env)
+{
+    char rs[16], ws[16], name[32];
+    snprintf(rs, sizeof rs, "%d", rank);
+    snprintf(ws, sizeof ws, "%d", world);
+    snprintf(name, sizeof name, "p%d", i);
+    char *argv[] = {(char *)t_prog("t-rdzv_rank"), (char *)init, rs, ws, (char *)(a1 ? a1 : "x"),
+                    (char *)(a2 ? a2 : "x"), NULL};
+    t_spawn(&P[i], name, argv, env);
+}
+
+static char URL[64];
+static void new_url(void) { snprintf(URL, sizeof URL, "tcp://127.0.0.1:%d", t_free_port()); }
+
+static void expect_ok(int i, int world)
+{
+    int st = t_wait(&P[i], 20);
+    CHECKF(st == 0, "process %d: status %d, stderr: %s", i, st, t_slurp(P[i].err));
+    char want[64];
+    snprintf(want, sizeof want, "of %d", world);
+    CHECKF(strstr(t_slurp(P[i].out), want), "process %d: %s", i, t_slurp(P[i].out));
+}
+
+TEST(rdzv_tcp_two_ranks)
+{
+    t_clean_env();
+    new_url();
+    rank_proc(0, URL, 0, 2, "timeout=20", "token=t1", NULL);
+    rank_proc(1, URL, 1, 2, "timeout=20", "token=t1", NULL);
+    expect_ok(0, 2);
+    expect_ok(1, 2);
+    CHECK(strstr(t_slurp(P[1].out), "local 1 ok token yes")); /* same host: local rank derived */
+}
+
+TEST(rdzv_tcp_four_ranks_rank0_last)
+{
+    t_clean_env();
+    new_url();
+    for (int q = 3; q >= 1; q--) rank_proc(q, URL, q, 4, "timeout=20", "len=1000", NULL);
+    port_sleep_ns(300000000); /* the others are already retrying */
+    rank_proc(0, URL, 0, 4, "timeout=20", "len=1000", NULL);
+    for (int q = 0; q < 4; q++) expect_ok(q, 4);
+}
+
+TEST(rdzv_env_method_three_ranks)
+{
+    t_clean_env();
+    char port[32];
+    snprintf(port, sizeof port, "MASTER_PORT=%d", t_free_port());
+    static char rk[3][16], lr[3][16];
+    for (int q = 0; q < 3; q++) {
+        snprintf(rk[q], sizeof rk[q], "RANK=%d", q);
+        snprintf(lr[q], sizeof lr[q], "LOCAL_RANK=%d", q);
+        char *env[] = {rk[q], lr[q], "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", port, "DDPRT_TIMEOUT=20", NULL};
+        rank_proc(q, "env://", -1, -1, "rounds=5", NULL, env);
+    }
+    for (int q = 0; q < 3; q++) expect_ok(q, 3);
+    CHECK(strstr(t_slurp(P[2].out), "rank 2 of 3 local 2"));
+}

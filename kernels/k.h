@@ -11,8 +11,13 @@
 /* Threads used by the kernels (a pool created once; 1 = run on the caller). */
 void k_set_threads(int n);
 int k_threads(void);
-/* Which SIMD path the runtime dispatch picked: "avx512", "avx2" or "generic". */
+/* Which SIMD path the runtime dispatch picked: "avx512", "avx2" or "generic". The best
+ * the CPU supports, unless DDPRT_ISA=generic|avx2|avx512 asks for a lower one. */
 const char *k_isa(void);
+/* Switches the path (tests, benchmarks): NULL = the best supported. Returns -1 (and
+ * changes nothing) for an unknown name or one this CPU lacks. Not thread-safe with
+ * kernels running. */
+int k_set_isa(const char *name);
 
 typedef struct k_conv_shape {
     int n, c, h, w;     /* input */
@@ -45,7 +50,9 @@ void k_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy
                      const int32_t *idx, float *dx);
 
 /* Counter-based RNG: uniform in [0,1) from (seed, counter); the same on CPU and GPU
- * and independent of threading. */
+ * and independent of threading. Definition (splitmix64, mix = its finaliser):
+ * key = mix(seed ^ 0x6A09E667F3BCC909); z = mix(key + (counter+1)*0x9E3779B97F4A7C15);
+ * u = (z >> 40) * 2^-24. Dropout keeps an element when u >= p. */
 float k_rand_uniform(uint64_t seed, uint64_t counter);
 /* Dropout with probability p, survivors scaled by 1/(1-p); mask[i] = 1 when kept.
  * Element i uses counter offset + i. */
@@ -61,8 +68,10 @@ void k_dropout2d_bwd(int n, int c, int hw, float p, const uint8_t *mask, const f
 
 /* Numerically stable log_softmax over rows of length classes. */
 void k_log_softmax_fwd(int n, int classes, const float *x, float *y);
-/* Sum over rows of -logp[i, label[i]] (the caller divides for the mean); also counts
- * rows whose argmax equals the label into *correct when correct != NULL. */
+/* Sum over rows of -logp[i, label[i]] (the caller divides for the mean); also sets
+ * *correct (when not NULL) to the number of rows whose argmax (first max) equals the
+ * label. Rows with a label outside [0, classes) (ignore_index) count nowhere and get
+ * a zero gradient below. */
 double k_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, long *correct);
 /* Gradient of mean NLL(log_softmax(x)) w.r.t. x: scale * (softmax - onehot), where
  * scale = 1/n_total. */

@@ -1,0 +1,234 @@
+/* Instantiates k_simd_tmpl.h for AVX-512, AVX2+FMA and a generic path (SSE2 on x86-64,
+ * plain C elsewhere), and dispatches each call on k_isa_level(). The file itself is
+ * compiled with the default flags; only the functions carry target attributes, so the
+ * binary runs on any x86-64 and picks the best path at run time. */
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define K_X86 1
+#include <immintrin.h>
+#endif
+
+/* ------------------------------------------------------------ AVX-512 */
+#ifdef K_X86
+#define KT(name) name##_avx512
+#define KT_TARGET __attribute__((target("avx512f")))
+#define KT_MR 12
+#define KT_NV 2
+#define KT_TM 4
+#define KT_TN 6
+#define KV_W 16
+typedef __m512 kv_avx512;
+#define kv kv_avx512
+#define kv_zero() _mm512_setzero_ps()
+#define kv_load(p) _mm512_loadu_ps(p)
+#define kv_store(p, v) _mm512_storeu_ps(p, v)
+#define kv_set1(x) _mm512_set1_ps(x)
+#define kv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define kv_add(a, b) _mm512_add_ps(a, b)
+#define kv_mul(a, b) _mm512_mul_ps(a, b)
+#define kv_max(a, b) _mm512_max_ps(a, b)
+#define kv_hsum(v) _mm512_reduce_add_ps(v)
+#define kv_loadn(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1), p)
+#define kv_storen(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1), v)
+#define kv_gtz_select(y, d) \
+    _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), d)
+#define kv_mask_u8(m, sc) _mm512_maskz_mov_ps(                                         \
+    _mm512_test_epi32_mask(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(m))), \
+                           _mm512_set1_epi32(0xff)), sc)
+#include "kernels/cpu/k_simd_tmpl.h"
+#undef KT
+#undef KT_TARGET
+#undef KT_MR
+#undef KT_NV
+#undef KT_TM
+#undef KT_TN
+#undef KV_W
+#undef kv
+#undef kv_zero
+#undef kv_load
+#undef kv_store
+#undef kv_set1
+#undef kv_fma
+#undef kv_add
+#undef kv_mul
+#undef kv_max
+#undef kv_hsum
+#undef kv_loadn
+#undef kv_storen
+#undef kv_gtz_select
+#undef kv_mask_u8
+
+/* ------------------------------------------------------------ AVX2 + FMA */
+#define KT(name) name##_avx2
+#define KT_TARGET __attribute__((target("avx2,fma")))
+#define KT_MR 6
+#define KT_NV 2
+#define KT_TM 3
+#define KT_TN 3
+#define KV_W 8
+typedef __m256 kv_avx2;
+#define kv kv_avx2
+#define kv_zero() _mm256_setzero_ps()
+#define kv_load(p) _mm256_loadu_ps(p)
+#define kv_store(p, v) _mm256_storeu_ps(p, v)
+#define kv_set1(x) _mm256_set1_ps(x)
+#define kv_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define kv_add(a, b) _mm256_add_ps(a, b)
+#define kv_mul(a, b) _mm256_mul_ps(a, b)
+#define kv_max(a, b) _mm256_max_ps(a, b)
+__attribute__((target("avx2,fma"))) static inline float kv_hsum_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+__attribute__((target("avx2,fma"))) static inline __m256i kv_lanes_avx2(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define kv_hsum(v) kv_hsum_avx2(v)
+#define kv_loadn(p, n) _mm256_maskload_ps(p, kv_lanes_avx2(n))
+#define kv_storen(p, v, n) _mm256_maskstore_ps(p, kv_lanes_avx2(n), v)
+#define kv_gtz_select(y, d) _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), d)
+#define kv_mask_u8(m, sc) _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(                \
+    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m))), _mm256_setzero_si256())), sc)
+#include "kernels/cpu/k_simd_tmpl.h"
+#undef KT
+#undef KT_TARGET
+#undef KT_MR
+#undef KT_NV
+#undef KT_TM
+#undef KT_TN
+#undef KV_W
+#undef kv
+#undef kv_zero
+#undef kv_load
+#undef kv_store
+#undef kv_set1
+#undef kv_fma
+#undef kv_add
+#undef kv_mul
+#undef kv_max
+#undef kv_hsum
+#undef kv_loadn
+#undef kv_storen
+#undef kv_gtz_select
+#undef kv_mask_u8
+#endif /* K_X86 */
+
+/* ------------------------------------------------------------ generic */
+#define KT(name) name##_generic
+#define KT_TARGET
+#define KT_MR 6
+#define KT_NV 2
+#define KT_TM 3
+#define KT_TN 3
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define KV_W 4
+#define kv __m128
+#define kv_zero() _mm_setzero_ps()
+#define kv_load(p) _mm_loadu_ps(p)
+#define kv_store(p, v) _mm_storeu_ps(p, v)
+#define kv_set1(x) _mm_set1_ps(x)
+#define kv_fma(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#define kv_add(a, b) _mm_add_ps(a, b)
+#define kv_mul(a, b) _mm_mul_ps(a, b)
+#define kv_max(a, b) _mm_max_ps(a, b)
+static inline float kv_hsum(__m128 v)
+{
+    __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+static inline __m128 kv_loadn(const float *p, int n)
+{
+    float t[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n; i++) t[i] = p[i];
+    return _mm_loadu_ps(t);
+}
+static inline void kv_storen(float *p, __m128 v, int n)
+{
+    float t[4];
+    _mm_storeu_ps(t, v);
+    for (int i = 0; i < n; i++) p[i] = t[i];
+}
+#define kv_gtz_select(y, d) _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), d)
+static inline __m128 kv_mask_u8(const uint8_t *m, __m128 sc)
+{
+    __m128i b = _mm_setr_epi32(m[0], m[1], m[2], m[3]);
+    return _mm_and_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(b, _mm_setzero_si128())), sc);
+}
+#else /* plain C: one-lane "vectors" */
+#define KV_W 1
+#define kv float
+#define kv_zero() 0.0f
+#define kv_load(p) (*(p))
+#define kv_store(p, v) (*(p) = (v))
+#define kv_set1(x) (x)
+#define kv_fma(a, b, c) ((a) * (b) + (c))
+#define kv_add(a, b) ((a) + (b))
+#define kv_mul(a, b) ((a) * (b))
+#define kv_max(a, b) ((a) > (b) ? (a) : (b))
+#define kv_hsum(v) (v)
+#define kv_loadn(p, n) ((n) > 0 ? *(p) : 0.0f)
+#define kv_storen(p, v, n) do { if ((n) > 0) *(p) = (v); } while (0)
+#define kv_gtz_select(y, d) ((y) > 0.0f ? (d) : 0.0f)
+#define kv_mask_u8(m, sc) (*(m) ? (sc) : 0.0f)
+#endif
+#include "kernels/cpu/k_simd_tmpl.h"
+
+/* ------------------------------------------------------------ dispatch */
+#ifdef K_X86
+#define K_DISPATCH(fn, ...)                                                            \
+    switch (k_isa_level()) {                                                           \
+    case K_ISA_AVX512: fn##_avx512(__VA_ARGS__); break;                                \
+    case K_ISA_AVX2: fn##_avx2(__VA_ARGS__); break;                                    \
+    default: fn##_generic(__VA_ARGS__); break;                                         \
+    }
+#else
+#define K_DISPATCH(fn, ...) fn##_generic(__VA_ARGS__)
+#endif
+
+void k_gemm_nn(int m, int n, int kk, const float *a, long ars, long acs, const float *b,
+               long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    K_DISPATCH(gemm_nn, m, n, kk, a, ars, acs, b, ldb, c, ldc, bias, acc)
+}
+
+void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
+               float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    K_DISPATCH(gemm_nt, m, n, l, a, lda, b, ldb, c, ldc, bias, acc)
+}
+
+void k_im2col(const k_im2col_geo *g, const float *x, float *col) { K_DISPATCH(im2col, g, x, col) }
+void k_im2row(const k_im2col_geo *g, const float *x, float *colT) { K_DISPATCH(im2row, g, x, colT) }
+void k_col2im(const k_im2col_geo *g, const float *col, float *dx) { K_DISPATCH(col2im, g, col, dx) }
+void k_relu_span(size_t n, const float *x, float *y) { K_DISPATCH(relu_span, n, x, y) }
+void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx)
+{
+    K_DISPATCH(relu_bwd_span, n, y, dy, dx)
+}
+void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y)
+{
+    K_DISPATCH(scale_mask_span, n, scale, mask, x, y)
+}
+void k_scale_span(size_t n, float scale, const float *x, float *y) { K_DISPATCH(scale_span, n, scale, x, y) }
+
+float k_sum_span(size_t n, const float *x)
+{
+#ifdef K_X86
+    switch (k_isa_level()) {
+    case K_ISA_AVX512: return sum_span_avx512(n, x);
+    case K_ISA_AVX2: return sum_span_avx2(n, x);
+    default: break;
+    }
+#endif
+    return sum_span_generic(n, x);
+}

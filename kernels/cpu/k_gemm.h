@@ -1,0 +1,33 @@
+/* GEMM and convolution helpers, dispatched once per call to the AVX-512, AVX2+FMA or
+ * generic instantiation of k_simd_tmpl.h. All matrices are float32 with explicit
+ * strides; none of these allocate (A panels live on the stack, <= 12 KiB). */
+#ifndef K_GEMM_H
+#define K_GEMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* C[m x n] = (acc ? C : 0) + bias[i] + A[m x kk] B[kk x n].
+ * A(i,k) = a[i*ars + k*acs] (so A^T is ars=1, acs=lda); B, C row-major. bias may be NULL. */
+void k_gemm_nn(int m, int n, int kk, const float *a, long ars, long acs, const float *b,
+               long ldb, float *c, long ldc, const float *bias, int acc);
+/* C[m x n] = (acc ? C : 0) + bias[j] + A[m x l] B[n x l]^T (dot-product form: both
+ * operands contiguous along l). bias (per column) may be NULL. */
+void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
+               float *c, long ldc, const float *bias, int acc);
+
+/* Geometry of one image's im2col, shared by the helpers below. */
+typedef struct k_im2col_geo { int c, h, w, r, s, stride, pad, p, q; } k_im2col_geo;
+/* col[(c,r,s)][(p,q)] = x[c][p*st-pad+r][q*st-pad+s] (0 outside). */
+void k_im2col(const k_im2col_geo *g, const float *x, float *col);
+/* The transpose: colT[(p,q)][(c,r,s)]. */
+void k_im2row(const k_im2col_geo *g, const float *x, float *colT);
+/* dx = 0, then dx[c][ih][iw] += col[(c,r,s)][(p,q)]: the adjoint of k_im2col. */
+void k_col2im(const k_im2col_geo *g, const float *col, float *dx);
+
+/* Elementwise loops that the compiler does not vectorise at -O2. */
+void k_relu_span(size_t n, const float *x, float *y);
+void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx);
+void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y);
+void k_scale_span(size_t n, float scale, const float *x, float *y);
+float k_sum_span(size_t n, const float *x);
+#endif

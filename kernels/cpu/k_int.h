@@ -1,0 +1,25 @@
+/* Internal to kernels/cpu: the thread pool, the ISA switch and the SIMD-specialised
+ * building blocks (GEMM, im2col, elementwise loops). Not part of the public API. */
+#ifndef K_INT_H
+#define K_INT_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum { K_ISA_GENERIC = 0, K_ISA_AVX2 = 1, K_ISA_AVX512 = 2 };
+int k_isa_level(void);                  /* the path in use (detected once, env may lower) */
+
+/* Runs fn(ctx, task) for task in [0, ntasks) on the pool (the caller takes part).
+ * Tasks must be independent; which thread runs a task never changes a result. */
+typedef void (*k_task_fn)(void *ctx, int task);
+void k_parallel_for(int ntasks, k_task_fn fn, void *ctx);
+
+/* Splits [0, n) into `parts` near-equal contiguous ranges; range i is [*lo, *hi). */
+static inline void k_split(long n, int parts, int i, long *lo, long *hi)
+{
+    *lo = n * i / parts;
+    *hi = n * (i + 1) / parts;
+}
+
+/* Below this many elements an elementwise kernel is not worth waking the pool for. */
+#define K_PAR_MIN_ELEMS (1L << 16)
+#endif

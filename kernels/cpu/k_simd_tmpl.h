@@ -1,0 +1,329 @@
+/* SIMD template: included by k_gemm.c once per ISA with these macros defined:
+ *   KT(name)    -> name_<isa>         KT_TARGET   function attribute (target(...))
+ *   kv, KV_W    vector type / width   KT_MR, KT_NV   NN micro-tile: KT_MR rows x KT_NV vectors
+ *   KT_TM, KT_TN   NT micro-tile (rows of A x rows of B)
+ *   kv_zero(), kv_load(p), kv_store(p,v), kv_set1(x), kv_fma(a,b,c) = a*b+c, kv_add,
+ *   kv_mul, kv_max, kv_hsum(v), kv_loadn(p,n) (n < KV_W lanes, rest 0), kv_storen(p,v,n)
+ * No header guard: it is meant to be included several times. */
+
+#define KT_INL static inline __attribute__((always_inline)) KT_TARGET
+
+/* ---------------------------------------------------------------- GEMM, NN form.
+ * Micro-kernel: C[mr x nc] for nc <= KT_NV*KV_W columns, over kk steps, reading a
+ * packed A panel ap[k*KT_MR + i]. `full` = all KT_NV vectors complete (no masks). */
+KT_INL void KT(ukr_nn)(const int mr, const int full, int nc, int kk, const float *ap,
+                       const float *b, long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    kv s[12][2];
+    int cnt[2];
+#pragma GCC unroll 2
+    for (int v = 0; v < KT_NV; v++) {
+        int r = nc - v * KV_W;
+        cnt[v] = r < 0 ? 0 : r > KV_W ? KV_W : r;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) {
+            float *cp = c + i * ldc + v * KV_W;
+            if (acc) s[i][v] = full ? kv_load(cp) : kv_loadn(cp, cnt[v]);
+            else s[i][v] = bias ? kv_set1(bias[i]) : kv_zero();
+        }
+    }
+    for (int k = 0; k < kk; k++) {
+        kv bv[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) bv[v] = full ? kv_load(b + v * KV_W) : kv_loadn(b + v * KV_W, cnt[v]);
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            kv a = kv_set1(ap[i]);
+#pragma GCC unroll 2
+            for (int v = 0; v < KT_NV; v++) s[i][v] = kv_fma(a, bv[v], s[i][v]);
+        }
+        ap += KT_MR;
+        b += ldb;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) {
+            float *cp = c + i * ldc + v * KV_W;
+            if (full) kv_store(cp, s[i][v]);
+            else if (cnt[v]) kv_storen(cp, s[i][v], cnt[v]);
+        }
+    }
+}
+
+#define KT_NN_CASE(M)                                                                   \
+    case M:                                                                             \
+        if (full) KT(ukr_nn)(M, 1, nc, kk, ap, b, ldb, c, ldc, bias, acc);              \
+        else KT(ukr_nn)(M, 0, nc, kk, ap, b, ldb, c, ldc, bias, acc);                   \
+        break;
+
+KT_TARGET static void KT(ukr_nn_any)(int mr, int nc, int kk, const float *ap, const float *b,
+                                     long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    int full = nc == KT_NV * KV_W;
+    switch (mr) {
+    KT_NN_CASE(1) KT_NN_CASE(2) KT_NN_CASE(3) KT_NN_CASE(4) KT_NN_CASE(5) KT_NN_CASE(6)
+#if KT_MR > 6
+    KT_NN_CASE(7) KT_NN_CASE(8) KT_NN_CASE(9) KT_NN_CASE(10) KT_NN_CASE(11) KT_NN_CASE(12)
+#endif
+    default: break;
+    }
+}
+
+/* K is cut into chunks of KT_KC so the packed A panel stays small (on the stack) and
+ * the B chunk stays in cache across the row blocks. */
+#define KT_KC 256
+KT_TARGET static void KT(gemm_nn)(int m, int n, int kk, const float *a, long ars, long acs,
+                                  const float *b, long ldb, float *c, long ldc,
+                                  const float *bias, int acc)
+{
+    float ap[KT_KC * KT_MR];
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    if (kk <= 0) { /* degenerate: C = acc ? C : bias */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                if (!acc) c[(long)i * ldc + j] = bias ? bias[i] : 0.0f;
+        return;
+    }
+    for (int k0 = 0; k0 < kk; k0 += KT_KC) {
+        int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC;
+        int acc_k = acc || k0 > 0;
+        const float *bias_k = k0 > 0 ? NULL : bias;
+        for (int ib = 0; ib < nmb; ib++) {
+            /* Even row blocks: 20 rows -> 10+10 rather than 12+8. */
+            int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+            int mr = i1 - i0;
+            for (int k = 0; k < kc; k++)
+                for (int i = 0; i < mr; i++)
+                    ap[k * KT_MR + i] = a[(long)(i0 + i) * ars + (long)(k0 + k) * acs];
+            for (int j0 = 0; j0 < n; j0 += cw) {
+                int nc = n - j0 < cw ? n - j0 : cw;
+                KT(ukr_nn_any)(mr, nc, kc, ap, b + (long)k0 * ldb + j0, ldb,
+                               c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- GEMM, NT form.
+ * Micro-kernel: mr x nr dot products of length l, vector accumulators, one horizontal
+ * sum each at the end. */
+KT_INL void KT(ukr_nt)(const int mr, const int nr, int l, const float *a, long lda,
+                       const float *b, long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    kv s[4][6];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
+    int x = 0;
+    for (; x + KV_W <= l; x += KV_W) {
+        kv av[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            kv bv = kv_load(b + j * ldb + x);
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+        }
+    }
+    if (x < l) {
+        int t = l - x;
+        kv av[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            kv bv = kv_loadn(b + j * ldb + x, t);
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = kv_hsum(s[i][j]);
+            if (bias) v += bias[j];
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define KT_NT_CASE(M, N) case M * 8 + N: KT(ukr_nt)(M, N, l, ai, lda, bj, ldb, cij, ldc, bs, acc); break;
+#define KT_NT_ROW(M) KT_NT_CASE(M, 1) KT_NT_CASE(M, 2) KT_NT_CASE(M, 3) KT_NT_CASE(M, 4) \
+    KT_NT_CASE(M, 5) KT_NT_CASE(M, 6)
+
+KT_TARGET static void KT(gemm_nt)(int m, int n, int l, const float *a, long lda,
+                                  const float *b, long ldb, float *c, long ldc,
+                                  const float *bias, int acc)
+{
+    int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const float *ai = a + (long)i0 * lda, *bj = b + (long)j0 * ldb;
+            float *cij = c + (long)i0 * ldc + j0;
+            const float *bs = bias ? bias + j0 : NULL;
+            switch (mr * 8 + nr) {
+                KT_NT_ROW(1) KT_NT_ROW(2) KT_NT_ROW(3)
+#if KT_TM > 3
+                KT_NT_ROW(4)
+#endif
+            default: break;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- im2col family.
+ * Stride 1 (the common case) copies whole output rows with vector loads; other strides
+ * fall back to scalar loops. */
+
+/* dst[0..n) = src[0..n) */
+KT_INL void KT(copy_row)(float *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(dst + i, kv_load(src + i));
+    if (i < n) kv_storen(dst + i, kv_loadn(src + i, n - i), n - i);
+}
+
+/* dst[0..n) += src[0..n) */
+KT_INL void KT(add_row)(float *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(dst + i, kv_add(kv_load(dst + i), kv_load(src + i)));
+    if (i < n) kv_storen(dst + i, kv_add(kv_loadn(dst + i, n - i), kv_loadn(src + i, n - i)), n - i);
+}
+
+KT_TARGET static void KT(im2col)(const k_im2col_geo *g, const float *x, float *col)
+{
+    const int P = g->p, Q = g->q, H = g->h, W = g->w, st = g->stride, pad = g->pad;
+    for (int c = 0; c < g->c; c++)
+        for (int r = 0; r < g->r; r++)
+            for (int s = 0; s < g->s; s++) {
+                float *row = col + (((long)c * g->r + r) * g->s + s) * P * Q;
+                const float *xc = x + (long)c * H * W;
+                /* Output columns q whose input column q*st-pad+s is inside [0, W). */
+                int qlo = 0, qhi = Q;
+                while (qlo < Q && qlo * st - pad + s < 0) qlo++;
+                while (qhi > qlo && (qhi - 1) * st - pad + s >= W) qhi--;
+                for (int p = 0; p < P; p++) {
+                    float *o = row + (long)p * Q;
+                    int ih = p * st - pad + r;
+                    if (ih < 0 || ih >= H) {
+                        for (int q = 0; q < Q; q++) o[q] = 0.0f;
+                        continue;
+                    }
+                    const float *xr = xc + (long)ih * W - pad + s;
+                    for (int q = 0; q < qlo; q++) o[q] = 0.0f;
+                    if (st == 1) KT(copy_row)(o + qlo, xr + qlo, qhi - qlo);
+                    else for (int q = qlo; q < qhi; q++) o[q] = xr[q * st];
+                    for (int q = qhi; q < Q; q++) o[q] = 0.0f;
+                }
+            }
+}
+
+KT_TARGET static void KT(im2row)(const k_im2col_geo *g, const float *x, float *colT)
+{
+    const int P = g->p, Q = g->q, H = g->h, W = g->w, R = g->r, S = g->s;
+    const int st = g->stride, pad = g->pad;
+    const long crs = (long)g->c * R * S;
+    for (int p = 0; p < P; p++)
+        for (int q = 0; q < Q; q++) {
+            float *o = colT + ((long)p * Q + q) * crs;
+            int iw0 = q * st - pad, ih0 = p * st - pad;
+            int inside_w = iw0 >= 0 && iw0 + S <= W;
+            for (int c = 0; c < g->c; c++)
+                for (int r = 0; r < R; r++, o += S) {
+                    int ih = ih0 + r;
+                    if (ih < 0 || ih >= H) {
+                        for (int s = 0; s < S; s++) o[s] = 0.0f;
+                        continue;
+                    }
+                    const float *xr = x + ((long)c * H + ih) * W + iw0;
+                    if (inside_w) KT(copy_row)(o, xr, S);
+                    else for (int s = 0; s < S; s++) o[s] = iw0 + s >= 0 && iw0 + s < W ? xr[s] : 0.0f;
+                }
+        }
+}
+
+KT_TARGET static void KT(col2im)(const k_im2col_geo *g, const float *col, float *dx)
+{
+    const int P = g->p, Q = g->q, H = g->h, W = g->w, st = g->stride, pad = g->pad;
+    for (long i = 0; i < (long)g->c * H * W; i++) dx[i] = 0.0f;
+    for (int c = 0; c < g->c; c++)
+        for (int r = 0; r < g->r; r++)
+            for (int s = 0; s < g->s; s++) {
+                const float *row = col + (((long)c * g->r + r) * g->s + s) * P * Q;
+                float *dc = dx + (long)c * H * W;
+                int qlo = 0, qhi = Q;
+                while (qlo < Q && qlo * st - pad + s < 0) qlo++;
+                while (qhi > qlo && (qhi - 1) * st - pad + s >= W) qhi--;
+                for (int p = 0; p < P; p++) {
+                    int ih = p * st - pad + r;
+                    if (ih < 0 || ih >= H) continue;
+                    float *dr = dc + (long)ih * W - pad + s;
+                    const float *cr = row + (long)p * Q;
+                    if (st == 1) KT(add_row)(dr + qlo, cr + qlo, qhi - qlo);
+                    else for (int q = qlo; q < qhi; q++) dr[q * st] += cr[q];
+                }
+            }
+}
+
+/* ---------------------------------------------------------------- elementwise */
+KT_TARGET static void KT(relu_span)(size_t n, const float *x, float *y)
+{
+    size_t i = 0;
+    kv z = kv_zero();
+    /* max(0, x) keeps NaN (the second operand is returned when unordered), like PyTorch. */
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_max(z, kv_load(x + i)));
+    for (; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+KT_TARGET static void KT(relu_bwd_span)(size_t n, const float *y, const float *dy, float *dx)
+{
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(dx + i, kv_gtz_select(kv_load(y + i), kv_load(dy + i)));
+    for (; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+KT_TARGET static void KT(scale_mask_span)(size_t n, float scale, const uint8_t *mask,
+                                          const float *x, float *y)
+{
+    size_t i = 0;
+    kv sc = kv_set1(scale);
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_mul(kv_mask_u8(mask + i, sc), kv_load(x + i)));
+    for (; i < n; i++) y[i] = x[i] * (mask[i] ? scale : 0.0f);
+}
+
+KT_TARGET static void KT(scale_span)(size_t n, float scale, const float *x, float *y)
+{
+    size_t i = 0;
+    kv sc = kv_set1(scale);
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_mul(kv_load(x + i), sc));
+    for (; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* Sum with KV_W (x4) independent lanes: far faster than one scalar chain, and the
+ * order is fixed for a given ISA and n. */
+KT_TARGET static float KT(sum_span)(size_t n, const float *x)
+{
+    kv s0 = kv_zero(), s1 = kv_zero(), s2 = kv_zero(), s3 = kv_zero();
+    size_t i = 0;
+    for (; i + 4 * KV_W <= n; i += 4 * KV_W) {
+        s0 = kv_add(s0, kv_load(x + i));
+        s1 = kv_add(s1, kv_load(x + i + KV_W));
+        s2 = kv_add(s2, kv_load(x + i + 2 * KV_W));
+        s3 = kv_add(s3, kv_load(x + i + 3 * KV_W));
+    }
+    for (; i + KV_W <= n; i += KV_W) s0 = kv_add(s0, kv_load(x + i));
+    float t = kv_hsum(kv_add(kv_add(s0, s1), kv_add(s2, s3)));
+    for (; i < n; i++) t += x[i];
+    return t;
+}

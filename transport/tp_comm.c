@@ -1,0 +1,369 @@
+/* The communicator: options, scratch arena, sticky errors, and issue order.
+ *
+ * Who drives the backend: a blocking call made while no async op is queued or
+ * running runs right on the calling thread (waking another thread costs ~100 us; a
+ * 4-byte allreduce should cost a few). Otherwise the call is queued behind the
+ * async ops and the comm thread runs it, so ops always run in issue order.
+ * `busy` (under mu) says someone is driving the backend. */
+#include "transport/tp_comm_int.h"
+#include "rt/log.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[TP_NKINDS] = {
+    "allreduce", "broadcast", "reduce_scatter", "allgather", "barrier", "send", "recv"};
+
+int tp_rank(const tp_comm *c) { return c->rank; }
+int tp_world(const tp_comm *c) { return c->world; }
+size_t tp_comm_arena_bytes(const tp_comm *c) { return c->arena.size; }
+const char *tp_errmsg(const tp_comm *c) { return c->errmsg; }
+
+static double env_timeout(void)
+{
+    const char *e = getenv("DDPRT_TIMEOUT");
+    double t = e ? atof(e) : 0;
+    return t > 0 ? t : 300;
+}
+
+static int env_algo(void)
+{
+    const char *e = getenv("DDPRT_ALGO");
+    if (e && !strcmp(e, "ring")) return TP_ALGO_RING;
+    if (e && !strcmp(e, "rd")) return TP_ALGO_RD;
+    return TP_ALGO_AUTO;
+}
+
+static void *comm_thread(void *arg);
+
+int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *err, size_t errlen)
+{
+    tp_comm_opts d = {0};
+    if (!o) o = &d;
+    *out = NULL;
+    size_t abytes = o->arena_bytes ? o->arena_bytes : TP_DEFAULT_ARENA_BYTES;
+    size_t nbuf = 2 * TP_PIPE_DEPTH + 1;
+    size_t chunk = abytes / nbuf / RT_ALIGN * RT_ALIGN;
+    if (!b || chunk < 512) {
+        snprintf(err, errlen, "tp_comm_create: %s", !b ? "no backend" : "arena_bytes below 4608");
+        return TP_EINVAL;
+    }
+    tp_comm *c = calloc(1, sizeof *c);
+    if (!c || rt_arena_init(&c->arena, "comm", chunk * nbuf)) {
+        free(c);
+        snprintf(err, errlen, "tp_comm_create: out of memory (%zu bytes of scratch)", abytes);
+        return TP_EIO;
+    }
+    c->b = b;
+    c->rank = b->rank;
+    c->world = b->world;
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : env_timeout();
+    c->algo = o->algo == TP_ALGO_DEFAULT ? env_algo() : o->algo;
+    c->chunk = chunk;
+    for (int i = 0; i < 2 * TP_PIPE_DEPTH; i++)
+        c->slot[i] = rt_arena_alloc(&c->arena, chunk, RT_MEM_COMM, "ring chunk slot");
+    c->rdbuf = rt_arena_alloc(&c->arena, chunk, RT_MEM_COMM, "recursive doubling buffer");
+    if (b->ops->register_mem && b->ops->register_mem(b, c->arena.base, c->arena.size)) {
+        snprintf(err, errlen, "tp_comm_create: %s: cannot register scratch: %s", b->ops->name, b->err);
+        rt_arena_free(&c->arena);
+        free(c);
+        return TP_EIO;
+    }
+    port_mutex_init(&c->mu);
+    port_cond_init(&c->cv_work);
+    port_cond_init(&c->cv_done);
+    if (port_thread_start(&c->thread, comm_thread, c)) {
+        snprintf(err, errlen, "tp_comm_create: cannot start the communication thread");
+        rt_arena_free(&c->arena);
+        free(c);
+        return TP_EIO;
+    }
+    *out = c;
+    return 0;
+}
+
+void tp_comm_destroy(tp_comm *c)
+{
+    if (!c) return;
+    port_mutex_lock(&c->mu);
+    c->stop = 1;
+    port_cond_broadcast(&c->cv_work);
+    port_mutex_unlock(&c->mu);
+    port_thread_join(c->thread); /* it drains the queue first (each op has a deadline) */
+    c->b->ops->destroy(c->b);
+    pthread_cond_destroy(&c->cv_work);
+    pthread_cond_destroy(&c->cv_done);
+    pthread_mutex_destroy(&c->mu);
+    rt_arena_free(&c->arena);
+    free(c);
+}
+
+static void fmt_size(char *s, size_t n, size_t bytes)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    double v = (double)bytes;
+    while (v >= 1024 && u < 4) { v /= 1024; u++; }
+    if (v == (double)(size_t)v) snprintf(s, n, "%zu %s", (size_t)v, unit[u]);
+    else snprintf(s, n, "%.1f %s", v, unit[u]);
+}
+
+static size_t op_bytes(const tp_comm *c, const tp_handle *h)
+{
+    size_t es = h->kind >= TP_K_SEND ? 1 : rt_dtype_size((rt_dtype)h->dt);
+    size_t n = h->count * es;
+    return h->kind == TP_K_REDUCE_SCATTER || h->kind == TP_K_ALLGATHER ? n * (size_t)c->world : n;
+}
+
+/* Makes the comm failed (first failure wins) with one line naming the op. */
+static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
+{
+    char size[32], what[300];
+    const char *be = c->b->err[0] ? c->b->err : "backend error";
+    fmt_size(size, sizeof size, op_bytes(c, h));
+    /* Backends say "timed out waiting for rank 3"; the comm knows the timeout. */
+    if (rc == TP_ETIMEOUT && !strstr(be, " after ")) {
+        const char *rest = strncmp(be, "timed out", 9) ? be : be + 9;
+        while (*rest == ' ') rest++;
+        snprintf(what, sizeof what, "timed out after %g s %s", c->timeout_s, rest);
+    } else {
+        snprintf(what, sizeof what, "%s", be);
+    }
+    port_mutex_lock(&c->mu);
+    if (!c->failed) {
+        c->failed = rc;
+        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %s", kind_names[h->kind],
+                 (unsigned long long)h->seq, size, what);
+    }
+    port_mutex_unlock(&c->mu);
+}
+
+void tp_abort(tp_comm *c, const char *why)
+{
+    c->b->ops->abort(c->b, why);
+    port_mutex_lock(&c->mu);
+    if (!c->failed) {
+        c->failed = TP_EIO;
+        snprintf(c->errmsg, sizeof c->errmsg, "aborted: %s", why && *why ? why : "(no reason)");
+    }
+    port_mutex_unlock(&c->mu);
+}
+
+int tp_run_op(tp_comm *c, tp_handle *h)
+{
+    port_mutex_lock(&c->mu);
+    int rc = c->failed;
+    port_mutex_unlock(&c->mu);
+    if (rc) return rc;
+    size_t es = h->kind >= TP_K_SEND ? 1 : rt_dtype_size((rt_dtype)h->dt);
+    size_t bytes = h->count * es;
+    int algo = c->algo;
+    if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
+    c->deadline = port_now_ns() + (int64_t)(c->timeout_s * 1e9);
+    switch (h->kind) {
+    case TP_K_ALLREDUCE:
+        rc = algo == TP_ALGO_RD ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
+                                : tp_ring_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
+        break;
+    case TP_K_BROADCAST:
+        rc = algo == TP_ALGO_RD ? tp_tree_broadcast(c, h->recv, bytes, h->root)
+                                : tp_chain_broadcast(c, h->recv, bytes, h->root);
+        break;
+    case TP_K_REDUCE_SCATTER:
+        rc = tp_ring_reduce_scatter(c, h->send, h->recv, h->count, h->dt, h->op);
+        break;
+    case TP_K_ALLGATHER: rc = tp_ring_allgather(c, h->send, h->recv, h->count, h->dt); break;
+    case TP_K_BARRIER: rc = tp_dissemination_barrier(c); break;
+    case TP_K_SEND: rc = tp_xfer(c, h->send, bytes, h->root, NULL, 0, -1); break;
+    case TP_K_RECV: rc = tp_xfer(c, NULL, 0, -1, h->recv, bytes, h->root); break;
+    default: rc = TP_EINVAL;
+    }
+    if (rc) comm_fail(c, h, rc);
+    return rc;
+}
+
+/* ---- issue order ---------------------------------------------------------- */
+
+/* Checks arguments and hands out the sequence number; under mu. */
+static int issue_locked(tp_comm *c, tp_handle *h)
+{
+    h->seq = ++c->seq;
+    h->next = NULL;
+    h->rc = 0;
+    if (c->failed) {
+        h->state = TP_H_DONE;
+        return h->rc = c->failed;
+    }
+    int bad = (unsigned)h->dt >= RT_NDTYPE || (unsigned)h->op >= TP_NOPS;
+    if (h->kind == TP_K_BROADCAST || h->kind >= TP_K_SEND) /* root is the peer for p2p */
+        bad |= h->root < 0 || h->root >= c->world || (h->kind >= TP_K_SEND && h->root == c->rank);
+    if (bad) {
+        h->state = TP_H_DONE;
+        return h->rc = TP_EINVAL;
+    }
+    h->state = TP_H_QUEUED;
+    return 0;
+}
+
+static void enqueue_locked(tp_comm *c, tp_handle *h)
+{
+    if (c->qtail) c->qtail->next = h; else c->qhead = h;
+    c->qtail = h;
+    port_cond_signal(&c->cv_work);
+}
+
+static void *comm_thread(void *arg)
+{
+    tp_comm *c = arg;
+    port_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->qhead || c->busy) {
+            if (c->stop && !c->qhead && !c->busy) goto out;
+            /* Idle: sleep with a deadline anyway (every wait has one). */
+            port_cond_wait_until(&c->cv_work, &c->mu, port_now_ns() + 1000000000LL);
+        }
+        tp_handle *h = c->qhead;
+        if (!(c->qhead = h->next)) c->qtail = NULL;
+        c->busy = 1;
+        h->state = TP_H_RUNNING;
+        port_mutex_unlock(&c->mu);
+        int rc = tp_run_op(c, h);
+        port_mutex_lock(&c->mu);
+        h->rc = rc;
+        h->state = TP_H_DONE;
+        c->busy = 0;
+        port_cond_broadcast(&c->cv_done);
+    }
+out:
+    port_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Waits for h, under mu. The comm thread finishes each op by its deadline, so
+ * waiting longer than the ops ahead could take means the thread is stuck. */
+static int wait_locked(tp_comm *c, tp_handle *h)
+{
+    uint64_t last_seq = 0;
+    int64_t until = 0;
+    while (h->state != TP_H_DONE) {
+        /* Restart the allowance whenever the head of the queue moves on. */
+        uint64_t head = c->qhead ? c->qhead->seq : c->seq + 1;
+        if (head != last_seq) {
+            last_seq = head;
+            until = port_now_ns() + (int64_t)((c->timeout_s + 10) * 1e9);
+        }
+        if (port_cond_wait_until(&c->cv_done, &c->mu, until) && port_now_ns() >= until &&
+            h->state != TP_H_DONE && c->busy) {
+            rt_error("tp_wait: op #%llu made no progress in %g s; the comm thread is stuck",
+                     (unsigned long long)h->seq, c->timeout_s + 10);
+            return TP_ETIMEOUT;
+        }
+    }
+    return h->rc;
+}
+
+/* Blocking op: direct on this thread when nothing is in flight, else in order. */
+static int run_blocking(tp_comm *c, tp_handle *h)
+{
+    port_mutex_lock(&c->mu);
+    int rc = issue_locked(c, h);
+    if (rc) { port_mutex_unlock(&c->mu); return rc; }
+    if (!c->qhead && !c->busy) {
+        c->busy = 1;
+        port_mutex_unlock(&c->mu);
+        rc = tp_run_op(c, h);
+        port_mutex_lock(&c->mu);
+        c->busy = 0;
+        h->state = TP_H_DONE;
+        if (c->qhead) port_cond_signal(&c->cv_work); /* an async op came in meanwhile */
+        port_mutex_unlock(&c->mu);
+        return rc;
+    }
+    enqueue_locked(c, h);
+    rc = wait_locked(c, h);
+    port_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int run_async(tp_comm *c, tp_handle *h)
+{
+    port_mutex_lock(&c->mu);
+    int rc = issue_locked(c, h);
+    if (!rc) enqueue_locked(c, h);
+    port_mutex_unlock(&c->mu);
+    return rc;
+}
+
+#define HANDLE(k, s, r, n, d, o, rt) \
+    (tp_handle){.kind = (k), .send = (s), .recv = (r), .count = (n), .dt = (int)(d), .op = (int)(o), .root = (rt)}
+
+int tp_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)
+{
+    tp_handle h = HANDLE(TP_K_ALLREDUCE, send, recv, count, dt, op, 0);
+    return run_blocking(c, &h);
+}
+
+int tp_broadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root)
+{
+    tp_handle h = HANDLE(TP_K_BROADCAST, buf, buf, count, dt, 0, root);
+    return run_blocking(c, &h);
+}
+
+int tp_reduce_scatter(tp_comm *c, const void *send, void *recv, size_t recvcount, rt_dtype dt, tp_op op)
+{
+    tp_handle h = HANDLE(TP_K_REDUCE_SCATTER, send, recv, recvcount, dt, op, 0);
+    return run_blocking(c, &h);
+}
+
+int tp_allgather(tp_comm *c, const void *send, void *recv, size_t sendcount, rt_dtype dt)
+{
+    tp_handle h = HANDLE(TP_K_ALLGATHER, send, recv, sendcount, dt, 0, 0);
+    return run_blocking(c, &h);
+}
+
+int tp_barrier(tp_comm *c)
+{
+    tp_handle h = HANDLE(TP_K_BARRIER, NULL, NULL, 0, RT_U8, 0, 0);
+    return run_blocking(c, &h);
+}
+
+int tp_send(tp_comm *c, const void *buf, size_t bytes, int peer)
+{
+    tp_handle h = HANDLE(TP_K_SEND, buf, NULL, bytes, RT_U8, 0, peer);
+    return run_blocking(c, &h);
+}
+
+int tp_recv(tp_comm *c, void *buf, size_t bytes, int peer)
+{
+    tp_handle h = HANDLE(TP_K_RECV, NULL, buf, bytes, RT_U8, 0, peer);
+    return run_blocking(c, &h);
+}
+
+int tp_iallreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op,
+                  tp_handle *h)
+{
+    *h = HANDLE(TP_K_ALLREDUCE, send, recv, count, dt, op, 0);
+    return run_async(c, h);
+}
+
+int tp_ibroadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root, tp_handle *h)
+{
+    *h = HANDLE(TP_K_BROADCAST, buf, buf, count, dt, 0, root);
+    return run_async(c, h);
+}
+
+int tp_wait(tp_comm *c, tp_handle *h)
+{
+    port_mutex_lock(&c->mu);
+    int rc = wait_locked(c, h);
+    port_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int tp_test(tp_comm *c, tp_handle *h)
+{
+    port_mutex_lock(&c->mu);
+    int rc = h->state != TP_H_DONE ? 0 : h->rc ? h->rc : 1;
+    port_mutex_unlock(&c->mu);
+    return rc;
+}

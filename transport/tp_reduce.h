@@ -1,0 +1,38 @@
+/* Elementwise reductions for the collectives, vectorised with runtime dispatch.
+ * Paths: generic (the baseline ISA: SSE2 on x86-64), avx2 (+F16C), avx512 (F+BW).
+ * The best path the CPU supports is picked once; DDPRT_ISA=generic|avx2|avx512 forces
+ * a lower one. Every path gives bit-identical results (tests check), so ranks on
+ * different CPUs still agree. */
+#ifndef TP_REDUCE_H
+#define TP_REDUCE_H
+#include "rt/tensor.h"
+#include "transport/tp.h"
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TP_ISA_GENERIC = 0, TP_ISA_AVX2 = 1, TP_ISA_AVX512 = 2, TP_NISA };
+extern const char *const tp_isa_names[TP_NISA];
+
+/* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. AVG reduces as SUM
+ * (tp_avg_finish divides once at the end). */
+void tp_reduce(void *dst, const void *a, const void *b, size_t n, rt_dtype dt, tp_op op);
+/* Divides n elements by world (the AVG tail); see tp.h for the integer rule. */
+void tp_avg_finish(void *buf, size_t n, rt_dtype dt, int world);
+
+int tp_isa_best(void);      /* the best path this CPU supports */
+int tp_isa_active(void);    /* the path tp_reduce uses (after DDPRT_ISA) */
+/* Runs one specific path (must be <= tp_isa_best()); for tests and benchmarks. */
+void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, rt_dtype dt, tp_op op);
+
+/* Scalar IEEE conversions, round-to-nearest-even (NaN stays NaN, quieted). */
+float tp_f16_to_f32(uint16_t h);
+uint16_t tp_f32_to_f16(float f);
+float tp_bf16_to_f32(uint16_t h);
+uint16_t tp_f32_to_bf16(float f);
+
+/* The per-ISA entry points (tp_reduce_x86.c); generic lives in tp_reduce.c. */
+typedef void (*tp_reduce_fn)(void *dst, const void *a, const void *b, size_t n, int dt, int op);
+void tp_reduce_generic(void *dst, const void *a, const void *b, size_t n, int dt, int op);
+void tp_reduce_avx2(void *dst, const void *a, const void *b, size_t n, int dt, int op);
+void tp_reduce_avx512(void *dst, const void *a, const void *b, size_t n, int dt, int op);
+#endif

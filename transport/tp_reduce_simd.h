@@ -1,0 +1,130 @@
+/* Reduction kernels, written once with GCC/Clang vector extensions and included once
+ * per ISA (tp_reduce.c: generic, tp_reduce_x86.c: avx2, avx512). The includer defines
+ *   VB      vector width in bytes (16, 32, 64)
+ *   SFX     a name suffix (_generic, _avx2, _avx512)
+ *   TGT     a function attribute (empty, or __attribute__((target("..."))))
+ *   F16_LANES, F16_LOAD(p), F16_STORE(p, v): optional hardware f16 conversion.
+ * Vector and scalar tails compute the same IEEE operations in the same order, so
+ * every ISA produces identical bits; min/max are written as the x86 minps/maxps
+ * semantics (x < y ? x : y) everywhere. Integer SUM/PROD run on unsigned types so
+ * overflow wraps without undefined behaviour. */
+#include <string.h>
+
+#define TP_CAT_(a, b) a##b
+#define TP_CAT(a, b) TP_CAT_(a, b)
+#define S(x) TP_CAT(x, SFX)
+
+typedef float S(vf) __attribute__((vector_size(VB)));
+typedef double S(vd) __attribute__((vector_size(VB)));
+typedef int32_t S(vi32) __attribute__((vector_size(VB)));
+typedef uint32_t S(vu32) __attribute__((vector_size(VB)));
+typedef int64_t S(vi64) __attribute__((vector_size(VB)));
+typedef uint64_t S(vu64) __attribute__((vector_size(VB)));
+typedef uint8_t S(vu8) __attribute__((vector_size(VB)));
+typedef uint16_t S(vh) __attribute__((vector_size(VB / 2)));
+
+/* Blend by a comparison mask (all-ones lanes pick p), in the integer type VI. */
+#define SEL(VI, m, p, q) ((__typeof__(p))((((VI)(p)) & ((VI)(m))) | (((VI)(q)) & ~((VI)(m)))))
+
+/* One elementwise loop: VEXPR on vectors x, y; SEXPR on scalars x, y. */
+#define BIN_LOOP(T, VT, VEXPR, SEXPR)                                               \
+    do {                                                                            \
+        const T *pa = a, *pb = b;                                                   \
+        T *pd = dst;                                                                \
+        size_t i = 0;                                                               \
+        for (; i + VB / sizeof(T) <= n; i += VB / sizeof(T)) {                      \
+            VT x, y, z;                                                             \
+            memcpy(&x, pa + i, VB);                                                 \
+            memcpy(&y, pb + i, VB);                                                 \
+            z = (VEXPR);                                                            \
+            memcpy(pd + i, &z, VB);                                                 \
+        }                                                                           \
+        for (; i < n; i++) {                                                        \
+            T x = pa[i], y = pb[i];                                                 \
+            pd[i] = (T)(SEXPR);                                                     \
+        }                                                                           \
+    } while (0)
+
+/* The four ops for one type: T/VT for the data, UT/VU for wrap-around arithmetic
+ * (same as T/VT for floats), VI the mask type. */
+#define ALL_OPS(T, VT, UT, VU, VI)                                                  \
+    switch (op) {                                                                   \
+    case TP_PROD: BIN_LOOP(UT, VU, x * y, x * y); break;                            \
+    case TP_MIN: BIN_LOOP(T, VT, SEL(VI, x < y, x, y), x < y ? x : y); break;       \
+    case TP_MAX: BIN_LOOP(T, VT, SEL(VI, x > y, x, y), x > y ? x : y); break;       \
+    default: BIN_LOOP(UT, VU, x + y, x + y); break;                                 \
+    }
+
+static inline TGT S(vf) S(fop)(S(vf) x, S(vf) y, int op)
+{
+    switch (op) {
+    case TP_PROD: return x * y;
+    case TP_MIN: return SEL(S(vi32), x < y, x, y);
+    case TP_MAX: return SEL(S(vi32), x > y, x, y);
+    default: return x + y;
+    }
+}
+
+static inline float S(fops)(float x, float y, int op)
+{
+    switch (op) {
+    case TP_PROD: return x * y;
+    case TP_MIN: return x < y ? x : y;
+    case TP_MAX: return x > y ? x : y;
+    default: return x + y;
+    }
+}
+
+/* bf16: widen to f32 by a shift, reduce, round back to nearest even (NaN: quieted). */
+static TGT void S(red_bf16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb, size_t n, int op)
+{
+    size_t i = 0;
+    for (; i + VB / 4 <= n; i += VB / 4) {
+        S(vh) ha, hb, hr;
+        memcpy(&ha, pa + i, VB / 2);
+        memcpy(&hb, pb + i, VB / 2);
+        S(vu32) ua = __builtin_convertvector(ha, S(vu32)) << 16;
+        S(vu32) ub = __builtin_convertvector(hb, S(vu32)) << 16;
+        S(vu32) u = (S(vu32))S(fop)((S(vf))ua, (S(vf))ub, op);
+        S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
+        r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+        hr = __builtin_convertvector(r, S(vh));
+        memcpy(pd + i, &hr, VB / 2);
+    }
+    for (; i < n; i++)
+        pd[i] = tp_f32_to_bf16(S(fops)(tp_bf16_to_f32(pa[i]), tp_bf16_to_f32(pb[i]), op));
+}
+
+static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb, size_t n, int op)
+{
+    size_t i = 0;
+#ifdef F16_LANES
+    for (; i + F16_LANES <= n; i += F16_LANES) {
+        S(vf) x = (S(vf))F16_LOAD(pa + i), y = (S(vf))F16_LOAD(pb + i);
+        F16_STORE(pd + i, S(fop)(x, y, op));
+    }
+#endif
+    for (; i < n; i++)
+        pd[i] = tp_f32_to_f16(S(fops)(tp_f16_to_f32(pa[i]), tp_f16_to_f32(pb[i]), op));
+}
+
+TGT void TP_CAT(tp_reduce, SFX)(void *dst, const void *a, const void *b, size_t n, int dt, int op)
+{
+    if (op == TP_AVG) op = TP_SUM;
+    switch (dt) {
+    case RT_F32: ALL_OPS(float, S(vf), float, S(vf), S(vi32)); break;
+    case RT_F64: ALL_OPS(double, S(vd), double, S(vd), S(vi64)); break;
+    case RT_I32: ALL_OPS(int32_t, S(vi32), uint32_t, S(vu32), S(vi32)); break;
+    case RT_I64: ALL_OPS(int64_t, S(vi64), uint64_t, S(vu64), S(vi64)); break;
+    case RT_U8: ALL_OPS(uint8_t, S(vu8), uint8_t, S(vu8), S(vu8)); break;
+    case RT_BF16: S(red_bf16)(dst, a, b, n, op); break;
+    case RT_F16: S(red_f16)(dst, a, b, n, op); break;
+    default: break;
+    }
+}
+
+#undef S
+#undef SEL
+#undef BIN_LOOP
+#undef ALL_OPS

@@ -1,0 +1,278 @@
+/* Ring algorithms (bandwidth-optimal for large messages): allreduce = reduce-scatter
+ * then allgather, plus the public reduce-scatter and allgather, and a pipelined
+ * chain broadcast.
+ *
+ * Blocks: the vector is cut into world blocks. Allreduce splits count unevenly:
+ * block b has count / world elements, plus one when b < count % world (so blocks
+ * differ by at most one element and may be empty). Reduce-scatter and allgather use
+ * equal blocks (NCCL's API). Rank r ends the reduce-scatter owning block r: in step s
+ * it sends block r-s-1 to the right and receives block r-s-2 from the left.
+ *
+ * Pipelining: each block is cut into columns of one chunk (c->chunk bytes). A "unit"
+ * is one (step, column) pair: a send to the right and a receive from the left posted
+ * together (full duplex). Up to TP_PIPE_DEPTH units are in flight, so the reduction
+ * of unit u overlaps the transfer of the units after it. Unit (s, col) sends what
+ * unit (s-1, col) received, so the lookahead stays below the column count. */
+#include "transport/tp_comm_int.h"
+#include "transport/tp_reduce.h"
+#include <string.h>
+
+typedef struct ring_pass ring_pass;
+struct ring_pass {
+    tp_comm *c;
+    int nsteps, ncols, col0;   /* col0: first column of this pass (reduce-scatter groups) */
+    size_t es, ce;             /* element size, elements per column */
+    size_t count, bc;          /* total elements; bc > 0: equal blocks of bc */
+    const unsigned char *send;
+    unsigned char *recv;
+    rt_dtype dt;
+    tp_op op;
+    /* Unit (s, col): what to send right and where to receive from the left. */
+    void (*plan)(ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *len_s,
+                 size_t *len_r);
+    void (*done)(ring_pass *p, int s, int col, int u); /* after both complete; may be NULL */
+};
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static void block(const ring_pass *p, int b, size_t *off, size_t *cnt)
+{
+    if (p->bc) { *off = (size_t)b * p->bc; *cnt = p->bc; return; }
+    size_t n = (size_t)p->c->world, q = p->count / n, rem = p->count % n, ub = (size_t)b;
+    *off = ub * q + (ub < rem ? ub : rem);
+    *cnt = q + (ub < rem);
+}
+
+/* Element range of column col of block b: [*off, *off + *cnt). */
+static void column(const ring_pass *p, int b, int col, size_t *off, size_t *cnt)
+{
+    size_t bo, bn, co = (size_t)col * p->ce;
+    block(p, b, &bo, &bn);
+    *off = bo + co;
+    *cnt = co < bn ? (bn - co < p->ce ? bn - co : p->ce) : 0;
+}
+
+static int post_unit(ring_pass *p, int u, int has[2])
+{
+    tp_comm *c = p->c;
+    int s = u / p->ncols, col = u % p->ncols, k = u % TP_PIPE_DEPTH, rc = 0;
+    const void *sb;
+    void *rb;
+    size_t ls, lr;
+    p->plan(p, s, col, u, &sb, &rb, &ls, &lr);
+    ls *= p->es; /* plan speaks elements, the backend bytes */
+    lr *= p->es;
+    int left = mod(c->rank - 1, c->world), right = mod(c->rank + 1, c->world);
+    /* Zero-length pieces (empty blocks, short last columns) are skipped on both
+     * sides: both ends compute the same length. */
+    has[0] = lr > 0;
+    has[1] = ls > 0;
+    if (has[0]) rc = c->b->ops->irecv(c->b, left, rb, lr, &c->req[2 * k]);
+    if (!rc && has[1]) rc = c->b->ops->isend(c->b, right, sb, ls, &c->req[2 * k + 1]);
+    return rc;
+}
+
+static int ring_run(ring_pass *p)
+{
+    tp_comm *c = p->c;
+    int total = p->nsteps * p->ncols, posted = 0, rc = 0;
+    int look = p->ncols - 1 < TP_PIPE_DEPTH - 1 ? p->ncols - 1 : TP_PIPE_DEPTH - 1;
+    int has[TP_PIPE_DEPTH][2];
+    for (; posted < total && posted <= look && !rc; posted++)
+        rc = post_unit(p, posted, has[posted % TP_PIPE_DEPTH]);
+    for (int u = 0; u < total && !rc; u++) {
+        int k = u % TP_PIPE_DEPTH, n = 0;
+        tp_req *w[2];
+        if (has[k][0]) w[n++] = &c->req[2 * k];
+        if (has[k][1]) w[n++] = &c->req[2 * k + 1];
+        if (n && (rc = tp_waitreqs(c, w, n))) break;
+        if (p->done) p->done(p, u / p->ncols, u % p->ncols, u);
+        if (posted < total) { rc = post_unit(p, posted, has[posted % TP_PIPE_DEPTH]); posted++; }
+    }
+    return rc;
+}
+
+static void pass_init(ring_pass *p, tp_comm *c, const void *send, void *recv, size_t count,
+                      size_t bc, rt_dtype dt, tp_op op)
+{
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    p->es = rt_dtype_size(dt);
+    p->ce = c->chunk / p->es;
+    p->count = count;
+    p->bc = bc;
+    p->send = send;
+    p->recv = recv;
+    p->dt = dt;
+    p->op = op;
+    p->nsteps = c->world - 1;
+    size_t off, biggest;
+    block(p, 0, &off, &biggest); /* block 0 is never smaller than another */
+    p->ncols = (int)((biggest + p->ce - 1) / p->ce);
+}
+
+/* ---- allreduce ------------------------------------------------------------ */
+
+/* Reduce-scatter half: partials live in recv; the left's piece lands in a slot. */
+static void ar_rs_plan(ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *ls,
+                       size_t *lr)
+{
+    size_t so, ro;
+    int r = p->c->rank, n = p->c->world;
+    column(p, mod(r - s - 1, n), col, &so, ls);
+    column(p, mod(r - s - 2, n), col, &ro, lr);
+    *sb = (s == 0 ? p->send : p->recv) + so * p->es;
+    *rb = p->c->slot[u % TP_PIPE_DEPTH];
+}
+
+static void ar_rs_done(ring_pass *p, int s, int col, int u)
+{
+    size_t o, cnt;
+    int r = p->c->rank, n = p->c->world;
+    column(p, mod(r - s - 2, n), col, &o, &cnt);
+    if (!cnt) return;
+    unsigned char *dst = p->recv + o * p->es;
+    /* Left's partial first, then ours: every element is reduced in ring order once. */
+    tp_reduce(dst, p->c->slot[u % TP_PIPE_DEPTH], p->send + o * p->es, cnt, p->dt, p->op);
+    if (s == n - 2 && p->op == TP_AVG) tp_avg_finish(dst, cnt, p->dt, n);
+}
+
+/* Allgather half (also the public allgather): receive straight into place. */
+static void ag_plan(ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *ls,
+                    size_t *lr)
+{
+    size_t so, ro;
+    int r = p->c->rank, n = p->c->world;
+    (void)u;
+    column(p, mod(r - s, n), col, &so, ls);
+    column(p, mod(r - s - 1, n), col, &ro, lr);
+    *sb = p->recv + so * p->es;
+    *rb = p->recv + ro * p->es;
+}
+
+int tp_ring_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)
+{
+    size_t es = rt_dtype_size(dt);
+    if (c->world == 1 || count == 0) {
+        if (send != recv && count) memcpy(recv, send, count * es);
+        return 0;
+    }
+    ring_pass p;
+    pass_init(&p, c, send, recv, count, 0, dt, op);
+    p.plan = ar_rs_plan;
+    p.done = ar_rs_done;
+    int rc = ring_run(&p);
+    if (rc) return rc;
+    p.plan = ag_plan;
+    p.done = NULL;
+    return ring_run(&p);
+}
+
+/* ---- reduce-scatter ------------------------------------------------------- */
+
+/* recv holds only block r, so partials travel through slots: a pass handles G <=
+ * TP_PIPE_DEPTH columns; unit (s, c) receives into slot (s & 1) * G + c and the next
+ * step sends that slot on. A slot is refilled only after its send completed. */
+static void rs_plan(ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *ls,
+                    size_t *lr)
+{
+    size_t so, ro;
+    int r = p->c->rank, n = p->c->world, g = p->ncols;
+    (void)u;
+    column(p, mod(r - s - 1, n), p->col0 + col, &so, ls);
+    column(p, mod(r - s - 2, n), p->col0 + col, &ro, lr);
+    *sb = s == 0 ? (const void *)(p->send + so * p->es) : p->c->slot[((s - 1) & 1) * g + col];
+    *rb = p->c->slot[(s & 1) * g + col];
+}
+
+static void rs_done(ring_pass *p, int s, int col, int u)
+{
+    size_t o, cnt;
+    int r = p->c->rank, n = p->c->world;
+    unsigned char *sl = p->c->slot[(s & 1) * p->ncols + col];
+    (void)u;
+    column(p, mod(r - s - 2, n), p->col0 + col, &o, &cnt);
+    if (!cnt) return;
+    if (s < n - 2) {
+        tp_reduce(sl, sl, p->send + o * p->es, cnt, p->dt, p->op);
+        return;
+    }
+    unsigned char *dst = p->recv + (o - (size_t)r * p->bc) * p->es; /* block r -> recv */
+    tp_reduce(dst, sl, p->send + o * p->es, cnt, p->dt, p->op);
+    if (p->op == TP_AVG) tp_avg_finish(dst, cnt, p->dt, n);
+}
+
+int tp_ring_reduce_scatter(tp_comm *c, const void *send, void *recv, size_t rcount, rt_dtype dt, tp_op op)
+{
+    size_t es = rt_dtype_size(dt);
+    if (rcount == 0) return 0;
+    if (c->world == 1) {
+        if (send != recv) memmove(recv, send, rcount * es);
+        return 0;
+    }
+    ring_pass p;
+    pass_init(&p, c, send, recv, rcount * (size_t)c->world, rcount, dt, op);
+    p.plan = rs_plan;
+    p.done = rs_done;
+    int total = p.ncols, rc = 0;
+    for (int c0 = 0; c0 < total && !rc; c0 += TP_PIPE_DEPTH) {
+        p.col0 = c0;
+        p.ncols = total - c0 < TP_PIPE_DEPTH ? total - c0 : TP_PIPE_DEPTH;
+        rc = ring_run(&p);
+    }
+    return rc;
+}
+
+/* ---- allgather ------------------------------------------------------------ */
+
+int tp_ring_allgather(tp_comm *c, const void *send, void *recv, size_t scount, rt_dtype dt)
+{
+    size_t es = rt_dtype_size(dt), bytes = scount * es;
+    unsigned char *mine = (unsigned char *)recv + (size_t)c->rank * bytes;
+    if (scount == 0) return 0;
+    if ((const unsigned char *)send != mine) memmove(mine, send, bytes);
+    if (c->world == 1) return 0;
+    ring_pass p;
+    pass_init(&p, c, send, recv, scount * (size_t)c->world, scount, dt, TP_SUM);
+    p.plan = ag_plan;
+    return ring_run(&p);
+}
+
+/* ---- broadcast: a pipelined chain root -> root+1 -> ... ------------------- */
+
+int tp_chain_broadcast(tp_comm *c, void *buf, size_t bytes, int root)
+{
+    int n = c->world, vr = mod(c->rank - root, n), rc = 0;
+    int left = mod(c->rank - 1, n), right = mod(c->rank + 1, n);
+    int from_left = vr > 0, to_right = vr < n - 1, D = TP_PIPE_DEPTH;
+    size_t ch = c->chunk;
+    long nch = (long)((bytes + ch - 1) / ch), posted = 0;
+    unsigned char *p = buf;
+    tp_req *rq = c->req, *sq = c->req + D;
+#define LEN(j) ((size_t)(j) * ch + ch <= bytes ? ch : bytes - (size_t)(j) * ch)
+    if (n == 1 || bytes == 0) return 0;
+    /* Receives run D chunks ahead; chunk j goes right as soon as it has arrived. */
+    for (; from_left && posted < nch && posted < D && !rc; posted++)
+        rc = c->b->ops->irecv(c->b, left, p + posted * ch, LEN(posted), &rq[posted % D]);
+    for (long j = 0; j < nch && !rc; j++) {
+        tp_req *w = &rq[j % D];
+        if (from_left) {
+            if ((rc = tp_waitreqs(c, &w, 1))) break;
+            if (posted < nch) {
+                rc = c->b->ops->irecv(c->b, left, p + posted * ch, LEN(posted), &rq[posted % D]);
+                posted++;
+            }
+        }
+        if (to_right && !rc) {
+            w = &sq[j % D];
+            if (j >= D && (rc = tp_waitreqs(c, &w, 1))) break; /* send j - D frees the req */
+            rc = c->b->ops->isend(c->b, right, p + j * ch, LEN(j), w);
+        }
+    }
+    for (long j = nch - D > 0 ? nch - D : 0; to_right && j < nch && !rc; j++) {
+        tp_req *w = &sq[j % D];
+        rc = tp_waitreqs(c, &w, 1);
+    }
+#undef LEN
+    return rc;
+}

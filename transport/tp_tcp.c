@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #define FRAME ((size_t)sizeof(tcp_frame))
+#define TCP_PURE_SPIN_NS 10000
 
 /* ---- failure --------------------------------------------------------------------- */
 
@@ -265,13 +266,15 @@ static int progress_all(tcp_backend *t)
     int moved = 0;
     for (int j = 0; j < t->b.world; j++) {
         tcp_peer *p = &t->peers[j];
-        if (p->rq) {
-            int r = progress_recv(t, j);
+        /* Send first: the peer may be waiting for it, and what we expect back
+         * cannot have arrived earlier than what we have not sent yet. */
+        if (p->sq) {
+            int r = progress_send(t, j);
             if (r < 0) return r;
             moved |= r;
         }
-        if (p->sq) {
-            int r = progress_send(t, j);
+        if (p->rq) {
+            int r = progress_recv(t, j);
             if (r < 0) return r;
             moved |= r;
         }
@@ -329,7 +332,13 @@ static int tcp_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
         if (moved) spin_until = now + t->spin_ns;
         if (now >= deadline_ns) return fail_timeout(t, reqs, n);
         if (now < spin_until) {
-            port_cpu_relax();
+            /* The first few us: pure spin (a reply to a small message arrives in
+             * ~5 us). Then yield between attempts: when ranks share a core (more
+             * ranks than cores, or a busy machine) a pure spin would hold the core
+             * the peer needs for the whole spin period; sched_yield costs ~0.5 us
+             * when nobody else wants the core. */
+            if (spin_until - now > t->spin_ns - TCP_PURE_SPIN_NS) port_cpu_relax();
+            else sched_yield();
             continue;
         }
         int r = block_once(t, deadline_ns);

@@ -27,6 +27,7 @@ typedef struct tcp_addr {
     char ip[48];
     char host[64];          /* hostname + boot id: equal means "same machine" */
     char boot[40];
+    char uds[48];           /* abstract unix socket name for same-machine peers, or "" */
     int32_t port, pinned;   /* pinned: address chosen by DDPRT_SOCKET_IFNAME */
 } tcp_addr;
 

@@ -127,6 +127,9 @@ TEST(kernels_rng_counter_based)
     float u0 = k_rand_uniform(0, 0), u1 = k_rand_uniform(0, 1), v0 = k_rand_uniform(1, 0);
     CHECK(u0 >= 0 && u0 < 1 && u1 >= 0 && u1 < 1);
     CHECK(u0 != u1 && u0 != v0);
+    CHECK_EQ((long)(u0 * 16777216.0f), 9638282);
+    CHECK_EQ((long)(u1 * 16777216.0f), 14238297);
+    CHECK_EQ((long)(v0 * 16777216.0f), 9447545);
     CHECK(k_rand_uniform(42, 12345) == k_rand_uniform(42, 12345));
     /* Mean and variance of U[0,1) over 200k draws. */
     double s = 0, s2 = 0;
@@ -138,7 +141,6 @@ TEST(kernels_rng_counter_based)
     }
     CHECK_NEAR(s / n, 0.5, 0.005);
     CHECK_NEAR(s2 / n - (s / n) * (s / n), 1.0 / 12, 0.002);
-    printf("  u(0,0)=%.9g u(0,1)=%.9g u(1,0)=%.9g\n", u0, u1, v0);
 }
 
 TEST(kernels_dropout)

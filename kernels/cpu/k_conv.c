@@ -41,9 +41,18 @@ static size_t slot_bytes(const k_conv_shape *sh)
            round64(sizeof(float) * sh->k * conv_crs(sh)) + round64(sizeof(float) * sh->k);
 }
 
+/* Then, shared by all slots: the weights packed for the GEMM (W for forward, W^T for
+ * dX), packed once per call by the calling thread. */
+static size_t pack_bytes(const k_conv_shape *sh)
+{
+    size_t a = k_gemm_pack_floats(sh->k, (int)conv_crs(sh));
+    size_t b = k_gemm_pack_floats((int)conv_crs(sh), sh->k);
+    return round64(sizeof(float) * (a > b ? a : b));
+}
+
 size_t k_conv2d_workspace(const k_conv_shape *sh)
 {
-    return (size_t)conv_slots(sh) * slot_bytes(sh);
+    return (size_t)conv_slots(sh) * slot_bytes(sh) + pack_bytes(sh);
 }
 
 typedef struct conv_job {
@@ -51,6 +60,7 @@ typedef struct conv_job {
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db;
     char *ws;
+    float *wpack;
     int slots;
 } conv_job;
 
@@ -76,7 +86,7 @@ static void conv_fwd_slot(void *ctx, int slot)
             k_im2col(&g, xi, col);
             bm = col;
         }
-        k_gemm_nn(sh->k, (int)pq, (int)crs, j->w, crs, 1, bm, pq, j->y + i * sh->k * pq, pq, j->b, 0);
+        k_gemm_nn_packed(sh->k, (int)pq, (int)crs, j->wpack, bm, pq, j->y + i * sh->k * pq, pq, j->b, 0);
     }
 }
 
@@ -84,6 +94,8 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
                   float *y, void *ws)
 {
     conv_job j = {.sh = sh, .x = x, .w = w, .b = b, .y = y, .ws = ws, .slots = conv_slots(sh)};
+    j.wpack = (float *)((char *)ws + (size_t)j.slots * slot_bytes(sh));
+    k_gemm_pack_a(sh->k, (int)conv_crs(sh), w, conv_crs(sh), 1, j.wpack);
     k_parallel_for(j.slots, conv_fwd_slot, &j);
 }
 
@@ -136,9 +148,9 @@ static void conv_bwd_slot(void *ctx, int slot)
         if (j->dx) {
             float *dxi = j->dx + i * xsz;
             if (pointwise) {
-                k_gemm_nn((int)crs, (int)pq, K, j->w, 1, crs, dyi, pq, dxi, pq, NULL, 0);
+                k_gemm_nn_packed((int)crs, (int)pq, K, j->wpack, dyi, pq, dxi, pq, NULL, 0);
             } else {
-                k_gemm_nn((int)crs, (int)pq, K, j->w, 1, crs, dyi, pq, buf, pq, NULL, 0);
+                k_gemm_nn_packed((int)crs, (int)pq, K, j->wpack, dyi, pq, buf, pq, NULL, 0);
                 k_col2im(&g, buf, dxi);
             }
         }
@@ -150,6 +162,8 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
 {
     conv_job j = {.sh = sh, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db,
                   .ws = ws, .slots = conv_slots(sh)};
+    j.wpack = (float *)((char *)ws + (size_t)j.slots * slot_bytes(sh));
+    if (dx) k_gemm_pack_a((int)conv_crs(sh), sh->k, w, 1, conv_crs(sh), j.wpack); /* W^T */
     k_parallel_for(j.slots, conv_bwd_slot, &j);
     /* Reduce the slot partials in slot order (the thread-count-independent part). */
     const long crs = conv_crs(sh);

@@ -193,11 +193,37 @@ static inline __m128 kv_mask_u8(const uint8_t *m, __m128 sc)
 #define K_DISPATCH(fn, ...) fn##_generic(__VA_ARGS__)
 #endif
 
+/* kk == 0: the product is empty, C = acc ? C : bias. */
+static int gemm_degenerate(int m, int n, int kk, float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return 1;
+    if (kk > 0) return 0;
+    if (!acc)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(long)i * ldc + j] = bias ? bias[i] : 0.0f;
+    return 1;
+}
+
 void k_gemm_nn(int m, int n, int kk, const float *a, long ars, long acs, const float *b,
                long ldb, float *c, long ldc, const float *bias, int acc)
 {
-    if (m <= 0 || n <= 0) return;
+    if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
     K_DISPATCH(gemm_nn, m, n, kk, a, ars, acs, b, ldb, c, ldc, bias, acc)
+}
+
+size_t k_gemm_pack_floats(int m, int kk) { return (size_t)(m + 11) * (size_t)(kk > 0 ? kk : 0); }
+
+void k_gemm_pack_a(int m, int kk, const float *a, long ars, long acs, float *ap)
+{
+    if (m <= 0 || kk <= 0) return;
+    K_DISPATCH(pack_a, m, kk, a, ars, acs, ap)
+}
+
+void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, long ldb,
+                      float *c, long ldc, const float *bias, int acc)
+{
+    if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
+    K_DISPATCH(gemm_nn_packed, m, n, kk, ap, b, ldb, c, ldc, bias, acc)
 }
 
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,

@@ -10,6 +10,12 @@
  * A(i,k) = a[i*ars + k*acs] (so A^T is ars=1, acs=lda); B, C row-major. bias may be NULL. */
 void k_gemm_nn(int m, int n, int kk, const float *a, long ars, long acs, const float *b,
                long ldb, float *c, long ldc, const float *bias, int acc);
+/* The same with A packed once by k_gemm_pack_a into k_gemm_pack_floats(m, kk) floats
+ * (for an A used many times, e.g. conv weights). The ISA must not change in between. */
+size_t k_gemm_pack_floats(int m, int kk);
+void k_gemm_pack_a(int m, int kk, const float *a, long ars, long acs, float *ap);
+void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, long ldb,
+                      float *c, long ldc, const float *bias, int acc);
 /* C[m x n] = (acc ? C : 0) + bias[j] + A[m x l] B[n x l]^T (dot-product form: both
  * operands contiguous along l). bias (per column) may be NULL. */
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,

@@ -73,6 +73,36 @@ KT_TARGET static void KT(ukr_nn_any)(int mr, int nc, int kk, const float *ap, co
     }
 }
 
+/* Packed A: for each row block ib (rows split evenly into ceil(m/KT_MR) blocks), the
+ * whole K as kk x KT_MR floats: ap[(ib*kk + k)*KT_MR + i]. Callers that reuse A (conv
+ * weights, once per call) pack once; k_gemm_nn packs chunks of K on the stack. */
+KT_TARGET static void KT(pack_a)(int m, int kk, const float *a, long ars, long acs, float *ap)
+{
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        float *o = ap + (long)ib * kk * KT_MR;
+        for (int k = 0; k < kk; k++)
+            for (int i = 0; i < KT_MR; i++)
+                o[(long)k * KT_MR + i] = i < mr ? a[(long)(i0 + i) * ars + (long)k * acs] : 0.0f;
+    }
+}
+
+KT_TARGET static void KT(gemm_nn_packed)(int m, int n, int kk, const float *ap, const float *b,
+                                         long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int j0 = 0; j0 < n; j0 += cw) {
+            int nc = n - j0 < cw ? n - j0 : cw;
+            KT(ukr_nn_any)(mr, nc, kk, ap + (long)ib * kk * KT_MR, b + j0, ldb,
+                           c + (long)i0 * ldc + j0, ldc, bias ? bias + i0 : NULL, acc);
+        }
+    }
+}
+
 /* K is cut into chunks of KT_KC so the packed A panel stays small (on the stack) and
  * the B chunk stays in cache across the row blocks. */
 #define KT_KC 256
@@ -83,12 +113,6 @@ KT_TARGET static void KT(gemm_nn)(int m, int n, int kk, const float *a, long ars
     float ap[KT_KC * KT_MR];
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
-    if (kk <= 0) { /* degenerate: C = acc ? C : bias */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++)
-                if (!acc) c[(long)i * ldc + j] = bias ? bias[i] : 0.0f;
-        return;
-    }
     for (int k0 = 0; k0 < kk; k0 += KT_KC) {
         int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC;
         int acc_k = acc || k0 > 0;

@@ -42,7 +42,7 @@ int rt_rdzv_open(rt_rdzv **out, const rt_rdzv_opts *o, char *err, size_t errlen)
         r->peer = calloc((size_t)r->world, sizeof *r->peer);
         if (!r->fds || !r->peer) { snprintf(err, errlen, "rank 0: out of memory"); rdzv_free(r); return -1; }
         for (int q = 0; q < r->world; q++) r->fds[q] = -1;
-        snprintf(r->peer[0], sizeof r->peer[0], "rank 0");
+        snprintf(r->peer[0], sizeof r->peer[0], "the rendezvous master");
     }
     rt_debug("rank %d: rendezvous of %d ranks via %s (%s)%s", r->rank, r->world, r->where, p.source,
              r->token_hash ? ", job token set" : "");

@@ -69,7 +69,7 @@ static int gather_at_root(rt_rdzv *r, const void *mine, size_t len, void *all, c
             long n = port_sock_read_some(fds[q], dst, hdr ? RT_RDZV_HDR - got[q] : len + RT_RDZV_HDR - got[q]);
             if (n == 0) continue;
             if (n < 0) {
-                rc = fail(r, err, errlen, "rank %d %s closed the connection in allgather round %u (did it exit or crash?)",
+                rc = fail(r, err, errlen, "rank %d (%s) closed the connection in allgather round %u (did it exit or crash?)",
                           q, r->peer[q], r->seq);
                 goto out;
             }
@@ -97,7 +97,7 @@ static int gather_at_root(rt_rdzv *r, const void *mine, size_t len, void *all, c
     for (int q = 1; q < W; q++)
         if (port_sock_write_full(r->fds[q], b, sizeof b, deadline) ||
             port_sock_write_full(r->fds[q], all, len * (size_t)W, deadline)) {
-            rc = fail(r, err, errlen, "rank %d %s closed the connection in allgather round %u (did it exit or crash?)",
+            rc = fail(r, err, errlen, "rank %d (%s) closed the connection in allgather round %u (did it exit or crash?)",
                       q, r->peer[q], r->seq);
             goto out;
         }

@@ -58,7 +58,11 @@ static int write_file(const char *path, const rdzv_file *f, char *err, size_t er
     FILE *fp = fopen(tmp, "w");
     int ok = fp && fprintf(fp, FILE_MAGIC "\ntoken %016llx\ngen %016llx\nworld %d\naddr %s:%d\n",
                            (unsigned long long)f->token, (unsigned long long)f->gen, f->world, f->host, f->port) > 0;
-    if (fp) ok = (fflush(fp) == 0 && fsync(fileno(fp)) == 0) & (fclose(fp) == 0) & ok;
+    if (fp) {
+        /* Durable before it becomes visible under the real name; always close. */
+        ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+        ok = (fclose(fp) == 0) && ok;
+    }
     if (!ok || rename(tmp, path)) {
         snprintf(err, errlen, "rank 0: cannot write rendezvous file %s: %s", path, strerror(errno));
         unlink(tmp);

@@ -91,7 +91,7 @@ static void admit(rt_rdzv *r, pending *p, rt_rdzv_hello *hello, int *joined)
     }
     r->fds[h.rank] = p->fd;
     hello[h.rank] = h;
-    snprintf(r->peer[h.rank], sizeof r->peer[0], "%s (host %s, pid %u)", p->peer, h.host, h.pid);
+    snprintf(r->peer[h.rank], sizeof r->peer[0], "%s on host %s, pid %u", p->peer, h.host, h.pid);
     rt_debug("rank 0: rank %d joined from %s", h.rank, r->peer[h.rank]);
     p->fd = -1;
     p->got = 0;
@@ -122,7 +122,7 @@ static void feed(rt_rdzv *r, pending *p, rt_rdzv_hello *hello, int *joined)
 /* Everyone is here: compare configuration hashes, then welcome (or refuse) them all. */
 static int finish_meeting(rt_rdzv *r, rt_rdzv_hello *hello, char *err, size_t errlen)
 {
-    char msg[RT_RDZV_MAX_TEXT] = "";
+    char msg[300] = ""; /* the list of differing ranks; leaves room in the line below */
     size_t n = 0;
     int bad = 0;
     for (int q = 1; q < r->world && r->config_hash; q++)
@@ -149,7 +149,7 @@ static int finish_meeting(rt_rdzv *r, rt_rdzv_hello *hello, char *err, size_t er
         uint8_t b[RT_RDZV_HDR + 8];
         rt_rdzv_put_hdr(b, RZ_WELCOME, (uint32_t)rt_rdzv_put_welcome(b + RT_RDZV_HDR, 8, r->world, lr), 0);
         if (port_sock_write_full(r->fds[q], b, sizeof b, port_now_ns() + (int64_t)(r->timeout_s * 1e9))) {
-            snprintf(err, errlen, "rank 0: rank %d %s left before the rendezvous completed", q, r->peer[q]);
+            snprintf(err, errlen, "rank 0: rank %d (%s) left before the rendezvous completed", q, r->peer[q]);
             return -1;
         }
     }
@@ -185,7 +185,7 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
     while (joined < W) {
         int64_t now = port_now_ns(), wake = deadline;
         if (now >= deadline) {
-            char missing[256] = "";
+            char missing[160] = "";
             size_t n = 0;
             for (int q = 1; q < W && n < sizeof missing - 16; q++)
                 if (r->fds[q] < 0) n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", n ? "," : "", q);
@@ -237,7 +237,7 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
             if (!ready[1 + MAX_PENDING + q] || r->fds[q] < 0 || fds[1 + MAX_PENDING + q] != r->fds[q]) continue;
             uint8_t junk;
             if (port_sock_read_some(r->fds[q], &junk, 1) == 0) continue;
-            rt_warn("rank 0: rank %d %s left before the rendezvous completed; waiting for it to come back", q,
+            rt_warn("rank 0: rank %d (%s) left before the rendezvous completed; waiting for it to come back", q,
                     r->peer[q]);
             port_sock_close(r->fds[q]);
             r->fds[q] = -1;
@@ -264,7 +264,10 @@ int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns
     int64_t now = port_now_ns(), cdl = now + 5000000000LL < deadline_ns ? now + 5000000000LL : deadline_ns;
     int fd = port_sock_connect(host, port, cdl, e, sizeof e);
     if (fd < 0) {
-        snprintf(last, lastlen, "%s", strerror(errno));
+        /* An attempt cut short by the overall deadline says nothing new: keep the
+         * previous reason ("Connection refused"), which is the useful one. */
+        if (!(errno == ETIMEDOUT && cdl == deadline_ns && strcmp(last, "no attempt")))
+            snprintf(last, lastlen, "%s", strerror(errno));
         return 1;
     }
     port_sock_tune(fd, 0);

@@ -1,6 +1,8 @@
 #include "test/t_proc.h"
+#include "test/t.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,9 +13,26 @@
 
 extern char **environ;
 
+static char dir[256];
+
+void t_tmp_cleanup(void)
+{
+    if (!dir[0] || !strcmp(dir, "/tmp")) return;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[600];
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d) closedir(d);
+    rmdir(dir);
+    dir[0] = 0;
+}
+
 const char *t_tmpdir(void)
 {
-    static char dir[256];
     if (!dir[0]) {
         const char *t = getenv("TMPDIR");
         snprintf(dir, sizeof dir, "%s/ddprt-t-XXXXXX", t && *t ? t : "/tmp");
@@ -98,4 +117,24 @@ int t_free_port(void)
     int port = port_sock_local_port(fd);
     port_sock_close(fd);
     return port;
+}
+
+void t_rank_proc(t_proc *p, const char *name, const char *init, int rank, int world, const char *a1,
+                 const char *a2, char *const *env)
+{
+    char rs[16], ws[16];
+    snprintf(rs, sizeof rs, "%d", rank);
+    snprintf(ws, sizeof ws, "%d", world);
+    char *argv[] = {(char *)t_prog("t-rdzv_rank"), (char *)init, rs, ws, (char *)(a1 ? a1 : "-"),
+                    (char *)(a2 ? a2 : "-"), NULL};
+    t_spawn(p, name, argv, env);
+}
+
+void t_rank_ok(t_proc *p, int world)
+{
+    int st = t_wait(p, 20);
+    CHECKF(st == 0, "%s: status %d, stderr: %s", p->out, st, t_slurp(p->err));
+    char want[64];
+    snprintf(want, sizeof want, "of %d", world);
+    CHECKF(strstr(t_slurp(p->out), want), "%s: %s", p->out, t_slurp(p->out));
 }

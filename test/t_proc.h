@@ -9,6 +9,14 @@ typedef struct t_proc {
     char out[256], err[256]; /* files holding the child's stdout / stderr */
 } t_proc;
 
+/* A test whose processes leave files in t_tmpdir(): removed when the test body returns
+ * (the runner ends a test with _exit, so no atexit hook would run). */
+#define PTEST(name)                                 \
+    static void name##_body(void);                  \
+    TEST(name) { name##_body(); t_tmp_cleanup(); }  \
+    static void name##_body(void)
+/* Removes t_tmpdir() and the files in it (if it was created). */
+void t_tmp_cleanup(void);
 /* A fresh directory for this test's files (under $TMPDIR or /tmp); same path until exit. */
 const char *t_tmpdir(void);
 /* Unsets every launcher variable (torchrun, Slurm, Open MPI, PMI, DDPRT_*) so a test run
@@ -23,4 +31,10 @@ int t_wait(t_proc *p, double secs);
 const char *t_slurp(const char *path);
 /* A TCP port that was free a moment ago (bound to 0 and released). */
 int t_free_port(void);
+/* Starts t-rdzv_rank (test/progs/rdzv_rank.c): INIT RANK WORLD plus up to two "k=v"
+ * arguments (NULL = none) and extra environment. */
+void t_rank_proc(t_proc *p, const char *name, const char *init, int rank, int world, const char *a1,
+                 const char *a2, char *const *env);
+/* Waits (20 s at most) and checks exit 0 and "of WORLD" in its output (t_fail otherwise). */
+void t_rank_ok(t_proc *p, int world);
 #endif

@@ -27,7 +27,7 @@ static const char *expand(const char *list)
     return j.buf;
 }
 
-TEST(rdzv_hostlist_expands_slurm_lists)
+PTEST(rdzv_hostlist_expands_slurm_lists)
 {
     CHECK(!strcmp(expand("node[01-04,07]"), "node01 node02 node03 node04 node07"));
     CHECK(!strcmp(expand("a[1-2],b3"), "a1 a2 b3"));
@@ -44,7 +44,7 @@ TEST(rdzv_hostlist_expands_slurm_lists)
 /* ---- environments ---- */
 static const rt_rdzv_opts NOOPTS = {NULL, -1, -1, -1, 0, NULL, 0};
 
-TEST(rdzv_env_torchrun)
+PTEST(rdzv_env_torchrun)
 {
     t_clean_env();
     setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1);
@@ -66,7 +66,7 @@ TEST(rdzv_env_torchrun)
     CHECK(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1 && strstr(err, "MASTER_PORT"));
 }
 
-TEST(rdzv_env_slurm)
+PTEST(rdzv_env_slurm)
 {
     t_clean_env();
     setenv("SLURM_PROCID", "3", 1), setenv("SLURM_NTASKS", "8", 1), setenv("SLURM_LOCALID", "1", 1);
@@ -87,7 +87,7 @@ TEST(rdzv_env_slurm)
     CHECKF(strstr(err, "rank 9 is out of range for world size 8"), "%s", err);
 }
 
-TEST(rdzv_env_open_mpi_and_pmi)
+PTEST(rdzv_env_open_mpi_and_pmi)
 {
     t_clean_env();
     setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
@@ -106,7 +106,7 @@ TEST(rdzv_env_open_mpi_and_pmi)
     CHECK(p.rank == 2 && p.world == 3 && p.local_rank == 0 && !strcmp(p.source, "MPICH/PMI"));
 }
 
-TEST(rdzv_env_explicit_options_win_and_errors)
+PTEST(rdzv_env_explicit_options_win_and_errors)
 {
     t_clean_env();
     setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1);
@@ -141,7 +141,7 @@ TEST(rdzv_env_explicit_options_win_and_errors)
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0 && p.kind == RT_RDZV_SINGLE, "%s", err);
 }
 
-TEST(rdzv_single_process_needs_no_network)
+PTEST(rdzv_single_process_needs_no_network)
 {
     t_clean_env();
     rt_rdzv *r;
@@ -155,7 +155,7 @@ TEST(rdzv_single_process_needs_no_network)
 }
 
 /* ---- wire format ---- */
-TEST(rdzv_wire_roundtrip_and_bounds)
+PTEST(rdzv_wire_roundtrip_and_bounds)
 {
     uint8_t b[RT_RDZV_HDR + RT_RDZV_MAX_HELLO];
     rt_rdzv_hello h = {3, 4, -1, 77, 0x1122334455667788ull, 9, 10, "node07"}, g;
@@ -189,34 +189,13 @@ TEST(rdzv_wire_roundtrip_and_bounds)
 }
 
 /* ---- real jobs ---- */
-#define MAXP 8
-static t_proc P[MAXP];
-
-/* Starts t-rdzv_rank as process slot i with INIT RANK WORLD + extra "k=v" arguments. */
-static void rank_proc(int i, const char *init, int rank, int world, const char *a1, const char *a2, char *const *env)
-{
-    char rs[16], ws[16], name[32];
-    snprintf(rs, sizeof rs, "%d", rank);
-    snprintf(ws, sizeof ws, "%d", world);
-    snprintf(name, sizeof name, "p%d", i);
-    char *argv[] = {(char *)t_prog("t-rdzv_rank"), (char *)init, rs, ws, (char *)(a1 ? a1 : "x"),
-                    (char *)(a2 ? a2 : "x"), NULL};
-    t_spawn(&P[i], name, argv, env);
-}
-
+static t_proc P[8];
+#define rank_proc(i, ...) t_rank_proc(&P[i], "p" #i, __VA_ARGS__)
+#define expect_ok(i, world) t_rank_ok(&P[i], world)
 static char URL[64];
 static void new_url(void) { snprintf(URL, sizeof URL, "tcp://127.0.0.1:%d", t_free_port()); }
 
-static void expect_ok(int i, int world)
-{
-    int st = t_wait(&P[i], 20);
-    CHECKF(st == 0, "process %d: status %d, stderr: %s", i, st, t_slurp(P[i].err));
-    char want[64];
-    snprintf(want, sizeof want, "of %d", world);
-    CHECKF(strstr(t_slurp(P[i].out), want), "process %d: %s", i, t_slurp(P[i].out));
-}
-
-TEST(rdzv_tcp_two_ranks)
+PTEST(rdzv_tcp_two_ranks)
 {
     t_clean_env();
     new_url();
@@ -227,17 +206,19 @@ TEST(rdzv_tcp_two_ranks)
     CHECK(strstr(t_slurp(P[1].out), "local 1 ok token yes")); /* same host: local rank derived */
 }
 
-TEST(rdzv_tcp_four_ranks_rank0_last)
+PTEST(rdzv_tcp_four_ranks_rank0_last)
 {
     t_clean_env();
     new_url();
-    for (int q = 3; q >= 1; q--) rank_proc(q, URL, q, 4, "timeout=20", "len=1000", NULL);
+    rank_proc(3, URL, 3, 4, "timeout=20", "len=1000", NULL);
+    rank_proc(2, URL, 2, 4, "timeout=20", "len=1000", NULL);
+    rank_proc(1, URL, 1, 4, "timeout=20", "len=1000", NULL);
     port_sleep_ns(300000000); /* the others are already retrying */
     rank_proc(0, URL, 0, 4, "timeout=20", "len=1000", NULL);
-    for (int q = 0; q < 4; q++) expect_ok(q, 4);
+    for (int q = 0; q < 4; q++) t_rank_ok(&P[q], 4);
 }
 
-TEST(rdzv_env_method_three_ranks)
+PTEST(rdzv_env_method_three_ranks)
 {
     t_clean_env();
     char port[32];
@@ -247,8 +228,8 @@ TEST(rdzv_env_method_three_ranks)
         snprintf(rk[q], sizeof rk[q], "RANK=%d", q);
         snprintf(lr[q], sizeof lr[q], "LOCAL_RANK=%d", q);
         char *env[] = {rk[q], lr[q], "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", port, "DDPRT_TIMEOUT=20", NULL};
-        rank_proc(q, "env://", -1, -1, "rounds=5", NULL, env);
+        t_rank_proc(&P[q], rk[q], "env://", -1, -1, "rounds=5", NULL, env);
     }
-    for (int q = 0; q < 3; q++) expect_ok(q, 3);
+    for (int q = 0; q < 3; q++) t_rank_ok(&P[q], 3);
     CHECK(strstr(t_slurp(P[2].out), "rank 2 of 3 local 2"));
 }

@@ -40,30 +40,31 @@ int main(int argc, char **argv)
     int rank = rt_rdzv_rank(r), world = rt_rdzv_world(r);
     if (die) _exit(0); /* gone without a word: the others must notice */
     unsigned char *mine = malloc(len + 1), *all = malloc(len * (size_t)world + 1);
-    for (int k = 0; k < rounds; k++) {
+    int *ranks = malloc(sizeof(int) * (size_t)world), rc = 0;
+    for (int k = 0; k < rounds && !rc; k++) {
         for (size_t i = 0; i < len; i++) mine[i] = (unsigned char)fill_byte(rank, k, i);
-        if (rt_rdzv_allgather(r, mine, len, all, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); return 3; }
-        for (int q = 0; q < world; q++)
-            for (size_t i = 0; i < len; i++)
+        if (rt_rdzv_allgather(r, mine, len, all, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); rc = 3; break; }
+        for (int q = 0; q < world && !rc; q++)
+            for (size_t i = 0; i < len && !rc; i++)
                 if (all[(size_t)q * len + i] != fill_byte(q, k, i)) {
                     fprintf(stderr, "ERR round %d: wrong byte %zu from rank %d\n", k, i, q);
-                    return 4;
+                    rc = 4;
                 }
-        if (rt_rdzv_barrier(r, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); return 3; }
+        if (!rc && rt_rdzv_barrier(r, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); rc = 3; }
     }
     /* The transport bootstrap is the same allgather behind a callback. */
     tp_bootstrap bs;
     rt_rdzv_bootstrap(r, &bs);
-    int *ranks = malloc(sizeof(int) * (size_t)world);
-    if (bs.allgather(bs.ctx, &rank, sizeof rank, ranks, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); return 3; }
-    for (int q = 0; q < world; q++)
-        if (ranks[q] != q) { fprintf(stderr, "ERR bootstrap allgather order\n"); return 4; }
-    printf("rank %d of %d local %d ok token %s\n", rank, world, rt_rdzv_local_rank(r),
-           rt_rdzv_token_hash(r) ? "yes" : "no");
+    if (!rc && bs.allgather(bs.ctx, &rank, sizeof rank, ranks, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); rc = 3; }
+    for (int q = 0; q < world && !rc; q++)
+        if (ranks[q] != q) { fprintf(stderr, "ERR bootstrap allgather order\n"); rc = 4; }
+    if (!rc)
+        printf("rank %d of %d local %d ok token %s\n", rank, world, rt_rdzv_local_rank(r),
+               rt_rdzv_token_hash(r) ? "yes" : "no");
     fflush(stdout);
     rt_rdzv_close(r);
     free(mine);
     free(all);
     free(ranks);
-    return 0;
+    return rc;
 }

@@ -1,0 +1,295 @@
+/* ddprt-launch: torchrun for ddprt programs. Starts N local ranks with the environment
+ * torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+ * MASTER_PORT) plus a job token, relays their output with a "[rank R] " prefix per
+ * line, forwards SIGINT/SIGTERM, and when one rank fails stops the others (SIGTERM,
+ * then SIGKILL after a grace period) and exits with the failed rank's status, so a
+ * dead rank never leaves the rest of the job spinning. */
+#include "ports/posix/port.h"
+#include "ports/posix/port_sock.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LINE_MAX_BYTES 8192
+
+typedef struct { int fd, rank, to, midline; size_t n; char buf[LINE_MAX_BYTES]; } stream;
+typedef struct { pid_t pid; int rank, alive, status; } child;
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+    int e = errno;
+    unsigned char s = (unsigned char)sig;
+    if (write(sig_pipe[1], &s, 1) < 0) {} /* pipe full: a signal is already pending */
+    errno = e;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ddprt-launch --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A]\n"
+               "                    [--master-port P] [--no-prefix] -- PROGRAM [ARGS...]\n"
+               "Starts N ranks of PROGRAM on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
+               "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and DDPRT_JOB_TOKEN.\n"
+               "Defaults: --nnodes 1 --node-rank 0 --master-addr $MASTER_ADDR or 127.0.0.1,\n"
+               "--master-port $MASTER_PORT, else a free port (one node) or 29500.\n"
+               "DDPRT_LAUNCH_GRACE: seconds between SIGTERM and SIGKILL when stopping ranks (10).\n");
+}
+
+static _Noreturn void bad(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "ddprt-launch: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (ddprt-launch --help for usage)\n");
+    exit(2);
+}
+
+static int int_arg(const char *flag, const char *v, int lo, int hi)
+{
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi) bad("%s needs an integer in range, got '%s'", flag, v ? v : "");
+    return (int)x;
+}
+
+/* Writes one relayed chunk with the rank prefix at line starts, as one write() so that
+ * lines of different ranks do not interleave. */
+static void emit(stream *s, const char *p, size_t n, int prefix)
+{
+    char out[LINE_MAX_BYTES + 64];
+    size_t k = 0;
+    if (prefix && !s->midline) k = (size_t)snprintf(out, sizeof out, "[rank %d] ", s->rank);
+    memcpy(out + k, p, n);
+    k += n;
+    s->midline = n == 0 || p[n - 1] != '\n';
+    for (size_t w = 0; w < k;) {
+        ssize_t r = write(s->to, out + w, k - w);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return; /* our own output is gone (closed pipe): drop, keep the ranks going */
+        w += (size_t)r;
+    }
+}
+
+/* Reads what a rank wrote; relays complete lines. Returns 0 at EOF (stream closed). */
+static int relay(stream *s)
+{
+    ssize_t r = read(s->fd, s->buf + s->n, sizeof s->buf - s->n);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (r <= 0) {
+        if (s->n) { s->buf[s->n++] = '\n'; emit(s, s->buf, s->n, 1); }
+        close(s->fd);
+        s->fd = -1;
+        return 0;
+    }
+    s->n += (size_t)r;
+    char *nl;
+    size_t start = 0;
+    while ((nl = memchr(s->buf + start, '\n', s->n - start))) {
+        size_t len = (size_t)(nl - (s->buf + start)) + 1;
+        emit(s, s->buf + start, len, 1);
+        start += len;
+    }
+    if (start == 0 && s->n == sizeof s->buf) { emit(s, s->buf, s->n, 1); start = s->n; } /* a giant line */
+    memmove(s->buf, s->buf + start, s->n - start);
+    s->n -= start;
+    return 1;
+}
+
+static void signal_all(child *c, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (c[i].alive) kill(c[i].pid, sig);
+}
+
+static void set_env_int(const char *name, int v)
+{
+    char s[32];
+    snprintf(s, sizeof s, "%d", v);
+    setenv(name, s, 1);
+}
+
+int main(int argc, char **argv)
+{
+    int nproc = -1, nnodes = 1, node_rank = 0, port = -1, prefix = 1, a = 1;
+    const char *addr = NULL;
+    for (; a < argc; a++) {
+        char flag[64];
+        const char *v = NULL, *s = argv[a];
+        if (!strcmp(s, "--")) { a++; break; }
+        if (strncmp(s, "--", 2)) break; /* first non-flag: the program (torchrun allows this) */
+        /* --flag=value and --flag value; torch.distributed.launch's underscores too. */
+        snprintf(flag, sizeof flag, "%s", s);
+        for (char *c = flag + 2; *c; c++) if (*c == '_') *c = '-';
+        char *eq = strchr(flag, '=');
+        if (eq) { *eq = 0; v = s + (eq - flag) + 1; }
+        int takes = strcmp(flag, "--no-prefix") && strcmp(flag, "--help") && strcmp(flag, "-h");
+        if (takes && !v) {
+            if (a + 1 >= argc) bad("%s needs a value%s", flag, "");
+            v = argv[++a];
+        }
+        if (!strcmp(flag, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(flag, "--nproc-per-node")) nproc = int_arg(flag, v, 1, 4096);
+        else if (!strcmp(flag, "--nnodes")) nnodes = int_arg(flag, v, 1, 65536);
+        else if (!strcmp(flag, "--node-rank")) node_rank = int_arg(flag, v, 0, 65535);
+        else if (!strcmp(flag, "--master-addr")) addr = v;
+        else if (!strcmp(flag, "--master-port")) port = int_arg(flag, v, 1, 65535);
+        else if (!strcmp(flag, "--no-prefix")) prefix = 0;
+        else bad("unknown flag '%s'%s", s, "");
+    }
+    if (nproc < 0) bad("--nproc-per-node N is required%s%s", "", "");
+    if (a >= argc) bad("no program given: ddprt-launch --nproc-per-node N -- PROGRAM [ARGS...]%s%s", "", "");
+    if (node_rank >= nnodes) {
+        char r[16], m[16];
+        snprintf(r, sizeof r, "%d", node_rank);
+        snprintf(m, sizeof m, "%d", nnodes);
+        bad("--node-rank %s is out of range for --nnodes %s", r, m);
+    }
+    if (nnodes * nproc > 65536) bad("too many ranks%s%s", "", "");
+    char **prog = argv + a;
+
+    if (!addr) addr = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
+    const char *penv = getenv("MASTER_PORT");
+    if (port < 0 && penv && *penv) port = int_arg("MASTER_PORT", penv, 1, 65535);
+    if (port < 0 && nnodes == 1) {
+        /* One node, no port asked for: take a free one, so two jobs on one machine do not
+         * collide on 29500 ("Address already in use"). */
+        char err[256];
+        int fd = port_sock_listen(NULL, 0, 1, err, sizeof err);
+        port = fd >= 0 ? port_sock_local_port(fd) : 29500;
+        port_sock_close(fd);
+    }
+    if (port < 0) port = 29500;
+    const char *tok = getenv("DDPRT_JOB_TOKEN");
+    if ((!tok || !*tok) && nnodes == 1) {
+        /* A random token per launch: a stray rank of another job cannot join this one. */
+        unsigned char r[16] = {0};
+        char hex[40];
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, r, sizeof r) != (ssize_t)sizeof r) {
+            uint64_t t = (uint64_t)port_now_ns() ^ (uint64_t)getpid() << 40;
+            memcpy(r, &t, sizeof t);
+        }
+        if (fd >= 0) close(fd);
+        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
+        setenv("DDPRT_JOB_TOKEN", hex, 1);
+    }
+    setenv("MASTER_ADDR", addr, 1);
+    set_env_int("MASTER_PORT", port);
+    set_env_int("WORLD_SIZE", nnodes * nproc);
+    set_env_int("LOCAL_WORLD_SIZE", nproc);
+    set_env_int("GROUP_RANK", node_rank);
+
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) { perror("ddprt-launch: pipe"); return 1; }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    child *ch = calloc((size_t)nproc, sizeof *ch);
+    stream *st = calloc((size_t)nproc * 2, sizeof *st);
+    struct pollfd *pf = calloc((size_t)nproc * 2 + 1, sizeof *pf);
+    if (!ch || !st || !pf) { fprintf(stderr, "ddprt-launch: out of memory\n"); return 1; }
+    for (int i = 0; i < nproc * 2; i++) st[i].fd = -1;
+    int alive = 0;
+    for (int i = 0; i < nproc; i++) {
+        int po[2] = {-1, -1}, pe[2] = {-1, -1};
+        if (prefix && (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC))) { perror("ddprt-launch: pipe"); break; }
+        int rank = node_rank * nproc + i;
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) { perror("ddprt-launch: fork"); break; }
+        if (pid == 0) {
+            signal(SIGPIPE, SIG_DFL);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGCHLD, SIG_DFL);
+            if (prefix) { dup2(po[1], 1); dup2(pe[1], 2); }
+            set_env_int("RANK", rank);
+            set_env_int("LOCAL_RANK", i);
+            execvp(prog[0], prog);
+            fprintf(stderr, "ddprt-launch: cannot run '%s': %s\n", prog[0], strerror(errno));
+            _exit(127);
+        }
+        ch[i] = (child){pid, rank, 1, 0};
+        alive++;
+        if (prefix) {
+            close(po[1]);
+            close(pe[1]);
+            st[2 * i] = (stream){.fd = po[0], .rank = rank, .to = 1};
+            st[2 * i + 1] = (stream){.fd = pe[0], .rank = rank, .to = 2};
+        }
+    }
+
+    int first_fail = -1, fail_code = 0, got_sig = 0, stopping = alive < nproc, killed = 0;
+    double grace = getenv("DDPRT_LAUNCH_GRACE") ? atof(getenv("DDPRT_LAUNCH_GRACE")) : 10;
+    int64_t kill_at = stopping ? port_now_ns() + (int64_t)(grace * 1e9) : 0, drain_until = 0;
+    if (stopping) { signal_all(ch, nproc, SIGTERM); first_fail = 0; fail_code = 1; }
+    for (;;) {
+        int open_streams = 0, n = 0;
+        pf[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
+        for (int i = 0; i < nproc * 2; i++)
+            if (st[i].fd >= 0) { pf[n++] = (struct pollfd){st[i].fd, POLLIN, 0}; open_streams++; }
+        if (alive == 0 && open_streams == 0) break;
+        if (alive == 0 && !drain_until) drain_until = port_now_ns() + 2000000000LL;
+        /* Grandchildren may keep a rank's pipe open after it exited: stop waiting for them. */
+        if (drain_until && port_now_ns() > drain_until) break;
+        poll(pf, (nfds_t)n, 200);
+        if (pf[0].revents) {
+            unsigned char sigs[64];
+            ssize_t k = read(sig_pipe[0], sigs, sizeof sigs);
+            for (ssize_t j = 0; j < k; j++) {
+                if (sigs[j] != SIGINT && sigs[j] != SIGTERM) continue;
+                got_sig = sigs[j];
+                signal_all(ch, nproc, got_sig);
+                if (!stopping) { stopping = 1; kill_at = port_now_ns() + (int64_t)(grace * 1e9); }
+            }
+        }
+        for (int j = 1, i = 0; j < n; j++) {
+            while (st[i].fd != pf[j].fd) i++;
+            if (pf[j].revents) relay(&st[i]);
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int i = 0; i < nproc; i++) {
+                if (ch[i].pid != pid || !ch[i].alive) continue;
+                ch[i].alive = 0;
+                alive--;
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                if (code == 0 || first_fail >= 0 || got_sig) continue;
+                first_fail = ch[i].rank;
+                fail_code = code;
+                if (WIFSIGNALED(status))
+                    fprintf(stderr, "ddprt-launch: rank %d (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
+                            ch[i].rank, (int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+                else
+                    fprintf(stderr, "ddprt-launch: rank %d (pid %d) exited with status %d; stopping the other ranks\n",
+                            ch[i].rank, (int)pid, code);
+                signal_all(ch, nproc, SIGTERM);
+                if (!stopping) { stopping = 1; kill_at = port_now_ns() + (int64_t)(grace * 1e9); }
+            }
+        }
+        if (stopping && !killed && alive > 0 && port_now_ns() > kill_at) {
+            for (int i = 0; i < nproc; i++)
+                if (ch[i].alive) fprintf(stderr, "ddprt-launch: rank %d did not exit %g s after being told to stop; killing it\n",
+                                         ch[i].rank, grace);
+            signal_all(ch, nproc, SIGKILL);
+            killed = 1;
+        }
+    }
+    free(ch);
+    free(st);
+    free(pf);
+    if (first_fail >= 0) return fail_code;
+    return got_sig ? 128 + got_sig : 0;
+}

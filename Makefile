@@ -63,6 +63,16 @@ run: all
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi
 	./$(BUILD)/ddprt-train $(RUN_ARGS)
 
+# libFuzzer on the rendezvous wire parsers + hostlists (clang with libFuzzer; on Debian/
+# Ubuntu it comes with clang, else apt install libclang-rt-14-dev). FUZZ_TIME seconds.
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 30
+fuzz:
+	@mkdir -p build-fuzz/corpus-rdzv
+	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+		test/fuzz/fuzz_rdzv.c rt/rdzv_wire.c rt/rdzv_env.c -o build-fuzz/fuzz_rdzv
+	./build-fuzz/fuzz_rdzv -max_total_time=$(FUZZ_TIME) -max_len=4096 build-fuzz/corpus-rdzv
+
 clean:
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz
 

@@ -223,7 +223,8 @@ static int hl_expand(hl_walk *w, char *out, size_t used, const char *s, size_t n
         if (memchr(s, ']', n) || used + n >= 256) return -1;
         memcpy(out + used, s, n);
         out[used + n] = 0;
-        w->count++;
+        /* A bound on the work: "a[0-999999]b[0-999999]" is a typo, not a cluster. */
+        if (++w->count > RT_HOSTLIST_MAX) return -1;
         if (w->fn && w->fn(out, w->ctx)) w->stop = 1;
         return 0;
     }

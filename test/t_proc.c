@@ -31,7 +31,7 @@ void t_tmp_cleanup(void)
     dir[0] = 0;
 }
 
-const char *t_tmpdir(void)
+const char *t_proc_tmpdir(void)
 {
     if (!dir[0]) {
         const char *t = getenv("TMPDIR");

@@ -17,8 +17,12 @@ typedef struct t_proc {
     static void name##_body(void)
 /* Removes t_tmpdir() and the files in it (if it was created). */
 void t_tmp_cleanup(void);
-/* A fresh directory for this test's files (under $TMPDIR or /tmp); same path until exit. */
-const char *t_tmpdir(void);
+/* A fresh directory for this test's files (under $TMPDIR or /tmp); same path until exit
+ * or t_tmp_cleanup(). t_tmpdir() is an alias kept for tests written against the first
+ * version of this header (test/t_data.h has its own t_tmpdir(tag); the macro takes
+ * either form so that a file may include both headers). */
+const char *t_proc_tmpdir(void);
+#define t_tmpdir(...) t_proc_tmpdir()
 /* Unsets every launcher variable (torchrun, Slurm, Open MPI, PMI, DDPRT_*) so a test run
  * under a launcher sees a clean environment. */
 void t_clean_env(void);

@@ -120,22 +120,25 @@ static int lb_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
     char msg[160];
     port_mutex_lock(&w->mu);
     for (;;) {
-        if (b->failed) break;
+        /* Errors first: a request that failed on its own (posted to an already
+         * closed peer, size mismatch) names the root cause better than a peer
+         * that closed later because of it. */
         int pending = -1;
-        for (int i = 0; i < n && !b->failed; i++) {
-            tp_req *q = reqs[i];
-            if (q->state == 1) continue;
-            if (q->state < 0 || w->rank[q->peer].closed) {
-                if (q->state == TP_EIO)
+        for (int pass = 0; pass < 2 && !b->failed; pass++)
+            for (int i = 0; i < n && !b->failed; i++) {
+                tp_req *q = reqs[i];
+                if (q->state == 1) continue;
+                if (q->state == TP_EIO) {
                     snprintf(msg, sizeof msg, "message size mismatch with rank %d (%zu bytes here)",
                              q->peer, q->len);
-                else
+                    fail_locked(me, TP_EIO, msg);
+                } else if (q->state < 0 || (pass == 1 && w->rank[q->peer].closed)) {
                     snprintf(msg, sizeof msg, "rank %d closed the connection", q->peer);
-                fail_locked(me, q->state == TP_EIO ? TP_EIO : TP_ECLOSED, msg);
-            } else if (pending < 0) {
-                pending = i;
+                    fail_locked(me, TP_ECLOSED, msg);
+                } else if (pass == 1 && pending < 0) {
+                    pending = i;
+                }
             }
-        }
         if (b->failed || pending < 0) break;
         if (port_now_ns() >= deadline_ns) {
             snprintf(msg, sizeof msg, "timed out waiting for rank %d", reqs[pending]->peer);

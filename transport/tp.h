@@ -42,7 +42,9 @@ typedef enum { TP_ALGO_DEFAULT = -1, TP_ALGO_AUTO = 0, TP_ALGO_RING, TP_ALGO_RD 
 typedef struct tp_comm_opts {
     double timeout_s;   /* per op; <= 0: DDPRT_TIMEOUT, else 300 s */
     int algo;           /* tp_algo; TP_ALGO_DEFAULT = DDPRT_ALGO, else AUTO */
-    size_t arena_bytes; /* scratch arena; 0 = TP_DEFAULT_ARENA_BYTES; min 4608 */
+    size_t arena_bytes; /* scratch arena; 0 = TP_DEFAULT_ARENA_BYTES; min 4608. It sets
+                           the chunk size, which is part of the wire protocol: every
+                           rank must use the same value (and the same algo). */
 } tp_comm_opts;
 
 typedef struct tp_comm tp_comm;

@@ -8,10 +8,15 @@
  *  - isend/irecv never block and never allocate; the caller owns the tp_req.
  *  - waitall progresses all posted requests (not only the ones it waits for) and
  *    returns by the deadline: 0, or TP_ETIMEOUT / TP_ECLOSED / TP_EIO with b->err
- *    naming the peer rank ("rank 2 closed the connection").
+ *    naming the peer rank ("rank 2 closed the connection"). On TP_ETIMEOUT write
+ *    "timed out waiting for rank 3": the communicator knows the timeout and makes it
+ *    "allreduce #7 (64 MiB): timed out after 30 s waiting for rank 3" (an err that
+ *    already says " after " is kept as it is).
  *  - After an error the backend is failed: it closes its connections (so the failure
  *    travels to every other rank within seconds) and fails every later call.
  *  - One thread at a time calls a backend (the communicator serialises).
+ *  - The communicator never posts zero-length messages, and keeps at most
+ *    2 * TP_PIPE_DEPTH (tp.h) requests in flight.
  */
 #ifndef TP_BACKEND_H
 #define TP_BACKEND_H

@@ -8,7 +8,8 @@
  * equal blocks (NCCL's API). Rank r ends the reduce-scatter owning block r: in step s
  * it sends block r-s-1 to the right and receives block r-s-2 from the left.
  *
- * Pipelining: each block is cut into columns of one chunk (c->chunk bytes). A "unit"
+ * Pipelining: each block is cut into columns of at most one chunk (c->chunk bytes;
+ * mid-size blocks into TP_PIPE_DEPTH columns of at least 16 KiB). A "unit"
  * is one (step, column) pair: a send to the right and a receive from the left posted
  * together (full duplex). Up to TP_PIPE_DEPTH units are in flight, so the reduction
  * of unit u overlaps the transfer of the units after it. Unit (s, col) sends what
@@ -16,6 +17,9 @@
 #include "transport/tp_comm_int.h"
 #include "transport/tp_reduce.h"
 #include <string.h>
+
+/* Smallest ring column: below this, per-message overhead outweighs the overlap. */
+#define TP_MIN_CHUNK_BYTES (16 * 1024)
 
 typedef struct ring_pass ring_pass;
 struct ring_pass {
@@ -108,6 +112,12 @@ static void pass_init(ring_pass *p, tp_comm *c, const void *send, void *recv, si
     p->nsteps = c->world - 1;
     size_t off, biggest;
     block(p, 0, &off, &biggest); /* block 0 is never smaller than another */
+    /* A block that fits one chunk would leave nothing to overlap: cut mid-size
+     * blocks into TP_PIPE_DEPTH columns, but no smaller than TP_MIN_CHUNK_BYTES
+     * (per-message costs). Depends only on values equal on every rank. */
+    size_t want = (biggest + TP_PIPE_DEPTH - 1) / TP_PIPE_DEPTH, floor = TP_MIN_CHUNK_BYTES / p->es;
+    if (want < floor) want = floor;
+    if (want < p->ce) p->ce = want;
     p->ncols = (int)((biggest + p->ce - 1) / p->ce);
 }
 

@@ -34,6 +34,8 @@ typedef __m512 kv_avx512;
 #define kv_storen(p, v, n) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (n)) - 1), v)
 #define kv_gtz_select(y, d) \
     _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), d)
+#define kv_load_lanes(p, lo, hi) \
+    _mm512_maskz_loadu_ps((__mmask16)(((1u << (hi)) - 1) & ~((1u << (lo)) - 1)), p)
 #define kv_mask_u8(m, sc) _mm512_maskz_mov_ps(                                         \
     _mm512_test_epi32_mask(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(m))), \
                            _mm512_set1_epi32(0xff)), sc)
@@ -59,6 +61,7 @@ typedef __m512 kv_avx512;
 #undef kv_storen
 #undef kv_gtz_select
 #undef kv_mask_u8
+#undef kv_load_lanes
 
 /* ------------------------------------------------------------ AVX2 + FMA */
 #define KT(name) name##_avx2
@@ -92,6 +95,14 @@ __attribute__((target("avx2,fma"))) static inline __m256i kv_lanes_avx2(int n)
 #define kv_hsum(v) kv_hsum_avx2(v)
 #define kv_loadn(p, n) _mm256_maskload_ps(p, kv_lanes_avx2(n))
 #define kv_storen(p, v, n) _mm256_maskstore_ps(p, kv_lanes_avx2(n), v)
+__attribute__((target("avx2,fma"))) static inline __m256 kv_load_lanes_avx2(const float *p, int lo, int hi)
+{
+    __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i m = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
+                                    _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));
+    return _mm256_maskload_ps(p, m);
+}
+#define kv_load_lanes(p, lo, hi) kv_load_lanes_avx2(p, lo, hi)
 #define kv_gtz_select(y, d) _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), d)
 #define kv_mask_u8(m, sc) _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(                \
     _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m))), _mm256_setzero_si256())), sc)
@@ -117,6 +128,7 @@ __attribute__((target("avx2,fma"))) static inline __m256i kv_lanes_avx2(int n)
 #undef kv_storen
 #undef kv_gtz_select
 #undef kv_mask_u8
+#undef kv_load_lanes
 #endif /* K_X86 */
 
 /* ------------------------------------------------------------ generic */
@@ -157,6 +169,12 @@ static inline void kv_storen(float *p, __m128 v, int n)
     for (int i = 0; i < n; i++) p[i] = t[i];
 }
 #define kv_gtz_select(y, d) _mm_and_ps(_mm_cmpgt_ps(y, _mm_setzero_ps()), d)
+static inline __m128 kv_load_lanes(const float *p, int lo, int hi)
+{
+    float t[4] = {0, 0, 0, 0};
+    for (int i = lo; i < hi; i++) t[i] = p[i];
+    return _mm_loadu_ps(t);
+}
 static inline __m128 kv_mask_u8(const uint8_t *m, __m128 sc)
 {
     __m128i b = _mm_setr_epi32(m[0], m[1], m[2], m[3]);
@@ -178,6 +196,7 @@ static inline __m128 kv_mask_u8(const uint8_t *m, __m128 sc)
 #define kv_storen(p, v, n) do { if ((n) > 0) *(p) = (v); } while (0)
 #define kv_gtz_select(y, d) ((y) > 0.0f ? (d) : 0.0f)
 #define kv_mask_u8(m, sc) (*(m) ? (sc) : 0.0f)
+#define kv_load_lanes(p, lo, hi) ((lo) < (hi) ? *(p) : 0.0f)
 #endif
 #include "kernels/cpu/k_simd_tmpl.h"
 
@@ -220,10 +239,29 @@ void k_gemm_pack_a(int m, int kk, const float *a, long ars, long acs, float *ap)
 }
 
 void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, long ldb,
-                      float *c, long ldc, const float *bias, int acc)
+                      const long *boff, float *c, long ldc, const float *bias, int acc)
 {
     if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
-    K_DISPATCH(gemm_nn_packed, m, n, kk, ap, b, ldb, c, ldc, bias, acc)
+    K_DISPATCH(gemm_nn_packed, m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc)
+}
+
+void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a_img,
+                   const float *b, const long *boff, long b_img, float *c, long ldc, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    K_DISPATCH(gemm_nt_off, m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc)
+}
+
+void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx) { K_DISPATCH(col2im_s1, g, col, dx) }
+
+void k_widen_rows(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst)
+{
+    K_DISPATCH(widen_rows, k, p, q, ww, dst_ld, src, dst)
+}
+
+void k_compact_rows(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y)
+{
+    K_DISPATCH(compact_rows, k, p, q, ww, wide_ld, wide, y)
 }
 
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,

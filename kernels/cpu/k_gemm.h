@@ -14,8 +14,13 @@ void k_gemm_nn(int m, int n, int kk, const float *a, long ars, long acs, const f
  * (for an A used many times, e.g. conv weights). The ISA must not change in between. */
 size_t k_gemm_pack_floats(int m, int kk);
 void k_gemm_pack_a(int m, int kk, const float *a, long ars, long acs, float *ap);
+/* boff (optional): row k of B starts at b + boff[k] instead of b + k*ldb. */
 void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, long ldb,
-                      float *c, long ldc, const float *bias, int acc);
+                      const long *boff, float *c, long ldc, const float *bias, int acc);
+/* C[i][j] (+)= sum over ng images g of sum_l A_g[i][l] B_g[boff[j] + l], with
+ * A_g = a + g*a_img (rows lda apart) and B_g = b + g*b_img. */
+void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a_img,
+                   const float *b, const long *boff, long b_img, float *c, long ldc, int acc);
 /* C[m x n] = (acc ? C : 0) + bias[j] + A[m x l] B[n x l]^T (dot-product form: both
  * operands contiguous along l). bias (per column) may be NULL. */
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
@@ -29,6 +34,15 @@ void k_im2col(const k_im2col_geo *g, const float *x, float *col);
 void k_im2row(const k_im2col_geo *g, const float *x, float *colT);
 /* dx = 0, then dx[c][ih][iw] += col[(c,r,s)][(p,q)]: the adjoint of k_im2col. */
 void k_col2im(const k_im2col_geo *g, const float *col, float *dx);
+
+/* Stride 1 only: the same result, summing each dx row in registers. col needs 16
+ * floats of readable slack before it. */
+void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx);
+/* The inverse: dst[i*dst_ld + r*ww + t] = src[i][r][t] for t < q, 0 up to ww (not
+ * after the last row). dst needs 16 floats of slack at its end. */
+void k_widen_rows(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst);
+/* y[i][r][0..q) = wide[i*wide_ld + r*ww + 0..q) for i < k, r < p. */
+void k_compact_rows(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y);
 
 /* Elementwise loops that the compiler does not vectorise at -O2. */
 void k_relu_span(size_t n, const float *x, float *y);

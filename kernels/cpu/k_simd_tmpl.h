@@ -12,8 +12,10 @@
  * Micro-kernel: C[mr x nc] for nc <= KT_NV*KV_W columns, over kk steps, reading a
  * packed A panel ap[k*KT_MR + i]. `full` = all KT_NV vectors complete (no masks). */
 KT_INL void KT(ukr_nn)(const int mr, const int full, int nc, int kk, const float *ap,
-                       const float *b, long ldb, float *c, long ldc, const float *bias, int acc)
+                       const float *b, long ldb, const long *boff, float *c, long ldc,
+                       const float *bias, int acc)
 {
+    const float *b0 = b;
     kv s[12][2];
     int cnt[2];
 #pragma GCC unroll 2
@@ -32,6 +34,7 @@ KT_INL void KT(ukr_nn)(const int mr, const int full, int nc, int kk, const float
     }
     for (int k = 0; k < kk; k++) {
         kv bv[2];
+        if (boff) b = b0 + boff[k]; /* row k of B at an arbitrary offset (conv taps) */
 #pragma GCC unroll 2
         for (int v = 0; v < KT_NV; v++) bv[v] = full ? kv_load(b + v * KV_W) : kv_loadn(b + v * KV_W, cnt[v]);
 #pragma GCC unroll 12
@@ -56,12 +59,13 @@ KT_INL void KT(ukr_nn)(const int mr, const int full, int nc, int kk, const float
 
 #define KT_NN_CASE(M)                                                                   \
     case M:                                                                             \
-        if (full) KT(ukr_nn)(M, 1, nc, kk, ap, b, ldb, c, ldc, bias, acc);              \
-        else KT(ukr_nn)(M, 0, nc, kk, ap, b, ldb, c, ldc, bias, acc);                   \
+        if (full) KT(ukr_nn)(M, 1, nc, kk, ap, b, ldb, boff, c, ldc, bias, acc);        \
+        else KT(ukr_nn)(M, 0, nc, kk, ap, b, ldb, boff, c, ldc, bias, acc);             \
         break;
 
 KT_TARGET static void KT(ukr_nn_any)(int mr, int nc, int kk, const float *ap, const float *b,
-                                     long ldb, float *c, long ldc, const float *bias, int acc)
+                                     long ldb, const long *boff, float *c, long ldc,
+                                     const float *bias, int acc)
 {
     int full = nc == KT_NV * KV_W;
     switch (mr) {
@@ -89,7 +93,8 @@ KT_TARGET static void KT(pack_a)(int m, int kk, const float *a, long ars, long a
 }
 
 KT_TARGET static void KT(gemm_nn_packed)(int m, int n, int kk, const float *ap, const float *b,
-                                         long ldb, float *c, long ldc, const float *bias, int acc)
+                                         long ldb, const long *boff, float *c, long ldc,
+                                         const float *bias, int acc)
 {
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
@@ -97,7 +102,7 @@ KT_TARGET static void KT(gemm_nn_packed)(int m, int n, int kk, const float *ap, 
         int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
         for (int j0 = 0; j0 < n; j0 += cw) {
             int nc = n - j0 < cw ? n - j0 : cw;
-            KT(ukr_nn_any)(mr, nc, kk, ap + (long)ib * kk * KT_MR, b + j0, ldb,
+            KT(ukr_nn_any)(mr, nc, kk, ap + (long)ib * kk * KT_MR, b + j0, ldb, boff,
                            c + (long)i0 * ldc + j0, ldc, bias ? bias + i0 : NULL, acc);
         }
     }
@@ -126,7 +131,7 @@ KT_TARGET static void KT(gemm_nn)(int m, int n, int kk, const float *a, long ars
                     ap[k * KT_MR + i] = a[(long)(i0 + i) * ars + (long)(k0 + k) * acs];
             for (int j0 = 0; j0 < n; j0 += cw) {
                 int nc = n - j0 < cw ? n - j0 : cw;
-                KT(ukr_nn_any)(mr, nc, kc, ap, b + (long)k0 * ldb + j0, ldb,
+                KT(ukr_nn_any)(mr, nc, kc, ap, b + (long)k0 * ldb + j0, ldb, NULL,
                                c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
             }
         }
@@ -350,4 +355,141 @@ KT_TARGET static float KT(sum_span)(size_t n, const float *x)
     float t = kv_hsum(kv_add(kv_add(s0, s1), kv_add(s2, s3)));
     for (; i < n; i++) t += x[i];
     return t;
+}
+
+/* NT over a group of images with B rows at offsets (conv dW on the "wide" layout):
+ * C[i][j] (+)= sum_g sum_l A[g][i][l] * B[g][boff[j] + l]; A[g] = a + g*a_img (rows
+ * lda apart), B[g] = b + g*b_img. Vector sums stay in registers across the group. */
+KT_INL void KT(ukr_nt_off)(const int mr, const int nr, int l, int ng, const float *a, long lda,
+                           long a_img, const float *b, const long *boff, long b_img, float *c,
+                           long ldc, int acc)
+{
+    kv s[4][6];
+    const float *bp[6];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
+    for (int g = 0; g < ng; g++, a += a_img, b += b_img) {
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) bp[j] = b + boff[j];
+        int x = 0;
+        for (; x + KV_W <= l; x += KV_W) {
+            kv av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                kv bv = kv_load(bp[j] + x);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+            }
+        }
+        if (x < l) {
+            int t = l - x;
+            kv av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                kv bv = kv_loadn(bp[j] + x, t);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = kv_hsum(s[i][j]);
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define KT_NTO_CASE(M, N) case M * 8 + N: \
+    KT(ukr_nt_off)(M, N, l, ng, ai, lda, a_img, b, bo, b_img, cij, ldc, acc); break;
+#define KT_NTO_ROW(M) KT_NTO_CASE(M, 1) KT_NTO_CASE(M, 2) KT_NTO_CASE(M, 3) KT_NTO_CASE(M, 4) \
+    KT_NTO_CASE(M, 5) KT_NTO_CASE(M, 6)
+
+KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *a, long lda,
+                                      long a_img, const float *b, const long *boff,
+                                      long b_img, float *c, long ldc, int acc)
+{
+    int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const float *ai = a + (long)i0 * lda;
+            const long *bo = boff + j0;
+            float *cij = c + (long)i0 * ldc + j0;
+            switch (mr * 8 + nr) {
+                KT_NTO_ROW(1) KT_NTO_ROW(2) KT_NTO_ROW(3)
+#if KT_TM > 3
+                KT_NTO_ROW(4)
+#endif
+            default: break;
+            }
+        }
+    }
+}
+
+/* Stride-1 col2im without a read-modify-write chain: every dx row is summed in
+ * registers over its (r, s) taps and stored once (so dx needs no zeroing). Lanes whose
+ * tap falls outside the column matrix row are masked off. col needs KV_W floats of
+ * slack before it (the masked loads start up to S-1 floats early). */
+KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, float *dx)
+{
+    const int P = g->p, Q = g->q, H = g->h, W = g->w, R = g->r, S = g->s, pad = g->pad;
+    const long PQ = (long)P * Q;
+    for (int c = 0; c < g->c; c++)
+        for (int ih = 0; ih < H; ih++)
+            for (int w0 = 0; w0 < W; w0 += KV_W) {
+                int wn = W - w0 < KV_W ? W - w0 : KV_W;
+                kv acc = kv_zero();
+                for (int r = 0; r < R; r++) {
+                    int p = ih + pad - r;
+                    if (p < 0 || p >= P) continue;
+                    const float *seg = col + ((long)(c * R + r) * S) * PQ + (long)p * Q + w0 + pad;
+                    kv t = kv_zero();
+                    for (int s = 0; s < S; s++, seg += PQ) {
+                        /* lane t <-> q = w0 + t + pad - s, valid in [0, Q) and t < wn */
+                        int lo = s - pad - w0, hi = Q + s - pad - w0;
+                        lo = lo < 0 ? 0 : lo;
+                        hi = hi > wn ? wn : hi;
+                        if (lo >= hi) continue;
+                        t = kv_add(t, kv_load_lanes(seg - s, lo, hi));
+                    }
+                    acc = kv_add(acc, t);
+                }
+                float *o = dx + ((long)c * H + ih) * W + w0;
+                if (wn == KV_W) kv_store(o, acc);
+                else kv_storen(o, acc, wn);
+            }
+}
+
+/* y[k][p][q] = wide[k][p*ww + q]: drop the wrap-around columns of the wide layout. */
+KT_TARGET static void KT(compact_rows)(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y)
+{
+    for (int i = 0; i < k; i++)
+        for (int r = 0; r < p; r++) KT(copy_row)(y + ((long)i * p + r) * q, wide + i * wide_ld + r * ww, q);
+}
+
+
+/* dst[i][r*ww + t] = src[(i*p + r)*q + t] for t < q, 0 for q <= t < ww: dy into the
+ * wide layout. Whole vectors are stored (dst needs KV_W floats of slack at the end). */
+KT_TARGET static void KT(widen_rows)(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst)
+{
+    for (int i = 0; i < k; i++)
+        for (int r = 0; r < p; r++) {
+            const float *s = src + ((long)i * p + r) * q;
+            float *o = dst + i * dst_ld + r * ww;
+            long n = r + 1 < p ? ww : q;
+            for (long t = 0; t < n; t += KV_W) {
+                long v = q - t;
+                kv x = v >= KV_W ? kv_load(s + t) : v > 0 ? kv_load_lanes(s + t, 0, (int)v) : kv_zero();
+                kv_store(o + t, x);
+            }
+        }
 }

@@ -240,24 +240,34 @@ out:
 }
 
 /* Waits for h, under mu. The comm thread finishes each op by its deadline, so
- * waiting longer than the ops ahead could take means the thread is stuck. */
+ * waiting much longer than that without the queue moving means a backend broke its
+ * deadline contract: abort the backend (which wakes it), and if even that does not
+ * bring h back, exit with a clear line rather than hang or return while the thread
+ * may still write into h. */
 static int wait_locked(tp_comm *c, tp_handle *h)
 {
     uint64_t last_seq = 0;
     int64_t until = 0;
+    int aborted = 0;
     while (h->state != TP_H_DONE) {
         /* Restart the allowance whenever the head of the queue moves on. */
         uint64_t head = c->qhead ? c->qhead->seq : c->seq + 1;
-        if (head != last_seq) {
+        if (head != last_seq && !aborted) {
             last_seq = head;
             until = port_now_ns() + (int64_t)((c->timeout_s + 10) * 1e9);
         }
-        if (port_cond_wait_until(&c->cv_done, &c->mu, until) && port_now_ns() >= until &&
-            h->state != TP_H_DONE && c->busy) {
-            rt_error("tp_wait: op #%llu made no progress in %g s; the comm thread is stuck",
-                     (unsigned long long)h->seq, c->timeout_s + 10);
-            return TP_ETIMEOUT;
-        }
+        port_cond_wait_until(&c->cv_done, &c->mu, until);
+        if (h->state == TP_H_DONE || port_now_ns() < until) continue;
+        if (aborted)
+            rt_fatal("tp_wait: op #%llu still not finished after aborting the %s backend",
+                     (unsigned long long)h->seq, c->b->ops->name);
+        rt_error("tp_wait: op #%llu made no progress in %g s; aborting the %s backend",
+                 (unsigned long long)h->seq, c->timeout_s + 10, c->b->ops->name);
+        port_mutex_unlock(&c->mu);
+        tp_abort(c, "communication thread made no progress");
+        port_mutex_lock(&c->mu);
+        aborted = 1;
+        until = port_now_ns() + 10000000000LL;
     }
     return h->rc;
 }

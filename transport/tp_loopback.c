@@ -20,6 +20,7 @@ typedef struct {
     tp_backend b;
     lb_world *w;
     int closed;
+    int cascade;      /* closed because a peer closed (not the root cause) */
     port_cond cv;
 } lb_rank;
 
@@ -120,22 +121,23 @@ static int lb_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
     char msg[160];
     port_mutex_lock(&w->mu);
     for (;;) {
-        /* Errors first: a request that failed on its own (posted to an already
-         * closed peer, size mismatch) names the root cause better than a peer
-         * that closed later because of it. */
+        /* Name the root cause: a size mismatch first, then a peer that closed on its
+         * own (abort, timeout) before one that closed because its own peer did. */
         int pending = -1;
-        for (int pass = 0; pass < 2 && !b->failed; pass++)
+        for (int pass = 0; pass < 3 && !b->failed; pass++)
             for (int i = 0; i < n && !b->failed; i++) {
                 tp_req *q = reqs[i];
+                lb_rank *peer = &w->rank[q->peer];
                 if (q->state == 1) continue;
                 if (q->state == TP_EIO) {
                     snprintf(msg, sizeof msg, "message size mismatch with rank %d (%zu bytes here)",
                              q->peer, q->len);
                     fail_locked(me, TP_EIO, msg);
-                } else if (q->state < 0 || (pass == 1 && w->rank[q->peer].closed)) {
+                } else if (pass > 0 && (q->state < 0 || peer->closed) && (pass == 2 || !peer->cascade)) {
                     snprintf(msg, sizeof msg, "rank %d closed the connection", q->peer);
                     fail_locked(me, TP_ECLOSED, msg);
-                } else if (pass == 1 && pending < 0) {
+                    me->cascade = 1;
+                } else if (pass == 2 && pending < 0) {
                     pending = i;
                 }
             }

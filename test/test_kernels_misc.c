@@ -115,6 +115,13 @@ TEST(kernels_maxpool_ties_and_nan)
     z[4] = NAN;
     k_maxpool2d_fwd(1, 1, 3, 3, 3, 3, z, &zy, &zi);
     CHECK(isnan(zy) && zi == 4);
+    /* Two NaNs: PyTorch's scan takes every NaN, so the last one is the argmax. */
+    z[7] = NAN;
+    k_maxpool2d_fwd(1, 1, 3, 3, 3, 3, z, &zy, &zi);
+    CHECK(isnan(zy) && zi == 7);
+    x[6] = NAN; x[1] = NAN;
+    k_maxpool2d_fwd(1, 1, 4, 4, 2, 2, x, y, idx);
+    CHECK(isnan(y[0]) && idx[0] == 5 && isnan(y[1]) && idx[1] == 6);
     /* All -inf: the first element, like PyTorch's initial index. */
     float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     k_maxpool2d_fwd(1, 1, 2, 2, 2, 2, m, y, idx);

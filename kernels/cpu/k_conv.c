@@ -1,14 +1,13 @@
 /* Conv2d forward/backward on the SIMD GEMMs in k_gemm.c.
  *
- * Stride 1 (LeNet, and most convs) uses the "wide" layout instead of im2col: with
- * the (padded) image flattened row-major with width Wp, output (p, q) at wide column
- * j = p*Wp + q reads input j + r*Wp + s for tap (c, r, s). So the column matrix is
- * just the image read at CRS offsets: no copy, at the price of computing Wp-Q
- * wrap-around columns per output row that are thrown away.
- *   forward: wide[K x nw] = W [K x CRS] (x at tap offsets) + b; y = compact(wide)
- *   dW:      dW[k][tap] = sum_j dyW[k][j] x[tap + j]  (dyW: dy in the wide layout with
- *            zeros in the wrap-around columns), summed over groups of images in
- *            registers (NT form, one horizontal sum per group)
+ * Stride 1 (LeNet, and most convs) uses a "shifted-row" layout instead of im2col:
+ * xs[c][s] holds the (padded) image rows shifted left by s and cut to the output
+ * width Q, so tap (c, r, s) of output j = p*Q + q is xs[c][s][r*Q + j]: every row of
+ * the column matrix is a contiguous slice of xs at a fixed offset. xs is S times the
+ * image (im2col is R*S times) and no output column is wasted.
+ *   forward: y_i = W [K x CRS] (xs at tap offsets) + b, written straight into y
+ *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
+ *            over a group of images (one horizontal sum per group)
  *   dX:      dcol = W^T dy [CRS x PQ]; each dx row summed in registers (col2im_s1)
  * Other strides: im2col + GEMM, and the transposed forms for dW and dX.
  *
@@ -36,9 +35,9 @@ void k_conv_shape_init(k_conv_shape *sh)
 /* Derived sizes, all in floats unless named otherwise. */
 typedef struct conv_dims {
     long crs, pq, xsz, ysz;  /* taps per output, outputs per plane, per-image sizes */
-    int wide;                /* stride-1 path */
-    long hp, wp, xpsz, nw;   /* padded image, its size, wide columns */
-    long r_col, r_wide, r_xpad, r_dw, r_db, slot; /* slot region offsets (bytes) */
+    int s1;                  /* stride-1 path */
+    long hp, xssz;           /* padded height, floats of one image's xs */
+    long r_col, r_xs, r_dw, r_db, slot; /* slot region offsets (bytes) */
     long r_pack, r_off;      /* shared regions after the slots (bytes) */
     int slots;
 } conv_dims;
@@ -52,21 +51,14 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.pq = (long)sh->p * sh->q;
     d.xsz = (long)sh->c * sh->h * sh->w;
     d.ysz = (long)sh->k * d.pq;
-    d.wide = sh->stride == 1;
+    d.s1 = sh->stride == 1;
     d.hp = sh->h + 2L * sh->pad;
-    d.wp = sh->w + 2L * sh->pad;
-    d.xpsz = sh->c * d.hp * d.wp;
-    d.nw = (sh->p - 1) * d.wp + sh->q;
+    d.xssz = (long)sh->c * sh->s * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;
-    long wide = 0, xpad = 0;
-    if (d.wide) {
-        wide = sh->k * d.nw * K_CONV_GROUP + K_SLACK;
-        if (sh->pad) xpad = d.xpsz * K_CONV_GROUP;
-    }
+    long xs = d.s1 ? d.xssz * K_CONV_GROUP + K_SLACK : 0;
     d.r_col = 0;
-    d.r_wide = d.r_col + round64(sizeof(float) * (d.crs * d.pq + 2 * K_SLACK));
-    d.r_xpad = d.r_wide + round64(sizeof(float) * wide);
-    d.r_dw = d.r_xpad + round64(sizeof(float) * xpad);
+    d.r_xs = d.r_col + round64(sizeof(float) * (d.crs * d.pq + 2 * K_SLACK));
+    d.r_dw = d.r_xs + round64(sizeof(float) * xs);
     d.r_db = d.r_dw + round64(sizeof(float) * sh->k * d.crs);
     d.slot = d.r_db + round64(sizeof(float) * sh->k);
     size_t pa = k_gemm_pack_floats(sh->k, (int)d.crs), pb = k_gemm_pack_floats((int)d.crs, sh->k);
@@ -97,18 +89,6 @@ static k_im2col_geo conv_geo(const k_conv_shape *sh)
     return g;
 }
 
-/* The image, zero-padded into xp when pad > 0 (else x itself). */
-static const float *conv_padded(const k_conv_shape *sh, const conv_dims *d, const float *x, float *xp)
-{
-    if (!sh->pad) return x;
-    memset(xp, 0, sizeof(float) * d->xpsz);
-    for (int c = 0; c < sh->c; c++)
-        for (int h = 0; h < sh->h; h++)
-            memcpy(xp + (c * d->hp + h + sh->pad) * d->wp + sh->pad, x + ((long)c * sh->h + h) * sh->w,
-                   sizeof(float) * sh->w);
-    return xp;
-}
-
 static void conv_fwd_slot(void *ctx, int slot)
 {
     const conv_job *j = ctx;
@@ -116,17 +96,16 @@ static void conv_fwd_slot(void *ctx, int slot)
     const conv_dims *d = &j->d;
     char *base = j->ws + (size_t)slot * d->slot;
     float *col = (float *)(base + d->r_col) + K_SLACK;
-    float *wide = (float *)(base + d->r_wide), *xp = (float *)(base + d->r_xpad);
+    float *xs = (float *)(base + d->r_xs);
     k_im2col_geo g = conv_geo(sh);
     long lo, hi;
     k_split(sh->n, d->slots, slot, &lo, &hi);
     for (long i = lo; i < hi; i++) {
         const float *xi = j->x + i * d->xsz;
         float *yi = j->y + i * d->ysz;
-        if (d->wide) {
-            const float *xs = conv_padded(sh, d, xi, xp);
-            k_gemm_nn_packed(sh->k, (int)d->nw, (int)d->crs, j->wpack, xs, 0, j->boff, wide, d->nw, j->b, 0);
-            k_compact_rows(sh->k, sh->p, sh->q, d->wp, d->nw, wide, yi);
+        if (d->s1) {
+            k_shift_rows(&g, d->hp, xi, xs);
+            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0);
         } else {
             k_im2col(&g, xi, col);
             k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0);
@@ -134,13 +113,13 @@ static void conv_fwd_slot(void *ctx, int slot)
     }
 }
 
-/* Tap offsets into the (padded) image: tap (c, r, s) starts at c*Hp*Wp + r*Wp + s. */
+/* Tap offsets into xs: tap (c, r, s) starts at row r of plane (c, s). */
 static void conv_offsets(const k_conv_shape *sh, const conv_dims *d, long *off)
 {
     long t = 0;
     for (int c = 0; c < sh->c; c++)
         for (int r = 0; r < sh->r; r++)
-            for (int s = 0; s < sh->s; s++) off[t++] = (c * d->hp + r) * d->wp + s;
+            for (int s = 0; s < sh->s; s++) off[t++] = ((long)c * sh->s + s) * d->hp * sh->q + (long)r * sh->q;
 }
 
 void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
@@ -173,21 +152,15 @@ static void conv_dw_general(const conv_job *j, const float *xi, const float *dyi
     }
 }
 
-/* Wide-layout dW for images [i0, i0+ng): dy into the wide layout (zeros in the
- * wrap-around columns), images padded if needed, then one NT pass over the group. */
-static void conv_dw_wide(const conv_job *j, long i0, int ng, float *wide, float *xp, float *dwp, int acc)
+/* Stride-1 dW for images [i0, i0+ng): their xs side by side, then one NT pass. */
+static void conv_dw_s1(const conv_job *j, long i0, int ng, float *xs, float *dwp, int acc)
 {
     const k_conv_shape *sh = j->sh;
     const conv_dims *d = &j->d;
-    for (int g = 0; g < ng; g++) {
-        const float *dyi = j->dy + (i0 + g) * d->ysz;
-        k_widen_rows(sh->k, sh->p, sh->q, d->wp, d->nw, dyi, wide + g * sh->k * d->nw);
-        if (sh->pad) conv_padded(sh, d, j->x + (i0 + g) * d->xsz, xp + g * d->xpsz);
-    }
-    const float *xb = sh->pad ? xp : j->x + i0 * d->xsz;
-    long b_img = sh->pad ? d->xpsz : d->xsz;
-    k_gemm_nt_off(sh->k, (int)d->crs, (int)d->nw, ng, wide, d->nw, sh->k * d->nw, xb, j->boff,
-                  b_img, dwp, d->crs, acc);
+    k_im2col_geo g = conv_geo(sh);
+    for (int t = 0; t < ng; t++) k_shift_rows(&g, d->hp, j->x + (i0 + t) * d->xsz, xs + t * d->xssz);
+    k_gemm_nt_off(sh->k, (int)d->crs, (int)d->pq, ng, j->dy + i0 * d->ysz, d->pq, d->ysz, xs,
+                  j->boff, d->xssz, dwp, d->crs, acc);
 }
 
 static void conv_bwd_slot(void *ctx, int slot)
@@ -198,7 +171,7 @@ static void conv_bwd_slot(void *ctx, int slot)
     const int K = sh->k;
     char *base = j->ws + (size_t)slot * d->slot;
     float *col = (float *)(base + d->r_col) + K_SLACK;
-    float *wide = (float *)(base + d->r_wide), *xp = (float *)(base + d->r_xpad);
+    float *xs = (float *)(base + d->r_xs);
     float *dwp = slot == 0 ? j->dw : (float *)(base + d->r_dw);
     float *dbp = slot == 0 ? j->db : (float *)(base + d->r_db);
     k_im2col_geo g = conv_geo(sh);
@@ -208,18 +181,18 @@ static void conv_bwd_slot(void *ctx, int slot)
         if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
         if (j->db) memset(dbp, 0, sizeof(float) * K);
     }
-    /* Short rows (conv2: 92) share registers over a group of images; long ones
-     * (conv1: 668) go one image at a time so the image's data stays in L1. */
-    int group = d->nw >= 256 ? 1 : K_CONV_GROUP;
-    if (j->dw && d->wide)
+    /* Short rows (conv2: 64) share registers over a group of images; long ones
+     * (conv1: 576) go one image at a time so the image's data stays in L1. */
+    int group = d->pq >= 256 ? 1 : K_CONV_GROUP;
+    if (j->dw && d->s1)
         for (long i = lo; i < hi; i += group) {
             int ng = hi - i < group ? (int)(hi - i) : group;
-            conv_dw_wide(j, i, ng, wide, xp, dwp, i > lo);
+            conv_dw_s1(j, i, ng, xs, dwp, i > lo);
         }
     for (long i = lo; i < hi; i++) {
         const float *xi = j->x + i * d->xsz, *dyi = j->dy + i * d->ysz;
         int acc = i > lo;
-        if (j->dw && !d->wide) conv_dw_general(j, xi, dyi, col, dwp, acc);
+        if (j->dw && !d->s1) conv_dw_general(j, xi, dyi, col, dwp, acc);
         if (j->db)
             for (int k = 0; k < K; k++) {
                 float s = k_sum_span((size_t)d->pq, dyi + k * d->pq);
@@ -228,7 +201,7 @@ static void conv_bwd_slot(void *ctx, int slot)
         if (j->dx) {
             float *dxi = j->dx + i * d->xsz;
             k_gemm_nn_packed((int)d->crs, (int)d->pq, K, j->wpack, dyi, d->pq, NULL, col, d->pq, NULL, 0);
-            if (d->wide) k_col2im_s1(&g, col, dxi);
+            if (d->s1) k_col2im_s1(&g, col, dxi);
             else k_col2im(&g, col, dxi);
         }
     }

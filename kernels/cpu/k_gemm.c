@@ -254,15 +254,7 @@ void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a
 
 void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx) { K_DISPATCH(col2im_s1, g, col, dx) }
 
-void k_widen_rows(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst)
-{
-    K_DISPATCH(widen_rows, k, p, q, ww, dst_ld, src, dst)
-}
-
-void k_compact_rows(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y)
-{
-    K_DISPATCH(compact_rows, k, p, q, ww, wide_ld, wide, y)
-}
+void k_shift_rows(const k_im2col_geo *g, long hp, const float *x, float *xs) { K_DISPATCH(shift_rows, g, hp, x, xs) }
 
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
                float *c, long ldc, const float *bias, int acc)

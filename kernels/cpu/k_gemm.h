@@ -38,11 +38,9 @@ void k_col2im(const k_im2col_geo *g, const float *col, float *dx);
 /* Stride 1 only: the same result, summing each dx row in registers. col needs 16
  * floats of readable slack before it. */
 void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx);
-/* The inverse: dst[i*dst_ld + r*ww + t] = src[i][r][t] for t < q, 0 up to ww (not
- * after the last row). dst needs 16 floats of slack at its end. */
-void k_widen_rows(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst);
-/* y[i][r][0..q) = wide[i*wide_ld + r*ww + 0..q) for i < k, r < p. */
-void k_compact_rows(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y);
+/* Stride 1: xs[c][s][h][0..q) = x[c][h-pad][s-pad+0..q) for h < hp (zero outside);
+ * xs needs 16 floats of slack at its end. */
+void k_shift_rows(const k_im2col_geo *g, long hp, const float *x, float *xs);
 
 /* Elementwise loops that the compiler does not vectorise at -O2. */
 void k_relu_span(size_t n, const float *x, float *y);

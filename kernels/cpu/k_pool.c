@@ -5,6 +5,10 @@
 #include "kernels/cpu/k_int.h"
 #include <math.h>
 #include <string.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_POOL_AVX512 1
+#endif
 
 typedef struct pool_job {
     int planes, h, w, ks, st, p, q, parts;
@@ -14,11 +18,53 @@ typedef struct pool_job {
     int32_t *idx;
 } pool_job;
 
+#ifdef K_POOL_AVX512
+/* 2x2/2 pooling of one output row, 16 outputs per step. Each input row is split into
+ * even/odd columns; the pair maxima of row 0 and row 1 are then compared. That gives
+ * the same winner as PyTorch's sequential scan (strict >, a NaN always taken). */
+__attribute__((target("avx512f"))) static void pool2_row_avx512(const float *r0, const float *r1,
+                                                                int q, int w, int32_t base,
+                                                                float *y, int32_t *idx)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    const __m512i one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32(w);
+    for (int o = 0; o < q; o += 16) {
+        int n = q - o < 16 ? q - o : 16, n2 = 2 * n;
+        __mmask16 mlo = (__mmask16)(n2 >= 16 ? 0xffff : (1u << n2) - 1);
+        __mmask16 mhi = (__mmask16)(n2 >= 32 ? 0xffff : n2 > 16 ? (1u << (n2 - 16)) - 1 : 0);
+        __m512 a0 = _mm512_maskz_loadu_ps(mlo, r0 + 2 * o), a1 = _mm512_maskz_loadu_ps(mhi, r0 + 2 * o + 16);
+        __m512 b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * o), b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * o + 16);
+        __m512 ae = _mm512_permutex2var_ps(a0, ev, a1), ao = _mm512_permutex2var_ps(a0, od, a1);
+        __m512 be = _mm512_permutex2var_ps(b0, ev, b1), bo = _mm512_permutex2var_ps(b0, od, b1);
+        __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * o), ev);
+        __mmask16 ka = _mm512_cmp_ps_mask(ao, ae, _CMP_GT_OQ) | _mm512_cmp_ps_mask(ao, ao, _CMP_UNORD_Q);
+        __mmask16 kb = _mm512_cmp_ps_mask(bo, be, _CMP_GT_OQ) | _mm512_cmp_ps_mask(bo, bo, _CMP_UNORD_Q);
+        __m512 h0 = _mm512_mask_mov_ps(ae, ka, ao), h1 = _mm512_mask_mov_ps(be, kb, bo);
+        __m512i x0 = _mm512_mask_add_epi32(i0, ka, i0, one);
+        __m512i i1 = _mm512_add_epi32(i0, wv);
+        __m512i x1 = _mm512_mask_add_epi32(i1, kb, i1, one);
+        __mmask16 k1 = _mm512_cmp_ps_mask(h1, h0, _CMP_GT_OQ) | _mm512_cmp_ps_mask(h1, h1, _CMP_UNORD_Q);
+        __mmask16 mo = (__mmask16)((1u << n) - 1);
+        _mm512_mask_storeu_ps(y + o, mo, _mm512_mask_mov_ps(h0, k1, h1));
+        _mm512_mask_storeu_epi32(idx + o, mo, _mm512_mask_mov_epi32(x0, k1, x1));
+    }
+}
+#endif
+
 static void pool_fwd_plane(const pool_job *j, long pl)
 {
     const float *x = j->x + pl * j->h * j->w;
     float *y = j->y + pl * j->p * j->q;
     int32_t *idx = j->idx + pl * j->p * j->q;
+#ifdef K_POOL_AVX512
+    if (j->ks == 2 && j->st == 2 && k_isa_level() == K_ISA_AVX512) {
+        for (int oh = 0; oh < j->p; oh++)
+            pool2_row_avx512(x + 2 * oh * j->w, x + (2 * oh + 1) * j->w, j->q, j->w, 2 * oh * j->w,
+                             y + oh * j->q, idx + oh * j->q);
+        return;
+    }
+#endif
     if (j->ks == 2 && j->st == 2) { /* LeNet's case, unrolled */
         for (int oh = 0; oh < j->p; oh++) {
             const float *r0 = x + 2 * oh * j->w, *r1 = r0 + j->w;
@@ -44,10 +90,8 @@ static void pool_fwd_plane(const pool_job *j, long pl)
                 for (int dw = 0; dw < j->ks; dw++) {
                     int off = (h0 + dh) * j->w + w0 + dw;
                     float v = x[off];
-                    if (v > m || isnan(v)) { m = v; a = off; }
-                    if (isnan(m)) goto done; /* the first NaN wins */
+                    if (v > m || isnan(v)) { m = v; a = off; } /* as PyTorch: the last NaN wins */
                 }
-        done:
             y[oh * j->q + ow] = m;
             idx[oh * j->q + ow] = a;
         }

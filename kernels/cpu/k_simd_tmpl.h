@@ -469,27 +469,33 @@ KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, flo
             }
 }
 
-/* y[k][p][q] = wide[k][p*ww + q]: drop the wrap-around columns of the wide layout. */
-KT_TARGET static void KT(compact_rows)(int k, int p, int q, long ww, long wide_ld, const float *wide, float *y)
+/* The shifted-row layout for stride-1 convs: xs[c][s][h][0..q) = x[c][h-pad][s-pad ..]
+ * for h in [0, hp), zero outside the image. Tap (c, r, s) of output j = p*q + col is
+ * then xs[c][s] at row offset r*q + j: contiguous, so the GEMMs read it directly.
+ * Whole vectors are stored (xs needs KV_W floats of slack at its end). */
+KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float *x, float *xs)
 {
-    for (int i = 0; i < k; i++)
-        for (int r = 0; r < p; r++) KT(copy_row)(y + ((long)i * p + r) * q, wide + i * wide_ld + r * ww, q);
-}
-
-
-/* dst[i][r*ww + t] = src[(i*p + r)*q + t] for t < q, 0 for q <= t < ww: dy into the
- * wide layout. Whole vectors are stored (dst needs KV_W floats of slack at the end). */
-KT_TARGET static void KT(widen_rows)(int k, int p, int q, long ww, long dst_ld, const float *src, float *dst)
-{
-    for (int i = 0; i < k; i++)
-        for (int r = 0; r < p; r++) {
-            const float *s = src + ((long)i * p + r) * q;
-            float *o = dst + i * dst_ld + r * ww;
-            long n = r + 1 < p ? ww : q;
-            for (long t = 0; t < n; t += KV_W) {
-                long v = q - t;
-                kv x = v >= KV_W ? kv_load(s + t) : v > 0 ? kv_load_lanes(s + t, 0, (int)v) : kv_zero();
-                kv_store(o + t, x);
+    const int H = g->h, W = g->w, S = g->s, Q = g->q, pad = g->pad;
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < S; s++) {
+            int lo = pad - s, hi = W + pad - s; /* valid output columns [lo, hi) */
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > Q ? Q : hi;
+            for (long h = 0; h < hp; h++) {
+                float *o = xs + ((long)(c * S + s) * hp + h) * Q;
+                long ih = h - pad;
+                if (ih < 0 || ih >= H || lo >= hi) {
+                    for (int t = 0; t < Q; t += KV_W) kv_store(o + t, kv_zero());
+                    continue;
+                }
+                const float *src = x + ((long)c * H + ih) * W + s - pad;
+                for (int t = 0; t < Q; t += KV_W) {
+                    int l = lo - t, u = hi - t;
+                    l = l < 0 ? 0 : l;
+                    u = u > KV_W ? KV_W : u;
+                    kv v = (l == 0 && u == KV_W) ? kv_load(src + t) : l < u ? kv_load_lanes(src + t, l, u) : kv_zero();
+                    kv_store(o + t, v);
+                }
             }
         }
 }

@@ -63,7 +63,9 @@ int nn_model_build(nn_model *m, const char *name, rt_arena *a, int B)
     m->m3 = rt_arena_alloc(a, b * 50, RT_MEM_ACTS, "dropout mask");
     m->f2 = acts(a, b * 10, "fc2 output");
     m->lp = acts(a, b * 10, "log_softmax output");
-    m->ga = acts(a, b * 10 * 24 * 24, "activation gradients A");
+    /* ga also stages checkpoints between epochs: at least the parameter count. */
+    size_t gsz = b * 10 * 24 * 24 > m->nparams + 16 ? b * 10 * 24 * 24 : m->nparams + 16;
+    m->ga = acts(a, gsz, "activation gradients A");
     m->gb = acts(a, b * 10 * 24 * 24, "activation gradients B");
     m->drop2d_p = 0.5f;
     m->drop_p = 0.5f;

@@ -1,4 +1,6 @@
 #include "nn/train.h"
+#include "nn/metrics.h"
+#include "nn/ckpt.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include <stdio.h>
@@ -29,12 +31,10 @@ static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     return 0;
 }
 
-int nn_trainer_setup(nn_trainer *t, const nn_opts *o, char *err, size_t errlen)
+/* Data and memory: everything that can fail because of this rank's files. */
+static int setup_local(nn_trainer *t, char *err, size_t errlen)
 {
-    memset(t, 0, sizeof *t);
-    t->o = *o;
-    t->rank = 0;
-    t->world = 1;
+    const nn_opts *o = &t->o;
     if (o->device && !strcmp(o->device, "cuda")) {
         snprintf(err, errlen, "--device cuda: this build has no CUDA port (nvcc was not found at build time); use --device cpu");
         return -1;
@@ -52,25 +52,60 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, char *err, size_t errlen)
      * activations planned for training suffice (--test-batch-size 1000 would
      * otherwise need 4x the activation memory of the whole training step). */
     t->eval_chunk = o->test_batch_size < o->batch_size ? o->test_batch_size : o->batch_size;
+    /* Each rank evaluates a contiguous shard; the sums then cover every sample once. */
+    t->test_first = (int)((long)t->test.n * t->rank / t->world);
+    t->test_count = (int)((long)t->test.n * (t->rank + 1) / t->world) - t->test_first;
 
     rt_arena plan;
     rt_arena_plan(&plan, "host");
     if (carve(t, &plan, err, errlen)) return -1;
-    if (o->mem_report) rt_arena_report(&plan);
+    if (o->mem_report && t->rank == 0) rt_arena_report(&plan);
     if (rt_arena_init(&t->host, "host", plan.high)) {
         snprintf(err, errlen, "cannot allocate the host arena of %zu bytes", plan.high);
         return -1;
     }
-    nn_dataset tr = t->train, te = t->test;
-    t->train = tr;
-    t->test = te;
-    if (carve(t, &t->host, err, errlen)) return -1;
+    return carve(t, &t->host, err, errlen);
+}
 
+int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->o = *o;
+    t->ddp = ddp;
+    t->rank = ddp ? ddp->rank : 0;
+    t->world = ddp ? ddp->world : 1;
+    t->start_epoch = 1;
+    char local[768] = "";
+    int ok = setup_local(t, local, sizeof local) == 0;
+    /* Every rank learns whether any rank failed (a corrupt file on one host must stop
+     * the whole job with its message, not leave the others waiting). */
+    if (ddp) {
+        if (nn_ddp_agree(ddp, ok, local, err, errlen)) return -1;
+    } else if (!ok) {
+        snprintf(err, errlen, "%s", local);
+        return -1;
+    }
     nn_model_init(&t->model, (uint64_t)o->seed);
     memset(t->model.grads, 0, t->model.nparams * sizeof(float));
     memset(t->momentum, 0, t->model.nparams * sizeof(float));
     t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
                          .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
+    if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
+    if (ddp) {
+        static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
+                                            "train samples", "test samples", "seed", "bucket bytes",
+                                            "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
+                                            "resumed step"};
+        int64_t v[] = {(int64_t)t->model.nparams, o->batch_size, o->test_batch_size, t->train.n,
+                       t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
+                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step};
+        if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
+        nn_ddp_attach(ddp, &t->model, o->bucket_mb);
+        if (nn_ddp_broadcast_params(ddp)) {
+            snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
+            return -1;
+        }
+    }
     nn_loader_start_thread(&t->loader);
     return 0;
 }
@@ -78,9 +113,11 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, char *err, size_t errlen)
 double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 {
     nn_model *m = &t->model;
-    const float *lp = nn_model_forward(m, x, n, 1, (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank, t->step);
+    uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
+    const float *lp = nn_model_forward(m, x, n, 1, seed, t->step);
     double loss = k_nll_loss_sum(n, 10, lp, y, NULL) / n;
     nn_model_backward(m, x, y, n, n);
+    if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     k_sgd_step(m->nparams, &t->sgd, t->step == 0, m->params, m->grads, t->momentum);
     t->step++;
     return loss;
@@ -91,20 +128,22 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     const float *x;
     const int32_t *y;
     int n;
-    *loss_sum = 0;
-    *correct = 0;
-    *count = 0;
-    nn_loader_begin(&t->loader, &t->test, NULL, 0, t->test.n, t->eval_chunk);
+    double sums[3] = {0, 0, 0};
+    nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
         const float *lp = nn_model_forward(&t->model, x, n, 0, 0, 0);
         long c = 0;
-        *loss_sum += k_nll_loss_sum(n, 10, lp, y, &c);
-        *correct += c;
-        *count += n;
+        sums[0] += k_nll_loss_sum(n, 10, lp, y, &c);
+        sums[1] += (double)c;
+        sums[2] += n;
     }
+    if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    *loss_sum = sums[0];
+    *correct = (long)sums[1];
+    *count = (long)sums[2];
 }
 
-static double train_epoch(nn_trainer *t, int epoch)
+static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
 {
     const nn_opts *o = &t->o;
     const float *x;
@@ -113,28 +152,52 @@ static double train_epoch(nn_trainer *t, int epoch)
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     nn_sampler_set_epoch(&t->sampler, epoch);
     nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size);
-    double t0 = port_now_s();
+    double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
+    long samples = 0;
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         double loss = nn_trainer_step(t, x, y, n);
-        if (batch_idx % o->log_interval == 0 && t->rank == 0)
-            printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\n", epoch, batch_idx * n, t->train.n,
-                   100.0 * batch_idx / nbatches, loss);
+        samples += n;
+        if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
+            char err[512];
+            if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
+        }
+        if (batch_idx % o->log_interval == 0) {
+            double el = port_now_s() - t0, rate = el > 0 ? samples * t->world / el : 0;
+            double eta = rate > 0 ? (double)(nbatches - batch_idx - 1) * o->batch_size * t->world / rate : 0;
+            if (t->rank == 0)
+                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t(%.0f samples/s, ETA %.1fs)\n", epoch,
+                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss, rate, eta);
+            double data = t->loader.wait_s, comm = t->ddp ? t->ddp->wait_s - comm0 : 0;
+            nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);
+        }
         batch_idx++;
     }
     /* Drain the pass so the loader is idle before evaluation reuses it. */
     while (nn_loader_next(&t->loader, &x, &y) > 0) {}
-    return port_now_s() - t0;
+    double dt = port_now_s() - t0;
+    t->data_s = t->loader.wait_s;
+    t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
+    t->compute_s = dt - t->data_s - t->comm_s;
+    return dt;
 }
 
 int nn_trainer_run(nn_trainer *t)
 {
     const nn_opts *o = &t->o;
     double total = 0;
-    for (int epoch = 1; epoch <= o->epochs; epoch++) {
-        double dt = train_epoch(t, epoch);
+    nn_metrics mx;
+    char err[512];
+    if (nn_metrics_open(&mx, t->rank == 0 ? o->metrics : NULL, err, sizeof err)) rt_fatal("%s", err);
+    for (int epoch = t->start_epoch; epoch <= o->epochs; epoch++) {
+        double dt = train_epoch(t, epoch, &mx);
         total += dt;
-        if (t->rank == 0) printf("Epoch %d of %d took %.3fs\n", epoch, o->epochs, dt);
+        long samples = (long)t->sampler.num_samples * t->world;
+        if (t->rank == 0) {
+            printf("Epoch %d of %d took %.3fs\n", epoch, o->epochs, dt);
+            rt_info("epoch %d: %.0f samples/s; time split per rank: compute %.3fs, communication wait %.3fs, data wait %.3fs",
+                    epoch, samples / dt, t->compute_s, t->comm_s, t->data_s);
+        }
         double loss;
         long correct, count;
         nn_trainer_eval(t, &loss, &correct, &count);
@@ -142,8 +205,13 @@ int nn_trainer_run(nn_trainer *t)
             printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
                    count, 100.0 * correct / count);
         fflush(stdout);
+        nn_metrics_row(&mx, "epoch", t->step, epoch, loss / count, (double)correct / count, samples / dt,
+                       t->compute_s, t->comm_s, t->data_s);
+        if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
     }
+    nn_metrics_close(&mx);
+    if (o->plot && t->rank == 0 && nn_metrics_plot(o->metrics, o->plot, err, sizeof err)) rt_fatal("%s", err);
     t->peak_rss_mib = nn_peak_rss_mib();
     if (t->rank == 0) {
         printf("Total time= %.3fs\n", total);

@@ -3,6 +3,7 @@
 #ifndef NN_TRAIN_H
 #define NN_TRAIN_H
 #include "nn/data.h"
+#include "nn/ddp.h"
 #include "nn/loader.h"
 #include "nn/model.h"
 #include "nn/opts.h"
@@ -20,13 +21,17 @@ typedef struct nn_trainer {
     k_sgd_cfg sgd;
     int eval_chunk;        /* evaluation runs in chunks of this many samples */
     int rank, world;
+    nn_ddp *ddp;           /* the data-parallel group (comm NULL for one rank) */
+    int test_first, test_count; /* this rank's contiguous shard of the test set */
+    int start_epoch;       /* 1, or the epoch after a resumed checkpoint */
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
+    double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     double peak_rss_mib;
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and
  * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
-int nn_trainer_setup(nn_trainer *t, const nn_opts *o, char *err, size_t errlen);
+int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen);
 /* One optimizer step on a batch; returns the batch's mean loss. Allocates nothing. */
 double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n);
 /* Loss sum and correct count over this rank's share of the test set. */

@@ -1,25 +1,59 @@
-/* ddprt-train: the seed article's mnsit.py as a C program. */
+/* ddprt-train: the seed article's mnsit.py (with DistributedDataParallel) as a C
+ * program. One process per rank: --init-method tcp://HOST:PORT --rank R
+ * --world-size N, or the environment of ddprt-launch / torchrun / Slurm / mpirun. */
 #include "kernels/k.h"
 #include "nn/train.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void on_signal(int sig)
+{
+    /* Only async-signal-safe calls: one line, then exit; the peers see the closed
+     * connections and stop with an error naming this rank. */
+    static const char msg[] = "ddprt: interrupted; stopping this rank\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    _exit(128 + sig);
+}
 
 int main(int argc, char **argv)
 {
     nn_opts o;
     nn_trainer t;
+    nn_ddp ddp;
     char err[1024];
+    static char metrics_path[1024];
     rt_log_init();
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach launchers and pipes as printed */
     nn_opts_default(&o);
     int rc = nn_opts_parse(&o, argc, argv);
     if (rc) return rc > 0 ? 0 : 2;
-    k_set_threads(o.threads ? o.threads : port_ncpus());
-    if (nn_trainer_setup(&t, &o, err, sizeof err)) rt_fatal("%s", err);
-    rt_info("training %s on %s: %d train / %d test samples, %d thread(s), %s kernels", o.model, t.data_dir,
-            t.train.n, t.test.n, k_threads(), k_isa());
+    if (o.plot && !o.metrics) {
+        snprintf(metrics_path, sizeof metrics_path, "%s.csv", o.plot);
+        o.metrics = metrics_path;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (nn_ddp_connect(&ddp, &o, err, sizeof err)) rt_fatal("%s", err);
+    if (ddp.world > 1) {
+        rt_log_set_rank(ddp.rank);
+        /* Other ranks print warnings and errors only, unless DDPRT_LOG asks for more. */
+        if (ddp.rank != 0 && !getenv("DDPRT_LOG")) rt_log_set_level(RT_LOG_WARN);
+    }
+    int ncpu = port_ncpus() / ddp.local_world;
+    k_set_threads(o.threads ? o.threads : ncpu > 0 ? ncpu : 1);
+    if (nn_trainer_setup(&t, &o, &ddp, err, sizeof err)) {
+        nn_ddp_close(&ddp, 1);
+        rt_fatal("%s", err);
+    }
+    rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels",
+            o.model, t.data_dir, t.train.n, t.test.n, ddp.world, k_threads(), k_isa());
     rc = nn_trainer_run(&t);
     nn_trainer_free(&t);
+    nn_ddp_close(&ddp, rc != 0);
     return rc;
 }

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     o.data = argv[1];
     o.batch_size = 32;
     k_set_threads(atoi(argv[2]));
-    if (nn_trainer_setup(&t, &o, err, sizeof err)) rt_fatal("%s", err);
+    if (nn_trainer_setup(&t, &o, NULL, err, sizeof err)) rt_fatal("%s", err);
     const float *x;
     const int32_t *y;
     int n, steps = 0;

@@ -1,0 +1,14 @@
+/* Checkpoints. PATH holds the parameters in the safetensors format with PyTorch's
+ * state_dict names (conv1.weight, ..., fc2.bias), loadable by safetensors.torch;
+ * PATH.state holds the optimizer and trainer state (epoch, step, momentum). Both are
+ * written to a temporary file, fsynced and renamed; both carry a CRC-32 checked on
+ * load, and they must agree on epoch and step. */
+#ifndef NN_CKPT_H
+#define NN_CKPT_H
+#include <stddef.h>
+
+struct nn_trainer;
+int nn_ckpt_save(struct nn_trainer *t, const char *path, int epoch, char *err, size_t errlen);
+/* Restores parameters, momentum, step and the next epoch into t. */
+int nn_ckpt_load(struct nn_trainer *t, const char *path, char *err, size_t errlen);
+#endif

@@ -1,0 +1,188 @@
+#include "nn/ddp.h"
+#include "ports/posix/port.h"
+#include "rt/log.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    rt_rdzv_opts ro = {.init_method = o->init_method, .rank = o->rank, .world_size = o->world_size,
+                       .local_rank = -1};
+    if (rt_rdzv_open(&d->rz, &ro, err, errlen)) return -1;
+    d->rank = rt_rdzv_rank(d->rz);
+    d->world = rt_rdzv_world(d->rz);
+    d->local_rank = rt_rdzv_local_rank(d->rz);
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    d->local_world = lw && atoi(lw) > 0 ? atoi(lw) : 1;
+    if (d->world == 1) return 0;
+    if (o->backend && strcmp(o->backend, "tcp") && strcmp(o->backend, "auto")) {
+        snprintf(err, errlen, "--backend %s: this build has only the tcp backend", o->backend);
+        return -1;
+    }
+    tp_bootstrap bs;
+    rt_rdzv_bootstrap(d->rz, &bs);
+    tp_backend *b = NULL;
+    if (tp_tcp_create(&bs, &b, err, errlen)) return -1;
+    return tp_comm_create(&d->comm, b, NULL, err, errlen) ? -1 : 0;
+}
+
+const char *nn_ddp_errmsg(const nn_ddp *d) { return d->comm ? tp_errmsg(d->comm) : ""; }
+
+#define MSG_LEN 240
+int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen)
+{
+    if (!d->comm) return ok ? 0 : (snprintf(err, errlen, "%s", msg), -1);
+    /* Fixed-size records: a status byte then the message; allgather is rank order. */
+    static char all[64 * (MSG_LEN + 1)];
+    char mine[MSG_LEN + 1] = {0};
+    if (d->world > 64) return 0;
+    mine[0] = ok ? 1 : 0;
+    snprintf(mine + 1, MSG_LEN, "%s", ok ? "" : msg);
+    if (tp_allgather(d->comm, mine, all, MSG_LEN + 1, RT_U8)) {
+        snprintf(err, errlen, "%s", tp_errmsg(d->comm));
+        return -1;
+    }
+    for (int r = 0; r < d->world; r++)
+        if (!all[r * (MSG_LEN + 1)]) {
+            snprintf(err, errlen, "rank %d: %s", r, all + r * (MSG_LEN + 1) + 1);
+            return -1;
+        }
+    return 0;
+}
+
+int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals, int n,
+                        char *err, size_t errlen)
+{
+    if (!d->comm) return 0;
+    int64_t all[64 * 16];
+    if (n > 16 || d->world > 64) return 0;
+    if (tp_allgather(d->comm, vals, all, (size_t)n, RT_I64)) {
+        snprintf(err, errlen, "%s", tp_errmsg(d->comm));
+        return -1;
+    }
+    for (int r = 1; r < d->world; r++)
+        for (int i = 0; i < n; i++)
+            if (all[r * n + i] != all[i]) {
+                snprintf(err, errlen, "configuration differs: %s is %lld on rank %d but %lld on rank 0; "
+                         "every rank must run with the same flags and data", names[i],
+                         (long long)all[r * n + i], r, (long long)all[i]);
+                return -1;
+            }
+    return 0;
+}
+
+static void launch(nn_ddp *d, nn_bucket *bk)
+{
+    float *g = d->m->grads + bk->off;
+    bk->launched = 1;
+    /* An error here is sticky in the comm; nn_ddp_finish_grads reports it. */
+    tp_iallreduce(d->comm, g, g, bk->count, RT_F32, TP_AVG, &bk->h);
+}
+
+/* Backward hook: params [first, end) have final gradients. */
+static void on_grad_ready(void *ctx, int first)
+{
+    nn_ddp *d = ctx;
+    for (int i = 0; i < d->nbuckets; i++)
+        if (!d->b[i].launched && d->b[i].first_param >= first) launch(d, &d->b[i]);
+}
+
+void nn_ddp_attach(nn_ddp *d, nn_model *m, double bucket_mb)
+{
+    d->m = m;
+    d->nbuckets = 0;
+    if (!d->comm) return;
+    size_t cap = (size_t)(bucket_mb * 1048576.0), bytes = 0;
+    nn_bucket *bk = NULL;
+    /* Reverse order of use: the last layer's gradients are final first. */
+    for (int p = m->np - 1; p >= 0; p--) {
+        if (!bk || bytes >= cap) {
+            bk = &d->b[d->nbuckets++];
+            bk->last_param = p;
+            bytes = 0;
+        }
+        bk->first_param = p;
+        bytes += m->p[p].numel * sizeof(float);
+    }
+    for (int i = 0; i < d->nbuckets; i++) {
+        nn_bucket *b = &d->b[i];
+        size_t end = b->last_param + 1 < m->np ? m->p[b->last_param + 1].offset : m->nparams;
+        b->off = m->p[b->first_param].offset;
+        b->count = end - b->off;
+        rt_debug("bucket %d: %s..%s, %zu floats", i, m->p[b->first_param].name, m->p[b->last_param].name,
+                 b->count);
+    }
+    m->on_grad_ready = on_grad_ready;
+    m->on_grad_ctx = d;
+}
+
+int nn_ddp_broadcast_params(nn_ddp *d)
+{
+    if (!d->comm) return 0;
+    return tp_broadcast(d->comm, d->m->params, d->m->nparams, RT_F32, 0);
+}
+
+int nn_ddp_finish_grads(nn_ddp *d)
+{
+    if (!d->comm) return 0;
+    int64_t t0 = port_now_ns();
+    int rc = 0;
+    for (int i = 0; i < d->nbuckets; i++)
+        if (!d->b[i].launched) launch(d, &d->b[i]);
+    for (int i = 0; i < d->nbuckets; i++) {
+        int r = tp_wait(d->comm, &d->b[i].h);
+        if (r && !rc) rc = r;
+        d->b[i].launched = 0;
+    }
+    d->wait_s += (port_now_ns() - t0) * 1e-9;
+    return rc;
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    return h;
+}
+
+int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen)
+{
+    if (!d->comm) return 0;
+    nn_model *m = d->m;
+    int64_t mine[NN_MAX_PARAMS], all[64 * NN_MAX_PARAMS];
+    if (d->world > 64) return 0;
+    for (int p = 0; p < m->np; p++)
+        mine[p] = (int64_t)fnv1a(m->params + m->p[p].offset, m->p[p].numel * sizeof(float));
+    if (tp_allgather(d->comm, mine, all, (size_t)m->np, RT_I64)) {
+        snprintf(err, errlen, "%s", tp_errmsg(d->comm));
+        return -1;
+    }
+    for (int r = 1; r < d->world; r++)
+        for (int p = 0; p < m->np; p++)
+            if (all[r * m->np + p] != all[p]) {
+                snprintf(err, errlen, "--check-sync: after step %llu parameter %s on rank %d differs from rank 0",
+                         (unsigned long long)step, m->p[p].name, r);
+                return -1;
+            }
+    return 0;
+}
+
+int nn_ddp_sum_f64(nn_ddp *d, double *v, int n)
+{
+    if (!d->comm) return 0;
+    return tp_allreduce(d->comm, v, v, (size_t)n, RT_F64, TP_SUM);
+}
+
+void nn_ddp_close(nn_ddp *d, int failed)
+{
+    if (d->comm) {
+        if (failed) tp_abort(d->comm, "this rank stopped after an error");
+        tp_comm_destroy(d->comm);
+    }
+    if (d->rz) rt_rdzv_close(d->rz);
+    d->comm = NULL;
+    d->rz = NULL;
+}

@@ -1,0 +1,52 @@
+/* Data-parallel training (PyTorch DDP semantics) over a tp_comm:
+ *  - parameters broadcast from rank 0 at start, each rank keeps its optimizer;
+ *  - gradients averaged in buckets (contiguous slices of the flat gradient block, in
+ *    reverse parameter order); a bucket's allreduce starts from the backward hook as
+ *    soon as its last gradient is final and overlaps the rest of backward;
+ *  - the same buckets in the same order on every rank, so it cannot hang on order;
+ *  - helpers for the agreement steps around training (status, configuration, sync). */
+#ifndef NN_DDP_H
+#define NN_DDP_H
+#include "nn/model.h"
+#include "nn/opts.h"
+#include "rt/rdzv.h"
+#include "transport/tp.h"
+
+typedef struct nn_bucket {
+    int first_param, last_param; /* inclusive, in model order */
+    size_t off, count;           /* floats in the gradient block */
+    int launched;
+    tp_handle h;
+} nn_bucket;
+
+typedef struct nn_ddp {
+    rt_rdzv *rz;
+    tp_comm *comm;
+    int rank, world, local_rank, local_world;
+    nn_model *m;
+    nn_bucket b[NN_MAX_PARAMS];
+    int nbuckets;
+    double wait_s;               /* time spent waiting for buckets after backward */
+} nn_ddp;
+
+/* Rendezvous (--init-method / env / Slurm / MPI) and the transport. A world of one
+ * needs no transport: comm stays NULL. 0, or -1 with a one-line error. */
+int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen);
+/* Every rank reports ok/!ok with its message; when any failed, err gets
+ * "rank R: <its message>" (the first failed rank) on every rank and -1 returns. */
+int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen);
+/* Compares named int64 fields across ranks; err names the first field and rank that
+ * differ from rank 0 ("batch_size is 32 on rank 1 but 64 on rank 0"). */
+int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals, int n,
+                        char *err, size_t errlen);
+/* Buckets of about bucket_mb MiB and the backward hook. */
+void nn_ddp_attach(nn_ddp *d, nn_model *m, double bucket_mb);
+int nn_ddp_broadcast_params(nn_ddp *d);
+/* Waits for every bucket (launching any the hook did not); grads are then averaged. */
+int nn_ddp_finish_grads(nn_ddp *d);
+/* Checks all ranks hold bit-identical parameters; err names rank and parameter. */
+int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen);
+int nn_ddp_sum_f64(nn_ddp *d, double *v, int n);
+const char *nn_ddp_errmsg(const nn_ddp *d);
+void nn_ddp_close(nn_ddp *d, int failed);
+#endif

@@ -1,0 +1,17 @@
+/* --metrics FILE: one CSV row per log interval ("train") and per epoch ("epoch");
+ * --plot FILE.svg: loss and accuracy curves drawn from that CSV, self-contained SVG. */
+#ifndef NN_METRICS_H
+#define NN_METRICS_H
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct nn_metrics { FILE *f; } nn_metrics;
+
+/* path NULL: rows are dropped. */
+int nn_metrics_open(nn_metrics *m, const char *path, char *err, size_t errlen);
+/* accuracy < 0: not measured in this row. Times are seconds of this epoch so far. */
+void nn_metrics_row(nn_metrics *m, const char *kind, uint64_t step, int epoch, double loss, double accuracy,
+                    double samples_per_s, double compute_s, double comm_s, double data_s);
+void nn_metrics_close(nn_metrics *m);
+int nn_metrics_plot(const char *csv, const char *svg, char *err, size_t errlen);
+#endif

@@ -1,0 +1,237 @@
+/* Data-parallel training end to end: ddprt-train processes on 127.0.0.1 over TCP,
+ * on a small synthetic IDX dataset (the real one is not needed for tests). */
+#include "test/t.h"
+#include "test/t_data.h"
+#include "test/t_proc.h"
+#include "ports/posix/port.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAXW 4
+static char data_dir[512];
+
+static const char *make_data(void)
+{
+    const char *d = t_proc_tmpdir();
+    snprintf(data_dir, sizeof data_dir, "%s/data", d);
+    mkdir(data_dir, 0755);
+    t_write_synthetic_dataset(data_dir, 600, 200, 1);
+    return data_dir;
+}
+
+/* Starts rank r of world over tcp://127.0.0.1:port with extra args (NULL-terminated). */
+static void start_rank(t_proc *p, int port, int r, int world, const char *const *extra)
+{
+    static char init[64], rs[MAXW][8], ws[8];
+    snprintf(init, sizeof init, "tcp://127.0.0.1:%d", port);
+    snprintf(rs[r], 8, "%d", r);
+    snprintf(ws, sizeof ws, "%d", world);
+    const char *argv[40] = {t_prog("ddprt-train"), "--data", data_dir, "--init-method", init, "--rank", rs[r],
+                            "--world-size", ws, "--threads", "1", "--batch-size", "32", "--log-interval", "5"};
+    int n = 15;
+    for (int i = 0; extra && extra[i] && n < 38; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    char name[32];
+    snprintf(name, sizeof name, "rank%d", r);
+    t_spawn(p, name, (char *const *)argv, NULL);
+}
+
+static int count(const char *s, const char *sub)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p++) n++;
+    return n;
+}
+
+PTEST(ddp_two_and_three_ranks_stay_in_sync_any_start_order)
+{
+    t_clean_env();
+    make_data();
+    for (int world = 2; world <= 3; world++) {
+        t_proc p[MAXW];
+        int port = t_free_port();
+        const char *extra[] = {"--epochs", "3", "--check-sync", "1", "--lr", "0.05", NULL};
+        /* Highest rank first: rank 0 (the rendezvous master) comes last. */
+        for (int r = world - 1; r >= 0; r--) start_rank(&p[r], port, r, world, extra);
+        for (int r = 0; r < world; r++) {
+            int rc = t_wait(&p[r], 120);
+            CHECKF(rc == 0, "world %d rank %d exited %d: %s", world, r, rc, t_slurp(p[r].err));
+        }
+        const char *out = t_slurp(p[0].out);
+        CHECKF(count(out, "Test set: Average loss") == 3, "%s", out);
+        CHECKF(strstr(out, "Accuracy: ") && strstr(out, "/200 ("), "%s", out);
+        CHECK(strstr(out, "samples/s, ETA") != NULL);
+        /* Only rank 0 prints the training lines. */
+        CHECK(count(t_slurp(p[1].out), "Train Epoch") == 0);
+        const char *last = strrchr(out, 'A');
+        int correct = 0;
+        const char *acc = strstr(out, "Accuracy: ");
+        while (acc && strstr(acc + 1, "Accuracy: ")) acc = strstr(acc + 1, "Accuracy: ");
+        (void)last;
+        CHECKF(acc && sscanf(acc, "Accuracy: %d/200", &correct) == 1 && correct >= 160, "world %d: %s", world, out);
+    }
+}
+
+PTEST(ddp_config_mismatch_is_refused_on_every_rank)
+{
+    t_clean_env();
+    make_data();
+    t_proc p[2];
+    int port = t_free_port();
+    const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--seed", "7", NULL};
+    start_rank(&p[0], port, 0, 2, e0);
+    start_rank(&p[1], port, 1, 2, e1);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && strstr(err, "seed is 7 on rank 1 but 1 on rank 0"), "rank %d rc %d: %s", r, rc, err);
+    }
+}
+
+PTEST(ddp_corrupt_data_on_one_rank_stops_the_job)
+{
+    t_clean_env();
+    make_data();
+    /* Rank 1 reads its own copy of the data, with a damaged label file. */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad", t_proc_tmpdir());
+    mkdir(bad, 0755);
+    t_write_synthetic_dataset(bad, 600, 200, 1);
+    uint8_t lb[200];
+    memset(lb, 3, sizeof lb);
+    lb[17] = 42;
+    t_write_idx_labels(bad, "t10k-labels-idx1-ubyte.gz", 200, lb, 1);
+    t_proc p[2];
+    int port = t_free_port();
+    const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--data", bad, NULL};
+    start_rank(&p[0], port, 0, 2, e0);
+    start_rank(&p[1], port, 1, 2, e1);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && strstr(err, "rank 1:") && strstr(err, "t10k-labels-idx1-ubyte.gz: label 42"),
+               "rank %d rc %d: %s", r, rc, err);
+    }
+}
+
+PTEST(ddp_killed_rank_stops_the_others)
+{
+    t_clean_env();
+    make_data();
+    t_proc p[3];
+    int port = t_free_port();
+    const char *extra[] = {"--epochs", "1000", NULL};
+    for (int r = 0; r < 3; r++) start_rank(&p[r], port, r, 3, extra);
+    /* Wait until training runs (rank 0 printed a line), then kill rank 1. */
+    for (int i = 0; i < 600 && !strstr(t_slurp(p[0].out), "Train Epoch: 3 "); i++) usleep(50000);
+    CHECK(strstr(t_slurp(p[0].out), "Train Epoch") != NULL);
+    kill(p[1].pid, SIGKILL);
+    double t0 = port_now_s();
+    for (int r = 0; r < 3; r += 2) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && rc != -1 && strstr(err, "rank 1"), "rank %d rc %d: %s", r, rc, err);
+    }
+    printf("ddp_killed_rank: survivors exited %.2f s after SIGKILL\n", port_now_s() - t0);
+    t_wait(&p[1], 5);
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
+/* A run resumed after epoch 1 ends bit-identical to an uninterrupted one. */
+PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
+{
+    t_clean_env();
+    make_data();
+    char full[600], part[600], csv[600], svg[600];
+    const char *d = t_proc_tmpdir();
+    snprintf(full, sizeof full, "%s/full.safetensors", d);
+    snprintf(part, sizeof part, "%s/part.safetensors", d);
+    snprintf(csv, sizeof csv, "%s/m.csv", d);
+    snprintf(svg, sizeof svg, "%s/m.svg", d);
+    const char *runs[3][10] = {
+        {"--epochs", "2", "--save", full, "--metrics", csv, "--plot", svg, NULL},
+        {"--epochs", "1", "--save", part, NULL},
+        {"--epochs", "2", "--save", part, "--resume", part, NULL}};
+    for (int k = 0; k < 3; k++) {
+        t_proc p[2];
+        int port = t_free_port();
+        for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, runs[k]);
+        for (int r = 0; r < 2; r++) {
+            int rc = t_wait(&p[r], 120);
+            CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
+        }
+    }
+    CHECK(files_equal(full, part));
+    char fs[640], ps[640];
+    snprintf(fs, sizeof fs, "%s.state", full);
+    snprintf(ps, sizeof ps, "%s.state", part);
+    CHECK(files_equal(fs, ps));
+    CHECK(strstr(t_slurp(csv), "kind,step,epoch,loss,accuracy") && strstr(t_slurp(csv), "\nepoch,"));
+    CHECK(strstr(t_slurp(svg), "<svg") && strstr(t_slurp(svg), "polyline"));
+
+    /* Flip one byte of tensor data: the checksum must catch it. */
+    FILE *f = fopen(part, "r+b");
+    fseek(f, -9, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -9, SEEK_END);
+    fputc(c ^ 1, f);
+    fclose(f);
+    const char *argv[] = {t_prog("ddprt-train"), "--data", data_dir, "--resume", part, "--epochs", "3", NULL};
+    t_proc q;
+    t_spawn(&q, "corrupt", (char *const *)argv, NULL);
+    CHECK(t_wait(&q, 60) == 1);
+    CHECKF(strstr(t_slurp(q.err), "checksum mismatch"), "%s", t_slurp(q.err));
+    truncate(part, 100);
+    t_spawn(&q, "trunc", (char *const *)argv, NULL);
+    CHECK(t_wait(&q, 60) == 1);
+    CHECKF(strstr(t_slurp(q.err), "part.safetensors"), "%s", t_slurp(q.err));
+}
+
+/* ddprt-launch (torchrun variables) and Slurm variables, as a cluster would set them. */
+PTEST(ddp_launch_and_slurm_environments)
+{
+    t_clean_env();
+    make_data();
+    const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--data",
+                          data_dir, "--epochs", "1", "--threads", "1", "--check-sync", "3", NULL};
+    t_proc l;
+    t_spawn(&l, "launch", (char *const *)argv, NULL);
+    CHECKF(t_wait(&l, 120) == 0, "%s", t_slurp(l.err));
+    CHECKF(strstr(t_slurp(l.out), "[rank 0] Test set: Average loss"), "%s", t_slurp(l.out));
+
+    t_proc p[2];
+    static char envs[2][6][64];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) {
+        snprintf(envs[r][0], 64, "SLURM_PROCID=%d", r);
+        snprintf(envs[r][1], 64, "SLURM_NTASKS=2");
+        snprintf(envs[r][2], 64, "SLURM_LOCALID=%d", r);
+        snprintf(envs[r][3], 64, "SLURM_JOB_NODELIST=localhost");
+        snprintf(envs[r][4], 64, "SLURM_JOB_ID=4242");
+        snprintf(envs[r][5], 64, "MASTER_PORT=%d", port);
+        char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], envs[r][5], NULL};
+        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
+        char name[16];
+        snprintf(name, sizeof name, "slurm%d", r);
+        t_spawn(&p[r], name, (char *const *)a, env);
+    }
+    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "slurm rank %d: %s", r, t_slurp(p[r].err));
+    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+}

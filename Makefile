@@ -54,14 +54,16 @@ ubsan:
 tsan:
 	$(MAKE) BUILD=build-tsan SAN="-fsanitize=thread" OPT=-O1 test
 
-# The main job: Fashion-MNIST LeNet with the seed script's defaults.
+# The main job: Fashion-MNIST LeNet with the seed script's defaults, data-parallel on
+# NPROC ranks over TCP on 127.0.0.1 (ddprt-launch sets the torchrun variables).
+NPROC ?= 2
 DATA_DIR ?= /usr/share/datasets/fashion-mnist
 RUN_ARGS ?=
 run: all
 	@if [ -z "$$DDPRT_DATA" ] && [ ! -e data/train-images-idx3-ubyte.gz ] && [ ! -e $(DATA_DIR)/train-images-idx3-ubyte.gz ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi
-	./$(BUILD)/ddprt-train $(RUN_ARGS)
+	./$(BUILD)/ddprt-launch --nproc-per-node $(NPROC) -- ./$(BUILD)/ddprt-train $(RUN_ARGS)
 
 # libFuzzer on the rendezvous wire parsers + hostlists (clang with libFuzzer; on Debian/
 # Ubuntu it comes with clang, else apt install libclang-rt-14-dev). FUZZ_TIME seconds.

@@ -51,7 +51,7 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.pq = (long)sh->p * sh->q;
     d.xsz = (long)sh->c * sh->h * sh->w;
     d.ysz = (long)sh->k * d.pq;
-    d.s1 = sh->stride == 1;
+    d.s1 = sh->stride == 1 && sh->s <= 32; /* col2im_s1 handles up to 32 tap columns */
     d.hp = sh->h + 2L * sh->pad;
     d.xssz = (long)sh->c * sh->s * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;

@@ -439,34 +439,44 @@ KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *
  * registers over its (r, s) taps and stored once (so dx needs no zeroing). Lanes whose
  * tap falls outside the column matrix row are masked off. col needs KV_W floats of
  * slack before it (the masked loads start up to S-1 floats early). */
+#define KT_C2I_MAXS 32
 KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, float *dx)
 {
     const int P = g->p, Q = g->q, H = g->h, W = g->w, R = g->r, S = g->s, pad = g->pad;
     const long PQ = (long)P * Q;
-    for (int c = 0; c < g->c; c++)
-        for (int ih = 0; ih < H; ih++)
-            for (int w0 = 0; w0 < W; w0 += KV_W) {
-                int wn = W - w0 < KV_W ? W - w0 : KV_W;
+    kv_lmask msk[KT_C2I_MAXS];
+    int sl[KT_C2I_MAXS], ns;
+    for (int w0 = 0; w0 < W; w0 += KV_W) {
+        int wn = W - w0 < KV_W ? W - w0 : KV_W;
+        /* Lane masks per tap column s (lane t <-> q = w0 + t + pad - s, valid in
+         * [0, Q) and t < wn), computed once per column chunk; taps with no valid
+         * lane are dropped. */
+        ns = 0;
+        for (int s = 0; s < S && ns < KT_C2I_MAXS; s++) {
+            int lo = s - pad - w0, hi = Q + s - pad - w0;
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > wn ? wn : hi;
+            if (lo >= hi) continue;
+            msk[ns] = kv_lmask_make(lo, hi);
+            sl[ns++] = s;
+        }
+        for (int c = 0; c < g->c; c++)
+            for (int ih = 0; ih < H; ih++) {
                 kv acc = kv_zero();
                 for (int r = 0; r < R; r++) {
                     int p = ih + pad - r;
                     if (p < 0 || p >= P) continue;
                     const float *seg = col + ((long)(c * R + r) * S) * PQ + (long)p * Q + w0 + pad;
                     kv t = kv_zero();
-                    for (int s = 0; s < S; s++, seg += PQ) {
-                        /* lane t <-> q = w0 + t + pad - s, valid in [0, Q) and t < wn */
-                        int lo = s - pad - w0, hi = Q + s - pad - w0;
-                        lo = lo < 0 ? 0 : lo;
-                        hi = hi > wn ? wn : hi;
-                        if (lo >= hi) continue;
-                        t = kv_add(t, kv_load_lanes(seg - s, lo, hi));
-                    }
+                    for (int u = 0; u < ns; u++)
+                        t = kv_add(t, kv_load_lmask(seg + sl[u] * PQ - sl[u], msk[u]));
                     acc = kv_add(acc, t);
                 }
                 float *o = dx + ((long)c * H + ih) * W + w0;
                 if (wn == KV_W) kv_store(o, acc);
                 else kv_storen(o, acc, wn);
             }
+    }
 }
 
 /* The shifted-row layout for stride-1 convs: xs[c][s][h][0..q) = x[c][h-pad][s-pad ..]
@@ -476,6 +486,32 @@ KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, flo
 KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float *x, float *xs)
 {
     const int H = g->h, W = g->w, S = g->s, Q = g->q, pad = g->pad;
+    const float *xend = x + (long)g->c * H * W;
+    if (pad == 0) { /* no padding (LeNet): plain row copies in a tight loop */
+        float *o = xs;
+        for (int c = 0; c < g->c; c++)
+            for (int s = 0; s < S; s++) {
+                const float *src = x + (long)c * H * W + s;
+                if (Q <= 8) { /* LeNet's conv2 */
+                    for (int h = 0; h < H; h++, o += Q, src += W) {
+                        if (src + 8 <= xend) kv_copy8(o, src);
+                        else for (int t = 0; t < Q; t++) o[t] = src[t];
+                    }
+                    continue;
+                }
+                for (int h = 0; h < H; h++, o += Q, src += W) {
+                    int t = 0;
+                    for (; t + KV_W <= Q; t += KV_W) kv_store(o + t, kv_load(src + t));
+                    if (t == Q) continue;
+                    /* The tail: whole vectors while they stay inside x (lanes past Q
+                     * land in the next row of xs, written after this one). */
+                    if (Q - t <= 8 && src + t + 8 <= xend) kv_copy8(o + t, src + t);
+                    else if (src + t + KV_W <= xend) kv_store(o + t, kv_load(src + t));
+                    else for (; t < Q; t++) o[t] = src[t];
+                }
+            }
+        return;
+    }
     for (int c = 0; c < g->c; c++)
         for (int s = 0; s < S; s++) {
             int lo = pad - s, hi = W + pad - s; /* valid output columns [lo, hi) */
@@ -490,10 +526,19 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
                 }
                 const float *src = x + ((long)c * H + ih) * W + s - pad;
                 for (int t = 0; t < Q; t += KV_W) {
-                    int l = lo - t, u = hi - t;
+                    int l = lo - t, u = hi - t, n = Q - t < KV_W ? Q - t : KV_W;
                     l = l < 0 ? 0 : l;
                     u = u > KV_W ? KV_W : u;
-                    kv v = (l == 0 && u == KV_W) ? kv_load(src + t) : l < u ? kv_load_lanes(src + t, l, u) : kv_zero();
+                    kv v;
+                    /* All of this chunk's columns are inside the image: a plain load is
+                     * fine if it stays inside x (lanes past Q land in the next row of xs,
+                     * which is written after this one). */
+                    if (n <= 8 && l == 0 && u >= n && src + t + 8 <= xend) {
+                        kv_copy8(o + t, src + t);
+                        continue;
+                    }
+                    if (l == 0 && u >= n && src + t + KV_W <= xend) v = kv_load(src + t);
+                    else v = l < u ? kv_load_lanes(src + t, l, u) : kv_zero();
                     kv_store(o + t, v);
                 }
             }

@@ -46,6 +46,18 @@ static void async_rank(tp_comm *c, void *arg)
             else if (tpt_check(adt[k], aop[k], w, buf[k], 0, acount[k]) >= 0) note(res, "wrong result", r, it, k);
         }
         if (tp_wait(c, &hb)) note(res, "broadcast wait", r, it, 0);
+        /* reduce-scatter then allgather (ZeRO-style), both async, in order. */
+        size_t rc = 5003;
+        int32_t *full = malloc(rc * (size_t)w * 4), *part = malloc(rc * 4), *back = malloc(rc * (size_t)w * 4);
+        tpt_fill(RT_I32, TP_SUM, r, full, 0, rc * (size_t)w);
+        tp_handle hr, hg;
+        if (tp_ireduce_scatter(c, full, part, rc, RT_I32, TP_SUM, &hr) ||
+            tp_iallgather(c, part, back, rc, RT_I32, &hg) || tp_wait(c, &hg) || tp_test(c, &hr) != 1 ||
+            tpt_check(RT_I32, TP_SUM, w, back, 0, rc * (size_t)w) >= 0)
+            note(res, "ireduce_scatter + iallgather", r, it, 0);
+        free(full);
+        free(part);
+        free(back);
         for (int i = 0; i < 1000; i++)
             if (bc[i] != (unsigned char)(i * 7 + it)) { note(res, "broadcast data", r, it, i); break; }
         /* Polling: tp_test until done (no timing assumption; bounded by the op deadline). */

@@ -60,8 +60,9 @@ typedef struct tp_handle {
     struct tp_handle *next;
 } tp_handle;
 
-/* Takes the backend (destroyed with the comm). o may be NULL. 0, or a negative code
- * with a one-line message in err. Starts the communication thread. */
+/* Takes the backend (destroyed with the comm; on failure it stays the caller's).
+ * o may be NULL. 0, or a negative code with a one-line message in err. Starts the
+ * communication thread. */
 int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *err, size_t errlen);
 /* Waits for ops in flight (each bounded by its deadline), stops the thread, frees. */
 void tp_comm_destroy(tp_comm *c);
@@ -93,6 +94,9 @@ int tp_recv(tp_comm *c, void *buf, size_t bytes, int peer);
 int tp_iallreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op,
                   tp_handle *h);
 int tp_ibroadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root, tp_handle *h);
+int tp_ireduce_scatter(tp_comm *c, const void *send, void *recv, size_t recvcount, rt_dtype dt,
+                       tp_op op, tp_handle *h);
+int tp_iallgather(tp_comm *c, const void *send, void *recv, size_t sendcount, rt_dtype dt, tp_handle *h);
 /* The op's result: 0 or a negative code (tp_errmsg says why). */
 int tp_wait(tp_comm *c, tp_handle *h);
 /* 1 complete and ok, 0 still running, < 0 failed. Never blocks. */

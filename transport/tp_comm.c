@@ -362,6 +362,19 @@ int tp_ibroadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root, tp
     return run_async(c, h);
 }
 
+int tp_ireduce_scatter(tp_comm *c, const void *send, void *recv, size_t recvcount, rt_dtype dt,
+                       tp_op op, tp_handle *h)
+{
+    *h = HANDLE(TP_K_REDUCE_SCATTER, send, recv, recvcount, dt, op, 0);
+    return run_async(c, h);
+}
+
+int tp_iallgather(tp_comm *c, const void *send, void *recv, size_t sendcount, rt_dtype dt, tp_handle *h)
+{
+    *h = HANDLE(TP_K_ALLGATHER, send, recv, sendcount, dt, 0, 0);
+    return run_async(c, h);
+}
+
 int tp_wait(tp_comm *c, tp_handle *h)
 {
     port_mutex_lock(&c->mu);

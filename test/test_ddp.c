@@ -235,3 +235,21 @@ PTEST(ddp_launch_and_slurm_environments)
     for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "slurm rank %d: %s", r, t_slurp(p[r].err));
     CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
 }
+
+/* Ctrl-C on ddprt-launch stops every rank: the launcher exits non-zero promptly. */
+PTEST(ddp_ctrl_c_on_the_launcher_stops_all_ranks)
+{
+    t_clean_env();
+    make_data();
+    const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--data",
+                          data_dir, "--epochs", "100000", "--threads", "1", NULL};
+    t_proc l;
+    t_spawn(&l, "launch", (char *const *)argv, NULL);
+    for (int i = 0; i < 600 && !strstr(t_slurp(l.out), "Train Epoch: 3 "); i++) usleep(50000);
+    CHECK(strstr(t_slurp(l.out), "Train Epoch: 3 ") != NULL);
+    kill(l.pid, SIGINT);
+    double t0 = port_now_s();
+    int rc = t_wait(&l, 30);
+    CHECKF(rc != 0 && rc != -1, "launcher exit %d: %s", rc, t_slurp(l.err));
+    printf("ddp_ctrl_c: launcher and ranks stopped %.2f s after SIGINT (exit %d)\n", port_now_s() - t0, rc);
+}

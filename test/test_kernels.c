@@ -264,7 +264,7 @@ TEST(kernels_linear_fwd_bwd)
 }
 
 /* ---------------------------------------------------------------- paths and threads */
-typedef struct { float *y, *dx, *dw, *db, *ly, *ldx, *ldw, *ldb, *r; } outs;
+typedef struct { float *y, *dx, *dw, *db, *ly, *ldx, *ldw, *ldb, *r, *py, *pdx, *s; } outs;
 
 static void run_all(const k_conv_shape *sh, const float *x, const float *w, const float *b,
                     const float *g, void *ws, outs *o, const float *lx, const float *lw,
@@ -275,22 +275,36 @@ static void run_all(const k_conv_shape *sh, const float *x, const float *w, cons
     k_linear_fwd(40, 96, 30, lx, lw, lb, o->ly);
     k_linear_bwd(40, 96, 30, lx, lw, lg, o->ldx, o->ldw, o->ldb);
     k_relu_fwd(1000, x, o->r);
+    /* max pool 2x2 on the conv output (vector path when q >= 8), and SGD */
+    int32_t *idx = malloc(sizeof(int32_t) * sh->n * sh->k * (sh->p / 2) * (sh->q / 2) + 64);
+    k_maxpool2d_fwd(sh->n, sh->k, sh->p, sh->q, 2, 2, o->y, o->py, idx);
+    k_maxpool2d_bwd(sh->n, sh->k, sh->p, sh->q, 2, 2, o->py, idx, o->pdx);
+    free(idx);
+    k_sgd_cfg c = {0.1f, 0.9f, 0.0f, 0.01f, 1};
+    float v[1000];
+    memcpy(o->s, x, sizeof v);
+    k_sgd_step(1000, &c, 1, o->s, lg, v);
+    k_sgd_step(1000, &c, 0, o->s, lg, v);
 }
 
 static outs outs_new(const k_conv_shape *sh)
 {
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
     outs o = {zeros((size_t)sh->n * sh->k * sh->p * sh->q), zeros(nx), zeros(nw), zeros(sh->k),
-              zeros(40 * 30), zeros(40 * 96), zeros(30 * 96), zeros(30), zeros(1000)};
+              zeros(40 * 30), zeros(40 * 96), zeros(30 * 96), zeros(30), zeros(1000),
+              zeros((size_t)sh->n * sh->k * sh->p * sh->q), zeros((size_t)sh->n * sh->k * sh->p * sh->q),
+              zeros(1000)};
     return o;
 }
 
 static void outs_cmp(const k_conv_shape *sh, const outs *a, const outs *b, double tol, const char *what)
 {
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
-    size_t n[9] = {(size_t)sh->n * sh->k * sh->p * sh->q, nx, nw, sh->k, 1200, 3840, 2880, 30, 1000};
+    size_t ny = (size_t)sh->n * sh->k * sh->p * sh->q;
+    size_t n[12] = {ny, nx, nw, sh->k, 1200, 3840, 2880, 30, 1000,
+                    (size_t)sh->n * sh->k * (sh->p / 2) * (sh->q / 2), ny, 1000};
     float *const *pa = &a->y, *const *pb = &b->y;
-    for (int t = 0; t < 9; t++) {
+    for (int t = 0; t < 12; t++) {
         if (tol == 0.0) {
             CHECKF(memcmp(pa[t], pb[t], n[t] * sizeof(float)) == 0, "%s: output %d differs", what, t);
             continue;

@@ -56,8 +56,9 @@ static void naive_pool(int planes, int h, int w, int ks, int st, const float *x,
 TEST(kernels_maxpool_fwd_bwd)
 {
     /* LeNet's 2x2/2 (unrolled path), odd sizes (floor), overlapping 3/2, and 3/3. */
-    const int cases[][6] = {{2, 3, 24, 24, 2, 2}, {1, 2, 7, 9, 2, 2}, {2, 2, 9, 8, 3, 2}, {1, 1, 9, 9, 3, 3}};
-    for (int ci = 0; ci < 4; ci++) {
+    const int cases[][6] = {{2, 3, 24, 24, 2, 2}, {1, 2, 7, 9, 2, 2}, {2, 2, 9, 8, 3, 2}, {1, 1, 9, 9, 3, 3},
+                            {1, 2, 5, 39, 2, 2}, {2, 20, 8, 8, 2, 2}};
+    for (int ci = 0; ci < 6; ci++) {
         int n = cases[ci][0], c = cases[ci][1], h = cases[ci][2], w = cases[ci][3];
         int ks = cases[ci][4], st = cases[ci][5];
         int p = (h - ks) / st + 1, q = (w - ks) / st + 1, planes = n * c;
@@ -302,6 +303,22 @@ TEST(kernels_sgd_hand_computed)
     p = 1.0f;
     k_sgd_step(1, &f, 1, &p, &g, &v); CHECK_NEAR(p, 0.94, 1e-6);
     k_sgd_step(1, &f, 0, &p, &g, &v); CHECK_NEAR(v, 1.134, 1e-6); CHECK_NEAR(p, 0.8266, 1e-6);
+    /* Vector lanes and the scalar tail agree with a double-precision reference. */
+    enum { M = 37 };
+    float pv[M], gv[M], vv[M];
+    double pr[M], vr[M];
+    for (int i = 0; i < M; i++) { pv[i] = (float)(pr[i] = frand()); gv[i] = frand(); }
+    for (int step = 0; step < 3; step++) {
+        k_sgd_cfg h = {0.05f, 0.9f, 0.1f, 0.01f, step == 2};
+        k_sgd_step(M, &h, step == 0, pv, gv, vv);
+        for (int i = 0; i < M; i++) {
+            double d = gv[i] + 0.01 * pr[i];
+            vr[i] = step == 0 ? d : 0.9 * vr[i] + 0.9 * d;
+            pr[i] -= 0.05 * (step == 2 ? d + 0.9 * vr[i] : vr[i]);
+            CHECK_NEAR(pv[i], pr[i], 1e-6);
+            CHECK_NEAR(vv[i], vr[i], 1e-6);
+        }
+    }
     /* A long vector through the pool equals the single-thread result. */
     enum { N = 100000 };
     float *p1 = malloc(N * sizeof *p1), *p2 = malloc(N * sizeof *p1), *gg = malloc(N * sizeof *p1);

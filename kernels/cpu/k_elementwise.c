@@ -132,18 +132,8 @@ void k_dropout2d_bwd(int n, int c, int hw, float p, const uint8_t *mask, const f
 static void sgd_part(const span_job *j, size_t lo, size_t hi)
 {
     const k_sgd_cfg *c = j->cfg;
-    float *p = j->out, *v = j->out2;
-    const float *g = j->a;
-    for (size_t i = lo; i < hi; i++) {
-        float d = g[i];
-        if (c->weight_decay != 0.0f) d += c->weight_decay * p[i];
-        if (c->momentum != 0.0f) {
-            float buf = j->first ? d : v[i] * c->momentum + d * (1.0f - c->dampening);
-            v[i] = buf;
-            d = c->nesterov ? d + c->momentum * buf : buf;
-        }
-        p[i] -= c->lr * d;
-    }
+    k_sgd_span(hi - lo, c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov, j->first,
+               j->out + lo, j->a + lo, j->out2 ? j->out2 + lo : NULL);
 }
 
 void k_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const float *g, float *v)

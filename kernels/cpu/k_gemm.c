@@ -311,6 +311,12 @@ void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *
 }
 void k_scale_span(size_t n, float scale, const float *x, float *y) { K_DISPATCH(scale_span, n, scale, x, y) }
 
+void k_sgd_span(size_t n, float lr, float m, float damp, float wd, int nesterov, int first,
+                float *p, const float *g, float *v)
+{
+    K_DISPATCH(sgd_span, n, lr, m, damp, wd, nesterov, first, p, g, v)
+}
+
 float k_sum_span(size_t n, const float *x)
 {
 #ifdef K_X86

@@ -48,4 +48,6 @@ void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx);
 void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y);
 void k_scale_span(size_t n, float scale, const float *x, float *y);
 float k_sum_span(size_t n, const float *x);
+void k_sgd_span(size_t n, float lr, float m, float damp, float wd, int nesterov, int first,
+                float *p, const float *g, float *v);
 #endif

@@ -1,5 +1,6 @@
 /* Max pooling (no padding, floor mode). PyTorch semantics: the first maximum in the
- * window wins ties (strict >), NaN propagates, idx is the offset in the input plane.
+ * window wins ties (strict >), a NaN is always taken (so NaN propagates and the last
+ * NaN in the window is the argmax), idx is the offset in the input plane.
  * Backward zeroes dx then adds dy at idx (windows may overlap when st < ks). */
 #include "kernels/k.h"
 #include "kernels/cpu/k_int.h"
@@ -48,6 +49,35 @@ __attribute__((target("avx512f"))) static void pool2_row_avx512(const float *r0,
         __mmask16 mo = (__mmask16)((1u << n) - 1);
         _mm512_mask_storeu_ps(y + o, mo, _mm512_mask_mov_ps(h0, k1, h1));
         _mm512_mask_storeu_epi32(idx + o, mo, _mm512_mask_mov_epi32(x0, k1, x1));
+    }
+}
+
+/* Backward of 2x2/2 for one output row: the two input rows are written whole (each
+ * position gets dy where idx points at it, else 0), so no zeroing pass is needed. */
+__attribute__((target("avx512f"))) static void pool2_bwd_row_avx512(const float *dy, const int32_t *idx,
+                                                                    int q, int w, int32_t base,
+                                                                    float *dx0, float *dx1)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512i one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32(w), w1 = _mm512_set1_epi32(w + 1);
+    for (int o = 0; o < q; o += 16) {
+        int n = q - o < 16 ? q - o : 16, n2 = 2 * n;
+        __mmask16 mo = (__mmask16)((1u << n) - 1);
+        __mmask16 mlo = (__mmask16)(n2 >= 16 ? 0xffff : (1u << n2) - 1);
+        __mmask16 mhi = (__mmask16)(n2 >= 32 ? 0xffff : n2 > 16 ? (1u << (n2 - 16)) - 1 : 0);
+        __m512 g = _mm512_maskz_loadu_ps(mo, dy + o);
+        __m512i pos = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mo, idx + o),
+                                       _mm512_add_epi32(_mm512_set1_epi32(base + 2 * o), ev));
+        __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(pos, _mm512_setzero_si512()), g);
+        __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(pos, one), g);
+        __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(pos, wv), g);
+        __m512 o1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(pos, w1), g);
+        _mm512_mask_storeu_ps(dx0 + 2 * o, mlo, _mm512_permutex2var_ps(e0, lo, o0));
+        _mm512_mask_storeu_ps(dx0 + 2 * o + 16, mhi, _mm512_permutex2var_ps(e0, hi, o0));
+        _mm512_mask_storeu_ps(dx1 + 2 * o, mlo, _mm512_permutex2var_ps(e1, lo, o1));
+        _mm512_mask_storeu_ps(dx1 + 2 * o + 16, mhi, _mm512_permutex2var_ps(e1, hi, o1));
     }
 }
 #endif
@@ -102,6 +132,18 @@ static void pool_bwd_plane(const pool_job *j, long pl)
     float *dx = j->dx + pl * j->h * j->w;
     const float *dy = j->dy + pl * j->p * j->q;
     const int32_t *idx = j->idx_in + pl * j->p * j->q;
+#ifdef K_POOL_AVX512
+    /* Short rows (q < 8) pay more per call than they save: scatter instead. */
+    if (j->ks == 2 && j->st == 2 && j->q >= 8 && k_isa_level() == K_ISA_AVX512) {
+        for (int oh = 0; oh < j->p; oh++) {
+            float *d0 = dx + 2 * oh * j->w, *d1 = d0 + j->w;
+            pool2_bwd_row_avx512(dy + oh * j->q, idx + oh * j->q, j->q, j->w, 2 * oh * j->w, d0, d1);
+            if (j->w & 1) d0[j->w - 1] = d1[j->w - 1] = 0.0f; /* the column no window covers */
+        }
+        if (j->h & 1) memset(dx + (j->h - 1) * j->w, 0, sizeof(float) * j->w);
+        return;
+    }
+#endif
     memset(dx, 0, sizeof(float) * j->h * j->w);
     for (int o = 0; o < j->p * j->q; o++) dx[idx[o]] += dy[o];
 }

@@ -544,3 +544,30 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
             }
         }
 }
+
+/* SGD (torch.optim.SGD): d = g + wd*p; v = first ? d : m*v + (1-damp)*d;
+ * p -= lr * (nesterov ? d + m*v : v). m == 0: no buffer, p -= lr*d. */
+KT_TARGET static void KT(sgd_span)(size_t n, float lr, float m, float damp, float wd, int nesterov,
+                                   int first, float *p, const float *g, float *v)
+{
+    kv nlr = kv_set1(-lr), vm = kv_set1(m), vd = kv_set1(1.0f - damp), vwd = kv_set1(wd);
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) {
+        kv pi = kv_load(p + i), d = kv_fma(vwd, pi, kv_load(g + i)), step = d;
+        if (m != 0.0f) {
+            kv b = first ? d : kv_fma(vm, kv_load(v + i), kv_mul(vd, d));
+            kv_store(v + i, b);
+            step = nesterov ? kv_fma(vm, b, d) : b;
+        }
+        kv_store(p + i, kv_fma(nlr, step, pi));
+    }
+    for (; i < n; i++) {
+        float d = g[i] + wd * p[i], step = d;
+        if (m != 0.0f) {
+            float b = first ? d : m * v[i] + (1.0f - damp) * d;
+            v[i] = b;
+            step = nesterov ? d + m * b : b;
+        }
+        p[i] -= lr * step;
+    }
+}

@@ -234,3 +234,22 @@ TEST(tcp_ifname_lo_works)
     CHECK(tcpf_run(2, 5, 0, body_ping, NULL, NULL, res) == 0);
     for (int r = 0; r < 2; r++) CHECKF(res[r].code == 0, "%s", res[r].msg);
 }
+
+/* A rank lost between the address exchange and the connects: the others fail within
+ * seconds (refused connects, then hang-ups) instead of waiting out the timeout. */
+TEST(tcp_rank_lost_while_mesh_forms)
+{
+    for (int world = 3; world <= 4; world++) {
+        tcpf_die_rank = 2;
+        tcpf_result res[4];
+        CHECK(tcpf_run(world, 30, 0, body_never, NULL, NULL, res) == 0);
+        CHECK_EQ(res[2].code, 7);
+        for (int r = 0; r < world; r++) {
+            if (r == 2) continue;
+            CHECKF(res[r].code == 3 && (strstr(res[r].msg, "rank 2") || strstr(res[r].msg, "closed the connection")),
+                   "world %d rank %d: %d %s", world, r, res[r].code, res[r].msg);
+            CHECKF(res[r].exit_s < 20, "rank %d took %.1f s", r, res[r].exit_s);
+            printf("  world %d: rank %d failed after %.2f s: %s\n", world, r, res[r].exit_s, res[r].msg);
+        }
+    }
+}

@@ -3,8 +3,10 @@
  * gone, which fails the allgather (the rank then reports a create error). */
 #include "test/test_tcp_fake.h"
 #include "ports/posix/port.h"
+#include "rt/log.h"
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct { int wfd, rfd, world; } fake_ctx;
+typedef struct { int wfd, rfd, world, rank; } fake_ctx;
+int tcpf_die_rank = -1;
 
 static int full_io(int fd, void *buf, size_t n, int out)
 {
@@ -36,6 +39,7 @@ static int fake_allgather(void *ctx, const void *mine, size_t len, void *all, ch
         snprintf(err, errlen, "fake bootstrap: the test process went away");
         return -1;
     }
+    if (c->rank == tcpf_die_rank) _exit(7);
     return 0;
 }
 
@@ -56,7 +60,9 @@ size_t tcpf_check(const void *buf, size_t n, unsigned seed)
 static void child(int rank, int world, double timeout_s, uint64_t token, int wfd, int rfd, int resfd,
                   tcpf_body body)
 {
-    fake_ctx ctx = {wfd, rfd, world};
+    fake_ctx ctx = {wfd, rfd, world, rank};
+    rt_log_init();
+    rt_log_set_rank(rank);
     tp_bootstrap bs = {&ctx, rank, world, rank, token, timeout_s, fake_allgather};
     tp_backend *b = NULL;
     char msg[320] = "", line[400];
@@ -92,6 +98,14 @@ static void coordinate(int world, int *from, int *to, tcpf_hook hook, void *arg)
     for (int r = 0; r < world; r++) close(to[r]), close(from[r]);
 }
 
+typedef struct { int world, *from, *to; tcpf_hook hook; void *arg; } coord_arg;
+static void *coord_main(void *p)
+{
+    coord_arg *a = p;
+    coordinate(a->world, a->from, a->to, a->hook, a->arg);
+    return NULL;
+}
+
 int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_hook hook, void *arg,
              tcpf_result *res)
 {
@@ -114,7 +128,11 @@ int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_h
         res[r] = (tcpf_result){.code = -1};
     }
     close(resp[1]);
-    coordinate(world, from, to, hook, arg);
+    /* The coordinator runs beside the reaper so exit times are exact even while
+     * some ranks still hold a round open. */
+    coord_arg ca = {world, from, to, hook, arg};
+    pthread_t th;
+    if (pthread_create(&th, NULL, coord_main, &ca)) return -1;
     /* Reap with timestamps (1 ms resolution) so tests can report exit times. */
     for (int left = world; left;) {
         int st;
@@ -128,6 +146,7 @@ int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_h
                 left--;
             }
     }
+    pthread_join(th, NULL);
     FILE *f = fdopen(resp[0], "r");
     char line[400];
     while (f && fgets(line, sizeof line, f)) {

@@ -19,6 +19,9 @@ typedef struct tcpf_result {
     char msg[320];     /* what the body (or a failed create) said */
 } tcpf_result;
 
+/* When >= 0: that rank exits (code 7) right after the address exchange, before
+ * connecting: a rank lost while the mesh forms. */
+extern int tcpf_die_rank;
 /* 0 when every rank ran and exited (any code), -1 when the harness itself broke. */
 int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_hook hook, void *arg,
              tcpf_result *res);

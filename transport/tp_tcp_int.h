@@ -12,11 +12,15 @@
 enum { TCP_OK = 0, TCP_REFUSE_MAGIC = 1, TCP_REFUSE_VERSION = 2, TCP_REFUSE_TOKEN = 3,
        TCP_REFUSE_RANK = 4, TCP_REFUSE_WORLD = 5 };
 
+/* flags: TCP_HELLO_ABORT | reason length: not a connection but "I could not build the
+ * mesh, because <reason follows>" from a rank that gives up during setup, so ranks
+ * waiting for it fail at once instead of at the deadline. */
 typedef struct tcp_hello {
     uint32_t magic, version;
-    int32_t from, to, world, pad;
+    int32_t from, to, world, flags;
     uint64_t token_hash;
 } tcp_hello;
+#define TCP_HELLO_ABORT 0x10000
 
 typedef struct tcp_reply {
     uint32_t magic, status;

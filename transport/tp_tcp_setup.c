@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <stddef.h>
 #include <sys/un.h>
@@ -29,6 +30,9 @@ typedef struct tcp_conn {
     size_t done;
     unsigned char buf[sizeof(tcp_hello)];
     int64_t until;          /* retry time (C_RETRY) or handshake deadline (incoming) */
+    int64_t refused_since;  /* outgoing: first refusal of the current streak */
+    int no_unix;            /* outgoing: the unix path failed, use TCP */
+    int via_unix;
     char from[64];
 } tcp_conn;
 
@@ -97,7 +101,7 @@ static void read_boot_id(char *out, size_t n)
 
 /* The address the others should dial: DDPRT_SOCKET_IFNAME's, else the source address
  * of the route to the rendezvous master (a UDP connect sends nothing), else the
- * hostname's, else loopback. */
+ * hostname's or an interface's (non-loopback), else loopback. */
 static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, size_t errlen)
 {
     const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
@@ -127,10 +131,7 @@ static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, si
         freeaddrinfo(ai);
         return 0;
     }
-    if (!getaddrinfo(me->host, NULL, &hints, &ai)) {
-        inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, me->ip, sizeof me->ip);
-        freeaddrinfo(ai);
-    }
+    port_sock_host_ip(me->ip, sizeof me->ip); /* hostname's, else an interface's */
     return 0;
 }
 
@@ -151,11 +152,40 @@ static int same_machine(const tcp_addr *a, const tcp_addr *b)
     return !a->pinned && !b->pinned && !strcmp(a->host, b->host) && !strcmp(a->boot, b->boot);
 }
 
+/* A connect attempt failed. The peer listened before the address exchange, so a
+ * refusal means it is gone (or never got that far): retry for a few seconds, then
+ * say so instead of waiting out the whole timeout. A unix path that fails (another
+ * network namespace with the same hostname?) falls back to TCP at once. */
+#define TCP_REFUSED_NS (5LL * 1000000000LL)
+static int connect_failed(tcp_conn *c, int e, char *err, size_t errlen)
+{
+    int64_t now = port_now_ns();
+    rt_debug("tcp: connect to rank %d at %s failed: %s", c->peer, c->from, strerror(e));
+    close(c->fd);
+    c->fd = -1;
+    c->state = C_RETRY;
+    c->until = now + 100000000LL;
+    if (c->via_unix && e != EAGAIN) { /* EAGAIN: a full unix backlog, just retry */
+        c->no_unix = 1;
+        c->until = now;
+        return 0;
+    }
+    if (e == EAGAIN) return 0;
+    if (!c->refused_since) c->refused_since = now;
+    if (now - c->refused_since > TCP_REFUSED_NS) {
+        snprintf(err, errlen, "rank %d at %s refused the connection for %lld s: %s (did it exit?)", c->peer,
+                 c->from, TCP_REFUSED_NS / 1000000000LL, strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
 static int start_connect(tcp_conn *c, const tcp_addr *a, int same_host, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
-    int unix_path = same_host && a->uds[0] && local_unix();
+    int unix_path = same_host && a->uds[0] && local_unix() && !c->no_unix;
+    c->via_unix = unix_path;
     if (unix_path) {
         sl = uds_addr((struct sockaddr_un *)&ss, a->uds);
         snprintf(c->from, sizeof c->from, "unix:%s", a->uds);
@@ -177,14 +207,9 @@ static int start_connect(tcp_conn *c, const tcp_addr *a, int same_host, char *er
     /* Buffer sizes must be set before connect: the window scale is fixed by the SYN. */
     tune(c->fd, unix_path);
     c->done = 0;
-    if (connect(c->fd, (struct sockaddr *)&ss, sl) && errno != EINPROGRESS && errno != EAGAIN) {
-        close(c->fd);
-        c->fd = -1;
-        c->state = C_RETRY;
-        c->until = port_now_ns() + 100000000LL;
-        return 0;
-    }
     c->state = C_CONNECTING;
+    if (connect(c->fd, (struct sockaddr *)&ss, sl) && errno != EINPROGRESS)
+        return connect_failed(c, errno, err, errlen);
     return 0;
 }
 
@@ -204,15 +229,29 @@ static uint32_t check_hello(const tcp_hello *h, const tcp_backend *t, uint64_t t
     if (h->version != TCP_VERSION) return TCP_REFUSE_VERSION;
     if (h->token_hash != token) return TCP_REFUSE_TOKEN;
     if (h->world != t->b.world) return TCP_REFUSE_WORLD;
-    if (h->to != t->b.rank || h->from < 0 || h->from >= t->b.rank || t->peers[h->from].fd >= 0)
+    if (h->to != t->b.rank || h->from < 0 || h->from >= t->b.world || h->from == t->b.rank)
         return TCP_REFUSE_RANK;
+    if (h->flags & TCP_HELLO_ABORT) return TCP_OK;
+    if (h->from >= t->b.rank || t->peers[h->from].fd >= 0) return TCP_REFUSE_RANK;
     return TCP_OK;
 }
 
-static void answer_hello(tcp_backend *t, tcp_conn *c, uint64_t token)
+/* -1 with err when a genuine peer says it gave up (the mesh cannot form). */
+static int answer_hello(tcp_backend *t, tcp_conn *c, uint64_t token, char *err, size_t errlen)
 {
     tcp_hello h;
     memcpy(&h, c->buf, sizeof h);
+    if ((h.flags & TCP_HELLO_ABORT) && check_hello(&h, t, token) == TCP_OK) {
+        char why[201] = "";
+        size_t n = (size_t)(h.flags & 0xff) < 200 ? (size_t)(h.flags & 0xff) : 200;
+        if (port_sock_read_full(c->fd, why, n, port_now_ns() + 500000000LL)) n = 0;
+        why[n] = 0;
+        snprintf(err, errlen, "rank %d could not connect the mesh: %s", h.from, n ? why : "(no reason)");
+        close(c->fd);
+        c->fd = -1;
+        c->state = C_FREE;
+        return -1;
+    }
     tcp_reply rep = {TCP_MAGIC, check_hello(&h, t, token)};
     int ok = port_sock_write_full(c->fd, &rep, sizeof rep, port_now_ns() + 1000000000LL) == 0;
     if (rep.status == TCP_OK && ok) {
@@ -225,6 +264,7 @@ static void answer_hello(tcp_backend *t, tcp_conn *c, uint64_t token)
     }
     c->fd = -1;
     c->state = C_FREE;
+    return 0;
 }
 
 static void drop_incoming(tcp_conn *c, const char *why)
@@ -291,13 +331,7 @@ static int step_out(tcp_backend *t, tcp_conn *c, short rev, const tcp_addr *all,
         int soerr = 0;
         socklen_t sl = sizeof soerr;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-        if (soerr) { /* refused or reset: the peer may not be up yet; try again */
-            close(c->fd);
-            c->fd = -1;
-            c->state = C_RETRY;
-            c->until = now + 100000000LL;
-            return 0;
-        }
+        if (soerr) return connect_failed(c, soerr, err, errlen);
         tcp_hello h = {TCP_MAGIC, TCP_VERSION, t->b.rank, c->peer, t->b.world, 0, token};
         memcpy(c->buf, &h, sizeof h);
         c->state = C_HELLO_OUT;
@@ -332,13 +366,56 @@ io_fail:
     return -1;
 }
 
+/* Setup failed here: best effort, within ~1 s, tell every rank we are not connected
+ * to yet (it may be waiting for us as an acceptor) why, with an abort hello. */
+static void tell_unconnected(tcp_backend *t, const tcp_addr *all, const tcp_addr *me, uint64_t token,
+                             const char *why)
+{
+    int world = t->b.world, n = 0;
+    tcp_conn *cs = calloc((size_t)world, sizeof *cs);
+    struct pollfd *pf = calloc((size_t)world, sizeof *pf);
+    char scratch[160];
+    if (!cs || !pf) goto out;
+    for (int j = 0; j < world; j++) {
+        if (j == t->b.rank || t->peers[j].fd >= 0) continue;
+        cs[n].peer = j;
+        cs[n].fd = -1;
+        if (start_connect(&cs[n], &all[j], same_machine(&all[j], me), scratch, sizeof scratch) == 0 &&
+            cs[n].fd >= 0)
+            n++;
+    }
+    size_t wl = strlen(why) < 200 ? strlen(why) : 200;
+    struct { tcp_hello h; char why[200]; } m;
+    m.h = (tcp_hello){TCP_MAGIC, TCP_VERSION, t->b.rank, 0, world, TCP_HELLO_ABORT | (int32_t)wl, token};
+    memcpy(m.why, why, wl);
+    int64_t until = port_now_ns() + 1000000000LL;
+    for (int left = n; left > 0 && port_now_ns() < until;) {
+        for (int k = 0; k < n; k++) pf[k] = (struct pollfd){cs[k].fd, POLLOUT, 0};
+        if (poll(pf, (nfds_t)n, 50) <= 0) continue;
+        for (int k = 0; k < n; k++) {
+            if (cs[k].fd < 0 || !pf[k].revents) continue;
+            m.h.to = cs[k].peer;
+            if (pf[k].revents & POLLOUT)
+                if (send(cs[k].fd, &m, sizeof m.h + wl, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
+            close(cs[k].fd);
+            cs[k].fd = -1;
+            left--;
+        }
+    }
+out:
+    for (int k = 0; cs && k < n; k++)
+        if (cs[k].fd >= 0) close(cs[k].fd);
+    free(cs);
+    free(pf);
+}
+
 static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, const tcp_addr *me,
                      uint64_t token, int64_t deadline, char *err, size_t errlen)
 {
     int world = t->b.world, rank = t->b.rank, nout = world - rank - 1;
     tcp_conn *out = calloc((size_t)(nout > 0 ? nout : 1), sizeof *out);
     tcp_conn in[TCP_MAX_INCOMING];
-    struct pollfd *pf = calloc((size_t)(nout + TCP_MAX_INCOMING + 2), sizeof *pf);
+    struct pollfd *pf = calloc((size_t)(nout + TCP_MAX_INCOMING + 2 + world), sizeof *pf);
     int rc = -1;
     if (!out || !pf) { snprintf(err, errlen, "out of memory"); goto done; }
     for (int k = 0; k < TCP_MAX_INCOMING; k++) in[k].fd = -1, in[k].state = C_FREE;
@@ -363,11 +440,23 @@ static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, cons
                 pf[np++] = (struct pollfd){out[k].fd, out[k].state == C_REPLY_IN ? POLLIN : POLLOUT, 0};
         for (int k = 0; k < TCP_MAX_INCOMING; k++)
             if (in[k].state == C_HELLO_IN) pf[np++] = (struct pollfd){in[k].fd, POLLIN, 0};
+        /* Peers already connected: a hang-up means that rank gave up (or died)
+         * while the mesh forms; fail now rather than at the deadline. */
+        int est = np;
+        for (int j = 0; j < world; j++)
+            if (t->peers[j].fd >= 0) pf[np++] = (struct pollfd){t->peers[j].fd, POLLRDHUP, 0};
         int ms = (int)((deadline - now) / 1000000) + 1;
         if (poll(pf, (nfds_t)np, ms > 50 ? 50 : ms) < 0 && errno != EINTR) {
             snprintf(err, errlen, "poll: %s", strerror(errno));
             goto done;
         }
+        for (int q = est; q < np; q++)
+            if (pf[q].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                for (int j = 0; j < world; j++)
+                    if (t->peers[j].fd == pf[q].fd) {
+                        snprintf(err, errlen, "rank %d closed the connection while the mesh was forming", j);
+                        goto done;
+                    }
         if (pf[0].revents) accept_all(lfd, in, TCP_MAX_INCOMING);
         if (pf[1].revents) accept_all(ufd, in, TCP_MAX_INCOMING);
         now = port_now_ns();
@@ -376,14 +465,14 @@ static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, cons
             if (c->state != C_HELLO_IN) continue;
             int r = step_io(c, 0, sizeof(tcp_hello));
             if (r < 0) drop_incoming(c, "closed before its hello");
-            else if (r) answer_hello(t, c, token);
+            else if (r && answer_hello(t, c, token, err, errlen)) goto done;
             else if (now >= c->until) drop_incoming(c, "no hello within 10 s");
         }
         /* Outgoing: revents looked up by fd (the poll set is rebuilt every turn). */
         for (int k = 0; k < nout; k++) {
             if (out[k].state == C_FREE) continue;
             short rev = 0;
-            for (int q = 2; q < np; q++)
+            for (int q = 2; q < est; q++)
                 if (pf[q].fd == out[k].fd) rev = pf[q].revents;
             if (step_out(t, &out[k], rev, all, same_machine(&all[out[k].peer], me), token, err, errlen))
                 goto done;
@@ -391,6 +480,7 @@ static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, cons
     }
     rc = 0;
 done:
+    if (rc) tell_unconnected(t, all, me, token, err);
     for (int k = 0; out && k < nout; k++)
         if (out[k].fd >= 0) close(out[k].fd);
     for (int k = 0; k < TCP_MAX_INCOMING; k++)
@@ -400,8 +490,20 @@ done:
     return rc;
 }
 
+/* A full mesh holds world - 1 sockets; lift the soft fd limit (often 1024) toward the
+ * hard one when a big job needs it. */
+static void raise_fd_limit(int world)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)world + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int tcp_mesh_connect(tcp_backend *t, const tp_bootstrap *bs, char *err, size_t errlen)
 {
+    raise_fd_limit(t->b.world);
     tcp_addr me, *all = NULL;
     char lip[48];
     memset(&me, 0, sizeof me);

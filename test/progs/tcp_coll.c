@@ -113,7 +113,7 @@ static void matrix(void)
     free(s), free(r);
 }
 
-static void kill_loop(size_t len, int victim, int iters)
+static int kill_loop(size_t len, int victim, int iters)
 {
     float *s = calloc(len / 4 + 1, 4), *r = calloc(len / 4 + 1, 4);
     for (int it = 0;; it++) {
@@ -124,8 +124,8 @@ static void kill_loop(size_t len, int victim, int iters)
         }
         if (tp_allreduce(comm, s, r, len / 4, RT_F32, TP_SUM)) {
             printf("failed at %.6f: %s\n", port_now_s(), tp_errmsg(comm));
-            fflush(stdout);
-            exit(3);
+            free(s), free(r);
+            return 3;
         }
     }
 }
@@ -162,10 +162,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "ERR %s\n", err);
         return 3;
     }
-    if (!strcmp(argv[1], "kill")) kill_loop(len, victim < 0 ? world_ - 1 : victim, iters);
-    matrix();
+    int rc = 0;
+    if (!strcmp(argv[1], "kill")) rc = kill_loop(len, victim < 0 ? world_ - 1 : victim, iters);
+    else matrix();
     tp_comm_destroy(comm);
     rt_rdzv_close(rz);
+    if (rc) return rc;
     if (bad) { fprintf(stderr, "rank %d: %d wrong elements\n", rank_, bad); return 1; }
     printf("rank %d of %d ok (%d checks)\n", rank_, world_, checks);
     return 0;

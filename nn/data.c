@@ -158,11 +158,6 @@ int nn_dataset_open(nn_dataset *d, const char *dir, const char *split, char *err
     return 0;
 }
 
-size_t nn_dataset_bytes(const nn_dataset *d)
-{
-    return (size_t)d->n * d->rows * d->cols + RT_ALIGN + (size_t)d->n + RT_ALIGN;
-}
-
 /* Reads the payload after the header and insists the file ends exactly there. */
 static int read_payload(const char *path, size_t hlen, void *dst, size_t n, char *err, size_t errlen)
 {

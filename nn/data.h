@@ -31,8 +31,6 @@ int nn_data_locate(const char *dir, char *out, size_t outlen, char *err, size_t 
 /* Opens "train" or "t10k" in dir and validates both headers (magic, element type,
  * dimensions, matching counts). Nothing is allocated. */
 int nn_dataset_open(nn_dataset *d, const char *dir, const char *split, char *err, size_t errlen);
-/* Bytes nn_dataset_load will take from the arena. */
-size_t nn_dataset_bytes(const nn_dataset *d);
 /* Reads the payloads into the arena and validates them (file length, label range). */
 int nn_dataset_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
 

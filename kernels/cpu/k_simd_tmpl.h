@@ -364,9 +364,9 @@ KT_INL void KT(ukr_nt_off)(const int mr, const int nr, int l, int ng, const floa
                            long a_img, const float *b, const long *boff, long b_img, float *c,
                            long ldc, int acc)
 {
-    kv s[4][6];
+    kv s[5][6];
     const float *bp[6];
-#pragma GCC unroll 4
+#pragma GCC unroll 5
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
@@ -375,30 +375,30 @@ KT_INL void KT(ukr_nt_off)(const int mr, const int nr, int l, int ng, const floa
         for (int j = 0; j < nr; j++) bp[j] = b + boff[j];
         int x = 0;
         for (; x + KV_W <= l; x += KV_W) {
-            kv av[4];
-#pragma GCC unroll 4
+            kv av[5];
+#pragma GCC unroll 5
             for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
 #pragma GCC unroll 6
             for (int j = 0; j < nr; j++) {
                 kv bv = kv_load(bp[j] + x);
-#pragma GCC unroll 4
+#pragma GCC unroll 5
                 for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
             }
         }
         if (x < l) {
             int t = l - x;
-            kv av[4];
-#pragma GCC unroll 4
+            kv av[5];
+#pragma GCC unroll 5
             for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
 #pragma GCC unroll 6
             for (int j = 0; j < nr; j++) {
                 kv bv = kv_loadn(bp[j] + x, t);
-#pragma GCC unroll 4
+#pragma GCC unroll 5
                 for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 5
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < nr; j++) {
@@ -417,6 +417,11 @@ KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *
                                       long b_img, float *c, long ldc, int acc)
 {
     int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
+#if KT_TM > 3
+    /* A 5x5 tile instead of 4x6 when it loads less per step (sum of tile rows). */
+    int m5 = (m + 4) / 5, n5 = (n + 4) / 5;
+    if ((long)n5 * m + (long)m5 * n < (long)nnb * m + (long)nmb * n) { nmb = m5; nnb = n5; }
+#endif
     for (int ib = 0; ib < nmb; ib++) {
         int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
         for (int jb = 0; jb < nnb; jb++) {
@@ -427,7 +432,8 @@ KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *
             switch (mr * 8 + nr) {
                 KT_NTO_ROW(1) KT_NTO_ROW(2) KT_NTO_ROW(3)
 #if KT_TM > 3
-                KT_NTO_ROW(4)
+                KT_NTO_ROW(4) KT_NTO_CASE(5, 1) KT_NTO_CASE(5, 2) KT_NTO_CASE(5, 3)
+                KT_NTO_CASE(5, 4) KT_NTO_CASE(5, 5)
 #endif
             default: break;
             }

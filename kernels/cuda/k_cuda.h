@@ -1,0 +1,95 @@
+/* CUDA kernels: the device twins of kernels/k.h (same names with k_cuda_, same
+ * layouts: f32 NCHW contiguous, PyTorch nn.Linear weights, same semantics), plus the
+ * conversion and reduction kernels the staged allreduce and mixed precision use.
+ * Plain C interface; the .cu files behind it are hand-written (no cuBLAS, no cuDNN).
+ *
+ * Every pointer is device memory unless said otherwise. Every call is asynchronous on
+ * `s` and returns 0, or -1 after port_cuda_fail() recorded a line naming the kernel,
+ * its shapes and CUDA's error. Errors that surface later (at a synchronisation) are
+ * reported by the port and name the last kernel launched (k_cuda_last_kernel);
+ * DDPRT_CUDA_SYNC=1 synchronises after every launch so they name the exact one.
+ *
+ * Determinism: no atomics on floats anywhere. Reductions (split-K GEMM, bias
+ * gradients, loss sums) add in a fixed order that depends on the shapes only, never on
+ * the GPU model, so a run repeats bit for bit. The RNG, dropout, relu, max pool, SGD,
+ * init and the f16/bf16 conversions match the CPU kernels bit for bit; conv, linear
+ * and softmax match them to rounding. */
+#ifndef K_CUDA_H
+#define K_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kernels/k.h"
+#include "ports/cuda/port_cuda.h"
+
+/* Scratch bytes the conv / linear kernels need (split-K partial sums when the output
+ * is too small to fill the GPU); 0 when none. Plan it once at start-up from the
+ * largest shapes and pass it to every call (unlike k.h, linear forward takes one). */
+size_t k_cuda_conv2d_workspace(const k_conv_shape *sh);
+size_t k_cuda_linear_workspace(int n, int in, int out);
+
+int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
+                      void *ws, port_stream s);
+/* dx may be NULL (first layer). Overwrites dx, dw, db. */
+int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s);
+
+int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                      void *ws, port_stream s);
+int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s);
+
+int k_cuda_relu_fwd(size_t n, const float *x, float *y, port_stream s);
+int k_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, port_stream s);
+
+int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
+                         port_stream s);
+int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy, const int32_t *idx,
+                         float *dx, port_stream s);
+
+int k_cuda_dropout_fwd(size_t n, float p, uint64_t seed, uint64_t offset, const float *x, float *y,
+                       uint8_t *mask, port_stream s);
+int k_cuda_dropout_bwd(size_t n, float p, const uint8_t *mask, const float *dy, float *dx, port_stream s);
+int k_cuda_dropout2d_fwd(int n, int c, int hw, float p, uint64_t seed, uint64_t offset, const float *x,
+                         float *y, uint8_t *mask, port_stream s);
+int k_cuda_dropout2d_bwd(int n, int c, int hw, float p, const uint8_t *mask, const float *dy, float *dx,
+                         port_stream s);
+
+int k_cuda_log_softmax_fwd(int n, int classes, const float *x, float *y, port_stream s);
+/* out[0] = sum over rows of -logp[i, label[i]], out[1] = rows whose argmax (first
+ * max) is the label; rows with labels outside [0, classes) count nowhere. out is
+ * device memory (2 doubles): copy it back when the loss is wanted. */
+int k_cuda_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, double *out,
+                        port_stream s);
+int k_cuda_log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t *labels, float scale,
+                               float *dx, port_stream s);
+
+/* The whole optimizer update in one pass over p, g, v (cfg is read on the host). */
+int k_cuda_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const float *g, float *v,
+                    port_stream s);
+int k_cuda_init_uniform(size_t n, float bound, uint64_t seed, uint64_t offset, float *out, port_stream s);
+/* The RNG itself (tests): out[i] = k_rand_uniform(seed, offset + i). */
+int k_cuda_rand_uniform(size_t n, uint64_t seed, uint64_t offset, float *out, port_stream s);
+
+/* dst[i] = a[i] + b[i] for dt = rt_dtype RT_F32, RT_F16 or RT_BF16 (the values of
+ * rt/tensor.h); 16-bit types add in f32 and round to nearest even, as the host
+ * reduction (transport/tp_reduce.c) does, so staged and host results agree. */
+int k_cuda_reduce_sum(void *dst, const void *a, const void *b, size_t n, int dt, port_stream s);
+/* x[i] *= f (AVG after SUM), f32 only. */
+int k_cuda_scale(size_t n, float f, float *x, port_stream s);
+int k_cuda_f32_to_f16(size_t n, const float *x, uint16_t *y, port_stream s);
+int k_cuda_f16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
+int k_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, port_stream s);
+int k_cuda_bf16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
+
+/* Name of the last kernel launched ("" before any): for errors found at a sync. */
+const char *k_cuda_last_kernel(void);
+
+/* ddprt-bench-kernels --device cuda (kernels/cuda/k_cuda_bench.cu). */
+int k_cuda_bench_main(int argc, char **argv);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,33 @@
+// Launch checking for every kernels/cuda launch (see k_cuda.h, "Errors").
+#include "kernels/cuda/k_cuda_common.cuh"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *last_kernel = "";
+static int sync_each = -1; // DDPRT_CUDA_SYNC, read once
+
+const char *k_cuda_last_kernel(void) { return last_kernel; }
+
+int k_cuda_check_launch(const char *kernel, const char *fmt, ...)
+{
+    last_kernel = kernel;
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        if (sync_each < 0) {
+            const char *v = getenv("DDPRT_CUDA_SYNC");
+            sync_each = v && *v && *v != '0';
+        }
+        // Debug mode: wait here so an execution fault is pinned to this launch.
+        if (!sync_each) return 0;
+        e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) return 0;
+    }
+    char shapes[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(shapes, sizeof shapes, fmt, ap);
+    va_end(ap);
+    port_cuda_fail("%s(%s): %s", kernel, shapes, cudaGetErrorString(e));
+    return -1;
+}

@@ -1,0 +1,184 @@
+// conv2d forward and backward as implicit GEMMs (k_cuda_gemm.cuh): the input patches
+// are gathered while tiles load, so no im2col buffer exists. General stride and zero
+// padding; NCHW input, KCRS weights (PyTorch's Conv2d layout).
+//   forward:      y[k][n,p,q]   = sum_{c,r,s} w[k][c,r,s] * x(n, c, p*st-pad+r, q*st-pad+s)
+//   input grad:   dx[c][n,h,w]  = sum_{k,r,s} w[k][c,r,s] * dy(n, k, (h+pad-r)/st, (w+pad-s)/st)
+//                 (terms whose division is not exact, or land outside, are zero)
+//   weight grad:  dw[k][c,r,s]  = sum_{n,p,q} dy[n,k,p,q] * x(n, c, p*st-pad+r, q*st-pad+s)
+//   bias grad:    db[k]         = sum_{n,p,q} dy[n,k,p,q]
+// The input gradient is a gather, not a scatter: each dx element is written once, in a
+// fixed order, with no atomics.
+#include "kernels/cuda/k_cuda_gemm.cuh"
+#include <stdio.h>
+
+namespace {
+
+struct Geo { // the shape, with the products the index maths needs
+    int N, C, H, W, K, R, S, st, pad, P, Q;
+    __host__ __device__ int RS() const { return R * S; }
+    __host__ __device__ int PQ() const { return P * Q; }
+    __host__ __device__ int HW() const { return H * W; }
+};
+
+static Geo geo(const k_conv_shape *sh)
+{
+    Geo g = {sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, sh->stride, sh->pad, sh->p, sh->q};
+    return g;
+}
+
+// x(n, c, h, w) with zero padding.
+__device__ __forceinline__ float x_at(const Geo &g, const float *x, int n, int c, int h, int w)
+{
+    return (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[(((size_t)n * g.C + c) * g.H + h) * g.W + w] : 0.0f;
+}
+
+// ---- forward: A = w [K x CRS], B = patches [CRS x NPQ]
+struct FwdA {
+    static constexpr bool k_fast = true;
+    const float *w; int crs;
+    __device__ float operator()(int m, int k) const { return w[(size_t)m * crs + k]; }
+};
+struct FwdB {
+    static constexpr bool k_fast = false;
+    Geo g; const float *x;
+    __device__ float operator()(int k, int j) const
+    {
+        int c = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
+        int n = j / g.PQ(), pq = j % g.PQ(), p = pq / g.Q, q = pq % g.Q;
+        return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
+    }
+};
+struct FwdStore {
+    Geo g; const float *b; float *y;
+    __device__ void operator()(int, int m, int j, float v) const
+    {
+        int n = j / g.PQ(), pq = j % g.PQ();
+        y[((size_t)n * g.K + m) * g.PQ() + pq] = v + (b ? b[m] : 0.0f);
+    }
+};
+
+// ---- input gradient: A = w^T [C x KRS], B = dy gathered [KRS x NHW]
+struct DxA {
+    static constexpr bool k_fast = true;
+    Geo g; const float *w;
+    __device__ float operator()(int c, int k) const
+    {
+        int kk = k / g.RS(), rs = k % g.RS();
+        return w[((size_t)kk * g.C + c) * g.RS() + rs];
+    }
+};
+struct DxB {
+    static constexpr bool k_fast = false;
+    Geo g; const float *dy;
+    __device__ float operator()(int k, int j) const
+    {
+        int kk = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
+        int n = j / g.HW(), hw = j % g.HW(), h = hw / g.W, w = hw % g.W;
+        int ph = h + g.pad - r, qw = w + g.pad - s;
+        if (ph < 0 || qw < 0 || ph % g.st || qw % g.st) return 0.0f;
+        int p = ph / g.st, q = qw / g.st;
+        if (p >= g.P || q >= g.Q) return 0.0f;
+        return dy[(((size_t)n * g.K + kk) * g.P + p) * g.Q + q];
+    }
+};
+struct DxStore {
+    Geo g; float *dx;
+    __device__ void operator()(int, int c, int j, float v) const
+    {
+        int n = j / g.HW(), hw = j % g.HW();
+        dx[((size_t)n * g.C + c) * g.HW() + hw] = v;
+    }
+};
+
+// ---- weight gradient: A = dy [K x NPQ], B = patches^T [NPQ x CRS]
+struct DwA {
+    static constexpr bool k_fast = true;
+    Geo g; const float *dy;
+    __device__ float operator()(int m, int k) const
+    {
+        int n = k / g.PQ(), pq = k % g.PQ();
+        return dy[((size_t)n * g.K + m) * g.PQ() + pq];
+    }
+};
+struct DwB {
+    static constexpr bool k_fast = true;
+    Geo g; const float *x;
+    __device__ float operator()(int k, int j) const
+    {
+        int n = k / g.PQ(), pq = k % g.PQ(), p = pq / g.Q, q = pq % g.Q;
+        int c = j / g.RS(), rs = j % g.RS(), r = rs / g.S, s = rs % g.S;
+        return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
+    }
+};
+struct DwStore {
+    float *dw; int crs;
+    __device__ void operator()(int, int m, int j, float v) const { dw[(size_t)m * crs + j] = v; }
+};
+
+// db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
+__global__ void conv_bias_grad(Geo g, const float *dy, float *db)
+{
+    __shared__ double sh[K_CUDA_THREADS];
+    int k = blockIdx.x;
+    double s = 0.0;
+    for (int n = 0; n < g.N; n++) {
+        const float *row = dy + ((size_t)n * g.K + k) * g.PQ();
+        for (int i = threadIdx.x; i < g.PQ(); i += blockDim.x) s += row[i];
+    }
+    s = k_cuda_block_sum(s, sh);
+    if (threadIdx.x == 0) db[k] = (float)s;
+}
+
+void shape_str(const k_conv_shape *sh, char *buf, size_t len)
+{
+    snprintf(buf, len, "n=%d c=%d h=%d w=%d k=%d r=%d s=%d stride=%d pad=%d", sh->n, sh->c, sh->h, sh->w,
+             sh->k, sh->r, sh->s, sh->stride, sh->pad);
+}
+
+} // namespace
+
+size_t k_cuda_conv2d_workspace(const k_conv_shape *sh)
+{
+    Geo g = geo(sh);
+    size_t a = k_cuda_gemm_ws_bytes(g.K, g.N * g.PQ(), g.C * g.RS());
+    size_t b = k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
+    size_t c = k_cuda_gemm_ws_bytes(g.K, g.C * g.RS(), g.N * g.PQ());
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
+                      void *ws, port_stream s)
+{
+    Geo g = geo(sh);
+    char shp[160];
+    shape_str(sh, shp, sizeof shp);
+    FwdA a = {w, g.C * g.RS()};
+    FwdB bb = {g, x};
+    FwdStore st = {g, b, y};
+    return k_cuda_gemm("k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
+                       (cudaStream_t)s);
+}
+
+int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s)
+{
+    Geo g = geo(sh);
+    cudaStream_t cs = (cudaStream_t)s;
+    char shp[160];
+    shape_str(sh, shp, sizeof shp);
+    if (dx) {
+        DxA a = {g, w};
+        DxB b = {g, dy};
+        DxStore st = {g, dx};
+        if (k_cuda_gemm("k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
+            return -1;
+    }
+    DwA a = {g, dy};
+    DwB b = {g, x};
+    DwStore st = {dw, g.C * g.RS()};
+    if (k_cuda_gemm("k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
+        return -1;
+    conv_bias_grad<<<g.K, K_CUDA_THREADS, 0, cs>>>(g, dy, db);
+    return k_cuda_check_launch("k_cuda_conv2d_bwd (bias grad)", "%s", shp);
+}

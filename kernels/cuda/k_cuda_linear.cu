@@ -1,0 +1,88 @@
+// nn.Linear forward and backward on the tiled SGEMM (k_cuda_gemm.cuh).
+//   forward:      y[n,out]  = x[n,in] @ w[out,in]^T + b[out]
+//   input grad:   dx[n,in]  = dy[n,out] @ w[out,in]
+//   weight grad:  dw[out,in] = dy^T[out,n] @ x[n,in]   (split-K over the batch)
+//   bias grad:    db[out]   = column sums of dy, rows added in order (as the CPU)
+#include "kernels/cuda/k_cuda_gemm.cuh"
+#include <stdio.h>
+
+namespace {
+
+struct RowMajor { // a[m][k] with leading dimension ld: consecutive k are adjacent
+    static constexpr bool k_fast = true;
+    const float *a; int ld;
+    __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
+};
+struct RowMajorB { // b[k][n] with leading dimension ld: consecutive n are adjacent
+    static constexpr bool k_fast = false;
+    const float *b; int ld;
+    __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
+};
+struct TransB { // b(k, n) = w[n][k]: consecutive k are adjacent
+    static constexpr bool k_fast = true;
+    const float *w; int ld;
+    __device__ float operator()(int k, int n) const { return w[(size_t)n * ld + k]; }
+};
+struct TransA { // a(m, k) = dy[k][m]: consecutive m are adjacent
+    static constexpr bool k_fast = false;
+    const float *dy; int ld;
+    __device__ float operator()(int m, int k) const { return dy[(size_t)k * ld + m]; }
+};
+struct StoreBias {
+    float *y; const float *b; int ld;
+    __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v + (b ? b[n] : 0.0f); }
+};
+struct Store {
+    float *y; int ld;
+    __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v; }
+};
+
+__global__ void linear_bias_grad(int n, int out, const float *dy, float *db)
+{
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= out) return;
+    float s = 0.0f;
+    for (int r = 0; r < n; r++) s += dy[(size_t)r * out + o];
+    db[o] = s;
+}
+
+} // namespace
+
+size_t k_cuda_linear_workspace(int n, int in, int out)
+{
+    size_t a = k_cuda_gemm_ws_bytes(n, out, in), b = k_cuda_gemm_ws_bytes(n, in, out);
+    size_t c = k_cuda_gemm_ws_bytes(out, in, n);
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                      void *ws, port_stream s)
+{
+    char shp[96];
+    snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
+    RowMajor a = {x, in};
+    TransB bb = {w, in};
+    StoreBias st = {y, b, out};
+    return k_cuda_gemm("k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+}
+
+int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s)
+{
+    cudaStream_t cs = (cudaStream_t)s;
+    char shp[96];
+    snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
+    if (dx) {
+        RowMajor a = {dy, out};
+        RowMajorB b = {w, in};
+        Store st = {dx, in};
+        if (k_cuda_gemm("k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+    }
+    TransA a = {dy, out};
+    RowMajorB b = {x, in};
+    Store st = {dw, in};
+    if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+    linear_bias_grad<<<(out + 127) / 128, 128, 0, cs>>>(n, out, dy, db);
+    return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);
+}

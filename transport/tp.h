@@ -33,7 +33,7 @@ extern const char *const tp_op_names[TP_NOPS];
  * DDPRT_ALGO=ring|rd|auto overrides opts.algo = TP_ALGO_DEFAULT. */
 typedef enum { TP_ALGO_DEFAULT = -1, TP_ALGO_AUTO = 0, TP_ALGO_RING, TP_ALGO_RD } tp_algo;
 /* The auto switch point (bytes per rank's buffer). Tune by measurement per backend. */
-#define TP_AUTO_RD_MAX_BYTES (64 * 1024)
+#define TP_AUTO_RD_MAX_BYTES (512 * 1024) /* tcp, 2 and 4 procs: ring = rd at 512 KiB */
 /* Default scratch arena: 2 * TP_PIPE_DEPTH chunk slots + one recursive-doubling
  * buffer, each arena / (2 * depth + 1) bytes (about 227 KiB at the default). */
 #define TP_DEFAULT_ARENA_BYTES (2u << 20)

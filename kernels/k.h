@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Threads used by the kernels (a pool created once; 1 = run on the caller). */
+/* Threads used by the kernels (a pool created once; 1 = run on the caller). Work is
+ * split so that every output is summed in the same order whatever the thread count:
+ * results are bitwise identical for any n. */
 void k_set_threads(int n);
 int k_threads(void);
 /* Which SIMD path the runtime dispatch picked: "avx512", "avx2" or "generic". The best
@@ -26,7 +28,10 @@ typedef struct k_conv_shape {
     int p, q;           /* output height/width; filled by k_conv_shape_init */
 } k_conv_shape;
 void k_conv_shape_init(k_conv_shape *sh);
-size_t k_conv2d_workspace(const k_conv_shape *sh); /* bytes, for fwd and bwd */
+/* Bytes of scratch for fwd and bwd of this shape, and of any batch <= sh->n; it does
+ * not depend on the thread count and keeps nothing between calls, so one buffer of
+ * the largest size can serve every conv layer. */
+size_t k_conv2d_workspace(const k_conv_shape *sh);
 /* x[n,c,h,w] * w[k,c,r,s] + b[k] -> y[n,k,p,q] */
 void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
                   float *y, void *ws);

@@ -272,8 +272,9 @@ static void run_all(const k_conv_shape *sh, const float *x, const float *w, cons
 {
     k_conv2d_fwd(sh, x, w, b, o->y, ws);
     k_conv2d_bwd(sh, x, w, g, o->dx, o->dw, o->db, ws);
-    k_linear_fwd(40, 96, 30, lx, lw, lb, o->ly);
-    k_linear_bwd(40, 96, 30, lx, lw, lg, o->ldx, o->ldw, o->ldb);
+    /* fc1's shape: big enough to be split across threads */
+    k_linear_fwd(64, 320, 50, lx, lw, lb, o->ly);
+    k_linear_bwd(64, 320, 50, lx, lw, lg, o->ldx, o->ldw, o->ldb);
     k_relu_fwd(1000, x, o->r);
     /* max pool 2x2 on the conv output (vector path when q >= 8), and SGD */
     int32_t *idx = malloc(sizeof(int32_t) * sh->n * sh->k * (sh->p / 2) * (sh->q / 2) + 64);
@@ -291,7 +292,7 @@ static outs outs_new(const k_conv_shape *sh)
 {
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
     outs o = {zeros((size_t)sh->n * sh->k * sh->p * sh->q), zeros(nx), zeros(nw), zeros(sh->k),
-              zeros(40 * 30), zeros(40 * 96), zeros(30 * 96), zeros(30), zeros(1000),
+              zeros(64 * 50), zeros(64 * 320), zeros(50 * 320), zeros(50), zeros(1000),
               zeros((size_t)sh->n * sh->k * sh->p * sh->q), zeros((size_t)sh->n * sh->k * sh->p * sh->q),
               zeros(1000)};
     return o;
@@ -301,7 +302,7 @@ static void outs_cmp(const k_conv_shape *sh, const outs *a, const outs *b, doubl
 {
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
     size_t ny = (size_t)sh->n * sh->k * sh->p * sh->q;
-    size_t n[12] = {ny, nx, nw, sh->k, 1200, 3840, 2880, 30, 1000,
+    size_t n[12] = {ny, nx, nw, sh->k, 64 * 50, 64 * 320, 50 * 320, 50, 1000,
                     (size_t)sh->n * sh->k * (sh->p / 2) * (sh->q / 2), ny, 1000};
     float *const *pa = &a->y, *const *pb = &b->y;
     for (int t = 0; t < 12; t++) {
@@ -328,7 +329,7 @@ TEST(kernels_isa_paths_agree)
         size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
         float *x = rnd(nx > 1000 ? nx : 1000), *w = rnd(nw), *b = rnd(sh->k);
         float *g = rnd((size_t)sh->n * sh->k * sh->p * sh->q);
-        float *lx = rnd(40 * 96), *lw = rnd(30 * 96), *lb = rnd(30), *lg = rnd(40 * 30);
+        float *lx = rnd(64 * 320), *lw = rnd(50 * 320), *lb = rnd(50), *lg = rnd(64 * 50);
         void *ws = malloc(k_conv2d_workspace(sh));
         CHECK(k_set_isa("generic") == 0);
         outs ref = outs_new(sh);
@@ -353,7 +354,7 @@ TEST(kernels_threads_agree_bitwise)
         k_conv_shape *s = shs[si];
         size_t nx = (size_t)s->n * s->c * s->h * s->w, nw = (size_t)s->k * s->c * s->r * s->s;
         float *x = rnd(nx), *w = rnd(nw), *b = rnd(s->k), *g = rnd((size_t)s->n * s->k * s->p * s->q);
-        float *lx = rnd(40 * 96), *lw = rnd(30 * 96), *lb = rnd(30), *lg = rnd(40 * 30);
+        float *lx = rnd(64 * 320), *lw = rnd(50 * 320), *lb = rnd(50), *lg = rnd(64 * 50);
         void *ws = malloc(k_conv2d_workspace(s));
         k_set_threads(1);
         CHECK_EQ(k_threads(), 1);

@@ -1,0 +1,139 @@
+// max_pool2d (forward with argmax, backward as a gather) and log_softmax + NLL.
+#include "kernels/cuda/k_cuda_common.cuh"
+
+// ---- max pool, kernel ks, stride st, no padding, floor mode. One thread per output;
+// the scan is the CPU's: first maximum wins ties (strict >), a NaN is always taken.
+__global__ void maxpool_fwd(size_t total, int h, int w, int ks, int st, int p, int q, const float *x, float *y,
+                            int32_t *idx)
+{
+    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
+        size_t pl = o / ((size_t)p * q);
+        int pq = (int)(o % ((size_t)p * q)), oh = pq / q, ow = pq % q;
+        const float *xp = x + pl * h * w;
+        int h0 = oh * st, w0 = ow * st;
+        float m = -INFINITY;
+        int32_t a = h0 * w + w0;
+        for (int dh = 0; dh < ks; dh++)
+            for (int dw = 0; dw < ks; dw++) {
+                int off = (h0 + dh) * w + w0 + dw;
+                float v = xp[off];
+                if (v > m || isnan(v)) { m = v; a = off; }
+            }
+        y[o] = m;
+        idx[o] = a;
+    }
+}
+
+// One thread per input element: it adds the dy of every window that covers it and
+// chose it, in window order. No atomics, no zeroing pass, deterministic even when
+// windows overlap (st < ks).
+__global__ void maxpool_bwd(size_t total, int h, int w, int ks, int st, int p, int q, const float *dy,
+                            const int32_t *idx, float *dx)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t pl = i / ((size_t)h * w);
+        int off = (int)(i % ((size_t)h * w)), ih = off / w, iw = off % w;
+        // Windows oh with oh*st <= ih < oh*st + ks.
+        int oh_lo = ih >= ks ? (ih - ks) / st + 1 : 0, oh_hi = min(ih / st, p - 1);
+        int ow_lo = iw >= ks ? (iw - ks) / st + 1 : 0, ow_hi = min(iw / st, q - 1);
+        const float *dyp = dy + pl * p * q;
+        const int32_t *ip = idx + pl * p * q;
+        float s = 0.0f;
+        for (int oh = oh_lo; oh <= oh_hi; oh++)
+            for (int ow = ow_lo; ow <= ow_hi; ow++)
+                if (ip[oh * q + ow] == off) s += dyp[oh * q + ow];
+        dx[i] = s;
+    }
+}
+
+int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
+                         port_stream s)
+{
+    int p = (h - ks) / st + 1, q = (w - ks) / st + 1;
+    size_t total = (size_t)n * c * p * q;
+    maxpool_fwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(total, h, w, ks, st, p, q, x, y, idx);
+    return k_cuda_check_launch("k_cuda_maxpool2d_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d", n, c, h, w, ks, st);
+}
+
+int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy, const int32_t *idx,
+                         float *dx, port_stream s)
+{
+    int p = (h - ks) / st + 1, q = (w - ks) / st + 1;
+    size_t total = (size_t)n * c * h * w;
+    maxpool_bwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(total, h, w, ks, st, p, q, dy, idx,
+                                                                             dx);
+    return k_cuda_check_launch("k_cuda_maxpool2d_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d", n, c, h, w, ks, st);
+}
+
+// ---- log_softmax: one warp per row. Shift by the row max so exp never overflows and
+// add the exponentials in double (as the CPU does), then y = x - (max + log(sum)).
+#define LSM_ROWS 8 // rows (warps) per block
+
+__global__ void log_softmax_fwd(int n, int classes, const float *x, float *y)
+{
+    int row = blockIdx.x * LSM_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= n) return;
+    const float *xr = x + (size_t)row * classes;
+    float m = -INFINITY;
+    for (int j = lane; j < classes; j += 32) m = fmaxf(m, xr[j]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    double sum = 0.0;
+    for (int j = lane; j < classes; j += 32) sum += exp((double)xr[j] - m);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float lse = (float)(m + log(sum));
+    for (int j = lane; j < classes; j += 32) y[(size_t)row * classes + j] = xr[j] - lse;
+}
+
+// One block: each thread takes rows tid, tid + 256, ...; then a fixed tree. n is a
+// batch (thousands at most), so one block is plenty and the order is fixed.
+__global__ void nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, double *out)
+{
+    __shared__ double sh[K_CUDA_THREADS];
+    double loss = 0.0, ok = 0.0;
+    for (int i = threadIdx.x; i < n; i += K_CUDA_THREADS) {
+        const float *r = logp + (size_t)i * classes;
+        int32_t l = labels[i];
+        if (l < 0 || l >= classes) continue;
+        loss -= r[l];
+        int am = 0;
+        for (int j = 1; j < classes; j++)
+            if (r[j] > r[am]) am = j;
+        ok += am == l;
+    }
+    loss = k_cuda_block_sum(loss, sh);
+    ok = k_cuda_block_sum(ok, sh);
+    if (threadIdx.x == 0) { out[0] = loss; out[1] = ok; }
+}
+
+__global__ void log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t *labels, float scale,
+                                    float *dx)
+{
+    size_t total = (size_t)n * classes;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int row = (int)(i / classes), j = (int)(i % classes);
+        int32_t l = labels[row];
+        dx[i] = (l < 0 || l >= classes) ? 0.0f : scale * (expf(logp[i]) - (j == l ? 1.0f : 0.0f));
+    }
+}
+
+int k_cuda_log_softmax_fwd(int n, int classes, const float *x, float *y, port_stream s)
+{
+    log_softmax_fwd<<<(n + LSM_ROWS - 1) / LSM_ROWS > 0 ? (n + LSM_ROWS - 1) / LSM_ROWS : 1, LSM_ROWS * 32, 0,
+                      (cudaStream_t)s>>>(n, classes, x, y);
+    return k_cuda_check_launch("k_cuda_log_softmax_fwd", "n=%d classes=%d", n, classes);
+}
+
+int k_cuda_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, double *out, port_stream s)
+{
+    nll_loss_sum<<<1, K_CUDA_THREADS, 0, (cudaStream_t)s>>>(n, classes, logp, labels, out);
+    return k_cuda_check_launch("k_cuda_nll_loss_sum", "n=%d classes=%d", n, classes);
+}
+
+int k_cuda_log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t *labels, float scale,
+                               float *dx, port_stream s)
+{
+    size_t total = (size_t)n * classes;
+    log_softmax_nll_bwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(n, classes, logp, labels,
+                                                                                      scale, dx);
+    return k_cuda_check_launch("k_cuda_log_softmax_nll_bwd", "n=%d classes=%d", n, classes);
+}

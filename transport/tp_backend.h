@@ -71,4 +71,10 @@ typedef struct tp_bootstrap {
 int tp_loopback_create(int world, tp_backend **out);
 /* TCP: connects to the peers through the bootstrap; 0 or -1 with err. */
 int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t errlen);
+/* RDMA verbs (RC queue pairs; DDPRT_IB_HCA, DDPRT_IB_GID_INDEX): 0 or -1 with err. In a
+ * build without libibverbs it always fails, saying so. */
+int tp_verbs_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t errlen);
+/* 1 when an RDMA device with an active port can be used (desc: "rxe0 port 1 (RoCE, GID
+ * index 1)"), else 0 (desc: why not). For --backend auto. */
+int tp_verbs_available(char *desc, size_t len);
 #endif

@@ -1,0 +1,591 @@
+/* RDMA verbs backend, data path (protocol: transport/tp_verbs_int.h). Driven from
+ * waitall/test by one thread:
+ *  - sends are cut into slot-sized segments and written (RDMA WRITE WITH IMMEDIATE)
+ *    into the receiver's slots while we hold credits; a segment is copied into a send
+ *    staging slot first, unless the whole message lies in memory given to
+ *    register_mem (comm scratch), which the HCA reads directly (zero copy);
+ *  - a staged send is complete once its last segment is posted (its bytes are in
+ *    our staging, as TCP's are in the socket buffer); a zero-copy one when the HCA
+ *    reports its last write done;
+ *  - arrived segments wait in their slot until a recv is posted, then are copied out
+ *    in order, and the slots go back to the sender as credits;
+ *  - completions: busy-poll the CQ for spin_ns after the last progress, then arm the
+ *    CQ and sleep in poll() on the completion channel (plus the async event fd and
+ *    the side channel), at most 100 ms at a time, until the deadline;
+ *  - failure: as TCP. Every queued request fails, the root cause goes to every rank
+ *    over the side channel (an abort frame, then close), the QPs go to the error
+ *    state. A peer that dies is seen as its side-channel socket closing, or as a
+ *    transport retry exceeded on a write to it. */
+#include "transport/tp_tcp_int.h"
+#include "transport/tp_verbs_int.h"
+#include "ports/posix/port.h"
+#include "rt/log.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define WRID(peer, kind, slot) ((uint64_t)(peer) << 32 | (uint64_t)(kind) << 16 | (uint64_t)(slot))
+#define SIDE_CHECK_NS 100000000LL /* look at the side channel at least this often */
+
+static int64_t close_grace_ns(void)
+{
+    /* A peer that finished its last op closes right away; the completions of what it
+     * sent us may still be in our CQ (or the ACKs of what we sent it on the wire). */
+    const char *e = getenv("DDPRT_VERBS_CLOSE_GRACE_MS");
+    return (e ? atoll(e) : 1000) * 1000000LL;
+}
+
+static int side_fd(verbs_backend *v, int j)
+{
+    return v->side ? ((tcp_backend *)v->side)->peers[j].fd : -1;
+}
+
+/* ---- failure ------------------------------------------------------------------------ */
+
+static void fail_queue(tp_req **q, tp_req **tail, int code)
+{
+    for (tp_req *r = *q, *nx; r; r = nx) {
+        nx = r->next;
+        r->state = code;
+        r->next = NULL;
+    }
+    *q = *tail = NULL;
+}
+
+/* Fails the backend once: err = shown text, root = the cause forwarded to peers. */
+static int fail_with(verbs_backend *v, int code, const char *root, const char *shown)
+{
+    if (v->b.failed) return v->b.failed;
+    v->b.failed = code;
+    snprintf(v->b.err, sizeof v->b.err, "%s", shown ? shown : root);
+    for (int j = 0; j < v->b.world; j++) {
+        tp_verbs_peer *p = &v->peers[j];
+        fail_queue(&p->sq, &p->sq_tail, code);
+        fail_queue(&p->rq, &p->rq_tail, code);
+        for (int k = 0; k < TP_VERBS_NSLOT; k++)
+            if (p->zc_req[k]) p->zc_req[k]->state = code, p->zc_req[k] = NULL;
+        p->zc_pending = 0;
+        /* Stop the HCA from touching our memory on this rank's behalf. */
+        if (p->qp) ibv_modify_qp(p->qp, &(struct ibv_qp_attr){.qp_state = IBV_QPS_ERR}, IBV_QP_STATE);
+    }
+    if (v->side) v->side->ops->abort(v->side, root); /* abort frames, then close */
+    rt_debug("verbs: backend failed: %s", v->b.err);
+    return code;
+}
+
+static int failf(verbs_backend *v, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(verbs_backend *v, int code, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return fail_with(v, code, buf, NULL);
+}
+
+static int has_work(const tp_verbs_peer *p) { return p->sq || p->rq || p->zc_pending; }
+
+/* Peeks at peer j's side-channel socket: 2 = closed, 1 = abort frame (reason copied),
+ * 0 = nothing. Nothing but abort frames ever travels on it. */
+static int peek_side(verbs_backend *v, int j, char *why, size_t wlen)
+{
+    int fd = side_fd(v, j);
+    if (fd < 0) return v->peers[j].closed_at ? 2 : 0;
+    struct { tcp_frame h; char why[240]; } m;
+    ssize_t r = recv(fd, &m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return 2;
+    if (r < (ssize_t)sizeof(tcp_frame) || !(m.h.flags & TCP_FRAME_ABORT) || m.h.len > sizeof m.why ||
+        (size_t)r < sizeof(tcp_frame) + m.h.len)
+        return 0;
+    snprintf(why, wlen, "%.*s", (int)m.h.len, m.why);
+    return 1;
+}
+
+/* Side channel: an abort frame from any rank fails us at once with its reason; a
+ * closed socket fails us only if we still have work with that rank after the grace
+ * period (it may just have finished before us). */
+static int check_side(verbs_backend *v)
+{
+    int64_t now = port_now_ns();
+    v->next_side_check = now + SIDE_CHECK_NS;
+    char why[240], shown[320];
+    for (int j = 0; j < v->b.world; j++) {
+        if (j == v->b.rank) continue;
+        tp_verbs_peer *p = &v->peers[j];
+        int k = peek_side(v, j, why, sizeof why);
+        if (k == 1) {
+            snprintf(shown, sizeof shown, "%s (reported by rank %d)", why, j);
+            return fail_with(v, TP_ECLOSED, why, shown);
+        }
+        if (k == 2 && !p->closed_at) p->closed_at = now;
+    }
+    for (int j = 0; j < v->b.world; j++) {
+        tp_verbs_peer *p = &v->peers[j];
+        if (!has_work(p)) continue;
+        if (p->dead) return fail_with(v, TP_EIO, p->dead_why, NULL);
+        if (p->closed_at && now - p->closed_at >= close_grace_ns())
+            return failf(v, TP_ECLOSED, "rank %d closed the connection", j);
+    }
+    return 0;
+}
+
+static const char *qp_state_name(struct ibv_qp *qp)
+{
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia)) return "unknown";
+    switch (a.qp_state) {
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_ERR: return "ERR";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_RTR: return "RTR";
+    default: return "not ready";
+    }
+}
+
+/* A completion with an error status. A failed data write is always fatal; a failed
+ * credit write or a flushed receive is fatal only while we have work with that rank
+ * (a rank that finished and left makes our last credit write to it fail). */
+static int on_bad_wc(verbs_backend *v, const struct ibv_wc *wc)
+{
+    int j = (int)(wc->wr_id >> 32), kind = (int)(wc->wr_id >> 16 & 0xffff);
+    tp_verbs_peer *p = &v->peers[j];
+    const char *what = kind == TP_WR_DATA ? "RDMA write" : kind == TP_WR_CREDIT ? "credit write" : "receive";
+    char why[200];
+    if (wc->status == IBV_WC_RETRY_EXC_ERR)
+        snprintf(why, sizeof why, "rank %d did not answer: transport retry exceeded on an %s (did it exit?)", j,
+                 what);
+    else if (wc->status == IBV_WC_REM_ACCESS_ERR)
+        snprintf(why, sizeof why, "%s to rank %d failed: remote access error (rank %d published a bad rkey "
+                 "or address)", what, j, j);
+    else if (wc->status == IBV_WC_WR_FLUSH_ERR)
+        snprintf(why, sizeof why, "queue pair to rank %d is in the error state (state %s; %s flushed)", j,
+                 qp_state_name(p->qp), what);
+    else
+        snprintf(why, sizeof why, "%s with rank %d failed: %s (status %d, vendor error 0x%x)", what, j,
+                 ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
+    if (kind == TP_WR_DATA || has_work(p)) return fail_with(v, TP_EIO, why, NULL);
+    if (!p->dead) {
+        p->dead = 1;
+        snprintf(p->dead_why, sizeof p->dead_why, "%s", why);
+        rt_debug("verbs: link to rank %d failed while idle: %s", j, why);
+    }
+    if (kind == TP_WR_CREDIT) p->sq_out--;
+    return 0;
+}
+
+/* ---- posting ------------------------------------------------------------------------ */
+
+int tp_verbs_post_recv(verbs_backend *v, int peer)
+{
+    /* WRITE WITH IMMEDIATE consumes a receive but places no data through it. */
+    struct ibv_recv_wr wr = {.wr_id = WRID(peer, TP_WR_RECV, 0)}, *bad = NULL;
+    return ibv_post_recv(v->peers[peer].qp, &wr, &bad);
+}
+
+static void maybe_inject_qperr(verbs_backend *v)
+{
+    if (!v->fault_qperr_after || ++v->posts != v->fault_qperr_after) return;
+    int j = (v->b.rank + 1) % v->b.world;
+    rt_warn("verbs: test fault: forcing the queue pair to rank %d into the error state", j);
+    ibv_modify_qp(v->peers[j].qp, &(struct ibv_qp_attr){.qp_state = IBV_QPS_ERR}, IBV_QP_STATE);
+}
+
+static int post_write(verbs_backend *v, int j, int kind, unsigned k, void *src, uint32_t lkey, size_t len,
+                      uint32_t imm)
+{
+    tp_verbs_peer *p = &v->peers[j];
+    maybe_inject_qperr(v);
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)len, .lkey = lkey};
+    struct ibv_send_wr wr = {.wr_id = WRID(j, kind, k), .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
+                             .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+                             .imm_data = htonl(imm)}, *bad = NULL;
+    wr.wr.rdma.remote_addr = p->raddr + (uint64_t)k * v->slot;
+    wr.wr.rdma.rkey = p->rkey;
+    int rc = ibv_post_send(p->qp, &wr, &bad);
+    if (rc)
+        return failf(v, TP_EIO, "posting an %s to rank %d failed: %s (queue pair state %s)",
+                     kind == TP_WR_DATA ? "RDMA write" : "credit write", j, strerror(rc), qp_state_name(p->qp));
+    p->sq_out++;
+    return 0;
+}
+
+/* lkey of a register_mem region holding [buf, buf + len), else 0. */
+static uint32_t zc_lkey(const verbs_backend *v, const void *buf, size_t len)
+{
+    const unsigned char *b = buf;
+    for (int i = 0; i < v->nmrs; i++) {
+        const unsigned char *base = v->mrs[i].base;
+        if (b >= base && b + len <= base + v->mrs[i].len) return v->mrs[i].mr->lkey;
+    }
+    return 0;
+}
+
+/* Posts as many segments of the queued sends to peer j as credits allow. */
+static int progress_send(verbs_backend *v, int j)
+{
+    tp_verbs_peer *p = &v->peers[j];
+    int moved = 0;
+    while (p->sq) {
+        tp_req *r = p->sq;
+        uint32_t zl = p->head_zc ? zc_lkey(v, r->buf, r->len) : 0;
+        for (;;) {
+            unsigned k = p->snext % TP_VERBS_NSLOT;
+            /* One send WR stays free for handing back credits. */
+            if (!p->credits || p->sbusy[k] || p->sq_out >= TP_VERBS_SQ - 1) return moved;
+            size_t seg = r->len - r->done < v->slot ? r->len - r->done : v->slot;
+            int last = r->done + seg == r->len;
+            unsigned char *src = (unsigned char *)r->buf + r->done;
+            uint32_t lkey = zl;
+            if (!zl) {
+                unsigned char *st = v->arena + (size_t)j * v->stride + (TP_VERBS_NSLOT + k) * v->slot;
+                memcpy(st, src, seg);
+                src = st;
+                lkey = v->arena_mr->lkey;
+            }
+            int rc = post_write(v, j, TP_WR_DATA, k, src, lkey, seg, (uint32_t)seg | (last ? TP_IMM_LAST : 0));
+            if (rc) return rc;
+            p->credits--;
+            p->snext++;
+            p->sbusy[k] = 1;
+            r->done += seg;
+            moved = 1;
+            if (!last) continue;
+            if (zl) { p->zc_req[k] = r; p->zc_pending++; } /* complete at its CQE */
+            else r->state = 1;
+            break;
+        }
+        p->sq = r->next;
+        if (!p->sq) p->sq_tail = NULL;
+        r->next = NULL;
+        if (p->sq) {
+            p->sq_since = port_now_ns();
+            p->head_zc = zc_lkey(v, p->sq->buf, p->sq->len) != 0;
+        }
+    }
+    return moved;
+}
+
+/* Copies arrived segments into the posted recvs, in order; owes the slots back. */
+static int drain_recv(verbs_backend *v, int j)
+{
+    tp_verbs_peer *p = &v->peers[j];
+    int moved = 0;
+    while (p->rq && p->rconsumed != p->rarrived) {
+        tp_req *r = p->rq;
+        unsigned k = p->rconsumed % TP_VERBS_NSLOT;
+        uint32_t imm = p->rimm[k];
+        size_t seg = imm & TP_IMM_LEN;
+        int last = (imm & TP_IMM_LAST) != 0;
+        if (r->done + seg > r->len || (last && r->done + seg != r->len))
+            return failf(v, TP_EIO, "protocol error: rank %d sent a message of %s%zu bytes, the posted recv "
+                         "expects %zu", j, last ? "" : "more than ", r->done + seg, r->len);
+        memcpy((unsigned char *)r->buf + r->done, v->arena + (size_t)j * v->stride + k * v->slot, seg);
+        r->done += seg;
+        p->rconsumed++;
+        p->credit_owed++;
+        moved = 1;
+        if (!last) continue;
+        r->state = 1;
+        p->rq = r->next;
+        if (!p->rq) p->rq_tail = NULL;
+        r->next = NULL;
+        if (p->rq) p->rq_since = port_now_ns();
+    }
+    if (p->credit_owed && p->sq_out < TP_VERBS_SQ) {
+        int rc = post_write(v, j, TP_WR_CREDIT, 0, NULL, 0, 0, TP_IMM_CREDIT | (uint32_t)p->credit_owed);
+        if (rc) return rc;
+        p->credit_owed = 0;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Empties the CQ. 1 = something completed, 0 = nothing, < 0 = failed. */
+static int poll_cq(verbs_backend *v)
+{
+    struct ibv_wc wc[32];
+    int moved = 0, n;
+    while ((n = ibv_poll_cq(v->cq, 32, wc)) > 0) {
+        moved = 1;
+        for (int i = 0; i < n; i++) {
+            int j = (int)(wc[i].wr_id >> 32), kind = (int)(wc[i].wr_id >> 16 & 0xffff);
+            unsigned k = (unsigned)(wc[i].wr_id & 0xffff);
+            tp_verbs_peer *p = &v->peers[j];
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                int rc = on_bad_wc(v, &wc[i]);
+                if (rc) return rc;
+                continue;
+            }
+            if (kind == TP_WR_CREDIT) { p->sq_out--; continue; }
+            if (kind == TP_WR_DATA) {
+                p->sq_out--;
+                p->sbusy[k] = 0;
+                if (p->zc_req[k]) { p->zc_req[k]->state = 1; p->zc_req[k] = NULL; p->zc_pending--; }
+                continue;
+            }
+            uint32_t imm = ntohl(wc[i].imm_data);
+            if (!(wc[i].wc_flags & IBV_WC_WITH_IMM))
+                return failf(v, TP_EIO, "protocol error: rank %d sent a message without an immediate", j);
+            if (imm & TP_IMM_CREDIT) {
+                p->credits += (int)(imm & TP_IMM_LEN);
+            } else {
+                if (p->rarrived - p->rconsumed >= TP_VERBS_NSLOT)
+                    return failf(v, TP_EIO, "protocol error: rank %d wrote into a slot it held no credit for", j);
+                p->rimm[p->rarrived % TP_VERBS_NSLOT] = imm;
+                p->rarrived++;
+            }
+            if (tp_verbs_post_recv(v, j))
+                return failf(v, TP_EIO, "cannot post a receive for rank %d (queue pair state %s)", j,
+                             qp_state_name(p->qp));
+        }
+    }
+    if (n < 0) return failf(v, TP_EIO, "polling the completion queue of %s failed", v->dev_name);
+    return moved;
+}
+
+static int progress_all(verbs_backend *v)
+{
+    int moved = poll_cq(v);
+    if (moved < 0) return moved;
+    for (int j = 0; j < v->b.world; j++) {
+        tp_verbs_peer *p = &v->peers[j];
+        if (j == v->b.rank) continue;
+        int r = drain_recv(v, j);
+        if (r < 0) return r;
+        moved |= r;
+        if (p->sq) {
+            if ((r = progress_send(v, j)) < 0) return r;
+            moved |= r;
+        }
+        if (p->dead && has_work(p)) return fail_with(v, TP_EIO, p->dead_why, NULL);
+    }
+    return moved;
+}
+
+/* ---- blocking ----------------------------------------------------------------------- */
+
+static const char *async_name(enum ibv_event_type t)
+{
+    switch (t) {
+    case IBV_EVENT_QP_FATAL: return "QP fatal error";
+    case IBV_EVENT_QP_REQ_ERR: return "QP invalid request";
+    case IBV_EVENT_QP_ACCESS_ERR: return "QP access error";
+    case IBV_EVENT_PORT_ERR: return "port went down";
+    case IBV_EVENT_DEVICE_FATAL: return "device fatal error";
+    case IBV_EVENT_CQ_ERR: return "CQ overrun";
+    default: return NULL;
+    }
+}
+
+/* Reads the async events; a fatal one fails the backend, naming the peer's QP. */
+static int drain_async(verbs_backend *v)
+{
+    struct ibv_async_event ev;
+    while (!ibv_get_async_event(v->ctx, &ev)) {
+        const char *name = async_name(ev.event_type);
+        int peer = -1;
+        for (int j = 0; name && j < v->b.world; j++)
+            if (v->peers[j].qp && v->peers[j].qp == ev.element.qp) peer = j;
+        ibv_ack_async_event(&ev);
+        if (!name) continue;
+        if (peer >= 0) return failf(v, TP_EIO, "queue pair to rank %d: %s", peer, name);
+        return failf(v, TP_EIO, "%s: %s", v->dev_name, name);
+    }
+    return 0;
+}
+
+/* Sleeps until a completion, an async event, side-channel news, 100 ms or the
+ * deadline. The CQ is armed first and polled once more before sleeping (an event
+ * for a completion that arrived before arming would never come). */
+static int block_once(verbs_backend *v, int64_t deadline)
+{
+    if (!v->armed) {
+        if (ibv_req_notify_cq(v->cq, 0)) return failf(v, TP_EIO, "cannot arm the completion queue");
+        v->armed = 1;
+        return 0;
+    }
+    int np = 0;
+    v->pfds[np] = (struct pollfd){v->ch->fd, POLLIN, 0};
+    v->pfd_peer[np++] = -1;
+    v->pfds[np] = (struct pollfd){v->ctx->async_fd, POLLIN, 0};
+    v->pfd_peer[np++] = -1;
+    for (int j = 0; j < v->b.world; j++)
+        if (side_fd(v, j) >= 0 && !v->peers[j].closed_at) {
+            v->pfds[np] = (struct pollfd){side_fd(v, j), POLLIN | POLLRDHUP, 0};
+            v->pfd_peer[np++] = j;
+        }
+    int64_t left = deadline - port_now_ns();
+    int ms = left <= 0 ? 0 : (int)(left / 1000000) + 1;
+    if (ms > SIDE_CHECK_NS / 1000000) ms = SIDE_CHECK_NS / 1000000;
+    int r = poll(v->pfds, (nfds_t)np, ms);
+    if (r < 0 && errno != EINTR) return failf(v, TP_EIO, "poll: %s", strerror(errno));
+    if (r <= 0) return check_side(v);
+    if (v->pfds[0].revents) {
+        struct ibv_cq *cq;
+        void *cctx;
+        if (!ibv_get_cq_event(v->ch, &cq, &cctx)) {
+            ibv_ack_cq_events(cq, 1);
+            v->armed = 0;
+        }
+    }
+    if (v->pfds[1].revents && drain_async(v)) return v->b.failed;
+    for (int q = 2; q < np; q++)
+        if (v->pfds[q].revents) return check_side(v);
+    return 0;
+}
+
+static int fail_timeout(verbs_backend *v, tp_req **reqs, int n)
+{
+    int64_t now = port_now_ns();
+    for (int i = 0; i < n; i++) {
+        tp_req *r = reqs[i];
+        if (r->state != 0) continue;
+        tp_verbs_peer *p = &v->peers[r->peer];
+        int64_t since = r->kind == TP_REQ_RECV ? p->rq_since : p->sq_since;
+        return failf(v, TP_ETIMEOUT, "timed out after %.0f s waiting for rank %d (%s of %zu bytes)",
+                     (double)(now - since) / 1e9, r->peer, r->kind == TP_REQ_RECV ? "recv" : "send", r->len);
+    }
+    return failf(v, TP_ETIMEOUT, "timed out");
+}
+
+static int verbs_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
+{
+    verbs_backend *v = (verbs_backend *)b;
+    if (b->failed) return b->failed;
+    int64_t spin_until = port_now_ns() + v->spin_ns;
+    for (int i = 0;;) {
+        int moved = progress_all(v);
+        if (moved < 0) return moved;
+        while (i < n && reqs[i]->state == 1) i++;
+        if (i == n) return 0;
+        if (reqs[i]->state < 0) return reqs[i]->state;
+        int64_t now = port_now_ns();
+        if (moved) spin_until = now + v->spin_ns;
+        if (now >= deadline_ns) return fail_timeout(v, reqs, n);
+        if (now >= v->next_side_check) {
+            int r = check_side(v);
+            if (r < 0) return r;
+        }
+        if (now < spin_until) { port_cpu_relax(); continue; }
+        int r = block_once(v, deadline_ns);
+        if (r < 0) return r;
+    }
+}
+
+static int verbs_test(tp_backend *b, tp_req *req)
+{
+    verbs_backend *v = (verbs_backend *)b;
+    if (b->failed) return b->failed;
+    int r = progress_all(v);
+    if (r < 0) return r;
+    return req->state;
+}
+
+static int post(verbs_backend *v, int kind, int peer, void *buf, size_t len, tp_req *r)
+{
+    if (v->b.failed) return v->b.failed;
+    if (peer < 0 || peer >= v->b.world || peer == v->b.rank || (!buf && len)) return TP_EINVAL;
+    *r = (tp_req){.kind = kind, .peer = peer, .buf = buf, .len = len};
+    tp_verbs_peer *p = &v->peers[peer];
+    tp_req **q = kind == TP_REQ_SEND ? &p->sq : &p->rq, **tail = kind == TP_REQ_SEND ? &p->sq_tail : &p->rq_tail;
+    if (*tail) (*tail)->next = r;
+    else *q = r;
+    *tail = r;
+    if (*q == r) {
+        if (kind == TP_REQ_SEND) {
+            p->sq_since = port_now_ns();
+            p->head_zc = zc_lkey(v, buf, len) != 0;
+        } else {
+            p->rq_since = port_now_ns();
+        }
+    }
+    return 0;
+}
+
+static int verbs_isend(tp_backend *b, int peer, const void *buf, size_t len, tp_req *req)
+{
+    return post((verbs_backend *)b, TP_REQ_SEND, peer, (void *)buf, len, req);
+}
+
+static int verbs_irecv(tp_backend *b, int peer, void *buf, size_t len, tp_req *req)
+{
+    return post((verbs_backend *)b, TP_REQ_RECV, peer, buf, len, req);
+}
+
+/* Registers a buffer once (the comm's scratch): sends from it skip the staging copy. */
+static int verbs_register_mem(tp_backend *b, void *buf, size_t len)
+{
+    verbs_backend *v = (verbs_backend *)b;
+    if (v->nmrs == (int)(sizeof v->mrs / sizeof v->mrs[0])) return 0; /* no zero copy, still fine */
+    struct ibv_mr *mr = ibv_reg_mr(v->pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+        snprintf(b->err, sizeof b->err, "ibv_reg_mr of %zu bytes failed: %s (ulimit -l?)", len, strerror(errno));
+        return TP_EIO;
+    }
+    v->mrs[v->nmrs++] = (tp_verbs_mr){buf, len, mr};
+    return 0;
+}
+
+static void verbs_abort(tp_backend *b, const char *why)
+{
+    fail_with((verbs_backend *)b, TP_EIO, why && *why ? why : "aborted", NULL);
+}
+
+static void verbs_destroy(tp_backend *b)
+{
+    verbs_backend *v = (verbs_backend *)b;
+    if (!v) return;
+    tp_verbs_close(v);
+    free(v->peers);
+    free(v->pfds);
+    free(v->pfd_peer);
+    free(v);
+}
+
+const tp_backend_ops tp_verbs_ops = {
+    .name = "verbs",
+    .isend = verbs_isend,
+    .irecv = verbs_irecv,
+    .waitall = verbs_waitall,
+    .test = verbs_test,
+    .register_mem = verbs_register_mem,
+    .abort = verbs_abort,
+    .destroy = verbs_destroy,
+};
+
+int tp_verbs_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!bs || bs->world < 1 || bs->rank < 0 || bs->rank >= bs->world || !bs->allgather) {
+        snprintf(err, errlen, "verbs: bad bootstrap (rank/world/allgather)");
+        return -1;
+    }
+    verbs_backend *v = calloc(1, sizeof *v);
+    if (!v) { snprintf(err, errlen, "verbs: out of memory"); return -1; }
+    v->b.ops = &tp_verbs_ops;
+    v->b.rank = bs->rank;
+    v->b.world = bs->world;
+    v->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
+    const char *spin = getenv("DDPRT_VERBS_SPIN_US");
+    v->spin_ns = (spin ? atoll(spin) : 50) * 1000;
+    v->peers = calloc((size_t)bs->world, sizeof *v->peers);
+    v->pfds = calloc((size_t)bs->world + 2, sizeof *v->pfds);
+    v->pfd_peer = calloc((size_t)bs->world + 2, sizeof *v->pfd_peer);
+    if (!v->peers || !v->pfds || !v->pfd_peer) {
+        snprintf(err, errlen, "verbs: out of memory");
+        verbs_destroy(&v->b);
+        return -1;
+    }
+    if (tp_verbs_open(v, bs, err, errlen)) {
+        verbs_destroy(&v->b);
+        return -1;
+    }
+    *out = &v->b;
+    return 0;
+}

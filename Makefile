@@ -14,11 +14,61 @@ LIB_SRC  := $(filter-out %_main.c,$(wildcard rt/*.c transport/*.c nn/*.c kernels
 TEST_SRC := $(wildcard test/*.c)
 # test/progs/foo.c -> $(BUILD)/t-foo: helper processes that multi-process tests start.
 TPROG_SRC:= $(wildcard test/progs/*.c)
+# RDMA verbs backend when the libibverbs headers exist; VERBS=0 builds the stub
+# (transport/tp_noverbs.c) instead.
+VERBS    ?= $(if $(wildcard /usr/include/infiniband/verbs.h),1,0)
+ifeq ($(VERBS),1)
+LIB_SRC  := $(filter-out transport/tp_noverbs.c,$(LIB_SRC))
+LDLIBS   += -libverbs
+else
+LIB_SRC  := $(filter-out transport/tp_verbs%.c,$(LIB_SRC))
+endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 PROGS    := $(foreach m,$(MAINS),$(BUILD)/ddprt-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(m)))))
 TPROGS   := $(foreach p,$(TPROG_SRC),$(BUILD)/t-$(basename $(notdir $(p))))
+
+# CUDA port (ports/cuda, kernels/cuda): CUDA=auto (default) builds it when nvcc is on
+# PATH or in /usr/local/cuda/bin, CUDA=1 insists, CUDA=0 opts out. Off, ports/nocuda
+# answers --device cuda with a clear error; the CPU build never needs the toolkit.
+CUDA     ?= auto
+.DEFAULT_GOAL := all
+NVCC     ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_ON  := $(if $(filter auto,$(CUDA)),$(if $(NVCC),1,0),$(CUDA))
+ifeq ($(CUDA_ON),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but nvcc was not found on PATH or in /usr/local/cuda/bin (install the CUDA Toolkit, or build with CUDA=0))
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+# A100 (sm_80), H100/H200 (sm_90), and sm_90 PTX for newer GPUs to JIT.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+NVFLAGS  := -std=c++17 -O3 -I. -DDDPRT_CUDA=1 $(CUDA_ARCH) --Werror all-warnings \
+            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP $(EXTRA_NVFLAGS)
+CFLAGS   += -DDDPRT_CUDA=1
+# Static cudart: the programs run where only the driver is installed.
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \
+            $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c ports/cuda/*.c))
+LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c)
+$(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+# Built by `make` (so `make test` proves the CUDA build compiles and links); run by
+# `make test-gpu` on a machine with a GPU.
+all: $(BUILD)/test-gpu-runner
+$(BUILD)/test-gpu-runner: $(GPU_TEST_OBJ) $(BUILD)/libddprt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+test-gpu: all
+	DDPRT_BUILD=$(BUILD) ./$(BUILD)/test-gpu-runner $(T)
+else
+test-gpu:
+	@echo "make test-gpu needs the CUDA build: nvcc was not found (or CUDA=0)"; exit 1
+endif
+.PHONY: test-gpu
 
 .PHONY: all test asan ubsan tsan fuzz clean run bench
 all: $(BUILD)/libddprt.a $(PROGS) $(TPROGS) $(BUILD)/test-runner

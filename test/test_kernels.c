@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static uint64_t rs = 88172645463325252ULL;
 static float frand(void) /* xorshift, uniform in [-1, 1) */
@@ -371,4 +373,22 @@ TEST(kernels_threads_agree_bitwise)
         }
         k_set_threads(1);
     }
+}
+
+TEST(kernels_pool_survives_fork)
+{
+    /* A child forked after k_set_threads has no workers; kernels must still run. */
+    k_set_threads(2);
+    pid_t pid = fork();
+    if (pid == 0) {
+        k_conv_shape sh = shp(8, 2, 6, 6, 3, 3, 3, 1, 0);
+        float *x = rnd(8 * 72), *w = rnd(54), *y = zeros(8 * 48);
+        void *ws = malloc(k_conv2d_workspace(&sh));
+        k_conv2d_fwd(&sh, x, w, NULL, y, ws);
+        _exit(k_threads() == 1 ? 0 : 3);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    k_set_threads(1);
 }

@@ -467,20 +467,30 @@ KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, flo
             sl[ns++] = s;
         }
         for (int c = 0; c < g->c; c++)
-            for (int ih = 0; ih < H; ih++) {
-                kv acc = kv_zero();
+            for (int ih = 0; ih < H; ih += 2) {
+                /* Two rows at a time: two independent add chains. */
+                int two = ih + 1 < H;
+                kv acc0 = kv_zero(), acc1 = kv_zero();
                 for (int r = 0; r < R; r++) {
                     int p = ih + pad - r;
-                    if (p < 0 || p >= P) continue;
+                    int ok0 = p >= 0 && p < P, ok1 = two && p + 1 >= 0 && p + 1 < P;
+                    if (!ok0 && !ok1) continue;
                     const float *seg = col + ((long)(c * R + r) * S) * PQ + (long)p * Q + w0 + pad;
-                    kv t = kv_zero();
-                    for (int u = 0; u < ns; u++)
-                        t = kv_add(t, kv_load_lmask(seg + sl[u] * PQ - sl[u], msk[u]));
-                    acc = kv_add(acc, t);
+                    kv t0 = kv_zero(), t1 = kv_zero();
+                    for (int u = 0; u < ns; u++) {
+                        const float *sp = seg + sl[u] * PQ - sl[u];
+                        if (ok0) t0 = kv_add(t0, kv_load_lmask(sp, msk[u]));
+                        if (ok1) t1 = kv_add(t1, kv_load_lmask(sp + Q, msk[u]));
+                    }
+                    acc0 = kv_add(acc0, t0);
+                    acc1 = kv_add(acc1, t1);
                 }
                 float *o = dx + ((long)c * H + ih) * W + w0;
-                if (wn == KV_W) kv_store(o, acc);
-                else kv_storen(o, acc, wn);
+                if (wn == KV_W) kv_store(o, acc0);
+                else kv_storen(o, acc0, wn);
+                if (!two) continue;
+                if (wn == KV_W) kv_store(o + W, acc1);
+                else kv_storen(o + W, acc1, wn);
             }
     }
 }

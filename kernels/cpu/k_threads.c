@@ -58,6 +58,19 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* A forked child has none of the workers: it starts again with one thread (else its
+ * first parallel kernel would wait for them forever). */
+static void pool_after_fork(void)
+{
+    port_mutex_init(&pool.mu);
+    port_cond_init(&pool.wake);
+    port_cond_init(&pool.done);
+    pool.n = 1;
+    pool.quit = 0;
+    pool.active = 0;
+    atomic_flag_clear(&pool.busy);
+}
+
 void k_set_threads(int n)
 {
     if (n < 1) n = 1;
@@ -66,6 +79,7 @@ void k_set_threads(int n)
         port_mutex_init(&pool.mu);
         port_cond_init(&pool.wake);
         port_cond_init(&pool.done);
+        pthread_atfork(NULL, NULL, pool_after_fork);
         pool_inited = 1;
     }
     if (n == pool.n) return;

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define FRAME ((size_t)sizeof(tcp_frame))
-#define TCP_PURE_SPIN_NS 10000
+#define TCP_PURE_SPIN_NS 5000
 
 /* ---- failure --------------------------------------------------------------------- */
 

@@ -77,4 +77,7 @@ int tp_verbs_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t 
 /* 1 when an RDMA device with an active port can be used (desc: "rxe0 port 1 (RoCE, GID
  * index 1)"), else 0 (desc: why not). For --backend auto. */
 int tp_verbs_available(char *desc, size_t len);
+/* By name: "tcp", "verbs", or "auto"/NULL (verbs when every rank has an active RDMA
+ * port, else tcp; rank 0 logs which). 0 or -1 with err. */
+int tp_backend_create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen);
 #endif

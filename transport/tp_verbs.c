@@ -12,172 +12,20 @@
  *  - completions: busy-poll the CQ for spin_ns after the last progress, then arm the
  *    CQ and sleep in poll() on the completion channel (plus the async event fd and
  *    the side channel), at most 100 ms at a time, until the deadline;
- *  - failure: as TCP. Every queued request fails, the root cause goes to every rank
- *    over the side channel (an abort frame, then close), the QPs go to the error
- *    state. A peer that dies is seen as its side-channel socket closing, or as a
- *    transport retry exceeded on a write to it. */
-#include "transport/tp_tcp_int.h"
+ *  - failure (tp_verbs_fail.c): as TCP. Every queued request fails, the root cause
+ *    goes to every rank over the side channel (an abort frame, then close), the QPs
+ *    go to the error state. A peer that dies is seen as its side-channel socket
+ *    closing, or as a transport retry exceeded on a write to it. */
 #include "transport/tp_verbs_int.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #define WRID(peer, kind, slot) ((uint64_t)(peer) << 32 | (uint64_t)(kind) << 16 | (uint64_t)(slot))
-#define SIDE_CHECK_NS 100000000LL /* look at the side channel at least this often */
-
-static int64_t close_grace_ns(void)
-{
-    /* A peer that finished its last op closes right away; the completions of what it
-     * sent us may still be in our CQ (or the ACKs of what we sent it on the wire). */
-    const char *e = getenv("DDPRT_VERBS_CLOSE_GRACE_MS");
-    return (e ? atoll(e) : 1000) * 1000000LL;
-}
-
-static int side_fd(verbs_backend *v, int j)
-{
-    return v->side ? ((tcp_backend *)v->side)->peers[j].fd : -1;
-}
-
-/* ---- failure ------------------------------------------------------------------------ */
-
-static void fail_queue(tp_req **q, tp_req **tail, int code)
-{
-    for (tp_req *r = *q, *nx; r; r = nx) {
-        nx = r->next;
-        r->state = code;
-        r->next = NULL;
-    }
-    *q = *tail = NULL;
-}
-
-/* Fails the backend once: err = shown text, root = the cause forwarded to peers. */
-static int fail_with(verbs_backend *v, int code, const char *root, const char *shown)
-{
-    if (v->b.failed) return v->b.failed;
-    v->b.failed = code;
-    snprintf(v->b.err, sizeof v->b.err, "%s", shown ? shown : root);
-    for (int j = 0; j < v->b.world; j++) {
-        tp_verbs_peer *p = &v->peers[j];
-        fail_queue(&p->sq, &p->sq_tail, code);
-        fail_queue(&p->rq, &p->rq_tail, code);
-        for (int k = 0; k < TP_VERBS_NSLOT; k++)
-            if (p->zc_req[k]) p->zc_req[k]->state = code, p->zc_req[k] = NULL;
-        p->zc_pending = 0;
-        /* Stop the HCA from touching our memory on this rank's behalf. */
-        if (p->qp) ibv_modify_qp(p->qp, &(struct ibv_qp_attr){.qp_state = IBV_QPS_ERR}, IBV_QP_STATE);
-    }
-    if (v->side) v->side->ops->abort(v->side, root); /* abort frames, then close */
-    rt_debug("verbs: backend failed: %s", v->b.err);
-    return code;
-}
-
-static int failf(verbs_backend *v, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(verbs_backend *v, int code, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return fail_with(v, code, buf, NULL);
-}
-
-static int has_work(const tp_verbs_peer *p) { return p->sq || p->rq || p->zc_pending; }
-
-/* Peeks at peer j's side-channel socket: 2 = closed, 1 = abort frame (reason copied),
- * 0 = nothing. Nothing but abort frames ever travels on it. */
-static int peek_side(verbs_backend *v, int j, char *why, size_t wlen)
-{
-    int fd = side_fd(v, j);
-    if (fd < 0) return v->peers[j].closed_at ? 2 : 0;
-    struct { tcp_frame h; char why[240]; } m;
-    ssize_t r = recv(fd, &m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return 2;
-    if (r < (ssize_t)sizeof(tcp_frame) || !(m.h.flags & TCP_FRAME_ABORT) || m.h.len > sizeof m.why ||
-        (size_t)r < sizeof(tcp_frame) + m.h.len)
-        return 0;
-    snprintf(why, wlen, "%.*s", (int)m.h.len, m.why);
-    return 1;
-}
-
-/* Side channel: an abort frame from any rank fails us at once with its reason; a
- * closed socket fails us only if we still have work with that rank after the grace
- * period (it may just have finished before us). */
-static int check_side(verbs_backend *v)
-{
-    int64_t now = port_now_ns();
-    v->next_side_check = now + SIDE_CHECK_NS;
-    char why[240], shown[320];
-    for (int j = 0; j < v->b.world; j++) {
-        if (j == v->b.rank) continue;
-        tp_verbs_peer *p = &v->peers[j];
-        int k = peek_side(v, j, why, sizeof why);
-        if (k == 1) {
-            snprintf(shown, sizeof shown, "%s (reported by rank %d)", why, j);
-            return fail_with(v, TP_ECLOSED, why, shown);
-        }
-        if (k == 2 && !p->closed_at) p->closed_at = now;
-    }
-    for (int j = 0; j < v->b.world; j++) {
-        tp_verbs_peer *p = &v->peers[j];
-        if (!has_work(p)) continue;
-        if (p->dead) return fail_with(v, TP_EIO, p->dead_why, NULL);
-        if (p->closed_at && now - p->closed_at >= close_grace_ns())
-            return failf(v, TP_ECLOSED, "rank %d closed the connection", j);
-    }
-    return 0;
-}
-
-static const char *qp_state_name(struct ibv_qp *qp)
-{
-    struct ibv_qp_attr a;
-    struct ibv_qp_init_attr ia;
-    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia)) return "unknown";
-    switch (a.qp_state) {
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_ERR: return "ERR";
-    case IBV_QPS_SQE: return "SQE";
-    case IBV_QPS_RTR: return "RTR";
-    default: return "not ready";
-    }
-}
-
-/* A completion with an error status. A failed data write is always fatal; a failed
- * credit write or a flushed receive is fatal only while we have work with that rank
- * (a rank that finished and left makes our last credit write to it fail). */
-static int on_bad_wc(verbs_backend *v, const struct ibv_wc *wc)
-{
-    int j = (int)(wc->wr_id >> 32), kind = (int)(wc->wr_id >> 16 & 0xffff);
-    tp_verbs_peer *p = &v->peers[j];
-    const char *what = kind == TP_WR_DATA ? "RDMA write" : kind == TP_WR_CREDIT ? "credit write" : "receive";
-    char why[200];
-    if (wc->status == IBV_WC_RETRY_EXC_ERR)
-        snprintf(why, sizeof why, "rank %d did not answer: transport retry exceeded on an %s (did it exit?)", j,
-                 what);
-    else if (wc->status == IBV_WC_REM_ACCESS_ERR)
-        snprintf(why, sizeof why, "%s to rank %d failed: remote access error (rank %d published a bad rkey "
-                 "or address)", what, j, j);
-    else if (wc->status == IBV_WC_WR_FLUSH_ERR)
-        snprintf(why, sizeof why, "queue pair to rank %d is in the error state (state %s; %s flushed)", j,
-                 qp_state_name(p->qp), what);
-    else
-        snprintf(why, sizeof why, "%s with rank %d failed: %s (status %d, vendor error 0x%x)", what, j,
-                 ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
-    if (kind == TP_WR_DATA || has_work(p)) return fail_with(v, TP_EIO, why, NULL);
-    if (!p->dead) {
-        p->dead = 1;
-        snprintf(p->dead_why, sizeof p->dead_why, "%s", why);
-        rt_debug("verbs: link to rank %d failed while idle: %s", j, why);
-    }
-    if (kind == TP_WR_CREDIT) p->sq_out--;
-    return 0;
-}
 
 /* ---- posting ------------------------------------------------------------------------ */
 
@@ -209,8 +57,9 @@ static int post_write(verbs_backend *v, int j, int kind, unsigned k, void *src, 
     wr.wr.rdma.rkey = p->rkey;
     int rc = ibv_post_send(p->qp, &wr, &bad);
     if (rc)
-        return failf(v, TP_EIO, "posting an %s to rank %d failed: %s (queue pair state %s)",
-                     kind == TP_WR_DATA ? "RDMA write" : "credit write", j, strerror(rc), qp_state_name(p->qp));
+        return tp_verbs_failf(v, TP_EIO, "posting an %s from rank %d to rank %d failed: %s (queue pair state %s)",
+                     kind == TP_WR_DATA ? "RDMA write" : "credit write", v->b.rank, j, strerror(rc),
+                     tp_verbs_qp_state(p->qp));
     p->sq_out++;
     return 0;
 }
@@ -283,7 +132,7 @@ static int drain_recv(verbs_backend *v, int j)
         size_t seg = imm & TP_IMM_LEN;
         int last = (imm & TP_IMM_LAST) != 0;
         if (r->done + seg > r->len || (last && r->done + seg != r->len))
-            return failf(v, TP_EIO, "protocol error: rank %d sent a message of %s%zu bytes, the posted recv "
+            return tp_verbs_failf(v, TP_EIO, "protocol error: rank %d sent a message of %s%zu bytes, the posted recv "
                          "expects %zu", j, last ? "" : "more than ", r->done + seg, r->len);
         memcpy((unsigned char *)r->buf + r->done, v->arena + (size_t)j * v->stride + k * v->slot, seg);
         r->done += seg;
@@ -318,7 +167,7 @@ static int poll_cq(verbs_backend *v)
             unsigned k = (unsigned)(wc[i].wr_id & 0xffff);
             tp_verbs_peer *p = &v->peers[j];
             if (wc[i].status != IBV_WC_SUCCESS) {
-                int rc = on_bad_wc(v, &wc[i]);
+                int rc = tp_verbs_on_bad_wc(v, &wc[i]);
                 if (rc) return rc;
                 continue;
             }
@@ -331,21 +180,21 @@ static int poll_cq(verbs_backend *v)
             }
             uint32_t imm = ntohl(wc[i].imm_data);
             if (!(wc[i].wc_flags & IBV_WC_WITH_IMM))
-                return failf(v, TP_EIO, "protocol error: rank %d sent a message without an immediate", j);
+                return tp_verbs_failf(v, TP_EIO, "protocol error: rank %d sent a message without an immediate", j);
             if (imm & TP_IMM_CREDIT) {
                 p->credits += (int)(imm & TP_IMM_LEN);
             } else {
                 if (p->rarrived - p->rconsumed >= TP_VERBS_NSLOT)
-                    return failf(v, TP_EIO, "protocol error: rank %d wrote into a slot it held no credit for", j);
+                    return tp_verbs_failf(v, TP_EIO, "protocol error: rank %d wrote into a slot it held no credit for", j);
                 p->rimm[p->rarrived % TP_VERBS_NSLOT] = imm;
                 p->rarrived++;
             }
             if (tp_verbs_post_recv(v, j))
-                return failf(v, TP_EIO, "cannot post a receive for rank %d (queue pair state %s)", j,
-                             qp_state_name(p->qp));
+                return tp_verbs_failf(v, TP_EIO, "cannot post a receive for rank %d (queue pair state %s)", j,
+                             tp_verbs_qp_state(p->qp));
         }
     }
-    if (n < 0) return failf(v, TP_EIO, "polling the completion queue of %s failed", v->dev_name);
+    if (n < 0) return tp_verbs_failf(v, TP_EIO, "polling the completion queue of %s failed", v->dev_name);
     return moved;
 }
 
@@ -363,7 +212,7 @@ static int progress_all(verbs_backend *v)
             if ((r = progress_send(v, j)) < 0) return r;
             moved |= r;
         }
-        if (p->dead && has_work(p)) return fail_with(v, TP_EIO, p->dead_why, NULL);
+        if (p->dead && tp_verbs_has_work(p)) return tp_verbs_fail_with(v, TP_EIO, p->dead_why, NULL);
     }
     return moved;
 }
@@ -394,8 +243,8 @@ static int drain_async(verbs_backend *v)
             if (v->peers[j].qp && v->peers[j].qp == ev.element.qp) peer = j;
         ibv_ack_async_event(&ev);
         if (!name) continue;
-        if (peer >= 0) return failf(v, TP_EIO, "queue pair to rank %d: %s", peer, name);
-        return failf(v, TP_EIO, "%s: %s", v->dev_name, name);
+        if (peer >= 0) return tp_verbs_failf(v, TP_EIO, "queue pair from rank %d to rank %d: %s", v->b.rank, peer, name);
+        return tp_verbs_failf(v, TP_EIO, "%s: %s", v->dev_name, name);
     }
     return 0;
 }
@@ -406,7 +255,7 @@ static int drain_async(verbs_backend *v)
 static int block_once(verbs_backend *v, int64_t deadline)
 {
     if (!v->armed) {
-        if (ibv_req_notify_cq(v->cq, 0)) return failf(v, TP_EIO, "cannot arm the completion queue");
+        if (ibv_req_notify_cq(v->cq, 0)) return tp_verbs_failf(v, TP_EIO, "cannot arm the completion queue");
         v->armed = 1;
         return 0;
     }
@@ -416,16 +265,16 @@ static int block_once(verbs_backend *v, int64_t deadline)
     v->pfds[np] = (struct pollfd){v->ctx->async_fd, POLLIN, 0};
     v->pfd_peer[np++] = -1;
     for (int j = 0; j < v->b.world; j++)
-        if (side_fd(v, j) >= 0 && !v->peers[j].closed_at) {
-            v->pfds[np] = (struct pollfd){side_fd(v, j), POLLIN | POLLRDHUP, 0};
+        if (tp_verbs_side_fd(v, j) >= 0 && !v->peers[j].closed_at) {
+            v->pfds[np] = (struct pollfd){tp_verbs_side_fd(v, j), POLLIN | POLLRDHUP, 0};
             v->pfd_peer[np++] = j;
         }
     int64_t left = deadline - port_now_ns();
     int ms = left <= 0 ? 0 : (int)(left / 1000000) + 1;
-    if (ms > SIDE_CHECK_NS / 1000000) ms = SIDE_CHECK_NS / 1000000;
+    if (ms > TP_VERBS_SIDE_CHECK_NS / 1000000) ms = TP_VERBS_SIDE_CHECK_NS / 1000000;
     int r = poll(v->pfds, (nfds_t)np, ms);
-    if (r < 0 && errno != EINTR) return failf(v, TP_EIO, "poll: %s", strerror(errno));
-    if (r <= 0) return check_side(v);
+    if (r < 0 && errno != EINTR) return tp_verbs_failf(v, TP_EIO, "poll: %s", strerror(errno));
+    if (r <= 0) return tp_verbs_check_side(v);
     if (v->pfds[0].revents) {
         struct ibv_cq *cq;
         void *cctx;
@@ -436,7 +285,7 @@ static int block_once(verbs_backend *v, int64_t deadline)
     }
     if (v->pfds[1].revents && drain_async(v)) return v->b.failed;
     for (int q = 2; q < np; q++)
-        if (v->pfds[q].revents) return check_side(v);
+        if (v->pfds[q].revents) return tp_verbs_check_side(v);
     return 0;
 }
 
@@ -448,10 +297,10 @@ static int fail_timeout(verbs_backend *v, tp_req **reqs, int n)
         if (r->state != 0) continue;
         tp_verbs_peer *p = &v->peers[r->peer];
         int64_t since = r->kind == TP_REQ_RECV ? p->rq_since : p->sq_since;
-        return failf(v, TP_ETIMEOUT, "timed out after %.0f s waiting for rank %d (%s of %zu bytes)",
+        return tp_verbs_failf(v, TP_ETIMEOUT, "timed out after %.0f s waiting for rank %d (%s of %zu bytes)",
                      (double)(now - since) / 1e9, r->peer, r->kind == TP_REQ_RECV ? "recv" : "send", r->len);
     }
-    return failf(v, TP_ETIMEOUT, "timed out");
+    return tp_verbs_failf(v, TP_ETIMEOUT, "timed out");
 }
 
 static int verbs_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
@@ -469,7 +318,7 @@ static int verbs_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_n
         if (moved) spin_until = now + v->spin_ns;
         if (now >= deadline_ns) return fail_timeout(v, reqs, n);
         if (now >= v->next_side_check) {
-            int r = check_side(v);
+            int r = tp_verbs_check_side(v);
             if (r < 0) return r;
         }
         if (now < spin_until) { port_cpu_relax(); continue; }
@@ -534,7 +383,7 @@ static int verbs_register_mem(tp_backend *b, void *buf, size_t len)
 
 static void verbs_abort(tp_backend *b, const char *why)
 {
-    fail_with((verbs_backend *)b, TP_EIO, why && *why ? why : "aborted", NULL);
+    tp_verbs_fail_with((verbs_backend *)b, TP_EIO, why && *why ? why : "aborted", NULL);
 }
 
 static void verbs_destroy(tp_backend *b)

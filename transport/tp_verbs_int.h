@@ -108,6 +108,20 @@ typedef struct verbs_backend {
 /* tp_verbs_setup.c */
 int tp_verbs_open(verbs_backend *v, const tp_bootstrap *bs, char *err, size_t errlen);
 void tp_verbs_close(verbs_backend *v);
+/* Look at the side channel at least this often (it is in the poll set too). */
+#define TP_VERBS_SIDE_CHECK_NS 100000000LL
+
+/* tp_verbs_fail.c: failing (the first failure wins: err = shown, root = the cause
+ * forwarded to the peers; returns the code), the side channel, bad completions. */
+int tp_verbs_fail_with(verbs_backend *v, int code, const char *root, const char *shown);
+int tp_verbs_failf(verbs_backend *v, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int tp_verbs_has_work(const tp_verbs_peer *p);
+int tp_verbs_side_fd(verbs_backend *v, int j);
+/* Abort frame from any rank: fail now; a closed peer with work left: fail after a
+ * grace period. 0 or the failure code. */
+int tp_verbs_check_side(verbs_backend *v);
+int tp_verbs_on_bad_wc(verbs_backend *v, const struct ibv_wc *wc);
+const char *tp_verbs_qp_state(struct ibv_qp *qp);
 /* tp_verbs.c */
 int tp_verbs_post_recv(verbs_backend *v, int peer);
 extern const tp_backend_ops tp_verbs_ops;

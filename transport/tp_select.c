@@ -1,0 +1,38 @@
+/* Backend by name, for the programs' --backend flag: "tcp", "verbs", or "auto" (verbs
+ * when every rank has an active RDMA port, else TCP). The ranks agree through the
+ * bootstrap, so a job with one port-less host falls back to TCP everywhere instead
+ * of mixing backends; rank 0 logs the choice. */
+#include "transport/tp_backend.h"
+#include "rt/log.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tp_backend_create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!name || !*name) name = "auto";
+    if (!strcmp(name, "tcp")) return tp_tcp_create(bs, out, err, errlen);
+    if (!strcmp(name, "verbs")) return tp_verbs_create(bs, out, err, errlen);
+    if (strcmp(name, "auto")) {
+        snprintf(err, errlen, "--backend %s: unknown backend (tcp, verbs, auto)", name);
+        return -1;
+    }
+    char desc[200], aerr[200] = "";
+    unsigned char mine = (unsigned char)tp_verbs_available(desc, sizeof desc), *all = calloc((size_t)bs->world, 1);
+    if (!all) { snprintf(err, errlen, "out of memory"); return -1; }
+    int rc = bs->allgather(bs->ctx, &mine, 1, all, aerr, sizeof aerr), lacking = -1;
+    for (int r = 0; !rc && r < bs->world; r++)
+        if (!all[r] && lacking < 0) lacking = r;
+    free(all);
+    if (rc) { snprintf(err, errlen, "backend choice: %s", aerr); return -1; }
+    if (lacking < 0) {
+        if (bs->rank == 0) rt_info("backend auto: verbs (%s)", desc);
+        return tp_verbs_create(bs, out, err, errlen);
+    }
+    if (bs->rank == 0) {
+        if (lacking == 0) rt_info("backend auto: tcp (no verbs: %s)", desc);
+        else rt_info("backend auto: tcp (rank %d has no usable RDMA port)", lacking);
+    }
+    return tp_tcp_create(bs, out, err, errlen);
+}

@@ -97,6 +97,13 @@ $(BUILD)/test-runner: $(TEST_OBJ) $(BUILD)/libddprt.a
 test: all
 	DDPRT_BUILD=$(BUILD) ./$(BUILD)/test-runner $(T)
 
+# The verbs tests inside a Soft-RoCE VM (test/verbs_vm.sh; it says why and exits 0
+# when the build has no verbs or the VM runner cannot work).
+RXE_RUN ?= ../shared/tools/rxe/rxe-run
+.PHONY: test-verbs
+test-verbs: all
+	./test/verbs_vm.sh $(BUILD) $(VERBS) $(RXE_RUN)
+
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address -fno-omit-frame-pointer" OPT=-O1 test
 ubsan:

@@ -17,14 +17,11 @@ int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
     const char *lw = getenv("LOCAL_WORLD_SIZE");
     d->local_world = lw && atoi(lw) > 0 ? atoi(lw) : 1;
     if (d->world == 1) return 0;
-    if (o->backend && strcmp(o->backend, "tcp") && strcmp(o->backend, "auto")) {
-        snprintf(err, errlen, "--backend %s: this build has only the tcp backend", o->backend);
-        return -1;
-    }
     tp_bootstrap bs;
     rt_rdzv_bootstrap(d->rz, &bs);
     tp_backend *b = NULL;
-    if (tp_tcp_create(&bs, &b, err, errlen)) return -1;
+    /* tcp, verbs, or auto (verbs when every rank has an active RDMA port). */
+    if (tp_backend_create(&bs, o->backend, &b, err, errlen)) return -1;
     return tp_comm_create(&d->comm, b, NULL, err, errlen) ? -1 : 0;
 }
 

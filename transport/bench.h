@@ -15,6 +15,7 @@ typedef struct bench_opts {
     int dtype, op, root, check, algo;
     uint64_t byte_budget;       /* per size: iterations shrink above budget / size */
     const char *init_method;
+    const char *backend;        /* tcp, verbs, auto (bench_tcp: one process per rank) */
     int rank, world;            /* -1: from the environment */
     double timeout_s;
     const char *coll_name, *type_name;

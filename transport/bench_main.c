@@ -1,7 +1,7 @@
 /* ddprt-bench: nccl-tests style collective benchmark.
  *
  *   ddprt-bench allreduce -b 4 -e 256M -f 2 -n 20 -w 5 -d float -o sum [--algo ring|rd|auto]
- *                         [--backend tcp|loopback] [--init-method URL] [--check 0|1]
+ *                         [--backend tcp|verbs|auto|loopback] [--init-method URL] [--check 0|1]
  *
  * One process per rank (started by ddprt-launch, Slurm, mpirun, or by hand with
  * --init-method/--rank/--world-size) over tcp; or one process with --world-size
@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "  -r, --root N           broadcast root (default 0)\n"
             "  -c, --check 0|1        check results (default 1)\n"
             "      --algo A           allreduce algorithm: ring rd auto (default auto)\n"
-            "      --backend B        tcp (one process per rank) or loopback (threads)\n"
+            "      --backend B        tcp, verbs, auto (one process per rank) or loopback (threads)\n"
             "      --byte-budget N    iterations shrink so one size moves at most N bytes\n"
             "                         per rank and direction (default 2G)\n"
             "      --init-method URL  tcp://HOST:PORT, file:///path, env:// (default: env)\n"
@@ -140,8 +140,9 @@ int main(int argc, char **argv)
     o.coll_name = coll_names[o.coll];
     o.type_name = type_names[o.dtype];
     if (!strcmp(backend, "loopback")) return bench_loopback(&o);
-    if (strcmp(backend, "tcp")) {
-        fprintf(stderr, "ddprt-bench: unknown backend '%s' (tcp, loopback)\n", backend);
+    o.backend = backend;
+    if (strcmp(backend, "tcp") && strcmp(backend, "verbs") && strcmp(backend, "auto")) {
+        fprintf(stderr, "ddprt-bench: unknown backend '%s' (tcp, verbs, auto, loopback)\n", backend);
         return 2;
     }
     return bench_tcp(&o);

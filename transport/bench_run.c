@@ -259,12 +259,12 @@ int bench_tcp(const bench_opts *o)
     tp_backend *b = NULL;
     tp_comm *c = NULL;
     tp_comm_opts co = comm_opts(o);
-    if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(&c, b, &co, err, sizeof err)) {
+    if (tp_backend_create(&bs, o->backend, &b, err, sizeof err) || tp_comm_create(&c, b, &co, err, sizeof err)) {
         fprintf(stderr, "ddprt-bench[rank %d]: %s\n", rt_rdzv_rank(rz), err);
         rt_rdzv_close(rz);
         return 1;
     }
-    int rc = run_sizes(c, o, "tcp");
+    int rc = run_sizes(c, o, b->ops->name);
     if (rc) tp_abort(c, "benchmark failed");
     tp_comm_destroy(c);
     rt_rdzv_close(rz);

@@ -164,10 +164,10 @@ static void bench_batch(int b, int iters)
             t[i] = (port_now_ns() - t0) * 1e-3;
         }
         qsort(t, iters, sizeof *t, cmp_d);
-        double med = t[iters / 2], work;
+        double med = t[iters / 2], work = 0;
         const char *name = "?";
         char shape[64];
-        int is_flop;
+        int is_flop = 0;
         describe(&c, k, &name, shape, &work, &is_flop);
         total += med;
         if (k == C_CONV1_F || k == C_CONV2_F || k == C_CONV1_B || k == C_CONV2_B) conv_total += med;

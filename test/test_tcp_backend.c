@@ -229,10 +229,18 @@ TEST(tcp_bad_ifname_is_a_clear_error)
 
 TEST(tcp_ifname_lo_works)
 {
-    setenv("DDPRT_SOCKET_IFNAME", "lo", 1);
+    /* "^lo": the first other interface, dialled over its own address. */
+    static const char *const specs[] = {"lo", "=lo", "l", "nosuch,lo", "^lo"};
+    for (int k = 0; k < 5; k++) {
+        setenv("DDPRT_SOCKET_IFNAME", specs[k], 1);
+        tcpf_result res[2];
+        CHECK(tcpf_run(2, 5, 0, body_ping, NULL, NULL, res) == 0);
+        for (int r = 0; r < 2; r++) CHECKF(res[r].code == 0, "%s: %s", specs[k], res[r].msg);
+    }
+    setenv("DDPRT_SOCKET_IFNAME", "=l", 1); /* exact: no interface is called "l" */
     tcpf_result res[2];
-    CHECK(tcpf_run(2, 5, 0, body_ping, NULL, NULL, res) == 0);
-    for (int r = 0; r < 2; r++) CHECKF(res[r].code == 0, "%s", res[r].msg);
+    CHECK(tcpf_run(2, 5, 0, body_never, NULL, NULL, res) == 0);
+    CHECKF(res[0].code == 3 && strstr(res[0].msg, "DDPRT_SOCKET_IFNAME==l"), "%s", res[0].msg);
 }
 
 /* A rank lost between the address exchange and the connects: the others fail within

@@ -11,6 +11,7 @@
 #include "rt/log.h"
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -99,6 +100,39 @@ static void read_boot_id(char *out, size_t n)
     out[strcspn(out, "\n")] = 0;
 }
 
+/* Does interface name n match one entry of an NCCL_SOCKET_IFNAME-style list? Entries
+ * are comma separated prefixes ("eth" matches eth0); "=name" is exact. */
+static int iface_listed(const char *list, const char *n)
+{
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int exact = *p == '=';
+        const char *e = p + exact;
+        size_t el = len - (size_t)exact;
+        if (el && (exact ? strlen(n) == el && !strncmp(n, e, el) : !strncmp(n, e, el))) return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* DDPRT_SOCKET_IFNAME like NCCL_SOCKET_IFNAME: "eth0", "eth,ib" (prefixes), "=eth0"
+ * (exact), "^docker,lo" (anything but). First IPv4 address that qualifies. */
+static int iface_pick(const char *spec, char *ip, size_t iplen)
+{
+    struct ifaddrs *ifs, *i;
+    int excl = spec[0] == '^', rc = -1;
+    const char *list = spec + excl;
+    if (getifaddrs(&ifs)) return -1;
+    for (i = ifs; i && rc; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        if (iface_listed(list, i->ifa_name) == excl) continue;
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
+        rc = 0;
+    }
+    freeifaddrs(ifs);
+    return rc;
+}
+
 /* The address the others should dial: DDPRT_SOCKET_IFNAME's, else the source address
  * of the route to the rendezvous master (a UDP connect sends nothing), else the
  * hostname's or an interface's (non-loopback), else loopback. */
@@ -107,8 +141,8 @@ static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, si
     const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
     listen_ip[0] = 0;
     if (ifn && *ifn) {
-        if (port_sock_iface_addr(ifn, me->ip, sizeof me->ip)) {
-            snprintf(err, errlen, "DDPRT_SOCKET_IFNAME=%s: no interface with an IPv4 address by that name", ifn);
+        if (iface_pick(ifn, me->ip, sizeof me->ip)) {
+            snprintf(err, errlen, "DDPRT_SOCKET_IFNAME=%s: no interface with an IPv4 address matches", ifn);
             return -1;
         }
         snprintf(listen_ip, llen, "%s", me->ip);

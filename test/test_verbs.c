@@ -138,7 +138,9 @@ TEST(verbs_qp_forced_to_error_state_3)
     run_fault(3, -1, env, NULL, "from rank 1 to rank 2", "error state", 20);
 }
 
-/* The seed script's job over verbs: 2 ranks of LeNet on a tiny synthetic dataset. */
+/* The seed script's job over verbs: 2 ranks of LeNet on a small synthetic dataset,
+ * checking after every step that both ranks hold identical parameters, and that it
+ * learns. */
 PTEST(verbs_ddp_lenet_2)
 {
     if (!have_verbs()) return;
@@ -146,15 +148,15 @@ PTEST(verbs_ddp_lenet_2)
     char dir[512], url[64];
     snprintf(dir, sizeof dir, "%s/data", t_proc_tmpdir());
     mkdir(dir, 0755);
-    t_write_synthetic_dataset(dir, 256, 64, 0);
+    t_write_synthetic_dataset(dir, 600, 200, 0);
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port());
     t_proc p[2];
     for (int r = 0; r < 2; r++) {
         char rs[8];
         snprintf(rs, sizeof rs, "%d", r);
         char *argv[] = {(char *)t_prog("ddprt-train"), "--data", dir, "--init-method", url, "--rank", rs,
-                        "--world-size", "2", "--backend", "verbs", "--epochs", "1", "--batch-size", "32",
-                        "--threads", "1", "--log-interval", "2", "--lr", "0.05", NULL};
+                        "--world-size", "2", "--backend", "verbs", "--epochs", "2", "--batch-size", "32",
+                        "--threads", "1", "--log-interval", "5", "--lr", "0.05", "--check-sync", "1", NULL};
         char name[16];
         snprintf(name, sizeof name, "train%d", r);
         t_spawn(&p[r], name, argv, NULL);
@@ -166,6 +168,10 @@ PTEST(verbs_ddp_lenet_2)
     const char *out = t_slurp(p[0].out), *err = t_slurp(p[0].err);
     CHECKF(strstr(out, "Train Epoch: 1") && strstr(out, "Test set: Average loss"), "rank 0 printed: %s", out);
     CHECKF(strstr(err, "verbs: 2 ranks over"), "no verbs start-up line: %s", err);
-    const char *ts = strstr(out, "Test set");
-    if (ts) printf("  %.*s\n", (int)strcspn(ts, "\n"), ts);
+    const char *acc = strstr(out, "Accuracy: "), *ts = acc;
+    while (acc && strstr(acc + 1, "Accuracy: ")) acc = strstr(acc + 1, "Accuracy: ");
+    int correct = 0;
+    CHECKF(acc && sscanf(acc, "Accuracy: %d/200", &correct) == 1 && correct >= 160, "%s", out);
+    for (ts = strstr(out, "Test set"); ts; ts = strstr(ts + 1, "Test set"))
+        printf("  %.*s\n", (int)strcspn(ts, "\n"), ts);
 }

@@ -18,6 +18,7 @@ typedef struct bench_opts {
     const char *backend;        /* tcp, verbs, auto (bench_tcp: one process per rank) */
     int rank, world;            /* -1: from the environment */
     double timeout_s;
+    size_t arena_bytes;         /* comm scratch; 0 = the default */
     const char *coll_name, *type_name;
 } bench_opts;
 

@@ -72,6 +72,7 @@ static void usage(FILE *f)
             "      --backend B        tcp, verbs, auto (one process per rank) or loopback (threads)\n"
             "      --byte-budget N    iterations shrink so one size moves at most N bytes\n"
             "                         per rank and direction (default 2G)\n"
+            "      --arena N          communicator scratch (ring chunk = N / 9; default 2M)\n"
             "      --init-method URL  tcp://HOST:PORT, file:///path, env:// (default: env)\n"
             "      --rank N, --world-size N, --timeout S\n");
 }
@@ -82,13 +83,13 @@ int main(int argc, char **argv)
                     .iters = 20, .warmup = 5, .dtype = RT_F32, .op = TP_SUM, .check = 1,
                     .algo = TP_ALGO_DEFAULT, .byte_budget = 2ull << 30, .rank = -1, .world = -1};
     const char *backend = "tcp";
-    enum { O_ALGO = 256, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_BUDGET };
+    enum { O_ALGO = 256, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_BUDGET, O_ARENA };
     static const struct option lo[] = {
         {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'}, {"step-factor", 1, 0, 'f'},
         {"iters", 1, 0, 'n'}, {"warmup-iters", 1, 0, 'w'}, {"dtype", 1, 0, 'd'}, {"op", 1, 0, 'o'},
         {"root", 1, 0, 'r'}, {"check", 1, 0, 'c'}, {"algo", 1, 0, O_ALGO}, {"backend", 1, 0, O_BACKEND},
         {"init-method", 1, 0, O_INIT}, {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD},
-        {"timeout", 1, 0, O_TIMEOUT}, {"byte-budget", 1, 0, O_BUDGET}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"timeout", 1, 0, O_TIMEOUT}, {"byte-budget", 1, 0, O_BUDGET}, {"arena", 1, 0, O_ARENA}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     rt_log_init();
     int k, bad = 0;
     if (argc > 1 && argv[1][0] != '-') {
@@ -123,6 +124,7 @@ int main(int argc, char **argv)
         case O_WORLD: o.world = atoi(optarg); break;
         case O_TIMEOUT: o.timeout_s = atof(optarg); break;
         case O_BUDGET: { size_t v; bad |= parse_size(optarg, &v); o.byte_budget = v; break; }
+        case O_ARENA: bad |= parse_size(optarg, &o.arena_bytes); break;
         case 'h': usage(stdout); return 0;
         default: bad = 1;
         }

@@ -239,7 +239,7 @@ static int run_sizes(tp_comm *c, const bench_opts *o, const char *backend)
 
 static tp_comm_opts comm_opts(const bench_opts *o)
 {
-    tp_comm_opts co = {.timeout_s = o->timeout_s, .algo = o->algo, .arena_bytes = 0};
+    tp_comm_opts co = {.timeout_s = o->timeout_s, .algo = o->algo, .arena_bytes = o->arena_bytes};
     return co;
 }
 

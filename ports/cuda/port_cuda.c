@@ -1,0 +1,193 @@
+/* ports/cuda: the CUDA runtime behind port_cuda.h. Every runtime call goes through
+ * CK(), which turns a failure into one line naming the call, what it was for and the
+ * sizes, and keeps the first such line (later errors are usually its consequences). */
+#include "ports/cuda/port_cuda.h"
+#include <cuda_runtime_api.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static char first_err[512];
+static int have_err;
+static char dev_desc[400];
+
+void port_cuda_fail(const char *fmt, ...)
+{
+    if (have_err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(first_err, sizeof first_err, fmt, ap);
+    va_end(ap);
+    have_err = 1;
+}
+
+const char *port_cuda_errmsg(void) { return have_err ? first_err : ""; }
+void port_cuda_clear_error(void) { have_err = 0; first_err[0] = 0; (void)cudaGetLastError(); }
+int port_cuda_built(void) { return 1; }
+
+static int check(cudaError_t e, const char *call, const char *what, size_t bytes)
+{
+    if (e == cudaSuccess) return 0;
+    if (bytes) port_cuda_fail("%s(%s, %.1f MiB): %s", call, what, bytes / 1048576.0, cudaGetErrorString(e));
+    else port_cuda_fail("%s(%s): %s", call, what, cudaGetErrorString(e));
+    return -1;
+}
+#define CK(call, what, bytes) check((call), #call, (what), (bytes))
+
+int port_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: "no GPU" is an answer here */
+        return 0;
+    }
+    return n;
+}
+
+int port_cuda_init(int device, char *err, size_t errlen)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    /* No driver / no device comes back as an error from the first runtime call, not
+     * as a crash: say so plainly, with CUDA's own words for the details. */
+    if (e != cudaSuccess || n == 0) {
+        /* cudart says "driver version is insufficient" when there is no driver at all. */
+        const char *why = e == cudaSuccess ? "0 devices"
+                          : e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than this build's CUDA runtime"
+                          : cudaGetErrorString(e);
+        snprintf(err, errlen, "--device cuda: no CUDA GPU is available on this machine (%s); use --device cpu", why);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "--device cuda: device %d requested but only %d GPU(s) are visible", device, n);
+        return -1;
+    }
+    struct cudaDeviceProp prop;
+    if (CK(cudaSetDevice(device), "select the GPU", 0) ||
+        CK(cudaGetDeviceProperties(&prop, device), "describe the GPU", 0)) {
+        snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
+        return -1;
+    }
+    /* The kernels are built for sm_80/sm_90 plus PTX; older GPUs cannot run them. */
+    if (prop.major < 8) {
+        snprintf(err, errlen, "--device cuda: %s is sm_%d%d; this build needs sm_80 or newer", prop.name,
+                 prop.major, prop.minor);
+        return -1;
+    }
+    snprintf(dev_desc, sizeof dev_desc, "%.256s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+             prop.totalGlobalMem / 1073741824.0);
+    return 0;
+}
+
+const char *port_cuda_device_desc(void) { return dev_desc; }
+
+int port_dev_malloc(void **p, size_t bytes, const char *what)
+{
+    *p = NULL;
+    return CK(cudaMalloc(p, bytes ? bytes : 1), what, bytes);
+}
+
+void port_dev_free(void *p)
+{
+    if (p) (void)cudaFree(p);
+}
+
+int port_pinned_malloc(void **p, size_t bytes, const char *what)
+{
+    *p = NULL;
+    /* Portable: usable by every device and stream; the DMA engines read it directly. */
+    return CK(cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocPortable), what, bytes);
+}
+
+void port_pinned_free(void *p)
+{
+    if (p) (void)cudaFreeHost(p);
+}
+
+int port_stream_create(port_stream *s, const char *what)
+{
+    /* Non-blocking: no implicit ordering with the legacy default stream. */
+    return CK(cudaStreamCreateWithFlags((cudaStream_t *)s, cudaStreamNonBlocking), what, 0);
+}
+
+void port_stream_destroy(port_stream s)
+{
+    if (s) (void)cudaStreamDestroy((cudaStream_t)s);
+}
+
+int port_stream_sync(port_stream s, const char *what)
+{
+    return CK(cudaStreamSynchronize((cudaStream_t)s), what, 0);
+}
+
+int port_event_create(port_event *e, int timing, const char *what)
+{
+    unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
+    return CK(cudaEventCreateWithFlags((cudaEvent_t *)e, flags), what, 0);
+}
+
+void port_event_destroy(port_event e)
+{
+    if (e) (void)cudaEventDestroy((cudaEvent_t)e);
+}
+
+int port_event_record(port_event e, port_stream s)
+{
+    return CK(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "event", 0);
+}
+
+int port_stream_wait_event(port_stream s, port_event e)
+{
+    return CK(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "stream dependency", 0);
+}
+
+int port_event_sync(port_event e, const char *what)
+{
+    return CK(cudaEventSynchronize((cudaEvent_t)e), what, 0);
+}
+
+int port_event_query(port_event e)
+{
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+    if (r == cudaSuccess) return 1;
+    if (r == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return check(r, "cudaEventQuery", "event", 0);
+}
+
+int port_event_elapsed_ms(port_event a, port_event b, float *ms)
+{
+    return CK(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b), "timing", 0);
+}
+
+int port_memcpy_h2d(void *dev, const void *host, size_t bytes, port_stream s, const char *what)
+{
+    if (!bytes) return 0;
+    return CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)s), what, bytes);
+}
+
+int port_memcpy_d2h(void *host, const void *dev, size_t bytes, port_stream s, const char *what)
+{
+    if (!bytes) return 0;
+    return CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)s), what, bytes);
+}
+
+int port_memcpy_d2d(void *dst, const void *src, size_t bytes, port_stream s, const char *what)
+{
+    if (!bytes) return 0;
+    return CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)s), what, bytes);
+}
+
+int port_memset_dev(void *dev, int byte, size_t bytes, port_stream s, const char *what)
+{
+    if (!bytes) return 0;
+    return CK(cudaMemsetAsync(dev, byte, bytes, (cudaStream_t)s), what, bytes);
+}
+
+int port_dev_sync(const char *what)
+{
+    return CK(cudaDeviceSynchronize(), what, 0);
+}

@@ -1,0 +1,68 @@
+/* The device platform layer: one GPU, its memory, streams and events. Implemented by
+ * ports/cuda (CUDA runtime) and by ports/nocuda (CPU-only builds: every call fails
+ * with "this build has no CUDA port"). Plain C, no CUDA headers: stream and event
+ * handles are the CUDA runtime's opaque pointer types, forward-declared here.
+ *
+ * Errors: every call returns 0, or -1 after recording one line that names the CUDA
+ * call, what it was for and the sizes ("cudaMalloc(device arena, 512.0 MiB): out of
+ * memory"). The first failure sticks (port_cuda_errmsg) so a later error caused by it
+ * does not overwrite the root cause; port_cuda_clear_error forgets it (tests). */
+#ifndef PORT_CUDA_H
+#define PORT_CUDA_H
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *port_stream;
+typedef struct CUevent_st *port_event;
+
+/* 1 when this build has the CUDA port (ports/cuda), 0 for ports/nocuda. */
+int port_cuda_built(void);
+/* Checks that a GPU is present and makes `device` current. 0, or -1 with a one-line
+ * reason in err: no CUDA in this build, no GPU / no driver, device out of range. */
+int port_cuda_init(int device, char *err, size_t errlen);
+/* Number of visible GPUs (0 when none, no driver, or no CUDA port). Never fails. */
+int port_cuda_device_count(void);
+/* "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" of the current device, after init. */
+const char *port_cuda_device_desc(void);
+
+const char *port_cuda_errmsg(void);     /* "" while healthy */
+void port_cuda_clear_error(void);
+/* Records a failure (kernels/cuda use it for launch errors); printf-style, one line. */
+void port_cuda_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Memory. The runtime calls each once at start-up for its arenas: device memory with
+ * one cudaMalloc, pinned (page-locked, mapped for DMA) host memory with one
+ * cudaHostAlloc. `what` names the arena in errors. */
+int port_dev_malloc(void **p, size_t bytes, const char *what);
+void port_dev_free(void *p);
+int port_pinned_malloc(void **p, size_t bytes, const char *what);
+void port_pinned_free(void *p);
+
+/* Streams and events (events are created without timing unless `timing`). */
+int port_stream_create(port_stream *s, const char *what);
+void port_stream_destroy(port_stream s);
+int port_stream_sync(port_stream s, const char *what);
+int port_event_create(port_event *e, int timing, const char *what);
+void port_event_destroy(port_event e);
+int port_event_record(port_event e, port_stream s);
+/* Later work on s waits for e (no host blocking). */
+int port_stream_wait_event(port_stream s, port_event e);
+int port_event_sync(port_event e, const char *what);
+/* 1 complete, 0 pending, -1 error. */
+int port_event_query(port_event e);
+/* Milliseconds between two timing events (both complete). */
+int port_event_elapsed_ms(port_event a, port_event b, float *ms);
+
+/* Asynchronous copies on stream s (host pointers should be pinned for overlap). */
+int port_memcpy_h2d(void *dev, const void *host, size_t bytes, port_stream s, const char *what);
+int port_memcpy_d2h(void *host, const void *dev, size_t bytes, port_stream s, const char *what);
+int port_memcpy_d2d(void *dst, const void *src, size_t bytes, port_stream s, const char *what);
+int port_memset_dev(void *dev, int byte, size_t bytes, port_stream s, const char *what);
+/* Waits for all device work (tests, shutdown). */
+int port_dev_sync(const char *what);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,6 +1,8 @@
 #include "nn/train.h"
 #include "nn/metrics.h"
 #include "nn/ckpt.h"
+#include "nn/lenet_cuda.h"
+#include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include <stdio.h>
@@ -35,10 +37,11 @@ static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
 static int setup_local(nn_trainer *t, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
-    if (o->device && !strcmp(o->device, "cuda")) {
-        snprintf(err, errlen, "--device cuda: this build has no CUDA port (nvcc was not found at build time); use --device cpu");
+    /* The GPU only when asked for (--no-cuda wins, as in the seed script); a build
+     * without CUDA or a machine without a GPU says so here, in one line. */
+    if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
+        !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
         return -1;
-    }
     if (nn_data_locate(o->data, t->data_dir, sizeof t->data_dir, err, errlen)) return -1;
     if (nn_dataset_open(&t->train, t->data_dir, "train", err, errlen) ||
         nn_dataset_open(&t->test, t->data_dir, "t10k", err, errlen))
@@ -64,7 +67,10 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         snprintf(err, errlen, "cannot allocate the host arena of %zu bytes", plan.high);
         return -1;
     }
-    return carve(t, &t->host, err, errlen);
+    if (carve(t, &t->host, err, errlen)) return -1;
+    return t->cuda ? nn_cuda_setup(t->cuda, &t->model, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
+                                   err, errlen)
+                   : 0;
 }
 
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen)
@@ -106,6 +112,10 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
             return -1;
         }
     }
+    if (t->cuda && nn_cuda_upload(t->cuda, t->model.params, t->momentum)) {
+        snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
+        return -1;
+    }
     nn_loader_start_thread(&t->loader);
     return 0;
 }
@@ -114,6 +124,11 @@ double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 {
     nn_model *m = &t->model;
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
+    if (t->cuda) {
+        double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step);
+        t->step++;
+        return loss;
+    }
     const float *lp = nn_model_forward(m, x, n, 1, seed, t->step);
     double loss = k_nll_loss_sum(n, 10, lp, y, NULL) / n;
     nn_model_backward(m, x, y, n, n);
@@ -131,9 +146,9 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     double sums[3] = {0, 0, 0};
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
-        const float *lp = nn_model_forward(&t->model, x, n, 0, 0, 0);
         long c = 0;
-        sums[0] += k_nll_loss_sum(n, 10, lp, y, &c);
+        if (t->cuda) sums[0] += nn_cuda_eval(t->cuda, x, y, n, &c);
+        else sums[0] += k_nll_loss_sum(n, 10, nn_model_forward(&t->model, x, n, 0, 0, 0), y, &c);
         sums[1] += (double)c;
         sums[2] += n;
     }
@@ -160,6 +175,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         samples += n;
         if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
+            if (t->cuda && nn_cuda_download(t->cuda, t->model.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
         }
         if (batch_idx % o->log_interval == 0) {
@@ -207,6 +223,8 @@ int nn_trainer_run(nn_trainer *t)
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, loss / count, (double)correct / count, samples / dt,
                        t->compute_s, t->comm_s, t->data_s);
+        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->model.params, t->momentum))
+            rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
     }
@@ -225,5 +243,6 @@ int nn_trainer_run(nn_trainer *t)
 void nn_trainer_free(nn_trainer *t)
 {
     nn_loader_stop(&t->loader);
+    nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);
 }

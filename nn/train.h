@@ -27,6 +27,7 @@ typedef struct nn_trainer {
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     double peak_rss_mib;
+    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h); NULL on the CPU */
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and

@@ -1,0 +1,90 @@
+/* Helpers for the GPU tests (make test-gpu): device buffers filled from host arrays,
+ * results copied back, and comparisons against the CPU kernels. Every failure of the
+ * port is fatal to the test with the port's message. */
+#ifndef TEST_GPU_G_H
+#define TEST_GPU_G_H
+#include "kernels/cuda/k_cuda.h"
+#include "test/t.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline void g_need(int ok, const char *what)
+{
+    if (!ok) {
+        t_fail(__FILE__, __LINE__, "%s: %s (last kernel %s)", what, port_cuda_errmsg(), k_cuda_last_kernel());
+        exit(1);
+    }
+}
+
+static inline void g_init(void)
+{
+    char err[512];
+    g_need(port_cuda_init(0, err, sizeof err) == 0, err);
+}
+
+static inline void *g_dev(size_t bytes)
+{
+    void *p;
+    g_need(port_dev_malloc(&p, bytes, "test buffer") == 0, "cudaMalloc");
+    return p;
+}
+
+static inline void *g_up(const void *h, size_t bytes)
+{
+    void *d = g_dev(bytes);
+    g_need(port_memcpy_h2d(d, h, bytes, NULL, "upload") == 0 && port_stream_sync(NULL, "upload") == 0, "upload");
+    return d;
+}
+
+static inline void g_down(void *h, const void *d, size_t bytes)
+{
+    g_need(port_memcpy_d2h(h, d, bytes, NULL, "download") == 0 && port_stream_sync(NULL, "download") == 0,
+           "download");
+}
+
+static inline float *g_rand(size_t n, unsigned seed)
+{
+    float *p = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) p[i] = 2.0f * k_rand_uniform(seed, i) - 1.0f;
+    return p;
+}
+
+/* Largest |a - b| relative to the largest |b| (1 when b is all zeros). */
+static inline double g_relerr(const float *a, const float *b, size_t n)
+{
+    double m = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > e || d != d) e = d != d ? INFINITY : d;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return e / (m > 0 ? m : 1);
+}
+
+static inline size_t g_ndiff(const void *a, const void *b, size_t n, size_t esz)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp((const char *)a + i * esz, (const char *)b + i * esz, esz) != 0;
+    return k;
+}
+
+/* Device copy of the result of a kernel into a fresh host array. */
+static inline float *g_result(const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 4);
+    g_down(h, d, n * sizeof(float));
+    return h;
+}
+
+static inline int g_run(const char *cmd, char *out, size_t len)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return (st & 0x7f) == 0 ? (st >> 8) & 0xff : -1;
+}
+#endif

@@ -85,27 +85,27 @@ static void run_file_url(int world, int order)
     run_url(url, world, order);
 }
 
-TEST(tcp_matrix_env_2) { run_env(2, 1); }
-TEST(tcp_matrix_env_3) { run_env(3, 2); }
-TEST(tcp_matrix_tcp_init_3) { run_tcp_url(3, 1); }
-TEST(tcp_matrix_tcp_init_4) { run_tcp_url(4, 2); }
-TEST(tcp_matrix_file_init_2) { run_file_url(2, 0); }
-TEST(tcp_matrix_file_init_4) { run_file_url(4, 1); }
+PTEST(tcp_matrix_env_2) { run_env(2, 1); }
+PTEST(tcp_matrix_env_3) { run_env(3, 2); }
+PTEST(tcp_matrix_tcp_init_3) { run_tcp_url(3, 1); }
+PTEST(tcp_matrix_tcp_init_4) { run_tcp_url(4, 2); }
+PTEST(tcp_matrix_file_init_2) { run_file_url(2, 0); }
+PTEST(tcp_matrix_file_init_4) { run_file_url(4, 1); }
 
 /* Over TCP on 127.0.0.1 instead of the same-machine unix sockets. */
-TEST(tcp_matrix_env_4_loopback_tcp)
+PTEST(tcp_matrix_env_4_loopback_tcp)
 {
     setenv("DDPRT_TCP_LOCAL", "tcp", 1);
     run_env(4, 0);
 }
 
-TEST(tcp_matrix_ring_only_3)
+PTEST(tcp_matrix_ring_only_3)
 {
     setenv("DDPRT_ALGO", "ring", 1);
     run_env(3, 0);
 }
 
-TEST(tcp_matrix_rd_only_3)
+PTEST(tcp_matrix_rd_only_3)
 {
     setenv("DDPRT_ALGO", "rd", 1);
     run_env(3, 1);
@@ -130,8 +130,8 @@ static void run_launch(int world)
     }
 }
 
-TEST(tcp_matrix_launch_2) { run_launch(2); }
-TEST(tcp_matrix_launch_4) { run_launch(4); }
+PTEST(tcp_matrix_launch_2) { run_launch(2); }
+PTEST(tcp_matrix_launch_4) { run_launch(4); }
 
 /* SIGKILL one rank mid-allreduce of a big buffer: every survivor exits 3 with an error
  * naming the op and the dead rank. Times are reported, and only loosely bounded. */
@@ -165,6 +165,47 @@ static void run_kill(int world, int victim)
     }
 }
 
-TEST(tcp_kill_one_rank_2) { run_kill(2, 1); }
-TEST(tcp_kill_one_rank_3) { run_kill(3, 1); }
-TEST(tcp_kill_one_rank_4) { run_kill(4, 2); }
+PTEST(tcp_kill_one_rank_2) { run_kill(2, 1); }
+PTEST(tcp_kill_one_rank_3) { run_kill(3, 1); }
+PTEST(tcp_kill_one_rank_4) { run_kill(4, 2); }
+
+/* ddprt-bench end to end: every data row starts with the size and has #wrong 0. */
+static void bench_ok(const char *coll, const char *nproc, const char *backend)
+{
+    t_clean_env();
+    t_proc p;
+    char *lb[] = {(char *)t_prog("ddprt-bench"), (char *)coll, "-b", "4", "-e", "1M", "-f", "8", "-n", "2",
+                  "-w", "1", "--backend", "loopback", "--world-size", (char *)nproc, NULL};
+    char *tc[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", (char *)nproc, "--no-prefix", "--",
+                  (char *)t_prog("ddprt-bench"), (char *)coll, "-b", "4", "-e", "1M", "-f", "8", "-n", "2", "-w",
+                  "1", NULL};
+    t_spawn(&p, coll, strcmp(backend, "loopback") ? tc : lb, NULL);
+    int rc = t_wait(&p, 60);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0, "%s %s: exit %d\n%s\n%s", coll, backend, rc, out, t_slurp(p.err));
+    int rows = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        unsigned long long size, count;
+        char type[16], op[16];
+        int iters;
+        double t, alg, bus;
+        long long wrong;
+        if (*l == '#') continue;
+        if (sscanf(l, "%llu %llu %15s %15s %d %lf %lf %lf %lld", &size, &count, type, op, &iters, &t, &alg, &bus,
+                   &wrong) != 9)
+            continue;
+        rows++;
+        CHECKF(wrong == 0, "%s %s: wrong results: %.80s", coll, backend, l);
+    }
+    CHECKF(rows == 7, "%s %s: %d data rows in:\n%s", coll, backend, rows, out);
+    CHECKF(strstr(out, "# ddprt-bench ") && strstr(out, "busbw"), "%s", out);
+}
+
+PTEST(tcp_bench_allreduce_2) { bench_ok("allreduce", "2", "tcp"); }
+PTEST(tcp_bench_collectives_3)
+{
+    bench_ok("reduce_scatter", "3", "tcp");
+    bench_ok("allgather", "3", "tcp");
+    bench_ok("broadcast", "3", "tcp");
+}
+PTEST(tcp_bench_loopback_3) { bench_ok("allreduce", "3", "loopback"); }

@@ -3,6 +3,9 @@
  *   ddprt-bench-kernels [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]
  * Times are medians over --iters repeats (this machine is shared: medians resist noise). */
 #include "kernels/k.h"
+#if DDPRT_CUDA
+#include "kernels/cuda/k_cuda.h"
+#endif
 #include "ports/posix/port.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +187,7 @@ static void bench_batch(int b, int iters)
 
 static void usage(void)
 {
-    printf("usage: ddprt-bench-kernels [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
+    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
            "Times each CPU kernel on LeNet's shapes (median of N repeats) and projects the\n"
            "training step and epoch time. Without --batch: batch 64 and 1024.\n");
 }
@@ -192,6 +195,16 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     int threads = 1, batch = 0, iters = 0;
+    /* --device cuda: the GPU table (kernels/cuda/k_cuda_bench.c), in CUDA builds. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda")) {
+#if DDPRT_CUDA
+            return k_cuda_bench_main(argc, argv);
+#else
+            fprintf(stderr, "ddprt-bench-kernels: --device cuda: this build has no CUDA port (nvcc was not found at build time)\n");
+            return 1;
+#endif
+        }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
@@ -199,6 +212,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--device") && !strcmp(v, "cpu")) {}
         else if (!strcmp(a, "--isa")) {
             if (k_set_isa(v) != 0) {
                 fprintf(stderr, "ddprt-bench-kernels: --isa %s: unknown or not supported by this CPU\n", v);

@@ -1,0 +1,292 @@
+/* ddprt-bench-kernels --device cuda [--batch N] [--iters N]: times the CUDA kernels on
+ * LeNet's shapes and ResNet-like 3x3 convolutions, with GFLOP/s (GB/s for memory-bound
+ * kernels) and, when cuBLAS / cuDNN are installed, their time for the same problem
+ * and our time / theirs. They are loaded with dlopen here only: the runtime never
+ * links them. cuDNN is asked for plain FP32 FMA math (no TF32) so the comparison is
+ * like for like. Times are medians over --iters launches, each timed by events. */
+#include "kernels/cuda/k_cuda.h"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the reference libraries, by hand-declared entry points (no headers needed) */
+typedef int (*fn_cublas_create)(void **);
+typedef int (*fn_cublas_set_stream)(void *, port_stream);
+typedef int (*fn_cublas_sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *,
+                               int, const float *, float *, int);
+typedef int (*fn_cudnn_create)(void **);
+typedef int (*fn_cudnn_set_stream)(void *, port_stream);
+typedef int (*fn_cudnn_create_desc)(void **);
+typedef int (*fn_cudnn_set_tensor4d)(void *, int, int, int, int, int, int);
+typedef int (*fn_cudnn_set_filter4d)(void *, int, int, int, int, int, int);
+typedef int (*fn_cudnn_set_conv2d)(void *, int, int, int, int, int, int, int, int);
+typedef int (*fn_cudnn_set_math)(void *, int);
+typedef int (*fn_cudnn_ws)(void *, void *, void *, void *, void *, int, size_t *);
+typedef int (*fn_cudnn_fwd)(void *, const float *, void *, const void *, void *, const void *, void *, int, void *,
+                            size_t, const float *, void *, void *);
+typedef int (*fn_cudnn_bwd_filter)(void *, const float *, void *, const void *, void *, const void *, void *, int,
+                                   void *, size_t, const float *, void *, void *);
+
+static struct {
+    void *blas, *h_blas;
+    fn_cublas_sgemm sgemm;
+    void *dnn, *h_dnn;
+    fn_cudnn_create_desc tensor, filter, conv;
+    fn_cudnn_set_tensor4d set_tensor;
+    fn_cudnn_set_filter4d set_filter;
+    fn_cudnn_set_conv2d set_conv;
+    fn_cudnn_set_math set_math;
+    fn_cudnn_ws fwd_ws, bwdf_ws;
+    fn_cudnn_fwd fwd;
+    fn_cudnn_bwd_filter bwdf;
+} ref;
+
+static void *open_any(const char *const *names)
+{
+    for (; *names; names++) {
+        void *h = dlopen(*names, RTLD_NOW | RTLD_LOCAL);
+        if (h) return h;
+    }
+    return NULL;
+}
+
+static void load_refs(port_stream s)
+{
+    static const char *const blas[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12", NULL};
+    static const char *const dnn[] = {"libcudnn.so", "libcudnn.so.9", "libcudnn.so.8", NULL};
+    if ((ref.blas = open_any(blas))) {
+        fn_cublas_create create = (fn_cublas_create)dlsym(ref.blas, "cublasCreate_v2");
+        fn_cublas_set_stream ss = (fn_cublas_set_stream)dlsym(ref.blas, "cublasSetStream_v2");
+        ref.sgemm = (fn_cublas_sgemm)dlsym(ref.blas, "cublasSgemm_v2");
+        if (!create || !ss || !ref.sgemm || create(&ref.h_blas) || ss(ref.h_blas, s)) ref.sgemm = NULL;
+    }
+    if ((ref.dnn = open_any(dnn))) {
+        fn_cudnn_create create = (fn_cudnn_create)dlsym(ref.dnn, "cudnnCreate");
+        fn_cudnn_set_stream ss = (fn_cudnn_set_stream)dlsym(ref.dnn, "cudnnSetStream");
+        ref.tensor = (fn_cudnn_create_desc)dlsym(ref.dnn, "cudnnCreateTensorDescriptor");
+        ref.filter = (fn_cudnn_create_desc)dlsym(ref.dnn, "cudnnCreateFilterDescriptor");
+        ref.conv = (fn_cudnn_create_desc)dlsym(ref.dnn, "cudnnCreateConvolutionDescriptor");
+        ref.set_tensor = (fn_cudnn_set_tensor4d)dlsym(ref.dnn, "cudnnSetTensor4dDescriptor");
+        ref.set_filter = (fn_cudnn_set_filter4d)dlsym(ref.dnn, "cudnnSetFilter4dDescriptor");
+        ref.set_conv = (fn_cudnn_set_conv2d)dlsym(ref.dnn, "cudnnSetConvolution2dDescriptor");
+        ref.set_math = (fn_cudnn_set_math)dlsym(ref.dnn, "cudnnSetConvolutionMathType");
+        ref.fwd_ws = (fn_cudnn_ws)dlsym(ref.dnn, "cudnnGetConvolutionForwardWorkspaceSize");
+        ref.bwdf_ws = (fn_cudnn_ws)dlsym(ref.dnn, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+        ref.fwd = (fn_cudnn_fwd)dlsym(ref.dnn, "cudnnConvolutionForward");
+        ref.bwdf = (fn_cudnn_bwd_filter)dlsym(ref.dnn, "cudnnConvolutionBackwardFilter");
+        if (!create || !ss || !ref.tensor || !ref.filter || !ref.conv || !ref.set_tensor || !ref.set_filter ||
+            !ref.set_conv || !ref.set_math || !ref.fwd_ws || !ref.bwdf_ws || !ref.fwd || !ref.bwdf ||
+            create(&ref.h_dnn) || ss(ref.h_dnn, s))
+            ref.fwd = NULL;
+    }
+}
+
+/* ---- timing */
+static port_stream S;
+static int iters = 50;
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef int (*bench_fn)(void *ctx);
+
+/* Median microseconds of one call, or -1 when it failed. */
+static double time_us(bench_fn fn, void *ctx)
+{
+    static port_event a, b;
+    static float ms[1000];
+    if (!a && (port_event_create(&a, 1, "timing") || port_event_create(&b, 1, "timing"))) return -1;
+    if (fn(ctx)) return -1; /* warm-up */
+    int n = iters > 1000 ? 1000 : iters;
+    for (int i = 0; i < n; i++) {
+        if (port_event_record(a, S) || fn(ctx) || port_event_record(b, S) || port_event_sync(b, "timing") ||
+            port_event_elapsed_ms(a, b, &ms[i]))
+            return -1;
+    }
+    qsort(ms, (size_t)n, sizeof ms[0], cmp_f);
+    return ms[n / 2] * 1000.0;
+}
+
+static void row(const char *name, const char *shape, double us, double work, int is_bytes, double ref_us)
+{
+    char rate[32] = "-", r[32] = "-", ratio[32] = "-";
+    if (us > 0) snprintf(rate, sizeof rate, "%.1f %s", work / us / 1e3, is_bytes ? "GB/s" : "GFLOP/s");
+    if (ref_us > 0) {
+        snprintf(r, sizeof r, "%.1f", ref_us);
+        snprintf(ratio, sizeof ratio, "%.2fx", us / ref_us);
+    }
+    printf("%-18s %-34s %10.1f %16s %12s %8s\n", name, shape, us, rate, r, ratio);
+}
+
+static float *dbuf(size_t n)
+{
+    float *p;
+    if (port_dev_malloc((void **)&p, n * sizeof(float) + 256, "bench buffer")) {
+        fprintf(stderr, "ddprt-bench-kernels: %s\n", port_cuda_errmsg());
+        exit(1);
+    }
+    k_cuda_init_uniform(n, 1.0f, 1, 0, p, S);
+    return p;
+}
+
+/* ---- cases */
+typedef struct conv_ctx {
+    k_conv_shape sh;
+    float *x, *w, *b, *y, *dy, *dx, *dw, *db;
+    void *ws, *ref_ws;
+    size_t ref_ws_bytes;
+    void *xd, *wd, *yd, *cd; /* cuDNN descriptors */
+} conv_ctx;
+
+static int conv_fwd(void *c_) { conv_ctx *c = c_; return k_cuda_conv2d_fwd(&c->sh, c->x, c->w, c->b, c->y, c->ws, S); }
+static int conv_bwd(void *c_)
+{
+    conv_ctx *c = c_;
+    return k_cuda_conv2d_bwd(&c->sh, c->x, c->w, c->dy, c->dx, c->dw, c->db, c->ws, S);
+}
+static int dnn_fwd(void *c_)
+{
+    conv_ctx *c = c_;
+    float one = 1, zero = 0;
+    return ref.fwd(ref.h_dnn, &one, c->xd, c->x, c->wd, c->w, c->cd, 1, c->ref_ws, c->ref_ws_bytes, &zero, c->yd, c->y)
+               ? -1 : 0;
+}
+static int dnn_bwdf(void *c_)
+{
+    conv_ctx *c = c_;
+    float one = 1, zero = 0;
+    return ref.bwdf(ref.h_dnn, &one, c->xd, c->x, c->yd, c->dy, c->cd, 1, c->ref_ws, c->ref_ws_bytes, &zero, c->wd,
+                    c->dw) ? -1 : 0;
+}
+
+static int dnn_setup(conv_ctx *c)
+{
+    k_conv_shape *s = &c->sh;
+    size_t a = 0, b = 0;
+    if (!ref.fwd || ref.tensor(&c->xd) || ref.tensor(&c->yd) || ref.filter(&c->wd) || ref.conv(&c->cd) ||
+        ref.set_tensor(c->xd, 0, 0, s->n, s->c, s->h, s->w) || ref.set_tensor(c->yd, 0, 0, s->n, s->k, s->p, s->q) ||
+        ref.set_filter(c->wd, 0, 0, s->k, s->c, s->r, s->s) ||
+        ref.set_conv(c->cd, s->pad, s->pad, s->stride, s->stride, 1, 1, 1, 0) || ref.set_math(c->cd, 3) ||
+        ref.fwd_ws(ref.h_dnn, c->xd, c->wd, c->cd, c->yd, 1, &a) || ref.bwdf_ws(ref.h_dnn, c->xd, c->yd, c->cd, c->wd, 1, &b))
+        return -1;
+    c->ref_ws_bytes = a > b ? a : b;
+    return port_dev_malloc(&c->ref_ws, c->ref_ws_bytes + 256, "cuDNN workspace");
+}
+
+static void bench_conv(const char *name, int n, int ci, int h, int co, int r, int st, int pad)
+{
+    conv_ctx c = {.sh = {.n = n, .c = ci, .h = h, .w = h, .k = co, .r = r, .s = r, .stride = st, .pad = pad}};
+    k_conv_shape_init(&c.sh);
+    size_t nx = (size_t)n * ci * h * h, ny = (size_t)n * co * c.sh.p * c.sh.q, nw = (size_t)co * ci * r * r;
+    c.x = dbuf(nx); c.w = dbuf(nw); c.b = dbuf(co); c.y = dbuf(ny); c.dy = dbuf(ny); c.dx = dbuf(nx);
+    c.dw = dbuf(nw); c.db = dbuf(co);
+    if (port_dev_malloc(&c.ws, k_cuda_conv2d_workspace(&c.sh) + 256, "workspace")) return;
+    double flop = 2.0 * ny * ci * r * r;
+    int have_ref = dnn_setup(&c) == 0;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%d c%d %dx%d k%d %dx%d/%d p%d", n, ci, h, h, co, r, r, st, pad);
+    char nm[40];
+    snprintf(nm, sizeof nm, "%s fwd", name);
+    row(nm, shape, time_us(conv_fwd, &c), flop, 0, have_ref ? time_us(dnn_fwd, &c) : -1);
+    snprintf(nm, sizeof nm, "%s bwd", name);
+    /* Our bwd is input grad + weight grad + bias grad (2x the forward's FLOPs); cuDNN's
+     * column is the weight gradient alone, times 2 (the input grad costs the same). */
+    double rb = have_ref ? time_us(dnn_bwdf, &c) : -1;
+    row(nm, shape, time_us(conv_bwd, &c), 2 * flop, 0, rb > 0 ? 2 * rb : -1);
+    port_dev_free(c.x); port_dev_free(c.w); port_dev_free(c.b); port_dev_free(c.y); port_dev_free(c.dy);
+    port_dev_free(c.dx); port_dev_free(c.dw); port_dev_free(c.db); port_dev_free(c.ws); port_dev_free(c.ref_ws);
+}
+
+typedef struct lin_ctx { int n, in, out; float *x, *w, *b, *y, *dy, *dx, *dw, *db; void *ws; } lin_ctx;
+static int lin_fwd(void *c_) { lin_ctx *c = c_; return k_cuda_linear_fwd(c->n, c->in, c->out, c->x, c->w, c->b, c->y, c->ws, S); }
+static int lin_bwd(void *c_)
+{
+    lin_ctx *c = c_;
+    return k_cuda_linear_bwd(c->n, c->in, c->out, c->x, c->w, c->dy, c->dx, c->dw, c->db, c->ws, S);
+}
+static int blas_fwd(void *c_)
+{
+    lin_ctx *c = c_;
+    float one = 1, zero = 0;
+    /* Row-major y[n,out] = x w^T is column-major y^T = w(T) x^T. */
+    return ref.sgemm(ref.h_blas, 1, 0, c->out, c->n, c->in, &one, c->w, c->in, c->x, c->in, &zero, c->y, c->out) ? -1 : 0;
+}
+
+static void bench_linear(const char *name, int n, int in, int out)
+{
+    lin_ctx c = {n, in, out, dbuf((size_t)n * in), dbuf((size_t)out * in), dbuf(out), dbuf((size_t)n * out),
+                 dbuf((size_t)n * out), dbuf((size_t)n * in), dbuf((size_t)out * in), dbuf(out), NULL};
+    if (port_dev_malloc(&c.ws, k_cuda_linear_workspace(n, in, out) + 256, "workspace")) return;
+    char shape[64], nm[40];
+    snprintf(shape, sizeof shape, "n%d in%d out%d", n, in, out);
+    double flop = 2.0 * n * in * out;
+    snprintf(nm, sizeof nm, "%s fwd", name);
+    row(nm, shape, time_us(lin_fwd, &c), flop, 0, ref.sgemm ? time_us(blas_fwd, &c) : -1);
+    snprintf(nm, sizeof nm, "%s bwd", name);
+    row(nm, shape, time_us(lin_bwd, &c), 2 * flop, 0, -1);
+}
+
+typedef struct ew_ctx { size_t n; float *a, *b, *c; uint8_t *m; int32_t *idx; int pn, pc, ph; k_sgd_cfg sgd; } ew_ctx;
+static int ew_relu(void *c_) { ew_ctx *c = c_; return k_cuda_relu_fwd(c->n, c->a, c->b, S); }
+static int ew_drop(void *c_) { ew_ctx *c = c_; return k_cuda_dropout_fwd(c->n, 0.5f, 1, 0, c->a, c->b, c->m, S); }
+static int ew_sgd(void *c_) { ew_ctx *c = c_; return k_cuda_sgd_step(c->n, &c->sgd, 0, c->a, c->b, c->c, S); }
+static int ew_pool(void *c_) { ew_ctx *c = c_; return k_cuda_maxpool2d_fwd(c->pn, c->pc, c->ph, c->ph, 2, 2, c->a, c->b, c->idx, S); }
+static int ew_pool_b(void *c_) { ew_ctx *c = c_; return k_cuda_maxpool2d_bwd(c->pn, c->pc, c->ph, c->ph, 2, 2, c->b, c->idx, c->a, S); }
+
+static void bench_elementwise(int B)
+{
+    ew_ctx c = {.n = (size_t)B * 5760, .pn = B, .pc = 10, .ph = 24, .sgd = {0.01f, 0.5f, 0, 0, 0}};
+    c.a = dbuf(c.n); c.b = dbuf(c.n); c.c = dbuf(c.n);
+    if (port_dev_malloc((void **)&c.m, c.n, "mask") || port_dev_malloc((void **)&c.idx, c.n * 4, "idx")) return;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%zu elements", c.n);
+    row("relu fwd", shape, time_us(ew_relu, &c), 8.0 * c.n, 1, -1);
+    row("dropout fwd", shape, time_us(ew_drop, &c), 9.0 * c.n, 1, -1);
+    row("sgd step", shape, time_us(ew_sgd, &c), 20.0 * c.n, 1, -1);
+    snprintf(shape, sizeof shape, "n%d c10 24x24 2x2/2", B);
+    row("maxpool fwd", shape, time_us(ew_pool, &c), (4.0 + 2.0) * c.n / 4 * 4 + 0.25 * c.n * 4, 1, -1);
+    row("maxpool bwd", shape, time_us(ew_pool_b, &c), 4.0 * c.n + 0.5 * c.n * 4, 1, -1);
+}
+
+int k_cuda_bench_main(int argc, char **argv)
+{
+    int B = 64;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) i++;
+        else {
+            fprintf(stderr, "usage: ddprt-bench-kernels --device cuda [--batch N] [--iters N]\n");
+            return 2;
+        }
+    }
+    char err[512];
+    if (port_cuda_init(0, err, sizeof err) || port_stream_create(&S, "bench stream")) {
+        fprintf(stderr, "ddprt-bench-kernels: %s\n", err[0] ? err : port_cuda_errmsg());
+        return 1;
+    }
+    load_refs(S);
+    printf("# %s; median of %d; reference: cuBLAS %s, cuDNN %s (FP32 FMA math)\n", port_cuda_device_desc(), iters,
+           ref.sgemm ? "yes" : "not found", ref.fwd ? "yes" : "not found");
+    printf("%-18s %-34s %10s %16s %12s %8s\n", "kernel", "shape", "time(us)", "rate", "ref(us)", "ours/ref");
+    bench_conv("lenet conv1", B, 1, 28, 10, 5, 1, 0);
+    bench_conv("lenet conv2", B, 10, 12, 20, 5, 1, 0);
+    bench_linear("lenet fc1", B, 320, 50);
+    bench_linear("lenet fc2", B, 50, 10);
+    bench_elementwise(B);
+    bench_conv("resnet 56x56", 32, 64, 56, 64, 3, 1, 1);
+    bench_conv("resnet 56->28", 32, 64, 56, 128, 3, 2, 1);
+    bench_conv("resnet 28x28", 32, 128, 28, 128, 3, 1, 1);
+    bench_conv("resnet 14x14", 32, 256, 14, 256, 3, 1, 1);
+    bench_conv("resnet 7x7", 32, 256, 7, 256, 3, 1, 1);
+    bench_linear("resnet fc", 256, 2048, 1000);
+    if (port_cuda_errmsg()[0]) {
+        fprintf(stderr, "ddprt-bench-kernels: %s\n", port_cuda_errmsg());
+        return 1;
+    }
+    return 0;
+}

@@ -57,9 +57,18 @@ $(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+# The conv/linear operand maths emulated on the host (K_CUDA_EMULATE), checked against
+# the CPU kernels by `make test` without a GPU (test/cuda_emu).
+EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu)
+$(BUILD)/obj-emu/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVFLAGS)) -gencode arch=compute_80,code=sm_80 -DK_CUDA_EMULATE -diag-suppress 177 -c $< -o $@
+$(BUILD)/t-cuda-emu: $(BUILD)/obj/test/cuda_emu/emu_main.o $(EMU_OBJ) $(BUILD)/libddprt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+-include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by
 # `make test-gpu` on a machine with a GPU.
-all: $(BUILD)/test-gpu-runner
+all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu
 $(BUILD)/test-gpu-runner: $(GPU_TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 test-gpu: all

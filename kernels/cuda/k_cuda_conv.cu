@@ -27,7 +27,7 @@ static Geo geo(const k_conv_shape *sh)
 }
 
 // x(n, c, h, w) with zero padding.
-__device__ __forceinline__ float x_at(const Geo &g, const float *x, int n, int c, int h, int w)
+__host__ __device__ __forceinline__ float x_at(const Geo &g, const float *x, int n, int c, int h, int w)
 {
     return (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[(((size_t)n * g.C + c) * g.H + h) * g.W + w] : 0.0f;
 }
@@ -36,12 +36,12 @@ __device__ __forceinline__ float x_at(const Geo &g, const float *x, int n, int c
 struct FwdA {
     static constexpr bool k_fast = true;
     const float *w; int crs;
-    __device__ float operator()(int m, int k) const { return w[(size_t)m * crs + k]; }
+    __host__ __device__ float operator()(int m, int k) const { return w[(size_t)m * crs + k]; }
 };
 struct FwdB {
     static constexpr bool k_fast = false;
     Geo g; const float *x;
-    __device__ float operator()(int k, int j) const
+    __host__ __device__ float operator()(int k, int j) const
     {
         int c = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
         int n = j / g.PQ(), pq = j % g.PQ(), p = pq / g.Q, q = pq % g.Q;
@@ -50,7 +50,7 @@ struct FwdB {
 };
 struct FwdStore {
     Geo g; const float *b; float *y;
-    __device__ void operator()(int, int m, int j, float v) const
+    __host__ __device__ void operator()(int, int m, int j, float v) const
     {
         int n = j / g.PQ(), pq = j % g.PQ();
         y[((size_t)n * g.K + m) * g.PQ() + pq] = v + (b ? b[m] : 0.0f);
@@ -61,7 +61,7 @@ struct FwdStore {
 struct DxA {
     static constexpr bool k_fast = true;
     Geo g; const float *w;
-    __device__ float operator()(int c, int k) const
+    __host__ __device__ float operator()(int c, int k) const
     {
         int kk = k / g.RS(), rs = k % g.RS();
         return w[((size_t)kk * g.C + c) * g.RS() + rs];
@@ -70,7 +70,7 @@ struct DxA {
 struct DxB {
     static constexpr bool k_fast = false;
     Geo g; const float *dy;
-    __device__ float operator()(int k, int j) const
+    __host__ __device__ float operator()(int k, int j) const
     {
         int kk = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
         int n = j / g.HW(), hw = j % g.HW(), h = hw / g.W, w = hw % g.W;
@@ -83,7 +83,7 @@ struct DxB {
 };
 struct DxStore {
     Geo g; float *dx;
-    __device__ void operator()(int, int c, int j, float v) const
+    __host__ __device__ void operator()(int, int c, int j, float v) const
     {
         int n = j / g.HW(), hw = j % g.HW();
         dx[((size_t)n * g.C + c) * g.HW() + hw] = v;
@@ -94,7 +94,7 @@ struct DxStore {
 struct DwA {
     static constexpr bool k_fast = true;
     Geo g; const float *dy;
-    __device__ float operator()(int m, int k) const
+    __host__ __device__ float operator()(int m, int k) const
     {
         int n = k / g.PQ(), pq = k % g.PQ();
         return dy[((size_t)n * g.K + m) * g.PQ() + pq];
@@ -103,7 +103,7 @@ struct DwA {
 struct DwB {
     static constexpr bool k_fast = true;
     Geo g; const float *x;
-    __device__ float operator()(int k, int j) const
+    __host__ __device__ float operator()(int k, int j) const
     {
         int n = k / g.PQ(), pq = k % g.PQ(), p = pq / g.Q, q = pq % g.Q;
         int c = j / g.RS(), rs = j % g.RS(), r = rs / g.S, s = rs % g.S;
@@ -112,7 +112,7 @@ struct DwB {
 };
 struct DwStore {
     float *dw; int crs;
-    __device__ void operator()(int, int m, int j, float v) const { dw[(size_t)m * crs + j] = v; }
+    __host__ __device__ void operator()(int, int m, int j, float v) const { dw[(size_t)m * crs + j] = v; }
 };
 
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
@@ -179,6 +179,16 @@ int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, co
     DwStore st = {dw, g.C * g.RS()};
     if (k_cuda_gemm("k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
         return -1;
+#ifdef K_CUDA_EMULATE
+    for (int k = 0; k < g.K; k++) {
+        double sum = 0.0;
+        for (int n = 0; n < g.N; n++)
+            for (int i = 0; i < g.PQ(); i++) sum += dy[((size_t)n * g.K + k) * g.PQ() + i];
+        db[k] = (float)sum;
+    }
+    return 0;
+#else
     conv_bias_grad<<<g.K, K_CUDA_THREADS, 0, cs>>>(g, dy, db);
     return k_cuda_check_launch("k_cuda_conv2d_bwd (bias grad)", "%s", shp);
+#endif
 }

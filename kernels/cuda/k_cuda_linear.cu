@@ -11,30 +11,30 @@ namespace {
 struct RowMajor { // a[m][k] with leading dimension ld: consecutive k are adjacent
     static constexpr bool k_fast = true;
     const float *a; int ld;
-    __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
+    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
 };
 struct RowMajorB { // b[k][n] with leading dimension ld: consecutive n are adjacent
     static constexpr bool k_fast = false;
     const float *b; int ld;
-    __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
+    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
 };
 struct TransB { // b(k, n) = w[n][k]: consecutive k are adjacent
     static constexpr bool k_fast = true;
     const float *w; int ld;
-    __device__ float operator()(int k, int n) const { return w[(size_t)n * ld + k]; }
+    __host__ __device__ float operator()(int k, int n) const { return w[(size_t)n * ld + k]; }
 };
 struct TransA { // a(m, k) = dy[k][m]: consecutive m are adjacent
     static constexpr bool k_fast = false;
     const float *dy; int ld;
-    __device__ float operator()(int m, int k) const { return dy[(size_t)k * ld + m]; }
+    __host__ __device__ float operator()(int m, int k) const { return dy[(size_t)k * ld + m]; }
 };
 struct StoreBias {
     float *y; const float *b; int ld;
-    __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v + (b ? b[n] : 0.0f); }
+    __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v + (b ? b[n] : 0.0f); }
 };
 struct Store {
     float *y; int ld;
-    __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v; }
+    __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v; }
 };
 
 __global__ void linear_bias_grad(int n, int out, const float *dy, float *db)
@@ -83,6 +83,15 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
     RowMajorB b = {x, in};
     Store st = {dw, in};
     if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+#ifdef K_CUDA_EMULATE
+    for (int o = 0; o < out; o++) {
+        float sum = 0.0f;
+        for (int r = 0; r < n; r++) sum += dy[(size_t)r * out + o];
+        db[o] = sum;
+    }
+    return 0;
+#else
     linear_bias_grad<<<(out + 127) / 128, 128, 0, cs>>>(n, out, dy, db);
     return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);
+#endif
 }

@@ -91,7 +91,7 @@ static void admit(rt_rdzv *r, pending *p, rt_rdzv_hello *hello, int *joined)
     }
     r->fds[h.rank] = p->fd;
     hello[h.rank] = h;
-    snprintf(r->peer[h.rank], sizeof r->peer[0], "%s on host %s, pid %u", p->peer, h.host, h.pid);
+    snprintf(r->peer[h.rank], sizeof r->peer[0], "%.64s on host %.160s, pid %u", p->peer, h.host, h.pid);
     rt_debug("rank 0: rank %d joined from %s", h.rank, r->peer[h.rank]);
     p->fd = -1;
     p->got = 0;

@@ -228,7 +228,7 @@ PTEST(ddp_launch_and_slurm_environments)
         snprintf(envs[r][5], 64, "MASTER_PORT=%d", port);
         char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], envs[r][5], NULL};
         const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "slurm%d", r);
         t_spawn(&p[r], name, (char *const *)a, env);
     }

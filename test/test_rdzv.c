@@ -223,7 +223,7 @@ PTEST(rdzv_env_method_three_ranks)
     t_clean_env();
     char port[32];
     snprintf(port, sizeof port, "MASTER_PORT=%d", t_free_port());
-    static char rk[3][16], lr[3][16];
+    static char rk[3][32], lr[3][32];
     for (int q = 0; q < 3; q++) {
         snprintf(rk[q], sizeof rk[q], "RANK=%d", q);
         snprintf(lr[q], sizeof lr[q], "LOCAL_RANK=%d", q);

@@ -152,12 +152,12 @@ PTEST(verbs_ddp_lenet_2)
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port());
     t_proc p[2];
     for (int r = 0; r < 2; r++) {
-        char rs[8];
+        char rs[16];
         snprintf(rs, sizeof rs, "%d", r);
         char *argv[] = {(char *)t_prog("ddprt-train"), "--data", dir, "--init-method", url, "--rank", rs,
                         "--world-size", "2", "--backend", "verbs", "--epochs", "2", "--batch-size", "32",
                         "--threads", "1", "--log-interval", "5", "--lr", "0.05", "--check-sync", "1", NULL};
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "train%d", r);
         t_spawn(&p[r], name, argv, NULL);
     }

@@ -19,7 +19,7 @@ static const flag flags[] = {
     F("weight-decay", T_DOUBLE, weight_decay, "SGD weight decay (default: 0)"),
     F("nesterov", T_FLAG, nesterov, "Nesterov momentum"),
     F("no-cuda", T_FLAG, no_cuda, "disables CUDA training"),
-    F("device", T_STR, device, "cpu or cuda (default: cuda when available, else cpu)"),
+    F("device", T_STR, device, "cpu or cuda (default: cpu; cuda needs a CUDA build and a GPU)"),
     F("seed", T_INT, seed, "random seed (default: 1)"),
     F("log-interval", T_POSINT, log_interval, "how many batches to wait before logging training status (default: 10)"),
     F("data", T_STR, data, "dataset directory (default: $DDPRT_DATA, ./data, /usr/share/datasets/fashion-mnist)"),

@@ -80,6 +80,8 @@ endif
 .PHONY: test-gpu
 
 .PHONY: all test asan ubsan tsan fuzz clean run bench
+# Keep the objects of pattern-built programs (test/progs) between runs.
+.SECONDARY:
 all: $(BUILD)/libddprt.a $(PROGS) $(TPROGS) $(BUILD)/test-runner
 
 $(BUILD)/obj/%.o: %.c

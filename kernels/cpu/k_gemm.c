@@ -47,32 +47,7 @@ typedef __mmask16 kv_lmask_avx512;
     _mm512_test_epi32_mask(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(m))), \
                            _mm512_set1_epi32(0xff)), sc)
 #include "kernels/cpu/k_simd_tmpl.h"
-#undef KT
-#undef KT_TARGET
-#undef KT_MR
-#undef KT_NV
-#undef KT_TM
-#undef KT_TN
-#undef KV_W
-#undef kv
-#undef kv_zero
-#undef kv_load
-#undef kv_store
-#undef kv_set1
-#undef kv_fma
-#undef kv_add
-#undef kv_mul
-#undef kv_max
-#undef kv_hsum
-#undef kv_loadn
-#undef kv_storen
-#undef kv_gtz_select
-#undef kv_mask_u8
-#undef kv_load_lanes
-#undef kv_lmask
-#undef kv_lmask_make
-#undef kv_load_lmask
-#undef kv_copy8
+#include "kernels/cpu/k_simd_undef.h"
 
 /* ------------------------------------------------------------ AVX2 + FMA */
 #define KT(name) name##_avx2
@@ -129,32 +104,7 @@ typedef __m256i kv_lmask_avx2;
 #define kv_mask_u8(m, sc) _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(                \
     _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m))), _mm256_setzero_si256())), sc)
 #include "kernels/cpu/k_simd_tmpl.h"
-#undef KT
-#undef KT_TARGET
-#undef KT_MR
-#undef KT_NV
-#undef KT_TM
-#undef KT_TN
-#undef KV_W
-#undef kv
-#undef kv_zero
-#undef kv_load
-#undef kv_store
-#undef kv_set1
-#undef kv_fma
-#undef kv_add
-#undef kv_mul
-#undef kv_max
-#undef kv_hsum
-#undef kv_loadn
-#undef kv_storen
-#undef kv_gtz_select
-#undef kv_mask_u8
-#undef kv_load_lanes
-#undef kv_lmask
-#undef kv_lmask_make
-#undef kv_load_lmask
-#undef kv_copy8
+#include "kernels/cpu/k_simd_undef.h"
 #endif /* K_X86 */
 
 /* ------------------------------------------------------------ generic */

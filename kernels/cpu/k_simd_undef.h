@@ -1,0 +1,27 @@
+/* Clears the per-ISA macros of k_simd_tmpl.h so k_gemm.c can instantiate it again. */
+#undef KT
+#undef KT_TARGET
+#undef KT_MR
+#undef KT_NV
+#undef KT_TM
+#undef KT_TN
+#undef KV_W
+#undef kv
+#undef kv_zero
+#undef kv_load
+#undef kv_store
+#undef kv_set1
+#undef kv_fma
+#undef kv_add
+#undef kv_mul
+#undef kv_max
+#undef kv_hsum
+#undef kv_loadn
+#undef kv_storen
+#undef kv_gtz_select
+#undef kv_mask_u8
+#undef kv_load_lanes
+#undef kv_lmask
+#undef kv_lmask_make
+#undef kv_load_lmask
+#undef kv_copy8

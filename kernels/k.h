@@ -82,6 +82,10 @@ double k_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labe
  * scale = 1/n_total. */
 void k_log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t *labels,
                            float scale, float *dx);
+/* Cross-entropy on logits (F.cross_entropy, reduction "sum"): log_softmax into logp,
+ * then the NLL sum; its gradient is k_log_softmax_nll_bwd on that logp. */
+double k_cross_entropy_fwd(int n, int classes, const float *logits, const int32_t *labels, float *logp,
+                           long *correct);
 
 /* SGD with momentum, PyTorch semantics: g' = g + wd*p; v = m*v + (1-dampening)*g'
  * (v = g' on the first step); p -= lr * (nesterov ? g' + m*v : v). */

@@ -353,3 +353,34 @@ TEST(kernels_init_uniform_bounds)
     CHECK(memcmp(w + 5, w2, (N - 5) * sizeof *w) == 0);
     free(w); free(w2);
 }
+
+/* Cross-entropy = log_softmax + NLL; its gradient (softmax - onehot) matches central
+ * differences of the loss in double precision. */
+TEST(kernels_cross_entropy_value_and_gradient)
+{
+    enum { N = 5, C = 7 };
+    float x[N * C], lp[N * C], g[N * C];
+    int32_t y[N] = {0, 6, 3, 3, 1};
+    for (int i = 0; i < N * C; i++) x[i] = (float)((i * 37 % 23) - 11) * 0.3f;
+    long correct = -1;
+    double loss = k_cross_entropy_fwd(N, C, x, y, lp, &correct);
+    double ref = 0;
+    for (int i = 0; i < N; i++) {
+        double m = -1e30, s = 0;
+        for (int j = 0; j < C; j++) m = fmax(m, x[i * C + j]);
+        for (int j = 0; j < C; j++) s += exp(x[i * C + j] - m);
+        ref -= x[i * C + y[i]] - m - log(s);
+    }
+    CHECK_NEAR(loss, ref, 1e-5);
+    CHECK(correct >= 0 && correct <= N);
+    k_log_softmax_nll_bwd(N, C, lp, y, 1.0f, g);
+    for (int k = 0; k < N * C; k += 3) {
+        float save = x[k], tmp[N * C];
+        x[k] = save + 1e-2f;
+        double up = k_cross_entropy_fwd(N, C, x, y, tmp, NULL);
+        x[k] = save - 1e-2f;
+        double dn = k_cross_entropy_fwd(N, C, x, y, tmp, NULL);
+        x[k] = save;
+        CHECK_NEAR(g[k], (up - dn) / 2e-2, 2e-3);
+    }
+}

@@ -50,3 +50,10 @@ void k_log_softmax_nll_bwd(int n, int classes, const float *logp, const int32_t 
         for (int j = 0; j < classes; j++) d[j] = scale * (expf(r[j]) - (j == l ? 1.0f : 0.0f));
     }
 }
+
+double k_cross_entropy_fwd(int n, int classes, const float *logits, const int32_t *labels, float *logp,
+                           long *correct)
+{
+    k_log_softmax_fwd(n, classes, logits, logp);
+    return k_nll_loss_sum(n, classes, logp, labels, correct);
+}

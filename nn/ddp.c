@@ -5,11 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+static uint64_t fnv1a(const void *p, size_t n);
+
+/* What the rendezvous compares before anything else: settings that change the wire
+ * protocol or the model's shape. The trainer's flags are compared field by field
+ * later (nn_ddp_check_config), so a mismatch there can name the field. */
+static uint64_t config_hash(const nn_opts *o)
+{
+    char s[256];
+    const char *algo = getenv("DDPRT_ALGO");
+    snprintf(s, sizeof s, "ddprt-train/1 model=%s backend=%s algo=%s", o->model, o->backend ? o->backend : "auto",
+             algo ? algo : "auto");
+    return fnv1a(s, strlen(s));
+}
+
 int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
     rt_rdzv_opts ro = {.init_method = o->init_method, .rank = o->rank, .world_size = o->world_size,
-                       .local_rank = -1};
+                       .local_rank = -1, .config_hash = config_hash(o)};
     if (rt_rdzv_open(&d->rz, &ro, err, errlen)) return -1;
     d->rank = rt_rdzv_rank(d->rz);
     d->world = rt_rdzv_world(d->rz);

@@ -253,3 +253,24 @@ PTEST(ddp_ctrl_c_on_the_launcher_stops_all_ranks)
     CHECKF(rc != 0 && rc != -1, "launcher exit %d: %s", rc, t_slurp(l.err));
     printf("ddp_ctrl_c: launcher and ranks stopped %.2f s after SIGINT (exit %d)\n", port_now_s() - t0, rc);
 }
+
+/* Settings that change the wire protocol (here DDPRT_ALGO) are compared at the
+ * rendezvous: the job is refused before training starts. */
+PTEST(ddp_protocol_mismatch_is_refused_at_rendezvous)
+{
+    t_clean_env();
+    make_data();
+    t_proc p[2];
+    int port = t_free_port();
+    const char *e[] = {"--epochs", "1", NULL};
+    start_rank(&p[0], port, 0, 2, e);
+    setenv("DDPRT_ALGO", "ring", 1);
+    start_rank(&p[1], port, 1, 2, e);
+    unsetenv("DDPRT_ALGO");
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && rc != -1 && strstr(err, "configuration mismatch") && strstr(err, "rank 1"),
+               "rank %d rc %d: %s", r, rc, err);
+    }
+}

@@ -204,8 +204,8 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
     CHECKF(strstr(t_slurp(q.err), "part.safetensors"), "%s", t_slurp(q.err));
 }
 
-/* ddprt-launch (torchrun variables) and Slurm variables, as a cluster would set them. */
-PTEST(ddp_launch_and_slurm_environments)
+/* ddprt-launch (torchrun variables), Slurm and Open MPI variables, as a cluster would set them. */
+PTEST(ddp_launch_slurm_and_mpirun_environments)
 {
     t_clean_env();
     make_data();
@@ -233,6 +233,24 @@ PTEST(ddp_launch_and_slurm_environments)
         t_spawn(&p[r], name, (char *const *)a, env);
     }
     for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "slurm rank %d: %s", r, t_slurp(p[r].err));
+    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+
+    /* mpirun (Open MPI) with -x MASTER_ADDR -x MASTER_PORT, as the README shows. */
+    static char menv[2][5][64];
+    port = t_free_port();
+    for (int r = 0; r < 2; r++) {
+        snprintf(menv[r][0], 64, "OMPI_COMM_WORLD_RANK=%d", r);
+        snprintf(menv[r][1], 64, "OMPI_COMM_WORLD_SIZE=2");
+        snprintf(menv[r][2], 64, "OMPI_COMM_WORLD_LOCAL_RANK=%d", r);
+        snprintf(menv[r][3], 64, "MASTER_ADDR=127.0.0.1");
+        snprintf(menv[r][4], 64, "MASTER_PORT=%d", port);
+        char *env[] = {menv[r][0], menv[r][1], menv[r][2], menv[r][3], menv[r][4], NULL};
+        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
+        char name[32];
+        snprintf(name, sizeof name, "mpi%d", r);
+        t_spawn(&p[r], name, (char *const *)a, env);
+    }
+    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "mpirun rank %d: %s", r, t_slurp(p[r].err));
     CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
 }
 

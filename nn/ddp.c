@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MSG_LEN 240 /* status message bytes per rank in nn_ddp_agree */
+
 static uint64_t fnv1a(const void *p, size_t n);
 
 /* What the rendezvous compares before anything else: settings that change the wire
@@ -33,6 +35,13 @@ int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
     if (d->world == 1) return 0;
     tp_bootstrap bs;
     rt_rdzv_bootstrap(d->rz, &bs);
+    /* Scratch for the agreement steps (status, config, sync hashes), sized once here so
+     * the per-step --check-sync allocates nothing. */
+    size_t per = MSG_LEN + 1 > 8 * NN_DDP_MAX_FIELDS ? MSG_LEN + 1 : 8 * NN_DDP_MAX_FIELDS;
+    if (!(d->scratch = calloc((size_t)d->world, per))) {
+        snprintf(err, errlen, "rank %d: out of memory for %d ranks", d->rank, d->world);
+        return -1;
+    }
     tp_backend *b = NULL;
     /* tcp, verbs, or auto (verbs when every rank has an active RDMA port). */
     if (tp_backend_create(&bs, o->backend, &b, err, errlen)) return -1;
@@ -41,14 +50,11 @@ int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
 
 const char *nn_ddp_errmsg(const nn_ddp *d) { return d->comm ? tp_errmsg(d->comm) : ""; }
 
-#define MSG_LEN 240
 int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen)
 {
     if (!d->comm) return ok ? 0 : (snprintf(err, errlen, "%s", msg), -1);
     /* Fixed-size records: a status byte then the message; allgather is rank order. */
-    static char all[64 * (MSG_LEN + 1)];
-    char mine[MSG_LEN + 1] = {0};
-    if (d->world > 64) return 0;
+    char *all = d->scratch, mine[MSG_LEN + 1] = {0};
     mine[0] = ok ? 1 : 0;
     snprintf(mine + 1, MSG_LEN, "%s", ok ? "" : msg);
     if (tp_allgather(d->comm, mine, all, MSG_LEN + 1, RT_U8)) {
@@ -67,8 +73,11 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
                         char *err, size_t errlen)
 {
     if (!d->comm) return 0;
-    int64_t all[64 * 16];
-    if (n > 16 || d->world > 64) return 0;
+    int64_t *all = d->scratch;
+    if (n > NN_DDP_MAX_FIELDS) {
+        snprintf(err, errlen, "nn_ddp_check_config: %d fields, at most %d", n, NN_DDP_MAX_FIELDS);
+        return -1;
+    }
     if (tp_allgather(d->comm, vals, all, (size_t)n, RT_I64)) {
         snprintf(err, errlen, "%s", tp_errmsg(d->comm));
         return -1;
@@ -163,8 +172,7 @@ int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen)
 {
     if (!d->comm) return 0;
     nn_model *m = d->m;
-    int64_t mine[NN_MAX_PARAMS], all[64 * NN_MAX_PARAMS];
-    if (d->world > 64) return 0;
+    int64_t mine[NN_MAX_PARAMS], *all = d->scratch;
     for (int p = 0; p < m->np; p++)
         mine[p] = (int64_t)fnv1a(m->params + m->p[p].offset, m->p[p].numel * sizeof(float));
     if (tp_allgather(d->comm, mine, all, (size_t)m->np, RT_I64)) {
@@ -194,6 +202,8 @@ void nn_ddp_close(nn_ddp *d, int failed)
         tp_comm_destroy(d->comm);
     }
     if (d->rz) rt_rdzv_close(d->rz);
+    free(d->scratch);
+    d->scratch = NULL;
     d->comm = NULL;
     d->rz = NULL;
 }

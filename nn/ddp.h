@@ -12,6 +12,8 @@
 #include "rt/rdzv.h"
 #include "transport/tp.h"
 
+#define NN_DDP_MAX_FIELDS 16 /* config fields nn_ddp_check_config compares (>= NN_MAX_PARAMS) */
+
 typedef struct nn_bucket {
     int first_param, last_param; /* inclusive, in model order */
     size_t off, count;           /* floats in the gradient block */
@@ -27,6 +29,7 @@ typedef struct nn_ddp {
     nn_bucket b[NN_MAX_PARAMS];
     int nbuckets;
     double wait_s;               /* time spent waiting for buckets after backward */
+    void *scratch;               /* world-sized buffer for the agreement steps */
 } nn_ddp;
 
 /* Rendezvous (--init-method / env / Slurm / MPI) and the transport. A world of one

@@ -68,6 +68,11 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     if (carve(t, &t->host, err, errlen)) return -1;
+    nn_model_init(&t->model, (uint64_t)o->seed);
+    memset(t->model.grads, 0, t->model.nparams * sizeof(float));
+    memset(t->momentum, 0, t->model.nparams * sizeof(float));
+    /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
+    if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
     return t->cuda ? nn_cuda_setup(t->cuda, &t->model, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
                                    err, errlen)
                    : 0;
@@ -91,12 +96,8 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         snprintf(err, errlen, "%s", local);
         return -1;
     }
-    nn_model_init(&t->model, (uint64_t)o->seed);
-    memset(t->model.grads, 0, t->model.nparams * sizeof(float));
-    memset(t->momentum, 0, t->model.nparams * sizeof(float));
     t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
                          .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
-    if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
     if (ddp) {
         static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
                                             "train samples", "test samples", "seed", "bucket bytes",

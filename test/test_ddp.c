@@ -292,3 +292,28 @@ PTEST(ddp_protocol_mismatch_is_refused_at_rendezvous)
                "rank %d rc %d: %s", r, rc, err);
     }
 }
+
+/* A checkpoint one rank cannot read stops every rank with that rank's reason. */
+PTEST(ddp_unreadable_checkpoint_on_one_rank_stops_the_job)
+{
+    t_clean_env();
+    make_data();
+    char ck[600], missing[600];
+    snprintf(ck, sizeof ck, "%s/ck.safetensors", t_proc_tmpdir());
+    snprintf(missing, sizeof missing, "%s/nope.safetensors", t_proc_tmpdir());
+    const char *first[] = {"--epochs", "1", "--save", ck, NULL};
+    t_proc p[2];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, first);
+    for (int r = 0; r < 2; r++) CHECK(t_wait(&p[r], 120) == 0);
+    const char *e0[] = {"--epochs", "2", "--resume", ck, NULL}, *e1[] = {"--epochs", "2", "--resume", missing, NULL};
+    port = t_free_port();
+    start_rank(&p[0], port, 0, 2, e0);
+    start_rank(&p[1], port, 1, 2, e1);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && rc != -1 && strstr(err, "rank 1: --resume") && strstr(err, "nope.safetensors"),
+               "rank %d rc %d: %s", r, rc, err);
+    }
+}

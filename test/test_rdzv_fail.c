@@ -44,6 +44,17 @@ static int connect_master(void)
     }
 }
 
+/* Connects to rank 0 and sends the first 7 bytes of a hello header (announcing 60
+ * bytes of body), then leaves the connection stalled there. */
+static int half_hello(void)
+{
+    int fd = connect_master();
+    uint8_t h[RT_RDZV_HDR];
+    rt_rdzv_put_hdr(h, RZ_HELLO, 60, 0);
+    CHECK(fd >= 0 && port_sock_write_full(fd, h, 7, port_now_ns() + 5000000000LL) == 0);
+    return fd;
+}
+
 PTEST(rdzv_stranger_with_wrong_token_does_not_disturb_the_job)
 {
     t_clean_env();
@@ -85,10 +96,7 @@ PTEST(rdzv_stalled_connection_does_not_block_others)
      * the job can only finish if rank 0 serves the real rank beside it. */
     char *env[] = {"DDPRT_RDZV_HELLO_TIMEOUT=60", NULL};
     rank_proc(0, URL, 0, 2, "timeout=30", NULL, env);
-    int fd = connect_master();
-    uint8_t h[RT_RDZV_HDR];
-    rt_rdzv_put_hdr(h, RZ_HELLO, 60, 0);
-    CHECK(fd >= 0 && port_sock_write_full(fd, h, 7, port_now_ns() + 5000000000LL) == 0);
+    int fd = half_hello();
     rank_proc(1, URL, 1, 2, "timeout=30", NULL, NULL);
     t_rank_ok(&P[0], 2);
     t_rank_ok(&P[1], 2);
@@ -101,10 +109,7 @@ PTEST(rdzv_half_header_is_dropped_at_its_deadline)
     new_url();
     char *env[] = {"DDPRT_RDZV_HELLO_TIMEOUT=1", NULL};
     rank_proc(0, URL, 0, 2, "timeout=20", NULL, env);
-    int fd = connect_master();
-    uint8_t h[RT_RDZV_HDR];
-    rt_rdzv_put_hdr(h, RZ_HELLO, 60, 0);
-    CHECK(fd >= 0 && port_sock_write_full(fd, h, 7, port_now_ns() + 5000000000LL) == 0);
+    int fd = half_hello();
     char b[64];
     CHECK(port_sock_read_full(fd, b, sizeof b, port_now_ns() + 15000000000LL) == PORT_CLOSED);
     port_sock_close(fd);

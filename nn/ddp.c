@@ -33,6 +33,9 @@ int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
     const char *lw = getenv("LOCAL_WORLD_SIZE");
     d->local_world = lw && atoi(lw) > 0 ? atoi(lw) : 1;
     if (d->world == 1) return 0;
+    /* From here on every log line names this rank; other ranks keep to warnings. */
+    rt_log_set_rank(d->rank);
+    if (d->rank != 0 && !getenv("DDPRT_LOG")) rt_log_set_level(RT_LOG_WARN);
     tp_bootstrap bs;
     rt_rdzv_bootstrap(d->rz, &bs);
     /* Scratch for the agreement steps (status, config, sync hashes), sized once here so

@@ -39,11 +39,6 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (nn_ddp_connect(&ddp, &o, err, sizeof err)) rt_fatal("%s", err);
-    if (ddp.world > 1) {
-        rt_log_set_rank(ddp.rank);
-        /* Other ranks print warnings and errors only, unless DDPRT_LOG asks for more. */
-        if (ddp.rank != 0 && !getenv("DDPRT_LOG")) rt_log_set_level(RT_LOG_WARN);
-    }
     int ncpu = port_ncpus() / ddp.local_world;
     k_set_threads(o.threads ? o.threads : ncpu > 0 ? ncpu : 1);
     if (nn_trainer_setup(&t, &o, &ddp, err, sizeof err)) {

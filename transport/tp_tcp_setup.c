@@ -71,21 +71,38 @@ static int uds_listen(tcp_addr *me, int backlog)
     return -1;
 }
 
-static int sockbuf_bytes(void)
+/* Fixed buffer size for TCP to a peer on this machine (127.0.0.1; the kernel doubles
+ * it). With Linux's autotuning, loopback sockets grow to several MiB, and with 4 ranks
+ * on 2 cores the megabytes in flight per socket thrash the caches: 0.66 GB/s busbw
+ * at 1 MiB allreduce; pinned at 512 KiB..2 MiB, 1.6 GB/s every run. 2 ranks: no
+ * change (4.8 GB/s). Remote peers keep autotuning: a fixed buffer would cap the
+ * window on a long fat link. */
+#define TCP_LOOPBACK_BUF (1 << 20)
+
+/* DDPRT_TCP_BUFSIZE=N pins every TCP socket to N (0: autotuning everywhere). */
+static int sockbuf_env(int *bytes)
 {
-    /* 0 keeps Linux's autotuning (it grows to tcp_wmem/tcp_rmem max); a fixed size
-     * pins it. Measured on loopback: see bench notes in transport/tp_tcp.c. */
     const char *s = getenv("DDPRT_TCP_BUFSIZE");
-    return s ? atoi(s) : 0;
+    if (!s) return 0;
+    *bytes = atoi(s);
+    return 1;
 }
 
-/* TCP: NODELAY (+ fixed buffers if asked). Unix: only the send buffer matters (a
+/* loopback: the peer is on this machine. 0 keeps Linux's autotuning. */
+static int sockbuf_bytes(int loopback)
+{
+    int b;
+    if (sockbuf_env(&b)) return b;
+    return loopback ? TCP_LOOPBACK_BUF : 0;
+}
+
+/* TCP: NODELAY (+ fixed buffers, see above). Unix: only the send buffer matters (a
  * unix stream queues on the receiver up to the sender's sndbuf); the default 208 KiB
  * would cut every large write into small pieces. */
-static void tune(int fd, int is_unix)
+static void tune(int fd, int is_unix, int loopback)
 {
-    if (!is_unix) { port_sock_tune(fd, sockbuf_bytes()); return; }
-    int b = sockbuf_bytes() > 0 ? sockbuf_bytes() : 4 << 20;
+    if (!is_unix) { port_sock_tune(fd, sockbuf_bytes(loopback)); return; }
+    int b = sockbuf_bytes(0) > 0 ? sockbuf_bytes(0) : 4 << 20;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
 }
@@ -239,7 +256,7 @@ static int start_connect(tcp_conn *c, const tcp_addr *a, int same_host, char *er
     c->fd = socket(unix_path ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0) { snprintf(err, errlen, "socket: %s", strerror(errno)); return -1; }
     /* Buffer sizes must be set before connect: the window scale is fixed by the SYN. */
-    tune(c->fd, unix_path);
+    tune(c->fd, unix_path, same_host);
     c->done = 0;
     c->state = C_CONNECTING;
     if (connect(c->fd, (struct sockaddr *)&ss, sl) && errno != EINPROGRESS)
@@ -318,7 +335,12 @@ static void accept_all(int lfd, tcp_conn *in, int nin)
         socklen_t sl = sizeof ss;
         int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
-        if (ss.ss_family == AF_UNIX) tune(fd, 1);
+        if (ss.ss_family == AF_UNIX) tune(fd, 1, 1);
+        /* From 127.0.0.0/8: a peer on this machine (it connects to 127.0.0.1). The
+         * listener's sizes (inherited) are for remote peers; the window scale was
+         * set from the listener's autotuning maximum, so shrinking is safe. */
+        else if (ss.ss_family == AF_INET && (ntohl(sa->sin_addr.s_addr) >> 24) == 127)
+            tune(fd, 0, 1);
         int k = 0;
         while (k < nin && in[k].state != C_FREE) k++;
         if (k == nin) { close(fd); continue; } /* a flood of strangers: shed them */
@@ -547,7 +569,7 @@ int tcp_mesh_connect(tcp_backend *t, const tp_bootstrap *bs, char *err, size_t e
     int lfd = port_sock_listen(lip, 0, t->b.world + 16, err, errlen);
     if (lfd < 0) return -1;
     /* Accepted sockets inherit the listener's buffer sizes (set before the SYN). */
-    port_sock_tune(lfd, sockbuf_bytes());
+    port_sock_tune(lfd, sockbuf_bytes(0));
     port_sock_set_nonblock(lfd, 1);
     me.port = port_sock_local_port(lfd);
     int ufd = local_unix() && !me.pinned ? uds_listen(&me, t->b.world + 16) : -1;

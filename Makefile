@@ -9,8 +9,8 @@ LDFLAGS := -pthread $(SAN)
 LDLIBS  := -lz -lm
 
 # Every *_main.c is a program: dir/foo_bar_main.c -> $(BUILD)/ddprt-foo-bar.
-MAINS    := $(wildcard rt/*_main.c transport/*_main.c nn/*_main.c kernels/*_main.c)
-LIB_SRC  := $(filter-out %_main.c,$(wildcard rt/*.c transport/*.c nn/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c))
+MAINS    := $(wildcard rt/*_main.c transport/*_main.c nn/*_main.c nn/*/*_main.c kernels/*_main.c)
+LIB_SRC  := $(filter-out %_main.c,$(wildcard rt/*.c transport/*.c nn/*.c nn/*/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c))
 TEST_SRC := $(wildcard test/*.c)
 # test/progs/foo.c -> $(BUILD)/t-foo: helper processes that multi-process tests start.
 TPROG_SRC:= $(wildcard test/progs/*.c)

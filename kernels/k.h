@@ -96,4 +96,50 @@ void k_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const 
  * weight ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (gain*sqrt(3/fan_in) with that a),
  * bias ~ U(-1/sqrt(fan_in), +). Uses k_rand_uniform(seed, offset + i). */
 void k_init_uniform(size_t n, float bound, uint64_t seed, uint64_t offset, float *out);
+/* ---- Layer-graph ops (ResNet, TextCNN). Same conventions: no allocation, backward
+ * overwrites its outputs, results independent of the thread count. ---- */
+
+/* Max pool with padding (padded cells never win, as PyTorch's -inf padding):
+ * output p = (h + 2*pad - ks)/st + 1 (q likewise); idx = argmax offset in the input
+ * plane. k_maxpool2d_fwd/bwd are the pad = 0 case. */
+void k_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x,
+                         float *y, int32_t *idx);
+void k_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
+                         const int32_t *idx, float *dx);
+
+/* BatchNorm2d over x[n,c,hw], split so SyncBatchNorm can reduce the per-channel sums
+ * across ranks between the steps.
+ *   k_bn_stats: per-channel mean and biased variance of x (double accumulation).
+ *   k_bn_fwd:   y = (x - mean) * invstd * gamma + beta  (invstd = 1/sqrt(var + eps),
+ *               computed by the caller); gamma/beta NULL = 1/0.
+ *   k_bn_bwd_sums: dbeta[c] = sum dy, dxhat_sum[c] = sum dy * xhat (= dgamma).
+ *   k_bn_bwd_dx: dx = gamma*invstd * (dy - dbeta/m - xhat*dgamma/m), m = the count the
+ *               statistics were taken over (n*hw, or the global count under SyncBN).
+ * Running statistics are the caller's (momentum update with the unbiased variance). */
+void k_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var);
+void k_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+              const float *gamma, const float *beta, float *y);
+void k_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *dy, float *dgamma, float *dbeta);
+void k_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                 const float *gamma, const float *dgamma, const float *dbeta, double m,
+                 const float *dy, float *dx);
+
+/* Adaptive average pool to 1x1: y[n,c] = mean of x[n,c,hw]; backward spreads dy/hw. */
+void k_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y);
+void k_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx);
+
+/* y = a + b (residual add); y may alias a or b. */
+void k_add(size_t n, const float *a, const float *b, float *y);
+
+/* Embedding, channels-first output for conv1d: y[i, d, t] = table[ids[i*len + t], d]
+ * (y is [n, dim, len]). Backward: dtable is zeroed, then each used row accumulates its
+ * gradient (in token order: deterministic). Ids outside [0, vocab) are a caller bug. */
+void k_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y);
+void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy,
+                     float *dtable);
+
+/* Max over time: y[n,c] = max_t x[n,c,t], idx[n,c] = its t (first max). */
+void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
+void k_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx);
 #endif

@@ -267,6 +267,18 @@ void k_sgd_span(size_t n, float lr, float m, float damp, float wd, int nesterov,
     K_DISPATCH(sgd_span, n, lr, m, damp, wd, nesterov, first, p, g, v)
 }
 
+void k_affine_span(size_t n, float m, float a, float b, const float *x, float *y)
+{
+    K_DISPATCH(affine_span, n, m, a, b, x, y)
+}
+void k_affine2_span(size_t n, float a, const float *x, float b, const float *y, float ym, float c,
+                    float *z)
+{
+    K_DISPATCH(affine2_span, n, a, x, b, y, ym, c, z)
+}
+void k_add_span(size_t n, const float *a, const float *b, float *y) { K_DISPATCH(add_span, n, a, b, y) }
+void k_fill_span(size_t n, float v, float *y) { K_DISPATCH(fill_span, n, v, y) }
+
 float k_sum_span(size_t n, const float *x)
 {
 #ifdef K_X86

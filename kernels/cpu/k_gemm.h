@@ -50,4 +50,10 @@ void k_scale_span(size_t n, float scale, const float *x, float *y);
 float k_sum_span(size_t n, const float *x);
 void k_sgd_span(size_t n, float lr, float m, float damp, float wd, int nesterov, int first,
                 float *p, const float *g, float *v);
+/* BatchNorm's folded forms: y = (x + m)*a + b;  z = a*x + b*(y + ym) + c. */
+void k_affine_span(size_t n, float m, float a, float b, const float *x, float *y);
+void k_affine2_span(size_t n, float a, const float *x, float b, const float *y, float ym, float c,
+                    float *z);
+void k_add_span(size_t n, const float *a, const float *b, float *y);
+void k_fill_span(size_t n, float v, float *y);
 #endif

@@ -189,3 +189,87 @@ void k_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy
     j.dy = dy; j.idx_in = idx; j.dx = dx;
     k_parallel_for(j.parts, pool_task_bwd, &j);
 }
+
+/* ---- with padding (ResNet's stem: 3x3/2 pad 1). The window is clipped to the image
+ * (PyTorch pads with -inf, so padded cells never win); the scan starts at the first
+ * cell inside, which is also the argmax when every value is -inf. */
+typedef struct padpool_job {
+    pool_job j;
+    int pad;
+} padpool_job;
+
+static void padpool_fwd_plane(const padpool_job *pj, long pl)
+{
+    const pool_job *j = &pj->j;
+    const float *x = j->x + pl * j->h * j->w;
+    float *y = j->y + pl * j->p * j->q;
+    int32_t *idx = j->idx + pl * j->p * j->q;
+    for (int oh = 0; oh < j->p; oh++) {
+        int h0 = oh * j->st - pj->pad, h1 = h0 + j->ks;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > j->h ? j->h : h1;
+        for (int ow = 0; ow < j->q; ow++) {
+            int w0 = ow * j->st - pj->pad, w1 = w0 + j->ks;
+            w0 = w0 < 0 ? 0 : w0;
+            w1 = w1 > j->w ? j->w : w1;
+            float m = -INFINITY;
+            int32_t a = h0 * j->w + w0;
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++) {
+                    float v = x[ih * j->w + iw];
+                    if (v > m || isnan(v)) { m = v; a = ih * j->w + iw; }
+                }
+            y[oh * j->q + ow] = m;
+            idx[oh * j->q + ow] = a;
+        }
+    }
+}
+
+static void padpool_task_fwd(void *ctx, int task)
+{
+    const padpool_job *pj = ctx;
+    long lo, hi;
+    k_split(pj->j.planes, pj->j.parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) padpool_fwd_plane(pj, pl);
+}
+
+static void padpool_task_bwd(void *ctx, int task)
+{
+    const padpool_job *pj = ctx;
+    const pool_job *j = &pj->j;
+    long lo, hi;
+    k_split(j->planes, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) {
+        float *dx = j->dx + pl * j->h * j->w;
+        const float *dy = j->dy + pl * j->p * j->q;
+        const int32_t *idx = j->idx_in + pl * j->p * j->q;
+        memset(dx, 0, sizeof(float) * j->h * j->w);
+        for (int o = 0; o < j->p * j->q; o++) dx[idx[o]] += dy[o];
+    }
+}
+
+static padpool_job padpool_setup(int n, int c, int h, int w, int ks, int st, int pad)
+{
+    padpool_job pj = {.j = pool_setup(n, c, h + 2 * pad, w + 2 * pad, ks, st), .pad = pad};
+    pj.j.h = h; /* pool_setup sized the output on the padded plane */
+    pj.j.w = w;
+    return pj;
+}
+
+void k_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x,
+                         float *y, int32_t *idx)
+{
+    if (pad == 0) { k_maxpool2d_fwd(n, c, h, w, ks, st, x, y, idx); return; }
+    padpool_job pj = padpool_setup(n, c, h, w, ks, st, pad);
+    pj.j.x = x; pj.j.y = y; pj.j.idx = idx;
+    k_parallel_for(pj.j.parts, padpool_task_fwd, &pj);
+}
+
+void k_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
+                         const int32_t *idx, float *dx)
+{
+    if (pad == 0) { k_maxpool2d_bwd(n, c, h, w, ks, st, dy, idx, dx); return; }
+    padpool_job pj = padpool_setup(n, c, h, w, ks, st, pad);
+    pj.j.dy = dy; pj.j.idx_in = idx; pj.j.dx = dx;
+    k_parallel_for(pj.j.parts, padpool_task_bwd, &pj);
+}

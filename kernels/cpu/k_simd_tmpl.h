@@ -587,3 +587,47 @@ KT_TARGET static void KT(sgd_span)(size_t n, float lr, float m, float damp, floa
         p[i] -= lr * step;
     }
 }
+
+/* ---------------------------------------------------------------- layer-graph spans */
+/* y = (x - m)*a + b: BatchNorm forward with its per-channel factors folded (the
+ * subtraction first keeps precision when |mean| >> std). */
+KT_TARGET static void KT(affine_span)(size_t n, float m, float a, float b, const float *x, float *y)
+{
+    kv vm = kv_set1(m), va = kv_set1(a), vb = kv_set1(b);
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_fma(kv_add(kv_load(x + i), vm), va, vb));
+    /* The tail through the same vector op, so an element's bits never depend on
+     * where a span was cut. */
+    if (i < n) kv_storen(y + i, kv_fma(kv_add(kv_loadn(x + i, (int)(n - i)), vm), va, vb), (int)(n - i));
+}
+
+/* z = a*x + b*(y + ym) + c: BatchNorm's dx with its per-channel coefficients folded. */
+KT_TARGET static void KT(affine2_span)(size_t n, float a, const float *x, float b, const float *y,
+                                       float ym, float c, float *z)
+{
+    kv va = kv_set1(a), vb = kv_set1(b), vc = kv_set1(c), vm = kv_set1(ym);
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W)
+        kv_store(z + i, kv_fma(va, kv_load(x + i), kv_fma(vb, kv_add(kv_load(y + i), vm), vc)));
+    if (i < n) {
+        int t = (int)(n - i);
+        kv_storen(z + i, kv_fma(va, kv_loadn(x + i, t), kv_fma(vb, kv_add(kv_loadn(y + i, t), vm), vc)), t);
+    }
+}
+
+/* y = a + b */
+KT_TARGET static void KT(add_span)(size_t n, const float *a, const float *b, float *y)
+{
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_add(kv_load(a + i), kv_load(b + i)));
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* y[0..n) = v */
+KT_TARGET static void KT(fill_span)(size_t n, float v, float *y)
+{
+    kv vv = kv_set1(v);
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, vv);
+    for (; i < n; i++) y[i] = v;
+}

@@ -1,0 +1,206 @@
+/* BatchNorm2d pieces (PyTorch semantics: biased variance normalises; the caller keeps
+ * the running statistics). Every per-channel sum is taken in double, plane by plane in
+ * batch order, by one task that owns the channel: the result does not depend on the
+ * thread count. Forward and dx fold the per-channel factors so each element costs one
+ * or two FMAs; all four kernels are one pass over their inputs (memory-bound). */
+#include "kernels/k.h"
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include <math.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_BN_X86 1
+#endif
+
+/* s[0] += sum(u), s[1] += sum(u*v) with u = a - ash, v = b - bsh; the differences in
+ * float (exact for the stats' own shift when values are close), products and sums in
+ * double. a == b gives the sum of squares. */
+static void uv_sums_generic(size_t n, const float *a, float ash, const float *b, float bsh, double *s)
+{
+    double su = 0, suv = 0;
+    for (size_t i = 0; i < n; i++) {
+        double u = a[i] - ash, v = b[i] - bsh;
+        su += u;
+        suv += u * v;
+    }
+    s[0] += su;
+    s[1] += suv;
+}
+
+#ifdef K_BN_X86
+__attribute__((target("avx512f"))) static void uv_sums_avx512(size_t n, const float *a, float ash,
+                                                              const float *b, float bsh, double *s)
+{
+    __m512 va = _mm512_set1_ps(ash), vb = _mm512_set1_ps(bsh);
+    __m512d u0 = _mm512_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 u = _mm512_sub_ps(_mm512_loadu_ps(a + i), va), v = _mm512_sub_ps(_mm512_loadu_ps(b + i), vb);
+        __m512d ul = _mm512_cvtps_pd(_mm512_castps512_ps256(u));
+        __m512d uh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+        __m512d vl = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+        __m512d vh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        u0 = _mm512_add_pd(u0, ul);
+        u1 = _mm512_add_pd(u1, uh);
+        p0 = _mm512_fmadd_pd(ul, vl, p0);
+        p1 = _mm512_fmadd_pd(uh, vh, p1);
+    }
+    s[0] += _mm512_reduce_add_pd(_mm512_add_pd(u0, u1));
+    s[1] += _mm512_reduce_add_pd(_mm512_add_pd(p0, p1));
+    if (i < n) uv_sums_generic(n - i, a + i, ash, b + i, bsh, s);
+}
+
+__attribute__((target("avx2,fma"))) static double hsum4d(__m256d v)
+{
+    __m128d t = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+}
+
+__attribute__((target("avx2,fma"))) static void uv_sums_avx2(size_t n, const float *a, float ash,
+                                                             const float *b, float bsh, double *s)
+{
+    __m256 va = _mm256_set1_ps(ash), vb = _mm256_set1_ps(bsh);
+    __m256d u0 = _mm256_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 u = _mm256_sub_ps(_mm256_loadu_ps(a + i), va), v = _mm256_sub_ps(_mm256_loadu_ps(b + i), vb);
+        __m256d ul = _mm256_cvtps_pd(_mm256_castps256_ps128(u)), uh = _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1));
+        __m256d vl = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), vh = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        u0 = _mm256_add_pd(u0, ul);
+        u1 = _mm256_add_pd(u1, uh);
+        p0 = _mm256_fmadd_pd(ul, vl, p0);
+        p1 = _mm256_fmadd_pd(uh, vh, p1);
+    }
+    s[0] += hsum4d(_mm256_add_pd(u0, u1));
+    s[1] += hsum4d(_mm256_add_pd(p0, p1));
+    if (i < n) uv_sums_generic(n - i, a + i, ash, b + i, bsh, s);
+}
+#endif
+
+static void uv_sums(size_t n, const float *a, float ash, const float *b, float bsh, double *s)
+{
+#ifdef K_BN_X86
+    switch (k_isa_level()) {
+    case K_ISA_AVX512: uv_sums_avx512(n, a, ash, b, bsh, s); return;
+    case K_ISA_AVX2: uv_sums_avx2(n, a, ash, b, bsh, s); return;
+    default: break;
+    }
+#endif
+    uv_sums_generic(n, a, ash, b, bsh, s);
+}
+
+typedef struct bn_job {
+    int n, c, hw, parts;
+    const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma_in, *dbeta_in;
+    float *y, *o1, *o2;
+    double m;
+} bn_job;
+
+static int bn_parts(int units, long elems)
+{
+    int t = k_threads();
+    if (t <= 1 || elems < K_PAR_MIN_ELEMS) return 1;
+    return units < t ? (units > 0 ? units : 1) : t;
+}
+
+/* Channels [lo, hi) of this task. */
+static void stats_task(void *ctx, int task)
+{
+    const bn_job *j = ctx;
+    long lo, hi;
+    k_split(j->c, j->parts, task, &lo, &hi);
+    for (long ch = lo; ch < hi; ch++) {
+        /* Shifted sums (by the channel's first value): the variance does not cancel
+         * away when |mean| >> std. */
+        float k = j->hw > 0 && j->n > 0 ? j->x[ch * j->hw] : 0.0f;
+        double s[2] = {0, 0}, cnt = (double)j->n * j->hw;
+        for (int i = 0; i < j->n; i++) {
+            const float *p = j->x + ((long)i * j->c + ch) * j->hw;
+            uv_sums((size_t)j->hw, p, k, p, k, s);
+        }
+        double mu = cnt > 0 ? s[0] / cnt : 0.0, var = cnt > 0 ? s[1] / cnt - mu * mu : 0.0;
+        j->o1[ch] = (float)(k + mu);
+        j->o2[ch] = (float)(var > 0 ? var : 0.0);
+    }
+}
+
+void k_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .o1 = mean, .o2 = var};
+    j.parts = bn_parts(c, (long)n * c * hw);
+    k_parallel_for(j.parts, stats_task, &j);
+}
+
+/* Planes [lo, hi) of n*c. */
+static void fwd_task(void *ctx, int task)
+{
+    const bn_job *j = ctx;
+    long lo, hi;
+    k_split((long)j->n * j->c, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) {
+        int ch = (int)(pl % j->c);
+        float a = j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f);
+        k_affine_span((size_t)j->hw, -j->mean[ch], a, j->beta ? j->beta[ch] : 0.0f,
+                      j->x + pl * j->hw, j->y + pl * j->hw);
+    }
+}
+
+void k_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+              const float *gamma, const float *beta, float *y)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .y = y};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, fwd_task, &j);
+}
+
+static void sums_task(void *ctx, int task)
+{
+    const bn_job *j = ctx;
+    long lo, hi;
+    k_split(j->c, j->parts, task, &lo, &hi);
+    for (long ch = lo; ch < hi; ch++) {
+        double s[2] = {0, 0};
+        for (int i = 0; i < j->n; i++) {
+            long off = ((long)i * j->c + ch) * j->hw;
+            uv_sums((size_t)j->hw, j->dy + off, 0.0f, j->x + off, j->mean[ch], s);
+        }
+        j->o1[ch] = (float)(s[1] * j->invstd[ch]); /* dgamma = sum dy * xhat */
+        j->o2[ch] = (float)s[0];                   /* dbeta */
+    }
+}
+
+void k_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *dy, float *dgamma, float *dbeta)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd,
+                .o1 = dgamma, .o2 = dbeta};
+    j.parts = bn_parts(c, (long)n * c * hw);
+    k_parallel_for(j.parts, sums_task, &j);
+}
+
+/* dx = A*dy + B*(x - mean) + C with A = gamma*invstd, B = -A*invstd*dgamma/m,
+ * C = -A*dbeta/m (the factors in double, once per plane). */
+static void dx_task(void *ctx, int task)
+{
+    const bn_job *j = ctx;
+    long lo, hi;
+    k_split((long)j->n * j->c, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) {
+        int ch = (int)(pl % j->c);
+        double is = j->invstd[ch], A = (j->gamma ? j->gamma[ch] : 1.0) * is;
+        double B = -A * is * j->dgamma_in[ch] / j->m, C = -A * j->dbeta_in[ch] / j->m;
+        k_affine2_span((size_t)j->hw, (float)A, j->dy + pl * j->hw, (float)B, j->x + pl * j->hw,
+                       -j->mean[ch], (float)C, j->y + pl * j->hw);
+    }
+}
+
+void k_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                 const float *gamma, const float *dgamma, const float *dbeta, double m,
+                 const float *dy, float *dx)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd,
+                .gamma = gamma, .dgamma_in = dgamma, .dbeta_in = dbeta, .y = dx, .m = m};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, dx_task, &j);
+}

@@ -1,0 +1,177 @@
+/* Small layer-graph ops: global average pool, residual add, embedding (channels-first
+ * for conv1d), max over time. Each output element is written by exactly one task in
+ * a fixed order, so results do not depend on the thread count. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include <math.h>
+#include <string.h>
+
+typedef struct g_job {
+    long units;
+    int parts, c, hw, len, dim, vocab;
+    const float *a, *b;
+    float *y;
+    const int32_t *ids;
+    const int32_t *idx_in;
+    int32_t *idx;
+    size_t n;
+} g_job;
+
+static int g_parts(long units, long elems)
+{
+    int t = k_threads();
+    if (t <= 1 || elems < K_PAR_MIN_ELEMS) return 1;
+    return units < t ? (int)(units > 0 ? units : 1) : t;
+}
+
+/* ---- global average pool: sum / hw as PyTorch's mean (sum in the fixed-order
+ * vector sum of k_sum_span). */
+static void gap_fwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split(j->units, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) j->y[pl] = k_sum_span((size_t)j->hw, j->a + pl * j->hw) / (float)j->hw;
+}
+
+void k_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y)
+{
+    g_job j = {.units = (long)n * c, .hw = hw, .a = x, .y = y};
+    j.parts = g_parts(j.units, j.units * hw);
+    k_parallel_for(j.parts, gap_fwd_task, &j);
+}
+
+static void gap_bwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split(j->units, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) k_fill_span((size_t)j->hw, j->a[pl] / (float)j->hw, j->y + pl * j->hw);
+}
+
+void k_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx)
+{
+    g_job j = {.units = (long)n * c, .hw = hw, .a = dy, .y = dx};
+    j.parts = g_parts(j.units, j.units * hw);
+    k_parallel_for(j.parts, gap_bwd_task, &j);
+}
+
+/* ---- residual add (y may alias a or b: elementwise, same index read then written) */
+static void add_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split((long)j->n, j->parts, task, &lo, &hi);
+    k_add_span((size_t)(hi - lo), j->a + lo, j->b + lo, j->y + lo);
+}
+
+void k_add(size_t n, const float *a, const float *b, float *y)
+{
+    g_job j = {.n = n, .a = a, .b = b, .y = y};
+    j.parts = g_parts((long)n, (long)n);
+    k_parallel_for(j.parts, add_task, &j);
+}
+
+/* ---- embedding. Forward is a gather plus a transpose ([len, dim] rows -> [dim, len]):
+ * blocks of 16 tokens keep the written lines in cache while the rows are read. */
+#define EMB_TB 16
+static void emb_fwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split(j->units, j->parts, task, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        float *yi = j->y + i * (long)j->dim * j->len;
+        const int32_t *id = j->ids + i * j->len;
+        for (int t0 = 0; t0 < j->len; t0 += EMB_TB) {
+            int tn = j->len - t0 < EMB_TB ? j->len - t0 : EMB_TB;
+            const float *rows[EMB_TB];
+            for (int t = 0; t < tn; t++) rows[t] = j->a + (long)id[t0 + t] * j->dim;
+            for (int d = 0; d < j->dim; d++) {
+                float *o = yi + (long)d * j->len + t0;
+                for (int t = 0; t < tn; t++) o[t] = rows[t][d];
+            }
+        }
+    }
+}
+
+void k_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y)
+{
+    g_job j = {.units = n, .len = len, .dim = dim, .ids = ids, .a = table, .y = y};
+    j.parts = g_parts(n, (long)n * len * dim);
+    k_parallel_for(j.parts, emb_fwd_task, &j);
+}
+
+/* Backward: each task owns a range of embedding columns d (for every row of the
+ * table), zeroes them and adds every token's gradient in token order: the same sums
+ * in the same order whatever the split. */
+static void emb_bwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long d0, d1;
+    k_split(j->dim, j->parts, task, &d0, &d1);
+    if (d1 <= d0) return;
+    size_t w = (size_t)(d1 - d0);
+    if (d0 == 0 && d1 == j->dim) memset(j->y, 0, sizeof(float) * (size_t)j->vocab * j->dim);
+    else for (long v = 0; v < j->vocab; v++) memset(j->y + v * j->dim + d0, 0, sizeof(float) * w);
+    long tokens = j->units * j->len;
+    for (long tk = 0; tk < tokens; tk++) {
+        long i = tk / j->len, t = tk % j->len;
+        float *row = j->y + (long)j->ids[tk] * j->dim;
+        const float *g = j->a + i * (long)j->dim * j->len + t;
+        for (long d = d0; d < d1; d++) row[d] += g[d * j->len];
+    }
+}
+
+void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy,
+                     float *dtable)
+{
+    g_job j = {.units = n, .len = len, .dim = dim, .vocab = vocab, .ids = ids, .a = dy, .y = dtable};
+    j.parts = g_parts(dim, (long)vocab * dim + (long)n * len * dim);
+    k_parallel_for(j.parts, emb_bwd_task, &j);
+}
+
+/* ---- max over time: the first maximum wins ties; a NaN wins over numbers and the
+ * first NaN is kept (so NaN propagates, as torch.max). */
+static void mt_fwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split(j->units, j->parts, task, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        const float *x = j->a + r * j->len;
+        float m = x[0];
+        int32_t a = 0;
+        for (int t = 1; t < j->len && !isnan(m); t++)
+            if (x[t] > m || isnan(x[t])) { m = x[t]; a = t; }
+        j->y[r] = m;
+        j->idx[r] = a;
+    }
+}
+
+void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx)
+{
+    g_job j = {.units = (long)n * c, .len = len, .a = x, .y = y, .idx = idx};
+    j.parts = g_parts(j.units, j.units * len);
+    k_parallel_for(j.parts, mt_fwd_task, &j);
+}
+
+static void mt_bwd_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split(j->units, j->parts, task, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        float *dx = j->y + r * j->len;
+        memset(dx, 0, sizeof(float) * (size_t)j->len);
+        dx[j->idx_in[r]] = j->a[r];
+    }
+}
+
+void k_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx)
+{
+    g_job j = {.units = (long)n * c, .len = len, .a = dy, .idx_in = idx, .y = dx};
+    j.parts = g_parts(j.units, j.units * len);
+    k_parallel_for(j.parts, mt_bwd_task, &j);
+}

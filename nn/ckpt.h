@@ -8,7 +8,12 @@
 #include <stddef.h>
 
 struct nn_trainer;
+struct nn_graph;
 int nn_ckpt_save(struct nn_trainer *t, const char *path, int epoch, char *err, size_t errlen);
 /* Restores parameters, momentum, step and the next epoch into t. */
 int nn_ckpt_load(struct nn_trainer *t, const char *path, char *err, size_t errlen);
+/* --init-from: parameters and buffers from a safetensors state_dict written by anyone
+ * (PyTorch's safetensors.torch.save_file), checked as load_state_dict(strict=True)
+ * checks: every tensor present with the model's dtype and shape. */
+int nn_ckpt_init_from(struct nn_graph *g, const char *path, char *err, size_t errlen);
 #endif

@@ -112,7 +112,7 @@ static void on_grad_ready(void *ctx, int first)
         if (!d->b[i].launched && d->b[i].first_param >= first) launch(d, &d->b[i]);
 }
 
-void nn_ddp_attach(nn_ddp *d, nn_model *m, double bucket_mb)
+void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb)
 {
     d->m = m;
     d->nbuckets = 0;
@@ -144,7 +144,14 @@ void nn_ddp_attach(nn_ddp *d, nn_model *m, double bucket_mb)
 int nn_ddp_broadcast_params(nn_ddp *d)
 {
     if (!d->comm) return 0;
-    return tp_broadcast(d->comm, d->m->params, d->m->nparams, RT_F32, 0);
+    if (tp_broadcast(d->comm, d->m->params, d->m->nparams, RT_F32, 0)) return -1;
+    return nn_ddp_sync_buffers(d);
+}
+
+int nn_ddp_sync_buffers(nn_ddp *d)
+{
+    if (!d->comm || !d->m->buf_bytes) return 0;
+    return tp_broadcast(d->comm, d->m->bufs, d->m->buf_bytes, RT_U8, 0);
 }
 
 int nn_ddp_finish_grads(nn_ddp *d)
@@ -174,7 +181,7 @@ static uint64_t fnv1a(const void *p, size_t n)
 int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen)
 {
     if (!d->comm) return 0;
-    nn_model *m = d->m;
+    nn_graph *m = d->m;
     int64_t mine[NN_MAX_PARAMS], *all = d->scratch;
     for (int p = 0; p < m->np; p++)
         mine[p] = (int64_t)fnv1a(m->params + m->p[p].offset, m->p[p].numel * sizeof(float));

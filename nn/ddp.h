@@ -7,12 +7,12 @@
  *  - helpers for the agreement steps around training (status, configuration, sync). */
 #ifndef NN_DDP_H
 #define NN_DDP_H
-#include "nn/model.h"
+#include "nn/graph.h"
 #include "nn/opts.h"
 #include "rt/rdzv.h"
 #include "transport/tp.h"
 
-#define NN_DDP_MAX_FIELDS 16 /* config fields nn_ddp_check_config compares (>= NN_MAX_PARAMS) */
+#define NN_DDP_MAX_FIELDS NN_MAX_PARAMS /* fields nn_ddp_check_config / check_sync compare */
 
 typedef struct nn_bucket {
     int first_param, last_param; /* inclusive, in model order */
@@ -25,7 +25,7 @@ typedef struct nn_ddp {
     rt_rdzv *rz;
     tp_comm *comm;
     int rank, world, local_rank, local_world;
-    nn_model *m;
+    nn_graph *m;
     nn_bucket b[NN_MAX_PARAMS];
     int nbuckets;
     double wait_s;               /* time spent waiting for buckets after backward */
@@ -43,8 +43,12 @@ int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen);
 int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals, int n,
                         char *err, size_t errlen);
 /* Buckets of about bucket_mb MiB and the backward hook. */
-void nn_ddp_attach(nn_ddp *d, nn_model *m, double bucket_mb);
+void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
+/* Parameters and buffers from rank 0 (start-up). */
 int nn_ddp_broadcast_params(nn_ddp *d);
+/* Buffers (BatchNorm running statistics) from rank 0, before each forward, as DDP's
+ * broadcast_buffers=True: every rank then evaluates with the same statistics. */
+int nn_ddp_sync_buffers(nn_ddp *d);
 /* Waits for every bucket (launching any the hook did not); grads are then averaged. */
 int nn_ddp_finish_grads(nn_ddp *d);
 /* Checks all ranks hold bit-identical parameters; err names rank and parameter. */

@@ -1,14 +1,16 @@
-/* The seed's Net:
+/* The seed's Net written out by hand (llm.c style): the reference the graph-built
+ * LeNet (nn/models/lenet.c) is tested against, and the layout the CUDA step
+ * (nn/lenet_cuda.c) mirrors. The seed's Net:
  *   conv1 1->10 k5, max_pool 2, relu; conv2 10->20 k5, dropout2d, max_pool 2, relu;
  *   view 320; fc1 320->50, relu, dropout; fc2 50->10; log_softmax. */
-#include "nn/model.h"
+#include "nn/lenet.h"
 #include "rt/log.h"
 #include <math.h>
 #include <string.h>
 
-static void add_param(nn_model *m, const char *name, int ndim, int d0, int d1, int d2, int d3, int fan_in)
+static void add_param(nn_lenet *m, const char *name, int ndim, int d0, int d1, int d2, int d3, int fan_in)
 {
-    nn_param *p = &m->p[m->np++];
+    nn_lenet_param *p = &m->p[m->np++];
     p->name = name;
     p->ndim = ndim;
     p->shape[0] = d0; p->shape[1] = d1; p->shape[2] = d2; p->shape[3] = d3;
@@ -25,9 +27,8 @@ static float *acts(rt_arena *a, size_t n, const char *what)
     return rt_arena_alloc(a, n * sizeof(float), RT_MEM_ACTS, what);
 }
 
-int nn_model_build(nn_model *m, const char *name, rt_arena *a, int B)
+int nn_lenet_build(nn_lenet *m, rt_arena *a, int B)
 {
-    if (strcmp(name, "lenet")) return -1;
     memset(m, 0, sizeof *m);
     m->name = "lenet";
     m->max_batch = B;
@@ -72,14 +73,14 @@ int nn_model_build(nn_model *m, const char *name, rt_arena *a, int B)
     return 0;
 }
 
-void nn_model_init(nn_model *m, uint64_t seed)
+void nn_lenet_init(nn_lenet *m, uint64_t seed)
 {
     memset(m->params, 0, m->nparams * sizeof(float));
     for (int i = 0; i < m->np; i++)
         k_init_uniform(m->p[i].numel, m->p[i].bound, seed, m->p[i].offset, m->params + m->p[i].offset);
 }
 
-const nn_param *nn_model_find(const nn_model *m, const char *name)
+const nn_lenet_param *nn_lenet_find(const nn_lenet *m, const char *name)
 {
     for (int i = 0; i < m->np; i++)
         if (!strcmp(m->p[i].name, name)) return &m->p[i];
@@ -89,7 +90,7 @@ const nn_param *nn_model_find(const nn_model *m, const char *name)
 #define P(i) (m->params + m->p[i].offset)
 #define G(i) (m->grads + m->p[i].offset)
 
-const float *nn_model_forward(nn_model *m, const float *x, int n, int train, uint64_t seed, uint64_t step)
+const float *nn_lenet_forward(nn_lenet *m, const float *x, int n, int train, uint64_t seed, uint64_t step)
 {
     if (n > m->max_batch) rt_fatal("model: batch %d exceeds the planned %d", n, m->max_batch);
     m->conv1.n = m->conv2.n = n;
@@ -118,13 +119,13 @@ const float *nn_model_forward(nn_model *m, const float *x, int n, int train, uin
     return m->lp;
 }
 
-static void grad_ready(nn_model *m, int first)
+static void grad_ready(nn_lenet *m, int first)
 {
     if (m->on_grad_ready) m->on_grad_ready(m->on_grad_ctx, first);
 }
 
 /* Assumes the preceding forward ran with train = 1 on the same x. */
-void nn_model_backward(nn_model *m, const float *x, const int32_t *labels, int n, int n_total)
+void nn_lenet_backward(nn_lenet *m, const float *x, const int32_t *labels, int n, int n_total)
 {
     float *ga = m->ga, *gb = m->gb;
     k_log_softmax_nll_bwd(n, 10, m->lp, labels, 1.0f / (float)n_total, ga);

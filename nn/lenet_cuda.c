@@ -16,7 +16,7 @@
 struct nn_cuda {
     rt_arena dev, pin;
     void *dev_base, *stage;     /* device arena block; allreduce staging (pinned) */
-    nn_model m;                 /* device pointers; the host model's layout */
+    nn_lenet m;                 /* device pointers; the host model's layout */
     float *mom;                 /* momentum, device */
     void *ws;                   /* split-K workspace */
     float *x[2], *hx[2];        /* batch: device and pinned, double-buffered */
@@ -52,7 +52,7 @@ const char *nn_cuda_desc(const nn_cuda *g) { return g->desc; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Split-K scratch for every batch size up to B (it is not monotonic in the batch). */
-static size_t ws_bytes(const nn_model *m, int B)
+static size_t ws_bytes(const nn_lenet *m, int B)
 {
     size_t need = 0;
     for (int n = 1; n <= B; n++) {
@@ -69,7 +69,7 @@ static size_t ws_bytes(const nn_model *m, int B)
 /* Device memory: run on a planning arena, then on the real one. */
 static int carve_dev(nn_cuda *g, rt_arena *a, int B)
 {
-    if (nn_model_build(&g->m, "lenet", a, B)) return -1;
+    if (nn_lenet_build(&g->m, a, B)) return -1;
     g->mom = rt_arena_alloc(a, g->m.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
     g->ws = rt_arena_alloc(a, max_sz(ws_bytes(&g->m, B), 64), RT_MEM_WORKSPACE, "split-K workspace");
     for (int i = 0; i < 2; i++) {
@@ -92,9 +92,9 @@ static void carve_pin(nn_cuda *g, rt_arena *a, int B, int staged)
                          : NULL;
 }
 
-int nn_cuda_setup(nn_cuda *g, const nn_model *host, tp_comm *comm, int mem_report, char *err, size_t errlen)
+int nn_cuda_setup(nn_cuda *g, int max_batch, tp_comm *comm, int mem_report, char *err, size_t errlen)
 {
-    int B = host->max_batch, staged = comm != NULL;
+    int B = max_batch, staged = comm != NULL;
     rt_arena plan;
     rt_arena_plan(&plan, "device");
     if (carve_dev(g, &plan, B)) { snprintf(err, errlen, "--device cuda: unknown model"); return -1; }
@@ -173,7 +173,7 @@ static void put_batch(nn_cuda *g, const float *x, const int32_t *y, int n)
 
 static void forward(nn_cuda *g, const float *x, int n, int train, uint64_t seed, uint64_t step)
 {
-    nn_model *m = &g->m;
+    nn_lenet *m = &g->m;
     port_stream s = g->compute;
     m->conv1.n = m->conv2.n = n;
     uint64_t ctr = step * (uint64_t)m->max_batch * 100; /* as nn/lenet.c */
@@ -202,7 +202,7 @@ static void forward(nn_cuda *g, const float *x, int n, int train, uint64_t seed,
 
 static void backward(nn_cuda *g, const float *x, const int32_t *labels, int n)
 {
-    nn_model *m = &g->m;
+    nn_lenet *m = &g->m;
     port_stream s = g->compute;
     float *ga = m->ga, *gb = m->gb;
     KC(k_cuda_log_softmax_nll_bwd(n, 10, m->lp, labels, 1.0f / (float)n, ga, s));
@@ -232,7 +232,7 @@ static void read_sums(nn_cuda *g, int n, const int32_t *labels, double *loss, lo
 double nn_cuda_step(nn_cuda *g, const float *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
                     uint64_t step)
 {
-    nn_model *m = &g->m;
+    nn_lenet *m = &g->m;
     put_batch(g, x, y, n);
     int s = g->slot;
     forward(g, g->x[s], n, 1, seed, step);
@@ -286,9 +286,9 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
     snprintf(err, errlen, "%s", nocuda);
     return NULL;
 }
-int nn_cuda_setup(nn_cuda *g, const nn_model *host, tp_comm *comm, int mem_report, char *err, size_t errlen)
+int nn_cuda_setup(nn_cuda *g, int max_batch, tp_comm *comm, int mem_report, char *err, size_t errlen)
 {
-    (void)g; (void)host; (void)comm; (void)mem_report;
+    (void)g; (void)max_batch; (void)comm; (void)mem_report;
     snprintf(err, errlen, "%s", nocuda);
     return -1;
 }

@@ -6,14 +6,14 @@
  * batch's copy overlaps the current step. With more than one rank the gradients are
  * averaged by tp_allreduce_device (pinned staging) before the SGD kernel.
  *
- * The host model (nn_model) stays the reference copy for initialisation, broadcast,
+ * The host model (nn_lenet) stays the reference copy for initialisation, broadcast,
  * checkpoints and --check-sync: nn_cuda_upload / nn_cuda_download move parameters and
  * momentum across at those points only. In a build without CUDA every entry point
  * fails with "this build has no CUDA port". */
 #ifndef NN_LENET_CUDA_H
 #define NN_LENET_CUDA_H
 #include "kernels/k.h"
-#include "nn/model.h"
+#include "nn/lenet.h"
 #include "transport/tp.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +25,7 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
 /* Plans and carves device and pinned memory for `host`'s model and batch size;
  * comm (may be NULL) is the DDP group for gradient averaging. mem_report prints the
  * device and pinned plans. 0, or -1 with err. */
-int nn_cuda_setup(nn_cuda *g, const nn_model *host, tp_comm *comm, int mem_report, char *err, size_t errlen);
+int nn_cuda_setup(nn_cuda *g, int max_batch, tp_comm *comm, int mem_report, char *err, size_t errlen);
 int nn_cuda_upload(nn_cuda *g, const float *params, const float *momentum);
 int nn_cuda_download(nn_cuda *g, float *params, float *momentum);
 /* One optimizer step on a host batch (loss averaged over n); returns the mean loss.

@@ -23,7 +23,7 @@ static const flag flags[] = {
     F("seed", T_INT, seed, "random seed (default: 1)"),
     F("log-interval", T_POSINT, log_interval, "how many batches to wait before logging training status (default: 10)"),
     F("data", T_STR, data, "dataset directory (default: $DDPRT_DATA, ./data, /usr/share/datasets/fashion-mnist)"),
-    F("model", T_STR, model, "model (default: lenet)"),
+    F("model", T_STR, model, "lenet, resnet20, resnet18, resnet34, resnet50 or textcnn (default: lenet)"),
     F("threads", T_POSINT, threads, "compute threads (default: the cores available to this rank)"),
     F("mem-report", T_FLAG, mem_report, "print the memory plan at start-up and the peak RSS at the end"),
     F("drop-last", T_FLAG, drop_last, "drop the tail of the dataset instead of padding"),
@@ -38,6 +38,10 @@ static const flag flags[] = {
     F("save", T_STR, save, "checkpoint path (safetensors), written every epoch"),
     F("resume", T_STR, resume, "resume from a checkpoint"),
     F("max-steps", T_INT, max_steps, "stop after N training steps (0: no limit)"),
+    F("model-file", T_STR, model_file, "build the network from a plain-text description (see README)"),
+    F("num-classes", T_POSINT, num_classes, "output classes (default: the data's)"),
+    F("embed-dim", T_POSINT, embed_dim, "textcnn embedding size (default: 128)"),
+    F("init-from", T_STR, init_from, "start from the weights of a safetensors state_dict (fine-tuning)"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 

@@ -14,6 +14,9 @@ typedef struct nn_opts {
     int check_sync;
     const char *metrics, *plot, *save, *resume;
     int max_steps; /* stop after this many training steps (tests, benchmarks); 0 = all */
+    /* models */
+    const char *model_file, *init_from;
+    int num_classes, embed_dim;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -6,6 +6,7 @@
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -25,11 +26,10 @@ static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
     nn_loader_plan(&t->loader, a, max_batch, t->train.rows * t->train.cols);
-    if (nn_model_build(&t->model, o->model, a, max_batch)) {
-        snprintf(err, errlen, "--model %s: unknown model (available: lenet)", o->model);
+    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
+        nn_graph_finish(&t->g, a, max_batch, err, errlen))
         return -1;
-    }
-    t->momentum = rt_arena_alloc(a, t->model.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+    t->momentum = rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
     return 0;
 }
 
@@ -46,9 +46,23 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (nn_dataset_open(&t->train, t->data_dir, "train", err, errlen) ||
         nn_dataset_open(&t->test, t->data_dir, "t10k", err, errlen))
         return -1;
-    if (t->train.rows != 28 || t->train.cols != 28 || t->test.rows != 28 || t->test.cols != 28) {
-        snprintf(err, errlen, "%s: images are %dx%d, LeNet needs 28x28", t->train.images_path,
-                 t->train.rows, t->train.cols);
+    if (t->train.rows != t->test.rows || t->train.cols != t->test.cols) {
+        snprintf(err, errlen, "%s: images are %dx%d, but the test images are %dx%d", t->train.images_path,
+                 t->train.rows, t->train.cols, t->test.rows, t->test.cols);
+        return -1;
+    }
+    if (t->cuda && (o->model_file || strcmp(o->model, "lenet"))) {
+        snprintf(err, errlen, "--device cuda: only --model lenet runs on the GPU in this version");
+        return -1;
+    }
+    t->mc = (nn_model_cfg){.name = o->model_file ? NULL : o->model, .file = o->model_file,
+                           .in = {1, t->train.rows, t->train.cols, 0},
+                           .num_classes = o->num_classes ? o->num_classes : 10, .embed_dim = o->embed_dim};
+    t->nodes = calloc(NN_MAX_NODES, sizeof *t->nodes);
+    t->pmeta = calloc(NN_MAX_PARAMS, sizeof *t->pmeta);
+    t->bmeta = calloc(NN_MAX_BUFS, sizeof *t->bmeta);
+    if (!t->nodes || !t->pmeta || !t->bmeta) {
+        snprintf(err, errlen, "out of memory for the model tables");
         return -1;
     }
     /* Evaluation in chunks no larger than the training batch: same sums, and the
@@ -68,12 +82,16 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     if (carve(t, &t->host, err, errlen)) return -1;
-    nn_model_init(&t->model, (uint64_t)o->seed);
-    memset(t->model.grads, 0, t->model.nparams * sizeof(float));
-    memset(t->momentum, 0, t->model.nparams * sizeof(float));
+    if (o->mem_report && t->rank == 0)
+        printf("activations: planned %.2f MiB, %.2f MiB without reuse; workspace %.2f MiB\n",
+               t->g.act_bytes / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
+    nn_graph_init(&t->g, (uint64_t)o->seed);
+    memset(t->g.grads, 0, t->g.nparams * sizeof(float));
+    memset(t->momentum, 0, t->g.nparams * sizeof(float));
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
+    if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
     if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
-    return t->cuda ? nn_cuda_setup(t->cuda, &t->model, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
+    return t->cuda ? nn_cuda_setup(t->cuda, t->g.max_batch, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
                                    err, errlen)
                    : 0;
 }
@@ -103,17 +121,17 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
                                             "train samples", "test samples", "seed", "bucket bytes",
                                             "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
                                             "resumed step"};
-        int64_t v[] = {(int64_t)t->model.nparams, o->batch_size, o->test_batch_size, t->train.n,
+        int64_t v[] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
                        t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
                        (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step};
         if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
-        nn_ddp_attach(ddp, &t->model, o->bucket_mb);
+        nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_ddp_broadcast_params(ddp)) {
             snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
             return -1;
         }
     }
-    if (t->cuda && nn_cuda_upload(t->cuda, t->model.params, t->momentum)) {
+    if (t->cuda && nn_cuda_upload(t->cuda, t->g.params, t->momentum)) {
         snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
         return -1;
     }
@@ -123,18 +141,20 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
 
 double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 {
-    nn_model *m = &t->model;
+    nn_graph *g = &t->g;
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
     if (t->cuda) {
         double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step);
         t->step++;
         return loss;
     }
-    const float *lp = nn_model_forward(m, x, n, 1, seed, t->step);
-    double loss = k_nll_loss_sum(n, 10, lp, y, NULL) / n;
-    nn_model_backward(m, x, y, n, n);
+    /* DDP's broadcast_buffers: every rank runs with rank 0's BatchNorm statistics. */
+    if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    nn_forward(g, x, n, 1, seed, t->step);
+    double loss = nn_loss(g, y, n, NULL) / n;
+    nn_backward(g, y, n, n);
     if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    k_sgd_step(m->nparams, &t->sgd, t->step == 0, m->params, m->grads, t->momentum);
+    k_sgd_step(g->nparams, &t->sgd, t->step == 0, g->params, g->grads, t->momentum);
     t->step++;
     return loss;
 }
@@ -145,11 +165,15 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     const int32_t *y;
     int n;
     double sums[3] = {0, 0, 0};
+    if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
         long c = 0;
         if (t->cuda) sums[0] += nn_cuda_eval(t->cuda, x, y, n, &c);
-        else sums[0] += k_nll_loss_sum(n, 10, nn_model_forward(&t->model, x, n, 0, 0, 0), y, &c);
+        else {
+            nn_forward(&t->g, x, n, 0, 0, 0);
+            sums[0] += nn_loss(&t->g, y, n, &c);
+        }
         sums[1] += (double)c;
         sums[2] += n;
     }
@@ -176,7 +200,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         samples += n;
         if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
-            if (t->cuda && nn_cuda_download(t->cuda, t->model.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
+            if (t->cuda && nn_cuda_download(t->cuda, t->g.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
         }
         if (batch_idx % o->log_interval == 0) {
@@ -196,6 +220,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     t->data_s = t->loader.wait_s;
     t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
     t->compute_s = dt - t->data_s - t->comm_s;
+    t->epoch_samples = samples * t->world;
     return dt;
 }
 
@@ -209,7 +234,7 @@ int nn_trainer_run(nn_trainer *t)
     for (int epoch = t->start_epoch; epoch <= o->epochs; epoch++) {
         double dt = train_epoch(t, epoch, &mx);
         total += dt;
-        long samples = (long)t->sampler.num_samples * t->world;
+        long samples = t->epoch_samples;
         if (t->rank == 0) {
             printf("Epoch %d of %d took %.3fs\n", epoch, o->epochs, dt);
             rt_info("epoch %d: %.0f samples/s; time split per rank: compute %.3fs, communication wait %.3fs, data wait %.3fs",
@@ -224,7 +249,7 @@ int nn_trainer_run(nn_trainer *t)
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, loss / count, (double)correct / count, samples / dt,
                        t->compute_s, t->comm_s, t->data_s);
-        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->model.params, t->momentum))
+        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->g.params, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
@@ -246,4 +271,7 @@ void nn_trainer_free(nn_trainer *t)
     nn_loader_stop(&t->loader);
     nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);
+    free(t->nodes);
+    free(t->pmeta);
+    free(t->bmeta);
 }

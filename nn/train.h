@@ -5,7 +5,8 @@
 #include "nn/data.h"
 #include "nn/ddp.h"
 #include "nn/loader.h"
-#include "nn/model.h"
+#include "nn/graph.h"
+#include "nn/models/models.h"
 #include "nn/opts.h"
 #include "nn/sampler.h"
 
@@ -16,7 +17,11 @@ typedef struct nn_trainer {
     nn_dataset train, test;
     nn_sampler sampler;
     nn_loader loader;
-    nn_model model;
+    nn_graph g;            /* the model (nn/graph.h) */
+    nn_node *nodes;        /* the graph's tables, allocated once at start-up */
+    nn_param *pmeta;
+    nn_buf *bmeta;
+    nn_model_cfg mc;
     float *momentum;       /* optimizer state, one per parameter */
     k_sgd_cfg sgd;
     int eval_chunk;        /* evaluation runs in chunks of this many samples */
@@ -26,8 +31,9 @@ typedef struct nn_trainer {
     int start_epoch;       /* 1, or the epoch after a resumed checkpoint */
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
+    long epoch_samples;    /* samples trained in the last epoch, all ranks */
     double peak_rss_mib;
-    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h); NULL on the CPU */
+    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h, LeNet only); NULL on the CPU */
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and

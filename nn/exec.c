@@ -1,0 +1,108 @@
+/* Running a graph on the CPU: initialisation, forward, loss, backward. */
+#include "nn/graph.h"
+#include "rt/log.h"
+#include <math.h>
+#include <string.h>
+
+static float normal(uint64_t seed, uint64_t i)
+{
+    /* Box-Muller on two counter-based uniforms: reproducible for any thread count. */
+    float u1 = k_rand_uniform(seed, 2 * i), u2 = k_rand_uniform(seed, 2 * i + 1);
+    if (u1 < 1e-12f) u1 = 1e-12f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
+
+void nn_graph_init(nn_graph *g, uint64_t seed)
+{
+    memset(g->params, 0, g->nparams * sizeof(float));
+    for (int i = 0; i < g->np; i++) {
+        const nn_param *p = &g->p[i];
+        float *w = g->params + p->offset;
+        switch (p->init) {
+        case NN_INIT_KAIMING_UNIFORM:
+            k_init_uniform(p->numel, 1.0f / sqrtf((float)p->fan), seed, p->offset, w);
+            break;
+        case NN_INIT_KAIMING_NORMAL_OUT:
+        case NN_INIT_NORMAL: {
+            float sd = p->init == NN_INIT_NORMAL ? 1.0f : sqrtf(2.0f / (float)p->fan);
+            for (size_t k = 0; k < p->numel; k++) w[k] = sd * normal(seed ^ 0x5bd1e995u, p->offset + k);
+            break;
+        }
+        case NN_INIT_ONES:
+            for (size_t k = 0; k < p->numel; k++) w[k] = 1.0f;
+            break;
+        default:
+            break;
+        }
+    }
+    if (g->bufs) memset(g->bufs, 0, g->buf_bytes);
+    for (int i = 0; i < g->nb; i++)
+        if (g->b[i].init == NN_INIT_ONES && g->b[i].dtype == RT_F32) {
+            float *v = nn_buf_data(g, i);
+            for (size_t k = 0; k < g->b[i].numel; k++) v[k] = 1.0f;
+        }
+}
+
+const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step)
+{
+    if (n > g->max_batch) rt_fatal("model %s: batch %d exceeds the planned %d", g->model, n, g->max_batch);
+    g->nodes[0].y = (float *)x;
+    nn_run r = {.n = n, .train = train, .seed = seed, .step = step, .ws = g->ws};
+    for (int i = 1; i < g->nn; i++) {
+        nn_node *nd = &g->nodes[i];
+        if (nd->storage != i) continue; /* a view: same bytes as its input */
+        nd->op->fwd(g, nd, &r);
+    }
+    return g->nodes[g->out].y;
+}
+
+double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct)
+{
+    const nn_node *o = &g->nodes[g->out];
+    if (g->out_is_logp) return k_nll_loss_sum(n, g->num_classes, o->y, labels, correct);
+    return k_cross_entropy_fwd(n, g->num_classes, o->y, labels, g->logp, correct);
+}
+
+float *nn_dx(nn_graph *g, const nn_node *n, int i)
+{
+    nn_node *v = &g->nodes[n->in[i]];
+    if (!v->needs_grad) return NULL;
+    return v->dy_first == (int)(n - g->nodes) ? v->dy : g->acc;
+}
+
+/* After a node's backward: gradients it wrote to the accumulation scratch are added
+ * to the input's gradient (a value with several consumers, e.g. a residual input). */
+static void accumulate(nn_graph *g, const nn_node *n, int n_batch)
+{
+    for (int k = 0; k < n->nin; k++) {
+        nn_node *v = &g->nodes[n->in[k]];
+        if (v->needs_grad && v->dy_first != (int)(n - g->nodes))
+            k_add((size_t)n_batch * nn_shape_numel(v->out), v->dy, g->acc, v->dy);
+    }
+}
+
+void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
+{
+    nn_run r = {.n = n, .train = 1, .ws = g->ws};
+    nn_node *o = &g->nodes[g->out];
+    int last = g->out;
+    float scale = 1.0f / (float)n_total;
+    if (g->out_is_logp) {
+        /* NLL(log_softmax) fused: the gradient w.r.t. the log_softmax input. */
+        float *dx = nn_dx(g, o, 0);
+        if (dx) k_log_softmax_nll_bwd(n, g->num_classes, o->y, labels, scale, dx);
+        if (dx) accumulate(g, o, n);
+        last--;
+    } else if (o->dy) {
+        k_log_softmax_nll_bwd(n, g->num_classes, g->logp, labels, scale, o->dy);
+    }
+    for (int i = last; i >= 1; i--) {
+        nn_node *nd = &g->nodes[i];
+        if (!nd->needs_grad) continue;
+        if (nd->storage == i) {
+            nd->op->bwd(g, nd, &r);
+            accumulate(g, nd, n);
+        }
+        if (nd->np && g->on_grad_ready) g->on_grad_ready(g->on_grad_ctx, nd->p0);
+    }
+}

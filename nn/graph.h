@@ -1,0 +1,192 @@
+/* Models as layer graphs. A model is a list of nodes in topological order, built by
+ * a short builder (nn/models/); each node applies one op (nn/ops/) to the
+ * outputs of earlier nodes and owns the parameters and buffers it registers under
+ * PyTorch state_dict names ("layer1.0.bn1.running_mean"). Node 0 is the input.
+ *
+ * Memory: parameters, gradients and buffers each live in one flat block (parameters
+ * in registration order, each 16-float aligned: DDP buckets are slices of the
+ * gradient block). Activations, activation gradients and per-node saved state get
+ * offsets from a lifetime planner (nn/plan.c) inside one region of the arena; the
+ * shapes are per sample and the plan is for batches up to max_batch.
+ *
+ * The trainer, DDP and checkpoints see only this interface: no model name or shape
+ * appears outside nn/models/. */
+#ifndef NN_GRAPH_H
+#define NN_GRAPH_H
+#include "kernels/k.h"
+#include "rt/arena.h"
+#include "rt/tensor.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#define NN_MAX_NODES 512
+#define NN_MAX_PARAMS 400
+#define NN_MAX_BUFS 400
+#define NN_MAX_IN 4
+#define NN_NAME 64
+
+/* One sample's shape; values are [batch, c, h, w] (a vector is c x 1 x 1). Token
+ * inputs (text) are int32 ids of shape 1 x 1 x len. */
+typedef struct nn_shape { int c, h, w; int tokens; } nn_shape;
+static inline size_t nn_shape_numel(nn_shape s) { return (size_t)s.c * s.h * s.w; }
+
+/* Parameter initialisations (PyTorch's). */
+enum { NN_INIT_KAIMING_UNIFORM, /* U(+-1/sqrt(fan_in)): Conv/Linear default weights and biases */
+       NN_INIT_KAIMING_NORMAL_OUT, /* N(0, sqrt(2/fan_out)): torchvision ResNet convs */
+       NN_INIT_NORMAL,          /* N(0, 1): nn.Embedding */
+       NN_INIT_ONES, NN_INIT_ZEROS };
+
+typedef struct nn_param {
+    char name[NN_NAME];
+    int ndim, shape[4];
+    size_t offset, numel;  /* floats into the parameter / gradient blocks */
+    int init, fan;         /* fan_in (uniform) or fan_out (normal) */
+    int no_decay;          /* a bias or normalisation weight (--no-decay-bn-bias) */
+    int node;
+} nn_param;
+
+/* Buffers: state that is saved and kept in sync but has no gradient (BatchNorm's
+ * running statistics as f32, num_batches_tracked as i64). */
+typedef struct nn_buf {
+    char name[NN_NAME];
+    rt_dtype dtype;
+    int ndim, shape[4];
+    size_t offset, numel;  /* bytes into the buffer block; elements */
+    int init;              /* NN_INIT_ONES or NN_INIT_ZEROS */
+} nn_buf;
+
+struct nn_graph;
+struct nn_node;
+
+/* What an op's fwd/bwd get besides the node. */
+typedef struct nn_run {
+    int n;                 /* batch size of this call */
+    int train;             /* training forward (dropout on, batch statistics) */
+    uint64_t seed, step;   /* RNG stream of this step (dropout) */
+    void *ws;              /* the shared workspace (nn_op.workspace bytes at least) */
+} nn_run;
+
+/* Backward needs: which of the node's values must still be alive at its backward. */
+enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of input 0 */ };
+
+typedef struct nn_op {
+    const char *kind;
+    unsigned flags;
+    /* Shape inference from the inputs; registers parameters and buffers and sets the
+     * node's aux bytes per sample (saved state between forward and backward). 0, or -1
+     * with err naming the node. */
+    int (*infer)(struct nn_graph *g, struct nn_node *n, char *err, size_t errlen);
+    /* Workspace bytes for batches up to max_batch (NULL: none). */
+    size_t (*workspace)(const struct nn_graph *g, const struct nn_node *n, int max_batch);
+    void (*fwd)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
+    /* Writes the gradients of the node's parameters and dx of each input i into
+     * nn_dx(g, n, i) (NULL when that input needs none), overwriting. */
+    void (*bwd)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
+} nn_op;
+
+typedef struct nn_node {
+    const nn_op *op;
+    char name[NN_NAME];    /* module path: "layer1.0.conv1" ("" for unnamed) */
+    int in[NN_MAX_IN], nin;
+    int ia[8];             /* integer attributes (op-specific) */
+    float fa[2];           /* float attributes (dropout p, eps, momentum) */
+    nn_shape out;
+    int p0, np;            /* parameters [p0, p0+np) */
+    int b0, nb;            /* buffers [b0, b0+nb) */
+    size_t aux_per_sample; /* bytes of saved state per sample */
+    size_t aux_fixed;      /* bytes of saved state independent of the batch */
+    int rng_per_sample;    /* dropout counters per sample (keeps streams disjoint) */
+    uint64_t rng_offset;   /* set by the builder: sum of the earlier nodes' counters */
+    /* Filled by the planner: */
+    float *y, *dy;         /* output and its gradient ([max_batch, out]) */
+    void *aux;
+    int storage;           /* the node whose buffer y is (itself unless NN_ALIAS) */
+    int needs_grad;        /* some parameter upstream: dy is needed */
+    int grad_source;       /* set by the builder: this value's gradient is wanted */
+    int dy_first;          /* the consumer that writes dy first in backward */
+    k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
+} nn_node;
+
+typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
+
+typedef struct nn_graph {
+    const char *model;     /* zoo name or the cfg path */
+    int max_batch, num_classes;
+    nn_node *nodes;        /* NN_MAX_NODES, from the arena */
+    int nn;
+    nn_param *p;
+    int np;
+    nn_buf *b;
+    int nb;
+    size_t nparams, buf_bytes;
+    float *params, *grads;
+    unsigned char *bufs;
+    int out;               /* the output node (logits, or log-probabilities) */
+    int out_is_logp;       /* the output node is a log_softmax */
+    float *logp;           /* log-probabilities of the last loss (for logits outputs) */
+    float *acc;            /* accumulation scratch for values with several consumers */
+    void *ws;
+    size_t ws_bytes, act_bytes, act_bytes_noreuse;
+    uint64_t rng_stride;   /* dropout counters per sample per step */
+    uint64_t rng_total;    /* while building: counters of the nodes so far */
+    char err[256];         /* the first build error */
+    nn_grad_ready_fn on_grad_ready;
+    void *on_grad_ctx;
+    /* bf16 / device hooks live beside this in later issues */
+} nn_graph;
+
+/* ---- building (nn/graph.c) ---- */
+/* Starts a graph whose input has shape `in`. */
+void nn_graph_begin(nn_graph *g, nn_node *nodes, nn_param *p, nn_buf *b, const char *model, nn_shape in,
+                    int num_classes);
+/* Appends a node; returns its index (the value it produces). name may be NULL/"". */
+int nn_add(nn_graph *g, const char *kind, const char *name, const int *in, int nin, const int *ia, int nia,
+           const float *fa, int nfa);
+/* Convenience builders used by the models. */
+int nn_conv2d(nn_graph *g, const char *name, int x, int out_c, int k, int stride, int pad, int bias);
+int nn_conv1d(nn_graph *g, const char *name, int x, int out_c, int k);
+int nn_linear(nn_graph *g, const char *name, int x, int out);
+int nn_batchnorm(nn_graph *g, const char *name, int x);
+int nn_relu(nn_graph *g, int x);
+int nn_maxpool(nn_graph *g, int x, int k, int stride, int pad);
+int nn_avgpool_1x1(nn_graph *g, int x);
+int nn_add2(nn_graph *g, int a, int b);
+int nn_flatten(nn_graph *g, int x);
+int nn_dropout(nn_graph *g, int x, float p, int two_d);
+int nn_embedding(nn_graph *g, const char *name, int x, int vocab, int dim);
+int nn_max_time(nn_graph *g, int x);
+int nn_concat(nn_graph *g, const int *xs, int n);
+int nn_log_softmax(nn_graph *g, int x);
+/* Registration (ops' infer). */
+int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const int *shape, int init, int fan,
+                 int no_decay);
+int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndim, const int *shape, int init);
+/* Ends building: infers shapes (errors name the node), lays out parameters/buffers,
+ * plans activations for max_batch and carves everything from `a` (planning arenas
+ * size only). 0, or -1 with err. */
+int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen);
+const nn_op *nn_op_find(const char *kind);
+extern const nn_op *const nn_ops[];
+
+/* ---- running (nn/exec.c) ---- */
+/* PyTorch's default initialisation, seeded; buffers to their initial values. */
+void nn_graph_init(nn_graph *g, uint64_t seed);
+/* Forward of n <= max_batch samples (x: floats, or int32 ids for token inputs);
+ * returns the output node's values [n, classes]. */
+const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step);
+/* Loss sum over the n samples of the last forward (NLL of the log-probabilities);
+ * *correct counts rows whose argmax is the label (NULL: not needed). */
+double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct);
+/* Backward of the mean loss over n_total samples; fires on_grad_ready as gradients
+ * become final (params [first, np) in reverse node order). */
+void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total);
+const nn_param *nn_param_find(const nn_graph *g, const char *name);
+static inline void *nn_buf_data(const nn_graph *g, int i) { return g->bufs + g->b[i].offset; }
+static inline const nn_node *nn_in(const nn_graph *g, const nn_node *n, int i) { return &g->nodes[n->in[i]]; }
+static inline float *nn_x(const nn_graph *g, const nn_node *n, int i) { return g->nodes[n->in[i]].y; }
+/* Where input i's gradient goes (NULL: not needed); see nn/exec.c for accumulation. */
+float *nn_dx(nn_graph *g, const nn_node *n, int i);
+static inline float *nn_pw(const nn_graph *g, const nn_node *n, int k) { return g->params + g->p[n->p0 + k].offset; }
+static inline float *nn_pg(const nn_graph *g, const nn_node *n, int k) { return g->grads + g->p[n->p0 + k].offset; }
+void nn_graph_summary(const nn_graph *g, int verbose);
+#endif

@@ -83,7 +83,6 @@ static void accumulate(nn_graph *g, const nn_node *n, int n_batch)
 
 void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
 {
-    nn_run r = {.n = n, .train = 1, .ws = g->ws};
     nn_node *o = &g->nodes[g->out];
     int last = g->out;
     float scale = 1.0f / (float)n_total;
@@ -96,6 +95,12 @@ void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
     } else if (o->dy) {
         k_log_softmax_nll_bwd(n, g->num_classes, g->logp, labels, scale, o->dy);
     }
+    nn_backward_from(g, last, n);
+}
+
+void nn_backward_from(nn_graph *g, int last, int n)
+{
+    nn_run r = {.n = n, .train = 1, .ws = g->ws};
     for (int i = last; i >= 1; i--) {
         nn_node *nd = &g->nodes[i];
         if (!nd->needs_grad) continue;

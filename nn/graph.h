@@ -130,6 +130,7 @@ typedef struct nn_graph {
     uint64_t rng_stride;   /* dropout counters per sample per step */
     uint64_t rng_total;    /* while building: counters of the nodes so far */
     char err[256];         /* the first build error */
+    int no_reuse;          /* plan without sharing memory (tests compare the two) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
     /* bf16 / device hooks live beside this in later issues */
@@ -180,6 +181,8 @@ double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct);
 /* Backward of the mean loss over n_total samples; fires on_grad_ready as gradients
  * become final (params [first, np) in reverse node order). */
 void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total);
+/* Backward from node `last` down, its dy filled by the caller (tests, custom losses). */
+void nn_backward_from(nn_graph *g, int last, int n);
 const nn_param *nn_param_find(const nn_graph *g, const char *name);
 static inline void *nn_buf_data(const nn_graph *g, int i) { return g->bufs + g->b[i].offset; }
 static inline const nn_node *nn_in(const nn_graph *g, const nn_node *n, int i) { return &g->nodes[n->in[i]]; }

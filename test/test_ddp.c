@@ -317,3 +317,50 @@ PTEST(ddp_unreadable_checkpoint_on_one_rank_stops_the_job)
                "rank %d rc %d: %s", r, rc, err);
     }
 }
+
+/* A BatchNorm network under DDP: parameters identical on both ranks after every step,
+ * buffers (running statistics, num_batches_tracked) saved and restored so that a
+ * resumed run is bit-identical, and --init-from checks names and shapes. */
+PTEST(ddp_resnet20_in_sync_resume_and_init_from)
+{
+    t_clean_env();
+    make_data();
+    char full[600], part[600];
+    const char *d = t_proc_tmpdir();
+    snprintf(full, sizeof full, "%s/full.safetensors", d);
+    snprintf(part, sizeof part, "%s/part.safetensors", d);
+    const char *runs[3][16] = {
+        {"--model", "resnet20", "--epochs", "2", "--check-sync", "1", "--lr", "0.05", "--save", full, NULL},
+        {"--model", "resnet20", "--epochs", "1", "--lr", "0.05", "--save", part, NULL},
+        {"--model", "resnet20", "--epochs", "2", "--lr", "0.05", "--save", part, "--resume", part, NULL}};
+    for (int k = 0; k < 3; k++) {
+        t_proc p[2];
+        int port = t_free_port();
+        for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, runs[k]);
+        for (int r = 0; r < 2; r++) {
+            int rc = t_wait(&p[r], 300);
+            CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
+        }
+    }
+    CHECK(files_equal(full, part));
+    static char hdr[65536];
+    FILE *hf = fopen(full, "rb");
+    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
+    if (hf) fclose(hf);
+    hdr[hn] = 0;
+    memset(hdr, ' ', 8); /* the binary header length */
+    CHECK(strstr(hdr, "\"layer3.2.bn2.running_var\":{\"dtype\":\"F32\",\"shape\":[64]") != NULL);
+    CHECK(strstr(hdr, "\"bn1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[]") != NULL);
+    /* Fine-tuning from weights: accepted for the same network, refused (naming the
+     * tensor and both shapes) for another. */
+    const char *ok[] = {t_prog("ddprt-train"), "--data", data_dir, "--model", "resnet20", "--init-from", full,
+                        "--max-steps", "1", "--epochs", "1", "--threads", "1", "--test-batch-size", "50", NULL};
+    t_proc q;
+    t_spawn(&q, "init", (char *const *)ok, NULL);
+    CHECKF(t_wait(&q, 120) == 0, "%s", t_slurp(q.err));
+    const char *bad[] = {t_prog("ddprt-train"), "--data", data_dir, "--model", "lenet", "--init-from", full, NULL};
+    t_spawn(&q, "init-bad", (char *const *)bad, NULL);
+    CHECK(t_wait(&q, 60) == 1);
+    CHECKF(strstr(t_slurp(q.err), "tensor conv1.weight is F32 [16,1,3,3] in the file, the model has F32 [10,1,5,5]"),
+           "%s", t_slurp(q.err));
+}

@@ -21,11 +21,14 @@ TEST(train_no_heap_allocation_in_the_loop)
     const char *dir = t_tmpdir("alloc");
     t_write_synthetic_dataset(dir, 256, 64, 0);
     char cmd[1024], out[4096];
-    for (int threads = 1; threads <= 2; threads++) {
-        snprintf(cmd, sizeof cmd, "%s %s %d 2>&1", t_prog("t-alloc_count"), dir, threads);
-        CHECK(run(cmd, out, sizeof out) == 0);
-        CHECKF(strstr(out, "skipped") || strstr(out, "allocations: 0 over 8 steps"), "%s", out);
-    }
+    /* Every model kind of the zoo that trains on images (textcnn: test_data_text). */
+    static const char *const models[] = {"lenet", "resnet20"};
+    for (int m = 0; m < 2; m++)
+        for (int threads = 1; threads <= 2; threads++) {
+            snprintf(cmd, sizeof cmd, "%s %s %d %s 2>&1", t_prog("t-alloc_count"), dir, threads, models[m]);
+            CHECK(run(cmd, out, sizeof out) == 0);
+            CHECKF(strstr(out, "skipped") || strstr(out, "allocations: 0 over 8 steps"), "%s: %s", models[m], out);
+        }
 }
 
 TEST(train_learns_synthetic_data_and_prints_seed_lines)

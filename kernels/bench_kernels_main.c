@@ -1,6 +1,7 @@
 /* ddprt-bench-kernels: times every CPU kernel on LeNet's shapes and projects the
- * training step and epoch time from the sum.
- *   ddprt-bench-kernels [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]
+ * training step and epoch time from the sum; --model resnet20|resnet18 times the
+ * ResNet conv shapes and layer kernels instead.
+ *   ddprt-bench-kernels [--model M] [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]
  * Times are medians over --iters repeats (this machine is shared: medians resist noise). */
 #include "kernels/k.h"
 #if DDPRT_CUDA
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct bench_ctx {
     int b;                                 /* batch */
@@ -185,16 +187,194 @@ static void bench_batch(int b, int iters)
     free(t);
 }
 
+/* ---- ResNet conv shapes: one row per distinct conv (x how often the model uses
+ * it), forward and backward (dx, dw; no bias as torchvision), then the model's conv
+ * total weighted by those counts, and the memory-bound layer kernels. */
+typedef struct rn_conv { const char *name; int c, h, k, r, stride, pad, count, need_dx; } rn_conv;
+
+static const rn_conv rn20[] = {
+    {"conv1 (stem)", 1, 28, 16, 3, 1, 1, 1, 0},
+    {"layer1 3x3", 16, 28, 16, 3, 1, 1, 6, 1},
+    {"layer2.0 3x3 s2", 16, 28, 32, 3, 2, 1, 1, 1},
+    {"layer2.0 downsample", 16, 28, 32, 1, 2, 0, 1, 1},
+    {"layer2 3x3", 32, 14, 32, 3, 1, 1, 5, 1},
+    {"layer3.0 3x3 s2", 32, 14, 64, 3, 2, 1, 1, 1},
+    {"layer3.0 downsample", 32, 14, 64, 1, 2, 0, 1, 1},
+    {"layer3 3x3", 64, 7, 64, 3, 1, 1, 5, 1},
+};
+static const rn_conv rn18[] = {
+    {"conv1 7x7 s2 (stem)", 3, 224, 64, 7, 2, 3, 1, 0},
+    {"layer1 3x3", 64, 56, 64, 3, 1, 1, 4, 1},
+    {"layer2.0 3x3 s2", 64, 56, 128, 3, 2, 1, 1, 1},
+    {"layer2.0 downsample", 64, 56, 128, 1, 2, 0, 1, 1},
+    {"layer2 3x3", 128, 28, 128, 3, 1, 1, 3, 1},
+    {"layer3.0 3x3 s2", 128, 28, 256, 3, 2, 1, 1, 1},
+    {"layer3.0 downsample", 128, 28, 256, 1, 2, 0, 1, 1},
+    {"layer3 3x3", 256, 14, 256, 3, 1, 1, 3, 1},
+    {"layer4.0 3x3 s2", 256, 14, 512, 3, 2, 1, 1, 1},
+    {"layer4.0 downsample", 256, 14, 512, 1, 2, 0, 1, 1},
+    {"layer4 3x3", 512, 7, 512, 3, 1, 1, 3, 1},
+};
+
+/* With one thread, the calling thread's CPU time: other jobs on this shared machine
+ * then only slow us through caches and memory, not through preemption. */
+static int use_cpu_clock;
+static int64_t bench_now_ns(void)
+{
+    if (!use_cpu_clock) return port_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double median_us(int iters, void (*fn)(void *), void *arg)
+{
+    double *t = malloc(sizeof(double) * iters), m;
+    fn(arg); /* warm-up (page faults, caches) */
+    for (int i = 0; i < iters; i++) {
+        int64_t t0 = bench_now_ns();
+        fn(arg);
+        t[i] = (bench_now_ns() - t0) * 1e-3;
+    }
+    qsort(t, iters, sizeof *t, cmp_d);
+    m = t[iters / 2];
+    free(t);
+    return m;
+}
+
+typedef struct rn_arg {
+    k_conv_shape sh;
+    float *x, *w, *y, *dx, *dw;
+    void *ws;
+    int need_dx, op;
+    size_t n;
+    int32_t *idx;
+    float *a, *b, *c, *d, *e;
+} rn_arg;
+
+static void rn_conv_fwd(void *p) { rn_arg *a = p; k_conv2d_fwd(&a->sh, a->x, a->w, NULL, a->y, a->ws); }
+static void rn_conv_bwd(void *p)
+{
+    rn_arg *a = p;
+    k_conv2d_bwd(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
+}
+
+/* Memory-bound kernels on one activation shape [n, c, h, w]. */
+enum { M_BN_STATS, M_BN_FWD, M_BN_SUMS, M_BN_DX, M_RELU_F, M_RELU_B, M_ADD, M_POOL_F, M_POOL_B,
+       M_GAP_F, M_GAP_B, M_COUNT };
+static void rn_mem(void *p)
+{
+    rn_arg *a = p;
+    const k_conv_shape *s = &a->sh;
+    int hw = s->h * s->w;
+    switch (a->op) {
+    case M_BN_STATS: k_bn_stats(s->n, s->c, hw, a->x, a->c, a->d); break;
+    case M_BN_FWD: k_bn_fwd(s->n, s->c, hw, a->x, a->c, a->d, a->e, a->e, a->y); break;
+    case M_BN_SUMS: k_bn_bwd_sums(s->n, s->c, hw, a->x, a->c, a->d, a->dx, a->e, a->e + s->c); break;
+    case M_BN_DX: k_bn_bwd_dx(s->n, s->c, hw, a->x, a->c, a->d, a->e, a->e, a->e + s->c,
+                              (double)s->n * hw, a->dx, a->y); break;
+    case M_RELU_F: k_relu_fwd(a->n, a->x, a->y); break;
+    case M_RELU_B: k_relu_bwd(a->n, a->x, a->dx, a->y); break;
+    case M_ADD: k_add(a->n, a->x, a->dx, a->y); break;
+    case M_POOL_F: k_maxpool2d_pad_fwd(s->n, s->c, s->h, s->w, 3, 2, 1, a->x, a->y, a->idx); break;
+    case M_POOL_B: k_maxpool2d_pad_bwd(s->n, s->c, s->h, s->w, 3, 2, 1, a->y, a->idx, a->dx); break;
+    case M_GAP_F: k_global_avgpool_fwd(s->n, s->c, hw, a->x, a->y); break;
+    case M_GAP_B: k_global_avgpool_bwd(s->n, s->c, hw, a->y, a->dx); break;
+    }
+}
+
+static void bench_resnet(const char *model, int b, int iters)
+{
+    int r18 = !strcmp(model, "resnet18");
+    const rn_conv *L = r18 ? rn18 : rn20;
+    int nl = r18 ? (int)(sizeof rn18 / sizeof rn18[0]) : (int)(sizeof rn20 / sizeof rn20[0]);
+    size_t wsz = 0, xmax = 0, ymax = 0, wmax = 0;
+    for (int i = 0; i < nl; i++) {
+        k_conv_shape sh = {b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
+        k_conv_shape_init(&sh);
+        size_t ws = k_conv2d_workspace(&sh), nx = (size_t)b * sh.c * sh.h * sh.w;
+        size_t ny = (size_t)b * sh.k * sh.p * sh.q, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+        if (ws > wsz) wsz = ws;
+        if (nx > xmax) xmax = nx;
+        if (ny > ymax) ymax = ny;
+        if (nw > wmax) wmax = nw;
+    }
+    size_t mem = (size_t)b * (r18 ? 64 * 112 * 112 : 16 * 28 * 28); /* the layer kernels' shape */
+    if (mem > xmax) xmax = mem;
+    if (mem > ymax) ymax = mem;
+    rn_arg a = {.x = fbuf(xmax), .dx = fbuf(xmax), .y = fbuf(ymax), .w = fbuf(wmax), .dw = fbuf(wmax)};
+    a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
+    use_cpu_clock = k_threads() == 1;
+    printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only)\n", model, b, iters,
+           use_cpu_clock ? "thread CPU time" : "wall time");
+    printf("%-22s %-24s %3s %10s %8s %10s %8s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
+           "bwd_us", "GFLOP/s");
+    double tf = 0, tb = 0, ff = 0, fb = 0;
+    for (int i = 0; i < nl; i++) {
+        a.sh = (k_conv_shape){b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
+        k_conv_shape_init(&a.sh);
+        a.need_dx = L[i].need_dx;
+        double fl = 2.0 * b * a.sh.k * a.sh.p * a.sh.q * a.sh.c * a.sh.r * a.sh.s;
+        double blf = fl * (a.need_dx ? 2 : 1);
+        double uf = median_us(iters, rn_conv_fwd, &a), ub = median_us(iters, rn_conv_bwd, &a);
+        char shape[64];
+        snprintf(shape, sizeof shape, "%dx%d->%d %dx%d s%d p%d", a.sh.c, a.sh.h, a.sh.k, a.sh.r,
+                 a.sh.s, a.sh.stride, a.sh.pad);
+        printf("%-22s %-24s %3d %10.0f %8.1f %10.0f %8.1f\n", L[i].name, shape, L[i].count, uf,
+               fl / (uf * 1e3), ub, blf / (ub * 1e3));
+        tf += uf * L[i].count; tb += ub * L[i].count;
+        ff += fl * L[i].count; fb += blf * L[i].count;
+    }
+    printf("all convs x count: fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s\n",
+           tf * 1e-3, ff / (tf * 1e3), tb * 1e-3, fb / (tb * 1e3), (ff + fb) / ((tf + tb) * 1e3));
+
+    /* Memory-bound layers on the model's largest activations. */
+    int mc = r18 ? 64 : 16, mh = r18 ? 112 : 28;
+    a.sh = (k_conv_shape){b, mc, mh, mh, 0, 1, 1, 1, 0, 0, 0};
+    a.n = (size_t)b * mc * mh * mh;
+    a.c = fbuf(mc); a.d = fbuf(mc); a.e = fbuf(2 * mc);
+    for (int i = 0; i < mc; i++) a.d[i] = 1.0f;
+    a.idx = malloc(sizeof(int32_t) * a.n);
+    printf("%-22s %-24s %10s %8s\n", "layer", "shape", "time_us", "GB/s");
+    static const char *names[M_COUNT] = {"bn stats", "bn fwd", "bn bwd sums", "bn bwd dx", "relu fwd",
+                                         "relu bwd", "add", "maxpool 3/2/1 fwd", "maxpool 3/2/1 bwd",
+                                         "global avgpool fwd", "global avgpool bwd"};
+    for (int op = 0; op < M_COUNT; op++) {
+        if ((op == M_POOL_F || op == M_POOL_B) && !r18) continue;
+        a.op = op;
+        k_conv_shape s0 = a.sh;
+        if (op == M_GAP_F || op == M_GAP_B) { /* the head: last stage's output */
+            a.sh.c = r18 ? 512 : 64;
+            a.sh.h = a.sh.w = 7;
+        }
+        if (op == M_POOL_B) { a.op = M_POOL_F; rn_mem(&a); a.op = op; }
+        double el = (double)a.sh.n * a.sh.c * a.sh.h * a.sh.w, out = el / 4;
+        double bytes[M_COUNT] = {4 * el, 8 * el, 8 * el, 12 * el, 8 * el, 12 * el, 12 * el,
+                                 4 * el + 8 * out, 8 * out + 4 * el, 4 * el, 4 * el};
+        double us = median_us(iters, rn_mem, &a);
+        char shape[64];
+        snprintf(shape, sizeof shape, "%dx%dx%dx%d", a.sh.n, a.sh.c, a.sh.h, a.sh.w);
+        printf("%-22s %-24s %10.0f %8.1f\n", names[op], shape, us, bytes[op] / (us * 1e3));
+        a.sh = s0;
+    }
+    free(a.x); free(a.dx); free(a.y); free(a.w); free(a.dw); free(a.ws);
+    free(a.c); free(a.d); free(a.e); free(a.idx);
+}
+
 static void usage(void)
 {
-    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
-           "Times each CPU kernel on LeNet's shapes (median of N repeats) and projects the\n"
-           "training step and epoch time. Without --batch: batch 64 and 1024.\n");
+    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--model lenet|resnet20|resnet18] [--threads N]\n"
+           "                           [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
+           "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
+           "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
+           "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
+           "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s.\n");
 }
 
 int main(int argc, char **argv)
 {
     int threads = 1, batch = 0, iters = 0;
+    const char *model = "lenet";
     /* --device cuda: the GPU table (kernels/cuda/k_cuda_bench.c), in CUDA builds. */
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda")) {
@@ -212,6 +392,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--device") && !strcmp(v, "cpu")) {}
         else if (!strcmp(a, "--isa")) {
             if (k_set_isa(v) != 0) {
@@ -224,7 +405,13 @@ int main(int argc, char **argv)
     if (threads < 1 || batch < 0 || iters < 0) { fprintf(stderr, "ddprt-bench-kernels: bad value\n"); return 2; }
     k_set_threads(threads);
     printf("ddprt kernels: isa %s, threads %d\n", k_isa(), k_threads());
-    if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));
+    if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
+        int r18 = model[6] == '1';
+        bench_resnet(model, batch ? batch : (r18 ? 32 : 128), iters ? iters : (r18 ? 5 : 11));
+    } else if (strcmp(model, "lenet")) {
+        fprintf(stderr, "ddprt-bench-kernels: --model %s: expected lenet, resnet20 or resnet18\n", model);
+        return 2;
+    } else if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));
     else {
         bench_batch(64, iters ? iters : 101);
         bench_batch(1024, iters ? iters : 21);

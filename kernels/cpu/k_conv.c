@@ -9,7 +9,8 @@
  *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
  *            over a group of images (one horizontal sum per group)
  *   dX:      dcol = W^T dy [CRS x PQ]; each dx row summed in registers (col2im_s1)
- * Other strides: im2col + GEMM, and the transposed forms for dW and dX.
+ * Strides > 1 use the same scheme on a phase-split layout (k_conv_rows.c): forward and
+ * dW through tap offsets, dX through the general col2im.
  *
  * Work is cut into up to K_CONV_SLOTS "slots" of consecutive images. Each slot owns
  * its scratch and (backward) a partial dW/db; partials are added in slot order. The
@@ -35,10 +36,14 @@ void k_conv_shape_init(k_conv_shape *sh)
 /* Derived sizes, all in floats unless named otherwise. */
 typedef struct conv_dims {
     long crs, pq, xsz, ysz;  /* taps per output, outputs per plane, per-image sizes */
-    int s1;                  /* stride-1 path */
-    long hp, xssz;           /* padded height, floats of one image's xs */
+    int s1;                  /* stride 1: dX through col2im_s1 */
+    int rpn, group;          /* tap-row phases in xs; images per dW pass */
+    int dw_nn;               /* dW as NN GEMM on im2row columns */
+    int dxc;                 /* dX as a stride-1 conv of dy with the flipped kernel */
+    long hp, xssz;           /* rows per xs plane, floats of one image's xs */
+    long dhp, dxssz;         /* the same for dX-as-conv (dy rows padded by r-1-pad) */
     long r_col, r_xs, r_dw, r_db, slot; /* slot region offsets (bytes) */
-    long r_pack, r_off;      /* shared regions after the slots (bytes) */
+    long r_pack, r_off, r_off2, r_wt; /* shared regions after the slots (bytes) */
     int slots;
 } conv_dims;
 
@@ -52,25 +57,46 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.xsz = (long)sh->c * sh->h * sh->w;
     d.ysz = (long)sh->k * d.pq;
     d.s1 = sh->stride == 1 && sh->s <= 32; /* col2im_s1 handles up to 32 tap columns */
-    d.hp = sh->h + 2L * sh->pad;
-    d.xssz = (long)sh->c * sh->s * d.hp * sh->q;
+    d.rpn = sh->r < sh->stride ? sh->r : sh->stride;
+    d.hp = sh->p + (sh->r - 1) / sh->stride; /* = h + 2*pad at stride 1 */
+    d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;
-    long xs = d.s1 ? d.xssz * K_CONV_GROUP + K_SLACK : 0;
+    /* Short rows (LeNet's conv2: 64) share dW registers over a group of images; long
+     * ones go one image at a time so the image's data stays in cache. */
+    d.group = d.pq >= 256 ? 1 : K_CONV_GROUP;
+    long xs = d.xssz * d.group + K_SLACK;
+    /* Small planes with many channels (ResNet's last stages): dW's dot products of
+     * length pq would be mostly tails; an NN GEMM over the im2row columns keeps full
+     * vectors along crs instead. */
+    d.dw_nn = d.pq < 128 && sh->k >= 128;
+    /* "Same" convs (stride 1, square kernel, pad = (r-1)/2): dX = conv(dy padded by
+     * r-1-pad, W flipped and transposed), the fast forward path, with no column
+     * matrix or col2im. Smaller pads would pay for the zero border (LeNet's pad-0
+     * conv2: 2.25x the work, measured 2x slower). */
+    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1;
+    d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
+    d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
+    if (d.dxssz + K_SLACK > xs) xs = d.dxssz + K_SLACK;
     d.r_col = 0;
-    d.r_xs = d.r_col + round64(sizeof(float) * (d.crs * d.pq + 2 * K_SLACK));
+    d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !d.dxc ? d.crs * d.pq : 0) + 2 * K_SLACK));
     d.r_dw = d.r_xs + round64(sizeof(float) * xs);
     d.r_db = d.r_dw + round64(sizeof(float) * sh->k * d.crs);
     d.slot = d.r_db + round64(sizeof(float) * sh->k);
     size_t pa = k_gemm_pack_floats(sh->k, (int)d.crs), pb = k_gemm_pack_floats((int)d.crs, sh->k);
+    size_t pc = k_gemm_pack_floats(sh->c, sh->k * sh->r * sh->s);
+    pa = pa > pb ? pa : pb;
+    pa = pa > pc ? pa : pc;
     d.r_pack = d.slot * d.slots;
-    d.r_off = d.r_pack + round64(sizeof(float) * (pa > pb ? pa : pb));
+    d.r_off = d.r_pack + round64(sizeof(float) * pa);
+    d.r_off2 = d.r_off + round64(sizeof(long) * d.crs);
+    d.r_wt = d.r_off2 + round64(sizeof(long) * (d.dxc ? sh->k * sh->r * sh->s : 0));
     return d;
 }
 
 size_t k_conv2d_workspace(const k_conv_shape *sh)
 {
     conv_dims d = conv_dims_of(sh);
-    return (size_t)d.r_off + round64(sizeof(long) * d.crs);
+    return (size_t)d.r_wt + round64(sizeof(float) * (d.dxc ? sh->k * d.crs : 0));
 }
 
 typedef struct conv_job {
@@ -80,7 +106,7 @@ typedef struct conv_job {
     float *y, *dx, *dw, *db;
     char *ws;
     const float *wpack;
-    const long *boff;
+    const long *boff, *boff2;
 } conv_job;
 
 static k_im2col_geo conv_geo(const k_conv_shape *sh)
@@ -89,37 +115,38 @@ static k_im2col_geo conv_geo(const k_conv_shape *sh)
     return g;
 }
 
+/* One image's xs (the layout in the header comment). */
+static void conv_rows(const k_im2col_geo *g, const conv_dims *d, const float *x, float *xs)
+{
+    if (g->stride == 1) k_shift_rows(g, d->hp, x, xs);
+    else k_shift_rows_st(g, d->hp, d->rpn, x, xs);
+}
+
 static void conv_fwd_slot(void *ctx, int slot)
 {
     const conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const conv_dims *d = &j->d;
     char *base = j->ws + (size_t)slot * d->slot;
-    float *col = (float *)(base + d->r_col) + K_SLACK;
     float *xs = (float *)(base + d->r_xs);
     k_im2col_geo g = conv_geo(sh);
     long lo, hi;
     k_split(sh->n, d->slots, slot, &lo, &hi);
     for (long i = lo; i < hi; i++) {
-        const float *xi = j->x + i * d->xsz;
-        float *yi = j->y + i * d->ysz;
-        if (d->s1) {
-            k_shift_rows(&g, d->hp, xi, xs);
-            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0);
-        } else {
-            k_im2col(&g, xi, col);
-            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0);
-        }
+        conv_rows(&g, d, j->x + i * d->xsz, xs);
+        k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, j->y + i * d->ysz,
+                         d->pq, j->b, 0);
     }
 }
 
-/* Tap offsets into xs: tap (c, r, s) starts at row r of plane (c, s). */
+/* Tap offsets into xs: tap (c, r, s) starts at row r / st of plane (c, s, r % st). */
 static void conv_offsets(const k_conv_shape *sh, const conv_dims *d, long *off)
 {
     long t = 0;
     for (int c = 0; c < sh->c; c++)
         for (int r = 0; r < sh->r; r++)
-            for (int s = 0; s < sh->s; s++) off[t++] = ((long)c * sh->s + s) * d->hp * sh->q + (long)r * sh->q;
+            for (int s = 0; s < sh->s; s++)
+                off[t++] = ((((long)c * sh->s + s) * d->rpn + r % sh->stride) * d->hp + r / sh->stride) * sh->q;
 }
 
 void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
@@ -135,32 +162,22 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
     k_parallel_for(j.d.slots, conv_fwd_slot, &j);
 }
 
-/* General-stride dW: NN on transposed columns, or NT (one horizontal sum per dot
- * product) when the dots are long. */
-static void conv_dw_general(const conv_job *j, const float *xi, const float *dyi, float *buf,
-                            float *dwp, int acc)
+/* dW for images [i0, i0+ng): their xs side by side, then one NT pass. */
+static void conv_dw(const conv_job *j, long i0, int ng, float *xs, float *dwp, int acc)
 {
     const k_conv_shape *sh = j->sh;
     const conv_dims *d = &j->d;
     k_im2col_geo g = conv_geo(sh);
-    if (d->pq >= 256 || d->crs < 32) {
-        k_im2col(&g, xi, buf);
-        k_gemm_nt(sh->k, (int)d->crs, (int)d->pq, dyi, d->pq, buf, d->pq, dwp, d->crs, NULL, acc);
-    } else {
-        k_im2row(&g, xi, buf);
-        k_gemm_nn(sh->k, (int)d->crs, (int)d->pq, dyi, d->pq, 1, buf, d->crs, dwp, d->crs, NULL, acc);
-    }
-}
-
-/* Stride-1 dW for images [i0, i0+ng): their xs side by side, then one NT pass. */
-static void conv_dw_s1(const conv_job *j, long i0, int ng, float *xs, float *dwp, int acc)
-{
-    const k_conv_shape *sh = j->sh;
-    const conv_dims *d = &j->d;
-    k_im2col_geo g = conv_geo(sh);
-    for (int t = 0; t < ng; t++) k_shift_rows(&g, d->hp, j->x + (i0 + t) * d->xsz, xs + t * d->xssz);
+    for (int t = 0; t < ng; t++) conv_rows(&g, d, j->x + (i0 + t) * d->xsz, xs + t * d->xssz);
     k_gemm_nt_off(sh->k, (int)d->crs, (int)d->pq, ng, j->dy + i0 * d->ysz, d->pq, d->ysz, xs,
                   j->boff, d->xssz, dwp, d->crs, acc);
+}
+
+/* dX-as-conv geometry: input dy [k, p, q], output [c, h, w]. */
+static k_im2col_geo dx_geo(const k_conv_shape *sh)
+{
+    k_im2col_geo g = {sh->k, sh->p, sh->q, sh->r, sh->s, 1, sh->r - 1 - sh->pad, sh->h, sh->w};
+    return g;
 }
 
 static void conv_bwd_slot(void *ctx, int slot)
@@ -181,24 +198,31 @@ static void conv_bwd_slot(void *ctx, int slot)
         if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
         if (j->db) memset(dbp, 0, sizeof(float) * K);
     }
-    /* Short rows (conv2: 64) share registers over a group of images; long ones
-     * (conv1: 576) go one image at a time so the image's data stays in L1. */
-    int group = d->pq >= 256 ? 1 : K_CONV_GROUP;
-    if (j->dw && d->s1)
-        for (long i = lo; i < hi; i += group) {
-            int ng = hi - i < group ? (int)(hi - i) : group;
-            conv_dw_s1(j, i, ng, xs, dwp, i > lo);
+    if (j->dw && d->dw_nn)
+        for (long i = lo; i < hi; i++) {
+            k_im2row(&g, j->x + i * d->xsz, col);
+            k_gemm_nn(K, (int)d->crs, (int)d->pq, j->dy + i * d->ysz, d->pq, 1, col, d->crs, dwp,
+                      d->crs, NULL, i > lo);
+        }
+    if (j->dw && !d->dw_nn)
+        for (long i = lo; i < hi; i += d->group) {
+            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
+            conv_dw(j, i, ng, xs, dwp, i > lo);
         }
     for (long i = lo; i < hi; i++) {
-        const float *xi = j->x + i * d->xsz, *dyi = j->dy + i * d->ysz;
+        const float *dyi = j->dy + i * d->ysz;
         int acc = i > lo;
-        if (j->dw && !d->s1) conv_dw_general(j, xi, dyi, col, dwp, acc);
         if (j->db)
             for (int k = 0; k < K; k++) {
                 float s = k_sum_span((size_t)d->pq, dyi + k * d->pq);
                 dbp[k] = acc ? dbp[k] + s : s;
             }
-        if (j->dx) {
+        if (j->dx && d->dxc) {
+            k_im2col_geo gd = dx_geo(sh);
+            k_shift_rows(&gd, d->dhp, dyi, xs);
+            k_gemm_nn_packed(sh->c, sh->h * sh->w, K * sh->r * sh->s, j->wpack, xs, 0, j->boff2,
+                             j->dx + i * d->xsz, (long)sh->h * sh->w, NULL, 0);
+        } else if (j->dx) {
             float *dxi = j->dx + i * d->xsz;
             k_gemm_nn_packed((int)d->crs, (int)d->pq, K, j->wpack, dyi, d->pq, NULL, col, d->pq, NULL, 0);
             if (d->s1) k_col2im_s1(&g, col, dxi);
@@ -213,11 +237,26 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .dy = dy, .dx = dx,
                   .dw = dw, .db = db, .ws = ws};
     float *wpack = (float *)((char *)ws + j.d.r_pack);
-    long *boff = (long *)((char *)ws + j.d.r_off);
-    if (dx) k_gemm_pack_a((int)j.d.crs, sh->k, w, 1, j.d.crs, wpack); /* W^T */
+    long *boff = (long *)((char *)ws + j.d.r_off), *boff2 = (long *)((char *)ws + j.d.r_off2);
+    if (dx && j.d.dxc) {
+        /* wt[c][(k, r, s)] = w[k][c][R-1-r][S-1-s], packed as the A of the dX conv. */
+        float *wt = (float *)((char *)ws + j.d.r_wt);
+        const int C = sh->c, K = sh->k, RS = sh->r * sh->s;
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++)
+                for (int t = 0; t < RS; t++)
+                    wt[((long)c * K + k) * RS + t] = w[((long)k * C + c) * RS + RS - 1 - t];
+        k_gemm_pack_a(C, K * RS, wt, (long)K * RS, 1, wpack);
+        k_im2col_geo gd = dx_geo(sh);
+        long t = 0; /* tap (k, r, s) of the dX conv: row r of dy's plane (k, s) */
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < sh->r; r++)
+                for (int s = 0; s < sh->s; s++) boff2[t++] = ((long)k * gd.s + s) * j.d.dhp * gd.q + (long)r * gd.q;
+    } else if (dx) k_gemm_pack_a((int)j.d.crs, sh->k, w, 1, j.d.crs, wpack); /* W^T */
     conv_offsets(sh, &j.d, boff);
     j.wpack = wpack;
     j.boff = boff;
+    j.boff2 = boff2;
     k_parallel_for(j.d.slots, conv_bwd_slot, &j);
     /* Reduce the slot partials in slot order (the thread-count-independent part). */
     for (int s = 1; s < j.d.slots; s++) {

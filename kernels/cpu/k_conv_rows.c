@@ -1,0 +1,85 @@
+/* The shifted-row layout for strided convs (k_conv.c): one plane per (channel c,
+ * tap column s, tap-row phase rp = r % st),
+ *   xs[c][s][rp][u][q] = x[c][st*u + rp - pad][st*q + s - pad]   (0 outside the image)
+ * for u < hps = P + (R-1)/st. Tap (c, r, s) of output j = p*Q + q is then
+ * xs[c][s][r % st] at offset (r / st)*Q + j: contiguous, as in the stride-1 layout,
+ * so the same GEMMs read it through tap offsets. It holds about C*S*H*W/st floats
+ * where im2col needs C*R*S*H*W/st^2, and wastes no output column. */
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include <string.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_ROWS_AVX512 1
+#endif
+/* Valid output columns [*lo, *hi) of tap column s: 0 <= st*q + s - pad < w. */
+static void col_range(const k_im2col_geo *g, int s, int *lo, int *hi)
+{
+    int a = 0, b = g->q;
+    while (a < b && a * g->stride + s - g->pad < 0) a++;
+    while (b > a && (b - 1) * g->stride + s - g->pad >= g->w) b--;
+    *lo = a;
+    *hi = b;
+}
+
+#ifdef K_ROWS_AVX512
+/* Stride 2: o[t] = src[2t] for t in [lo, hi), 0 elsewhere in [0, q), 16 outputs per
+ * step from two plain 16-float loads and an even-lane permute. The loads may run past
+ * the row (never past [xbeg, xend): checked, else scalar); whole 16-float stores may
+ * run past q into the next row of xs, which is written later (xs has slack at its
+ * end). Masked loads instead measured 2x slower than scalar code on this Zen 5. */
+__attribute__((target("avx512f"))) static void row_s2_avx512(float *o, const float *src, int q, int lo,
+                                                             int hi, const float *xbeg, const float *xend)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int t = 0; t < q; t += 16) {
+        const float *p = src + 2 * t;
+        int l = lo - t, u = hi - t;
+        l = l < 0 ? 0 : l;
+        u = u > 16 ? 16 : u;
+        if (l >= u) { _mm512_storeu_ps(o + t, _mm512_setzero_ps()); continue; }
+        if (p < xbeg || p + 32 > xend) {
+            for (int i = 0; i < 16; i++) o[t + i] = i >= l && i < u ? p[2 * i] : 0.0f;
+            continue;
+        }
+        __m512 v = _mm512_permutex2var_ps(_mm512_loadu_ps(p), ev, _mm512_loadu_ps(p + 16));
+        __mmask16 m = (__mmask16)(((1u << u) - 1) & ~((1u << l) - 1));
+        _mm512_storeu_ps(o + t, _mm512_maskz_mov_ps(m, v));
+    }
+}
+#endif
+
+void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, float *xs)
+{
+    const int st = g->stride, Q = g->q;
+    const float *xend = x + (long)g->c * g->h * g->w;
+#ifdef K_ROWS_AVX512
+    int fast = st == 2 && k_isa_level() == K_ISA_AVX512;
+#else
+    (void)xend;
+#endif
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < g->s; s++) {
+            int lo, hi;
+            col_range(g, s, &lo, &hi);
+            for (int rp = 0; rp < rpn; rp++)
+                for (long u = 0; u < hps; u++) {
+                    float *o = xs + ((((long)c * g->s + s) * rpn + rp) * hps + u) * Q;
+                    long ih = st * u + rp - g->pad;
+                    if (ih < 0 || ih >= g->h || lo >= hi) {
+                        memset(o, 0, sizeof(float) * Q);
+                        continue;
+                    }
+                    const float *src = x + ((long)c * g->h + ih) * g->w + s - g->pad;
+#ifdef K_ROWS_AVX512
+                    if (fast) {
+                        row_s2_avx512(o, src, Q, lo, hi, x, xend);
+                        continue;
+                    }
+#endif
+                    for (int t = 0; t < lo; t++) o[t] = 0.0f;
+                    for (int t = lo; t < hi; t++) o[t] = src[(long)t * st];
+                    for (int t = hi; t < Q; t++) o[t] = 0.0f;
+                }
+        }
+}

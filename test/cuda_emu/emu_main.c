@@ -2,11 +2,13 @@
  * (their operand functors, split-K slicing and epilogues run as host loops) against
  * the CPU kernels. It checks the implicit-GEMM index maths (gathers, strides, padding,
  * layouts) on machines without a GPU; test/test_cuda_port.c runs it. Exit 0 when all
- * shapes agree. */
+ * shapes agree. emu_graph.c does the same for the layer-graph ops. */
 #include "kernels/cuda/k_cuda.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+int emu_graph_ops(int *cases); /* emu_graph.c */
 
 static float *rnd(size_t n, unsigned seed)
 {
@@ -81,6 +83,9 @@ int main(void)
         {64, 1, 28, 28, 10, 5, 5, 1, 0}, {64, 10, 12, 12, 20, 5, 5, 1, 0}, {1, 1, 28, 28, 10, 5, 5, 1, 0},
         {2, 16, 14, 14, 32, 3, 3, 1, 1}, {2, 16, 15, 15, 24, 3, 3, 2, 1}, {3, 5, 9, 11, 7, 3, 2, 3, 2},
         {2, 8, 7, 7, 8, 1, 1, 1, 0},     {1, 3, 5, 5, 4, 5, 5, 1, 2},     {4, 6, 10, 8, 5, 4, 3, 2, 0},
+        /* ResNet: the 7x7 s2 p3 stem (full 224 input), 1x1 s2 projections, 3x3 s2 p1. */
+        {1, 3, 224, 224, 16, 7, 7, 2, 3}, {2, 4, 20, 21, 8, 7, 7, 2, 3},  {2, 16, 14, 14, 32, 1, 1, 2, 0},
+        {2, 8, 15, 15, 16, 1, 1, 2, 0},   {2, 32, 8, 8, 64, 3, 3, 2, 1},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++, cases++) {
         const int *v = convs[i];
@@ -93,6 +98,7 @@ int main(void)
     }
     static const int lins[][3] = {{64, 320, 50}, {64, 50, 10}, {1, 320, 50}, {1000, 320, 50}, {7, 33, 65}, {129, 1, 3}};
     for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++, cases++) bad += linear_case(lins[i][0], lins[i][1], lins[i][2]);
-    printf("%d of %d shapes agree with the CPU kernels\n", cases - bad, cases);
+    bad += emu_graph_ops(&cases);
+    printf("%d of %d shapes agree with the CPU kernels and references\n", cases - bad, cases);
     return bad != 0;
 }

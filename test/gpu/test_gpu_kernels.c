@@ -53,6 +53,12 @@ TEST(gpu_conv_resnet_shapes)
     conv_case(32, 256, 14, 14, 256, 3, 1, 1);
     conv_case(32, 256, 7, 7, 256, 3, 1, 1);
     conv_case(32, 64, 56, 56, 256, 1, 1, 0);
+    /* The stem (7x7 s2 p3), strided 3x3 and the 1x1 s2 projection shortcuts. */
+    conv_case(8, 3, 224, 224, 64, 7, 2, 3);
+    conv_case(32, 128, 28, 28, 256, 3, 2, 1);
+    conv_case(32, 64, 56, 56, 128, 1, 2, 0);
+    conv_case(32, 256, 14, 14, 512, 1, 2, 0);
+    conv_case(128, 16, 28, 28, 32, 1, 2, 0); /* resnet20 on 28x28 */
 }
 
 TEST(gpu_conv_random_odd_shapes)

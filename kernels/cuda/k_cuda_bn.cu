@@ -1,13 +1,17 @@
 // BatchNorm2d parts of kernels/k.h on the GPU (k_bn_stats, k_bn_fwd, k_bn_bwd_sums,
 // k_bn_bwd_dx) and k_cuda_bn_finish (invstd and the running statistics on the device).
 //
-// Per-channel sums: one block per channel; thread t adds the channel's values
-// e = t, t + 256, ... (e runs over n*hw) in double, then k_cuda_block_sum's fixed tree.
+// Per-channel sums: one block of BN_THREADS per channel (a channel of an early ResNet
+// layer holds n*112*112 values, so the block is large to keep loads in flight); thread t
+// adds the channel's values e = t, t + BN_THREADS, ... (e runs over n*hw) in double,
+// then a fixed shared-memory tree (bn_block_sum).
 // The order depends on the shapes only: a run repeats bit for bit, on any GPU. The
 // statistics take two passes (mean, then the centred squares) so the variance does not
 // cancel. The per-thread sums and per-element maths are __host__ __device__ functors;
 // under K_CUDA_EMULATE (test/cuda_emu) they run on the host with the same tree.
 #include "kernels/cuda/k_cuda_launch.cuh"
+
+#define BN_THREADS 1024
 
 namespace {
 
@@ -88,23 +92,37 @@ struct Finish {
 };
 
 #ifndef K_CUDA_EMULATE
-__global__ void stats_kernel(StatPart f, float *mean, float *var)
+// k_cuda_block_sum's tree for BN_THREADS threads (k_cuda_tree_sum_host on the host).
+__device__ __forceinline__ double bn_block_sum(double v, double *sh)
 {
-    __shared__ double sh[K_CUDA_THREADS];
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = BN_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(BN_THREADS) stats_kernel(StatPart f, float *mean, float *var)
+{
+    __shared__ double sh[BN_THREADS];
     int c = blockIdx.x;
-    double mu = k_cuda_block_sum(f.sum(c, threadIdx.x, K_CUDA_THREADS), sh) / (double)f.m;
-    double v = k_cuda_block_sum(f.sq(c, threadIdx.x, K_CUDA_THREADS, mu), sh) / (double)f.m;
+    double mu = bn_block_sum(f.sum(c, threadIdx.x, BN_THREADS), sh) / (double)f.m;
+    double v = bn_block_sum(f.sq(c, threadIdx.x, BN_THREADS, mu), sh) / (double)f.m;
     if (threadIdx.x == 0) { mean[c] = (float)mu; var[c] = (float)v; }
 }
 
-__global__ void bwd_sums_kernel(BwdPart f, float *dgamma, float *dbeta)
+__global__ void __launch_bounds__(BN_THREADS) bwd_sums_kernel(BwdPart f, float *dgamma, float *dbeta)
 {
-    __shared__ double sh[K_CUDA_THREADS];
+    __shared__ double sh[BN_THREADS];
     int c = blockIdx.x;
     double a, b;
-    f.sums(c, threadIdx.x, K_CUDA_THREADS, &a, &b);
-    a = k_cuda_block_sum(a, sh);
-    b = k_cuda_block_sum(b, sh);
+    f.sums(c, threadIdx.x, BN_THREADS, &a, &b);
+    a = bn_block_sum(a, sh);
+    b = bn_block_sum(b, sh);
     if (threadIdx.x == 0) { dbeta[c] = (float)a; dgamma[c] = (float)b; }
 }
 #endif
@@ -117,17 +135,17 @@ int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *va
     StatPart f = {{c, hw}, (size_t)n * hw, x};
 #ifdef K_CUDA_EMULATE
     (void)s;
-    double part[K_CUDA_THREADS];
+    double part[BN_THREADS];
     for (int ch = 0; ch < c; ch++) {
-        for (int t = 0; t < K_CUDA_THREADS; t++) part[t] = f.sum(ch, t, K_CUDA_THREADS);
-        double mu = k_cuda_tree_sum_host(part, K_CUDA_THREADS) / (double)f.m;
-        for (int t = 0; t < K_CUDA_THREADS; t++) part[t] = f.sq(ch, t, K_CUDA_THREADS, mu);
+        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sum(ch, t, BN_THREADS);
+        double mu = k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m;
+        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sq(ch, t, BN_THREADS, mu);
         mean[ch] = (float)mu;
-        var[ch] = (float)(k_cuda_tree_sum_host(part, K_CUDA_THREADS) / (double)f.m);
+        var[ch] = (float)(k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m);
     }
     return 0;
 #else
-    stats_kernel<<<c, K_CUDA_THREADS, 0, (cudaStream_t)s>>>(f, mean, var);
+    stats_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, mean, var);
     return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d", n, c, hw);
 #endif
 }
@@ -146,15 +164,15 @@ int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, 
     BwdPart f = {{c, hw}, (size_t)n * hw, x, mean, invstd, dy};
 #ifdef K_CUDA_EMULATE
     (void)s;
-    double pa[K_CUDA_THREADS], pb[K_CUDA_THREADS];
+    double pa[BN_THREADS], pb[BN_THREADS];
     for (int ch = 0; ch < c; ch++) {
-        for (int t = 0; t < K_CUDA_THREADS; t++) f.sums(ch, t, K_CUDA_THREADS, &pa[t], &pb[t]);
-        dbeta[ch] = (float)k_cuda_tree_sum_host(pa, K_CUDA_THREADS);
-        dgamma[ch] = (float)k_cuda_tree_sum_host(pb, K_CUDA_THREADS);
+        for (int t = 0; t < BN_THREADS; t++) f.sums(ch, t, BN_THREADS, &pa[t], &pb[t]);
+        dbeta[ch] = (float)k_cuda_tree_sum_host(pa, BN_THREADS);
+        dgamma[ch] = (float)k_cuda_tree_sum_host(pb, BN_THREADS);
     }
     return 0;
 #else
-    bwd_sums_kernel<<<c, K_CUDA_THREADS, 0, (cudaStream_t)s>>>(f, dgamma, dbeta);
+    bwd_sums_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, dgamma, dbeta);
     return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d", n, c, hw);
 #endif
 }

@@ -87,14 +87,17 @@ int main(void)
         {64, 1, 28, 28, 10, 5, 5, 1, 0}, {64, 10, 12, 12, 20, 5, 5, 1, 0}, {1, 1, 28, 28, 10, 5, 5, 1, 0},
         {2, 16, 14, 14, 32, 3, 3, 1, 1}, {2, 16, 15, 15, 24, 3, 3, 2, 1}, {3, 5, 9, 11, 7, 3, 2, 3, 2},
         {2, 8, 7, 7, 8, 1, 1, 1, 0},     {1, 3, 5, 5, 4, 5, 5, 1, 2},     {4, 6, 10, 8, 5, 4, 3, 2, 0},
-        /* ResNet: the 7x7 s2 p3 stem (full 224 input), 1x1 s2 projections, 3x3 s2 p1. */
+        /* ResNet (with and without bias): the 7x7 s2 p3 stem (full 224 input), 1x1 s2
+         * projections, 3x3 s2 p1. */
         {1, 3, 224, 224, 16, 7, 7, 2, 3}, {2, 4, 20, 21, 8, 7, 7, 2, 3},  {2, 16, 14, 14, 32, 1, 1, 2, 0},
         {2, 8, 15, 15, 16, 1, 1, 2, 0},   {2, 32, 8, 8, 64, 3, 3, 2, 1},
+        /* TextCNN's conv1d over [n, embed, len] as 1 x width: widths 3, 4, 5. */
+        {4, 128, 1, 64, 100, 1, 3, 1, 0}, {4, 128, 1, 64, 100, 1, 4, 1, 0}, {4, 128, 1, 64, 100, 1, 5, 1, 0},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++, cases++) {
         const int *v = convs[i];
         bad += conv_case(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], 1);
-        if (i >= 9) bad += conv_case(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], 0), cases++;
+        if (i >= 9 && i < 14) bad += conv_case(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], 0), cases++;
     }
     for (int i = 0; i < 20; i++, cases++) {
 #define RN(lo, hi, j) ((lo) + (int)(k_rand_uniform(900 + i, j) * ((hi) - (lo) + 1)))

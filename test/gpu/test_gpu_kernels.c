@@ -8,13 +8,13 @@
 
 #define CONV_TOL 2e-4 /* relative to the largest reference value */
 
-/* bias 0: no bias (ResNet's convs): b and db NULL. */
-static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad, int bias)
+/* An r x s kernel; bias 0: no bias (ResNet's convs): b and db NULL. */
+static void conv_case_rs(int n, int c, int h, int w, int k, int r, int s, int st, int pad, int bias)
 {
     g_init();
-    k_conv_shape sh = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = r, .s = r, .stride = st, .pad = pad};
+    k_conv_shape sh = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = r, .s = s, .stride = st, .pad = pad};
     k_conv_shape_init(&sh);
-    size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * r, ny = (size_t)n * k * sh.p * sh.q;
+    size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * s, ny = (size_t)n * k * sh.p * sh.q;
     float *x = g_rand(nx, 1), *wt = g_rand(nw, 2), *b = g_rand(k, 3), *dy = g_rand(ny, 4);
     float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(k * 4);
     void *ws = aligned_alloc(64, (k_conv2d_workspace(&sh) + 64) / 64 * 64);
@@ -32,12 +32,24 @@ static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad,
     double ey = g_relerr(ry, y, ny), ex = g_relerr(rdx, dx, nx), ew = g_relerr(rdw, dw, nw);
     double eb = bias ? g_relerr(g_result(gdb, k), db, k) : 0;
     CHECKF(ey < CONV_TOL && ex < CONV_TOL && ew < 10 * CONV_TOL && eb < 10 * CONV_TOL,
-           "conv n=%d c=%d %dx%d k=%d r=%d st=%d pad=%d: rel err y %.2g dx %.2g dw %.2g db %.2g", n, c, h, w, k, r,
-           st, pad, ey, ex, ew, eb);
+           "conv n=%d c=%d %dx%d k=%d r=%d s=%d st=%d pad=%d: rel err y %.2g dx %.2g dw %.2g db %.2g", n, c, h, w, k,
+           r, s, st, pad, ey, ex, ew, eb);
     /* Deterministic: a second run gives the same bits. */
     g_need(k_cuda_conv2d_bwd(&sh, gx, gw, gdy, gdx, gdw, gdb, gws, NULL) == 0, "conv bwd");
     float *rdw2 = g_result(gdw, nw);
     CHECK(g_ndiff(rdw, rdw2, nw, 4) == 0);
+}
+
+static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad, int bias)
+{
+    conv_case_rs(n, c, h, w, k, r, r, st, pad, bias);
+}
+
+TEST(gpu_conv1d_textcnn_shapes)
+{
+    /* conv1d over [n, embed, len] as a 1 x width conv2d: widths 3, 4, 5, 100 filters. */
+    for (int wd = 3; wd <= 5; wd++) conv_case_rs(64, 128, 1, 64, 100, 1, wd, 1, 0, 1);
+    conv_case_rs(7, 33, 1, 50, 20, 1, 4, 1, 0, 1);
 }
 
 TEST(gpu_conv_lenet_shapes)

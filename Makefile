@@ -57,13 +57,16 @@ $(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-# The conv/linear operand maths emulated on the host (K_CUDA_EMULATE), checked against
-# the CPU kernels by `make test` without a GPU (test/cuda_emu).
-EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu)
+# The conv/linear operand maths and the layer-graph ops' per-element maths emulated on
+# the host (K_CUDA_EMULATE), checked against CPU references by `make test` without a GPU
+# (test/cuda_emu).
+EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu \
+              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu) \
+            $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/cuda_emu/*.c))
 $(BUILD)/obj-emu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVFLAGS)) -gencode arch=compute_80,code=sm_80 -DK_CUDA_EMULATE -diag-suppress 177 -c $< -o $@
-$(BUILD)/t-cuda-emu: $(BUILD)/obj/test/cuda_emu/emu_main.o $(EMU_OBJ) $(BUILD)/libddprt.a
+$(BUILD)/t-cuda-emu: $(EMU_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 -include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by

@@ -70,6 +70,33 @@ TEST(cuda_kernel_launch_error_names_kernel_and_shapes)
     port_cuda_clear_error();
     CHECK(k_cuda_relu_fwd(1000, fake, fake, NULL) == -1);
     CHECKF(strstr(port_cuda_errmsg(), "k_cuda_relu_fwd(n=1000)"), "%s", port_cuda_errmsg());
+    /* The layer-graph kernels too: a block reduction, a functor launch, embedding. */
+    port_cuda_clear_error();
+    CHECK(k_cuda_bn_stats(4, 64, 49, fake, fake, fake, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "k_cuda_bn_stats(n=4 c=64 hw=49)"), "%s", port_cuda_errmsg());
+    port_cuda_clear_error();
+    CHECK(k_cuda_max_time_fwd(64, 100, 62, fake, fake, (int32_t *)fake, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "k_cuda_max_time_fwd(n=64 c=100 len=62)"), "%s", port_cuda_errmsg());
+    port_cuda_clear_error();
+    CHECK(k_cuda_embedding_bwd(64, 64, 128, 20000, (int32_t *)fake, fake, fake, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "k_cuda_embedding_bwd(n=64 len=64 dim=128 vocab=20000)"), "%s",
+           port_cuda_errmsg());
+    port_cuda_clear_error();
+}
+
+TEST(cuda_maxpool_pad_rejects_padding_over_half_the_kernel)
+{
+    /* Checked on the host before any launch, so it holds with or without a GPU. */
+    port_cuda_clear_error();
+    float *fake = (float *)64;
+    CHECK(k_cuda_maxpool2d_pad_fwd(2, 3, 8, 8, 3, 2, 2, fake, fake, (int32_t *)fake, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "k_cuda_maxpool2d_pad_fwd(n=2 c=3 h=8 w=8 ks=3 st=2 pad=2)") &&
+           strstr(port_cuda_errmsg(), "pad <= ks/2"), "%s", port_cuda_errmsg());
+    port_cuda_clear_error();
+    CHECK(k_cuda_maxpool2d_pad_bwd(2, 3, 8, 8, 3, 0, 1, fake, (int32_t *)fake, fake, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "k_cuda_maxpool2d_pad_bwd(") && strstr(port_cuda_errmsg(), "st=0"), "%s",
+           port_cuda_errmsg());
+    port_cuda_clear_error();
 }
 #endif
 
@@ -93,7 +120,8 @@ TEST(train_device_cuda_without_gpu_fails_in_one_line)
 TEST(cuda_conv_linear_operand_maths_emulated_on_cpu)
 {
     /* The implicit-GEMM gathers, strides, padding, split-K and layouts of the CUDA
-     * conv/linear kernels, run as host loops (K_CUDA_EMULATE) against the CPU kernels. */
+     * conv/linear kernels, run as host loops (K_CUDA_EMULATE) against the CPU kernels;
+     * the layer-graph kernels' functors and reduction trees against naive references. */
     char cmd[512], out[8192];
     snprintf(cmd, sizeof cmd, "%s 2>&1", t_prog("t-cuda-emu"));
     CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "shapes agree"), "%s", out);

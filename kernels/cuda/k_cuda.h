@@ -84,6 +84,47 @@ int k_cuda_f16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
 int k_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, port_stream s);
 int k_cuda_bf16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
 
+/* ---- Layer-graph ops (k.h's last section), same semantics and argument order.
+ * Bit for bit with the CPU: max pool with padding (fwd; bwd adds overlapping windows in
+ * the CPU's window order), add, embedding (fwd, and bwd: each row's tokens added in
+ * token order, no atomics), max over time. To rounding: batchnorm, global avgpool
+ * (per-channel sums in double, fixed order). Per-element maths is shared with the host
+ * emulation (test/cuda_emu). */
+/* Returns -1 (port_cuda_fail) unless ks, st >= 1 and 0 <= pad <= ks/2 (PyTorch's
+ * limit: beyond it a window can lie wholly in the padding). */
+int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
+                             int32_t *idx, port_stream s);
+int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
+                             const int32_t *idx, float *dx, port_stream s);
+
+/* One block of 1024 threads per channel (sums of n*hw values in double, a fixed tree). */
+int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s);
+int k_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd, const float *gamma,
+                  const float *beta, float *y, port_stream s);
+int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *dy, float *dgamma, float *dbeta, port_stream s);
+int k_cuda_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                     const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
+                     float *dx, port_stream s);
+/* No k.h twin (the CPU caller does this in a host loop); here so the statistics stay on
+ * the device: invstd[i] = 1/sqrtf(var[i] + eps), and when running_mean and running_var
+ * are not NULL (training), running = (1 - momentum) * running + momentum * batch, with
+ * the unbiased variance var * count / (count - 1). Eval: var = the running variance,
+ * running pointers NULL. */
+int k_cuda_bn_finish(int c, const float *mean, const float *var, float eps, float momentum, double count,
+                     float *invstd, float *running_mean, float *running_var, port_stream s);
+
+int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s);
+int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, port_stream s);
+int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s);
+int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y, port_stream s);
+/* Zeroes dtable (vocab rows), then the first token using each row writes that row: one
+ * block per token, work O(tokens^2 / block) for the duplicate scans, independent of vocab. */
+int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy, float *dtable,
+                         port_stream s);
+int k_cuda_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx, port_stream s);
+int k_cuda_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx, port_stream s);
+
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
 

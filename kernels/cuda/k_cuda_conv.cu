@@ -1,6 +1,7 @@
 // conv2d forward and backward as implicit GEMMs (k_cuda_gemm.cuh): the input patches
 // are gathered while tiles load, so no im2col buffer exists. General stride and zero
-// padding; NCHW input, KCRS weights (PyTorch's Conv2d layout).
+// padding; NCHW input, KCRS weights (PyTorch's Conv2d layout). b and db may be NULL
+// (no bias); dx NULL = not needed.
 //   forward:      y[k][n,p,q]   = sum_{c,r,s} w[k][c,r,s] * x(n, c, p*st-pad+r, q*st-pad+s)
 //   input grad:   dx[c][n,h,w]  = sum_{k,r,s} w[k][c,r,s] * dy(n, k, (h+pad-r)/st, (w+pad-s)/st)
 //                 (terms whose division is not exact, or land outside, are zero)
@@ -179,6 +180,7 @@ int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, co
     DwStore st = {dw, g.C * g.RS()};
     if (k_cuda_gemm("k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
         return -1;
+    if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
 #ifdef K_CUDA_EMULATE
     for (int k = 0; k < g.K; k++) {
         double sum = 0.0;

@@ -83,6 +83,7 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
     RowMajorB b = {x, in};
     Store st = {dw, in};
     if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+    if (!db) return 0; // no bias
 #ifdef K_CUDA_EMULATE
     for (int o = 0; o < out; o++) {
         float sum = 0.0f;

@@ -8,51 +8,72 @@
 
 #define CONV_TOL 2e-4 /* relative to the largest reference value */
 
-static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad)
+/* An r x s kernel; bias 0: no bias (ResNet's convs): b and db NULL. */
+static void conv_case_rs(int n, int c, int h, int w, int k, int r, int s, int st, int pad, int bias)
 {
     g_init();
-    k_conv_shape sh = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = r, .s = r, .stride = st, .pad = pad};
+    k_conv_shape sh = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = r, .s = s, .stride = st, .pad = pad};
     k_conv_shape_init(&sh);
-    size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * r, ny = (size_t)n * k * sh.p * sh.q;
+    size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * s, ny = (size_t)n * k * sh.p * sh.q;
     float *x = g_rand(nx, 1), *wt = g_rand(nw, 2), *b = g_rand(k, 3), *dy = g_rand(ny, 4);
     float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(k * 4);
     void *ws = aligned_alloc(64, (k_conv2d_workspace(&sh) + 64) / 64 * 64);
+    if (!bias) b = db = NULL;
     k_conv2d_fwd(&sh, x, wt, b, y, ws);
     k_conv2d_bwd(&sh, x, wt, dy, dx, dw, db, ws);
 
-    float *gx = g_up(x, nx * 4), *gw = g_up(wt, nw * 4), *gb = g_up(b, k * 4), *gdy = g_up(dy, ny * 4);
-    float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = g_dev(k * 4);
+    float *gx = g_up(x, nx * 4), *gw = g_up(wt, nw * 4), *gb = bias ? g_up(b, k * 4) : NULL, *gdy = g_up(dy, ny * 4);
+    float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = bias ? g_dev(k * 4) : NULL;
     void *gws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
     g_need(k_cuda_conv2d_fwd(&sh, gx, gw, gb, gy, gws, NULL) == 0, "conv fwd");
     g_need(k_cuda_conv2d_bwd(&sh, gx, gw, gdy, gdx, gdw, gdb, gws, NULL) == 0, "conv bwd");
     g_need(port_dev_sync("conv") == 0, "conv");
-    float *ry = g_result(gy, ny), *rdx = g_result(gdx, nx), *rdw = g_result(gdw, nw), *rdb = g_result(gdb, k);
-    double ey = g_relerr(ry, y, ny), ex = g_relerr(rdx, dx, nx), ew = g_relerr(rdw, dw, nw), eb = g_relerr(rdb, db, k);
+    float *ry = g_result(gy, ny), *rdx = g_result(gdx, nx), *rdw = g_result(gdw, nw);
+    double ey = g_relerr(ry, y, ny), ex = g_relerr(rdx, dx, nx), ew = g_relerr(rdw, dw, nw);
+    double eb = bias ? g_relerr(g_result(gdb, k), db, k) : 0;
     CHECKF(ey < CONV_TOL && ex < CONV_TOL && ew < 10 * CONV_TOL && eb < 10 * CONV_TOL,
-           "conv n=%d c=%d %dx%d k=%d r=%d st=%d pad=%d: rel err y %.2g dx %.2g dw %.2g db %.2g", n, c, h, w, k, r,
-           st, pad, ey, ex, ew, eb);
+           "conv n=%d c=%d %dx%d k=%d r=%d s=%d st=%d pad=%d: rel err y %.2g dx %.2g dw %.2g db %.2g", n, c, h, w, k,
+           r, s, st, pad, ey, ex, ew, eb);
     /* Deterministic: a second run gives the same bits. */
     g_need(k_cuda_conv2d_bwd(&sh, gx, gw, gdy, gdx, gdw, gdb, gws, NULL) == 0, "conv bwd");
     float *rdw2 = g_result(gdw, nw);
     CHECK(g_ndiff(rdw, rdw2, nw, 4) == 0);
 }
 
+static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad, int bias)
+{
+    conv_case_rs(n, c, h, w, k, r, r, st, pad, bias);
+}
+
+TEST(gpu_conv1d_textcnn_shapes)
+{
+    /* conv1d over [n, embed, len] as a 1 x width conv2d: widths 3, 4, 5, 100 filters. */
+    for (int wd = 3; wd <= 5; wd++) conv_case_rs(64, 128, 1, 64, 100, 1, wd, 1, 0, 1);
+    conv_case_rs(7, 33, 1, 50, 20, 1, 4, 1, 0, 1);
+}
+
 TEST(gpu_conv_lenet_shapes)
 {
-    conv_case(64, 1, 28, 28, 10, 5, 1, 0);
-    conv_case(64, 10, 12, 12, 20, 5, 1, 0);
-    conv_case(1, 1, 28, 28, 10, 5, 1, 0);
-    conv_case(1000, 10, 12, 12, 20, 5, 1, 0);
+    conv_case(64, 1, 28, 28, 10, 5, 1, 0, 1);
+    conv_case(64, 10, 12, 12, 20, 5, 1, 0, 1);
+    conv_case(1, 1, 28, 28, 10, 5, 1, 0, 1);
+    conv_case(1000, 10, 12, 12, 20, 5, 1, 0, 1);
 }
 
 TEST(gpu_conv_resnet_shapes)
 {
-    conv_case(32, 64, 56, 56, 64, 3, 1, 1);
-    conv_case(32, 64, 56, 56, 128, 3, 2, 1);
-    conv_case(32, 128, 28, 28, 128, 3, 1, 1);
-    conv_case(32, 256, 14, 14, 256, 3, 1, 1);
-    conv_case(32, 256, 7, 7, 256, 3, 1, 1);
-    conv_case(32, 64, 56, 56, 256, 1, 1, 0);
+    conv_case(32, 64, 56, 56, 64, 3, 1, 1, 1);
+    conv_case(32, 64, 56, 56, 128, 3, 2, 1, 1);
+    conv_case(32, 128, 28, 28, 128, 3, 1, 1, 1);
+    conv_case(32, 256, 14, 14, 256, 3, 1, 1, 1);
+    conv_case(32, 256, 7, 7, 256, 3, 1, 1, 1);
+    conv_case(32, 64, 56, 56, 256, 1, 1, 0, 1);
+    /* The stem (7x7 s2 p3), strided 3x3 and the 1x1 s2 projection shortcuts, no bias. */
+    conv_case(8, 3, 224, 224, 64, 7, 2, 3, 0);
+    conv_case(32, 128, 28, 28, 256, 3, 2, 1, 0);
+    conv_case(32, 64, 56, 56, 128, 1, 2, 0, 0);
+    conv_case(32, 256, 14, 14, 512, 1, 2, 0, 0);
+    conv_case(128, 16, 28, 28, 32, 1, 2, 0, 0); /* resnet20 on 28x28 */
 }
 
 TEST(gpu_conv_random_odd_shapes)
@@ -62,7 +83,7 @@ TEST(gpu_conv_random_odd_shapes)
 #define RN(lo, hi, j) ((lo) + (int)(k_rand_uniform(s, j) * ((hi) - (lo) + 1)))
         int r = RN(1, 5, 0), st = RN(1, 3, 1), pad = RN(0, r / 2 + 1, 2);
         int h = RN(r, 20, 3), w = RN(r, 20, 4);
-        conv_case(RN(1, 9, 5), RN(1, 17, 6), h, w, RN(1, 33, 7), r, st, pad);
+        conv_case(RN(1, 9, 5), RN(1, 17, 6), h, w, RN(1, 33, 7), r, st, pad, 1);
     }
 }
 

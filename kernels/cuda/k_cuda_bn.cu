@@ -1,0 +1,194 @@
+// BatchNorm2d parts of kernels/k.h on the GPU (k_bn_stats, k_bn_fwd, k_bn_bwd_sums,
+// k_bn_bwd_dx) and k_cuda_bn_finish (invstd and the running statistics on the device).
+//
+// Per-channel sums: one block of BN_THREADS per channel (a channel of an early ResNet
+// layer holds n*112*112 values, so the block is large to keep loads in flight); thread t
+// adds the channel's values e = t, t + BN_THREADS, ... (e runs over n*hw) in double,
+// then a fixed shared-memory tree (bn_block_sum).
+// The order depends on the shapes only: a run repeats bit for bit, on any GPU. The
+// statistics take two passes (mean, then the centred squares) so the variance does not
+// cancel. The per-thread sums and per-element maths are __host__ __device__ functors;
+// under K_CUDA_EMULATE (test/cuda_emu) they run on the host with the same tree.
+#include "kernels/cuda/k_cuda_launch.cuh"
+
+#define BN_THREADS 1024
+
+namespace {
+
+struct Chan { // element e (0 <= e < n*hw) of channel c in x[n, C, hw]
+    int C, hw;
+    __host__ __device__ size_t at(int c, size_t e) const { return ((e / hw) * C + c) * hw + e % hw; }
+};
+
+struct StatPart {
+    Chan ch; size_t m; const float *x;
+    __host__ __device__ double sum(int c, int t, int T) const
+    {
+        double s = 0.0;
+        for (size_t e = t; e < m; e += T) s += x[ch.at(c, e)];
+        return s;
+    }
+    __host__ __device__ double sq(int c, int t, int T, double mean) const
+    {
+        double s = 0.0;
+        for (size_t e = t; e < m; e += T) {
+            double d = x[ch.at(c, e)] - mean;
+            s += d * d;
+        }
+        return s;
+    }
+};
+
+// dbeta = sum dy, dgamma = sum dy * xhat, xhat = (x - mean) * invstd (in float, as bn_fwd).
+struct BwdPart {
+    Chan ch; size_t m; const float *x, *mean, *invstd, *dy;
+    __host__ __device__ void sums(int c, int t, int T, double *sdy, double *sdx) const
+    {
+        double a = 0.0, b = 0.0;
+        float mu = mean[c], is = invstd[c];
+        for (size_t e = t; e < m; e += T) {
+            size_t i = ch.at(c, e);
+            float xh = (x[i] - mu) * is;
+            a += dy[i];
+            b += (double)dy[i] * xh;
+        }
+        *sdy = a;
+        *sdx = b;
+    }
+};
+
+// fmaf explicitly: the host emulation and the device then round alike.
+struct Fwd {
+    int C, hw; const float *x, *mean, *invstd, *gamma, *beta; float *y;
+    __host__ __device__ void operator()(size_t i) const
+    {
+        int c = (int)((i / hw) % C);
+        float xh = (x[i] - mean[c]) * invstd[c];
+        y[i] = fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f);
+    }
+};
+
+struct Dx {
+    int C, hw; float inv_m; const float *x, *mean, *invstd, *gamma, *dgamma, *dbeta, *dy; float *dx;
+    __host__ __device__ void operator()(size_t i) const
+    {
+        int c = (int)((i / hw) % C);
+        float xh = (x[i] - mean[c]) * invstd[c];
+        float k = (gamma ? gamma[c] : 1.0f) * invstd[c];
+        dx[i] = k * fmaf(-xh, dgamma[c] * inv_m, dy[i] - dbeta[c] * inv_m);
+    }
+};
+
+struct Finish {
+    float eps, momentum; double count; const float *mean, *var; float *invstd, *rmean, *rvar;
+    __host__ __device__ void operator()(size_t c) const
+    {
+        invstd[c] = 1.0f / sqrtf(var[c] + eps);
+        if (!rmean) return;
+        double unb = count > 1 ? (double)var[c] * count / (count - 1) : (double)var[c];
+        rmean[c] = (float)((1.0 - momentum) * rmean[c] + (double)momentum * mean[c]);
+        rvar[c] = (float)((1.0 - momentum) * rvar[c] + (double)momentum * unb);
+    }
+};
+
+#ifndef K_CUDA_EMULATE
+// k_cuda_block_sum's tree for BN_THREADS threads (k_cuda_tree_sum_host on the host).
+__device__ __forceinline__ double bn_block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = BN_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(BN_THREADS) stats_kernel(StatPart f, float *mean, float *var)
+{
+    __shared__ double sh[BN_THREADS];
+    int c = blockIdx.x;
+    double mu = bn_block_sum(f.sum(c, threadIdx.x, BN_THREADS), sh) / (double)f.m;
+    double v = bn_block_sum(f.sq(c, threadIdx.x, BN_THREADS, mu), sh) / (double)f.m;
+    if (threadIdx.x == 0) { mean[c] = (float)mu; var[c] = (float)v; }
+}
+
+__global__ void __launch_bounds__(BN_THREADS) bwd_sums_kernel(BwdPart f, float *dgamma, float *dbeta)
+{
+    __shared__ double sh[BN_THREADS];
+    int c = blockIdx.x;
+    double a, b;
+    f.sums(c, threadIdx.x, BN_THREADS, &a, &b);
+    a = bn_block_sum(a, sh);
+    b = bn_block_sum(b, sh);
+    if (threadIdx.x == 0) { dbeta[c] = (float)a; dgamma[c] = (float)b; }
+}
+#endif
+
+} // namespace
+
+int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s)
+{
+    if (c <= 0) return 0;
+    StatPart f = {{c, hw}, (size_t)n * hw, x};
+#ifdef K_CUDA_EMULATE
+    (void)s;
+    double part[BN_THREADS];
+    for (int ch = 0; ch < c; ch++) {
+        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sum(ch, t, BN_THREADS);
+        double mu = k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m;
+        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sq(ch, t, BN_THREADS, mu);
+        mean[ch] = (float)mu;
+        var[ch] = (float)(k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m);
+    }
+    return 0;
+#else
+    stats_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, mean, var);
+    return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d", n, c, hw);
+#endif
+}
+
+int k_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd, const float *gamma,
+                  const float *beta, float *y, port_stream s)
+{
+    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, mean, invstd, gamma, beta, y}, s);
+    return K_CUDA_CHECK("k_cuda_bn_fwd", "n=%d c=%d hw=%d", n, c, hw);
+}
+
+int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *dy, float *dgamma, float *dbeta, port_stream s)
+{
+    if (c <= 0) return 0;
+    BwdPart f = {{c, hw}, (size_t)n * hw, x, mean, invstd, dy};
+#ifdef K_CUDA_EMULATE
+    (void)s;
+    double pa[BN_THREADS], pb[BN_THREADS];
+    for (int ch = 0; ch < c; ch++) {
+        for (int t = 0; t < BN_THREADS; t++) f.sums(ch, t, BN_THREADS, &pa[t], &pb[t]);
+        dbeta[ch] = (float)k_cuda_tree_sum_host(pa, BN_THREADS);
+        dgamma[ch] = (float)k_cuda_tree_sum_host(pb, BN_THREADS);
+    }
+    return 0;
+#else
+    bwd_sums_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, dgamma, dbeta);
+    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d", n, c, hw);
+#endif
+}
+
+int k_cuda_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                     const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
+                     float *dx, port_stream s)
+{
+    Dx f = {c, hw, (float)(1.0 / m), x, mean, invstd, gamma, dgamma, dbeta, dy, dx};
+    k_cuda_each((size_t)n * c * hw, f, s);
+    return K_CUDA_CHECK("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g", n, c, hw, m);
+}
+
+int k_cuda_bn_finish(int c, const float *mean, const float *var, float eps, float momentum, double count,
+                     float *invstd, float *running_mean, float *running_var, port_stream s)
+{
+    k_cuda_each((size_t)c, Finish{eps, momentum, count, mean, var, invstd, running_mean, running_var}, s);
+    return K_CUDA_CHECK("k_cuda_bn_finish", "c=%d count=%g", c, count);
+}

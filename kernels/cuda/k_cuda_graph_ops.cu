@@ -1,0 +1,243 @@
+// Layer-graph ops of kernels/k.h on the GPU: max pool with padding, global average
+// pool, residual add, embedding (channels-first output) and max over time. The maths
+// of each output element is a __host__ __device__ functor (k_cuda_launch.cuh), so
+// test/cuda_emu runs it on the CPU. No atomics: every output is written by one thread,
+// in a fixed order, so results repeat bit for bit.
+#include "kernels/cuda/k_cuda_launch.cuh"
+#include <string.h>
+
+namespace {
+
+// ---- max pool with padding: one thread per output. Padded cells are skipped (never
+// win, as PyTorch's -inf padding); the scan is the CPU's: first maximum wins ties
+// (strict >), a NaN is always taken (the last NaN wins).
+struct PoolFwd {
+    int h, w, ks, st, pad, p, q;
+    const float *x; float *y; int32_t *idx;
+    __host__ __device__ void operator()(size_t o) const
+    {
+        size_t pl = o / ((size_t)p * q);
+        int pq = (int)(o % ((size_t)p * q)), oh = pq / q, ow = pq % q;
+        const float *xp = x + pl * h * w;
+        int h0 = oh * st - pad, w0 = ow * st - pad;
+        int hs = k_cuda_imax(h0, 0), he = k_cuda_imin(h0 + ks, h);
+        int ws = k_cuda_imax(w0, 0), we = k_cuda_imin(w0 + ks, w);
+        float m = -INFINITY;
+        int32_t a = hs * w + ws;
+        for (int ih = hs; ih < he; ih++)
+            for (int iw = ws; iw < we; iw++) {
+                int off = ih * w + iw;
+                float v = xp[off];
+                if (v > m || v != v) { m = v; a = off; }
+            }
+        y[o] = m;
+        idx[o] = a;
+    }
+};
+
+// One thread per input element: it adds the dy of every window that covers it and
+// chose it, in window order (the order of the CPU's scatter). In padded coordinates
+// (ih + pad) window oh covers rows [oh*st, oh*st + ks).
+struct PoolBwd {
+    int h, w, ks, st, pad, p, q;
+    const float *dy; const int32_t *idx; float *dx;
+    __host__ __device__ void operator()(size_t i) const
+    {
+        size_t pl = i / ((size_t)h * w);
+        int off = (int)(i % ((size_t)h * w)), ih = off / w + pad, iw = off % w + pad;
+        int oh_lo = ih >= ks ? (ih - ks) / st + 1 : 0, oh_hi = k_cuda_imin(ih / st, p - 1);
+        int ow_lo = iw >= ks ? (iw - ks) / st + 1 : 0, ow_hi = k_cuda_imin(iw / st, q - 1);
+        const float *dyp = dy + pl * p * q;
+        const int32_t *ip = idx + pl * p * q;
+        float s = 0.0f;
+        for (int oh = oh_lo; oh <= oh_hi; oh++)
+            for (int ow = ow_lo; ow <= ow_hi; ow++)
+                if (ip[oh * q + ow] == off) s += dyp[oh * q + ow];
+        dx[i] = s;
+    }
+};
+
+// ---- global average pool: one thread per plane, a sequential sum in double (planes
+// are small at the head of a network: 7x7, 8x8).
+struct AvgFwd {
+    int hw; const float *x; float *y;
+    __host__ __device__ void operator()(size_t pl) const
+    {
+        const float *xp = x + pl * hw;
+        double s = 0.0;
+        for (int i = 0; i < hw; i++) s += xp[i];
+        y[pl] = (float)(s / hw);
+    }
+};
+struct AvgBwd {
+    int hw; const float *dy; float *dx;
+    __host__ __device__ void operator()(size_t i) const { dx[i] = dy[i / hw] / (float)hw; }
+};
+
+struct Add {
+    const float *a, *b; float *y;
+    __host__ __device__ void operator()(size_t i) const { y[i] = a[i] + b[i]; }
+};
+
+// ---- embedding: y[i, d, t] = table[ids[i*len + t], d], one thread per output.
+struct EmbFwd {
+    int len, dim; const int32_t *ids; const float *table; float *y;
+    __host__ __device__ void operator()(size_t o) const
+    {
+        size_t i = o / ((size_t)dim * len);
+        int r = (int)(o % ((size_t)dim * len)), d = r / len, t = r % len;
+        y[o] = table[(size_t)ids[i * len + t] * dim + d];
+    }
+};
+
+// The gradient of row ids[j], column d, from token j (its first use) on: the tokens
+// that use the row, added in token order from zero, as the CPU's zero-then-accumulate.
+struct EmbRowSum {
+    int ntok, len, dim; const int32_t *ids; const float *dy;
+    __host__ __device__ float operator()(int j, int d) const
+    {
+        int32_t v = ids[j];
+        float s = 0.0f;
+        for (int t = j; t < ntok; t++)
+            if (ids[t] == v) s += dy[((size_t)(t / len) * dim + d) * len + t % len];
+        return s;
+    }
+};
+
+// ---- max over time: one thread per (n, c) row; first max wins, a NaN is taken.
+struct MaxTimeFwd {
+    int len; const float *x; float *y; int32_t *idx;
+    __host__ __device__ void operator()(size_t r) const
+    {
+        const float *xr = x + r * len;
+        float m = -INFINITY;
+        int32_t a = 0;
+        for (int t = 0; t < len; t++) {
+            float v = xr[t];
+            if (v > m || v != v) { m = v; a = t; }
+        }
+        y[r] = m;
+        idx[r] = a;
+    }
+};
+struct MaxTimeBwd {
+    int len; const float *dy; const int32_t *idx; float *dx;
+    __host__ __device__ void operator()(size_t i) const
+    {
+        size_t r = i / len;
+        dx[i] = idx[r] == (int32_t)(i % len) ? dy[r] : 0.0f;
+    }
+};
+
+#ifndef K_CUDA_EMULATE
+// One block per token j (grid-stride): the block first checks whether an earlier token
+// uses the same row; only the first user (the row's leader) writes the row, each
+// thread one column, so no two threads ever write the same element.
+__global__ void emb_bwd_rows(int ntok, EmbRowSum f, float *dtable)
+{
+    for (int j = blockIdx.x; j < ntok; j += gridDim.x) {
+        int32_t v = f.ids[j];
+        int dup = 0;
+        for (int t = threadIdx.x; t < j && !dup; t += blockDim.x) dup = f.ids[t] == v;
+        if (__syncthreads_or(dup)) continue;
+        for (int d = threadIdx.x; d < f.dim; d += blockDim.x) dtable[(size_t)v * f.dim + d] = f(j, d);
+    }
+}
+#endif
+
+int pool_args_bad(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad)
+{
+    // PyTorch's limits: beyond them a window can lie wholly in the padding.
+    if (ks >= 1 && st >= 1 && pad >= 0 && 2 * pad <= ks && h + 2 * pad >= ks && w + 2 * pad >= ks) return 0;
+    port_cuda_fail("%s(n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d): needs ks, st >= 1, 0 <= pad <= ks/2 and a "
+                   "window that fits", kernel, n, c, h, w, ks, st, pad);
+    return -1;
+}
+
+} // namespace
+
+int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
+                             int32_t *idx, port_stream s)
+{
+    if (pool_args_bad("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad)) return -1;
+    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
+    k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, y, idx}, s);
+    return K_CUDA_CHECK("k_cuda_maxpool2d_pad_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
+                        pad);
+}
+
+int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
+                             const int32_t *idx, float *dx, port_stream s)
+{
+    if (pool_args_bad("k_cuda_maxpool2d_pad_bwd", n, c, h, w, ks, st, pad)) return -1;
+    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
+    k_cuda_each((size_t)n * c * h * w, PoolBwd{h, w, ks, st, pad, p, q, dy, idx, dx}, s);
+    return K_CUDA_CHECK("k_cuda_maxpool2d_pad_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
+                        pad);
+}
+
+int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s)
+{
+    k_cuda_each((size_t)n * c, AvgFwd{hw, x, y}, s);
+    return K_CUDA_CHECK("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d", n, c, hw);
+}
+
+int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, port_stream s)
+{
+    k_cuda_each((size_t)n * c * hw, AvgBwd{hw, dy, dx}, s);
+    return K_CUDA_CHECK("k_cuda_global_avgpool_bwd", "n=%d c=%d hw=%d", n, c, hw);
+}
+
+int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s)
+{
+    k_cuda_each(n, Add{a, b, y}, s);
+    return K_CUDA_CHECK("k_cuda_add", "n=%zu", n);
+}
+
+int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y,
+                         port_stream s)
+{
+    k_cuda_each((size_t)n * dim * len, EmbFwd{len, dim, ids, table, y}, s);
+    return K_CUDA_CHECK("k_cuda_embedding_fwd", "n=%d len=%d dim=%d", n, len, dim);
+}
+
+int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy, float *dtable,
+                         port_stream s)
+{
+    int ntok = n * len;
+    EmbRowSum f = {ntok, len, dim, ids, dy};
+#ifdef K_CUDA_EMULATE
+    (void)s;
+    memset(dtable, 0, (size_t)vocab * dim * sizeof(float));
+    for (int j = 0; j < ntok; j++) {
+        int dup = 0;
+        for (int t = 0; t < j && !dup; t++) dup = ids[t] == ids[j];
+        if (!dup)
+            for (int d = 0; d < dim; d++) dtable[(size_t)ids[j] * dim + d] = f(j, d);
+    }
+    return 0;
+#else
+    cudaError_t e = cudaMemsetAsync(dtable, 0, (size_t)vocab * dim * sizeof(float), (cudaStream_t)s);
+    if (e != cudaSuccess) {
+        port_cuda_fail("k_cuda_embedding_bwd(n=%d len=%d dim=%d vocab=%d): zeroing dtable: %s", n, len, dim, vocab,
+                       cudaGetErrorString(e));
+        return -1;
+    }
+    if (ntok == 0 || dim == 0) return 0;
+    int threads = dim >= K_CUDA_THREADS ? K_CUDA_THREADS : (dim + 31) / 32 * 32;
+    emb_bwd_rows<<<ntok < 65535 * 16 ? ntok : 65535 * 16, threads, 0, (cudaStream_t)s>>>(ntok, f, dtable);
+    return k_cuda_check_launch("k_cuda_embedding_bwd", "n=%d len=%d dim=%d vocab=%d", n, len, dim, vocab);
+#endif
+}
+
+int k_cuda_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx, port_stream s)
+{
+    k_cuda_each((size_t)n * c, MaxTimeFwd{len, x, y, idx}, s);
+    return K_CUDA_CHECK("k_cuda_max_time_fwd", "n=%d c=%d len=%d", n, c, len);
+}
+
+int k_cuda_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx, port_stream s)
+{
+    k_cuda_each((size_t)n * c * len, MaxTimeBwd{len, dy, idx, dx}, s);
+    return K_CUDA_CHECK("k_cuda_max_time_bwd", "n=%d c=%d len=%d", n, c, len);
+}

@@ -14,6 +14,9 @@ typedef struct nn_opts {
     int check_sync;
     const char *metrics, *plot, *save, *resume;
     int max_steps; /* stop after this many training steps (tests, benchmarks); 0 = all */
+    /* data (nn/data/dataset.h) */
+    const char *dataset, *augment, *bad_sample;
+    int image_size, workers, seq_len, min_freq, max_vocab;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -20,11 +20,11 @@ double nn_peak_rss_mib(void)
 static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
-    if (nn_dataset_load(&t->train, a, err, errlen) || nn_dataset_load(&t->test, a, err, errlen))
+    if (nn_data_load(&t->train, a, err, errlen) || nn_data_load(&t->test, a, err, errlen))
         return -1;
     nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
-    nn_loader_plan(&t->loader, a, max_batch, t->train.rows * t->train.cols);
+    nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
     if (nn_model_build(&t->model, o->model, a, max_batch)) {
         snprintf(err, errlen, "--model %s: unknown model (available: lenet)", o->model);
         return -1;
@@ -42,13 +42,18 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
         !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
         return -1;
-    if (nn_data_locate(o->data, t->data_dir, sizeof t->data_dir, err, errlen)) return -1;
-    if (nn_dataset_open(&t->train, t->data_dir, "train", err, errlen) ||
-        nn_dataset_open(&t->test, t->data_dir, "t10k", err, errlen))
+    nn_data_cfg dc = {.dir = o->data, .dataset = o->dataset, .image_size = o->image_size, .augment = o->augment,
+                      .workers = o->workers, .bad_skip = o->bad_sample && !strcmp(o->bad_sample, "skip"),
+                      .seq_len = o->seq_len, .min_freq = o->min_freq, .max_vocab = o->max_vocab,
+                      .seed = (uint64_t)o->seed};
+    if (nn_data_open(&t->train, &dc, "train", err, errlen) || nn_data_open(&t->test, &dc, "test", err, errlen))
         return -1;
-    if (t->train.rows != 28 || t->train.cols != 28 || t->test.rows != 28 || t->test.cols != 28) {
-        snprintf(err, errlen, "%s: images are %dx%d, LeNet needs 28x28", t->train.images_path,
-                 t->train.rows, t->train.cols);
+    snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
+    if (t->train.tokens || t->train.c != 1 || t->train.h != 28 || t->train.w != 28 || t->train.num_classes != 10) {
+        snprintf(err, errlen, "%s: %s samples are %dx%dx%d%s with %d classes; LeNet needs 1x28x28 images and 10 "
+                 "classes (--image-size 28 for an image folder of 28x28 grayscale images)", t->train.dir,
+                 t->train.format, t->train.c, t->train.h, t->train.w, t->train.tokens ? " tokens" : "",
+                 t->train.num_classes);
         return -1;
     }
     /* Evaluation in chunks no larger than the training batch: same sums, and the
@@ -68,6 +73,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     if (carve(t, &t->host, err, errlen)) return -1;
+    if (t->train.classes_bytes && t->rank == 0) {
+        char line[1024];
+        size_t o2 = 0;
+        for (int k = 0; k < t->train.num_classes && o2 < sizeof line; k++)
+            o2 += (size_t)snprintf(line + o2, sizeof line - o2, "%s%s", k ? ", " : "", nn_data_class_name(&t->train, k));
+        rt_info("%d classes: %s", t->train.num_classes, line);
+    }
     nn_model_init(&t->model, (uint64_t)o->seed);
     memset(t->model.grads, 0, t->model.nparams * sizeof(float));
     memset(t->momentum, 0, t->model.nparams * sizeof(float));
@@ -102,10 +114,11 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
                                             "train samples", "test samples", "seed", "bucket bytes",
                                             "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
-                                            "resumed step"};
+                                            "resumed step", "data format/classes hash", "workers"};
         int64_t v[] = {(int64_t)t->model.nparams, o->batch_size, o->test_batch_size, t->train.n,
                        t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
-                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step};
+                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step,
+                       (int64_t)(t->train.meta_hash >> 1), o->workers};
         if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->model, o->bucket_mb);
         if (nn_ddp_broadcast_params(ddp)) {
@@ -141,12 +154,13 @@ double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
 {
-    const float *x;
+    const void *xv;
     const int32_t *y;
     int n;
     double sums[3] = {0, 0, 0};
-    nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
-    while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
+    nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
+    while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
+        const float *x = xv;
         long c = 0;
         if (t->cuda) sums[0] += nn_cuda_eval(t->cuda, x, y, n, &c);
         else sums[0] += k_nll_loss_sum(n, 10, nn_model_forward(&t->model, x, n, 0, 0, 0), y, &c);
@@ -162,12 +176,12 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
 static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
 {
     const nn_opts *o = &t->o;
-    const float *x;
+    const void *x;
     const int32_t *y;
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     nn_sampler_set_epoch(&t->sampler, epoch);
-    nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size);
+    nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
     double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
     long samples = 0;
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
@@ -196,6 +210,9 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     t->data_s = t->loader.wait_s;
     t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
     t->compute_s = dt - t->data_s - t->comm_s;
+    char skips[1600];
+    nn_loader_skips(&t->loader, skips, sizeof skips);
+    if (skips[0]) rt_warn("epoch %d: %s", epoch, skips);
     return dt;
 }
 
@@ -227,6 +244,7 @@ int nn_trainer_run(nn_trainer *t)
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->model.params, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
+        if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
     }
     nn_metrics_close(&mx);

@@ -2,9 +2,9 @@
  * (train epochs, "Train Epoch" / "Test set" lines, timing). */
 #ifndef NN_TRAIN_H
 #define NN_TRAIN_H
-#include "nn/data.h"
+#include "nn/data/dataset.h"
+#include "nn/data/loader.h"
 #include "nn/ddp.h"
-#include "nn/loader.h"
 #include "nn/model.h"
 #include "nn/opts.h"
 #include "nn/sampler.h"

@@ -73,14 +73,14 @@ TEST(image_png_gray_rgb_16bit_alpha_interlaced_decode_exactly)
     pattern(gray, 20, 13, 1, 2);
     for (int i = 0; i < 20 * 13; i++) {
         for (int k = 0; k < 3; k++) grey3[3 * i + k] = gray[i];
-        luma[i] = (uint8_t)((rgb[3 * i] * 299 + rgb[3 * i + 1] * 587 + rgb[3 * i + 2] * 114) / 1000);
+        luma[i] = (uint8_t)((rgb[3 * i] * 19595 + rgb[3 * i + 1] * 38470 + rgb[3 * i + 2] * 7471 + 0x8000) >> 16);
     }
     static const int flags[] = {0, NN_PNG_16BIT, NN_PNG_ALPHA, NN_PNG_INTERLACE, NN_PNG_16BIT | NN_PNG_ALPHA};
     for (int f = 0; f < 5; f++) {
         snprintf(p, sizeof p, "%s/rgb%d.png", dir, f);
         CHECK(nn_img_write_png(p, rgb, 20, 13, 3, flags[f], err, sizeof err) == 0);
         CHECKF(decode_diff(p, 3, rgb, 20, 13, err, sizeof err) == 0, "rgb flags %d: %s", flags[f], err);
-        CHECKF(decode_diff(p, 1, luma, 20, 13, err, sizeof err) <= 1, "rgb->gray flags %d", flags[f]);
+        CHECKF(decode_diff(p, 1, luma, 20, 13, err, sizeof err) == 0, "rgb->gray flags %d", flags[f]);
         snprintf(p, sizeof p, "%s/gray%d.png", dir, f);
         CHECK(nn_img_write_png(p, gray, 20, 13, 1, flags[f], err, sizeof err) == 0);
         CHECKF(decode_diff(p, 1, gray, 20, 13, err, sizeof err) == 0, "gray flags %d: %s", flags[f], err);
@@ -121,7 +121,7 @@ TEST(image_jpeg_gray_rgb_cmyk_decode_close)
     free(b);
 }
 
-/* Damages a file: keep the first `keep` bytes (truncate) or flip bytes after `from`. */
+/* Damages a file: keep the first `keep` percent (truncate) or flip bytes after `from`. */
 static void damage(const char *path, long keep, long from)
 {
     size_t n;
@@ -129,7 +129,7 @@ static void damage(const char *path, long keep, long from)
     if (from > 0)
         for (size_t i = (size_t)from; i < n - 4; i += 3) b[i] ^= 0xa5;
     FILE *f = fopen(path, "wb");
-    fwrite(b, 1, keep > 0 ? (size_t)keep : n, f);
+    fwrite(b, 1, keep > 0 ? n * (size_t)keep / 100 : n, f);
     fclose(f);
     free(b);
 }
@@ -156,7 +156,7 @@ TEST(image_corrupt_and_truncated_files_are_named_problems)
     for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 2654435761u >> 13);
     snprintf(p, sizeof p, "%s/t.jpg", dir);
     nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
-    damage(p, 2000, 0);
+    damage(p, 50, 0);
     CHECKF(strstr(decode_err(p), "corrupt JPEG") && strstr(decode_err(p), "Premature end"), "%s", decode_err(p));
     snprintf(p, sizeof p, "%s/c.jpg", dir);
     nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
@@ -164,7 +164,7 @@ TEST(image_corrupt_and_truncated_files_are_named_problems)
     CHECKF(strstr(decode_err(p), "corrupt JPEG"), "%s", decode_err(p));
     snprintf(p, sizeof p, "%s/t.png", dir);
     nn_img_write_png(p, px, 64, 64, 3, 0, err, sizeof err);
-    damage(p, 3000, 0);
+    damage(p, 50, 0);
     CHECKF(strstr(decode_err(p), "truncated PNG"), "%s", decode_err(p));
     snprintf(p, sizeof p, "%s/c.png", dir);
     nn_img_write_png(p, px, 64, 64, 3, 0, err, sizeof err);

@@ -114,7 +114,10 @@ int nn_data_open(nn_dataset *d, const nn_data_cfg *cfg, const char *split, char 
         d->src_c = cfg->syn_c > 0 ? cfg->syn_c : 1;
         d->src_h = cfg->syn_h > 0 ? cfg->syn_h : 28;
         d->src_w = cfg->syn_w > 0 ? cfg->syn_w : 28;
-        if (cfg->syn_vocab > 0) d->tokens = 1, d->vocab = cfg->syn_vocab, d->src_c = d->src_h = 1;
+        if (cfg->syn_vocab > 0) {
+            d->tokens = 1, d->vocab = cfg->syn_vocab;
+            d->c = d->h = 1, d->w = cfg->syn_w > 0 ? cfg->syn_w : 64;
+        }
     }
     if (rc) return -1;
     if (d->tokens) return 0;

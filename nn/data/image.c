@@ -35,6 +35,13 @@ static int unsupported(const char *kind, char *err, size_t errlen)
 }
 #endif
 
+/* Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point), in place. */
+static void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
+{
+    for (size_t i = 0; i < npx; i++, src += stride)
+        dst[i] = (uint8_t)((src[0] * 19595 + src[1] * 38470 + src[2] * 7471 + 0x8000) >> 16);
+}
+
 /* Decoded pixels needed for the crop: its size at scale s, plus the filter margin. */
 static void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
 {
@@ -147,10 +154,10 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
             const uint8_t *p = dst + 4 * i;
             int k = adobe ? p[3] : 255 - p[3], rgb[3];
             for (int c = 0; c < 3; c++) rgb[c] = (adobe ? p[c] : 255 - p[c]) * k / 255;
-            if (want_c == 1) dst[i] = (uint8_t)((rgb[0] * 299 + rgb[1] * 587 + rgb[2] * 114) / 1000);
-            else dst[3 * i] = (uint8_t)rgb[0], dst[3 * i + 1] = (uint8_t)rgb[1], dst[3 * i + 2] = (uint8_t)rgb[2];
+            dst[3 * i] = (uint8_t)rgb[0], dst[3 * i + 1] = (uint8_t)rgb[1], dst[3 * i + 2] = (uint8_t)rgb[2];
         }
-        nc = want_c;
+        nc = 3;
+        if (want_c == 1) to_luma(dst, dst, npx, 3), nc = 1;
     }
     img->px = dst;
     img->w = (int)cw, img->h = y1 - y0, img->c = nc;
@@ -221,7 +228,6 @@ static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn p
     if (ct & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(p);
     int color = (ct & PNG_COLOR_MASK_COLOR) != 0;
     if (want_c == 3 && !color) png_set_gray_to_rgb(p);
-    if (want_c == 1 && color) png_set_rgb_to_gray_fixed(p, 1, -1, -1);
     int passes = png_set_interlace_handling(p);
     png_read_update_info(p, info);
     size_t row = png_get_rowbytes(p, info);
@@ -235,6 +241,7 @@ static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn p
         for (int y = 0; y < H; y++) png_read_row(p, dst + (size_t)y * row, NULL);
     png_read_end(p, NULL);
     png_destroy_read_struct(&p, &info, NULL);
+    if (want_c == 1 && color) to_luma(dst, dst, (size_t)W * H, 3);
     img->px = dst;
     img->w = W, img->h = H, img->c = want_c;
     return 0;

@@ -24,6 +24,12 @@ else
 LIB_SRC  := $(filter-out transport/tp_verbs%.c,$(LIB_SRC))
 endif
 
+# Image decoding (nn/data/image.c) when the headers exist; JPEG=0 / PNG=0 opt out.
+JPEG     ?= $(if $(wildcard /usr/include/jpeglib.h),1,0)
+PNG      ?= $(if $(wildcard /usr/include/png.h),1,0)
+CFLAGS   += -DDDPRT_JPEG=$(JPEG) -DDDPRT_PNG=$(PNG)
+LDLIBS   += $(if $(filter 1,$(JPEG)),-ljpeg) $(if $(filter 1,$(PNG)),-lpng16)
+
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 PROGS    := $(foreach m,$(MAINS),$(BUILD)/ddprt-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(m)))))

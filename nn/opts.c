@@ -42,6 +42,14 @@ static const flag flags[] = {
     F("num-classes", T_POSINT, num_classes, "output classes (default: the data's)"),
     F("embed-dim", T_POSINT, embed_dim, "textcnn embedding size (default: 128)"),
     F("init-from", T_STR, init_from, "start from the weights of a safetensors state_dict (fine-tuning)"),
+    F("dataset", T_STR, dataset, "data format: idx, cifar10, cifar100, imagefolder, text, synthetic (default: detect)"),
+    F("image-size", T_POSINT, image_size, "image side after transforms (default: the data's own; image folders 224)"),
+    F("augment", T_STR, augment, "none, cifar or imagenet (default: cifar for CIFAR, imagenet for folders)"),
+    F("workers", T_POSINT, workers, "data loader threads per rank (default: 1)"),
+    F("bad-sample", T_STR, bad_sample, "fail or skip: what a corrupt image or bad text line does (default: fail)"),
+    F("seq-len", T_POSINT, seq_len, "text: tokens per sample, padded or truncated (default: 64)"),
+    F("min-freq", T_POSINT, min_freq, "text: minimum count of a word in the vocabulary (default: 1)"),
+    F("max-vocab", T_POSINT, max_vocab, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -59,6 +67,7 @@ void nn_opts_default(nn_opts *o)
     o->rank = -1;
     o->world_size = -1;
     o->bucket_mb = 25;
+    o->workers = 1;
 }
 
 void nn_opts_usage(void)
@@ -159,6 +168,10 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
     }
     if (o->lr <= 0 || o->momentum < 0 || o->weight_decay < 0) {
         rt_error("--lr must be > 0 and --momentum, --weight-decay >= 0");
+        return -1;
+    }
+    if (o->bad_sample && strcmp(o->bad_sample, "fail") && strcmp(o->bad_sample, "skip")) {
+        rt_error("--bad-sample: expected fail or skip, got '%s'", o->bad_sample);
         return -1;
     }
     if (o->bucket_mb <= 0) { rt_error("--bucket-mb must be > 0"); return -1; }

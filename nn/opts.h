@@ -17,6 +17,9 @@ typedef struct nn_opts {
     /* models */
     const char *model_file, *init_from;
     int num_classes, embed_dim;
+    /* data (nn/data/dataset.h) */
+    const char *dataset, *augment, *bad_sample;
+    int image_size, workers, seq_len, min_freq, max_vocab;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -21,11 +21,11 @@ double nn_peak_rss_mib(void)
 static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
-    if (nn_dataset_load(&t->train, a, err, errlen) || nn_dataset_load(&t->test, a, err, errlen))
+    if (nn_data_load(&t->train, a, err, errlen) || nn_data_load(&t->test, a, err, errlen))
         return -1;
     nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
-    nn_loader_plan(&t->loader, a, max_batch, t->train.rows * t->train.cols);
+    nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
         nn_graph_finish(&t->g, a, max_batch, err, errlen))
         return -1;
@@ -42,13 +42,27 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
         !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
         return -1;
-    if (nn_data_locate(o->data, t->data_dir, sizeof t->data_dir, err, errlen)) return -1;
-    if (nn_dataset_open(&t->train, t->data_dir, "train", err, errlen) ||
-        nn_dataset_open(&t->test, t->data_dir, "t10k", err, errlen))
+    nn_data_cfg dc = {.dir = o->data, .dataset = o->dataset, .image_size = o->image_size, .augment = o->augment,
+                      .workers = o->workers, .bad_skip = o->bad_sample && !strcmp(o->bad_sample, "skip"),
+                      .seq_len = o->seq_len, .min_freq = o->min_freq, .max_vocab = o->max_vocab,
+                      .seed = (uint64_t)o->seed};
+    /* --data synthetic: samples of the shape the model expects (the zoo's default
+     * input; --image-size and --seq-len change it, --num-classes the classes). */
+    nn_shape din;
+    int dcls;
+    if (!o->model_file && !nn_model_default_input(o->model, &din, &dcls)) {
+        dc.syn_c = din.c;
+        dc.syn_h = dc.syn_w = o->image_size ? o->image_size : din.h;
+        if (din.tokens) dc.syn_h = 1, dc.syn_w = o->seq_len ? o->seq_len : din.w, dc.syn_vocab = 20000;
+        dc.syn_classes = o->num_classes ? o->num_classes : dcls;
+    }
+    if (nn_data_open(&t->train, &dc, "train", err, errlen) || nn_data_open(&t->test, &dc, "test", err, errlen))
         return -1;
-    if (t->train.rows != t->test.rows || t->train.cols != t->test.cols) {
-        snprintf(err, errlen, "%s: images are %dx%d, but the test images are %dx%d", t->train.images_path,
-                 t->train.rows, t->train.cols, t->test.rows, t->test.cols);
+    snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
+    if (t->train.c != t->test.c || t->train.h != t->test.h || t->train.w != t->test.w ||
+        t->train.tokens != t->test.tokens) {
+        snprintf(err, errlen, "%s: training samples are %dx%dx%d, test samples %dx%dx%d", t->train.dir, t->train.c,
+                 t->train.h, t->train.w, t->test.c, t->test.h, t->test.w);
         return -1;
     }
     if (t->cuda && (o->model_file || strcmp(o->model, "lenet"))) {
@@ -56,8 +70,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     t->mc = (nn_model_cfg){.name = o->model_file ? NULL : o->model, .file = o->model_file,
-                           .in = {1, t->train.rows, t->train.cols, 0},
-                           .num_classes = o->num_classes ? o->num_classes : 10, .embed_dim = o->embed_dim};
+                           .in = {t->train.c, t->train.h, t->train.w, t->train.tokens},
+                           .num_classes = o->num_classes ? o->num_classes : t->train.num_classes,
+                           .vocab = t->train.vocab, .embed_dim = o->embed_dim};
+    if (o->num_classes && o->num_classes < t->train.num_classes) {
+        snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
+        return -1;
+    }
     t->nodes = calloc(NN_MAX_NODES, sizeof *t->nodes);
     t->pmeta = calloc(NN_MAX_PARAMS, sizeof *t->pmeta);
     t->bmeta = calloc(NN_MAX_BUFS, sizeof *t->bmeta);
@@ -85,6 +104,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (o->mem_report && t->rank == 0)
         printf("activations: planned %.2f MiB, %.2f MiB without reuse; workspace %.2f MiB\n",
                t->g.act_bytes / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
+    if (t->train.classes_bytes && t->rank == 0) {
+        char line[1024];
+        size_t o2 = 0;
+        for (int k = 0; k < t->train.num_classes && o2 < sizeof line; k++)
+            o2 += (size_t)snprintf(line + o2, sizeof line - o2, "%s%s", k ? ", " : "", nn_data_class_name(&t->train, k));
+        rt_info("%d classes: %s", t->train.num_classes, line);
+    }
     nn_graph_init(&t->g, (uint64_t)o->seed);
     memset(t->g.grads, 0, t->g.nparams * sizeof(float));
     memset(t->momentum, 0, t->g.nparams * sizeof(float));
@@ -120,10 +146,11 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
                                             "train samples", "test samples", "seed", "bucket bytes",
                                             "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
-                                            "resumed step"};
+                                            "resumed step", "data format/classes hash", "workers"};
         int64_t v[] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
                        t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
-                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step};
+                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step,
+                       (int64_t)(t->train.meta_hash >> 1), o->workers};
         if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_ddp_broadcast_params(ddp)) {
@@ -139,7 +166,7 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     return 0;
 }
 
-double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
+double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
 {
     nn_graph *g = &t->g;
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
@@ -161,13 +188,14 @@ double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
 {
-    const float *x;
+    const void *xv;
     const int32_t *y;
     int n;
     double sums[3] = {0, 0, 0};
     if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
-    while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
+    nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
+    while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
+        const void *x = xv;
         long c = 0;
         if (t->cuda) sums[0] += nn_cuda_eval(t->cuda, x, y, n, &c);
         else {
@@ -186,12 +214,12 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
 static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
 {
     const nn_opts *o = &t->o;
-    const float *x;
+    const void *x;
     const int32_t *y;
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     nn_sampler_set_epoch(&t->sampler, epoch);
-    nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size);
+    nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
     double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
     long samples = 0;
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
@@ -221,6 +249,9 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
     t->compute_s = dt - t->data_s - t->comm_s;
     t->epoch_samples = samples * t->world;
+    char skips[1600];
+    nn_loader_skips(&t->loader, skips, sizeof skips);
+    if (skips[0]) rt_warn("epoch %d: %s", epoch, skips);
     return dt;
 }
 
@@ -252,6 +283,7 @@ int nn_trainer_run(nn_trainer *t)
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->g.params, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
+        if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
     }
     nn_metrics_close(&mx);

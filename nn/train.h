@@ -2,9 +2,9 @@
  * (train epochs, "Train Epoch" / "Test set" lines, timing). */
 #ifndef NN_TRAIN_H
 #define NN_TRAIN_H
-#include "nn/data.h"
+#include "nn/data/dataset.h"
+#include "nn/data/loader.h"
 #include "nn/ddp.h"
-#include "nn/loader.h"
 #include "nn/graph.h"
 #include "nn/models/models.h"
 #include "nn/opts.h"
@@ -40,7 +40,7 @@ typedef struct nn_trainer {
  * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen);
 /* One optimizer step on a batch; returns the batch's mean loss. Allocates nothing. */
-double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n);
+double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n);
 /* Loss sum and correct count over this rank's share of the test set. */
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
 /* The epochs loop with the seed's log lines; returns the process exit status. */

@@ -1,4 +1,4 @@
-#include "nn/data.h"
+#include "nn/data/dataset.h"
 #include "nn/sampler.h"
 #include "test/t.h"
 #include "test/t_data.h"
@@ -24,11 +24,12 @@ static const char *load_err(int gz, void (*corrupt)(const char *dir, int gz))
     nn_dataset d;
     rt_arena ar;
     err[0] = 0;
-    if (nn_dataset_open(&d, dir, "train", err, sizeof err)) return err;
+    memset(&d, 0, sizeof d);
+    if (nn_idx_open(&d, dir, "train", err, sizeof err)) return err;
     rt_arena_init(&ar, "t", 1 << 20);
-    if (nn_dataset_load(&d, &ar, err, sizeof err) == 0) {
-        CHECK(d.n == 5 && d.rows == 28 && d.cols == 28);
-        CHECK(d.images[784 * 2 + 3] == (uint8_t)(784 * 2 + 3));
+    if (nn_idx_load(&d, &ar, err, sizeof err) == 0) {
+        CHECK(d.n == 5 && d.src_h == 28 && d.src_w == 28);
+        CHECK(d.pixels[784 * 2 + 3] == (uint8_t)(784 * 2 + 3));
         CHECK(d.labels[4] == 9);
     }
     rt_arena_free(&ar);

@@ -45,14 +45,14 @@ int main(int argc, char **argv)
     if (argc > 3) o.model = argv[3];
     k_set_threads(atoi(argv[2]));
     if (nn_trainer_setup(&t, &o, NULL, err, sizeof err)) rt_fatal("%s", err);
-    const float *x;
+    const void *x;
     const int32_t *y;
     int n, steps = 0;
     /* Epoch 1 warms up (first-use allocations in libc are not the loop's). */
     for (int epoch = 1; epoch <= 2; epoch++) {
         if (epoch == 2) atomic_store(&counting, 1);
         nn_sampler_set_epoch(&t.sampler, epoch);
-        nn_loader_begin(&t.loader, &t.train, t.sampler.indices, 0, t.sampler.num_samples, o.batch_size);
+        nn_loader_begin(&t.loader, &t.train, t.sampler.indices, 0, t.sampler.num_samples, o.batch_size, epoch, 1);
         while ((n = nn_loader_next(&t.loader, &x, &y)) > 0) {
             nn_trainer_step(&t, x, y, n);
             steps += epoch == 2;

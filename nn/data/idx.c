@@ -1,4 +1,4 @@
-#include "nn/data.h"
+#include "nn/data/dataset.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,13 +6,14 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#define DEBIAN_DIR "/usr/share/datasets/fashion-mnist"
-
 static int file_exists(const char *p)
 {
     struct stat st;
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+/* IDX: MNIST-format files (plain or gzip), validated; the samples stay as bytes
+ * (60000x28x28 = 45 MiB) in the arena and are normalised per batch. */
 
 /* Accepts "name" or "name.gz"; writes the one that exists into out. */
 static int find_file(const char *dir, const char *name, char *out, size_t outlen)
@@ -21,35 +22,6 @@ static int find_file(const char *dir, const char *name, char *out, size_t outlen
     if (file_exists(out)) return 0;
     snprintf(out, outlen, "%s/%s.gz", dir, name);
     return file_exists(out) ? 0 : -1;
-}
-
-static int dir_has_data(const char *dir)
-{
-    char p[512];
-    return find_file(dir, "train-images-idx3-ubyte", p, sizeof p) == 0 &&
-           find_file(dir, "t10k-labels-idx1-ubyte", p, sizeof p) == 0;
-}
-
-int nn_data_locate(const char *dir, char *out, size_t outlen, char *err, size_t errlen)
-{
-    const char *env = getenv("DDPRT_DATA");
-    const char *cands[3] = {env && *env ? env : NULL, "./data", DEBIAN_DIR};
-    if (dir && *dir) {
-        if (!dir_has_data(dir)) {
-            snprintf(err, errlen, "--data %s: no train-images-idx3-ubyte[.gz] / t10k-labels-idx1-ubyte[.gz] there", dir);
-            return -1;
-        }
-        snprintf(out, outlen, "%s", dir);
-        return 0;
-    }
-    for (int i = 0; i < 3; i++)
-        if (cands[i] && dir_has_data(cands[i])) {
-            snprintf(out, outlen, "%s", cands[i]);
-            return 0;
-        }
-    snprintf(err, errlen, "no Fashion-MNIST data found in $DDPRT_DATA, ./data or " DEBIAN_DIR
-                          "; install it with: sudo apt-get install dataset-fashion-mnist (or pass --data DIR)");
-    return -1;
 }
 
 static uint32_t be32(const unsigned char *p)
@@ -131,30 +103,31 @@ int nn_idx_read_header(const char *path, int want_ndims, nn_idx_header *h, char 
     return 0;
 }
 
-int nn_dataset_open(nn_dataset *d, const char *dir, const char *split, char *err, size_t errlen)
+int nn_idx_open(nn_dataset *d, const char *dir, const char *split, char *err, size_t errlen)
 {
     char name[64];
-    memset(d, 0, sizeof *d);
+    char *ip = d->path[0], *lp = d->path[1];
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
-    if (find_file(dir, name, d->images_path, sizeof d->images_path)) {
+    if (find_file(dir, name, ip, sizeof d->path[0])) {
         snprintf(err, errlen, "%s/%s[.gz]: no such file", dir, name);
         return -1;
     }
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", split);
-    if (find_file(dir, name, d->labels_path, sizeof d->labels_path)) {
+    if (find_file(dir, name, lp, sizeof d->path[1])) {
         snprintf(err, errlen, "%s/%s[.gz]: no such file", dir, name);
         return -1;
     }
-    if (nn_idx_read_header(d->images_path, 3, &d->ih, err, errlen)) return -1;
-    if (nn_idx_read_header(d->labels_path, 1, &d->lh, err, errlen)) return -1;
+    if (nn_idx_read_header(ip, 3, &d->ih, err, errlen)) return -1;
+    if (nn_idx_read_header(lp, 1, &d->lh, err, errlen)) return -1;
     if (d->ih.count != d->lh.count) {
-        snprintf(err, errlen, "%s has %zu images but %s has %zu labels", d->images_path, d->ih.count,
-                 d->labels_path, d->lh.count);
+        snprintf(err, errlen, "%s has %zu images but %s has %zu labels", ip, d->ih.count, lp, d->lh.count);
         return -1;
     }
     d->n = (int)d->ih.count;
-    d->rows = d->ih.dims[1];
-    d->cols = d->ih.dims[2];
+    d->src_c = 1;
+    d->src_h = d->ih.dims[1];
+    d->src_w = d->ih.dims[2];
+    d->num_classes = 10;
     return 0;
 }
 
@@ -189,19 +162,23 @@ static int read_payload(const char *path, size_t hlen, void *dst, size_t n, char
     return got < 0 ? -1 : 0;
 }
 
-int nn_dataset_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
+int nn_idx_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
 {
-    size_t isz = (size_t)d->n * d->rows * d->cols;
-    d->images = rt_arena_alloc(a, isz, RT_MEM_DATA, d->images_path);
-    d->labels = rt_arena_alloc(a, (size_t)d->n, RT_MEM_DATA, d->labels_path);
+    size_t isz = (size_t)d->n * d->src_h * d->src_w;
+    d->pixels = rt_arena_alloc(a, isz, RT_MEM_DATA, d->path[0]);
+    d->labels = rt_arena_alloc(a, (size_t)d->n * sizeof(int32_t), RT_MEM_DATA, d->path[1]);
     if (a->planning) return 0;
-    if (read_payload(d->images_path, 16, d->images, isz, err, errlen)) return -1;
-    if (read_payload(d->labels_path, 8, d->labels, (size_t)d->n, err, errlen)) return -1;
-    for (int i = 0; i < d->n; i++)
-        if (d->labels[i] > 9) {
-            snprintf(err, errlen, "%s: label %d at offset %d (sample %d) is out of range 0-9",
-                     d->labels_path, d->labels[i], 8 + i, i);
+    if (read_payload(d->path[0], 16, d->pixels, isz, err, errlen)) return -1;
+    /* The bytes go to the tail of the int32 array, then widen front to back. */
+    uint8_t *lb = (uint8_t *)d->labels + 3 * (size_t)d->n;
+    if (read_payload(d->path[1], 8, lb, (size_t)d->n, err, errlen)) return -1;
+    for (int i = 0; i < d->n; i++) {
+        if (lb[i] > 9) {
+            snprintf(err, errlen, "%s: label %d at offset %d (sample %d) is out of range 0-9", d->path[1], lb[i],
+                     8 + i, i);
             return -1;
         }
+        d->labels[i] = lb[i];
+    }
     return 0;
 }

@@ -1,0 +1,283 @@
+#include "nn/data/image.h"
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+#ifndef DDPRT_JPEG
+#define DDPRT_JPEG 0
+#endif
+#ifndef DDPRT_PNG
+#define DDPRT_PNG 0
+#endif
+#if DDPRT_JPEG
+#include <jpeglib.h>
+#endif
+#if DDPRT_PNG
+#include <png.h>
+#endif
+
+int nn_img_have_jpeg(void) { return DDPRT_JPEG; }
+int nn_img_have_png(void) { return DDPRT_PNG; }
+
+const char *nn_img_kind(const uint8_t *b, size_t n)
+{
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpeg";
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    return NULL;
+}
+
+#if !DDPRT_JPEG || !DDPRT_PNG
+static int unsupported(const char *kind, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s image, but this build has no %s support: install %s and rebuild (make clean all)",
+             kind, kind, !strcmp(kind, "jpeg") ? "libjpeg62-turbo-dev" : "libpng-dev");
+    return -1;
+}
+#endif
+
+/* Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point), in place. */
+static void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
+{
+    for (size_t i = 0; i < npx; i++, src += stride)
+        dst[i] = (uint8_t)((src[0] * 19595 + src[1] * 38470 + src[2] * 7471 + 0x8000) >> 16);
+}
+
+/* Decoded pixels needed for the crop: its size at scale s, plus the filter margin. */
+static void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
+{
+    double c0 = crop[0] * s, cw = crop[2] * s, support = cw / out > 1 ? cw / out : 1;
+    int m = (int)ceil(support) + 1;
+    *lo = (int)floor(c0) - m;
+    *hi = (int)ceil(c0 + cw) + m;
+    if (*lo < 0) *lo = 0;
+    if (*hi > full) *hi = full;
+    if (*hi < *lo) *hi = *lo;
+}
+
+#if DDPRT_JPEG
+typedef struct jerr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+    int bad;
+} jerr;
+
+static void j_error_exit(j_common_ptr ci)
+{
+    jerr *e = (jerr *)ci->err;
+    ci->err->format_message(ci, e->msg);
+    longjmp(e->jb, 1);
+}
+
+/* Corrupt-data warnings (level -1: premature end, bad Huffman code, ...) make the
+ * image bad: libjpeg would otherwise return grey or garbage rows silently. */
+static void j_emit(j_common_ptr ci, int level)
+{
+    jerr *e = (jerr *)ci->err;
+    if (level < 0 && !e->bad) {
+        ci->err->format_message(ci, e->msg);
+        e->bad = 1;
+    }
+}
+static void j_output(j_common_ptr ci) { (void)ci; }
+
+static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan, void *ctx, int ow,
+                       int oh, uint8_t *dst, size_t dst_bytes, nn_img *img, char *err, size_t errlen)
+{
+    struct jpeg_decompress_struct ci;
+    jerr e;
+    memset(&e, 0, sizeof e);
+    ci.err = jpeg_std_error(&e.pub);
+    e.pub.error_exit = j_error_exit;
+    e.pub.emit_message = j_emit;
+    e.pub.output_message = j_output;
+    if (setjmp(e.jb)) {
+        jpeg_destroy_decompress(&ci);
+        snprintf(err, errlen, "corrupt JPEG: %s", e.msg);
+        return -1;
+    }
+    jpeg_create_decompress(&ci);
+    jpeg_mem_src(&ci, buf, (unsigned long)n);
+    jpeg_read_header(&ci, TRUE);
+    int W = (int)ci.image_width, H = (int)ci.image_height;
+    img->src_w = W, img->src_h = H;
+    if (!plan) { /* header only */
+        img->c = ci.num_components == 1 ? 1 : 3;
+        jpeg_destroy_decompress(&ci);
+        return 0;
+    }
+    plan(ctx, W, H, img->crop, &img->flip);
+    int cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
+    ci.out_color_space = cmyk ? JCS_CMYK : want_c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    /* The smallest DCT scale (num/8) that keeps the crop at least out pixels wide and high. */
+    int num = 8;
+    if (ow > 0 && oh > 0)
+        for (num = 1; num < 8; num++)
+            if (img->crop[2] * num / 8.0 >= ow && img->crop[3] * num / 8.0 >= oh) break;
+    ci.scale_num = (unsigned)num;
+    ci.scale_denom = 8;
+    jpeg_start_decompress(&ci);
+    int nc = ci.output_components, OW = (int)ci.output_width, OH = (int)ci.output_height;
+    double sx = (double)OW / W, sy = (double)OH / H;
+    int x0, x1, y0, y1;
+    band(img->crop, sx, ow > 0 ? ow : OW, OW, &x0, &x1);
+    float cy[4] = {img->crop[1], 0, img->crop[3], 0};
+    band(cy, sy, oh > 0 ? oh : OH, OH, &y0, &y1);
+    if (x1 <= x0 || y1 <= y0) x0 = 0, x1 = OW, y0 = 0, y1 = OH;
+    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (cw < (JDIMENSION)OW) jpeg_crop_scanline(&ci, &xoff, &cw); /* widened to iMCU boundaries */
+    else xoff = 0, cw = (JDIMENSION)OW;
+    size_t row = (size_t)cw * nc;
+    if ((size_t)(y1 - y0) * row > dst_bytes) {
+        jpeg_destroy_decompress(&ci);
+        snprintf(err, errlen, "image %dx%d too large to decode (%zu bytes, the buffer holds %zu)", W, H,
+                 (size_t)(y1 - y0) * row, dst_bytes);
+        return -1;
+    }
+    if (y0 > 0) jpeg_skip_scanlines(&ci, (JDIMENSION)y0);
+    while ((int)ci.output_scanline < y1) {
+        JSAMPROW r = dst + (size_t)((int)ci.output_scanline - y0) * row;
+        jpeg_read_scanlines(&ci, &r, 1);
+    }
+    /* The rest is entropy-decoded only, so a truncated or corrupt tail is still seen. */
+    if ((int)ci.output_scanline < OH) jpeg_skip_scanlines(&ci, (JDIMENSION)(OH - (int)ci.output_scanline));
+    jpeg_finish_decompress(&ci);
+    int adobe = ci.saw_Adobe_marker;
+    jpeg_destroy_decompress(&ci);
+    if (e.bad) {
+        snprintf(err, errlen, "corrupt JPEG: %s", e.msg);
+        return -1;
+    }
+    size_t npx = (size_t)(y1 - y0) * cw;
+    if (cmyk) { /* to RGB or luma, in place (the output is never longer than the input) */
+        for (size_t i = 0; i < npx; i++) {
+            const uint8_t *p = dst + 4 * i;
+            int k = adobe ? p[3] : 255 - p[3], rgb[3];
+            for (int c = 0; c < 3; c++) rgb[c] = (adobe ? p[c] : 255 - p[c]) * k / 255;
+            dst[3 * i] = (uint8_t)rgb[0], dst[3 * i + 1] = (uint8_t)rgb[1], dst[3 * i + 2] = (uint8_t)rgb[2];
+        }
+        nc = 3;
+        if (want_c == 1) to_luma(dst, dst, npx, 3), nc = 1;
+    }
+    img->px = dst;
+    img->w = (int)cw, img->h = y1 - y0, img->c = nc;
+    img->crop[0] = (float)(img->crop[0] * sx - (double)xoff);
+    img->crop[1] = (float)(img->crop[1] * sy - y0);
+    img->crop[2] = (float)(img->crop[2] * sx);
+    img->crop[3] = (float)(img->crop[3] * sy);
+    return 0;
+}
+#endif
+
+#if DDPRT_PNG
+typedef struct pctx {
+    const uint8_t *buf;
+    size_t n, pos;
+    char msg[256];
+} pctx;
+
+static void p_error(png_structp p, png_const_charp m)
+{
+    pctx *c = png_get_error_ptr(p);
+    snprintf(c->msg, sizeof c->msg, "%s", m);
+    png_longjmp(p, 1);
+}
+static void p_warn(png_structp p, png_const_charp m) { (void)p, (void)m; }
+static void p_read(png_structp p, png_bytep out, size_t n)
+{
+    pctx *c = png_get_io_ptr(p);
+    if (n > c->n - c->pos) {
+        snprintf(c->msg, sizeof c->msg, "truncated: the file ends at byte %zu", c->n);
+        png_longjmp(p, 1);
+    }
+    memcpy(out, c->buf + c->pos, n);
+    c->pos += n;
+}
+
+static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan, void *ctx, uint8_t *dst,
+                      size_t dst_bytes, nn_img *img, char *err, size_t errlen)
+{
+    pctx c = {buf, n, 0, ""};
+    png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, &c, p_error, p_warn);
+    png_infop info = p ? png_create_info_struct(p) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&p, NULL, NULL);
+        snprintf(err, errlen, "PNG: out of memory");
+        return -1;
+    }
+    if (setjmp(png_jmpbuf(p))) {
+        png_destroy_read_struct(&p, &info, NULL);
+        snprintf(err, errlen, "%s PNG: %s", strstr(c.msg, "truncated") ? "truncated" : "corrupt", c.msg);
+        return -1;
+    }
+    png_set_read_fn(p, &c, p_read);
+    png_read_info(p, info);
+    int W = (int)png_get_image_width(p, info), H = (int)png_get_image_height(p, info);
+    int ct = png_get_color_type(p, info), depth = png_get_bit_depth(p, info);
+    img->src_w = W, img->src_h = H;
+    if (!plan) {
+        img->c = ct & PNG_COLOR_MASK_COLOR ? 3 : 1;
+        png_destroy_read_struct(&p, &info, NULL);
+        return 0;
+    }
+    plan(ctx, W, H, img->crop, &img->flip);
+    /* As Pillow's convert("L"/"RGB"): 16-bit keeps the high byte, alpha is dropped. */
+    if (depth == 16) png_set_strip_16(p);
+    if (ct == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(p);
+    if (ct == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(p);
+    if (ct & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(p);
+    int color = (ct & PNG_COLOR_MASK_COLOR) != 0;
+    if (want_c == 3 && !color) png_set_gray_to_rgb(p);
+    int passes = png_set_interlace_handling(p);
+    png_read_update_info(p, info);
+    size_t row = png_get_rowbytes(p, info);
+    if ((size_t)H * row > dst_bytes) {
+        png_destroy_read_struct(&p, &info, NULL);
+        snprintf(err, errlen, "image %dx%d too large to decode (%zu bytes, the buffer holds %zu)", W, H,
+                 (size_t)H * row, dst_bytes);
+        return -1;
+    }
+    for (int pass = 0; pass < passes; pass++)
+        for (int y = 0; y < H; y++) png_read_row(p, dst + (size_t)y * row, NULL);
+    png_read_end(p, NULL);
+    png_destroy_read_struct(&p, &info, NULL);
+    if (want_c == 1 && color) to_luma(dst, dst, (size_t)W * H, 3);
+    img->px = dst;
+    img->w = W, img->h = H, img->c = want_c;
+    return 0;
+}
+#endif
+
+int nn_img_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan, void *ctx, int out_w,
+                  int out_h, uint8_t *dst, size_t dst_bytes, nn_img *img, char *err, size_t errlen)
+{
+    const char *kind = nn_img_kind(buf, n);
+    memset(img, 0, sizeof *img);
+    if (!kind) {
+        snprintf(err, errlen, "not a JPEG or PNG file (%zu bytes, starts %02x %02x)", n, n > 0 ? buf[0] : 0,
+                 n > 1 ? buf[1] : 0);
+        return -1;
+    }
+    if (!strcmp(kind, "jpeg")) {
+#if DDPRT_JPEG
+        return jpeg_decode(buf, n, want_c, plan, ctx, out_w, out_h, dst, dst_bytes, img, err, errlen);
+#else
+        (void)want_c, (void)plan, (void)ctx, (void)out_w, (void)out_h, (void)dst, (void)dst_bytes;
+        return unsupported("jpeg", err, errlen);
+#endif
+    }
+#if DDPRT_PNG
+    (void)out_w, (void)out_h;
+    return png_decode(buf, n, want_c, plan, ctx, dst, dst_bytes, img, err, errlen);
+#else
+    return unsupported("png", err, errlen);
+#endif
+}
+
+int nn_img_info(const uint8_t *buf, size_t n, int *w, int *h, int *c, char *err, size_t errlen)
+{
+    nn_img img;
+    if (nn_img_decode(buf, n, 3, NULL, NULL, 0, 0, NULL, 0, &img, err, errlen)) return -1;
+    *w = img.src_w, *h = img.src_h, *c = img.c;
+    return 0;
+}

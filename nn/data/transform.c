@@ -1,0 +1,151 @@
+#include "nn/data/image.h"
+#include <math.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double uni(uint64_t *s) { return (double)(mix(s) >> 11) * (1.0 / 9007199254740992.0); }
+static int randint(uint64_t *s, int lo, int hi) { return lo + (int)(mix(s) % (uint64_t)(hi - lo)); } /* [lo, hi) */
+
+uint64_t nn_tf_key(uint64_t seed, int epoch, int idx)
+{
+    uint64_t s = seed * 0x100000001b3ull ^ ((uint64_t)(uint32_t)epoch << 32 | (uint32_t)idx);
+    mix(&s);
+    return mix(&s);
+}
+
+void nn_tf_plan(int kind, uint64_t key, int W, int H, int out, float crop[4], int *flip)
+{
+    uint64_t s = key;
+    *flip = 0;
+    if (kind == NN_TF_RRC) {
+        /* torchvision RandomResizedCrop.get_params: scale (0.08, 1), ratio (3/4, 4/3). */
+        double area = (double)W * H, lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+        for (int i = 0; i < 10; i++) {
+            double ta = area * (0.08 + 0.92 * uni(&s)), ar = exp(lr0 + (lr1 - lr0) * uni(&s));
+            int w = (int)lround(sqrt(ta * ar)), h = (int)lround(sqrt(ta / ar));
+            if (w > 0 && h > 0 && w <= W && h <= H) {
+                int y = randint(&s, 0, H - h + 1), x = randint(&s, 0, W - w + 1);
+                crop[0] = (float)x, crop[1] = (float)y, crop[2] = (float)w, crop[3] = (float)h;
+                *flip = uni(&s) < 0.5;
+                return;
+            }
+        }
+        double r = (double)W / H;
+        int w = W, h = H;
+        if (r < 3.0 / 4.0) h = (int)lround(w / (3.0 / 4.0));
+        else if (r > 4.0 / 3.0) w = (int)lround(h * (4.0 / 3.0));
+        if (h > H) h = H;
+        if (w > W) w = W;
+        crop[0] = (float)((W - w) / 2), crop[1] = (float)((H - h) / 2), crop[2] = (float)w, crop[3] = (float)h;
+        *flip = uni(&s) < 0.5;
+        return;
+    }
+    /* Resize(short side to R) + CenterCrop(out), as one crop in source pixels. The
+     * ImageNet eval recipe resizes to out * 256 / 224 first. */
+    int R = kind == NN_TF_EVAL_IMAGENET ? out * 256 / 224 : out;
+    int sh = W < H ? W : H;
+    double sc = (double)sh / R; /* source pixels per resized pixel */
+    double rw = W < H ? R : floor((double)R * W / H), rh = W < H ? floor((double)R * H / W) : R;
+    double ox = rint((rw - out) / 2.0), oy = rint((rh - out) / 2.0);
+    crop[0] = (float)(ox * sc), crop[1] = (float)(oy * sc), crop[2] = (float)(out * sc), crop[3] = (float)(out * sc);
+    if (kind == NN_TF_PADCROP) {
+        /* RandomCrop(out, padding=4) + RandomHorizontalFlip, in resized pixels. */
+        int dy = randint(&s, 0, 9) - 4, dx = randint(&s, 0, 9) - 4;
+        crop[0] += (float)(dx * sc), crop[1] += (float)(dy * sc);
+        *flip = uni(&s) < 0.5;
+    }
+}
+
+typedef struct span { int start, n; } span;
+
+/* Triangle-filter taps (PIL's bilinear with antialiasing when shrinking). Output
+ * pixels whose window is wholly outside [0, in) get n = 0 (read as 0: padding). */
+static void coeffs(float x0, float w, int out, int in, int flip, int K, span *sp, float *wt)
+{
+    double scale = (double)w / out, support = scale > 1 ? scale : 1;
+    for (int o = 0; o < out; o++) {
+        int oo = flip ? out - 1 - o : o;
+        double c = x0 + (o + 0.5) * scale;
+        int lo = (int)floor(c - support), hi = (int)ceil(c + support);
+        if (lo < 0) lo = 0;
+        if (hi > in) hi = in;
+        float *wp = wt + (size_t)oo * K, sum = 0;
+        int n = 0, first = lo;
+        for (int t = lo; t < hi && n < K; t++) {
+            double v = 1.0 - fabs((t + 0.5 - c) / support);
+            if (v <= 0) {
+                if (!n) first = t + 1;
+                continue;
+            }
+            wp[n++] = (float)v;
+            sum += (float)v;
+        }
+        sp[oo].start = first;
+        sp[oo].n = sum > 0 ? n : 0;
+        for (int i = 0; i < n; i++) wp[i] /= sum;
+    }
+}
+
+int nn_tf_resample(const uint8_t *src, int W, int H, int C, ptrdiff_t cs, ptrdiff_t xs, ptrdiff_t ys,
+                   const float crop[4], int flip, int out_h, int out_w, const float *mean, const float *std,
+                   float *out, void *scratch, size_t scratch_bytes)
+{
+    double sx = (double)crop[2] / out_w, sy = (double)crop[3] / out_h;
+    int Kx = 2 * (int)ceil(sx > 1 ? sx : 1) + 2, Ky = 2 * (int)ceil(sy > 1 ? sy : 1) + 2;
+    size_t need = (size_t)out_w * (sizeof(span) + Kx * sizeof(float)) + (size_t)out_h * (sizeof(span) + Ky * sizeof(float));
+    unsigned char *p = scratch;
+    if (need > scratch_bytes) return -1;
+    span *spx = (span *)p, *spy = spx + out_w;
+    float *wx = (float *)(spy + out_h), *wy = wx + (size_t)out_w * Kx, *tmp = wy + (size_t)out_h * Ky;
+    coeffs(crop[0], crop[2], out_w, W, flip, Kx, spx, wx);
+    coeffs(crop[1], crop[3], out_h, H, 0, Ky, spy, wy);
+    int ylo = H, yhi = 0;
+    for (int o = 0; o < out_h; o++)
+        if (spy[o].n) {
+            if (spy[o].start < ylo) ylo = spy[o].start;
+            if (spy[o].start + spy[o].n > yhi) yhi = spy[o].start + spy[o].n;
+        }
+    if (yhi < ylo) yhi = ylo;
+    need += (size_t)(yhi - ylo) * out_w * C * sizeof(float);
+    if (need > scratch_bytes) return -1;
+    /* Horizontal pass over the rows the vertical taps read: tmp[y][x][c]. */
+    for (int y = ylo; y < yhi; y++) {
+        const uint8_t *row = src + (ptrdiff_t)y * ys;
+        float *t = tmp + (size_t)(y - ylo) * out_w * C;
+        for (int o = 0; o < out_w; o++, t += C) {
+            const float *w = wx + (size_t)o * Kx;
+            const uint8_t *s = row + (ptrdiff_t)spx[o].start * xs;
+            for (int c = 0; c < C; c++) {
+                float acc = 0;
+                const uint8_t *q = s + c * cs;
+                for (int k = 0; k < spx[o].n; k++) acc += w[k] * q[k * xs];
+                t[c] = acc;
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float scale = 1.0f / (255.0f * std[c]), shift = mean[c] / std[c];
+        for (int o = 0; o < out_h; o++) {
+            float *dst = out + ((size_t)c * out_h + o) * out_w;
+            const float *w = wy + (size_t)o * Ky;
+            int n = spy[o].n;
+            if (!n) {
+                for (int x = 0; x < out_w; x++) dst[x] = -shift;
+                continue;
+            }
+            const float *t0 = tmp + ((size_t)(spy[o].start - ylo) * out_w) * C + c;
+            for (int x = 0; x < out_w; x++) {
+                float acc = 0;
+                for (int k = 0; k < n; k++) acc += w[k] * t0[((size_t)k * out_w + x) * C];
+                dst[x] = acc * scale - shift;
+            }
+        }
+    }
+    return 0;
+}

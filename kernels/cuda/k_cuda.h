@@ -119,7 +119,7 @@ int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, 
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s);
 int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y, port_stream s);
 /* Zeroes dtable (vocab rows), then the first token using each row writes that row: one
- * block per token, work O(tokens^2 / block) for the duplicate scans, independent of vocab. */
+ * block per token; O(tokens^2) id compares in all (parallel), independent of vocab. */
 int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy, float *dtable,
                          port_stream s);
 int k_cuda_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx, port_stream s);

@@ -1,5 +1,6 @@
 /* ddprt-bench-kernels --device cuda [--batch N] [--iters N]: times the CUDA kernels on
- * LeNet's shapes and ResNet-like 3x3 convolutions, with GFLOP/s (GB/s for memory-bound
+ * LeNet's shapes, ResNet-like convolutions and the layer-graph ops (batchnorm, stem
+ * pool, TextCNN's embedding and max over time), with GFLOP/s (GB/s for memory-bound
  * kernels) and, when cuBLAS / cuDNN are installed, their time for the same problem
  * and our time / theirs. They are loaded with dlopen here only: the runtime never
  * links them. cuDNN is asked for plain FP32 FMA math (no TF32) so the comparison is
@@ -252,6 +253,93 @@ static void bench_elementwise(int B)
     row("maxpool bwd", shape, time_us(ew_pool_b, &c), 4.0 * c.n + 0.5 * c.n * 4, 1, -1);
 }
 
+/* Layer-graph ops (rates in GB/s: bytes each kernel must move at least). */
+typedef struct go_ctx {
+    int n, c, hw, ks, len, dim, vocab;
+    float *x, *y, *dy, *dx, *mean, *var, *is, *g, *b, *dg, *db;
+    int32_t *idx, *ids;
+} go_ctx;
+static int go_stats(void *c_) { go_ctx *c = c_; return k_cuda_bn_stats(c->n, c->c, c->hw, c->x, c->mean, c->var, S); }
+static int go_bn_fwd(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_bn_fwd(c->n, c->c, c->hw, c->x, c->mean, c->is, c->g, c->b, c->y, S);
+}
+static int go_bn_sums(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_bn_bwd_sums(c->n, c->c, c->hw, c->x, c->mean, c->is, c->dy, c->dg, c->db, S);
+}
+static int go_bn_dx(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_bn_bwd_dx(c->n, c->c, c->hw, c->x, c->mean, c->is, c->g, c->dg, c->db, (double)c->n * c->hw, c->dy,
+                            c->dx, S);
+}
+static int go_pool(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_maxpool2d_pad_fwd(c->n, c->c, c->ks, c->ks, 3, 2, 1, c->x, c->y, c->idx, S);
+}
+static int go_pool_b(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_maxpool2d_pad_bwd(c->n, c->c, c->ks, c->ks, 3, 2, 1, c->dy, c->idx, c->dx, S);
+}
+static int go_emb(void *c_) { go_ctx *c = c_; return k_cuda_embedding_fwd(c->n, c->len, c->dim, c->ids, c->x, c->y, S); }
+static int go_emb_b(void *c_)
+{
+    go_ctx *c = c_;
+    return k_cuda_embedding_bwd(c->n, c->len, c->dim, c->vocab, c->ids, c->dy, c->dx, S);
+}
+static int go_mt(void *c_) { go_ctx *c = c_; return k_cuda_max_time_fwd(c->n, c->c, c->len, c->x, c->y, c->idx, S); }
+
+static void bench_bn(const char *name, int n, int ch, int hw)
+{
+    size_t e = (size_t)n * ch * hw;
+    go_ctx c = {.n = n, .c = ch, .hw = hw};
+    c.x = dbuf(e); c.y = dbuf(e); c.dy = dbuf(e); c.dx = dbuf(e);
+    c.mean = dbuf(ch); c.var = dbuf(ch); c.is = dbuf(ch); c.g = dbuf(ch); c.b = dbuf(ch); c.dg = dbuf(ch); c.db = dbuf(ch);
+    char shape[64], nm[64];
+    snprintf(shape, sizeof shape, "n%d c%d hw%d", n, ch, hw);
+    snprintf(nm, sizeof nm, "%s stats", name);
+    row(nm, shape, time_us(go_stats, &c), 8.0 * e, 1, -1); /* two passes over x */
+    snprintf(nm, sizeof nm, "%s fwd", name);
+    row(nm, shape, time_us(go_bn_fwd, &c), 8.0 * e, 1, -1);
+    snprintf(nm, sizeof nm, "%s bwd sums", name);
+    row(nm, shape, time_us(go_bn_sums, &c), 8.0 * e, 1, -1);
+    snprintf(nm, sizeof nm, "%s bwd dx", name);
+    row(nm, shape, time_us(go_bn_dx, &c), 12.0 * e, 1, -1);
+}
+
+static void bench_graph_ops(void)
+{
+    bench_bn("bn 112x112", 32, 64, 112 * 112);
+    bench_bn("bn 7x7", 32, 512, 49);
+    bench_bn("bn r20 28x28", 128, 16, 28 * 28);
+    /* ResNet stem pool: 3x3/2 pad 1, 112 -> 56 */
+    go_ctx c = {.n = 32, .c = 64, .ks = 112};
+    size_t in = (size_t)32 * 64 * 112 * 112, out = in / 4;
+    c.x = dbuf(in); c.dx = dbuf(in); c.y = dbuf(out); c.dy = dbuf(out);
+    if (port_dev_malloc((void **)&c.idx, out * 4, "idx")) return;
+    row("maxpool3/2p1 fwd", "n32 c64 112x112", time_us(go_pool, &c), 4.0 * in + 8.0 * out, 1, -1);
+    row("maxpool3/2p1 bwd", "n32 c64 112x112", time_us(go_pool_b, &c), 4.0 * in + 8.0 * out, 1, -1);
+    /* TextCNN: embedding 20000 x 128, batch 64, seq 64; max over time of 100 filters */
+    go_ctx t = {.n = 64, .len = 64, .dim = 128, .vocab = 20000, .c = 100};
+    size_t ny = (size_t)64 * 64 * 128, nt = (size_t)20000 * 128;
+    t.x = dbuf(nt); t.y = dbuf(ny); t.dy = dbuf(ny); t.dx = dbuf(nt);
+    if (port_dev_malloc((void **)&t.ids, 64 * 64 * 4, "ids") || port_dev_malloc((void **)&t.idx, ny * 4, "idx")) return;
+    int32_t *h = malloc(64 * 64 * 4);
+    for (int i = 0; i < 64 * 64; i++) h[i] = (int32_t)(k_rand_uniform(5, i) * 20000);
+    int up = port_memcpy_h2d(t.ids, h, 64 * 64 * 4, S, "ids") || port_stream_sync(S, "ids");
+    free(h);
+    if (up) return;
+    row("embedding fwd", "n64 len64 dim128", time_us(go_emb, &t), 8.0 * ny, 1, -1);
+    row("embedding bwd", "n64 len64 dim128 v20000", time_us(go_emb_b, &t), 4.0 * nt + 8.0 * ny, 1, -1);
+    t.len = 62;
+    row("max over time fwd", "n64 c100 len62", time_us(go_mt, &t), 4.0 * 64 * 100 * 62, 1, -1);
+}
+
 int k_cuda_bench_main(int argc, char **argv)
 {
     int B = 64;
@@ -284,6 +372,9 @@ int k_cuda_bench_main(int argc, char **argv)
     bench_conv("resnet 14x14", 32, 256, 14, 256, 3, 1, 1);
     bench_conv("resnet 7x7", 32, 256, 7, 256, 3, 1, 1);
     bench_linear("resnet fc", 256, 2048, 1000);
+    bench_conv("resnet stem 7x7/2", 32, 3, 224, 64, 7, 2, 3);
+    bench_conv("resnet 1x1/2", 32, 64, 56, 128, 1, 2, 0);
+    bench_graph_ops();
     if (port_cuda_errmsg()[0]) {
         fprintf(stderr, "ddprt-bench-kernels: %s\n", port_cuda_errmsg());
         return 1;

@@ -92,16 +92,21 @@ struct EmbFwd {
 
 // The gradient of row ids[j], column d, from token j (its first use) on: the tokens
 // that use the row, added in token order from zero, as the CPU's zero-then-accumulate.
+// The device kernel finds the matching tokens 32 at a time (a warp ballot) but adds
+// term(t, d) in the same token order, so the bits are the same.
 struct EmbRowSum {
     int ntok, len, dim; const int32_t *ids; const float *dy;
-    __host__ __device__ float operator()(int j, int d) const
+    __host__ __device__ float term(int t, int d) const { return dy[((size_t)(t / len) * dim + d) * len + t % len]; }
+#ifdef K_CUDA_EMULATE
+    float operator()(int j, int d) const // the emulation's sequential scan
     {
         int32_t v = ids[j];
         float s = 0.0f;
         for (int t = j; t < ntok; t++)
-            if (ids[t] == v) s += dy[((size_t)(t / len) * dim + d) * len + t % len];
+            if (ids[t] == v) s += term(t, d);
         return s;
     }
+#endif
 };
 
 // ---- max over time: one thread per (n, c) row; first max wins, a NaN is taken.
@@ -132,15 +137,27 @@ struct MaxTimeBwd {
 #ifndef K_CUDA_EMULATE
 // One block per token j (grid-stride): the block first checks whether an earlier token
 // uses the same row; only the first user (the row's leader) writes the row, each
-// thread one column, so no two threads ever write the same element.
+// thread one column, so no two threads ever write the same element. blockDim is a
+// multiple of 32 and every branch around the ballot is warp-uniform (d0, t0).
 __global__ void emb_bwd_rows(int ntok, EmbRowSum f, float *dtable)
 {
+    const int lane = threadIdx.x & 31;
     for (int j = blockIdx.x; j < ntok; j += gridDim.x) {
         int32_t v = f.ids[j];
         int dup = 0;
         for (int t = threadIdx.x; t < j && !dup; t += blockDim.x) dup = f.ids[t] == v;
         if (__syncthreads_or(dup)) continue;
-        for (int d = threadIdx.x; d < f.dim; d += blockDim.x) dtable[(size_t)v * f.dim + d] = f(j, d);
+        for (int d0 = threadIdx.x - lane; d0 < f.dim; d0 += blockDim.x) {
+            int d = d0 + lane;
+            float s = 0.0f;
+            for (int t0 = j; t0 < ntok; t0 += 32) {
+                int t = t0 + lane;
+                unsigned m = __ballot_sync(0xffffffffu, t < ntok && f.ids[t] == v);
+                for (; m; m &= m - 1) // matching tokens, lowest (earliest) first
+                    if (d < f.dim) s += f.term(t0 + __ffs(m) - 1, d);
+            }
+            if (d < f.dim) dtable[(size_t)v * f.dim + d] = s;
+        }
     }
 }
 #endif

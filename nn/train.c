@@ -17,8 +17,10 @@ double nn_peak_rss_mib(void)
     return ru.ru_maxrss / 1024.0;
 }
 
-/* Carves every buffer from `a`: run once on a planning arena, once on the real one. */
-static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
+/* The data (samples, sampler, loader ring) in its own arena, loaded before the model
+ * is planned: a text set's vocabulary, and so the embedding's size, is known only
+ * once the files are read. Each carve runs on a planning arena, then on the real one. */
+static int carve_data(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
     if (nn_data_load(&t->train, a, err, errlen) || nn_data_load(&t->test, a, err, errlen))
@@ -26,11 +28,39 @@ static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
     nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
+    return 0;
+}
+
+static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
+{
+    const nn_opts *o = &t->o;
+    int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
+    /* Text: the vocabulary and the label names are known once the files are read. */
+    t->mc.vocab = t->train.vocab;
+    t->mc.num_classes = o->num_classes ? o->num_classes : t->train.num_classes;
+    if (o->num_classes && o->num_classes < t->train.num_classes) {
+        snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
+        return -1;
+    }
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
         nn_graph_finish(&t->g, a, max_batch, err, errlen))
         return -1;
     t->momentum = rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
     return 0;
+}
+
+static int carve_all(nn_trainer *t, rt_arena *arena, const char *name, int (*carve)(nn_trainer *, rt_arena *, char *, size_t),
+                     char *err, size_t errlen)
+{
+    rt_arena plan;
+    rt_arena_plan(&plan, name);
+    if (carve(t, &plan, err, errlen)) return -1;
+    if (t->o.mem_report && t->rank == 0) rt_arena_report(&plan);
+    if (rt_arena_init(arena, name, plan.high)) {
+        snprintf(err, errlen, "cannot allocate the %s arena of %zu bytes", name, plan.high);
+        return -1;
+    }
+    return carve(t, arena, err, errlen);
 }
 
 /* Data and memory: everything that can fail because of this rank's files. */
@@ -73,10 +103,6 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
                            .in = {t->train.c, t->train.h, t->train.w, t->train.tokens},
                            .num_classes = o->num_classes ? o->num_classes : t->train.num_classes,
                            .vocab = t->train.vocab, .embed_dim = o->embed_dim};
-    if (o->num_classes && o->num_classes < t->train.num_classes) {
-        snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
-        return -1;
-    }
     t->nodes = calloc(NN_MAX_NODES, sizeof *t->nodes);
     t->pmeta = calloc(NN_MAX_PARAMS, sizeof *t->pmeta);
     t->bmeta = calloc(NN_MAX_BUFS, sizeof *t->bmeta);
@@ -92,15 +118,9 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     t->test_first = (int)((long)t->test.n * t->rank / t->world);
     t->test_count = (int)((long)t->test.n * (t->rank + 1) / t->world) - t->test_first;
 
-    rt_arena plan;
-    rt_arena_plan(&plan, "host");
-    if (carve(t, &plan, err, errlen)) return -1;
-    if (o->mem_report && t->rank == 0) rt_arena_report(&plan);
-    if (rt_arena_init(&t->host, "host", plan.high)) {
-        snprintf(err, errlen, "cannot allocate the host arena of %zu bytes", plan.high);
+    if (carve_all(t, &t->data, "data", carve_data, err, errlen) ||
+        carve_all(t, &t->host, "host", carve_model, err, errlen))
         return -1;
-    }
-    if (carve(t, &t->host, err, errlen)) return -1;
     if (o->mem_report && t->rank == 0)
         printf("activations: planned %.2f MiB, %.2f MiB without reuse; workspace %.2f MiB\n",
                t->g.act_bytes / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
@@ -292,8 +312,8 @@ int nn_trainer_run(nn_trainer *t)
     if (t->rank == 0) {
         printf("Total time= %.3fs\n", total);
         if (o->mem_report)
-            printf("memory: planned %.2f MiB in the host arena, peak RSS %.2f MiB\n",
-                   t->host.high / 1048576.0, t->peak_rss_mib);
+            printf("memory: planned %.2f MiB in the host arena and %.2f MiB in the data arena, peak RSS %.2f MiB\n",
+                   t->host.high / 1048576.0, t->data.high / 1048576.0, t->peak_rss_mib);
     }
     return 0;
 }
@@ -303,6 +323,7 @@ void nn_trainer_free(nn_trainer *t)
     nn_loader_stop(&t->loader);
     nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);
+    rt_arena_free(&t->data);
     free(t->nodes);
     free(t->pmeta);
     free(t->bmeta);

@@ -13,7 +13,7 @@
 typedef struct nn_trainer {
     nn_opts o;
     char data_dir[512];
-    rt_arena host;
+    rt_arena host, data;   /* the model and optimizer; the data and its loader */
     nn_dataset train, test;
     nn_sampler sampler;
     nn_loader loader;

@@ -364,3 +364,46 @@ PTEST(ddp_resnet20_in_sync_resume_and_init_from)
     CHECKF(strstr(t_slurp(q.err), "tensor conv1.weight is F32 [16,1,3,3] in the file, the model has F32 [10,1,5,5]"),
            "%s", t_slurp(q.err));
 }
+
+/* TextCNN on a text set (label<TAB>text): learns the task, every rank holds the same
+ * parameters after every step, and the vocabulary is saved beside the checkpoint. */
+PTEST(ddp_textcnn_learns_text_and_stays_in_sync)
+{
+    t_clean_env();
+    const char *d = t_proc_tmpdir();
+    static char dir[400], buf[1 << 16], ck[700];
+    snprintf(dir, sizeof dir, "%s/text", d);
+    mkdir(dir, 0755);
+    static const char *const pos[] = {"great", "fine", "lovely", "superb"}, *const neg[] = {"awful", "bad", "poor", "dull"},
+                             *const filler[] = {"the", "movie", "was", "a", "plot", "and", "actors", "quite"};
+    for (int split = 0; split < 2; split++) {
+        size_t n = 0;
+        for (int i = 0; i < (split ? 64 : 256); i++) {
+            int label = i % 2;
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\t", label ? "pos" : "neg");
+            for (int w = 0; w < 7; w++)
+                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s ",
+                                      w == (i * 3 + split) % 7 ? (label ? pos : neg)[(i / 2) % 4] : filler[(i + w * 5) % 8]);
+            buf[n - 1] = '\n';
+        }
+        t_write_file(dir, split ? "test.tsv" : "train.tsv", buf, n, 0);
+    }
+    snprintf(ck, sizeof ck, "%s/tc.safetensors", d);
+    snprintf(data_dir, sizeof data_dir, "%s", dir);
+    const char *extra[] = {"--model", "textcnn", "--seq-len", "12", "--embed-dim", "16", "--epochs", "6",
+                           "--lr", "0.1", "--momentum", "0.9", "--check-sync", "1", "--save", ck, NULL};
+    t_proc p[2];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, extra);
+    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 300) == 0, "rank %d: %s", r, t_slurp(p[r].err));
+    const char *out = t_slurp(p[0].out), *last = NULL, *q = out;
+    while ((q = strstr(q, "Test set: Average loss: "))) last = q++;
+    int correct = 0, total = 0;
+    double loss;
+    CHECKF(last && sscanf(last, "Test set: Average loss: %lf, Accuracy: %d/%d", &loss, &correct, &total) == 3, "%s", out);
+    CHECK_EQ(total, 64);
+    CHECKF(correct >= 58, "textcnn: %d/64 on a keyword task", correct);
+    char vocab[800];
+    snprintf(vocab, sizeof vocab, "%s.vocab", ck);
+    CHECKF(strstr(t_slurp(vocab), "great\n") != NULL, "%s", t_slurp(vocab));
+}

@@ -41,6 +41,7 @@ static const flag flags[] = {
     F("model-file", T_STR, model_file, "build the network from a plain-text description (see README)"),
     F("num-classes", T_POSINT, num_classes, "output classes (default: the data's)"),
     F("embed-dim", T_POSINT, embed_dim, "textcnn embedding size (default: 128)"),
+    F("no-eval", T_FLAG, no_eval, "skip the test-set evaluation after each epoch (throughput runs)"),
     F("init-from", T_STR, init_from, "start from the weights of a safetensors state_dict (fine-tuning)"),
     F("dataset", T_STR, dataset, "data format: idx, cifar10, cifar100, imagefolder, text, synthetic (default: detect)"),
     F("image-size", T_POSINT, image_size, "image side after transforms (default: the data's own; image folders 224)"),

@@ -291,15 +291,17 @@ int nn_trainer_run(nn_trainer *t)
             rt_info("epoch %d: %.0f samples/s; time split per rank: compute %.3fs, communication wait %.3fs, data wait %.3fs",
                     epoch, samples / dt, t->compute_s, t->comm_s, t->data_s);
         }
-        double loss;
-        long correct, count;
-        nn_trainer_eval(t, &loss, &correct, &count);
-        if (t->rank == 0)
-            printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
-                   count, 100.0 * correct / count);
+        double loss = 0;
+        long correct = 0, count = 1;
+        if (!o->no_eval) {
+            nn_trainer_eval(t, &loss, &correct, &count);
+            if (t->rank == 0)
+                printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
+                       count, 100.0 * correct / count);
+        }
         fflush(stdout);
-        nn_metrics_row(&mx, "epoch", t->step, epoch, loss / count, (double)correct / count, samples / dt,
-                       t->compute_s, t->comm_s, t->data_s);
+        nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
+                       o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->g.params, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);

@@ -133,6 +133,15 @@ static void conv_fwd_slot(void *ctx, int slot)
     long lo, hi;
     k_split(sh->n, d->slots, slot, &lo, &hi);
     for (long i = lo; i < hi; i++) {
+        if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
+            /* 1x1 strided (ResNet's projections): the columns are just the subsampled
+             * image; a plain-stride GEMM on them measured ~10% faster than tap offsets. */
+            float *col = (float *)(j->ws + (size_t)slot * d->slot + d->r_col) + K_SLACK;
+            k_im2col(&g, j->x + i * d->xsz, col);
+            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, j->y + i * d->ysz,
+                             d->pq, j->b, 0);
+            continue;
+        }
         conv_rows(&g, d, j->x + i * d->xsz, xs);
         k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, j->y + i * d->ysz,
                          d->pq, j->b, 0);

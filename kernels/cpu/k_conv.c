@@ -62,8 +62,9 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;
     /* Short rows (LeNet's conv2: 64) share dW registers over a group of images; long
-     * ones go one image at a time so the image's data stays in cache. */
-    d.group = d.pq >= 256 ? 1 : K_CONV_GROUP;
+     * ones go one image at a time so the image's data stays in cache. In between
+     * (ResNet-20's 14x14) a group of 4 keeps a tile's rows in L1 (measured ~15% over 8). */
+    d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : K_CONV_GROUP;
     long xs = d.xssz * d.group + K_SLACK;
     /* Small planes with many channels (ResNet's last stages): dW's dot products of
      * length pq would be mostly tails; an NN GEMM over the im2row columns keeps full

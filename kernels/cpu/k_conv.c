@@ -7,10 +7,14 @@
  * image (im2col is R*S times) and no output column is wasted.
  *   forward: y_i = W [K x CRS] (xs at tap offsets) + b, written straight into y
  *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
- *            over a group of images (one horizontal sum per group)
- *   dX:      dcol = W^T dy [CRS x PQ]; each dx row summed in registers (col2im_s1)
+ *            over a group of images (one horizontal sum per group); small planes
+ *            with many channels (pq < 128, k >= 128) use NN on im2row columns instead
+ *   dX:      "same" convs (pad = (r-1)/2): dx = conv(dy, W flipped and transposed),
+ *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
+ *            dx row summed in registers (col2im_s1)
  * Strides > 1 use the same scheme on a phase-split layout (k_conv_rows.c): forward and
- * dW through tap offsets, dX through the general col2im.
+ * dW through tap offsets, dX through the general col2im; 1x1 strided forwards read
+ * plain im2col columns (the subsampled image).
  *
  * Work is cut into up to K_CONV_SLOTS "slots" of consecutive images. Each slot owns
  * its scratch and (backward) a partial dW/db; partials are added in slot order. The
@@ -73,8 +77,9 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     /* "Same" convs (stride 1, square kernel, pad = (r-1)/2): dX = conv(dy padded by
      * r-1-pad, W flipped and transposed), the fast forward path, with no column
      * matrix or col2im. Smaller pads would pay for the zero border (LeNet's pad-0
-     * conv2: 2.25x the work, measured 2x slower). */
-    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1;
+     * conv2: 2.25x the work, measured 2x slower); fewer than 16 input channels leave
+     * that GEMM's rows mostly empty (1 channel: 5x slower). */
+    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
     if (d.dxssz + K_SLACK > xs) xs = d.dxssz + K_SLACK;

@@ -69,11 +69,11 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
      * ones go one image at a time so the image's data stays in cache. In between
      * (ResNet-20's 14x14) a group of 4 keeps a tile's rows in L1 (measured ~15% over 8). */
     d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : K_CONV_GROUP;
-    long xs = d.xssz * d.group + K_SLACK;
     /* Small planes with many channels (ResNet's last stages): dW's dot products of
      * length pq would be mostly tails; an NN GEMM over the im2row columns keeps full
      * vectors along crs instead. */
     d.dw_nn = d.pq < 128 && sh->k >= 128;
+    long xs = d.xssz * (d.dw_nn ? 1 : d.group) + K_SLACK;
     /* "Same" convs (stride 1, square kernel, pad = (r-1)/2): dX = conv(dy padded by
      * r-1-pad, W flipped and transposed), the fast forward path, with no column
      * matrix or col2im. Smaller pads would pay for the zero border (LeNet's pad-0

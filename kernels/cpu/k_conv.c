@@ -8,7 +8,8 @@
  *   forward: y_i = W [K x CRS] (xs at tap offsets) + b, written straight into y
  *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
  *            over a group of images (one horizontal sum per group); small planes
- *            with many channels (pq < 128, k >= 128) use NN on im2row columns instead
+ *            with many channels (pq < 128 and k >= 128, or pq < 256 and k >= 256)
+ *            use NN on im2row columns instead
  *   dX:      "same" convs (pad = (r-1)/2): dx = conv(dy, W flipped and transposed),
  *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
  *            dx row summed in registers (col2im_s1)
@@ -71,8 +72,9 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : K_CONV_GROUP;
     /* Small planes with many channels (ResNet's last stages): dW's dot products of
      * length pq would be mostly tails; an NN GEMM over the im2row columns keeps full
-     * vectors along crs instead. */
-    d.dw_nn = d.pq < 128 && sh->k >= 128;
+     * vectors along crs instead (measured: 7x7 k512 75 -> 120, 14x14/2 k256 95 -> 125
+     * GFLOP/s; at 14x14 k <= 256 stride 1 the two are even). */
+    d.dw_nn = (d.pq < 128 && sh->k >= 128) || (d.pq < 256 && sh->k >= 256);
     long xs = d.xssz * (d.dw_nn ? 1 : d.group) + K_SLACK;
     /* "Same" convs (stride 1, square kernel, pad = (r-1)/2): dX = conv(dy padded by
      * r-1-pad, W flipped and transposed), the fast forward path, with no column

@@ -218,7 +218,7 @@ static const rn_conv rn18[] = {
 
 /* With one thread, the calling thread's CPU time: other jobs on this shared machine
  * then only slow us through caches and memory, not through preemption. */
-static int use_cpu_clock;
+static int use_cpu_clock, force_wall;
 static int64_t bench_now_ns(void)
 {
     if (!use_cpu_clock) return port_now_ns();
@@ -304,7 +304,7 @@ static void bench_resnet(const char *model, int b, int iters)
     if (mem > ymax) ymax = mem;
     rn_arg a = {.x = fbuf(xmax), .dx = fbuf(xmax), .y = fbuf(ymax), .w = fbuf(wmax), .dw = fbuf(wmax)};
     a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
-    use_cpu_clock = k_threads() == 1;
+    use_cpu_clock = k_threads() == 1 && !force_wall;
     printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only)\n", model, b, iters,
            use_cpu_clock ? "thread CPU time" : "wall time");
     printf("%-22s %-24s %3s %10s %8s %10s %8s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
@@ -363,12 +363,13 @@ static void bench_resnet(const char *model, int b, int iters)
 
 static void usage(void)
 {
-    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--model lenet|resnet20|resnet18] [--threads N]\n"
+    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--model lenet|resnet20|resnet18] [--clock cpu|wall] [--threads N]\n"
            "                           [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
            "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
            "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
            "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
-           "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s.\n");
+           "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s; timed\n"
+           "by the thread's CPU time with 1 thread (--clock wall: wall time).\n");
 }
 
 int main(int argc, char **argv)
@@ -393,6 +394,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--iters")) iters = atoi(v);
         else if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--clock") && (!strcmp(v, "wall") || !strcmp(v, "cpu"))) force_wall = v[0] == 'w';
         else if (!strcmp(a, "--device") && !strcmp(v, "cpu")) {}
         else if (!strcmp(a, "--isa")) {
             if (k_set_isa(v) != 0) {

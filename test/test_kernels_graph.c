@@ -141,6 +141,25 @@ TEST(kernels_maxpool_pad_ties_nan)
     CHECK(isinf(y[1]) && y[1] < 0); CHECK_EQ(idx[1], 1);
     CHECK(isnan(y[4])); CHECK_EQ(idx[4], 18);
     CHECK(isnan(y[8])); CHECK_EQ(idx[8], 18);
+    /* The same rules on planes wide enough for the vector path: ties, -inf and NaN
+     * against the naive loop, two planes of 40x37. */
+    enum { PH = 40, PW = 37, PN = 2 * PH * PW, PO = 2 * 20 * 19 };
+    float *bx = malloc(sizeof(float) * PN), *by = malloc(sizeof(float) * PO);
+    int32_t *bi = malloc(sizeof(int32_t) * PO), *ri = malloc(sizeof(int32_t) * PO);
+    double *bd = dbuf(PN), *rd = dbuf(PO);
+    for (int i = 0; i < PN; i++) {
+        bx[i] = (float)((i * 7) % 3) * 0.25f; /* many ties */
+        if (i % 23 == 0) bx[i] = -INFINITY;
+        if (i % 97 == 5) bx[i] = NAN;
+        bd[i] = bx[i];
+    }
+    k_maxpool2d_pad_fwd(1, 2, PH, PW, 3, 2, 1, bx, by, bi);
+    naive_pool(2, PH, PW, 3, 2, 1, bd, rd, ri);
+    for (int i = 0; i < PO; i++) {
+        CHECKF(memcmp(&bi[i], &ri[i], sizeof(int32_t)) == 0, "output %d: idx %d want %d", i, bi[i], ri[i]);
+        CHECKF(isnan(rd[i]) ? isnan(by[i]) : by[i] == rd[i], "output %d: %g want %g", i, by[i], rd[i]);
+    }
+    free(bx); free(by); free(bi); free(ri); free(bd); free(rd);
 }
 
 /* ---------------------------------------------------------------- BatchNorm */

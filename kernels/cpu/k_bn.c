@@ -28,26 +28,40 @@ static void uv_sums_generic(size_t n, const float *a, float ash, const float *b,
 }
 
 #ifdef K_BN_X86
-__attribute__((target("avx512f"))) static void uv_sums_avx512(size_t n, const float *a, float ash,
-                                                              const float *b, float bsh, double *s)
+/* Two products (or values) per lane are added in float, then the 16-lane partial goes
+ * into double accumulators: fewer instructions than converting every element, and a
+ * float partial of two terms loses nothing that matters. `same` (the statistics:
+ * v = u) is a constant in each instantiation, so the loop reads x once. */
+__attribute__((target("avx512f"))) static inline void acc_pd(__m512 f, __m512d *lo, __m512d *hi)
+{
+    *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+    *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))));
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+uv_sums_avx512_t(const int same, size_t n, const float *a, float ash, const float *b, float bsh, double *s)
 {
     __m512 va = _mm512_set1_ps(ash), vb = _mm512_set1_ps(bsh);
     __m512d u0 = _mm512_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 u = _mm512_sub_ps(_mm512_loadu_ps(a + i), va), v = _mm512_sub_ps(_mm512_loadu_ps(b + i), vb);
-        __m512d ul = _mm512_cvtps_pd(_mm512_castps512_ps256(u));
-        __m512d uh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
-        __m512d vl = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d vh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        u0 = _mm512_add_pd(u0, ul);
-        u1 = _mm512_add_pd(u1, uh);
-        p0 = _mm512_fmadd_pd(ul, vl, p0);
-        p1 = _mm512_fmadd_pd(uh, vh, p1);
+    for (; i + 32 <= n; i += 32) {
+        __m512 ua = _mm512_sub_ps(_mm512_loadu_ps(a + i), va);
+        __m512 ub = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), va);
+        __m512 xa = same ? ua : _mm512_sub_ps(_mm512_loadu_ps(b + i), vb);
+        __m512 xb = same ? ub : _mm512_sub_ps(_mm512_loadu_ps(b + i + 16), vb);
+        acc_pd(_mm512_add_ps(ua, ub), &u0, &u1);
+        acc_pd(_mm512_fmadd_ps(ub, xb, _mm512_mul_ps(ua, xa)), &p0, &p1);
     }
     s[0] += _mm512_reduce_add_pd(_mm512_add_pd(u0, u1));
     s[1] += _mm512_reduce_add_pd(_mm512_add_pd(p0, p1));
     if (i < n) uv_sums_generic(n - i, a + i, ash, b + i, bsh, s);
+}
+
+__attribute__((target("avx512f"))) static void uv_sums_avx512(size_t n, const float *a, float ash,
+                                                              const float *b, float bsh, double *s)
+{
+    if (a == b && ash == bsh) uv_sums_avx512_t(1, n, a, ash, b, bsh, s);
+    else uv_sums_avx512_t(0, n, a, ash, b, bsh, s);
 }
 
 __attribute__((target("avx2,fma"))) static double hsum4d(__m256d v)
@@ -103,24 +117,36 @@ static int bn_parts(int units, long elems)
     return units < t ? (units > 0 ? units : 1) : t;
 }
 
-/* Channels [lo, hi) of this task. */
+/* Channels [lo, hi) of this task, in chunks of BN_CH: within a chunk the planes are
+ * read in memory order (image-major), each channel's sum still in image order. Going
+ * channel by channel instead (a jump every plane) measured 2x slower. */
+#define BN_CH 128
 static void stats_task(void *ctx, int task)
 {
     const bn_job *j = ctx;
     long lo, hi;
     k_split(j->c, j->parts, task, &lo, &hi);
-    for (long ch = lo; ch < hi; ch++) {
-        /* Shifted sums (by the channel's first value): the variance does not cancel
-         * away when |mean| >> std. */
-        float k = j->hw > 0 && j->n > 0 ? j->x[ch * j->hw] : 0.0f;
-        double s[2] = {0, 0}, cnt = (double)j->n * j->hw;
-        for (int i = 0; i < j->n; i++) {
-            const float *p = j->x + ((long)i * j->c + ch) * j->hw;
-            uv_sums((size_t)j->hw, p, k, p, k, s);
+    double s[BN_CH][2];
+    float k[BN_CH];
+    for (long c0 = lo; c0 < hi; c0 += BN_CH) {
+        int nc = hi - c0 < BN_CH ? (int)(hi - c0) : BN_CH;
+        for (int t = 0; t < nc; t++) {
+            /* Shifted sums (by the channel's first value): the variance does not
+             * cancel away when |mean| >> std. */
+            k[t] = j->hw > 0 && j->n > 0 ? j->x[(c0 + t) * j->hw] : 0.0f;
+            s[t][0] = s[t][1] = 0.0;
         }
-        double mu = cnt > 0 ? s[0] / cnt : 0.0, var = cnt > 0 ? s[1] / cnt - mu * mu : 0.0;
-        j->o1[ch] = (float)(k + mu);
-        j->o2[ch] = (float)(var > 0 ? var : 0.0);
+        for (int i = 0; i < j->n; i++)
+            for (int t = 0; t < nc; t++) {
+                const float *p = j->x + ((long)i * j->c + c0 + t) * j->hw;
+                uv_sums((size_t)j->hw, p, k[t], p, k[t], s[t]);
+            }
+        double cnt = (double)j->n * j->hw;
+        for (int t = 0; t < nc; t++) {
+            double mu = cnt > 0 ? s[t][0] / cnt : 0.0, var = cnt > 0 ? s[t][1] / cnt - mu * mu : 0.0;
+            j->o1[c0 + t] = (float)(k[t] + mu);
+            j->o2[c0 + t] = (float)(var > 0 ? var : 0.0);
+        }
     }
 }
 
@@ -159,14 +185,19 @@ static void sums_task(void *ctx, int task)
     const bn_job *j = ctx;
     long lo, hi;
     k_split(j->c, j->parts, task, &lo, &hi);
-    for (long ch = lo; ch < hi; ch++) {
-        double s[2] = {0, 0};
-        for (int i = 0; i < j->n; i++) {
-            long off = ((long)i * j->c + ch) * j->hw;
-            uv_sums((size_t)j->hw, j->dy + off, 0.0f, j->x + off, j->mean[ch], s);
+    double s[BN_CH][2];
+    for (long c0 = lo; c0 < hi; c0 += BN_CH) {
+        int nc = hi - c0 < BN_CH ? (int)(hi - c0) : BN_CH;
+        for (int t = 0; t < nc; t++) s[t][0] = s[t][1] = 0.0;
+        for (int i = 0; i < j->n; i++)
+            for (int t = 0; t < nc; t++) {
+                long off = ((long)i * j->c + c0 + t) * j->hw;
+                uv_sums((size_t)j->hw, j->dy + off, 0.0f, j->x + off, j->mean[c0 + t], s[t]);
+            }
+        for (int t = 0; t < nc; t++) {
+            j->o1[c0 + t] = (float)(s[t][1] * j->invstd[c0 + t]); /* dgamma = sum dy * xhat */
+            j->o2[c0 + t] = (float)s[t][0];                       /* dbeta */
         }
-        j->o1[ch] = (float)(s[1] * j->invstd[ch]); /* dgamma = sum dy * xhat */
-        j->o2[ch] = (float)s[0];                   /* dbeta */
     }
 }
 

@@ -7,10 +7,15 @@
  * image (im2col is R*S times) and no output column is wasted.
  *   forward: y_i = W [K x CRS] (xs at tap offsets) + b, written straight into y
  *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
- *            over a group of images (one horizontal sum per group)
- *   dX:      dcol = W^T dy [CRS x PQ]; each dx row summed in registers (col2im_s1)
+ *            over a group of images (one horizontal sum per group); small planes
+ *            with many channels (pq < 128 and k >= 128, or pq < 256 and k >= 256)
+ *            use NN on im2row columns instead
+ *   dX:      "same" convs (pad = (r-1)/2): dx = conv(dy, W flipped and transposed),
+ *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
+ *            dx row summed in registers (col2im_s1)
  * Strides > 1 use the same scheme on a phase-split layout (k_conv_rows.c): forward and
- * dW through tap offsets, dX through the general col2im.
+ * dW through tap offsets, dX through the general col2im; 1x1 strided forwards read
+ * plain im2col columns (the subsampled image).
  *
  * Work is cut into up to K_CONV_SLOTS "slots" of consecutive images. Each slot owns
  * its scratch and (backward) a partial dW/db; partials are added in slot order. The
@@ -62,18 +67,21 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;
     /* Short rows (LeNet's conv2: 64) share dW registers over a group of images; long
-     * ones go one image at a time so the image's data stays in cache. */
-    d.group = d.pq >= 256 ? 1 : K_CONV_GROUP;
-    long xs = d.xssz * d.group + K_SLACK;
+     * ones go one image at a time so the image's data stays in cache. In between
+     * (ResNet-20's 14x14) a group of 4 keeps a tile's rows in L1 (measured ~15% over 8). */
+    d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : K_CONV_GROUP;
     /* Small planes with many channels (ResNet's last stages): dW's dot products of
      * length pq would be mostly tails; an NN GEMM over the im2row columns keeps full
-     * vectors along crs instead. */
-    d.dw_nn = d.pq < 128 && sh->k >= 128;
+     * vectors along crs instead (measured: 7x7 k512 75 -> 120, 14x14/2 k256 95 -> 125
+     * GFLOP/s; at 14x14 k <= 256 stride 1 the two are even). */
+    d.dw_nn = (d.pq < 128 && sh->k >= 128) || (d.pq < 256 && sh->k >= 256);
+    long xs = d.xssz * (d.dw_nn ? 1 : d.group) + K_SLACK;
     /* "Same" convs (stride 1, square kernel, pad = (r-1)/2): dX = conv(dy padded by
      * r-1-pad, W flipped and transposed), the fast forward path, with no column
      * matrix or col2im. Smaller pads would pay for the zero border (LeNet's pad-0
-     * conv2: 2.25x the work, measured 2x slower). */
-    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1;
+     * conv2: 2.25x the work, measured 2x slower); fewer than 16 input channels leave
+     * that GEMM's rows mostly empty (1 channel: 5x slower). */
+    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
     if (d.dxssz + K_SLACK > xs) xs = d.dxssz + K_SLACK;
@@ -133,6 +141,15 @@ static void conv_fwd_slot(void *ctx, int slot)
     long lo, hi;
     k_split(sh->n, d->slots, slot, &lo, &hi);
     for (long i = lo; i < hi; i++) {
+        if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
+            /* 1x1 strided (ResNet's projections): the columns are just the subsampled
+             * image; a plain-stride GEMM on them measured ~10% faster than tap offsets. */
+            float *col = (float *)(j->ws + (size_t)slot * d->slot + d->r_col) + K_SLACK;
+            k_im2col(&g, j->x + i * d->xsz, col);
+            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, j->y + i * d->ysz,
+                             d->pq, j->b, 0);
+            continue;
+        }
         conv_rows(&g, d, j->x + i * d->xsz, xs);
         k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, j->y + i * d->ysz,
                          d->pq, j->b, 0);

@@ -192,7 +192,8 @@ void k_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy
 
 /* ---- with padding (ResNet's stem: 3x3/2 pad 1). The window is clipped to the image
  * (PyTorch pads with -inf, so padded cells never win); the scan starts at the first
- * cell inside, which is also the argmax when every value is -inf. */
+ * cell inside, which is also the argmax when every value is -inf. Like PyTorch it
+ * needs pad <= ks/2, so that every window has a cell inside the image. */
 typedef struct padpool_job {
     pool_job j;
     int pad;

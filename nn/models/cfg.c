@@ -149,7 +149,11 @@ static int build(ctx *x, sect *s)
     }
     if (id) {
         if (x->nids == MAXID) { snprintf(x->err, x->errlen, "%s:%d: too many ids", x->c->file, s->line); return -1; }
-        snprintf(x->ids[x->nids], sizeof x->ids[0], "%s", id);
+        if (strlen(id) >= sizeof x->ids[0]) {
+            snprintf(x->err, x->errlen, "%s:%d: id too long", x->c->file, s->line);
+            return -1;
+        }
+        memcpy(x->ids[x->nids], id, strlen(id) + 1);
         x->id_node[x->nids++] = node;
     }
     x->last = node;
@@ -194,8 +198,13 @@ int nn_build_cfg(nn_graph *g, const nn_model_cfg *c, char *err, size_t errlen)
         for (e = eq; e > p && isspace((unsigned char)e[-1]);) *--e = 0;
         char *v = eq + 1;
         while (isspace((unsigned char)*v)) v++;
-        snprintf(s.key[s.nk], sizeof s.key[0], "%s", p);
-        snprintf(s.val[s.nk], sizeof s.val[0], "%s", v);
+        if (strlen(p) >= sizeof s.key[0] || strlen(v) >= sizeof s.val[0]) {
+            snprintf(err, errlen, "%s:%d: key or value too long", c->file, ln);
+            rc = -1;
+            break;
+        }
+        memcpy(s.key[s.nk], p, strlen(p) + 1);
+        memcpy(s.val[s.nk], v, strlen(v) + 1);
         s.nk++;
     }
     fclose(f);

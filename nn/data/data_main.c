@@ -3,7 +3,7 @@
  *       Fashion-MNIST (IDX) as an image folder (OUT/train/CLASS, OUT/val/CLASS; class
  *       folders 0-tshirt ... 9-ankle-boot so the sorted ids equal the IDX labels) or as
  *       CIFAR-10-style binary (28x28 centred in 32x32, gray copied to R, G, B).
- *   synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q]
+ *   synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]
  *       JPEGs of ImageNet-like size with structure and noise (benchmark input).
  *   bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T]
  *       decode + transform throughput per thread on an image folder's train split. */
@@ -129,7 +129,7 @@ static int synth(int argc, char **argv)
 {
     const char *to = arg(argc, argv, "--to", NULL), *size = arg(argc, argv, "--size", "500x375");
     int n = atoi(arg(argc, argv, "--n", "200")), K = atoi(arg(argc, argv, "--classes", "4"));
-    int q = atoi(arg(argc, argv, "--quality", "90")), W = 0, H = 0;
+    int q = atoi(arg(argc, argv, "--quality", "90")), W = 0, H = 0, noise = atoi(arg(argc, argv, "--noise", "24"));
     char p[1400], err[1024];
     if (!to || sscanf(size, "%dx%d", &W, &H) != 2 || W <= 0 || H <= 0 || K <= 0) rt_fatal("synth: --to OUT [--size WxH]");
     uint8_t *px = malloc((size_t)W * H * 3);
@@ -143,7 +143,7 @@ static int synth(int argc, char **argv)
                 int in = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
                 for (int c = 0; c < 3; c++) {
                     double v = 128 + 90 * sin(x * 0.02 * (1 + f[c]) + y * 0.03 * f[c + 3] + c) +
-                               (in ? 60.0 * (c - 1) : 0) + (double)(rnd(&s) % 48) - 24;
+                               (in ? 60.0 * (c - 1) : 0) + (noise > 0 ? (double)(rnd(&s) % (uint64_t)(2 * noise)) - noise : 0);
                     px[((size_t)y * W + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
                 }
             }
@@ -222,7 +222,7 @@ int main(int argc, char **argv)
     rt_log_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: ddprt-data convert --from IDXDIR --to OUT --format png|jpeg|cifar [--limit N] [--quality Q]\n"
-               "       ddprt-data synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q]\n"
+               "       ddprt-data synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
                "       ddprt-data bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n");
         return argc < 2 ? 2 : 0;
     }

@@ -30,20 +30,20 @@ const char *nn_img_kind(const uint8_t *b, size_t n)
 static int unsupported(const char *kind, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s image, but this build has no %s support: install %s and rebuild (make clean all)",
-             kind, kind, !strcmp(kind, "jpeg") ? "libjpeg62-turbo-dev" : "libpng-dev");
+             kind, kind, !strcmp(kind, "JPEG") ? "libjpeg62-turbo-dev" : "libpng-dev");
     return -1;
 }
 #endif
 
 /* Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point), in place. */
-static void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
+static inline void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
 {
     for (size_t i = 0; i < npx; i++, src += stride)
         dst[i] = (uint8_t)((src[0] * 19595 + src[1] * 38470 + src[2] * 7471 + 0x8000) >> 16);
 }
 
 /* Decoded pixels needed for the crop: its size at scale s, plus the filter margin. */
-static void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
+static inline void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
 {
     double c0 = crop[0] * s, cw = crop[2] * s, support = cw / out > 1 ? cw / out : 1;
     int m = (int)ceil(support) + 1;
@@ -275,14 +275,14 @@ int nn_img_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan,
         return jpeg_decode(buf, n, want_c, plan, ctx, out_w, out_h, dst, dst_bytes, img, err, errlen);
 #else
         (void)want_c, (void)plan, (void)ctx, (void)out_w, (void)out_h, (void)dst, (void)dst_bytes;
-        return unsupported("jpeg", err, errlen);
+        return unsupported("JPEG", err, errlen);
 #endif
     }
 #if DDPRT_PNG
     (void)out_w, (void)out_h;
     return png_decode(buf, n, want_c, plan, ctx, dst, dst_bytes, img, err, errlen);
 #else
-    return unsupported("png", err, errlen);
+    return unsupported("PNG", err, errlen);
 #endif
 }
 

@@ -129,14 +129,31 @@ int nn_tf_resample(const uint8_t *src, int W, int H, int C, ptrdiff_t cs, ptrdif
         float *restrict t = tmp + (size_t)o * rowf;
         const float *w = wy + (size_t)o * Ky;
         int n = spy[o].n;
-        for (size_t j = 0; j < rowf; j++) t[j] = 0;
         for (int c = 0; c < (packed ? 1 : C); c++) {
             size_t len = packed ? rowf : (size_t)bw;
             float *restrict tc = t + (packed ? 0 : (size_t)c * bw);
-            for (int k = 0; k < n; k++) {
-                const uint8_t *restrict q = src + (ptrdiff_t)(spy[o].start + k) * ys + (ptrdiff_t)xlo * xs + (packed ? 0 : c * cs);
-                float wk = w[k];
-                for (size_t j = 0; j < len; j++) tc[j] += wk * (float)q[j];
+            const uint8_t *q0 = src + (ptrdiff_t)spy[o].start * ys + (ptrdiff_t)xlo * xs + (packed ? 0 : c * cs);
+            /* Taps two at a time: half the passes over the row buffer. */
+            int k = 0;
+            if (n == 0)
+                for (size_t j = 0; j < len; j++) tc[j] = 0;
+            else if (n == 1)
+                for (size_t j = 0; j < len; j++) tc[j] = w[0] * (float)q0[j];
+            else {
+                const uint8_t *restrict a = q0, *restrict b = q0 + ys;
+                float wa = w[0], wb = w[1];
+                for (size_t j = 0; j < len; j++) tc[j] = wa * (float)a[j] + wb * (float)b[j];
+                k = 2;
+            }
+            for (; k + 1 < n; k += 2) {
+                const uint8_t *restrict a = q0 + (ptrdiff_t)k * ys, *restrict b = a + ys;
+                float wa = w[k], wb = w[k + 1];
+                for (size_t j = 0; j < len; j++) tc[j] += wa * (float)a[j] + wb * (float)b[j];
+            }
+            if (k < n && n > 1) {
+                const uint8_t *restrict a = q0 + (ptrdiff_t)k * ys;
+                float wa = w[k];
+                for (size_t j = 0; j < len; j++) tc[j] += wa * (float)a[j];
             }
         }
     }

@@ -157,7 +157,7 @@ TEST(image_corrupt_and_truncated_files_are_named_problems)
     snprintf(p, sizeof p, "%s/t.jpg", dir);
     nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
     damage(p, 50, 0);
-    CHECKF(strstr(decode_err(p), "corrupt JPEG") && strstr(decode_err(p), "Premature end"), "%s", decode_err(p));
+    CHECKF(strstr(decode_err(p), "truncated JPEG"), "%s", decode_err(p));
     snprintf(p, sizeof p, "%s/c.jpg", dir);
     nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
     damage(p, 0, 700);

@@ -30,20 +30,20 @@ const char *nn_img_kind(const uint8_t *b, size_t n)
 static int unsupported(const char *kind, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s image, but this build has no %s support: install %s and rebuild (make clean all)",
-             kind, kind, !strcmp(kind, "jpeg") ? "libjpeg62-turbo-dev" : "libpng-dev");
+             kind, kind, !strcmp(kind, "JPEG") ? "libjpeg62-turbo-dev" : "libpng-dev");
     return -1;
 }
 #endif
 
 /* Pillow's RGB -> L (ITU-R 601-2 luma, 16-bit fixed point), in place. */
-static void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
+static inline void to_luma(uint8_t *dst, const uint8_t *src, size_t npx, int stride)
 {
     for (size_t i = 0; i < npx; i++, src += stride)
         dst[i] = (uint8_t)((src[0] * 19595 + src[1] * 38470 + src[2] * 7471 + 0x8000) >> 16);
 }
 
 /* Decoded pixels needed for the crop: its size at scale s, plus the filter margin. */
-static void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
+static inline void band(const float crop[4], double s, int out, int full, int *lo, int *hi)
 {
     double c0 = crop[0] * s, cw = crop[2] * s, support = cw / out > 1 ? cw / out : 1;
     int m = (int)ceil(support) + 1;
@@ -97,6 +97,15 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
         return -1;
     }
     jpeg_create_decompress(&ci);
+    if (plan) {
+        size_t i = n, stop = n > 4096 ? n - 4096 : 0; /* EOI, allowing some trailing bytes */
+        while (i >= stop + 2 && !(buf[i - 2] == 0xff && buf[i - 1] == 0xd9)) i--;
+        if (i < stop + 2) {
+            jpeg_destroy_decompress(&ci);
+            snprintf(err, errlen, "truncated JPEG: no end-of-image marker (%zu bytes)", n);
+            return -1;
+        }
+    }
     jpeg_mem_src(&ci, buf, (unsigned long)n);
     jpeg_read_header(&ci, TRUE);
     int W = (int)ci.image_width, H = (int)ci.image_height;
@@ -111,8 +120,10 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
     ci.out_color_space = cmyk ? JCS_CMYK : want_c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     /* The smallest DCT scale (num/8) that keeps the crop at least out pixels wide and high. */
     int num = 8;
+    /* 1/8, 1/4, 1/2: libjpeg-turbo's SIMD-accelerated reduced IDCTs (3/8, 5/8, ... are plain C
+     * and slower than the full-size SIMD decode). */
     if (ow > 0 && oh > 0)
-        for (num = 1; num < 8; num++)
+        for (num = 1; num < 8; num *= 2)
             if (img->crop[2] * num / 8.0 >= ow && img->crop[3] * num / 8.0 >= oh) break;
     ci.scale_num = (unsigned)num;
     ci.scale_denom = 8;
@@ -139,10 +150,11 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
         JSAMPROW r = dst + (size_t)((int)ci.output_scanline - y0) * row;
         jpeg_read_scanlines(&ci, &r, 1);
     }
-    /* The rest is entropy-decoded only, so a truncated or corrupt tail is still seen. */
-    if ((int)ci.output_scanline < OH) jpeg_skip_scanlines(&ci, (JDIMENSION)(OH - (int)ci.output_scanline));
-    jpeg_finish_decompress(&ci);
+    /* Rows below the crop are not decoded at all (entropy decoding is most of the
+     * cost); a truncated file is still caught by its missing end-of-image marker. */
     int adobe = ci.saw_Adobe_marker;
+    if ((int)ci.output_scanline < OH) jpeg_abort_decompress(&ci);
+    else jpeg_finish_decompress(&ci);
     jpeg_destroy_decompress(&ci);
     if (e.bad) {
         snprintf(err, errlen, "corrupt JPEG: %s", e.msg);
@@ -263,14 +275,14 @@ int nn_img_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan,
         return jpeg_decode(buf, n, want_c, plan, ctx, out_w, out_h, dst, dst_bytes, img, err, errlen);
 #else
         (void)want_c, (void)plan, (void)ctx, (void)out_w, (void)out_h, (void)dst, (void)dst_bytes;
-        return unsupported("jpeg", err, errlen);
+        return unsupported("JPEG", err, errlen);
 #endif
     }
 #if DDPRT_PNG
     (void)out_w, (void)out_h;
     return png_decode(buf, n, want_c, plan, ctx, dst, dst_bytes, img, err, errlen);
 #else
-    return unsupported("png", err, errlen);
+    return unsupported("PNG", err, errlen);
 #endif
 }
 

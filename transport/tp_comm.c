@@ -6,6 +6,7 @@
  * async ops and the comm thread runs it, so ops always run in issue order.
  * `busy` (under mu) says someone is driving the backend. */
 #include "transport/tp_comm_int.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     size_t abytes = o->arena_bytes ? o->arena_bytes : TP_DEFAULT_ARENA_BYTES;
     size_t nbuf = 2 * TP_PIPE_DEPTH + 1;
     size_t chunk = abytes / nbuf / RT_ALIGN * RT_ALIGN;
+    if (rt_env_check(err, errlen)) return TP_EINVAL;
     if (!b || chunk < 512) {
         snprintf(err, errlen, "tp_comm_create: %s", !b ? "no backend" : "arena_bytes below 4608");
         return TP_EINVAL;

@@ -6,7 +6,14 @@
 
 int tp_waitreqs(tp_comm *c, tp_req **r, int n)
 {
-    return c->b->ops->waitall(c->b, r, n, c->deadline);
+    /* For the stall watch: the peer this rank waits on (the first request not done). */
+    int peer = -1;
+    for (int i = 0; i < n && peer < 0; i++)
+        if (r[i]->state == 0) peer = r[i]->peer;
+    __atomic_store_n(&c->p_wait_peer, peer, __ATOMIC_RELAXED);
+    int rc = c->b->ops->waitall(c->b, r, n, c->deadline);
+    __atomic_store_n(&c->p_wait_peer, -1, __ATOMIC_RELAXED);
+    return rc;
 }
 
 int tp_xfer(tp_comm *c, const void *sbuf, size_t slen, int to, void *rbuf, size_t rlen, int from)

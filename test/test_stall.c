@@ -22,7 +22,7 @@ static char ENVS[MAXJ][3][300];
 /* Starts job j: world ranks of t-stall_rank, extra args a1 (may be NULL). */
 static void job(int j, int world, const char *a1, const char *a2, const char *a3)
 {
-    char url[64], rk[8], ws[8], name[32], path[256];
+    char url[64], rk[16], ws[16], name[48], path[256];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port());
     snprintf(path, sizeof path, "%s/j%d", t_tmpdir(), j);
     mkdir(path, 0755);

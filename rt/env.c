@@ -24,6 +24,7 @@ static const env_var vars[] = {
     {"DDPRT_TRACE_DIR", E_ANY, NULL},
     {"DDPRT_RDZV_HELLO_TIMEOUT", E_POS, NULL},
     {"DDPRT_LAUNCH_GRACE", E_NONNEG, NULL},
+    {"DDPRT_RESTART_COUNT", E_INT, NULL}, /* set by ddprt-launch --max-restarts */
     {"DDPRT_TCP_SPIN_US", E_INT, NULL},
     {"DDPRT_VERBS_SPIN_US", E_INT, NULL},
     {"DDPRT_VERBS_SLOT_KB", E_INT, NULL},

@@ -6,10 +6,11 @@
 
 int tp_waitreqs(tp_comm *c, tp_req **r, int n)
 {
-    /* For the stall watch: the peer this rank waits on (the first request not done). */
-    int peer = -1;
-    for (int i = 0; i < n && peer < 0; i++)
-        if (r[i]->state == 0) peer = r[i]->peer;
+    /* For the stall watch: the peer this rank waits on, i.e. receives from (state is
+     * not read here: a loopback peer's thread may be writing it). */
+    int peer = n ? r[0]->peer : -1;
+    for (int i = 0; i < n; i++)
+        if (r[i]->kind == TP_REQ_RECV) { peer = r[i]->peer; break; }
     __atomic_store_n(&c->p_wait_peer, peer, __ATOMIC_RELAXED);
     int rc = c->b->ops->waitall(c->b, r, n, c->deadline);
     __atomic_store_n(&c->p_wait_peer, -1, __ATOMIC_RELAXED);

@@ -330,7 +330,7 @@ static void evaluate(tp_watch *w)
         return;
     }
     int64_t now = port_now_ns();
-    if (me_late && mw >= w->timeout_s - w->interval_s) {
+    if (me_late && mw >= w->timeout_s) {
         /* The others time out waiting for this rank: it goes too, with their line. */
         char why[700];
         snprintf(why, sizeof why, "the other ranks timed out after %g s waiting: %s", w->timeout_s, line);

@@ -324,6 +324,7 @@ int main(int argc, char **argv)
     char **args = prog;
     for (;;) {
         int sig = 0, failed = -1, rc = run_ranks(args, nproc, node_rank, prefix, &sig, &failed);
+        if (args != prog) free(args);
         if (rc == 0 || sig || failed < 0 || restarts >= max_restarts) return rc;
         restarts++;
         set_env_int("DDPRT_RESTART_COUNT", restarts);

@@ -142,15 +142,23 @@ run: all
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi
 	./$(BUILD)/ddprt-launch --nproc-per-node $(NPROC) -- ./$(BUILD)/ddprt-train $(RUN_ARGS)
 
-# libFuzzer on the rendezvous wire parsers + hostlists (clang with libFuzzer; on Debian/
-# Ubuntu it comes with clang, else apt install libclang-rt-14-dev). FUZZ_TIME seconds.
+# libFuzzer (clang with libFuzzer; on Debian/Ubuntu it comes with clang, else apt
+# install libclang-rt-14-dev), ASan + UBSan: the rendezvous wire parsers + hostlists,
+# the checkpoint reader (nn/stio), the IDX reader. FUZZ_TIME seconds each, or
+# FUZZ_RUNS=N executions each.
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 30
+FUZZ_RUNS ?=
+FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
+FUZZ_LIMIT = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
 fuzz:
-	@mkdir -p build-fuzz/corpus-rdzv
-	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-		test/fuzz/fuzz_rdzv.c rt/rdzv_wire.c rt/rdzv_env.c -o build-fuzz/fuzz_rdzv
-	./build-fuzz/fuzz_rdzv -max_total_time=$(FUZZ_TIME) -max_len=4096 build-fuzz/corpus-rdzv
+	@mkdir -p build-fuzz/corpus-rdzv build-fuzz/corpus-stio build-fuzz/corpus-idx
+	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_rdzv.c rt/rdzv_wire.c rt/rdzv_env.c -o build-fuzz/fuzz_rdzv
+	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_stio.c nn/stio_read.c nn/stio.c -lz -o build-fuzz/fuzz_stio
+	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_idx.c nn/data.c rt/arena.c rt/log.c -lz -o build-fuzz/fuzz_idx
+	./build-fuzz/fuzz_rdzv $(FUZZ_LIMIT) -max_len=4096 build-fuzz/corpus-rdzv
+	./build-fuzz/fuzz_stio $(FUZZ_LIMIT) -max_len=8192 build-fuzz/corpus-stio
+	./build-fuzz/fuzz_idx $(FUZZ_LIMIT) -max_len=256 build-fuzz/corpus-idx
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz

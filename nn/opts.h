@@ -1,6 +1,8 @@
 /* ddprt-train's flags: the seed script's (mnsit.py) names and defaults, plus ours. */
 #ifndef NN_OPTS_H
 #define NN_OPTS_H
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct nn_opts {
     int batch_size, test_batch_size, epochs;
@@ -27,4 +29,16 @@ void nn_opts_default(nn_opts *o);
  * one-line error with a hint (unknown flag: the closest known one). */
 int nn_opts_parse(nn_opts *o, int argc, char **argv);
 void nn_opts_usage(void);
+/* The (name, value) pairs of every flag that changes what the ranks do together (all
+ * flags but the per-rank ones: --rank, --data, --save, --resume, --metrics, --plot,
+ * --threads, --log-interval, --mem-report, --init-method), for the start-up agreement.
+ * Values: integers and flags as is, doubles as their IEEE bits, strings as a 64-bit
+ * FNV-1a hash (unset: 0). Names are the flag names without "--". Returns the number of
+ * pairs, or -1 when max is too small. Walks the flag table: a new flag is covered. */
+int nn_opts_agreement(const nn_opts *o, const char **names, int64_t *vals, int max);
+/* Every flag's name and whether it is per-rank (tests; help tools). Returns the count. */
+int nn_opts_flags(const char **names, int *per_rank, int max);
+/* 0 when the directories of --metrics, --plot and --save exist and are writable; else
+ * -1 with "--plot /nodir/m.svg: cannot write into /nodir: No such file or directory". */
+int nn_opts_check_paths(const nn_opts *o, char *err, size_t errlen);
 #endif

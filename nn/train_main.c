@@ -39,6 +39,11 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if (nn_ddp_connect(&ddp, &o, err, sizeof err)) rt_fatal("%s", err);
+    /* Rank 0 writes the files: a missing directory is an error now, not after an epoch. */
+    if (ddp.rank == 0 && nn_opts_check_paths(&o, err, sizeof err)) {
+        nn_ddp_close(&ddp, 1);
+        rt_fatal("%s", err);
+    }
     int ncpu = port_ncpus() / ddp.local_world;
     k_set_threads(o.threads ? o.threads : ncpu > 0 ? ncpu : 1);
     if (nn_trainer_setup(&t, &o, &ddp, err, sizeof err)) {

@@ -34,12 +34,16 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddprt-launch --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A]\n"
-               "                    [--master-port P] [--no-prefix] -- PROGRAM [ARGS...]\n"
+               "                    [--master-port P] [--no-prefix] [--max-restarts N [--resume-arg PATH]]\n"
+               "                    -- PROGRAM [ARGS...]\n"
                "Starts N ranks of PROGRAM on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
                "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and DDPRT_JOB_TOKEN.\n"
                "Defaults: --nnodes 1 --node-rank 0 --master-addr $MASTER_ADDR or 127.0.0.1,\n"
                "--master-port $MASTER_PORT, else a free port (one node) or 29500.\n"
-               "DDPRT_LAUNCH_GRACE: seconds between SIGTERM and SIGKILL when stopping ranks (10).\n");
+               "DDPRT_LAUNCH_GRACE: seconds between SIGTERM and SIGKILL when stopping ranks (10).\n"
+               "--max-restarts N: when a rank fails, stop the local ranks and start them again, up to N\n"
+               "times (DDPRT_RESTART_COUNT tells them which start it is); --resume-arg PATH: on a restart,\n"
+               "when PATH exists, add --resume PATH to the program's arguments (ddprt-train --save PATH).\n");
 }
 
 static _Noreturn void bad(const char *fmt, const char *a, const char *b)
@@ -114,87 +118,24 @@ static void set_env_int(const char *name, int v)
     setenv(name, s, 1);
 }
 
-int main(int argc, char **argv)
+/* prog's argv with "--resume PATH" appended (for a restart), or NULL. */
+static char **restart_args(char **prog, const char *path)
 {
-    int nproc = -1, nnodes = 1, node_rank = 0, port = -1, prefix = 1, a = 1;
-    const char *addr = NULL;
-    for (; a < argc; a++) {
-        char flag[64];
-        const char *v = NULL, *s = argv[a];
-        if (!strcmp(s, "--")) { a++; break; }
-        if (strncmp(s, "--", 2)) break; /* first non-flag: the program (torchrun allows this) */
-        /* --flag=value and --flag value; torch.distributed.launch's underscores too. */
-        snprintf(flag, sizeof flag, "%s", s);
-        for (char *c = flag + 2; *c; c++) if (*c == '_') *c = '-';
-        char *eq = strchr(flag, '=');
-        if (eq) { *eq = 0; v = s + (eq - flag) + 1; }
-        int takes = strcmp(flag, "--no-prefix") && strcmp(flag, "--help") && strcmp(flag, "-h");
-        if (takes && !v) {
-            if (a + 1 >= argc) bad("%s needs a value%s", flag, "");
-            v = argv[++a];
-        }
-        if (!strcmp(flag, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(flag, "--nproc-per-node")) nproc = int_arg(flag, v, 1, 4096);
-        else if (!strcmp(flag, "--nnodes")) nnodes = int_arg(flag, v, 1, 65536);
-        else if (!strcmp(flag, "--node-rank")) node_rank = int_arg(flag, v, 0, 65535);
-        else if (!strcmp(flag, "--master-addr")) addr = v;
-        else if (!strcmp(flag, "--master-port")) port = int_arg(flag, v, 1, 65535);
-        else if (!strcmp(flag, "--no-prefix")) prefix = 0;
-        else bad("unknown flag '%s'%s", s, "");
-    }
-    if (nproc < 0) bad("--nproc-per-node N is required%s%s", "", "");
-    if (a >= argc) bad("no program given: ddprt-launch --nproc-per-node N -- PROGRAM [ARGS...]%s%s", "", "");
-    if (node_rank >= nnodes) {
-        char r[16], m[16];
-        snprintf(r, sizeof r, "%d", node_rank);
-        snprintf(m, sizeof m, "%d", nnodes);
-        bad("--node-rank %s is out of range for --nnodes %s", r, m);
-    }
-    if (nnodes * nproc > 65536) bad("too many ranks%s%s", "", "");
-    char **prog = argv + a;
+    int n = 0;
+    while (prog[n]) n++;
+    char **a = calloc((size_t)n + 3, sizeof *a);
+    if (!a) return NULL;
+    memcpy(a, prog, sizeof *a * (size_t)n);
+    a[n] = "--resume";
+    a[n + 1] = (char *)path;
+    return a;
+}
 
-    if (!addr) addr = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
-    const char *penv = getenv("MASTER_PORT");
-    if (port < 0 && penv && *penv) port = int_arg("MASTER_PORT", penv, 1, 65535);
-    if (port < 0 && nnodes == 1) {
-        /* One node, no port asked for: take a free one, so two jobs on one machine do not
-         * collide on 29500 ("Address already in use"). */
-        char err[256];
-        int fd = port_sock_listen(NULL, 0, 1, err, sizeof err);
-        port = fd >= 0 ? port_sock_local_port(fd) : 29500;
-        port_sock_close(fd);
-    }
-    if (port < 0) port = 29500;
-    const char *tok = getenv("DDPRT_JOB_TOKEN");
-    if ((!tok || !*tok) && nnodes == 1) {
-        /* A random token per launch: a stray rank of another job cannot join this one. */
-        unsigned char r[16] = {0};
-        char hex[40];
-        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || read(fd, r, sizeof r) != (ssize_t)sizeof r) {
-            uint64_t t = (uint64_t)port_now_ns() ^ (uint64_t)getpid() << 40;
-            memcpy(r, &t, sizeof t);
-        }
-        if (fd >= 0) close(fd);
-        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
-        setenv("DDPRT_JOB_TOKEN", hex, 1);
-    }
-    setenv("MASTER_ADDR", addr, 1);
-    set_env_int("MASTER_PORT", port);
-    set_env_int("WORLD_SIZE", nnodes * nproc);
-    set_env_int("LOCAL_WORLD_SIZE", nproc);
-    set_env_int("GROUP_RANK", node_rank);
-
-    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) { perror("ddprt-launch: pipe"); return 1; }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGCHLD, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+/* Starts the local ranks of prog and supervises them until all have exited. Returns
+ * the job's status; *sig: the signal that stopped it (0 none); *failed: the first
+ * rank that failed (-1 none). */
+static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig_out, int *failed_out)
+{
     child *ch = calloc((size_t)nproc, sizeof *ch);
     stream *st = calloc((size_t)nproc * 2, sizeof *st);
     struct pollfd *pf = calloc((size_t)nproc * 2 + 1, sizeof *pf);
@@ -290,6 +231,109 @@ int main(int argc, char **argv)
     free(ch);
     free(st);
     free(pf);
+    *sig_out = got_sig;
+    *failed_out = first_fail;
     if (first_fail >= 0) return fail_code;
     return got_sig ? 128 + got_sig : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int nproc = -1, nnodes = 1, node_rank = 0, port = -1, prefix = 1, a = 1, max_restarts = 0;
+    const char *addr = NULL, *resume = NULL;
+    for (; a < argc; a++) {
+        char flag[64];
+        const char *v = NULL, *s = argv[a];
+        if (!strcmp(s, "--")) { a++; break; }
+        if (strncmp(s, "--", 2)) break; /* first non-flag: the program (torchrun allows this) */
+        /* --flag=value and --flag value; torch.distributed.launch's underscores too. */
+        snprintf(flag, sizeof flag, "%s", s);
+        for (char *c = flag + 2; *c; c++) if (*c == '_') *c = '-';
+        char *eq = strchr(flag, '=');
+        if (eq) { *eq = 0; v = s + (eq - flag) + 1; }
+        int takes = strcmp(flag, "--no-prefix") && strcmp(flag, "--help") && strcmp(flag, "-h");
+        if (takes && !v) {
+            if (a + 1 >= argc) bad("%s needs a value%s", flag, "");
+            v = argv[++a];
+        }
+        if (!strcmp(flag, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(flag, "--nproc-per-node")) nproc = int_arg(flag, v, 1, 4096);
+        else if (!strcmp(flag, "--nnodes")) nnodes = int_arg(flag, v, 1, 65536);
+        else if (!strcmp(flag, "--node-rank")) node_rank = int_arg(flag, v, 0, 65535);
+        else if (!strcmp(flag, "--master-addr")) addr = v;
+        else if (!strcmp(flag, "--master-port")) port = int_arg(flag, v, 1, 65535);
+        else if (!strcmp(flag, "--no-prefix")) prefix = 0;
+        else if (!strcmp(flag, "--max-restarts")) max_restarts = int_arg(flag, v, 0, 1000000);
+        else if (!strcmp(flag, "--resume-arg")) resume = v;
+        else bad("unknown flag '%s'%s", s, "");
+    }
+    if (nproc < 0) bad("--nproc-per-node N is required%s%s", "", "");
+    if (a >= argc) bad("no program given: ddprt-launch --nproc-per-node N -- PROGRAM [ARGS...]%s%s", "", "");
+    if (node_rank >= nnodes) {
+        char r[16], m[16];
+        snprintf(r, sizeof r, "%d", node_rank);
+        snprintf(m, sizeof m, "%d", nnodes);
+        bad("--node-rank %s is out of range for --nnodes %s", r, m);
+    }
+    if (nnodes * nproc > 65536) bad("too many ranks%s%s", "", "");
+    char **prog = argv + a;
+
+    if (!addr) addr = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
+    const char *penv = getenv("MASTER_PORT");
+    if (port < 0 && penv && *penv) port = int_arg("MASTER_PORT", penv, 1, 65535);
+    if (port < 0 && nnodes == 1) {
+        /* One node, no port asked for: take a free one, so two jobs on one machine do not
+         * collide on 29500 ("Address already in use"). */
+        char err[256];
+        int fd = port_sock_listen(NULL, 0, 1, err, sizeof err);
+        port = fd >= 0 ? port_sock_local_port(fd) : 29500;
+        port_sock_close(fd);
+    }
+    if (port < 0) port = 29500;
+    const char *tok = getenv("DDPRT_JOB_TOKEN");
+    if ((!tok || !*tok) && nnodes == 1) {
+        /* A random token per launch: a stray rank of another job cannot join this one. */
+        unsigned char r[16] = {0};
+        char hex[40];
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, r, sizeof r) != (ssize_t)sizeof r) {
+            uint64_t t = (uint64_t)port_now_ns() ^ (uint64_t)getpid() << 40;
+            memcpy(r, &t, sizeof t);
+        }
+        if (fd >= 0) close(fd);
+        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
+        setenv("DDPRT_JOB_TOKEN", hex, 1);
+    }
+    setenv("MASTER_ADDR", addr, 1);
+    set_env_int("MASTER_PORT", port);
+    set_env_int("WORLD_SIZE", nnodes * nproc);
+    set_env_int("LOCAL_WORLD_SIZE", nproc);
+    set_env_int("GROUP_RANK", node_rank);
+
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) { perror("ddprt-launch: pipe"); return 1; }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int restarts = 0;
+    char **args = prog;
+    for (;;) {
+        int sig = 0, failed = -1, rc = run_ranks(args, nproc, node_rank, prefix, &sig, &failed);
+        if (args != prog) free(args);
+        if (rc == 0 || sig || failed < 0 || restarts >= max_restarts) return rc;
+        restarts++;
+        set_env_int("DDPRT_RESTART_COUNT", restarts);
+        /* A rank died: start the local ranks again (every node's launcher does the same
+         * when its ranks fail, so the whole job meets again), resuming from the newest
+         * checkpoint when --resume-arg names one that exists. */
+        args = prog;
+        if (resume && !access(resume, R_OK) && (args = restart_args(prog, resume)) == NULL) return rc;
+        fprintf(stderr, "ddprt-launch: restart %d of %d after rank %d failed (status %d)%s%s\n", restarts, max_restarts,
+                failed, rc, args != prog ? "; resuming from " : "", args != prog ? resume : "");
+    }
 }

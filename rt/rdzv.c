@@ -3,6 +3,7 @@
  * bootstrap. */
 #include "rt/rdzv_int.h"
 #include "ports/posix/port_sock.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include "transport/tp_backend.h"
 #include <stdio.h>
@@ -12,6 +13,7 @@
 static void rdzv_free(rt_rdzv *r)
 {
     if (!r) return;
+    rt_rdzv_door_close(r);
     port_sock_close(r->lfd);
     port_sock_close(r->master);
     for (int q = 0; r->fds && q < r->world; q++) port_sock_close(r->fds[q]);
@@ -25,6 +27,7 @@ int rt_rdzv_open(rt_rdzv **out, const rt_rdzv_opts *o, char *err, size_t errlen)
     static const rt_rdzv_opts none = {NULL, -1, -1, -1, 0, NULL, 0};
     rt_rdzv_plan p;
     *out = NULL;
+    if (rt_env_check(err, errlen)) return -1;
     if (rt_rdzv_resolve(o ? o : &none, &p, err, errlen)) return -1;
     rt_rdzv *r = calloc(1, sizeof *r);
     if (!r) { snprintf(err, errlen, "rendezvous: out of memory"); return -1; }

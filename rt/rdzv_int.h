@@ -4,6 +4,7 @@
 #ifndef RT_RDZV_INT_H
 #define RT_RDZV_INT_H
 #include "rt/rdzv.h"
+#include "ports/posix/port.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,7 +86,12 @@ struct rt_rdzv {
     uint32_t seq;            /* collective round */
     int failed;
     char err[512];
+    port_thread door;        /* rank 0 after the meeting: rt/rdzv_door.c */
+    int door_on, door_stop;
 };
+/* Rank 0: answer late comers on r->lfd until close (0, or -1: no door, lfd closed). */
+int rt_rdzv_door_open(rt_rdzv *r);
+void rt_rdzv_door_close(rt_rdzv *r);
 /* Rank 0: serves the meeting on r->lfd until every rank joined; 0 or -1 with err. */
 int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen);
 /* Rank > 0: one attempt to join at host:port. 0 joined; 1 retry later (last set);

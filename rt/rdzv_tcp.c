@@ -62,6 +62,18 @@ static void admit(rt_rdzv *r, pending *p, rt_rdzv_hello *hello, int *joined)
     const char *why;
     char msg[RT_RDZV_MAX_TEXT];
     if (rt_rdzv_parse_hello(p->buf + RT_RDZV_HDR, p->h.len, &h, &why)) { refuse(p, NULL, why, NULL); return; }
+    if (!r->token_hash != !h.token_hash) {
+        /* One side has a token, the other none: this job's rank, misconfigured (another
+         * job has its own token). Waiting cannot help either side. */
+        snprintf(msg, sizeof msg, "job token set on rank %d only (rank %d, pid %u on %.100s, has %s): set "
+                 "DDPRT_JOB_TOKEN on every rank or on none", r->token_hash ? 0 : h.rank, h.rank, h.pid, h.host,
+                 r->token_hash ? "none" : "one, rank 0 none");
+        send_text(p->fd, RZ_REJECT, RZ_REJ_FATAL, msg);
+        drop(p);
+        snprintf(r->err, sizeof r->err, "rank 0: %.480s", msg);
+        r->failed = 1;
+        return;
+    }
     if (r->token_hash && h.token_hash != r->token_hash) {
         refuse(p, &h, "wrong job token (a process of another job? this job keeps waiting for its own ranks)",
                "wrong job token: this is another job's rendezvous (check DDPRT_JOB_TOKEN and MASTER_PORT)");
@@ -233,6 +245,12 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
         }
         for (int i = 0; i < MAX_PENDING; i++)
             if (ready[1 + i] && pend[i].fd >= 0) feed(r, &pend[i], hello, &joined);
+        if (r->failed) {
+            for (int q = 1; q < W; q++)
+                if (r->fds[q] >= 0) send_text(r->fds[q], RZ_REJECT, RZ_REJ_FATAL, r->err + 8);
+            snprintf(err, errlen, "%s", r->err);
+            goto out;
+        }
         for (int q = 1; q < W; q++) {
             if (!ready[1 + MAX_PENDING + q] || r->fds[q] < 0 || fds[1 + MAX_PENDING + q] != r->fds[q]) continue;
             uint8_t junk;
@@ -248,8 +266,10 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
 out:
     for (int i = 0; pend && i < MAX_PENDING; i++)
         if (pend[i].fd >= 0) port_sock_close(pend[i].fd);
-    port_sock_close(r->lfd); /* the meeting is over: free the port for the next job */
-    r->lfd = -1;
+    if (rc || rt_rdzv_door_open(r)) {
+        port_sock_close(r->lfd);
+        r->lfd = -1;
+    }
     free(hello);
     free(pend);
     free(fds);
@@ -332,6 +352,13 @@ int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen
         return rt_rdzv_serve_meeting(r, err, errlen);
     }
     int64_t deadline = port_now_ns() + (int64_t)(r->timeout_s * 1e9), backoff = 20000000;
+    /* A name that does not resolve will not start to: one line now, not after the whole
+     * timeout. Only a temporary DNS failure is retried, for a short grace. */
+    int64_t grace = port_now_ns() + 3000000000LL;
+    if (port_sock_resolve_check(p->host, grace < deadline ? grace : deadline, e, sizeof e)) {
+        snprintf(err, errlen, "rank %d: rendezvous %s: %s", r->rank, r->where, e);
+        return -1;
+    }
     char last[RT_RDZV_MAX_TEXT + 64] = "no attempt";
     for (;;) {
         int rc = rt_rdzv_try_join(r, p->host, p->port, deadline, last, sizeof last, err, errlen);

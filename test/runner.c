@@ -64,6 +64,11 @@ int main(int argc, char **argv)
     int timeout = getenv("DDPRT_TEST_TIMEOUT") ? atoi(getenv("DDPRT_TEST_TIMEOUT")) : 300;
     (void)cmp_test;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Flight-recorder files of the jobs that tests fail on purpose go to a scratch
+     * directory, not into the source tree. */
+    char tdir[] = "/tmp/ddprt-test-trace-XXXXXX";
+    int own_tdir = !getenv("DDPRT_TRACE_DIR") && mkdtemp(tdir);
+    if (own_tdir) setenv("DDPRT_TRACE_DIR", tdir, 1);
     for (int i = 0; i < ntests; i++) {
         /* Optional filters: run tests whose name or file contains any argument. */
         int want = argc < 2;
@@ -96,6 +101,11 @@ int main(int argc, char **argv)
             else
                 printf("FAIL %s: %s: exit %d (%.2fs)\n", tests[i].name, tests[i].file, WEXITSTATUS(st), dt);
         }
+    }
+    if (own_tdir) {
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
+        if (system(cmd)) printf("runner: could not remove %s\n", tdir);
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

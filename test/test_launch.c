@@ -2,10 +2,14 @@
  * flag errors, and a real rendezvous job under the launcher. */
 #include "test/t.h"
 #include "test/t_proc.h"
+#include "test/t_data.h"
 #include "ports/posix/port.h"
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static t_proc L;
 
@@ -18,6 +22,13 @@ static void start(const char *const *args, char *const *env)
     for (int i = 0; args[i] && n < 31; i++) argv[n++] = (char *)args[i];
     argv[n] = NULL;
     t_spawn(&L, "launch", argv, env);
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+    return n;
 }
 
 static int run(const char *const *args, char *const *env)
@@ -142,4 +153,72 @@ PTEST(launch_runs_a_rendezvous_job)
     CHECKF(st == 0, "status %d: %s %s", st, o, t_slurp(L.err));
     CHECKF(strstr(o, "[rank 0] rank 0 of 3 local 0 ok token yes") && strstr(o, "[rank 2] rank 2 of 3 local 2 ok token yes"),
            "%s", o);
+}
+
+/* --max-restarts: a killed rank stops the local ranks, which start again; the restart
+ * resumes from --resume-arg's file when it exists; the count is bounded. */
+PTEST(launch_restarts_the_ranks_after_a_failure)
+{
+    char ck[300], resume[320];
+    snprintf(ck, sizeof ck, "%s/ck.st", t_tmpdir());
+    snprintf(resume, sizeof resume, "--resume-arg=%s", ck);
+    FILE *f = fopen(ck, "w");
+    CHECK(f && fputs("x", f) >= 0 && fclose(f) == 0);
+    const char *args[] = {"--nproc-per-node", "2", "--max-restarts", "2", resume, "--", t_prog("t-launch_child"),
+                          "flaky", "1", NULL};
+    int st = run(args, NULL);
+    const char *e = t_slurp(L.err), *o = t_slurp(L.out);
+    CHECKF(st == 0, "status %d: %s", st, e);
+    CHECKF(strstr(e, "ddprt-launch: rank 1 (pid ") && strstr(e, "restart 1 of 2 after rank 1 failed (status 137); "
+           "resuming from ") && strstr(e, "/ck.st"), "%s", e);
+    char want[400];
+    snprintf(want, sizeof want, "[rank 0] start 1 args: --resume %s", ck);
+    CHECKF(strstr(o, want) && strstr(o, "[rank 1] start 1 args: --resume "), "%s", o);
+
+    unlink(ck); /* no checkpoint yet: restarted as it was started */
+    st = run(args, NULL);
+    CHECKF(st == 0 && strstr(t_slurp(L.out), "[rank 1] start 1 args:\n") && !strstr(t_slurp(L.err), "resuming"),
+           "%d: %s", st, t_slurp(L.out));
+
+    const char *always[] = {"--nproc-per-node", "2", "--max-restarts", "2", "--", t_prog("t-launch_child"), "fail",
+                            "1", "7", NULL};
+    st = run(always, NULL);
+    e = t_slurp(L.err);
+    CHECKF(st == 7 && strstr(e, "restart 2 of 2 after rank 1 failed (status 7)") && !strstr(e, "restart 3"), "%d: %s",
+           st, e);
+    CHECK(count_lines(e, "exited with status 7; stopping the other ranks") == 3);
+}
+
+/* Elastic restart of a real training job: rank 1 is SIGKILLed after the first
+ * checkpoint; the launcher restarts both ranks with --resume, and the final
+ * checkpoint equals an uninterrupted run's byte for byte. */
+PTEST(launch_restart_resumes_training_to_the_same_checkpoint)
+{
+    t_clean_env();
+    char d[400], cmd[6000], full[450], el[450], out[450];
+    snprintf(d, sizeof d, "%s", t_proc_tmpdir());
+    char data[420];
+    snprintf(data, sizeof data, "%s/data", d);
+    mkdir(data, 0755);
+    t_write_synthetic_dataset(data, 12000, 200, 1);
+    snprintf(full, sizeof full, "%s/full.st", d);
+    snprintf(el, sizeof el, "%s/el.st", d);
+    snprintf(out, sizeof out, "%s/el.log", d);
+    snprintf(cmd, sizeof cmd, "%s --nproc-per-node 2 -- %s --data %s --epochs 3 --threads 1 --save %s > %s/full.log 2>&1",
+             t_prog("ddprt-launch"), t_prog("ddprt-train"), data, full, d);
+    CHECK(system(cmd) == 0);
+    /* The wrapper kills rank 1 of the first start 0.1 s after the first checkpoint. */
+    snprintf(cmd, sizeof cmd,
+             "cat > %s/wrap.sh <<'EOF'\n#!/bin/sh\n"
+             "if [ \"$RANK\" = 1 ] && [ -z \"$DDPRT_RESTART_COUNT\" ]; then\n"
+             "  (while [ ! -e \"$CK\" ]; do sleep 0.02; done; sleep 0.1; kill -9 $$) &\nfi\n"
+             "exec \"$TRAIN\" \"$@\"\nEOF\nchmod +x %s/wrap.sh && CK=%s TRAIN=%s %s --nproc-per-node 2 --max-restarts 1 "
+             "--resume-arg %s -- %s/wrap.sh --data %s --epochs 3 --threads 1 --save %s > %s 2>&1",
+             d, d, el, t_prog("ddprt-train"), t_prog("ddprt-launch"), el, d, data, el, out);
+    int rc = system(cmd);
+    const char *log = t_slurp(out);
+    CHECKF(rc == 0 && strstr(log, "was killed by signal 9") && strstr(log, "restart 1 of 1 after rank 1 failed (status "
+           "137); resuming from "), "%d: %s", rc, log);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", full, el);
+    CHECK(system(cmd) == 0);
 }

@@ -66,3 +66,103 @@ TEST(opts_parse_forms_and_errors)
     const char *dev[] = {"--device", "tpu"};
     CHECK(parse(&o, dev, 2, msg, sizeof msg) == -1);
 }
+
+TEST(opts_values_outside_their_domain_are_refused)
+{
+    nn_opts o;
+    char msg[256];
+    static const char *const bad[][3] = {
+        {"--momentum", "2", "--momentum: must be in [0, 1), got '2'"},
+        {"--momentum", "1", "--momentum: must be in [0, 1), got '1'"},
+        {"--momentum", "-0.1", "--momentum: must be in [0, 1), got '-0.1'"},
+        {"--lr", "inf", "--lr: expected a finite number, got 'inf'"},
+        {"--lr", "nan", "--lr: expected a finite number, got 'nan'"},
+        {"--lr", "0", "--lr: must be > 0, got '0'"},
+        {"--lr", "-1", "--lr: must be > 0, got '-1'"},
+        {"--weight-decay", "-1e-4", "--weight-decay: must be >= 0, got '-1e-4'"},
+        {"--bucket-mb", "0", "--bucket-mb: must be > 0, got '0'"},
+        {"--max-steps", "-5", "--max-steps: expected a non-negative integer, got '-5'"},
+        {"--check-sync", "-1", "--check-sync: expected a non-negative integer, got '-1'"},
+        {"--rank", "-2", "--rank: expected a non-negative integer, got '-2'"},
+        {"--backend", "ib", "--backend: expected one of tcp|verbs|auto, got 'ib'"},
+        {"--device", "tpu", "--device: expected one of cpu|cuda, got 'tpu'"},
+    };
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        CHECKF(parse(&o, bad[i], 2, msg, sizeof msg) == -1, "%s %s accepted", bad[i][0], bad[i][1]);
+        CHECKF(strstr(msg, bad[i][2]), "%s %s: %s", bad[i][0], bad[i][1], msg);
+    }
+    const char *range[] = {"--rank", "2", "--world-size", "2"};
+    CHECK(parse(&o, range, 4, msg, sizeof msg) == -1);
+    CHECKF(strstr(msg, "--rank 2 is out of range for --world-size 2"), "%s", msg);
+    const char *ok[] = {"--momentum", "0", "--lr", "1e-3", "--weight-decay", "0", "--rank", "1", "--world-size", "2"};
+    CHECKF(parse(&o, ok, 10, msg, sizeof msg) == 0, "%s", msg);
+}
+
+static int find(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return i;
+    return -1;
+}
+
+/* Every flag not marked per-rank is in the agreement, and a different value of it on
+ * another rank shows as a different value (so --max-steps and --check-sync are covered,
+ * and so is any flag added later). */
+TEST(opts_agreement_covers_every_job_flag)
+{
+    const char *fn[64], *an[64], *bn[64];
+    int per[64];
+    int64_t av[64], bv[64];
+    char msg[256], arg[80];
+    int nf = nn_opts_flags(fn, per, 64), jobs = 0;
+    CHECK(nf > 20);
+    nn_opts a, b;
+    CHECK(parse(&a, NULL, 0, msg, sizeof msg) == 0);
+    int na = nn_opts_agreement(&a, an, av, 64);
+    CHECK(na > 10);
+    CHECK(nn_opts_agreement(&a, an, av, 3) == -1);
+    for (int i = 0; i < nf; i++) {
+        int k = find(an, na, fn[i]);
+        CHECKF((k >= 0) == !per[i], "--%s: %s", fn[i], per[i] ? "per-rank but compared" : "missing from agreement");
+        if (per[i]) continue;
+        jobs++;
+        /* A value other than the default that the parser accepts. */
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz"};
+        int ok = 0;
+        for (int t = 0; t < 5 && !ok; t++) {
+            snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
+            const char *args[] = {arg};
+            ok = parse(&b, args, 1, msg, sizeof msg) == 0;
+            if (!ok) {
+                const char *flag[] = {arg};
+                snprintf(arg, sizeof arg, "--%s", fn[i]);
+                ok = parse(&b, flag, 1, msg, sizeof msg) == 0;
+            }
+        }
+        CHECKF(ok, "--%s: no test value accepted", fn[i]);
+        int nb = nn_opts_agreement(&b, bn, bv, 64);
+        CHECK(nb == na);
+        CHECKF(k >= 0 && !strcmp(bn[k], fn[i]) && bv[k] != av[k], "--%s: value change not visible", fn[i]);
+        for (int j = 0; j < na; j++)
+            if (j != k) CHECKF(bv[j] == av[j], "--%s changed %s", fn[i], bn[j]);
+    }
+    CHECK(jobs == na);
+    CHECK(find(an, na, "max-steps") >= 0 && find(an, na, "check-sync") >= 0 && find(an, na, "rank") < 0);
+}
+
+TEST(opts_output_directories_are_checked_naming_the_flag)
+{
+    nn_opts o;
+    char msg[256], err[256];
+    const char *args[] = {"--plot", "/nodir/m.svg", "--metrics", "/nodir/m.csv"};
+    CHECK(parse(&o, args, 4, msg, sizeof msg) == 0);
+    CHECK(nn_opts_check_paths(&o, err, sizeof err) == -1);
+    CHECKF(!strcmp(err, "--plot /nodir/m.svg: cannot write into /nodir: No such file or directory"), "%s", err);
+    const char *save[] = {"--save", "/nodir/x/p.st"};
+    CHECK(parse(&o, save, 2, msg, sizeof msg) == 0);
+    CHECK(nn_opts_check_paths(&o, err, sizeof err) == -1);
+    CHECKF(strstr(err, "--save /nodir/x/p.st: cannot write into /nodir/x"), "%s", err);
+    const char *good[] = {"--plot", "/tmp/m.svg", "--save", "p.st"};
+    CHECK(parse(&o, good, 4, msg, sizeof msg) == 0);
+    CHECKF(nn_opts_check_paths(&o, err, sizeof err) == 0, "%s", err);
+}

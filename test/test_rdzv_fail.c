@@ -153,7 +153,7 @@ PTEST(rdzv_rank_zero_refuses_bad_ranks_and_keeps_waiting)
     CHECKF(!strcmp(t, "world size 3 does not match rank 0's world size 2"), "%s", t);
     t = raw_hello(0, 2, "job");
     CHECKF(!strcmp(t, "rank 0 is already taken by the rendezvous master"), "%s", t);
-    t = raw_hello(1, 2, NULL);
+    t = raw_hello(1, 2, "other-job");
     CHECKF(strstr(t, "wrong job token"), "%s", t);
     rank_proc(1, URL, 1, 2, "timeout=20", "token=job", NULL);
     t_rank_ok(&P[0], 2);
@@ -184,6 +184,82 @@ PTEST(rdzv_duplicate_rank_is_refused)
     t_rank_ok(&P[0], 3);
     t_rank_ok(&P[3 - loser], 3);
     t_rank_ok(&P[3], 3);
+}
+
+/* Token on one side only: this job's rank, misconfigured; both sides fail at once. */
+PTEST(rdzv_token_on_one_side_fails_both_sides_fast)
+{
+    for (int dir = 0; dir < 2; dir++) {
+        t_clean_env();
+        new_url();
+        double t0 = port_now_s();
+        rank_proc(0, URL, 0, 3, "timeout=30", dir ? NULL : "token=job", NULL);
+        rank_proc(1, URL, 1, 3, "timeout=30", dir ? "token=job" : NULL, NULL);
+        const char *e0 = expect_fail(0), *e1 = expect_fail(1);
+        CHECKF(strstr(e0, "rank 0: job token set on rank ") && strstr(e0, "set DDPRT_JOB_TOKEN on every rank"), "%s", e0);
+        CHECKF(strstr(e1, "rank 1: rendezvous at tcp://") && strstr(e1, "job token set on rank "), "%s", e1);
+        CHECKF(strstr(e1, dir ? "set on rank 1 only" : "set on rank 0 only"), "%s", e1);
+        CHECK(port_now_s() - t0 < 20);
+    }
+}
+
+/* A second copy of a rank after the meeting (2 ranks: it closed when the first copy
+ * came) is refused at once by rank 0's door, not left retrying until its timeout. */
+PTEST(rdzv_second_copy_after_the_meeting_is_refused_at_once)
+{
+    t_clean_env();
+    new_url();
+    rank_proc(0, URL, 0, 2, "timeout=20", "hold_ms=6000", NULL);
+    rank_proc(1, URL, 1, 2, "timeout=20", "hold_ms=6000", NULL);
+    double t0 = port_now_s();
+    rank_proc(2, URL, 1, 2, "timeout=30", "sleep_ms=1000", NULL);
+    const char *e = expect_fail(2);
+    CHECKF(strstr(e, "rank 1 is already taken by 127.0.0.1:"), "%s", e);
+    CHECK(port_now_s() - t0 < 15);
+    t_rank_ok(&P[0], 2);
+    t_rank_ok(&P[1], 2);
+    CHECKF(strstr(t_slurp(P[0].err), "rank 0: refused"), "%s", t_slurp(P[0].err));
+}
+
+PTEST(rdzv_host_that_does_not_resolve_fails_at_once)
+{
+    t_clean_env();
+    rt_rdzv_opts o = {"tcp://nosuchhost.invalid:23502", 1, 2, -1, 30, NULL, 0};
+    rt_rdzv *r;
+    char err[512];
+    double t0 = port_now_s();
+    CHECK(rt_rdzv_open(&r, &o, err, sizeof err) == -1);
+    CHECKF(strstr(err, "rank 1: rendezvous tcp://nosuchhost.invalid:23502: cannot resolve 'nosuchhost.invalid'"),
+           "%s", err);
+    CHECK(port_now_s() - t0 < 10);
+}
+
+PTEST(rdzv_bad_ddprt_variables_are_one_error)
+{
+    static const char *const bad[][3] = {
+        {"DDPRT_ALGO", "rign", "DDPRT_ALGO=rign: expected one of ring|rd|auto"},
+        {"DDPRT_ISA", "sse9", "DDPRT_ISA=sse9: expected one of generic|avx2|avx512"},
+        {"DDPRT_TCP_BUFSIZE", "1M", "DDPRT_TCP_BUFSIZE=1M: expected an integer >= 0"},
+        {"DDPRT_TIMEOUT", "-3", "DDPRT_TIMEOUT=-3: expected a number > 0"},
+        {"DDPRT_LOG", "loud", "DDPRT_LOG=loud: expected one of error|warn|warning|info|debug"},
+        {"DDPRT_STALL_WARN", "abc", "DDPRT_STALL_WARN=abc: expected a number > 0"},
+    };
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        t_clean_env();
+        setenv(bad[i][0], bad[i][1], 1);
+        rt_rdzv_opts o = {NULL, 0, 1, -1, 5, NULL, 0};
+        rt_rdzv *r = NULL;
+        char err[512];
+        CHECK(rt_rdzv_open(&r, &o, err, sizeof err) == -1);
+        CHECKF(!strcmp(err, bad[i][2]), "%s", err);
+        unsetenv(bad[i][0]);
+    }
+    setenv("DDPRT_ALGO", "ring", 1);
+    rt_rdzv_opts o = {NULL, 0, 1, -1, 5, NULL, 0};
+    rt_rdzv *r = NULL;
+    char err[512];
+    CHECKF(rt_rdzv_open(&r, &o, err, sizeof err) == 0, "%s", err);
+    rt_rdzv_close(r);
 }
 
 PTEST(rdzv_port_in_use_names_the_port)

@@ -6,7 +6,15 @@
 
 int tp_waitreqs(tp_comm *c, tp_req **r, int n)
 {
-    return c->b->ops->waitall(c->b, r, n, c->deadline);
+    /* For the stall watch: the peer this rank waits on, i.e. receives from (state is
+     * not read here: a loopback peer's thread may be writing it). */
+    int peer = n ? r[0]->peer : -1;
+    for (int i = 0; i < n; i++)
+        if (r[i]->kind == TP_REQ_RECV) { peer = r[i]->peer; break; }
+    __atomic_store_n(&c->p_wait_peer, peer, __ATOMIC_RELAXED);
+    int rc = c->b->ops->waitall(c->b, r, n, c->deadline);
+    __atomic_store_n(&c->p_wait_peer, -1, __ATOMIC_RELAXED);
+    return rc;
 }
 
 int tp_xfer(tp_comm *c, const void *sbuf, size_t slen, int to, void *rbuf, size_t rlen, int from)

@@ -55,6 +55,7 @@ struct tp_backend {
     int rank, world;
     int failed;             /* sticky error code once failed */
     char err[256];          /* one line: what failed, which peer */
+    struct tp_watch *watch; /* stall watch (tp_backend_create adds it; the comm owns it) */
 };
 
 /* How a backend meets its peers: an allgather over the rendezvous (rt/rdzv.h fills

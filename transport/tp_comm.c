@@ -6,6 +6,7 @@
  * async ops and the comm thread runs it, so ops always run in issue order.
  * `busy` (under mu) says someone is driving the backend. */
 #include "transport/tp_comm_int.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     size_t abytes = o->arena_bytes ? o->arena_bytes : TP_DEFAULT_ARENA_BYTES;
     size_t nbuf = 2 * TP_PIPE_DEPTH + 1;
     size_t chunk = abytes / nbuf / RT_ALIGN * RT_ALIGN;
+    if (rt_env_check(err, errlen)) return TP_EINVAL;
     if (!b || chunk < 512) {
         snprintf(err, errlen, "tp_comm_create: %s", !b ? "no backend" : "arena_bytes below 4608");
         return TP_EINVAL;
@@ -72,12 +74,22 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     port_mutex_init(&c->mu);
     port_cond_init(&c->cv_work);
     port_cond_init(&c->cv_done);
-    if (port_thread_start(&c->thread, comm_thread, c)) {
-        snprintf(err, errlen, "tp_comm_create: cannot start the communication thread");
+    c->p_wait_peer = -1;
+    if (tp_trace_init(c, err, errlen)) {
         rt_arena_free(&c->arena);
         free(c);
         return TP_EIO;
     }
+    if (port_thread_start(&c->thread, comm_thread, c)) {
+        snprintf(err, errlen, "tp_comm_create: cannot start the communication thread");
+        tp_trace_free(c);
+        rt_arena_free(&c->arena);
+        free(c);
+        return TP_EIO;
+    }
+    c->watch = b->watch;
+    b->watch = NULL;
+    if (c->watch) tp_watch_start(c->watch, c);
     *out = c;
     return 0;
 }
@@ -90,7 +102,9 @@ void tp_comm_destroy(tp_comm *c)
     port_cond_broadcast(&c->cv_work);
     port_mutex_unlock(&c->mu);
     port_thread_join(c->thread); /* it drains the queue first (each op has a deadline) */
+    tp_watch_destroy(c->watch);
     c->b->ops->destroy(c->b);
+    tp_trace_free(c);
     pthread_cond_destroy(&c->cv_work);
     pthread_cond_destroy(&c->cv_done);
     pthread_mutex_destroy(&c->mu);
@@ -118,7 +132,7 @@ static size_t op_bytes(const tp_comm *c, const tp_handle *h)
 /* Makes the comm failed (first failure wins) with one line naming the op. */
 static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
 {
-    char size[32], what[300];
+    char size[32], what[520];
     const char *be = c->b->err[0] ? c->b->err : "backend error";
     fmt_size(size, sizeof size, op_bytes(c, h));
     /* Backends say "timed out waiting for rank 3"; the comm knows the timeout. */
@@ -129,14 +143,25 @@ static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
     } else {
         snprintf(what, sizeof what, "%s", be);
     }
+    /* The watch knows more than this rank's backend: who the others wait on (a timeout
+     * here names only the peer this rank was reading from), or a mismatched op. */
+    char why[440];
+    if (c->watch && tp_watch_on_fail(c->watch, h->seq, rc == TP_ETIMEOUT, why, sizeof why)) {
+        if (rc == TP_ETIMEOUT) snprintf(what, sizeof what, "timed out after %g s: %.440s", c->timeout_s, why);
+        else snprintf(what, sizeof what, "%s", why);
+    }
     port_mutex_lock(&c->mu);
-    if (!c->failed) {
+    int first = !c->failed;
+    if (first) {
         c->failed = rc;
-        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %s", kind_names[h->kind],
+        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", kind_names[h->kind],
                  (unsigned long long)h->seq, size, what);
     }
     port_mutex_unlock(&c->mu);
+    if (first && c->watch) tp_trace_dump(c, c->errmsg); /* a job's comm, not an in-process test's */
 }
+
+const char *tp_kind_name(int kind) { return kind >= 0 && kind < TP_NKINDS ? kind_names[kind] : "?"; }
 
 void tp_abort(tp_comm *c, const char *why)
 {
@@ -159,7 +184,11 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     size_t bytes = h->count * es;
     int algo = c->algo;
     if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
-    c->deadline = port_now_ns() + (int64_t)(c->timeout_s * 1e9);
+    int64_t t0 = port_now_ns();
+    c->deadline = t0 + (int64_t)(c->timeout_s * 1e9);
+    __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
+    tp_trace_state(c, h->seq, TP_TR_RUNNING, 0);
     switch (h->kind) {
     case TP_K_ALLREDUCE:
         rc = algo == TP_ALGO_RD ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
@@ -179,6 +208,10 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     default: rc = TP_EINVAL;
     }
     if (rc) comm_fail(c, h, rc);
+    tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc);
+    __atomic_store_n(&c->p_done_at, port_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&c->p_done, h->seq, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->p_cur, 0, __ATOMIC_RELEASE);
     return rc;
 }
 
@@ -187,7 +220,8 @@ int tp_run_op(tp_comm *c, tp_handle *h)
 /* Checks arguments and hands out the sequence number; under mu. */
 static int issue_locked(tp_comm *c, tp_handle *h)
 {
-    h->seq = ++c->seq;
+    __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
+    h->seq = c->seq;
     h->next = NULL;
     h->rc = 0;
     if (c->failed) {
@@ -202,6 +236,8 @@ static int issue_locked(tp_comm *c, tp_handle *h)
         return h->rc = TP_EINVAL;
     }
     h->state = TP_H_QUEUED;
+    if (h->kind >= TP_K_SEND) __atomic_store_n(&c->p2p, 1, __ATOMIC_RELAXED);
+    tp_trace_issue(c, h->seq, h->kind, h->dt, h->op, h->root, op_bytes(c, h));
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "ports/posix/port.h"
 #include "rt/arena.h"
 #include "transport/tp.h"
+#include "transport/tp_watch.h"
 
 enum { TP_K_ALLREDUCE, TP_K_BROADCAST, TP_K_REDUCE_SCATTER, TP_K_ALLGATHER, TP_K_BARRIER,
        TP_K_SEND, TP_K_RECV, TP_NKINDS };
@@ -26,7 +27,7 @@ struct tp_comm {
 
     /* Failure: sticky. failed is the code, errmsg the one line. */
     int failed;
-    char errmsg[384];
+    char errmsg[640];
 
     /* Issue order and the comm thread. mu guards everything below and `failed`
      * transitions. busy: some thread is driving the backend. */
@@ -37,6 +38,20 @@ struct tp_comm {
     int busy;
     uint64_t seq;              /* last sequence number handed out */
     tp_handle *qhead, *qtail;  /* async ops not yet started */
+
+    /* Flight recorder (tp_trace.c) and progress for the stall watch (tp_watch.c):
+     * written with __atomic stores by the thread that runs ops, read by the watch. */
+    struct tp_trace_ent *trace;
+    uint32_t ntrace;
+    port_mutex trace_mu;
+    int64_t mono0;             /* port_now_ns() at creation ... */
+    double wall0;              /* ... and the wall clock then (for merging ranks) */
+    int dumped;
+    struct tp_watch *watch;
+    uint64_t p_cur, p_done;    /* op running now (0 none), last op finished */
+    int64_t p_cur_start, p_done_at;
+    int p_wait_peer;           /* peer the backend waits on (-1 none) */
+    int p2p;                   /* a send/recv was issued: sequence numbers differ per rank */
 };
 
 /* One op, run by whoever drives the backend (a calling thread or the comm thread). */

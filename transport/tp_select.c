@@ -3,12 +3,28 @@
  * bootstrap, so a job with one port-less host falls back to TCP everywhere instead
  * of mixing backends; rank 0 logs the choice. */
 #include "transport/tp_backend.h"
+#include "transport/tp_watch.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static int create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen);
+
+/* Every backend made here gets a stall watch (transport/tp_watch.h): the bootstrap is
+ * where the ranks can swap its addresses. */
 int tp_backend_create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen)
+{
+    if (create(bs, name, out, err, errlen)) return -1;
+    if (bs->world > 1 && tp_watch_create(bs, &(*out)->watch, err, errlen)) {
+        (*out)->ops->destroy(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!name || !*name) name = "auto";

@@ -37,6 +37,22 @@ static struct addrinfo *resolve(const char *host, int port, int passive, char *e
     return res;
 }
 
+int port_sock_resolve_check(const char *host, int64_t deadline_ns, char *err, size_t errlen)
+{
+    for (;;) {
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        int rc = getaddrinfo(host, NULL, &hints, &res);
+        if (!rc) { freeaddrinfo(res); return 0; }
+        if (rc != EAI_AGAIN || port_now_ns() >= deadline_ns) {
+            snprintf(err, errlen, "cannot resolve '%s': %s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+            return -1;
+        }
+        port_sleep_ns(200000000);
+    }
+}
+
 int port_sock_listen(const char *host, int port, int backlog, char *err, size_t errlen)
 {
     struct addrinfo *ai = resolve(host, port, 1, err, errlen);

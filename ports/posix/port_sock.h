@@ -13,6 +13,9 @@ enum { PORT_ERR = -1, PORT_TIMEOUT = -2, PORT_CLOSED = -3 };
  * Address already in use" into err. */
 int port_sock_listen(const char *host, int port, int backlog, char *err, size_t errlen);
 int port_sock_local_port(int fd);
+/* 0 when host resolves. Else -1 with "cannot resolve 'h': reason" in err; a temporary
+ * DNS failure (EAI_AGAIN) is retried until deadline_ns, a definitive one is not. */
+int port_sock_resolve_check(const char *host, int64_t deadline_ns, char *err, size_t errlen);
 /* One connection attempt, bounded by the deadline. */
 int port_sock_connect(const char *host, int port, int64_t deadline_ns, char *err, size_t errlen);
 /* Accepts one connection; PORT_TIMEOUT when none arrives before the deadline. */

@@ -5,6 +5,8 @@
  *  wait      print "ready", wait for SIGTERM, print "got SIGTERM", exit 0
  *  stubborn  print "ready", ignore SIGTERM and SIGINT, sleep (the launcher must SIGKILL)
  *  kill R    rank R kills itself with SIGKILL; the others wait for SIGTERM
+ *  flaky R   first start (no DDPRT_RESTART_COUNT): as kill R; on a restart every rank
+ *            prints "start N args: ..." (its extra arguments) and exits 0
  * Every wait ends after 30 s so a broken launcher cannot leave processes behind. */
 #include <signal.h>
 #include <stdio.h>
@@ -55,6 +57,17 @@ int main(int argc, char **argv)
         return wait_term(rank);
     }
     if (!strcmp(mode, "kill") && argc > 2) {
+        if (rank == atoi(argv[2])) { usleep(100000); raise(SIGKILL); }
+        return wait_term(rank);
+    }
+    if (!strcmp(mode, "flaky") && argc > 2) {
+        const char *n = getenv("DDPRT_RESTART_COUNT");
+        if (n) {
+            printf("start %s args:", n);
+            for (int i = 3; i < argc; i++) printf(" %s", argv[i]);
+            printf("\n");
+            return 0;
+        }
         if (rank == atoi(argv[2])) { usleep(100000); raise(SIGKILL); }
         return wait_term(rank);
     }

@@ -1,7 +1,7 @@
 /* One rank of a rendezvous test job (test/test_rdzv.c, test/test_launch.c).
  * usage: t-rdzv_rank INIT RANK WORLD [key=value...]   (INIT "-" = none; RANK/WORLD -1 = env)
  * keys: token=T  timeout=S  config=HEX  rounds=N  len=BYTES  die=1 (exit right after the
- * meeting)  sleep_ms=MS (before opening)
+ * meeting)  sleep_ms=MS (before opening)  hold_ms=MS (after the rounds, before closing)
  * Prints "rank R of W local L ok" on success; the error line on stderr, exit 3, otherwise. */
 #include "rt/log.h"
 #include "rt/rdzv.h"
@@ -19,7 +19,7 @@ int main(int argc, char **argv)
     rt_log_init();
     rt_rdzv_opts o = {NULL, atoi(argv[2]), atoi(argv[3]), -1, 0, NULL, 0};
     if (strcmp(argv[1], "-")) o.init_method = argv[1];
-    int rounds = 3, die = 0, sleep_ms = 0;
+    int rounds = 3, die = 0, sleep_ms = 0, hold_ms = 0;
     size_t len = 8;
     for (int i = 4; i < argc; i++) {
         char *v = strchr(argv[i], '=');
@@ -32,6 +32,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "len")) len = (size_t)atol(v);
         else if (!strcmp(argv[i], "die")) die = atoi(v);
         else if (!strcmp(argv[i], "sleep_ms")) sleep_ms = atoi(v);
+        else if (!strcmp(argv[i], "hold_ms")) hold_ms = atoi(v);
     }
     if (sleep_ms) usleep((useconds_t)sleep_ms * 1000);
     char err[512];
@@ -62,6 +63,7 @@ int main(int argc, char **argv)
         printf("rank %d of %d local %d ok token %s\n", rank, world, rt_rdzv_local_rank(r),
                rt_rdzv_token_hash(r) ? "yes" : "no");
     fflush(stdout);
+    if (hold_ms) usleep((useconds_t)hold_ms * 1000);
     rt_rdzv_close(r);
     free(mine);
     free(all);

@@ -1,0 +1,68 @@
+/* Named-tensor files (safetensors): one file holds every tensor (parameters, optimizer
+ * state as extra tensors such as "optim.momentum.fc1.weight") and string metadata, so
+ * there is no pair of files to get out of step. The layout is the standard one
+ * (8-byte little-endian header length, JSON header padded with spaces to 8 bytes,
+ * contiguous tensor data in header order): safetensors.torch.load_file reads it.
+ * Each tensor's CRC-32 is in the metadata as "crc32.<name>".
+ *
+ * Save: temporary file, write, fsync, close, rotate older generations (keep > 1:
+ * PATH.1 = the previous PATH, ... PATH.<keep-1>), rename over PATH, fsync the
+ * directory. PATH is replaced by one rename, so at every instant it holds a complete
+ * checkpoint: a failure at any step leaves the previous one in place and loadable.
+ *
+ * Load: every header field is bounds-checked (a corrupt or truncated file is one line
+ * naming the file and the byte offset); the caller says which tensors it expects with
+ * which dtype and shape, and a difference is one line naming the tensor and both
+ * shapes. Loading allocates (the header); saving allocates nothing. */
+#ifndef NN_STIO_H
+#define NN_STIO_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum { STIO_F32, STIO_F64, STIO_F16, STIO_BF16, STIO_I32, STIO_I64, STIO_U8, STIO_NDTYPE };
+#define STIO_MAX_DIMS 8
+#define STIO_MAX_NAME 128
+#define STIO_MAX_HEADER (16u << 20)
+
+typedef struct stio_tensor {
+    const char *name;
+    int dtype;                       /* STIO_* */
+    int ndim;
+    int64_t shape[STIO_MAX_DIMS];
+    void *data;                      /* save: the bytes; load: where they go */
+} stio_tensor;
+
+typedef struct stio_meta { const char *key, *value; } stio_meta;
+
+/* Writes the tensors (in this order) and metadata to path as described above; keep
+ * >= 1 generations are kept. Keys "crc32.*" are reserved. 0, or -1 with one line in
+ * err naming the path and the step that failed. */
+int stio_save(const char *path, const stio_tensor *t, int nt, const stio_meta *m, int nm, int keep, char *err,
+              size_t errlen);
+
+typedef struct stio_file stio_file;
+/* Opens and checks path (header, offsets, sizes); the data is read by stio_read. */
+int stio_open(stio_file **out, const char *path, char *err, size_t errlen);
+/* The same on bytes in memory (fuzzing, tests); buf must outlive the stio_file. */
+int stio_open_mem(stio_file **out, const void *buf, size_t len, const char *name, char *err, size_t errlen);
+void stio_close(stio_file *f);
+/* Metadata value of key, or NULL. */
+const char *stio_meta_get(const stio_file *f, const char *key);
+int stio_count(const stio_file *f);
+/* Tensor i of the file (header order): its name, dtype, shape; data is NULL. */
+int stio_info(const stio_file *f, int i, stio_tensor *out);
+/* Reads each wanted tensor into t[i].data after checking that the file has it with
+ * t[i].dtype and t[i].shape and that its CRC matches. Tensors of the file that are
+ * not wanted are skipped. 0, or -1 with one line in err. */
+int stio_read(stio_file *f, const stio_tensor *t, int nt, char *err, size_t errlen);
+
+extern const char *const stio_dtype_names[STIO_NDTYPE]; /* "F32", ... */
+size_t stio_dtype_size(int dtype);
+
+/* Fault injection for tests: fn is called before every step of a save (step names:
+ * "open", "write", "fsync", "close", "unlink", "rotate", "link", "rename",
+ * "fsync-dir"; index counts calls of that step within the save). A non-zero return
+ * makes the step fail with that errno. NULL restores normal operation. */
+typedef int (*stio_fault_fn)(const char *step, int index, void *ctx);
+void stio_set_fault(stio_fault_fn fn, void *ctx);
+#endif

@@ -1,0 +1,67 @@
+/* Stall reports and the flight recorder (internal to transport/).
+ *
+ * Flight recorder: every comm keeps its last DDPRT_TRACE_ENTRIES (default 2000)
+ * collectives in a ring allocated at creation: sequence, op, dtype, bytes, issue /
+ * start / end times, state. It is written to DDPRT_TRACE_DIR (default .)/ddprt-trace.RANK
+ * when the comm fails, on SIGUSR1, and at a stall warning; build/ddprt-trace merges
+ * the files of a job.
+ *
+ * Stall watch: a thread per rank sends a small heartbeat datagram (UDP) to every peer
+ * every interval: its collective sequence numbers (issued, running, finished), how
+ * long it has been in the running op or outside any, the peer its backend waits on,
+ * and the descriptors of its last TP_WATCH_RECENT ops. Why a separate UDP channel:
+ * the data path cannot carry it (a TCP stream mid-message or a full socket buffer to
+ * a stopped peer blocks it, and verbs has no spare channel); datagrams need no
+ * connection setup or ordering, never block the sender (MSG_DONTWAIT; a stopped
+ * peer's full buffer just drops them), and each rank hears every rank directly (no
+ * hub whose own stall would hide the others'), so every rank computes the same
+ * attribution from the same facts. Loss is harmless: each beat carries the whole
+ * state. The hot path pays a few stores per op.
+ *
+ * From the heartbeats each rank finds the ranks that others wait on: silent ranks
+ * (no beat for half the warn time: stopped, hung, swapping) first, else ranks not yet
+ * in the op the others wait in (long compute). After DDPRT_STALL_WARN seconds
+ * (default 10, at most DDPRT_TIMEOUT) of waiting every rank prints one line naming
+ * them, repeated every DDPRT_STALL_WARN while it lasts; at DDPRT_TIMEOUT the waiting
+ * ranks fail with that attribution and a late rank that is alive exits with it too.
+ * Ops issued differently at the same sequence number (kind, dtype, redop, root,
+ * bytes) fail the comm on every rank naming both sides. */
+#ifndef TP_WATCH_H
+#define TP_WATCH_H
+#include <stdint.h>
+#include <stddef.h>
+
+struct tp_comm;
+struct tp_bootstrap;
+typedef struct tp_watch tp_watch;
+
+enum { TP_TR_ISSUED = 1, TP_TR_RUNNING = 2, TP_TR_DONE = 3, TP_TR_FAILED = 4 };
+typedef struct tp_trace_ent {
+    uint32_t ver; /* seqlock: odd while being written */
+    uint8_t kind, dt, op, state;
+    int32_t root, rc;
+    uint64_t seq, bytes;
+    int64_t t_issue, t_start, t_end; /* monotonic ns; 0 = not yet */
+} tp_trace_ent;
+
+/* Ring of the comm (tp_comm.c calls these; the ring lives in the comm). */
+int tp_trace_init(struct tp_comm *c, char *err, size_t errlen);
+void tp_trace_free(struct tp_comm *c);
+void tp_trace_issue(struct tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes);
+void tp_trace_state(struct tp_comm *c, uint64_t seq, int state, int rc);
+/* Reads entry of seq (0 if no longer in the ring). */
+int tp_trace_get(const struct tp_comm *c, uint64_t seq, tp_trace_ent *out);
+/* Writes ddprt-trace.RANK with why in its header; 0 or -1. Not signal-safe: called
+ * from the watch thread (SIGUSR1 only sets a flag) or the failing thread. */
+int tp_trace_dump(struct tp_comm *c, const char *why);
+const char *tp_kind_name(int kind);
+
+/* Watch: created by tp_backend_create (it has the bootstrap) and handed to the comm
+ * through the backend; world 1 has none. */
+int tp_watch_create(const struct tp_bootstrap *bs, tp_watch **out, char *err, size_t errlen);
+void tp_watch_start(tp_watch *w, struct tp_comm *c); /* starts the thread */
+void tp_watch_destroy(tp_watch *w);
+/* The comm failed: send a last beat now (carrying why), then explain: 1 with the
+ * attribution (a mismatch, a late rank) in out, 0 when the watch knows nothing. */
+int tp_watch_on_fail(tp_watch *w, uint64_t seq, int timed_out, char *out, size_t outlen);
+#endif

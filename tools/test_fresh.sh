@@ -15,7 +15,7 @@ say() { echo "test-fresh: $*"; }
 [ "$(id -u)" = 0 ] || { say "needs root (debootstrap, chroot, mounts)"; exit 1; }
 
 # The Debian mirror this machine's apt uses (deb822 .sources or one-line .list).
-mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+mirror=$({ cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } |
   awk '/^deb / && $3 ~ /^bookworm$/ {print $2; exit} /^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ && u !~ /security/ {print u; exit}')
 mirror=${mirror:-http://deb.debian.org/debian}
 base=$CACHE/bookworm-minbase.tar

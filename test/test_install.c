@@ -24,7 +24,7 @@ static const char hello[] =
 PTEST(install_into_a_prefix_and_build_against_it_with_pkg_config)
 {
     if (system("command -v pkg-config >/dev/null 2>&1")) {
-        printf("install test skipped: no pkg-config (apt-get install pkgconf)\n");
+        t_note("skipped: no pkg-config (apt-get install pkgconf)");
         return;
     }
     const char *d = t_proc_tmpdir();

@@ -54,8 +54,11 @@ tar -C "$root" -xf "$base"
 mnt -t proc proc "$root/proc"
 mnt -t sysfs sysfs "$root/sys"
 mnt -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
+mnt -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts"
 mnt --bind "$CACHE/archives" "$root/var/cache/apt/archives"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# What the Debian installer writes and debootstrap does not: "localhost" must resolve.
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 # The mirror this machine uses, as debootstrap set it up.
 printf 'deb %s bookworm main\n' "$mirror" >"$root/etc/apt/sources.list"
 

@@ -118,11 +118,13 @@ test: deps
 
 # The README's two commands from a fresh git clone of HEAD in a pristine Debian 12
 # chroot (debootstrap minbase + git make gcc libc6-dev; cached in TEST_FRESH_CACHE).
-# Root only. `make run` there gets FRESH_RUN_ARGS (one epoch, to keep it short).
+# Root only. `make run` there gets FRESH_RUN_ARGS (one epoch, to keep it short); both
+# build with MAKEFLAGS=-j$(FRESH_JOBS).
 FRESH_RUN_ARGS ?= --epochs 1
+FRESH_JOBS ?= $(shell nproc)
 TEST_FRESH_CACHE ?= /var/cache/ddprt-test-fresh
 test-fresh:
-	RUN_ARGS="$(FRESH_RUN_ARGS)" CACHE="$(TEST_FRESH_CACHE)" ./tools/test_fresh.sh
+	RUN_ARGS="$(FRESH_RUN_ARGS)" JOBS="$(FRESH_JOBS)" CACHE="$(TEST_FRESH_CACHE)" ./tools/test_fresh.sh
 
 # make install PREFIX=/usr/local [DESTDIR=...]: the programs, libddprt.a, the public
 # headers under include/ddprt (as the sources include them: "nn/train.h") and ddprt.pc.

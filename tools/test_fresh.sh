@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 CACHE=${CACHE:-/var/cache/ddprt-test-fresh}
 RUN_ARGS=${RUN_ARGS---epochs 1}
+# Parallel make in the fresh root (MAKEFLAGS, as a user's environment may set it): the
+# commands stay the README's; JOBS=1 for a serial build.
+JOBS=${JOBS:-$(nproc)}
 say() { echo "test-fresh: $*"; }
 [ "$(id -u)" = 0 ] || { say "needs root (debootstrap, chroot, mounts)"; exit 1; }
 
@@ -68,9 +71,9 @@ git -C "$repo" bundle create -q "$root/root/ddprt.bundle" HEAD 2>/dev/null ||
   git -C "$repo" bundle create "$root/root/ddprt.bundle" HEAD
 in_root() {
   chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "$1"
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin MAKEFLAGS="-j$JOBS" /bin/bash -c "$1"
 }
-in_root 'git clone -q /root/ddprt.bundle /root/ddprt && git -C /root/ddprt log --oneline -1'
+in_root 'git -c advice.detachedHead=false clone -q /root/ddprt.bundle /root/ddprt && git -C /root/ddprt log --oneline -1'
 say "installed in the fresh root: $(in_root "dpkg-query -W -f='\${Package} ' git make gcc libc6-dev zlib1g-dev 2>/dev/null")"
 
 run_timed() { # name command
@@ -86,7 +89,7 @@ times=()
 status=0
 run_timed "make run RUN_ARGS='$RUN_ARGS'" "make run RUN_ARGS='$RUN_ARGS'" || status=1
 run_timed "make test" "make test" || status=1
-say "summary (fresh Debian 12 minbase chroot, clone of $(git -C "$repo" rev-parse --short HEAD)):"
+say "summary (fresh Debian 12 minbase chroot, clone of $(git -C "$repo" rev-parse --short HEAD), MAKEFLAGS=-j$JOBS):"
 for t in "${times[@]}"; do echo "  $t"; done
 [ $status = 0 ] && say "PASS" || say "FAIL"
 exit $status

@@ -70,7 +70,7 @@ static void polyline(FILE *f, const series *s, double x0, double x1, double y0, 
     fprintf(f, "\"/>\n");
 }
 
-int nn_nice_ticks(double *lo, double *hi, int max_intervals, double *step)
+int nn_nice_ticks(double *lo, double *hi, int max_intervals, double min_step, double *step)
 {
     if (max_intervals < 1) max_intervals = 1;
     double span = *hi - *lo;
@@ -83,6 +83,7 @@ int nn_nice_ticks(double *lo, double *hi, int max_intervals, double *step)
     /* Aligning to multiples can add an interval, hence up to three decades. */
     for (int i = 0; i < 9; i++) {
         s = m[i % 3] * mag * pow(10, i / 3);
+        if (s < min_step) continue;
         /* The slack keeps 0.30000000000000004 from becoming one more step. */
         a = floor(*lo / s + 1e-9) * s;
         b = ceil(*hi / s - 1e-9) * s;
@@ -99,12 +100,13 @@ void nn_tick_label(char *out, size_t len, double v, double step)
     snprintf(out, len, "%.*f", decimals, v);
 }
 
-/* Widens [x0,x1] and [y0,y1] to round ticks (1-2-5 steps) and draws the frame and labels. */
+/* Widens [x0,x1] and [y0,y1] to round ticks (1-2-5 steps; x, steps or epochs, in whole
+ * numbers) and draws the frame and labels. */
 static void axes(FILE *f, int px, int py, int w, int h, const char *title, double *x0, double *x1, double *y0,
                  double *y1, const char *xlabel)
 {
     double xs, ys;
-    int nx = nn_nice_ticks(x0, x1, 5, &xs), ny = nn_nice_ticks(y0, y1, 5, &ys);
+    int nx = nn_nice_ticks(x0, x1, 5, 1, &xs), ny = nn_nice_ticks(y0, y1, 5, 0, &ys);
     char s[32];
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", px, py, w, h);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"14\" text-anchor=\"middle\">%s</text>\n", px + w / 2, py - 8, title);

@@ -21,7 +21,7 @@ TEST(plot_ticks_are_round_1_2_5_steps_covering_the_data)
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         double lo = c[i].lo, hi = c[i].hi, step;
-        int n = nn_nice_ticks(&lo, &hi, 5, &step);
+        int n = nn_nice_ticks(&lo, &hi, 5, 0, &step);
         CHECKF(n >= 1 && n <= 5, "case %zu: %d intervals", i, n);
         CHECK_NEAR(step, c[i].step, 1e-9);
         CHECK_NEAR(lo, c[i].want_lo, 1e-9);
@@ -29,6 +29,8 @@ TEST(plot_ticks_are_round_1_2_5_steps_covering_the_data)
         CHECKF(lo <= c[i].lo + 1e-9 * step && hi >= c[i].hi - 1e-9 * step, "case %zu: [%g, %g] does not cover the data",
                i, lo, hi);
     }
+    double lo = 1, hi = 2, step; /* two epochs: whole-number ticks only */
+    CHECK(nn_nice_ticks(&lo, &hi, 5, 1, &step) == 1 && step == 1 && lo == 1 && hi == 2);
     char s[32];
     nn_tick_label(s, sizeof s, 1500, 500);
     CHECKF(!strcmp(s, "1500"), "%s", s);

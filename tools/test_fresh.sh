@@ -40,7 +40,11 @@ fi
 root=$(mktemp -d /var/tmp/ddprt-fresh.XXXXXX)
 mounted=()
 cleanup() {
-  local rc=$? i
+  local rc=$? i p
+  # Interrupted: stop what still runs inside the root (only processes rooted there).
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null
+  done
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
     umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true
   done

@@ -84,7 +84,10 @@ run_timed() { # name command
   local t0 t1 rc=0
   say "\$ $1"
   t0=$(date +%s.%N)
-  in_root "cd /root/ddprt && $2" || rc=$?
+  # In the background: bash runs a trap (SIGTERM from CI's timeout) only between
+  # commands, and `wait` is one it interrupts.
+  in_root "cd /root/ddprt && $2" &
+  wait $! || rc=$?
   t1=$(date +%s.%N)
   times+=("$(awk -v n="$1" -v a="$t0" -v b="$t1" -v rc="$rc" 'BEGIN {printf "%-40s %7.1f s  exit %d", n, b - a, rc}')")
   return $rc

@@ -40,10 +40,16 @@ fi
 root=$(mktemp -d /var/tmp/ddprt-fresh.XXXXXX)
 mounted=()
 cleanup() {
-  local rc=$? i p
-  # Interrupted: stop what still runs inside the root (only processes rooted there).
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null
+  local rc=$? i p left
+  # Interrupted: stop what still runs inside the root (only processes rooted there;
+  # again while make was still forking compilers).
+  for ((i = 0; i < 10; i++)); do
+    left=0
+    for p in /proc/[0-9]*; do
+      [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null && left=1
+    done
+    [ $left = 0 ] && break
+    sleep 0.2
   done
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
     umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true

@@ -92,6 +92,7 @@ endif
 # Keep the objects of pattern-built programs (test/progs) between runs.
 .SECONDARY:
 all: $(BUILD)/libddprt.a $(PROGS) $(TPROGS) $(BUILD)/test-runner
+	@:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -113,9 +114,46 @@ $(BUILD)/t-%: $(BUILD)/obj/test/progs/%.o $(BUILD)/libddprt.a
 $(BUILD)/test-runner: $(TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# Missing Debian packages of deps/debian.txt (kind "required"): installed as root, else
+# the one apt-get command to run. make run / make test do this first and build in a
+# second make, because this Makefile looks at installed headers while it is parsed.
+deps:
+	@./tools/deps.sh
+
 # The runner forks one child per test; DDPRT_BUILD tells tests where the programs are.
-test: all
-	DDPRT_BUILD=$(BUILD) ./$(BUILD)/test-runner $(T)
+test: deps
+	@$(MAKE) --no-print-directory all
+	DDPRT_BUILD=$(BUILD) DDPRT_SAN="$(SAN)" ./$(BUILD)/test-runner $(T)
+
+# The README's two commands from a fresh git clone of HEAD in a pristine Debian 12
+# chroot (debootstrap minbase + git make gcc libc6-dev; cached in TEST_FRESH_CACHE).
+# Root only. `make run` there gets FRESH_RUN_ARGS (one epoch, to keep it short); both
+# build with MAKEFLAGS=-j$(FRESH_JOBS).
+FRESH_RUN_ARGS ?= --epochs 1
+FRESH_JOBS ?= $(shell nproc)
+TEST_FRESH_CACHE ?= /var/cache/ddprt-test-fresh
+test-fresh:
+	RUN_ARGS="$(FRESH_RUN_ARGS)" JOBS="$(FRESH_JOBS)" CACHE="$(TEST_FRESH_CACHE)" ./tools/test_fresh.sh
+
+# make install PREFIX=/usr/local [DESTDIR=...]: the programs, libddprt.a, the public
+# headers under include/ddprt (as the sources include them: "nn/train.h") and ddprt.pc.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+VERSION    := $(shell sed -n 's/^\#define DDPRT_VERSION "\(.*\)"/\1/p' rt/version.h)
+PUBLIC_H   := $(filter-out %_int.h transport/bench.h transport/tp_reduce_simd.h,\
+              $(wildcard rt/*.h transport/*.h nn/*.h nn/*/*.h kernels/*.h ports/posix/*.h ports/cuda/port_cuda.h))
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/ddprt
+	install -m 755 $(PROGS) $(DESTDIR)$(BINDIR)
+	install -m 644 $(BUILD)/libddprt.a $(DESTDIR)$(LIBDIR)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	  'Name: ddprt' 'Description: data-parallel neural-network training runtime in C' \
+	  'Version: $(VERSION)' 'Cflags: -I$${includedir}/ddprt -pthread' \
+	  'Libs: -L$${libdir} -lddprt $(LDFLAGS) $(LDLIBS)' > $(DESTDIR)$(LIBDIR)/pkgconfig/ddprt.pc
+	for h in $(PUBLIC_H); do install -D -m 644 $$h $(DESTDIR)$(INCLUDEDIR)/ddprt/$$h || exit 1; done
+.PHONY: deps test-fresh install
 
 # The verbs tests inside a Soft-RoCE VM (test/verbs_vm.sh; it says why and exits 0
 # when the build has no verbs or the VM runner cannot work).
@@ -136,7 +174,8 @@ tsan:
 NPROC ?= 2
 DATA_DIR ?= /usr/share/datasets/fashion-mnist
 RUN_ARGS ?=
-run: all
+run: deps
+	@$(MAKE) --no-print-directory all
 	@if [ -z "$$DDPRT_DATA" ] && [ ! -e data/train-images-idx3-ubyte.gz ] && [ ! -e $(DATA_DIR)/train-images-idx3-ubyte.gz ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi

@@ -8,6 +8,7 @@
 #include "kernels/cuda/k_cuda.h"
 #endif
 #include "ports/posix/port.h"
+#include "rt/version.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    if (rt_version_arg(argc, argv)) return 0;
     int threads = 1, batch = 0, iters = 0;
     const char *model = "lenet";
     /* --device cuda: the GPU table (kernels/cuda/k_cuda_bench.c), in CUDA builds. */

@@ -1,5 +1,6 @@
 #include "nn/metrics.h"
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #define CSV_HEADER "kind,step,epoch,loss,accuracy,samples_per_s,compute_s,comm_wait_s,data_wait_s\n"
@@ -69,17 +70,56 @@ static void polyline(FILE *f, const series *s, double x0, double x1, double y0, 
     fprintf(f, "\"/>\n");
 }
 
-static void axes(FILE *f, int px, int py, int w, int h, const char *title, double x0, double x1, double y0,
-                 double y1, const char *xlabel)
+int nn_nice_ticks(double *lo, double *hi, int max_intervals, double min_step, double *step)
 {
+    if (max_intervals < 1) max_intervals = 1;
+    double span = *hi - *lo;
+    if (!(span > 0)) {
+        span = fabs(*lo) > 0 ? fabs(*lo) : 1;
+        *hi = *lo + span;
+    }
+    double mag = pow(10, floor(log10(span / max_intervals))), s = mag, a = *lo, b = *hi;
+    static const double m[] = {1, 2, 5};
+    /* Aligning to multiples can add an interval, hence up to three decades. */
+    for (int i = 0; i < 9; i++) {
+        s = m[i % 3] * mag * pow(10, i / 3);
+        if (s < min_step) continue;
+        /* The slack keeps 0.30000000000000004 from becoming one more step. */
+        a = floor(*lo / s + 1e-9) * s;
+        b = ceil(*hi / s - 1e-9) * s;
+        if ((b - a) / s <= max_intervals + 1e-9) break;
+    }
+    *lo = a, *hi = b, *step = s;
+    return (int)lround((b - a) / s);
+}
+
+void nn_tick_label(char *out, size_t len, double v, double step)
+{
+    int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    if (fabs(v) < step * 1e-6) v = 0; /* no "-0.0" */
+    snprintf(out, len, "%.*f", decimals, v);
+}
+
+/* Widens [x0,x1] and [y0,y1] to round ticks (1-2-5 steps; x, steps or epochs, in whole
+ * numbers) and draws the frame and labels. */
+static void axes(FILE *f, int px, int py, int w, int h, const char *title, double *x0, double *x1, double *y0,
+                 double *y1, const char *xlabel)
+{
+    double xs, ys;
+    int nx = nn_nice_ticks(x0, x1, 5, 1, &xs), ny = nn_nice_ticks(y0, y1, 5, 0, &ys);
+    char s[32];
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", px, py, w, h);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"14\" text-anchor=\"middle\">%s</text>\n", px + w / 2, py - 8, title);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", px + w / 2, py + h + 30, xlabel);
-    for (int i = 0; i <= 4; i++) {
-        double yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
-        int yy = py + h - h * i / 4, xx = px + w * i / 4;
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.3g</text>\n", px - 4, yy + 3, yv);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.4g</text>\n", xx, py + h + 14, xv);
+    for (int i = 0; i <= ny; i++) {
+        nn_tick_label(s, sizeof s, *y0 + i * ys, ys);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%s</text>\n", px - 4,
+                py + h - h * i / ny + 3, s);
+    }
+    for (int i = 0; i <= nx; i++) {
+        nn_tick_label(s, sizeof s, *x0 + i * xs, xs);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n",
+                px + w * i / nx, py + h + 14, s);
     }
 }
 
@@ -117,12 +157,12 @@ int nn_metrics_plot(const char *csv, const char *svg, char *err, size_t errlen)
     double x0, x1, y0, y1;
     range(&train_loss, &test_loss, &x0, &x1, 1);
     range(&train_loss, &test_loss, &y0, &y1, 0);
-    axes(f, 70, 40, w, h, "loss (blue: train, red: test)", x0, x1, y0, y1, "step");
+    axes(f, 70, 40, w, h, "loss (blue: train, red: test)", &x0, &x1, &y0, &y1, "step");
     polyline(f, &train_loss, x0, x1, y0, y1, 70, 40, w, h, "#1f77b4");
     polyline(f, &test_loss, x0, x1, y0, y1, 70, 40, w, h, "#d62728");
     range(&test_acc, NULL, &x0, &x1, 1);
     range(&test_acc, NULL, &y0, &y1, 0);
-    axes(f, 520, 40, w, h, "test accuracy (%)", x0, x1, y0, y1, "epoch");
+    axes(f, 520, 40, w, h, "test accuracy (%)", &x0, &x1, &y0, &y1, "epoch");
     polyline(f, &test_acc, x0, x1, y0, y1, 520, 40, w, h, "#2ca02c");
     fprintf(f, "</svg>\n");
     fclose(f);

@@ -14,4 +14,10 @@ void nn_metrics_row(nn_metrics *m, const char *kind, uint64_t step, int epoch, d
                     double samples_per_s, double compute_s, double comm_s, double data_s);
 void nn_metrics_close(nn_metrics *m);
 int nn_metrics_plot(const char *csv, const char *svg, char *err, size_t errlen);
+/* Round axis ticks: widens [*lo, *hi] to multiples of *step, a 1, 2 or 5 times a power
+ * of ten, the smallest (>= min_step) giving at most max_intervals intervals. Returns
+ * the intervals. */
+int nn_nice_ticks(double *lo, double *hi, int max_intervals, double min_step, double *step);
+/* v with as many decimals as step needs ("0.5", "1500"). */
+void nn_tick_label(char *out, size_t len, double v, double step);
 #endif

@@ -98,6 +98,7 @@ void nn_opts_usage(void)
         printf("  %-24s %s\n", left, flags[i].help);
     }
     printf("  %-24s %s\n", "--help", "show this help");
+    printf("  %-24s %s\n", "--version", "print the version and exit");
 }
 
 /* Levenshtein distance, for "did you mean" hints. */

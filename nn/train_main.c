@@ -5,6 +5,7 @@
 #include "nn/train.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
+#include "rt/version.h"
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
     nn_ddp ddp;
     char err[1024];
     static char metrics_path[1024];
+    if (rt_version_arg(argc, argv)) return 0;
     rt_log_init();
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach launchers and pipes as printed */
     nn_opts_default(&o);

@@ -5,6 +5,7 @@
  * then SIGKILL after a grace period) and exits with the failed rank's status, so a
  * dead rank never leaves the rest of the job spinning. */
 #include "ports/posix/port.h"
+#include "rt/version.h"
 #include "ports/posix/port_sock.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +35,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddprt-launch --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A]\n"
-               "                    [--master-port P] [--no-prefix] [--max-restarts N [--resume-arg PATH]]\n"
+               "                    [--master-port P] [--no-prefix] [--max-restarts N [--resume-arg PATH]] [--version]\n"
                "                    -- PROGRAM [ARGS...]\n"
                "Starts N ranks of PROGRAM on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
                "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and DDPRT_JOB_TOKEN.\n"
@@ -251,12 +252,14 @@ int main(int argc, char **argv)
         for (char *c = flag + 2; *c; c++) if (*c == '_') *c = '-';
         char *eq = strchr(flag, '=');
         if (eq) { *eq = 0; v = s + (eq - flag) + 1; }
-        int takes = strcmp(flag, "--no-prefix") && strcmp(flag, "--help") && strcmp(flag, "-h");
+        int takes = strcmp(flag, "--no-prefix") && strcmp(flag, "--help") && strcmp(flag, "-h") &&
+                    strcmp(flag, "--version");
         if (takes && !v) {
             if (a + 1 >= argc) bad("%s needs a value%s", flag, "");
             v = argv[++a];
         }
         if (!strcmp(flag, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(flag, "--version")) { printf("ddprt-launch (ddprt) %s\n", DDPRT_VERSION); return 0; }
         else if (!strcmp(flag, "--nproc-per-node")) nproc = int_arg(flag, v, 1, 4096);
         else if (!strcmp(flag, "--nnodes")) nnodes = int_arg(flag, v, 1, 65536);
         else if (!strcmp(flag, "--node-rank")) node_rank = int_arg(flag, v, 0, 65535);

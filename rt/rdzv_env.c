@@ -3,6 +3,7 @@
  * MPICH/PMI). Explicit options always win over the environment. */
 #include "rt/rdzv_int.h"
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,60 @@ static int slurm_master(rt_rdzv_plan *p, char *err, size_t errlen)
     return 0;
 }
 
+/* Open MPI's job identity: OMPI_MCA_ess_base_jobid (Open MPI 4, e.g. "1397096449"),
+ * else PMIX_NAMESPACE (also Open MPI 5, e.g. "prterun-node01-12345@1"). Same on every
+ * rank of one mpirun, different for the next one. */
+static const char *ompi_job_id(void)
+{
+    const char *const names[] = {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(names[i]);
+        if (s && *s) return s;
+    }
+    return NULL;
+}
+
+/* A port every rank of the job computes alone, as 20000 + SLURM_JOB_ID % 20000 does
+ * under Slurm: FNV-1a of the job id, since Open MPI 5's id is not a number. */
+static int port_from_id(const char *id)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *c = (const unsigned char *)id; *c; c++) h = (h ^ *c) * 16777619u;
+    return 20000 + (int)(h % 20000u);
+}
+
+/* mpirun with no variables: when every rank is on this node (local size == world size)
+ * rank 0 is on 127.0.0.1; across nodes MASTER_ADDR must name rank 0's host (we cannot
+ * learn it without MPI itself). MASTER_ADDR / MASTER_PORT always win. */
+static int ompi_master(rt_rdzv_plan *p, int may_token, char *err, size_t errlen)
+{
+    const char *a = getenv("MASTER_ADDR"), *id = ompi_job_id();
+    int local = -1, world = -1, port, k;
+    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &local, err, errlen) < 0) return -1;
+    if (env_int("OMPI_COMM_WORLD_SIZE", &world, err, errlen) < 0) return -1;
+    if (a && *a) snprintf(p->host, sizeof p->host, "%s", a);
+    else if (local > 0 && local == world) snprintf(p->host, sizeof p->host, "127.0.0.1");
+    else {
+        snprintf(err, errlen, "Open MPI: the ranks are not all on this node (OMPI_COMM_WORLD_LOCAL_SIZE=%d of "
+                 "OMPI_COMM_WORLD_SIZE=%d), so MASTER_ADDR must be set (export MASTER_ADDR=<host of rank 0> and "
+                 "pass it with mpirun -x MASTER_ADDR; MASTER_PORT optional)", local, world);
+        return -1;
+    }
+    if ((k = env_int("MASTER_PORT", &port, err, errlen)) < 0) return -1;
+    if (!k) {
+        if (!id) {
+            snprintf(err, errlen, "Open MPI: neither MASTER_PORT nor a job id (OMPI_MCA_ess_base_jobid, "
+                     "PMIX_NAMESPACE) is set; pass MASTER_PORT with mpirun -x MASTER_PORT=<free port>");
+            return -1;
+        }
+        port = port_from_id(id);
+    }
+    if (port < 1 || port > 65535) { snprintf(err, errlen, "MASTER_PORT=%d is not a port (1-65535)", port); return -1; }
+    p->port = port;
+    if (may_token && !p->token[0] && id) snprintf(p->token, sizeof p->token, "ompi-job-%s", id);
+    return 0;
+}
+
 int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
@@ -184,7 +239,9 @@ int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t er
         if (f < 0) f = F_TORCH;
         p->source = FLAVOURS[f].name;
         if (from_flavour(&FLAVOURS[f], p, 1, err, errlen)) return -1;
-        if (f == F_SLURM ? slurm_master(p, err, errlen) : master_from_env(p, FLAVOURS[f].name, err, errlen))
+        if (f == F_SLURM ? slurm_master(p, err, errlen)
+            : f == F_OMPI ? ompi_master(p, !o->token, err, errlen)
+                          : master_from_env(p, FLAVOURS[f].name, err, errlen))
             return -1;
         p->kind = RT_RDZV_TCP;
     } else if (p->world <= 1 && p->rank <= 0) {

@@ -1,5 +1,7 @@
 /* Test runner: forks each registered test, enforces a per-test deadline, prints one
- * line per failure (file:line) and ends with "N passed, N failed". */
+ * line per failure (file:line) and ends with "N passed, N failed". What a test writes
+ * (its details, the output of in-process library errors it provokes on purpose) is
+ * captured and shown only when it fails, or with T_VERBOSE=1; t_note() lines show always. */
 #include "test/t.h"
 #include <signal.h>
 #include <stdarg.h>
@@ -7,13 +9,51 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #define T_MAX 1024
 static struct { const char *name, *file; t_fn fn; } tests[T_MAX];
-static int ntests, nfail_checks;
+static int ntests, nfail_checks, note_fd = 1;
 static const char *cur_name = "?";
+
+void t_note(const char *fmt, ...)
+{
+    char line[1024];
+    int n = snprintf(line, sizeof line, "note %s: ", cur_name);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && n < (int)sizeof line) n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    if (write(note_fd, line, (size_t)n) < 0) {}
+}
+
+/* A file for one test's stdout and stderr, already unlinked. */
+static int capture_file(void)
+{
+    const char *t = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/ddprt-test-out-XXXXXX", t && *t ? t : "/tmp");
+    int fd = mkstemp(path);
+    if (fd >= 0) unlink(path);
+    return fd;
+}
+
+/* Copies what the test wrote to our stdout (the last 64 KiB at most). */
+static void replay(int fd)
+{
+    char buf[8192];
+    off_t end = lseek(fd, 0, SEEK_END), from = end > 65536 ? end - 65536 : 0;
+    if (from) printf("  ... (%lld bytes of output before this cut)\n", (long long)from);
+    fflush(stdout);
+    lseek(fd, from, SEEK_SET);
+    for (ssize_t r; (r = read(fd, buf, sizeof buf)) > 0;)
+        if (write(1, buf, (size_t)r) < 0) break;
+}
 
 void t_register(const char *name, t_fn fn, const char *file)
 {
@@ -77,10 +117,17 @@ int main(int argc, char **argv)
         if (!want) continue;
         double t0 = now_s();
         fflush(NULL);
+        int cap = capture_file();
         pid_t pid = fork();
         if (pid == 0) {
             cur_name = tests[i].name;
             setpgid(0, 0); /* so a hung test's children die with it */
+            if (cap >= 0) {
+                note_fd = dup(1);
+                dup2(cap, 1);
+                dup2(cap, 2);
+                close(cap);
+            }
             alarm(timeout);
             tests[i].fn();
             fflush(NULL);
@@ -90,7 +137,10 @@ int main(int argc, char **argv)
         waitpid(pid, &st, 0);
         kill(-pid, SIGKILL); /* reap leftovers of multi-process tests */
         double dt = now_s() - t0;
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (cap >= 0 && (!ok || verbose)) replay(cap);
+        if (cap >= 0) close(cap);
+        if (ok) {
             passed++;
             if (verbose) printf("ok   %s (%.2fs)\n", tests[i].name, dt);
         } else {

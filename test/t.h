@@ -9,6 +9,9 @@ typedef void (*t_fn)(void);
 void t_register(const char *name, t_fn fn, const char *file);
 void t_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* One line shown even when the test passes (a skip and its reason); other output of a
+ * test is shown only when it fails. */
+void t_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Path of a built program ("ddprt-train", "t-rank"), under $DDPRT_BUILD. */
 const char *t_prog(const char *name);
 

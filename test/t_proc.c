@@ -43,7 +43,7 @@ const char *t_proc_tmpdir(void)
 
 void t_clean_env(void)
 {
-    static const char *const prefixes[] = {"SLURM_", "OMPI_", "PMI_", "DDPRT_JOB", "DDPRT_TIMEOUT", "DDPRT_RDZV", NULL};
+    static const char *const prefixes[] = {"SLURM_", "OMPI_", "PMI_", "PMIX_", "DDPRT_JOB", "DDPRT_TIMEOUT", "DDPRT_RDZV", NULL};
     static const char *const names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                                         "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID", NULL};
     for (int i = 0; names[i]; i++) unsetenv(names[i]);

@@ -252,6 +252,46 @@ PTEST(ddp_launch_slurm_and_mpirun_environments)
     }
     for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "mpirun rank %d: %s", r, t_slurp(p[r].err));
     CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+
+    /* Plain mpirun on one node: no MASTER_*; rank 0 on 127.0.0.1, port from the job id. */
+    static char oenv[2][5][64];
+    for (int r = 0; r < 2; r++) {
+        snprintf(oenv[r][0], 64, "OMPI_COMM_WORLD_RANK=%d", r);
+        snprintf(oenv[r][1], 64, "OMPI_COMM_WORLD_SIZE=2");
+        snprintf(oenv[r][2], 64, "OMPI_COMM_WORLD_LOCAL_RANK=%d", r);
+        snprintf(oenv[r][3], 64, "OMPI_COMM_WORLD_LOCAL_SIZE=2");
+        snprintf(oenv[r][4], 64, "OMPI_MCA_ess_base_jobid=%d", (int)getpid());
+        char *env[] = {oenv[r][0], oenv[r][1], oenv[r][2], oenv[r][3], oenv[r][4], NULL};
+        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
+        char name[32];
+        snprintf(name, sizeof name, "ompi%d", r);
+        t_spawn(&p[r], name, (char *const *)a, env);
+    }
+    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "plain mpirun rank %d: %s", r, t_slurp(p[r].err));
+    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+}
+
+/* The real thing: `mpirun -np 2 ddprt-train` with no variables (Open MPI's own
+ * environment only). Skipped, with the reason, where Open MPI is not installed. */
+PTEST(ddp_real_mpirun_on_one_node_needs_no_variables)
+{
+    t_clean_env();
+    if (system("command -v mpirun >/dev/null 2>&1")) {
+        t_note("skipped: no mpirun here (apt-get install openmpi-bin)");
+        return;
+    }
+    make_data();
+    /* Root needs Open MPI's explicit consent; --oversubscribe: fewer cores than ranks is fine here. */
+    const char *argv[] = {"/bin/sh", "-c", "exec mpirun $0 --oversubscribe -np 2 \"$@\"",
+                          geteuid() == 0 ? "--allow-run-as-root" : "--quiet", t_prog("ddprt-train"), "--data", data_dir,
+                          "--epochs", "1", "--threads", "1", NULL};
+    t_proc p;
+    t_spawn(&p, "mpirun", (char *const *)argv, NULL);
+    int rc = t_wait(&p, 180);
+    const char *out = t_slurp(p.out), *err = t_slurp(p.err);
+    CHECKF(rc == 0, "mpirun exit %d: %s\n%s", rc, out, err);
+    CHECKF(strstr(out, "Test set: Average loss") && !strstr(err, "MASTER_ADDR"), "%s\n%s", out, err);
+    CHECKF(strstr(err, "2 rank(s)") || strstr(out, "2 rank(s)"), "%s\n%s", out, err);
 }
 
 /* Ctrl-C on ddprt-launch stops every rank: the launcher exits non-zero promptly. */

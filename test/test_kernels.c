@@ -344,7 +344,7 @@ TEST(kernels_isa_paths_agree)
         outs ref = outs_new(sh);
         run_all(sh, x, w, b, g, ws, &ref, lx, lw, lb, lg);
         for (int i = 1; i < 3; i++) {
-            if (k_set_isa(isas[i]) != 0) { printf("  (%s not supported here: skipped)\n", isas[i]); continue; }
+            if (k_set_isa(isas[i]) != 0) { t_note("%s not supported here: skipped", isas[i]); continue; }
             CHECK(strcmp(k_isa(), isas[i]) == 0);
             outs o = outs_new(sh);
             run_all(sh, x, w, b, g, ws, &o, lx, lw, lb, lg);

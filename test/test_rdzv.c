@@ -100,6 +100,34 @@ PTEST(rdzv_env_open_mpi_and_pmi)
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
     CHECK(p.rank == 1 && p.world == 2 && p.local_rank == 1 && !strcmp(p.host, "host0") && p.port == 29500);
     t_clean_env();
+    /* Plain mpirun on one node: 127.0.0.1, port and token from the job id. */
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1), setenv("OMPI_MCA_ess_base_jobid", "1397096449", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(p.host, "127.0.0.1") && p.port >= 20000 && p.port < 40000 && !strcmp(p.source, "Open MPI"));
+    CHECKF(!strcmp(p.token, "ompi-job-1397096449"), "%s", p.token);
+    int port1 = p.port;
+    setenv("OMPI_MCA_ess_base_jobid", "1397096450", 1); /* the next mpirun */
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.port != port1 && !strcmp(p.token, "ompi-job-1397096450"));
+    unsetenv("OMPI_MCA_ess_base_jobid"); /* Open MPI 5: only the PMIx namespace */
+    setenv("PMIX_NAMESPACE", "prterun-node01-4242@1", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.port >= 20000 && p.port < 40000 && !strcmp(p.token, "ompi-job-prterun-node01-4242@1"));
+    setenv("MASTER_PORT", "29555", 1), setenv("DDPRT_JOB_TOKEN", "mine", 1); /* the user's choice wins */
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.port == 29555 && !strcmp(p.token, "mine") && !strcmp(p.host, "127.0.0.1"));
+    unsetenv("MASTER_PORT"), unsetenv("PMIX_NAMESPACE");
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "MASTER_PORT") && strstr(err, "job id"), "%s", err);
+    /* Across nodes rank 0's host is unknown: the clear message stays. */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1), setenv("PMIX_NAMESPACE", "4242", 1);
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "not all on this node") && strstr(err, "MASTER_ADDR") && strstr(err, "mpirun -x"), "%s", err);
+    setenv("MASTER_ADDR", "node01", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(p.host, "node01") && p.port >= 20000 && p.port < 40000);
+    t_clean_env();
     setenv("PMI_RANK", "2", 1), setenv("PMI_SIZE", "3", 1), setenv("MPI_LOCALRANKID", "0", 1);
     setenv("MASTER_ADDR", "h", 1), setenv("MASTER_PORT", "29501", 1);
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);

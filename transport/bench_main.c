@@ -13,6 +13,7 @@
 #include "transport/bench.h"
 #include "rt/log.h"
 #include "rt/rdzv.h"
+#include "rt/version.h"
 #include "transport/tp_reduce.h"
 #include <getopt.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    if (rt_version_arg(argc, argv)) return 0;
     bench_opts o = {.coll = B_ALLREDUCE, .min_bytes = 4, .max_bytes = 64u << 20, .factor = 2,
                     .iters = 20, .warmup = 5, .dtype = RT_F32, .op = TP_SUM, .check = 1,
                     .algo = TP_ALGO_DEFAULT, .byte_budget = 2ull << 30, .rank = -1, .world = -1};

@@ -53,6 +53,7 @@ static const flag flags[] = {
     F("plot", T_STR, plot, RANK, D_ANY, "draw loss/accuracy curves into FILE.svg"),
     F("save", T_STR, save, RANK, D_ANY, "checkpoint path (safetensors), written every epoch"),
     F("resume", T_STR, resume, RANK, D_ANY, "resume from a checkpoint"),
+    F("keep", T_POSINT, keep, RANK, D_ANY, "checkpoint generations kept: PATH, PATH.1, ... (default: 1)"),
     F("max-steps", T_INT, max_steps, JOB, D_NONNEG, "stop after N training steps (0: no limit)"),
     F("model-file", T_STR, model_file, JOB, D_ANY, "build the network from a plain-text description (see README)"),
     F("num-classes", T_POSINT, num_classes, JOB, D_ANY, "output classes (default: the data's)"),

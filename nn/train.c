@@ -63,6 +63,15 @@ static int carve_all(nn_trainer *t, rt_arena *arena, const char *name, int (*car
     return carve(t, arena, err, errlen);
 }
 
+/* What a checkpoint holds besides the graph: the optimizer state and the position. */
+static nn_ckpt_state ckpt_state(nn_trainer *t, int epoch)
+{
+    nn_ckpt_state st = {.epoch = epoch, .step = t->step, .nblocks = 1};
+    st.block_names[0] = "momentum";
+    st.blocks[0] = t->momentum;
+    return st;
+}
+
 /* Data and memory: everything that can fail because of this rank's files. */
 static int setup_local(nn_trainer *t, char *err, size_t errlen)
 {
@@ -136,7 +145,12 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     memset(t->momentum, 0, t->g.nparams * sizeof(float));
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
-    if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
+    if (o->resume) {
+        nn_ckpt_state st = ckpt_state(t, 0);
+        if (nn_ckpt_load(o->resume, &t->g, &st, err, errlen)) return -1;
+        t->step = st.step;
+        t->start_epoch = st.epoch + 1;
+    }
     return t->cuda ? nn_cuda_setup(t->cuda, t->g.max_batch, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
                                    err, errlen)
                    : 0;
@@ -304,7 +318,10 @@ int nn_trainer_run(nn_trainer *t)
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->g.params, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
-        if (o->save && t->rank == 0 && nn_ckpt_save(t, o->save, epoch, err, sizeof err)) rt_fatal("%s", err);
+        if (o->save && t->rank == 0) {
+            nn_ckpt_state st = ckpt_state(t, epoch);
+            if (nn_ckpt_save(o->save, &t->g, &st, o->keep, err, sizeof err)) rt_fatal("%s", err);
+        }
         if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
     }

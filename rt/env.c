@@ -40,6 +40,7 @@ static const env_var vars[] = {
     {"DDPRT_VERBS_TEST_FAULT", E_ANY, NULL},
     {"DDPRT_BUILD", E_ANY, NULL},        /* make test */
     {"DDPRT_TEST_TIMEOUT", E_ANY, NULL}, /* make test */
+    {"DDPRT_SAN", E_ANY, NULL},          /* make test: the sanitizer flags of the build */
 };
 #define NVARS (int)(sizeof vars / sizeof vars[0])
 

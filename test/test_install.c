@@ -57,7 +57,8 @@ PTEST(install_into_a_prefix_and_build_against_it_with_pkg_config)
     CHECKF(strstr(out, want), "%s", out);
     snprintf(want, sizeof want, "\n%s\n", DDPRT_VERSION); /* pkg-config --modversion */
     CHECKF(strstr(out, want), "%s", out);
-    static const char *const progs[] = {"ddprt-train", "ddprt-launch", "ddprt-bench", "ddprt-bench-kernels", NULL};
+    static const char *const progs[] = {"ddprt-train", "ddprt-launch", "ddprt-bench", "ddprt-bench-kernels",
+                                        "ddprt-data", "ddprt-trace", NULL};
     for (int i = 0; progs[i]; i++) {
         snprintf(want, sizeof want, "%s (ddprt) %s\n", progs[i], DDPRT_VERSION);
         CHECKF(strstr(out, want), "no '%s' in: %s", want, out);

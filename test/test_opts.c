@@ -110,15 +110,15 @@ static int find(const char *const *names, int n, const char *name)
  * and so is any flag added later). */
 TEST(opts_agreement_covers_every_job_flag)
 {
-    const char *fn[64], *an[64], *bn[64];
-    int per[64];
-    int64_t av[64], bv[64];
+    const char *fn[128], *an[128], *bn[128];
+    int per[128];
+    int64_t av[128], bv[128];
     char msg[256], arg[80];
-    int nf = nn_opts_flags(fn, per, 64), jobs = 0;
+    int nf = nn_opts_flags(fn, per, 128), jobs = 0;
     CHECK(nf > 20);
     nn_opts a, b;
     CHECK(parse(&a, NULL, 0, msg, sizeof msg) == 0);
-    int na = nn_opts_agreement(&a, an, av, 64);
+    int na = nn_opts_agreement(&a, an, av, 128);
     CHECK(na > 10);
     CHECK(nn_opts_agreement(&a, an, av, 3) == -1);
     for (int i = 0; i < nf; i++) {
@@ -127,9 +127,9 @@ TEST(opts_agreement_covers_every_job_flag)
         if (per[i]) continue;
         jobs++;
         /* A value other than the default that the parser accepts. */
-        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz"};
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip"};
         int ok = 0;
-        for (int t = 0; t < 5 && !ok; t++) {
+        for (int t = 0; t < 8 && !ok; t++) {
             snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
             const char *args[] = {arg};
             ok = parse(&b, args, 1, msg, sizeof msg) == 0;

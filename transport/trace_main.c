@@ -2,6 +2,7 @@
  * written on a failure, SIGUSR1 or a stall warning; see transport/tp_watch.h) and
  * prints where each rank was, who is behind, and ops that differ between ranks at the
  * same sequence number. */
+#include "rt/version.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,10 @@ int main(int argc, char **argv)
         printf("usage: ddprt-trace ddprt-trace.0 ddprt-trace.1 ...\n\nMerges the flight-recorder files of one job: where "
                "each rank was, who is behind, ops that differ between ranks.\n");
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ddprt-trace (ddprt) %s\n", DDPRT_VERSION);
+        return 0;
     }
     static rank_file fs[MAXR];
     int world = 0, bad = 0;

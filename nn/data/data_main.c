@@ -7,6 +7,7 @@
  *       JPEGs of ImageNet-like size with structure and noise (benchmark input).
  *   bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T]
  *       decode + transform throughput per thread on an image folder's train split. */
+#include "rt/version.h"
 #include "nn/data/dataset.h"
 #include "nn/data/image_write.h"
 #include "ports/posix/port.h"
@@ -225,6 +226,10 @@ int main(int argc, char **argv)
                "       ddprt-data synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
                "       ddprt-data bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n");
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ddprt-data (ddprt) %s\n", DDPRT_VERSION);
+        return 0;
     }
     if (!strcmp(argv[1], "convert")) return convert(argc - 2, argv + 2);
     if (!strcmp(argv[1], "synth")) return synth(argc - 2, argv + 2);

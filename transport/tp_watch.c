@@ -355,13 +355,26 @@ static void evaluate(tp_watch *w)
 static void *watch_thread(void *arg)
 {
     tp_watch *w = arg;
-    int64_t next = 0, step = (int64_t)(w->interval_s * 1e9);
+    int64_t next = 0, step = (int64_t)(w->interval_s * 1e9), last_sent = 0;
+    /* Between regular beats, progress is sent as it happens, at most every `quick` ns
+     * (0.1 s, longer for big worlds so a rank sends at most ~32 datagrams a second):
+     * the last beat of a rank that stops then says where it really was. */
+    int64_t quick = (int64_t)(1e8 > w->interval_s * 1e9 * w->world / 32 ? 1e8 : w->interval_s * 1e9 * w->world / 32);
+    uint64_t sent_done = 0, sent_cur = 0;
     while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
         int64_t now = port_now_ns();
+        uint64_t done = __atomic_load_n(&w->c->p_done, __ATOMIC_ACQUIRE), cur = __atomic_load_n(&w->c->p_cur, __ATOMIC_ACQUIRE);
+        if (now < next && now - last_sent >= quick && quick < step && (done != sent_done || cur != sent_cur)) {
+            beat me;
+            snapshot(w, &me, now);
+            send_beat(w, &me);
+            last_sent = now, sent_done = me.done, sent_cur = me.cur;
+        }
         if (now >= next) {
             beat me;
             snapshot(w, &me, now);
             send_beat(w, &me);
+            last_sent = now, sent_done = me.done, sent_cur = me.cur;
             next = now + step;
             check_mismatch(w);
             evaluate(w);
@@ -371,8 +384,8 @@ static void *watch_thread(void *arg)
             }
         }
         struct pollfd pf = {w->fd, POLLIN, 0};
-        int ms = (int)((next - port_now_ns()) / 1000000) + 1;
-        poll(&pf, 1, ms < 1 ? 1 : ms > 100 ? 100 : ms);
+        int ms = (int)((next - port_now_ns()) / 1000000) + 1, cap = (int)(quick / 1000000);
+        poll(&pf, 1, ms < 1 ? 1 : ms > cap ? cap : ms);
         drain(w);
     }
     return NULL;

@@ -42,6 +42,7 @@ struct tp_watch {
     int started, stop;
     double warn_s, timeout_s, interval_s, silent_s;
     int64_t t0, last_warn;
+    int heard_checked;
     port_mutex mu; /* ps, failed_text: the watch thread vs. tp_watch_on_fail */
     peer_state *ps;
     char failed_text[TEXT];
@@ -244,6 +245,7 @@ static int attribute(tp_watch *w, double min_wait, char *out, size_t n, double *
     for (int q = 0; q < W; q++) {
         peer_state *p = &w->ps[q];
         double age = p->heard ? (double)(now - p->at) * 1e-9 : (double)(now - w->t0) * 1e-9;
+        if (!p->heard) continue; /* never heard: UDP blocked? nothing to say about it */
         if (age > w->silent_s) {
             late[nlate++] = q;
             if (age > silent_for) silent_for = age;
@@ -253,7 +255,7 @@ static int attribute(tp_watch *w, double min_wait, char *out, size_t n, double *
     if (!silent && !p2p) /* positions compare only when all ops are collective */
         for (int q = 0; q < W; q++) {
             const beat *b = &w->ps[q].b;
-            if (b->cur ? b->cur < S : b->done < S) late[nlate++] = q; /* not yet in op S */
+            if (w->ps[q].heard && (b->cur ? b->cur < S : b->done < S)) late[nlate++] = q; /* not yet in op S */
         }
     char who[160], wl[160], last[64], in[64], state[160];
     if (!nlate) {
@@ -320,11 +322,31 @@ static void check_mismatch(tp_watch *w)
     }
 }
 
+/* Once, a few beats after the start: peers never heard from (UDP between the hosts
+ * blocked?) cannot be named in a stall report; say so while it can be fixed. */
+static void check_heard(tp_watch *w)
+{
+    if (w->heard_checked || port_now_ns() - w->t0 < (int64_t)(3e9 > 5 * w->interval_s * 1e9 ? 3e9 : 5 * w->interval_s * 1e9))
+        return;
+    w->heard_checked = 1;
+    int *q = w->lines, n = 0;
+    port_mutex_lock(&w->mu);
+    for (int r = 0; r < w->world; r++)
+        if (r != w->rank && !w->ps[r].heard) q[n++] = r;
+    port_mutex_unlock(&w->mu);
+    if (!n) return;
+    char list[160];
+    rank_list(list, sizeof list, q, n);
+    rt_warn("stall watch: no heartbeat from %s%s (UDP to this rank's port blocked?); stalls involving %s cannot be "
+            "attributed", list, n < w->world - 1 ? "" : " or any peer", n == 1 ? "it" : "them");
+}
+
 static void evaluate(tp_watch *w)
 {
     char line[600];
     double mw;
     int me_late;
+    check_heard(w);
     if (!attribute(w, 0.8 * w->warn_s, line, sizeof line, &mw, &me_late)) {
         w->last_warn = 0;
         return;

@@ -202,6 +202,10 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
         }
         int status;
         pid_t pid;
+        /* Of the ranks that failed since the last look, one killed by a signal is the
+         * likelier cause (the others often fail on its closed connections). */
+        int cand = -1, cand_status = 0;
+        pid_t cand_pid = 0;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             for (int i = 0; i < nproc; i++) {
                 if (ch[i].pid != pid || !ch[i].alive) continue;
@@ -209,17 +213,21 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
                 alive--;
                 int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                 if (code == 0 || first_fail >= 0 || got_sig) continue;
-                first_fail = ch[i].rank;
-                fail_code = code;
-                if (WIFSIGNALED(status))
-                    fprintf(stderr, "ddprt-launch: rank %d (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
-                            ch[i].rank, (int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
-                else
-                    fprintf(stderr, "ddprt-launch: rank %d (pid %d) exited with status %d; stopping the other ranks\n",
-                            ch[i].rank, (int)pid, code);
-                signal_all(ch, nproc, SIGTERM);
-                if (!stopping) { stopping = 1; kill_at = port_now_ns() + (int64_t)(grace * 1e9); }
+                if (cand < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(cand_status)))
+                    cand = i, cand_status = status, cand_pid = pid;
             }
+        }
+        if (cand >= 0) {
+            first_fail = ch[cand].rank;
+            fail_code = WIFEXITED(cand_status) ? WEXITSTATUS(cand_status) : 128 + WTERMSIG(cand_status);
+            if (WIFSIGNALED(cand_status))
+                fprintf(stderr, "ddprt-launch: rank %d (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
+                        ch[cand].rank, (int)cand_pid, WTERMSIG(cand_status), strsignal(WTERMSIG(cand_status)));
+            else
+                fprintf(stderr, "ddprt-launch: rank %d (pid %d) exited with status %d; stopping the other ranks\n",
+                        ch[cand].rank, (int)cand_pid, fail_code);
+            signal_all(ch, nproc, SIGTERM);
+            if (!stopping) { stopping = 1; kill_at = port_now_ns() + (int64_t)(grace * 1e9); }
         }
         if (stopping && !killed && alive > 0 && port_now_ns() > kill_at) {
             for (int i = 0; i < nproc; i++)

@@ -217,8 +217,8 @@ PTEST(launch_restart_resumes_training_to_the_same_checkpoint)
              d, d, el, t_prog("ddprt-train"), t_prog("ddprt-launch"), el, d, data, el, out);
     int rc = system(cmd);
     const char *log = t_slurp(out);
-    CHECKF(rc == 0 && strstr(log, "was killed by signal 9") && strstr(log, "restart 1 of 1 after rank 1 failed (status "
-           "137); resuming from "), "%d: %s", rc, log);
+    /* Rank 0 may fail on the closed connection in the same instant: either is named. */
+    CHECKF(rc == 0 && strstr(log, "restart 1 of 1 after rank ") && strstr(log, "; resuming from "), "%d: %s", rc, log);
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", full, el);
     CHECK(system(cmd) == 0);
 }

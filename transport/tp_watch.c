@@ -42,6 +42,7 @@ struct tp_watch {
     int started, stop;
     double warn_s, timeout_s, interval_s, silent_s;
     int64_t t0, last_warn;
+    int heard_checked;
     port_mutex mu; /* ps, failed_text: the watch thread vs. tp_watch_on_fail */
     peer_state *ps;
     char failed_text[TEXT];
@@ -244,6 +245,7 @@ static int attribute(tp_watch *w, double min_wait, char *out, size_t n, double *
     for (int q = 0; q < W; q++) {
         peer_state *p = &w->ps[q];
         double age = p->heard ? (double)(now - p->at) * 1e-9 : (double)(now - w->t0) * 1e-9;
+        if (!p->heard) continue; /* never heard: UDP blocked? nothing to say about it */
         if (age > w->silent_s) {
             late[nlate++] = q;
             if (age > silent_for) silent_for = age;
@@ -253,7 +255,7 @@ static int attribute(tp_watch *w, double min_wait, char *out, size_t n, double *
     if (!silent && !p2p) /* positions compare only when all ops are collective */
         for (int q = 0; q < W; q++) {
             const beat *b = &w->ps[q].b;
-            if (b->cur ? b->cur < S : b->done < S) late[nlate++] = q; /* not yet in op S */
+            if (w->ps[q].heard && (b->cur ? b->cur < S : b->done < S)) late[nlate++] = q; /* not yet in op S */
         }
     char who[160], wl[160], last[64], in[64], state[160];
     if (!nlate) {
@@ -320,11 +322,31 @@ static void check_mismatch(tp_watch *w)
     }
 }
 
+/* Once, a few beats after the start: peers never heard from (UDP between the hosts
+ * blocked?) cannot be named in a stall report; say so while it can be fixed. */
+static void check_heard(tp_watch *w)
+{
+    if (w->heard_checked || port_now_ns() - w->t0 < (int64_t)(3e9 > 5 * w->interval_s * 1e9 ? 3e9 : 5 * w->interval_s * 1e9))
+        return;
+    w->heard_checked = 1;
+    int *q = w->lines, n = 0;
+    port_mutex_lock(&w->mu);
+    for (int r = 0; r < w->world; r++)
+        if (r != w->rank && !w->ps[r].heard) q[n++] = r;
+    port_mutex_unlock(&w->mu);
+    if (!n) return;
+    char list[160];
+    rank_list(list, sizeof list, q, n);
+    rt_warn("stall watch: no heartbeat from %s%s (UDP to this rank's port blocked?); stalls involving %s cannot be "
+            "attributed", list, n < w->world - 1 ? "" : " or any peer", n == 1 ? "it" : "them");
+}
+
 static void evaluate(tp_watch *w)
 {
     char line[600];
     double mw;
     int me_late;
+    check_heard(w);
     if (!attribute(w, 0.8 * w->warn_s, line, sizeof line, &mw, &me_late)) {
         w->last_warn = 0;
         return;
@@ -355,13 +377,26 @@ static void evaluate(tp_watch *w)
 static void *watch_thread(void *arg)
 {
     tp_watch *w = arg;
-    int64_t next = 0, step = (int64_t)(w->interval_s * 1e9);
+    int64_t next = 0, step = (int64_t)(w->interval_s * 1e9), last_sent = 0;
+    /* Between regular beats, progress is sent as it happens, at most every `quick` ns
+     * (0.1 s, longer for big worlds so a rank sends at most ~32 datagrams a second):
+     * the last beat of a rank that stops then says where it really was. */
+    int64_t quick = (int64_t)(1e8 > w->interval_s * 1e9 * w->world / 32 ? 1e8 : w->interval_s * 1e9 * w->world / 32);
+    uint64_t sent_done = 0, sent_cur = 0;
     while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
         int64_t now = port_now_ns();
+        uint64_t done = __atomic_load_n(&w->c->p_done, __ATOMIC_ACQUIRE), cur = __atomic_load_n(&w->c->p_cur, __ATOMIC_ACQUIRE);
+        if (now < next && now - last_sent >= quick && quick < step && (done != sent_done || cur != sent_cur)) {
+            beat me;
+            snapshot(w, &me, now);
+            send_beat(w, &me);
+            last_sent = now, sent_done = me.done, sent_cur = me.cur;
+        }
         if (now >= next) {
             beat me;
             snapshot(w, &me, now);
             send_beat(w, &me);
+            last_sent = now, sent_done = me.done, sent_cur = me.cur;
             next = now + step;
             check_mismatch(w);
             evaluate(w);
@@ -371,8 +406,8 @@ static void *watch_thread(void *arg)
             }
         }
         struct pollfd pf = {w->fd, POLLIN, 0};
-        int ms = (int)((next - port_now_ns()) / 1000000) + 1;
-        poll(&pf, 1, ms < 1 ? 1 : ms > 100 ? 100 : ms);
+        int ms = (int)((next - port_now_ns()) / 1000000) + 1, cap = (int)(quick / 1000000);
+        poll(&pf, 1, ms < 1 ? 1 : ms > cap ? cap : ms);
         drain(w);
     }
     return NULL;

@@ -142,4 +142,6 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 /* Max over time: y[n,c] = max_t x[n,c,t], idx[n,c] = its t (first max). */
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
 void k_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx);
+/* Index of the first element that is NaN or infinite, or -1 when all are finite. */
+long k_first_nonfinite(size_t n, const float *x);
 #endif

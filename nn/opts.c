@@ -58,6 +58,7 @@ static const flag flags[] = {
     F("model-file", T_STR, model_file, JOB, D_ANY, "build the network from a plain-text description (see README)"),
     F("num-classes", T_POSINT, num_classes, JOB, D_ANY, "output classes (default: the data's)"),
     F("embed-dim", T_POSINT, embed_dim, JOB, D_ANY, "textcnn embedding size (default: 128)"),
+    FC("nan-check", nan_check, JOB, "on|off", "stop when the loss or a gradient is not finite (default: on)"),
     F("no-eval", T_FLAG, no_eval, JOB, D_ANY, "skip the test-set evaluation after each epoch (throughput runs)"),
     F("init-from", T_STR, init_from, RANK, D_ANY, "start from the weights of a safetensors state_dict (fine-tuning)"),
     FC("dataset", dataset, JOB, "idx|cifar10|cifar100|imagefolder|text|synthetic",

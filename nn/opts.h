@@ -17,7 +17,7 @@ typedef struct nn_opts {
     const char *metrics, *plot, *save, *resume;
     int max_steps; /* stop after this many training steps (tests, benchmarks); 0 = all */
     /* models */
-    const char *model_file, *init_from;
+    const char *model_file, *init_from, *nan_check;
     int num_classes, embed_dim, no_eval, keep;
     /* data (nn/data/dataset.h) */
     const char *dataset, *augment, *bad_sample;

@@ -5,6 +5,7 @@
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +201,21 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     return 0;
 }
 
+static void nan_guard(nn_trainer *t, double loss)
+{
+    const nn_graph *g = &t->g;
+    /* With several ranks only the averaged gradients count: they are the same
+     * everywhere, so every rank stops at the same step with the same line. */
+    int local = !(t->ddp && t->ddp->comm);
+    if ((!local || isfinite(loss)) && k_first_nonfinite(g->nparams, g->grads) < 0) return;
+    const char *name = NULL;
+    for (int i = 0; i < g->np && !name; i++)
+        if (k_first_nonfinite(g->p[i].numel, g->grads + g->p[i].offset) >= 0) name = g->p[i].name;
+    rt_fatal("step %llu: %s%s is not finite (loss %g on rank %d): the training diverged; lower --lr, or "
+             "--nan-check off to go on", (unsigned long long)t->step + 1, name ? "the gradient of " : "the loss",
+             name ? name : "", loss, t->rank);
+}
+
 double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
 {
     nn_graph *g = &t->g;
@@ -215,6 +231,9 @@ double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
     double loss = nn_loss(g, y, n, NULL) / n;
     nn_backward(g, y, n, n);
     if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    /* Divergence stops the job instead of training on NaN. The gradients are averaged,
+     * so every rank sees the same values and stops at the same step. */
+    if (!t->o.nan_check || strcmp(t->o.nan_check, "off")) nan_guard(t, loss);
     k_sgd_step(g->nparams, &t->sgd, t->step == 0, g->params, g->grads, t->momentum);
     t->step++;
     return loss;

@@ -443,3 +443,28 @@ PTEST(ddp_textcnn_learns_text_and_stays_in_sync)
     snprintf(vocab, sizeof vocab, "%s.vocab", ck);
     CHECKF(strstr(t_slurp(vocab), "great\n") != NULL, "%s", t_slurp(vocab));
 }
+
+/* Divergence stops every rank at the same step with the same line (the gradients are
+ * averaged, so every rank sees the same non-finite value); --nan-check off trains on. */
+PTEST(ddp_divergence_stops_every_rank_at_the_same_step)
+{
+    t_clean_env();
+    make_data();
+    const char *extra[] = {"--lr", "1e10", "--epochs", "1", NULL};
+    t_proc p[2];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, extra);
+    char line[2][200] = {"", ""};
+    for (int r = 0; r < 2; r++) {
+        CHECK(t_wait(&p[r], 120) == 1);
+        const char *e = strstr(t_slurp(p[r].err), "step ");
+        CHECKF(e && strstr(e, "is not finite") && strstr(e, "the training diverged"), "rank %d: %s", r, t_slurp(p[r].err));
+        if (e) snprintf(line[r], sizeof line[r], "%.*s", (int)strcspn(e, "("), e);
+    }
+    CHECKF(!strcmp(line[0], line[1]), "'%s' vs '%s'", line[0], line[1]);
+    const char *off[] = {t_prog("ddprt-train"), "--data", data_dir, "--lr", "1e10", "--nan-check", "off", "--epochs", "1",
+                         "--threads", "1", NULL};
+    t_proc q;
+    t_spawn(&q, "off", (char *const *)off, NULL);
+    CHECK(t_wait(&q, 120) == 0);
+}

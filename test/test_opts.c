@@ -127,9 +127,9 @@ TEST(opts_agreement_covers_every_job_flag)
         if (per[i]) continue;
         jobs++;
         /* A value other than the default that the parser accepts. */
-        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip"};
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off"};
         int ok = 0;
-        for (int t = 0; t < 8 && !ok; t++) {
+        for (int t = 0; t < 9 && !ok; t++) {
             snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
             const char *args[] = {arg};
             ok = parse(&b, args, 1, msg, sizeof msg) == 0;

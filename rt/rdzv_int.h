@@ -10,7 +10,7 @@
 /* ---- wire format (all integers little-endian) ----
  * header: magic u32 | version u16 | type u16 | len u32 (payload bytes) | seq u32 */
 #define RT_RDZV_MAGIC 0x5a524444u /* "DDRZ" */
-#define RT_RDZV_VERSION 1
+#define RT_RDZV_VERSION 2 /* 2: hello carries the host id */
 #define RT_RDZV_HDR 16
 #define RT_RDZV_MAX_MSG (64u << 20) /* largest payload: an allgather result */
 #define RT_RDZV_MAX_HELLO 300
@@ -30,6 +30,7 @@ typedef struct rt_rdzv_hello {
     uint32_t pid;
     uint64_t token_hash, config_hash, gen; /* gen: file:// generation, 0 for tcp:// */
     char host[256];
+    uint64_t host_id;  /* port_host_id(): machine + network namespace */
 } rt_rdzv_hello;
 
 /* Encoders write into b (cap bytes) and return the bytes written, 0 if it does not fit. */
@@ -85,6 +86,9 @@ struct rt_rdzv {
     uint32_t seq;            /* collective round */
     int failed;
     char err[512];
+    /* This rank's IPv4 address on the route to the meeting point (rank > 0: its
+     * connection to rank 0; rank 0: the address remote ranks reached it at). */
+    char self_ip[48];
 };
 /* Rank 0: serves the meeting on r->lfd until every rank joined; 0 or -1 with err. */
 int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen);

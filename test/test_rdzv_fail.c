@@ -126,7 +126,7 @@ static const char *raw_hello(int rank, int world, const char *token)
     static char text[RT_RDZV_MAX_TEXT + 1];
     text[0] = 0;
     int fd = connect_master();
-    rt_rdzv_hello h = {rank, world, -1, 1, rt_rdzv_token_hash_of(token), 0, 0, "tester"};
+    rt_rdzv_hello h = {rank, world, -1, 1, rt_rdzv_token_hash_of(token), 0, 0, "tester", 0};
     uint8_t b[RT_RDZV_HDR + 4 + RT_RDZV_MAX_TEXT + RT_RDZV_MAX_HELLO];
     size_t n = rt_rdzv_put_hello(b + RT_RDZV_HDR, RT_RDZV_MAX_HELLO, &h);
     rt_rdzv_put_hdr(b, RZ_HELLO, (uint32_t)n, 0);

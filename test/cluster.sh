@@ -137,7 +137,7 @@ fault() {
     fresh
     PORT=$((PORT + 1))
     for ((r = 0; r < W; r++)); do
-        on $((r / per)) "r$r" DDPRT_TIMEOUT=$TO -- "$B/ddprt-bench" allreduce -b 4M -e 4M -n 100000 -w 1 -c 0 \
+        on $((r / per)) "r$r" DDPRT_TIMEOUT=$TO -- "$B/ddprt-bench" allreduce -b 16M -e 16M -n 100000 -w 1 -c 0 \
             --byte-budget 1000G --init-method "tcp://$M:$PORT" --rank $r --world-size $W
     done
     # Running when every rank is past the rendezvous and the first sizes (header printed).

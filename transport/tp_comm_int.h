@@ -50,8 +50,10 @@ struct tp_comm {
  * me is my index. NULL stands for the whole comm. */
 typedef struct tp_group { int n, me; const int *ranks; } tp_group;
 
-/* One ring pass (tp_ring.c), resumable so that two can run at once (tp_hier.c): lane
- * 0 uses slot[0..D) and req[0..2D), lane 1 the upper halves (D = TP_PIPE_DEPTH). */
+/* One ring pass (tp_ring.c), resumable so that two can run at once (tp_hier.c). Lane
+ * -1: the pass runs alone (depth D = TP_PIPE_DEPTH, all slots and requests); lanes 0
+ * and 1: depth D/2 each on their own halves, so the two together keep at most 2 D
+ * requests in flight as the backends expect. */
 typedef struct tp_ring_pass tp_ring_pass;
 struct tp_ring_pass {
     tp_comm *c;
@@ -65,6 +67,7 @@ struct tp_ring_pass {
     tp_op op;
     unsigned char **slot;      /* this pass's chunk slots */
     tp_req *req;               /* this pass's requests */
+    int depth;                 /* units in flight at most */
     int total, posted, u;      /* units: all, posted so far, next to complete */
     int has[TP_PIPE_DEPTH][2]; /* unit in flight has a recv / a send */
     /* Unit (s, col): what to send right and where to receive from the left. */
@@ -73,7 +76,7 @@ struct tp_ring_pass {
     void (*done)(tp_ring_pass *p, int s, int col, int u); /* after both complete; may be NULL */
 };
 /* Starts the reduce-scatter half (ag 0) or the allgather half (ag 1) of a ring
- * allreduce in group g on lane 0 or 1. 0 or a backend code. */
+ * allreduce in group g on lane -1, 0 or 1. 0 or a backend code. */
 int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane, int ag, const void *send,
                        void *recv, size_t count, rt_dtype dt, tp_op op);
 /* Completes the next unit: block 0 only if it is done already. 2 the pass is over,

@@ -45,7 +45,7 @@ static void column(const ring_pass *p, int b, int col, size_t *off, size_t *cnt)
 static int post_unit(ring_pass *p, int u, int has[2])
 {
     tp_comm *c = p->c;
-    int s = u / p->ncols, col = u % p->ncols, k = u % TP_PIPE_DEPTH, rc = 0;
+    int s = u / p->ncols, col = u % p->ncols, k = u % p->depth, rc = 0;
     const void *sb;
     void *rb;
     size_t ls, lr;
@@ -65,11 +65,11 @@ static int post_unit(ring_pass *p, int u, int has[2])
 /* Posts the first units (the lookahead). */
 static int ring_begin(ring_pass *p)
 {
-    int look = p->ncols - 1 < TP_PIPE_DEPTH - 1 ? p->ncols - 1 : TP_PIPE_DEPTH - 1, rc = 0;
+    int look = p->ncols - 1 < p->depth - 1 ? p->ncols - 1 : p->depth - 1, rc = 0;
     p->total = p->nsteps * p->ncols;
     p->u = p->posted = 0;
     for (; p->posted < p->total && p->posted <= look && !rc; p->posted++)
-        rc = post_unit(p, p->posted, p->has[p->posted % TP_PIPE_DEPTH]);
+        rc = post_unit(p, p->posted, p->has[p->posted % p->depth]);
     return rc;
 }
 
@@ -77,7 +77,7 @@ int tp_ring_advance(tp_ring_pass *p, int block)
 {
     tp_comm *c = p->c;
     if (p->u >= p->total) return 2;
-    int u = p->u, k = u % TP_PIPE_DEPTH, n = 0, rc = 0;
+    int u = p->u, k = u % p->depth, n = 0, rc = 0;
     tp_req *w[2];
     if (p->has[k][0]) w[n++] = &p->req[2 * k];
     if (p->has[k][1]) w[n++] = &p->req[2 * k + 1];
@@ -86,7 +86,7 @@ int tp_ring_advance(tp_ring_pass *p, int block)
         if ((rc = c->b->ops->test(c->b, w[i])) <= 0) return rc;
     if (p->done) p->done(p, u / p->ncols, u % p->ncols, u);
     if (p->posted < p->total) {
-        if ((rc = post_unit(p, p->posted, p->has[p->posted % TP_PIPE_DEPTH]))) return rc;
+        if ((rc = post_unit(p, p->posted, p->has[p->posted % p->depth]))) return rc;
         p->posted++;
     }
     return ++p->u >= p->total ? 2 : 1;
@@ -106,6 +106,7 @@ static void pass_init(ring_pass *p, tp_comm *c, const tp_group *g, const void *s
     p->c = c;
     p->slot = c->slot;
     p->req = c->req;
+    p->depth = TP_PIPE_DEPTH;
     p->n = g ? g->n : c->world;
     p->me = g ? g->me : c->rank;
     p->left = g ? g->ranks[mod(g->me - 1, g->n)] : mod(c->rank - 1, c->world);
@@ -141,7 +142,7 @@ static void ar_rs_plan(ring_pass *p, int s, int col, int u, const void **sb, voi
     column(p, mod(r - s - 1, n), col, &so, ls);
     column(p, mod(r - s - 2, n), col, &ro, lr);
     *sb = (s == 0 ? p->send : p->recv) + so * p->es;
-    *rb = p->slot[u % TP_PIPE_DEPTH];
+    *rb = p->slot[u % p->depth];
 }
 
 static void ar_rs_done(ring_pass *p, int s, int col, int u)
@@ -152,7 +153,7 @@ static void ar_rs_done(ring_pass *p, int s, int col, int u)
     if (!cnt) return;
     unsigned char *dst = p->recv + o * p->es;
     /* Left's partial first, then ours: every element is reduced in ring order once. */
-    tp_reduce(dst, p->slot[u % TP_PIPE_DEPTH], p->send + o * p->es, cnt, p->dt, p->op);
+    tp_reduce(dst, p->slot[u % p->depth], p->send + o * p->es, cnt, p->dt, p->op);
     if (s == n - 2 && p->op == TP_AVG) tp_avg_finish(dst, cnt, p->dt, n);
 }
 
@@ -182,8 +183,11 @@ int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane,
                        void *recv, size_t count, rt_dtype dt, tp_op op)
 {
     pass_init(p, c, g, send, recv, count, 0, dt, op);
-    p->slot = c->slot + lane * TP_PIPE_DEPTH;
-    p->req = c->req + lane * 2 * TP_PIPE_DEPTH;
+    if (lane >= 0) { /* two passes at once: half the depth each (2 D requests in all) */
+        p->depth = TP_PIPE_DEPTH / 2;
+        p->slot = c->slot + lane * p->depth;
+        p->req = c->req + lane * 2 * p->depth;
+    }
     p->plan = ag ? ag_plan : ar_rs_plan;
     p->done = ag ? NULL : ar_rs_done;
     if (!ag && send != recv && count && p->n == 1) memcpy(recv, send, count * p->es);
@@ -198,7 +202,7 @@ static int half_run(tp_comm *c, const tp_group *g, int ag, const void *send, voi
                     rt_dtype dt, tp_op op)
 {
     ring_pass p;
-    int rc = tp_ring_half_begin(&p, c, g, 0, ag, send, recv, count, dt, op);
+    int rc = tp_ring_half_begin(&p, c, g, -1, ag, send, recv, count, dt, op);
     while (rc == 0 || rc == 1) rc = tp_ring_advance(&p, 1);
     return rc < 0 ? rc : 0;
 }

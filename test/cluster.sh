@@ -27,7 +27,7 @@ cleanup() {
         for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
         ip netns del "$ns" 2>/dev/null
     done
-    [ -n "$TMP" ] && rm -rf "$TMP"
+    [ -n "$TMP" ] && [ -z "${CLUSTER_KEEP:-}" ] && rm -rf "$TMP"
 }
 
 [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
@@ -153,7 +153,7 @@ fault() {
     local times=() okk=1 rc
     for ((r = 0; r < W; r++)); do
         local pid=${PIDS[$r]} lim
-        lim=$(awk "BEGIN{print $t0 + $deadline}")
+        lim=$(awk "BEGIN{printf \"%.3f\", $t0 + $deadline}")
         while kill -0 "$pid" 2>/dev/null && awk "BEGIN{exit !($(date +%s.%N) < $lim)}"; do sleep 0.05; done
         local t1; t1=$(date +%s.%N)
         if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; times+=("r$r:hung"); okk=0; wait "$pid" 2>/dev/null; continue; fi

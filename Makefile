@@ -162,6 +162,12 @@ RXE_RUN ?= ../shared/tools/rxe/rxe-run
 test-verbs: all
 	./test/verbs_vm.sh $(BUILD) $(VERBS) $(RXE_RUN)
 
+# Many hosts on one machine: network namespaces joined by a bridge (test/cluster.sh;
+# needs root, skips with a reason otherwise). CLUSTER_BENCH=1: the bench tables instead.
+.PHONY: test-cluster
+test-cluster: all
+	./test/cluster.sh $(BUILD) $(if $(CLUSTER_BENCH),--bench)
+
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address -fno-omit-frame-pointer" OPT=-O1 test
 ubsan:

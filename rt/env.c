@@ -12,7 +12,7 @@ typedef struct { const char *name; int kind; const char *choices; } env_var;
 /* choices: '|'-separated for E_ENUM. E_POS: number > 0; E_NONNEG: number >= 0;
  * E_INT: integer >= 0; E_ANY: free text (checked where it is used). */
 static const env_var vars[] = {
-    {"DDPRT_ALGO", E_ENUM, "ring|rd|auto"},
+    {"DDPRT_ALGO", E_ENUM, "ring|rd|hier|auto"},
     {"DDPRT_ISA", E_ENUM, "generic|avx2|avx512"},
     {"DDPRT_LOG", E_ENUM, "error|warn|warning|info|debug"},
     {"DDPRT_TCP_LOCAL", E_ENUM, "tcp|unix"},

@@ -79,4 +79,5 @@ void rt_rdzv_bootstrap(rt_rdzv *r, struct tp_bootstrap *bs)
     bs->token_hash = r->token_hash;
     bs->timeout_s = r->timeout_s;
     bs->allgather = boot_allgather;
+    snprintf(bs->self_ip, sizeof bs->self_ip, "%s", r->self_ip);
 }

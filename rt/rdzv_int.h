@@ -11,7 +11,7 @@
 /* ---- wire format (all integers little-endian) ----
  * header: magic u32 | version u16 | type u16 | len u32 (payload bytes) | seq u32 */
 #define RT_RDZV_MAGIC 0x5a524444u /* "DDRZ" */
-#define RT_RDZV_VERSION 1
+#define RT_RDZV_VERSION 2 /* 2: hello carries the host id */
 #define RT_RDZV_HDR 16
 #define RT_RDZV_MAX_MSG (64u << 20) /* largest payload: an allgather result */
 #define RT_RDZV_MAX_HELLO 300
@@ -31,6 +31,7 @@ typedef struct rt_rdzv_hello {
     uint32_t pid;
     uint64_t token_hash, config_hash, gen; /* gen: file:// generation, 0 for tcp:// */
     char host[256];
+    uint64_t host_id;  /* port_host_id(): machine + network namespace */
 } rt_rdzv_hello;
 
 /* Encoders write into b (cap bytes) and return the bytes written, 0 if it does not fit. */
@@ -88,6 +89,9 @@ struct rt_rdzv {
     char err[512];
     port_thread door;        /* rank 0 after the meeting: rt/rdzv_door.c */
     int door_on, door_stop;
+    /* This rank's IPv4 address on the route to the meeting point (rank > 0: its
+     * connection to rank 0; rank 0: the address remote ranks reached it at). */
+    char self_ip[48];
 };
 /* Rank 0: answer late comers on r->lfd until close (0, or -1: no door, lfd closed). */
 int rt_rdzv_door_open(rt_rdzv *r);

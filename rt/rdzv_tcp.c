@@ -155,7 +155,7 @@ static int finish_meeting(rt_rdzv *r, rt_rdzv_hello *hello, char *err, size_t er
         /* No launcher told this rank its local rank: count earlier ranks on its host. */
         if (lr < 0) {
             lr = 0;
-            for (int s = 0; s < q; s++) lr += !strcmp(hello[s].host, hello[q].host);
+            for (int s = 0; s < q; s++) lr += hello[s].host_id == hello[q].host_id;
         }
         if (q == 0) { r->local_rank = lr; continue; }
         uint8_t b[RT_RDZV_HDR + 8];
@@ -178,6 +178,7 @@ static void hello_of_self(const rt_rdzv *r, rt_rdzv_hello *h)
     h->token_hash = r->token_hash;
     h->config_hash = r->config_hash;
     h->gen = r->gen;
+    h->host_id = port_host_id();
     port_sock_hostname(h->host, sizeof h->host);
     for (char *c = h->host; *c; c++)
         if (*c < 0x21 || *c > 0x7e) *c = '?';
@@ -263,6 +264,15 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
         }
     }
     rc = finish_meeting(r, hello, err, errlen);
+    /* Our address as the remote ranks reached it; loopback only if all are local. */
+    for (int q = 1; q < W && !rc; q++) {
+        char ip[48];
+        int lo = 1;
+        if (port_sock_local_ip(r->fds[q], ip, sizeof ip, &lo) == 0 && (!r->self_ip[0] || !lo)) {
+            snprintf(r->self_ip, sizeof r->self_ip, "%s", ip);
+            if (!lo) break;
+        }
+    }
 out:
     for (int i = 0; pend && i < MAX_PENDING; i++)
         if (pend[i].fd >= 0) port_sock_close(pend[i].fd);
@@ -336,6 +346,7 @@ int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns
     }
     if (r->local_rank < 0) r->local_rank = lr;
     r->master = fd;
+    if (port_sock_local_ip(fd, r->self_ip, sizeof r->self_ip, NULL)) r->self_ip[0] = 0;
     return 0;
 }
 

@@ -60,8 +60,8 @@ int rt_rdzv_parse_hdr(const uint8_t *b, size_t n, rt_rdzv_hdr *h, const char **w
 }
 
 /* hello payload: rank i32 | world i32 | local_rank i32 | pid u32 | token u64 |
- * config u64 | gen u64 | hostlen u16 | host bytes */
-#define HELLO_FIXED 42
+ * config u64 | gen u64 | host_id u64 | hostlen u16 | host bytes */
+#define HELLO_FIXED 50
 size_t rt_rdzv_put_hello(uint8_t *b, size_t cap, const rt_rdzv_hello *h)
 {
     size_t hl = strnlen(h->host, sizeof h->host - 1);
@@ -73,7 +73,8 @@ size_t rt_rdzv_put_hello(uint8_t *b, size_t cap, const rt_rdzv_hello *h)
     put64(b + 16, h->token_hash);
     put64(b + 24, h->config_hash);
     put64(b + 32, h->gen);
-    put16(b + 40, (uint16_t)hl);
+    put64(b + 40, h->host_id);
+    put16(b + 48, (uint16_t)hl);
     memcpy(b + HELLO_FIXED, h->host, hl);
     return HELLO_FIXED + hl;
 }
@@ -81,7 +82,7 @@ size_t rt_rdzv_put_hello(uint8_t *b, size_t cap, const rt_rdzv_hello *h)
 int rt_rdzv_parse_hello(const uint8_t *b, size_t n, rt_rdzv_hello *h, const char **why)
 {
     if (n < HELLO_FIXED) { *why = "hello too short"; return -1; }
-    size_t hl = get16(b + 40);
+    size_t hl = get16(b + 48);
     if (hl >= sizeof h->host || n != HELLO_FIXED + hl) { *why = "hello length does not add up"; return -1; }
     h->rank = (int32_t)get32(b);
     h->world = (int32_t)get32(b + 4);
@@ -90,6 +91,7 @@ int rt_rdzv_parse_hello(const uint8_t *b, size_t n, rt_rdzv_hello *h, const char
     h->token_hash = get64(b + 16);
     h->config_hash = get64(b + 24);
     h->gen = get64(b + 32);
+    h->host_id = get64(b + 40);
     if (h->world < 1 || h->world > RT_RDZV_MAX_WORLD) { *why = "world size out of range"; return -1; }
     if (h->rank < 0 || h->local_rank < -1) { *why = "negative rank"; return -1; }
     for (size_t i = 0; i < hl; i++) {

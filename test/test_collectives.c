@@ -123,6 +123,8 @@ static void matrix_rank(tp_comm *c, void *arg)
     free(rb);
 }
 
+static const uint64_t *g_hosts; /* fake topology for the next run_matrix (NULL: learned) */
+
 static void run_matrix(int kind, int algo, size_t arena, const int *worlds, int nworlds,
                        const rt_dtype *dts, int ndt, const tp_op *ops, int nops,
                        const size_t *counts, int ncounts)
@@ -131,7 +133,7 @@ static void run_matrix(int kind, int algo, size_t arena, const int *worlds, int 
         matrix m = {.kind = kind, .dts = dts, .ndt = ndt, .ops = ops, .nops = nops,
                     .counts = counts, .ncounts = ncounts, .world = worlds[i]};
         port_mutex_init(&m.mu);
-        tp_comm_opts o = {.timeout_s = 60, .algo = algo, .arena_bytes = arena};
+        tp_comm_opts o = {.timeout_s = 60, .algo = algo, .arena_bytes = arena, .host_ids = g_hosts};
         tpt_world w;
         CHECK(tpt_open(&w, worlds[i], &o) == 0);
         tpt_run(&w, matrix_rank, &m);
@@ -169,6 +171,37 @@ TEST(tp_allgather_broadcast_matrix)
                small_counts, N(small_counts));
     run_matrix(K_BROADCAST, TP_ALGO_RD, 0, worlds_1_8, 8, all_dts, N(all_dts), all_ops, 1,
                small_counts, N(small_counts));
+}
+
+/* Hierarchical allreduce on fake hosts: grids (hosts in rank blocks or interleaved),
+ * and irregular ones that must fall back to the flat ring. */
+TEST(tp_allreduce_hier_matrix)
+{
+    static const struct { int world, hosts, interleaved; } topo[] = {
+        {4, 2, 0}, {6, 2, 0}, {6, 3, 0}, {8, 2, 1}, {6, 3, 1}, {3, 2, 0}, {5, 2, 0}, {4, 1, 0}, {4, 4, 0}};
+    static uint64_t h[8];
+    for (int t = 0; t < N(topo); t++) {
+        int w = topo[t].world, nh = topo[t].hosts, per = (w + nh - 1) / nh;
+        for (int r = 0; r < w; r++) h[r] = 1000 + (uint64_t)(topo[t].interleaved ? r % nh : r / per);
+        g_hosts = h;
+        run_matrix(K_ALLREDUCE, TP_ALGO_HIER, 0, &topo[t].world, 1, all_dts, N(all_dts), all_ops, N(all_ops),
+                   small_counts, N(small_counts));
+    }
+    /* Many chunks per block (4.5 KiB scratch) and a big vector. */
+    static const size_t mid[] = {5000, (1 << 20) + 5};
+    static const rt_dtype f32[] = {RT_F32}, f16[] = {RT_F16};
+    static const tp_op sum[] = {TP_SUM}, avg[] = {TP_AVG};
+    static const int w6[] = {6};
+    for (int r = 0; r < 6; r++) h[r] = (uint64_t)(r / 2);
+    run_matrix(K_ALLREDUCE, TP_ALGO_HIER, 4608, w6, 1, f32, 1, sum, 1, mid, 1);
+    run_matrix(K_ALLREDUCE, TP_ALGO_AUTO, 0, w6, 1, f32, 1, sum, 1, mid + 1, 1);
+    run_matrix(K_ALLREDUCE, TP_ALGO_HIER, 0, w6, 1, f16, 1, avg, 1, mid + 1, 1);
+    /* Several pipelined segments (4 MiB each): 12 MiB + 28 B over 2 hosts x 2, interleaved. */
+    static const size_t seg3[] = {(3u << 20) + 7};
+    static const int w4[] = {4};
+    for (int r = 0; r < 4; r++) h[r] = (uint64_t)(r % 2);
+    run_matrix(K_ALLREDUCE, TP_ALGO_AUTO, 0, w4, 1, f32, 1, avg, 1, seg3, 1);
+    g_hosts = NULL;
 }
 
 TEST(tp_allreduce_big)

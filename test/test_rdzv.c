@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- hostlists ---- */
@@ -186,14 +188,14 @@ PTEST(rdzv_single_process_needs_no_network)
 PTEST(rdzv_wire_roundtrip_and_bounds)
 {
     uint8_t b[RT_RDZV_HDR + RT_RDZV_MAX_HELLO];
-    rt_rdzv_hello h = {3, 4, -1, 77, 0x1122334455667788ull, 9, 10, "node07"}, g;
+    rt_rdzv_hello h = {3, 4, -1, 77, 0x1122334455667788ull, 9, 10, "node07", 0xabcdef0123ull}, g;
     size_t n = rt_rdzv_put_hello(b, sizeof b, &h);
     const char *why;
     CHECK(n > 0 && rt_rdzv_parse_hello(b, n, &g, &why) == 0);
-    CHECK(g.rank == 3 && g.world == 4 && g.local_rank == -1 && g.pid == 77 && g.token_hash == h.token_hash);
+    CHECK(g.rank == 3 && g.world == 4 && g.local_rank == -1 && g.pid == 77 && g.token_hash == h.token_hash && g.host_id == h.host_id);
     CHECK(g.config_hash == 9 && g.gen == 10 && !strcmp(g.host, "node07"));
     CHECK(rt_rdzv_parse_hello(b, n - 1, &g, &why) == -1);
-    b[41] = 0xff; /* hostname length beyond the message */
+    b[49] = 0xff; /* hostname length beyond the message */
     CHECK(rt_rdzv_parse_hello(b, n, &g, &why) == -1);
     rt_rdzv_hdr hd;
     rt_rdzv_put_hdr(b, RZ_HELLO, 40, 5);
@@ -232,6 +234,8 @@ PTEST(rdzv_tcp_two_ranks)
     expect_ok(0, 2);
     expect_ok(1, 2);
     CHECK(strstr(t_slurp(P[1].out), "local 1 ok token yes")); /* same host: local rank derived */
+    /* Both learn the address on the route to the meeting (the one peers can dial). */
+    CHECK(strstr(t_slurp(P[0].out), "ip 127.0.0.1") && strstr(t_slurp(P[1].out), "ip 127.0.0.1"));
 }
 
 PTEST(rdzv_tcp_four_ranks_rank0_last)
@@ -260,4 +264,26 @@ PTEST(rdzv_env_method_three_ranks)
     }
     for (int q = 0; q < 3; q++) t_rank_ok(&P[q], 3);
     CHECK(strstr(t_slurp(P[2].out), "rank 2 of 3 local 2"));
+}
+
+/* "Same host" is same machine and same network namespace: a process in a new network
+ * namespace (a container on the same node) has another host id. */
+TEST(rdzv_host_id_tells_network_namespaces_apart)
+{
+    uint64_t mine = port_host_id();
+    CHECK(mine != 0 && mine == port_host_id());
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t other = 0;
+        if (unshare(CLONE_NEWNET) == 0) other = port_host_id();
+        _exit(write(fd[1], &other, sizeof other) == (ssize_t)sizeof other ? 0 : 1);
+    }
+    uint64_t other = 1;
+    CHECK(read(fd[0], &other, sizeof other) == (ssize_t)sizeof other);
+    waitpid(pid, NULL, 0);
+    close(fd[0]), close(fd[1]);
+    /* 0: no permission to make a namespace here (not root): nothing to compare. */
+    CHECK(other == 0 || (other != mine && other != 1));
 }

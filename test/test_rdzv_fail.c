@@ -126,7 +126,7 @@ static const char *raw_hello(int rank, int world, const char *token)
     static char text[RT_RDZV_MAX_TEXT + 1];
     text[0] = 0;
     int fd = connect_master();
-    rt_rdzv_hello h = {rank, world, -1, 1, rt_rdzv_token_hash_of(token), 0, 0, "tester"};
+    rt_rdzv_hello h = {rank, world, -1, 1, rt_rdzv_token_hash_of(token), 0, 0, "tester", 0};
     uint8_t b[RT_RDZV_HDR + 4 + RT_RDZV_MAX_TEXT + RT_RDZV_MAX_HELLO];
     size_t n = rt_rdzv_put_hello(b + RT_RDZV_HDR, RT_RDZV_MAX_HELLO, &h);
     rt_rdzv_put_hdr(b, RZ_HELLO, (uint32_t)n, 0);
@@ -237,7 +237,7 @@ PTEST(rdzv_host_that_does_not_resolve_fails_at_once)
 PTEST(rdzv_bad_ddprt_variables_are_one_error)
 {
     static const char *const bad[][3] = {
-        {"DDPRT_ALGO", "rign", "DDPRT_ALGO=rign: expected one of ring|rd|auto"},
+        {"DDPRT_ALGO", "rign", "DDPRT_ALGO=rign: expected one of ring|rd|hier|auto"},
         {"DDPRT_ISA", "sse9", "DDPRT_ISA=sse9: expected one of generic|avx2|avx512"},
         {"DDPRT_TCP_BUFSIZE", "1M", "DDPRT_TCP_BUFSIZE=1M: expected an integer >= 0"},
         {"DDPRT_TIMEOUT", "-3", "DDPRT_TIMEOUT=-3: expected a number > 0"},

@@ -63,7 +63,7 @@ static void child(int rank, int world, double timeout_s, uint64_t token, int wfd
     fake_ctx ctx = {wfd, rfd, world, rank};
     rt_log_init();
     rt_log_set_rank(rank);
-    tp_bootstrap bs = {&ctx, rank, world, rank, token, timeout_s, fake_allgather};
+    tp_bootstrap bs = {&ctx, rank, world, rank, token, timeout_s, fake_allgather, ""};
     tp_backend *b = NULL;
     char msg[320] = "", line[400];
     int code;

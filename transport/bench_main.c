@@ -1,6 +1,6 @@
 /* ddprt-bench: nccl-tests style collective benchmark.
  *
- *   ddprt-bench allreduce -b 4 -e 256M -f 2 -n 20 -w 5 -d float -o sum [--algo ring|rd|auto]
+ *   ddprt-bench allreduce -b 4 -e 256M -f 2 -n 20 -w 5 -d float -o sum [--algo ring|rd|hier|auto]
  *                         [--backend tcp|verbs|auto|loopback] [--init-method URL] [--check 0|1]
  *
  * One process per rank (started by ddprt-launch, Slurm, mpirun, or by hand with
@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "  -o, --op OP            sum prod min max avg (default sum)\n"
             "  -r, --root N           broadcast root (default 0)\n"
             "  -c, --check 0|1        check results (default 1)\n"
-            "      --algo A           allreduce algorithm: ring rd auto (default auto)\n"
+            "      --algo A           allreduce algorithm: ring rd hier auto (default auto)\n"
             "      --backend B        tcp, verbs, auto (one process per rank) or loopback (threads)\n"
             "      --byte-budget N    iterations shrink so one size moves at most N bytes\n"
             "                         per rank and direction (default 2G)\n"
@@ -117,7 +117,7 @@ int main(int argc, char **argv)
         case 'c': o.check = atoi(optarg); break;
         case O_ALGO:
             o.algo = !strcmp(optarg, "ring") ? TP_ALGO_RING : !strcmp(optarg, "rd") ? TP_ALGO_RD
-                   : !strcmp(optarg, "auto") ? TP_ALGO_AUTO : -2;
+                   : !strcmp(optarg, "hier") ? TP_ALGO_HIER : !strcmp(optarg, "auto") ? TP_ALGO_AUTO : -2;
             bad |= o.algo == -2;
             break;
         case O_BACKEND: backend = optarg; break;

@@ -157,13 +157,16 @@ static int die(tp_comm *c, const char *what)
 
 static void header(const bench_opts *o, int world, const char *backend, tp_comm *c)
 {
-    const char *algo = o->algo == TP_ALGO_RING ? "ring" : o->algo == TP_ALGO_RD ? "rd" : NULL;
+    const char *algo = o->algo == TP_ALGO_RING ? "ring" : o->algo == TP_ALGO_RD ? "rd"
+                     : o->algo == TP_ALGO_HIER ? "hier" : NULL;
     if (!algo) {
         const char *e = getenv("DDPRT_ALGO");
         algo = o->algo == TP_ALGO_DEFAULT && e && *e ? e : "auto";
     }
     printf("# ddprt-bench %s: world %d, backend %s, allreduce algorithm %s", o->coll_name, world, backend, algo);
-    if (!strcmp(algo, "auto")) printf(" (rd below %d B, else ring)", TP_AUTO_RD_MAX_BYTES);
+    if (!strcmp(algo, "auto"))
+        printf(" (rd below %d B, else hierarchical across several hosts of several ranks, else ring)",
+               TP_AUTO_RD_MAX_BYTES);
     printf(", reduce ISA %s, comm scratch %zu KiB\n", tp_isa_names[tp_isa_active()],
            tp_comm_arena_bytes(c) >> 10);
     printf("# dtype %s, op %s, iters %d, warmup %d, check %s; iterations shrink so one size moves at most "

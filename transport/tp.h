@@ -29,9 +29,12 @@
 typedef enum { TP_SUM, TP_PROD, TP_MIN, TP_MAX, TP_AVG, TP_NOPS } tp_op;
 extern const char *const tp_op_names[TP_NOPS];
 
-/* Allreduce algorithm. AUTO: recursive doubling below TP_AUTO_RD_MAX_BYTES, else ring.
- * DDPRT_ALGO=ring|rd|auto overrides opts.algo = TP_ALGO_DEFAULT. */
-typedef enum { TP_ALGO_DEFAULT = -1, TP_ALGO_AUTO = 0, TP_ALGO_RING, TP_ALGO_RD } tp_algo;
+/* Allreduce algorithm. AUTO: recursive doubling below TP_AUTO_RD_MAX_BYTES, else
+ * hierarchical when the ranks sit on more than one host with more than one rank on each
+ * (the same number on every host), else ring. HIER: hierarchical for every size (ring
+ * where the hosts do not allow it). DDPRT_ALGO=ring|rd|hier|auto overrides
+ * opts.algo = TP_ALGO_DEFAULT. */
+typedef enum { TP_ALGO_DEFAULT = -1, TP_ALGO_AUTO = 0, TP_ALGO_RING, TP_ALGO_RD, TP_ALGO_HIER } tp_algo;
 /* The auto switch point (bytes per rank's buffer). Tune by measurement per backend. */
 #define TP_AUTO_RD_MAX_BYTES (512 * 1024) /* tcp, 2 and 4 procs: ring = rd at 512 KiB */
 /* Default scratch arena: 2 * TP_PIPE_DEPTH chunk slots + one recursive-doubling
@@ -45,6 +48,9 @@ typedef struct tp_comm_opts {
     size_t arena_bytes; /* scratch arena; 0 = TP_DEFAULT_ARENA_BYTES; min 4608. It sets
                            the chunk size, which is part of the wire protocol: every
                            rank must use the same value (and the same algo). */
+    const uint64_t *host_ids; /* NULL: learned (port_host_id of every rank: machine and
+                           network namespace); else world entries, copied, equal on
+                           every rank: a fake topology for tests */
 } tp_comm_opts;
 
 typedef struct tp_comm tp_comm;

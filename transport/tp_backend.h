@@ -66,6 +66,9 @@ typedef struct tp_bootstrap {
     uint64_t token_hash;    /* peers present it on connect; 0 = no token */
     double timeout_s;
     int (*allgather)(void *ctx, const void *mine, size_t len, void *all, char *err, size_t errlen);
+    /* This rank's IPv4 address on the route to the rendezvous ("" = unknown): the
+     * address a backend publishes, so that peers on other hosts can dial it. */
+    char self_ip[48];
 } tp_bootstrap;
 
 /* Loopback: world ranks as threads in one process; out[r] is rank r's backend. */

@@ -32,6 +32,7 @@ static int env_algo(void)
     const char *e = getenv("DDPRT_ALGO");
     if (e && !strcmp(e, "ring")) return TP_ALGO_RING;
     if (e && !strcmp(e, "rd")) return TP_ALGO_RD;
+    if (e && !strcmp(e, "hier")) return TP_ALGO_HIER;
     return TP_ALGO_AUTO;
 }
 
@@ -62,6 +63,13 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : env_timeout();
     c->algo = o->algo == TP_ALGO_DEFAULT ? env_algo() : o->algo;
     c->chunk = chunk;
+    if (tp_hier_init(c, o)) {
+        snprintf(err, errlen, "tp_comm_create: out of memory (host table)");
+        tp_hier_free(c);
+        rt_arena_free(&c->arena);
+        free(c);
+        return TP_EIO;
+    }
     for (int i = 0; i < 2 * TP_PIPE_DEPTH; i++)
         c->slot[i] = rt_arena_alloc(&c->arena, chunk, RT_MEM_COMM, "ring chunk slot");
     c->rdbuf = rt_arena_alloc(&c->arena, chunk, RT_MEM_COMM, "recursive doubling buffer");
@@ -109,6 +117,7 @@ void tp_comm_destroy(tp_comm *c)
     pthread_cond_destroy(&c->cv_done);
     pthread_mutex_destroy(&c->mu);
     rt_arena_free(&c->arena);
+    tp_hier_free(c);
     free(c);
 }
 
@@ -191,8 +200,11 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0);
     switch (h->kind) {
     case TP_K_ALLREDUCE:
-        rc = algo == TP_ALGO_RD ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
-                                : tp_ring_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
+        /* Large auto and forced hier: hierarchical where the hosts allow it. */
+        rc = algo == TP_ALGO_RD     ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
+             : algo == TP_ALGO_RING && c->algo == TP_ALGO_RING
+                 ? tp_ring_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
+                 : tp_hier_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
         break;
     case TP_K_BROADCAST:
         rc = algo == TP_ALGO_RD ? tp_tree_broadcast(c, h->recv, bytes, h->root)

@@ -52,7 +52,50 @@ struct tp_comm {
     int64_t p_cur_start, p_done_at;
     int p_wait_peer;           /* peer the backend waits on (-1 none) */
     int p2p;                   /* a send/recv was issued: sequence numbers differ per rank */
+    /* Hosts (tp_hier.c): learned at the first allreduce that could use them. */
+    int topo;                  /* 0 not yet known, 1 flat, 2 hierarchical */
+    uint64_t *host_ids;        /* world entries: given in the opts, or the allgather's */
+    int *local, *cross;        /* comm ranks of my host's ranks / of my local index on
+                                  every host (host order) */
+    int nlocal, lidx, nhosts, hidx;
 };
+
+/* A ring among some ranks of the comm: n members, ranks[i] is member i's comm rank,
+ * me is my index. NULL stands for the whole comm. */
+typedef struct tp_group { int n, me; const int *ranks; } tp_group;
+
+/* One ring pass (tp_ring.c), resumable so that two can run at once (tp_hier.c). Lane
+ * -1: the pass runs alone (depth D = TP_PIPE_DEPTH, all slots and requests); lanes 0
+ * and 1: depth D/2 each on their own halves, so the two together keep at most 2 D
+ * requests in flight as the backends expect. */
+typedef struct tp_ring_pass tp_ring_pass;
+struct tp_ring_pass {
+    tp_comm *c;
+    int n, me, left, right;    /* the ring: members, my index, neighbours' comm ranks */
+    int nsteps, ncols, col0;   /* col0: first column of this pass (reduce-scatter groups) */
+    size_t es, ce;             /* element size, elements per column */
+    size_t count, bc;          /* total elements; bc > 0: equal blocks of bc */
+    const unsigned char *send;
+    unsigned char *recv;
+    rt_dtype dt;
+    tp_op op;
+    unsigned char **slot;      /* this pass's chunk slots */
+    tp_req *req;               /* this pass's requests */
+    int depth;                 /* units in flight at most */
+    int total, posted, u;      /* units: all, posted so far, next to complete */
+    int has[TP_PIPE_DEPTH][2]; /* unit in flight has a recv / a send */
+    /* Unit (s, col): what to send right and where to receive from the left. */
+    void (*plan)(tp_ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *len_s,
+                 size_t *len_r);
+    void (*done)(tp_ring_pass *p, int s, int col, int u); /* after both complete; may be NULL */
+};
+/* Starts the reduce-scatter half (ag 0) or the allgather half (ag 1) of a ring
+ * allreduce in group g on lane -1, 0 or 1. 0 or a backend code. */
+int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane, int ag, const void *send,
+                       void *recv, size_t count, rt_dtype dt, tp_op op);
+/* Completes the next unit: block 0 only if it is done already. 2 the pass is over,
+ * 1 one unit completed, 0 nothing yet (block 0), < 0 a backend code. */
+int tp_ring_advance(tp_ring_pass *p, int block);
 
 /* One op, run by whoever drives the backend (a calling thread or the comm thread). */
 int tp_run_op(tp_comm *c, tp_handle *h);
@@ -64,6 +107,19 @@ int tp_xfer(tp_comm *c, const void *sbuf, size_t slen, int to, void *rbuf, size_
 
 /* Algorithms. bytes sizes are per rank's vector; all return 0 or a backend code. */
 int tp_ring_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
+/* The ring allreduce's halves within a group: after rs_half member i holds the full
+ * reduction of block i (tp_ring_block's uneven blocks) in recv; ag_half spreads them. */
+int tp_ring_allreduce_g(tp_comm *c, const tp_group *g, const void *send, void *recv, size_t count, rt_dtype dt,
+                        tp_op op);
+int tp_ring_rs_half(tp_comm *c, const tp_group *g, const void *send, void *recv, size_t count, rt_dtype dt,
+                    tp_op op);
+int tp_ring_ag_half(tp_comm *c, const tp_group *g, void *recv, size_t count, rt_dtype dt);
+void tp_ring_block(size_t count, int n, int b, size_t *off, size_t *cnt);
+/* Hierarchical allreduce (tp_hier.c): inside hosts, then across, then inside again;
+ * a plain ring when the hosts are not a regular grid of several ranks each. */
+int tp_hier_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
+int tp_hier_init(tp_comm *c, const tp_comm_opts *o);
+void tp_hier_free(tp_comm *c);
 int tp_rd_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
 int tp_ring_reduce_scatter(tp_comm *c, const void *send, void *recv, size_t rc, rt_dtype dt, tp_op op);
 int tp_ring_allgather(tp_comm *c, const void *send, void *recv, size_t sc, rt_dtype dt);

@@ -21,28 +21,14 @@
 /* Smallest ring column: below this, per-message overhead outweighs the overlap. */
 #define TP_MIN_CHUNK_BYTES (16 * 1024)
 
-typedef struct ring_pass ring_pass;
-struct ring_pass {
-    tp_comm *c;
-    int nsteps, ncols, col0;   /* col0: first column of this pass (reduce-scatter groups) */
-    size_t es, ce;             /* element size, elements per column */
-    size_t count, bc;          /* total elements; bc > 0: equal blocks of bc */
-    const unsigned char *send;
-    unsigned char *recv;
-    rt_dtype dt;
-    tp_op op;
-    /* Unit (s, col): what to send right and where to receive from the left. */
-    void (*plan)(ring_pass *p, int s, int col, int u, const void **sb, void **rb, size_t *len_s,
-                 size_t *len_r);
-    void (*done)(ring_pass *p, int s, int col, int u); /* after both complete; may be NULL */
-};
+typedef tp_ring_pass ring_pass;
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 static void block(const ring_pass *p, int b, size_t *off, size_t *cnt)
 {
     if (p->bc) { *off = (size_t)b * p->bc; *cnt = p->bc; return; }
-    size_t n = (size_t)p->c->world, q = p->count / n, rem = p->count % n, ub = (size_t)b;
+    size_t n = (size_t)p->n, q = p->count / n, rem = p->count % n, ub = (size_t)b;
     *off = ub * q + (ub < rem ? ub : rem);
     *cnt = q + (ub < rem);
 }
@@ -59,48 +45,72 @@ static void column(const ring_pass *p, int b, int col, size_t *off, size_t *cnt)
 static int post_unit(ring_pass *p, int u, int has[2])
 {
     tp_comm *c = p->c;
-    int s = u / p->ncols, col = u % p->ncols, k = u % TP_PIPE_DEPTH, rc = 0;
+    int s = u / p->ncols, col = u % p->ncols, k = u % p->depth, rc = 0;
     const void *sb;
     void *rb;
     size_t ls, lr;
     p->plan(p, s, col, u, &sb, &rb, &ls, &lr);
     ls *= p->es; /* plan speaks elements, the backend bytes */
     lr *= p->es;
-    int left = mod(c->rank - 1, c->world), right = mod(c->rank + 1, c->world);
+    int left = p->left, right = p->right;
     /* Zero-length pieces (empty blocks, short last columns) are skipped on both
      * sides: both ends compute the same length. */
     has[0] = lr > 0;
     has[1] = ls > 0;
-    if (has[0]) rc = c->b->ops->irecv(c->b, left, rb, lr, &c->req[2 * k]);
-    if (!rc && has[1]) rc = c->b->ops->isend(c->b, right, sb, ls, &c->req[2 * k + 1]);
+    if (has[0]) rc = c->b->ops->irecv(c->b, left, rb, lr, &p->req[2 * k]);
+    if (!rc && has[1]) rc = c->b->ops->isend(c->b, right, sb, ls, &p->req[2 * k + 1]);
     return rc;
+}
+
+/* Posts the first units (the lookahead). */
+static int ring_begin(ring_pass *p)
+{
+    int look = p->ncols - 1 < p->depth - 1 ? p->ncols - 1 : p->depth - 1, rc = 0;
+    p->total = p->nsteps * p->ncols;
+    p->u = p->posted = 0;
+    for (; p->posted < p->total && p->posted <= look && !rc; p->posted++)
+        rc = post_unit(p, p->posted, p->has[p->posted % p->depth]);
+    return rc;
+}
+
+int tp_ring_advance(tp_ring_pass *p, int block)
+{
+    tp_comm *c = p->c;
+    if (p->u >= p->total) return 2;
+    int u = p->u, k = u % p->depth, n = 0, rc = 0;
+    tp_req *w[2];
+    if (p->has[k][0]) w[n++] = &p->req[2 * k];
+    if (p->has[k][1]) w[n++] = &p->req[2 * k + 1];
+    if (block && n && (rc = tp_waitreqs(c, w, n))) return rc;
+    for (int i = 0; i < n && !block; i++)
+        if ((rc = c->b->ops->test(c->b, w[i])) <= 0) return rc;
+    if (p->done) p->done(p, u / p->ncols, u % p->ncols, u);
+    if (p->posted < p->total) {
+        if ((rc = post_unit(p, p->posted, p->has[p->posted % p->depth]))) return rc;
+        p->posted++;
+    }
+    return ++p->u >= p->total ? 2 : 1;
 }
 
 static int ring_run(ring_pass *p)
 {
-    tp_comm *c = p->c;
-    int total = p->nsteps * p->ncols, posted = 0, rc = 0;
-    int look = p->ncols - 1 < TP_PIPE_DEPTH - 1 ? p->ncols - 1 : TP_PIPE_DEPTH - 1;
-    int has[TP_PIPE_DEPTH][2];
-    for (; posted < total && posted <= look && !rc; posted++)
-        rc = post_unit(p, posted, has[posted % TP_PIPE_DEPTH]);
-    for (int u = 0; u < total && !rc; u++) {
-        int k = u % TP_PIPE_DEPTH, n = 0;
-        tp_req *w[2];
-        if (has[k][0]) w[n++] = &c->req[2 * k];
-        if (has[k][1]) w[n++] = &c->req[2 * k + 1];
-        if (n && (rc = tp_waitreqs(c, w, n))) break;
-        if (p->done) p->done(p, u / p->ncols, u % p->ncols, u);
-        if (posted < total) { rc = post_unit(p, posted, has[posted % TP_PIPE_DEPTH]); posted++; }
-    }
-    return rc;
+    int rc = ring_begin(p);
+    while (rc == 0 || rc == 1) rc = tp_ring_advance(p, 1);
+    return rc < 0 ? rc : 0;
 }
 
-static void pass_init(ring_pass *p, tp_comm *c, const void *send, void *recv, size_t count,
-                      size_t bc, rt_dtype dt, tp_op op)
+static void pass_init(ring_pass *p, tp_comm *c, const tp_group *g, const void *send, void *recv,
+                      size_t count, size_t bc, rt_dtype dt, tp_op op)
 {
     memset(p, 0, sizeof *p);
     p->c = c;
+    p->slot = c->slot;
+    p->req = c->req;
+    p->depth = TP_PIPE_DEPTH;
+    p->n = g ? g->n : c->world;
+    p->me = g ? g->me : c->rank;
+    p->left = g ? g->ranks[mod(g->me - 1, g->n)] : mod(c->rank - 1, c->world);
+    p->right = g ? g->ranks[mod(g->me + 1, g->n)] : mod(c->rank + 1, c->world);
     p->es = rt_dtype_size(dt);
     p->ce = c->chunk / p->es;
     p->count = count;
@@ -109,7 +119,7 @@ static void pass_init(ring_pass *p, tp_comm *c, const void *send, void *recv, si
     p->recv = recv;
     p->dt = dt;
     p->op = op;
-    p->nsteps = c->world - 1;
+    p->nsteps = p->n - 1;
     size_t off, biggest;
     block(p, 0, &off, &biggest); /* block 0 is never smaller than another */
     /* A block that fits one chunk would leave nothing to overlap: cut mid-size
@@ -128,22 +138,22 @@ static void ar_rs_plan(ring_pass *p, int s, int col, int u, const void **sb, voi
                        size_t *lr)
 {
     size_t so, ro;
-    int r = p->c->rank, n = p->c->world;
+    int r = p->me, n = p->n;
     column(p, mod(r - s - 1, n), col, &so, ls);
     column(p, mod(r - s - 2, n), col, &ro, lr);
     *sb = (s == 0 ? p->send : p->recv) + so * p->es;
-    *rb = p->c->slot[u % TP_PIPE_DEPTH];
+    *rb = p->slot[u % p->depth];
 }
 
 static void ar_rs_done(ring_pass *p, int s, int col, int u)
 {
     size_t o, cnt;
-    int r = p->c->rank, n = p->c->world;
+    int r = p->me, n = p->n;
     column(p, mod(r - s - 2, n), col, &o, &cnt);
     if (!cnt) return;
     unsigned char *dst = p->recv + o * p->es;
     /* Left's partial first, then ours: every element is reduced in ring order once. */
-    tp_reduce(dst, p->c->slot[u % TP_PIPE_DEPTH], p->send + o * p->es, cnt, p->dt, p->op);
+    tp_reduce(dst, p->slot[u % p->depth], p->send + o * p->es, cnt, p->dt, p->op);
     if (s == n - 2 && p->op == TP_AVG) tp_avg_finish(dst, cnt, p->dt, n);
 }
 
@@ -152,7 +162,7 @@ static void ag_plan(ring_pass *p, int s, int col, int u, const void **sb, void *
                     size_t *lr)
 {
     size_t so, ro;
-    int r = p->c->rank, n = p->c->world;
+    int r = p->me, n = p->n;
     (void)u;
     column(p, mod(r - s, n), col, &so, ls);
     column(p, mod(r - s - 1, n), col, &ro, lr);
@@ -160,22 +170,64 @@ static void ag_plan(ring_pass *p, int s, int col, int u, const void **sb, void *
     *rb = p->recv + ro * p->es;
 }
 
-int tp_ring_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)
+void tp_ring_block(size_t count, int n, int b, size_t *off, size_t *cnt)
 {
-    size_t es = rt_dtype_size(dt);
-    if (c->world == 1 || count == 0) {
-        if (send != recv && count) memcpy(recv, send, count * es);
+    ring_pass p;
+    memset(&p, 0, sizeof p);
+    p.count = count;
+    p.n = n;
+    block(&p, b, off, cnt);
+}
+
+int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane, int ag, const void *send,
+                       void *recv, size_t count, rt_dtype dt, tp_op op)
+{
+    pass_init(p, c, g, send, recv, count, 0, dt, op);
+    if (lane >= 0) { /* two passes at once: half the depth each (2 D requests in all) */
+        p->depth = TP_PIPE_DEPTH / 2;
+        p->slot = c->slot + lane * p->depth;
+        p->req = c->req + lane * 2 * p->depth;
+    }
+    p->plan = ag ? ag_plan : ar_rs_plan;
+    p->done = ag ? NULL : ar_rs_done;
+    if (!ag && send != recv && count && p->n == 1) memcpy(recv, send, count * p->es);
+    if (p->n == 1 || count == 0) {
+        p->total = p->u = 0;
         return 0;
     }
+    return ring_begin(p);
+}
+
+static int half_run(tp_comm *c, const tp_group *g, int ag, const void *send, void *recv, size_t count,
+                    rt_dtype dt, tp_op op)
+{
     ring_pass p;
-    pass_init(&p, c, send, recv, count, 0, dt, op);
-    p.plan = ar_rs_plan;
-    p.done = ar_rs_done;
-    int rc = ring_run(&p);
-    if (rc) return rc;
-    p.plan = ag_plan;
-    p.done = NULL;
-    return ring_run(&p);
+    int rc = tp_ring_half_begin(&p, c, g, -1, ag, send, recv, count, dt, op);
+    while (rc == 0 || rc == 1) rc = tp_ring_advance(&p, 1);
+    return rc < 0 ? rc : 0;
+}
+
+int tp_ring_rs_half(tp_comm *c, const tp_group *g, const void *send, void *recv, size_t count, rt_dtype dt,
+                    tp_op op)
+{
+    return half_run(c, g, 0, send, recv, count, dt, op);
+}
+
+int tp_ring_ag_half(tp_comm *c, const tp_group *g, void *recv, size_t count, rt_dtype dt)
+{
+    return half_run(c, g, 1, recv, recv, count, dt, TP_SUM);
+}
+
+int tp_ring_allreduce_g(tp_comm *c, const tp_group *g, const void *send, void *recv, size_t count, rt_dtype dt,
+                        tp_op op)
+{
+    int rc = tp_ring_rs_half(c, g, send, recv, count, dt, op);
+    return rc ? rc : tp_ring_ag_half(c, g, recv, count, dt);
+}
+
+int tp_ring_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)
+{
+    return tp_ring_allreduce_g(c, NULL, send, recv, count, dt, op);
 }
 
 /* ---- reduce-scatter ------------------------------------------------------- */
@@ -187,19 +239,19 @@ static void rs_plan(ring_pass *p, int s, int col, int u, const void **sb, void *
                     size_t *lr)
 {
     size_t so, ro;
-    int r = p->c->rank, n = p->c->world, g = p->ncols;
+    int r = p->me, n = p->n, g = p->ncols;
     (void)u;
     column(p, mod(r - s - 1, n), p->col0 + col, &so, ls);
     column(p, mod(r - s - 2, n), p->col0 + col, &ro, lr);
-    *sb = s == 0 ? (const void *)(p->send + so * p->es) : p->c->slot[((s - 1) & 1) * g + col];
-    *rb = p->c->slot[(s & 1) * g + col];
+    *sb = s == 0 ? (const void *)(p->send + so * p->es) : p->slot[((s - 1) & 1) * g + col];
+    *rb = p->slot[(s & 1) * g + col];
 }
 
 static void rs_done(ring_pass *p, int s, int col, int u)
 {
     size_t o, cnt;
-    int r = p->c->rank, n = p->c->world;
-    unsigned char *sl = p->c->slot[(s & 1) * p->ncols + col];
+    int r = p->me, n = p->n;
+    unsigned char *sl = p->slot[(s & 1) * p->ncols + col];
     (void)u;
     column(p, mod(r - s - 2, n), p->col0 + col, &o, &cnt);
     if (!cnt) return;
@@ -221,7 +273,7 @@ int tp_ring_reduce_scatter(tp_comm *c, const void *send, void *recv, size_t rcou
         return 0;
     }
     ring_pass p;
-    pass_init(&p, c, send, recv, rcount * (size_t)c->world, rcount, dt, op);
+    pass_init(&p, c, NULL, send, recv, rcount * (size_t)c->world, rcount, dt, op);
     p.plan = rs_plan;
     p.done = rs_done;
     int total = p.ncols, rc = 0;
@@ -243,7 +295,7 @@ int tp_ring_allgather(tp_comm *c, const void *send, void *recv, size_t scount, r
     if ((const unsigned char *)send != mine) memmove(mine, send, bytes);
     if (c->world == 1) return 0;
     ring_pass p;
-    pass_init(&p, c, send, recv, scount * (size_t)c->world, scount, dt, TP_SUM);
+    pass_init(&p, c, NULL, send, recv, scount * (size_t)c->world, scount, dt, TP_SUM);
     p.plan = ag_plan;
     return ring_run(&p);
 }

@@ -29,8 +29,7 @@ typedef struct tcp_reply {
 /* What each rank publishes. Fixed-size so the allgather is a plain byte swap. */
 typedef struct tcp_addr {
     char ip[48];
-    char host[64];          /* hostname + boot id: equal means "same machine" */
-    char boot[40];
+    uint64_t host_id;       /* port_host_id(): equal = same machine and network namespace */
     char uds[48];           /* abstract unix socket name for same-machine peers, or "" */
     int32_t port, pinned;   /* pinned: address chosen by DDPRT_SOCKET_IFNAME */
 } tcp_addr;

@@ -107,16 +107,6 @@ static void tune(int fd, int is_unix, int loopback)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
 }
 
-static void read_boot_id(char *out, size_t n)
-{
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    out[0] = 0;
-    if (!f) return;
-    if (!fgets(out, (int)n, f)) out[0] = 0;
-    fclose(f);
-    out[strcspn(out, "\n")] = 0;
-}
-
 /* Does interface name n match one entry of an NCCL_SOCKET_IFNAME-style list? Entries
  * are comma separated prefixes ("eth" matches eth0); "=name" is exact. */
 static int iface_listed(const char *list, const char *n)
@@ -151,9 +141,11 @@ static int iface_pick(const char *spec, char *ip, size_t iplen)
 }
 
 /* The address the others should dial: DDPRT_SOCKET_IFNAME's, else the source address
- * of the route to the rendezvous master (a UDP connect sends nothing), else the
- * hostname's or an interface's (non-loopback), else loopback. */
-static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, size_t errlen)
+ * of the route to the rendezvous (the bootstrap's self_ip: what this rank's connection
+ * to the meeting point used), else that of the route to MASTER_ADDR (a UDP connect
+ * sends nothing), else the hostname's or an interface's (non-loopback), else loopback. */
+static int choose_addr(const tp_bootstrap *bs, tcp_addr *me, char *listen_ip, size_t llen, char *err,
+                       size_t errlen)
 {
     const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
     listen_ip[0] = 0;
@@ -167,6 +159,10 @@ static int choose_addr(tcp_addr *me, char *listen_ip, size_t llen, char *err, si
         return 0;
     }
     snprintf(me->ip, sizeof me->ip, "127.0.0.1");
+    if (bs->self_ip[0]) {
+        snprintf(me->ip, sizeof me->ip, "%s", bs->self_ip);
+        return 0;
+    }
     const char *master = getenv("MASTER_ADDR");
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_INET;
@@ -200,7 +196,7 @@ static const char *refusal_text(uint32_t st)
 
 static int same_machine(const tcp_addr *a, const tcp_addr *b)
 {
-    return !a->pinned && !b->pinned && !strcmp(a->host, b->host) && !strcmp(a->boot, b->boot);
+    return !a->pinned && !b->pinned && a->host_id == b->host_id;
 }
 
 /* A connect attempt failed. The peer listened before the address exchange, so a
@@ -563,9 +559,8 @@ int tcp_mesh_connect(tcp_backend *t, const tp_bootstrap *bs, char *err, size_t e
     tcp_addr me, *all = NULL;
     char lip[48];
     memset(&me, 0, sizeof me);
-    gethostname(me.host, sizeof me.host - 1);
-    read_boot_id(me.boot, sizeof me.boot);
-    if (choose_addr(&me, lip, sizeof lip, err, errlen)) return -1;
+    me.host_id = port_host_id();
+    if (choose_addr(bs, &me, lip, sizeof lip, err, errlen)) return -1;
     int lfd = port_sock_listen(lip, 0, t->b.world + 16, err, errlen);
     if (lfd < 0) return -1;
     /* Accepted sockets inherit the listener's buffer sizes (set before the SYN). */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int ms_left(int64_t deadline_ns)
@@ -269,6 +270,19 @@ void port_sock_hostname(char *name, size_t len)
     name[len - 1] = 0;
 }
 
+/* Is in one of this network namespace's interface addresses? */
+static int addr_is_local(struct in_addr in)
+{
+    struct ifaddrs *ifs, *i;
+    int yes = 0;
+    if (getifaddrs(&ifs)) return 0;
+    for (i = ifs; i && !yes; i = i->ifa_next)
+        yes = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+              ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == in.s_addr;
+    freeifaddrs(ifs);
+    return yes;
+}
+
 void port_sock_host_ip(char *ip, size_t iplen)
 {
     const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
@@ -282,6 +296,9 @@ void port_sock_host_ip(char *ip, size_t iplen)
         for (struct addrinfo *a = res; a; a = a->ai_next) {
             struct in_addr in = ((struct sockaddr_in *)a->ai_addr)->sin_addr;
             if ((ntohl(in.s_addr) >> 24) == 127) continue; /* loopback: useless to other hosts */
+            /* In a network namespace (a container) the hostname may name the node's
+             * address, which is not ours: only an address of our own interfaces. */
+            if (!addr_is_local(in)) continue;
             inet_ntop(AF_INET, &in, ip, (socklen_t)iplen);
             freeaddrinfo(res);
             return;
@@ -301,4 +318,40 @@ void port_sock_host_ip(char *ip, size_t iplen)
         freeifaddrs(ifs);
     }
     snprintf(ip, iplen, "127.0.0.1");
+}
+
+int port_sock_local_ip(int fd, char *ip, size_t iplen, int *loopback)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) || ss.ss_family != AF_INET) return -1;
+    struct in_addr in = ((struct sockaddr_in *)&ss)->sin_addr;
+    if (!inet_ntop(AF_INET, &in, ip, (socklen_t)iplen)) return -1;
+    if (loopback) *loopback = (ntohl(in.s_addr) >> 24) == 127;
+    return 0;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++) h = (h ^ ((const unsigned char *)p)[k]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t port_host_id(void)
+{
+    char host[256], boot[64] = "";
+    struct stat st;
+    uint64_t ns[2] = {0, 0};
+    port_sock_hostname(host, sizeof host);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+        fclose(f);
+    }
+    /* The namespace's inode (and device) tell namespaces apart on one kernel. */
+    if (stat("/proc/self/ns/net", &st) == 0) ns[0] = (uint64_t)st.st_ino, ns[1] = (uint64_t)st.st_dev;
+    uint64_t h = fnv(0xcbf29ce484222325ull, host, strlen(host) + 1);
+    h = fnv(h, boot, strlen(boot) + 1);
+    h = fnv(h, ns, sizeof ns);
+    return h ? h : 1;
 }

@@ -42,4 +42,11 @@ void port_sock_hostname(char *name, size_t len);
 /* The IPv4 address peers should use for this host: DDPRT_SOCKET_IFNAME's, else the
  * hostname's (non-loopback), else the first non-loopback interface's, else 127.0.0.1. */
 void port_sock_host_ip(char *ip, size_t iplen);
+/* The local IPv4 address of a connected socket (the source address of the route to
+ * the peer) into ip; 0, or -1 when it is not IPv4. *loopback: it is 127.0.0.0/8. */
+int port_sock_local_ip(int fd, char *ip, size_t iplen, int *loopback);
+/* Identity of "this host" as seen by the network: hostname + boot id + network
+ * namespace. Two processes with equal ids reach each other over loopback, abstract
+ * unix sockets and /dev/shm; containers on one node (own netns) get different ids. */
+uint64_t port_host_id(void);
 #endif

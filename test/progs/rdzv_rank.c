@@ -60,8 +60,8 @@ int main(int argc, char **argv)
     for (int q = 0; q < world && !rc; q++)
         if (ranks[q] != q) { fprintf(stderr, "ERR bootstrap allgather order\n"); rc = 4; }
     if (!rc)
-        printf("rank %d of %d local %d ok token %s\n", rank, world, rt_rdzv_local_rank(r),
-               rt_rdzv_token_hash(r) ? "yes" : "no");
+        printf("rank %d of %d local %d ok token %s ip %s\n", rank, world, rt_rdzv_local_rank(r),
+               rt_rdzv_token_hash(r) ? "yes" : "no", bs.self_ip[0] ? bs.self_ip : "-");
     fflush(stdout);
     if (hold_ms) usleep((useconds_t)hold_ms * 1000);
     rt_rdzv_close(r);

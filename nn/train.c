@@ -178,15 +178,21 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
                          .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
     if (ddp) {
-        static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
-                                            "train samples", "test samples", "seed", "bucket bytes",
-                                            "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
-                                            "resumed step", "data classes/vocabulary hash"};
-        int64_t v[] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
-                       t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
-                       (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step,
-                       (int64_t)(t->train.meta_hash >> 1)};
-        if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
+        /* Every option that changes what the ranks do together (the whole option table,
+         * nn_opts_agreement), then what the ranks derived from their data and files. */
+        static const char *names[NN_DDP_MAX_FIELDS];
+        static int64_t v[NN_DDP_MAX_FIELDS];
+        int nv = nn_opts_agreement(o, names, v, NN_DDP_MAX_FIELDS - 8);
+        if (nv < 0) {
+            snprintf(err, errlen, "too many options to compare across ranks");
+            return -1;
+        }
+        const char *derived[] = {"model parameter count", "train samples", "test samples", "resumed step",
+                                 "data classes/vocabulary hash", "--save given"};
+        int64_t dv[] = {(int64_t)t->g.nparams, t->train.n, t->test.n, (int64_t)t->step,
+                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL};
+        for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
+        if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_ddp_broadcast_params(ddp)) {
             snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));

@@ -468,3 +468,29 @@ PTEST(ddp_divergence_stops_every_rank_at_the_same_step)
     t_spawn(&q, "off", (char *const *)off, NULL);
     CHECK(t_wait(&q, 120) == 0);
 }
+
+/* Options the ranks must share come from the whole option table: --max-steps and
+ * --check-sync differing, or --save on a rank other than 0 only, stop the start. */
+PTEST(ddp_every_job_option_and_save_on_one_rank_are_checked)
+{
+    t_clean_env();
+    make_data();
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/one.safetensors", t_proc_tmpdir());
+    const char *cases[][2][6] = {
+        {{"--max-steps", "5", NULL}, {"--max-steps", "6", NULL}},
+        {{"--check-sync", "1", NULL}, {NULL}},
+        {{NULL}, {"--save", ck, NULL}},
+    };
+    const char *want[] = {"max-steps", "check-sync", "--save given"};
+    for (int k = 0; k < 3; k++) {
+        t_proc p[2];
+        int port = t_free_port();
+        for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, cases[k][r]);
+        for (int r = 0; r < 2; r++) {
+            CHECK(t_wait(&p[r], 60) == 1);
+            CHECKF(strstr(t_slurp(p[r].err), "configuration differs") && strstr(t_slurp(p[r].err), want[k]),
+                   "case %d rank %d: %s", k, r, t_slurp(p[r].err));
+        }
+    }
+}

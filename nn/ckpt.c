@@ -10,7 +10,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define STATE_MAGIC "DDPRTST1"
+#define STATE_MAGIC "DDPRTST1"  /* epoch, step, nparams; SGD momentum */
+#define STATE_MAGIC2 "DDPRTST2" /* + optimizer kind and its step count; 1 or 2 slots */
 #define MAX_HEADER (1 << 20)
 
 typedef struct part { const void *p; size_t n; } part;
@@ -92,17 +93,19 @@ int nn_ckpt_save(nn_trainer *t, const char *path, int epoch, char *err, size_t e
     free(hdr);
     if (rc) return -1;
 
-    /* PATH.state: magic, epoch, step, count, momentum, then a CRC of all before it. */
-    unsigned char sh[32];
-    uint64_t fields[3] = {(uint64_t)epoch, t->step, (uint64_t)g->nparams};
-    memcpy(sh, STATE_MAGIC, 8);
+    /* PATH.state: magic, epoch, step, count, optimizer kind, its step count, the
+     * state slots (momentum, or Adam's exp_avg and exp_avg_sq), a CRC of all before. */
+    unsigned char sh[48];
+    uint64_t fields[5] = {(uint64_t)epoch, t->step, (uint64_t)g->nparams, (uint64_t)t->opt.c.kind, t->opt.t};
+    memcpy(sh, STATE_MAGIC2, 8);
     memcpy(sh + 8, fields, sizeof fields);
-    uint32_t scrc = (uint32_t)crc32(crc32(0, sh, 32), (const unsigned char *)t->momentum,
-                                    (unsigned)(g->nparams * 4));
+    int ns = nn_optim_slots(&t->opt);
+    uint32_t scrc = (uint32_t)crc32(crc32(0, sh, 48), (const unsigned char *)t->opt.m, (unsigned)(g->nparams * 4));
+    if (ns > 1) scrc = (uint32_t)crc32(scrc, (const unsigned char *)t->opt.v, (unsigned)(g->nparams * 4));
     char spath[1024];
     snprintf(spath, sizeof spath, "%s.state", path);
-    part sp[3] = {{sh, 32}, {t->momentum, g->nparams * 4}, {&scrc, 4}};
-    return write_atomic(spath, sp, 3, err, errlen);
+    part sp[4] = {{sh, 48}, {t->opt.m, g->nparams * 4}, {t->opt.v, ns > 1 ? g->nparams * 4 : 0}, {&scrc, 4}};
+    return write_atomic(spath, sp, 4, err, errlen);
 }
 
 static unsigned char *read_all(const char *flag, const char *path, size_t *len, char *err, size_t errlen)
@@ -231,18 +234,26 @@ int nn_ckpt_load(nn_trainer *t, const char *path, char *err, size_t errlen)
         BAD("--resume %s: no epoch/step in the metadata", path);
     snprintf(spath, sizeof spath, "%s.state", path);
     if (!(st = read_all("--resume", spath, &slen, err, errlen))) goto out;
-    uint64_t fields[3];
-    if (slen < 36 || memcmp(st, STATE_MAGIC, 8)) BAD("--resume %s: not a ddprt state file (bad magic at offset 0)", spath);
-    memcpy(fields, st + 8, sizeof fields);
+    uint64_t fields[5] = {0, 0, 0, NN_OPT_SGD, 0};
+    int v2 = slen >= 52 && !memcmp(st, STATE_MAGIC2, 8);
+    if (!v2 && (slen < 36 || memcmp(st, STATE_MAGIC, 8))) BAD("--resume %s: not a ddprt state file (bad magic at offset 0)", spath);
+    memcpy(fields, st + 8, v2 ? 40 : 24);
+    if (!v2) fields[4] = fields[1]; /* version 1: SGD, one step per trainer step */
+    size_t hlen = v2 ? 48 : 32, ns = fields[3] == NN_OPT_SGD ? 1 : 2;
+    if (fields[3] > NN_OPT_ADAMW || (int)fields[3] != t->opt.c.kind)
+        BAD("--resume %s: holds %s state, but --optimizer is %s", spath,
+            fields[3] <= NN_OPT_ADAMW ? nn_optim_name((int)fields[3]) : "unknown", nn_optim_name(t->opt.c.kind));
     if (fields[2] != g->nparams) BAD("--resume %s: holds state for %llu parameters, the model has %zu", spath, (unsigned long long)fields[2], g->nparams);
-    if (fields[2] * 4 + 36 != slen) BAD("--resume %s: truncated: %zu bytes, expected %llu", spath, slen, (unsigned long long)(fields[2] * 4 + 36));
+    if (fields[2] * 4 * ns + hlen + 4 != slen) BAD("--resume %s: truncated: %zu bytes, expected %llu", spath, slen, (unsigned long long)(fields[2] * 4 * ns + hlen + 4));
     uint32_t scrc;
     memcpy(&scrc, st + slen - 4, 4);
     if ((uint32_t)crc32(0, st, (unsigned)(slen - 4)) != scrc) BAD("--resume %s: checksum mismatch: the file is corrupt", spath);
     if (fields[0] != epoch || fields[1] != step)
         BAD("--resume: %s (epoch %u, step %llu) and %s (epoch %llu, step %llu) are from different saves", path, epoch,
             step, spath, (unsigned long long)fields[0], (unsigned long long)fields[1]);
-    memcpy(t->momentum, st + 32, g->nparams * 4);
+    memcpy(t->opt.m, st + hlen, g->nparams * 4);
+    if (ns > 1) memcpy(t->opt.v, st + hlen + g->nparams * 4, g->nparams * 4);
+    t->opt.t = fields[4];
     t->step = step;
     t->start_epoch = (int)epoch + 1;
     rc = 0;

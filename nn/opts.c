@@ -1,4 +1,5 @@
 #include "nn/opts.h"
+#include "nn/optim.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <limits.h>
@@ -42,6 +43,19 @@ static const flag flags[] = {
     F("num-classes", T_POSINT, num_classes, "output classes (default: the data's)"),
     F("embed-dim", T_POSINT, embed_dim, "textcnn embedding size (default: 128)"),
     F("init-from", T_STR, init_from, "start from the weights of a safetensors state_dict (fine-tuning)"),
+    F("optimizer", T_STR, optimizer, "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8) (default: sgd)"),
+    F("no-decay-bn-bias", T_FLAG, no_decay_bn_bias, "no weight decay on biases and BatchNorm parameters"),
+    F("lr-schedule", T_STR, lr_schedule, "none, step, multistep or cosine, per epoch (default: none)"),
+    F("lr-step", T_POSINT, lr_step, "step schedule: epochs between decays (default: 30)"),
+    F("lr-gamma", T_DOUBLE, lr_gamma, "step/multistep: decay factor (default: 0.1)"),
+    F("lr-milestones", T_STR, lr_milestones, "multistep: epochs at which to decay, e.g. 30,60,90"),
+    F("warmup-epochs", T_DOUBLE, warmup_epochs, "linear learning-rate warmup over X epochs, per step (default: 0)"),
+    F("lr-scale", T_STR, lr_scale, "none or world (multiply --lr by the world size, Goyal et al.)"),
+    F("accum-steps", T_POSINT, accum_steps, "micro-batches per optimizer step, one allreduce each step (default: 1)"),
+    F("clip-grad-norm", T_DOUBLE, clip_grad_norm, "clip the global gradient L2 norm to X (default: off)"),
+    F("sync-bn", T_FLAG, sync_bn, "SyncBatchNorm: batch statistics over all ranks"),
+    F("grad-compress", T_STR, grad_compress, "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
+    F("topk", T_STR, topk, "report top-k test accuracy for these k, e.g. 1,5"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -59,6 +73,9 @@ void nn_opts_default(nn_opts *o)
     o->rank = -1;
     o->world_size = -1;
     o->bucket_mb = 25;
+    o->lr_step = 30;
+    o->lr_gamma = 0.1;
+    o->accum_steps = 1;
 }
 
 void nn_opts_usage(void)
@@ -166,5 +183,8 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
         rt_error("--device: expected cpu or cuda, got '%s'", o->device);
         return -1;
     }
+    char oerr[256];
+    nn_optim_cfg oc;
+    if (nn_optim_parse(o, &oc, oerr, sizeof oerr)) { rt_error("%s", oerr); return -1; }
     return 0;
 }

@@ -17,6 +17,10 @@ typedef struct nn_opts {
     /* models */
     const char *model_file, *init_from;
     int num_classes, embed_dim;
+    /* optimizers, schedules and DDP training features (nn/optim.h parses them) */
+    const char *optimizer, *lr_schedule, *lr_milestones, *lr_scale, *grad_compress, *topk;
+    int lr_step, no_decay_bn_bias, accum_steps, sync_bn;
+    double lr_gamma, warmup_epochs, clip_grad_norm;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

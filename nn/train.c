@@ -29,7 +29,11 @@ static int carve(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
         nn_graph_finish(&t->g, a, max_batch, err, errlen))
         return -1;
-    t->momentum = rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+    nn_optim_plan(&t->opt, a, t->g.nparams);
+    t->momentum = t->opt.m;
+    t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
+                                                         "gradient accumulation (--accum-steps)")
+                                       : NULL;
     return 0;
 }
 
@@ -42,6 +46,14 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
         !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
         return -1;
+    if (nn_optim_parse(o, &t->opt.c, err, errlen)) return -1;
+    if (t->cuda && (t->opt.c.kind != NN_OPT_SGD || t->opt.c.accum > 1 || t->opt.c.clip > 0 || t->opt.c.sync_bn ||
+                    t->opt.c.compress || t->opt.c.sched || t->opt.c.warmup_epochs > 0 || t->opt.c.no_decay)) {
+        snprintf(err, errlen, "--device cuda: only plain SGD runs on the GPU in this version (no --optimizer, "
+                 "--lr-schedule, --warmup-epochs, --accum-steps, --clip-grad-norm, --sync-bn, --grad-compress, "
+                 "--no-decay-bn-bias)");
+        return -1;
+    }
     if (nn_data_locate(o->data, t->data_dir, sizeof t->data_dir, err, errlen)) return -1;
     if (nn_dataset_open(&t->train, t->data_dir, "train", err, errlen) ||
         nn_dataset_open(&t->test, t->data_dir, "t10k", err, errlen))
@@ -87,7 +99,8 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
                t->g.act_bytes / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
     nn_graph_init(&t->g, (uint64_t)o->seed);
     memset(t->g.grads, 0, t->g.nparams * sizeof(float));
-    memset(t->momentum, 0, t->g.nparams * sizeof(float));
+    long nb = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
+    nn_optim_reset(&t->opt, t->world, (nb + t->opt.c.accum - 1) / t->opt.c.accum);
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
     if (o->resume && nn_ckpt_load(t, o->resume, err, errlen)) return -1;
@@ -117,15 +130,23 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
                          .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
     if (ddp) {
-        static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
+        const char *names[48] = {"model parameter count", "batch_size", "test_batch_size",
                                             "train samples", "test samples", "seed", "bucket bytes",
                                             "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
                                             "resumed step"};
-        int64_t v[] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
+        int64_t v[48] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
                        t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
                        (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step};
-        if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
+        int nv = 12;
+        nv += nn_optim_config_fields(&t->opt.c, names + nv, v + nv);
+        if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
+        static const rt_dtype wire[] = {RT_F32, RT_F16, RT_BF16};
+        if (nn_ddp_set_compress(ddp, wire[t->opt.c.compress])) {
+            snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);
+            return -1;
+        }
+        if (t->opt.c.sync_bn) nn_ddp_enable_sync_bn(ddp);
         if (nn_ddp_broadcast_params(ddp)) {
             snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
             return -1;
@@ -139,24 +160,45 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     return 0;
 }
 
+/* After the last micro-batch's backward: average, clip, schedule, update. */
+static void optimizer_step(nn_trainer *t)
+{
+    nn_graph *g = &t->g;
+    if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, t->opt.c.clip);
+    nn_optim_step(&t->opt, g, nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step));
+    t->micro = 0;
+    t->step++;
+}
+
 double nn_trainer_step(nn_trainer *t, const float *x, const int32_t *y, int n)
 {
     nn_graph *g = &t->g;
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
     if (t->cuda) {
+        t->sgd.lr = (float)nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step);
         double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step);
         t->step++;
         return loss;
     }
     /* DDP's broadcast_buffers: every rank runs with rank 0's BatchNorm statistics. */
     if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    nn_forward(g, x, n, 1, seed, t->step);
+    int N = t->opt.c.accum, k = t->micro;
+    /* DDP's no_sync on micro-batches 1..N-1: gradients stashed, no bucket launched. */
+    g->grad_mode = N == 1 ? NN_GRAD_SET : k == 0 ? NN_GRAD_STASH_FIRST : k < N - 1 ? NN_GRAD_STASH : NN_GRAD_FINAL;
+    nn_forward(g, x, n, 1, seed, t->step * (uint64_t)N + (uint64_t)k);
     double loss = nn_loss(g, y, n, NULL) / n;
-    nn_backward(g, y, n, n);
-    if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    k_sgd_step(g->nparams, &t->sgd, t->step == 0, g->params, g->grads, t->momentum);
-    t->step++;
+    nn_backward(g, y, n, n * N); /* PyTorch's loss / accum_steps */
+    if (++t->micro == N) optimizer_step(t);
     return loss;
+}
+
+void nn_trainer_flush(nn_trainer *t)
+{
+    if (!t->micro || t->cuda) return;
+    /* The last backward only stashed: the sum becomes the gradient, every bucket goes. */
+    memcpy(t->g.grads, t->g.grad_sum, t->g.nparams * sizeof(float));
+    optimizer_step(t);
 }
 
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
@@ -164,7 +206,8 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     const float *x;
     const int32_t *y;
     int n;
-    double sums[3] = {0, 0, 0};
+    double sums[3 + NN_MAX_TOPK] = {0};
+    const nn_optim_cfg *oc = &t->opt.c;
     if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk);
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
@@ -173,11 +216,15 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
         else {
             nn_forward(&t->g, x, n, 0, 0, 0);
             sums[0] += nn_loss(&t->g, y, n, &c);
+            long tk[NN_MAX_TOPK] = {0};
+            nn_topk_count(t->g.nodes[t->g.out].y, y, n, t->g.num_classes, oc->topk, oc->ntopk, tk);
+            for (int k = 0; k < oc->ntopk; k++) sums[3 + k] += (double)tk[k];
         }
         sums[1] += (double)c;
         sums[2] += n;
     }
-    if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3 + oc->ntopk)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    for (int k = 0; k < oc->ntopk; k++) t->topk_correct[k] = (long)sums[3 + k];
     *loss_sum = sums[0];
     *correct = (long)sums[1];
     *count = (long)sums[2];
@@ -191,6 +238,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     nn_sampler_set_epoch(&t->sampler, epoch);
+    t->epoch = epoch;
     nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size);
     double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
     long samples = 0;
@@ -207,8 +255,10 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
             double el = port_now_s() - t0, rate = el > 0 ? samples * t->world / el : 0;
             double eta = rate > 0 ? (double)(nbatches - batch_idx - 1) * o->batch_size * t->world / rate : 0;
             if (t->rank == 0)
-                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t(%.0f samples/s, ETA %.1fs)\n", epoch,
-                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss, rate, eta);
+                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch,
+                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss,
+                       t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
+            mx->lr = t->cuda ? t->sgd.lr : t->opt.lr;
             double data = t->loader.wait_s, comm = t->ddp ? t->ddp->wait_s - comm0 : 0;
             nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);
         }
@@ -216,6 +266,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     }
     /* Drain the pass so the loader is idle before evaluation reuses it. */
     while (nn_loader_next(&t->loader, &x, &y) > 0) {}
+    if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
     double dt = port_now_s() - t0;
     t->data_s = t->loader.wait_s;
     t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
@@ -246,6 +297,20 @@ int nn_trainer_run(nn_trainer *t)
         if (t->rank == 0)
             printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
                    count, 100.0 * correct / count);
+        mx.acc1 = mx.acc5 = -1;
+        for (int k = 0; k < t->opt.c.ntopk && t->rank == 0; k++)
+            printf("%sAcc@%d %.3f%s", k ? " " : " * ", t->opt.c.topk[k], 100.0 * t->topk_correct[k] / count,
+                   k == t->opt.c.ntopk - 1 ? "\n\n" : "");
+        for (int k = 0; k < t->opt.c.ntopk; k++) {
+            if (t->opt.c.topk[k] == 1) mx.acc1 = (double)t->topk_correct[k] / count;
+            if (t->opt.c.topk[k] == 5) mx.acc5 = (double)t->topk_correct[k] / count;
+        }
+        if (t->ddp && t->ddp->comm && t->rank == 0)
+            rt_info("epoch %d: gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%s); "
+                    "sync-bn allreduces %llu; optimizer steps %llu", epoch, (unsigned long long)t->ddp->rounds,
+                    (unsigned long long)t->ddp->launches, (unsigned long long)t->ddp->wire_bytes,
+                    rt_dtype_names[t->ddp->wire], (unsigned long long)t->ddp->sync_calls,
+                    (unsigned long long)t->step);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, loss / count, (double)correct / count, samples / dt,
                        t->compute_s, t->comm_s, t->data_s);

@@ -113,14 +113,14 @@ static double max_rel_diff(const char *a, const char *b)
 }
 
 /* "gradient allreduces: R rounds, B buckets, N bytes per rank (dt); sync-bn allreduces S" */
-typedef struct ar { unsigned long long rounds, buckets, bytes, sync, steps; char dt[8]; } ar;
+typedef struct ar { unsigned long long rounds, buckets, bytes, sync, steps; char dt[16]; } ar;
 static ar allreduces(const char *err)
 {
     ar a = {0};
     const char *p = strstr(err, "gradient allreduces: "), *q = p;
     while (q && (q = strstr(q + 1, "gradient allreduces: "))) p = q; /* the last epoch's */
     if (p)
-        sscanf(p, "gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%7[^)]); sync-bn allreduces "
+        sscanf(p, "gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%15[^)]); sync-bn allreduces "
                   "%llu; optimizer steps %llu", &a.rounds, &a.buckets, &a.bytes, a.dt, &a.sync, &a.steps);
     return a;
 }

@@ -246,7 +246,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         double loss = nn_trainer_step(t, x, y, n);
         samples += n;
-        if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
+        if (o->check_sync > 0 && t->micro == 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
             if (t->cuda && nn_cuda_download(t->cuda, t->g.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);

@@ -154,8 +154,10 @@ double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step)
 
 double nn_optim_clip(nn_optim *o, nn_graph *g, double max)
 {
-    /* Padding between parameters is zero: the whole block's sum is the parameters'. */
-    double norm = sqrt(k_sumsq(g->nparams, g->grads));
+    /* Parameter by parameter: the padding between them is not guaranteed to be zero. */
+    double ss = 0;
+    for (int i = 0; i < g->np; i++) ss += k_sumsq(g->p[i].numel, g->grads + g->p[i].offset);
+    double norm = sqrt(ss);
     float coef = (float)(max / (norm + 1e-6));
     if (coef < 1.0f) k_scale_inplace(g->nparams, coef, g->grads);
     o->grad_norm = norm;

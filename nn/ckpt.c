@@ -92,6 +92,19 @@ out:
     return rc;
 }
 
+int nn_ckpt_meta_int(const char *path, const char *key, int64_t *out, char *err, size_t errlen)
+{
+    stio_file *f;
+    char e2[512];
+    if (stio_open(&f, path, e2, sizeof e2)) {
+        snprintf(err, errlen, "--resume %s", e2);
+        return -1;
+    }
+    int rc = read_int(f, key, path, out, err, errlen);
+    stio_close(f);
+    return rc;
+}
+
 int nn_ckpt_init_from(nn_graph *g, const char *path, char *err, size_t errlen)
 {
     stio_file *f;

@@ -26,6 +26,8 @@ int nn_ckpt_save(const char *path, struct nn_graph *g, const nn_ckpt_state *s, i
 /* Restores parameters, buffers and s's blocks and scalars; fills s->epoch and s->step.
  * Names, dtypes and shapes are checked (one line naming the tensor and both shapes). */
 int nn_ckpt_load(const char *path, struct nn_graph *g, nn_ckpt_state *s, char *err, size_t errlen);
+/* One integer of a checkpoint's metadata (checked before loading: the optimizer). */
+int nn_ckpt_meta_int(const char *path, const char *key, int64_t *out, char *err, size_t errlen);
 /* --init-from: parameters and buffers from a safetensors state_dict written by anyone
  * (PyTorch's safetensors.torch.save_file), checked as load_state_dict(strict=True)
  * checks: every tensor present with the model's dtype and shape. */

@@ -1,6 +1,7 @@
 #include "nn/ddp.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
+#include "transport/tp_reduce.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +101,49 @@ static void launch(nn_ddp *d, nn_bucket *bk)
 {
     float *g = d->m->grads + bk->off;
     bk->launched = 1;
+    d->launches++;
+    d->wire_bytes += bk->count * rt_dtype_size(d->wire);
     /* An error here is sticky in the comm; nn_ddp_finish_grads reports it. */
-    tp_iallreduce(d->comm, g, g, bk->count, RT_F32, TP_AVG, &bk->h);
+    if (d->wire == RT_F32) {
+        tp_iallreduce(d->comm, g, g, bk->count, RT_F32, TP_AVG, &bk->h);
+        return;
+    }
+    uint16_t *h = d->half + bk->off;
+    if (d->wire == RT_F16) for (size_t i = 0; i < bk->count; i++) h[i] = tp_f32_to_f16(g[i]);
+    else for (size_t i = 0; i < bk->count; i++) h[i] = tp_f32_to_bf16(g[i]);
+    tp_iallreduce(d->comm, h, h, bk->count, d->wire, TP_AVG, &bk->h);
+}
+
+static void unpack(nn_ddp *d, const nn_bucket *bk)
+{
+    float *g = d->m->grads + bk->off;
+    const uint16_t *h = d->half + bk->off;
+    if (d->wire == RT_F16) for (size_t i = 0; i < bk->count; i++) g[i] = tp_f16_to_f32(h[i]);
+    else for (size_t i = 0; i < bk->count; i++) g[i] = tp_bf16_to_f32(h[i]);
+}
+
+int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire)
+{
+    d->wire = wire;
+    if (!d->comm || wire == RT_F32 || d->half) return 0;
+    d->half = calloc(d->m->nparams ? d->m->nparams : 1, sizeof *d->half); /* start-up, once */
+    return d->half ? 0 : -1;
+}
+
+static void sync_sum(void *ctx, double *v, int n)
+{
+    nn_ddp *d = ctx;
+    int64_t t0 = port_now_ns();
+    d->sync_calls++;
+    if (tp_allreduce(d->comm, v, v, (size_t)n, RT_F64, TP_SUM)) rt_fatal("--sync-bn: %s", tp_errmsg(d->comm));
+    d->wait_s += (port_now_ns() - t0) * 1e-9;
+}
+
+void nn_ddp_enable_sync_bn(nn_ddp *d)
+{
+    if (!d->comm) return;
+    d->m->sync_sum = sync_sum;
+    d->m->sync_ctx = d;
 }
 
 /* Backward hook: params [first, end) have final gradients. */
@@ -164,8 +206,10 @@ int nn_ddp_finish_grads(nn_ddp *d)
     for (int i = 0; i < d->nbuckets; i++) {
         int r = tp_wait(d->comm, &d->b[i].h);
         if (r && !rc) rc = r;
+        if (!r && d->wire != RT_F32) unpack(d, &d->b[i]);
         d->b[i].launched = 0;
     }
+    d->rounds++;
     d->wait_s += (port_now_ns() - t0) * 1e-9;
     return rc;
 }
@@ -213,6 +257,8 @@ void nn_ddp_close(nn_ddp *d, int failed)
     }
     if (d->rz) rt_rdzv_close(d->rz);
     free(d->scratch);
+    free(d->half);
+    d->half = NULL;
     d->scratch = NULL;
     d->comm = NULL;
     d->rz = NULL;

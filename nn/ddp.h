@@ -30,6 +30,11 @@ typedef struct nn_ddp {
     int nbuckets;
     double wait_s;               /* time spent waiting for buckets after backward */
     void *scratch;               /* world-sized buffer for the agreement steps */
+    rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
+    uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
+    uint64_t rounds, launches;   /* gradient allreduce rounds (optimizer steps) and buckets */
+    uint64_t wire_bytes;         /* gradient bytes handed to the allreduce, per rank */
+    uint64_t sync_calls;         /* SyncBatchNorm allreduces */
 } nn_ddp;
 
 /* Rendezvous (--init-method / env / Slurm / MPI) and the transport. A world of one
@@ -44,6 +49,12 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
                         char *err, size_t errlen);
 /* Buckets of about bucket_mb MiB and the backward hook. */
 void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
+/* --grad-compress: buckets go through the allreduce as RT_F16 or RT_BF16 (Horovod's
+ * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
+ * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */
+int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire);
+/* --sync-bn: sets the graph's sync_sum hook to an f64 allreduce over the group. */
+void nn_ddp_enable_sync_bn(nn_ddp *d);
 /* Parameters and buffers from rank 0 (start-up). */
 int nn_ddp_broadcast_params(nn_ddp *d);
 /* Buffers (BatchNorm running statistics) from rank 0, before each forward, as DDP's

@@ -98,6 +98,17 @@ void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
     nn_backward_from(g, last, n);
 }
 
+/* --accum-steps: a node's parameter gradients are final for this micro-batch. */
+static void merge_grads(nn_graph *g, const nn_node *nd)
+{
+    const nn_param *a = &g->p[nd->p0], *b = &g->p[nd->p0 + nd->np - 1];
+    size_t lo = a->offset, len = b->offset + b->numel - lo;
+    float *gr = g->grads + lo, *s = g->grad_sum + lo;
+    if (g->grad_mode == NN_GRAD_STASH_FIRST) memcpy(s, gr, len * sizeof(float));
+    else if (g->grad_mode == NN_GRAD_STASH) k_add(len, s, gr, s);
+    else k_add(len, gr, s, gr);
+}
+
 void nn_backward_from(nn_graph *g, int last, int n)
 {
     nn_run r = {.n = n, .train = 1, .ws = g->ws};
@@ -108,6 +119,8 @@ void nn_backward_from(nn_graph *g, int last, int n)
             nd->op->bwd(g, nd, &r);
             accumulate(g, nd, n);
         }
-        if (nd->np && g->on_grad_ready) g->on_grad_ready(g->on_grad_ctx, nd->p0);
+        if (nd->np && g->grad_mode != NN_GRAD_SET) merge_grads(g, nd);
+        if (nd->np && g->on_grad_ready && g->grad_mode != NN_GRAD_STASH_FIRST && g->grad_mode != NN_GRAD_STASH)
+            g->on_grad_ready(g->on_grad_ctx, nd->p0);
     }
 }

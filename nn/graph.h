@@ -108,6 +108,7 @@ typedef struct nn_node {
 } nn_node;
 
 typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
+enum { NN_GRAD_SET, NN_GRAD_STASH_FIRST, NN_GRAD_STASH, NN_GRAD_FINAL };
 
 typedef struct nn_graph {
     const char *model;     /* zoo name or the cfg path */
@@ -133,6 +134,16 @@ typedef struct nn_graph {
     int no_reuse;          /* plan without sharing memory (tests compare the two) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
+    /* Gradient accumulation (--accum-steps, DDP's no_sync): ops always overwrite
+     * grads; in the STASH modes each node's parameter gradients are then copied /
+     * added into grad_sum and on_grad_ready is not fired (no bucket is launched); in
+     * FINAL, grad_sum is added into grads before on_grad_ready fires. */
+    int grad_mode;         /* NN_GRAD_SET (default), _STASH_FIRST, _STASH, _FINAL */
+    float *grad_sum;       /* [nparams], planned by the trainer when it accumulates */
+    /* SyncBatchNorm (--sync-bn): sums v[0..n) over all ranks in place (set by DDP;
+     * NULL: batch statistics are this rank's). Keeps nn/ops free of the transport. */
+    void (*sync_sum)(void *ctx, double *v, int n);
+    void *sync_ctx;
     /* bf16 / device hooks live beside this in later issues */
 } nn_graph;
 

@@ -3,11 +3,12 @@
 #include <math.h>
 #include <string.h>
 
-#define CSV_HEADER "kind,step,epoch,loss,accuracy,samples_per_s,compute_s,comm_wait_s,data_wait_s\n"
+#define CSV_HEADER "kind,step,epoch,loss,accuracy,samples_per_s,compute_s,comm_wait_s,data_wait_s,lr,acc1,acc5\n"
 
 int nn_metrics_open(nn_metrics *m, const char *path, char *err, size_t errlen)
 {
     m->f = NULL;
+    m->lr = m->acc1 = m->acc5 = -1;
     if (!path) return 0;
     m->f = fopen(path, "w");
     if (!m->f) {
@@ -24,7 +25,13 @@ void nn_metrics_row(nn_metrics *m, const char *kind, uint64_t step, int epoch, d
     if (!m->f) return;
     fprintf(m->f, "%s,%llu,%d,%.6f,", kind, (unsigned long long)step, epoch, loss);
     if (accuracy >= 0) fprintf(m->f, "%.6f", accuracy);
-    fprintf(m->f, ",%.1f,%.4f,%.4f,%.4f\n", samples_per_s, compute_s, comm_s, data_s);
+    fprintf(m->f, ",%.1f,%.4f,%.4f,%.4f,", samples_per_s, compute_s, comm_s, data_s);
+    if (m->lr >= 0) fprintf(m->f, "%.8g", m->lr);
+    fputc(',', m->f);
+    if (!strcmp(kind, "epoch") && m->acc1 >= 0) fprintf(m->f, "%.6f", m->acc1);
+    fputc(',', m->f);
+    if (!strcmp(kind, "epoch") && m->acc5 >= 0) fprintf(m->f, "%.6f", m->acc5);
+    fputc('\n', m->f);
     fflush(m->f);
 }
 

@@ -5,7 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct nn_metrics { FILE *f; } nn_metrics;
+/* lr, acc1, acc5: extra columns of the next rows, set by the trainer (< 0: empty). */
+typedef struct nn_metrics { FILE *f; double lr, acc1, acc5; } nn_metrics;
 
 /* path NULL: rows are dropped. */
 int nn_metrics_open(nn_metrics *m, const char *path, char *err, size_t errlen);

@@ -1,4 +1,5 @@
 #include "nn/opts.h"
+#include "nn/optim.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <math.h>
@@ -70,6 +71,19 @@ static const flag flags[] = {
     F("seq-len", T_POSINT, seq_len, JOB, D_ANY, "text: tokens per sample, padded or truncated (default: 64)"),
     F("min-freq", T_POSINT, min_freq, JOB, D_ANY, "text: minimum count of a word in the vocabulary (default: 1)"),
     F("max-vocab", T_POSINT, max_vocab, JOB, D_ANY, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
+    FC("optimizer", optimizer, JOB, "sgd|adam|adamw", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8) (default: sgd)"),
+    F("no-decay-bn-bias", T_FLAG, no_decay_bn_bias, JOB, D_ANY, "no weight decay on biases and BatchNorm parameters"),
+    FC("lr-schedule", lr_schedule, JOB, "none|step|multistep|cosine", "none, step, multistep or cosine, per epoch (default: none)"),
+    F("lr-step", T_POSINT, lr_step, JOB, D_ANY, "step schedule: epochs between decays (default: 30)"),
+    F("lr-gamma", T_DOUBLE, lr_gamma, JOB, D_POS, "step/multistep: decay factor (default: 0.1)"),
+    F("lr-milestones", T_STR, lr_milestones, JOB, D_ANY, "multistep: epochs at which to decay, e.g. 30,60,90"),
+    F("warmup-epochs", T_DOUBLE, warmup_epochs, JOB, D_NONNEG, "linear learning-rate warmup over X epochs, per step (default: 0)"),
+    FC("lr-scale", lr_scale, JOB, "none|world", "none or world (multiply --lr by the world size, Goyal et al.)"),
+    F("accum-steps", T_POSINT, accum_steps, JOB, D_ANY, "micro-batches per optimizer step, one allreduce each step (default: 1)"),
+    F("clip-grad-norm", T_DOUBLE, clip_grad_norm, JOB, D_NONNEG, "clip the global gradient L2 norm to X (default: off)"),
+    F("sync-bn", T_FLAG, sync_bn, JOB, D_ANY, "SyncBatchNorm: batch statistics over all ranks"),
+    FC("grad-compress", grad_compress, JOB, "none|fp16|bf16", "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
+    F("topk", T_STR, topk, JOB, D_ANY, "report top-k test accuracy for these k, e.g. 1,5"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -88,6 +102,9 @@ void nn_opts_default(nn_opts *o)
     o->world_size = -1;
     o->bucket_mb = 25;
     o->workers = 1;
+    o->lr_step = 30;
+    o->lr_gamma = 0.1;
+    o->accum_steps = 1;
 }
 
 void nn_opts_usage(void)
@@ -214,6 +231,9 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
         rt_error("--rank %d is out of range for --world-size %d", o->rank, o->world_size);
         return -1;
     }
+    char oerr[256];
+    nn_optim_cfg oc;
+    if (nn_optim_parse(o, &oc, oerr, sizeof oerr)) { rt_error("%s", oerr); return -1; }
     return 0;
 }
 

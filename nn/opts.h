@@ -22,6 +22,10 @@ typedef struct nn_opts {
     /* data (nn/data/dataset.h) */
     const char *dataset, *augment, *bad_sample;
     int image_size, workers, seq_len, min_freq, max_vocab;
+    /* optimizers, schedules and DDP training features (nn/optim.h parses them) */
+    const char *optimizer, *lr_schedule, *lr_milestones, *lr_scale, *grad_compress, *topk;
+    int lr_step, no_decay_bn_bias, accum_steps, sync_bn;
+    double lr_gamma, warmup_epochs, clip_grad_norm;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -46,7 +46,11 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
         nn_graph_finish(&t->g, a, max_batch, err, errlen))
         return -1;
-    t->momentum = rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+    nn_optim_plan(&t->opt, a, t->g.nparams);
+    t->momentum = t->opt.m;
+    t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
+                                                         "gradient accumulation (--accum-steps)")
+                                       : NULL;
     return 0;
 }
 
@@ -67,9 +71,16 @@ static int carve_all(nn_trainer *t, rt_arena *arena, const char *name, int (*car
 /* What a checkpoint holds besides the graph: the optimizer state and the position. */
 static nn_ckpt_state ckpt_state(nn_trainer *t, int epoch)
 {
-    nn_ckpt_state st = {.epoch = epoch, .step = t->step, .nblocks = 1};
-    st.block_names[0] = "momentum";
-    st.blocks[0] = t->momentum;
+    nn_ckpt_state st = {.epoch = epoch, .step = t->step, .nblocks = nn_optim_slots(&t->opt), .nscalars = 2};
+    /* PyTorch's names for the state: SGD's momentum_buffer, Adam's exp_avg(_sq). */
+    st.block_names[0] = st.nblocks == 1 ? "momentum" : "exp_avg";
+    st.block_names[1] = "exp_avg_sq";
+    st.blocks[0] = t->opt.m;
+    st.blocks[1] = t->opt.v;
+    st.scalar_names[0] = "optimizer";
+    st.scalars[0] = t->opt.c.kind;
+    st.scalar_names[1] = "optimizer_step";
+    st.scalars[1] = (int64_t)t->opt.t;
     return st;
 }
 
@@ -82,6 +93,14 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
         !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
         return -1;
+    if (nn_optim_parse(o, &t->opt.c, err, errlen)) return -1;
+    if (t->cuda && (t->opt.c.kind != NN_OPT_SGD || t->opt.c.accum > 1 || t->opt.c.clip > 0 || t->opt.c.sync_bn ||
+                    t->opt.c.compress || t->opt.c.sched || t->opt.c.warmup_epochs > 0 || t->opt.c.no_decay)) {
+        snprintf(err, errlen, "--device cuda: only plain SGD runs on the GPU in this version (no --optimizer, "
+                 "--lr-schedule, --warmup-epochs, --accum-steps, --clip-grad-norm, --sync-bn, --grad-compress, "
+                 "--no-decay-bn-bias)");
+        return -1;
+    }
     nn_data_cfg dc = {.dir = o->data, .dataset = o->dataset, .image_size = o->image_size, .augment = o->augment,
                       .workers = o->workers, .bad_skip = o->bad_sample && !strcmp(o->bad_sample, "skip"),
                       .seq_len = o->seq_len, .min_freq = o->min_freq, .max_vocab = o->max_vocab,
@@ -143,13 +162,22 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     }
     nn_graph_init(&t->g, (uint64_t)o->seed);
     memset(t->g.grads, 0, t->g.nparams * sizeof(float));
-    memset(t->momentum, 0, t->g.nparams * sizeof(float));
+    long nb = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
+    nn_optim_reset(&t->opt, t->world, (nb + t->opt.c.accum - 1) / t->opt.c.accum);
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
     if (o->resume) {
         nn_ckpt_state st = ckpt_state(t, 0);
+        int64_t kind;
+        if (nn_ckpt_meta_int(o->resume, "optimizer", &kind, err, errlen)) return -1;
+        if (kind != t->opt.c.kind) {
+            snprintf(err, errlen, "--resume %s holds %s state, but --optimizer is %s", o->resume,
+                     nn_optim_name((int)kind), nn_optim_name(t->opt.c.kind));
+            return -1;
+        }
         if (nn_ckpt_load(o->resume, &t->g, &st, err, errlen)) return -1;
         t->step = st.step;
+        t->opt.t = (uint64_t)st.scalars[1];
         t->start_epoch = st.epoch + 1;
     }
     return t->cuda ? nn_cuda_setup(t->cuda, t->g.max_batch, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
@@ -194,6 +222,12 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
         if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
+        static const rt_dtype wire[] = {RT_F32, RT_F16, RT_BF16};
+        if (nn_ddp_set_compress(ddp, wire[t->opt.c.compress])) {
+            snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);
+            return -1;
+        }
+        if (t->opt.c.sync_bn) nn_ddp_enable_sync_bn(ddp);
         if (nn_ddp_broadcast_params(ddp)) {
             snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
             return -1;
@@ -222,27 +256,49 @@ static void nan_guard(nn_trainer *t, double loss)
              name ? name : "", loss, t->rank);
 }
 
+/* After the last micro-batch's backward: average, clip, schedule, update. */
+static void optimizer_step(nn_trainer *t)
+{
+    nn_graph *g = &t->g;
+    if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    /* Divergence stops the job instead of training on NaN. The gradients are averaged,
+     * so every rank sees the same values and stops at the same step. */
+    if (!t->o.nan_check || strcmp(t->o.nan_check, "off")) nan_guard(t, t->last_loss);
+    if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, t->opt.c.clip);
+    nn_optim_step(&t->opt, g, nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step));
+    t->micro = 0;
+    t->step++;
+}
+
 double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
 {
     nn_graph *g = &t->g;
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
     if (t->cuda) {
+        t->sgd.lr = (float)nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step);
         double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step);
         t->step++;
         return loss;
     }
     /* DDP's broadcast_buffers: every rank runs with rank 0's BatchNorm statistics. */
     if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    nn_forward(g, x, n, 1, seed, t->step);
+    int N = t->opt.c.accum, k = t->micro;
+    /* DDP's no_sync on micro-batches 1..N-1: gradients stashed, no bucket launched. */
+    g->grad_mode = N == 1 ? NN_GRAD_SET : k == 0 ? NN_GRAD_STASH_FIRST : k < N - 1 ? NN_GRAD_STASH : NN_GRAD_FINAL;
+    nn_forward(g, x, n, 1, seed, t->step * (uint64_t)N + (uint64_t)k);
     double loss = nn_loss(g, y, n, NULL) / n;
-    nn_backward(g, y, n, n);
-    if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
-    /* Divergence stops the job instead of training on NaN. The gradients are averaged,
-     * so every rank sees the same values and stops at the same step. */
-    if (!t->o.nan_check || strcmp(t->o.nan_check, "off")) nan_guard(t, loss);
-    k_sgd_step(g->nparams, &t->sgd, t->step == 0, g->params, g->grads, t->momentum);
-    t->step++;
+    t->last_loss = loss;
+    nn_backward(g, y, n, n * N); /* PyTorch's loss / accum_steps */
+    if (++t->micro == N) optimizer_step(t);
     return loss;
+}
+
+void nn_trainer_flush(nn_trainer *t)
+{
+    if (!t->micro || t->cuda) return;
+    /* The last backward only stashed: the sum becomes the gradient, every bucket goes. */
+    memcpy(t->g.grads, t->g.grad_sum, t->g.nparams * sizeof(float));
+    optimizer_step(t);
 }
 
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
@@ -250,7 +306,8 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     const void *xv;
     const int32_t *y;
     int n;
-    double sums[3] = {0, 0, 0};
+    double sums[3 + NN_MAX_TOPK] = {0};
+    const nn_optim_cfg *oc = &t->opt.c;
     if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
     while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
@@ -260,11 +317,15 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
         else {
             nn_forward(&t->g, x, n, 0, 0, 0);
             sums[0] += nn_loss(&t->g, y, n, &c);
+            long tk[NN_MAX_TOPK] = {0};
+            nn_topk_count(t->g.nodes[t->g.out].y, y, n, t->g.num_classes, oc->topk, oc->ntopk, tk);
+            for (int k = 0; k < oc->ntopk; k++) sums[3 + k] += (double)tk[k];
         }
         sums[1] += (double)c;
         sums[2] += n;
     }
-    if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3 + oc->ntopk)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    for (int k = 0; k < oc->ntopk; k++) t->topk_correct[k] = (long)sums[3 + k];
     *loss_sum = sums[0];
     *correct = (long)sums[1];
     *count = (long)sums[2];
@@ -278,6 +339,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
     nn_sampler_set_epoch(&t->sampler, epoch);
+    t->epoch = epoch;
     nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
     double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
     long samples = 0;
@@ -285,7 +347,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         double loss = nn_trainer_step(t, x, y, n);
         samples += n;
-        if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
+        if (o->check_sync > 0 && t->micro == 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
             if (t->cuda && nn_cuda_download(t->cuda, t->g.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
@@ -294,8 +356,10 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
             double el = port_now_s() - t0, rate = el > 0 ? samples * t->world / el : 0;
             double eta = rate > 0 ? (double)(nbatches - batch_idx - 1) * o->batch_size * t->world / rate : 0;
             if (t->rank == 0)
-                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t(%.0f samples/s, ETA %.1fs)\n", epoch,
-                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss, rate, eta);
+                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch,
+                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss,
+                       t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
+            mx->lr = t->cuda ? t->sgd.lr : t->opt.lr;
             double data = t->loader.wait_s, comm = t->ddp ? t->ddp->wait_s - comm0 : 0;
             nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);
         }
@@ -303,6 +367,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     }
     /* Drain the pass so the loader is idle before evaluation reuses it. */
     while (nn_loader_next(&t->loader, &x, &y) > 0) {}
+    if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
     double dt = port_now_s() - t0;
     t->data_s = t->loader.wait_s;
     t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
@@ -338,6 +403,22 @@ int nn_trainer_run(nn_trainer *t)
                 printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
                        count, 100.0 * correct / count);
         }
+        mx.acc1 = mx.acc5 = -1;
+        if (!o->no_eval) {
+            for (int k = 0; k < t->opt.c.ntopk && t->rank == 0; k++)
+                printf("%sAcc@%d %.3f%s", k ? " " : " * ", t->opt.c.topk[k], 100.0 * t->topk_correct[k] / count,
+                       k == t->opt.c.ntopk - 1 ? "\n\n" : "");
+            for (int k = 0; k < t->opt.c.ntopk; k++) {
+                if (t->opt.c.topk[k] == 1) mx.acc1 = (double)t->topk_correct[k] / count;
+                if (t->opt.c.topk[k] == 5) mx.acc5 = (double)t->topk_correct[k] / count;
+            }
+        }
+        if (t->ddp && t->ddp->comm && t->rank == 0)
+            rt_info("epoch %d: gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%s); "
+                    "sync-bn allreduces %llu; optimizer steps %llu", epoch, (unsigned long long)t->ddp->rounds,
+                    (unsigned long long)t->ddp->launches, (unsigned long long)t->ddp->wire_bytes,
+                    rt_dtype_names[t->ddp->wire], (unsigned long long)t->ddp->sync_calls,
+                    (unsigned long long)t->step);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);

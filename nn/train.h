@@ -8,6 +8,7 @@
 #include "nn/graph.h"
 #include "nn/models/models.h"
 #include "nn/opts.h"
+#include "nn/optim.h"
 #include "nn/sampler.h"
 
 typedef struct nn_trainer {
@@ -22,8 +23,12 @@ typedef struct nn_trainer {
     nn_param *pmeta;
     nn_buf *bmeta;
     nn_model_cfg mc;
-    float *momentum;       /* optimizer state, one per parameter */
-    k_sgd_cfg sgd;
+    float *momentum;       /* optimizer state, one per parameter (= opt.m) */
+    k_sgd_cfg sgd;         /* --device cuda's SGD (the CPU uses opt) */
+    nn_optim opt;          /* optimizer, schedule, clipping (nn/optim.h) */
+    int epoch;             /* the epoch being trained (the schedule's) */
+    int micro;             /* micro-batches accumulated toward the next step */
+    long topk_correct[NN_MAX_TOPK]; /* last evaluation, all ranks (--topk) */
     int eval_chunk;        /* evaluation runs in chunks of this many samples */
     int rank, world;
     nn_ddp *ddp;           /* the data-parallel group (comm NULL for one rank) */
@@ -32,6 +37,7 @@ typedef struct nn_trainer {
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     long epoch_samples;    /* samples trained in the last epoch, all ranks */
+    double last_loss;      /* of the last micro-batch (the NaN guard names it) */
     double peak_rss_mib;
     struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h, LeNet only); NULL on the CPU */
 } nn_trainer;
@@ -39,8 +45,11 @@ typedef struct nn_trainer {
 /* Everything up to the first step: data located and validated, memory planned and
  * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen);
-/* One optimizer step on a batch; returns the batch's mean loss. Allocates nothing. */
+/* One micro-batch; the optimizer steps after --accum-steps of them (after each one
+ * by default). Returns the batch's mean loss. Allocates nothing. */
 double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n);
+/* Steps on a partial accumulation (an epoch's last micro-batches); no-op if none. */
+void nn_trainer_flush(nn_trainer *t);
 /* Loss sum and correct count over this rank's share of the test set. */
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
 /* The epochs loop with the seed's log lines; returns the process exit status. */

@@ -127,24 +127,37 @@ TEST(opts_agreement_covers_every_job_flag)
         if (per[i]) continue;
         jobs++;
         /* A value other than the default that the parser accepts. */
-        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off"};
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16"};
         int ok = 0;
-        for (int t = 0; t < 9 && !ok; t++) {
-            snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
-            const char *args[] = {arg};
-            ok = parse(&b, args, 1, msg, sizeof msg) == 0;
-            if (!ok) {
-                const char *flag[] = {arg};
-                snprintf(arg, sizeof arg, "--%s", fn[i]);
-                ok = parse(&b, flag, 1, msg, sizeof msg) == 0;
+        /* A flag that needs another one (milestones need the multistep schedule) is
+         * compared against a baseline that has that other one too. */
+        const char *companion = NULL;
+        for (int pass = 0; pass < 2 && !ok; pass++) {
+            if (pass) companion = "--lr-schedule=multistep";
+            for (int t = 0; t < 14 && !ok; t++) {
+                snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
+                const char *args[] = {arg, companion};
+                ok = parse(&b, args, companion ? 2 : 1, msg, sizeof msg) == 0;
+                if (!ok) {
+                    snprintf(arg, sizeof arg, "--%s", fn[i]);
+                    ok = parse(&b, args, companion ? 2 : 1, msg, sizeof msg) == 0;
+                }
             }
         }
         CHECKF(ok, "--%s: no test value accepted", fn[i]);
-        int nb = nn_opts_agreement(&b, bn, bv, 64);
-        CHECK(nb == na);
-        CHECKF(k >= 0 && !strcmp(bn[k], fn[i]) && bv[k] != av[k], "--%s: value change not visible", fn[i]);
+        nn_opts base;
+        char own[96];
+        snprintf(own, sizeof own, "--%s=5", fn[i]); /* the baseline's own value for that flag */
+        const char *cargs[] = {companion, own};
+        CHECK(parse(&base, cargs, companion ? 2 : 0, msg, sizeof msg) == 0);
+        static const char *cn[128];
+        static int64_t cv[128];
+        int nc = nn_opts_agreement(&base, cn, cv, 128);
+        int nb = nn_opts_agreement(&b, bn, bv, 128);
+        CHECK(nb == na && nc == na);
+        CHECKF(k >= 0 && !strcmp(bn[k], fn[i]) && bv[k] != cv[k], "--%s: value change not visible", fn[i]);
         for (int j = 0; j < na; j++)
-            if (j != k) CHECKF(bv[j] == av[j], "--%s changed %s", fn[i], bn[j]);
+            if (j != k) CHECKF(bv[j] == cv[j], "--%s changed %s", fn[i], bn[j]);
     }
     CHECK(jobs == na);
     CHECK(find(an, na, "max-steps") >= 0 && find(an, na, "check-sync") >= 0 && find(an, na, "rank") < 0);

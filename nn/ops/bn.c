@@ -21,6 +21,27 @@ static int bn_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     return 0;
 }
 
+/* SyncBatchNorm forward: the per-rank mean and biased variance become global ones
+ * through a sum of (count, count*mean, count*(var + mean^2)) in double; returns the
+ * global count. */
+static double bn_sync_stats(nn_graph *g, int c, double m, float *mean, float *var, void *ws)
+{
+    double *s = ws;
+    for (int k = 0; k < c; k++) {
+        s[k] = m * mean[k];
+        s[c + k] = m * ((double)var[k] + (double)mean[k] * mean[k]);
+    }
+    s[2 * c] = m;
+    g->sync_sum(g->sync_ctx, s, 2 * c + 1);
+    double M = s[2 * c];
+    for (int k = 0; k < c; k++) {
+        double mu = s[k] / M, v = s[c + k] / M - mu * mu;
+        mean[k] = (float)mu;
+        var[k] = (float)(v > 0 ? v : 0);
+    }
+    return M;
+}
+
 static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int c = n->out.c, hw = n->out.h * n->out.w;
@@ -28,7 +49,9 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
     float *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
     if (r->train) {
         k_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, invstd);
-        double m = (double)r->n * hw, unbias = m > 1 ? m / (m - 1) : 1.0;
+        double m = (double)r->n * hw;
+        if (g->sync_sum) m = bn_sync_stats(g, c, m, mean, invstd, r->ws);
+        double unbias = m > 1 ? m / (m - 1) : 1.0;
         for (int k = 0; k < c; k++) {
             rm[k] = (1 - mom) * rm[k] + mom * mean[k];
             rv[k] = (float)((1 - mom) * rv[k] + mom * invstd[k] * unbias);
@@ -50,7 +73,27 @@ static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c;
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
     k_bn_bwd_sums(r->n, c, hw, x, mean, invstd, n->dy, dg, db);
-    if (dx) k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx);
+    if (!dx) return;
+    if (!g->sync_sum) {
+        k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx);
+        return;
+    }
+    /* SyncBatchNorm: dx needs the sums over every rank's batch; the parameter
+     * gradients stay this rank's (DDP averages them). */
+    double *s = r->ws;
+    float *f = (float *)(s + 2 * c + 1);
+    for (int k = 0; k < c; k++) { s[k] = dg[k]; s[c + k] = db[k]; }
+    s[2 * c] = (double)r->n * hw;
+    g->sync_sum(g->sync_ctx, s, 2 * c + 1);
+    for (int k = 0; k < 2 * c; k++) f[k] = (float)s[k];
+    k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), f, f + c, s[2 * c], n->dy, dx);
 }
 
-const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT, bn_infer, NULL, bn_fwd, bn_bwd};
+static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    (void)g;
+    (void)max_batch;
+    return (size_t)(4 * n->out.c + 2) * sizeof(double);
+}
+
+const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT, bn_infer, bn_ws, bn_fwd, bn_bwd};

@@ -1,0 +1,214 @@
+#include "nn/optim.h"
+#include "kernels/k.h"
+#include "kernels/k_optim.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const opt_names[] = {"sgd", "adam", "adamw"};
+static const char *const sched_names[] = {"none", "step", "multistep", "cosine"};
+static const char *const comp_names[] = {"none", "fp16", "bf16"};
+
+const char *nn_optim_name(int kind) { return opt_names[kind]; }
+
+static int pick(const char *flag, const char *v, const char *const *names, int n, int *out, char *err, size_t errlen)
+{
+    if (!v) return 0; /* the default (index 0) */
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) { *out = i; return 0; }
+    char list[96] = "";
+    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "", names[i]);
+    snprintf(err, errlen, "--%s: expected %s, got '%s'", flag, list, v);
+    return -1;
+}
+
+/* "30,60,90": increasing positive integers. */
+static int int_list(const char *flag, const char *v, int *out, int max, int *n, char *err, size_t errlen)
+{
+    *n = 0;
+    if (!v) return 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x <= 0 || x > 1000000 || (*end && *end != ',') || *n == max || (*n && x <= out[*n - 1])) {
+            snprintf(err, errlen, "--%s: expected up to %d increasing positive integers separated by commas, got '%s'",
+                     flag, max, v);
+            return -1;
+        }
+        out[(*n)++] = (int)x;
+        p = *end ? end + 1 : end;
+    }
+    if (!*n) { snprintf(err, errlen, "--%s: empty list", flag); return -1; }
+    return 0;
+}
+
+int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->lr = o->lr;
+    c->momentum = o->momentum;
+    c->weight_decay = o->weight_decay;
+    c->nesterov = o->nesterov;
+    c->epochs = o->epochs;
+    c->no_decay = o->no_decay_bn_bias;
+    c->sync_bn = o->sync_bn;
+    c->accum = o->accum_steps > 0 ? o->accum_steps : 1;
+    c->lr_step = o->lr_step;
+    c->gamma = o->lr_gamma;
+    c->warmup_epochs = o->warmup_epochs;
+    c->clip = o->clip_grad_norm;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    int scale = 0;
+    static const char *const scale_names[] = {"none", "world"};
+    if (pick("optimizer", o->optimizer, opt_names, 3, &c->kind, err, errlen) ||
+        pick("lr-schedule", o->lr_schedule, sched_names, 4, &c->sched, err, errlen) ||
+        pick("grad-compress", o->grad_compress, comp_names, 3, &c->compress, err, errlen) ||
+        pick("lr-scale", o->lr_scale, scale_names, 2, &scale, err, errlen) ||
+        int_list("lr-milestones", o->lr_milestones, c->milestones, NN_MAX_MILESTONES, &c->nmilestones, err, errlen) ||
+        int_list("topk", o->topk, c->topk, NN_MAX_TOPK, &c->ntopk, err, errlen))
+        return -1;
+    c->scale_world = scale;
+    if (!(c->gamma > 0 && c->gamma <= 1)) { snprintf(err, errlen, "--lr-gamma: expected a number in (0, 1], got %g", c->gamma); return -1; }
+    if (c->lr_step <= 0) { snprintf(err, errlen, "--lr-step: expected a positive integer, got %d", c->lr_step); return -1; }
+    if (!(c->warmup_epochs >= 0 && c->warmup_epochs <= 1e6)) {
+        snprintf(err, errlen, "--warmup-epochs: expected a number >= 0, got %g", c->warmup_epochs);
+        return -1;
+    }
+    if (!(c->clip >= 0 && c->clip < 1e30)) { snprintf(err, errlen, "--clip-grad-norm: expected a number > 0, got %g", c->clip); return -1; }
+    if (c->sched == NN_SCHED_MULTISTEP && !c->nmilestones) {
+        snprintf(err, errlen, "--lr-schedule multistep needs --lr-milestones (e.g. 30,60,90)");
+        return -1;
+    }
+    if (c->nmilestones && c->sched != NN_SCHED_MULTISTEP) {
+        snprintf(err, errlen, "--lr-milestones: only used with --lr-schedule multistep");
+        return -1;
+    }
+    if (c->kind != NN_OPT_SGD && c->nesterov) {
+        snprintf(err, errlen, "--nesterov: only with --optimizer sgd");
+        return -1;
+    }
+    return 0;
+}
+
+int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *v)
+{
+    static const char *const n[] = {"optimizer", "lr_schedule", "lr_step", "lr_gamma (1e-9)", "lr_milestones (hash)",
+                                    "warmup_epochs (1e-9)", "lr_scale", "no_decay_bn_bias", "accum_steps",
+                                    "clip_grad_norm (1e-9)", "sync_bn", "grad_compress", "topk (hash)",
+                                    "weight_decay (1e-12)", "nesterov"};
+    int64_t mh = 0, th = 0;
+    for (int i = 0; i < c->nmilestones; i++) mh = mh * 1000003 + c->milestones[i];
+    for (int i = 0; i < c->ntopk; i++) th = th * 1000003 + c->topk[i];
+    int64_t x[] = {c->kind, c->sched, c->lr_step, (int64_t)llround(c->gamma * 1e9), mh,
+                   (int64_t)llround(c->warmup_epochs * 1e9), c->scale_world, c->no_decay, c->accum,
+                   (int64_t)llround(c->clip * 1e9), c->sync_bn, c->compress, th,
+                   (int64_t)llround(c->weight_decay * 1e12), c->nesterov};
+    int k = (int)(sizeof x / sizeof x[0]);
+    for (int i = 0; i < k; i++) { names[i] = n[i]; v[i] = x[i]; }
+    return k;
+}
+
+void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
+{
+    o->n = nparams;
+    o->m = rt_arena_alloc(a, nparams * sizeof(float), RT_MEM_OPTIM, o->c.kind == NN_OPT_SGD ? "momentum" : "Adam exp_avg");
+    o->v = o->c.kind == NN_OPT_SGD ? NULL : rt_arena_alloc(a, nparams * sizeof(float), RT_MEM_OPTIM, "Adam exp_avg_sq");
+}
+
+void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch)
+{
+    if (o->m) memset(o->m, 0, o->n * sizeof(float));
+    if (o->v) memset(o->v, 0, o->n * sizeof(float));
+    o->t = 0;
+    o->base_lr = o->c.lr * (o->c.scale_world ? world : 1);
+    o->lr = o->base_lr;
+    o->steps_per_epoch = steps_per_epoch > 0 ? steps_per_epoch : 1;
+}
+
+double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step)
+{
+    const nn_optim_cfg *c = &o->c;
+    int e = epoch - 1; /* PyTorch's scheduler.last_epoch */
+    double lr = o->base_lr;
+    switch (c->sched) {
+    case NN_SCHED_STEP: lr *= pow(c->gamma, e / c->lr_step); break;
+    case NN_SCHED_MULTISTEP: {
+        int k = 0;
+        while (k < c->nmilestones && c->milestones[k] <= e) k++;
+        lr *= pow(c->gamma, k);
+        break;
+    }
+    case NN_SCHED_COSINE: /* CosineAnnealingLR(T_max = epochs, eta_min = 0), closed form */
+        lr *= (1 + cos(M_PI * e / (c->epochs > 0 ? c->epochs : 1))) / 2;
+        break;
+    default: break;
+    }
+    double ws = c->warmup_epochs * (double)o->steps_per_epoch;
+    if (ws > 0 && (double)step < ws) lr *= ((double)step + 1) / ws; /* linear, per step, reaching lr at its end */
+    return lr;
+}
+
+double nn_optim_clip(nn_optim *o, nn_graph *g, double max)
+{
+    /* Parameter by parameter: the padding between them is not guaranteed to be zero. */
+    double ss = 0;
+    for (int i = 0; i < g->np; i++) ss += k_sumsq(g->p[i].numel, g->grads + g->p[i].offset);
+    double norm = sqrt(ss);
+    float coef = (float)(max / (norm + 1e-6));
+    if (coef < 1.0f) k_scale_inplace(g->nparams, coef, g->grads);
+    o->grad_norm = norm;
+    return norm;
+}
+
+/* Runs of parameters that share their decay setting: [lo, hi) floats. */
+static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
+{
+    const nn_optim_cfg *c = &o->c;
+    size_t n = hi - lo;
+    double wd = decay ? c->weight_decay : 0.0;
+    if (c->kind == NN_OPT_SGD) {
+        k_sgd_cfg s = {.lr = (float)lr, .momentum = (float)c->momentum, .weight_decay = (float)wd,
+                       .nesterov = c->nesterov};
+        k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, o->m + lo);
+        return;
+    }
+    double t = (double)(o->t + 1);
+    k_adam_cfg a = {.beta1 = (float)c->beta1, .beta2 = (float)c->beta2, .eps = (float)c->eps,
+                    .weight_decay = (float)wd, .decoupled = c->kind == NN_OPT_ADAMW,
+                    .step_size = (float)(lr / (1 - pow(c->beta1, t))),
+                    .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
+                    .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
+    k_adam_step(n, &a, g->params + lo, g->grads + lo, o->m + lo, o->v + lo);
+}
+
+void nn_optim_step(nn_optim *o, nn_graph *g, double lr)
+{
+    o->lr = lr;
+    if (!o->c.no_decay) {
+        update(o, g, 0, g->nparams, lr, 1);
+    } else {
+        for (int i = 0; i < g->np;) {
+            int j = i + 1, d = !g->p[i].no_decay;
+            while (j < g->np && (!g->p[j].no_decay) == d) j++;
+            size_t lo = i ? g->p[i].offset : 0, hi = j < g->np ? g->p[j].offset : g->nparams;
+            update(o, g, lo, hi, lr, d);
+            i = j;
+        }
+    }
+    o->t++;
+}
+
+void nn_topk_count(const float *out, const int32_t *labels, int n, int classes, const int *ks, int nk, long *counts)
+{
+    for (int i = 0; i < n; i++) {
+        const float *r = out + (size_t)i * classes;
+        float v = r[labels[i]];
+        int above = 0;
+        for (int k = 0; k < classes; k++) above += r[k] > v;
+        for (int k = 0; k < nk; k++) counts[k] += above < ks[k];
+    }
+}

@@ -1,0 +1,63 @@
+/* Optimizers (torch.optim.SGD / Adam / AdamW), learning-rate schedules (StepLR,
+ * MultiStepLR, CosineAnnealingLR, per-step linear warmup, Goyal et al.'s linear
+ * scaling), gradient clipping (clip_grad_norm_) and the parsed settings of the
+ * training features of issue 11 (accumulation, SyncBatchNorm, compression, top-k).
+ * State (momentum or Adam's moments and step count) is planned in the arena at
+ * start-up and saved in the checkpoint's state file (nn/ckpt.c). */
+#ifndef NN_OPTIM_H
+#define NN_OPTIM_H
+#include "nn/graph.h"
+#include "nn/opts.h"
+#include <stdint.h>
+
+enum { NN_OPT_SGD, NN_OPT_ADAM, NN_OPT_ADAMW };
+enum { NN_SCHED_NONE, NN_SCHED_STEP, NN_SCHED_MULTISTEP, NN_SCHED_COSINE };
+enum { NN_COMPRESS_NONE, NN_COMPRESS_FP16, NN_COMPRESS_BF16 };
+#define NN_MAX_MILESTONES 16
+#define NN_MAX_TOPK 4
+
+typedef struct nn_optim_cfg {
+    int kind, sched, scale_world, no_decay, accum, sync_bn, compress;
+    int lr_step, milestones[NN_MAX_MILESTONES], nmilestones, epochs;
+    double lr, momentum, weight_decay, gamma, warmup_epochs, clip;
+    double beta1, beta2, eps;
+    int nesterov;
+    int topk[NN_MAX_TOPK], ntopk;
+} nn_optim_cfg;
+
+typedef struct nn_optim {
+    nn_optim_cfg c;
+    double base_lr;        /* --lr, times the world size under --lr-scale world */
+    double lr;             /* the learning rate of the last step */
+    double grad_norm;      /* the total norm of the last clipped step */
+    float *m, *v;          /* SGD: m = momentum; Adam: m, v = exp_avg, exp_avg_sq */
+    size_t n;
+    uint64_t t;            /* optimizer steps taken (Adam's bias correction; SGD's first step) */
+    long steps_per_epoch;  /* optimizer steps (for the warmup length) */
+} nn_optim;
+
+/* Flags to settings; -1 with a one-line error naming the flag. */
+int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen);
+/* Names and values of the settings for nn_ddp_check_config; returns how many
+ * (at most 16). */
+int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *vals);
+/* Carves the state (run on the planning arena, then on the real one). */
+void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams);
+/* Zeroes the state; base_lr from the world size. */
+void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch);
+/* The learning rate of optimizer step `step` (0-based, global) in epoch (1-based). */
+double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step);
+/* clip_grad_norm_: scales the gradients when their global L2 norm exceeds max;
+ * returns the norm (before clipping). */
+double nn_optim_clip(nn_optim *o, nn_graph *g, double max);
+/* One update of every parameter with learning rate lr (weight decay skipped on
+ * no_decay parameters under --no-decay-bn-bias). */
+void nn_optim_step(nn_optim *o, nn_graph *g, double lr);
+/* Number of float arrays of state (1 for SGD, 2 for Adam/AdamW). */
+static inline int nn_optim_slots(const nn_optim *o) { return o->c.kind == NN_OPT_SGD ? 1 : 2; }
+const char *nn_optim_name(int kind);
+/* Counts, per k of --topk, the rows whose label is among the k largest outputs
+ * (ties: classes scoring strictly higher than the label are counted). */
+void nn_topk_count(const float *out, const int32_t *labels, int n, int classes, const int *ks, int nk,
+                   long *counts);
+#endif

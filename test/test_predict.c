@@ -69,6 +69,11 @@ TEST(predict_fit_recovers)
     CHECK(bp_fit(6, 1, b, t, k, &got) == 0);
     CHECK_NEAR(got.alpha, want.alpha, 1e-6);
     CHECK_NEAR(got.bw / 1e9, 2.0, 1e-6);
+    /* a negative intercept (time below the bandwidth line at small sizes): alpha 0 */
+    for (int i = 0; i < k; i++) t[i] = bp_ring(4, b[i], (bp_link){0, 2e9}) - 0.2e-6;
+    CHECK(bp_fit(4, 0, b, t, k, &got) == 0);
+    CHECK(got.alpha == 0);
+    CHECK_NEAR(got.bw / 1e9, 2.0, 0.05);
     CHECK(bp_fit(4, 0, b, t, 1, &got) == -1); /* one row cannot give two unknowns */
     double same[2] = {4096, 4096};
     CHECK(bp_fit(4, 0, same, t, 2, &got) == -1);

@@ -61,7 +61,8 @@ int bp_fit(int n, int rd, const double *bytes, const double *secs, int nrows, bp
     double det = s00 * s11 - s01 * s01;
     if (n < 2 || nrows < 2 || !(fabs(det) > 1e-12 * s00 * s11)) return -1;
     double A = (r0 * s11 - r1 * s01) / det, X = (s00 * r1 - s01 * r0) / det;
-    if (A < 0 || !(X > 0)) return -1;
+    if (A < 0) A = 0, X = r1 / s11; /* alpha >= 0: the best fit through the origin */
+    if (!(X > 0)) return -1;
     out->alpha = A / ka;
     out->bw = kb / X;
     return 0;
@@ -118,8 +119,8 @@ static int cmpd(const void *a, const void *b)
 #define MAXRUNS 16
 
 /* Rows of ddprt-bench output (several runs may be concatenated): per size, the
- * median time over the runs. Returns the number of sizes, -1 on error. */
-static int read_rows(const char *path, double *bytes, double *secs)
+ * median time over the runs, sizes in [lo, hi] only. Returns the number of sizes, -1 on error. */
+static int read_rows(const char *path, double lo, double hi, double *bytes, double *secs)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
     if (!f) { fprintf(stderr, "ddprt-bench: --fit: cannot open %s\n", path); return -1; }
@@ -130,8 +131,12 @@ static int read_rows(const char *path, double *bytes, double *secs)
         double sz, us;
         char ty[32], op[32];
         long long count, iters;
-        if (line[0] == '#' || sscanf(line, "%lf %lld %31s %31s %lld %lf", &sz, &count, ty, op, &iters, &us) != 6)
+        char *q = line;
+        if (*q == '[' && (q = strstr(line, "] "))) q += 2; /* ddprt-launch's "[rank 0] " */
+        else q = line;
+        if (*q == '#' || sscanf(q, "%lf %lld %31s %31s %lld %lf", &sz, &count, ty, op, &iters, &us) != 6)
             continue;
+        if (sz < lo || sz > hi) continue;
         int i = 0;
         while (i < n && bytes[i] != sz) i++;
         if (i == n) {
@@ -152,8 +157,8 @@ static void pusage(FILE *f)
 {
     fprintf(f,
             "usage: ddprt-bench --fit FILE|- --world-size N [--algo ring|rd]\n"
-            "         fit alpha and beta to ddprt-bench allreduce rows (median per size over\n"
-            "         concatenated runs); print predicted vs measured\n"
+            "         [-b MIN -e MAX]  fit alpha and beta to ddprt-bench allreduce rows (median\n"
+            "         per size over concatenated runs, sizes MIN..MAX); print predicted vs measured\n"
             "       ddprt-bench --predict --world-size N [--per-node L] [--algo ring|rd|hier]\n"
             "         [-b MIN -e MAX -f F]             predicted allreduce table (bench's rows)\n"
             "       ddprt-bench --predict --step-ms T --grad-mb G [--per-node L] [--gpus A-B]\n"
@@ -162,10 +167,10 @@ static void pusage(FILE *f)
             "         --intra-alpha-us A --intra-gbs B (inside a host; default: the same)\n");
 }
 
-static int do_fit(const char *path, int n, int rd)
+static int do_fit(const char *path, int n, int rd, double lo, double hi)
 {
     static double b[MAXROWS], s[MAXROWS];
-    int k = read_rows(path, b, s);
+    int k = read_rows(path, lo, hi, b, s);
     if (k < 0) return 1;
     bp_link l;
     if (bp_fit(n, rd, b, s, k, &l)) {
@@ -234,7 +239,7 @@ int bench_predict_main(int argc, char **argv)
         {"bwd-frac", 1, 0, O_BWD}, {"gpus", 1, 0, O_GPUS}, {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'},
         {"step-factor", 1, 0, 'f'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *fit = NULL;
-    int world = 0, per_node = 0, factor = 2, g0 = 8, g1 = 1024, bad = 0, ch;
+    int world = 0, hi_set = 0, per_node = 0, factor = 2, g0 = 8, g1 = 1024, bad = 0, ch;
     double a = 5e-6, b = 24e9, ia = -1, ib = -1, step_ms = 0, grad_mb = 0, bucket_mb = 25, bwd = 2.0 / 3;
     double lo_b = 4, hi_b = 64.0 * 1048576;
     pctx p = {0};
@@ -260,7 +265,7 @@ int bench_predict_main(int argc, char **argv)
         case O_BWD: bwd = atof(optarg); bad |= !(bwd >= 0 && bwd <= 1); break;
         case O_GPUS: bad |= sscanf(optarg, "%d-%d", &g0, &g1) != 2 || g0 < 1 || g1 < g0; break;
         case 'b': bad |= psize(optarg, &lo_b) || !(lo_b > 0); break;
-        case 'e': bad |= psize(optarg, &hi_b); break;
+        case 'e': bad |= psize(optarg, &hi_b); hi_set = 1; break;
         case 'f': factor = atoi(optarg); bad |= factor < 2; break;
         case 'h': pusage(stdout); return 0;
         default: bad = 1;
@@ -282,7 +287,7 @@ int bench_predict_main(int argc, char **argv)
             fprintf(stderr, "ddprt-bench: --fit needs --world-size N >= 2 and --algo ring or rd\n");
             return 2;
         }
-        return do_fit(fit, world, p.algo == 1);
+        return do_fit(fit, world, p.algo == 1, lo_b, hi_set ? hi_b : INFINITY);
     }
     if (step_ms > 0 || grad_mb > 0) {
         if (!(step_ms > 0 && grad_mb > 0)) {

@@ -25,7 +25,9 @@ double bp_ring2(int hosts, int local, double bytes, bp_link intra, bp_link inter
 /* Least squares fit of time = ka * alpha + kb * bytes / bw over measured rows
  * (ka, kb from the algorithm at world n: ring 2(n-1), 2(n-1)/n), each row weighted
  * by 1/time^2 so small and large sizes count alike in relative error.
- * 0 on success, -1 if the rows cannot determine both (or give a negative one). */
+ * Alpha is kept >= 0 (rows whose best line has a negative intercept get alpha 0
+ * and the best bandwidth alone). 0 on success, -1 if the rows cannot determine
+ * both or give no positive bandwidth. */
 int bp_fit(int n, int rd, const double *bytes, const double *secs, int nrows, bp_link *out);
 
 /* One DDP step: compute (forward + backward, per GPU) plus the part of the gradient

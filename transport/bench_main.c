@@ -2,6 +2,7 @@
  *
  *   ddprt-bench allreduce -b 4 -e 256M -f 2 -n 20 -w 5 -d float -o sum [--algo ring|rd|hier|auto]
  *                         [--backend tcp|verbs|auto|loopback] [--init-method URL] [--check 0|1]
+ *   ddprt-bench --predict ... | --fit FILE ...   (the cost model: bench_predict.c)
  *
  * One process per rank (started by ddprt-launch, Slurm, mpirun, or by hand with
  * --init-method/--rank/--world-size) over tcp; or one process with --world-size
@@ -11,6 +12,7 @@
  * broadcast: algbw), time is the slowest rank's mean, and #wrong counts elements of
  * a separate checked run (inputs are small integers, so the exact result is known). */
 #include "transport/bench.h"
+#include "transport/bench_predict.h"
 #include "rt/log.h"
 #include "rt/rdzv.h"
 #include "rt/version.h"
@@ -75,7 +77,8 @@ static void usage(FILE *f)
             "                         per rank and direction (default 2G)\n"
             "      --arena N          communicator scratch (ring chunk = N / 9; default 2M)\n"
             "      --init-method URL  tcp://HOST:PORT, file:///path, env:// (default: env)\n"
-            "      --rank N, --world-size N, --timeout S\n");
+            "      --rank N, --world-size N, --timeout S\n"
+            "      --predict, --fit FILE  the alpha-beta cost model (ddprt-bench --predict --help)\n");
 }
 
 int main(int argc, char **argv)
@@ -93,6 +96,9 @@ int main(int argc, char **argv)
         {"init-method", 1, 0, O_INIT}, {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD},
         {"timeout", 1, 0, O_TIMEOUT}, {"byte-budget", 1, 0, O_BUDGET}, {"arena", 1, 0, O_ARENA}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     rt_log_init();
+    for (int i = 1; i < argc; i++) /* the cost model: no communicator, own options */
+        if (!strcmp(argv[i], "--predict") || !strcmp(argv[i], "--fit") || !strncmp(argv[i], "--fit=", 6))
+            return bench_predict_main(argc, argv);
     int k, bad = 0;
     if (argc > 1 && argv[1][0] != '-') {
         if ((k = lookup(argv[1], coll_names, B_NCOLL)) < 0) {

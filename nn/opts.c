@@ -51,6 +51,7 @@ static const flag flags[] = {
     F("seq-len", T_POSINT, seq_len, "text: tokens per sample, padded or truncated (default: 64)"),
     F("min-freq", T_POSINT, min_freq, "text: minimum count of a word in the vocabulary (default: 1)"),
     F("max-vocab", T_POSINT, max_vocab, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
+    F("amp", T_STR, amp, "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -178,6 +179,19 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
     if (o->bucket_mb <= 0) { rt_error("--bucket-mb must be > 0"); return -1; }
     if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
         rt_error("--device: expected cpu or cuda, got '%s'", o->device);
+        return -1;
+    }
+    if (o->amp && strcmp(o->amp, "none") && strcmp(o->amp, "bf16") && strcmp(o->amp, "fp16")) {
+        rt_error("--amp: expected none, bf16 or fp16, got '%s'", o->amp);
+        return -1;
+    }
+    int cuda = o->device && !strcmp(o->device, "cuda");
+    if (o->amp && !strcmp(o->amp, "fp16") && !cuda) {
+        rt_error("--amp fp16 needs the CUDA build and a GPU (--device cuda); on the CPU use --amp bf16");
+        return -1;
+    }
+    if (o->amp && strcmp(o->amp, "none") && cuda) {
+        rt_error("--amp %s: mixed precision on --device cuda is not implemented yet (CPU: --amp bf16)", o->amp);
         return -1;
     }
     return 0;

@@ -20,6 +20,7 @@ typedef struct nn_opts {
     /* data (nn/data/dataset.h) */
     const char *dataset, *augment, *bad_sample;
     int image_size, workers, seq_len, min_freq, max_vocab;
+    const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -42,9 +42,9 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
         snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
         return -1;
     }
-    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
-        nn_graph_finish(&t->g, a, max_batch, err, errlen))
-        return -1;
+    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
+    t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
+    if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
     t->momentum = rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
     return 0;
 }
@@ -166,11 +166,11 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         static const char *const names[] = {"model parameter count", "batch_size", "test_batch_size",
                                             "train samples", "test samples", "seed", "bucket bytes",
                                             "epochs", "drop_last", "lr (1e-9)", "momentum (1e-9)",
-                                            "resumed step", "data format/classes hash", "workers"};
+                                            "resumed step", "data format/classes hash", "workers", "amp (0 none, 1 bf16)"};
         int64_t v[] = {(int64_t)t->g.nparams, o->batch_size, o->test_batch_size, t->train.n,
                        t->test.n, o->seed, (int64_t)(o->bucket_mb * 1048576.0), o->epochs, o->drop_last,
                        (int64_t)(o->lr * 1e9), (int64_t)(o->momentum * 1e9), (int64_t)t->step,
-                       (int64_t)(t->train.meta_hash >> 1), o->workers};
+                       (int64_t)(t->train.meta_hash >> 1), o->workers, t->g.amp};
         if (nn_ddp_check_config(ddp, names, v, (int)(sizeof v / sizeof v[0]), err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_ddp_broadcast_params(ddp)) {

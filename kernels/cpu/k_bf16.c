@@ -1,0 +1,256 @@
+/* bf16 conversion (round to nearest even, as PyTorch's c10::BFloat16) and the
+ * AVX512-BF16 GEMMs of k_bf16.h. vdpbf16ps multiplies pairs of bf16 and adds both
+ * products to an fp32 lane, so K is consumed two at a time: the NN form packs A and B
+ * with K pairs interleaved, the NT form needs no interleave (both operands run along
+ * the reduction, and pair (l, l+1) lines up in both).
+ * Conversion is done with integer operations on every path (not vcvtneps2bf16) so the
+ * native and portable paths see bit-identical operands. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_bf16.h"
+#include "kernels/cpu/k_int.h"
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_BF16_X86 1
+#endif
+
+uint16_t k_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN: PyTorch's quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                    /* ties to even; inf stays inf */
+    return (uint16_t)(u >> 16);
+}
+
+float k_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+#ifdef K_BF16_X86
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define BF_INL static inline __attribute__((always_inline)) BF_TARGET
+
+/* bf16(v) in the high half of each 32-bit lane (the low half is garbage). */
+BF_INL __m512i rne_hi(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc00000));
+}
+
+BF_TARGET static void from_f32_avx512(size_t n, const float *x, uint16_t *y)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rne_hi(_mm512_loadu_ps(x + i)), 16)));
+    for (; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+}
+#endif
+
+void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y)
+{
+#ifdef K_BF16_X86
+    if (k_isa_level() == K_ISA_AVX512) { from_f32_avx512(n, x, y); return; }
+#endif
+    for (size_t i = 0; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+}
+
+void k_bf16_round_span(size_t n, const float *x, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] = k_bf16_to_f32(k_f32_to_bf16(x[i]));
+}
+
+size_t k_bf16_pack_a_elems(int m, int kk)
+{
+    size_t nmb = (size_t)(m + K_BF16_MR - 1) / K_BF16_MR;
+    return nmb * K_BF16_MR * 2 * (size_t)((kk + 1) / 2);
+}
+
+void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *ap)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        uint16_t *o = ap + (size_t)ib * kp * K_BF16_MR * 2;
+        for (int p = 0; p < kp; p++)
+            for (int i = 0; i < K_BF16_MR; i++)
+                for (int h = 0; h < 2; h++) {
+                    int k = 2 * p + h;
+                    o[((size_t)p * K_BF16_MR + i) * 2 + h] =
+                        i < mr && k < kk ? k_f32_to_bf16(a[(long)(i0 + i) * ars + (long)k * acs]) : 0;
+                }
+    }
+}
+
+size_t k_bf16_panel_elems(int kk) { return (size_t)((kk + 1) / 2) * 64; }
+
+#ifdef K_BF16_X86
+/* Rows k and k+1 of B, columns [j0, j0+nc), as 32 interleaved pairs (two vectors). */
+BF_TARGET static void pack_panel(int kk, int nc, const float *b, long ldb, const long *boff, uint16_t *panel)
+{
+    int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
+    __mmask16 m[2] = {(__mmask16)((1u << c0) - 1), (__mmask16)((1u << c1) - 1)};
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int p = 0; p < (kk + 1) / 2; p++) {
+        int k0 = 2 * p, k1 = k0 + 1;
+        const float *r0 = b + (boff ? boff[k0] : k0 * ldb);
+        const float *r1 = k1 < kk ? b + (boff ? boff[k1] : k1 * ldb) : NULL;
+        for (int v = 0; v < 2; v++) {
+            __m512 x0 = _mm512_maskz_loadu_ps(m[v], r0 + 16 * v);
+            __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m[v], r1 + 16 * v) : _mm512_setzero_ps();
+            __m512i w = _mm512_or_si512(_mm512_srli_epi32(rne_hi(x0), 16), _mm512_and_si512(rne_hi(x1), hi));
+            _mm512_storeu_si512((void *)(panel + (size_t)p * 64 + 32 * v), w);
+        }
+    }
+}
+
+BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
+
+BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c,
+                   long ldc, const float *bias, int acc)
+{
+    __m512 s[K_BF16_MR][2];
+    int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
+    __mmask16 m0 = (__mmask16)((1u << c0) - 1), m1 = (__mmask16)((1u << c1) - 1);
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        if (acc) {
+            s[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
+            s[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+        } else s[i][0] = s[i][1] = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
+    }
+    for (int p = 0; p < kp; p++) {
+        __m512i b0 = _mm512_loadu_si512((const void *)bp), b1 = _mm512_loadu_si512((const void *)(bp + 32));
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            int32_t t;
+            memcpy(&t, ap + 2 * i, sizeof t);
+            __m512i a = _mm512_set1_epi32(t);
+            s[i][0] = _mm512_dpbf16_ps(s[i][0], bh(a), bh(b0));
+            s[i][1] = _mm512_dpbf16_ps(s[i][1], bh(a), bh(b1));
+        }
+        ap += 2 * K_BF16_MR;
+        bp += 64;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        _mm512_mask_storeu_ps(c + i * ldc, m0, s[i][0]);
+        if (m1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, s[i][1]);
+    }
+}
+
+#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, ci, ldc, bi, acc); break;
+BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
+                                         const long *boff, float *c, long ldc, const float *bias, int acc,
+                                         uint16_t *panel)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        int nc = n - j0 < 32 ? n - j0 : 32;
+        pack_panel(kk, nc, b + j0, ldb, boff, panel);
+        for (int ib = 0; ib < nmb; ib++) {
+            int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+            const uint16_t *apb = ap + (size_t)ib * kp * K_BF16_MR * 2;
+            float *ci = c + (long)i0 * ldc + j0;
+            const float *bi = bias ? bias + i0 : NULL;
+            switch (mr) {
+                BF_NN_CASE(1) BF_NN_CASE(2) BF_NN_CASE(3) BF_NN_CASE(4) BF_NN_CASE(5) BF_NN_CASE(6)
+                BF_NN_CASE(7) BF_NN_CASE(8) BF_NN_CASE(9) BF_NN_CASE(10) BF_NN_CASE(11) BF_NN_CASE(12)
+            default: break;
+            }
+        }
+    }
+}
+
+BF_INL void ukr_nt(const int mr, const int nr, int l, int ng, const uint16_t *a, long lda, long a_img,
+                   const uint16_t *const *brow, long b_img, float *c, long ldc, const float *bias, int acc)
+{
+    __m512 s[4][6];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const uint16_t *ag = a + g * a_img;
+        long bo = g * b_img;
+        for (int x = 0; x < l; x += 32) {
+            __mmask32 mk = l - x >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (l - x)) - 1);
+            __m512i av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = _mm512_maskz_loadu_epi16(mk, ag + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                __m512i bv = _mm512_maskz_loadu_epi16(mk, brow[j] + bo + x);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = _mm512_dpbf16_ps(s[i][j], bh(av[i]), bh(bv));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = _mm512_reduce_add_ps(s[i][j]);
+            if (bias) v += bias[j];
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define BF_NT_CASE(M, N) case M * 8 + N: ukr_nt(M, N, l, ng, ai, lda, a_img, br, b_img, cij, ldc, bs, acc); break;
+#define BF_NT_ROW(M) BF_NT_CASE(M, 1) BF_NT_CASE(M, 2) BF_NT_CASE(M, 3) BF_NT_CASE(M, 4) BF_NT_CASE(M, 5) \
+    BF_NT_CASE(M, 6)
+BF_TARGET static void gemm_nt_avx512bf16(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img,
+                                         const uint16_t *b, const long *boff, long ldb, long b_img, float *c,
+                                         long ldc, const float *bias, int acc)
+{
+    int nmb = (m + 3) / 4, nnb = (n + 5) / 6;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const uint16_t *br[6];
+            for (int j = 0; j < nr; j++) br[j] = b + (boff ? boff[j0 + j] : (long)(j0 + j) * ldb);
+            const uint16_t *ai = a + (long)i0 * lda;
+            float *cij = c + (long)i0 * ldc + j0;
+            const float *bs = bias ? bias + j0 : NULL;
+            switch (mr * 8 + nr) {
+                BF_NT_ROW(1) BF_NT_ROW(2) BF_NT_ROW(3) BF_NT_ROW(4)
+            default: break;
+            }
+        }
+    }
+}
+#endif /* K_BF16_X86 */
+
+void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb, const long *boff,
+                    float *c, long ldc, const float *bias, int acc, uint16_t *panel)
+{
+    if (m <= 0 || n <= 0) return;
+#ifdef K_BF16_X86
+    gemm_nn_avx512bf16(m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, panel);
+#else
+    (void)kk; (void)ap; (void)b; (void)ldb; (void)boff; (void)c; (void)ldc; (void)bias; (void)acc; (void)panel;
+#endif
+}
+
+void k_bf16_gemm_nt(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img, const uint16_t *b,
+                    const long *boff, long ldb, long b_img, float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+#ifdef K_BF16_X86
+    gemm_nt_avx512bf16(m, n, l, ng, a, lda, a_img, b, boff, ldb, b_img, c, ldc, bias, acc);
+#else
+    (void)l; (void)ng; (void)a; (void)lda; (void)a_img; (void)b; (void)boff; (void)ldb; (void)b_img;
+    (void)c; (void)ldc; (void)bias; (void)acc;
+#endif
+}

@@ -8,6 +8,7 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_gemm.h"
 #include <string.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -95,23 +96,46 @@ void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *
 size_t k_bf16_panel_elems(int kk) { return (size_t)((kk + 1) / 2) * 64; }
 
 #ifdef K_BF16_X86
-/* Rows k and k+1 of B, columns [j0, j0+nc), as 32 interleaved pairs (two vectors). */
+/* Rows k and k+1 of B, columns [j0, j0+nc), as 32 interleaved pairs (two vectors).
+ * vcvtne2ps2bf16 rounds as k_f32_to_bf16 except that it flushes subnormals to zero
+ * (and keeps NaN payloads), which vdpbf16ps does to its inputs anyway: the products
+ * are the same, at a third of the instructions of the integer rounding. */
+static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 BF_TARGET static void pack_panel(int kk, int nc, const float *b, long ldb, const long *boff, uint16_t *panel)
 {
     int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
     __mmask16 m[2] = {(__mmask16)((1u << c0) - 1), (__mmask16)((1u << c1) - 1)};
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
+    int nv = c1 ? 2 : 1;
     for (int p = 0; p < (kk + 1) / 2; p++) {
         int k0 = 2 * p, k1 = k0 + 1;
         const float *r0 = b + (boff ? boff[k0] : k0 * ldb);
         const float *r1 = k1 < kk ? b + (boff ? boff[k1] : k1 * ldb) : NULL;
-        for (int v = 0; v < 2; v++) {
+        if (nc == 32 && r1) { /* masked loads measured much slower on Zen 5: only for tails */
+            for (int v = 0; v < 2; v++) {
+                __m512i w = _mm512_permutexvar_epi16(
+                    idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + 16 * v), _mm512_loadu_ps(r0 + 16 * v)));
+                _mm512_storeu_si512((void *)(panel + (size_t)p * 64 + 32 * v), w);
+            }
+            continue;
+        }
+        for (int v = 0; v < nv; v++) {
             __m512 x0 = _mm512_maskz_loadu_ps(m[v], r0 + 16 * v);
             __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m[v], r1 + 16 * v) : _mm512_setzero_ps();
-            __m512i w = _mm512_or_si512(_mm512_srli_epi32(rne_hi(x0), 16), _mm512_and_si512(rne_hi(x1), hi));
+            __m512i w = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
             _mm512_storeu_si512((void *)(panel + (size_t)p * 64 + 32 * v), w);
         }
     }
+}
+
+/* GEMM operands: the same rounding as pack_panel. */
+BF_TARGET static void operand_avx512bf16(size_t n, const float *x, uint16_t *y)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm512_storeu_si512((void *)(y + i), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
 }
 
 BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
@@ -124,7 +148,10 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
     __mmask16 m0 = (__mmask16)((1u << c0) - 1), m1 = (__mmask16)((1u << c1) - 1);
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        if (acc) {
+        if (acc && nc == 32) {
+            s[i][0] = _mm512_loadu_ps(c + i * ldc);
+            s[i][1] = _mm512_loadu_ps(c + i * ldc + 16);
+        } else if (acc) {
             s[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
             s[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
         } else s[i][0] = s[i][1] = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
@@ -144,31 +171,43 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
     }
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
-        _mm512_mask_storeu_ps(c + i * ldc, m0, s[i][0]);
-        if (m1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, s[i][1]);
+        if (nc == 32) {
+            _mm512_storeu_ps(c + i * ldc, s[i][0]);
+            _mm512_storeu_ps(c + i * ldc + 16, s[i][1]);
+        } else {
+            _mm512_mask_storeu_ps(c + i * ldc, m0, s[i][0]);
+            if (m1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, s[i][1]);
+        }
     }
 }
 
 #define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, ci, ldc, bi, acc); break;
+/* All row blocks of A against one packed panel (columns [0, nc) of c). */
+BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel, float *c,
+                                 long ldc, const float *bias, int acc)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        const uint16_t *apb = ap + (size_t)ib * kp * K_BF16_MR * 2;
+        float *ci = c + (long)i0 * ldc;
+        const float *bi = bias ? bias + i0 : NULL;
+        switch (mr) {
+            BF_NN_CASE(1) BF_NN_CASE(2) BF_NN_CASE(3) BF_NN_CASE(4) BF_NN_CASE(5) BF_NN_CASE(6)
+            BF_NN_CASE(7) BF_NN_CASE(8) BF_NN_CASE(9) BF_NN_CASE(10) BF_NN_CASE(11) BF_NN_CASE(12)
+        default: break;
+        }
+    }
+}
+
 BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
                                          const long *boff, float *c, long ldc, const float *bias, int acc,
                                          uint16_t *panel)
 {
-    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
     for (int j0 = 0; j0 < n; j0 += 32) {
         int nc = n - j0 < 32 ? n - j0 : 32;
         pack_panel(kk, nc, b + j0, ldb, boff, panel);
-        for (int ib = 0; ib < nmb; ib++) {
-            int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
-            const uint16_t *apb = ap + (size_t)ib * kp * K_BF16_MR * 2;
-            float *ci = c + (long)i0 * ldc + j0;
-            const float *bi = bias ? bias + i0 : NULL;
-            switch (mr) {
-                BF_NN_CASE(1) BF_NN_CASE(2) BF_NN_CASE(3) BF_NN_CASE(4) BF_NN_CASE(5) BF_NN_CASE(6)
-                BF_NN_CASE(7) BF_NN_CASE(8) BF_NN_CASE(9) BF_NN_CASE(10) BF_NN_CASE(11) BF_NN_CASE(12)
-            default: break;
-            }
-        }
+        panel_rows(m, nc, kk, ap, panel, c + j0, ldc, bias, acc);
     }
 }
 
@@ -183,8 +222,20 @@ BF_INL void ukr_nt(const int mr, const int nr, int l, int ng, const uint16_t *a,
     for (int g = 0; g < ng; g++) {
         const uint16_t *ag = a + g * a_img;
         long bo = g * b_img;
-        for (int x = 0; x < l; x += 32) {
-            __mmask32 mk = l - x >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << (l - x)) - 1);
+        int x = 0;
+        for (; x + 32 <= l; x += 32) {
+            __m512i av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = _mm512_loadu_si512((const void *)(ag + i * lda + x));
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                __m512i bv = _mm512_loadu_si512((const void *)(brow[j] + bo + x));
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = _mm512_dpbf16_ps(s[i][j], bh(av[i]), bh(bv));
+            }
+        }
+        if (x < l) {
+            __mmask32 mk = (__mmask32)((1u << (l - x)) - 1);
             __m512i av[4];
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) av[i] = _mm512_maskz_loadu_epi16(mk, ag + i * lda + x);
@@ -231,6 +282,14 @@ BF_TARGET static void gemm_nt_avx512bf16(int m, int n, int l, int ng, const uint
     }
 }
 #endif /* K_BF16_X86 */
+
+void k_bf16_operand_span(size_t n, const float *x, uint16_t *y)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { operand_avx512bf16(n, x, y); return; }
+#endif
+    k_bf16_from_f32_span(n, x, y);
+}
 
 void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb, const long *boff,
                     float *c, long ldc, const float *bias, int acc, uint16_t *panel)

@@ -194,8 +194,8 @@ static void cb_bwd_slot(void *ctx, int slot)
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
             for (int t = 0; t < ng; t++) {
                 cb_rows(&g, d, j->x + (i + t) * d->xsz, xs);
-                k_bf16_from_f32_span((size_t)d->xssz, xs, x16 + t * d->xssz);
-                k_bf16_from_f32_span((size_t)d->ysz, j->dy + (i + t) * d->ysz, dy16 + t * d->ysz);
+                k_bf16_operand_span((size_t)d->xssz, xs, x16 + t * d->xssz);
+                k_bf16_operand_span((size_t)d->ysz, j->dy + (i + t) * d->ysz, dy16 + t * d->ysz);
             }
             k_bf16_gemm_nt(K, (int)d->crs, (int)d->pq, ng, dy16, d->pq, d->ysz, x16, j->boff, 0, d->xssz, dwp,
                            d->crs, NULL, i > lo);

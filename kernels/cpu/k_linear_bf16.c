@@ -78,8 +78,8 @@ void k_linear_fwd_bf16(int n, int in, int out, const float *x, const float *w, c
         return;
     }
     uint16_t *x16 = (uint16_t *)((char *)ws + d.x16), *w16 = (uint16_t *)((char *)ws + d.w16);
-    k_bf16_from_f32_span((size_t)n * in, x, x16);
-    k_bf16_from_f32_span((size_t)out * in, w, w16);
+    k_bf16_operand_span((size_t)n * in, x, x16);
+    k_bf16_operand_span((size_t)out * in, w, w16);
     lb_job j = {.n = n, .in = in, .out = out, .x16 = x16, .w16 = w16, .b = b, .y = y};
     j.parts = lb_parts(n, 2L * n * in * out);
     k_parallel_for(j.parts, lb_fwd_task, &j);

@@ -34,7 +34,7 @@ float k_bf16_to_f32(uint16_t h)
 }
 
 #ifdef K_BF16_X86
-#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define BF_INL static inline __attribute__((always_inline)) BF_TARGET
 
 /* bf16(v) in the high half of each 32-bit lane (the low half is garbage). */
@@ -129,19 +129,47 @@ BF_TARGET static void pack_panel(int kk, int nc, const float *b, long ldb, const
     }
 }
 
-/* GEMM operands: the same rounding as pack_panel. */
-BF_TARGET static void operand_avx512bf16(size_t n, const float *x, uint16_t *y)
+/* GEMM operands: the same rounding as pack_panel; one masked step for the tail. */
+BF_INL void operand_row(size_t n, const float *x, uint16_t *y)
 {
     size_t i = 0;
     for (; i + 32 <= n; i += 32)
         _mm512_storeu_si512((void *)(y + i), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
-    for (; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(y + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+BF_TARGET static void operand_avx512bf16(size_t n, const float *x, uint16_t *y) { operand_row(n, x, y); }
+
+BF_TARGET static void pad_image_avx512bf16(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out)
+{
+    for (int ch = 0; ch < c; ch++)
+        for (int r = 0; r < hp; r++) {
+            uint16_t *o = out + ((long)ch * hp + r) * wp;
+            int ih = r - pad;
+            if (ih < 0 || ih >= h) { memset(o, 0, 2 * (size_t)wp); continue; }
+            for (int t = 0; t < pad; t++) o[t] = 0;
+            operand_row((size_t)w, x + ((long)ch * h + ih) * w, o + pad);
+            for (int t = pad + w; t < wp; t++) o[t] = 0;
+        }
+}
+
+/* dst row p at dst + p*wp gets src row p (q floats); the rest of each row is 0. */
+BF_TARGET static void scatter_rows_avx512bf16(int rows, int q, long wp, const float *src, uint16_t *dst)
+{
+    for (int p = 0; p < rows; p++) {
+        operand_row((size_t)q, src + (long)p * q, dst + p * wp);
+        for (long t = q; t < wp; t++) dst[p * wp + t] = 0;
+    }
 }
 
 BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
 
-BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c,
-                   long ldc, const float *bias, int acc)
+BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, const long *boff,
+                   float *c, long ldc, const float *bias, int acc)
 {
     __m512 s[K_BF16_MR][2];
     int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
@@ -156,7 +184,9 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
             s[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
         } else s[i][0] = s[i][1] = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
     }
+    const uint16_t *b0p = bp;
     for (int p = 0; p < kp; p++) {
+        if (boff) bp = b0p + 2 * boff[p]; /* pair row p of a pair image (offsets in pairs) */
         __m512i b0 = _mm512_loadu_si512((const void *)bp), b1 = _mm512_loadu_si512((const void *)(bp + 32));
 #pragma GCC unroll 12
         for (int i = 0; i < mr; i++) {
@@ -181,10 +211,11 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
     }
 }
 
-#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, ci, ldc, bi, acc); break;
-/* All row blocks of A against one packed panel (columns [0, nc) of c). */
-BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel, float *c,
-                                 long ldc, const float *bias, int acc)
+#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc); break;
+/* All row blocks of A against one packed panel, or pair rows at panel + boff[p]
+ * (columns [0, nc) of c). */
+BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel,
+                                 const long *boff, float *c, long ldc, const float *bias, int acc)
 {
     int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
     for (int ib = 0; ib < nmb; ib++) {
@@ -207,7 +238,20 @@ BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *a
     for (int j0 = 0; j0 < n; j0 += 32) {
         int nc = n - j0 < 32 ? n - j0 : 32;
         pack_panel(kk, nc, b + j0, ldb, boff, panel);
-        panel_rows(m, nc, kk, ap, panel, c + j0, ldc, bias, acc);
+        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc);
+    }
+}
+
+BF_TARGET static void pairs_avx512bf16(long n, long dv, const uint16_t *in, uint32_t *pr)
+{
+    for (int img = 0; img < (dv ? 2 : 1); img++) {
+        long d = img ? dv : 1;
+        uint32_t *o = pr + img * n;
+        for (long i = 0; i < n; i += 16) {
+            __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + i)));
+            __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + i + d)));
+            _mm512_storeu_si512((void *)(o + i), _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+        }
     }
 }
 
@@ -300,6 +344,75 @@ void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, lo
 #else
     (void)kk; (void)ap; (void)b; (void)ldb; (void)boff; (void)c; (void)ldc; (void)bias; (void)acc; (void)panel;
 #endif
+}
+
+void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { scatter_rows_avx512bf16(rows, q, wp, src, dst); return; }
+#endif
+    for (int p = 0; p < rows; p++) {
+        k_bf16_from_f32_span((size_t)q, src + (long)p * q, dst + p * wp);
+        for (long t = q; t < wp; t++) dst[p * wp + t] = 0;
+    }
+}
+
+void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) {
+        pad_image_avx512bf16(c, h, w, pad, hp, wp, x, out);
+        memset(out + (long)c * hp * wp, 0, 2 * (size_t)slack);
+        return;
+    }
+#endif
+    for (int ch = 0; ch < c; ch++)
+        for (int r = 0; r < hp; r++) {
+            uint16_t *o = out + ((long)ch * hp + r) * wp;
+            int ih = r - pad;
+            if (ih < 0 || ih >= h) { memset(o, 0, 2 * (size_t)wp); continue; }
+            memset(o, 0, 2 * (size_t)pad);
+            k_bf16_operand_span((size_t)w, x + ((long)ch * h + ih) * w, o + pad);
+            memset(o + pad + w, 0, 2 * (size_t)(wp - pad - w));
+        }
+    memset(out + (long)c * hp * wp, 0, 2 * (size_t)slack);
+}
+
+void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr)
+{
+#ifdef K_BF16_X86
+    pairs_avx512bf16(n, dv, in, pr);
+#else
+    for (long i = 0; i < n; i++) pr[i] = in[i] | (uint32_t)in[i + 1] << 16;
+    if (dv) for (long i = 0; i < n; i++) pr[n + i] = in[i] | (uint32_t)in[i + dv] << 16;
+#endif
+}
+
+void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
+                       long ldc, const float *bias)
+{
+#ifdef K_BF16_X86
+    for (int j0 = 0; j0 < n32; j0 += 32)
+        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, c + j0, ldc, bias, 0);
+#else
+    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias;
+#endif
+}
+
+void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
+                         uint16_t *ap)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        uint16_t *o = ap + (size_t)ib * npairs * K_BF16_MR * 2;
+        for (int p = 0; p < npairs; p++)
+            for (int i = 0; i < K_BF16_MR; i++) {
+                const float *ai = a + (long)(i0 + i) * ars;
+                o[((size_t)p * K_BF16_MR + i) * 2] = i < mr ? k_f32_to_bf16(ai[(long)ta[p] * acs]) : 0;
+                o[((size_t)p * K_BF16_MR + i) * 2 + 1] = i < mr && tb[p] >= 0 ? k_f32_to_bf16(ai[(long)tb[p] * acs]) : 0;
+            }
+    }
 }
 
 void k_bf16_gemm_nt(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img, const uint16_t *b,

@@ -27,6 +27,23 @@ size_t k_bf16_panel_elems(int kk);
 void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
                     const long *boff, float *c, long ldc, const float *bias, int acc,
                     uint16_t *panel);
+/* Stride-1 "padded width" layout (k_conv_bf16.c): the image zero-padded to hp x wp
+ * in bf16, then pair images whose element i holds two taps' values for extended
+ * output i (= p*wp + q): horizontal (in[i], in[i+1]) and vertical (in[i], in[i+dv]).
+ * k_bf16_pad_image zeroes `slack` elements after the last plane. */
+void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack);
+/* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
+void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
+/* pr[0, n): horizontal pairs; pr[n, 2n) vertical ones when dv > 0. Reads in up to
+ * n + 16 + max(1, dv). */
+void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr);
+/* A packed with pair p = columns (ta[p], tb[p]) of A (tb < 0: a zero weight). */
+void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
+                         uint16_t *ap);
+/* C[m x n32] = bias + A B with B's pair row p at b + boff[p] (n32 a multiple of 32,
+ * whole 32-column stores). Native only. */
+void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
+                       long ldc, const float *bias);
 /* C[i][j] = (acc ? C : 0) + bias[j] + sum over ng images g of
  * sum_l A_g[i][l] B_g[j][l], A_g row i at a + g*a_img + i*lda, B_g row j at
  * b + g*b_img + (boff ? boff[j] : j*ldb); both bf16 (dot products along l). */

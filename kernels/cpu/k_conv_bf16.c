@@ -1,7 +1,19 @@
 /* Conv2d with bf16 operands and fp32 accumulation (--amp bf16), on the layouts of
  * k_conv.c (read its header comment first).
  *
- * Native path (vdpbf16ps, k_bf16.c):
+ * Native path (vdpbf16ps, k_bf16.c), stride 1 ("padded width"): the image is
+ * zero-padded to hp x wp in bf16 once; output (p, q) is computed at extended column
+ * i = p*wp + q (q < wp; columns q >= Q are computed and dropped: wp/Q more work), so
+ * tap (c, r, s) of every output is element i + c*hp*wp + r*wp + s of the padded
+ * image: one copy serves all taps, with no shifted rows. vdpbf16ps wants taps in
+ * pairs, and the pair (s, s+1) of a row is (in[i], in[i+1]): a "pair image" built
+ * once per image is then read directly as the GEMM's B (no panel packing). Odd S
+ * leave one tap per row, paired vertically (in[i], in[i+wp]); an odd one out gets a
+ * zero weight. The extended output goes through a scratch and is compacted into y.
+ *   forward and "same" dX (conv of dy with the flipped kernel): as above
+ *   dW: dy scattered to extended columns (zeros at q >= Q), dot products against
+ *       the padded image at tap offsets (NT form), summed over a group of images
+ * Strided convs:
  *   forward: xs (fp32 shifted rows, or im2col columns for 1x1 strided) is read
  *            through the tap offsets and converted 32 columns at a time into a
  *            pair-interleaved bf16 panel; W is packed to bf16 once per call
@@ -28,9 +40,60 @@
 #define CB_SLOTS 8
 #define CB_SLACK 16
 
+/* One stride-1 geometry of the padded-width layout (sizes in elements). */
+typedef struct s1_geo {
+    int c, h, w, r, s, pad, p, q, needv, npairs;
+    long hp, wp, plane, npix, n32, padsz, prsz;
+} s1_geo;
+
+static s1_geo s1_of(int c, int h, int w, int r, int s, int pad)
+{
+    s1_geo g = {.c = c, .h = h, .w = w, .r = r, .s = s, .pad = pad};
+    g.hp = h + 2L * pad;
+    g.wp = w + 2L * pad;
+    g.p = (int)g.hp - r + 1;
+    g.q = (int)g.wp - s + 1;
+    g.plane = g.hp * g.wp;
+    g.npix = c * g.plane;
+    g.n32 = (g.p * g.wp + 31) / 32 * 32;
+    g.padsz = (g.npix + g.wp + 128 + 31) / 32 * 32;
+    g.needv = (s & 1) && r >= 2;
+    g.prsz = (g.needv ? 2 : 1) * (g.npix + 64) + 64;
+    g.npairs = c * (r * (s / 2) + (s & 1) * ((r + 1) / 2)); /* as s1_pair_list */
+    return g;
+}
+
+/* Pairs of taps t = (c*R + r)*S + s: (s, s+1) horizontally, the odd column's taps
+ * (r, r+1) vertically (at voff), a last odd one with a zero partner. */
+static int s1_pair_list(const s1_geo *g, long voff, int *ta, int *tb, long *boff)
+{
+    int n = 0, R = g->r, S = g->s;
+    for (int c = 0; c < g->c; c++) {
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s + 1 < S; s += 2) {
+                ta[n] = (c * R + r) * S + s, tb[n] = ta[n] + 1;
+                boff[n++] = c * g->plane + r * g->wp + s;
+            }
+        if (!(S & 1)) continue;
+        int r = 0;
+        for (; r + 1 < R; r += 2) {
+            ta[n] = (c * R + r) * S + S - 1, tb[n] = ta[n] + S;
+            boff[n++] = voff + c * g->plane + r * g->wp + S - 1;
+        }
+        if (r < R) {
+            ta[n] = (c * R + r) * S + S - 1, tb[n] = -1;
+            boff[n++] = c * g->plane + r * g->wp + S - 1;
+        }
+    }
+    return n;
+}
+
 typedef struct cb_dims {
     long crs, pq, xsz, ysz, hp, xssz, dhp, dxssz, kkmax;
     int rpn, s1, dxc, group, slots;
+    s1_geo fg, dg;            /* stride 1: forward (and dW) and dX-as-conv geometries */
+    long r_pad, r_pr, r_tmp, r_dyx; /* stride-1 slot regions (bytes) */
+    long r_ta, r_tb, r_poff;  /* stride-1 shared: the pair list */
     long r_xs, r_col, r_x16, r_dy16, r_panel, r_dw, r_db, slot; /* per-slot regions (bytes) */
     long r_pa, r_off, r_off2, r_wt, total;                      /* shared, after the slots */
     long p_x, p_w, p_dy, p_total;                               /* portable path */
@@ -65,16 +128,37 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_panel = d.r_dy16 + r64(2 * d.group * d.ysz);
     d.r_dw = d.r_panel + r64(2 * (long)k_bf16_panel_elems((int)d.kkmax));
     d.r_db = d.r_dw + r64(4 * sh->k * d.crs);
-    d.slot = d.r_db + r64(4 * sh->k);
+    d.r_pad = d.r_db + r64(4 * sh->k);
+    d.r_pr = d.r_pad;
+    d.r_tmp = d.r_dyx = d.r_pad;
+    if (sh->stride == 1) {
+        d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
+        d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
+        long pads = d.group * d.fg.padsz > d.dg.padsz ? d.group * d.fg.padsz : d.dg.padsz;
+        long prs = d.fg.prsz > d.dg.prsz ? d.fg.prsz : d.dg.prsz;
+        long tmp = sh->k * d.fg.n32 > sh->c * d.dg.n32 ? sh->k * d.fg.n32 : sh->c * d.dg.n32;
+        d.r_pr = d.r_pad + r64(2 * pads);
+        d.r_tmp = d.r_pr + r64(4 * prs);
+        d.r_dyx = d.r_tmp + r64(4 * tmp);
+        d.slot = d.r_dyx + r64(2 * d.group * sh->k * d.fg.n32);
+    } else d.slot = d.r_pad;
     long pa = (long)k_bf16_pack_a_elems(sh->k, (int)d.crs), pb = (long)k_bf16_pack_a_elems((int)d.crs, sh->k);
     long pc = (long)k_bf16_pack_a_elems(sh->c, (int)(sh->k * rs));
     pa = pa > pb ? pa : pb;
     pa = pa > pc ? pa : pc;
+    if (sh->stride == 1) {
+        long pf = (long)k_bf16_pack_a_elems(sh->k, 2 * d.fg.npairs), pd = (long)k_bf16_pack_a_elems(sh->c, 2 * d.dg.npairs);
+        pa = pa > pf ? pa : pf;
+        pa = pa > pd ? pa : pd;
+    }
     d.r_pa = d.slot * d.slots;
     d.r_off = d.r_pa + r64(2 * pa);
     d.r_off2 = d.r_off + r64(8 * d.crs);
     d.r_wt = d.r_off2 + r64(8 * sh->k * rs);
-    d.total = d.r_wt + r64(4 * (d.dxc ? sh->k * d.crs : 0));
+    d.r_ta = d.r_wt + r64(4 * (d.dxc ? sh->k * d.crs : 0));
+    d.r_tb = d.r_ta + r64(4 * d.kkmax);
+    d.r_poff = d.r_tb + r64(4 * d.kkmax);
+    d.total = d.r_poff + r64(8 * d.kkmax);
     d.p_x = r64((long)k_conv2d_workspace(sh));
     d.p_w = d.p_x + r64(4 * sh->n * d.xsz);
     d.p_dy = d.p_w + r64(4 * sh->k * d.crs);
@@ -95,8 +179,47 @@ typedef struct cb_job {
     float *y, *dx, *dw, *db;
     char *ws;
     const uint16_t *pa;
-    const long *boff, *boff2;
+    const long *boff, *boff2, *poff;
+    int npairs;
 } cb_job;
+
+/* Stride 1: one image through the pair image into out [m, g->p, g->q]. */
+static void s1_conv_image(const cb_job *j, const s1_geo *g, int m, const float *x, float *out, const float *bias,
+                          char *base)
+{
+    const cb_dims *d = &j->d;
+    uint16_t *pad16 = (uint16_t *)(base + d->r_pad);
+    uint32_t *pr = (uint32_t *)(base + d->r_pr);
+    float *tmp = (float *)(base + d->r_tmp);
+    k_bf16_pad_image(g->c, g->h, g->w, g->pad, (int)g->hp, (int)g->wp, x, pad16, g->padsz - g->npix);
+    k_bf16_pairs(g->npix + 64, g->needv ? g->wp : 0, pad16, pr);
+    k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, tmp, g->n32, bias);
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < g->p; p++)
+            memcpy(out + ((long)k * g->p + p) * g->q, tmp + k * g->n32 + p * g->wp, sizeof(float) * g->q);
+}
+
+/* Stride 1 dW for images [i, i+ng): padded images side by side, dy at extended
+ * columns (zero at q >= Q and past p*wp), dot products at tap offsets. */
+static void s1_dw(const cb_job *j, long i, int ng, char *base, float *dwp, int acc)
+{
+    const k_conv_shape *sh = j->sh;
+    const cb_dims *d = &j->d;
+    const s1_geo *g = &d->fg;
+    uint16_t *pad16 = (uint16_t *)(base + d->r_pad), *dyx = (uint16_t *)(base + d->r_dyx);
+    for (int t = 0; t < ng; t++) {
+        k_bf16_pad_image(g->c, g->h, g->w, g->pad, (int)g->hp, (int)g->wp, j->x + (i + t) * d->xsz,
+                         pad16 + t * g->padsz, g->padsz - g->npix);
+        uint16_t *o = dyx + (long)t * sh->k * g->n32;
+        long used = g->p * g->wp;
+        for (int k = 0; k < sh->k; k++) {
+            k_bf16_scatter_rows(g->p, g->q, g->wp, j->dy + (i + t) * d->ysz + (long)k * d->pq, o + k * g->n32);
+            memset(o + k * g->n32 + used, 0, 2 * (size_t)(g->n32 - used));
+        }
+    }
+    k_bf16_gemm_nt(sh->k, (int)d->crs, (int)g->n32, ng, dyx, g->n32, sh->k * g->n32, pad16, j->boff, 0, g->padsz,
+                   dwp, d->crs, NULL, acc);
+}
 
 static k_im2col_geo cb_geo(const k_conv_shape *sh)
 {
@@ -137,6 +260,10 @@ static void cb_fwd_slot(void *ctx, int slot)
             k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, col, d->pq, NULL, yi, d->pq, j->b, 0, panel);
             continue;
         }
+        if (sh->stride == 1) {
+            s1_conv_image(j, &d->fg, sh->k, j->x + i * d->xsz, yi, j->b, base);
+            continue;
+        }
         cb_rows(&g, d, j->x + i * d->xsz, xs);
         k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, xs, 0, j->boff, yi, d->pq, j->b, 0, panel);
     }
@@ -163,7 +290,13 @@ void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
     }
     uint16_t *pa = (uint16_t *)((char *)ws + j.d.r_pa);
     long *boff = (long *)((char *)ws + j.d.r_off);
-    k_bf16_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, pa);
+    if (sh->stride == 1) {
+        int *ta = (int *)((char *)ws + j.d.r_ta), *tb = (int *)((char *)ws + j.d.r_tb);
+        long *poff = (long *)((char *)ws + j.d.r_poff);
+        j.npairs = s1_pair_list(&j.d.fg, j.d.fg.npix + 64, ta, tb, poff);
+        k_bf16_pack_a_pairs(sh->k, j.npairs, w, j.d.crs, 1, ta, tb, pa);
+        j.poff = poff;
+    } else k_bf16_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, pa);
     cb_offsets(sh, &j.d, boff);
     j.pa = pa;
     j.boff = boff;
@@ -189,7 +322,12 @@ static void cb_bwd_slot(void *ctx, int slot)
         if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
         if (j->db) memset(dbp, 0, sizeof(float) * K);
     }
-    if (j->dw)
+    if (j->dw && sh->stride == 1)
+        for (long i = lo; i < hi; i += d->group) {
+            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
+            s1_dw(j, i, ng, base, dwp, i > lo);
+        }
+    if (j->dw && sh->stride != 1)
         for (long i = lo; i < hi; i += d->group) {
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
             for (int t = 0; t < ng; t++) {
@@ -209,10 +347,7 @@ static void cb_bwd_slot(void *ctx, int slot)
                 dbp[k] = acc ? dbp[k] + s : s;
             }
         if (j->dx && d->dxc) {
-            k_im2col_geo gd = {sh->k, sh->p, sh->q, sh->r, sh->s, 1, sh->r - 1 - sh->pad, sh->h, sh->w};
-            k_shift_rows(&gd, d->dhp, dyi, xs);
-            k_bf16_gemm_nn(sh->c, sh->h * sh->w, K * sh->r * sh->s, j->pa, xs, 0, j->boff2, j->dx + i * d->xsz,
-                           (long)sh->h * sh->w, NULL, 0, panel);
+            s1_conv_image(j, &d->dg, sh->c, dyi, j->dx + i * d->xsz, NULL, base);
         } else if (j->dx) {
             float *dxi = j->dx + i * d->xsz;
             k_bf16_gemm_nn((int)d->crs, (int)d->pq, K, j->pa, dyi, d->pq, NULL, col, d->pq, NULL, 0, panel);
@@ -242,13 +377,17 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         for (int c = 0; c < C; c++)
             for (int k = 0; k < K; k++)
                 for (int t = 0; t < RS; t++) wt[((long)c * K + k) * RS + t] = w[((long)k * C + c) * RS + RS - 1 - t];
-        k_bf16_pack_a(C, K * RS, wt, (long)K * RS, 1, pa);
-        long dq = sh->w, t = 0;
-        for (int k = 0; k < K; k++)
-            for (int r = 0; r < sh->r; r++)
-                for (int s = 0; s < sh->s; s++) boff2[t++] = ((long)k * sh->s + s) * j.d.dhp * dq + (long)r * dq;
+        int *ta = (int *)((char *)ws + j.d.r_ta), *tb = (int *)((char *)ws + j.d.r_tb);
+        long *poff = (long *)((char *)ws + j.d.r_poff);
+        j.npairs = s1_pair_list(&j.d.dg, j.d.dg.npix + 64, ta, tb, poff);
+        k_bf16_pack_a_pairs(C, j.npairs, wt, (long)K * RS, 1, ta, tb, pa);
+        j.poff = poff;
     } else if (dx) k_bf16_pack_a((int)j.d.crs, sh->k, w, 1, j.d.crs, pa); /* W^T */
     cb_offsets(sh, &j.d, boff);
+    if (sh->stride == 1) /* dW taps in the padded image */
+        for (int c = 0, t = 0; c < sh->c; c++)
+            for (int r = 0; r < sh->r; r++)
+                for (int s = 0; s < sh->s; s++) boff[t++] = c * j.d.fg.plane + r * j.d.fg.wp + s;
     j.pa = pa;
     j.boff = boff;
     j.boff2 = boff2;

@@ -136,7 +136,9 @@ BF_INL void operand_row(size_t n, const float *x, uint16_t *y)
     for (; i + 32 <= n; i += 32)
         _mm512_storeu_si512((void *)(y + i), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
     for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
-    if (i < n) {
+    if (i < n && n >= 16) { /* the last 16, overlapping back: masked ops are slow on Zen 5 */
+        _mm256_storeu_si256((__m256i *)(y + n - 16), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + n - 16)));
+    } else if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         _mm256_mask_storeu_epi16(y + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
     }
@@ -344,6 +346,35 @@ void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, lo
 #else
     (void)kk; (void)ap; (void)b; (void)ldb; (void)boff; (void)c; (void)ldc; (void)bias; (void)acc; (void)panel;
 #endif
+}
+
+#ifdef K_BF16_X86
+BF_TARGET static void compact_avx512(int m, int rows, int q, long wp, long ld, const float *src, float *dst)
+{
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < rows; p++) {
+            const float *s = src + k * ld + p * wp;
+            float *d = dst + ((long)k * rows + p) * q;
+            if (q < 16) {
+                __mmask16 mk = (__mmask16)((1u << q) - 1);
+                _mm512_mask_storeu_ps(d, mk, _mm512_maskz_loadu_ps(mk, s));
+                continue;
+            }
+            int t = 0;
+            for (; t + 16 <= q; t += 16) _mm512_storeu_ps(d + t, _mm512_loadu_ps(s + t));
+            if (t < q) _mm512_storeu_ps(d + q - 16, _mm512_loadu_ps(s + q - 16)); /* overlaps back */
+        }
+}
+#endif
+
+void k_bf16_compact(int m, int rows, int q, long wp, long ld, const float *src, float *dst)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { compact_avx512(m, rows, q, wp, ld, src, dst); return; }
+#endif
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < rows; p++)
+            memcpy(dst + ((long)k * rows + p) * q, src + k * ld + p * wp, sizeof(float) * (size_t)q);
 }
 
 void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst)

@@ -34,6 +34,8 @@ void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, lo
 void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack);
 /* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
 void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
+/* dst[k][p][0..q) = src[k*ld + p*wp + 0..q) for k < m, p < rows (the inverse). */
+void k_bf16_compact(int m, int rows, int q, long wp, long ld, const float *src, float *dst);
 /* pr[0, n): horizontal pairs; pr[n, 2n) vertical ones when dv > 0. Reads in up to
  * n + 16 + max(1, dv). */
 void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr);

@@ -114,7 +114,8 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.hp = sh->p + (sh->r - 1) / sh->stride;
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < CB_SLOTS ? (sh->n > 0 ? sh->n : 1) : CB_SLOTS;
-    d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
+    /* Stride 1 (bf16 images, half the bytes): 8 images share the dW horizontal sums. */
+    d.group = sh->stride == 1 ? 8 : d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
     d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
@@ -194,9 +195,7 @@ static void s1_conv_image(const cb_job *j, const s1_geo *g, int m, const float *
     k_bf16_pad_image(g->c, g->h, g->w, g->pad, (int)g->hp, (int)g->wp, x, pad16, g->padsz - g->npix);
     k_bf16_pairs(g->npix + 64, g->needv ? g->wp : 0, pad16, pr);
     k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, tmp, g->n32, bias);
-    for (int k = 0; k < m; k++)
-        for (int p = 0; p < g->p; p++)
-            memcpy(out + ((long)k * g->p + p) * g->q, tmp + k * g->n32 + p * g->wp, sizeof(float) * g->q);
+    k_bf16_compact(m, g->p, g->q, g->wp, g->n32, tmp, out);
 }
 
 /* Stride 1 dW for images [i, i+ng): padded images side by side, dy at extended

@@ -91,6 +91,7 @@ static int s1_pair_list(const s1_geo *g, long voff, int *ta, int *tb, long *boff
 typedef struct cb_dims {
     long crs, pq, xsz, ysz, hp, xssz, dhp, dxssz, kkmax;
     int rpn, s1, dxc, group, slots;
+    int pw;                   /* forward and dW on the padded-width layout */
     s1_geo fg, dg;            /* stride 1: forward (and dW) and dX-as-conv geometries */
     long r_pad, r_pr, r_tmp, r_dyx; /* stride-1 slot regions (bytes) */
     long r_ta, r_tb, r_poff;  /* stride-1 shared: the pair list */
@@ -115,7 +116,10 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < CB_SLOTS ? (sh->n > 0 ? sh->n : 1) : CB_SLOTS;
     /* Stride 1 (bf16 images, half the bytes): 8 images share the dW horizontal sums. */
-    d.group = sh->stride == 1 ? 8 : d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
+    /* Padded width computes wp/Q times the outputs: worth it while that stays small
+     * (LeNet's pad-0 conv2, 8 of 12 columns, keeps the shifted rows). */
+    d.pw = sh->stride == 1 && 4L * sh->q >= 3L * (sh->w + 2L * sh->pad);
+    d.group = d.pw ? 8 : d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
     d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
@@ -125,8 +129,9 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_xs = 0;
     d.r_col = r64(4 * xs);
     d.r_x16 = d.r_col + r64(4 * (d.crs * d.pq + 2 * CB_SLACK));
-    d.r_dy16 = d.r_x16 + r64(2 * d.group * d.xssz);
-    d.r_panel = d.r_dy16 + r64(2 * d.group * d.ysz);
+    int g16 = d.pw ? 0 : d.group; /* the shifted-row dW's bf16 copies */
+    d.r_dy16 = d.r_x16 + r64(2 * g16 * d.xssz);
+    d.r_panel = d.r_dy16 + r64(2 * g16 * d.ysz);
     d.r_dw = d.r_panel + r64(2 * (long)k_bf16_panel_elems((int)d.kkmax));
     d.r_db = d.r_dw + r64(4 * sh->k * d.crs);
     d.r_pad = d.r_db + r64(4 * sh->k);
@@ -259,7 +264,7 @@ static void cb_fwd_slot(void *ctx, int slot)
             k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, col, d->pq, NULL, yi, d->pq, j->b, 0, panel);
             continue;
         }
-        if (sh->stride == 1) {
+        if (d->pw) {
             s1_conv_image(j, &d->fg, sh->k, j->x + i * d->xsz, yi, j->b, base);
             continue;
         }
@@ -289,7 +294,7 @@ void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
     }
     uint16_t *pa = (uint16_t *)((char *)ws + j.d.r_pa);
     long *boff = (long *)((char *)ws + j.d.r_off);
-    if (sh->stride == 1) {
+    if (j.d.pw) {
         int *ta = (int *)((char *)ws + j.d.r_ta), *tb = (int *)((char *)ws + j.d.r_tb);
         long *poff = (long *)((char *)ws + j.d.r_poff);
         j.npairs = s1_pair_list(&j.d.fg, j.d.fg.npix + 64, ta, tb, poff);
@@ -321,12 +326,12 @@ static void cb_bwd_slot(void *ctx, int slot)
         if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
         if (j->db) memset(dbp, 0, sizeof(float) * K);
     }
-    if (j->dw && sh->stride == 1)
+    if (j->dw && d->pw)
         for (long i = lo; i < hi; i += d->group) {
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
             s1_dw(j, i, ng, base, dwp, i > lo);
         }
-    if (j->dw && sh->stride != 1)
+    if (j->dw && !d->pw)
         for (long i = lo; i < hi; i += d->group) {
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
             for (int t = 0; t < ng; t++) {
@@ -383,7 +388,7 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         j.poff = poff;
     } else if (dx) k_bf16_pack_a((int)j.d.crs, sh->k, w, 1, j.d.crs, pa); /* W^T */
     cb_offsets(sh, &j.d, boff);
-    if (sh->stride == 1) /* dW taps in the padded image */
+    if (j.d.pw) /* dW taps in the padded image */
         for (int c = 0, t = 0; c < sh->c; c++)
             for (int r = 0; r < sh->r; r++)
                 for (int s = 0; s < sh->s; s++) boff[t++] = c * j.d.fg.plane + r * j.d.fg.wp + s;

@@ -130,8 +130,9 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_col = r64(4 * xs);
     d.r_x16 = d.r_col + r64(4 * (d.crs * d.pq + 2 * CB_SLACK));
     int g16 = d.pw ? 0 : d.group; /* the shifted-row dW's bf16 copies */
-    d.r_dy16 = d.r_x16 + r64(2 * g16 * d.xssz);
-    d.r_panel = d.r_dy16 + r64(2 * g16 * d.ysz);
+    long l32 = (d.pq + 31) / 32 * 32;
+    d.r_dy16 = d.r_x16 + r64(2 * (g16 * d.xssz + 32));
+    d.r_panel = d.r_dy16 + r64(2 * g16 * sh->k * l32);
     d.r_dw = d.r_panel + r64(2 * (long)k_bf16_panel_elems((int)d.kkmax));
     d.r_db = d.r_dw + r64(4 * sh->k * d.crs);
     d.r_pad = d.r_db + r64(4 * sh->k);
@@ -334,13 +335,17 @@ static void cb_bwd_slot(void *ctx, int slot)
     if (j->dw && !d->pw)
         for (long i = lo; i < hi; i += d->group) {
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
+            /* dy rows padded with zeros to a multiple of 32 (no masked tails: slow on
+             * Zen 5); x16 past the rows is finite (next image, or zeroed slack). */
+            long l32 = (d->pq + 31) / 32 * 32;
             for (int t = 0; t < ng; t++) {
                 cb_rows(&g, d, j->x + (i + t) * d->xsz, xs);
                 k_bf16_operand_span((size_t)d->xssz, xs, x16 + t * d->xssz);
-                k_bf16_operand_span((size_t)d->ysz, j->dy + (i + t) * d->ysz, dy16 + t * d->ysz);
+                k_bf16_scatter_rows(K, (int)d->pq, l32, j->dy + (i + t) * d->ysz, dy16 + t * K * l32);
             }
-            k_bf16_gemm_nt(K, (int)d->crs, (int)d->pq, ng, dy16, d->pq, d->ysz, x16, j->boff, 0, d->xssz, dwp,
-                           d->crs, NULL, i > lo);
+            memset(x16 + ng * d->xssz, 0, 2 * 32);
+            k_bf16_gemm_nt(K, (int)d->crs, (int)l32, ng, dy16, l32, K * l32, x16, j->boff, 0, d->xssz, dwp, d->crs,
+                           NULL, i > lo);
         }
     for (long i = lo; i < hi; i++) {
         const float *dyi = j->dy + i * d->ysz;

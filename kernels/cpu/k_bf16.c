@@ -3,8 +3,9 @@
  * products to an fp32 lane, so K is consumed two at a time: the NN form packs A and B
  * with K pairs interleaved, the NT form needs no interleave (both operands run along
  * the reduction, and pair (l, l+1) lines up in both).
- * Conversion is done with integer operations on every path (not vcvtneps2bf16) so the
- * native and portable paths see bit-identical operands. */
+ * k_f32_to_bf16 and k_bf16_from_f32_span round with integer operations (exactly
+ * PyTorch's); the native GEMM operands use vcvtne(2)ps2bf16, which differs only in
+ * flushing subnormals (vdpbf16ps ignores them anyway) and in NaN payloads. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_int.h"

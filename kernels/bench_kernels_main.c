@@ -247,17 +247,23 @@ typedef struct rn_arg {
     k_conv_shape sh;
     float *x, *w, *y, *dx, *dw;
     void *ws;
-    int need_dx, op;
+    int need_dx, op, bf16;
     size_t n;
     int32_t *idx;
     float *a, *b, *c, *d, *e;
 } rn_arg;
 
-static void rn_conv_fwd(void *p) { rn_arg *a = p; k_conv2d_fwd(&a->sh, a->x, a->w, NULL, a->y, a->ws); }
+static void rn_conv_fwd(void *p)
+{
+    rn_arg *a = p;
+    if (a->bf16) k_conv2d_fwd_bf16(&a->sh, a->x, a->w, NULL, a->y, a->ws);
+    else k_conv2d_fwd(&a->sh, a->x, a->w, NULL, a->y, a->ws);
+}
 static void rn_conv_bwd(void *p)
 {
     rn_arg *a = p;
-    k_conv2d_bwd(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
+    if (a->bf16) k_conv2d_bwd_bf16(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
+    else k_conv2d_bwd(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
 }
 
 /* Memory-bound kernels on one activation shape [n, c, h, w]. */
@@ -294,6 +300,7 @@ static void bench_resnet(const char *model, int b, int iters)
         k_conv_shape sh = {b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
         k_conv_shape_init(&sh);
         size_t ws = k_conv2d_workspace(&sh), nx = (size_t)b * sh.c * sh.h * sh.w;
+        if (k_conv2d_bf16_workspace(&sh) > ws) ws = k_conv2d_bf16_workspace(&sh);
         size_t ny = (size_t)b * sh.k * sh.p * sh.q, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
         if (ws > wsz) wsz = ws;
         if (nx > xmax) xmax = nx;
@@ -308,26 +315,34 @@ static void bench_resnet(const char *model, int b, int iters)
     use_cpu_clock = k_threads() == 1 && !force_wall;
     printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only)\n", model, b, iters,
            use_cpu_clock ? "thread CPU time" : "wall time");
-    printf("%-22s %-24s %3s %10s %8s %10s %8s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
-           "bwd_us", "GFLOP/s");
-    double tf = 0, tb = 0, ff = 0, fb = 0;
+    printf("%-22s %-24s %3s %10s %8s %10s %8s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
+           "bwd_us", "GFLOP/s", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
+    double tf = 0, tb = 0, ff = 0, fb = 0, tf16 = 0, tb16 = 0;
     for (int i = 0; i < nl; i++) {
         a.sh = (k_conv_shape){b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
         k_conv_shape_init(&a.sh);
         a.need_dx = L[i].need_dx;
         double fl = 2.0 * b * a.sh.k * a.sh.p * a.sh.q * a.sh.c * a.sh.r * a.sh.s;
         double blf = fl * (a.need_dx ? 2 : 1);
+        a.bf16 = 0;
         double uf = median_us(iters, rn_conv_fwd, &a), ub = median_us(iters, rn_conv_bwd, &a);
+        a.bf16 = 1; /* --amp bf16: bf16 operands, fp32 accumulation */
+        double uf16 = median_us(iters, rn_conv_fwd, &a), ub16 = median_us(iters, rn_conv_bwd, &a);
+        a.bf16 = 0;
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%d->%d %dx%d s%d p%d", a.sh.c, a.sh.h, a.sh.k, a.sh.r,
                  a.sh.s, a.sh.stride, a.sh.pad);
-        printf("%-22s %-24s %3d %10.0f %8.1f %10.0f %8.1f\n", L[i].name, shape, L[i].count, uf,
-               fl / (uf * 1e3), ub, blf / (ub * 1e3));
+        printf("%-22s %-24s %3d %10.0f %8.1f %10.0f %8.1f | %8.0f %8.0f %6.2f %6.2f\n", L[i].name, shape,
+               L[i].count, uf, fl / (uf * 1e3), ub, blf / (ub * 1e3), uf16, ub16, uf / uf16, ub / ub16);
         tf += uf * L[i].count; tb += ub * L[i].count;
+        tf16 += uf16 * L[i].count; tb16 += ub16 * L[i].count;
         ff += fl * L[i].count; fb += blf * L[i].count;
     }
     printf("all convs x count: fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s\n",
            tf * 1e-3, ff / (tf * 1e3), tb * 1e-3, fb / (tb * 1e3), (ff + fb) / ((tf + tb) * 1e3));
+    printf("bf16 (%s):        fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s: "
+           "%.2fx fp32\n", k_isa(), tf16 * 1e-3, ff / (tf16 * 1e3), tb16 * 1e-3, fb / (tb16 * 1e3),
+           (ff + fb) / ((tf16 + tb16) * 1e3), (tf + tb) / (tf16 + tb16));
 
     /* Memory-bound layers on the model's largest activations. */
     int mc = r18 ? 64 : 16, mh = r18 ? 112 : 28;

@@ -13,8 +13,9 @@
  * results are bitwise identical for any n. */
 void k_set_threads(int n);
 int k_threads(void);
-/* Which SIMD path the runtime dispatch picked: "avx512", "avx2" or "generic". The best
- * the CPU supports, unless DDPRT_ISA=generic|avx2|avx512 asks for a lower one. */
+/* Which SIMD path the runtime dispatch picked: "avx512bf16" (avx512 plus vdpbf16ps for
+ * the bf16 kernels), "avx512", "avx2" or "generic". The best the CPU supports, unless
+ * DDPRT_ISA=generic|avx2|avx512|avx512bf16 asks for a lower one. */
 const char *k_isa(void);
 /* Switches the path (tests, benchmarks): NULL = the best supported. Returns -1 (and
  * changes nothing) for an unknown name or one this CPU lacks. Not thread-safe with
@@ -37,6 +38,26 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
                   float *y, void *ws);
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws);
+
+/* Mixed precision (--amp bf16): the same convolution and linear with bf16 operands
+ * (x, w, dy rounded to nearest even) and fp32 accumulation; inputs, outputs, bias and
+ * gradients stay fp32 in memory. vdpbf16ps where the CPU has it (k_isa()
+ * "avx512bf16"), else rounded operands through the fp32 kernels. Results are
+ * independent of the thread count; the two paths differ only in fp32 summation order
+ * (and vdpbf16ps flushing subnormal operands).
+ * The workspace covers both paths (the ISA may be switched between calls). */
+uint16_t k_f32_to_bf16(float f); /* round to nearest even; NaN -> 0x7fc0 (PyTorch's) */
+float k_bf16_to_f32(uint16_t h);
+size_t k_conv2d_bf16_workspace(const k_conv_shape *sh);
+void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, const float *b,
+                       float *y, void *ws);
+void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *db, void *ws);
+size_t k_linear_bf16_workspace(int n, int in, int out);
+void k_linear_fwd_bf16(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                       void *ws);
+void k_linear_bwd_bf16(int n, int in, int out, const float *x, const float *w, const float *dy,
+                       float *dx, float *dw, float *db, void *ws);
 
 /* y[n,out] = x[n,in] @ w[out,in]^T + b[out] (PyTorch nn.Linear layout) */
 void k_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y);

@@ -89,9 +89,14 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
     for (int r = 1; r < d->world; r++)
         for (int i = 0; i < n; i++)
             if (all[r * n + i] != all[i]) {
-                snprintf(err, errlen, "configuration differs: %s is %lld on rank %d but %lld on rank 0; "
-                         "every rank must run with the same flags and data", names[i],
-                         (long long)all[r * n + i], r, (long long)all[i]);
+                long long a = (long long)all[r * n + i], b = (long long)all[i];
+                /* Flags compare as hashes or IEEE bits: their values would only confuse. */
+                if (a > -(1LL << 40) && a < (1LL << 40) && b > -(1LL << 40) && b < (1LL << 40))
+                    snprintf(err, errlen, "configuration differs: %s is %lld on rank %d but %lld on rank 0; "
+                             "every rank must run with the same flags and data", names[i], a, r, b);
+                else
+                    snprintf(err, errlen, "configuration differs: %s is not the same on rank %d as on rank 0; "
+                             "every rank must run with the same flags and data", names[i], r);
                 return -1;
             }
     return 0;

@@ -107,6 +107,10 @@ typedef struct nn_node {
     k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
 } nn_node;
 
+/* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
+ * parameters, gradients, optimizer state and other ops stay fp32. */
+enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1 };
+
 typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
 enum { NN_GRAD_SET, NN_GRAD_STASH_FIRST, NN_GRAD_STASH, NN_GRAD_FINAL };
 
@@ -145,6 +149,7 @@ typedef struct nn_graph {
     void (*sync_sum)(void *ctx, double *v, int n);
     void *sync_ctx;
     /* bf16 / device hooks live beside this in later issues */
+    int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
 } nn_graph;
 
 /* ---- building (nn/graph.c) ---- */

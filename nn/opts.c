@@ -84,6 +84,7 @@ static const flag flags[] = {
     F("sync-bn", T_FLAG, sync_bn, JOB, D_ANY, "SyncBatchNorm: batch statistics over all ranks"),
     FC("grad-compress", grad_compress, JOB, "none|fp16|bf16", "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
     F("topk", T_STR, topk, JOB, D_ANY, "report top-k test accuracy for these k, e.g. 1,5"),
+    FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -293,6 +294,19 @@ int nn_opts_check_paths(const nn_opts *o, char *err, size_t errlen)
             snprintf(err, errlen, "--%s %s: cannot write into %s: %s", which[i][0], p, dir, strerror(errno));
             return -1;
         }
+    }
+    if (o->amp && strcmp(o->amp, "none") && strcmp(o->amp, "bf16") && strcmp(o->amp, "fp16")) {
+        rt_error("--amp: expected none, bf16 or fp16, got '%s'", o->amp);
+        return -1;
+    }
+    int cuda = o->device && !strcmp(o->device, "cuda");
+    if (o->amp && !strcmp(o->amp, "fp16") && !cuda) {
+        rt_error("--amp fp16 needs the CUDA build and a GPU (--device cuda); on the CPU use --amp bf16");
+        return -1;
+    }
+    if (o->amp && strcmp(o->amp, "none") && cuda) {
+        rt_error("--amp %s: mixed precision on --device cuda is not implemented yet (CPU: --amp bf16)", o->amp);
+        return -1;
     }
     return 0;
 }

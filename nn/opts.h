@@ -26,6 +26,7 @@ typedef struct nn_opts {
     const char *optimizer, *lr_schedule, *lr_milestones, *lr_scale, *grad_compress, *topk;
     int lr_step, no_decay_bn_bias, accum_steps, sync_bn;
     double lr_gamma, warmup_epochs, clip_grad_norm;
+    const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

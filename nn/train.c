@@ -43,9 +43,9 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
         snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
         return -1;
     }
-    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen) ||
-        nn_graph_finish(&t->g, a, max_batch, err, errlen))
-        return -1;
+    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
+    t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
+    if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
     nn_optim_plan(&t->opt, a, t->g.nparams);
     t->momentum = t->opt.m;
     t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,

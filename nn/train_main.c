@@ -52,8 +52,9 @@ int main(int argc, char **argv)
         nn_ddp_close(&ddp, 1);
         rt_fatal("%s", err);
     }
-    rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels",
-            o.model, t.data_dir, t.train.n, t.test.n, ddp.world, k_threads(), k_isa());
+    rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels%s",
+            o.model, t.data_dir, t.train.n, t.test.n, ddp.world, k_threads(), k_isa(),
+            t.g.amp == NN_AMP_BF16 ? ", amp bf16" : "");
     rc = nn_trainer_run(&t);
     nn_trainer_free(&t);
     nn_ddp_close(&ddp, rc != 0);

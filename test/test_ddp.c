@@ -92,6 +92,23 @@ PTEST(ddp_config_mismatch_is_refused_on_every_rank)
     }
 }
 
+PTEST(ddp_amp_mismatch_is_refused)
+{
+    t_clean_env();
+    make_data();
+    t_proc p[2];
+    int port = t_free_port();
+    const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--amp", "bf16", NULL};
+    start_rank(&p[0], port, 0, 2, e0);
+    start_rank(&p[1], port, 1, 2, e1);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && strstr(err, "configuration differs: amp is not the same on rank 1 as on rank 0"), "rank %d rc %d: %s", r,
+               rc, err);
+    }
+}
+
 PTEST(ddp_corrupt_data_on_one_rank_stops_the_job)
 {
     t_clean_env();

@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { K_ISA_GENERIC = 0, K_ISA_AVX2 = 1, K_ISA_AVX512 = 2 };
-int k_isa_level(void);                  /* the path in use (detected once, env may lower) */
+enum { K_ISA_GENERIC = 0, K_ISA_AVX2 = 1, K_ISA_AVX512 = 2, K_ISA_AVX512BF16 = 3 };
+/* The fp32 path in use (detected once, env may lower); never K_ISA_AVX512BF16, which
+ * the fp32 kernels run as K_ISA_AVX512. */
+int k_isa_level(void);
+int k_isa_bf16(void);                   /* the bf16 kernels may use vdpbf16ps */
 
 /* Runs fn(ctx, task) for task in [0, ntasks) on the pool (the caller takes part).
  * Tasks must be independent; which thread runs a task never changes a result. */

@@ -131,14 +131,19 @@ void k_parallel_for(int ntasks, k_task_fn fn, void *ctx)
 }
 
 /* ---- ISA: detected once; DDPRT_ISA or k_set_isa may pick a lower path. ---- */
-static const char *const isa_names[] = {"generic", "avx2", "avx512"};
+/* "avx512bf16" is the AVX-512 path plus vdpbf16ps for the bf16 (--amp) kernels; the
+ * fp32 kernels see it as avx512 (k_isa_level), so naming avx512 only turns bf16's
+ * native path off. */
+static const char *const isa_names[] = {"generic", "avx2", "avx512", "avx512bf16"};
 static _Atomic int isa_cur = -1, isa_best = -1;
 
 static int isa_detect(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return K_ISA_AVX512;
+    if (__builtin_cpu_supports("avx512f"))
+        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? K_ISA_AVX512BF16
+                                                                                            : K_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return K_ISA_AVX2;
 #endif
     return K_ISA_GENERIC;
@@ -146,7 +151,7 @@ static int isa_detect(void)
 
 static int isa_parse(const char *s)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (strcmp(s, isa_names[i]) == 0) return i;
     return -1;
 }
@@ -160,7 +165,7 @@ int k_set_isa(const char *name)
     return 0;
 }
 
-int k_isa_level(void)
+static int isa_raw(void)
 {
     if (isa_cur >= 0) return isa_cur;
     isa_best = isa_detect();
@@ -169,7 +174,7 @@ int k_isa_level(void)
     if (e && *e) {
         int want = isa_parse(e);
         if (want < 0)
-            fprintf(stderr, "ddprt: DDPRT_ISA=%s: expected generic, avx2 or avx512; using %s\n",
+            fprintf(stderr, "ddprt: DDPRT_ISA=%s: expected generic, avx2, avx512 or avx512bf16; using %s\n",
                     e, isa_names[lvl]);
         else if (want > isa_best)
             fprintf(stderr, "ddprt: DDPRT_ISA=%s: this CPU lacks it; using %s\n", e,
@@ -181,4 +186,11 @@ int k_isa_level(void)
     return lvl;
 }
 
-const char *k_isa(void) { return isa_names[k_isa_level()]; }
+int k_isa_level(void)
+{
+    int l = isa_raw();
+    return l > K_ISA_AVX512 ? K_ISA_AVX512 : l;
+}
+int k_isa_bf16(void) { return isa_raw() == K_ISA_AVX512BF16; }
+
+const char *k_isa(void) { return isa_names[isa_raw()]; }

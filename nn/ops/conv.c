@@ -31,25 +31,36 @@ static int conv_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 
 static size_t conv_ws(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    (void)g;
     k_conv_shape sh = n->conv;
     sh.n = max_batch;
-    return k_conv2d_workspace(&sh);
+    size_t w = k_conv2d_workspace(&sh);
+    if (g->amp == NN_AMP_BF16) {
+        size_t wb = k_conv2d_bf16_workspace(&sh);
+        if (wb > w) w = wb;
+    }
+    return w;
 }
 
 static void conv_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = n->conv;
     sh.n = r->n;
-    k_conv2d_fwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
+    if (g->amp == NN_AMP_BF16)
+        k_conv2d_fwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
+    else
+        k_conv2d_fwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
 }
 
 static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = n->conv;
     sh.n = r->n;
-    k_conv2d_bwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
-                 n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+    if (g->amp == NN_AMP_BF16)
+        k_conv2d_bwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                          n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+    else
+        k_conv2d_bwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                     n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
 }
 
 const nn_op nn_op_conv2d = {"conv2d", NN_BWD_INPUT, conv_infer, conv_ws, conv_fwd, conv_bwd};
@@ -70,15 +81,31 @@ static int linear_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     return 0;
 }
 
+static size_t linear_ws(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    if (g->amp != NN_AMP_BF16) return 0;
+    return k_linear_bf16_workspace(max_batch, nn_in(g, n, 0)->out.c, n->out.c);
+}
+
 static void linear_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (g->amp == NN_AMP_BF16) {
+        k_linear_fwd_bf16(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1),
+                          n->y, r->ws);
+        return;
+    }
     k_linear_fwd(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1), n->y);
 }
 
 static void linear_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (g->amp == NN_AMP_BF16) {
+        k_linear_bwd_bf16(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
+                          nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws);
+        return;
+    }
     k_linear_bwd(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0),
                  nn_pg(g, n, 0), nn_pg(g, n, 1));
 }
 
-const nn_op nn_op_linear = {"linear", NN_BWD_INPUT, linear_infer, NULL, linear_fwd, linear_bwd};
+const nn_op nn_op_linear = {"linear", NN_BWD_INPUT, linear_infer, linear_ws, linear_fwd, linear_bwd};

@@ -1,0 +1,460 @@
+/* bf16 conversion (round to nearest even, as PyTorch's c10::BFloat16) and the
+ * AVX512-BF16 GEMMs of k_bf16.h. vdpbf16ps multiplies pairs of bf16 and adds both
+ * products to an fp32 lane, so K is consumed two at a time: the NN form packs A and B
+ * with K pairs interleaved, the NT form needs no interleave (both operands run along
+ * the reduction, and pair (l, l+1) lines up in both).
+ * k_f32_to_bf16 and k_bf16_from_f32_span round with integer operations (exactly
+ * PyTorch's); the native GEMM operands use vcvtne(2)ps2bf16, which differs only in
+ * flushing subnormals (vdpbf16ps ignores them anyway) and in NaN payloads. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_bf16.h"
+#include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_gemm.h"
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_BF16_X86 1
+#endif
+
+uint16_t k_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN: PyTorch's quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                    /* ties to even; inf stays inf */
+    return (uint16_t)(u >> 16);
+}
+
+float k_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+#ifdef K_BF16_X86
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF_INL static inline __attribute__((always_inline)) BF_TARGET
+
+/* bf16(v) in the high half of each 32-bit lane (the low half is garbage). */
+BF_INL __m512i rne_hi(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i one = _mm512_set1_epi32(1);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc00000));
+}
+
+BF_TARGET static void from_f32_avx512(size_t n, const float *x, uint16_t *y)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rne_hi(_mm512_loadu_ps(x + i)), 16)));
+    for (; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+}
+#endif
+
+void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y)
+{
+#ifdef K_BF16_X86
+    if (k_isa_level() == K_ISA_AVX512) { from_f32_avx512(n, x, y); return; }
+#endif
+    for (size_t i = 0; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+}
+
+void k_bf16_round_span(size_t n, const float *x, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] = k_bf16_to_f32(k_f32_to_bf16(x[i]));
+}
+
+size_t k_bf16_pack_a_elems(int m, int kk)
+{
+    size_t nmb = (size_t)(m + K_BF16_MR - 1) / K_BF16_MR;
+    return nmb * K_BF16_MR * 2 * (size_t)((kk + 1) / 2);
+}
+
+void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *ap)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        uint16_t *o = ap + (size_t)ib * kp * K_BF16_MR * 2;
+        for (int p = 0; p < kp; p++)
+            for (int i = 0; i < K_BF16_MR; i++)
+                for (int h = 0; h < 2; h++) {
+                    int k = 2 * p + h;
+                    o[((size_t)p * K_BF16_MR + i) * 2 + h] =
+                        i < mr && k < kk ? k_f32_to_bf16(a[(long)(i0 + i) * ars + (long)k * acs]) : 0;
+                }
+    }
+}
+
+size_t k_bf16_panel_elems(int kk) { return (size_t)((kk + 1) / 2) * 64; }
+
+#ifdef K_BF16_X86
+/* Rows k and k+1 of B, columns [j0, j0+nc), as 32 interleaved pairs (two vectors).
+ * vcvtne2ps2bf16 rounds as k_f32_to_bf16 except that it flushes subnormals to zero
+ * (and keeps NaN payloads), which vdpbf16ps does to its inputs anyway: the products
+ * are the same, at a third of the instructions of the integer rounding. */
+static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+BF_TARGET static void pack_panel(int kk, int nc, const float *b, long ldb, const long *boff, uint16_t *panel)
+{
+    int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
+    __mmask16 m[2] = {(__mmask16)((1u << c0) - 1), (__mmask16)((1u << c1) - 1)};
+    const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
+    int nv = c1 ? 2 : 1;
+    for (int p = 0; p < (kk + 1) / 2; p++) {
+        int k0 = 2 * p, k1 = k0 + 1;
+        const float *r0 = b + (boff ? boff[k0] : k0 * ldb);
+        const float *r1 = k1 < kk ? b + (boff ? boff[k1] : k1 * ldb) : NULL;
+        if (nc == 32 && r1) { /* masked loads measured much slower on Zen 5: only for tails */
+            for (int v = 0; v < 2; v++) {
+                __m512i w = _mm512_permutexvar_epi16(
+                    idx, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + 16 * v), _mm512_loadu_ps(r0 + 16 * v)));
+                _mm512_storeu_si512((void *)(panel + (size_t)p * 64 + 32 * v), w);
+            }
+            continue;
+        }
+        for (int v = 0; v < nv; v++) {
+            __m512 x0 = _mm512_maskz_loadu_ps(m[v], r0 + 16 * v);
+            __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m[v], r1 + 16 * v) : _mm512_setzero_ps();
+            __m512i w = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+            _mm512_storeu_si512((void *)(panel + (size_t)p * 64 + 32 * v), w);
+        }
+    }
+}
+
+/* GEMM operands: the same rounding as pack_panel; one masked step for the tail. */
+BF_INL void operand_row(size_t n, const float *x, uint16_t *y)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm512_storeu_si512((void *)(y + i), (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    if (i < n && n >= 16) { /* the last 16, overlapping back: masked ops are slow on Zen 5 */
+        _mm256_storeu_si256((__m256i *)(y + n - 16), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + n - 16)));
+    } else if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(y + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+BF_TARGET static void operand_avx512bf16(size_t n, const float *x, uint16_t *y) { operand_row(n, x, y); }
+
+BF_TARGET static void pad_image_avx512bf16(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out)
+{
+    for (int ch = 0; ch < c; ch++)
+        for (int r = 0; r < hp; r++) {
+            uint16_t *o = out + ((long)ch * hp + r) * wp;
+            int ih = r - pad;
+            if (ih < 0 || ih >= h) { memset(o, 0, 2 * (size_t)wp); continue; }
+            for (int t = 0; t < pad; t++) o[t] = 0;
+            operand_row((size_t)w, x + ((long)ch * h + ih) * w, o + pad);
+            for (int t = pad + w; t < wp; t++) o[t] = 0;
+        }
+}
+
+/* dst row p at dst + p*wp gets src row p (q floats); the rest of each row is 0. */
+BF_TARGET static void scatter_rows_avx512bf16(int rows, int q, long wp, const float *src, uint16_t *dst)
+{
+    for (int p = 0; p < rows; p++) {
+        operand_row((size_t)q, src + (long)p * q, dst + p * wp);
+        for (long t = q; t < wp; t++) dst[p * wp + t] = 0;
+    }
+}
+
+BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
+
+BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, const long *boff,
+                   float *c, long ldc, const float *bias, int acc)
+{
+    __m512 s[K_BF16_MR][2];
+    int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
+    __mmask16 m0 = (__mmask16)((1u << c0) - 1), m1 = (__mmask16)((1u << c1) - 1);
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        if (acc && nc == 32) {
+            s[i][0] = _mm512_loadu_ps(c + i * ldc);
+            s[i][1] = _mm512_loadu_ps(c + i * ldc + 16);
+        } else if (acc) {
+            s[i][0] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
+            s[i][1] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+        } else s[i][0] = s[i][1] = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
+    }
+    const uint16_t *b0p = bp;
+    for (int p = 0; p < kp; p++) {
+        if (boff) bp = b0p + 2 * boff[p]; /* pair row p of a pair image (offsets in pairs) */
+        __m512i b0 = _mm512_loadu_si512((const void *)bp), b1 = _mm512_loadu_si512((const void *)(bp + 32));
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            int32_t t;
+            memcpy(&t, ap + 2 * i, sizeof t);
+            __m512i a = _mm512_set1_epi32(t);
+            s[i][0] = _mm512_dpbf16_ps(s[i][0], bh(a), bh(b0));
+            s[i][1] = _mm512_dpbf16_ps(s[i][1], bh(a), bh(b1));
+        }
+        ap += 2 * K_BF16_MR;
+        bp += 64;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        if (nc == 32) {
+            _mm512_storeu_ps(c + i * ldc, s[i][0]);
+            _mm512_storeu_ps(c + i * ldc + 16, s[i][1]);
+        } else {
+            _mm512_mask_storeu_ps(c + i * ldc, m0, s[i][0]);
+            if (m1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, s[i][1]);
+        }
+    }
+}
+
+#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc); break;
+/* All row blocks of A against one packed panel, or pair rows at panel + boff[p]
+ * (columns [0, nc) of c). */
+BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel,
+                                 const long *boff, float *c, long ldc, const float *bias, int acc)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        const uint16_t *apb = ap + (size_t)ib * kp * K_BF16_MR * 2;
+        float *ci = c + (long)i0 * ldc;
+        const float *bi = bias ? bias + i0 : NULL;
+        switch (mr) {
+            BF_NN_CASE(1) BF_NN_CASE(2) BF_NN_CASE(3) BF_NN_CASE(4) BF_NN_CASE(5) BF_NN_CASE(6)
+            BF_NN_CASE(7) BF_NN_CASE(8) BF_NN_CASE(9) BF_NN_CASE(10) BF_NN_CASE(11) BF_NN_CASE(12)
+        default: break;
+        }
+    }
+}
+
+BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
+                                         const long *boff, float *c, long ldc, const float *bias, int acc,
+                                         uint16_t *panel)
+{
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        int nc = n - j0 < 32 ? n - j0 : 32;
+        pack_panel(kk, nc, b + j0, ldb, boff, panel);
+        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc);
+    }
+}
+
+BF_TARGET static void pairs_avx512bf16(long n, long dv, const uint16_t *in, uint32_t *pr)
+{
+    for (int img = 0; img < (dv ? 2 : 1); img++) {
+        long d = img ? dv : 1;
+        uint32_t *o = pr + img * n;
+        for (long i = 0; i < n; i += 16) {
+            __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + i)));
+            __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + i + d)));
+            _mm512_storeu_si512((void *)(o + i), _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+        }
+    }
+}
+
+BF_INL void ukr_nt(const int mr, const int nr, int l, int ng, const uint16_t *a, long lda, long a_img,
+                   const uint16_t *const *brow, long b_img, float *c, long ldc, const float *bias, int acc)
+{
+    __m512 s[4][6];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const uint16_t *ag = a + g * a_img;
+        long bo = g * b_img;
+        int x = 0;
+        for (; x + 32 <= l; x += 32) {
+            __m512i av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = _mm512_loadu_si512((const void *)(ag + i * lda + x));
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                __m512i bv = _mm512_loadu_si512((const void *)(brow[j] + bo + x));
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = _mm512_dpbf16_ps(s[i][j], bh(av[i]), bh(bv));
+            }
+        }
+        if (x < l) {
+            __mmask32 mk = (__mmask32)((1u << (l - x)) - 1);
+            __m512i av[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) av[i] = _mm512_maskz_loadu_epi16(mk, ag + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                __m512i bv = _mm512_maskz_loadu_epi16(mk, brow[j] + bo + x);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) s[i][j] = _mm512_dpbf16_ps(s[i][j], bh(av[i]), bh(bv));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = _mm512_reduce_add_ps(s[i][j]);
+            if (bias) v += bias[j];
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define BF_NT_CASE(M, N) case M * 8 + N: ukr_nt(M, N, l, ng, ai, lda, a_img, br, b_img, cij, ldc, bs, acc); break;
+#define BF_NT_ROW(M) BF_NT_CASE(M, 1) BF_NT_CASE(M, 2) BF_NT_CASE(M, 3) BF_NT_CASE(M, 4) BF_NT_CASE(M, 5) \
+    BF_NT_CASE(M, 6)
+BF_TARGET static void gemm_nt_avx512bf16(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img,
+                                         const uint16_t *b, const long *boff, long ldb, long b_img, float *c,
+                                         long ldc, const float *bias, int acc)
+{
+    int nmb = (m + 3) / 4, nnb = (n + 5) / 6;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const uint16_t *br[6];
+            for (int j = 0; j < nr; j++) br[j] = b + (boff ? boff[j0 + j] : (long)(j0 + j) * ldb);
+            const uint16_t *ai = a + (long)i0 * lda;
+            float *cij = c + (long)i0 * ldc + j0;
+            const float *bs = bias ? bias + j0 : NULL;
+            switch (mr * 8 + nr) {
+                BF_NT_ROW(1) BF_NT_ROW(2) BF_NT_ROW(3) BF_NT_ROW(4)
+            default: break;
+            }
+        }
+    }
+}
+#endif /* K_BF16_X86 */
+
+void k_bf16_operand_span(size_t n, const float *x, uint16_t *y)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { operand_avx512bf16(n, x, y); return; }
+#endif
+    k_bf16_from_f32_span(n, x, y);
+}
+
+void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb, const long *boff,
+                    float *c, long ldc, const float *bias, int acc, uint16_t *panel)
+{
+    if (m <= 0 || n <= 0) return;
+#ifdef K_BF16_X86
+    gemm_nn_avx512bf16(m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, panel);
+#else
+    (void)kk; (void)ap; (void)b; (void)ldb; (void)boff; (void)c; (void)ldc; (void)bias; (void)acc; (void)panel;
+#endif
+}
+
+#ifdef K_BF16_X86
+BF_TARGET static void compact_avx512(int m, int rows, int q, long wp, long ld, const float *src, float *dst)
+{
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < rows; p++) {
+            const float *s = src + k * ld + p * wp;
+            float *d = dst + ((long)k * rows + p) * q;
+            if (q < 16) {
+                __mmask16 mk = (__mmask16)((1u << q) - 1);
+                _mm512_mask_storeu_ps(d, mk, _mm512_maskz_loadu_ps(mk, s));
+                continue;
+            }
+            int t = 0;
+            for (; t + 16 <= q; t += 16) _mm512_storeu_ps(d + t, _mm512_loadu_ps(s + t));
+            if (t < q) _mm512_storeu_ps(d + q - 16, _mm512_loadu_ps(s + q - 16)); /* overlaps back */
+        }
+}
+#endif
+
+void k_bf16_compact(int m, int rows, int q, long wp, long ld, const float *src, float *dst)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { compact_avx512(m, rows, q, wp, ld, src, dst); return; }
+#endif
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < rows; p++)
+            memcpy(dst + ((long)k * rows + p) * q, src + k * ld + p * wp, sizeof(float) * (size_t)q);
+}
+
+void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) { scatter_rows_avx512bf16(rows, q, wp, src, dst); return; }
+#endif
+    for (int p = 0; p < rows; p++) {
+        k_bf16_from_f32_span((size_t)q, src + (long)p * q, dst + p * wp);
+        for (long t = q; t < wp; t++) dst[p * wp + t] = 0;
+    }
+}
+
+void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack)
+{
+#ifdef K_BF16_X86
+    if (k_isa_bf16()) {
+        pad_image_avx512bf16(c, h, w, pad, hp, wp, x, out);
+        memset(out + (long)c * hp * wp, 0, 2 * (size_t)slack);
+        return;
+    }
+#endif
+    for (int ch = 0; ch < c; ch++)
+        for (int r = 0; r < hp; r++) {
+            uint16_t *o = out + ((long)ch * hp + r) * wp;
+            int ih = r - pad;
+            if (ih < 0 || ih >= h) { memset(o, 0, 2 * (size_t)wp); continue; }
+            memset(o, 0, 2 * (size_t)pad);
+            k_bf16_operand_span((size_t)w, x + ((long)ch * h + ih) * w, o + pad);
+            memset(o + pad + w, 0, 2 * (size_t)(wp - pad - w));
+        }
+    memset(out + (long)c * hp * wp, 0, 2 * (size_t)slack);
+}
+
+void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr)
+{
+#ifdef K_BF16_X86
+    pairs_avx512bf16(n, dv, in, pr);
+#else
+    for (long i = 0; i < n; i++) pr[i] = in[i] | (uint32_t)in[i + 1] << 16;
+    if (dv) for (long i = 0; i < n; i++) pr[n + i] = in[i] | (uint32_t)in[i + dv] << 16;
+#endif
+}
+
+void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
+                       long ldc, const float *bias)
+{
+#ifdef K_BF16_X86
+    for (int j0 = 0; j0 < n32; j0 += 32)
+        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, c + j0, ldc, bias, 0);
+#else
+    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias;
+#endif
+}
+
+void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
+                         uint16_t *ap)
+{
+    int nmb = (m + K_BF16_MR - 1) / K_BF16_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        uint16_t *o = ap + (size_t)ib * npairs * K_BF16_MR * 2;
+        for (int p = 0; p < npairs; p++)
+            for (int i = 0; i < K_BF16_MR; i++) {
+                const float *ai = a + (long)(i0 + i) * ars;
+                o[((size_t)p * K_BF16_MR + i) * 2] = i < mr ? k_f32_to_bf16(ai[(long)ta[p] * acs]) : 0;
+                o[((size_t)p * K_BF16_MR + i) * 2 + 1] = i < mr && tb[p] >= 0 ? k_f32_to_bf16(ai[(long)tb[p] * acs]) : 0;
+            }
+    }
+}
+
+void k_bf16_gemm_nt(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img, const uint16_t *b,
+                    const long *boff, long ldb, long b_img, float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+#ifdef K_BF16_X86
+    gemm_nt_avx512bf16(m, n, l, ng, a, lda, a_img, b, boff, ldb, b_img, c, ldc, bias, acc);
+#else
+    (void)l; (void)ng; (void)a; (void)lda; (void)a_img; (void)b; (void)boff; (void)ldb; (void)b_img;
+    (void)c; (void)ldc; (void)bias; (void)acc;
+#endif
+}

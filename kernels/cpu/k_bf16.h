@@ -1,0 +1,55 @@
+/* bf16 building blocks for the mixed-precision (--amp bf16) conv and linear kernels.
+ * Internal to kernels/cpu. The native GEMMs (vdpbf16ps, fp32 accumulation) may only
+ * be called when k_isa_bf16(); the portable path rounds operands with
+ * k_bf16_round_span and runs the fp32 kernels.
+ *
+ * NN form: A packed by k_bf16_pack_a into row blocks of K_BF16_MR rows, K in pairs:
+ *   ap[((ib * kp + p) * MR + i) * 2 + h] = bf16(A(i0 + i, 2p + h)), kp = ceil(kk/2),
+ * B read as fp32 rows (row k at b + boff[k], or b + k*ldb) and converted, 32 columns
+ * at a time, into a pair-interleaved panel (the caller's scratch,
+ * k_bf16_panel_elems(kk) uint16). */
+#ifndef K_BF16_H
+#define K_BF16_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define K_BF16_MR 12
+
+void k_bf16_round_span(size_t n, const float *x, float *y); /* y = (float)bf16(x) */
+void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y);
+/* For native GEMM operands: as k_bf16_from_f32_span but subnormals may flush to zero
+ * (vdpbf16ps ignores them) and NaN payloads may differ. */
+void k_bf16_operand_span(size_t n, const float *x, uint16_t *y);
+size_t k_bf16_pack_a_elems(int m, int kk);
+void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *ap);
+size_t k_bf16_panel_elems(int kk);
+/* C[m x n] = (acc ? C : 0) + bias[i] + A B (bias per row, may be NULL). */
+void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
+                    const long *boff, float *c, long ldc, const float *bias, int acc,
+                    uint16_t *panel);
+/* Stride-1 "padded width" layout (k_conv_bf16.c): the image zero-padded to hp x wp
+ * in bf16, then pair images whose element i holds two taps' values for extended
+ * output i (= p*wp + q): horizontal (in[i], in[i+1]) and vertical (in[i], in[i+dv]).
+ * k_bf16_pad_image zeroes `slack` elements after the last plane. */
+void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack);
+/* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
+void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
+/* dst[k][p][0..q) = src[k*ld + p*wp + 0..q) for k < m, p < rows (the inverse). */
+void k_bf16_compact(int m, int rows, int q, long wp, long ld, const float *src, float *dst);
+/* pr[0, n): horizontal pairs; pr[n, 2n) vertical ones when dv > 0. Reads in up to
+ * n + 16 + max(1, dv). */
+void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr);
+/* A packed with pair p = columns (ta[p], tb[p]) of A (tb < 0: a zero weight). */
+void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
+                         uint16_t *ap);
+/* C[m x n32] = bias + A B with B's pair row p at b + boff[p] (n32 a multiple of 32,
+ * whole 32-column stores). Native only. */
+void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
+                       long ldc, const float *bias);
+/* C[i][j] = (acc ? C : 0) + bias[j] + sum over ng images g of
+ * sum_l A_g[i][l] B_g[j][l], A_g row i at a + g*a_img + i*lda, B_g row j at
+ * b + g*b_img + (boff ? boff[j] : j*ldb); both bf16 (dot products along l). */
+void k_bf16_gemm_nt(int m, int n, int l, int ng, const uint16_t *a, long lda, long a_img,
+                    const uint16_t *b, const long *boff, long ldb, long b_img, float *c, long ldc,
+                    const float *bias, int acc);
+#endif

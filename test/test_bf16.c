@@ -1,0 +1,310 @@
+/* Mixed precision (--amp bf16): conversion, the bf16 conv/linear kernels against
+ * double-precision loops on bf16-rounded operands (tight) and on the fp32 operands
+ * (bf16 tolerance), agreement across ISA paths and thread counts, and a short
+ * training run. */
+#include "test/t.h"
+#include "test/t_data.h"
+#include "kernels/k.h"
+#include "kernels/cpu/k_bf16.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static uint64_t rs = 0x9E3779B97F4A7C15ULL;
+static uint64_t rbits(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static float frand(void) { return (float)((rbits() >> 40) * 0x1p-24 * 2.0 - 1.0); }
+static float *rnd(size_t n)
+{
+    float *p = malloc(n * sizeof *p + 64);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+static float fbits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static double bf(float x) { return k_bf16_to_f32(k_f32_to_bf16(x)); }
+
+TEST(bf16_round_to_nearest_even_nan_inf)
+{
+    CHECK_EQ(k_f32_to_bf16(1.0f), 0x3f80);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x3f808000)), 0x3f80); /* tie, even below */
+    CHECK_EQ(k_f32_to_bf16(fbits(0x3f818000)), 0x3f82); /* tie, odd below: up */
+    CHECK_EQ(k_f32_to_bf16(fbits(0x3f808001)), 0x3f81);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x3f807fff)), 0x3f80);
+    CHECK_EQ(k_f32_to_bf16(fbits(0xbf818000)), 0xbf82); /* sign symmetric */
+    CHECK_EQ(k_f32_to_bf16(-0.0f), 0x8000);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x7f800000)), 0x7f80);
+    CHECK_EQ(k_f32_to_bf16(fbits(0xff800000)), 0xff80);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x7f7fffff)), 0x7f80); /* FLT_MAX rounds to inf */
+    CHECK_EQ(k_f32_to_bf16(fbits(0x7fc00001)), 0x7fc0);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x7f800001)), 0x7fc0); /* signalling NaN stays a NaN */
+    CHECK_EQ(k_f32_to_bf16(fbits(0xffffffff)), 0x7fc0);
+    CHECK_EQ(k_f32_to_bf16(fbits(0x00008000)), 0x0000); /* subnormal tie to even */
+    CHECK_EQ(k_f32_to_bf16(fbits(0x00018000)), 0x0002);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = k_bf16_to_f32((uint16_t)h);
+        if (f != f) continue;
+        CHECKF(k_f32_to_bf16(f) == h, "round trip of 0x%04x", h);
+    }
+    /* The vector conversion equals the scalar one on every path (random bit patterns,
+     * NaNs and infinities included). */
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *a = malloc(2 * N), *b = malloc(2 * N);
+    for (int i = 0; i < N; i++) x[i] = fbits((uint32_t)rbits());
+    x[5] = fbits(0x7f800000), x[6] = fbits(0xff800001), x[7] = fbits(0x3f808000);
+    const char *isas[] = {"generic", "avx2", "avx512", "avx512bf16"};
+    for (int k = 0; k < 4; k++) {
+        if (k_set_isa(isas[k]) != 0) continue;
+        k_bf16_from_f32_span(N, x, a);
+        for (int i = 0; i < N; i++) b[i] = k_f32_to_bf16(x[i]);
+        CHECKF(memcmp(a, b, 2 * N) == 0, "%s: span conversion differs from scalar", isas[k]);
+    }
+    k_set_isa(NULL);
+    free(x); free(a); free(b);
+}
+
+/* ---------------------------------------------------------------- references */
+static k_conv_shape shp(int n, int c, int h, int w, int k, int r, int s, int st, int pad)
+{
+    k_conv_shape sh = {.n = n, .c = c, .h = h, .w = w, .k = k, .r = r, .s = s, .stride = st, .pad = pad};
+    k_conv_shape_init(&sh);
+    return sh;
+}
+
+/* y, dx, dw, db in double; operands rounded to bf16 first when round. */
+static void naive(const k_conv_shape *sh, const float *x, const float *w, const float *b, const float *g,
+                  int round, double *y, double *dx, double *dw, double *db)
+{
+    long nx = (long)sh->n * sh->c * sh->h * sh->w, nw = (long)sh->k * sh->c * sh->r * sh->s;
+    memset(dx, 0, sizeof(double) * nx);
+    memset(dw, 0, sizeof(double) * nw);
+    memset(db, 0, sizeof(double) * sh->k);
+    for (int n = 0; n < sh->n; n++)
+        for (int k = 0; k < sh->k; k++)
+            for (int p = 0; p < sh->p; p++)
+                for (int q = 0; q < sh->q; q++) {
+                    long yi = (((long)n * sh->k + k) * sh->p + p) * sh->q + q;
+                    double s = b[k], gv = round ? bf(g[yi]) : g[yi];
+                    db[k] += g[yi];
+                    for (int c = 0; c < sh->c; c++)
+                        for (int r = 0; r < sh->r; r++)
+                            for (int t = 0; t < sh->s; t++) {
+                                int ih = p * sh->stride - sh->pad + r, iw = q * sh->stride - sh->pad + t;
+                                if (ih < 0 || ih >= sh->h || iw < 0 || iw >= sh->w) continue;
+                                long xi = (((long)n * sh->c + c) * sh->h + ih) * sh->w + iw;
+                                long wi = (((long)k * sh->c + c) * sh->r + r) * sh->s + t;
+                                double xv = round ? bf(x[xi]) : x[xi], wv = round ? bf(w[wi]) : w[wi];
+                                s += xv * wv;
+                                dx[xi] += gv * wv;
+                                dw[wi] += gv * xv;
+                            }
+                    y[yi] = s;
+                }
+}
+
+static double rel_err(const float *got, const double *ref, size_t n)
+{
+    double m = 1e-30, e = 0;
+    for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - ref[i]);
+        if (!(d <= e)) e = d;
+    }
+    return e / m;
+}
+
+/* ResNet (3x3 same, stride 2, 1x1 projection, stem 7x7/2, small planes with many
+ * channels), LeNet and TextCNN (conv1d as 1 x len) shapes. */
+static const int cases[][9] = {
+    {3, 16, 10, 10, 32, 3, 3, 1, 1}, {3, 16, 9, 9, 32, 3, 3, 2, 1}, {3, 16, 8, 8, 32, 1, 1, 2, 0},
+    {2, 3, 12, 12, 16, 3, 3, 1, 1},  {2, 3, 20, 20, 8, 7, 7, 2, 3},  {2, 16, 7, 7, 130, 3, 3, 1, 1},
+    {3, 1, 28, 28, 10, 5, 5, 1, 0},  {3, 10, 12, 12, 20, 5, 5, 1, 0}, {3, 32, 1, 20, 16, 1, 3, 1, 0},
+    {9, 24, 6, 6, 13, 3, 3, 1, 1},
+};
+#define NCASES (int)(sizeof cases / sizeof cases[0])
+
+typedef struct { float *y, *dx, *dw, *db; } cout;
+
+static cout run_conv(const k_conv_shape *sh, const float *x, const float *w, const float *b, const float *g)
+{
+    size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, nw = (size_t)sh->k * sh->c * sh->r * sh->s;
+    size_t ny = (size_t)sh->n * sh->k * sh->p * sh->q;
+    cout o = {malloc(4 * ny), malloc(4 * nx), malloc(4 * nw), malloc(4 * sh->k)};
+    void *ws = malloc(k_conv2d_bf16_workspace(sh));
+    k_conv2d_fwd_bf16(sh, x, w, b, o.y, ws);
+    k_conv2d_bwd_bf16(sh, x, w, g, o.dx, o.dw, o.db, ws);
+    free(ws);
+    return o;
+}
+
+static const char *const isas[] = {"generic", "avx2", "avx512", "avx512bf16"};
+
+TEST(bf16_conv_matches_reference_on_every_isa)
+{
+    for (int ci = 0; ci < NCASES; ci++) {
+        const int *a = cases[ci];
+        k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+        size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+        size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+        float *x = rnd(nx), *w = rnd(nw), *b = rnd(sh.k), *g = rnd(ny);
+        double *ry = malloc(8 * ny), *rdx = malloc(8 * nx), *rdw = malloc(8 * nw), *rdb = malloc(8 * sh.k);
+        double *fy = malloc(8 * ny), *fdx = malloc(8 * nx), *fdw = malloc(8 * nw), *fdb = malloc(8 * sh.k);
+        naive(&sh, x, w, b, g, 1, ry, rdx, rdw, rdb);
+        naive(&sh, x, w, b, g, 0, fy, fdx, fdw, fdb);
+        cout first = {0};
+        for (int k = 0; k < 4; k++) {
+            if (k_set_isa(isas[k]) != 0) continue;
+            cout o = run_conv(&sh, x, w, b, g);
+            const float *got[4] = {o.y, o.dx, o.dw, o.db};
+            const double *r[4] = {ry, rdx, rdw, rdb}, *f[4] = {fy, fdx, fdw, fdb};
+            size_t n[4] = {ny, nx, nw, (size_t)sh.k};
+            for (int t = 0; t < 4; t++) {
+                /* db is an fp32 sum of fp32 dy on the native path, of rounded dy on the
+                 * portable one: compare it with the bf16 tolerance only. */
+                double e = rel_err(got[t], r[t], n[t]), ef = rel_err(got[t], f[t], n[t]);
+                CHECKF(t == 3 || e < 1e-4, "case %d %s output %d: rel err %.3g vs bf16-operand reference", ci,
+                       isas[k], t, e);
+                CHECKF(ef < 3e-2, "case %d %s output %d: rel err %.3g vs fp32 reference", ci, isas[k], t, ef);
+                if (first.y) {
+                    const float *pf[4] = {first.y, first.dx, first.dw, first.db};
+                    double *tmp = malloc(8 * n[t]);
+                    for (size_t i = 0; i < n[t]; i++) tmp[i] = pf[t][i];
+                    double ea = rel_err(got[t], tmp, n[t]);
+                    CHECKF(ea < (t == 3 ? 1e-2 : 1e-4), "case %d: %s and generic differ in output %d (%.3g)", ci,
+                           isas[k], t, ea);
+                    free(tmp);
+                }
+            }
+            if (!first.y) first = o;
+            else { free(o.y); free(o.dx); free(o.dw); free(o.db); }
+        }
+        k_set_isa(NULL);
+        CHECK(first.y != NULL);
+        free(first.y); free(first.dx); free(first.dw); free(first.db);
+        free(x); free(w); free(b); free(g);
+        free(ry); free(rdx); free(rdw); free(rdb); free(fy); free(fdx); free(fdw); free(fdb);
+    }
+}
+
+static void naive_linear(int n, int in, int out, const float *x, const float *w, const float *b,
+                         const float *g, double *y, double *dx, double *dw)
+{
+    memset(dx, 0, sizeof(double) * n * in);
+    memset(dw, 0, sizeof(double) * out * in);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) {
+            double s = b[o], gv = bf(g[i * out + o]);
+            for (int k = 0; k < in; k++) {
+                s += bf(x[i * in + k]) * bf(w[o * in + k]);
+                dx[i * in + k] += gv * bf(w[o * in + k]);
+                dw[o * in + k] += gv * bf(x[i * in + k]);
+            }
+            y[i * out + o] = s;
+        }
+}
+
+TEST(bf16_linear_matches_reference_on_every_isa)
+{
+    static const int lc[][3] = {{64, 320, 50}, {13, 33, 17}, {5, 300, 2}, {1, 1, 1}, {70, 40, 37}, {128, 64, 10}};
+    for (int ci = 0; ci < 6; ci++) {
+        int n = lc[ci][0], in = lc[ci][1], out = lc[ci][2];
+        float *x = rnd((size_t)n * in), *w = rnd((size_t)out * in), *b = rnd(out), *g = rnd((size_t)n * out);
+        double *ry = malloc(8L * n * out), *rdx = malloc(8L * n * in), *rdw = malloc(8L * out * in);
+        naive_linear(n, in, out, x, w, b, g, ry, rdx, rdw);
+        void *ws = malloc(k_linear_bf16_workspace(n, in, out));
+        float *y = malloc(4L * n * out), *dx = malloc(4L * n * in), *dw = malloc(4L * out * in), *db = malloc(4L * out);
+        int ran = 0;
+        for (int k = 0; k < 4; k++) {
+            if (k_set_isa(isas[k]) != 0) continue;
+            ran++;
+            k_linear_fwd_bf16(n, in, out, x, w, b, y, ws);
+            k_linear_bwd_bf16(n, in, out, x, w, g, dx, dw, db, ws);
+            CHECKF(rel_err(y, ry, (size_t)n * out) < 1e-4, "linear %d %s y", ci, isas[k]);
+            CHECKF(rel_err(dx, rdx, (size_t)n * in) < 1e-4, "linear %d %s dx", ci, isas[k]);
+            CHECKF(rel_err(dw, rdw, (size_t)out * in) < 1e-4, "linear %d %s dw", ci, isas[k]);
+            for (int o = 0; o < out; o++) {
+                double s = 0;
+                for (int i = 0; i < n; i++) s += g[i * out + o];
+                CHECK_NEAR(db[o], s, 1e-4);
+            }
+        }
+        k_set_isa(NULL);
+        CHECK(ran >= 1);
+        free(ws); free(y); free(dx); free(dw); free(db);
+        free(x); free(w); free(b); free(g); free(ry); free(rdx); free(rdw);
+    }
+}
+
+TEST(bf16_threads_agree_bitwise)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        k_set_isa(pass ? "avx2" : NULL); /* the native path, then the portable one */
+        for (int ci = 0; ci < NCASES; ci++) {
+            const int *a = cases[ci];
+            k_conv_shape sh = shp(a[0] + 8, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+            size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+            size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+            float *x = rnd(nx), *w = rnd(nw), *b = rnd(sh.k), *g = rnd(ny);
+            k_set_threads(1);
+            cout r = run_conv(&sh, x, w, b, g);
+            k_set_threads(3);
+            cout o = run_conv(&sh, x, w, b, g);
+            CHECKF(!memcmp(r.y, o.y, 4 * ny) && !memcmp(r.dx, o.dx, 4 * nx) && !memcmp(r.dw, o.dw, 4 * nw) &&
+                       !memcmp(r.db, o.db, 4 * sh.k),
+                   "case %d (%s): 1 and 3 threads differ", ci, k_isa());
+            free(r.y); free(r.dx); free(r.dw); free(r.db); free(o.y); free(o.dx); free(o.dw); free(o.db);
+            free(x); free(w); free(b); free(g);
+        }
+        int n = 96, in = 300, out = 70;
+        float *x = rnd((size_t)n * in), *w = rnd((size_t)out * in), *b = rnd(out), *g = rnd((size_t)n * out);
+        void *ws = malloc(k_linear_bf16_workspace(n, in, out));
+        float *y[2], *dx[2], *dw[2], *db[2];
+        for (int t = 0; t < 2; t++) {
+            k_set_threads(t ? 3 : 1);
+            y[t] = malloc(4L * n * out), dx[t] = malloc(4L * n * in), dw[t] = malloc(4L * out * in);
+            db[t] = malloc(4L * out);
+            k_linear_fwd_bf16(n, in, out, x, w, b, y[t], ws);
+            k_linear_bwd_bf16(n, in, out, x, w, g, dx[t], dw[t], db[t], ws);
+        }
+        CHECK(!memcmp(y[0], y[1], 4L * n * out) && !memcmp(dx[0], dx[1], 4L * n * in) &&
+              !memcmp(dw[0], dw[1], 4L * out * in) && !memcmp(db[0], db[1], 4L * out));
+        k_set_threads(1);
+    }
+    k_set_isa(NULL);
+}
+
+static int run(const char *cmd, char *out, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+TEST(bf16_amp_training_learns_and_flag_is_validated)
+{
+    const char *dir = t_tmpdir("amp");
+    t_write_synthetic_dataset(dir, 1200, 300, 0);
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "%s --data %s --epochs 1 --batch-size 32 --lr 0.05 --threads 1 --amp bf16 2>&1",
+             t_prog("ddprt-train"), dir);
+    CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+    const char *last = strstr(out, "Test set: Average loss: ");
+    CHECKF(last != NULL, "%s", out);
+    if (last) {
+        double loss;
+        int correct, total;
+        CHECK(sscanf(last, "Test set: Average loss: %lf, Accuracy: %d/%d", &loss, &correct, &total) == 3);
+        CHECK_EQ(total, 300);
+        CHECKF(correct >= 270, "only %d/300 correct with --amp bf16", correct);
+    }
+    snprintf(cmd, sizeof cmd, "%s --data %s --amp fp16 2>&1", t_prog("ddprt-train"), dir);
+    CHECK(run(cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "--amp fp16 needs the CUDA build and a GPU") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s --data %s --amp fp8 2>&1", t_prog("ddprt-train"), dir);
+    CHECK(run(cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "--amp: expected one of none|bf16|fp16, got 'fp8'") != NULL, "%s", out);
+}

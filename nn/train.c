@@ -115,8 +115,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         if (din.tokens) dc.syn_h = 1, dc.syn_w = o->seq_len ? o->seq_len : din.w, dc.syn_vocab = 20000;
         dc.syn_classes = o->num_classes ? o->num_classes : dcls;
     }
-    if (nn_data_open(&t->train, &dc, "train", err, errlen) || nn_data_open(&t->test, &dc, "test", err, errlen))
-        return -1;
+    if (nn_data_open(&t->train, &dc, "train", err, errlen)) return -1;
+    /* --no-eval needs no evaluation split: without one, the training split stands in
+     * (it is never read for evaluation). */
+    if (nn_data_open(&t->test, &dc, "test", err, errlen)) {
+        if (!o->no_eval) return -1;
+        t->test = t->train;
+    }
     snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
     if (t->train.c != t->test.c || t->train.h != t->test.h || t->train.w != t->test.w ||
         t->train.tokens != t->test.tokens) {
@@ -365,8 +370,8 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         }
         batch_idx++;
     }
-    /* Drain the pass so the loader is idle before evaluation reuses it. */
-    while (nn_loader_next(&t->loader, &x, &y) > 0) {}
+    /* A pass cut short (--max-steps) decodes nothing more; evaluation reuses the loader. */
+    nn_loader_end(&t->loader);
     if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
     double dt = port_now_s() - t0;
     t->data_s = t->loader.wait_s;

@@ -137,6 +137,15 @@ void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, 
     port_mutex_unlock(&L->mu);
 }
 
+void nn_loader_end(nn_loader *L)
+{
+    port_mutex_lock(&L->mu);
+    L->d = NULL; /* no new claims; fills already running finish */
+    wait_idle(L);
+    L->nbatches = L->consumed;
+    port_mutex_unlock(&L->mu);
+}
+
 int nn_loader_next(nn_loader *L, const void **x, const int32_t **y)
 {
     port_mutex_lock(&L->mu);

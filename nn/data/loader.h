@@ -46,6 +46,9 @@ void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, 
  * nn_data_sample_bytes (floats, or int32 tokens). Valid until the following call. A
  * bad sample in fail mode stops the process with its one-line error. */
 int nn_loader_next(nn_loader *L, const void **x, const int32_t **y);
+/* Ends the pass early (--max-steps): nothing more is decoded; the batches handed out
+ * stay valid until the next begin. */
+void nn_loader_end(nn_loader *L);
 /* "N bad sample(s) skipped: FILE: problem; ..." for the pass so far, or "" when none. */
 void nn_loader_skips(nn_loader *L, char *out, size_t outlen);
 void nn_loader_stop(nn_loader *L);

@@ -24,6 +24,12 @@ if [ ! -d "$JN/train" ]; then  # the first N/4 files of each class, hard-linked
     ls "$c" | sort | head -n $((N / 4)) | while read -r f; do ln "$c/$f" "$JN/train/${c##*/}/$f"; done
   done
 fi
+# The trainer wants a val/ split even with --no-eval: a few hard links per class.
+for d in "$J" "$JN"; do
+  [ -d "$d/val" ] || for c in "$d"/train/*; do
+    mkdir -p "$d/val/${c##*/}"; ls "$c" | sort | head -n 4 | while read -r f; do ln "$c/$f" "$d/val/${c##*/}/$f"; done
+  done
+done
 common=(--model resnet18 --batch-size 32 --image-size 224 --epochs 1 --threads 1 --workers 1 --no-eval
         --max-steps "$S" --log-interval 1 --lr 0.01 --momentum 0.9)
 echo "| input | files | steps run | trainer: epoch s / data wait s / % | up to step $S: s / data wait s / % | load avg start / end |"

@@ -109,4 +109,5 @@ def main():
     print("PyTorch %s: load_state_dict(strict=True) ok; Test set: Average loss: %.4f, Accuracy: %d/%d" %
           (model, loss / len(y), correct, len(y)))
 
-main()
+if __name__ == "__main__":
+    main()

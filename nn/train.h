@@ -33,7 +33,7 @@ typedef struct nn_trainer {
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     long epoch_samples;    /* samples trained in the last epoch, all ranks */
     double peak_rss_mib;
-    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h, LeNet only); NULL on the CPU */
+    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/graph_cuda.h); NULL on the CPU */
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and

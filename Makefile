@@ -67,7 +67,7 @@ $(BUILD)/obj/%.o: %.cu
 # the host (K_CUDA_EMULATE), checked against CPU references by `make test` without a GPU
 # (test/cuda_emu).
 EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu \
-              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu) \
+              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu kernels/cuda/k_cuda_nn_extra.cu) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/cuda_emu/*.c))
 $(BUILD)/obj-emu/%.o: %.cu
 	@mkdir -p $(dir $@)

@@ -43,21 +43,20 @@ struct nn_cuda {
     char desc[400];
 };
 
-static nn_cuda g_dev; /* one device per process */
-
 #define KC(call) do { if (call) rt_fatal("cuda: %s (last kernel: %s)", port_cuda_errmsg(), k_cuda_last_kernel()); } while (0)
 
 nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
 {
     int count = port_cuda_device_count();
     if (port_cuda_init(count > 0 ? device % count : device, err, errlen)) return NULL;
-    memset(&g_dev, 0, sizeof g_dev);
-    snprintf(g_dev.desc, sizeof g_dev.desc, "%s", port_cuda_device_desc());
-    if (!(g_dev.nodes = calloc(NN_MAX_NODES, sizeof *g_dev.nodes))) {
+    nn_cuda *c = calloc(1, sizeof *c); /* start-up only */
+    if (!c || !(c->nodes = calloc(NN_MAX_NODES, sizeof *c->nodes))) {
+        free(c);
         snprintf(err, errlen, "--device cuda: out of memory for the device graph's tables");
         return NULL;
     }
-    return &g_dev;
+    snprintf(c->desc, sizeof c->desc, "%s", port_cuda_device_desc());
+    return c;
 }
 
 const char *nn_cuda_desc(const nn_cuda *c) { return c->desc; }
@@ -308,7 +307,7 @@ void nn_cuda_close(nn_cuda *c)
     port_dev_free(c->dev_base);
     port_pinned_free(c->pin.base);
     free(c->nodes);
-    memset(c, 0, sizeof *c);
+    free(c);
 }
 
 #else /* no CUDA port in this build: every entry point says so */

@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int emu_graph_ops(int *cases); /* emu_graph.c */
+int emu_graph_ops(int *cases);   /* emu_graph.c */
+int emu_graph_train(int *cases); /* emu_train.c */
 
 static float *rnd(size_t n, unsigned seed)
 {
@@ -107,6 +108,7 @@ int main(void)
     static const int lins[][3] = {{64, 320, 50}, {64, 50, 10}, {1, 320, 50}, {1000, 320, 50}, {7, 33, 65}, {129, 1, 3}};
     for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++, cases++) bad += linear_case(lins[i][0], lins[i][1], lins[i][2], i != 4);
     bad += emu_graph_ops(&cases);
+    bad += emu_graph_train(&cases);
     printf("%d of %d shapes agree with the CPU kernels and references\n", cases - bad, cases);
     return bad != 0;
 }

@@ -58,7 +58,8 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c ports/cuda/*.c))
 LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
-GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c)
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c \
+                  test/cuda_emu/emu_train.c test/cuda_emu/emu_ddp.c)
 $(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

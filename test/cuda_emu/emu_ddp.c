@@ -9,8 +9,6 @@
 #include "test/tp_harness.h"
 #include <math.h>
 
-int emu_graph_ddp(int *cases);
-
 #define B 3
 static const nn_shape in = {3, 8, 8, 0};
 static const k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f};

@@ -1,4 +1,5 @@
-/* The graph executor's device path on the emulated device (emu_port.c): a model is
+/* The graph executor's device path, on the emulated device (emu_port.c) in t-cuda-emu
+ * and on a real GPU in make test-gpu (test/gpu/test_gpu_graph_train.c): a model is
  * built twice from the same seed, one copy trained by the CPU executor (nn/exec.c),
  * the other through nn/graph_cuda.c (device graph planned into the "device" arena,
  * ops' CUDA halves, device loss, gradient-ready hooks, SGD kernel, BN statistics on
@@ -71,7 +72,7 @@ int emu_cmp_params(const char *name, const char *what, const nn_graph *c, const 
     int bad = 0;
     for (int i = 0; i < c->np; i++) {
         double e = emu_relerr(dv + c->p[i].offset, cv + c->p[i].offset, c->p[i].numel);
-        if (!(e < tol)) {
+        if (!(e < tol * emu_slack)) {
             if (bad++ < 3) printf("FAIL %s: %s of %s: rel err %.3g\n", name, what, c->p[i].name, e);
         }
     }
@@ -84,10 +85,20 @@ int emu_cmp_bufs(const char *name, const nn_graph *c, const unsigned char *dv)
     for (int i = 0; i < c->nb; i++) {
         const nn_buf *b = &c->b[i];
         const void *x = c->bufs + b->offset, *y = dv + b->offset;
-        int ok = b->dtype == RT_F32 ? emu_relerr(y, x, b->numel) < 1e-5 : !memcmp(x, y, b->numel * rt_dtype_size(b->dtype));
+        int ok = b->dtype == RT_F32 ? emu_relerr(y, x, b->numel) < 1e-5 * emu_slack : !memcmp(x, y, b->numel * rt_dtype_size(b->dtype));
         if (!ok && bad++ < 3) printf("FAIL %s: buffer %s differs from the CPU's\n", name, b->name);
     }
     return bad != 0;
+}
+
+double emu_slack = 1;
+
+void *emu_down(const void *dev, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (bytes && (port_memcpy_d2h(h, dev, bytes, NULL, "test download") || port_stream_sync(NULL, "test download")))
+        memset(h, 0xff, bytes); /* NaNs: the comparison fails and names the tensor */
+    return h;
 }
 
 void emu_fill(float *x, int32_t *y, int B, nn_shape in, int classes, int vocab, unsigned seed)
@@ -134,14 +145,17 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
         nn_backward(&cpu.g, y, n, n);
         k_sgd_step(cpu.g.nparams, &sgd, step == 0, cpu.g.params, cpu.g.grads, cpu.mom);
         double ld = nn_cuda_step(cu, x, y, n, &sgd, seed, step);
-        if (!(fabs(ld - lc) <= 1e-5 * (1 + fabs(lc)))) {
+        if (!(fabs(ld - lc) <= 1e-5 * emu_slack * (1 + fabs(lc)))) {
             printf("FAIL %s step %d: loss %.8f on the device, %.8f on the CPU\n", name, step, ld, lc);
             bad = 1;
         }
-        bad |= emu_cmp_params(name, "gradient", &cpu.g, cpu.g.grads, dg->grads, 1e-4);
+        float *dgr = emu_down(dg->grads, dg->nparams * 4), *dpa = emu_down(dg->params, dg->nparams * 4);
+        unsigned char *dbu = emu_down(dg->bufs, dg->buf_bytes);
+        bad |= emu_cmp_params(name, "gradient", &cpu.g, cpu.g.grads, dgr, 1e-4);
         /* Parameters that start at zero (BN biases) carry the gradients' error. */
-        bad |= emu_cmp_params(name, "parameter", &cpu.g, cpu.g.params, dg->params, 1e-4);
-        bad |= emu_cmp_bufs(name, &cpu.g, dg->bufs);
+        bad |= emu_cmp_params(name, "parameter", &cpu.g, cpu.g.params, dpa, 1e-4);
+        bad |= emu_cmp_bufs(name, &cpu.g, dbu);
+        free(dgr), free(dpa), free(dbu);
         if (hc.n != hd.n || memcmp(hc.v, hd.v, sizeof(int) * (size_t)hc.n) || !hc.n) {
             printf("FAIL %s step %d: %d gradient-ready hooks on the CPU, %d on the device, or another order\n",
                    name, step, hc.n, hd.n);
@@ -153,7 +167,7 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
     long cc = 0, cd = 0;
     nn_forward(&cpu.g, x, B, 0, 0, 0);
     double ec = nn_loss(&cpu.g, y, B, &cc), ed = nn_cuda_eval(cu, x, y, B, &cd);
-    if (!bad && (!(fabs(ed - ec) <= 1e-5 * (1 + fabs(ec))) || cc != cd)) {
+    if (!bad && (!(fabs(ed - ec) <= 1e-5 * emu_slack * (1 + fabs(ec))) || labs(cc - cd) > (emu_slack > 1))) {
         printf("FAIL %s eval: loss sum %.8f / %ld correct on the device, %.8f / %ld on the CPU\n", name, ed, cd, ec,
                cc);
         bad = 1;
@@ -172,11 +186,10 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
     return bad;
 }
 
-int emu_graph_ddp(int *cases); /* emu_ddp.c */
 
 int emu_graph_train(int *cases)
 {
-    int bad = emu_graph_ddp(cases);
+    int bad = 0;
     bad += model_case("lenet", (nn_shape){1, 28, 28, 0}, 10, 0, 4), (*cases)++;
     bad += model_case("resnet20", (nn_shape){3, 8, 8, 0}, 10, 0, 3), (*cases)++;
     bad += model_case("textcnn", (nn_shape){1, 1, 12, 1}, 4, 50, 3), (*cases)++;

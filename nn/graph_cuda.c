@@ -40,6 +40,8 @@ struct nn_cuda {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int queue[NN_MAX_PARAMS], nq, ndone, stop, rc, launched[NN_MAX_PARAMS];
+    int device;                 /* the comm thread makes it current too */
+    char thread_err[256];
     char desc[400];
 };
 
@@ -48,13 +50,15 @@ struct nn_cuda {
 nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
 {
     int count = port_cuda_device_count();
-    if (port_cuda_init(count > 0 ? device % count : device, err, errlen)) return NULL;
+    device = count > 0 ? device % count : device;
+    if (port_cuda_init(device, err, errlen)) return NULL;
     nn_cuda *c = calloc(1, sizeof *c); /* start-up only */
     if (!c || !(c->nodes = calloc(NN_MAX_NODES, sizeof *c->nodes))) {
         free(c);
         snprintf(err, errlen, "--device cuda: out of memory for the device graph's tables");
         return NULL;
     }
+    c->device = device;
     snprintf(c->desc, sizeof c->desc, "%s", port_cuda_device_desc());
     return c;
 }
@@ -100,13 +104,20 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
 static void *comm_main(void *arg)
 {
     nn_cuda *c = arg;
+    /* The runtime's current device is per thread: the staging copies must go to ours. */
+    char err[256] = "";
+    int init_rc = port_cuda_init(c->device, err, sizeof err);
     pthread_mutex_lock(&c->mu);
+    if (init_rc) {
+        snprintf(c->thread_err, sizeof c->thread_err, "%s", err);
+        c->rc = -1;
+    }
     for (;;) {
         while (!c->stop && c->ndone == c->nq) pthread_cond_wait(&c->cv, &c->mu);
         if (c->ndone == c->nq) break; /* stop, nothing queued */
         const nn_bucket *b = &c->ddp->b[c->queue[c->ndone]];
         pthread_mutex_unlock(&c->mu);
-        int rc = tp_allreduce_device(c->ddp->comm, c->dg.grads + b->off, b->count, RT_F32, TP_AVG, &c->st);
+        int rc = init_rc ? -1 : tp_allreduce_device(c->ddp->comm, c->dg.grads + b->off, b->count, RT_F32, TP_AVG, &c->st);
         pthread_mutex_lock(&c->mu);
         if (rc && !c->rc) c->rc = rc;
         c->ndone++;
@@ -150,7 +161,9 @@ static void finish_grads(nn_cuda *c)
     pthread_mutex_unlock(&c->mu);
     if (!done)
         rt_fatal("rank %d: the GPU gradient allreduce did not finish within %d s", c->ddp->rank, COMM_DEADLINE_S);
-    if (rc) rt_fatal("rank %d: GPU gradient allreduce: %s", c->ddp->rank, tp_staging_errmsg(&c->st));
+    if (rc)
+        rt_fatal("rank %d: GPU gradient allreduce: %s", c->ddp->rank,
+                 c->thread_err[0] ? c->thread_err : tp_staging_errmsg(&c->st));
     memset(c->launched, 0, sizeof c->launched);
     c->ddp->wait_s += (port_now_ns() - t0) * 1e-9;
 }

@@ -64,6 +64,11 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
 }
 
 const char *nn_cuda_desc(const nn_cuda *c) { return c->desc; }
+const char *nn_cuda_errmsg(const nn_cuda *c)
+{
+    const char *t = c->have_dc ? tp_staging_errmsg(&c->st) : "";
+    return t && t[0] ? t : port_cuda_errmsg();
+}
 nn_graph *nn_cuda_graph(nn_cuda *c) { return &c->dg; }
 static int ddp_on(const nn_cuda *c) { return c->ddp && c->ddp->comm; }
 
@@ -356,6 +361,7 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
     return 0;
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { (void)c; return NULL; }
+const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
 void nn_cuda_close(nn_cuda *c) { (void)c; }
 #endif

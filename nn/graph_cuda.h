@@ -48,5 +48,7 @@ int nn_cuda_sync_buffers(nn_cuda *c);
 /* The device graph (tests: its pointers are device memory). */
 nn_graph *nn_cuda_graph(nn_cuda *c);
 const char *nn_cuda_desc(const nn_cuda *c);
+/* Why the last call failed: the staging's message (network, copies) or the port's. */
+const char *nn_cuda_errmsg(const nn_cuda *c);
 void nn_cuda_close(nn_cuda *c);
 #endif

@@ -188,7 +188,7 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     double sums[3] = {0, 0, 0};
     if (t->ddp && (t->cuda ? nn_cuda_sync_buffers(t->cuda) : nn_ddp_sync_buffers(t->ddp)))
         rt_fatal("rank %d: broadcasting the buffers before evaluation failed: %s", t->rank,
-                 t->cuda ? port_cuda_errmsg() : nn_ddp_errmsg(t->ddp));
+                 t->cuda ? nn_cuda_errmsg(t->cuda) : nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
     while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
         const void *x = xv;

@@ -41,6 +41,7 @@ struct nn_cuda {
     pthread_cond_t cv;
     int queue[NN_MAX_PARAMS], nq, ndone, stop, rc, launched[NN_MAX_PARAMS];
     int device;                 /* the comm thread makes it current too */
+    int from_hook, last_from_hook; /* buckets the backward hook queued (this / last step) */
     char thread_err[256];
     char desc[400];
 };
@@ -70,6 +71,7 @@ const char *nn_cuda_errmsg(const nn_cuda *c)
     return t && t[0] ? t : port_cuda_errmsg();
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { return &c->dg; }
+int nn_cuda_buckets_from_hook(const nn_cuda *c) { return c->last_from_hook; }
 static int ddp_on(const nn_cuda *c) { return c->ddp && c->ddp->comm; }
 
 /* Run on a planning arena, then on the real one. */
@@ -146,7 +148,7 @@ static void on_grad_ready(void *ctx, int first)
 {
     nn_cuda *c = ctx;
     for (int i = 0; i < c->ddp->nbuckets; i++)
-        if (!c->launched[i] && c->ddp->b[i].first_param >= first) push_bucket(c, i);
+        if (!c->launched[i] && c->ddp->b[i].first_param >= first) push_bucket(c, i), c->from_hook++;
 }
 
 /* After backward: the rest of the buckets, then wait for all (bounded). */
@@ -170,6 +172,8 @@ static void finish_grads(nn_cuda *c)
         rt_fatal("rank %d: GPU gradient allreduce: %s", c->ddp->rank,
                  c->thread_err[0] ? c->thread_err : tp_staging_errmsg(&c->st));
     memset(c->launched, 0, sizeof c->launched);
+    c->last_from_hook = c->from_hook;
+    c->from_hook = 0;
     c->ddp->wait_s += (port_now_ns() - t0) * 1e-9;
 }
 
@@ -361,6 +365,7 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
     return 0;
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { (void)c; return NULL; }
+int nn_cuda_buckets_from_hook(const nn_cuda *c) { (void)c; return 0; }
 const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
 void nn_cuda_close(nn_cuda *c) { (void)c; }

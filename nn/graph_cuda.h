@@ -45,6 +45,9 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
 double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct);
 /* Rank 0's buffers on every rank's device (DDP broadcast_buffers); 0 without DDP. */
 int nn_cuda_sync_buffers(nn_cuda *c);
+/* Buckets of the last DDP step that the backward hook handed to the comm thread
+ * while backward was still running (the rest went after it): overlap, for tests. */
+int nn_cuda_buckets_from_hook(const nn_cuda *c);
 /* The device graph (tests: its pointers are device memory). */
 nn_graph *nn_cuda_graph(nn_cuda *c);
 const char *nn_cuda_desc(const nn_cuda *c);

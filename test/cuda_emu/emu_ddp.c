@@ -1,7 +1,7 @@
 /* DDP through the device path on the emulated device: 2 ranks (loopback threads),
  * each with its own nn_cuda whose backward hook hands buckets to the comm thread and
  * tp_allreduce_device (pinned staging). Small buckets, so there are many and they go
- * out while backward runs. Rank 1 starts with wrong BatchNorm statistics: the device
+ * out while backward runs (every one from the hook). Rank 1 starts with wrong BatchNorm statistics: the device
  * broadcast_buffers must replace them with rank 0's before the forward. Reference:
  * the CPU executor on each rank's batch, the two gradients averaged, then SGD. */
 #include "nn/graph_cuda.h"
@@ -19,7 +19,7 @@ typedef struct ddp_case {
     int32_t *y[2];
     float *params[2];          /* after the step, downloaded */
     unsigned char *bufs[2];
-    int nbuckets[2], fail[2];
+    int nbuckets[2], from_hook[2], fail[2];
     char msg[2][512];
 } ddp_case;
 
@@ -32,7 +32,7 @@ static void rank_main(tp_comm *c, void *arg)
     memset(d, 0, sizeof *d);
     d->comm = c, d->rank = r, d->world = 2;
     emu_model host;
-    char err[512] = "";
+    char err[400] = "";
     nn_cuda *cu = NULL;
     if (emu_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
         nn_cuda_setup(cu, &host.g, d, 0, err, sizeof err)) {
@@ -51,6 +51,7 @@ static void rank_main(tp_comm *c, void *arg)
         return;
     }
     (void)nn_cuda_step(cu, k->x[r], k->y[r], B, &sgd, 1000 + r, 0);
+    k->from_hook[r] = nn_cuda_buckets_from_hook(cu);
     if (nn_cuda_download(cu, NULL)) k->fail[r] = 1;
     k->params[r] = malloc(host.g.nparams * sizeof(float));
     k->bufs[r] = malloc(host.g.buf_bytes);
@@ -103,6 +104,13 @@ int emu_graph_ddp(int *cases)
         printf("FAIL ddp: %d buckets (the test wants many)\n", k.nbuckets[0]);
         bad = 1;
     }
+    /* Every bucket left from the backward hook (the last one when conv1's gradient was
+     * final), none from after backward. */
+    for (int r = 0; r < 2 && !bad; r++)
+        if (k.from_hook[r] != k.nbuckets[r]) {
+            printf("FAIL ddp rank %d: %d of %d buckets went out during backward\n", r, k.from_hook[r], k.nbuckets[r]);
+            bad = 1;
+        }
     for (int r = 0; r < 2; r++) {
         free(k.x[r]); free(k.y[r]); free(k.params[r]); free(k.bufs[r]);
         emu_drop(&k.ref[r]);

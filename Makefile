@@ -75,10 +75,14 @@ $(BUILD)/obj-emu/%.o: %.cu
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVFLAGS)) -gencode arch=compute_80,code=sm_80 -DK_CUDA_EMULATE -diag-suppress 177 -c $< -o $@
 $(BUILD)/t-cuda-emu: $(EMU_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# ddprt-train on the emulated device: --device cuda end to end (trainer, DDP) in make test.
+EMU_DEV_OBJ := $(filter-out $(BUILD)/obj/test/%,$(EMU_OBJ)) $(BUILD)/obj/test/cuda_emu/emu_port.o
+$(BUILD)/t-train-emu: $(BUILD)/obj/nn/train_main.o $(EMU_DEV_OBJ) $(BUILD)/libddprt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 -include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by
 # `make test-gpu` on a machine with a GPU.
-all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu
+all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu $(BUILD)/t-train-emu
 $(BUILD)/test-gpu-runner: $(GPU_TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 test-gpu: all

@@ -17,7 +17,7 @@ typedef struct ddp_case {
     emu_model ref[2];          /* CPU, one per rank's batch */
     float *x[2];
     int32_t *y[2];
-    float *params[2];          /* after the step, downloaded */
+    float *params[2], *grads[2]; /* after the step, downloaded */
     unsigned char *bufs[2];
     int nbuckets[2], from_hook[2], fail[2];
     char msg[2][512];
@@ -52,6 +52,7 @@ static void rank_main(tp_comm *c, void *arg)
     }
     (void)nn_cuda_step(cu, k->x[r], k->y[r], B, &sgd, 1000 + r, 0);
     k->from_hook[r] = nn_cuda_buckets_from_hook(cu);
+    k->grads[r] = emu_down(nn_cuda_graph(cu)->grads, host.g.nparams * sizeof(float));
     if (nn_cuda_download(cu, NULL)) k->fail[r] = 1;
     k->params[r] = malloc(host.g.nparams * sizeof(float));
     k->bufs[r] = malloc(host.g.buf_bytes);
@@ -93,6 +94,7 @@ int emu_graph_ddp(int *cases)
         }
         char name[32];
         snprintf(name, sizeof name, "ddp rank %d", r);
+        bad |= emu_cmp_params(name, "averaged gradient", g0, g0->grads, k.grads[r], 1e-4);
         bad |= emu_cmp_params(name, "parameter after the averaged step", g0, g0->params, k.params[r], 1e-4);
         bad |= emu_cmp_bufs(name, &k.ref[r].g, k.bufs[r]); /* rank 0's statistics, then its own batch's */
     }
@@ -112,7 +114,7 @@ int emu_graph_ddp(int *cases)
             bad = 1;
         }
     for (int r = 0; r < 2; r++) {
-        free(k.x[r]); free(k.y[r]); free(k.params[r]); free(k.bufs[r]);
+        free(k.x[r]); free(k.y[r]); free(k.params[r]); free(k.grads[r]); free(k.bufs[r]);
         emu_drop(&k.ref[r]);
     }
     return bad;

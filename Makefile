@@ -58,7 +58,8 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c ports/cuda/*.c))
 LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
-GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c)
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c \
+                  test/cuda_emu/emu_train.c test/cuda_emu/emu_ddp.c)
 $(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -67,17 +68,21 @@ $(BUILD)/obj/%.o: %.cu
 # the host (K_CUDA_EMULATE), checked against CPU references by `make test` without a GPU
 # (test/cuda_emu).
 EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu \
-              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu) \
+              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu kernels/cuda/k_cuda_nn_extra.cu) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/cuda_emu/*.c))
 $(BUILD)/obj-emu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVFLAGS)) -gencode arch=compute_80,code=sm_80 -DK_CUDA_EMULATE -diag-suppress 177 -c $< -o $@
 $(BUILD)/t-cuda-emu: $(EMU_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# ddprt-train on the emulated device: --device cuda end to end (trainer, DDP) in make test.
+EMU_DEV_OBJ := $(filter-out $(BUILD)/obj/test/%,$(EMU_OBJ)) $(BUILD)/obj/test/cuda_emu/emu_port.o
+$(BUILD)/t-train-emu: $(BUILD)/obj/nn/train_main.o $(EMU_DEV_OBJ) $(BUILD)/libddprt.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 -include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by
 # `make test-gpu` on a machine with a GPU.
-all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu
+all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu $(BUILD)/t-train-emu
 $(BUILD)/test-gpu-runner: $(GPU_TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 test-gpu: all

@@ -199,6 +199,11 @@ int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t e
         g->b[i].offset = g->buf_bytes;
         g->buf_bytes += (g->b[i].numel * rt_dtype_size(g->b[i].dtype) + 63) & ~(size_t)63;
     }
+    return nn_graph_carve(g, a, err, errlen);
+}
+
+int nn_graph_carve(nn_graph *g, rt_arena *a, char *err, size_t errlen)
+{
     g->params = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_PARAMS, "parameters");
     g->grads = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_GRADS, "gradients");
     g->bufs = g->buf_bytes ? rt_arena_alloc(a, g->buf_bytes, RT_MEM_PARAMS, "buffers") : NULL;

@@ -14,6 +14,7 @@
 #ifndef NN_GRAPH_H
 #define NN_GRAPH_H
 #include "kernels/k.h"
+#include "ports/cuda/port_cuda.h"
 #include "rt/arena.h"
 #include "rt/tensor.h"
 #include <stddef.h>
@@ -64,6 +65,7 @@ typedef struct nn_run {
     int train;             /* training forward (dropout on, batch statistics) */
     uint64_t seed, step;   /* RNG stream of this step (dropout) */
     void *ws;              /* the shared workspace (nn_op.workspace bytes at least) */
+    port_stream stream;    /* device graphs: the stream the op's kernels go on */
 } nn_run;
 
 /* Backward needs: which of the node's values must still be alive at its backward. */
@@ -82,7 +84,20 @@ typedef struct nn_op {
     /* Writes the gradients of the node's parameters and dx of each input i into
      * nn_dx(g, n, i) (NULL when that input needs none), overwriting. */
     void (*bwd)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
+    /* The same on a device graph (nn/ops/cuda.c; NULL in builds without CUDA): every
+     * pointer of the graph and node is device memory, kernels go on r->stream. 0, or
+     * -1 after port_cuda_fail recorded the kernel and shapes. */
+    int (*fwd_cuda)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
+    int (*bwd_cuda)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
+    /* Device workspace bytes for every batch size up to max_batch (NULL: none). */
+    size_t (*workspace_cuda)(const struct nn_graph *g, const struct nn_node *n, int max_batch);
 } nn_op;
+/* Op tables list the CUDA entries with NN_CUDA(fwd, bwd, ws): NULLs without CUDA. */
+#if DDPRT_CUDA
+#define NN_CUDA(f, b, w) f, b, w
+#else
+#define NN_CUDA(f, b, w) NULL, NULL, NULL
+#endif
 
 typedef struct nn_node {
     const nn_op *op;
@@ -150,6 +165,7 @@ typedef struct nn_graph {
     void *sync_ctx;
     /* bf16 / device hooks live beside this in later issues */
     int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
+    int on_device;         /* a device graph: planned with the ops' workspace_cuda */
 } nn_graph;
 
 /* ---- building (nn/graph.c) ---- */
@@ -182,6 +198,10 @@ int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndi
  * plans activations for max_batch and carves everything from `a` (planning arenas
  * size only). 0, or -1 with err. */
 int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen);
+/* The allocation half of nn_graph_finish for a graph whose layout is done: parameters,
+ * gradients, buffers and the planned activations from `a`. A device graph is a copy
+ * of the host graph (its own nodes array, on_device set) carved from a device arena. */
+int nn_graph_carve(nn_graph *g, rt_arena *a, char *err, size_t errlen);
 const nn_op *nn_op_find(const char *kind);
 extern const nn_op *const nn_ops[];
 
@@ -199,6 +219,12 @@ double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct);
 void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total);
 /* Backward from node `last` down, its dy filled by the caller (tests, custom losses). */
 void nn_backward_from(nn_graph *g, int last, int n);
+/* The same three on a device graph (nn/exec_cuda.c, CUDA builds): x and labels are
+ * device pointers, kernels go on `s`, nothing waits for the device. The loss sum and
+ * correct count land in sums[0..1] (device doubles). 0, or -1 (port_cuda_errmsg). */
+int nn_forward_cuda(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step, port_stream s);
+int nn_loss_cuda(nn_graph *g, const int32_t *labels, int n, double *sums, port_stream s);
+int nn_backward_cuda(nn_graph *g, const int32_t *labels, int n, int n_total, port_stream s);
 const nn_param *nn_param_find(const nn_graph *g, const char *name);
 static inline void *nn_buf_data(const nn_graph *g, int i) { return g->bufs + g->b[i].offset; }
 static inline const nn_node *nn_in(const nn_graph *g, const nn_node *n, int i) { return &g->nodes[n->in[i]]; }

@@ -1,6 +1,6 @@
 /* The seed's Net written out by hand (llm.c style): the reference the graph-built
- * LeNet (nn/models/lenet.c) is tested against, and the layout the CUDA step
- * (nn/lenet_cuda.c) mirrors. The seed's Net:
+ * LeNet (nn/models/lenet.c) is tested against, on the CPU and (through the graph) on
+ * the GPU. The seed's Net:
  *   conv1 1->10 k5, max_pool 2, relu; conv2 10->20 k5, dropout2d, max_pool 2, relu;
  *   view 320; fc1 320->50, relu, dropout; fc2 50->10; log_softmax. */
 #include "nn/lenet.h"

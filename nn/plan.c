@@ -175,11 +175,18 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
                                                   "log-probabilities")
                                  : NULL;
     size_t ws = 64;
-    for (int i = 1; i < N; i++)
-        if (g->nodes[i].op->workspace) {
-            size_t w = g->nodes[i].op->workspace(g, &g->nodes[i], g->max_batch);
-            if (w > ws) ws = w;
+    for (int i = 1; i < N; i++) {
+        const nn_op *op = g->nodes[i].op;
+        size_t (*wf)(const nn_graph *, const nn_node *, int) = g->on_device ? op->workspace_cuda : op->workspace;
+        if (g->on_device && !op->fwd_cuda) {
+            snprintf(err, errlen, "model %s: node %d (%s) has no CUDA implementation in this build", g->model, i,
+                     op->kind);
+            free(ncons); free(y0); free(y1); free(d0); free(d1); free(it);
+            return -1;
         }
+        size_t w = wf ? wf(g, &g->nodes[i], g->max_batch) : 0;
+        if (w > ws) ws = w;
+    }
     g->ws_bytes = ws;
     g->ws = rt_arena_alloc(a, ws, RT_MEM_WORKSPACE, "workspace (shared by all nodes)");
     free(ncons); free(y0); free(y1); free(d0); free(d1); free(it);

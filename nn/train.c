@@ -1,7 +1,7 @@
 #include "nn/train.h"
 #include "nn/metrics.h"
 #include "nn/ckpt.h"
-#include "nn/lenet_cuda.h"
+#include "nn/graph_cuda.h"
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
@@ -129,10 +129,6 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
                  t->train.h, t->train.w, t->test.c, t->test.h, t->test.w);
         return -1;
     }
-    if (t->cuda && (o->model_file || strcmp(o->model, "lenet"))) {
-        snprintf(err, errlen, "--device cuda: only --model lenet runs on the GPU in this version");
-        return -1;
-    }
     t->mc = (nn_model_cfg){.name = o->model_file ? NULL : o->model, .file = o->model_file,
                            .in = {t->train.c, t->train.h, t->train.w, t->train.tokens},
                            .num_classes = o->num_classes ? o->num_classes : t->train.num_classes,
@@ -185,9 +181,7 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         t->opt.t = (uint64_t)st.scalars[1];
         t->start_epoch = st.epoch + 1;
     }
-    return t->cuda ? nn_cuda_setup(t->cuda, t->g.max_batch, t->ddp ? t->ddp->comm : NULL, o->mem_report && t->rank == 0,
-                                   err, errlen)
-                   : 0;
+    return t->cuda ? nn_cuda_setup(t->cuda, &t->g, t->ddp, o->mem_report && t->rank == 0, err, errlen) : 0;
 }
 
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen)
@@ -238,7 +232,7 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
             return -1;
         }
     }
-    if (t->cuda && nn_cuda_upload(t->cuda, t->g.params, t->momentum)) {
+    if (t->cuda && nn_cuda_upload(t->cuda, t->momentum)) {
         snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
         return -1;
     }
@@ -313,7 +307,9 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     int n;
     double sums[3 + NN_MAX_TOPK] = {0};
     const nn_optim_cfg *oc = &t->opt.c;
-    if (t->ddp && nn_ddp_sync_buffers(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    if (t->ddp && (t->cuda ? nn_cuda_sync_buffers(t->cuda) : nn_ddp_sync_buffers(t->ddp)))
+        rt_fatal("rank %d: broadcasting the buffers before evaluation failed: %s", t->rank,
+                 t->cuda ? nn_cuda_errmsg(t->cuda) : nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
     while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
         const void *x = xv;
@@ -354,7 +350,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         samples += n;
         if (o->check_sync > 0 && t->micro == 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
-            if (t->cuda && nn_cuda_download(t->cuda, t->g.params, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
+            if (t->cuda && nn_cuda_download(t->cuda, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
         }
         if (batch_idx % o->log_interval == 0) {
@@ -427,7 +423,7 @@ int nn_trainer_run(nn_trainer *t)
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);
-        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->g.params, t->momentum))
+        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0) {
             nn_ckpt_state st = ckpt_state(t, epoch);

@@ -39,7 +39,7 @@ typedef struct nn_trainer {
     long epoch_samples;    /* samples trained in the last epoch, all ranks */
     double last_loss;      /* of the last micro-batch (the NaN guard names it) */
     double peak_rss_mib;
-    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/lenet_cuda.h, LeNet only); NULL on the CPU */
+    struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/graph_cuda.h); NULL on the CPU */
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and

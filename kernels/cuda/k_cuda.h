@@ -125,6 +125,15 @@ int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids,
 int k_cuda_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx, port_stream s);
 int k_cuda_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx, port_stream s);
 
+/* For the layer-graph executor (nn/ops/cuda.c), no k.h twin: dst[r*dst_stride + k] =
+ * src[r*src_stride + k] for r < rows, k < len (channel concat, both directions);
+ * log_softmax backward from its output y (the CPU op's formula, one thread per row);
+ * *x += v on one int64 (BatchNorm's num_batches_tracked stays on the device). */
+int k_cuda_copy_rows(int rows, size_t len, const float *src, size_t src_stride, float *dst, size_t dst_stride,
+                     port_stream s);
+int k_cuda_log_softmax_bwd(int n, int classes, const float *y, const float *dy, float *dx, port_stream s);
+int k_cuda_add_i64(int64_t *x, int64_t v, port_stream s);
+
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
 

@@ -17,7 +17,8 @@ static int bn_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     nn_buf_add(g, n, "running_mean", RT_F32, 1, &c, NN_INIT_ZEROS);
     nn_buf_add(g, n, "running_var", RT_F32, 1, &c, NN_INIT_ONES);
     nn_buf_add(g, n, "num_batches_tracked", RT_I64, 0, &one, NN_INIT_ZEROS);
-    n->aux_fixed = 2 * (size_t)c * sizeof(float);
+    /* mean, invstd; the device op also keeps the batch variance apart (nn/ops/cuda.c). */
+    n->aux_fixed = 3 * (size_t)c * sizeof(float);
     return 0;
 }
 
@@ -96,4 +97,5 @@ static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
     return (size_t)(4 * n->out.c + 2) * sizeof(double);
 }
 
-const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT, bn_infer, bn_ws, bn_fwd, bn_bwd};
+const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT, bn_infer, bn_ws, bn_fwd, bn_bwd,
+                                   NN_CUDA(nn_cu_bn_fwd, nn_cu_bn_bwd, NULL)};

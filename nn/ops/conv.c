@@ -63,7 +63,8 @@ static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
                      n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
 }
 
-const nn_op nn_op_conv2d = {"conv2d", NN_BWD_INPUT, conv_infer, conv_ws, conv_fwd, conv_bwd};
+const nn_op nn_op_conv2d = {"conv2d", NN_BWD_INPUT, conv_infer, conv_ws, conv_fwd, conv_bwd,
+                              NN_CUDA(nn_cu_conv_fwd, nn_cu_conv_bwd, nn_cu_conv_ws)};
 
 /* linear: ia[0] = out features; the input must be a vector (flatten first, as
  * PyTorch's x.view(-1, n)). */
@@ -108,4 +109,5 @@ static void linear_bwd(nn_graph *g, nn_node *n, const nn_run *r)
                  nn_pg(g, n, 0), nn_pg(g, n, 1));
 }
 
-const nn_op nn_op_linear = {"linear", NN_BWD_INPUT, linear_infer, linear_ws, linear_fwd, linear_bwd};
+const nn_op nn_op_linear = {"linear", NN_BWD_INPUT, linear_infer, linear_ws, linear_fwd, linear_bwd,
+                              NN_CUDA(nn_cu_linear_fwd, nn_cu_linear_bwd, nn_cu_linear_ws)};

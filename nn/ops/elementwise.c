@@ -22,7 +22,8 @@ static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     if (dx) k_relu_bwd((size_t)r->n * nn_shape_numel(n->out), n->y, n->dy, dx);
 }
 
-const nn_op nn_op_relu = {"relu", NN_BWD_OUTPUT, same_infer, NULL, relu_fwd, relu_bwd};
+const nn_op nn_op_relu = {"relu", NN_BWD_OUTPUT, same_infer, NULL, relu_fwd, relu_bwd,
+                            NN_CUDA(nn_cu_relu_fwd, nn_cu_relu_bwd, NULL)};
 
 static int add_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -50,7 +51,7 @@ static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     }
 }
 
-const nn_op nn_op_add = {"add", 0, add_infer, NULL, add_fwd, add_bwd};
+const nn_op nn_op_add = {"add", 0, add_infer, NULL, add_fwd, add_bwd, NN_CUDA(nn_cu_add_fwd, nn_cu_add_bwd, NULL)};
 
 static int flatten_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -71,7 +72,8 @@ static void flatten_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     if (dx) memcpy(dx, n->dy, (size_t)r->n * nn_shape_numel(n->out) * sizeof(float));
 }
 
-const nn_op nn_op_flatten = {"flatten", NN_ALIAS, flatten_infer, NULL, flatten_fwd, flatten_bwd};
+const nn_op nn_op_flatten = {"flatten", NN_ALIAS, flatten_infer, NULL, flatten_fwd, flatten_bwd,
+                               NN_CUDA(nn_cu_copy_fwd, nn_cu_copy_bwd, NULL)};
 
 /* dropout: ia[0] = 1 for dropout2d (whole channels), fa[0] = p. Each node draws from
  * its own counter range: step * max_batch * stride + max_batch * rng_offset. */
@@ -114,7 +116,8 @@ static void dropout_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     else k_dropout_bwd((size_t)r->n * nn_shape_numel(n->out), n->fa[0], n->aux, n->dy, dx);
 }
 
-const nn_op nn_op_dropout = {"dropout", 0, dropout_infer, NULL, dropout_fwd, dropout_bwd};
+const nn_op nn_op_dropout = {"dropout", 0, dropout_infer, NULL, dropout_fwd, dropout_bwd,
+                               NN_CUDA(nn_cu_dropout_fwd, nn_cu_dropout_bwd, NULL)};
 
 /* concat along channels of inputs with equal height and width. */
 static int concat_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
@@ -154,7 +157,8 @@ static void concat_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     }
 }
 
-const nn_op nn_op_concat = {"concat", 0, concat_infer, NULL, concat_fwd, concat_bwd};
+const nn_op nn_op_concat = {"concat", 0, concat_infer, NULL, concat_fwd, concat_bwd,
+                              NN_CUDA(nn_cu_concat_fwd, nn_cu_concat_bwd, NULL)};
 
 static int lsm_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -184,4 +188,5 @@ static void lsm_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     }
 }
 
-const nn_op nn_op_log_softmax = {"log_softmax", NN_BWD_OUTPUT, lsm_infer, NULL, lsm_fwd, lsm_bwd};
+const nn_op nn_op_log_softmax = {"log_softmax", NN_BWD_OUTPUT, lsm_infer, NULL, lsm_fwd, lsm_bwd,
+                                   NN_CUDA(nn_cu_lsm_fwd, nn_cu_lsm_bwd, NULL)};

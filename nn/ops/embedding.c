@@ -25,4 +25,5 @@ static void emb_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     k_embedding_bwd(r->n, n->out.w, n->out.c, n->ia[0], (const int32_t *)nn_x(g, n, 0), n->dy, nn_pg(g, n, 0));
 }
 
-const nn_op nn_op_embedding = {"embedding", NN_BWD_INPUT, emb_infer, NULL, emb_fwd, emb_bwd};
+const nn_op nn_op_embedding = {"embedding", NN_BWD_INPUT, emb_infer, NULL, emb_fwd, emb_bwd,
+                                 NN_CUDA(nn_cu_emb_fwd, nn_cu_emb_bwd, NULL)};

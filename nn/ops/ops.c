@@ -8,7 +8,7 @@ static int input_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     return 0;
 }
 static void input_nop(nn_graph *g, nn_node *n, const nn_run *r) { (void)g; (void)n; (void)r; }
-const nn_op nn_op_input = {"input", 0, input_infer, NULL, input_nop, input_nop};
+const nn_op nn_op_input = {"input", 0, input_infer, NULL, input_nop, input_nop, NN_CUDA(nn_cu_nop, nn_cu_nop, NULL)};
 
 const nn_op *const nn_ops[] = {&nn_op_input, &nn_op_conv2d, &nn_op_linear, &nn_op_batchnorm2d, &nn_op_relu,
                                &nn_op_maxpool2d, &nn_op_avgpool1x1, &nn_op_add, &nn_op_flatten, &nn_op_dropout,

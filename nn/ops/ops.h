@@ -8,6 +8,17 @@ extern const nn_op nn_op_input, nn_op_conv2d, nn_op_linear, nn_op_batchnorm2d, n
     nn_op_avgpool1x1, nn_op_add, nn_op_flatten, nn_op_dropout, nn_op_embedding, nn_op_max_time, nn_op_concat,
     nn_op_log_softmax;
 
+#if DDPRT_CUDA /* the device halves (nn/ops/cuda.c) */
+typedef int nn_cu_fn(nn_graph *g, nn_node *n, const nn_run *r);
+typedef size_t nn_cu_ws_fn(const nn_graph *g, const nn_node *n, int max_batch);
+nn_cu_fn nn_cu_nop, nn_cu_conv_fwd, nn_cu_conv_bwd, nn_cu_linear_fwd, nn_cu_linear_bwd, nn_cu_bn_fwd, nn_cu_bn_bwd,
+    nn_cu_relu_fwd, nn_cu_relu_bwd, nn_cu_maxpool_fwd, nn_cu_maxpool_bwd, nn_cu_avg_fwd, nn_cu_avg_bwd,
+    nn_cu_maxt_fwd, nn_cu_maxt_bwd, nn_cu_add_fwd, nn_cu_add_bwd, nn_cu_copy_fwd, nn_cu_copy_bwd,
+    nn_cu_dropout_fwd, nn_cu_dropout_bwd, nn_cu_concat_fwd, nn_cu_concat_bwd, nn_cu_emb_fwd, nn_cu_emb_bwd,
+    nn_cu_lsm_fwd, nn_cu_lsm_bwd;
+nn_cu_ws_fn nn_cu_conv_ws, nn_cu_linear_ws;
+#endif
+
 /* "node 12 (conv2d layer1.0.conv1)" for error messages. */
 static inline const char *nn_node_desc(const nn_graph *g, const nn_node *n, char *buf, size_t len)
 {

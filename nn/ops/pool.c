@@ -36,7 +36,8 @@ static void maxpool_bwd(nn_graph *g, nn_node *n, const nn_run *r)
         k_maxpool2d_pad_bwd(r->n, x.c, x.h, x.w, n->ia[0], n->ia[1], n->ia[2], n->dy, n->aux, dx);
 }
 
-const nn_op nn_op_maxpool2d = {"maxpool2d", 0, maxpool_infer, NULL, maxpool_fwd, maxpool_bwd};
+const nn_op nn_op_maxpool2d = {"maxpool2d", 0, maxpool_infer, NULL, maxpool_fwd, maxpool_bwd,
+                                 NN_CUDA(nn_cu_maxpool_fwd, nn_cu_maxpool_bwd, NULL)};
 
 static int avg_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -58,7 +59,8 @@ static void avg_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     if (dx) k_global_avgpool_bwd(r->n, x.c, x.h * x.w, n->dy, dx);
 }
 
-const nn_op nn_op_avgpool1x1 = {"avgpool1x1", 0, avg_infer, NULL, avg_fwd, avg_bwd};
+const nn_op nn_op_avgpool1x1 = {"avgpool1x1", 0, avg_infer, NULL, avg_fwd, avg_bwd,
+                                  NN_CUDA(nn_cu_avg_fwd, nn_cu_avg_bwd, NULL)};
 
 static int maxt_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -83,4 +85,5 @@ static void maxt_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     if (dx) k_max_time_bwd(r->n, x.c, x.w, n->dy, n->aux, dx);
 }
 
-const nn_op nn_op_max_time = {"max_time", 0, maxt_infer, NULL, maxt_fwd, maxt_bwd};
+const nn_op nn_op_max_time = {"max_time", 0, maxt_infer, NULL, maxt_fwd, maxt_bwd,
+                                NN_CUDA(nn_cu_maxt_fwd, nn_cu_maxt_bwd, NULL)};

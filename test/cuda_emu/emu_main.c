@@ -2,13 +2,18 @@
  * (their operand functors, split-K slicing and epilogues run as host loops) against
  * the CPU kernels. It checks the implicit-GEMM index maths (gathers, strides, padding,
  * layouts) on machines without a GPU; test/test_cuda_port.c runs it. Exit 0 when all
- * shapes agree. emu_graph.c does the same for the layer-graph ops. */
+ * shapes agree. emu_graph.c does the same for the layer-graph ops, emu_cpu.c against
+ * the CPU kernels; emu_train.c and emu_ddp.c run whole training steps of the graph
+ * executor's device path (nn/graph_cuda.c) on an emulated device (emu_port.c). */
 #include "kernels/cuda/k_cuda.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-int emu_graph_ops(int *cases); /* emu_graph.c */
+int emu_graph_ops(int *cases);   /* emu_graph.c */
+int emu_graph_train(int *cases); /* emu_train.c */
+int emu_graph_ddp(int *cases);   /* emu_ddp.c */
+int emu_cpu_kernels(int *cases); /* emu_cpu.c */
 
 static float *rnd(size_t n, unsigned seed)
 {
@@ -107,6 +112,9 @@ int main(void)
     static const int lins[][3] = {{64, 320, 50}, {64, 50, 10}, {1, 320, 50}, {1000, 320, 50}, {7, 33, 65}, {129, 1, 3}};
     for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++, cases++) bad += linear_case(lins[i][0], lins[i][1], lins[i][2], i != 4);
     bad += emu_graph_ops(&cases);
+    bad += emu_cpu_kernels(&cases);
+    bad += emu_graph_train(&cases);
+    bad += emu_graph_ddp(&cases);
     printf("%d of %d shapes agree with the CPU kernels and references\n", cases - bad, cases);
     return bad != 0;
 }

@@ -1,0 +1,57 @@
+/* Training any graph on a GPU (--device cuda). The device graph is a copy of the host
+ * graph's nodes, parameters and buffers planned by nn_plan into one device arena (one
+ * cudaMalloc): parameters, gradients, buffers, activations, the ops' CUDA workspace,
+ * momentum and double-buffered batches; batches and the loss come through one pinned
+ * arena (one cudaHostAlloc), on their own stream, so the next batch's copy overlaps
+ * the current step. The ops' CUDA halves (nn/ops/cuda.c) run through nn_forward_cuda /
+ * nn_backward_cuda (nn/exec_cuda.c).
+ *
+ * DDP: the backward hook hands each bucket (nn_ddp's layout) to a comm thread as soon
+ * as it is final; the thread runs tp_allreduce_device through pinned staging while
+ * backward goes on; SGD waits for the last bucket. Buffers (BatchNorm statistics) are
+ * broadcast from rank 0 on the device before every training forward and evaluation,
+ * as the CPU path's nn_ddp_sync_buffers.
+ *
+ * The host graph stays the reference copy for initialisation, broadcast, checkpoints
+ * and --check-sync: nn_cuda_upload / nn_cuda_download move parameters, buffers and
+ * momentum across at those points only. Without CUDA every entry point fails with
+ * "this build has no CUDA port". */
+#ifndef NN_GRAPH_CUDA_H
+#define NN_GRAPH_CUDA_H
+#include "kernels/k.h"
+#include "nn/ddp.h"
+#include "nn/graph.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nn_cuda nn_cuda;
+
+/* Checks for a GPU (ranks beyond the GPU count share them); NULL with a one-line reason. */
+nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
+/* Plans and carves device and pinned memory for `host` (finished, max_batch planned);
+ * ddp (may be NULL, or comm NULL for one rank) averages the gradients: its buckets are
+ * read at each step, so nn_ddp_attach may come later. mem_report prints the plans. */
+int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen);
+/* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
+int nn_cuda_upload(nn_cuda *c, const float *momentum);
+/* Parameters and buffers into the host graph, and momentum when not NULL. */
+int nn_cuda_download(nn_cuda *c, float *momentum);
+/* One optimizer step on a host batch (floats, or int32 ids for token models); returns
+ * the mean loss. Fatal (one line naming the kernel and shapes) on a device or network
+ * error. */
+double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
+                    uint64_t step);
+/* Evaluation forward of n samples: the NLL sum, and the correct count in *correct. */
+double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct);
+/* Rank 0's buffers on every rank's device (DDP broadcast_buffers); 0 without DDP. */
+int nn_cuda_sync_buffers(nn_cuda *c);
+/* Buckets of the last DDP step that the backward hook handed to the comm thread
+ * while backward was still running (the rest went after it): overlap, for tests. */
+int nn_cuda_buckets_from_hook(const nn_cuda *c);
+/* The device graph (tests: its pointers are device memory). */
+nn_graph *nn_cuda_graph(nn_cuda *c);
+const char *nn_cuda_desc(const nn_cuda *c);
+/* Why the last call failed: the staging's message (network, copies) or the port's. */
+const char *nn_cuda_errmsg(const nn_cuda *c);
+void nn_cuda_close(nn_cuda *c);
+#endif

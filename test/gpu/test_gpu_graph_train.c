@@ -1,0 +1,63 @@
+/* The graph executor's device path on a real GPU: the same checks t-cuda-emu runs on
+ * the emulated device (test/cuda_emu/emu_train.c, emu_ddp.c) with a looser tolerance,
+ * then the trainer end to end: resnet20 and textcnn for a few steps on the GPU against
+ * the CPU, and 2 ranks sharing the GPU (processes through ddprt-launch, --check-sync). */
+#include "test/cuda_emu/emu.h"
+#include "test/gpu/g.h"
+
+TEST(gpu_graph_steps_match_cpu_lenet_resnet20_textcnn)
+{
+    g_init();
+    emu_slack = 10;
+    int cases = 0;
+    CHECK(emu_graph_train(&cases) == 0);
+}
+
+TEST(gpu_graph_ddp_2_ranks_one_gpu_match_cpu)
+{
+    g_init();
+    emu_slack = 10;
+    int cases = 0;
+    CHECK(emu_graph_ddp(&cases) == 0);
+}
+
+/* Loss lines of two runs agree to tol (relative); returns the number compared. */
+static int same_losses(const char *a, const char *b, double tol, char *why, size_t len)
+{
+    int steps = 0;
+    for (;;) {
+        const char *x = strstr(a, "Loss: "), *y = strstr(b, "Loss: ");
+        if (!x || !y) return steps;
+        double la = atof(x + 6), lb = atof(y + 6);
+        if (!(fabs(la - lb) <= tol * (1 + fabs(lb)))) {
+            snprintf(why, len, "step %d: loss %.6f vs %.6f", steps, la, lb);
+            return -1;
+        }
+        a = x + 1, b = y + 1, steps++;
+    }
+}
+
+static void model_vs_cpu(const char *model, const char *launch)
+{
+    char cmd[1024], out_g[32768], out_c[32768], why[128] = "";
+    const char *args = "--data synthetic --epochs 1 --max-steps 6 --log-interval 1 --batch-size 16 --check-sync 1";
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --model %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
+    CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --model %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
+    CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
+    int n = same_losses(out_g, out_c, 2e-3, why, sizeof why);
+    CHECKF(n == 6, "%s (%s): %d loss lines agree; %s\n%s", model, launch, n, why, out_g);
+}
+
+TEST(gpu_train_resnet20_textcnn_match_cpu)
+{
+    model_vs_cpu("resnet20", "");
+    model_vs_cpu("textcnn", "");
+}
+
+TEST(gpu_ddp_resnet20_2_processes_share_gpu)
+{
+    char launch[512];
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    model_vs_cpu("resnet20", launch);
+}

@@ -61,6 +61,10 @@ PTEST(stio_roundtrip_names_dtypes_shapes_metadata)
              "for (s,e),k in t: assert s==at,k; at=e\n"
              "assert at==len(b)-8-n and h['fc1.weight']['shape']==[50,320] and h['steps']['dtype']=='I64'\n"
              "print('layout ok')\" %s > %s 2>&1", PATH, out);
+    if (system("command -v python3 >/dev/null 2>&1")) {
+        t_note("stio layout check by an independent reader skipped: no python3 here");
+        return;
+    }
     CHECK(system(cmd) == 0);
     CHECKF(strstr(t_slurp(out), "layout ok"), "%s", t_slurp(out));
 }

@@ -1,5 +1,6 @@
 #include "nn/opts.h"
 #include "nn/optim.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <math.h>
@@ -121,26 +122,6 @@ void nn_opts_usage(void)
     printf("  %-24s %s\n", "--version", "print the version and exit");
 }
 
-/* Levenshtein distance, for "did you mean" hints. */
-static int edit_distance(const char *a, const char *b)
-{
-    int la = (int)strlen(a), lb = (int)strlen(b), d[64];
-    if (la > 62 || lb > 62) return 99;
-    for (int j = 0; j <= lb; j++) d[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int prev = d[0];
-        d[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int cur = d[j], best = prev + (a[i - 1] != b[j - 1]);
-            if (d[j] + 1 < best) best = d[j] + 1;
-            if (d[j - 1] + 1 < best) best = d[j - 1] + 1;
-            d[j] = best;
-            prev = cur;
-        }
-    }
-    return d[lb];
-}
-
 static int in_choices(const char *v, const char *choices)
 {
     size_t n = strlen(v);
@@ -212,7 +193,7 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
         if (!f) {
             int best = 99, bi = 0;
             for (int k = 0; k < NFLAGS; k++) {
-                int dist = edit_distance(name, flags[k].name);
+                int dist = rt_edit_distance(name, flags[k].name);
                 if (dist < best) { best = dist; bi = k; }
             }
             if (best <= 3) rt_error("unknown flag --%s (did you mean --%s? see --help)", name, flags[bi].name);

@@ -75,7 +75,7 @@ static int check_one(const env_var *e, const char *v, char *err, size_t errlen)
     return -1;
 }
 
-static int distance(const char *a, const char *b)
+int rt_edit_distance(const char *a, const char *b)
 {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64];
     if (la > 62 || lb > 62) return 99;
@@ -106,7 +106,7 @@ int rt_env_check(char *err, size_t errlen)
         int best = 99, bi = -1;
         for (int i = 0; i < NVARS; i++) {
             if (!strcmp(vars[i].name, name)) { bi = i; best = 0; break; }
-            int dd = distance(name, vars[i].name);
+            int dd = rt_edit_distance(name, vars[i].name);
             if (dd < best) { best = dd; bi = i; }
         }
         if (best == 0) {

@@ -11,4 +11,6 @@
 int rt_env_check(char *err, size_t errlen);
 /* The number in DDPRT_<name> when set and valid, else dflt (call rt_env_check first). */
 double rt_env_num(const char *name, double dflt);
+/* Levenshtein distance (names up to 62 characters; 99 beyond): "did you mean" hints. */
+int rt_edit_distance(const char *a, const char *b);
 #endif

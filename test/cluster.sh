@@ -118,7 +118,7 @@ run_grid() {
         file) on $h "r$r" DDPRT_TIMEOUT=30 -- "$@" --init-method "file://$TMP/rdzv.$PORT" --rank $r --world-size $W ;;
         esac
     done
-    waitall 60
+    waitall "${CLUSTER_WAIT:-60}"
     if all_zero; then ok "$name"; else bad "$name (exit codes ${RCS[*]})"; fi
 }
 
@@ -130,7 +130,7 @@ run_launch() {
         on $h "node$h" DDPRT_TIMEOUT=30 -- "$B/ddprt-launch" --nproc-per-node "$per" --nnodes "$NH" --node-rank $h \
             --master-addr "$M" --master-port $PORT -- "$@"
     done
-    waitall 60
+    waitall "${CLUSTER_WAIT:-60}"
     if all_zero; then ok "$name"; else bad "$name (exit codes ${RCS[*]})"; fi
 }
 

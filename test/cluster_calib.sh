@@ -7,6 +7,7 @@
 # capped at 256 MiB per size: tbf lets a burst (512 KB) through at the veth's speed, so
 # a size must be repeated well past the burst to see the shaped rate.
 R=${CALIB_RATE:-1gbit}
+CLUSTER_WAIT=${CLUSTER_WAIT:-300}
 shape "$R"
 OUTD=${CALIB_OUT:-$TMP}
 mkdir -p "$OUTD"
@@ -32,5 +33,5 @@ set -- $(ab "$OUTD/1x2-ring.txt") $(ab "$OUTD/2x1-ring.txt")
 LINKS=(--intra-alpha-us "$1" --intra-gbs "$2" --alpha-us "$3" --beta-gbs "$4")
 for algo in ring hier; do
     echo "## 2x2 $algo: predicted from the two fits vs measured"
-    "$B/ddprt-bench" --predict --world-size 4 --per-node 2 --algo $algo "${LINKS[@]}" --measured "$OUTD/2x2-$algo.txt"
+    "$B/ddprt-bench" --predict --world-size 4 --per-node 2 --algo $algo "${LINKS[@]}" --measured "$OUTD/2x2-$algo.txt" -b "${CALIB_FIT_MIN:-64K}"
 done

@@ -8,6 +8,7 @@
 # COMPRESS_MODES ("none fp16"), COMPRESS_ROUNDS (3), CLUSTER_RATES ("none 1gbit"),
 # COMPRESS_DATA (Fashion-MNIST if installed, else synthetic).
 GENV=(DDPRT_LOG=info)
+CLUSTER_WAIT=${CLUSTER_WAIT:-600}
 RES=$TMP/compress.txt
 : >"$RES"
 steps=${COMPRESS_STEPS:-20}

@@ -45,14 +45,15 @@ echo "host load after: $(uptime)"
 echo "$res" | grep -v '^RES' >&2
 echo "| backend | --grad-compress | runs | time for $steps steps (s) | samples/s (2 ranks) | comm wait / step (ms) | bytes / step / rank | guest load |"
 echo "|---|---|---|---|---|---|---|---|"
-echo "$res" | grep '^RES' | sort -k2,2 -s | awk -v steps="$steps" '
+# samples/s from the run's own time: the trainer's log rounds it to whole samples/s.
+echo "$res" | grep '^RES' | sort -k2,2 -s | awk -v steps="$steps" -v batch="${COMPRESS_BATCH:-32}" '
 function med(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 function flush() {
     if (!n) return
-    printf "| verbs (Soft-RoCE VM) | %s | %d | %.2f | %.2f | %.1f | %d | %s |\n", m, n, med(E, n), med(S, n), 1000 * med(C, n) / steps, by / steps, loads
+    printf "| verbs (Soft-RoCE VM) | %s | %d | %.2f | %.3f | %.1f | %d | %s |\n", m, n, med(E, n), 2 * batch * steps / med(E, n), 1000 * med(C, n) / steps, by / steps, loads
     n = 0; loads = ""
 }
 { if ($2 != last) { flush(); last = $2; m = $2 }

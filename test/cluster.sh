@@ -7,11 +7,15 @@
 # find the right addresses themselves. Everything made here is removed on every exit.
 #   test/cluster.sh [BUILD]            the tests (quiet; CLUSTER_VERBOSE=1 for details)
 #   test/cluster.sh [BUILD] --bench    tables: 2x1 and 2x2, unshaped and 1 Gbit/s, per algo
+#   test/cluster.sh [BUILD] --rounds   the same, repeated and alternated: medians (cluster_rounds.sh)
+#   test/cluster.sh [BUILD] --compress resnet20 2x1 with and without --grad-compress fp16
+#   test/cluster.sh [BUILD] --calib    cost model fitted on the shaped link vs measured
 # Needs root (skips with one line saying why otherwise). Ends with "N passed, N failed".
 set -u
 B=${1:-build}
 MODE=${2:-test}
 NH=${CLUSTER_HOSTS:-2}
+MTU=${CLUSTER_MTU:-1500} # of every host's link (9000: jumbo frames)
 TO=${CLUSTER_TIMEOUT:-4}    # DDPRT_TIMEOUT of the failure tests (s)
 P=ddc$$
 SW=${P}sw
@@ -48,6 +52,7 @@ setup() {
             ip link add eth0 netns "$ns" type veth peer name "p$h" netns "$SW" &&
             ip -n "$SW" link set "p$h" master br0 && ip -n "$SW" link set "p$h" up &&
             ip -n "$ns" addr add "$(addr $h)/24" dev eth0 &&
+            ip -n "$ns" link set eth0 mtu "$MTU" && ip -n "$SW" link set "p$h" mtu "$MTU" &&
             ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || return 1
     done
 }
@@ -65,7 +70,7 @@ shape() {
 # on HOST NAME ENV... -- CMD...: starts CMD in host HOST's namespace in the background,
 # output in $TMP/NAME.{out,err}; its pid is appended to PIDS.
 PIDS=()
-GENV=(DDPRT_LOG=warn)  # extra environment of every rank
+GENV=(DDPRT_LOG=warn ${CLUSTER_ENV:-})  # extra environment of every rank (CLUSTER_ENV: more)
 on() {
     local h=$1 name=$2; shift 2
     local envs=("${GENV[@]}")
@@ -113,7 +118,7 @@ run_grid() {
         file) on $h "r$r" DDPRT_TIMEOUT=30 -- "$@" --init-method "file://$TMP/rdzv.$PORT" --rank $r --world-size $W ;;
         esac
     done
-    waitall 60
+    waitall "${CLUSTER_WAIT:-60}"
     if all_zero; then ok "$name"; else bad "$name (exit codes ${RCS[*]})"; fi
 }
 
@@ -125,7 +130,7 @@ run_launch() {
         on $h "node$h" DDPRT_TIMEOUT=30 -- "$B/ddprt-launch" --nproc-per-node "$per" --nnodes "$NH" --node-rank $h \
             --master-addr "$M" --master-port $PORT -- "$@"
     done
-    waitall 60
+    waitall "${CLUSTER_WAIT:-60}"
     if all_zero; then ok "$name"; else bad "$name (exit codes ${RCS[*]})"; fi
 }
 
@@ -173,6 +178,18 @@ fault() {
 
 if [ "$MODE" = --bench ]; then
     . "$(dirname "$0")/cluster_bench.sh"
+    exit 0
+fi
+if [ "$MODE" = --calib ]; then
+    . "$(dirname "$0")/cluster_calib.sh"
+    exit 0
+fi
+if [ "$MODE" = --compress ]; then
+    . "$(dirname "$0")/cluster_compress.sh"
+    exit 0
+fi
+if [ "$MODE" = --rounds ]; then
+    . "$(dirname "$0")/cluster_rounds.sh"
     exit 0
 fi
 

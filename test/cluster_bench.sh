@@ -15,7 +15,7 @@ for rate in ${CLUSTER_RATES:-none 1gbit}; do
         for algo in ${CLUSTER_ALGOS:-ring hier}; do
             for size in ${CLUSTER_SIZES:-1M 16M 64M}; do
                 run_grid "bench $grid $rate $algo $size" 2 "$per" tcp "$B/ddprt-bench" allreduce -b "$size" -e "$size" \
-                    -n "${CLUSTER_ITERS:-5}" -w 1 -c 0 --algo "$algo" >/dev/null
+                    -n "${CLUSTER_ITERS:-5}" -w 1 -c 0 --algo "$algo" ${CLUSTER_BENCH_ARGS:-} >/dev/null
                 row=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$TMP/r0.out" | tail -1)
                 [ -z "$row" ] && { echo "| $grid | $rate | $algo | $size | failed: $(tail -1 "$TMP/r0.err") | | | |"; continue; }
                 set -- $row

@@ -33,6 +33,11 @@ TEST(predict_hier_by_hand)
     CHECK_NEAR(bp_ring2(1, 4, MIB, in, ex), bp_ring(4, MIB, in), 1e-15);
     CHECK_NEAR(bp_hier(1, 4, MIB, in, ex), bp_ring(4, MIB, in), 1e-15);
     CHECK_NEAR(bp_hier(4, 1, MIB, in, ex), bp_ring(4, MIB, ex), 1e-15);
+    /* 64 MiB: 16 segments of 4 MiB pipelined; the link lane (67.128864 ms) runs
+     * throughout, the in-host lane (6.7128864 ms) adds one segment's worth */
+    CHECK_EQ(bp_hier_segs(64 * MIB), 16);
+    CHECK_EQ(bp_hier_segs(4096 * MIB), 64);
+    CHECK_NEAR(bp_hier(2, 2, 64 * MIB, in, ex), 67.128864e-3 + 6.7128864e-3 / 16, 1e-12);
 }
 
 static double lin10(double b, const void *c) { (void)c; return b * 0.01; }
@@ -112,6 +117,21 @@ PTEST(predict_cli_tables)
     CHECK_EQ(t_wait(&p, 20), 0);
     o = t_slurp(p.out);
     CHECKF(strstr(o, "1048576       262144    float    sum      -    1632.86"), "output:\n%s", o);
+
+    /* predicted vs measured over the same rows: the model that made them fits exactly,
+     * one twice as slow misses every size by +100 % */
+    char *a5[] = {(char *)t_prog("ddprt-bench"), "--predict", "--world-size", "2", "--alpha-us", "30",
+                  "--beta-gbs", "1.5", "--measured", path, NULL};
+    t_spawn(&p, "compare", a5, NULL);
+    CHECK_EQ(t_wait(&p, 20), 0);
+    o = t_slurp(p.out);
+    CHECKF(strstr(o, "within 15%: 7 of 7 sizes; worst |error| 0.0%"), "output:\n%s", o);
+    char *a6[] = {(char *)t_prog("ddprt-bench"), "--predict", "--world-size", "2", "--alpha-us", "60",
+                  "--beta-gbs", "0.75", "--measured", path, "-b", "64K", NULL};
+    t_spawn(&p, "compare2", a6, NULL);
+    CHECK_EQ(t_wait(&p, 20), 0);
+    o = t_slurp(p.out);
+    CHECKF(strstr(o, "+100.0%") && strstr(o, "within 15%: 0 of 5 sizes"), "output:\n%s", o);
 
     char *a4[] = {(char *)t_prog("ddprt-bench"), "--fit", path, NULL}; /* no world size */
     t_spawn(&p, "bad", a4, NULL);

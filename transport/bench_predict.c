@@ -3,9 +3,10 @@
  * at once over its own link, so a step costs the slowest link's alpha + m / bw.
  *   ring  (n ranks, S bytes):  2(n-1) (alpha + S / (n bw))
  *   rd    (p = 2^floor(log2 n)): (log2 p + 2 [n != p]) (alpha + S / bw)
- *   hier  (H hosts x L local):   2(L-1) (a_i + S / (L b_i))       intra RS + AG
- *                              + 2(H-1) (a_e + S / (H b_e))       L inter rings of
- *                                S/L bytes each, sharing the host link: b_e / L each
+ *   hier  (H hosts x L local):   T_i = 2(L-1) (a_i + S / (L b_i))   intra RS + AG
+ *                                T_e = 2(H-1) (a_e + S / (H b_e))   L inter rings of
+ *                                S/L bytes each, sharing the host link: b_e / L each;
+ *                                K pipelined segments: max(T_i, T_e) + min(T_i, T_e) / K
  *   flat ring over H x L:        2(HL-1) (a_e + S / (HL b_e))     (H > 1)
  * bw is in busbw terms (nccl-tests: busbw = algbw * 2(n-1)/n for allreduce), so a
  * published busbw figure is the bw to use. Not modelled: the reduction's compute,
@@ -36,11 +37,22 @@ double bp_rd(int n, double bytes, bp_link l)
     return rd_steps(n) * (l.alpha + bytes / l.bw);
 }
 
+int bp_hier_segs(double bytes)
+{
+    double k = floor(bytes / BP_HIER_SEG_BYTES);
+    return k < 1 ? 1 : k > BP_HIER_MAX_SEGS ? BP_HIER_MAX_SEGS : (int)k;
+}
+
 double bp_hier(int hosts, int local, double bytes, bp_link intra, bp_link inter)
 {
-    double t = bp_ring(local, bytes, intra); /* RS + AG: 2(L-1) steps of S/L */
-    if (hosts > 1) t += 2.0 * (hosts - 1) * (inter.alpha + bytes / hosts / inter.bw);
-    return t;
+    double ti = bp_ring(local, bytes, intra); /* RS + AG: 2(L-1) steps of S/L */
+    if (hosts <= 1) return ti;
+    double te = 2.0 * (hosts - 1) * (inter.alpha + bytes / hosts / inter.bw);
+    if (local <= 1) return te;
+    /* K segments in a pipeline (tp_hier.c): the slower lane runs throughout, the
+     * other adds its first and last segment (fill and drain). */
+    int k = bp_hier_segs(bytes);
+    return (ti > te ? ti : te) + (ti > te ? te : ti) / k;
 }
 
 double bp_ring2(int hosts, int local, double bytes, bp_link intra, bp_link inter)
@@ -161,6 +173,7 @@ static void pusage(FILE *f)
             "         per size over concatenated runs, sizes MIN..MAX); print predicted vs measured\n"
             "       ddprt-bench --predict --world-size N [--per-node L] [--algo ring|rd|hier]\n"
             "         [-b MIN -e MAX -f F]             predicted allreduce table (bench's rows)\n"
+            "         [--measured FILE|-]    predicted vs measured for the rows of ddprt-bench runs\n"
             "       ddprt-bench --predict --step-ms T --grad-mb G [--per-node L] [--gpus A-B]\n"
             "         [--bucket-mb 25] [--bwd-frac 0.667]   DDP step time, flat ring vs hierarchical\n"
             "  links: --alpha-us A --beta-gbs B (between hosts, or the only link);\n"
@@ -187,6 +200,30 @@ static int do_fit(const char *path, int n, int rd, double lo, double hi)
         printf("  %10.0f %12.2f %12.2f %+7.1f%%\n", b[i], s[i] * 1e6, p * 1e6, e * 100);
     }
     printf("# worst |error| %.1f%%\n", worst * 100);
+    return 0;
+}
+
+/* Predicted vs measured rows (median per size over the runs in path). */
+static int do_compare(const pctx *p, const char *path, double lo, double hi)
+{
+    static double b[MAXROWS], s[MAXROWS];
+    static const char *an[] = {"ring", "rd", "hier"};
+    int k = read_rows(path, lo, hi, b, s), within = 0;
+    if (k <= 0) {
+        fprintf(stderr, "ddprt-bench: --measured: no ddprt-bench rows in %s\n", path);
+        return 1;
+    }
+    printf("# %s, %d host(s) x %d, inter alpha %.2f us %.4f GB/s, intra %.2f us %.3f GB/s\n", an[p->algo],
+           p->hosts, p->local, p->inter.alpha * 1e6, p->inter.bw / 1e9, p->intra.alpha * 1e6, p->intra.bw / 1e9);
+    printf("# %10s %12s %12s %8s\n", "size (B)", "measured us", "predicted us", "error");
+    double worst = 0;
+    for (int i = 0; i < k; i++) {
+        double t = pc_ar(b[i], p), e = (t - s[i]) / s[i];
+        if (fabs(e) > worst) worst = fabs(e);
+        within += fabs(e) <= 0.15;
+        printf("  %10.0f %12.2f %12.2f %+7.1f%%\n", b[i], s[i] * 1e6, t * 1e6, e * 100);
+    }
+    printf("# within 15%%: %d of %d sizes; worst |error| %.1f%%\n", within, k, worst * 100);
     return 0;
 }
 
@@ -231,14 +268,14 @@ static void do_scale(pctx p, const bp_step *st, int g0, int g1)
 
 int bench_predict_main(int argc, char **argv)
 {
-    enum { O_PRED = 300, O_FIT, O_WORLD, O_ALGO, O_PN, O_A, O_B, O_IA, O_IB, O_STEP, O_GRAD, O_BUCK, O_BWD, O_GPUS };
+    enum { O_PRED = 300, O_FIT, O_WORLD, O_ALGO, O_PN, O_A, O_B, O_IA, O_IB, O_STEP, O_GRAD, O_BUCK, O_BWD, O_GPUS, O_MEAS };
     static const struct option lo[] = {
         {"predict", 0, 0, O_PRED}, {"fit", 1, 0, O_FIT}, {"world-size", 1, 0, O_WORLD}, {"algo", 1, 0, O_ALGO},
         {"per-node", 1, 0, O_PN}, {"alpha-us", 1, 0, O_A}, {"beta-gbs", 1, 0, O_B}, {"intra-alpha-us", 1, 0, O_IA},
         {"intra-gbs", 1, 0, O_IB}, {"step-ms", 1, 0, O_STEP}, {"grad-mb", 1, 0, O_GRAD}, {"bucket-mb", 1, 0, O_BUCK},
-        {"bwd-frac", 1, 0, O_BWD}, {"gpus", 1, 0, O_GPUS}, {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'},
+        {"bwd-frac", 1, 0, O_BWD}, {"gpus", 1, 0, O_GPUS}, {"measured", 1, 0, O_MEAS}, {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'},
         {"step-factor", 1, 0, 'f'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *fit = NULL;
+    const char *fit = NULL, *meas = NULL;
     int world = 0, hi_set = 0, per_node = 0, factor = 2, g0 = 8, g1 = 1024, bad = 0, ch;
     double a = 5e-6, b = 24e9, ia = -1, ib = -1, step_ms = 0, grad_mb = 0, bucket_mb = 25, bwd = 2.0 / 3;
     double lo_b = 4, hi_b = 64.0 * 1048576;
@@ -249,6 +286,7 @@ int bench_predict_main(int argc, char **argv)
         switch (ch) {
         case O_PRED: break;
         case O_FIT: fit = optarg; break;
+        case O_MEAS: meas = optarg; break;
         case O_WORLD: world = atoi(optarg); bad |= world < 1; break;
         case O_ALGO:
             p.algo = !strcmp(optarg, "ring") ? 0 : !strcmp(optarg, "rd") ? 1 : !strcmp(optarg, "hier") ? 2 : -1;
@@ -309,6 +347,7 @@ int bench_predict_main(int argc, char **argv)
         fprintf(stderr, "ddprt-bench: --predict: world %d is not a multiple of --per-node %d\n", world, per_node);
         return 2;
     }
+    if (meas) return do_compare(&p, meas, lo_b, hi_set ? hi_b : INFINITY);
     do_table(&p, lo_b, hi_b, factor);
     return 0;
 }

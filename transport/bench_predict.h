@@ -16,8 +16,12 @@ double bp_ring(int n, double bytes, bp_link l);
  * bytes, plus 2 more (fold in, hand back) when n is not a power of two p. */
 double bp_rd(int n, double bytes, bp_link l);
 /* tp_hier.c on hosts x local ranks: intra reduce-scatter, one inter-host ring per
- * local index (the local rings share the host's NIC), intra allgather. */
+ * local index (the local rings share the host's NIC), intra allgather, pipelined over
+ * bp_hier_segs(bytes) segments (the in-host lane and the network lane overlap). */
 double bp_hier(int hosts, int local, double bytes, bp_link intra, bp_link inter);
+#define BP_HIER_SEG_BYTES (4.0 * 1048576) /* tp_hier.c's TP_HIER_SEG_BYTES, MAX_SEGS */
+#define BP_HIER_MAX_SEGS 64
+int bp_hier_segs(double bytes);
 /* Flat ring over hosts x local ranks: every step crosses a host boundary, so it runs
  * at the inter-host link's alpha and bandwidth. */
 double bp_ring2(int hosts, int local, double bytes, bp_link intra, bp_link inter);

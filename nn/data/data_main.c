@@ -218,15 +218,31 @@ static int bench(int argc, char **argv)
     return 0;
 }
 
+static const char *const usage[3][2] = {
+    {"convert", "convert --from IDXDIR --to OUT --format png|jpeg|cifar [--limit N] [--quality Q]\n"
+                "    Fashion-MNIST (IDX; default: the located data set) as an image folder OUT/{train,val}/CLASS\n"
+                "    of PNG or JPEG files, or as CIFAR-10-style binary."},
+    {"synth", "synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
+              "    N JPEGs (default 200, 500x375, 4 classes, quality 90, noise 24) in OUT/train/classKK:\n"
+              "    benchmark input of ImageNet-like size."},
+    {"bench", "bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n"
+              "    decode + transform throughput per thread (CPU time) on DIR/train."},
+};
+
 int main(int argc, char **argv)
 {
     rt_log_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: ddprt-data convert --from IDXDIR --to OUT --format png|jpeg|cifar [--limit N] [--quality Q]\n"
-               "       ddprt-data synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
-               "       ddprt-data bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n");
+        for (int i = 0; i < 3; i++) printf("%s ddprt-data %.*s\n", i ? "      " : "usage:", (int)strcspn(usage[i][1], "\n"), usage[i][1]);
         return argc < 2 ? 2 : 0;
     }
+    /* `ddprt-data CMD --help` anywhere after the command: that command's usage, exit 0. */
+    for (int c = 0; c < 3; c++)
+        for (int i = 2; i < argc && !strcmp(argv[1], usage[c][0]); i++)
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                printf("usage: ddprt-data %s\n", usage[c][1]);
+                return 0;
+            }
     if (!strcmp(argv[1], "--version")) {
         printf("ddprt-data (ddprt) %s\n", DDPRT_VERSION);
         return 0;

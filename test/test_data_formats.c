@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static int open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
 {
@@ -232,4 +233,29 @@ TEST(loader_cifar_augmentation_independent_of_workers)
     CHECK(memcmp(out[0], out[1], 20 * sb) == 0);
     free(out[0]), free(out[1]);
     rt_arena_free(&a);
+}
+
+/* `ddprt-data CMD --help` (or -h, anywhere after CMD) prints that command's usage and
+ * exits 0 for every command, without running it; a bad call still fails. */
+TEST(data_tool_help_for_every_command)
+{
+    static const char *const cmds[] = {"", "convert", "synth", "bench"};
+    char cmd[1024], out[4096];
+    for (int i = 0; i < 4; i++)
+        for (int h = 0; h < 2; h++) {
+            snprintf(cmd, sizeof cmd, "%s %s %s 2>&1", t_prog("ddprt-data"), cmds[i], h ? "--to /nonexistent/x -h" : "--help");
+            if (!i && h) continue;
+            FILE *f = popen(cmd, "r");
+            size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+            out[n] = 0;
+            int st = f ? pclose(f) : -1;
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", cmd, out);
+            CHECKF(!strncmp(out, "usage: ddprt-data", 17) && strstr(out, cmds[i]) && !strstr(out, "error"), "%s: %s", cmd, out);
+        }
+    snprintf(cmd, sizeof cmd, "%s synth 2>&1", t_prog("ddprt-data"));
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "synth: --to OUT"), "%s", out);
 }

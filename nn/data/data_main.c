@@ -10,6 +10,7 @@
 #include "rt/version.h"
 #include "nn/data/dataset.h"
 #include "nn/data/image_write.h"
+#include "nn/data/jhuff.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include <errno.h>
@@ -183,7 +184,10 @@ static int bench(int argc, char **argv)
                        .image_size = atoi(arg(argc, argv, "--image-size", "224")),
                        .augment = arg(argc, argv, "--augment", "imagenet"), .seed = 1};
     int n = atoi(arg(argc, argv, "--n", "200")), T = atoi(arg(argc, argv, "--threads", "1")), train = 1;
-    for (int i = 0; i < argc; i++) train &= strcmp(argv[i], "--eval") != 0;
+    for (int i = 0; i < argc; i++) {
+        train &= strcmp(argv[i], "--eval") != 0;
+        if (!strcmp(argv[i], "--libjpeg-huffman")) nn_jhuff_enabled = 0; /* for comparison */
+    }
     char err[1024];
     nn_dataset d;
     rt_arena a;
@@ -212,21 +216,39 @@ static int bench(int argc, char **argv)
         if (b[t].err[0]) rt_fatal("%s", b[t].err);
         per += n / b[t].secs / T;
     }
-    printf("| ddprt (C) | %s | %d | %d | %dx%d %s | %.1f | %.2f | %.1f |\n", d.dir, d.n, T, d.h, d.w, train ? cfg.augment : "eval", per,
+    printf("| ddprt (C)%s | %s | %d | %d | %dx%d %s | %.1f | %.2f | %.1f |\n", nn_jhuff_enabled ? "" : " libjpeg-huffman", d.dir, d.n, T, d.h, d.w, train ? cfg.augment : "eval", per,
            1000.0 / per, n * T / wall);
     rt_arena_free(&a);
     return 0;
 }
 
+static const char *const usage[3][2] = {
+    {"convert", "convert --from IDXDIR --to OUT --format png|jpeg|cifar [--limit N] [--quality Q]\n"
+                "    Fashion-MNIST (IDX; default: the located data set) as an image folder OUT/{train,val}/CLASS\n"
+                "    of PNG or JPEG files, or as CIFAR-10-style binary."},
+    {"synth", "synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
+              "    N JPEGs (default 200, 500x375, 4 classes, quality 90, noise 24) in OUT/train/classKK:\n"
+              "    benchmark input of ImageNet-like size."},
+    {"bench", "bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n"
+              "            [--libjpeg-huffman]\n"
+              "    decode + transform throughput per thread (CPU time) on DIR/train; --libjpeg-huffman: libjpeg's\n"
+              "    own entropy decoder instead of ddprt's (for comparison)."},
+};
+
 int main(int argc, char **argv)
 {
     rt_log_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: ddprt-data convert --from IDXDIR --to OUT --format png|jpeg|cifar [--limit N] [--quality Q]\n"
-               "       ddprt-data synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]\n"
-               "       ddprt-data bench DIR [--image-size S] [--augment none|cifar|imagenet] [--eval] [--n N] [--threads T]\n");
+        for (int i = 0; i < 3; i++) printf("%s ddprt-data %.*s\n", i ? "      " : "usage:", (int)strcspn(usage[i][1], "\n"), usage[i][1]);
         return argc < 2 ? 2 : 0;
     }
+    /* `ddprt-data CMD --help` anywhere after the command: that command's usage, exit 0. */
+    for (int c = 0; c < 3; c++)
+        for (int i = 2; i < argc && !strcmp(argv[1], usage[c][0]); i++)
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                printf("usage: ddprt-data %s\n", usage[c][1]);
+                return 0;
+            }
     if (!strcmp(argv[1], "--version")) {
         printf("ddprt-data (ddprt) %s\n", DDPRT_VERSION);
         return 0;

@@ -1,4 +1,5 @@
 #include "nn/data/image.h"
+#include "nn/data/jhuff.h"
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -128,6 +129,8 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
     ci.scale_num = (unsigned)num;
     ci.scale_denom = 8;
     jpeg_start_decompress(&ci);
+    nn_jhuff jh;
+    int hooked = nn_jhuff_install(&ci, &jh);
     int nc = ci.output_components, OW = (int)ci.output_width, OH = (int)ci.output_height;
     double sx = (double)OW / W, sy = (double)OH / H;
     int x0, x1, y0, y1;
@@ -153,9 +156,10 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
     /* Rows below the crop are not decoded at all (entropy decoding is most of the
      * cost); a truncated file is still caught by its missing end-of-image marker. */
     int adobe = ci.saw_Adobe_marker;
-    if ((int)ci.output_scanline < OH) jpeg_abort_decompress(&ci);
+    if ((int)ci.output_scanline < OH || hooked) jpeg_abort_decompress(&ci);
     else jpeg_finish_decompress(&ci);
     jpeg_destroy_decompress(&ci);
+    if (hooked && jh.b.bad && !e.bad) snprintf(e.msg, sizeof e.msg, "%s", jh.b.bad), e.bad = 1;
     if (e.bad) {
         snprintf(err, errlen, "corrupt JPEG: %s", e.msg);
         return -1;
@@ -172,6 +176,7 @@ static int jpeg_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn 
         if (want_c == 1) to_luma(dst, dst, npx, 3), nc = 1;
     }
     img->px = dst;
+    img->fast_entropy = hooked;
     img->w = (int)cw, img->h = y1 - y0, img->c = nc;
     img->crop[0] = (float)(img->crop[0] * sx - (double)xoff);
     img->crop[1] = (float)(img->crop[1] * sy - y0);

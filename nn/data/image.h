@@ -18,6 +18,7 @@ typedef struct nn_img {
     int src_w, src_h;      /* the file's own size */
     float crop[4];         /* the crop in px coordinates */
     int flip;
+    int fast_entropy;      /* 1: ddprt's Huffman decoder ran (nn/data/jhuff.h), 0: libjpeg's */
 } nn_img;
 
 int nn_img_have_jpeg(void);

@@ -6,6 +6,9 @@
 #include "nn/data/image.h"
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static uint64_t mix(uint64_t *s)
 {
@@ -97,6 +100,27 @@ static void coeffs(float x0, float w, int out, int in, int flip, int K, span *sp
     }
 }
 
+#if defined(__SSE2__)
+/* Four RGB output pixels: one 4-float load per tap holds a pixel's R, G, B (the 4th
+ * lane is unused); the four are transposed into R, G and B vectors. The same
+ * operations in the same order as the scalar loop in nn_tf_resample: identical
+ * results. n < 0: each pixel's own tap count. */
+static inline __attribute__((always_inline)) void h4(const float *t, const span *spx, const float *wx, int Kx, int x,
+                                                     int n, __m128 vsc, __m128 vsh, float *d0, float *d1, float *d2)
+{
+    __m128 a[4];
+    for (int j = 0; j < 4; j++) {
+        const float *w = wx + (size_t)(x + j) * Kx, *q = t + (ptrdiff_t)spx[x + j].start * 3;
+        int nj = n < 0 ? spx[x + j].n : n;
+        __m128 acc = _mm_setzero_ps();
+        for (int k = 0; k < nj; k++, q += 3) acc = _mm_add_ps(acc, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(q)));
+        a[j] = _mm_sub_ps(_mm_mul_ps(acc, vsc), vsh);
+    }
+    _MM_TRANSPOSE4_PS(a[0], a[1], a[2], a[3]);
+    _mm_storeu_ps(d0 + x, a[0]), _mm_storeu_ps(d1 + x, a[1]), _mm_storeu_ps(d2 + x, a[2]);
+}
+#endif
+
 int nn_tf_resample(const uint8_t *src, int W, int H, int C, ptrdiff_t cs, ptrdiff_t xs, ptrdiff_t ys,
                    const float crop[4], int flip, int out_h, int out_w, const float *mean, const float *std,
                    float *out, void *scratch, size_t scratch_bytes)
@@ -120,11 +144,28 @@ int nn_tf_resample(const uint8_t *src, int W, int H, int C, ptrdiff_t cs, ptrdif
             if (spx[o].start + spx[o].n > xhi) xhi = spx[o].start + spx[o].n;
         }
     if (xhi < xlo) xhi = xlo;
+    /* Every output pixel gets the same number of taps (zero weights added at the end,
+     * or at the start near the band's right edge): fixed trip counts, no mispredicted
+     * loop exits. Adding 0 * v to a sum that starts at 0 changes no result. */
+    int nu = 0;
+    for (int o = 0; o < out_w; o++) nu = spx[o].n > nu ? spx[o].n : nu;
+    if (nu > xhi - xlo) nu = 0;
+    for (int o = 0; o < out_w && nu; o++) {
+        float *w = wx + (size_t)o * Kx;
+        int n = spx[o].n, lead = 0;
+        if (!n) spx[o].start = xlo;
+        else if (spx[o].start + nu > xhi) lead = spx[o].start + nu - xhi;
+        memmove(w + lead, w, (size_t)n * sizeof(float));
+        for (int k = 0; k < lead; k++) w[k] = 0;
+        for (int k = lead + n; k < nu; k++) w[k] = 0;
+        spx[o].start -= lead, spx[o].n = nu;
+    }
     int bw = xhi - xlo, packed = cs == 1 && xs == C; /* else planar: xs == 1 */
     if (!packed && xs != 1) return -1;
     size_t rowf = (size_t)bw * C; /* floats per tmp row: [x][c] packed, [c][x] planar */
-    need += (size_t)out_h * rowf * sizeof(float);
+    need += ((size_t)out_h * rowf + 4) * sizeof(float); /* + a pixel's 4-float load past the end */
     if (need > scratch_bytes) return -1;
+    memset(tmp + (size_t)out_h * rowf, 0, 4 * sizeof(float));
     for (int o = 0; o < out_h; o++) {
         float *restrict t = tmp + (size_t)o * rowf;
         const float *w = wy + (size_t)o * Ky;
@@ -163,14 +204,26 @@ int nn_tf_resample(const uint8_t *src, int W, int H, int C, ptrdiff_t cs, ptrdif
     for (int o = 0; o < out_h; o++) {
         const float *t = tmp + (size_t)o * rowf - (ptrdiff_t)xlo * ts;
         float *d0 = out + (size_t)o * out_w, *d1 = d0 + (size_t)out_h * out_w, *d2 = d1 + (size_t)out_h * out_w;
-        if (C == 3 && packed && spy[o].n) /* the common case: RGB, constant strides */
-            for (int x = 0; x < out_w; x++) {
+        if (C == 3 && packed && spy[o].n) { /* the common case: RGB, constant strides */
+            int x = 0;
+#if defined(__SSE2__)
+            __m128 vsc = _mm_setr_ps(scale[0], scale[1], scale[2], 0), vsh = _mm_setr_ps(shift[0], shift[1], shift[2], 0);
+            for (; x + 4 <= out_w; x += 4) switch (nu) { /* constant tap counts: unrolled */
+                case 2: h4(t, spx, wx, Kx, x, 2, vsc, vsh, d0, d1, d2); break;
+                case 3: h4(t, spx, wx, Kx, x, 3, vsc, vsh, d0, d1, d2); break;
+                case 4: h4(t, spx, wx, Kx, x, 4, vsc, vsh, d0, d1, d2); break;
+                case 5: h4(t, spx, wx, Kx, x, 5, vsc, vsh, d0, d1, d2); break;
+                case 6: h4(t, spx, wx, Kx, x, 6, vsc, vsh, d0, d1, d2); break;
+                default: h4(t, spx, wx, Kx, x, -1, vsc, vsh, d0, d1, d2);
+                }
+#endif
+            for (; x < out_w; x++) {
                 const float *w = wx + (size_t)x * Kx, *q = t + (ptrdiff_t)spx[x].start * 3;
                 float a0 = 0, a1 = 0, a2 = 0;
                 for (int k = 0; k < spx[x].n; k++, q += 3) a0 += w[k] * q[0], a1 += w[k] * q[1], a2 += w[k] * q[2];
                 d0[x] = a0 * scale[0] - shift[0], d1[x] = a1 * scale[1] - shift[1], d2[x] = a2 * scale[2] - shift[2];
             }
-        else
+        } else
             for (int c = 0; c < C; c++) {
                 float *dst = out + ((size_t)c * out_h + o) * out_w, sc = scale[c < 4 ? c : 3], sh = shift[c < 4 ? c : 3];
                 const float *tc = t + c * tcs;

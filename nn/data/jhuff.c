@@ -38,6 +38,7 @@ static int build(nn_jh_tab *t, const JHUFF_TBL *h, int ac)
         t->valoff[len] = k - code;
         if (k + n > 256) return -1;
         for (int i = 0; i < n; i++, k++, code++) {
+            if (!ac && h->huffval[k] > 15) return -1; /* a DC size above 15 bits: libjpeg's error path */
             t->val[k] = h->huffval[k];
             if (len <= NN_JH_FAST)
                 for (int f = 0; f < 1 << (NN_JH_FAST - len); f++)

@@ -7,13 +7,15 @@
 #   test/bench_tcp.sh [ROUNDS (5)] [SIZES ("4 1M 16M")]
 #   BENCH_TCP_FULL=1: afterwards one full-range table (4 B .. 64 MiB) of each.
 #   BENCH_TCP_ENV: extra environment for ddprt's ranks (e.g. "DDPRT_TCP_NSOCKS=1").
+#   BENCH_TCP_BUILD: where ddprt-bench and ddprt-launch are (default build; e.g. an
+#   older tree's build folder for a before/after table).
 # Needs build/ddprt-bench, build/ddprt-launch and mpicc (builds build/ompi-bench).
 set -u
 cd "$(dirname "$0")/.."
-B=build
+B=${BENCH_TCP_BUILD:-build}
 ROUNDS=${1:-5}
 SIZES=${2:-"4 1M 16M"}
-[ -x $B/ompi-bench ] || mpicc -O2 tools/ompi_bench.c -o $B/ompi-bench || exit 1
+[ -x build/ompi-bench ] || mpicc -O2 tools/ompi_bench.c -o build/ompi-bench || exit 1
 [ -x $B/ddprt-bench ] || { echo "bench_tcp: build ddprt first (make)" >&2; exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -29,7 +31,7 @@ ddprt() {
     env DDPRT_TCP_LOCAL=tcp ${BENCH_TCP_ENV:-} $B/ddprt-launch --nproc-per-node 2 --no-prefix -- \
         $B/ddprt-bench allreduce -b "$1" -e "$2" -f 2 -n "$3" -w 5 -c 0 2>&1
 }
-ompi() { mpirun -np 2 $B/ompi-bench "$1" "$2" 2 "$3" 2>&1; }
+ompi() { mpirun -np 2 build/ompi-bench "$1" "$2" 2 "$3" 2>&1; }
 echo "# bench_tcp: $ROUNDS rounds, 2 ranks over TCP loopback; busbw GB/s (below 1 KiB: time us)"
 echo "# before: $(uptime)"
 for s in $SIZES; do

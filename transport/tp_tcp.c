@@ -439,12 +439,12 @@ static void tcp_destroy(tp_backend *b)
     free(t);
 }
 
-/* DDPRT_TCP_NSOCKS: sockets per peer, 1..TCP_MAX_NSOCKS (default 1). */
+/* DDPRT_TCP_NSOCKS: sockets per peer, 1..TCP_MAX_NSOCKS (default TCP_DEFAULT_NSOCKS). */
 int tcp_nsocks_env(int *n, char *err, size_t errlen)
 {
     const char *s = getenv("DDPRT_TCP_NSOCKS");
     char *end;
-    long v = s && *s ? strtol(s, &end, 10) : 1;
+    long v = s && *s ? strtol(s, &end, 10) : TCP_DEFAULT_NSOCKS;
     if (s && *s && (*end || v < 1 || v > TCP_MAX_NSOCKS)) {
         snprintf(err, errlen, "DDPRT_TCP_NSOCKS=%s: expected an integer from 1 to %d", s, TCP_MAX_NSOCKS);
         return -1;

@@ -1,6 +1,7 @@
 /* TCP backend, connection setup: every rank listens on an ephemeral port, publishes
  * (ip, port) through the bootstrap's allgather, then the full mesh is built: rank i
- * connects to every j > i and accepts every j < i. One poll loop drives the outgoing
+ * connects nsocks sockets to every j > i and accepts those of every j < i (the hello
+ * says which lane a socket is, and how many the connector uses: they must agree). One poll loop drives the outgoing
  * connects and the incoming handshakes together, so the order in which ranks arrive
  * does not matter and a silent stranger on the port cannot stall the job. Every
  * connection starts with a hello (magic, version, ranks, world, job token hash); a

@@ -230,12 +230,13 @@ static int lane_send(tcp_backend *t, int j, int k)
     return moved;
 }
 
-static int on_abort_frame(tcp_backend *t, int j, tcp_lane *l, const char *got)
+/* The abort reason's first roff bytes landed at buf + off (the speculative read). */
+static int on_abort_frame(tcp_backend *t, int j, tcp_lane *l, const void *buf, size_t off)
 {
     char why[241] = "";
     size_t want = l->rhdr.len < 240 ? (size_t)l->rhdr.len : 240;
     size_t have = l->roff < want ? l->roff : want;
-    memcpy(why, got, have);
+    if (have) memcpy(why, (const char *)buf + off, have);
     if (have < want) port_sock_read_full(l->fd, why + have, want - have, port_now_ns() + 200000000LL);
     why[want] = 0;
     char shown[320];
@@ -275,7 +276,7 @@ static int lane_recv(tcp_backend *t, int j, int k)
                 l->roff += (size_t)got - h;
                 if (h) {
                     l->rhdr_done = FRAME;
-                    if (l->rhdr.flags & TCP_FRAME_ABORT) return on_abort_frame(t, j, l, (char *)r->buf + off);
+                    if (l->rhdr.flags & TCP_FRAME_ABORT) return on_abort_frame(t, j, l, r->buf, off);
                     if (l->rhdr.len != r->len)
                         return failf(t, TP_EIO, "protocol error: rank %d sent a message of %llu bytes, "
                                      "the posted recv expects %zu (message #%u)", j,

@@ -240,6 +240,7 @@ PTEST(rdzv_bad_ddprt_variables_are_one_error)
         {"DDPRT_ALGO", "rign", "DDPRT_ALGO=rign: expected one of ring|rd|hier|auto"},
         {"DDPRT_ISA", "sse9", "DDPRT_ISA=sse9: expected one of generic|avx2|avx512"},
         {"DDPRT_TCP_BUFSIZE", "1M", "DDPRT_TCP_BUFSIZE=1M: expected an integer >= 0"},
+        {"DDPRT_TCP_NSOCKS", "0", "DDPRT_TCP_NSOCKS=0: expected one of 1|2|3|4|5|6|7|8"},
         {"DDPRT_TIMEOUT", "-3", "DDPRT_TIMEOUT=-3: expected a number > 0"},
         {"DDPRT_LOG", "loud", "DDPRT_LOG=loud: expected one of error|warn|warning|info|debug"},
         {"DDPRT_STALL_WARN", "abc", "DDPRT_STALL_WARN=abc: expected a number > 0"},

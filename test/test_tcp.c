@@ -111,6 +111,39 @@ PTEST(tcp_matrix_rd_only_3)
     run_env(3, 1);
 }
 
+/* Several sockets per peer (large messages striped over them), over real TCP. */
+PTEST(tcp_matrix_nsocks_3)
+{
+    setenv("DDPRT_TCP_NSOCKS", "3", 1);
+    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
+    run_env(3, 1);
+}
+
+PTEST(tcp_matrix_nsocks_2_unix_4)
+{
+    setenv("DDPRT_TCP_NSOCKS", "2", 1);
+    run_env(4, 2);
+}
+
+/* Ranks that disagree on DDPRT_TCP_NSOCKS: both fail at setup, saying so. */
+PTEST(tcp_nsocks_differ_is_a_clear_error)
+{
+    t_clean_env();
+    t_proc p[2];
+    char url[64];
+    static char e0[] = "DDPRT_TCP_NSOCKS=2", e1[] = "DDPRT_TCP_NSOCKS=1";
+    char *env0[] = {e0, NULL}, *env1[] = {e1, NULL};
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", t_free_port());
+    spawn_rank(&p[0], 0, "matrix", url, 0, 2, env0, "timeout=20", NULL);
+    spawn_rank(&p[1], 1, "matrix", url, 1, 2, env1, "timeout=20", NULL);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 40);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc == 3 && strstr(err, "DDPRT_TCP_NSOCKS differs between the ranks"), "rank %d exited %d: %s", r,
+               rc, err);
+    }
+}
+
 static void run_launch(int world)
 {
     t_clean_env();
@@ -168,6 +201,13 @@ static void run_kill(int world, int victim)
 PTEST(tcp_kill_one_rank_2) { run_kill(2, 1); }
 PTEST(tcp_kill_one_rank_3) { run_kill(3, 1); }
 PTEST(tcp_kill_one_rank_4) { run_kill(4, 2); }
+
+PTEST(tcp_kill_one_rank_nsocks_3)
+{
+    setenv("DDPRT_TCP_NSOCKS", "3", 1);
+    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
+    run_kill(3, 1);
+}
 
 /* ddprt-bench end to end: every data row starts with the size and has #wrong 0. */
 static void bench_ok(const char *coll, const char *nproc, const char *backend)

@@ -59,6 +59,28 @@ TEST(tcp_all_to_all_2) { run_all_to_all(2); }
 TEST(tcp_all_to_all_3) { run_all_to_all(3); }
 TEST(tcp_all_to_all_4) { run_all_to_all(4); }
 
+/* Several sockets per peer: striped and unstriped sizes, many requests queued per
+ * peer in both directions, over unix sockets and TCP. */
+TEST(tcp_all_to_all_nsocks)
+{
+    setenv("DDPRT_TCP_NSOCKS", "3", 1);
+    run_all_to_all(2);
+    run_all_to_all(4);
+    setenv("DDPRT_TCP_NSOCKS", "8", 1);
+    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
+    run_all_to_all(3);
+}
+
+TEST(tcp_bad_nsocks_is_a_clear_error)
+{
+    setenv("DDPRT_TCP_NSOCKS", "9", 1);
+    tcpf_result res[2];
+    CHECK(tcpf_run(2, 5, 0, body_all_to_all, NULL, NULL, res) == 0);
+    for (int r = 0; r < 2; r++)
+        CHECKF(res[r].code != 0 && strstr(res[r].msg, "DDPRT_TCP_NSOCKS=9: expected an integer from 1 to 8"),
+               "rank %d: %d %s", r, res[r].code, res[r].msg);
+}
+
 /* Rank 0 sends 10 bytes, rank 1 expects 12: a protocol error naming rank 0 on rank 1,
  * and rank 0 learns it from rank 1's abort frame instead of waiting out its timeout. */
 static int body_mismatch(tp_backend *b, int rank, int world, char *msg, size_t n)
@@ -106,6 +128,49 @@ static int body_ring_until_death(tp_backend *b, int rank, int world, char *msg, 
             return 4;
         }
     }
+}
+
+/* A striped message whose length differs: the error names the sender on both sides. */
+static int body_mismatch_big(tp_backend *b, int rank, int world, char *msg, size_t n)
+{
+    (void)world;
+    size_t len = 1u << 20;
+    char *buf = calloc(1, len + 64);
+    tp_req r, *rp = &r;
+    if (rank == 0) b->ops->isend(b, 1, buf, len, &r);
+    else b->ops->irecv(b, 0, buf, len + 64, &r);
+    int rc = b->ops->waitall(b, &rp, 1, dl(10));
+    if (rank == 0 && rc == 0) {
+        b->ops->irecv(b, 1, buf, 4, &r);
+        rc = b->ops->waitall(b, &rp, 1, dl(10));
+    }
+    snprintf(msg, n, "%d %s", rc, b->err);
+    free(buf);
+    return rc ? 2 : 0;
+}
+
+TEST(tcp_nsocks_length_mismatch_is_protocol_error)
+{
+    setenv("DDPRT_TCP_NSOCKS", "4", 1);
+    tcpf_result res[2];
+    CHECK(tcpf_run(2, 10, 0, body_mismatch_big, NULL, NULL, res) == 0);
+    CHECKF(res[1].code == 2 && strstr(res[1].msg, "-1 protocol error: rank 0 sent a message of 1048576 bytes") &&
+           strstr(res[1].msg, "expects 1048640"), "rank 1: %s", res[1].msg);
+    CHECKF(res[0].code == 2 && strstr(res[0].msg, "protocol error") && strstr(res[0].msg, "reported by rank 1"),
+           "rank 0: %s", res[0].msg);
+}
+
+/* The same with 3 sockets per peer over TCP: the dead rank is still named. */
+TEST(tcp_nsocks_dead_peer_fails_everyone)
+{
+    setenv("DDPRT_TCP_NSOCKS", "3", 1);
+    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
+    tcpf_result res[3];
+    CHECK(tcpf_run(3, 30, 7, body_ring_until_death, NULL, NULL, res) == 0);
+    CHECK_EQ(res[2].code, 128 + SIGKILL);
+    for (int r = 0; r < 2; r++)
+        CHECKF(res[r].code == 4 && strstr(res[r].msg, "-3 rank 2 closed the connection"), "rank %d: %d '%s'", r,
+               res[r].code, res[r].msg);
 }
 
 TEST(tcp_dead_peer_fails_everyone)

@@ -1,8 +1,9 @@
-/* TCP backend, data path. One socket per peer (full mesh, built by tp_tcp_setup.c),
- * non-blocking, driven from waitall/test by one thread:
+/* TCP backend, data path. One socket per peer, or DDPRT_TCP_NSOCKS (full mesh, built
+ * by tp_tcp_setup.c), non-blocking, driven from waitall/test by one thread:
  *  - per peer a FIFO of posted sends and one of posted recvs; every message is a
  *    16-byte frame header (length, sequence) followed by the payload, written with
- *    one sendmsg (header + user buffer, no staging copy);
+ *    one sendmsg (header + user buffer, no staging copy); with several sockets a
+ *    large message is striped, each socket carrying a header and its stripe;
  *  - a recv reads the next header and, speculatively in the same readv, the payload
  *    straight into the user buffer (one syscall for a small message); the header must
  *    announce exactly the posted length and the expected sequence, else it is a
@@ -34,33 +35,38 @@
 
 /* ---- failure --------------------------------------------------------------------- */
 
-/* Tells a peer why we are going away, if its stream is between frames (otherwise a
- * frame header would land inside a payload) and the few bytes fit without waiting. */
-static void send_abort_frame(tcp_backend *t, tcp_peer *p, const char *root)
+/* Tells a peer why we are going away, on every lane whose stream is between frames
+ * (otherwise a frame header would land inside a payload) if the few bytes fit without
+ * waiting. */
+static void send_abort_frame(tcp_peer *p, const char *root)
 {
-    if (p->sq && (p->shdr_done || p->sq->done)) return;
     struct { tcp_frame h; char why[240]; } m;
     size_t n = strlen(root) < sizeof m.why ? strlen(root) : sizeof m.why;
-    m.h = (tcp_frame){n, p->sseq, TCP_FRAME_ABORT};
     memcpy(m.why, root, n);
-    ssize_t w = send(p->fd, &m, FRAME + n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)w;
-    (void)t;
+    for (int k = 0; k < p->nl; k++) {
+        tcp_lane *l = &p->lane[k];
+        if (l->fd < 0 || (l->scur && (l->shdr_done || l->soff))) continue;
+        m.h = (tcp_frame){n, l->sseq, TCP_FRAME_ABORT};
+        ssize_t w = send(l->fd, &m, FRAME + n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+    }
 }
 
 static void close_all(tcp_backend *t)
 {
-    for (int j = 0; j < t->b.world; j++) {
-        tcp_peer *p = &t->peers[j];
-        if (p->fd < 0) continue;
-        shutdown(p->fd, SHUT_WR); /* FIN after the abort frame */
-        close(p->fd);
-        p->fd = -1;
-    }
+    for (int j = 0; j < t->b.world; j++)
+        for (int k = 0; k < t->peers[j].nl; k++) {
+            tcp_lane *l = &t->peers[j].lane[k];
+            if (l->fd < 0) continue;
+            shutdown(l->fd, SHUT_WR); /* FIN after the abort frame */
+            close(l->fd);
+            l->fd = -1;
+        }
 }
 
-static void fail_queue(tp_req **q, tp_req **tail, int code)
+static void fail_queue(tcp_peer *p, tp_req **q, tp_req **tail, int code)
 {
+    for (int k = 0; k < p->nl; k++) p->lane[k].scur = p->lane[k].rcur = NULL;
     for (tp_req *r = *q, *nx; r; r = nx) {
         nx = r->next;
         r->state = code;
@@ -77,9 +83,9 @@ static int fail_with(tcp_backend *t, int code, const char *root, const char *sho
     snprintf(t->b.err, sizeof t->b.err, "%s", shown ? shown : root);
     for (int j = 0; j < t->b.world; j++) {
         tcp_peer *p = &t->peers[j];
-        if (p->fd >= 0) send_abort_frame(t, p, root);
-        fail_queue(&p->sq, &p->sq_tail, code);
-        fail_queue(&p->rq, &p->rq_tail, code);
+        send_abort_frame(p, root);
+        fail_queue(p, &p->sq, &p->sq_tail, code);
+        fail_queue(p, &p->rq, &p->rq_tail, code);
     }
     close_all(t);
     rt_debug("tcp: backend failed: %s", t->b.err);
@@ -97,20 +103,25 @@ static int failf(tcp_backend *t, int code, const char *fmt, ...)
     return fail_with(t, code, buf, NULL);
 }
 
-/* Peeks at the stream from peer q when it is between frames: 2 = closed without an
- * abort frame (it died), 1 = abort frame (reason copied), 0 = nothing to learn. */
+/* Peeks at the streams from peer q that are between frames: 2 = one closed without
+ * an abort frame (it died), 1 = abort frame (reason copied), 0 = nothing to learn. */
 static int peek_peer(tcp_backend *t, int q, char *why, size_t wlen)
 {
     tcp_peer *p = &t->peers[q];
-    if (p->fd < 0 || p->rhdr_done || (p->rq && p->rq->done)) return 0;
-    struct { tcp_frame h; char why[240]; } m;
-    ssize_t r = recv(p->fd, &m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno == ECONNRESET)) return 2;
-    if (r < (ssize_t)FRAME || !(m.h.flags & TCP_FRAME_ABORT) || m.h.len > sizeof m.why ||
-        (size_t)r < FRAME + m.h.len)
-        return 0;
-    snprintf(why, wlen, "%.*s", (int)m.h.len, m.why);
-    return 1;
+    int found = 0;
+    for (int k = 0; k < p->nl; k++) {
+        tcp_lane *l = &p->lane[k];
+        if (l->fd < 0 || l->rhdr_done || (l->rcur && l->roff)) continue;
+        struct { tcp_frame h; char why[240]; } m;
+        ssize_t r = recv(l->fd, &m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno == ECONNRESET)) return 2;
+        if (found || r < (ssize_t)FRAME || !(m.h.flags & TCP_FRAME_ABORT) || m.h.len > sizeof m.why ||
+            (size_t)r < FRAME + m.h.len)
+            continue;
+        snprintf(why, wlen, "%.*s", (int)m.h.len, m.why);
+        found = 1;
+    }
+    return found;
 }
 
 /* Peer j closed on us. Before reporting, look whether another rank is the real cause:
@@ -147,115 +158,139 @@ static int fail_errno(tcp_backend *t, int j, const char *what)
 
 /* ---- progress -------------------------------------------------------------------- */
 
-static void send_head_changed(tcp_peer *p)
+/* Lanes a message of len bytes uses, and lane k's stripe of it: [*off, *off + *cnt). */
+static int lanes_for(const tcp_peer *p, size_t len)
 {
-    if (!p->sq) return;
-    p->shdr = (tcp_frame){p->sq->len, p->sseq, 0};
-    p->shdr_done = 0;
-    p->sq_since = port_now_ns();
+    size_t n = len / TCP_LANE_MIN;
+    return n <= 1 ? 1 : n < (size_t)p->nl ? (int)n : p->nl;
 }
 
-/* Moves as many bytes to peer j as the socket takes. 1 progress, 0 none, < 0 failed. */
-static int progress_send(tcp_backend *t, int j)
+static void stripe(size_t len, int n, int k, size_t *off, size_t *cnt)
+{
+    *off = len / (size_t)n * (size_t)k;
+    *cnt = k == n - 1 ? len - *off : len / (size_t)n;
+}
+
+/* Lane l is done with request r: on to the next; r completes when it was the last. */
+static void lane_passed(tcp_peer *p, tp_req *r, tp_req **cur, tp_req **q, tp_req **tail, int64_t *since)
+{
+    *cur = r->next;
+    if (++r->done < (size_t)p->nl) return;
+    /* All lanes passed r, so all passed every older request: r is the head. */
+    r->state = 1;
+    *q = r->next;
+    if (!*q) *tail = NULL;
+    r->next = NULL;
+    *since = port_now_ns();
+}
+
+/* Moves as many bytes of lane k to peer j as its socket takes. 1 progress, 0 none, < 0 failed. */
+static int lane_send(tcp_backend *t, int j, int k)
 {
     tcp_peer *p = &t->peers[j];
+    tcp_lane *l = &p->lane[k];
     int moved = 0;
-    while (p->sq) {
-        tp_req *r = p->sq;
-        struct iovec iov[2];
-        int n = 0;
-        if (p->shdr_done < FRAME)
-            iov[n++] = (struct iovec){(char *)&p->shdr + p->shdr_done, FRAME - p->shdr_done};
-        if (r->done < r->len) iov[n++] = (struct iovec){(char *)r->buf + r->done, r->len - r->done};
-        if (n) {
-            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-            ssize_t w = sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0) {
-                if (errno == EAGAIN || errno == EINTR) return moved;
-                return fail_errno(t, j, "send");
+    while (l->scur) {
+        tp_req *r = l->scur;
+        int n = lanes_for(p, r->len);
+        if (k < n) {
+            size_t off, cnt;
+            stripe(r->len, n, k, &off, &cnt);
+            if (!l->sbusy) {
+                l->shdr = (tcp_frame){r->len, l->sseq, 0};
+                l->shdr_done = l->soff = 0;
+                l->sbusy = 1;
             }
-            moved = 1;
-            size_t h = FRAME - p->shdr_done;
-            if ((size_t)w < h) { p->shdr_done += (size_t)w; return moved; }
-            p->shdr_done = FRAME;
-            r->done += (size_t)w - h;
-            if (r->done < r->len) return moved; /* socket full */
+            struct iovec iov[2];
+            int ni = 0;
+            if (l->shdr_done < FRAME)
+                iov[ni++] = (struct iovec){(char *)&l->shdr + l->shdr_done, FRAME - l->shdr_done};
+            if (l->soff < cnt) iov[ni++] = (struct iovec){(char *)r->buf + off + l->soff, cnt - l->soff};
+            if (ni) {
+                struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)ni};
+                ssize_t w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w < 0) {
+                    if (errno == EAGAIN || errno == EINTR) return moved;
+                    return fail_errno(t, j, "send");
+                }
+                moved = 1;
+                size_t h = FRAME - l->shdr_done;
+                if ((size_t)w < h) { l->shdr_done += (size_t)w; return moved; }
+                l->shdr_done = FRAME;
+                l->soff += (size_t)w - h;
+                if (l->soff < cnt) return moved; /* socket full */
+            }
+            l->sseq++;
+            l->sbusy = 0;
+            l->shdr_done = l->soff = 0;
         }
-        r->state = 1;
-        p->sq = r->next;
-        if (!p->sq) p->sq_tail = NULL;
-        r->next = NULL;
-        p->sseq++;
-        send_head_changed(p);
+        lane_passed(p, r, &l->scur, &p->sq, &p->sq_tail, &p->sq_since);
         moved = 1;
     }
     return moved;
 }
 
-static int on_abort_frame(tcp_backend *t, int j, tp_req *r)
+/* The abort reason's first roff bytes landed at buf + off (the speculative read). */
+static int on_abort_frame(tcp_backend *t, int j, tcp_lane *l, const void *buf, size_t off)
 {
     char why[241] = "";
-    tcp_peer *p = &t->peers[j];
-    size_t want = p->rhdr.len < 240 ? (size_t)p->rhdr.len : 240;
-    size_t have = r->done < want ? r->done : want;
-    memcpy(why, r->buf, have);
-    if (have < want) port_sock_read_full(p->fd, why + have, want - have, port_now_ns() + 200000000LL);
+    size_t want = l->rhdr.len < 240 ? (size_t)l->rhdr.len : 240;
+    size_t have = l->roff < want ? l->roff : want;
+    if (have) memcpy(why, (const char *)buf + off, have);
+    if (have < want) port_sock_read_full(l->fd, why + have, want - have, port_now_ns() + 200000000LL);
     why[want] = 0;
     char shown[320];
     snprintf(shown, sizeof shown, "%s (reported by rank %d)", why[0] ? why : "aborted", j);
     return fail_with(t, TP_ECLOSED, why[0] ? why : "aborted", shown);
 }
 
-static void recv_head_changed(tcp_peer *p)
-{
-    p->rhdr_done = 0;
-    if (p->rq) p->rq_since = port_now_ns();
-}
-
-/* Reads whatever peer j has for the posted recvs, in order. 1/0/< 0 as above. */
-static int progress_recv(tcp_backend *t, int j)
+/* Reads whatever lane k of peer j has for the posted recvs, in order. 1/0/< 0 as above. */
+static int lane_recv(tcp_backend *t, int j, int k)
 {
     tcp_peer *p = &t->peers[j];
+    tcp_lane *l = &p->lane[k];
     int moved = 0;
-    while (p->rq) {
-        tp_req *r = p->rq;
-        if (p->rhdr_done < FRAME || r->done < r->len) {
-            struct iovec iov[2];
-            int n = 0;
-            size_t h = FRAME - p->rhdr_done;
-            if (h) iov[n++] = (struct iovec){(char *)&p->rhdr + p->rhdr_done, h};
-            /* Speculative: the payload follows the header; a wrong length is an error
-             * anyway, so reading it into the user buffer now saves a syscall. */
-            if (r->done < r->len) iov[n++] = (struct iovec){(char *)r->buf + r->done, r->len - r->done};
-            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-            ssize_t got = recvmsg(p->fd, &mh, MSG_DONTWAIT);
-            if (got == 0) return fail_closed(t, j);
-            if (got < 0) {
-                if (errno == EAGAIN || errno == EINTR) return moved;
-                return fail_errno(t, j, "recv");
+    while (l->rcur) {
+        tp_req *r = l->rcur;
+        int n = lanes_for(p, r->len);
+        if (k < n) {
+            size_t off, cnt;
+            stripe(r->len, n, k, &off, &cnt);
+            if (l->rhdr_done < FRAME || l->roff < cnt) {
+                struct iovec iov[2];
+                int ni = 0;
+                size_t h = FRAME - l->rhdr_done;
+                if (h) iov[ni++] = (struct iovec){(char *)&l->rhdr + l->rhdr_done, h};
+                /* Speculative: the stripe follows the header; a wrong length is an
+                 * error anyway, so reading it into the user buffer now saves a syscall. */
+                if (l->roff < cnt) iov[ni++] = (struct iovec){(char *)r->buf + off + l->roff, cnt - l->roff};
+                struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)ni};
+                ssize_t got = recvmsg(l->fd, &mh, MSG_DONTWAIT);
+                if (got == 0) return fail_closed(t, j);
+                if (got < 0) {
+                    if (errno == EAGAIN || errno == EINTR) return moved;
+                    return fail_errno(t, j, "recv");
+                }
+                moved = 1;
+                if ((size_t)got < h) { l->rhdr_done += (size_t)got; return moved; }
+                l->roff += (size_t)got - h;
+                if (h) {
+                    l->rhdr_done = FRAME;
+                    if (l->rhdr.flags & TCP_FRAME_ABORT) return on_abort_frame(t, j, l, r->buf, off);
+                    if (l->rhdr.len != r->len)
+                        return failf(t, TP_EIO, "protocol error: rank %d sent a message of %llu bytes, "
+                                     "the posted recv expects %zu (message #%u)", j,
+                                     (unsigned long long)l->rhdr.len, r->len, l->rseq);
+                    if (l->rhdr.seq != l->rseq)
+                        return failf(t, TP_EIO, "protocol error: rank %d sent message #%u, expected #%u",
+                                     j, l->rhdr.seq, l->rseq);
+                }
+                if (l->roff < cnt) return moved;
             }
-            moved = 1;
-            if ((size_t)got < h) { p->rhdr_done += (size_t)got; return moved; }
-            r->done += (size_t)got - h;
-            if (h) {
-                p->rhdr_done = FRAME;
-                if (p->rhdr.flags & TCP_FRAME_ABORT) return on_abort_frame(t, j, r);
-                if (p->rhdr.len != r->len)
-                    return failf(t, TP_EIO, "protocol error: rank %d sent a message of %llu bytes, "
-                                 "the posted recv expects %zu (message #%u)", j,
-                                 (unsigned long long)p->rhdr.len, r->len, p->rseq);
-                if (p->rhdr.seq != p->rseq)
-                    return failf(t, TP_EIO, "protocol error: rank %d sent message #%u, expected #%u",
-                                 j, p->rhdr.seq, p->rseq);
-            }
-            if (r->done < r->len) return moved;
+            l->rseq++;
+            l->rhdr_done = l->roff = 0;
         }
-        r->state = 1;
-        p->rq = r->next;
-        if (!p->rq) p->rq_tail = NULL;
-        r->next = NULL;
-        p->rseq++;
-        recv_head_changed(p);
+        lane_passed(p, r, &l->rcur, &p->rq, &p->rq_tail, &p->rq_since);
         moved = 1;
     }
     return moved;
@@ -268,13 +303,13 @@ static int progress_all(tcp_backend *t)
         tcp_peer *p = &t->peers[j];
         /* Send first: the peer may be waiting for it, and what we expect back
          * cannot have arrived earlier than what we have not sent yet. */
-        if (p->sq) {
-            int r = progress_send(t, j);
+        for (int k = 0; k < p->nl && p->sq; k++) {
+            int r = lane_send(t, j, k);
             if (r < 0) return r;
             moved |= r;
         }
-        if (p->rq) {
-            int r = progress_recv(t, j);
+        for (int k = 0; k < p->nl && p->rq; k++) {
+            int r = lane_recv(t, j, k);
             if (r < 0) return r;
             moved |= r;
         }
@@ -288,10 +323,13 @@ static int block_once(tcp_backend *t, int64_t deadline)
     int np = 0;
     for (int j = 0; j < t->b.world; j++) {
         tcp_peer *p = &t->peers[j];
-        short ev = (short)((p->rq ? POLLIN : 0) | (p->sq ? POLLOUT : 0));
-        if (!ev || p->fd < 0) continue;
-        t->pfds[np] = (struct pollfd){p->fd, ev, 0};
-        t->pfd_peer[np++] = j;
+        for (int k = 0; k < p->nl; k++) {
+            tcp_lane *l = &p->lane[k];
+            short ev = (short)((l->rcur ? POLLIN : 0) | (l->scur ? POLLOUT : 0));
+            if (!ev || l->fd < 0) continue;
+            t->pfds[np] = (struct pollfd){l->fd, ev, 0};
+            t->pfd_peer[np++] = j;
+        }
     }
     int64_t left = deadline - port_now_ns();
     int ms = left <= 0 ? 0 : (int)(left / 1000000) + 1;
@@ -362,13 +400,16 @@ static int post(tcp_backend *t, int kind, int peer, void *buf, size_t len, tp_re
     if (peer < 0 || peer >= t->b.world || peer == t->b.rank || (!buf && len)) return TP_EINVAL;
     *r = (tp_req){.kind = kind, .peer = peer, .buf = buf, .len = len};
     tcp_peer *p = &t->peers[peer];
-    tp_req **q = kind == TP_REQ_SEND ? &p->sq : &p->rq, **tail = kind == TP_REQ_SEND ? &p->sq_tail : &p->rq_tail;
+    int snd = kind == TP_REQ_SEND;
+    tp_req **q = snd ? &p->sq : &p->rq, **tail = snd ? &p->sq_tail : &p->rq_tail;
     if (*tail) (*tail)->next = r;
     else *q = r;
     *tail = r;
-    if (*q == r) {
-        if (kind == TP_REQ_SEND) send_head_changed(p);
-        else recv_head_changed(p);
+    if (*q == r) *(snd ? &p->sq_since : &p->rq_since) = port_now_ns();
+    /* Lanes that passed every queued request take this one next. */
+    for (int k = 0; k < p->nl; k++) {
+        tp_req **cur = snd ? &p->lane[k].scur : &p->lane[k].rcur;
+        if (!*cur) *cur = r;
     }
     return 0;
 }
@@ -399,6 +440,20 @@ static void tcp_destroy(tp_backend *b)
     free(t);
 }
 
+/* DDPRT_TCP_NSOCKS: sockets per peer, 1..TCP_MAX_NSOCKS (default TCP_DEFAULT_NSOCKS). */
+int tcp_nsocks_env(int *n, char *err, size_t errlen)
+{
+    const char *s = getenv("DDPRT_TCP_NSOCKS");
+    char *end;
+    long v = s && *s ? strtol(s, &end, 10) : TCP_DEFAULT_NSOCKS;
+    if (s && *s && (*end || v < 1 || v > TCP_MAX_NSOCKS)) {
+        snprintf(err, errlen, "DDPRT_TCP_NSOCKS=%s: expected an integer from 1 to %d", s, TCP_MAX_NSOCKS);
+        return -1;
+    }
+    *n = (int)v;
+    return 0;
+}
+
 static const tp_backend_ops tcp_ops = {
     .name = "tcp",
     .isend = tcp_isend,
@@ -425,21 +480,29 @@ int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t er
     t->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
     const char *spin = getenv("DDPRT_TCP_SPIN_US");
     t->spin_ns = (spin ? atoll(spin) : 200) * 1000;
+    if (tcp_nsocks_env(&t->nsocks, err, errlen)) {
+        free(t);
+        return -1;
+    }
+    size_t nfd = (size_t)bs->world * (size_t)t->nsocks;
     t->peers = calloc((size_t)bs->world, sizeof *t->peers);
-    t->pfds = calloc((size_t)bs->world, sizeof *t->pfds);
-    t->pfd_peer = calloc((size_t)bs->world, sizeof *t->pfd_peer);
+    t->pfds = calloc(nfd, sizeof *t->pfds);
+    t->pfd_peer = calloc(nfd, sizeof *t->pfd_peer);
     if (!t->peers || !t->pfds || !t->pfd_peer) {
         snprintf(err, errlen, "tcp: out of memory");
         tcp_destroy(&t->b);
         return -1;
     }
-    for (int j = 0; j < bs->world; j++) t->peers[j].fd = -1;
+    for (int j = 0; j < bs->world; j++) {
+        t->peers[j].nl = j == bs->rank ? 0 : t->nsocks;
+        for (int k = 0; k < TCP_MAX_NSOCKS; k++) t->peers[j].lane[k].fd = -1;
+    }
     if (bs->world > 1 && tcp_mesh_connect(t, bs, err, errlen)) {
         tcp_destroy(&t->b);
         return -1;
     }
     for (int j = 0; j < bs->world; j++)
-        if (t->peers[j].fd >= 0) port_sock_set_nonblock(t->peers[j].fd, 1);
+        for (int k = 0; k < t->peers[j].nl; k++) port_sock_set_nonblock(t->peers[j].lane[k].fd, 1);
     *out = &t->b;
     return 0;
 }

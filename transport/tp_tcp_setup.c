@@ -1,6 +1,7 @@
 /* TCP backend, connection setup: every rank listens on an ephemeral port, publishes
  * (ip, port) through the bootstrap's allgather, then the full mesh is built: rank i
- * connects to every j > i and accepts every j < i. One poll loop drives the outgoing
+ * connects nsocks sockets to every j > i and accepts those of every j < i (the hello
+ * says which lane a socket is, and how many the connector uses: they must agree). One poll loop drives the outgoing
  * connects and the incoming handshakes together, so the order in which ranks arrive
  * does not matter and a silent stranger on the port cannot stall the job. Every
  * connection starts with a hello (magic, version, ranks, world, job token hash); a
@@ -27,7 +28,7 @@
 enum { C_CONNECTING, C_RETRY, C_HELLO_OUT, C_REPLY_IN, C_HELLO_IN, C_FREE };
 
 typedef struct tcp_conn {
-    int fd, peer, state;
+    int fd, peer, lane, state; /* lane: which of the peer's nsocks sockets */
     size_t done;
     unsigned char buf[sizeof(tcp_hello)];
     int64_t until;          /* retry time (C_RETRY) or handshake deadline (incoming) */
@@ -190,6 +191,7 @@ static const char *refusal_text(uint32_t st)
     case TCP_REFUSE_TOKEN: return "wrong job token (a rank of another job?)";
     case TCP_REFUSE_RANK: return "unexpected or duplicate rank";
     case TCP_REFUSE_WORLD: return "world size mismatch";
+    case TCP_REFUSE_NSOCKS: return "DDPRT_TCP_NSOCKS differs between the ranks";
     default: return "refused";
     }
 }
@@ -279,7 +281,10 @@ static uint32_t check_hello(const tcp_hello *h, const tcp_backend *t, uint64_t t
     if (h->to != t->b.rank || h->from < 0 || h->from >= t->b.world || h->from == t->b.rank)
         return TCP_REFUSE_RANK;
     if (h->flags & TCP_HELLO_ABORT) return TCP_OK;
-    if (h->from >= t->b.rank || t->peers[h->from].fd >= 0) return TCP_REFUSE_RANK;
+    if (TCP_HELLO_NSOCKS(h->flags) != t->nsocks) return TCP_REFUSE_NSOCKS;
+    if (h->from >= t->b.rank || TCP_HELLO_LANE(h->flags) >= t->nsocks ||
+        t->peers[h->from].lane[TCP_HELLO_LANE(h->flags)].fd >= 0)
+        return TCP_REFUSE_RANK;
     return TCP_OK;
 }
 
@@ -302,8 +307,8 @@ static int answer_hello(tcp_backend *t, tcp_conn *c, uint64_t token, char *err, 
     tcp_reply rep = {TCP_MAGIC, check_hello(&h, t, token)};
     int ok = port_sock_write_full(c->fd, &rep, sizeof rep, port_now_ns() + 1000000000LL) == 0;
     if (rep.status == TCP_OK && ok) {
-        t->peers[h.from].fd = c->fd;
-        rt_debug("tcp: rank %d connected from %s", h.from, c->from);
+        t->peers[h.from].lane[TCP_HELLO_LANE(h.flags)].fd = c->fd;
+        rt_debug("tcp: rank %d connected from %s (socket %d)", h.from, c->from, TCP_HELLO_LANE(h.flags));
     } else {
         if (rep.status != TCP_OK)
             rt_warn("tcp: refused a connection from %s: %s", c->from, refusal_text(rep.status));
@@ -361,7 +366,7 @@ static int missing_list(const tcp_backend *t, char *s, size_t n)
     size_t o = 0;
     s[0] = 0;
     for (int j = 0; j < t->b.world; j++)
-        if (j != t->b.rank && t->peers[j].fd < 0) {
+        if (j != t->b.rank && !tcp_peer_connected(t, j)) {
             if (cnt < 8 && o < n) o += (size_t)snprintf(s + o, n - o, "%s%d", cnt ? ", " : "", j);
             cnt++;
         }
@@ -384,7 +389,7 @@ static int step_out(tcp_backend *t, tcp_conn *c, short rev, const tcp_addr *all,
         socklen_t sl = sizeof soerr;
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
         if (soerr) return connect_failed(c, soerr, err, errlen);
-        tcp_hello h = {TCP_MAGIC, TCP_VERSION, t->b.rank, c->peer, t->b.world, 0, token};
+        tcp_hello h = {TCP_MAGIC, TCP_VERSION, t->b.rank, c->peer, t->b.world, c->lane | t->nsocks << 8, token};
         memcpy(c->buf, &h, sizeof h);
         c->state = C_HELLO_OUT;
         c->done = 0;
@@ -409,7 +414,7 @@ static int step_out(tcp_backend *t, tcp_conn *c, short rev, const tcp_addr *all,
                  refusal_text(rep.status));
         return -1;
     }
-    t->peers[c->peer].fd = c->fd;
+    t->peers[c->peer].lane[c->lane].fd = c->fd;
     c->fd = -1;
     c->state = C_FREE;
     return 0;
@@ -429,7 +434,7 @@ static void tell_unconnected(tcp_backend *t, const tcp_addr *all, const tcp_addr
     char scratch[160];
     if (!cs || !pf) goto out;
     for (int j = 0; j < world; j++) {
-        if (j == t->b.rank || t->peers[j].fd >= 0) continue;
+        if (j == t->b.rank || tcp_peer_connected(t, j)) continue;
         cs[n].peer = j;
         cs[n].fd = -1;
         if (start_connect(&cs[n], &all[j], same_machine(&all[j], me), scratch, sizeof scratch) == 0 &&
@@ -464,16 +469,17 @@ out:
 static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, const tcp_addr *me,
                      uint64_t token, int64_t deadline, char *err, size_t errlen)
 {
-    int world = t->b.world, rank = t->b.rank, nout = world - rank - 1;
+    int world = t->b.world, rank = t->b.rank, ns = t->nsocks, nout = (world - rank - 1) * ns;
     tcp_conn *out = calloc((size_t)(nout > 0 ? nout : 1), sizeof *out);
     tcp_conn in[TCP_MAX_INCOMING];
-    struct pollfd *pf = calloc((size_t)(nout + TCP_MAX_INCOMING + 2 + world), sizeof *pf);
+    struct pollfd *pf = calloc((size_t)(nout + TCP_MAX_INCOMING + 2 + world * ns), sizeof *pf);
     int rc = -1;
     if (!out || !pf) { snprintf(err, errlen, "out of memory"); goto done; }
     for (int k = 0; k < TCP_MAX_INCOMING; k++) in[k].fd = -1, in[k].state = C_FREE;
     for (int k = 0; k < nout; k++) {
-        int j = rank + 1 + k;
+        int j = rank + 1 + k / ns;
         out[k].peer = j;
+        out[k].lane = k % ns;
         out[k].fd = -1;
         if (start_connect(&out[k], &all[j], same_machine(&all[j], me), err, errlen)) goto done;
     }
@@ -496,7 +502,8 @@ static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, cons
          * while the mesh forms; fail now rather than at the deadline. */
         int est = np;
         for (int j = 0; j < world; j++)
-            if (t->peers[j].fd >= 0) pf[np++] = (struct pollfd){t->peers[j].fd, POLLRDHUP, 0};
+            for (int l = 0; l < t->peers[j].nl; l++)
+                if (t->peers[j].lane[l].fd >= 0) pf[np++] = (struct pollfd){t->peers[j].lane[l].fd, POLLRDHUP, 0};
         int ms = (int)((deadline - now) / 1000000) + 1;
         if (poll(pf, (nfds_t)np, ms > 50 ? 50 : ms) < 0 && errno != EINTR) {
             snprintf(err, errlen, "poll: %s", strerror(errno));
@@ -504,8 +511,9 @@ static int mesh_loop(tcp_backend *t, int lfd, int ufd, const tcp_addr *all, cons
         }
         for (int q = est; q < np; q++)
             if (pf[q].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                for (int j = 0; j < world; j++)
-                    if (t->peers[j].fd == pf[q].fd) {
+                for (int j = 0; j < world * ns; j++)
+                    if (t->peers[j / ns].lane[j % ns].fd == pf[q].fd) {
+                        j /= ns;
                         snprintf(err, errlen, "rank %d closed the connection while the mesh was forming", j);
                         goto done;
                     }
@@ -542,12 +550,19 @@ done:
     return rc;
 }
 
-/* A full mesh holds world - 1 sockets; lift the soft fd limit (often 1024) toward the
- * hard one when a big job needs it. */
+int tcp_peer_connected(const tcp_backend *t, int j)
+{
+    for (int l = 0; l < t->peers[j].nl; l++)
+        if (t->peers[j].lane[l].fd < 0) return 0;
+    return 1;
+}
+
+/* A full mesh holds (world - 1) * nsocks sockets; lift the soft fd limit (often 1024)
+ * toward the hard one when a big job needs it. */
 static void raise_fd_limit(int world)
 {
     struct rlimit rl;
-    rlim_t want = (rlim_t)world + 256;
+    rlim_t want = (rlim_t)world * TCP_MAX_NSOCKS + 256;
     if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want) return;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
@@ -561,13 +576,13 @@ int tcp_mesh_connect(tcp_backend *t, const tp_bootstrap *bs, char *err, size_t e
     memset(&me, 0, sizeof me);
     me.host_id = port_host_id();
     if (choose_addr(bs, &me, lip, sizeof lip, err, errlen)) return -1;
-    int lfd = port_sock_listen(lip, 0, t->b.world + 16, err, errlen);
+    int lfd = port_sock_listen(lip, 0, t->b.world * t->nsocks + 16, err, errlen);
     if (lfd < 0) return -1;
     /* Accepted sockets inherit the listener's buffer sizes (set before the SYN). */
     port_sock_tune(lfd, sockbuf_bytes(0));
     port_sock_set_nonblock(lfd, 1);
     me.port = port_sock_local_port(lfd);
-    int ufd = local_unix() && !me.pinned ? uds_listen(&me, t->b.world + 16) : -1;
+    int ufd = local_unix() && !me.pinned ? uds_listen(&me, t->b.world * t->nsocks + 16) : -1;
     rt_debug("tcp: rank %d listening on %s:%d", t->b.rank, lip[0] ? lip : "0.0.0.0", me.port);
     int rc = -1;
     all = calloc((size_t)t->b.world, sizeof *all);

@@ -24,7 +24,7 @@ static int64_t close_grace_ns(void)
 
 int tp_verbs_side_fd(verbs_backend *v, int j)
 {
-    return v->side ? ((tcp_backend *)v->side)->peers[j].fd : -1;
+    return v->side ? ((tcp_backend *)v->side)->peers[j].lane[0].fd : -1; /* lane 0: the side channel only needs one */
 }
 
 /* ---- failure ------------------------------------------------------------------------ */

@@ -32,6 +32,21 @@ void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, lo
  * output i (= p*wp + q): horizontal (in[i], in[i+1]) and vertical (in[i], in[i+dv]).
  * k_bf16_pad_image zeroes `slack` elements after the last plane. */
 void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack);
+/* The same layouts through precomputed 32-element windows (native path only): window t
+ * of the output gets the next popcount(mask) source elements (from src on) at its set
+ * bits and zeros elsewhere (vpexpandw), one full store per window, no per-row code. */
+typedef struct k_bf16_win { uint32_t mask; int32_t src; } k_bf16_win;
+/* Windows over `total` (a multiple of 32) output elements: c planes of hp*wp, the
+ * compact [c][h][w] source placed at row `top`, column `left` of each. Returns their count. */
+long k_bf16_pad_table(int c, int h, int w, int top, int left, long hp, long wp, long total, k_bf16_win *tab);
+/* out[0, 32*nwin) from x (nx floats: reads never pass x + nx). */
+void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out);
+/* The inverse for fp32 results: 16-column windows of one extended row of n32 (row p at
+ * p*wp, q valid columns); src = the count of valid columns before the window. */
+long k_bf16_compact_table(int rows, int q, long wp, long n32, k_bf16_win *tab);
+/* dst[k][0, rows*q) = the valid columns of src row k (src + k*ld), k < m (vcompressps). */
+void k_bf16_compact_win(int m, const k_bf16_win *tab, long nwin, const float *src, long ld, long plane,
+                        float *dst);
 /* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
 void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
 /* dst[k][p][0..q) = src[k*ld + p*wp + 0..q) for k < m, p < rows (the inverse). */

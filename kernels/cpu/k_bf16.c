@@ -171,8 +171,30 @@ BF_TARGET static void scatter_rows_avx512bf16(int rows, int q, long wp, const fl
 
 BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
 
+/* Row i's two vectors compacted into c + i*ldc at the windows' counts (the caller's c
+ * is the output image, ldc its plane): whole stores whose garbage tails later windows
+ * of the same row overwrite; a store that would reach the next row is masked. */
+BF_INL void store_compact(const int mr, __m512 (*s)[2], const k_bf16_win *wc, float *c, long ldc)
+{
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++) {
+        __mmask16 mk = (__mmask16)wc[v].mask;
+        if (!mk) continue;
+        long d = wc[v].src;
+        if (d + 16 <= ldc) {
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++) _mm512_storeu_ps(c + i * ldc + d, _mm512_maskz_compress_ps(mk, s[i][v]));
+        } else {
+            __mmask16 head = (__mmask16)((1u << __builtin_popcount(mk)) - 1);
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_ps(c + i * ldc + d, head, _mm512_maskz_compress_ps(mk, s[i][v]));
+        }
+    }
+}
+
 BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, const long *boff,
-                   float *c, long ldc, const float *bias, int acc)
+                   float *c, long ldc, const float *bias, int acc, const k_bf16_win *wc)
 {
     __m512 s[K_BF16_MR][2];
     int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
@@ -202,6 +224,10 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
         ap += 2 * K_BF16_MR;
         bp += 64;
     }
+    if (wc) {
+        store_compact(mr, s, wc, c, ldc);
+        return;
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
         if (nc == 32) {
@@ -214,11 +240,12 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
     }
 }
 
-#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc); break;
+#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc, wc); break;
 /* All row blocks of A against one packed panel, or pair rows at panel + boff[p]
  * (columns [0, nc) of c). */
 BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel,
-                                 const long *boff, float *c, long ldc, const float *bias, int acc)
+                                 const long *boff, float *c, long ldc, const float *bias, int acc,
+                                 const k_bf16_win *wc)
 {
     int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
     for (int ib = 0; ib < nmb; ib++) {
@@ -241,7 +268,7 @@ BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *a
     for (int j0 = 0; j0 < n; j0 += 32) {
         int nc = n - j0 < 32 ? n - j0 : 32;
         pack_panel(kk, nc, b + j0, ldb, boff, panel);
-        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc);
+        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc, NULL);
     }
 }
 
@@ -454,13 +481,14 @@ void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr)
 }
 
 void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
-                       long ldc, const float *bias)
+                       long ldc, const float *bias, const k_bf16_win *wc)
 {
 #ifdef K_BF16_X86
     for (int j0 = 0; j0 < n32; j0 += 32)
-        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, c + j0, ldc, bias, 0);
+        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, wc ? c : c + j0, ldc, bias, 0,
+                   wc ? wc + j0 / 16 : NULL);
 #else
-    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias;
+    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias; (void)wc;
 #endif
 }
 
@@ -530,6 +558,10 @@ BF_TARGET static void pad_expand_avx512(const k_bf16_win *tab, long nwin, const 
         if (m) {
             const float *s = x + tab[t].src;
             long left = nx - tab[t].src;
+            if (left > 512) { /* the activations stream from memory: ask 2 KB ahead */
+                _mm_prefetch((const char *)(s + 512), _MM_HINT_T0);
+                _mm_prefetch((const char *)(s + 528), _MM_HINT_T0);
+            }
             __m512 lo, hi;
             if (left >= 32) lo = _mm512_loadu_ps(s), hi = _mm512_loadu_ps(s + 16);
             else { /* the image's last window: never read past x + nx */
@@ -543,25 +575,6 @@ BF_TARGET static void pad_expand_avx512(const k_bf16_win *tab, long nwin, const 
     }
 }
 
-/* Whole 16-lane stores, each overwriting the previous one's garbage tail; only a store
- * that would pass the end of dst (m * plane) is masked. */
-BF_TARGET static void compact_win_avx512(int m, const k_bf16_win *tab, long nwin, const float *src, long ld,
-                                         long plane, float *dst)
-{
-    long end = (long)m * plane;
-    for (int k = 0; k < m; k++) {
-        const float *s = src + k * ld;
-        long d0 = (long)k * plane;
-        for (long t = 0; t < nwin; t++) {
-            __mmask16 mk = (__mmask16)tab[t].mask;
-            if (!mk) continue;
-            __m512 v = _mm512_maskz_compress_ps(mk, _mm512_loadu_ps(s + 16 * t));
-            long d = d0 + tab[t].src;
-            if (d + 16 <= end) _mm512_storeu_ps(dst + d, v);
-            else _mm512_mask_storeu_ps(dst + d, (__mmask16)((1u << __builtin_popcount(mk)) - 1), v);
-        }
-    }
-}
 #endif
 
 void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out)
@@ -573,12 +586,3 @@ void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx
 #endif
 }
 
-void k_bf16_compact_win(int m, const k_bf16_win *tab, long nwin, const float *src, long ld, long plane,
-                        float *dst)
-{
-#ifdef K_BF16_X86
-    compact_win_avx512(m, tab, nwin, src, ld, plane, dst);
-#else
-    (void)m; (void)tab; (void)nwin; (void)src; (void)ld; (void)plane; (void)dst;
-#endif
-}

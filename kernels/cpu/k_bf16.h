@@ -41,12 +41,10 @@ typedef struct k_bf16_win { uint32_t mask; int32_t src; } k_bf16_win;
 long k_bf16_pad_table(int c, int h, int w, int top, int left, long hp, long wp, long total, k_bf16_win *tab);
 /* out[0, 32*nwin) from x (nx floats: reads never pass x + nx). */
 void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out);
-/* The inverse for fp32 results: 16-column windows of one extended row of n32 (row p at
- * p*wp, q valid columns); src = the count of valid columns before the window. */
+/* The inverse for fp32 results (k_bf16_gemm_pairs): 16-column windows of one extended
+ * row of n32 (row p at p*wp, q valid columns); src = the count of valid columns before
+ * the window. */
 long k_bf16_compact_table(int rows, int q, long wp, long n32, k_bf16_win *tab);
-/* dst[k][0, rows*q) = the valid columns of src row k (src + k*ld), k < m (vcompressps). */
-void k_bf16_compact_win(int m, const k_bf16_win *tab, long nwin, const float *src, long ld, long plane,
-                        float *dst);
 /* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
 void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
 /* dst[k][p][0..q) = src[k*ld + p*wp + 0..q) for k < m, p < rows (the inverse). */
@@ -58,9 +56,10 @@ void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr);
 void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
                          uint16_t *ap);
 /* C[m x n32] = bias + A B with B's pair row p at b + boff[p] (n32 a multiple of 32,
- * whole 32-column stores). Native only. */
+ * whole 32-column stores). With wc (k_bf16_compact_table windows), row i's valid
+ * columns go compacted to c + i*ldc instead (ldc = rows*q). Native only. */
 void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
-                       long ldc, const float *bias);
+                       long ldc, const float *bias, const k_bf16_win *wc);
 /* C[i][j] = (acc ? C : 0) + bias[j] + sum over ng images g of
  * sum_l A_g[i][l] B_g[j][l], A_g row i at a + g*a_img + i*lda, B_g row j at
  * b + g*b_img + (boff ? boff[j] : j*ldb); both bf16 (dot products along l). */

@@ -147,7 +147,7 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
         long pads = d.group * d.fg.padsz > d.dg.padsz ? d.group * d.fg.padsz : d.dg.padsz;
         if (d.share) pads = d.group * (d.fg.padsz + d.dg.padsz);
         long prs = d.fg.prsz > d.dg.prsz ? d.fg.prsz : d.dg.prsz;
-        long tmp = sh->k * d.fg.n32 > sh->c * d.dg.n32 ? sh->k * d.fg.n32 : sh->c * d.dg.n32;
+        long tmp = 0; /* results go compacted straight to y / dx */
         d.r_pr = d.r_pad + r64(2 * pads);
         d.r_tmp = d.r_pr + r64(4 * prs);
         d.r_dyx = d.r_tmp + r64(4 * tmp);
@@ -211,12 +211,9 @@ static void s1_windows(const s1_geo *g, k_bf16_win *pad, k_bf16_win *compact)
 static void s1_conv_padded(const cb_job *j, const s1_geo *g, const k_bf16_win *wc, int m, const uint16_t *pad16,
                            float *out, const float *bias, char *base)
 {
-    const cb_dims *d = &j->d;
-    uint32_t *pr = (uint32_t *)(base + d->r_pr);
-    float *tmp = (float *)(base + d->r_tmp);
+    uint32_t *pr = (uint32_t *)(base + j->d.r_pr);
     k_bf16_pairs(g->npix + 64, g->needv ? g->wp : 0, pad16, pr);
-    k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, tmp, g->n32, bias);
-    k_bf16_compact_win(m, wc, g->n32 / 16, tmp, g->n32, (long)g->p * g->q, out);
+    k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, out, (long)g->p * g->q, bias, wc);
 }
 
 static void s1_conv_image(const cb_job *j, const s1_geo *g, const k_bf16_win *wp, const k_bf16_win *wc, int m,

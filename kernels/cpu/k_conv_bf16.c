@@ -117,15 +117,23 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.hp = sh->p + (sh->r - 1) / sh->stride;
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < CB_SLOTS ? (sh->n > 0 ? sh->n : 1) : CB_SLOTS;
-    /* Stride 1 (bf16 images, half the bytes): 8 images share the dW horizontal sums. */
     /* Padded width computes wp/Q times the outputs: worth it while that stays small
      * (LeNet's pad-0 conv2, 8 of 12 columns, keeps the shifted rows). */
     d.pw = sh->stride == 1 && 4L * sh->q >= 3L * (sh->w + 2L * sh->pad);
-    d.group = d.pw ? 8 : d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
     d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
+    d.share = d.pw && d.dxc;
+    d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
+    if (sh->stride == 1) {
+        d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
+        d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
+    }
+    if (d.pw) { /* up to 8 images share the dW horizontal sums, in about 512 KB of bf16 images */
+        long per = 2 * (d.fg.padsz + (d.share ? d.dg.padsz : sh->k * d.fg.n32));
+        d.group = (int)(512 * 1024 / per);
+        d.group = d.group < 1 ? 1 : d.group > 8 ? 8 : d.group;
+    }
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
-    d.share = d.pw && d.dxc;
     d.kkmax = d.crs > sh->k ? d.crs : sh->k;
     if (d.dxc && sh->k * rs > d.kkmax) d.kkmax = sh->k * rs;
     long xs = (d.xssz > d.dxssz ? d.xssz : d.dxssz) + CB_SLACK;
@@ -142,8 +150,6 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_pr = d.r_pad;
     d.r_tmp = d.r_dyx = d.r_pad;
     if (sh->stride == 1) {
-        d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
-        d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
         long pads = d.group * d.fg.padsz > d.dg.padsz ? d.group * d.fg.padsz : d.dg.padsz;
         if (d.share) pads = d.group * (d.fg.padsz + d.dg.padsz);
         long prs = d.fg.prsz > d.dg.prsz ? d.fg.prsz : d.dg.prsz;

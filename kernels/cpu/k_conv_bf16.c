@@ -127,9 +127,9 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
         d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
         d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
     }
-    if (d.pw) { /* up to 8 images share the dW horizontal sums, in about 512 KB of bf16 images */
+    if (d.pw) { /* up to 8 images share the dW horizontal sums, in about 1.5 MB of bf16 images */
         long per = 2 * (d.fg.padsz + (d.share ? d.dg.padsz : sh->k * d.fg.n32));
-        d.group = (int)(512 * 1024 / per);
+        d.group = (int)(1536 * 1024 / per);
         d.group = d.group < 1 ? 1 : d.group > 8 ? 8 : d.group;
     }
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);

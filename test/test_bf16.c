@@ -122,7 +122,7 @@ static const int cases[][9] = {
     {3, 1, 28, 28, 10, 5, 5, 1, 0},  {3, 10, 12, 12, 20, 5, 5, 1, 0}, {3, 32, 1, 20, 16, 1, 3, 1, 0},
     {9, 24, 6, 6, 13, 3, 3, 1, 1},
     {72, 16, 5, 5, 12, 3, 3, 1, 1}, /* 9 images a slot: two dW groups, the second accumulating */
-    {2, 16, 48, 48, 8, 3, 3, 1, 1}, /* a large plane: results through the extended scratch */
+    {2, 16, 48, 48, 32, 3, 3, 1, 1}, /* large: fwd results through the extended scratch, dX not */
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 

@@ -121,6 +121,8 @@ static const int cases[][9] = {
     {2, 3, 12, 12, 16, 3, 3, 1, 1},  {2, 3, 20, 20, 8, 7, 7, 2, 3},  {2, 16, 7, 7, 130, 3, 3, 1, 1},
     {3, 1, 28, 28, 10, 5, 5, 1, 0},  {3, 10, 12, 12, 20, 5, 5, 1, 0}, {3, 32, 1, 20, 16, 1, 3, 1, 0},
     {9, 24, 6, 6, 13, 3, 3, 1, 1},
+    {72, 16, 5, 5, 12, 3, 3, 1, 1}, /* 9 images a slot: two dW groups, the second accumulating */
+    {2, 16, 48, 48, 32, 3, 3, 1, 1}, /* large: fwd results through the extended scratch, dX not */
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -307,4 +309,75 @@ TEST(bf16_amp_training_learns_and_flag_is_validated)
     snprintf(cmd, sizeof cmd, "%s --data %s --amp fp8 2>&1", t_prog("ddprt-train"), dir);
     CHECK(run(cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "--amp: expected one of none|bf16|fp16, got 'fp8'") != NULL, "%s", out);
+}
+
+/* The native stride-1 path pads images with vpexpandw windows and compacts results
+ * with vcompressps windows: the windows give the row-by-row layouts exactly, reads
+ * stop at the end of the source (exact-size buffers: ASan checks it), and a bwd call
+ * without dX (or without dW) gives the same bits as the full one. */
+TEST(bf16_expand_compact_windows_match_row_layouts)
+{
+    static const int g[][4] = {{16, 28, 28, 1}, {64, 7, 7, 1}, {1, 28, 28, 1}, {3, 40, 40, 3}, {5, 6, 9, 2}, {2, 3, 20, 0}};
+    for (int gi = 0; gi < 6; gi++) {
+        int c = g[gi][0], h = g[gi][1], w = g[gi][2], pad = g[gi][3];
+        long hp = h + 2 * pad, wp = w + 2 * pad, npix = c * hp * wp, total = (npix + wp + 128 + 31) / 32 * 32;
+        long nx = (long)c * h * w;
+        k_bf16_win *tab = malloc(sizeof *tab * (size_t)(total / 32));
+        CHECK_EQ(k_bf16_pad_table(c, h, w, pad, pad, hp, wp, total, tab), total / 32);
+        /* Every window: its set bits say which outputs take source elements, src how
+         * many came before. */
+        long n = 0;
+        for (long t = 0; t < total / 32; t++) {
+            CHECK_EQ(tab[t].src, n);
+            for (int b = 0; b < 32; b++) {
+                long e = 32 * t + b, ch = e / (hp * wp), r = e % (hp * wp) / wp - pad, q = e % wp - pad;
+                int valid = ch < c && r >= 0 && r < h && q >= 0 && q < w;
+                CHECKF(((tab[t].mask >> b) & 1) == (uint32_t)valid, "geometry %d window %ld bit %d", gi, t, b);
+                n += valid;
+            }
+        }
+        CHECK_EQ(n, nx);
+        long p = hp - 2, qq = wp - 2, n32 = (p * wp + 31) / 32 * 32;
+        k_bf16_win *ct = malloc(sizeof *ct * (size_t)(n32 / 16));
+        CHECK_EQ(k_bf16_compact_table((int)p, (int)qq, wp, n32, ct), n32 / 16);
+        n = 0;
+        for (long t = 0; t < n32 / 16; t++) {
+            CHECK_EQ(ct[t].src, n);
+            for (int b = 0; b < 16; b++) {
+                long e = 16 * t + b;
+                int valid = e < p * wp && e % wp < qq;
+                CHECK(((ct[t].mask >> b) & 1) == (uint32_t)valid);
+                n += valid;
+            }
+        }
+        CHECK_EQ(n, p * qq);
+        if (k_set_isa("avx512bf16") == 0) {
+            float *x = malloc(sizeof(float) * (size_t)nx);
+            for (long i = 0; i < nx; i++) x[i] = frand();
+            uint16_t *a = malloc(2 * (size_t)total), *b = malloc(2 * (size_t)total);
+            memset(a, 0xff, 2 * (size_t)total);
+            k_bf16_pad_expand(tab, total / 32, x, nx, a);
+            k_bf16_pad_image(c, h, w, pad, (int)hp, (int)wp, x, b, total - npix);
+            CHECKF(memcmp(a, b, 2 * (size_t)total) == 0, "geometry %d: expanded image differs", gi);
+            free(x); free(a); free(b);
+        }
+        k_set_isa(NULL);
+        free(tab); free(ct);
+    }
+    static const int cs[][9] = {{20, 16, 7, 7, 24, 3, 3, 1, 1}, {11, 32, 12, 12, 16, 3, 3, 1, 1}, {4, 1, 9, 9, 8, 3, 3, 1, 1}};
+    for (int ci = 0; ci < 3; ci++) {
+        const int *a = cs[ci];
+        k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+        size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+        size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+        float *x = rnd(nx), *w = rnd(nw), *gy = rnd(ny), *dx = malloc(4 * nx), *dw = malloc(4 * nw);
+        float *dx1 = malloc(4 * nx), *dw1 = malloc(4 * nw);
+        void *ws = malloc(k_conv2d_bf16_workspace(&sh));
+        k_conv2d_bwd_bf16(&sh, x, w, gy, dx, dw, NULL, ws);
+        k_conv2d_bwd_bf16(&sh, x, w, gy, NULL, dw1, NULL, ws);
+        k_conv2d_bwd_bf16(&sh, x, w, gy, dx1, NULL, NULL, ws);
+        CHECKF(!memcmp(dw, dw1, 4 * nw), "case %d: dW alone differs", ci);
+        CHECKF(!memcmp(dx, dx1, 4 * nx), "case %d: dX alone differs", ci);
+        free(x); free(w); free(gy); free(dx); free(dw); free(dx1); free(dw1); free(ws);
+    }
 }

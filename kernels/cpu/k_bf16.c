@@ -35,7 +35,7 @@ float k_bf16_to_f32(uint16_t h)
 }
 
 #ifdef K_BF16_X86
-#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi2")))
 #define BF_INL static inline __attribute__((always_inline)) BF_TARGET
 
 /* bf16(v) in the high half of each 32-bit lane (the low half is garbage). */
@@ -171,8 +171,30 @@ BF_TARGET static void scatter_rows_avx512bf16(int rows, int q, long wp, const fl
 
 BF_INL __m512bh bh(__m512i v) { return (__m512bh)v; }
 
+/* Row i's two vectors compacted into c + i*ldc at the windows' counts (the caller's c
+ * is the output image, ldc its plane): whole stores whose garbage tails later windows
+ * of the same row overwrite; a store that would reach the next row is masked. */
+BF_INL void store_compact(const int mr, __m512 (*s)[2], const k_bf16_win *wc, float *c, long ldc)
+{
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++) {
+        __mmask16 mk = (__mmask16)wc[v].mask;
+        if (!mk) continue;
+        long d = wc[v].src;
+        if (d + 16 <= ldc) {
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++) _mm512_storeu_ps(c + i * ldc + d, _mm512_maskz_compress_ps(mk, s[i][v]));
+        } else {
+            __mmask16 head = (__mmask16)((1u << __builtin_popcount(mk)) - 1);
+#pragma GCC unroll 12
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_ps(c + i * ldc + d, head, _mm512_maskz_compress_ps(mk, s[i][v]));
+        }
+    }
+}
+
 BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, const long *boff,
-                   float *c, long ldc, const float *bias, int acc)
+                   float *c, long ldc, const float *bias, int acc, const k_bf16_win *wc)
 {
     __m512 s[K_BF16_MR][2];
     int c0 = nc > 16 ? 16 : nc, c1 = nc > 16 ? nc - 16 : 0;
@@ -202,6 +224,10 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
         ap += 2 * K_BF16_MR;
         bp += 64;
     }
+    if (wc) {
+        store_compact(mr, s, wc, c, ldc);
+        return;
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
         if (nc == 32) {
@@ -214,11 +240,12 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
     }
 }
 
-#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc); break;
+#define BF_NN_CASE(M) case M: ukr_nn(M, nc, kp, apb, panel, boff, ci, ldc, bi, acc, wc); break;
 /* All row blocks of A against one packed panel, or pair rows at panel + boff[p]
  * (columns [0, nc) of c). */
 BF_TARGET static void panel_rows(int m, int nc, int kk, const uint16_t *ap, const uint16_t *panel,
-                                 const long *boff, float *c, long ldc, const float *bias, int acc)
+                                 const long *boff, float *c, long ldc, const float *bias, int acc,
+                                 const k_bf16_win *wc)
 {
     int nmb = (m + K_BF16_MR - 1) / K_BF16_MR, kp = (kk + 1) / 2;
     for (int ib = 0; ib < nmb; ib++) {
@@ -241,7 +268,7 @@ BF_TARGET static void gemm_nn_avx512bf16(int m, int n, int kk, const uint16_t *a
     for (int j0 = 0; j0 < n; j0 += 32) {
         int nc = n - j0 < 32 ? n - j0 : 32;
         pack_panel(kk, nc, b + j0, ldb, boff, panel);
-        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc);
+        panel_rows(m, nc, kk, ap, panel, NULL, c + j0, ldc, bias, acc, NULL);
     }
 }
 
@@ -256,6 +283,28 @@ BF_TARGET static void pairs_avx512bf16(long n, long dv, const uint16_t *in, uint
             _mm512_storeu_si512((void *)(o + i), _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
         }
     }
+}
+
+/* Lane t = the sum of the 16 lanes of v[t]: two 256/128-bit folds across vectors, then
+ * two in-lane ones; the folds leave lane 4c+k holding vector 4k+c, so the inputs go
+ * in transposed. */
+BF_INL __m512 hsum16(const __m512 *in)
+{
+    __m512 v[16], t[8], u[4];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) v[m] = in[(m % 4) * 4 + m / 4];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0xDD));
+    __m512 w0 = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+    __m512 w1 = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+    __m512d a = _mm512_castps_pd(w0), b = _mm512_castps_pd(w1);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 
 BF_INL void ukr_nt(const int mr, const int nr, int l, int ng, const uint16_t *a, long lda, long a_img,
@@ -294,13 +343,24 @@ BF_INL void ukr_nt(const int mr, const int nr, int l, int ng, const uint16_t *a,
             }
         }
     }
+    /* Horizontal sums 16 accumulators at a time (a reduce_add each cost as much as
+     * the dot products on 7x7 planes). */
+    float out[32];
+    __m512 v[32];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) v[i * nr + j] = s[i][j];
+    for (int t = mr * nr; t < (mr * nr > 16 ? 32 : 16); t++) v[t] = _mm512_setzero_ps();
+    _mm512_storeu_ps(out, hsum16(v));
+    if (mr * nr > 16) _mm512_storeu_ps(out + 16, hsum16(v + 16));
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 6
         for (int j = 0; j < nr; j++) {
-            float v = _mm512_reduce_add_ps(s[i][j]);
-            if (bias) v += bias[j];
-            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+            float x = out[i * nr + j];
+            if (bias) x += bias[j];
+            c[i * ldc + j] = acc ? c[i * ldc + j] + x : x;
         }
 }
 
@@ -421,13 +481,14 @@ void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr)
 }
 
 void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
-                       long ldc, const float *bias)
+                       long ldc, const float *bias, const k_bf16_win *wc)
 {
 #ifdef K_BF16_X86
     for (int j0 = 0; j0 < n32; j0 += 32)
-        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, c + j0, ldc, bias, 0);
+        panel_rows(m, 32, 2 * npairs, ap, (const uint16_t *)(b + j0), boff, wc ? c : c + j0, ldc, bias, 0,
+                   wc ? wc + j0 / 16 : NULL);
 #else
-    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias;
+    (void)m; (void)n32; (void)npairs; (void)ap; (void)b; (void)boff; (void)c; (void)ldc; (void)bias; (void)wc;
 #endif
 }
 
@@ -458,3 +519,70 @@ void k_bf16_gemm_nt(int m, int n, int l, int ng, const uint16_t *a, long lda, lo
     (void)c; (void)ldc; (void)bias; (void)acc;
 #endif
 }
+
+long k_bf16_pad_table(int c, int h, int w, int top, int left, long hp, long wp, long total, k_bf16_win *tab)
+{
+    long nwin = total / 32, e = 0, n = 0;
+    for (long t = 0; t < nwin; t++) tab[t].mask = 0, tab[t].src = 0;
+    for (int ch = 0; ch < c; ch++)
+        for (long r = 0; r < hp; r++)
+            for (long q = 0; q < wp; q++, e++) {
+                if (e >= total) return nwin;
+                if (e % 32 == 0) tab[e / 32].src = (int32_t)n;
+                if (r < top || r >= top + h || q < left || q >= left + w) continue;
+                tab[e / 32].mask |= 1u << (e % 32);
+                n++;
+            }
+    for (; e < total; e++)
+        if (e % 32 == 0) tab[e / 32].src = (int32_t)n;
+    return nwin;
+}
+
+long k_bf16_compact_table(int rows, int q, long wp, long n32, k_bf16_win *tab)
+{
+    long nwin = n32 / 16, n = 0;
+    for (long t = 0; t < nwin; t++) {
+        tab[t].mask = 0, tab[t].src = (int32_t)n;
+        for (long e = 16 * t; e < 16 * t + 16; e++)
+            if (e < rows * wp && e % wp < q) tab[t].mask |= 1u << (e - 16 * t), n++;
+    }
+    return nwin;
+}
+
+#ifdef K_BF16_X86
+BF_TARGET static void pad_expand_avx512(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out)
+{
+    for (long t = 0; t < nwin; t++) {
+        __m512i v = _mm512_setzero_si512();
+        uint32_t m = tab[t].mask;
+        if (m) {
+            const float *s = x + tab[t].src;
+            long left = nx - tab[t].src;
+            if (left > 512) { /* the activations stream from memory: ask 2 KB ahead */
+                _mm_prefetch((const char *)(s + 512), _MM_HINT_T0);
+                _mm_prefetch((const char *)(s + 528), _MM_HINT_T0);
+            }
+            __m512 lo, hi;
+            if (left >= 32) lo = _mm512_loadu_ps(s), hi = _mm512_loadu_ps(s + 16);
+            else { /* the image's last window: never read past x + nx */
+                lo = _mm512_maskz_loadu_ps(left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1), s);
+                hi = left > 16 ? _mm512_maskz_loadu_ps((__mmask16)((1u << (left - 16)) - 1), s + 16)
+                               : _mm512_setzero_ps();
+            }
+            v = _mm512_maskz_expand_epi16(m, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        _mm512_storeu_si512((void *)(out + 32 * t), v);
+    }
+}
+
+#endif
+
+void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out)
+{
+#ifdef K_BF16_X86
+    pad_expand_avx512(tab, nwin, x, nx, out);
+#else
+    (void)tab; (void)nwin; (void)x; (void)nx; (void)out;
+#endif
+}
+

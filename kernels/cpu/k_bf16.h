@@ -32,6 +32,19 @@ void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, lo
  * output i (= p*wp + q): horizontal (in[i], in[i+1]) and vertical (in[i], in[i+dv]).
  * k_bf16_pad_image zeroes `slack` elements after the last plane. */
 void k_bf16_pad_image(int c, int h, int w, int pad, int hp, int wp, const float *x, uint16_t *out, long slack);
+/* The same layouts through precomputed 32-element windows (native path only): window t
+ * of the output gets the next popcount(mask) source elements (from src on) at its set
+ * bits and zeros elsewhere (vpexpandw), one full store per window, no per-row code. */
+typedef struct k_bf16_win { uint32_t mask; int32_t src; } k_bf16_win;
+/* Windows over `total` (a multiple of 32) output elements: c planes of hp*wp, the
+ * compact [c][h][w] source placed at row `top`, column `left` of each. Returns their count. */
+long k_bf16_pad_table(int c, int h, int w, int top, int left, long hp, long wp, long total, k_bf16_win *tab);
+/* out[0, 32*nwin) from x (nx floats: reads never pass x + nx). */
+void k_bf16_pad_expand(const k_bf16_win *tab, long nwin, const float *x, long nx, uint16_t *out);
+/* The inverse for fp32 results (k_bf16_gemm_pairs): 16-column windows of one extended
+ * row of n32 (row p at p*wp, q valid columns); src = the count of valid columns before
+ * the window. */
+long k_bf16_compact_table(int rows, int q, long wp, long n32, k_bf16_win *tab);
 /* Row p of src (q floats) to dst + p*wp in bf16, zeros to the end of each row. */
 void k_bf16_scatter_rows(int rows, int q, long wp, const float *src, uint16_t *dst);
 /* dst[k][p][0..q) = src[k*ld + p*wp + 0..q) for k < m, p < rows (the inverse). */
@@ -43,9 +56,10 @@ void k_bf16_pairs(long n, long dv, const uint16_t *in, uint32_t *pr);
 void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, const int *ta, const int *tb,
                          uint16_t *ap);
 /* C[m x n32] = bias + A B with B's pair row p at b + boff[p] (n32 a multiple of 32,
- * whole 32-column stores). Native only. */
+ * whole 32-column stores). With wc (k_bf16_compact_table windows), row i's valid
+ * columns go compacted to c + i*ldc instead (ldc = rows*q). Native only. */
 void k_bf16_gemm_pairs(int m, int n32, int npairs, const uint16_t *ap, const uint32_t *b, const long *boff, float *c,
-                       long ldc, const float *bias);
+                       long ldc, const float *bias, const k_bf16_win *wc);
 /* C[i][j] = (acc ? C : 0) + bias[j] + sum over ng images g of
  * sum_l A_g[i][l] B_g[j][l], A_g row i at a + g*a_img + i*lda, B_g row j at
  * b + g*b_img + (boff ? boff[j] : j*ldb); both bf16 (dot products along l). */

@@ -39,6 +39,10 @@
 
 #define CB_SLOTS 8
 #define CB_SLACK 16
+/* Output elements of one extended image (m * n32) up to which the GEMM stores compacted
+ * results itself; larger outputs (resnet18's 64x56x56, 128x28x28) measured faster
+ * through an extended scratch and one streaming compaction. */
+#define S1_FUSED_MAX 65536L
 
 /* One stride-1 geometry of the padded-width layout (sizes in elements). */
 typedef struct s1_geo {
@@ -92,9 +96,11 @@ typedef struct cb_dims {
     long crs, pq, xsz, ysz, hp, xssz, dhp, dxssz, kkmax;
     int rpn, s1, dxc, group, slots;
     int pw;                   /* forward and dW on the padded-width layout */
+    int share;                /* bwd: dW reads dy from the dX conv's padded copy */
     s1_geo fg, dg;            /* stride 1: forward (and dW) and dX-as-conv geometries */
     long r_pad, r_pr, r_tmp, r_dyx; /* stride-1 slot regions (bytes) */
     long r_ta, r_tb, r_poff;  /* stride-1 shared: the pair list */
+    long r_wpf, r_wpd, r_wcf, r_wcd; /* stride-1 shared: expand/compress windows (fg, dg) */
     long r_xs, r_col, r_x16, r_dy16, r_panel, r_dw, r_db, slot; /* per-slot regions (bytes) */
     long r_pa, r_off, r_off2, r_wt, total;                      /* shared, after the slots */
     long p_x, p_w, p_dy, p_total;                               /* portable path */
@@ -115,12 +121,21 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.hp = sh->p + (sh->r - 1) / sh->stride;
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < CB_SLOTS ? (sh->n > 0 ? sh->n : 1) : CB_SLOTS;
-    /* Stride 1 (bf16 images, half the bytes): 8 images share the dW horizontal sums. */
     /* Padded width computes wp/Q times the outputs: worth it while that stays small
      * (LeNet's pad-0 conv2, 8 of 12 columns, keeps the shifted rows). */
     d.pw = sh->stride == 1 && 4L * sh->q >= 3L * (sh->w + 2L * sh->pad);
-    d.group = d.pw ? 8 : d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
     d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
+    d.share = d.pw && d.dxc;
+    d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
+    if (sh->stride == 1) {
+        d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
+        d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
+    }
+    if (d.pw) { /* up to 8 images share the dW horizontal sums, in about 1.5 MB of bf16 images */
+        long per = 2 * (d.fg.padsz + (d.share ? d.dg.padsz : sh->k * d.fg.n32));
+        d.group = (int)(1536 * 1024 / per);
+        d.group = d.group < 1 ? 1 : d.group > 8 ? 8 : d.group;
+    }
     d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
     d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
     d.kkmax = d.crs > sh->k ? d.crs : sh->k;
@@ -139,11 +154,11 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_pr = d.r_pad;
     d.r_tmp = d.r_dyx = d.r_pad;
     if (sh->stride == 1) {
-        d.fg = s1_of(sh->c, sh->h, sh->w, sh->r, sh->s, sh->pad);
-        d.dg = s1_of(sh->k, sh->p, sh->q, sh->r, sh->s, sh->r - 1 - sh->pad);
         long pads = d.group * d.fg.padsz > d.dg.padsz ? d.group * d.fg.padsz : d.dg.padsz;
+        if (d.share) pads = d.group * (d.fg.padsz + d.dg.padsz);
         long prs = d.fg.prsz > d.dg.prsz ? d.fg.prsz : d.dg.prsz;
-        long tmp = sh->k * d.fg.n32 > sh->c * d.dg.n32 ? sh->k * d.fg.n32 : sh->c * d.dg.n32;
+        long tf = sh->k * d.fg.n32, td = sh->c * d.dg.n32; /* the extended scratch, if used */
+        long tmp = (tf > S1_FUSED_MAX ? tf : 0) > (td > S1_FUSED_MAX ? td : 0) ? tf : td > S1_FUSED_MAX ? td : 0;
         d.r_pr = d.r_pad + r64(2 * pads);
         d.r_tmp = d.r_pr + r64(4 * prs);
         d.r_dyx = d.r_tmp + r64(4 * tmp);
@@ -165,7 +180,11 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
     d.r_ta = d.r_wt + r64(4 * (d.dxc ? sh->k * d.crs : 0));
     d.r_tb = d.r_ta + r64(4 * d.kkmax);
     d.r_poff = d.r_tb + r64(4 * d.kkmax);
-    d.total = d.r_poff + r64(8 * d.kkmax);
+    d.r_wpf = d.r_poff + r64(8 * d.kkmax);
+    d.r_wpd = d.r_wpf + (sh->stride == 1 ? r64(8 * (d.fg.padsz / 32)) : 0);
+    d.r_wcf = d.r_wpd + (sh->stride == 1 ? r64(8 * (d.dg.padsz / 32)) : 0);
+    d.r_wcd = d.r_wcf + (sh->stride == 1 ? r64(8 * (d.fg.n32 / 16)) : 0);
+    d.total = d.r_wcd + (sh->stride == 1 ? r64(8 * (d.dg.n32 / 16)) : 0);
     d.p_x = r64((long)k_conv2d_workspace(sh));
     d.p_w = d.p_x + r64(4 * sh->n * d.xsz);
     d.p_dy = d.p_w + r64(4 * sh->k * d.crs);
@@ -188,20 +207,62 @@ typedef struct cb_job {
     const uint16_t *pa;
     const long *boff, *boff2, *poff;
     int npairs;
+    const k_bf16_win *wpf, *wpd, *wcf, *wcd; /* pad and compact windows of fg, dg */
 } cb_job;
 
-/* Stride 1: one image through the pair image into out [m, g->p, g->q]. */
-static void s1_conv_image(const cb_job *j, const s1_geo *g, int m, const float *x, float *out, const float *bias,
-                          char *base)
+/* The expand/compress windows of a stride-1 geometry (pad: zero-padded image; compact:
+ * the extended output rows back to [m][p][q]). */
+static void s1_windows(const s1_geo *g, k_bf16_win *pad, k_bf16_win *compact)
 {
-    const cb_dims *d = &j->d;
-    uint16_t *pad16 = (uint16_t *)(base + d->r_pad);
-    uint32_t *pr = (uint32_t *)(base + d->r_pr);
-    float *tmp = (float *)(base + d->r_tmp);
-    k_bf16_pad_image(g->c, g->h, g->w, g->pad, (int)g->hp, (int)g->wp, x, pad16, g->padsz - g->npix);
+    k_bf16_pad_table(g->c, g->h, g->w, g->pad, g->pad, g->hp, g->wp, g->padsz, pad);
+    k_bf16_compact_table(g->p, g->q, g->wp, g->n32, compact);
+}
+
+/* Stride 1: one padded bf16 image through the pair image into out [m, g->p, g->q]. */
+static void s1_conv_padded(const cb_job *j, const s1_geo *g, const k_bf16_win *wc, int m, const uint16_t *pad16,
+                           float *out, const float *bias, char *base)
+{
+    uint32_t *pr = (uint32_t *)(base + j->d.r_pr);
     k_bf16_pairs(g->npix + 64, g->needv ? g->wp : 0, pad16, pr);
-    k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, tmp, g->n32, bias);
+    if (m * g->n32 <= S1_FUSED_MAX) {
+        k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, out, (long)g->p * g->q, bias, wc);
+        return;
+    }
+    float *tmp = (float *)(base + j->d.r_tmp);
+    k_bf16_gemm_pairs(m, (int)g->n32, j->npairs, j->pa, pr, j->poff, tmp, g->n32, bias, NULL);
     k_bf16_compact(m, g->p, g->q, g->wp, g->n32, tmp, out);
+}
+
+static void s1_conv_image(const cb_job *j, const s1_geo *g, const k_bf16_win *wp, const k_bf16_win *wc, int m,
+                          const float *x, float *out, const float *bias, char *base)
+{
+    uint16_t *pad16 = (uint16_t *)(base + j->d.r_pad);
+    k_bf16_pad_expand(wp, g->padsz / 32, x, (long)g->c * g->h * g->w, pad16);
+    s1_conv_padded(j, g, wc, m, pad16, out, bias, base);
+}
+
+/* dW and dX for images [i, i+ng) of a "same" stride-1 conv: dy padded once for the dX
+ * conv is also dW's dy at extended columns (row p at p*wp: the dX padding is dW's zero
+ * gap, as both layouts share wp), read in place. */
+static void s1_bwd_shared(const cb_job *j, long i, int ng, char *base, float *dwp, int acc)
+{
+    const k_conv_shape *sh = j->sh;
+    const cb_dims *d = &j->d;
+    const s1_geo *f = &d->fg, *g = &d->dg;
+    uint16_t *padx = (uint16_t *)(base + d->r_pad), *pady = padx + (long)d->group * f->padsz;
+    for (int t = 0; t < ng; t++) {
+        if (j->dw) k_bf16_pad_expand(j->wpf, f->padsz / 32, j->x + (i + t) * d->xsz, d->xsz, padx + t * f->padsz);
+        k_bf16_pad_expand(j->wpd, g->padsz / 32, j->dy + (i + t) * d->ysz, d->ysz, pady + t * g->padsz);
+    }
+    if (j->dw) {
+        /* Extended columns past p*wp read zeros up to the next channel's data. */
+        long dplane = g->hp * g->wp, l = f->n32 <= dplane ? f->n32 : (long)f->p * f->wp;
+        k_bf16_gemm_nt(sh->k, (int)d->crs, (int)l, ng, pady + g->pad * g->wp + g->pad, dplane, g->padsz, padx,
+                       j->boff, 0, f->padsz, dwp, d->crs, NULL, acc);
+    }
+    if (j->dx)
+        for (int t = 0; t < ng; t++)
+            s1_conv_padded(j, g, j->wcd, sh->c, pady + t * g->padsz, j->dx + (i + t) * d->xsz, NULL, base);
 }
 
 /* Stride 1 dW for images [i, i+ng): padded images side by side, dy at extended
@@ -213,8 +274,7 @@ static void s1_dw(const cb_job *j, long i, int ng, char *base, float *dwp, int a
     const s1_geo *g = &d->fg;
     uint16_t *pad16 = (uint16_t *)(base + d->r_pad), *dyx = (uint16_t *)(base + d->r_dyx);
     for (int t = 0; t < ng; t++) {
-        k_bf16_pad_image(g->c, g->h, g->w, g->pad, (int)g->hp, (int)g->wp, j->x + (i + t) * d->xsz,
-                         pad16 + t * g->padsz, g->padsz - g->npix);
+        k_bf16_pad_expand(j->wpf, g->padsz / 32, j->x + (i + t) * d->xsz, d->xsz, pad16 + t * g->padsz);
         uint16_t *o = dyx + (long)t * sh->k * g->n32;
         long used = g->p * g->wp;
         for (int k = 0; k < sh->k; k++) {
@@ -266,7 +326,7 @@ static void cb_fwd_slot(void *ctx, int slot)
             continue;
         }
         if (d->pw) {
-            s1_conv_image(j, &d->fg, sh->k, j->x + i * d->xsz, yi, j->b, base);
+            s1_conv_image(j, &d->fg, j->wpf, j->wcf, sh->k, j->x + i * d->xsz, yi, j->b, base);
             continue;
         }
         cb_rows(&g, d, j->x + i * d->xsz, xs);
@@ -301,6 +361,9 @@ void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         j.npairs = s1_pair_list(&j.d.fg, j.d.fg.npix + 64, ta, tb, poff);
         k_bf16_pack_a_pairs(sh->k, j.npairs, w, j.d.crs, 1, ta, tb, pa);
         j.poff = poff;
+        k_bf16_win *wpf = (k_bf16_win *)((char *)ws + j.d.r_wpf), *wcf = (k_bf16_win *)((char *)ws + j.d.r_wcf);
+        s1_windows(&j.d.fg, wpf, wcf);
+        j.wpf = wpf, j.wcf = wcf;
     } else k_bf16_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, pa);
     cb_offsets(sh, &j.d, boff);
     j.pa = pa;
@@ -327,7 +390,12 @@ static void cb_bwd_slot(void *ctx, int slot)
         if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
         if (j->db) memset(dbp, 0, sizeof(float) * K);
     }
-    if (j->dw && d->pw)
+    if (d->share && (j->dw || j->dx))
+        for (long i = lo; i < hi; i += d->group) {
+            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
+            s1_bwd_shared(j, i, ng, base, dwp, i > lo);
+        }
+    if (j->dw && d->pw && !d->share)
         for (long i = lo; i < hi; i += d->group) {
             int ng = hi - i < d->group ? (int)(hi - i) : d->group;
             s1_dw(j, i, ng, base, dwp, i > lo);
@@ -356,7 +424,7 @@ static void cb_bwd_slot(void *ctx, int slot)
                 dbp[k] = acc ? dbp[k] + s : s;
             }
         if (j->dx && d->dxc) {
-            s1_conv_image(j, &d->dg, sh->c, dyi, j->dx + i * d->xsz, NULL, base);
+            if (!d->share) s1_conv_image(j, &d->dg, j->wpd, j->wcd, sh->c, dyi, j->dx + i * d->xsz, NULL, base);
         } else if (j->dx) {
             float *dxi = j->dx + i * d->xsz;
             k_bf16_gemm_nn((int)d->crs, (int)d->pq, K, j->pa, dyi, d->pq, NULL, col, d->pq, NULL, 0, panel);
@@ -397,6 +465,13 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         for (int c = 0, t = 0; c < sh->c; c++)
             for (int r = 0; r < sh->r; r++)
                 for (int s = 0; s < sh->s; s++) boff[t++] = c * j.d.fg.plane + r * j.d.fg.wp + s;
+    if (sh->stride == 1) {
+        k_bf16_win *wpf = (k_bf16_win *)((char *)ws + j.d.r_wpf), *wcf = (k_bf16_win *)((char *)ws + j.d.r_wcf);
+        k_bf16_win *wpd = (k_bf16_win *)((char *)ws + j.d.r_wpd), *wcd = (k_bf16_win *)((char *)ws + j.d.r_wcd);
+        if (j.d.pw && dw) s1_windows(&j.d.fg, wpf, wcf);
+        if (j.d.dxc && (dx || j.d.share)) s1_windows(&j.d.dg, wpd, wcd);
+        j.wpf = wpf, j.wcf = wcf, j.wpd = wpd, j.wcd = wcd;
+    }
     j.pa = pa;
     j.boff = boff;
     j.boff2 = boff2;

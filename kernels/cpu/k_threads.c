@@ -142,8 +142,12 @@ static int isa_detect(void)
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f"))
-        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? K_ISA_AVX512BF16
-                                                                                            : K_ISA_AVX512;
+        /* The bf16 path also expands/compresses 16-bit lanes (VBMI2: every AVX512-BF16
+         * CPU but Cooper Lake, which takes the portable bf16 path). */
+        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vbmi2")
+                   ? K_ISA_AVX512BF16
+                   : K_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return K_ISA_AVX2;
 #endif
     return K_ISA_GENERIC;

@@ -103,6 +103,7 @@ static int handle(lc *c, lc_peer *p, const char *l, lc_decision *d, int *decided
     if (sscanf(l, "STOP %d", &k) == 1) return k == c->round ? LC_STOP : LC_NONE;
     if (sscanf(l, "END %d", &e) == 1) {
         if (d) d->end = 1, d->code = e, *decided = 1;
+        c->ended = 1, c->end_code = e;
         return LC_STOP;
     }
     int tok = 0;
@@ -137,7 +138,7 @@ static int service(lc *c, const int *ready, lc_decision *d, int *decided)
             if (e == LC_STOP) ev = LC_STOP;
             if (*decided) return ev; /* node 0 may close right after its decision */
         }
-        if (now - p->last_rx > (int64_t)(c->silence_s * SEC)) {
+        if (c->started && now - p->last_rx > (int64_t)(c->silence_s * SEC)) {
             char why[96];
             snprintf(why, sizeof why, "silent for %.0f s", c->silence_s);
             return lost(c, p, why);
@@ -205,6 +206,12 @@ int lc_round_end(lc *c, int rank, int code, int max_restarts, int has_resume, co
 {
     int decided = 0;
     int64_t deadline = port_now_ns() + (int64_t)(c->wait_s * SEC);
+    if (!c->master && c->ended) { /* node 0 has already ended the job */
+        fprintf(stderr, "ddprt-launch: node %d: node 0 ended the job (status %d); local ranks stopped\n", c->node,
+                c->end_code);
+        *d = (lc_decision){.end = 1, .code = c->end_code};
+        return 0;
+    }
     if (!c->master) {
         say(c, &c->p[0], "EXIT %d %d %d", c->round, code, rank);
         /* node 0 waits up to wait_s for the others: give it that and a margin */
@@ -319,6 +326,8 @@ int lc_start(lc *c, const char *addr, int port, int node, int nnodes, int nproc,
         port_sock_close(lfd);
         if (rc) return -1;
         go(c, 0, d);
+        c->started = 1;
+        for (int i = 0; i < c->npeers; i++) c->p[i].last_rx = port_now_ns();
         return 0;
     }
     lc_peer *p = &c->p[0];
@@ -344,11 +353,13 @@ int lc_start(lc *c, const char *addr, int port, int node, int nnodes, int nproc,
         fprintf(stderr, "ddprt-launch: node %d: node 0 ended the job before it started\n", node);
         return -1;
     }
+    c->started = 1;
     return 0;
 }
 
-void lc_close(lc *c)
+void lc_close(lc *c, int code)
 {
+    for (int i = 0; c->master && i < c->npeers; i++) say(c, &c->p[i], "END %d", code); /* e.g. interrupted */
     for (int i = 0; i < c->npeers; i++) port_sock_close(c->p[i].fd);
     free(c->p);
     c->p = NULL, c->npeers = 0;

@@ -23,6 +23,8 @@ typedef struct lc_peer {
 
 typedef struct lc {
     int master, node, nnodes, npeers, round, lost;
+    int started;                          /* round 0 agreed: heartbeats are expected from now on */
+    int ended, end_code;                  /* worker: node 0 sent END early (while the ranks ran) */
     int fail_node, fail_rank, fail_code; /* master: the round's chosen failure (-1: none) */
     double silence_s, wait_s;             /* peer silent this long: lost; longest wait for a decision */
     int64_t last_tx;
@@ -55,5 +57,6 @@ void lc_local_fail(lc *c, int rank, int code);
  * waits for the round's outcome. 0 with d filled, or -1 (printed) when a launcher is lost. */
 int lc_round_end(lc *c, int rank, int code, int max_restarts, int has_resume, const char *resume_path,
                  lc_decision *d);
-void lc_close(lc *c);
+/* Closes the channel; node 0 first tells the others to end with code. */
+void lc_close(lc *c, int code);
 #endif

@@ -374,11 +374,12 @@ int main(int argc, char **argv)
             lc_decision d;
             if (c->lost || sig || lc_round_end(c, failed, failed >= 0 ? rc : 0, max_restarts, resume != NULL,
                                                resume ? resume : "", &d)) {
-                lc_close(c);
-                return sig ? 128 + sig : rc ? rc : 1;
+                int st = sig ? 128 + sig : rc ? rc : 1;
+                lc_close(c, st);
+                return st;
             }
             if (d.end) {
-                lc_close(c);
+                lc_close(c, d.code);
                 return d.code;
             }
             restarts = d.round;

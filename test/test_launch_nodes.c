@@ -62,7 +62,8 @@ PTEST(launch_nodes_restart_together)
     CHECKF(s0 == 0 && s1 == 0, "%d %d: %s / %s", s0, s1, e0, e1);
     CHECKF(strstr(e0, "node 0: restart 1 of 2 after rank 1 failed (status 137) on node 1\n"), "%s", e0);
     CHECKF(strstr(e1, "node 1: restart 1 of 2 after rank 1 failed (status 137) on node 1\n"), "%s", e1);
-    CHECKF(strstr(o0, "[rank 0] rank 0 got SIGTERM") && strstr(o0, "[rank 0] start 1 args:\n"), "%s", o0);
+    /* (rank 0 may be stopped before it prints anything: only its restart is certain) */
+    CHECKF(!strstr(e0, "ddprt-launch: rank 0 (pid") && strstr(o0, "[rank 0] start 1 args:\n"), "%s / %s", o0, e0);
     CHECKF(strstr(o1, "[rank 1] start 1 args:\n") && !strstr(e0, "restart 2") && !strstr(e1, "restart 2"), "%s", o1);
 
     /* Always failing: both launchers count the same restarts and exit with its status. */

@@ -65,7 +65,7 @@ shape() {
 # on HOST NAME ENV... -- CMD...: starts CMD in host HOST's namespace in the background,
 # output in $TMP/NAME.{out,err}; its pid is appended to PIDS.
 PIDS=()
-GENV=(DDPRT_LOG=warn)  # extra environment of every rank
+GENV=(DDPRT_LOG=warn DDPRT_TRACE_DIR="$TMP")  # extra environment of every rank (traces: not in the cwd)
 on() {
     local h=$1 name=$2; shift 2
     local envs=("${GENV[@]}")
@@ -222,9 +222,9 @@ fi
 
 TRAIN=("$B/ddprt-train" --epochs 1 --max-steps 10 --threads 1 --test-batch-size 1000 --log-interval 100)
 run_grid "bench 2x1 tcp://" 2 1 tcp "${BENCH[@]}"
-GENV=(DDPRT_LOG=debug)
+GENV=(DDPRT_LOG=debug DDPRT_TRACE_DIR="$TMP")
 run_grid "bench 2x2 tcp://" 2 2 tcp "${BENCH[@]}"
-GENV=(DDPRT_LOG=warn)
+GENV=(DDPRT_LOG=warn DDPRT_TRACE_DIR="$TMP")
 # Same host and namespace: unix socket; the other host: TCP from its 198.18 address.
 if grep -q "rank 0 connected from a local process" "$TMP/r1.err" &&
     grep -q "rank 0 connected from $M:" "$TMP/r2.err" && grep -q "rank 1 connected from $M:" "$TMP/r3.err" &&

@@ -17,7 +17,9 @@ static int open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const c
     rt_arena_plan(a, "t");
     if (nn_data_load(d, a, err, n)) return -1;
     rt_arena_init(a, "t", a->high);
-    return nn_data_load(d, a, err, n);
+    if (nn_data_load(d, a, err, n) == 0) return 0;
+    rt_arena_free(a); /* the caller frees it only on success */
+    return -1;
 }
 
 static const char *text_dir(const char *train, const char *test)

@@ -194,21 +194,39 @@ run: deps
 
 # libFuzzer (clang with libFuzzer; on Debian/Ubuntu it comes with clang, else apt
 # install libclang-rt-14-dev), ASan + UBSan: the rendezvous wire parsers + hostlists,
-# the checkpoint reader (nn/stio), the IDX reader. FUZZ_TIME seconds each, or
-# FUZZ_RUNS=N executions each.
+# the checkpoint reader (nn/stio), the IDX reader, the JPEG and PNG decoders with the
+# transforms after them, the text TSV reader/tokenizer. FUZZ_TIME seconds each, or
+# FUZZ_RUNS=N executions each; FUZZ=name1,name2 runs only those.
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 30
 FUZZ_RUNS ?=
-FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
+FUZZ      ?= rdzv,stio,idx,jpeg,png,text
+FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -DDDPRT_JPEG=1 -DDDPRT_PNG=1
 FUZZ_LIMIT = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
+FUZZ_DATA  = $(filter-out %_main.c nn/data/loader.c nn/data/image_write.c,$(wildcard nn/data/*.c)) rt/arena.c rt/log.c
+FUZZ_SRC_rdzv = rt/rdzv_wire.c rt/rdzv_env.c
+FUZZ_SRC_stio = nn/stio_read.c nn/stio.c
+FUZZ_SRC_idx  = nn/data/idx.c rt/arena.c rt/log.c
+FUZZ_SRC_jpeg = $(FUZZ_DATA)
+FUZZ_SRC_png  = $(FUZZ_DATA)
+FUZZ_SRC_text = $(FUZZ_DATA)
+FUZZ_LEN_rdzv = 4096
+FUZZ_LEN_stio = 8192
+FUZZ_LEN_idx  = 256
+FUZZ_LEN_jpeg = 16384
+FUZZ_LEN_png  = 16384
+FUZZ_LEN_text = 4096
+FUZZ_LIBS  = -lz -lm -ljpeg -lpng16
+comma     := ,
+FUZZ_LIST  = $(subst $(comma), ,$(FUZZ))
 fuzz:
-	@mkdir -p build-fuzz/corpus-rdzv build-fuzz/corpus-stio build-fuzz/corpus-idx
-	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_rdzv.c rt/rdzv_wire.c rt/rdzv_env.c -o build-fuzz/fuzz_rdzv
-	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_stio.c nn/stio_read.c nn/stio.c -lz -o build-fuzz/fuzz_stio
-	$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_idx.c nn/data.c rt/arena.c rt/log.c -lz -o build-fuzz/fuzz_idx
-	./build-fuzz/fuzz_rdzv $(FUZZ_LIMIT) -max_len=4096 build-fuzz/corpus-rdzv
-	./build-fuzz/fuzz_stio $(FUZZ_LIMIT) -max_len=8192 build-fuzz/corpus-stio
-	./build-fuzz/fuzz_idx $(FUZZ_LIMIT) -max_len=256 build-fuzz/corpus-idx
+	@mkdir -p $(addprefix build-fuzz/corpus-,rdzv stio idx jpeg png text)
+	$(CC) -std=c11 -O1 -D_GNU_SOURCE -I. -DDDPRT_JPEG=1 -DDDPRT_PNG=1 test/fuzz/seed_images.c nn/data/image_write.c \
+	  -ljpeg -lpng16 -o build-fuzz/seed_images
+	./build-fuzz/seed_images build-fuzz/corpus-jpeg build-fuzz/corpus-png
+	printf 'pos\tThe cat, the CAT!\nneg\tthe caf\303\251-the dog\r\n\n\0neg\tcat\n7' > build-fuzz/corpus-text/seed
+	$(foreach t,$(FUZZ_LIST),$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_$(t).c $(FUZZ_SRC_$(t)) $(FUZZ_LIBS) -o build-fuzz/fuzz_$(t) &&) true
+	$(foreach t,$(FUZZ_LIST),./build-fuzz/fuzz_$(t) $(FUZZ_LIMIT) -max_len=$(FUZZ_LEN_$(t)) -artifact_prefix=build-fuzz/ build-fuzz/corpus-$(t) &&) true
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz

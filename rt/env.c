@@ -21,6 +21,7 @@ static const env_var vars[] = {
     {"DDPRT_TCP_NSOCKS", E_ENUM, "1|2|3|4|5|6|7|8"}, /* TCP_MAX_NSOCKS */
     {"DDPRT_TIMEOUT", E_POS, NULL},
     {"DDPRT_STALL_WARN", E_POS, NULL},
+    {"DDPRT_STALL_WATCH", E_ENUM, "0|1"}, /* 0: no stall watch, no flight recorder */
     {"DDPRT_TRACE_ENTRIES", E_INT, NULL},
     {"DDPRT_TRACE_DIR", E_ANY, NULL},
     {"DDPRT_RDZV_HELLO_TIMEOUT", E_POS, NULL},

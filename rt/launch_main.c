@@ -5,6 +5,7 @@
  * then SIGKILL after a grace period) and exits with the failed rank's status, so a
  * dead rank never leaves the rest of the job spinning. */
 #include "ports/posix/port.h"
+#include "rt/launch_ctl.h"
 #include "rt/version.h"
 #include "ports/posix/port_sock.h"
 #include <errno.h>
@@ -35,7 +36,8 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddprt-launch --nproc-per-node N [--nnodes M --node-rank R] [--master-addr A]\n"
-               "                    [--master-port P] [--no-prefix] [--max-restarts N [--resume-arg PATH]] [--version]\n"
+               "                    [--master-port P] [--no-prefix] [--max-restarts N [--resume-arg PATH]]\n"
+               "                    [--control-port P] [--version]\n"
                "                    -- PROGRAM [ARGS...]\n"
                "Starts N ranks of PROGRAM on this node with torchrun's environment (RANK, LOCAL_RANK,\n"
                "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and DDPRT_JOB_TOKEN.\n"
@@ -44,7 +46,10 @@ static void usage(FILE *f)
                "DDPRT_LAUNCH_GRACE: seconds between SIGTERM and SIGKILL when stopping ranks (10).\n"
                "--max-restarts N: when a rank fails, stop the local ranks and start them again, up to N\n"
                "times (DDPRT_RESTART_COUNT tells them which start it is); --resume-arg PATH: on a restart,\n"
-               "when PATH exists, add --resume PATH to the program's arguments (ddprt-train --save PATH).\n");
+               "when PATH exists, add --resume PATH to the program's arguments (ddprt-train --save PATH).\n"
+               "With --nnodes M > 1 every node's launcher takes part in each restart: node 0's launcher\n"
+               "listens on --control-port (default: master port + 1), decides each round and gives every\n"
+               "round its own job token; a launcher that is lost stops the whole job.\n");
 }
 
 static _Noreturn void bad(const char *fmt, const char *a, const char *b)
@@ -135,11 +140,11 @@ static char **restart_args(char **prog, const char *path)
 /* Starts the local ranks of prog and supervises them until all have exited. Returns
  * the job's status; *sig: the signal that stopped it (0 none); *failed: the first
  * rank that failed (-1 none). */
-static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig_out, int *failed_out)
+static int run_ranks(char **prog, int nproc, int node_rank, int prefix, lc *ctl, int *sig_out, int *failed_out)
 {
     child *ch = calloc((size_t)nproc, sizeof *ch);
     stream *st = calloc((size_t)nproc * 2, sizeof *st);
-    struct pollfd *pf = calloc((size_t)nproc * 2 + 1, sizeof *pf);
+    struct pollfd *pf = calloc((size_t)nproc * 2 + 1 + (ctl ? (size_t)ctl->npeers : 0), sizeof *pf);
     if (!ch || !st || !pf) { fprintf(stderr, "ddprt-launch: out of memory\n"); return 1; }
     for (int i = 0; i < nproc * 2; i++) st[i].fd = -1;
     int alive = 0;
@@ -172,10 +177,14 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
         }
     }
 
-    int first_fail = -1, fail_code = 0, got_sig = 0, stopping = alive < nproc, killed = 0;
+    int first_fail = -1, fail_code = 0, got_sig = 0, stopping = alive < nproc, killed = 0, told = 0;
     double grace = getenv("DDPRT_LAUNCH_GRACE") ? atof(getenv("DDPRT_LAUNCH_GRACE")) : 10;
     int64_t kill_at = stopping ? port_now_ns() + (int64_t)(grace * 1e9) : 0, drain_until = 0;
-    if (stopping) { signal_all(ch, nproc, SIGTERM); first_fail = 0; fail_code = 1; }
+    if (stopping) {
+        signal_all(ch, nproc, SIGTERM);
+        first_fail = 0, fail_code = 1;
+        if (ctl) lc_local_fail(ctl, first_fail, fail_code);
+    }
     for (;;) {
         int open_streams = 0, n = 0;
         pf[n++] = (struct pollfd){sig_pipe[0], POLLIN, 0};
@@ -185,7 +194,16 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
         if (alive == 0 && !drain_until) drain_until = port_now_ns() + 2000000000LL;
         /* Grandchildren may keep a rank's pipe open after it exited: stop waiting for them. */
         if (drain_until && port_now_ns() > drain_until) break;
+        int nstreams = n;
+        if (ctl && !ctl->lost) n += lc_fill(ctl, pf + n);
         poll(pf, (nfds_t)n, 200);
+        /* Another node's rank failed (stop ours, not a failure here) or a launcher is gone. */
+        if (ctl && !ctl->lost && lc_service(ctl, pf + nstreams, n - nstreams) != LC_NONE && !stopping) {
+            told = 1, stopping = 1;
+            signal_all(ch, nproc, SIGTERM);
+            kill_at = port_now_ns() + (int64_t)(grace * 1e9);
+        }
+        n = nstreams;
         if (pf[0].revents) {
             unsigned char sigs[64];
             ssize_t k = read(sig_pipe[0], sigs, sizeof sigs);
@@ -212,7 +230,7 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
                 ch[i].alive = 0;
                 alive--;
                 int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-                if (code == 0 || first_fail >= 0 || got_sig) continue;
+                if (code == 0 || first_fail >= 0 || got_sig || told) continue;
                 if (cand < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(cand_status)))
                     cand = i, cand_status = status, cand_pid = pid;
             }
@@ -227,6 +245,7 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
                 fprintf(stderr, "ddprt-launch: rank %d (pid %d) exited with status %d; stopping the other ranks\n",
                         ch[cand].rank, (int)cand_pid, fail_code);
             signal_all(ch, nproc, SIGTERM);
+            if (ctl) lc_local_fail(ctl, first_fail, fail_code);
             if (!stopping) { stopping = 1; kill_at = port_now_ns() + (int64_t)(grace * 1e9); }
         }
         if (stopping && !killed && alive > 0 && port_now_ns() > kill_at) {
@@ -248,7 +267,7 @@ static int run_ranks(char **prog, int nproc, int node_rank, int prefix, int *sig
 
 int main(int argc, char **argv)
 {
-    int nproc = -1, nnodes = 1, node_rank = 0, port = -1, prefix = 1, a = 1, max_restarts = 0;
+    int nproc = -1, nnodes = 1, node_rank = 0, port = -1, prefix = 1, a = 1, max_restarts = 0, ctl_port = -1;
     const char *addr = NULL, *resume = NULL;
     for (; a < argc; a++) {
         char flag[64];
@@ -276,6 +295,7 @@ int main(int argc, char **argv)
         else if (!strcmp(flag, "--no-prefix")) prefix = 0;
         else if (!strcmp(flag, "--max-restarts")) max_restarts = int_arg(flag, v, 0, 1000000);
         else if (!strcmp(flag, "--resume-arg")) resume = v;
+        else if (!strcmp(flag, "--control-port")) ctl_port = int_arg(flag, v, 1, 65535);
         else bad("unknown flag '%s'%s", s, "");
     }
     if (nproc < 0) bad("--nproc-per-node N is required%s%s", "", "");
@@ -333,16 +353,54 @@ int main(int argc, char **argv)
 
     int restarts = 0;
     char **args = prog;
+    const char *base_tok = getenv("DDPRT_JOB_TOKEN");
+    char base[160] = "", rtok[200];
+    snprintf(base, sizeof base, "%s", base_tok ? base_tok : "");
+    lc ctl, *c = NULL;
+    if (nnodes > 1 && max_restarts > 0) {
+        /* Restarts across nodes are decided together on a control channel next to the
+         * rendezvous port; it also carries one job token to every node. */
+        lc_decision d;
+        if (ctl_port < 0) ctl_port = port < 65535 ? port + 1 : port - 1;
+        if (lc_start(&ctl, addr, ctl_port, node_rank, nnodes, nproc, max_restarts, resume != NULL, base, &d)) return 1;
+        c = &ctl;
+        setenv("DDPRT_JOB_TOKEN", d.token, 1);
+    }
     for (;;) {
-        int sig = 0, failed = -1, rc = run_ranks(args, nproc, node_rank, prefix, &sig, &failed);
+        int sig = 0, failed = -1, rc = run_ranks(args, nproc, node_rank, prefix, c, &sig, &failed);
         if (args != prog) free(args);
+        args = prog;
+        if (c) {
+            lc_decision d;
+            if (c->lost || sig || lc_round_end(c, failed, failed >= 0 ? rc : 0, max_restarts, resume != NULL,
+                                               resume ? resume : "", &d)) {
+                int st = sig ? 128 + sig : rc ? rc : 1;
+                lc_close(c, st);
+                return st;
+            }
+            if (d.end) {
+                lc_close(c, d.code);
+                return d.code;
+            }
+            restarts = d.round;
+            set_env_int("DDPRT_RESTART_COUNT", restarts);
+            setenv("DDPRT_JOB_TOKEN", d.token, 1);
+            if (d.resume && resume && (args = restart_args(prog, resume)) == NULL) return 1;
+            fprintf(stderr, "ddprt-launch: node %d: restart %d of %d after rank %d failed (status %d) on node %d%s%s\n",
+                    node_rank, restarts, max_restarts, d.rank, d.status, d.node, args != prog ? "; resuming from " : "",
+                    args != prog ? resume : "");
+            continue;
+        }
         if (rc == 0 || sig || failed < 0 || restarts >= max_restarts) return rc;
         restarts++;
         set_env_int("DDPRT_RESTART_COUNT", restarts);
-        /* A rank died: start the local ranks again (every node's launcher does the same
-         * when its ranks fail, so the whole job meets again), resuming from the newest
-         * checkpoint when --resume-arg names one that exists. */
-        args = prog;
+        /* A rank died: start the local ranks again, resuming from the newest checkpoint
+         * when --resume-arg names one that exists. Each start gets its own job token, so a
+         * rank of the previous start can never join the new rendezvous. */
+        if (*base) {
+            snprintf(rtok, sizeof rtok, "%s-r%d", base, restarts);
+            setenv("DDPRT_JOB_TOKEN", rtok, 1);
+        }
         if (resume && !access(resume, R_OK) && (args = restart_args(prog, resume)) == NULL) return rc;
         fprintf(stderr, "ddprt-launch: restart %d of %d after rank %d failed (status %d)%s%s\n", restarts, max_restarts,
                 failed, rc, args != prog ? "; resuming from " : "", args != prog ? resume : "");

@@ -69,7 +69,7 @@ int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t er
 /* Slurm hostlists ("node[01-04,07]", "a[1-2],b3", "r[1-2]n[3-4]"): calls fn for each host
  * in order until fn returns non-zero. Returns the number visited, or -1 on bad syntax or
  * more than RT_HOSTLIST_MAX hosts. */
-#define RT_HOSTLIST_MAX (1 << 20)
+#define RT_HOSTLIST_MAX 65536 /* no job has more hosts than ranks (ddprt-launch's cap) */
 int rt_hostlist_each(const char *list, int (*fn)(const char *host, void *ctx), void *ctx);
 /* First host of a hostlist into out; 0 or -1. */
 int rt_hostlist_first(const char *list, char *out, size_t outlen);

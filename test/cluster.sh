@@ -2,7 +2,7 @@
 # A cluster on one machine: N "hosts" as network namespaces, each with one veth into a
 # switch namespace holding a bridge, addresses from 198.18.0.0/15 (reserved for network
 # benchmarks). Runs the benchmark and training across hosts via tcp://, env://, file://
-# and ddprt-launch per node, then failures: a rank SIGKILLed on the other host, a host
+# and ddprt-launch per node, an elastic restart across hosts, then failures: a rank SIGKILLed on the other host, a host
 # whose link goes down mid-allreduce. No DDPRT_SOCKET_IFNAME anywhere: the ranks must
 # find the right addresses themselves. Everything made here is removed on every exit.
 #   test/cluster.sh [BUILD]            the tests (quiet; CLUSTER_VERBOSE=1 for details)
@@ -70,7 +70,7 @@ shape() {
 # on HOST NAME ENV... -- CMD...: starts CMD in host HOST's namespace in the background,
 # output in $TMP/NAME.{out,err}; its pid is appended to PIDS.
 PIDS=()
-GENV=(DDPRT_LOG=warn ${CLUSTER_ENV:-})  # extra environment of every rank (CLUSTER_ENV: more)
+GENV=(DDPRT_LOG=warn DDPRT_TRACE_DIR="$TMP" ${CLUSTER_ENV:-})  # extra environment of every rank (traces: not in the cwd; CLUSTER_ENV: more)
 on() {
     local h=$1 name=$2; shift 2
     local envs=("${GENV[@]}")
@@ -176,6 +176,50 @@ fault() {
     fi
 }
 
+# Elastic restart across hosts: one launcher per host with --max-restarts 1 (node 0's
+# launcher runs the control channel on master port + 1); rank 1 (host 1) is SIGKILLed
+# after the first checkpoint; both launchers restart their ranks from it and the final
+# checkpoint equals an uninterrupted run's byte for byte. Data: the first 12000 / 1000
+# Fashion-MNIST samples as plain IDX files.
+be32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
+idx_head() { # SRC_GZ OUT N ITEM_BYTES MAGIC [DIMS...]
+    local src=$1 out=$2 n=$3 item=$4 magic=$5; shift 5
+    { be32 "$magic"; be32 "$n"; for dim in "$@"; do be32 "$dim"; done
+      zcat "$src" | tail -c +$((9 + 4 * $#)) | head -c $((n * item)); } >"$out"
+}
+elastic() {
+    local src=${DDPRT_DATA:-/usr/share/datasets/fashion-mnist} d="$TMP/el" h run
+    mkdir -p "$d/data"
+    idx_head "$src/train-images-idx3-ubyte.gz" "$d/data/train-images-idx3-ubyte" 12000 784 2051 28 28 &&
+        idx_head "$src/train-labels-idx1-ubyte.gz" "$d/data/train-labels-idx1-ubyte" 12000 1 2049 &&
+        idx_head "$src/t10k-images-idx3-ubyte.gz" "$d/data/t10k-images-idx3-ubyte" 1000 784 2051 28 28 &&
+        idx_head "$src/t10k-labels-idx1-ubyte.gz" "$d/data/t10k-labels-idx1-ubyte" 1000 1 2049 ||
+        { bad "elastic restart: cannot cut the data set"; return; }
+    printf '%s\n' '#!/bin/sh' 'if [ "$RANK" = 1 ] && [ -z "$DDPRT_RESTART_COUNT" ]; then' \
+        '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 0.1; kill -9 $$) &' 'fi' 'exec "$TRAIN" "$@"' >"$d/wrap.sh"
+    chmod +x "$d/wrap.sh"
+    for run in ref el; do
+        fresh
+        PORT=$((PORT + 2))
+        local prog=("$B/ddprt-train")
+        [ $run = el ] && prog=("$d/wrap.sh")
+        for ((h = 0; h < 2; h++)); do
+            on $h "node$h" DDPRT_TIMEOUT=30 CK="$d/el.st" TRAIN="$B/ddprt-train" -- "$B/ddprt-launch" --nproc-per-node 1 \
+                --nnodes 2 --node-rank $h --master-addr "$M" --master-port $PORT --max-restarts 1 --resume-arg "$d/$run.st" \
+                -- "${prog[@]}" --data "$d/data" --epochs 3 --threads 1 --backend tcp --save "$d/$run.st"
+        done
+        waitall 120
+        all_zero || { bad "elastic restart ($run run: exit codes ${RCS[*]})"; return; }
+    done
+    if grep -q "node 0: restart 1 of 1 after rank .*; resuming from $d/el.st" "$TMP/node0.err" &&
+        grep -q "node 1: restart 1 of 1 after rank .*; resuming from $d/el.st" "$TMP/node1.err" &&
+        cmp -s "$d/ref.st" "$d/el.st"; then
+        ok "elastic restart across hosts: rank 1 SIGKILLed on host 1, both launchers restart, same final checkpoint"
+    else
+        bad "elastic restart across hosts (restart lines or checkpoints differ)"
+    fi
+}
+
 if [ "$MODE" = --bench ]; then
     . "$(dirname "$0")/cluster_bench.sh"
     exit 0
@@ -195,9 +239,9 @@ fi
 
 TRAIN=("$B/ddprt-train" --epochs 1 --max-steps 10 --threads 1 --test-batch-size 1000 --log-interval 100)
 run_grid "bench 2x1 tcp://" 2 1 tcp "${BENCH[@]}"
-GENV=(DDPRT_LOG=debug)
+GENV=(DDPRT_LOG=debug DDPRT_TRACE_DIR="$TMP")
 run_grid "bench 2x2 tcp://" 2 2 tcp "${BENCH[@]}"
-GENV=(DDPRT_LOG=warn)
+GENV=(DDPRT_LOG=warn DDPRT_TRACE_DIR="$TMP")
 # Same host and namespace: unix socket; the other host: TCP from its 198.18 address.
 if grep -q "rank 0 connected from a local process" "$TMP/r1.err" &&
     grep -q "rank 0 connected from $M:" "$TMP/r2.err" && grep -q "rank 1 connected from $M:" "$TMP/r3.err" &&
@@ -212,6 +256,7 @@ run_launch "bench 2x2 ddprt-launch --nnodes 2" 2 "${BENCH[@]}" --init-method env
 if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${DDPRT_DATA:-}" ]; then
     run_grid "train 2x1 tcp://" 2 1 tcp "${TRAIN[@]}" --backend tcp
     run_launch "train 2x2 ddprt-launch --nnodes 2" 2 "${TRAIN[@]}" --backend tcp
+    elastic
 else
     say "train: skipped (no Fashion-MNIST: apt-get install dataset-fashion-mnist)"
 fi

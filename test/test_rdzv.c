@@ -41,6 +41,11 @@ PTEST(rdzv_hostlist_expands_slurm_lists)
     for (int i = 0; bad[i]; i++) CHECKF(!strcmp(expand(bad[i]), "ERROR"), "'%s' -> %s", bad[i], expand(bad[i]));
     char first[64];
     CHECK(rt_hostlist_first("gpu[07-08,11],cpu1", first, sizeof first) == 0 && !strcmp(first, "gpu07"));
+    /* Bounded work: make fuzz found products of ranges ("[4-66]x[4-166]x...") that took
+     * seconds to minutes; more hosts than ranks a job can have is an error. */
+    CHECK(rt_hostlist_each("n[0-65535]", NULL, NULL) == RT_HOSTLIST_MAX);
+    CHECK(rt_hostlist_each("n[0-65535],x", NULL, NULL) == -1);
+    CHECK(rt_hostlist_each("a[4-66]b[4-166]c[4-166]d[0-9]", NULL, NULL) == -1);
 }
 
 /* ---- environments ---- */

@@ -18,6 +18,7 @@
 #define MAXW 4
 static t_proc P[MAXJ][MAXW];
 static char ENVS[MAXJ][3][300];
+static char *XENV; /* one more variable for every rank of the next job (NULL: none) */
 
 /* Starts job j: world ranks of t-stall_rank, extra args a1 (may be NULL). */
 static void job(int j, int world, const char *a1, const char *a2, const char *a3)
@@ -29,7 +30,7 @@ static void job(int j, int world, const char *a1, const char *a2, const char *a3
     snprintf(ENVS[j][0], sizeof ENVS[j][0], "DDPRT_TRACE_DIR=%s", path);
     snprintf(ENVS[j][1], sizeof ENVS[j][1], "DDPRT_STALL_WARN=3");
     snprintf(ENVS[j][2], sizeof ENVS[j][2], "DDPRT_TIMEOUT=6");
-    char *env[] = {ENVS[j][0], ENVS[j][1], ENVS[j][2], NULL};
+    char *env[] = {ENVS[j][0], ENVS[j][1], ENVS[j][2], XENV, NULL};
     char prog[256];
     snprintf(prog, sizeof prog, "%s/t-stall_rank", getenv("DDPRT_BUILD") ? getenv("DDPRT_BUILD") : "build");
     for (int r = 0; r < world; r++) {
@@ -133,6 +134,26 @@ PTEST(stall_mismatched_collectives_fail_every_rank_naming_both)
                strstr(e, "issued allreduce float sum 1024 B"), "rank %d: %s", r, e);
     }
     CHECK(port_now_s() - t0 < 5.5); /* before the 6 s timeout */
+}
+
+/* DDPRT_STALL_WATCH=0 (the switch for measuring the watch's cost) really turns it off:
+ * the same mismatch goes unnamed (the messages have equal sizes, so the ranks drift one
+ * op apart until rank 0 waits for a message that never comes) and no flight recorder
+ * file is written. */
+PTEST(stall_watch_off_has_no_mismatch_check_and_no_trace)
+{
+    t_clean_env();
+    XENV = "DDPRT_STALL_WATCH=0";
+    job(0, 2, "odd=1", "at=20", "iters=40");
+    XENV = NULL;
+    for (int r = 0; r < 2; r++) {
+        int st = t_wait(&P[0][r], 30);
+        const char *e = t_slurp(P[0][r].err);
+        CHECKF(st != -1 && (r == 1 || st != 0) && !strstr(e, "collective mismatch"), "rank %d: status %d: %s", r, st, e);
+        char path[300];
+        snprintf(path, sizeof path, "%s/j0/ddprt-trace.%d", t_tmpdir(), r);
+        CHECKF(access(path, F_OK) != 0, "%s exists", path);
+    }
 }
 
 /* SIGUSR1 writes the flight recorder; ddprt-trace merges the files. */

@@ -16,7 +16,7 @@ static int create(const tp_bootstrap *bs, const char *name, tp_backend **out, ch
 int tp_backend_create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen)
 {
     if (create(bs, name, out, err, errlen)) return -1;
-    if (bs->world > 1 && tp_watch_create(bs, &(*out)->watch, err, errlen)) {
+    if (bs->world > 1 && tp_watch_enabled() && tp_watch_create(bs, &(*out)->watch, err, errlen)) {
         (*out)->ops->destroy(*out);
         *out = NULL;
         return -1;

@@ -13,12 +13,18 @@
 
 static const char *const state_names[] = {"-", "issued", "running", "done", "failed"};
 
+int tp_watch_enabled(void)
+{
+    const char *e = getenv("DDPRT_STALL_WATCH");
+    return !e || strcmp(e, "0");
+}
+
 int tp_trace_init(tp_comm *c, char *err, size_t errlen)
 {
     double n = rt_env_num("DDPRT_TRACE_ENTRIES", 2000);
-    c->ntrace = n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
-    c->trace = calloc(c->ntrace, sizeof *c->trace);
-    if (!c->trace) {
+    c->ntrace = !tp_watch_enabled() ? 0 : n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
+    c->trace = c->ntrace ? calloc(c->ntrace, sizeof *c->trace) : NULL;
+    if (c->ntrace && !c->trace) {
         snprintf(err, errlen, "tp_comm_create: out of memory for %u trace entries", c->ntrace);
         return -1;
     }
@@ -40,6 +46,7 @@ void tp_trace_free(tp_comm *c)
 
 void tp_trace_issue(tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes)
 {
+    if (!c->ntrace) return;
     port_mutex_lock(&c->trace_mu);
     tp_trace_ent *e = &c->trace[seq % c->ntrace];
     *e = (tp_trace_ent){.kind = (uint8_t)kind, .dt = (uint8_t)dt, .op = (uint8_t)op, .state = TP_TR_ISSUED,
@@ -49,6 +56,7 @@ void tp_trace_issue(tp_comm *c, uint64_t seq, int kind, int dt, int op, int root
 
 void tp_trace_state(tp_comm *c, uint64_t seq, int state, int rc)
 {
+    if (!c->ntrace) return;
     port_mutex_lock(&c->trace_mu);
     tp_trace_ent *e = &c->trace[seq % c->ntrace];
     if (e->seq == seq) {
@@ -63,6 +71,7 @@ void tp_trace_state(tp_comm *c, uint64_t seq, int state, int rc)
 int tp_trace_get(const tp_comm *c, uint64_t seq, tp_trace_ent *out)
 {
     tp_comm *m = (tp_comm *)c;
+    if (!c->ntrace) return 0;
     port_mutex_lock(&m->trace_mu);
     *out = c->trace[seq % c->ntrace];
     port_mutex_unlock(&m->trace_mu);

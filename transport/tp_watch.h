@@ -56,6 +56,9 @@ int tp_trace_get(const struct tp_comm *c, uint64_t seq, tp_trace_ent *out);
 int tp_trace_dump(struct tp_comm *c, const char *why);
 const char *tp_kind_name(int kind);
 
+/* DDPRT_STALL_WATCH=0 turns the watch and the flight recorder's per-op stores off (to
+ * measure what they cost: ddprt-bench with it 0 vs 1). */
+int tp_watch_enabled(void);
 /* Watch: created by tp_backend_create (it has the bootstrap) and handed to the comm
  * through the backend; world 1 has none. */
 int tp_watch_create(const struct tp_bootstrap *bs, tp_watch **out, char *err, size_t errlen);

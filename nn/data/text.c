@@ -178,7 +178,8 @@ static int parse(const char *path, int skip, parsed *P, char *err, size_t errlen
             else snprintf(msg, sizeof msg, "%s:%d: %s (expected label<TAB>text)", path, lineno, bad);
             if (!skip) {
                 snprintf(err, errlen, "%s", msg);
-                free(raw);
+                free(raw), free(P->txt), free(P->lines);
+                P->txt = NULL, P->lines = NULL; /* the caller may free P again */
                 return -1;
             }
             if (P->bad++ < 3) {

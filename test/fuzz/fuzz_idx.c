@@ -1,6 +1,6 @@
-/* libFuzzer target: the IDX header reader (nn/data.c) on arbitrary bytes, plain or
+/* libFuzzer target: the IDX header reader (nn/data/idx.c) on arbitrary bytes, plain or
  * gzip-compressed (zlib reads both), through a memory file. Build and run: make fuzz. */
-#include "nn/data.h"
+#include "nn/data/dataset.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,19 @@
 #define SHM_MAGIC 0x64647368u /* "ddsh" */
 #define SHM_PREFIX "ddprt-shm."
 #define SHM_SLEEP_NS 1000000  /* futex sleep between looks at sockets and deadline */
-#define SHM_SPIN_NS 30000     /* default spin before sleeping (DDPRT_SHM_SPIN_US) */
+#define SHM_SPIN_NS 2000000   /* default spin (then yield) before sleeping (DDPRT_SHM_SPIN_US) */
+#define SHM_YIELD_AFTER_NS 20000 /* then spin with sched_yield: on a busy or oversubscribed
+                                     machine the peer may be waiting for this core; a futex
+                                     sleep costs a wake-up (about 1 ms on a loaded box) */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 static size_t ctl_bytes(int world)
 {
@@ -187,6 +199,7 @@ void tp_shm_free(tp_comm *c)
 
 static void futex_wake_all(uint32_t *w) { syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
 
+
 static void futex_wait(uint32_t *w, uint32_t v, int64_t ns)
 {
     struct timespec ts = {ns / 1000000000, ns % 1000000000};
@@ -281,9 +294,13 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
     __atomic_store_n(&c->p_wait_peer, q, __ATOMIC_RELAXED);
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= v) break;
-        __builtin_ia32_pause();
+        cpu_relax();
         if (i % 64) continue;
-        if (port_now_ns() - t0 < s->spin_ns) continue;
+        int64_t dt = port_now_ns() - t0;
+        if (dt < s->spin_ns) {
+            if (dt > SHM_YIELD_AFTER_NS) sched_yield(); /* let a peer on this core run */
+            continue;
+        }
         __atomic_add_fetch(&g->sleepers, 1, __ATOMIC_SEQ_CST);
         uint32_t bell = __atomic_load_n(&g->bell, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(w, __ATOMIC_SEQ_CST) < v) futex_wait(&g->bell, bell, SHM_SLEEP_NS);

@@ -15,7 +15,8 @@
  * copy out), and sets done = s + 1. The large allreduce has one more round (`red`)
  * between the reduce of the shares and the copy out.
  *
- * Waits: spin briefly, then sleep on the segment's futex bell (1 ms at a time), and
+ * Waits: spin briefly, then spin yielding the core (DDPRT_SHM_SPIN_US in all, default
+ * 2000), then sleep on the segment's futex bell (1 ms at a time), and
  * between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
  * the tcp backend then names it), the segment's abort line (another rank failed), the
  * backend's failed flag (tp_abort, the stall watch) and the op's deadline. */

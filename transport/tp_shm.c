@@ -27,9 +27,6 @@
 #define SHM_PREFIX "ddprt-shm."
 #define SHM_SLEEP_NS 1000000  /* futex sleep between looks at sockets and deadline */
 #define SHM_SPIN_NS 2000000   /* default spin (then yield) before sleeping (DDPRT_SHM_SPIN_US) */
-#define SHM_YIELD_AFTER_NS 20000 /* then spin with sched_yield: on a busy or oversubscribed
-                                     machine the peer may be waiting for this core; a futex
-                                     sleep costs a wake-up (about 1 ms on a loaded box) */
 
 static inline void cpu_relax(void)
 {
@@ -298,7 +295,7 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
         if (i % 64) continue;
         int64_t dt = port_now_ns() - t0;
         if (dt < s->spin_ns) {
-            if (dt > SHM_YIELD_AFTER_NS) sched_yield(); /* let a peer on this core run */
+            if (dt > s->yield_ns) sched_yield(); /* let a peer on this core run */
             continue;
         }
         __atomic_add_fetch(&g->sleepers, 1, __ATOMIC_SEQ_CST);

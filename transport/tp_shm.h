@@ -15,8 +15,8 @@
  * copy out), and sets done = s + 1. The large allreduce has one more round (`red`)
  * between the reduce of the shares and the copy out.
  *
- * Waits: spin briefly, then spin yielding the core (DDPRT_SHM_SPIN_US in all, default
- * 2000), then sleep on the segment's futex bell (1 ms at a time), and
+ * Waits: spin (small ops) or spin briefly then spin yielding the core (steps of large
+ * ops), DDPRT_SHM_SPIN_US in all (default 2000), then sleep on the segment's futex bell (1 ms at a time), and
  * between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
  * the tcp backend then names it), the segment's abort line (another rank failed), the
  * backend's failed flag (tp_abort, the stall watch) and the op's deadline. */
@@ -29,12 +29,13 @@
 #define TP_SHM_NB 2              /* buffers per rank */
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64
+#define TP_SHM_YIELD_AFTER_NS 20000 /* large ops: spin this long, then spin yielding */
 
 typedef struct tp_shm_bufhdr {
     uint64_t ready;            /* step + 1 once the buffer holds step's data */
     uint64_t seq, bytes;
     int32_t kind, dt, op, root;
-    char pad[64 - 40];
+    char pad[64 - 40];         /* an allreduce of <= 24 bytes travels here */
 } tp_shm_bufhdr;
 
 typedef struct tp_shm_ctl {
@@ -56,9 +57,10 @@ typedef struct tp_shm {
     size_t map_bytes;
     unsigned char *bufs;          /* world * NB buffers of sizeof hdr + TP_SHM_STEP */
     uint64_t step;                /* next step number (equal on every rank) */
+    uint64_t done_min;            /* least `done` of the others seen so far */
     struct pollfd *pfd;           /* the peers' sockets, for hang-ups */
     int *pfd_rank, npfd;
-    int64_t spin_ns;
+    int64_t spin_ns, yield_ns;
 } tp_shm;
 
 /* Decides at the first collective (collectively: every rank calls it at the same op)

@@ -26,9 +26,16 @@ typedef struct shm_op {
 /* Waits until nobody reads this rank's buffer for step st any more; returns it. */
 static int begin(shm_op *x, uint64_t st, unsigned char **buf)
 {
-    if (st >= TP_SHM_NB) {
+    /* done_min: the least done seen last time; often already enough (saves a miss). */
+    if (st >= TP_SHM_NB && x->s->done_min < st + 1 - TP_SHM_NB) {
         int rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, done), st + 1 - TP_SHM_NB);
         if (rc) return rc;
+        uint64_t m = UINT64_MAX;
+        for (int q = 0; q < x->n; q++) {
+            uint64_t d = __atomic_load_n(&x->s->seg->ctl[q].done, __ATOMIC_ACQUIRE);
+            if (q != x->me && d < m) m = d;
+        }
+        x->s->done_min = m;
     }
     *buf = tp_shm_data(tp_shm_buf(x->s, x->me, st));
     return 0;
@@ -72,10 +79,12 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     unsigned char *buf;
     int rc = begin(x, st, &buf);
     if (rc) return rc;
-    memcpy(buf, send, bytes);
+    /* A few bytes travel in the header's line itself: one cache miss per peer less. */
+    int inl = bytes <= sizeof tp_shm_buf(x->s, 0, 0)->pad;
+    memcpy(inl ? tp_shm_buf(x->s, x->me, st)->pad : (char *)buf, send, bytes);
     if ((rc = publish(x, st))) return rc;
     const void *in[TP_SHM_MAX_WORLD];
-    for (int q = 0; q < x->n; q++) in[q] = peer(x, q, st);
+    for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
     chain(recv, in, x->n, count, dt, op);
     if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
     finish(x, st);
@@ -170,6 +179,11 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
     size_t es = rt_dtype_size((rt_dtype)h->dt);
     int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER;
     shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
+    /* Small ops wait for a peer that runs on another core: spin (a yield hands the core
+     * to any other task for its whole slice, a futex sleep costs a wake-up: both about
+     * a millisecond on a loaded machine, measured). The steps of large ops wait for a
+     * peer's copies, which may need this very core: yield after a short spin. */
+    x.s->yield_ns = h->count * es <= TP_SHM_SMALL ? x.s->spin_ns : TP_SHM_YIELD_AFTER_NS;
     x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
                           .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
     switch (h->kind) {

@@ -26,7 +26,10 @@
 #define SHM_MAGIC 0x64647368u /* "ddsh" */
 #define SHM_PREFIX "ddprt-shm."
 #define SHM_SLEEP_NS 1000000  /* futex sleep between looks at sockets and deadline */
-#define SHM_SPIN_NS 2000000   /* default spin (then yield) before sleeping (DDPRT_SHM_SPIN_US) */
+/* Default spin before sleeping (DDPRT_SHM_SPIN_US). Short, as the tcp backend's: on a
+ * loaded machine (2 cores, load 20-30, measured) long spins burn the CPU share the peer
+ * needs and every op got slower (ms), both with pure spinning and with sched_yield. */
+#define SHM_SPIN_NS 50000
 
 static inline void cpu_relax(void)
 {
@@ -175,6 +178,7 @@ int tp_shm_setup(tp_comm *c)
     s->bufs = (unsigned char *)map + ctl_bytes(w);
     const char *sp = getenv("DDPRT_SHM_SPIN_US");
     s->spin_ns = sp ? (int64_t)atoi(sp) * 1000 : SHM_SPIN_NS;
+    s->my_cpu = -2;
     c->shm = s;
     c->shm_state = 1;
     if (c->rank == 0) rt_debug("comm: %d ranks on one host: collectives through shared memory (%s)", w, name);
@@ -211,8 +215,16 @@ static void ring_bell(tp_shm_seg *g)
     }
 }
 
-void tp_shm_post(tp_shm *s, uint64_t *flag, uint64_t v)
+/* Publishes the core this rank runs on (when it changed). */
+static void note_cpu(tp_shm *s, int rank)
 {
+    int cpu = sched_getcpu();
+    if (cpu != s->my_cpu) __atomic_store_n(&s->seg->ctl[rank].cpu, s->my_cpu = cpu, __ATOMIC_RELAXED);
+}
+
+void tp_shm_post(tp_shm *s, int rank, uint64_t *flag, uint64_t v)
+{
+    note_cpu(s, rank);
     /* seq_cst pairs with the sleeper's sleepers++ then re-check (Dekker): either it
      * sees v, or this thread sees it asleep and rings. */
     __atomic_store_n(flag, v, __ATOMIC_SEQ_CST);
@@ -259,14 +271,15 @@ static int peer_gone(tp_comm *c, int q)
     return rc;
 }
 
-/* Slow path of a wait: 0, or why the op must fail. */
-static int check_fail(tp_comm *c, int q)
+/* Slow path of a wait for *w >= v: 0, or why the op must fail. */
+static int check_fail(tp_comm *c, int q, const uint64_t *w, uint64_t v)
 {
     tp_shm *s = c->shm;
     tp_backend *b = c->b;
     int bf = __atomic_load_n(&b->failed, __ATOMIC_RELAXED);
     if (bf) { publish_abort(c, b->err); return bf; }
-    if (s->npfd && poll(s->pfd, (nfds_t)s->npfd, 0) > 0)
+    /* A peer that finished this op may have exited meanwhile: look at w once more. */
+    if (s->npfd && poll(s->pfd, (nfds_t)s->npfd, 0) > 0 && __atomic_load_n(w, __ATOMIC_ACQUIRE) < v)
         for (int i = 0; i < s->npfd; i++)
             if (s->pfd[i].revents) return peer_gone(c, s->pfd_rank[i]);
     int ab = __atomic_load_n(&s->seg->abort_by, __ATOMIC_ACQUIRE);
@@ -288,14 +301,17 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
     tp_shm_seg *g = s->seg;
     int rc = 0;
     int64_t t0 = port_now_ns();
+    int same_core;
     __atomic_store_n(&c->p_wait_peer, q, __ATOMIC_RELAXED);
+    /* Spinning for a peer that shares this core only keeps it from running. */
+    note_cpu(s, c->rank);
+    same_core = __atomic_load_n(&g->ctl[q].cpu, __ATOMIC_RELAXED) == s->my_cpu;
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= v) break;
         cpu_relax();
         if (i % 64) continue;
-        int64_t dt = port_now_ns() - t0;
-        if (dt < s->spin_ns) {
-            if (dt > s->yield_ns) sched_yield(); /* let a peer on this core run */
+        if (port_now_ns() - t0 < s->spin_ns) {
+            if (same_core) sched_yield();
             continue;
         }
         __atomic_add_fetch(&g->sleepers, 1, __ATOMIC_SEQ_CST);
@@ -303,7 +319,7 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
         if (__atomic_load_n(w, __ATOMIC_SEQ_CST) < v) futex_wait(&g->bell, bell, SHM_SLEEP_NS);
         __atomic_sub_fetch(&g->sleepers, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= v) break;
-        if ((rc = check_fail(c, q))) break;
+        if ((rc = check_fail(c, q, w, v))) break;
     }
     __atomic_store_n(&c->p_wait_peer, -1, __ATOMIC_RELAXED);
     return rc;

@@ -15,8 +15,8 @@
  * copy out), and sets done = s + 1. The large allreduce has one more round (`red`)
  * between the reduce of the shares and the copy out.
  *
- * Waits: spin (small ops) or spin briefly then spin yielding the core (steps of large
- * ops), DDPRT_SHM_SPIN_US in all (default 2000), then sleep on the segment's futex bell (1 ms at a time), and
+ * Waits: spin briefly (DDPRT_SHM_SPIN_US, default 50; yielding the core instead when
+ * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a time), and
  * between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
  * the tcp backend then names it), the segment's abort line (another rank failed), the
  * backend's failed flag (tp_abort, the stall watch) and the op's deadline. */
@@ -29,7 +29,6 @@
 #define TP_SHM_NB 2              /* buffers per rank */
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64
-#define TP_SHM_YIELD_AFTER_NS 20000 /* large ops: spin this long, then spin yielding */
 
 typedef struct tp_shm_bufhdr {
     uint64_t ready;            /* step + 1 once the buffer holds step's data */
@@ -41,6 +40,7 @@ typedef struct tp_shm_bufhdr {
 typedef struct tp_shm_ctl {
     _Alignas(64) uint64_t red;  /* steps whose share this rank has reduced */
     _Alignas(64) uint64_t done; /* steps this rank has finished reading */
+    _Alignas(64) int32_t cpu;   /* the core it last ran on (a waiter on the same core yields) */
 } tp_shm_ctl;
 
 typedef struct tp_shm_seg {
@@ -60,7 +60,8 @@ typedef struct tp_shm {
     uint64_t done_min;            /* least `done` of the others seen so far */
     struct pollfd *pfd;           /* the peers' sockets, for hang-ups */
     int *pfd_rank, npfd;
-    int64_t spin_ns, yield_ns;
+    int64_t spin_ns;
+    int my_cpu;                   /* last value this rank wrote into its ctl's cpu */
 } tp_shm;
 
 /* Decides at the first collective (collectively: every rank calls it at the same op)
@@ -79,7 +80,7 @@ static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
 }
 static inline unsigned char *tp_shm_data(tp_shm_bufhdr *h) { return (unsigned char *)(h + 1); }
 /* Stores v into *flag and rings the bell when someone sleeps. */
-void tp_shm_post(tp_shm *s, uint64_t *flag, uint64_t v);
+void tp_shm_post(tp_shm *s, int rank, uint64_t *flag, uint64_t v);
 /* Waits until every other rank's word (at byte offset off of its control block, or
  * of its buffer header for step when off < 0) reaches v. 0 or a code with b->err. */
 int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v);

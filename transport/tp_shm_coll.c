@@ -47,11 +47,17 @@ static int publish(shm_op *x, uint64_t st)
     tp_shm_bufhdr *h = tp_shm_buf(x->s, x->me, st);
     h->seq = x->d.seq, h->bytes = x->d.bytes;
     h->kind = x->d.kind, h->dt = x->d.dt, h->op = x->d.op, h->root = x->d.root;
-    tp_shm_post(x->s, &h->ready, st + 1);
+    tp_shm_post(x->s, x->me, &h->ready, st + 1);
     return tp_shm_wait_ready(x->c, st, &x->d);
 }
 
-static void finish(shm_op *x, uint64_t st) { tp_shm_post(x->s, &x->s->seg->ctl[x->me].done, st + 1); }
+static void finish(shm_op *x, uint64_t st) { tp_shm_post(x->s, x->me, &x->s->seg->ctl[x->me].done, st + 1); }
+
+/* memcpy that accepts NULL with 0 bytes (count 0 ops). */
+static void cpy(void *d, const void *s, size_t n)
+{
+    if (n) memcpy(d, s, n);
+}
 
 static unsigned char *peer(shm_op *x, int q, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, q, st)); }
 
@@ -81,7 +87,7 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     if (rc) return rc;
     /* A few bytes travel in the header's line itself: one cache miss per peer less. */
     int inl = bytes <= sizeof tp_shm_buf(x->s, 0, 0)->pad;
-    memcpy(inl ? tp_shm_buf(x->s, x->me, st)->pad : (char *)buf, send, bytes);
+    cpy(inl ? tp_shm_buf(x->s, x->me, st)->pad : (char *)buf, send, bytes);
     if ((rc = publish(x, st))) return rc;
     const void *in[TP_SHM_MAX_WORLD];
     for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
@@ -112,11 +118,11 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
 #define S_LEN(q) (all ? (cut(cnt, n, (q) + 1, es) - cut(cnt, n, q, es)) * es : cnt * es)
 #define S_SRC(q) (all ? send + (base + cut(cnt, n, q, es)) * es : send + ((size_t)(q) * count + base) * es)
         if (all) { /* the others' shares are contiguous on both sides of mine */
-            memcpy(buf, send + base * es, S_OFF(me));
-            memcpy(buf + S_OFF(me + 1), S_SRC(me + 1), cnt * es - S_OFF(me + 1));
+            cpy(buf, send + base * es, S_OFF(me));
+            cpy(buf + S_OFF(me + 1), S_SRC(me + 1), cnt * es - S_OFF(me + 1));
         } else {
             for (int q = 0; q < n; q++)
-                if (q != me) memcpy(buf + S_OFF(q), S_SRC(q), S_LEN(q));
+                if (q != me) cpy(buf + S_OFF(q), S_SRC(q), S_LEN(q));
         }
         if ((rc = publish(x, st))) return rc;
         size_t m = S_LEN(me) / es;
@@ -125,12 +131,12 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         chain(dst, in, n, m, dt, op);
         if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
         if (!all) {
-            memcpy(recv + base * es, dst, m * es);
+            cpy(recv + base * es, dst, m * es);
         } else {
-            tp_shm_post(x->s, &x->s->seg->ctl[me].red, st + 1);
+            tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
             if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
             for (int q = 0; q < n; q++)
-                memcpy(recv + (base * es + S_OFF(q)), (q == me ? buf : peer(x, q, st)) + S_OFF(q), S_LEN(q));
+                cpy(recv + (base * es + S_OFF(q)), (q == me ? buf : peer(x, q, st)) + S_OFF(q), S_LEN(q));
         }
 #undef S_OFF
 #undef S_LEN
@@ -149,9 +155,9 @@ static int broadcast(shm_op *x, unsigned char *buf, size_t bytes, int root)
         unsigned char *mine;
         int rc = begin(x, st, &mine);
         if (rc) return rc;
-        if (x->me == root) memcpy(mine, buf + off, len);
+        if (x->me == root) cpy(mine, buf + off, len);
         if ((rc = publish(x, st))) return rc;
-        if (x->me != root) memcpy(buf + off, peer(x, root, st), len);
+        if (x->me != root) cpy(buf + off, peer(x, root, st), len);
         finish(x, st);
     }
     return 0;
@@ -166,9 +172,9 @@ static int allgather(shm_op *x, const unsigned char *send, unsigned char *recv, 
         unsigned char *mine;
         int rc = begin(x, st, &mine);
         if (rc) return rc;
-        memcpy(mine, send + off, len);
+        cpy(mine, send + off, len);
         if ((rc = publish(x, st))) return rc;
-        for (int q = 0; q < x->n; q++) memcpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
+        for (int q = 0; q < x->n; q++) cpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
         finish(x, st);
     }
     return 0;
@@ -179,11 +185,6 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
     size_t es = rt_dtype_size((rt_dtype)h->dt);
     int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER;
     shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
-    /* Small ops wait for a peer that runs on another core: spin (a yield hands the core
-     * to any other task for its whole slice, a futex sleep costs a wake-up: both about
-     * a millisecond on a loaded machine, measured). The steps of large ops wait for a
-     * peer's copies, which may need this very core: yield after a short spin. */
-    x.s->yield_ns = h->count * es <= TP_SHM_SMALL ? x.s->spin_ns : TP_SHM_YIELD_AFTER_NS;
     x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
                           .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
     switch (h->kind) {

@@ -80,7 +80,7 @@ static void *create_seg(tp_comm *c, char *name, size_t nlen, size_t bytes)
 {
     static unsigned serial;
     sweep_stale();
-    snprintf(name, nlen, "/" SHM_PREFIX "%d.%u.%llx", (int)getpid(), serial++,
+    snprintf(name, nlen, "/" SHM_PREFIX "%d.%u.%llx", (int)getpid(), __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED),
              (unsigned long long)(port_now_ns() ^ (int64_t)(uintptr_t)c));
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     void *p = NULL;

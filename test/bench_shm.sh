@@ -15,6 +15,7 @@ command -v mpicc >/dev/null || { echo "bench_shm: no mpicc (apt-get install open
 [ "$B/ompi-bench" -nt tools/ompi_bench.c ] || mpicc -O2 tools/ompi_bench.c -o "$B/ompi-bench"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+export DDPRT_TRACE_DIR="$T" # stall-warning trace dumps stay out of the tree
 # size time busbw from the data rows of either table
 rows() { awk '!/^#/ && NF >= 6 { if (NF >= 9) print $1, $6, $8; else print $1, $3, $5 }' "$1"; }
 ddprt() { env "$@" "$B/ddprt-launch" --nproc-per-node "$NP" --no-prefix -- "$B/ddprt-bench" allreduce \

@@ -17,7 +17,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export DDPRT_TRACE_DIR="$T" # stall-warning trace dumps stay out of the tree
 # size time busbw from the data rows of either table
-rows() { awk '!/^#/ && NF >= 6 { if (NF >= 9) print $1, $6, $8; else print $1, $3, $5 }' "$1"; }
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 6 { if (NF >= 9) print $1, $6, $8; else print $1, $3, $5 }' "$1"; }
 ddprt() { env "$@" "$B/ddprt-launch" --nproc-per-node "$NP" --no-prefix -- "$B/ddprt-bench" allreduce \
     -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w 5; }
 ompi() { mpirun --allow-run-as-root -np "$NP" --mca btl self,vader "$B/ompi-bench" \

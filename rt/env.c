@@ -16,6 +16,8 @@ static const env_var vars[] = {
     {"DDPRT_ISA", E_ENUM, "generic|avx2|avx512"},
     {"DDPRT_LOG", E_ENUM, "error|warn|warning|info|debug"},
     {"DDPRT_TCP_LOCAL", E_ENUM, "tcp|unix"},
+    {"DDPRT_SHM", E_ENUM, "0|1"},
+    {"DDPRT_SHM_SPIN_US", E_INT, NULL},
     {"DDPRT_CUDA_SYNC", E_ENUM, "0|1"},
     {"DDPRT_TCP_BUFSIZE", E_INT, NULL},
     {"DDPRT_TCP_NSOCKS", E_ENUM, "1|2|3|4|5|6|7|8"}, /* TCP_MAX_NSOCKS */
@@ -40,6 +42,7 @@ static const env_var vars[] = {
     {"DDPRT_DATA", E_ANY, NULL},
     {"DDPRT_CUDA", E_ANY, NULL},
     {"DDPRT_VERBS_TEST_FAULT", E_ANY, NULL},
+    {"DDPRT_SHM_TEST_FAULT", E_ANY, NULL},
     {"DDPRT_BUILD", E_ANY, NULL},        /* make test */
     {"DDPRT_TEST_TIMEOUT", E_ANY, NULL}, /* make test */
     {"DDPRT_SAN", E_ANY, NULL},          /* make test: the sanitizer flags of the build */

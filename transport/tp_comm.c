@@ -6,6 +6,7 @@
  * async ops and the comm thread runs it, so ops always run in issue order.
  * `busy` (under mu) says someone is driving the backend. */
 #include "transport/tp_comm_int.h"
+#include "transport/tp_shm.h"
 #include "rt/env.h"
 #include "rt/log.h"
 #include <stdio.h>
@@ -118,6 +119,7 @@ void tp_comm_destroy(tp_comm *c)
     pthread_mutex_destroy(&c->mu);
     rt_arena_free(&c->arena);
     tp_hier_free(c);
+    tp_shm_free(c);
     free(c);
 }
 
@@ -198,7 +200,14 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0);
-    switch (h->kind) {
+    /* All ranks on one host, algorithm left to us: the shared segment (tp_shm.h). */
+    int done = 0;
+    if (h->kind <= TP_K_BARRIER && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
+        if (!c->shm_state) rc = tp_shm_setup(c);
+        if (!rc && c->shm_state > 0) rc = tp_shm_run(c, h);
+        done = rc || c->shm_state > 0;
+    }
+    if (!done) switch (h->kind) {
     case TP_K_ALLREDUCE:
         /* Large auto and forced hier: hierarchical where the hosts allow it. */
         rc = algo == TP_ALGO_RD     ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)

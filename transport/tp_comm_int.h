@@ -58,6 +58,9 @@ struct tp_comm {
     int *local, *cross;        /* comm ranks of my host's ranks / of my local index on
                                   every host (host order) */
     int nlocal, lidx, nhosts, hidx;
+    /* Shared memory (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
+    int shm_state;
+    struct tp_shm *shm;
 };
 
 /* A ring among some ranks of the comm: n members, ranks[i] is member i's comm rank,

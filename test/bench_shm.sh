@@ -1,0 +1,51 @@
+#!/bin/bash
+# Shared memory inside a host: ddprt (2 ranks, shm) against Open MPI's shared-memory
+# path (btl self,vader), and ddprt over its unix sockets (DDPRT_SHM=0), alternating in
+# one window (ddprt shm, Open MPI, ddprt sockets; ROUNDS times) so that the load of a
+# shared machine falls on all alike. Prints the median of the rounds per size and the
+# ratios, with the load average. Needs mpicc/mpirun (openmpi-bin, libopenmpi-dev).
+#   test/bench_shm.sh [ROUNDS (5)] [MIN (4)] [MAX (64M)] [FACTOR (4)] [ITERS (20)]
+# BENCH_SOCKETS=0 leaves the socket column out. BENCH_NP=N ranks (default 2).
+set -eu
+cd "$(dirname "$0")/.."
+B=${DDPRT_BUILD:-build}
+ROUNDS=${1:-5} MIN=${2:-4} MAX=${3:-64M} FACTOR=${4:-4} ITERS=${5:-20} NP=${BENCH_NP:-2}
+[ -x "$B/ddprt-bench" ] || { echo "bench_shm: build first (make)" >&2; exit 2; }
+command -v mpicc >/dev/null || { echo "bench_shm: no mpicc (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 2; }
+[ "$B/ompi-bench" -nt tools/ompi_bench.c ] || mpicc -O2 tools/ompi_bench.c -o "$B/ompi-bench"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export DDPRT_TRACE_DIR="$T" # stall-warning trace dumps stay out of the tree
+# size time busbw from the data rows of either table
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 6 { if (NF >= 9) print $1, $6, $8; else print $1, $3, $5 }' "$1"; }
+ddprt() { env "$@" "$B/ddprt-launch" --nproc-per-node "$NP" --no-prefix -- "$B/ddprt-bench" allreduce \
+    -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w 5; }
+ompi() { mpirun --allow-run-as-root -np "$NP" --mca btl self,vader "$B/ompi-bench" \
+    "$(numfmt --from=iec "$MIN")" "$(numfmt --from=iec "$MAX")" "$FACTOR" "$ITERS"; }
+echo "# bench_shm: $NP ranks, $ROUNDS rounds alternating, allreduce float sum, iters $ITERS"
+echo "# before: $(uptime)"
+for r in $(seq "$ROUNDS"); do
+    ddprt DDPRT_SHM=1 > "$T/shm.$r" 2>&1 || { echo "ddprt (shm) failed:"; cat "$T/shm.$r"; exit 1; }
+    ompi > "$T/ompi.$r" 2>&1 || { echo "Open MPI failed:"; cat "$T/ompi.$r"; exit 1; }
+    if [ "${BENCH_SOCKETS:-1}" = 1 ]; then
+        ddprt DDPRT_SHM=0 > "$T/sock.$r" 2>&1 || { echo "ddprt (sockets) failed:"; cat "$T/sock.$r"; exit 1; }
+    fi
+done
+echo "# after:  $(uptime)"
+for k in shm ompi sock; do
+    for r in $(seq "$ROUNDS"); do [ -f "$T/$k.$r" ] && rows "$T/$k.$r" | sed "s/^/$r /"; done > "$T/$k.all" || true
+done
+# median per size of column c (2 = time, 3 = busbw) over rounds
+med() { awk -v s="$2" -v c="$3" '$2 == s { print $(c + 1) }' "$T/$1.all" | sort -g |
+    awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf "| %10s | %14s | %14s | %14s | %10s | %10s | %10s | %10s | %10s |\n" "size (B)" "shm time (us)" \
+    "ompi time (us)" "sock time (us)" "shm busbw" "ompi busbw" "sock busbw" "shm/ompi" "shm/sock"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for s in $(awk '{ print $2 }' "$T/shm.all" | sort -gu); do
+    st=$(med shm "$s" 2) ot=$(med ompi "$s" 2) kt=$(med sock "$s" 2)
+    sb=$(med shm "$s" 3) ob=$(med ompi "$s" 3) kb=$(med sock "$s" 3)
+    ro=$(awk -v a="$ot" -v b="$st" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2fx", a / b }')
+    rk=$(awk -v a="$kt" -v b="$st" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2fx", a / b }')
+    printf "| %10s | %14s | %14s | %14s | %10s | %10s | %10s | %10s | %10s |\n" "$s" "$st" "$ot" "$kt" "$sb" "$ob" "$kb" "$ro" "$rk"
+done
+echo "# ratios: the other's median time / shm's median time (> 1: shm faster; = busbw ratio)"

@@ -1,0 +1,187 @@
+/* One rank of a shared-memory collectives job (test/test_shm.c), tcp backend.
+ * usage: t-shm_coll MODE INIT RANK WORLD [key=value...]
+ *   MODE matrix: every collective x every dtype x every redop over tiny, odd and
+ *        step-crossing sizes (in place and not), checked element by element; prints
+ *        "shm 1|0" (is a ddprt-shm segment mapped: /proc/self/maps) then "rank R of W ok
+ *        (N checks)".
+ *   MODE ping: a barrier, "shm 1|0", "rank R of W ok (0 checks)".
+ *   MODE kill: coll_matrix.h's allreduce loop (len=, victim=, iters=).
+ *   MODE mismatch: rank 0 allreduces 1000 floats, the others 2000: prints "failed: MSG".
+ * keys: timeout=S, len=, victim=, iters=. */
+#include "test/progs/coll_matrix.h"
+#include <unistd.h>
+
+static const rt_dtype all_dt[] = {RT_F32, RT_F64, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8};
+
+/* Rank r's element i for op: small integers, exact in every dtype (u8: non-negative). */
+static int64_t sval(int op, rt_dtype dt, int r, size_t i)
+{
+    if (op == TP_PROD) {
+        size_t k = (i + (size_t)r) % 7;
+        return k == 3 ? 2 : (k == 5 && dt != RT_U8) ? -1 : 1;
+    }
+    if (op == TP_MIN || op == TP_MAX) return (int64_t)((i * 31 + (size_t)r * 17) % 101) - (dt == RT_U8 ? 0 : 50);
+    return (int64_t)((i * 7 + (size_t)r * 13) % 17) - (dt == RT_U8 ? 0 : 8);
+}
+
+static void sput(void *b, size_t i, rt_dtype dt, double v)
+{
+    switch (dt) {
+    case RT_F32: ((float *)b)[i] = (float)v; break;
+    case RT_F64: ((double *)b)[i] = v; break;
+    case RT_F16: ((uint16_t *)b)[i] = tp_f32_to_f16((float)v); break;
+    case RT_BF16: ((uint16_t *)b)[i] = tp_f32_to_bf16((float)v); break;
+    case RT_I32: ((int32_t *)b)[i] = (int32_t)(int64_t)v; break;
+    case RT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+    default: ((uint8_t *)b)[i] = (uint8_t)(int64_t)v;
+    }
+}
+
+static double sget(const void *b, size_t i, rt_dtype dt)
+{
+    switch (dt) {
+    case RT_F32: return ((const float *)b)[i];
+    case RT_F64: return ((const double *)b)[i];
+    case RT_F16: return tp_f16_to_f32(((const uint16_t *)b)[i]);
+    case RT_BF16: return tp_bf16_to_f32(((const uint16_t *)b)[i]);
+    case RT_I32: return ((const int32_t *)b)[i];
+    case RT_I64: return (double)((const int64_t *)b)[i];
+    default: return ((const uint8_t *)b)[i];
+    }
+}
+
+/* Element i reduced with op over every rank, as dt stores it. */
+static double swant(int op, rt_dtype dt, size_t i)
+{
+    int64_t a = sval(op, dt, 0, i);
+    for (int q = 1; q < world_; q++) {
+        int64_t v = sval(op, dt, q, i);
+        a = op == TP_PROD ? a * v : op == TP_MIN ? (v < a ? v : a) : op == TP_MAX ? (v > a ? v : a) : a + v;
+    }
+    double e = (double)a;
+    if (op == TP_AVG)
+        e = dt == RT_F64 ? (double)a / world_
+            : dt == RT_F32 || dt == RT_F16 || dt == RT_BF16 ? (double)((float)a / (float)world_)
+                                                             : (double)(a / world_);
+    unsigned char t[8];
+    sput(t, 0, dt, e);
+    return sget(t, 0, dt);
+}
+
+static void scheck(const char *what, rt_dtype dt, int op, size_t n, size_t i, double got, double want)
+{
+    if (got != want && bad++ < 5)
+        fprintf(stderr, "rank %d: %s %s %s n=%zu: element %zu is %g, want %g\n", rank_, what, rt_dtype_names[dt],
+                tp_op_names[op], n, i, got, want);
+}
+
+static void matrix(void)
+{
+    /* 4096 f32 = the one-round allreduce limit (16 KiB); 98309: several 128 KiB steps. */
+    static const size_t sizes[] = {0, 1, 2, 3, 7, 63, 1027, 4096, 4097, 98309};
+    size_t maxn = 98309 * (size_t)world_;
+    unsigned char *s = malloc(maxn * 8 + 64), *r = malloc(maxn * 8 + 64);
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        for (size_t d = 0; d < sizeof all_dt / sizeof *all_dt; d++) {
+            rt_dtype dt = all_dt[d];
+            size_t es = rt_dtype_size(dt);
+            for (int op = 0; op < TP_NOPS; op++) {
+                int inplace = (int)(k + d + (size_t)op) % 2;
+                unsigned char *out = inplace ? s : r;
+                for (size_t i = 0; i < n; i++) sput(s, i, dt, (double)sval(op, dt, rank_, i));
+                if (!inplace) memset(r, 0x5a, n * es + 1);
+                if (tp_allreduce(comm, s, out, n, dt, (tp_op)op)) die("allreduce");
+                for (size_t i = 0; i < n; i++) scheck("allreduce", dt, op, n, i, sget(out, i, dt), swant(op, dt, i));
+                checks++;
+                if (!inplace && ((unsigned char *)r)[n * es] != 0x5a && bad++ < 5)
+                    fprintf(stderr, "rank %d: allreduce wrote past the end (n=%zu)\n", rank_, n);
+                /* reduce_scatter: block rank_ of every rank's world_ * n vector. */
+                for (size_t i = 0; i < n * (size_t)world_; i++) sput(s, i, dt, (double)sval(op, dt, rank_, i));
+                if (tp_reduce_scatter(comm, s, r, n, dt, (tp_op)op)) die("reduce_scatter");
+                for (size_t i = 0; i < n; i++)
+                    scheck("reduce_scatter", dt, op, n, i, sget(r, i, dt), swant(op, dt, (size_t)rank_ * n + i));
+                checks++;
+            }
+            int root = (int)(k + d) % world_;
+            for (size_t i = 0; i < n; i++) sput(r, i, dt, rank_ == root ? (double)sval(TP_SUM, dt, root, i) : 99);
+            if (tp_broadcast(comm, r, n, dt, root)) die("broadcast");
+            for (size_t i = 0; i < n; i++) {
+                unsigned char t[8];
+                sput(t, 0, dt, (double)sval(TP_SUM, dt, root, i));
+                scheck("broadcast", dt, 0, n, i, sget(r, i, dt), sget(t, 0, dt));
+            }
+            checks++;
+            /* allgather, from a separate buffer or from recv's own block */
+            unsigned char *src = d % 2 ? r + (size_t)rank_ * n * es : s;
+            for (size_t i = 0; i < n; i++) sput(src, i, dt, (double)sval(TP_SUM, dt, rank_, i));
+            if (tp_allgather(comm, src, r, n, dt)) die("allgather");
+            for (size_t i = 0; i < n * (size_t)world_; i++) {
+                unsigned char t[8];
+                sput(t, 0, dt, (double)sval(TP_SUM, dt, (int)(i / n), i % n));
+                scheck("allgather", dt, 0, n, i, sget(r, i, dt), sget(t, 0, dt));
+            }
+            checks++;
+        }
+        if (tp_barrier(comm)) die("barrier");
+        checks++;
+    }
+    free(s), free(r);
+}
+
+/* Whether this process maps a shared segment (unlinked, so "(deleted)" in maps). */
+static int shm_mapped(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f)) found |= strstr(line, "/ddprt-shm.") != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    (void)coll_sizes; /* coll_matrix.h's matrix: t-tcp_coll's */
+    if (argc < 5) { fprintf(stderr, "usage: t-shm_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
+    rt_log_init();
+    rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
+    if (strcmp(argv[2], "-")) o.init_method = argv[2];
+    size_t len = 32u << 20;
+    int victim = -1, iters = 3;
+    for (int i = 5; i < argc; i++) {
+        char *v = strchr(argv[i], '=');
+        if (!v) continue;
+        *v++ = 0;
+        if (!strcmp(argv[i], "timeout")) o.timeout_s = atof(v);
+        else if (!strcmp(argv[i], "len")) len = (size_t)atol(v);
+        else if (!strcmp(argv[i], "victim")) victim = atoi(v);
+        else if (!strcmp(argv[i], "iters")) iters = atoi(v);
+    }
+    tp_bootstrap bs;
+    rt_rdzv *rz = coll_join(&o, &bs);
+    if (!rz) return 3;
+    char err[512];
+    tp_backend *b;
+    tp_comm_opts co = {.timeout_s = o.timeout_s, .algo = TP_ALGO_DEFAULT};
+    if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(&comm, b, &co, err, sizeof err)) {
+        fprintf(stderr, "ERR %s\n", err);
+        return 3;
+    }
+    int rc = 0;
+    if (!strcmp(argv[1], "kill")) {
+        rc = coll_loop(len, victim < 0 ? world_ - 1 : victim, iters, -1);
+    } else if (!strcmp(argv[1], "mismatch")) {
+        float *v = calloc(2000, sizeof *v);
+        if (tp_barrier(comm)) die("barrier");
+        rc = tp_allreduce(comm, v, v, rank_ ? 2000 : 1000, RT_F32, TP_SUM);
+        printf("failed: %s\n", rc ? tp_errmsg(comm) : "no failure");
+        free(v);
+        rc = rc ? 3 : 4;
+    } else {
+        if (tp_barrier(comm)) die("barrier");
+        printf("shm %d\n", shm_mapped());
+        if (strcmp(argv[1], "ping")) matrix();
+    }
+    return coll_leave(rz, rc);
+}

@@ -1,0 +1,144 @@
+/* Shared memory inside a host (transport/tp_shm.h) through real processes and the
+ * rendezvous: the collectives matrix (every collective, dtype and redop) with 2, 3 and
+ * 4 ranks, DDPRT_SHM=0 falling back to sockets, a rank SIGKILLed mid-allreduce named by
+ * the others, a mismatched collective named at once, and no segment left in /dev/shm
+ * on any of these exits (nor after a rank 0 killed before it could unlink its own:
+ * the next job removes it). */
+#include "test/t.h"
+#include "test/t_proc.h"
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAXW 4
+
+static void spawn(t_proc *p, int r, const char *mode, const char *url, int world, char **env, const char *a1,
+                  const char *a2)
+{
+    char rs[16], ws[16], name[64];
+    snprintf(rs, sizeof rs, "%d", r);
+    snprintf(ws, sizeof ws, "%d", world);
+    snprintf(name, sizeof name, "shm-%s-%d", mode, r);
+    char *argv[] = {(char *)t_prog("t-shm_coll"), (char *)mode, (char *)url, rs, ws, (char *)(a1 ? a1 : "-"),
+                    (char *)(a2 ? a2 : "-"), NULL};
+    t_spawn(p, name, argv, env);
+}
+
+/* Segments in /dev/shm made by process pid (rank 0 names them after itself). */
+static int segments_of(int pid)
+{
+    char pre[64];
+    snprintf(pre, sizeof pre, "ddprt-shm.%d.", pid);
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, pre, strlen(pre));
+    if (d) closedir(d);
+    return n;
+}
+
+static void url_for(char *url, size_t n) { snprintf(url, n, "tcp://127.0.0.1:%d", t_free_port()); }
+
+/* Every rank runs mode and must print "shm <want_shm>" and "rank R of W ok". */
+static void run_ok(int world, const char *mode, char **env, int want_shm)
+{
+    t_clean_env();
+    t_proc p[MAXW];
+    char url[64];
+    url_for(url, sizeof url);
+    for (int r = 0; r < world; r++) spawn(&p[r], r, mode, url, world, env, "timeout=60", NULL);
+    for (int r = 0; r < world; r++) {
+        int rc = t_wait(&p[r], 120);
+        char want[64], shm[16];
+        snprintf(want, sizeof want, "rank %d of %d ok", r, world);
+        snprintf(shm, sizeof shm, "shm %d\n", want_shm);
+        const char *out = t_slurp(p[r].out);
+        CHECKF(rc == 0 && strstr(out, want) && strstr(out, shm), "%s world %d: rank %d exited %d\nstdout: %s\nstderr: %s",
+               mode, world, r, rc, out, t_slurp(p[r].err));
+    }
+    CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
+}
+
+PTEST(shm_matrix_2) { run_ok(2, "matrix", NULL, 1); }
+PTEST(shm_matrix_3) { run_ok(3, "matrix", NULL, 1); }
+PTEST(shm_matrix_4) { run_ok(4, "matrix", NULL, 1); }
+
+/* DDPRT_SHM=0: the same matrix over the sockets, no segment mapped. */
+PTEST(shm_off_falls_back_to_sockets)
+{
+    char *env[] = {"DDPRT_SHM=0", NULL};
+    run_ok(2, "matrix", env, 0);
+    run_ok(3, "ping", env, 0);
+}
+
+/* A rank SIGKILLed mid-allreduce (32 MiB, several steps): the others exit 3 naming it
+ * and the op, well within the 60 s deadline. */
+static void run_kill(int world, int victim)
+{
+    t_clean_env();
+    t_proc p[MAXW];
+    char url[64], vs[32];
+    url_for(url, sizeof url);
+    snprintf(vs, sizeof vs, "victim=%d", victim);
+    for (int r = 0; r < world; r++) spawn(&p[r], r, "kill", url, world, NULL, vs, "timeout=60");
+    int rc[MAXW];
+    for (int r = 0; r < world; r++) rc[r] = t_wait(&p[r], 90);
+    CHECKF(rc[victim] == 128 + 9, "victim exited %d: %s", rc[victim], t_slurp(p[victim].err));
+    double tk = 0, tf = 0;
+    CHECK(sscanf(t_slurp(p[victim].out), "killed at %lf", &tk) == 1);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d ", victim);
+    for (int r = 0; r < world; r++) {
+        if (r == victim) continue;
+        const char *out = t_slurp(p[r].out);
+        CHECKF(rc[r] == 3 && sscanf(out, "failed at %lf", &tf) == 1, "rank %d exited %d\nstdout: %s\nstderr: %s", r,
+               rc[r], out, t_slurp(p[r].err));
+        CHECKF(strstr(out, "allreduce #") && strstr(out, want), "rank %d does not name the op and %s: %s", r, want,
+               out);
+        CHECKF(tf - tk < 20, "rank %d failed %.1f s after the kill (deadline 60 s)", r, tf - tk);
+    }
+    CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
+}
+
+PTEST(shm_kill_one_rank_2) { run_kill(2, 1); }
+PTEST(shm_kill_one_rank_3) { run_kill(3, 0); }
+
+/* Rank 0 allreduces 1000 floats, the others 2000: every rank fails at once naming
+ * both sides (not at the deadline). */
+PTEST(shm_mismatch_is_named)
+{
+    t_clean_env();
+    t_proc p[3];
+    char url[64];
+    url_for(url, sizeof url);
+    for (int r = 0; r < 3; r++) spawn(&p[r], r, "mismatch", url, 3, NULL, "timeout=60", NULL);
+    for (int r = 0; r < 3; r++) {
+        int rc = t_wait(&p[r], 90);
+        const char *out = t_slurp(p[r].out);
+        CHECKF(rc == 3 && strstr(out, "collective mismatch") && strstr(out, "allreduce float sum 4000 B") &&
+                   strstr(out, "allreduce float sum 8000 B") && !strstr(out, "timed out"),
+               "rank %d exited %d\nstdout: %s\nstderr: %s", r, rc, out, t_slurp(p[r].err));
+    }
+    CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
+}
+
+/* Rank 0 killed between creating its segment and unlinking it: its segment stays
+ * (nobody can unlink it before the others have it mapped), rank 1 fails naming rank
+ * 0, and the next job's rank 0 removes the dead one's segment. */
+PTEST(shm_dead_creator_segment_is_swept)
+{
+    t_clean_env();
+    t_proc p[2];
+    char url[64];
+    url_for(url, sizeof url);
+    char *fault[] = {"DDPRT_SHM_TEST_FAULT=create", NULL};
+    spawn(&p[0], 0, "ping", url, 2, fault, "timeout=30", NULL);
+    spawn(&p[1], 1, "ping", url, 2, NULL, "timeout=30", NULL);
+    int rc0 = t_wait(&p[0], 60), rc1 = t_wait(&p[1], 60);
+    CHECKF(rc0 == 128 + 9, "rank 0 exited %d: %s", rc0, t_slurp(p[0].err));
+    CHECKF(rc1 == 3 && strstr(t_slurp(p[1].err), "rank 0"), "rank 1 exited %d: %s", rc1, t_slurp(p[1].err));
+    CHECKF(segments_of(p[0].pid) == 1, "the dead rank 0's segment is not in /dev/shm (%d)", segments_of(p[0].pid));
+    run_ok(2, "ping", NULL, 1);
+    CHECKF(segments_of(p[0].pid) == 0, "the next job did not remove the dead rank 0's segment");
+}

@@ -1,0 +1,209 @@
+/* The collectives through the shared segment (protocol in tp_shm.h). Every op is cut
+ * into steps of at most TP_SHM_STEP bytes per rank's buffer, so that copies and
+ * reduces of a step stay in cache and the next step's copies overlap the peers' work.
+ *
+ * allreduce, small (<= TP_SHM_SMALL bytes): each rank copies its vector into its
+ *   buffer, and after one round every rank reduces all of them, in rank order (the
+ *   same operands in the same order: bitwise equal results everywhere).
+ * allreduce, large: per step each rank copies the others' shares of its input into
+ *   its buffer, reduces its own share (its own input plus the others' copies, rank
+ *   order) into its buffer, and after a second round copies every share out.
+ * reduce_scatter: as the large allreduce without the copy out of others' shares.
+ * broadcast: the root copies in, the others copy out. allgather: all copy in, all
+ * copy everything out. barrier: one round. */
+#include "transport/tp_shm.h"
+#include "transport/tp_reduce.h"
+#include <stddef.h>
+#include <string.h>
+
+typedef struct shm_op {
+    tp_comm *c;
+    tp_shm *s;
+    tp_shm_bufhdr d; /* the op's descriptor, written into every step's buffer header */
+    int me, n;
+} shm_op;
+
+/* Waits until nobody reads this rank's buffer for step st any more; returns it. */
+static int begin(shm_op *x, uint64_t st, unsigned char **buf)
+{
+    /* done_min: the least done seen last time; often already enough (saves a miss). */
+    if (st >= TP_SHM_NB && x->s->done_min < st + 1 - TP_SHM_NB) {
+        int rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, done), st + 1 - TP_SHM_NB);
+        if (rc) return rc;
+        uint64_t m = UINT64_MAX;
+        for (int q = 0; q < x->n; q++) {
+            uint64_t d = __atomic_load_n(&x->s->seg->ctl[q].done, __ATOMIC_ACQUIRE);
+            if (q != x->me && d < m) m = d;
+        }
+        x->s->done_min = m;
+    }
+    *buf = tp_shm_data(tp_shm_buf(x->s, x->me, st));
+    return 0;
+}
+
+/* The buffer of step st is filled: say so, then wait for every other rank's. */
+static int publish(shm_op *x, uint64_t st)
+{
+    tp_shm_bufhdr *h = tp_shm_buf(x->s, x->me, st);
+    h->seq = x->d.seq, h->bytes = x->d.bytes;
+    h->kind = x->d.kind, h->dt = x->d.dt, h->op = x->d.op, h->root = x->d.root;
+    tp_shm_post(x->s, x->me, &h->ready, st + 1);
+    return tp_shm_wait_ready(x->c, st, &x->d);
+}
+
+static void finish(shm_op *x, uint64_t st) { tp_shm_post(x->s, x->me, &x->s->seg->ctl[x->me].done, st + 1); }
+
+/* memcpy that accepts NULL with 0 bytes (count 0 ops). */
+static void cpy(void *d, const void *s, size_t n)
+{
+    if (n) memcpy(d, s, n);
+}
+
+static unsigned char *peer(shm_op *x, int q, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, q, st)); }
+
+/* dst = in[0] op in[1] op ... in[n-1], left to right. */
+static void chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op)
+{
+    if (!m) return;
+    tp_reduce(dst, in[0], in[1], m, dt, op);
+    for (int k = 2; k < n; k++) tp_reduce(dst, dst, in[k], m, dt, op);
+}
+
+/* Start of rank q's share of a step of cnt elements: cache-line aligned cuts. */
+static size_t cut(size_t cnt, int n, int q, size_t es)
+{
+    if (q >= n) return cnt;
+    size_t a = 64 / es;
+    return cnt * (size_t)q / (size_t)n / a * a;
+}
+
+static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
+                           tp_op op)
+{
+    size_t bytes = count * rt_dtype_size(dt);
+    uint64_t st = x->s->step++;
+    unsigned char *buf;
+    int rc = begin(x, st, &buf);
+    if (rc) return rc;
+    /* A few bytes travel in the header's line itself: one cache miss per peer less. */
+    int inl = bytes <= sizeof tp_shm_buf(x->s, 0, 0)->pad;
+    cpy(inl ? tp_shm_buf(x->s, x->me, st)->pad : (char *)buf, send, bytes);
+    if ((rc = publish(x, st))) return rc;
+    const void *in[TP_SHM_MAX_WORLD];
+    for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
+    chain(recv, in, x->n, count, dt, op);
+    if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
+    finish(x, st);
+    return 0;
+}
+
+/* Allreduce (all = 1) or reduce_scatter (all = 0; block r of send is rank r's, count
+ * elements each) in steps. Allreduce steps cover TP_SHM_STEP bytes of the vector, cut
+ * into n shares; reduce_scatter steps cover TP_SHM_STEP / n bytes of every block. */
+static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
+                        tp_op op, int all)
+{
+    size_t es = rt_dtype_size(dt), reg = TP_SHM_STEP / (size_t)x->n / 64 * 64;
+    size_t per = all ? TP_SHM_STEP / es : reg / es; /* elements per step */
+    size_t nsteps = count ? (count + per - 1) / per : 1;
+    int n = x->n, me = x->me, rc;
+    const void *in[TP_SHM_MAX_WORLD];
+    for (size_t k = 0; k < nsteps; k++) {
+        uint64_t st = x->s->step++;
+        size_t base = k * per, cnt = count - base < per ? count - base : per;
+        unsigned char *buf;
+        if ((rc = begin(x, st, &buf))) return rc;
+        /* Where share q lives in a buffer, and where it comes from in send. */
+#define S_OFF(q) (all ? cut(cnt, n, q, es) * es : (size_t)(q) * reg)
+#define S_LEN(q) (all ? (cut(cnt, n, (q) + 1, es) - cut(cnt, n, q, es)) * es : cnt * es)
+#define S_SRC(q) (all ? send + (base + cut(cnt, n, q, es)) * es : send + ((size_t)(q) * count + base) * es)
+        if (all) { /* the others' shares are contiguous on both sides of mine */
+            cpy(buf, send + base * es, S_OFF(me));
+            cpy(buf + S_OFF(me + 1), S_SRC(me + 1), cnt * es - S_OFF(me + 1));
+        } else {
+            for (int q = 0; q < n; q++)
+                if (q != me) cpy(buf + S_OFF(q), S_SRC(q), S_LEN(q));
+        }
+        if ((rc = publish(x, st))) return rc;
+        size_t m = S_LEN(me) / es;
+        unsigned char *dst = buf + S_OFF(me);
+        for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
+        chain(dst, in, n, m, dt, op);
+        if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
+        if (!all) {
+            cpy(recv + base * es, dst, m * es);
+        } else {
+            tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
+            if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
+            for (int q = 0; q < n; q++)
+                cpy(recv + (base * es + S_OFF(q)), (q == me ? buf : peer(x, q, st)) + S_OFF(q), S_LEN(q));
+        }
+#undef S_OFF
+#undef S_LEN
+#undef S_SRC
+        finish(x, st);
+    }
+    return 0;
+}
+
+static int broadcast(shm_op *x, unsigned char *buf, size_t bytes, int root)
+{
+    size_t nsteps = bytes ? (bytes + TP_SHM_STEP - 1) / TP_SHM_STEP : 1;
+    for (size_t k = 0; k < nsteps; k++) {
+        uint64_t st = x->s->step++;
+        size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
+        unsigned char *mine;
+        int rc = begin(x, st, &mine);
+        if (rc) return rc;
+        if (x->me == root) cpy(mine, buf + off, len);
+        if ((rc = publish(x, st))) return rc;
+        if (x->me != root) cpy(buf + off, peer(x, root, st), len);
+        finish(x, st);
+    }
+    return 0;
+}
+
+static int allgather(shm_op *x, const unsigned char *send, unsigned char *recv, size_t bytes)
+{
+    size_t nsteps = bytes ? (bytes + TP_SHM_STEP - 1) / TP_SHM_STEP : 1;
+    for (size_t k = 0; k < nsteps; k++) {
+        uint64_t st = x->s->step++;
+        size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
+        unsigned char *mine;
+        int rc = begin(x, st, &mine);
+        if (rc) return rc;
+        cpy(mine, send + off, len);
+        if ((rc = publish(x, st))) return rc;
+        for (int q = 0; q < x->n; q++) cpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
+        finish(x, st);
+    }
+    return 0;
+}
+
+int tp_shm_run(tp_comm *c, tp_handle *h)
+{
+    size_t es = rt_dtype_size((rt_dtype)h->dt);
+    int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER;
+    shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
+    x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
+                          .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
+    switch (h->kind) {
+    case TP_K_ALLREDUCE:
+        if (h->count * es <= TP_SHM_SMALL)
+            return allreduce_small(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op);
+        return reduce_steps(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op, 1);
+    case TP_K_REDUCE_SCATTER:
+        return reduce_steps(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op, 0);
+    case TP_K_BROADCAST: return broadcast(&x, h->recv, h->count * es, h->root);
+    case TP_K_ALLGATHER: return allgather(&x, h->send, h->recv, h->count * es);
+    case TP_K_BARRIER: {
+        uint64_t st = x.s->step++;
+        unsigned char *mine;
+        int rc = begin(&x, st, &mine);
+        if (!rc) rc = publish(&x, st);
+        if (!rc) finish(&x, st);
+        return rc;
+    }
+    default: return TP_EINVAL;
+    }
+}

@@ -18,7 +18,7 @@
 #define MAXW 4
 static t_proc P[MAXJ][MAXW];
 static char ENVS[MAXJ][3][300];
-static char *XENV; /* one more variable for every rank of the next job (NULL: none) */
+static char *XENV, *XENV2; /* more variables for every rank of the next job (NULL: none) */
 
 /* Starts job j: world ranks of t-stall_rank, extra args a1 (may be NULL). */
 static void job(int j, int world, const char *a1, const char *a2, const char *a3)
@@ -30,7 +30,7 @@ static void job(int j, int world, const char *a1, const char *a2, const char *a3
     snprintf(ENVS[j][0], sizeof ENVS[j][0], "DDPRT_TRACE_DIR=%s", path);
     snprintf(ENVS[j][1], sizeof ENVS[j][1], "DDPRT_STALL_WARN=3");
     snprintf(ENVS[j][2], sizeof ENVS[j][2], "DDPRT_TIMEOUT=6");
-    char *env[] = {ENVS[j][0], ENVS[j][1], ENVS[j][2], XENV, NULL};
+    char *env[] = {ENVS[j][0], ENVS[j][1], ENVS[j][2], XENV, XENV2, NULL};
     char prog[256];
     snprintf(prog, sizeof prog, "%s/t-stall_rank", getenv("DDPRT_BUILD") ? getenv("DDPRT_BUILD") : "build");
     for (int r = 0; r < world; r++) {
@@ -144,8 +144,9 @@ PTEST(stall_watch_off_has_no_mismatch_check_and_no_trace)
 {
     t_clean_env();
     XENV = "DDPRT_STALL_WATCH=0";
+    XENV2 = "DDPRT_SHM=0"; /* the shared-memory path checks each op's descriptor itself */
     job(0, 2, "odd=1", "at=20", "iters=40");
-    XENV = NULL;
+    XENV = XENV2 = NULL;
     for (int r = 0; r < 2; r++) {
         int st = t_wait(&P[0][r], 30);
         const char *e = t_slurp(P[0][r].err);

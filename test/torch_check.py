@@ -87,7 +87,9 @@ def idx(path):
 def main():
     ckpt, model = sys.argv[1], sys.argv[2]
     data = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/datasets/fashion-mnist"
-    sd = load_safetensors(ckpt)
+    # The trainer's checkpoints also hold the optimizer state (optim.*), which is no
+    # part of the module's state_dict.
+    sd = {k: v for k, v in load_safetensors(ckpt).items() if not k.startswith("optim.")}
     classes = sd["fc2.bias" if model == "lenet" else "fc.bias"].shape[0]
     net = {"lenet": lambda: Net(classes), "resnet20": lambda: ResNet20(sd["conv1.weight"].shape[1], classes),
            "resnet18": lambda: torchvision.models.resnet18(num_classes=classes)}[model]()

@@ -52,6 +52,7 @@ const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t s
         nn_node *nd = &g->nodes[i];
         if (nd->storage != i) continue; /* a view: same bytes as its input */
         if (nd->recompute) nd->y = nd->y_fwd; /* backward moved it to y_bwd */
+        r.ws = nd->ws_fwd;
         nd->op->fwd(g, nd, &r);
     }
     return g->nodes[g->out].y;
@@ -119,6 +120,7 @@ static void recompute(nn_graph *g, int i, const nn_run *r)
     for (int k = g->nodes[i].rc_head; k >= 0; k = g->nodes[k].rc_next) {
         nn_node *v = &g->nodes[k];
         v->y = v->y_bwd;
+        rr.ws = v->ws_rc;
         v->op->fwd(g, v, &rr);
     }
 }
@@ -132,6 +134,7 @@ void nn_backward_from(nn_graph *g, int last, int n)
         if (!nd->needs_grad) continue;
         if (nd->storage == i) {
             recompute(g, i, &r);
+            r.ws = nd->ws_bwd;
             nd->op->bwd(g, nd, &r);
             accumulate(g, nd, n);
         }

@@ -126,6 +126,7 @@ typedef struct nn_node {
     int recompute, rc_head, rc_next;
     int mask_from_bn;      /* a recomputed relu after a recomputed BN: backward takes its
                             * mask from the BN's input (no relu output re-made) */
+    void *ws_fwd, *ws_bwd, *ws_rc; /* its workspace in forward, backward, recompute */
     float *acc;            /* where this node writes an input's gradient that another
                             * node wrote first (added into that input's dy after) */
     void *aux;
@@ -168,7 +169,8 @@ typedef struct nn_graph {
     int no_recompute;      /* keep every activation and gradient apart (tests compare) */
     size_t act_bytes_keep; /* the planned activations without recomputation / in-place */
     int recompute_macs;    /* convs with at most this many multiply-adds per output element
-                            * are recomputed in backward too (0: none; --recompute-macs) */
+                            * are recomputed in backward too (0: none; < 0: the smallest
+                            * bound that halves the planned activations, set by the plan) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
     /* Gradient accumulation (--accum-steps, DDP's no_sync): ops always overwrite

@@ -18,6 +18,8 @@
  *   backward) plus the block outputs, instead of conv, BN-ReLU and add-ReLU outputs.
  *   The re-runs are simulated here in backward order to get their lifetimes, and
  *   recorded per node (rc_head/rc_next) for the executor.
+ * - Workspace: each node's own, planned among the activations at the times it runs
+ *   (forward, backward, recompute) instead of one shared block beside them.
  * - In place: a recomputed relu writes over the BN output it reads (NN_FWD_INPLACE);
  *   relu's and BN's backward write dx over dy (NN_BWD_INPLACE) when they are the
  *   input's only gradient writer. */
@@ -27,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_Y, K_DY, K_AUX, K_ACC, K_YB };
+enum { K_Y, K_DY, K_AUX, K_ACC, K_YB, K_WSF, K_WSB, K_WSR };
 typedef struct item { size_t size, off; int t0, t1, node, kind; } item;
 
 static int by_size(const void *a, const void *b)
@@ -67,6 +69,12 @@ static size_t place(item *it, int n)
 }
 
 static size_t r64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static size_t node_ws(const nn_graph *g, const nn_node *n)
+{
+    size_t (*wf)(const nn_graph *, const nn_node *, int) = g->on_device ? n->op->workspace_cuda : n->op->workspace;
+    return wf ? wf(g, n, g->max_batch) : 0;
+}
 
 /* Planning scratch; times as in the header comment. */
 typedef struct pl {
@@ -250,7 +258,7 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         if (g0[r] > t0) g0[r] = t0;
         if (g1[r] < d1[i]) g1[r] = d1[i];
     }
-    item *it = malloc(sizeof *it * (size_t)(5 * N + 2));
+    item *it = malloc(sizeof *it * (size_t)(8 * N + 2));
     int ni = 0;
     for (int i = 1; i < N; i++) {
         nn_node *n = &g->nodes[i];
@@ -266,6 +274,14 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
     }
     /* The accumulation scratch: one for the whole backward, or with the savers one per
      * node for its own backward (the largest one is otherwise alive throughout). */
+    for (int i = 1; rc && i < N; i++) {
+        nn_node *n = &g->nodes[i];
+        size_t w = node_ws(g, n);
+        if (!w || n->storage != i) continue;
+        it[ni++] = (item){r64(w), 0, F(i), F(i), i, K_WSF};
+        if (n->needs_grad) it[ni++] = (item){r64(w), 0, BW(i), BW(i), i, K_WSB};
+        if (P.mat[i]) it[ni++] = (item){r64(w), 0, P.yb0[P.ybroot[i]], P.yb0[P.ybroot[i]], i, K_WSR};
+    }
     if (acc && !rc) it[ni++] = (item){r64(acc * B * sizeof(float)), 0, BW(N - 1), BW(1), 0, K_ACC};
     for (int i = 1; acc && rc && i < N; i++) {
         nn_node *n = &g->nodes[i];
@@ -317,27 +333,39 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         free(it);
         free(roots);
     }
+    if (rc && g->recompute_macs < 0) { /* auto: the cheapest convs that halve the plan (or
+                                        * bring it under 32 MiB, where time matters more) */
+        long best = 0;
+        for (;;) {
+            long next = -1;
+            for (int i = 1; i < N; i++) {
+                const nn_node *n = &g->nodes[i];
+                long m = (long)n->conv.c * n->conv.r * n->conv.s;
+                if (!strcmp(n->op->kind, "conv2d") && m > best && (next < 0 || m < next)) next = m;
+            }
+            g->recompute_macs = (int)best;
+            if ((ni = plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
+            size_t peak = place_all(g, it, ni);
+            free(it);
+            free(roots);
+            if (peak <= g->act_bytes_keep / 2 || peak <= (32u << 20) || next < 0) break;
+            best = next;
+        }
+    }
     if ((ni = plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
     g->act_bytes_noreuse = 0;
     for (int i = 0; i < ni; i++)
         if (it[i].kind != K_YB) g->act_bytes_noreuse += it[i].size;
     g->act_bytes = place_all(g, it, ni);
-    if (getenv("DDPRT_PLAN_DEBUG")) {
-        int tb = 0; size_t best = 0;
-        for (int t = 0; t < 4 * N + 8; t++) {
-            size_t s = 0;
-            for (int i = 0; i < ni; i++) if (it[i].t0 <= t && t <= it[i].t1) s += it[i].size;
-            if (s > best) { best = s; tb = t; }
-        }
-        fprintf(stderr, "plan: peak %.1f MiB, live max %.1f MiB at t=%d (N=%d)\n", g->act_bytes / 1048576.0, best / 1048576.0, tb, N);
-        for (int i = 0; i < ni; i++) if (it[i].t0 <= tb && tb <= it[i].t1)
-            fprintf(stderr, "  %-4s %3d %-12s %-24s %8.2f MiB [%d,%d]\n", (const char *[]){"y","dy","aux","acc","yb"}[it[i].kind], it[i].node, g->nodes[it[i].node].op->kind, g->nodes[it[i].node].name, it[i].size / 1048576.0, it[i].t0, it[i].t1);
-    }
     if (!rc) g->act_bytes_keep = g->act_bytes;
     unsigned char *base = rt_arena_alloc(a, g->act_bytes ? g->act_bytes : 64, RT_MEM_ACTS, "activations (planned)");
     const int *dyroot = roots, *ybroot = roots + N;
     g->acc = NULL;
-    for (int i = 0; i < N; i++) g->nodes[i].acc = NULL;
+    for (int i = 0; i < N; i++) {
+        nn_node *n = &g->nodes[i];
+        n->acc = NULL;
+        n->ws_fwd = n->ws_bwd = n->ws_rc = NULL;
+    }
     for (int i = 0; i < ni; i++) {
         void *p = base ? base + it[i].off : NULL;
         nn_node *n = &g->nodes[it[i].node];
@@ -345,6 +373,9 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         else if (it[i].kind == K_DY) n->dy = p;
         else if (it[i].kind == K_AUX) n->aux = p;
         else if (it[i].kind == K_YB) n->y_bwd = p;
+        else if (it[i].kind == K_WSF) n->ws_fwd = p;
+        else if (it[i].kind == K_WSB) n->ws_bwd = p;
+        else if (it[i].kind == K_WSR) n->ws_rc = p;
         else if (it[i].node) n->acc = p;
         else g->acc = p;
     }
@@ -368,17 +399,20 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
                                  : NULL;
     size_t ws = 64;
     for (int i = 1; i < N; i++) {
-        const nn_op *op = g->nodes[i].op;
-        size_t (*wf)(const nn_graph *, const nn_node *, int) = g->on_device ? op->workspace_cuda : op->workspace;
-        if (g->on_device && !op->fwd_cuda) {
+        if (g->on_device && !g->nodes[i].op->fwd_cuda) {
             snprintf(err, errlen, "model %s: node %d (%s) has no CUDA implementation in this build", g->model, i,
-                     op->kind);
+                     g->nodes[i].op->kind);
             return -1;
         }
-        size_t w = wf ? wf(g, &g->nodes[i], g->max_batch) : 0;
+        size_t w = node_ws(g, &g->nodes[i]);
         if (w > ws) ws = w;
     }
     g->ws_bytes = ws;
+    if (rc) { /* inside the activations */
+        g->ws = NULL;
+        return 0;
+    }
     g->ws = rt_arena_alloc(a, ws, RT_MEM_WORKSPACE, "workspace (shared by all nodes)");
+    for (int i = 0; i < N; i++) g->nodes[i].ws_fwd = g->nodes[i].ws_bwd = g->nodes[i].ws_rc = g->ws;
     return 0;
 }

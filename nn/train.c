@@ -154,8 +154,9 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         return -1;
     if (o->mem_report && t->rank == 0)
         printf("activations: planned %.2f MiB (%.2f MiB keeping every output), %.2f MiB without reuse; "
-               "workspace %.2f MiB\n", t->g.act_bytes / 1048576.0, t->g.act_bytes_keep / 1048576.0,
-               t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
+               "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
+               t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
+               t->g.ws ? "" : ", planned inside the activations");
     if (t->train.classes_bytes && t->rank == 0) {
         char line[1024];
         size_t o2 = 0;

@@ -280,7 +280,13 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         if (!w || n->storage != i) continue;
         it[ni++] = (item){r64(w), 0, F(i), F(i), i, K_WSF};
         if (n->needs_grad) it[ni++] = (item){r64(w), 0, BW(i), BW(i), i, K_WSB};
-        if (P.mat[i]) it[ni++] = (item){r64(w), 0, P.yb0[P.ybroot[i]], P.yb0[P.ybroot[i]], i, K_WSR};
+    }
+    /* The re-runs before one backward go one after another: one workspace for them. */
+    for (int i = 1; rc && i < N; i++) {
+        size_t w = 0;
+        for (int k = g->nodes[i].rc_head; k >= 0; k = g->nodes[k].rc_next)
+            if (node_ws(g, &g->nodes[k]) > w) w = node_ws(g, &g->nodes[k]);
+        if (w) it[ni++] = (item){r64(w), 0, BW(i) - 1, BW(i) - 1, i, K_WSR};
     }
     if (acc && !rc) it[ni++] = (item){r64(acc * B * sizeof(float)), 0, BW(N - 1), BW(1), 0, K_ACC};
     for (int i = 1; acc && rc && i < N; i++) {
@@ -375,7 +381,8 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         else if (it[i].kind == K_YB) n->y_bwd = p;
         else if (it[i].kind == K_WSF) n->ws_fwd = p;
         else if (it[i].kind == K_WSB) n->ws_bwd = p;
-        else if (it[i].kind == K_WSR) n->ws_rc = p;
+        else if (it[i].kind == K_WSR)
+            for (int k = n->rc_head; k >= 0; k = g->nodes[k].rc_next) g->nodes[k].ws_rc = p;
         else if (it[i].node) n->acc = p;
         else g->acc = p;
     }

@@ -46,7 +46,8 @@ static const flag flags[] = {
     F("mem-report", T_FLAG, mem_report, RANK, D_ANY, "print the memory plan at start-up and the peak RSS at the end"),
     F("recompute-macs", T_INT, recompute_macs, RANK, D_ANY,
       "recompute in backward the convs with at most N multiply-adds per output, trading time for memory, same results "
-      "(default -1: the fewest that halve the planned activations or bring them under 32 MiB; 0: none)"),
+      "(default -1: the fewest that halve the planned activations or bring them under 32 MiB; no recomputation at all "
+      "when they are under 32 MiB anyway; 0: BN/ReLU/add only)"),
     F("drop-last", T_FLAG, drop_last, JOB, D_ANY, "drop the tail of the dataset instead of padding"),
     F("init-method", T_STR, init_method, RANK, D_ANY, "rendezvous: tcp://HOST:PORT, file:///path or env://"),
     FC("backend", backend, JOB, "tcp|verbs|auto", "transport: tcp, verbs or auto (default: auto)"),

@@ -338,6 +338,8 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         g->act_bytes_keep = place_all(g, it, ni);
         free(it);
         free(roots);
+        /* auto on a small plan (LeNet, TextCNN): time matters more, keep everything */
+        if (g->recompute_macs < 0 && g->act_bytes_keep <= (32u << 20)) rc = 0;
     }
     if (rc && g->recompute_macs < 0) { /* auto: the cheapest convs that halve the plan (or
                                         * bring it under 32 MiB, where time matters more) */
@@ -361,7 +363,7 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
     if ((ni = plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
     g->act_bytes_noreuse = 0;
     for (int i = 0; i < ni; i++)
-        if (it[i].kind != K_YB) g->act_bytes_noreuse += it[i].size;
+        if (it[i].kind <= K_ACC) g->act_bytes_noreuse += it[i].size;
     g->act_bytes = place_all(g, it, ni);
     if (!rc) g->act_bytes_keep = g->act_bytes;
     unsigned char *base = rt_arena_alloc(a, g->act_bytes ? g->act_bytes : 64, RT_MEM_ACTS, "activations (planned)");
@@ -415,7 +417,8 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         if (w > ws) ws = w;
     }
     g->ws_bytes = ws;
-    if (rc) { /* inside the activations */
+    if (rc) { /* inside the activations: the no-reuse figure counts one shared workspace */
+        g->act_bytes_noreuse += ws;
         g->ws = NULL;
         return 0;
     }

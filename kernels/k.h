@@ -145,6 +145,11 @@ void k_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, cons
 void k_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                  const float *gamma, const float *dgamma, const float *dbeta, double m,
                  const float *dy, float *dx);
+/* ReLU's backward after a BatchNorm whose output was not kept: dx = dy where
+ * k_bn_fwd(x) > 0, else 0, the BN output re-made span by span (the same bits as
+ * k_bn_fwd's). dx may be dy. */
+void k_bn_relu_bwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *gamma, const float *beta, const float *dy, float *dx);
 
 /* Adaptive average pool to 1x1: y[n,c] = mean of x[n,c,hw]; backward spreads dy/hw. */
 void k_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y);

@@ -51,6 +51,8 @@ const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t s
     for (int i = 1; i < g->nn; i++) {
         nn_node *nd = &g->nodes[i];
         if (nd->storage != i) continue; /* a view: same bytes as its input */
+        if (nd->recompute) nd->y = nd->y_fwd; /* backward moved it to y_bwd */
+        r.ws = nd->ws_fwd;
         nd->op->fwd(g, nd, &r);
     }
     return g->nodes[g->out].y;
@@ -67,7 +69,7 @@ float *nn_dx(nn_graph *g, const nn_node *n, int i)
 {
     nn_node *v = &g->nodes[n->in[i]];
     if (!v->needs_grad) return NULL;
-    return v->dy_first == (int)(n - g->nodes) ? v->dy : g->acc;
+    return v->dy_first == (int)(n - g->nodes) ? v->dy : n->acc;
 }
 
 /* After a node's backward: gradients it wrote to the accumulation scratch are added
@@ -77,7 +79,7 @@ static void accumulate(nn_graph *g, const nn_node *n, int n_batch)
     for (int k = 0; k < n->nin; k++) {
         nn_node *v = &g->nodes[n->in[k]];
         if (v->needs_grad && v->dy_first != (int)(n - g->nodes))
-            k_add((size_t)n_batch * nn_shape_numel(v->out), v->dy, g->acc, v->dy);
+            k_add((size_t)n_batch * nn_shape_numel(v->out), v->dy, n->acc, v->dy);
     }
 }
 
@@ -109,13 +111,30 @@ static void merge_grads(nn_graph *g, const nn_node *nd)
     else k_add(len, gr, s, gr);
 }
 
+/* The outputs the planner drops after the forward, re-run (nn/plan.c) before the
+ * backward of node i reads them; batchnorm uses its saved batch statistics. */
+static void recompute(nn_graph *g, int i, const nn_run *r)
+{
+    nn_run rr = *r;
+    rr.recompute = 1;
+    for (int k = g->nodes[i].rc_head; k >= 0; k = g->nodes[k].rc_next) {
+        nn_node *v = &g->nodes[k];
+        v->y = v->y_bwd;
+        rr.ws = v->ws_rc;
+        v->op->fwd(g, v, &rr);
+    }
+}
+
 void nn_backward_from(nn_graph *g, int last, int n)
 {
     nn_run r = {.n = n, .train = 1, .ws = g->ws};
+    for (int i = g->nn - 1; i > last; i--) recompute(g, i, &r); /* planned for a backward from the output */
     for (int i = last; i >= 1; i--) {
         nn_node *nd = &g->nodes[i];
         if (!nd->needs_grad) continue;
         if (nd->storage == i) {
+            recompute(g, i, &r);
+            r.ws = nd->ws_bwd;
             nd->op->bwd(g, nd, &r);
             accumulate(g, nd, n);
         }

@@ -65,11 +65,16 @@ typedef struct nn_run {
     int train;             /* training forward (dropout on, batch statistics) */
     uint64_t seed, step;   /* RNG stream of this step (dropout) */
     void *ws;              /* the shared workspace (nn_op.workspace bytes at least) */
+    int recompute;         /* backward re-running a forward: batch statistics are the saved ones */
     port_stream stream;    /* device graphs: the stream the op's kernels go on */
 } nn_run;
 
 /* Backward needs: which of the node's values must still be alive at its backward. */
-enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of input 0 */ };
+enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of input 0 */,
+       /* Memory savers (nn/plan.c): */
+       NN_RECOMPUTE = 8,   /* cheap (memory-bound): backward re-runs fwd instead of keeping y */
+       NN_FWD_INPLACE = 16, /* fwd may write y over input 0 (elementwise) */
+       NN_BWD_INPLACE = 32 /* bwd may write dx of input 0 over dy (elementwise) */ };
 
 typedef struct nn_op {
     const char *kind;
@@ -114,6 +119,16 @@ typedef struct nn_node {
     uint64_t rng_offset;   /* set by the builder: sum of the earlier nodes' counters */
     /* Filled by the planner: */
     float *y, *dy;         /* output and its gradient ([max_batch, out]) */
+    /* Recomputation: a node with `recompute` keeps y only through the forward (y_fwd);
+     * backward re-runs its fwd into y_bwd just before the first backward that reads it
+     * (the nodes listed from rc_head of that node, in order, linked by rc_next). */
+    float *y_fwd, *y_bwd;
+    int recompute, rc_head, rc_next;
+    int mask_from_bn;      /* a recomputed relu after a recomputed BN: backward takes its
+                            * mask from the BN's input (no relu output re-made) */
+    void *ws_fwd, *ws_bwd, *ws_rc; /* its workspace in forward, backward, recompute */
+    float *acc;            /* where this node writes an input's gradient that another
+                            * node wrote first (added into that input's dy after) */
     void *aux;
     int storage;           /* the node whose buffer y is (itself unless NN_ALIAS) */
     int needs_grad;        /* some parameter upstream: dy is needed */
@@ -151,6 +166,11 @@ typedef struct nn_graph {
     uint64_t rng_total;    /* while building: counters of the nodes so far */
     char err[256];         /* the first build error */
     int no_reuse;          /* plan without sharing memory (tests compare the two) */
+    int no_recompute;      /* keep every activation and gradient apart (tests compare) */
+    size_t act_bytes_keep; /* the planned activations without recomputation / in-place */
+    int recompute_macs;    /* convs with at most this many multiply-adds per output element
+                            * are recomputed in backward too (0: none; < 0: the smallest
+                            * bound that halves the planned activations, set by the plan) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
     /* Gradient accumulation (--accum-steps, DDP's no_sync): ops always overwrite

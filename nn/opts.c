@@ -44,6 +44,10 @@ static const flag flags[] = {
     F("model", T_STR, model, JOB, D_ANY, "model (default: lenet)"),
     F("threads", T_POSINT, threads, RANK, D_ANY, "compute threads (default: the cores available to this rank)"),
     F("mem-report", T_FLAG, mem_report, RANK, D_ANY, "print the memory plan at start-up and the peak RSS at the end"),
+    F("recompute-macs", T_INT, recompute_macs, RANK, D_ANY,
+      "recompute in backward the convs with at most N multiply-adds per output, trading time for memory, same results "
+      "(default -1: the fewest that halve the planned activations or bring them under 32 MiB; no recomputation at all "
+      "when they are under 32 MiB anyway; 0: BN/ReLU/add only)"),
     F("drop-last", T_FLAG, drop_last, JOB, D_ANY, "drop the tail of the dataset instead of padding"),
     F("init-method", T_STR, init_method, RANK, D_ANY, "rendezvous: tcp://HOST:PORT, file:///path or env://"),
     FC("backend", backend, JOB, "tcp|verbs|auto", "transport: tcp, verbs or auto (default: auto)"),
@@ -107,6 +111,7 @@ void nn_opts_default(nn_opts *o)
     o->lr_step = 30;
     o->lr_gamma = 0.1;
     o->accum_steps = 1;
+    o->recompute_macs = -1;
 }
 
 void nn_opts_usage(void)

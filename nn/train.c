@@ -45,6 +45,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     }
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
     t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
+    t->g.recompute_macs = o->recompute_macs;
     if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
     nn_optim_plan(&t->opt, a, t->g.nparams);
     t->momentum = t->opt.m;
@@ -152,8 +153,10 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         carve_all(t, &t->host, "host", carve_model, err, errlen))
         return -1;
     if (o->mem_report && t->rank == 0)
-        printf("activations: planned %.2f MiB, %.2f MiB without reuse; workspace %.2f MiB\n",
-               t->g.act_bytes / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0);
+        printf("activations: planned %.2f MiB (%.2f MiB keeping every output), %.2f MiB without reuse; "
+               "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
+               t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
+               t->g.ws ? "" : ", planned inside the activations");
     if (t->train.classes_bytes && t->rank == 0) {
         char line[1024];
         size_t o2 = 0;

@@ -180,6 +180,34 @@ void k_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const flo
     k_parallel_for(j.parts, fwd_task, &j);
 }
 
+/* k_bn_relu_bwd: planes [lo, hi), the BN output re-made in chunks on the stack. */
+static void relu_mask_task(void *ctx, int task)
+{
+    const bn_job *j = ctx;
+    long lo, hi;
+    float t[1024];
+    k_split((long)j->n * j->c, j->parts, task, &lo, &hi);
+    for (long pl = lo; pl < hi; pl++) {
+        int ch = (int)(pl % j->c);
+        float a = j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f);
+        for (long e = 0; e < j->hw; e += 1024) {
+            size_t m = j->hw - e < 1024 ? (size_t)(j->hw - e) : 1024;
+            long off = pl * j->hw + e;
+            k_affine_span(m, -j->mean[ch], a, j->beta ? j->beta[ch] : 0.0f, j->x + off, t);
+            k_relu_bwd_span(m, t, j->dy + off, j->y + off);
+        }
+    }
+}
+
+void k_bn_relu_bwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *gamma, const float *beta, const float *dy, float *dx)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .y = dx};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, relu_mask_task, &j);
+}
+
 static void sums_task(void *ctx, int task)
 {
     const bn_job *j = ctx;

@@ -66,6 +66,12 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.hp = sh->p + (sh->r - 1) / sh->stride; /* = h + 2*pad at stride 1 */
     d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
     d.slots = sh->n < K_CONV_SLOTS ? (sh->n > 0 ? sh->n : 1) : K_CONV_SLOTS;
+    /* Each slot keeps a partial dW: for large kernels (ResNet-18's layer4: 9 MiB each)
+     * fewer slots keep the workspace (and peak memory) near 24 MiB of partials. Still
+     * a function of the shape only. */
+    long dwb = (long)sizeof(float) * sh->k * d.crs, cap = (24L << 20) / (dwb > 0 ? dwb : 1);
+    if (cap < 2) cap = 2;
+    if (d.slots > cap) d.slots = (int)cap;
     /* Short rows (LeNet's conv2: 64) share dW registers over a group of images; long
      * ones go one image at a time so the image's data stays in cache. In between
      * (ResNet-20's 14x14) a group of 4 keeps a tile's rows in L1 (measured ~15% over 8). */

@@ -48,7 +48,9 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
     int c = n->out.c, hw = n->out.h * n->out.w;
     float *mean = n->aux, *invstd = mean + c, eps = n->fa[0], mom = n->fa[1];
     float *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
-    if (r->train) {
+    if (r->recompute) {
+        /* backward re-running the forward: the saved statistics, no update */
+    } else if (r->train) {
         k_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, invstd);
         double m = (double)r->n * hw;
         if (g->sync_sum) m = bn_sync_stats(g, c, m, mean, invstd, r->ws);
@@ -97,5 +99,5 @@ static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
     return (size_t)(4 * n->out.c + 2) * sizeof(double);
 }
 
-const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT, bn_infer, bn_ws, bn_fwd, bn_bwd,
+const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, bn_infer, bn_ws, bn_fwd, bn_bwd,
                                    NN_CUDA(nn_cu_bn_fwd, nn_cu_bn_bwd, NULL)};

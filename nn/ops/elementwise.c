@@ -19,10 +19,18 @@ static void relu_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     float *dx = nn_dx(g, n, 0);
-    if (dx) k_relu_bwd((size_t)r->n * nn_shape_numel(n->out), n->y, n->dy, dx);
+    if (!dx) return;
+    if (n->mask_from_bn) { /* the planner dropped both outputs: the mask from BN's input */
+        const nn_node *b = nn_in(g, n, 0);
+        const float *mean = b->aux;
+        k_bn_relu_bwd(r->n, n->out.c, n->out.h * n->out.w, nn_x(g, b, 0), mean, mean + n->out.c, nn_pw(g, b, 0),
+                      nn_pw(g, b, 1), n->dy, dx);
+        return;
+    }
+    k_relu_bwd((size_t)r->n * nn_shape_numel(n->out), n->y, n->dy, dx);
 }
 
-const nn_op nn_op_relu = {"relu", NN_BWD_OUTPUT, same_infer, NULL, relu_fwd, relu_bwd,
+const nn_op nn_op_relu = {"relu", NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE, same_infer, NULL, relu_fwd, relu_bwd,
                             NN_CUDA(nn_cu_relu_fwd, nn_cu_relu_bwd, NULL)};
 
 static int add_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
@@ -51,7 +59,7 @@ static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     }
 }
 
-const nn_op nn_op_add = {"add", 0, add_infer, NULL, add_fwd, add_bwd, NN_CUDA(nn_cu_add_fwd, nn_cu_add_bwd, NULL)};
+const nn_op nn_op_add = {"add", NN_RECOMPUTE, add_infer, NULL, add_fwd, add_bwd, NN_CUDA(nn_cu_add_fwd, nn_cu_add_bwd, NULL)};
 
 static int flatten_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {

@@ -1,6 +1,6 @@
 /* Counts heap allocations made by training steps: malloc & co are replaced here
  * (forwarding to glibc) and counted only between start and stop. Prints
- * "allocations: N over S steps". Args: DATA THREADS [MODEL]. Sanitizer builds replace malloc themselves: skip. */
+ * "allocations: N over S steps". Args: DATA THREADS [MODEL [RECOMPUTE_MACS]]. Sanitizer builds replace malloc themselves: skip. */
 #include "kernels/k.h"
 #include "nn/train.h"
 #include "rt/log.h"
@@ -43,6 +43,7 @@ int main(int argc, char **argv)
     o.data = argv[1];
     o.batch_size = 32;
     if (argc > 3) o.model = argv[3];
+    if (argc > 4) o.recompute_macs = atoi(argv[4]);
     k_set_threads(atoi(argv[2]));
     if (nn_trainer_setup(&t, &o, NULL, err, sizeof err)) rt_fatal("%s", err);
     const void *x;

@@ -1,0 +1,136 @@
+/* Recomputation in backward (nn/plan.c, nn/exec.c): dropping BN/ReLU/add outputs
+ * and cheap conv outputs after the forward and re-running them before the backward
+ * that reads them, in-place gradients, per-node workspaces inside the activations.
+ * The results must be the very same bits as keeping everything, the running
+ * statistics updated once per step, and the plan smaller. */
+#include "test/t.h"
+#include "kernels/k.h"
+#include "nn/graph.h"
+#include "nn/models/models.h"
+#include "rt/arena.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mg {
+    nn_graph g;
+    nn_node nodes[NN_MAX_NODES];
+    nn_param p[NN_MAX_PARAMS];
+    nn_buf b[NN_MAX_BUFS];
+    rt_arena a;
+} mg;
+
+/* macs < 0: no recomputation at all (the reference). */
+static int build(mg *m, const nn_model_cfg *c, int batch, int macs, char *err, size_t errlen)
+{
+    rt_arena plan;
+    rt_arena_plan(&plan, "plan");
+    for (int pass = 0; pass < 2; pass++) {
+        if (nn_model_build(&m->g, m->nodes, m->p, m->b, c, err, errlen)) return -1;
+        m->g.no_recompute = macs < 0;
+        m->g.recompute_macs = macs;
+        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, batch, err, errlen)) return -1;
+        if (!pass && rt_arena_init(&m->a, "model", plan.high)) return -1;
+    }
+    return 0;
+}
+
+static int count(const nn_graph *g, const char *kind, int mask)
+{
+    int k = 0;
+    for (int i = 1; i < g->nn; i++)
+        if (!strcmp(g->nodes[i].op->kind, kind) && (mask ? g->nodes[i].mask_from_bn : g->nodes[i].recompute)) k++;
+    return k;
+}
+
+static void same_bits(const nn_model_cfg *c, int B, int macs)
+{
+    static mg m, r;
+    char err[256];
+    CHECKF(build(&m, c, B, macs, err, sizeof err) == 0, "%s", err);
+    CHECKF(build(&r, c, B, -1, err, sizeof err) == 0, "%s", err);
+    size_t pm = m.g.act_bytes + (m.g.ws ? m.g.ws_bytes : 0), pr = r.g.act_bytes + r.g.ws_bytes;
+    CHECKF(pm < pr, "%s: planned %zu with recomputation, %zu without", m.g.model, pm, pr);
+    CHECK(m.g.act_bytes_keep == r.g.act_bytes);
+    CHECK(count(&m.g, "relu", 0) > 0 && count(&m.g, "batchnorm2d", 0) > 0);
+    if (macs > 1000) CHECK(count(&m.g, "conv2d", 0) > 0 && count(&m.g, "relu", 1) > 0);
+    if (macs == 0) CHECK(count(&m.g, "conv2d", 0) == 0);
+    size_t per = nn_shape_numel(c->in);
+    float *x = malloc(per * (size_t)B * sizeof(float));
+    int32_t y[16];
+    for (size_t i = 0; i < per * (size_t)B; i++) x[i] = sinf((float)i * 0.37f) + 0.1f;
+    for (int i = 0; i < B; i++) y[i] = i % c->num_classes;
+    nn_graph_init(&m.g, 5);
+    nn_graph_init(&r.g, 5);
+    for (int step = 0; step < 3; step++) {
+        nn_forward(&m.g, x, B, 1, 3, (uint64_t)step);
+        nn_forward(&r.g, x, B, 1, 3, (uint64_t)step);
+        double la = nn_loss(&m.g, y, B, NULL), lb = nn_loss(&r.g, y, B, NULL);
+        CHECKF(la == lb, "%s step %d: loss %.17g vs %.17g", m.g.model, step, la, lb);
+        nn_backward(&m.g, y, B, B);
+        nn_backward(&r.g, y, B, B);
+        for (int i = 0; i < m.g.np; i++)
+            CHECKF(memcmp(m.g.grads + m.g.p[i].offset, r.g.grads + r.g.p[i].offset, m.g.p[i].numel * sizeof(float)) == 0,
+                   "%s step %d: gradient of %s differs with recomputation", m.g.model, step, m.g.p[i].name);
+        /* Running statistics: updated by the forward only (num_batches_tracked = steps). */
+        CHECK(memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0);
+        for (int i = 0; i < m.g.nb; i++)
+            if (m.g.b[i].dtype == RT_I64) CHECK_EQ(*(int64_t *)nn_buf_data(&m.g, i), (int64_t)step + 1);
+        for (size_t k = 0; k < m.g.nparams; k++) m.g.params[k] -= 0.05f * m.g.grads[k];
+        for (size_t k = 0; k < r.g.nparams; k++) r.g.params[k] -= 0.05f * r.g.grads[k];
+    }
+    /* An evaluation forward after a backward reads the forward buffers again. */
+    const float *a = nn_forward(&m.g, x, B, 0, 3, 9), *b = nn_forward(&r.g, x, B, 0, 3, 9);
+    CHECK(memcmp(a, b, sizeof(float) * (size_t)B * (size_t)c->num_classes) == 0);
+    free(x);
+    rt_arena_free(&m.a);
+    rt_arena_free(&r.a);
+}
+
+TEST(recompute_resnet20_gives_the_same_bits_as_keeping_outputs)
+{
+    nn_model_cfg c = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
+    same_bits(&c, 8, 0);       /* BN/ReLU/add only */
+    same_bits(&c, 8, 1 << 20); /* every conv too */
+}
+
+TEST(recompute_cfg_resnet_and_auto_policy)
+{
+    nn_model_cfg c = {.file = "nn/models/resnet8.cfg", .in = {3, 32, 32, 0}, .num_classes = 4};
+    same_bits(&c, 8, 1 << 20);
+    /* auto (-1) resolves to the smallest bound that halves the plan */
+    static mg m;
+    char err[256];
+    nn_model_cfg r20 = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
+    rt_arena plan;
+    rt_arena_plan(&plan, "plan");
+    CHECK(nn_model_build(&m.g, m.nodes, m.p, m.b, &r20, err, sizeof err) == 0);
+    m.g.recompute_macs = -1;
+    CHECKF(nn_graph_finish(&m.g, &plan, 128, err, sizeof err) == 0, "%s", err);
+    /* 155 MiB when kept: the stem and stage 1 convs (9 and 144 MACs per output) go */
+    CHECK_EQ(m.g.recompute_macs, 144);
+    CHECK(m.g.act_bytes <= m.g.act_bytes_keep / 2);
+    CHECK(m.g.ws == NULL); /* the workspace lives inside the activations */
+}
+
+TEST(recompute_bn_relu_mask_matches_bn_then_relu)
+{
+    enum { N = 2, C = 3, HW = 1500 }; /* > one 1024-float chunk, with a tail */
+    float *x = malloc(sizeof(float) * N * C * HW), *y = malloc(sizeof(float) * N * C * HW);
+    float *dy = malloc(sizeof(float) * N * C * HW), *d1 = malloc(sizeof(float) * N * C * HW);
+    float mean[C] = {0.1f, -0.2f, 0.05f}, invstd[C] = {1.3f, 0.7f, 2.0f}, gm[C] = {1.1f, -0.9f, 0.5f},
+          bt[C] = {0.01f, 0.2f, -0.3f};
+    for (int i = 0; i < N * C * HW; i++) {
+        x[i] = sinf((float)i * 0.71f);
+        dy[i] = cosf((float)i * 0.13f);
+    }
+    k_bn_fwd(N, C, HW, x, mean, invstd, gm, bt, y);
+    k_relu_bwd((size_t)N * C * HW, y, dy, d1);
+    int zeros = 0;
+    for (int i = 0; i < N * C * HW; i++) zeros += d1[i] == 0.0f;
+    CHECK(zeros > 100 && zeros < N * C * HW - 100);
+    k_bn_relu_bwd(N, C, HW, x, mean, invstd, gm, bt, dy, dy); /* in place */
+    CHECK(memcmp(d1, dy, sizeof(float) * N * C * HW) == 0);
+    free(x); free(y); free(dy); free(d1);
+}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # ddprt's tcp backend vs Open MPI's btl tcp, 2 ranks on this machine over real TCP
-# (DDPRT_TCP_LOCAL=tcp; Open MPI forced onto the loopback interface too), allreduce
+# (DDPRT_TCP_LOCAL=tcp, DDPRT_SHM=0; Open MPI forced onto the loopback interface too), allreduce
 # float sum. Rounds alternate ddprt, ompi, ddprt, ompi... in one window so that load
 # changes hit both alike; prints every round's busbw, the medians, the ratio of the
 # medians and the per-round ratios (round i: ddprt_i / ompi_i), with `uptime` beside.
@@ -28,7 +28,7 @@ bytes() { case $1 in *K) echo $((${1%K} * 1024)) ;; *M) echo $((${1%M} * 1048576
 pick() { awk -v s="$2" -v c="$3" '$1 == s && $1 ~ /^[0-9]+$/ { print $c }' "$1" | tail -1; }
 small() { [ "$1" -lt 1024 ]; }
 ddprt() {
-    env DDPRT_TCP_LOCAL=tcp ${BENCH_TCP_ENV:-} $B/ddprt-launch --nproc-per-node 2 --no-prefix -- \
+    env DDPRT_TCP_LOCAL=tcp DDPRT_SHM=0 ${BENCH_TCP_ENV:-} $B/ddprt-launch --nproc-per-node 2 --no-prefix -- \
         $B/ddprt-bench allreduce -b "$1" -e "$2" -f 2 -n "$3" -w 5 -c 0 2>&1
 }
 ompi() { mpirun -np 2 build/ompi-bench "$1" "$2" 2 "$3" 2>&1; }

@@ -2,6 +2,7 @@
  * against the hand-written one (bit for bit), whole-model gradients against finite
  * differences, and the planner's memory reuse leaving every result unchanged. */
 #include "test/t.h"
+#include "test/t_graph.h"
 #include "test/t_data.h"
 #include "nn/graph.h"
 #include "nn/lenet.h"
@@ -12,14 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct mg {
-    nn_graph g;
-    nn_node nodes[NN_MAX_NODES];
-    nn_param p[NN_MAX_PARAMS];
-    nn_buf b[NN_MAX_BUFS];
-    rt_arena a;
-} mg;
 
 static int build(mg *m, const nn_model_cfg *c, int batch, int no_reuse, int real, char *err, size_t errlen)
 {

@@ -3,6 +3,7 @@
  * one large batch; SyncBatchNorm over 2 ranks x B (loopback transport, one thread per
  * rank) equals BatchNorm over 1 rank x 2B. */
 #include "test/t.h"
+#include "test/t_graph.h"
 #include "test/t_data.h"
 #include "test/tp_harness.h"
 #include "kernels/k.h"
@@ -154,14 +155,6 @@ TEST(optim_clip_no_decay_and_topk)
 }
 
 /* ---- graph-level equivalences */
-typedef struct mg {
-    nn_graph g;
-    nn_node nodes[NN_MAX_NODES];
-    nn_param p[NN_MAX_PARAMS];
-    nn_buf b[NN_MAX_BUFS];
-    rt_arena a;
-} mg;
-
 static void build(mg *m, const char *cfg, int batch)
 {
     char path[600], err[256];

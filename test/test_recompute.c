@@ -4,6 +4,7 @@
  * The results must be the very same bits as keeping everything, the running
  * statistics updated once per step, and the plan smaller. */
 #include "test/t.h"
+#include "test/t_graph.h"
 #include "kernels/k.h"
 #include "nn/graph.h"
 #include "nn/models/models.h"
@@ -12,14 +13,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct mg {
-    nn_graph g;
-    nn_node nodes[NN_MAX_NODES];
-    nn_param p[NN_MAX_PARAMS];
-    nn_buf b[NN_MAX_BUFS];
-    rt_arena a;
-} mg;
 
 /* macs < 0: no recomputation at all (the reference). */
 static int build(mg *m, const nn_model_cfg *c, int batch, int macs, char *err, size_t errlen)

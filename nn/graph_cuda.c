@@ -127,6 +127,8 @@ static void *comm_main(void *arg)
         int rc = init_rc ? -1 : tp_allreduce_device(c->ddp->comm, c->dg.grads + b->off, b->count, RT_F32, TP_AVG, &c->st);
         pthread_mutex_lock(&c->mu);
         if (rc && !c->rc) c->rc = rc;
+        c->ddp->launches++; /* the epoch's DDP line counts the device path's buckets too */
+        c->ddp->wire_bytes += b->count * sizeof(float);
         c->ndone++;
         pthread_cond_broadcast(&c->cv);
     }
@@ -172,6 +174,7 @@ static void finish_grads(nn_cuda *c)
         rt_fatal("rank %d: GPU gradient allreduce: %s", c->ddp->rank,
                  c->thread_err[0] ? c->thread_err : tp_staging_errmsg(&c->st));
     memset(c->launched, 0, sizeof c->launched);
+    c->ddp->rounds++;
     c->last_from_hook = c->from_hook;
     c->from_hook = 0;
     c->ddp->wait_s += (port_now_ns() - t0) * 1e-9;

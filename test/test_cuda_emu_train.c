@@ -5,6 +5,7 @@
  * processes) runs here and must train as the CPU does. CUDA builds only. */
 #include "test/t.h"
 #include "test/t_data.h"
+#include "nn/stio.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,14 +68,75 @@ TEST(train_device_cuda_emulated_lenet_resnet20_match_cpu)
     device_vs_cpu(dir, "resnet20", 1);
 }
 
-/* LeNet: bit for bit with the CPU trainer over 2 processes. resnet20 over 2 processes
- * drifts from the CPU trainer from the second step (rank 1's per-rank gradients differ
- * while its forward loss agrees; the in-process DDP check of emu_ddp.c agrees with the
- * CPU executor): an open question, so not asserted here yet. */
+/* Tensor by tensor, two checkpoints agree to tol relative to each tensor's largest
+ * magnitude; returns the tensors compared (-1 with why on a difference). */
+static int same_ckpt(const char *pa, const char *pb, double tol, char *why, size_t len)
+{
+    stio_file *fa = NULL, *fb = NULL;
+    char err[256];
+    if (stio_open(&fa, pa, err, sizeof err) || stio_open(&fb, pb, err, sizeof err)) {
+        snprintf(why, len, "%s", err);
+        if (fa) stio_close(fa);
+        return -1;
+    }
+    int n = stio_count(fa), cmp = 0;
+    for (int i = 0; i < n && cmp >= 0; i++) {
+        stio_tensor t;
+        stio_info(fa, i, &t);
+        if (t.dtype != STIO_F32) continue;
+        size_t numel = 1;
+        for (int d = 0; d < t.ndim; d++) numel *= (size_t)t.shape[d];
+        float *a = malloc(numel * 4 + 4), *b = malloc(numel * 4 + 4);
+        stio_tensor ta = t, tb = t;
+        ta.data = a, tb.data = b;
+        if (!a || !b || stio_read(fa, &ta, 1, err, sizeof err) || stio_read(fb, &tb, 1, err, sizeof err)) {
+            snprintf(why, len, "%.100s: %.120s", t.name, err);
+            cmp = -1;
+        } else {
+            double mx = 0, worst = 0;
+            size_t at = 0;
+            for (size_t k = 0; k < numel; k++) mx = fmax(mx, fabs(b[k]));
+            for (size_t k = 0; k < numel; k++)
+                if (fabs(a[k] - b[k]) > worst) worst = fabs(a[k] - b[k]), at = k;
+            if (!(worst <= tol * mx)) {
+                snprintf(why, len, "%s[%zu]: %.9g on the device, %.9g on the CPU (largest |value| %.3g)", t.name, at,
+                         a[at], b[at], mx);
+                cmp = -1;
+            } else {
+                cmp++;
+            }
+        }
+        free(a), free(b);
+    }
+    stio_close(fa), stio_close(fb);
+    return cmp;
+}
+
+/* LeNet: bit for bit with the CPU trainer over 2 processes. resnet20: the first step's
+ * averaged gradients (the momentum buffers after one SGD step) and parameters agree
+ * tensor by tensor to float tolerance; over 2 processes that covers the buffer
+ * broadcast, the comm thread's bucket allreduce and the staged copies. Only one step:
+ * the loss lines of later steps drift apart, as they do between two CPU runs whose
+ * learning rates differ by 1e-6 relative (batch-8 BatchNorm is chaotic; measured).
+ * Seed 2, because with seed 1 rank 1's layer3.2.bn1 has an output of 8.2e-7 before a
+ * ReLU: its sign, and with it the ReLU mask and every gradient below, follows the
+ * kernels' summation order (device 1e-2 off the CPU: not a bug, a coin toss). */
 TEST(train_device_cuda_emulated_ddp_2_processes_match_cpu)
 {
     const char *dir = t_tmpdir("cudaemuddp");
     t_write_synthetic_dataset(dir, 64, 24, 0);
     device_vs_cpu(dir, "lenet", 2);
+    char cmd[2048], out[65536], why[256] = "", pd[600], pc[600];
+    const char *args = "--epochs 1 --max-steps 1 --batch-size 8 --test-batch-size 8 --model resnet20 --momentum 0.9 --seed 2 --no-eval";
+    snprintf(pd, sizeof pd, "%s/r20dev.st", dir);
+    snprintf(pc, sizeof pc, "%s/r20cpu.st", dir);
+    for (int dev = 0; dev < 2; dev++) {
+        snprintf(cmd, sizeof cmd, "%s --nproc-per-node 2 -- %s --device %s %s --data %s --save %s 2>&1",
+                 t_prog("ddprt-launch"), t_prog("t-train-emu"), dev ? "cpu" : "cuda", args, dir, dev ? pc : pd);
+        CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+        if (!dev) CHECKF(strstr(out, "gradient allreduces: 1 rounds"), "device run: DDP counters\n%s", out);
+    }
+    int n = same_ckpt(pd, pc, 2e-5, why, sizeof why);
+    CHECKF(n > 60, "resnet20, 2 processes, after 1 step: %d tensors agree; %s", n, why);
 }
 #endif

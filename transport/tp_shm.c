@@ -181,15 +181,20 @@ int tp_shm_setup(tp_comm *c)
     s->my_cpu = -2;
     c->shm = s;
     c->shm_state = 1;
+    if ((rc = tp_shm_cma_setup(c))) return rc;
     if (c->rank == 0) rt_debug("comm: %d ranks on one host: collectives through shared memory (%s)", w, name);
     return 0;
 }
+
+int tp_shm_mode(const tp_comm *c) { return c->shm_state > 0 ? 1 + (c->shm->cma != 0) : 0; }
 
 void tp_shm_free(tp_comm *c)
 {
     tp_shm *s = c->shm;
     if (!s) return;
     munmap(s->seg, s->map_bytes);
+    free(s->pid);
+    free(s->tmp);
     free(s->pfd);
     free(s->pfd_rank);
     free(s);
@@ -337,11 +342,13 @@ int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v)
 
 static void desc_text(char *s, size_t n, const tp_shm_bufhdr *d)
 {
-    char extra[24] = "";
-    if (d->kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
-    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(d->kind),
+    char extra[48] = "";
+    int kind = d->kind & ~TP_SHM_CMA_KIND;
+    if (kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
+    if (d->kind & TP_SHM_CMA_KIND) strcat(extra, " (single copy)");
+    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(kind),
              d->dt >= 0 && d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
-             d->kind == TP_K_ALLREDUCE || d->kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
+             kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
                                                                           : "-",
              (unsigned long long)d->bytes, extra);
 }
@@ -367,4 +374,14 @@ int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine)
                            (unsigned long long)mine->seq, c->rank, a, q, b);
     }
     return 0;
+}
+
+int tp_shm_publish(tp_comm *c, uint64_t st, const tp_shm_bufhdr *d)
+{
+    tp_shm *s = c->shm;
+    tp_shm_bufhdr *h = tp_shm_buf(s, c->rank, st);
+    h->seq = d->seq, h->bytes = d->bytes;
+    h->kind = d->kind, h->dt = d->dt, h->op = d->op, h->root = d->root;
+    tp_shm_post(s, c->rank, &h->ready, st + 1);
+    return tp_shm_wait_ready(c, st, d);
 }

@@ -199,7 +199,7 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     c->deadline = t0 + (int64_t)(c->timeout_s * 1e9);
     __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
-    tp_trace_state(c, h->seq, TP_TR_RUNNING, 0);
+    tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
     /* All ranks on one host, algorithm left to us: the shared segment (tp_shm.h). */
     int done = 0;
     if (h->kind <= TP_K_BARRIER && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
@@ -229,8 +229,9 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     default: rc = TP_EINVAL;
     }
     if (rc) comm_fail(c, h, rc);
-    tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc);
-    __atomic_store_n(&c->p_done_at, port_now_ns(), __ATOMIC_RELAXED);
+    int64_t t1 = port_now_ns(); /* one clock read per end: the recorder's and the watch's */
+    tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc, t1);
+    __atomic_store_n(&c->p_done_at, t1, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_done, h->seq, __ATOMIC_RELEASE);
     __atomic_store_n(&c->p_cur, 0, __ATOMIC_RELEASE);
     return rc;

@@ -305,7 +305,8 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
     tp_shm *s = c->shm;
     tp_shm_seg *g = s->seg;
     int rc = 0;
-    int64_t t0 = port_now_ns();
+    int64_t t0 = 0; /* the clock is read only once a wait lasts (every 64 spins): a
+                       small op mostly waits a few hundred ns */
     int same_core;
     __atomic_store_n(&c->p_wait_peer, q, __ATOMIC_RELAXED);
     /* Spinning for a peer that shares this core only keeps it from running. */
@@ -315,7 +316,9 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= v) break;
         cpu_relax();
         if (i % 64) continue;
-        if (port_now_ns() - t0 < s->spin_ns) {
+        int64_t now = port_now_ns();
+        if (!t0) t0 = now;
+        if (now - t0 < s->spin_ns) {
             if (same_core) sched_yield();
             continue;
         }

@@ -276,25 +276,31 @@ static int peer_gone(tp_comm *c, int q)
     return rc;
 }
 
+int tp_shm_others_failed(tp_comm *c)
+{
+    tp_shm_seg *g = c->shm->seg;
+    tp_backend *b = c->b;
+    int ab = __atomic_load_n(&g->abort_by, __ATOMIC_ACQUIRE);
+    if (ab <= 0 || ab - 1 == c->rank) return 0;
+    char why[sizeof g->why + 40];
+    snprintf(why, sizeof why, "%s (reported by rank %d)", g->why, ab - 1);
+    b->ops->abort(b, why);
+    snprintf(b->err, sizeof b->err, "%s", why);
+    return TP_ECLOSED;
+}
+
 /* Slow path of a wait for *w >= v: 0, or why the op must fail. */
 static int check_fail(tp_comm *c, int q, const uint64_t *w, uint64_t v)
 {
     tp_shm *s = c->shm;
     tp_backend *b = c->b;
-    int bf = __atomic_load_n(&b->failed, __ATOMIC_RELAXED);
+    int rc, bf = __atomic_load_n(&b->failed, __ATOMIC_RELAXED);
     if (bf) { publish_abort(c, b->err); return bf; }
     /* A peer that finished this op may have exited meanwhile: look at w once more. */
     if (s->npfd && poll(s->pfd, (nfds_t)s->npfd, 0) > 0 && __atomic_load_n(w, __ATOMIC_ACQUIRE) < v)
         for (int i = 0; i < s->npfd; i++)
             if (s->pfd[i].revents) return peer_gone(c, s->pfd_rank[i]);
-    int ab = __atomic_load_n(&s->seg->abort_by, __ATOMIC_ACQUIRE);
-    if (ab > 0 && ab - 1 != c->rank) {
-        char why[sizeof s->seg->why + 40];
-        snprintf(why, sizeof why, "%s (reported by rank %d)", s->seg->why, ab - 1);
-        b->ops->abort(b, why);
-        snprintf(b->err, sizeof b->err, "%s", why);
-        return TP_ECLOSED;
-    }
+    if ((rc = tp_shm_others_failed(c))) return rc;
     if (port_now_ns() >= c->deadline) return tp_shm_fail(c, TP_ETIMEOUT, "timed out waiting for rank %d", q);
     return 0;
 }

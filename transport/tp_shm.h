@@ -117,6 +117,9 @@ int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v);
 int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine);
 /* Writes d into this rank's header of step st, posts ready, waits for every rank's. */
 int tp_shm_publish(tp_comm *c, uint64_t st, const tp_shm_bufhdr *d);
+/* Another rank failed (the segment's abort line): its reason in b->err and
+ * TP_ECLOSED; else 0. */
+int tp_shm_others_failed(tp_comm *c);
 /* Fails the op: err in b->err, the reason on the segment for the other ranks, and the
  * backend aborted so its sockets close. Returns code. */
 int tp_shm_fail(tp_comm *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -111,6 +111,9 @@ static int rd(tp_comm *c, int q, void *dst, uint64_t src, size_t len, const char
     int e = errno;
     if (e == ESRCH)
         return tp_shm_fail(c, TP_ECLOSED, "rank %d exited during the op (its memory is gone: %s)", q, strerror(e));
+    /* A rank that failed first may have returned and freed its buffers: its reason. */
+    int rc = tp_shm_others_failed(c);
+    if (rc) return rc;
     return tp_shm_fail(c, TP_EIO, "cannot read rank %d's %s (%zu bytes at %#llx): %s", q, what, len,
                        (unsigned long long)src, strerror(e));
 }

@@ -11,11 +11,34 @@
  *        DDPRT_SHM_TEST_FAULT=cma_kill the library kills the rank inside its second
  *        single copy op instead, after publishing its buffers.
  *   MODE mismatch: rank 0 allreduces 1000 floats, the others 2000: prints "failed: MSG".
- * keys: timeout=S, len=, victim=, iters=. */
+ * keys: timeout=S, len=, victim= (-2: nobody), iters=.
+ * T_SHM_DENY_CMA=1: a seccomp filter refuses this rank process_vm_readv (EPERM), as
+ * some container runtimes do. */
 #include "test/progs/coll_matrix.h"
 #include "transport/tp_shm.h"
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <math.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+static void deny_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof *f, f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        perror("seccomp");
+        exit(2);
+    }
+}
 
 static const rt_dtype all_dt[] = {RT_F32, RT_F64, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8};
 
@@ -188,6 +211,7 @@ int main(int argc, char **argv)
     (void)coll_sizes; /* coll_matrix.h's matrix: t-tcp_coll's */
     if (argc < 5) { fprintf(stderr, "usage: t-shm_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
     rt_log_init();
+    if (getenv("T_SHM_DENY_CMA")) deny_cma();
     rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
     if (strcmp(argv[2], "-")) o.init_method = argv[2];
     size_t len = 32u << 20;
@@ -213,7 +237,7 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     if (!strcmp(argv[1], "kill")) {
-        rc = coll_loop(len, victim < 0 ? world_ - 1 : victim, iters, -1);
+        rc = coll_loop(len, victim == -2 ? -1 : victim < 0 ? world_ - 1 : victim, iters, -1);
     } else if (!strcmp(argv[1], "mismatch")) {
         float *v = calloc(2000, sizeof *v);
         if (tp_barrier(comm)) die("barrier");

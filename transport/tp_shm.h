@@ -36,7 +36,9 @@
 #include "transport/tp_comm_int.h"
 #include <stdint.h>
 
+#ifndef TP_SHM_STEP
 #define TP_SHM_STEP (128u << 10) /* data bytes per buffer (one pipeline step) */
+#endif
 #define TP_SHM_NB 2              /* buffers per rank */
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64

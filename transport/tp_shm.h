@@ -18,17 +18,18 @@
  * large allreduce has one more round (`red`) between the reduce of the shares and the
  * copy out.
  *
- * Single copy (tp_shm_cma.c): from cma_min bytes on, when every rank could read every
- * other's memory at setup (process_vm_readv: Linux cross-memory attach), an op is one
- * step whose descriptor carries the rank's send and recv addresses; each rank reads
+ * Single copy (tp_shm_cma.c, DDPRT_SHM_CMA=1): from cma_min bytes on, when every rank
+ * could read every other's memory at setup (process_vm_readv: Linux cross-memory
+ * attach), an op is one step whose descriptor carries the rank's send and recv
+ * addresses; each rank reads
  * the peers' user buffers straight into its own (allreduce: reduce its share reading
  * the peers' send buffers, round `red`, then read every other share from its owner's
  * recv), and a last round (`done`) keeps every rank in the op until nobody reads its
  * buffers any more.
  *
  * Waits: spin briefly (DDPRT_SHM_SPIN_US, default 50; yielding the core instead when
- * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a time), and
- * between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
+ * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a
+ * time), and between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
  * the tcp backend then names it), the segment's abort line (another rank failed), the
  * backend's failed flag (tp_abort, the stall watch) and the op's deadline. */
 #ifndef TP_SHM_H
@@ -39,7 +40,8 @@
 #ifndef TP_SHM_STEP
 #define TP_SHM_STEP (128u << 10) /* data bytes per buffer (one pipeline step) */
 #endif
-#define TP_SHM_NB 2              /* buffers per rank */
+#define TP_SHM_NB 2              /* buffers per rank (>= 2: the protocol needs no `done`) */
+_Static_assert(TP_SHM_NB >= 2, "a step may refill a buffer only after every rank's ready for the step between");
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64
 
@@ -84,7 +86,7 @@ typedef struct tp_shm {
     uint64_t probe;               /* read by the peers at setup */
 } tp_shm;
 
-#define TP_SHM_CMA_CHUNK (32u << 10)     /* bytes of a peer's operand read at a time */
+#define TP_SHM_CMA_CHUNK (128u << 10)    /* bytes of a peer's operand read at a time */
 #define TP_SHM_CMA_MIN (256u << 10)      /* default cma_min (DDPRT_SHM_CMA_MIN) */
 #define TP_SHM_CMA_KIND 0x100            /* or'ed into a single copy op's descriptor kind */
 

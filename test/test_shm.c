@@ -66,7 +66,10 @@ static void run_ok2(int world, const char *mode, char **env, char **env1, int wa
     CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
 }
 
-static void run_ok(int world, const char *mode, char **env, int want_shm) { run_ok2(world, mode, env, NULL, want_shm, -1); }
+static void run_ok(int world, const char *mode, char **env, int want_shm)
+{
+    run_ok2(world, mode, env, NULL, want_shm, -1);
+}
 
 /* The copy protocol (single copy off) at every size. */
 static char *no_cma[] = {"DDPRT_SHM_CMA=0", NULL};

@@ -11,12 +11,12 @@
  * numbered alike everywhere. In step s a rank fills its buffer s % NB, writes the op
  * descriptor in the buffer's header and ready = s + 1 there; every rank waits for all
  * ready flags, checks the descriptors (a mismatch is named at once) and works (reduce
- * its share, copy out). Nobody can still read buffer s % NB when its owner refills it
- * at step s: every reader of step s - NB = s - 2 finished that step before it posted
- * ready for step s - 1, and the owner waited for all of those in step s - 1 (every
- * step, of every op, waits for every rank's ready). So no `done` round per step. The
- * large allreduce has one more round (`red`) between the reduce of the shares and the
- * copy out.
+ * its share, copy out). A rank reads the data of step s during steps s and s + 1 (the
+ * large allreduce copies a step's results out in the next step; its last step has a
+ * round of its own, `red`, before that copy), so all of it before it posts ready for
+ * step s + 2. The owner refills buffer s % NB at step s + NB = s + 3 only after its
+ * step s + 2, which waited for every rank's ready for s + 2 (every step of every op
+ * waits for every rank's ready): no `done` round is needed.
  *
  * Single copy (tp_shm_cma.c, DDPRT_SHM_CMA=1): from cma_min bytes on, when every rank
  * could read every other's memory at setup (process_vm_readv: Linux cross-memory
@@ -40,8 +40,8 @@
 #ifndef TP_SHM_STEP
 #define TP_SHM_STEP (128u << 10) /* data bytes per buffer (one pipeline step) */
 #endif
-#define TP_SHM_NB 2              /* buffers per rank (>= 2: the protocol needs no `done`) */
-_Static_assert(TP_SHM_NB >= 2, "a step may refill a buffer only after every rank's ready for the step between");
+#define TP_SHM_NB 3              /* buffers per rank (3: the protocol needs no `done`) */
+_Static_assert(TP_SHM_NB >= 3, "step s data is read until ready for s + 2 is posted");
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64
 

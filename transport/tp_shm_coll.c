@@ -7,7 +7,8 @@
  *   same operands in the same order: bitwise equal results everywhere).
  * allreduce, large: per step each rank copies the others' shares of its input into
  *   its buffer, reduces its own share (its own input plus the others' copies, rank
- *   order) into its buffer, and after a second round copies every share out.
+ *   order) into its buffer, and copies every share of the step before out (the last
+ *   step's after a round of its own).
  * reduce_scatter: as the large allreduce without the copy out of others' shares.
  * broadcast: the root copies in, the others copy out. allgather: all copy in, all
  * copy everything out. barrier: one round. */
@@ -24,7 +25,8 @@ typedef struct shm_op {
 } shm_op;
 
 /* This rank's buffer for step st: free to fill, as nobody reads it any more (tp_shm.h:
- * every reader of step st - NB posted ready for st - NB + 1, which this rank waited for). */
+ * every reader of step st - NB was done with it before it posted ready for step
+ * st - NB + 2 = st - 1, which this rank waited for). */
 static unsigned char *begin(shm_op *x, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, x->me, st)); }
 
 static int publish(shm_op *x, uint64_t st) { return tp_shm_publish(x->c, st, &x->d); }
@@ -71,19 +73,33 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     return 0;
 }
 
+/* Allreduce: every rank's reduced share of step st (cnt elements at base) into recv. */
+static void copy_out(shm_op *x, unsigned char *recv, size_t base, size_t cnt, size_t es, uint64_t st)
+{
+    for (int q = 0; q < x->n; q++) {
+        size_t o = cut(cnt, x->n, q, es) * es;
+        cpy(recv + base * es + o, peer(x, q, st) + o, cut(cnt, x->n, q + 1, es) * es - o);
+    }
+}
+
 /* Allreduce (all = 1) or reduce_scatter (all = 0; block r of send is rank r's, count
  * elements each) in steps. Allreduce steps cover TP_SHM_STEP bytes of the vector, cut
- * into n shares; reduce_scatter steps cover TP_SHM_STEP / n bytes of every block. */
+ * into n shares; reduce_scatter steps cover TP_SHM_STEP / n bytes of every block.
+ * Allreduce copies a step's results out in the next step, after its ready round (every
+ * rank reduced its share before it posted ready for the next step): one round per
+ * step; only the last step has a round of its own (`red`). */
 static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
                         tp_op op, int all)
 {
     size_t es = rt_dtype_size(dt), reg = TP_SHM_STEP / (size_t)x->n / 64 * 64;
     size_t per = all ? TP_SHM_STEP / es : reg / es; /* elements per step */
     size_t nsteps = count ? (count + per - 1) / per : 1;
+    size_t pbase = 0, pcnt = 0; /* the previous step's, whose results are still to copy out */
+    uint64_t st = 0;
     int n = x->n, me = x->me, rc;
     const void *in[TP_SHM_MAX_WORLD];
     for (size_t k = 0; k < nsteps; k++) {
-        uint64_t st = x->s->step++;
+        st = x->s->step++;
         size_t base = k * per, cnt = count - base < per ? count - base : per;
         unsigned char *buf = begin(x, st);
         /* Where share q lives in a buffer, and where it comes from in send. */
@@ -103,18 +119,17 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
         chain(dst, in, n, m, dt, op);
         if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
-        if (!all) {
-            cpy(recv + base * es, dst, m * es);
-        } else {
-            tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
-            if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
-            for (int q = 0; q < n; q++)
-                cpy(recv + (base * es + S_OFF(q)), (q == me ? buf : peer(x, q, st)) + S_OFF(q), S_LEN(q));
-        }
+        if (!all) cpy(recv + base * es, dst, m * es);
+        else if (k) copy_out(x, recv, pbase, pcnt, es, st - 1);
+        pbase = base, pcnt = cnt;
 #undef S_OFF
 #undef S_LEN
 #undef S_SRC
     }
+    if (!all) return 0;
+    tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
+    if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
+    copy_out(x, recv, pbase, pcnt, es, st);
     return 0;
 }
 

@@ -72,17 +72,17 @@ static int readv_from(pid_t pid, void *dst, uint64_t src, size_t len)
 int tp_shm_cma_setup(tp_comm *c)
 {
     tp_shm *s = c->shm;
-    int w = c->world, rc;
-    allow_readers();
+    int w = c->world, rc, want = env_cma();
+    if (want) allow_readers(); /* ptrace permission only where single copy is asked for */
     s->probe = PROBE_MAGIC ^ (uint64_t)getpid();
     /* Every rank's pid, probe word, wish and threshold: all decide alike (rank 0's
      * threshold, so that every rank picks the same protocol for an op). */
-    int64_t mine[4] = {getpid(), (int64_t)(uintptr_t)&s->probe, env_cma(), env_cma_min()};
+    int64_t mine[4] = {getpid(), (int64_t)(uintptr_t)&s->probe, want, env_cma_min()};
     int64_t *all = calloc(4 * (size_t)w, sizeof *all);
-    unsigned char ok = 1, *oks = calloc((size_t)w, 1);
+    unsigned char ok, *oks = calloc((size_t)w, 1);
     s->pid = calloc((size_t)w, sizeof *s->pid);
-    if (posix_memalign((void **)&s->tmp, 64, 2 * TP_SHM_CMA_CHUNK)) s->tmp = NULL;
-    ok = all && oks && s->pid && s->tmp;
+    if (want && posix_memalign((void **)&s->tmp, 64, 2 * TP_SHM_CMA_CHUNK)) s->tmp = NULL;
+    ok = all && oks && s->pid && (!want || s->tmp);
     /* The allgather has a fixed size: a rank short of memory still takes part. */
     int64_t dummy[4 * TP_SHM_MAX_WORLD];
     rc = tp_ring_allgather(c, mine, all ? all : dummy, 4, RT_I64);
@@ -104,7 +104,7 @@ int tp_shm_cma_setup(tp_comm *c)
     s->cma_min = all && all[3] > 0 ? (size_t)all[3] : 0;
     free(all);
     free(oks);
-    if (c->rank == 0 && !rc)
+    if (c->rank == 0 && !rc && want)
         rt_debug("comm: shared memory single copy %s", use ? "on" : "off (a rank cannot read another's memory)");
     return rc;
 }

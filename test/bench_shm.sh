@@ -6,10 +6,15 @@
 # ratios, with the load average. Needs mpicc/mpirun (openmpi-bin, libopenmpi-dev).
 #   test/bench_shm.sh [ROUNDS (5)] [MIN (4)] [MAX (64M)] [FACTOR (4)] [ITERS (20)]
 # BENCH_SOCKETS=0 leaves the socket column out. BENCH_NP=N ranks (default 2).
+# BENCH_BASE=BIN: the third column runs ddprt-bench binary BIN (a build of another
+# version, shared memory on) instead of the sockets: before/after in one window.
+# BENCH_BIND=core (default) or none: both sides' ranks bound to their own cores or not
+# (mpirun binds to cores by default; unbound ranks that the scheduler puts on one core
+# pay a context switch per wait: a 4-byte allreduce then takes 12 us instead of 0.3).
 set -eu
 cd "$(dirname "$0")/.."
 B=${DDPRT_BUILD:-build}
-ROUNDS=${1:-5} MIN=${2:-4} MAX=${3:-64M} FACTOR=${4:-4} ITERS=${5:-20} NP=${BENCH_NP:-2}
+ROUNDS=${1:-5} MIN=${2:-4} MAX=${3:-64M} FACTOR=${4:-4} ITERS=${5:-20} NP=${BENCH_NP:-2} BIND=${BENCH_BIND:-core}
 [ -x "$B/ddprt-bench" ] || { echo "bench_shm: build first (make)" >&2; exit 2; }
 command -v mpicc >/dev/null || { echo "bench_shm: no mpicc (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 2; }
 [ "$B/ompi-bench" -nt tools/ompi_bench.c ] || mpicc -O2 tools/ompi_bench.c -o "$B/ompi-bench"
@@ -18,17 +23,20 @@ trap 'rm -rf "$T"' EXIT
 export DDPRT_TRACE_DIR="$T" # stall-warning trace dumps stay out of the tree
 # size time busbw from the data rows of either table
 rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 6 { if (NF >= 9) print $1, $6, $8; else print $1, $3, $5 }' "$1"; }
-ddprt() { env "$@" "$B/ddprt-launch" --nproc-per-node "$NP" --no-prefix -- "$B/ddprt-bench" allreduce \
+# ddprt BIN ENV...: one ddprt-bench run of binary BIN
+ddprt() { local bin=$1; shift; env "$@" "$B/ddprt-launch" --nproc-per-node "$NP" --bind-to "$BIND" --no-prefix -- "$bin" allreduce \
     -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w 5; }
-ompi() { mpirun --allow-run-as-root -np "$NP" --mca btl self,vader "$B/ompi-bench" \
+ompi() { mpirun --allow-run-as-root -np "$NP" --bind-to "$BIND" --mca btl self,vader "$B/ompi-bench" \
     "$(numfmt --from=iec "$MIN")" "$(numfmt --from=iec "$MAX")" "$FACTOR" "$ITERS"; }
-echo "# bench_shm: $NP ranks, $ROUNDS rounds alternating, allreduce float sum, iters $ITERS"
+echo "# bench_shm: $NP ranks, $ROUNDS rounds alternating, allreduce float sum, iters $ITERS, bind-to $BIND"
 echo "# before: $(uptime)"
 for r in $(seq "$ROUNDS"); do
-    ddprt DDPRT_SHM=1 > "$T/shm.$r" 2>&1 || { echo "ddprt (shm) failed:"; cat "$T/shm.$r"; exit 1; }
+    ddprt "$B/ddprt-bench" DDPRT_SHM=1 > "$T/shm.$r" 2>&1 || { echo "ddprt (shm) failed:"; cat "$T/shm.$r"; exit 1; }
     ompi > "$T/ompi.$r" 2>&1 || { echo "Open MPI failed:"; cat "$T/ompi.$r"; exit 1; }
-    if [ "${BENCH_SOCKETS:-1}" = 1 ]; then
-        ddprt DDPRT_SHM=0 > "$T/sock.$r" 2>&1 || { echo "ddprt (sockets) failed:"; cat "$T/sock.$r"; exit 1; }
+    if [ -n "${BENCH_BASE:-}" ]; then
+        ddprt "$BENCH_BASE" DDPRT_SHM=1 > "$T/sock.$r" 2>&1 || { echo "ddprt (base) failed:"; cat "$T/sock.$r"; exit 1; }
+    elif [ "${BENCH_SOCKETS:-1}" = 1 ]; then
+        ddprt "$B/ddprt-bench" DDPRT_SHM=0 > "$T/sock.$r" 2>&1 || { echo "ddprt (sockets) failed:"; cat "$T/sock.$r"; exit 1; }
     fi
 done
 echo "# after:  $(uptime)"
@@ -38,8 +46,10 @@ done
 # median per size of column c (2 = time, 3 = busbw) over rounds
 med() { awk -v s="$2" -v c="$3" '$2 == s { print $(c + 1) }' "$T/$1.all" | sort -g |
     awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+K=${BENCH_BASE:+base}
+K=${K:-sock}
 printf "| %10s | %14s | %14s | %14s | %10s | %10s | %10s | %10s | %10s |\n" "size (B)" "shm time (us)" \
-    "ompi time (us)" "sock time (us)" "shm busbw" "ompi busbw" "sock busbw" "shm/ompi" "shm/sock"
+    "ompi time (us)" "$K time (us)" "shm busbw" "ompi busbw" "$K busbw" "shm/ompi" "shm/$K"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for s in $(awk '{ print $2 }' "$T/shm.all" | sort -gu); do
     st=$(med shm "$s" 2) ot=$(med ompi "$s" 2) kt=$(med sock "$s" 2)

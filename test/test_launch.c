@@ -222,3 +222,22 @@ PTEST(launch_restart_resumes_training_to_the_same_checkpoint)
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", full, el);
     CHECK(system(cmd) == 0);
 }
+
+/* --bind-to core: every local rank on its own CPUs (2 ranks, 2 or more CPUs: disjoint
+ * sets; one CPU: both on it); a wrong value is one error line. */
+PTEST(launch_binds_ranks_to_cores)
+{
+    t_clean_env();
+    const char *args[] = {"--nproc-per-node", "2", "--bind-to", "core", "--", "sh", "-c",
+                          "grep Cpus_allowed_list /proc/self/status", NULL};
+    CHECK(run(args, NULL) == 0);
+    const char *o = t_slurp(L.out);
+    char l0[64] = "", l1[64] = "";
+    const char *a = strstr(o, "[rank 0] Cpus_allowed_list:"), *b = strstr(o, "[rank 1] Cpus_allowed_list:");
+    CHECKF(a && b && sscanf(a + 27, "%63s", l0) == 1 && sscanf(b + 27, "%63s", l1) == 1, "%s", o);
+    if (port_ncpus() >= 2) CHECKF(strcmp(l0, l1) && !strchr(l0, '-') && !strchr(l0, ','), "%s", o);
+    else CHECKF(!strcmp(l0, l1), "%s", o);
+    const char *bad[] = {"--nproc-per-node", "1", "--bind-to", "socket", "--", "true", NULL};
+    CHECK(run(bad, NULL) == 2);
+    CHECKF(strstr(t_slurp(L.err), "--bind-to takes core or none"), "%s", t_slurp(L.err));
+}

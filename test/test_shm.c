@@ -1,6 +1,10 @@
 /* Shared memory inside a host (transport/tp_shm.h) through real processes and the
  * rendezvous: the collectives matrix (every collective, dtype and redop) with 2, 3 and
- * 4 ranks, DDPRT_SHM=0 falling back to sockets, a rank SIGKILLed mid-allreduce named by
+ * 4 ranks, through the copy protocol and through single copy (DDPRT_SHM_CMA_MIN=1: every
+ * size), with float results equal bit for bit on every rank; single copy off
+ * (DDPRT_SHM_CMA=0) or impossible for one rank (a seccomp filter refusing
+ * process_vm_readv: every rank keeps the copy protocol); DDPRT_SHM=0 falling back to
+ * sockets, a rank killed inside a single copy op named by the others, a rank SIGKILLed mid-allreduce named by
  * the others, a mismatched collective named at once, and no segment left in /dev/shm
  * on any of these exits (nor after a rank 0 killed before it could unlink its own:
  * the next job removes it). */
@@ -40,29 +44,53 @@ static int segments_of(int pid)
 
 static void url_for(char *url, size_t n) { snprintf(url, n, "tcp://127.0.0.1:%d", t_free_port()); }
 
-/* Every rank runs mode and must print "shm <want_shm>" and "rank R of W ok". */
-static void run_ok(int world, const char *mode, char **env, int want_shm)
+/* Every rank runs mode (with env, and env1 for rank 1 only) and must print "shm
+ * <want_shm>", "cma <want_cma>" (-1: either) and "rank R of W ok". */
+static void run_ok2(int world, const char *mode, char **env, char **env1, int want_shm, int want_cma)
 {
     t_clean_env();
     t_proc p[MAXW];
     char url[64];
     url_for(url, sizeof url);
-    for (int r = 0; r < world; r++) spawn(&p[r], r, mode, url, world, env, "timeout=60", NULL);
+    for (int r = 0; r < world; r++) spawn(&p[r], r, mode, url, world, r == 1 && env1 ? env1 : env, "timeout=60", NULL);
     for (int r = 0; r < world; r++) {
         int rc = t_wait(&p[r], 120);
-        char want[64], shm[16];
+        char want[64], shm[16], cma[16];
         snprintf(want, sizeof want, "rank %d of %d ok", r, world);
         snprintf(shm, sizeof shm, "shm %d\n", want_shm);
+        snprintf(cma, sizeof cma, "cma %d\n", want_cma);
         const char *out = t_slurp(p[r].out);
-        CHECKF(rc == 0 && strstr(out, want) && strstr(out, shm), "%s world %d: rank %d exited %d\nstdout: %s\nstderr: %s",
-               mode, world, r, rc, out, t_slurp(p[r].err));
+        CHECKF(rc == 0 && strstr(out, want) && strstr(out, shm) && (want_cma < 0 || strstr(out, cma)),
+               "%s world %d: rank %d exited %d\nstdout: %s\nstderr: %s", mode, world, r, rc, out, t_slurp(p[r].err));
     }
     CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
 }
 
-PTEST(shm_matrix_2) { run_ok(2, "matrix", NULL, 1); }
-PTEST(shm_matrix_3) { run_ok(3, "matrix", NULL, 1); }
-PTEST(shm_matrix_4) { run_ok(4, "matrix", NULL, 1); }
+static void run_ok(int world, const char *mode, char **env, int want_shm)
+{
+    run_ok2(world, mode, env, NULL, want_shm, -1);
+}
+
+/* The copy protocol (single copy off) at every size. */
+static char *no_cma[] = {"DDPRT_SHM_CMA=0", NULL};
+PTEST(shm_matrix_2) { run_ok2(2, "matrix", no_cma, NULL, 1, 0); }
+PTEST(shm_matrix_3) { run_ok2(3, "matrix", no_cma, NULL, 1, 0); }
+PTEST(shm_matrix_4) { run_ok2(4, "matrix", no_cma, NULL, 1, 0); }
+
+/* Single copy at every size (from 1 byte on), in place and not. */
+static char *all_cma[] = {"DDPRT_SHM_CMA=1", "DDPRT_SHM_CMA_MIN=1", NULL};
+PTEST(shm_cma_matrix_2) { run_ok2(2, "matrix", all_cma, NULL, 1, 1); }
+PTEST(shm_cma_matrix_3) { run_ok2(3, "matrix", all_cma, NULL, 1, 1); }
+PTEST(shm_cma_matrix_4) { run_ok2(4, "matrix", all_cma, NULL, 1, 1); }
+
+/* Rank 1 cannot read the others' memory (a seccomp filter, as in some containers, or
+ * a ptrace policy): every rank keeps the copy protocol, results right. */
+PTEST(shm_cma_refused_keeps_copy)
+{
+    char *deny[] = {"DDPRT_SHM_CMA=1", "DDPRT_SHM_CMA_MIN=1", "T_SHM_DENY_CMA=1", NULL};
+    run_ok2(2, "matrix", all_cma, deny, 1, 0);
+    run_ok2(3, "ping", all_cma, deny, 1, 0);
+}
 
 /* DDPRT_SHM=0: the same matrix over the sockets, no segment mapped. */
 PTEST(shm_off_falls_back_to_sockets)
@@ -73,20 +101,23 @@ PTEST(shm_off_falls_back_to_sockets)
 }
 
 /* A rank SIGKILLed mid-allreduce (32 MiB, several steps): the others exit 3 naming it
- * and the op, well within the 60 s deadline. */
-static void run_kill(int world, int victim)
+ * and the op, well within the 60 s deadline. cma_kill: the victim dies inside its
+ * second single copy op, after publishing its buffers, while the others read them. */
+static void run_kill(int world, int victim, int cma_kill)
 {
     t_clean_env();
     t_proc p[MAXW];
     char url[64], vs[32];
+    char *fault[] = {"DDPRT_SHM_CMA=1", "DDPRT_SHM_TEST_FAULT=cma_kill", NULL}, *cma_on[] = {"DDPRT_SHM_CMA=1", NULL};
     url_for(url, sizeof url);
-    snprintf(vs, sizeof vs, "victim=%d", victim);
-    for (int r = 0; r < world; r++) spawn(&p[r], r, "kill", url, world, NULL, vs, "timeout=60");
+    snprintf(vs, sizeof vs, "victim=%d", cma_kill ? -2 : victim);
+    for (int r = 0; r < world; r++)
+        spawn(&p[r], r, "kill", url, world, !cma_kill ? NULL : r == victim ? fault : cma_on, vs, "timeout=60");
     int rc[MAXW];
     for (int r = 0; r < world; r++) rc[r] = t_wait(&p[r], 90);
     CHECKF(rc[victim] == 128 + 9, "victim exited %d: %s", rc[victim], t_slurp(p[victim].err));
     double tk = 0, tf = 0;
-    CHECK(sscanf(t_slurp(p[victim].out), "killed at %lf", &tk) == 1);
+    CHECK(sscanf(t_slurp(cma_kill ? p[victim].err : p[victim].out), "killed at %lf", &tk) == 1);
     char want[32];
     snprintf(want, sizeof want, "rank %d ", victim);
     for (int r = 0; r < world; r++) {
@@ -101,8 +132,10 @@ static void run_kill(int world, int victim)
     CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
 }
 
-PTEST(shm_kill_one_rank_2) { run_kill(2, 1); }
-PTEST(shm_kill_one_rank_3) { run_kill(3, 0); }
+PTEST(shm_kill_one_rank_2) { run_kill(2, 1, 0); }
+PTEST(shm_kill_one_rank_3) { run_kill(3, 0, 0); }
+PTEST(shm_kill_in_single_copy_2) { run_kill(2, 1, 1); }
+PTEST(shm_kill_in_single_copy_3) { run_kill(3, 2, 1); }
 
 /* Rank 0 allreduces 1000 floats, the others 2000: every rank fails at once naming
  * both sides (not at the deadline). */
@@ -135,10 +168,13 @@ PTEST(shm_dead_creator_segment_is_swept)
     char *fault[] = {"DDPRT_SHM_TEST_FAULT=create", NULL};
     spawn(&p[0], 0, "ping", url, 2, fault, "timeout=30", NULL);
     spawn(&p[1], 1, "ping", url, 2, NULL, "timeout=30", NULL);
-    int rc0 = t_wait(&p[0], 60), rc1 = t_wait(&p[1], 60);
+    /* Rank 1 fails once rank 0 is dead; rank 0, not yet reaped, still counts as alive
+     * for every job's sweep (other jobs on a shared host sweep too). */
+    int rc1 = t_wait(&p[1], 60);
+    int segs = segments_of(p[0].pid), rc0 = t_wait(&p[0], 60);
     CHECKF(rc0 == 128 + 9, "rank 0 exited %d: %s", rc0, t_slurp(p[0].err));
     CHECKF(rc1 == 3 && strstr(t_slurp(p[1].err), "rank 0"), "rank 1 exited %d: %s", rc1, t_slurp(p[1].err));
-    CHECKF(segments_of(p[0].pid) == 1, "the dead rank 0's segment is not in /dev/shm (%d)", segments_of(p[0].pid));
+    CHECKF(segs == 1, "the dead rank 0's segment is not in /dev/shm (%d)", segs);
     run_ok(2, "ping", NULL, 1);
     CHECKF(segments_of(p[0].pid) == 0, "the next job did not remove the dead rank 0's segment");
 }

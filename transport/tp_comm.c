@@ -185,7 +185,8 @@ void tp_abort(tp_comm *c, const char *why)
     port_mutex_unlock(&c->mu);
 }
 
-int tp_run_op(tp_comm *c, tp_handle *h)
+/* t0: now (a blocking op run right away shares its issue's clock read). */
+static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
 {
     port_mutex_lock(&c->mu);
     int rc = c->failed;
@@ -195,11 +196,10 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     size_t bytes = h->count * es;
     int algo = c->algo;
     if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
-    int64_t t0 = port_now_ns();
     c->deadline = t0 + (int64_t)(c->timeout_s * 1e9);
     __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
-    tp_trace_state(c, h->seq, TP_TR_RUNNING, 0);
+    tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
     /* All ranks on one host, algorithm left to us: the shared segment (tp_shm.h). */
     int done = 0;
     if (h->kind <= TP_K_BARRIER && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
@@ -229,17 +229,20 @@ int tp_run_op(tp_comm *c, tp_handle *h)
     default: rc = TP_EINVAL;
     }
     if (rc) comm_fail(c, h, rc);
-    tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc);
-    __atomic_store_n(&c->p_done_at, port_now_ns(), __ATOMIC_RELAXED);
+    int64_t t1 = port_now_ns(); /* one clock read per end: the recorder's and the watch's */
+    tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc, t1);
+    __atomic_store_n(&c->p_done_at, t1, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_done, h->seq, __ATOMIC_RELEASE);
     __atomic_store_n(&c->p_cur, 0, __ATOMIC_RELEASE);
     return rc;
 }
 
+int tp_run_op(tp_comm *c, tp_handle *h) { return run_op_at(c, h, port_now_ns()); }
+
 /* ---- issue order ---------------------------------------------------------- */
 
-/* Checks arguments and hands out the sequence number; under mu. */
-static int issue_locked(tp_comm *c, tp_handle *h)
+/* Checks arguments and hands out the sequence number; under mu. t: now. */
+static int issue_locked(tp_comm *c, tp_handle *h, int64_t t)
 {
     __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
     h->seq = c->seq;
@@ -258,7 +261,7 @@ static int issue_locked(tp_comm *c, tp_handle *h)
     }
     h->state = TP_H_QUEUED;
     if (h->kind >= TP_K_SEND) __atomic_store_n(&c->p2p, 1, __ATOMIC_RELAXED);
-    tp_trace_issue(c, h->seq, h->kind, h->dt, h->op, h->root, op_bytes(c, h));
+    tp_trace_issue(c, h->seq, h->kind, h->dt, h->op, h->root, op_bytes(c, h), t);
     return 0;
 }
 
@@ -332,13 +335,14 @@ static int wait_locked(tp_comm *c, tp_handle *h)
 /* Blocking op: direct on this thread when nothing is in flight, else in order. */
 static int run_blocking(tp_comm *c, tp_handle *h)
 {
+    int64_t t = port_now_ns();
     port_mutex_lock(&c->mu);
-    int rc = issue_locked(c, h);
+    int rc = issue_locked(c, h, t);
     if (rc) { port_mutex_unlock(&c->mu); return rc; }
     if (!c->qhead && !c->busy) {
         c->busy = 1;
         port_mutex_unlock(&c->mu);
-        rc = tp_run_op(c, h);
+        rc = run_op_at(c, h, t);
         port_mutex_lock(&c->mu);
         c->busy = 0;
         h->state = TP_H_DONE;
@@ -354,8 +358,9 @@ static int run_blocking(tp_comm *c, tp_handle *h)
 
 static int run_async(tp_comm *c, tp_handle *h)
 {
+    int64_t t = port_now_ns();
     port_mutex_lock(&c->mu);
-    int rc = issue_locked(c, h);
+    int rc = issue_locked(c, h, t);
     if (!rc) enqueue_locked(c, h);
     port_mutex_unlock(&c->mu);
     return rc;

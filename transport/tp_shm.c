@@ -181,15 +181,20 @@ int tp_shm_setup(tp_comm *c)
     s->my_cpu = -2;
     c->shm = s;
     c->shm_state = 1;
+    if ((rc = tp_shm_cma_setup(c))) return rc;
     if (c->rank == 0) rt_debug("comm: %d ranks on one host: collectives through shared memory (%s)", w, name);
     return 0;
 }
+
+int tp_shm_mode(const tp_comm *c) { return c->shm_state > 0 ? 1 + (c->shm->cma != 0) : 0; }
 
 void tp_shm_free(tp_comm *c)
 {
     tp_shm *s = c->shm;
     if (!s) return;
     munmap(s->seg, s->map_bytes);
+    free(s->pid);
+    free(s->tmp);
     free(s->pfd);
     free(s->pfd_rank);
     free(s);
@@ -271,25 +276,31 @@ static int peer_gone(tp_comm *c, int q)
     return rc;
 }
 
+int tp_shm_others_failed(tp_comm *c)
+{
+    tp_shm_seg *g = c->shm->seg;
+    tp_backend *b = c->b;
+    int ab = __atomic_load_n(&g->abort_by, __ATOMIC_ACQUIRE);
+    if (ab <= 0 || ab - 1 == c->rank) return 0;
+    char why[sizeof g->why + 40];
+    snprintf(why, sizeof why, "%s (reported by rank %d)", g->why, ab - 1);
+    b->ops->abort(b, why);
+    snprintf(b->err, sizeof b->err, "%s", why);
+    return TP_ECLOSED;
+}
+
 /* Slow path of a wait for *w >= v: 0, or why the op must fail. */
 static int check_fail(tp_comm *c, int q, const uint64_t *w, uint64_t v)
 {
     tp_shm *s = c->shm;
     tp_backend *b = c->b;
-    int bf = __atomic_load_n(&b->failed, __ATOMIC_RELAXED);
+    int rc, bf = __atomic_load_n(&b->failed, __ATOMIC_RELAXED);
     if (bf) { publish_abort(c, b->err); return bf; }
     /* A peer that finished this op may have exited meanwhile: look at w once more. */
     if (s->npfd && poll(s->pfd, (nfds_t)s->npfd, 0) > 0 && __atomic_load_n(w, __ATOMIC_ACQUIRE) < v)
         for (int i = 0; i < s->npfd; i++)
             if (s->pfd[i].revents) return peer_gone(c, s->pfd_rank[i]);
-    int ab = __atomic_load_n(&s->seg->abort_by, __ATOMIC_ACQUIRE);
-    if (ab > 0 && ab - 1 != c->rank) {
-        char why[sizeof s->seg->why + 40];
-        snprintf(why, sizeof why, "%s (reported by rank %d)", s->seg->why, ab - 1);
-        b->ops->abort(b, why);
-        snprintf(b->err, sizeof b->err, "%s", why);
-        return TP_ECLOSED;
-    }
+    if ((rc = tp_shm_others_failed(c))) return rc;
     if (port_now_ns() >= c->deadline) return tp_shm_fail(c, TP_ETIMEOUT, "timed out waiting for rank %d", q);
     return 0;
 }
@@ -300,7 +311,8 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
     tp_shm *s = c->shm;
     tp_shm_seg *g = s->seg;
     int rc = 0;
-    int64_t t0 = port_now_ns();
+    int64_t t0 = 0; /* the clock is read only once a wait lasts (every 64 spins): a
+                       small op mostly waits a few hundred ns */
     int same_core;
     __atomic_store_n(&c->p_wait_peer, q, __ATOMIC_RELAXED);
     /* Spinning for a peer that shares this core only keeps it from running. */
@@ -310,7 +322,9 @@ static int wait_word(tp_comm *c, const uint64_t *w, uint64_t v, int q)
         if (__atomic_load_n(w, __ATOMIC_ACQUIRE) >= v) break;
         cpu_relax();
         if (i % 64) continue;
-        if (port_now_ns() - t0 < s->spin_ns) {
+        int64_t now = port_now_ns();
+        if (!t0) t0 = now;
+        if (now - t0 < s->spin_ns) {
             if (same_core) sched_yield();
             continue;
         }
@@ -337,11 +351,13 @@ int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v)
 
 static void desc_text(char *s, size_t n, const tp_shm_bufhdr *d)
 {
-    char extra[24] = "";
-    if (d->kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
-    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(d->kind),
+    char extra[48] = "";
+    int kind = d->kind & ~TP_SHM_CMA_KIND;
+    if (kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
+    if (d->kind & TP_SHM_CMA_KIND) strcat(extra, " (single copy)");
+    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(kind),
              d->dt >= 0 && d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
-             d->kind == TP_K_ALLREDUCE || d->kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
+             kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
                                                                           : "-",
              (unsigned long long)d->bytes, extra);
 }
@@ -367,4 +383,14 @@ int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine)
                            (unsigned long long)mine->seq, c->rank, a, q, b);
     }
     return 0;
+}
+
+int tp_shm_publish(tp_comm *c, uint64_t st, const tp_shm_bufhdr *d)
+{
+    tp_shm *s = c->shm;
+    tp_shm_bufhdr *h = tp_shm_buf(s, c->rank, st);
+    h->seq = d->seq, h->bytes = d->bytes;
+    h->kind = d->kind, h->dt = d->dt, h->op = d->op, h->root = d->root;
+    tp_shm_post(s, c->rank, &h->ready, st + 1);
+    return tp_shm_wait_ready(c, st, d);
 }

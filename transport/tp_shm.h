@@ -8,16 +8,28 @@
  * of one 64-byte header line plus TP_SHM_STEP data bytes.
  *
  * Protocol: ops run in the same order on every rank, each as whole pipeline steps
- * numbered alike everywhere. In step s a rank fills its buffer s % NB (after every
- * rank's done >= s + 1 - NB, i.e. nobody still reads it), writes the op descriptor in
- * the buffer's header and ready = s + 1 there; every rank waits for all ready flags,
- * checks the descriptors (a mismatch is named at once), works (reduce its share,
- * copy out), and sets done = s + 1. The large allreduce has one more round (`red`)
- * between the reduce of the shares and the copy out.
+ * numbered alike everywhere. In step s a rank fills its buffer s % NB, writes the op
+ * descriptor in the buffer's header and ready = s + 1 there; every rank waits for all
+ * ready flags, checks the descriptors (a mismatch is named at once) and works (reduce
+ * its share, copy out). A rank reads the data of step s during steps s and s + 1 (the
+ * large allreduce copies a step's results out in the next step; its last step has a
+ * round of its own, `red`, before that copy), so all of it before it posts ready for
+ * step s + 2. The owner refills buffer s % NB at step s + NB = s + 3 only after its
+ * step s + 2, which waited for every rank's ready for s + 2 (every step of every op
+ * waits for every rank's ready): no `done` round is needed.
+ *
+ * Single copy (tp_shm_cma.c, DDPRT_SHM_CMA=1): from cma_min bytes on, when every rank
+ * could read every other's memory at setup (process_vm_readv: Linux cross-memory
+ * attach), an op is one step whose descriptor carries the rank's send and recv
+ * addresses; each rank reads
+ * the peers' user buffers straight into its own (allreduce: reduce its share reading
+ * the peers' send buffers, round `red`, then read every other share from its owner's
+ * recv), and a last round (`done`) keeps every rank in the op until nobody reads its
+ * buffers any more.
  *
  * Waits: spin briefly (DDPRT_SHM_SPIN_US, default 50; yielding the core instead when
- * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a time), and
- * between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
+ * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a
+ * time), and between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
  * the tcp backend then names it), the segment's abort line (another rank failed), the
  * backend's failed flag (tp_abort, the stall watch) and the op's deadline. */
 #ifndef TP_SHM_H
@@ -25,8 +37,11 @@
 #include "transport/tp_comm_int.h"
 #include <stdint.h>
 
+#ifndef TP_SHM_STEP
 #define TP_SHM_STEP (128u << 10) /* data bytes per buffer (one pipeline step) */
-#define TP_SHM_NB 2              /* buffers per rank */
+#endif
+#define TP_SHM_NB 3              /* buffers per rank (3: the protocol needs no `done`) */
+_Static_assert(TP_SHM_NB >= 3, "step s data is read until ready for s + 2 is posted");
 #define TP_SHM_SMALL (16u << 10) /* allreduce up to this: one round, every rank reduces all */
 #define TP_SHM_MAX_WORLD 64
 
@@ -34,12 +49,13 @@ typedef struct tp_shm_bufhdr {
     uint64_t ready;            /* step + 1 once the buffer holds step's data */
     uint64_t seq, bytes;
     int32_t kind, dt, op, root;
-    char pad[64 - 40];         /* an allreduce of <= 24 bytes travels here */
+    char pad[64 - 40];         /* an allreduce of <= 24 bytes travels here; the single
+                                  copy ops' send and recv addresses */
 } tp_shm_bufhdr;
 
 typedef struct tp_shm_ctl {
     _Alignas(64) uint64_t red;  /* steps whose share this rank has reduced */
-    _Alignas(64) uint64_t done; /* steps this rank has finished reading */
+    _Alignas(64) uint64_t done; /* single copy ops: step + 1 once it read the others' buffers */
     _Alignas(64) int32_t cpu;   /* the core it last ran on (a waiter on the same core yields) */
 } tp_shm_ctl;
 
@@ -57,12 +73,22 @@ typedef struct tp_shm {
     size_t map_bytes;
     unsigned char *bufs;          /* world * NB buffers of sizeof hdr + TP_SHM_STEP */
     uint64_t step;                /* next step number (equal on every rank) */
-    uint64_t done_min;            /* least `done` of the others seen so far */
     struct pollfd *pfd;           /* the peers' sockets, for hang-ups */
     int *pfd_rank, npfd;
     int64_t spin_ns;
     int my_cpu;                   /* last value this rank wrote into its ctl's cpu */
+    /* Single copy (tp_shm_cma.c): cma set when every rank can read every other's
+     * memory; ops of at least cma_min bytes use it. */
+    int cma;
+    size_t cma_min;
+    int *pid;                     /* [world] */
+    unsigned char *tmp;           /* 2 * TP_SHM_CMA_CHUNK: the peers' operands */
+    uint64_t probe;               /* read by the peers at setup */
 } tp_shm;
+
+#define TP_SHM_CMA_CHUNK (128u << 10)    /* bytes of a peer's operand read at a time */
+#define TP_SHM_CMA_MIN (256u << 10)      /* default cma_min (DDPRT_SHM_CMA_MIN) */
+#define TP_SHM_CMA_KIND 0x100            /* or'ed into a single copy op's descriptor kind */
 
 /* Decides at the first collective (collectively: every rank calls it at the same op)
  * and maps the segment; c->shm_state becomes 1 (in use) or -1 (sockets). 0 or a
@@ -71,6 +97,14 @@ int tp_shm_setup(tp_comm *c);
 void tp_shm_free(tp_comm *c);
 /* Runs allreduce, broadcast, reduce_scatter, allgather or barrier h through shm. */
 int tp_shm_run(tp_comm *c, tp_handle *h);
+/* 0 no shared memory, 1 the copy protocol only, 2 single copy too (for tests). */
+int tp_shm_mode(const tp_comm *c);
+
+/* tp_shm_cma.c: decides (collectively, at setup) whether single copy works; 0 or a
+ * backend code. tp_shm_cma_run: h through single copy, or 1 when h cannot take it
+ * (too small, overlapping buffers). */
+int tp_shm_cma_setup(tp_comm *c);
+int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d);
 
 /* For tp_shm_coll.c. */
 static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
@@ -85,6 +119,11 @@ void tp_shm_post(tp_shm *s, int rank, uint64_t *flag, uint64_t v);
  * of its buffer header for step when off < 0) reaches v. 0 or a code with b->err. */
 int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v);
 int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine);
+/* Writes d into this rank's header of step st, posts ready, waits for every rank's. */
+int tp_shm_publish(tp_comm *c, uint64_t st, const tp_shm_bufhdr *d);
+/* Another rank failed (the segment's abort line): its reason in b->err and
+ * TP_ECLOSED; else 0. */
+int tp_shm_others_failed(tp_comm *c);
 /* Fails the op: err in b->err, the reason on the segment for the other ranks, and the
  * backend aborted so its sockets close. Returns code. */
 int tp_shm_fail(tp_comm *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

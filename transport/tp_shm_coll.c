@@ -7,7 +7,8 @@
  *   same operands in the same order: bitwise equal results everywhere).
  * allreduce, large: per step each rank copies the others' shares of its input into
  *   its buffer, reduces its own share (its own input plus the others' copies, rank
- *   order) into its buffer, and after a second round copies every share out.
+ *   order) into its buffer, and copies every share of the step before out (the last
+ *   step's after a round of its own).
  * reduce_scatter: as the large allreduce without the copy out of others' shares.
  * broadcast: the root copies in, the others copy out. allgather: all copy in, all
  * copy everything out. barrier: one round. */
@@ -23,35 +24,12 @@ typedef struct shm_op {
     int me, n;
 } shm_op;
 
-/* Waits until nobody reads this rank's buffer for step st any more; returns it. */
-static int begin(shm_op *x, uint64_t st, unsigned char **buf)
-{
-    /* done_min: the least done seen last time; often already enough (saves a miss). */
-    if (st >= TP_SHM_NB && x->s->done_min < st + 1 - TP_SHM_NB) {
-        int rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, done), st + 1 - TP_SHM_NB);
-        if (rc) return rc;
-        uint64_t m = UINT64_MAX;
-        for (int q = 0; q < x->n; q++) {
-            uint64_t d = __atomic_load_n(&x->s->seg->ctl[q].done, __ATOMIC_ACQUIRE);
-            if (q != x->me && d < m) m = d;
-        }
-        x->s->done_min = m;
-    }
-    *buf = tp_shm_data(tp_shm_buf(x->s, x->me, st));
-    return 0;
-}
+/* This rank's buffer for step st: free to fill, as nobody reads it any more (tp_shm.h:
+ * every reader of step st - NB was done with it before it posted ready for step
+ * st - NB + 2 = st - 1, which this rank waited for). */
+static unsigned char *begin(shm_op *x, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, x->me, st)); }
 
-/* The buffer of step st is filled: say so, then wait for every other rank's. */
-static int publish(shm_op *x, uint64_t st)
-{
-    tp_shm_bufhdr *h = tp_shm_buf(x->s, x->me, st);
-    h->seq = x->d.seq, h->bytes = x->d.bytes;
-    h->kind = x->d.kind, h->dt = x->d.dt, h->op = x->d.op, h->root = x->d.root;
-    tp_shm_post(x->s, x->me, &h->ready, st + 1);
-    return tp_shm_wait_ready(x->c, st, &x->d);
-}
-
-static void finish(shm_op *x, uint64_t st) { tp_shm_post(x->s, x->me, &x->s->seg->ctl[x->me].done, st + 1); }
+static int publish(shm_op *x, uint64_t st) { return tp_shm_publish(x->c, st, &x->d); }
 
 /* memcpy that accepts NULL with 0 bytes (count 0 ops). */
 static void cpy(void *d, const void *s, size_t n)
@@ -82,9 +60,8 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
 {
     size_t bytes = count * rt_dtype_size(dt);
     uint64_t st = x->s->step++;
-    unsigned char *buf;
-    int rc = begin(x, st, &buf);
-    if (rc) return rc;
+    unsigned char *buf = begin(x, st);
+    int rc;
     /* A few bytes travel in the header's line itself: one cache miss per peer less. */
     int inl = bytes <= sizeof tp_shm_buf(x->s, 0, 0)->pad;
     cpy(inl ? tp_shm_buf(x->s, x->me, st)->pad : (char *)buf, send, bytes);
@@ -93,26 +70,38 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
     chain(recv, in, x->n, count, dt, op);
     if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
-    finish(x, st);
     return 0;
+}
+
+/* Allreduce: every rank's reduced share of step st (cnt elements at base) into recv. */
+static void copy_out(shm_op *x, unsigned char *recv, size_t base, size_t cnt, size_t es, uint64_t st)
+{
+    for (int q = 0; q < x->n; q++) {
+        size_t o = cut(cnt, x->n, q, es) * es;
+        cpy(recv + base * es + o, peer(x, q, st) + o, cut(cnt, x->n, q + 1, es) * es - o);
+    }
 }
 
 /* Allreduce (all = 1) or reduce_scatter (all = 0; block r of send is rank r's, count
  * elements each) in steps. Allreduce steps cover TP_SHM_STEP bytes of the vector, cut
- * into n shares; reduce_scatter steps cover TP_SHM_STEP / n bytes of every block. */
+ * into n shares; reduce_scatter steps cover TP_SHM_STEP / n bytes of every block.
+ * Allreduce copies a step's results out in the next step, after its ready round (every
+ * rank reduced its share before it posted ready for the next step): one round per
+ * step; only the last step has a round of its own (`red`). */
 static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
                         tp_op op, int all)
 {
     size_t es = rt_dtype_size(dt), reg = TP_SHM_STEP / (size_t)x->n / 64 * 64;
     size_t per = all ? TP_SHM_STEP / es : reg / es; /* elements per step */
     size_t nsteps = count ? (count + per - 1) / per : 1;
+    size_t pbase = 0, pcnt = 0; /* the previous step's, whose results are still to copy out */
+    uint64_t st = 0;
     int n = x->n, me = x->me, rc;
     const void *in[TP_SHM_MAX_WORLD];
     for (size_t k = 0; k < nsteps; k++) {
-        uint64_t st = x->s->step++;
+        st = x->s->step++;
         size_t base = k * per, cnt = count - base < per ? count - base : per;
-        unsigned char *buf;
-        if ((rc = begin(x, st, &buf))) return rc;
+        unsigned char *buf = begin(x, st);
         /* Where share q lives in a buffer, and where it comes from in send. */
 #define S_OFF(q) (all ? cut(cnt, n, q, es) * es : (size_t)(q) * reg)
 #define S_LEN(q) (all ? (cut(cnt, n, (q) + 1, es) - cut(cnt, n, q, es)) * es : cnt * es)
@@ -130,19 +119,17 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
         chain(dst, in, n, m, dt, op);
         if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
-        if (!all) {
-            cpy(recv + base * es, dst, m * es);
-        } else {
-            tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
-            if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
-            for (int q = 0; q < n; q++)
-                cpy(recv + (base * es + S_OFF(q)), (q == me ? buf : peer(x, q, st)) + S_OFF(q), S_LEN(q));
-        }
+        if (!all) cpy(recv + base * es, dst, m * es);
+        else if (k) copy_out(x, recv, pbase, pcnt, es, st - 1);
+        pbase = base, pcnt = cnt;
 #undef S_OFF
 #undef S_LEN
 #undef S_SRC
-        finish(x, st);
     }
+    if (!all) return 0;
+    tp_shm_post(x->s, me, &x->s->seg->ctl[me].red, st + 1);
+    if ((rc = tp_shm_wait_ctl(x->c, offsetof(tp_shm_ctl, red), st + 1))) return rc;
+    copy_out(x, recv, pbase, pcnt, es, st);
     return 0;
 }
 
@@ -152,13 +139,11 @@ static int broadcast(shm_op *x, unsigned char *buf, size_t bytes, int root)
     for (size_t k = 0; k < nsteps; k++) {
         uint64_t st = x->s->step++;
         size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
-        unsigned char *mine;
-        int rc = begin(x, st, &mine);
-        if (rc) return rc;
+        unsigned char *mine = begin(x, st);
+        int rc;
         if (x->me == root) cpy(mine, buf + off, len);
         if ((rc = publish(x, st))) return rc;
         if (x->me != root) cpy(buf + off, peer(x, root, st), len);
-        finish(x, st);
     }
     return 0;
 }
@@ -169,13 +154,11 @@ static int allgather(shm_op *x, const unsigned char *send, unsigned char *recv, 
     for (size_t k = 0; k < nsteps; k++) {
         uint64_t st = x->s->step++;
         size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
-        unsigned char *mine;
-        int rc = begin(x, st, &mine);
-        if (rc) return rc;
+        unsigned char *mine = begin(x, st);
+        int rc;
         cpy(mine, send + off, len);
         if ((rc = publish(x, st))) return rc;
         for (int q = 0; q < x->n; q++) cpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
-        finish(x, st);
     }
     return 0;
 }
@@ -187,6 +170,10 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
     shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
     x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
                           .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
+    if (x.s->cma && h->kind != TP_K_BARRIER) {
+        int rc = tp_shm_cma_run(c, h, &x.d);
+        if (rc <= 0) return rc;
+    }
     switch (h->kind) {
     case TP_K_ALLREDUCE:
         if (h->count * es <= TP_SHM_SMALL)
@@ -198,11 +185,7 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
     case TP_K_ALLGATHER: return allgather(&x, h->send, h->recv, h->count * es);
     case TP_K_BARRIER: {
         uint64_t st = x.s->step++;
-        unsigned char *mine;
-        int rc = begin(&x, st, &mine);
-        if (!rc) rc = publish(&x, st);
-        if (!rc) finish(&x, st);
-        return rc;
+        return publish(&x, st);
     }
     default: return TP_EINVAL;
     }

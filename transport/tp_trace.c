@@ -44,17 +44,17 @@ void tp_trace_free(tp_comm *c)
     c->trace = NULL;
 }
 
-void tp_trace_issue(tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes)
+void tp_trace_issue(tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes, int64_t t)
 {
     if (!c->ntrace) return;
     port_mutex_lock(&c->trace_mu);
     tp_trace_ent *e = &c->trace[seq % c->ntrace];
     *e = (tp_trace_ent){.kind = (uint8_t)kind, .dt = (uint8_t)dt, .op = (uint8_t)op, .state = TP_TR_ISSUED,
-                        .root = root, .seq = seq, .bytes = bytes, .t_issue = port_now_ns()};
+                        .root = root, .seq = seq, .bytes = bytes, .t_issue = t};
     port_mutex_unlock(&c->trace_mu);
 }
 
-void tp_trace_state(tp_comm *c, uint64_t seq, int state, int rc)
+void tp_trace_state(tp_comm *c, uint64_t seq, int state, int rc, int64_t t)
 {
     if (!c->ntrace) return;
     port_mutex_lock(&c->trace_mu);
@@ -62,8 +62,8 @@ void tp_trace_state(tp_comm *c, uint64_t seq, int state, int rc)
     if (e->seq == seq) {
         e->state = (uint8_t)state;
         e->rc = rc;
-        if (state == TP_TR_RUNNING) e->t_start = port_now_ns();
-        else e->t_end = port_now_ns();
+        if (state == TP_TR_RUNNING) e->t_start = t;
+        else e->t_end = t;
     }
     port_mutex_unlock(&c->trace_mu);
 }

@@ -47,8 +47,9 @@ typedef struct tp_trace_ent {
 /* Ring of the comm (tp_comm.c calls these; the ring lives in the comm). */
 int tp_trace_init(struct tp_comm *c, char *err, size_t errlen);
 void tp_trace_free(struct tp_comm *c);
-void tp_trace_issue(struct tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes);
-void tp_trace_state(struct tp_comm *c, uint64_t seq, int state, int rc);
+/* t: now (port_now_ns), which the caller has read anyway. */
+void tp_trace_issue(struct tp_comm *c, uint64_t seq, int kind, int dt, int op, int root, uint64_t bytes, int64_t t);
+void tp_trace_state(struct tp_comm *c, uint64_t seq, int state, int rc, int64_t t);
 /* Reads entry of seq (0 if no longer in the ring). */
 int tp_trace_get(const struct tp_comm *c, uint64_t seq, tp_trace_ent *out);
 /* Writes ddprt-trace.RANK with why in its header; 0 or -1. Not signal-safe: called

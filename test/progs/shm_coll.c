@@ -1,15 +1,44 @@
 /* One rank of a shared-memory collectives job (test/test_shm.c), tcp backend.
  * usage: t-shm_coll MODE INIT RANK WORLD [key=value...]
  *   MODE matrix: every collective x every dtype x every redop over tiny, odd and
- *        step-crossing sizes (in place and not), checked element by element; prints
- *        "shm 1|0" (is a ddprt-shm segment mapped: /proc/self/maps) then "rank R of W ok
- *        (N checks)".
+ *        step-crossing sizes (in place and not), checked element by element, then
+ *        rounded float sums and averages (1.2 MB) compared bit by bit across ranks and
+ *        with the rank-order reference; prints "shm 1|0" (is a ddprt-shm segment
+ *        mapped: /proc/self/maps), "cma 1|0" (single copy on) then "rank R of W ok (N
+ *        checks)".
  *   MODE ping: a barrier, "shm 1|0", "rank R of W ok (0 checks)".
- *   MODE kill: coll_matrix.h's allreduce loop (len=, victim=, iters=).
+ *   MODE kill: coll_matrix.h's allreduce loop (len=, victim=, iters=). With
+ *        DDPRT_SHM_TEST_FAULT=cma_kill the library kills the rank inside its second
+ *        single copy op instead, after publishing its buffers.
  *   MODE mismatch: rank 0 allreduces 1000 floats, the others 2000: prints "failed: MSG".
- * keys: timeout=S, len=, victim=, iters=. */
+ * keys: timeout=S, len=, victim= (-2: nobody), iters=.
+ * T_SHM_DENY_CMA=1: a seccomp filter refuses this rank process_vm_readv (EPERM), as
+ * some container runtimes do. */
 #include "test/progs/coll_matrix.h"
+#include "transport/tp_shm.h"
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <math.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+static void deny_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof *f, f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        perror("seccomp");
+        exit(2);
+    }
+}
 
 static const rt_dtype all_dt[] = {RT_F32, RT_F64, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8};
 
@@ -129,6 +158,43 @@ static void matrix(void)
     free(s), free(r);
 }
 
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Rounded float sums and averages of 1.2 MB (above the single copy threshold), in
+ * place and not: the result must be the same bits on every rank, and a sum the
+ * rank-order chain ((x0 + x1) + x2) ... that every shared memory path promises. */
+static void bitwise(void)
+{
+    size_t n = 300007;
+    float *s = malloc(n * 4), *r = malloc(n * 4), *want = malloc(n * 4);
+    uint64_t h, *hs = malloc((size_t)world_ * 8);
+    for (int k = 0; k < 4; k++) {
+        tp_op op = k < 2 ? TP_SUM : TP_AVG;
+        float *out = k % 2 ? s : r;
+        for (size_t i = 0; i < n; i++) {
+            float x0 = sinf((float)i * 0.37f) * 1000.0f;
+            want[i] = x0;
+            for (int q = 1; q < world_; q++) want[i] += sinf((float)i * 0.37f + (float)q) * 1000.0f / (float)(q + 2);
+            s[i] = rank_ ? sinf((float)i * 0.37f + (float)rank_) * 1000.0f / (float)(rank_ + 2) : x0;
+        }
+        if (tp_allreduce(comm, s, out, n, RT_F32, op)) die("allreduce (bitwise)");
+        h = fnv(out, n * 4);
+        if (tp_allgather(comm, &h, hs, 1, RT_I64)) die("allgather (bitwise)");
+        for (int q = 0; q < world_; q++)
+            if (hs[q] != h && bad++ < 5) fprintf(stderr, "rank %d: allreduce %s result differs from rank %d's\n", rank_,
+                                               tp_op_names[op], q);
+        if (op == TP_SUM && tp_shm_mode(comm) && memcmp(out, want, n * 4) && bad++ < 5)
+            fprintf(stderr, "rank %d: allreduce sum is not the rank-order chain\n", rank_);
+        checks++;
+    }
+    free(s), free(r), free(want), free(hs);
+}
+
 /* Whether this process maps a shared segment (unlinked, so "(deleted)" in maps). */
 static int shm_mapped(void)
 {
@@ -145,6 +211,7 @@ int main(int argc, char **argv)
     (void)coll_sizes; /* coll_matrix.h's matrix: t-tcp_coll's */
     if (argc < 5) { fprintf(stderr, "usage: t-shm_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
     rt_log_init();
+    if (getenv("T_SHM_DENY_CMA")) deny_cma();
     rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
     if (strcmp(argv[2], "-")) o.init_method = argv[2];
     size_t len = 32u << 20;
@@ -170,7 +237,7 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     if (!strcmp(argv[1], "kill")) {
-        rc = coll_loop(len, victim < 0 ? world_ - 1 : victim, iters, -1);
+        rc = coll_loop(len, victim == -2 ? -1 : victim < 0 ? world_ - 1 : victim, iters, -1);
     } else if (!strcmp(argv[1], "mismatch")) {
         float *v = calloc(2000, sizeof *v);
         if (tp_barrier(comm)) die("barrier");
@@ -180,8 +247,8 @@ int main(int argc, char **argv)
         rc = rc ? 3 : 4;
     } else {
         if (tp_barrier(comm)) die("barrier");
-        printf("shm %d\n", shm_mapped());
-        if (strcmp(argv[1], "ping")) matrix();
+        printf("shm %d\ncma %d\n", shm_mapped(), tp_shm_mode(comm) == 2);
+        if (strcmp(argv[1], "ping")) matrix(), bitwise();
     }
     return coll_leave(rz, rc);
 }

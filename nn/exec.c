@@ -132,7 +132,7 @@ void nn_backward_from(nn_graph *g, int last, int n)
     for (int i = last; i >= 1; i--) {
         nn_node *nd = &g->nodes[i];
         if (!nd->needs_grad) continue;
-        if (nd->storage == i) {
+        if (nd->storage == i && !nd->folded) { /* folded: the conv below does it */
             recompute(g, i, &r);
             r.ws = nd->ws_bwd;
             nd->op->bwd(g, nd, &r);

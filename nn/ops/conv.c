@@ -34,6 +34,8 @@ static size_t conv_ws(const nn_graph *g, const nn_node *n, int max_batch)
     k_conv_shape sh = n->conv;
     sh.n = max_batch;
     size_t w = k_conv2d_workspace(&sh);
+    size_t wm = k_conv2d_maxt_workspace(&sh); /* the sparse backward (nn/plan.c) */
+    if (wm > w) w = wm;
     if (g->amp == NN_AMP_BF16) {
         size_t wb = k_conv2d_bf16_workspace(&sh);
         if (wb > w) w = wb;
@@ -55,6 +57,12 @@ static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = n->conv;
     sh.n = r->n;
+    if (n->maxt_from) { /* -> relu -> max_time: from the max's gradient and argmax */
+        const nn_node *m = &g->nodes[n->maxt_from];
+        k_conv2d_bwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), m->dy, m->y, m->aux, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                          n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+        return;
+    }
     if (g->amp == NN_AMP_BF16)
         k_conv2d_bwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
                           n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);

@@ -225,3 +225,38 @@ TEST(conv_maxt_cfg_pattern_only_where_it_holds)
     nn_model_cfg c = {.file = path, .in = {1, 1, 10, 1}, .num_classes = 4, .vocab = 25};
     graph_case(&c, 5, 2);
 }
+
+/* max_time's vector path (all finite) against the scalar definition on every ISA:
+ * ties, -0 before +0, an infinity and a NaN (the scalar fallback), lengths around the
+ * vector widths. */
+TEST(conv_maxt_max_time_forward_every_isa)
+{
+    static const char *const isas[] = {"generic", "avx2", "avx512"};
+    enum { C = 9 };
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (k_set_isa(isas[k]) != 0) continue;
+        for (int len = 1; len <= 70; len += (len < 20 ? 1 : 7)) {
+            float *x = fa((size_t)C * len), y[C];
+            int32_t idx[C];
+            for (int i = 0; i < C * len; i++) x[i] = qv();
+            x[len - 1] = 5.0f; /* row 0: the max last */
+            for (int t = 0; t < len; t++) x[len + t] = t % 2 ? 0.0f : -0.0f; /* row 1: -0 first */
+            for (int t = 0; t < len; t++) x[2 * len + t] = 1.5f; /* row 2: all tie */
+            x[3 * len + len / 2] = INFINITY;
+            x[4 * len + len / 3] = -INFINITY;
+            x[5 * len + len / 2] = NAN;
+            k_max_time_fwd(1, C, len, x, y, idx);
+            for (int r = 0; r < C; r++) {
+                const float *v = x + r * len;
+                float m = v[0];
+                int a = 0;
+                for (int t = 1; t < len && !isnan(m); t++)
+                    if (v[t] > m || isnan(v[t])) { m = v[t]; a = t; }
+                CHECKF(idx[r] == a && memcmp(&y[r], &m, sizeof m) == 0, "%s len %d row %d: %g at %d, want %g at %d",
+                       isas[k], len, r, y[r], idx[r], m, a);
+            }
+            free(x);
+        }
+    }
+    k_set_isa(NULL);
+}

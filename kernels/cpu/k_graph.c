@@ -141,6 +141,7 @@ static void mt_fwd_task(void *ctx, int task)
     k_split(j->units, j->parts, task, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         const float *x = j->a + r * j->len;
+        if (k_max_first((size_t)j->len, x, j->y + r, j->idx + r) == 0) continue; /* all finite */
         float m = x[0];
         int32_t a = 0;
         for (int t = 1; t < j->len && !isnan(m); t++)

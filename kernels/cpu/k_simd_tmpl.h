@@ -658,6 +658,33 @@ KT_TARGET static void KT(axpy_rows)(int cnt, const float *a, const float *const 
     }
 }
 
+/* Max over x[0..n) (n >= 1) and the first index holding it; *y = x[that index] (so
+ * -0 and +0 resolve as a scalar "first x > m" scan does). 0, or -1 without writing
+ * when some x is NaN or infinite (the caller's scalar loop decides then). */
+KT_TARGET static int KT(max_first)(size_t n, const float *x, float *y, int32_t *idx)
+{
+    kv m = kv_set1(x[0]), z = kv_zero(), bad = kv_zero();
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) {
+        kv v = kv_load(x + i);
+        m = kv_max(m, v);
+        bad = kv_fma(v, z, bad); /* NaN once any lane was NaN or infinite */
+    }
+    float lanes[KV_W], mx = x[0], b = kv_hsum(bad);
+    kv_store(lanes, m);
+    for (int l = 0; l < KV_W; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; i < n; i++) {
+        b += x[i] * 0.0f;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    if (b != b) return -1;
+    size_t a = 0;
+    while (x[a] != mx) a++;
+    *y = x[a];
+    *idx = (int32_t)a;
+    return 0;
+}
+
 /* y[0..n) = v */
 KT_TARGET static void KT(fill_span)(size_t n, float v, float *y)
 {

@@ -168,6 +168,8 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 /* Max over time: y[n,c] = max_t x[n,c,t], idx[n,c] = its t (first max). */
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
 void k_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx);
+/* k_max_time_fwd of relu(x) (k_relu_fwd's) without making relu(x): the same y and idx. */
+void k_max_time_relu_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
 /* Backward of conv2d -> relu -> max over time for a conv whose output has one row
  * (sh->p == 1, conv1d): from the max's gradient gy[n,k], its output ym[n,k] (the relu's
  * mask: only ym > 0 passes) and argmax idx[n,k], the conv's dw, db (NULL: no bias) and

@@ -138,7 +138,9 @@ typedef struct nn_node {
      * max_time only through a relu (one reader each) has maxt_from = that max_time's
      * index and does the three backwards at once from its gradient and argmax; the relu
      * and max_time have `folded` set (no backward of their own, no dy for the conv or
-     * the relu). 0 / 0 on the dense path. */
+     * the relu). Forward too: the relu does nothing and has no output, the max_time
+     * reads the conv's output and applies the relu to the max (NN_FOLD_*). 0 / 0 on the
+     * dense path. */
     int maxt_from, folded;
     k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
 } nn_node;
@@ -146,6 +148,7 @@ typedef struct nn_node {
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
  * parameters, gradients, optimizer state and other ops stay fp32. */
 enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1 };
+enum { NN_FOLD_MAXT = 1, NN_FOLD_RELU = 2 }; /* nn_node.folded */
 
 typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
 enum { NN_GRAD_SET, NN_GRAD_STASH_FIRST, NN_GRAD_STASH, NN_GRAD_FINAL };

@@ -283,16 +283,9 @@ void k_axpy_rows(int cnt, const float *a, const float *const *x, size_t n, float
     K_DISPATCH(axpy_rows, cnt, a, x, n, y)
 }
 
-int k_max_first(size_t n, const float *x, float *y, int32_t *idx)
+void k_max_first(long rows, size_t n, const float *x, float *y, int32_t *idx)
 {
-#ifdef K_X86
-    switch (k_isa_level()) {
-    case K_ISA_AVX512: return max_first_avx512(n, x, y, idx);
-    case K_ISA_AVX2: return max_first_avx2(n, x, y, idx);
-    default: break;
-    }
-#endif
-    return max_first_generic(n, x, y, idx);
+    K_DISPATCH(max_first, rows, n, x, y, idx)
 }
 
 float k_sum_span(size_t n, const float *x)

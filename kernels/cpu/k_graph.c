@@ -9,7 +9,7 @@
 
 typedef struct g_job {
     long units;
-    int parts, c, hw, len, dim, vocab;
+    int parts, c, hw, len, dim, vocab, relu;
     const float *a, *b;
     float *y;
     const int32_t *ids;
@@ -139,9 +139,10 @@ static void mt_fwd_task(void *ctx, int task)
     const g_job *j = ctx;
     long lo, hi;
     k_split(j->units, j->parts, task, &lo, &hi);
+    k_max_first(hi - lo, (size_t)j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
     for (long r = lo; r < hi; r++) {
+        if (j->idx[r] >= 0) continue; /* all finite: done */
         const float *x = j->a + r * j->len;
-        if (k_max_first((size_t)j->len, x, j->y + r, j->idx + r) == 0) continue; /* all finite */
         float m = x[0];
         int32_t a = 0;
         for (int t = 1; t < j->len && !isnan(m); t++)
@@ -149,11 +150,27 @@ static void mt_fwd_task(void *ctx, int task)
         j->y[r] = m;
         j->idx[r] = a;
     }
+    /* relu(max) with max_time's semantics over relu(x) (x < 0 ? 0 : x: NaN and -0
+     * kept): a NaN or positive max stays with its index; otherwise every relu(x) is a
+     * zero, all tie, and the first one wins. */
+    for (long r = lo; j->relu && r < hi; r++)
+        if (!(j->y[r] > 0.0f) && !isnan(j->y[r])) {
+            float x0 = j->a[r * j->len];
+            j->y[r] = x0 < 0.0f ? 0.0f : x0;
+            j->idx[r] = 0;
+        }
 }
 
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx)
 {
     g_job j = {.units = (long)n * c, .len = len, .a = x, .y = y, .idx = idx};
+    j.parts = g_parts(j.units, j.units * len);
+    k_parallel_for(j.parts, mt_fwd_task, &j);
+}
+
+void k_max_time_relu_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx)
+{
+    g_job j = {.units = (long)n * c, .len = len, .a = x, .y = y, .idx = idx, .relu = 1};
     j.parts = g_parts(j.units, j.units * len);
     k_parallel_for(j.parts, mt_fwd_task, &j);
 }

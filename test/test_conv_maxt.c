@@ -282,3 +282,35 @@ TEST(conv_maxt_max_time_forward_every_isa)
     }
     k_set_isa(NULL);
 }
+
+/* The embedding's register-transpose path (AVX2) is the scalar loop's bits: the same
+ * adds in token order, rows repeated inside one 8-token block, ragged edges. */
+TEST(conv_maxt_embedding_vector_path_same_bits)
+{
+    static const int shapes[][3] = {{3, 37, 21}, {2, 64, 128}, {8, 64, 130}, {4, 16, 8}, {1, 7, 5}}; /* n, len, dim */
+    const int vocab = 11;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n = shapes[s][0], len = shapes[s][1], dim = shapes[s][2];
+        size_t ny = (size_t)n * dim * len, nt = (size_t)vocab * dim;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * len);
+        for (int i = 0; i < n * len; i++) ids[i] = (int32_t)rnd((unsigned)vocab); /* many repeats per block */
+        float *tab = fa(nt), *g = fa(ny), *y[2] = {fa(ny), fa(ny)}, *dt[3] = {fa(nt), fa(nt), fa(nt)};
+        for (size_t i = 0; i < nt; i++) tab[i] = (float)rnd(1000) / 300.0f - 1.5f;
+        for (size_t i = 0; i < ny; i++) g[i] = (float)rnd(1000) / 700.0f - 0.6f;
+        CHECK(k_set_isa("generic") == 0);
+        k_embedding_fwd(n, len, dim, ids, tab, y[0]);
+        k_embedding_bwd(n, len, dim, vocab, ids, g, dt[0]);
+        if (k_set_isa("avx2") == 0) {
+            k_embedding_fwd(n, len, dim, ids, tab, y[1]);
+            k_embedding_bwd(n, len, dim, vocab, ids, g, dt[1]);
+            k_set_threads(2);
+            k_embedding_bwd(n, len, dim, vocab, ids, g, dt[2]);
+            k_set_threads(1);
+            CHECKF(memcmp(y[0], y[1], ny * sizeof(float)) == 0, "shape %zu: forward differs", s);
+            CHECKF(memcmp(dt[0], dt[1], nt * sizeof(float)) == 0, "shape %zu: backward differs", s);
+            CHECKF(memcmp(dt[0], dt[2], nt * sizeof(float)) == 0, "shape %zu: backward on 2 threads differs", s);
+        }
+        k_set_isa(NULL);
+        free(ids); free(tab); free(g); free(y[0]); free(y[1]); free(dt[0]); free(dt[1]); free(dt[2]);
+    }
+}

@@ -15,6 +15,7 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 #include <string.h>
 
 static size_t al16(size_t f) { return (f + 15) & ~(size_t)15; }
@@ -58,44 +59,25 @@ static void transpose_scalar(int r0, int r1, int c0, int c1, int rows, int cols,
         for (int r = r0; r < r1; r++) b[(long)c * rows + r] = a[(long)r * cols + c];
 }
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <immintrin.h>
+#ifdef K_TR8
 __attribute__((target("avx2"))) static void transpose_avx2(int rows, int cols, const float *a, float *b)
 {
     int r8 = rows & ~7, c8 = cols & ~7;
     for (int r0 = 0; r0 < r8; r0 += 8)
         for (int c0 = 0; c0 < c8; c0 += 8) {
-            const float *s = a + (long)r0 * cols + c0;
-            __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + cols), x2 = _mm256_loadu_ps(s + 2 * cols),
-                   x3 = _mm256_loadu_ps(s + 3 * cols), x4 = _mm256_loadu_ps(s + 4 * cols),
-                   x5 = _mm256_loadu_ps(s + 5 * cols), x6 = _mm256_loadu_ps(s + 6 * cols),
-                   x7 = _mm256_loadu_ps(s + 7 * cols);
-            __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1), t2 = _mm256_unpacklo_ps(x2, x3),
-                   t3 = _mm256_unpackhi_ps(x2, x3), t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5),
-                   t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
-                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
-                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
-                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-            float *d = b + (long)c0 * rows + r0;
-            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + rows, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * rows, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * rows, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * rows, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * rows, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * rows, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * rows, _mm256_permute2f128_ps(u3, u7, 0x31));
+            __m256 v[8];
+            for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(a + (long)(r0 + k) * cols + c0);
+            k_tr8(v);
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(b + (long)(c0 + k) * rows + r0, v[k]);
         }
     transpose_scalar(0, r8, c8, cols, rows, cols, a, b);
     transpose_scalar(r8, rows, 0, cols, rows, cols, a, b);
 }
-#define K_MT_AVX2 1
 #endif
 
 static void transpose(int rows, int cols, const float *a, float *b)
 {
-#ifdef K_MT_AVX2
+#ifdef K_TR8
     if (k_isa_level() >= K_ISA_AVX2) {
         transpose_avx2(rows, cols, a, b);
         return;

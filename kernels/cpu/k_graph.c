@@ -4,6 +4,7 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 #include <math.h>
 #include <string.h>
 
@@ -76,6 +77,29 @@ void k_add(size_t n, const float *a, const float *b, float *y)
 /* ---- embedding. Forward is a gather plus a transpose ([len, dim] rows -> [dim, len]):
  * blocks of 16 tokens keep the written lines in cache while the rows are read. */
 #define EMB_TB 16
+#ifdef K_TR8
+/* 8 tokens x 8 dimensions per register transpose; returns the tokens done (a
+ * multiple of 8; the rest go the scalar way). */
+__attribute__((target("avx2"))) static int emb_fwd_avx2(int len, int dim, const int32_t *id, const float *table,
+                                                        float *yi)
+{
+    int t8 = len & ~7, d8 = dim & ~7;
+    for (int t0 = 0; t0 < t8; t0 += 8) {
+        const float *rows[8];
+        for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
+        for (int d = 0; d < d8; d += 8) {
+            __m256 v[8];
+            for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_ps(rows[t] + d);
+            k_tr8(v);
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(yi + (long)(d + k) * len + t0, v[k]);
+        }
+        for (int d = d8; d < dim; d++)
+            for (int t = 0; t < 8; t++) yi[(long)d * len + t0 + t] = rows[t][d];
+    }
+    return t8;
+}
+#endif
+
 static void emb_fwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
@@ -84,7 +108,11 @@ static void emb_fwd_task(void *ctx, int task)
     for (long i = lo; i < hi; i++) {
         float *yi = j->y + i * (long)j->dim * j->len;
         const int32_t *id = j->ids + i * j->len;
-        for (int t0 = 0; t0 < j->len; t0 += EMB_TB) {
+        int done = 0;
+#ifdef K_TR8
+        if (k_isa_level() >= K_ISA_AVX2) done = emb_fwd_avx2(j->len, j->dim, id, j->a, yi);
+#endif
+        for (int t0 = done; t0 < j->len; t0 += EMB_TB) {
             int tn = j->len - t0 < EMB_TB ? j->len - t0 : EMB_TB;
             const float *rows[EMB_TB];
             for (int t = 0; t < tn; t++) rows[t] = j->a + (long)id[t0 + t] * j->dim;
@@ -106,6 +134,33 @@ void k_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *t
 /* Backward: each task owns a range of embedding columns d (for every row of the
  * table), zeroes them and adds every token's gradient in token order: the same sums
  * in the same order whatever the split. */
+#ifdef K_TR8
+/* One sample's tokens, columns [d0, d1): 8 tokens x 8 columns per register transpose,
+ * each row still gets its tokens' gradients added in token order (the scalar loop's
+ * bits: plain adds). */
+__attribute__((target("avx2"))) static void emb_bwd_avx2(int len, int dim, int d0, int d1, const int32_t *id,
+                                                         const float *g, float *table)
+{
+    int t8 = len & ~7, d8 = d0 + ((d1 - d0) & ~7);
+    for (int t0 = 0; t0 < t8; t0 += 8) {
+        float *rows[8];
+        for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
+        for (int d = d0; d < d8; d += 8) {
+            __m256 v[8];
+            for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(g + (long)(d + k) * len + t0);
+            k_tr8(v); /* v[t] = token t0+t's columns d..d+8 */
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(rows[t] + d, _mm256_add_ps(_mm256_loadu_ps(rows[t] + d), v[t]));
+        }
+        for (int t = 0; t < 8; t++)
+            for (int d = d8; d < d1; d++) rows[t][d] += g[(long)d * len + t0 + t];
+    }
+    for (int t = t8; t < len; t++) {
+        float *row = table + (long)id[t] * dim;
+        for (int d = d0; d < d1; d++) row[d] += g[(long)d * len + t];
+    }
+}
+#endif
+
 static void emb_bwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
@@ -115,6 +170,13 @@ static void emb_bwd_task(void *ctx, int task)
     size_t w = (size_t)(d1 - d0);
     if (d0 == 0 && d1 == j->dim) memset(j->y, 0, sizeof(float) * (size_t)j->vocab * j->dim);
     else for (long v = 0; v < j->vocab; v++) memset(j->y + v * j->dim + d0, 0, sizeof(float) * w);
+#ifdef K_TR8
+    if (k_isa_level() >= K_ISA_AVX2) {
+        for (long i = 0; i < j->units; i++)
+            emb_bwd_avx2(j->len, j->dim, (int)d0, (int)d1, j->ids + i * j->len, j->a + i * (long)j->dim * j->len, j->y);
+        return;
+    }
+#endif
     long tokens = j->units * j->len;
     for (long tk = 0; tk < tokens; tk++) {
         long i = tk / j->len, t = tk % j->len;

@@ -66,8 +66,10 @@ __attribute__((target("avx2"))) static void transpose_avx2(int rows, int cols, c
     for (int r0 = 0; r0 < r8; r0 += 8)
         for (int c0 = 0; c0 < c8; c0 += 8) {
             __m256 v[8];
+            #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(a + (long)(r0 + k) * cols + c0);
             k_tr8(v);
+            #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) _mm256_storeu_ps(b + (long)(c0 + k) * rows + r0, v[k]);
         }
     transpose_scalar(0, r8, c8, cols, rows, cols, a, b);

@@ -89,8 +89,10 @@ __attribute__((target("avx2"))) static int emb_fwd_avx2(int len, int dim, const 
         for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
         for (int d = 0; d < d8; d += 8) {
             __m256 v[8];
+            #pragma GCC unroll 8
             for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_ps(rows[t] + d);
             k_tr8(v);
+            #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) _mm256_storeu_ps(yi + (long)(d + k) * len + t0, v[k]);
         }
         for (int d = d8; d < dim; d++)
@@ -147,8 +149,10 @@ __attribute__((target("avx2"))) static void emb_bwd_avx2(int len, int dim, int d
         for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
         for (int d = d0; d < d8; d += 8) {
             __m256 v[8];
+            #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(g + (long)(d + k) * len + t0);
             k_tr8(v); /* v[t] = token t0+t's columns d..d+8 */
+            #pragma GCC unroll 8
             for (int t = 0; t < 8; t++) _mm256_storeu_ps(rows[t] + d, _mm256_add_ps(_mm256_loadu_ps(rows[t] + d), v[t]));
         }
         for (int t = 0; t < 8; t++)

@@ -176,6 +176,11 @@ void k_max_time_relu_fwd(int n, int c, int len, const float *x, float *y, int32_
  * dx (NULL: not needed), with n*k*c*r*s multiply-adds instead of the dense q times
  * that. Equal to the dense chain up to summation order. Workspace: the bytes below
  * (0 when p != 1: not applicable). */
+/* Its forward half: k_max_time_relu_fwd of k_conv2d_fwd's output (p == 1) without
+ * writing that output (the same bits); ym, idx are [n, k]. */
+size_t k_conv2d_fwd_maxt_workspace(const k_conv_shape *sh);
+void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *ym,
+                       int32_t *idx, void *ws);
 size_t k_conv2d_maxt_workspace(const k_conv_shape *sh);
 void k_conv2d_bwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *gy,
                        const float *ym, const int32_t *idx, float *dx, float *dw, float *db, void *ws);

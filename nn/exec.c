@@ -50,8 +50,8 @@ const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t s
     nn_run r = {.n = n, .train = train, .seed = seed, .step = step, .ws = g->ws};
     for (int i = 1; i < g->nn; i++) {
         nn_node *nd = &g->nodes[i];
-        if (nd->storage != i || nd->folded == NN_FOLD_RELU) continue; /* a view: same bytes as its input;
-                                                                         * a relu the max_time applies */
+        if (nd->storage != i || nd->folded) continue; /* a view: same bytes as its input; a relu
+                                                        * and max_time the conv below does */
         if (nd->recompute) nd->y = nd->y_fwd; /* backward moved it to y_bwd */
         r.ws = nd->ws_fwd;
         nd->op->fwd(g, nd, &r);

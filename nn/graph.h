@@ -138,9 +138,9 @@ typedef struct nn_node {
      * max_time only through a relu (one reader each) has maxt_from = that max_time's
      * index and does the three backwards at once from its gradient and argmax; the relu
      * and max_time have `folded` set (no backward of their own, no dy for the conv or
-     * the relu). Forward too: the relu does nothing and has no output, the max_time
-     * reads the conv's output and applies the relu to the max (NN_FOLD_*). 0 / 0 on the
-     * dense path. */
+     * the relu). Forward too: the conv writes the max_time's output and argmax, the
+     * relu and max_time do nothing and neither the conv nor the relu has an output
+     * (y NULL). NN_FOLD_*; 0 / 0 on the dense path. */
     int maxt_from, folded;
     k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
 } nn_node;

@@ -178,9 +178,9 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
     /* Sparse backward through max over time: conv -> relu -> max_time, each read only by
      * the next, the conv's output one row high. The conv's backward (nn/ops/conv.c) then
      * reads the max_time's dy, output and argmax; the relu and max_time do nothing in
-     * backward and the conv's and relu's dy are never made. In forward the max_time
-     * reads the conv's output and applies the relu itself: the relu's output is never
-     * made either. fp32 CPU graphs only (the
+     * backward and the conv's and relu's dy are never made. In forward the conv writes
+     * the max_time's output and argmax itself (k_conv2d_fwd_maxt): neither the conv's
+     * nor the relu's output is made either. fp32 CPU graphs only (the
      * device and bf16 paths keep the dense chain). */
     for (int i = 0; i < N; i++) g->nodes[i].maxt_from = g->nodes[i].folded = 0;
     for (int i = 1; !g->no_sparse && !g->on_device && g->amp == NN_AMP_NONE && i < N; i++) {
@@ -200,7 +200,7 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         nn_node *n = &g->nodes[i];
         int cheap = (n->op->flags & NN_RECOMPUTE) ||
                     (!strcmp(n->op->kind, "conv2d") && (long)n->conv.c * n->conv.r * n->conv.s <= g->recompute_macs);
-        n->recompute = cheap && n->storage == i && i != g->out && ncons[i] == 1 && n->folded != NN_FOLD_RELU;
+        n->recompute = cheap && n->storage == i && i != g->out && ncons[i] == 1 && !n->folded && !n->maxt_from;
     }
     for (int i = 1; i < N; i++)
         if (g->nodes[i].storage != i) g->nodes[g->nodes[i].storage].recompute = 0;
@@ -233,7 +233,7 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
                                    * live to the conv's backward; no dy below it */
         int m = g->nodes[i].maxt_from;
         if (!m) continue;
-        if (y1[i] < F(m)) y1[i] = F(m); /* the max_time reads the conv's output */
+        y0[m] = F(i); /* the conv's forward writes the max_time's output */
         if (y1[m] < BW(i)) y1[m] = BW(i);
         if (d1[m] < BW(i)) d1[m] = BW(i);
         d1[i] = d1[g->nodes[m].in[0]] = -1;
@@ -292,15 +292,19 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         nn_node *n = &g->nodes[i];
         size_t bytes = r64(B * nn_shape_numel(n->out) * sizeof(float));
         if (n->storage == i) {
-            if (n->folded != NN_FOLD_RELU) it[ni++] = (item){bytes, 0, y0[i], y1[i], i, K_Y};
+            if (!n->folded || n->folded == NN_FOLD_MAXT) it[ni++] = (item){bytes, 0, y0[i], y1[i], i, K_Y};
             if (g1[i] >= 0) it[ni++] = (item){bytes, 0, g0[i], g1[i], i, K_DY};
             if (P.mat[i] && P.ybroot[i] == i) it[ni++] = (item){bytes, 0, P.yb0[i], P.yb1[i], i, K_YB};
         }
         size_t ab = n->aux_per_sample * B + n->aux_fixed;
         int a1 = P.yb1[i] > BW(i) ? P.yb1[i] : BW(i);
-        for (int k = 1; k < i; k++) /* a max_time whose argmax a sparse conv reads */
-            if (g->nodes[k].maxt_from == i && a1 < BW(k)) a1 = BW(k);
-        if (ab) it[ni++] = (item){r64(ab), 0, F(i), a1, i, K_AUX};
+        int a0 = F(i);
+        for (int k = 1; k < i; k++) /* a max_time the conv k writes in forward, reads in backward */
+            if (g->nodes[k].maxt_from == i) {
+                a0 = F(k);
+                if (a1 < BW(k)) a1 = BW(k);
+            }
+        if (ab) it[ni++] = (item){r64(ab), 0, a0, a1, i, K_AUX};
     }
     /* The accumulation scratch: one for the whole backward, or with the savers one per
      * node for its own backward (the largest one is otherwise alive throughout). */
@@ -429,7 +433,7 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         }
         if (ybroot[i] >= 0 && ybroot[i] != i) n->y_bwd = g->nodes[ybroot[i]].y_bwd;
         if (!n->needs_grad || n->maxt_from || n->folded == NN_FOLD_RELU) n->dy = NULL;
-        if (n->folded == NN_FOLD_RELU) n->y = NULL;
+        if (n->folded == NN_FOLD_RELU || n->maxt_from) n->y = NULL;
         n->y_fwd = n->y;
     }
     free(roots);

@@ -44,7 +44,8 @@ static void kernel_case(int n, int c, int h, int w, int k, int r, int s, int st,
     k_conv_shape_init(&sh);
     CHECKF(sh.p == 1, "shape: p %d", sh.p);
     size_t nx = (size_t)n * c * h * w, nw = (size_t)k * c * r * s, ny = (size_t)n * k * sh.q, nm = (size_t)n * k;
-    size_t wsb = k_conv2d_workspace(&sh), wm = k_conv2d_maxt_workspace(&sh);
+    size_t wsb = k_conv2d_workspace(&sh), wm = k_conv2d_maxt_workspace(&sh), wf = k_conv2d_fwd_maxt_workspace(&sh);
+    if (wf > wsb) wsb = wf;
     float *x = fa(nx), *wt = fa(nw), *b = fa(k), *y = fa(ny), *yr = fa(ny), *ym = fa(nm), *gy = fa(nm);
     float *dyr = fa(ny), *dyc = fa(ny), *dx0 = fa(nx), *dw0 = fa(nw), *db0 = fa(k);
     float *dx1 = fa(nx), *dw1 = fa(nw), *db1 = fa(k), *dx2 = fa(nx), *dw2 = fa(nw), *db2 = fa(k);
@@ -62,6 +63,18 @@ static void kernel_case(int n, int c, int h, int w, int k, int r, int s, int st,
     k_conv2d_fwd(&sh, x, wt, b, y, ws);
     k_relu_fwd(ny, y, yr);
     k_max_time_fwd(n, k, sh.q, yr, ym, idx);
+    /* the fused forward: the same bits, on 1 and 2 threads */
+    for (int th = 1; th <= 2; th++) {
+        float *ymf = fa(nm);
+        int32_t *idf = calloc(nm, sizeof(int32_t));
+        k_set_threads(th);
+        k_conv2d_fwd_maxt(&sh, x, wt, b, ymf, idf, ws);
+        k_set_threads(1);
+        CHECKF(memcmp(ymf, ym, nm * sizeof(float)) == 0 && memcmp(idf, idx, nm * sizeof(int32_t)) == 0,
+               "n%d c%d %dx%d k%d %dx%d st%d pad%d: fused forward differs (%d threads)", n, c, h, w, k, r, s, st, pad, th);
+        free(ymf);
+        free(idf);
+    }
     /* dense: max_time's dx, relu's mask, the conv's full backward */
     k_max_time_bwd(n, k, sh.q, gy, idx, dyr);
     k_relu_bwd(ny, yr, dyr, dyc);
@@ -128,8 +141,8 @@ static int nsparse(const nn_graph *g)
         const nn_node *n = &g->nodes[i];
         if (!n->maxt_from) continue;
         const nn_node *m = &g->nodes[n->maxt_from], *r = &g->nodes[m->in[0]];
-        /* neither the conv's nor the relu's gradient is made, nor the relu's output */
-        CHECK(n->dy == NULL && r->dy == NULL && r->y == NULL && m->dy != NULL && n->y != NULL);
+        /* neither the conv's nor the relu's output or gradient is made */
+        CHECK(n->dy == NULL && r->dy == NULL && r->y == NULL && n->y == NULL && m->dy != NULL && m->y != NULL);
         CHECK(m->folded == NN_FOLD_MAXT && r->folded == NN_FOLD_RELU && r->in[0] == i);
         k++;
     }

@@ -126,27 +126,34 @@ static void grad_task(void *ctx, int task)
     long img = (long)sh->h * sh->w * C, lo, hi;
     if (task < j->parts_w) {
         k_split(K, j->parts_w, task, &lo, &hi);
-        enum { CH = 64 }; /* sources per k_axpy_rows call: y goes through memory between
-                           * chunks, which changes no bits */
+        enum { CH = 64 }; /* samples per pass: y goes through memory between passes,
+                           * which changes no bits */
         const float *src[CH];
-        float coef[CH];
+        float coef[CH], lg[CH];
+        int li[CH], lq[CH];
         for (long f = lo; f < hi; f++) {
             float *dwt = j->dwt + f * rs * C, b = 0.0f;
             memset(dwt, 0, sizeof(float) * (size_t)rs * C);
-            for (int t = 0; t < rs; t++) {
-                int cnt = 0;
-                for (int i = 0; i < n; i++) {
+            for (int i0 = 0; i0 < n; i0 += CH) {
+                int m = 0;
+                for (int i = i0; i < n && i < i0 + CH; i++) { /* the samples whose max passed */
                     float gv = j->g[(long)i * K + f];
-                    long o = gv != 0.0f ? tap(sh, j->idx[(long)i * K + f], t / sh->s, t % sh->s) : -1;
-                    if (o < 0) continue;
-                    src[cnt] = j->xt + i * img + o;
-                    coef[cnt++] = gv;
-                    if (cnt == CH) {
-                        k_axpy_rows(cnt, coef, src, (size_t)C, dwt + (long)t * C);
-                        cnt = 0;
-                    }
+                    if (gv == 0.0f) continue;
+                    li[m] = i;
+                    lg[m] = gv;
+                    lq[m++] = j->idx[(long)i * K + f];
                 }
-                if (cnt) k_axpy_rows(cnt, coef, src, (size_t)C, dwt + (long)t * C);
+                for (int r = 0; m && r < sh->r; r++)
+                    for (int t = 0; t < sh->s; t++) {
+                        int cnt = 0;
+                        for (int k = 0; k < m; k++) {
+                            long o = tap(sh, lq[k], r, t);
+                            if (o < 0) continue;
+                            src[cnt] = j->xt + li[k] * img + o;
+                            coef[cnt++] = lg[k];
+                        }
+                        if (cnt) k_axpy_rows(cnt, coef, src, (size_t)C, dwt + ((long)r * sh->s + t) * C);
+                    }
             }
             transpose(rs, C, dwt, j->dw + f * rs * C);
             for (int i = 0; i < n; i++) b += j->g[(long)i * K + f];
@@ -162,12 +169,13 @@ static void grad_task(void *ctx, int task)
             float gv = j->g[i * K + f];
             if (gv == 0.0f) continue;
             int q = j->idx[i * K + f];
-            for (int t = 0; t < rs; t++) {
-                long o = tap(sh, q, t / sh->s, t % sh->s);
-                if (o < 0) continue;
-                const float *row = j->wt + ((long)f * rs + t) * C;
-                k_axpy_rows(1, &gv, &row, (size_t)C, d + o);
-            }
+            for (int r = 0; r < sh->r; r++)
+                for (int t = 0; t < sh->s; t++) {
+                    long o = tap(sh, q, r, t);
+                    if (o < 0) continue;
+                    const float *row = j->wt + ((long)f * rs + r * sh->s + t) * C;
+                    k_axpy_rows(1, &gv, &row, (size_t)C, d + o);
+                }
         }
         transpose((int)(img / C), C, d, j->dx + i * img);
     }

@@ -283,11 +283,6 @@ void k_axpy_rows(int cnt, const float *a, const float *const *x, size_t n, float
     K_DISPATCH(axpy_rows, cnt, a, x, n, y)
 }
 
-void k_max_first(long rows, size_t n, const float *x, float *y, int32_t *idx)
-{
-    K_DISPATCH(max_first, rows, n, x, y, idx)
-}
-
 float k_sum_span(size_t n, const float *x)
 {
 #ifdef K_X86

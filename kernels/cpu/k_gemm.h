@@ -51,9 +51,6 @@ void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx);
 void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y);
 void k_scale_span(size_t n, float scale, const float *x, float *y);
 float k_sum_span(size_t n, const float *x);
-/* Per row of x[rows][n] (n >= 1): the max into y[r] and its first index into idx[r];
- * idx[r] = -1 (y[r] unwritten) for a row with a NaN or an infinity. */
-void k_max_first(long rows, size_t n, const float *x, float *y, int32_t *idx);
 void k_sgd_span(size_t n, float lr, float m, float damp, float wd, int nesterov, int first,
                 float *p, const float *g, float *v);
 /* BatchNorm's folded forms: y = (x + m)*a + b;  z = a*x + b*(y + ym) + c. */

@@ -658,40 +658,6 @@ KT_TARGET static void KT(axpy_rows)(int cnt, const float *a, const float *const 
     }
 }
 
-/* Per row r < rows of x[r*n + 0..n) (n >= 1): the max and the first index holding
- * it; y[r] = x at that index (so -0 and +0 resolve as a scalar "first x > m" scan
- * does). A row with a NaN or an infinity gets idx[r] = -1 and no y: the caller's
- * scalar loop decides it. */
-KT_TARGET static void KT(max_first)(long rows, size_t n, const float *x0, float *y, int32_t *idx)
-{
-    kv z = kv_zero();
-    for (long r = 0; r < rows; r++) {
-        const float *x = x0 + (size_t)r * n;
-        kv m = kv_set1(x[0]), bad = z;
-        size_t i = 0;
-        for (; i + KV_W <= n; i += KV_W) {
-            kv v = kv_load(x + i);
-            m = kv_max(m, v);
-            bad = kv_fma(v, z, bad); /* NaN once any lane was NaN or infinite */
-        }
-        float lanes[KV_W], mx = x[0], b = kv_hsum(bad);
-        kv_store(lanes, m);
-        for (int l = 0; l < KV_W; l++) mx = lanes[l] > mx ? lanes[l] : mx;
-        for (; i < n; i++) {
-            b += x[i] * 0.0f;
-            mx = x[i] > mx ? x[i] : mx;
-        }
-        if (b != b) {
-            idx[r] = -1;
-            continue;
-        }
-        size_t a = 0;
-        while (x[a] != mx) a++;
-        y[r] = x[a];
-        idx[r] = (int32_t)a;
-    }
-}
-
 /* y[0..n) = v */
 KT_TARGET static void KT(fill_span)(size_t n, float v, float *y)
 {

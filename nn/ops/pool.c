@@ -75,10 +75,6 @@ static int maxt_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 static void maxt_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     nn_shape x = nn_in(g, n, 0)->out;
-    if (n->folded) { /* conv -> relu -> here (nn/plan.c): the relu applied to the max */
-        k_max_time_relu_fwd(r->n, x.c, x.w, nn_in(g, nn_in(g, n, 0), 0)->y, n->y, n->aux);
-        return;
-    }
     k_max_time_fwd(r->n, x.c, x.w, nn_x(g, n, 0), n->y, n->aux);
 }
 

@@ -184,6 +184,17 @@ static void graph_case(const nn_model_cfg *c, int B, int want_sparse)
     if (bias) {
         s.g.params[bias->offset + 1] = s2.g.params[bias->offset + 1] = d.g.params[bias->offset + 1] = -50.0f;
     }
+    /* a conv1d filter of zeros with a positive bias: every position ties, the first wins */
+    for (int i = 0; i + 1 < s.g.np; i++)
+        if (s.g.p[i].ndim == 3) {
+            const nn_param *w = &s.g.p[i], *b = &s.g.p[i + 1];
+            size_t per = w->numel / (size_t)w->shape[0];
+            for (size_t k = 0; k < per; k++) s.g.params[w->offset + k] = 0.0f;
+            s.g.params[b->offset] = 0.5f;
+            memcpy(s2.g.params, s.g.params, s.g.nparams * sizeof(float));
+            memcpy(d.g.params, s.g.params, s.g.nparams * sizeof(float));
+            break;
+        }
     for (int step = 0; step < 3; step++) {
         k_set_threads(1);
         nn_forward(&s.g, x, B, 1, 3, (uint64_t)step);

@@ -168,6 +168,22 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 /* Max over time: y[n,c] = max_t x[n,c,t], idx[n,c] = its t (first max). */
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
 void k_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx);
+/* k_max_time_fwd of relu(x) (k_relu_fwd's) without making relu(x): the same y and idx. */
+void k_max_time_relu_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);
+/* Backward of conv2d -> relu -> max over time for a conv whose output has one row
+ * (sh->p == 1, conv1d): from the max's gradient gy[n,k], its output ym[n,k] (the relu's
+ * mask: only ym > 0 passes) and argmax idx[n,k], the conv's dw, db (NULL: no bias) and
+ * dx (NULL: not needed), with n*k*c*r*s multiply-adds instead of the dense q times
+ * that. Equal to the dense chain up to summation order. Workspace: the bytes below
+ * (0 when p != 1: not applicable). */
+/* Its forward half: k_max_time_relu_fwd of k_conv2d_fwd's output (p == 1) without
+ * writing that output (the same bits); ym, idx are [n, k]. */
+size_t k_conv2d_fwd_maxt_workspace(const k_conv_shape *sh);
+void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *ym,
+                       int32_t *idx, void *ws);
+size_t k_conv2d_maxt_workspace(const k_conv_shape *sh);
+void k_conv2d_bwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *gy,
+                       const float *ym, const int32_t *idx, float *dx, float *dw, float *db, void *ws);
 /* Index of the first element that is NaN or infinite, or -1 when all are finite. */
 long k_first_nonfinite(size_t n, const float *x);
 #endif

@@ -50,7 +50,8 @@ const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t s
     nn_run r = {.n = n, .train = train, .seed = seed, .step = step, .ws = g->ws};
     for (int i = 1; i < g->nn; i++) {
         nn_node *nd = &g->nodes[i];
-        if (nd->storage != i) continue; /* a view: same bytes as its input */
+        if (nd->storage != i || nd->folded) continue; /* a view: same bytes as its input; a relu
+                                                        * and max_time the conv below does */
         if (nd->recompute) nd->y = nd->y_fwd; /* backward moved it to y_bwd */
         r.ws = nd->ws_fwd;
         nd->op->fwd(g, nd, &r);
@@ -132,7 +133,7 @@ void nn_backward_from(nn_graph *g, int last, int n)
     for (int i = last; i >= 1; i--) {
         nn_node *nd = &g->nodes[i];
         if (!nd->needs_grad) continue;
-        if (nd->storage == i) {
+        if (nd->storage == i && !nd->folded) { /* folded: the conv below does it */
             recompute(g, i, &r);
             r.ws = nd->ws_bwd;
             nd->op->bwd(g, nd, &r);

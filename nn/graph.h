@@ -134,12 +134,21 @@ typedef struct nn_node {
     int needs_grad;        /* some parameter upstream: dy is needed */
     int grad_source;       /* set by the builder: this value's gradient is wanted */
     int dy_first;          /* the consumer that writes dy first in backward */
+    /* Sparse backward through max over time (nn/plan.c): a conv whose output reaches a
+     * max_time only through a relu (one reader each) has maxt_from = that max_time's
+     * index and does the three backwards at once from its gradient and argmax; the relu
+     * and max_time have `folded` set (no backward of their own, no dy for the conv or
+     * the relu). Forward too: the conv writes the max_time's output and argmax, the
+     * relu and max_time do nothing and neither the conv nor the relu has an output
+     * (y NULL). NN_FOLD_*; 0 / 0 on the dense path. */
+    int maxt_from, folded;
     k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
  * parameters, gradients, optimizer state and other ops stay fp32. */
 enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1 };
+enum { NN_FOLD_MAXT = 1, NN_FOLD_RELU = 2 }; /* nn_node.folded */
 
 typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
 enum { NN_GRAD_SET, NN_GRAD_STASH_FIRST, NN_GRAD_STASH, NN_GRAD_FINAL };
@@ -167,6 +176,7 @@ typedef struct nn_graph {
     char err[256];         /* the first build error */
     int no_reuse;          /* plan without sharing memory (tests compare the two) */
     int no_recompute;      /* keep every activation and gradient apart (tests compare) */
+    int no_sparse;         /* dense backward through max over time everywhere (tests compare) */
     size_t act_bytes_keep; /* the planned activations without recomputation / in-place */
     int recompute_macs;    /* convs with at most this many multiply-adds per output element
                             * are recomputed in backward too (0: none; < 0: the smallest

@@ -175,13 +175,32 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         n->storage = i;
         if ((n->op->flags & NN_ALIAS) && n->in[0] != 0 && ncons[n->in[0]] == 1) n->storage = g->nodes[n->in[0]].storage;
     }
+    /* Sparse backward through max over time: conv -> relu -> max_time, each read only by
+     * the next, the conv's output one row high. The conv's backward (nn/ops/conv.c) then
+     * reads the max_time's dy, output and argmax; the relu and max_time do nothing in
+     * backward and the conv's and relu's dy are never made. In forward the conv writes
+     * the max_time's output and argmax itself (k_conv2d_fwd_maxt): neither the conv's
+     * nor the relu's output is made either. fp32 CPU graphs only (the
+     * device and bf16 paths keep the dense chain). */
+    for (int i = 0; i < N; i++) g->nodes[i].maxt_from = g->nodes[i].folded = 0;
+    for (int i = 1; !g->no_sparse && !g->on_device && g->amp == NN_AMP_NONE && i < N; i++) {
+        nn_node *m = &g->nodes[i], *r = &g->nodes[m->in[0]], *c = &g->nodes[r->in[0]];
+        if (strcmp(m->op->kind, "max_time") || !m->needs_grad || m->storage != i) continue;
+        if (strcmp(r->op->kind, "relu") || ncons[m->in[0]] != 1 || r->grad_source || r->storage != m->in[0]) continue;
+        if (strcmp(c->op->kind, "conv2d") || ncons[r->in[0]] != 1 || c->grad_source || c->storage != r->in[0] ||
+            c->out.h != 1)
+            continue;
+        c->maxt_from = i;
+        m->folded = NN_FOLD_MAXT;
+        r->folded = NN_FOLD_RELU;
+    }
     /* What is recomputed: cheap nodes with one reader and no view of them. Device
      * graphs keep everything (their executor does not recompute). */
     for (int i = 1; rc && i < N; i++) {
         nn_node *n = &g->nodes[i];
         int cheap = (n->op->flags & NN_RECOMPUTE) ||
                     (!strcmp(n->op->kind, "conv2d") && (long)n->conv.c * n->conv.r * n->conv.s <= g->recompute_macs);
-        n->recompute = cheap && n->storage == i && i != g->out && ncons[i] == 1;
+        n->recompute = cheap && n->storage == i && i != g->out && ncons[i] == 1 && !n->folded && !n->maxt_from;
     }
     for (int i = 1; i < N; i++)
         if (g->nodes[i].storage != i) g->nodes[g->nodes[i].storage].recompute = 0;
@@ -195,7 +214,7 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
     for (int i = 1; i < N; i++) {
         nn_node *n = &g->nodes[i];
         int s = n->storage;
-        if (n->op->flags & NN_BWD_OUTPUT && !n->recompute && y1[s] < BW(i)) y1[s] = BW(i);
+        if (n->op->flags & NN_BWD_OUTPUT && !n->recompute && !n->folded && y1[s] < BW(i)) y1[s] = BW(i);
         if (!strcmp(n->op->kind, "input")) y1[s] = 4 * N + 8; /* extra inputs (tests) live throughout */
         if (i == g->out) {
             int t = g->out_is_logp ? BW(i) : LOSS;
@@ -210,10 +229,19 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         }
         if (n->needs_grad && d1[s] < BW(s)) d1[s] = BW(s);
     }
+    for (int i = 1; i < N; i++) { /* sparse: the max_time's output, dy (and argmax, below)
+                                   * live to the conv's backward; no dy below it */
+        int m = g->nodes[i].maxt_from;
+        if (!m) continue;
+        y0[m] = F(i); /* the conv's forward writes the max_time's output */
+        if (y1[m] < BW(i)) y1[m] = BW(i);
+        if (d1[m] < BW(i)) d1[m] = BW(i);
+        d1[i] = d1[g->nodes[m].in[0]] = -1;
+    }
     /* The backward in the executor's order: which recomputed values it reads, when. */
     for (int i = N - 1; rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
-        if (!n->needs_grad || n->storage != i) continue;
+        if (!n->needs_grad || n->storage != i || n->folded) continue;
         if (n->op->flags & NN_BWD_INPUT)
             for (int k = 0; k < n->nin; k++) use(&P, g->nodes[n->in[k]].storage, BW(i), i);
         if (n->mask_from_bn) use(&P, g->nodes[g->nodes[n->in[0]].in[0]].storage, BW(i), i);
@@ -222,7 +250,7 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
     /* In-place gradients: input 0's dy is the node's dy when the node writes it first. */
     for (int i = N - 1; rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
-        if (!(n->op->flags & NN_BWD_INPLACE) || n->storage != i || !n->needs_grad) continue;
+        if (!(n->op->flags & NN_BWD_INPLACE) || n->storage != i || !n->needs_grad || n->folded) continue;
         int v = n->in[0];
         nn_node *vn = &g->nodes[v];
         if (v != 0 && vn->needs_grad && vn->storage == v && vn->dy_first == i &&
@@ -264,13 +292,19 @@ static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, s
         nn_node *n = &g->nodes[i];
         size_t bytes = r64(B * nn_shape_numel(n->out) * sizeof(float));
         if (n->storage == i) {
-            it[ni++] = (item){bytes, 0, y0[i], y1[i], i, K_Y};
+            if (!n->folded || n->folded == NN_FOLD_MAXT) it[ni++] = (item){bytes, 0, y0[i], y1[i], i, K_Y};
             if (g1[i] >= 0) it[ni++] = (item){bytes, 0, g0[i], g1[i], i, K_DY};
             if (P.mat[i] && P.ybroot[i] == i) it[ni++] = (item){bytes, 0, P.yb0[i], P.yb1[i], i, K_YB};
         }
         size_t ab = n->aux_per_sample * B + n->aux_fixed;
         int a1 = P.yb1[i] > BW(i) ? P.yb1[i] : BW(i);
-        if (ab) it[ni++] = (item){r64(ab), 0, F(i), a1, i, K_AUX};
+        int a0 = F(i);
+        for (int k = 1; k < i; k++) /* a max_time the conv k writes in forward, reads in backward */
+            if (g->nodes[k].maxt_from == i) {
+                a0 = F(k);
+                if (a1 < BW(k)) a1 = BW(k);
+            }
+        if (ab) it[ni++] = (item){r64(ab), 0, a0, a1, i, K_AUX};
     }
     /* The accumulation scratch: one for the whole backward, or with the savers one per
      * node for its own backward (the largest one is otherwise alive throughout). */
@@ -398,7 +432,8 @@ int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
             n->dy = g->nodes[dyroot[i]].dy;
         }
         if (ybroot[i] >= 0 && ybroot[i] != i) n->y_bwd = g->nodes[ybroot[i]].y_bwd;
-        if (!n->needs_grad) n->dy = NULL;
+        if (!n->needs_grad || n->maxt_from || n->folded == NN_FOLD_RELU) n->dy = NULL;
+        if (n->folded == NN_FOLD_RELU || n->maxt_from) n->y = NULL;
         n->y_fwd = n->y;
     }
     free(roots);

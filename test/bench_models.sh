@@ -2,7 +2,7 @@
 # Training throughput and peak RSS of the zoo models, ddprt vs PyTorch 1.13 (Debian's
 # python3-torch, OpenBLAS), 1 thread each, synthetic data of the model's shape,
 # alternating runs; prints a table of medians. Not part of make test.
-#   test/bench_models.sh [ROUNDS]     (BUILD=build by default)
+#   test/bench_models.sh [ROUNDS]     (BUILD=build by default; MODELS="textcnn lenet" for a subset)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -13,6 +13,7 @@ med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR 
 printf "%-10s %6s %14s %14s %8s %12s %12s %8s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" "RSS x"
 for c in "${cases[@]}"; do
   read -r m b sd sp <<<"$c"
+  [[ -z "${MODELS:-}" || " $MODELS " == *" $m "* ]] || continue
   : >/tmp/bm.d; : >/tmp/bm.p; : >/tmp/bm.dr; : >/tmp/bm.pr
   for _ in $(seq "$rounds"); do
     out=$("$B/ddprt-train" --data synthetic --model "$m" --batch-size "$b" --max-steps $((sd + 2)) --epochs 1 \

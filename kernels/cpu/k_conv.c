@@ -118,6 +118,8 @@ typedef struct conv_job {
     conv_dims d;
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db;
+    float *ym;     /* k_conv2d_fwd_maxt: relu(max over q) per image and filter ... */
+    int32_t *idx;  /* ... and its argmax; y is then one image's scratch per slot */
     char *ws;
     const float *wpack;
     const long *boff, *boff2;
@@ -147,18 +149,18 @@ static void conv_fwd_slot(void *ctx, int slot)
     long lo, hi;
     k_split(sh->n, d->slots, slot, &lo, &hi);
     for (long i = lo; i < hi; i++) {
+        float *yi = j->ym ? j->y + slot * d->ysz : j->y + i * d->ysz;
         if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
             /* 1x1 strided (ResNet's projections): the columns are just the subsampled
              * image; a plain-stride GEMM on them measured ~10% faster than tap offsets. */
             float *col = (float *)(j->ws + (size_t)slot * d->slot + d->r_col) + K_SLACK;
             k_im2col(&g, j->x + i * d->xsz, col);
-            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, j->y + i * d->ysz,
-                             d->pq, j->b, 0);
-            continue;
+            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0);
+        } else {
+            conv_rows(&g, d, j->x + i * d->xsz, xs);
+            k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0);
         }
-        conv_rows(&g, d, j->x + i * d->xsz, xs);
-        k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, j->y + i * d->ysz,
-                         d->pq, j->b, 0);
+        if (j->ym) k_max_time_relu_fwd(1, sh->k, (int)d->pq, yi, j->ym + i * sh->k, j->idx + i * sh->k);
     }
 }
 
@@ -182,6 +184,30 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
     conv_offsets(sh, &j.d, boff);
     j.wpack = wpack;
     j.boff = boff;
+    k_parallel_for(j.d.slots, conv_fwd_slot, &j);
+}
+
+/* The conv's output only feeds relu -> max over time (p == 1; nn/plan.c): each image's
+ * output goes to its slot's scratch, still in cache when the max is taken, and is
+ * never written out. ym/idx are k_max_time_relu_fwd's of the output k_conv2d_fwd
+ * would write (the same GEMM: the same bits). */
+size_t k_conv2d_fwd_maxt_workspace(const k_conv_shape *sh)
+{
+    conv_dims d = conv_dims_of(sh);
+    return k_conv2d_workspace(sh) + round64(sizeof(float) * (size_t)d.slots * d.ysz);
+}
+
+void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *ym,
+                       int32_t *idx, void *ws)
+{
+    conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .ym = ym, .idx = idx, .ws = ws};
+    float *wpack = (float *)((char *)ws + j.d.r_pack);
+    long *boff = (long *)((char *)ws + j.d.r_off);
+    k_gemm_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, wpack);
+    conv_offsets(sh, &j.d, boff);
+    j.wpack = wpack;
+    j.boff = boff;
+    j.y = (float *)((char *)ws + k_conv2d_workspace(sh));
     k_parallel_for(j.d.slots, conv_fwd_slot, &j);
 }
 

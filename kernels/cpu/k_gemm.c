@@ -278,6 +278,10 @@ void k_affine2_span(size_t n, float a, const float *x, float b, const float *y, 
 }
 void k_add_span(size_t n, const float *a, const float *b, float *y) { K_DISPATCH(add_span, n, a, b, y) }
 void k_fill_span(size_t n, float v, float *y) { K_DISPATCH(fill_span, n, v, y) }
+void k_axpy_rows(int cnt, const float *a, const float *const *x, size_t n, float *y)
+{
+    K_DISPATCH(axpy_rows, cnt, a, x, n, y)
+}
 
 float k_sum_span(size_t n, const float *x)
 {

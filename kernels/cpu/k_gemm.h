@@ -59,4 +59,6 @@ void k_affine2_span(size_t n, float a, const float *x, float b, const float *y, 
                     float *z);
 void k_add_span(size_t n, const float *a, const float *b, float *y);
 void k_fill_span(size_t n, float v, float *y);
+/* y[0..n) += sum_j a[j] * x[j][0..n), j = 0..cnt in order. */
+void k_axpy_rows(int cnt, const float *a, const float *const *x, size_t n, float *y);
 #endif

@@ -4,12 +4,13 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 #include <math.h>
 #include <string.h>
 
 typedef struct g_job {
     long units;
-    int parts, c, hw, len, dim, vocab;
+    int parts, c, hw, len, dim, vocab, relu;
     const float *a, *b;
     float *y;
     const int32_t *ids;
@@ -76,6 +77,31 @@ void k_add(size_t n, const float *a, const float *b, float *y)
 /* ---- embedding. Forward is a gather plus a transpose ([len, dim] rows -> [dim, len]):
  * blocks of 16 tokens keep the written lines in cache while the rows are read. */
 #define EMB_TB 16
+#ifdef K_TR8
+/* 8 tokens x 8 dimensions per register transpose; returns the tokens done (a
+ * multiple of 8; the rest go the scalar way). */
+__attribute__((target("avx2"))) static int emb_fwd_avx2(int len, int dim, const int32_t *id, const float *table,
+                                                        float *yi)
+{
+    int t8 = len & ~7, d8 = dim & ~7;
+    for (int t0 = 0; t0 < t8; t0 += 8) {
+        const float *rows[8];
+        for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
+        for (int d = 0; d < d8; d += 8) {
+            __m256 v[8];
+            #pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_ps(rows[t] + d);
+            k_tr8(v);
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(yi + (long)(d + k) * len + t0, v[k]);
+        }
+        for (int d = d8; d < dim; d++)
+            for (int t = 0; t < 8; t++) yi[(long)d * len + t0 + t] = rows[t][d];
+    }
+    return t8;
+}
+#endif
+
 static void emb_fwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
@@ -84,7 +110,11 @@ static void emb_fwd_task(void *ctx, int task)
     for (long i = lo; i < hi; i++) {
         float *yi = j->y + i * (long)j->dim * j->len;
         const int32_t *id = j->ids + i * j->len;
-        for (int t0 = 0; t0 < j->len; t0 += EMB_TB) {
+        int done = 0;
+#ifdef K_TR8
+        if (k_isa_level() >= K_ISA_AVX2) done = emb_fwd_avx2(j->len, j->dim, id, j->a, yi);
+#endif
+        for (int t0 = done; t0 < j->len; t0 += EMB_TB) {
             int tn = j->len - t0 < EMB_TB ? j->len - t0 : EMB_TB;
             const float *rows[EMB_TB];
             for (int t = 0; t < tn; t++) rows[t] = j->a + (long)id[t0 + t] * j->dim;
@@ -106,6 +136,35 @@ void k_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *t
 /* Backward: each task owns a range of embedding columns d (for every row of the
  * table), zeroes them and adds every token's gradient in token order: the same sums
  * in the same order whatever the split. */
+#ifdef K_TR8
+/* One sample's tokens, columns [d0, d1): 8 tokens x 8 columns per register transpose,
+ * each row still gets its tokens' gradients added in token order (the scalar loop's
+ * bits: plain adds). */
+__attribute__((target("avx2"))) static void emb_bwd_avx2(int len, int dim, int d0, int d1, const int32_t *id,
+                                                         const float *g, float *table)
+{
+    int t8 = len & ~7, d8 = d0 + ((d1 - d0) & ~7);
+    for (int t0 = 0; t0 < t8; t0 += 8) {
+        float *rows[8];
+        for (int t = 0; t < 8; t++) rows[t] = table + (long)id[t0 + t] * dim;
+        for (int d = d0; d < d8; d += 8) {
+            __m256 v[8];
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(g + (long)(d + k) * len + t0);
+            k_tr8(v); /* v[t] = token t0+t's columns d..d+8 */
+            #pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(rows[t] + d, _mm256_add_ps(_mm256_loadu_ps(rows[t] + d), v[t]));
+        }
+        for (int t = 0; t < 8; t++)
+            for (int d = d8; d < d1; d++) rows[t][d] += g[(long)d * len + t0 + t];
+    }
+    for (int t = t8; t < len; t++) {
+        float *row = table + (long)id[t] * dim;
+        for (int d = d0; d < d1; d++) row[d] += g[(long)d * len + t];
+    }
+}
+#endif
+
 static void emb_bwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
@@ -115,6 +174,13 @@ static void emb_bwd_task(void *ctx, int task)
     size_t w = (size_t)(d1 - d0);
     if (d0 == 0 && d1 == j->dim) memset(j->y, 0, sizeof(float) * (size_t)j->vocab * j->dim);
     else for (long v = 0; v < j->vocab; v++) memset(j->y + v * j->dim + d0, 0, sizeof(float) * w);
+#ifdef K_TR8
+    if (k_isa_level() >= K_ISA_AVX2) {
+        for (long i = 0; i < j->units; i++)
+            emb_bwd_avx2(j->len, j->dim, (int)d0, (int)d1, j->ids + i * j->len, j->a + i * (long)j->dim * j->len, j->y);
+        return;
+    }
+#endif
     long tokens = j->units * j->len;
     for (long tk = 0; tk < tokens; tk++) {
         long i = tk / j->len, t = tk % j->len;
@@ -134,12 +200,90 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 
 /* ---- max over time: the first maximum wins ties; a NaN wins over numbers and the
  * first NaN is kept (so NaN propagates, as torch.max). */
+#ifdef K_TR8
+/* Rows of all-finite values (n >= the vector width): the max by vectors (the last one
+ * overlapping: max is idempotent), then the first index equal to it; y = x there, so
+ * -0 and +0 resolve as the scalar scan does. Exact comparisons only: the scalar bits.
+ * A row with a NaN or infinity gets idx -1 and goes the scalar way. */
+__attribute__((target("avx512f"))) static void max_rows_avx512(long rows, int n, const float *x0, float *y,
+                                                               int32_t *idx)
+{
+    const __m512 z = _mm512_setzero_ps();
+    for (long r = 0; r < rows; r++) {
+        const float *x = x0 + r * n;
+        __m512 m = _mm512_loadu_ps(x), bad = _mm512_mul_ps(m, z);
+        for (int i = 16; i < n; i += 16) {
+            __m512 v = _mm512_loadu_ps(i + 16 <= n ? x + i : x + n - 16);
+            m = _mm512_max_ps(m, v);
+            bad = _mm512_add_ps(bad, _mm512_mul_ps(v, z)); /* NaN once a NaN or infinity was seen */
+        }
+        if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q)) {
+            idx[r] = -1;
+            continue;
+        }
+        __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+        for (int i = 0;; i += 16) {
+            __m512 v = _mm512_loadu_ps(i + 16 <= n ? x + i : x + n - 16);
+            __mmask16 e = _mm512_cmp_ps_mask(v, mx, _CMP_EQ_OQ);
+            if (e) {
+                int a = (i + 16 <= n ? i : n - 16) + __builtin_ctz(e);
+                y[r] = x[a];
+                idx[r] = a;
+                break;
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2"))) static void max_rows_avx2(long rows, int n, const float *x0, float *y, int32_t *idx)
+{
+    const __m256 z = _mm256_setzero_ps();
+    for (long r = 0; r < rows; r++) {
+        const float *x = x0 + r * n;
+        __m256 m = _mm256_loadu_ps(x), bad = _mm256_mul_ps(m, z);
+        for (int i = 8; i < n; i += 8) {
+            __m256 v = _mm256_loadu_ps(i + 8 <= n ? x + i : x + n - 8);
+            m = _mm256_max_ps(m, v);
+            bad = _mm256_add_ps(bad, _mm256_mul_ps(v, z));
+        }
+        if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q))) {
+            idx[r] = -1;
+            continue;
+        }
+        __m256 h = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+        h = _mm256_max_ps(h, _mm256_shuffle_ps(h, h, 0x4e));
+        h = _mm256_max_ps(h, _mm256_shuffle_ps(h, h, 0xb1)); /* every lane: the max */
+        for (int i = 0;; i += 8) {
+            __m256 v = _mm256_loadu_ps(i + 8 <= n ? x + i : x + n - 8);
+            int e = _mm256_movemask_ps(_mm256_cmp_ps(v, h, _CMP_EQ_OQ));
+            if (e) {
+                int a = (i + 8 <= n ? i : n - 8) + __builtin_ctz((unsigned)e);
+                y[r] = x[a];
+                idx[r] = a;
+                break;
+            }
+        }
+    }
+}
+#endif
+
 static void mt_fwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
     long lo, hi;
     k_split(j->units, j->parts, task, &lo, &hi);
+    int vec = 0;
+#ifdef K_TR8
+    if (k_isa_level() >= K_ISA_AVX512 && j->len >= 16) {
+        max_rows_avx512(hi - lo, j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
+        vec = 1;
+    } else if (k_isa_level() >= K_ISA_AVX2 && j->len >= 8) {
+        max_rows_avx2(hi - lo, j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
+        vec = 1;
+    }
+#endif
     for (long r = lo; r < hi; r++) {
+        if (vec && j->idx[r] >= 0) continue; /* all finite: done */
         const float *x = j->a + r * j->len;
         float m = x[0];
         int32_t a = 0;
@@ -148,11 +292,27 @@ static void mt_fwd_task(void *ctx, int task)
         j->y[r] = m;
         j->idx[r] = a;
     }
+    /* relu(max) with max_time's semantics over relu(x) (x < 0 ? 0 : x: NaN and -0
+     * kept): a NaN or positive max stays with its index; otherwise every relu(x) is a
+     * zero, all tie, and the first one wins. */
+    for (long r = lo; j->relu && r < hi; r++)
+        if (!(j->y[r] > 0.0f) && !isnan(j->y[r])) {
+            float x0 = j->a[r * j->len];
+            j->y[r] = x0 < 0.0f ? 0.0f : x0;
+            j->idx[r] = 0;
+        }
 }
 
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx)
 {
     g_job j = {.units = (long)n * c, .len = len, .a = x, .y = y, .idx = idx};
+    j.parts = g_parts(j.units, j.units * len);
+    k_parallel_for(j.parts, mt_fwd_task, &j);
+}
+
+void k_max_time_relu_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx)
+{
+    g_job j = {.units = (long)n * c, .len = len, .a = x, .y = y, .idx = idx, .relu = 1};
     j.parts = g_parts(j.units, j.units * len);
     k_parallel_for(j.parts, mt_fwd_task, &j);
 }

@@ -623,6 +623,41 @@ KT_TARGET static void KT(add_span)(size_t n, const float *a, const float *b, flo
     for (; i < n; i++) y[i] = a[i] + b[i];
 }
 
+/* y[0..n) += sum_j a[j] * x[j][0..n), j in order: y stays in registers over the j
+ * loop (the sparse conv backward's gathered rows). Every element sees the same
+ * sequence of operations whichever block handles it. */
+KT_TARGET static void KT(axpy_rows)(int cnt, const float *a, const float *const *x, size_t n, float *y)
+{
+    size_t i = 0;
+    for (; i + 4 * KV_W <= n; i += 4 * KV_W) {
+        kv s0 = kv_load(y + i), s1 = kv_load(y + i + KV_W), s2 = kv_load(y + i + 2 * KV_W),
+           s3 = kv_load(y + i + 3 * KV_W);
+        for (int j = 0; j < cnt; j++) {
+            kv aj = kv_set1(a[j]);
+            const float *xj = x[j] + i;
+            s0 = kv_fma(aj, kv_load(xj), s0);
+            s1 = kv_fma(aj, kv_load(xj + KV_W), s1);
+            s2 = kv_fma(aj, kv_load(xj + 2 * KV_W), s2);
+            s3 = kv_fma(aj, kv_load(xj + 3 * KV_W), s3);
+        }
+        kv_store(y + i, s0);
+        kv_store(y + i + KV_W, s1);
+        kv_store(y + i + 2 * KV_W, s2);
+        kv_store(y + i + 3 * KV_W, s3);
+    }
+    for (; i + KV_W <= n; i += KV_W) {
+        kv s0 = kv_load(y + i);
+        for (int j = 0; j < cnt; j++) s0 = kv_fma(kv_set1(a[j]), kv_load(x[j] + i), s0);
+        kv_store(y + i, s0);
+    }
+    if (i < n) {
+        int t = (int)(n - i);
+        kv s0 = kv_loadn(y + i, t);
+        for (int j = 0; j < cnt; j++) s0 = kv_fma(kv_set1(a[j]), kv_loadn(x[j] + i, t), s0);
+        kv_storen(y + i, s0, t);
+    }
+}
+
 /* y[0..n) = v */
 KT_TARGET static void KT(fill_span)(size_t n, float v, float *y)
 {

@@ -34,6 +34,11 @@ static size_t conv_ws(const nn_graph *g, const nn_node *n, int max_batch)
     k_conv_shape sh = n->conv;
     sh.n = max_batch;
     size_t w = k_conv2d_workspace(&sh);
+    if (sh.p == 1) { /* conv -> relu -> max_time (nn/plan.c): the fused forward, sparse backward */
+        size_t wm = k_conv2d_maxt_workspace(&sh), wf = k_conv2d_fwd_maxt_workspace(&sh);
+        if (wm > w) w = wm;
+        if (wf > w) w = wf;
+    }
     if (g->amp == NN_AMP_BF16) {
         size_t wb = k_conv2d_bf16_workspace(&sh);
         if (wb > w) w = wb;
@@ -45,6 +50,11 @@ static void conv_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = n->conv;
     sh.n = r->n;
+    if (n->maxt_from) { /* -> relu -> max_time: straight to the max's output and argmax */
+        nn_node *m = &g->nodes[n->maxt_from];
+        k_conv2d_fwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, m->y, m->aux, r->ws);
+        return;
+    }
     if (g->amp == NN_AMP_BF16)
         k_conv2d_fwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
     else
@@ -55,6 +65,12 @@ static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = n->conv;
     sh.n = r->n;
+    if (n->maxt_from) { /* -> relu -> max_time: from the max's gradient and argmax */
+        const nn_node *m = &g->nodes[n->maxt_from];
+        k_conv2d_bwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), m->dy, m->y, m->aux, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                          n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+        return;
+    }
     if (g->amp == NN_AMP_BF16)
         k_conv2d_bwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
                           n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);

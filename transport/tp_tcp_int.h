@@ -8,7 +8,7 @@
 
 /* Handshake: the connector sends a hello, the acceptor answers with a reply. */
 #define TCP_MAGIC 0x64647074u /* "ddpt" */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u /* 2: lanes take whole messages in turn (tp_tcp.c lane_part) */
 enum { TCP_OK = 0, TCP_REFUSE_MAGIC = 1, TCP_REFUSE_VERSION = 2, TCP_REFUSE_TOKEN = 3,
        TCP_REFUSE_RANK = 4, TCP_REFUSE_WORLD = 5, TCP_REFUSE_NSOCKS = 6 };
 

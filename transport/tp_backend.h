@@ -31,6 +31,7 @@ typedef struct tp_req {
     void *buf;
     size_t len, done;       /* bytes moved so far */
     int state;              /* 0 pending, 1 complete, < 0 error code */
+    int lane;               /* tcp: the socket of the peer's set it travels on */
     struct tp_req *next;    /* backend's per-peer queue link */
 } tp_req;
 

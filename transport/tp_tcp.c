@@ -8,9 +8,9 @@
  *    straight into the user buffer (one syscall for a small message); the header must
  *    announce exactly the posted length and the expected sequence, else it is a
  *    protocol error naming the peer;
- *  - waitall busy-polls (non-blocking send/recv attempts) for spin_ns after the last
- *    progress before it sleeps in poll(): waking an idle core costs ~100 us, a small
- *    allreduce ~5 us;
+ *  - waitall busy-polls (non-blocking send/recv attempts) after the last progress
+ *    before it sleeps in poll(): waking an idle core costs ~100 us, a small
+ *    allreduce ~5 us; the spin adapts between 5 us and spin_ns (see tcp_waitall);
  *  - any error fails the backend: every queued request fails, a best-effort abort
  *    frame carrying the root cause goes to every peer whose stream is between frames,
  *    and all sockets close, so the failure reaches every rank within milliseconds
@@ -21,7 +21,6 @@
 #include "rt/log.h"
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +30,8 @@
 #include <unistd.h>
 
 #define FRAME ((size_t)sizeof(tcp_frame))
-#define TCP_PURE_SPIN_NS 5000
+/* Shortest busy-poll before poll(): a reply to a small message arrives in ~5 us. */
+#define TCP_SPIN_MIN_NS 5000
 
 /* ---- failure --------------------------------------------------------------------- */
 
@@ -158,17 +158,22 @@ static int fail_errno(tcp_backend *t, int j, const char *what)
 
 /* ---- progress -------------------------------------------------------------------- */
 
-/* Lanes a message of len bytes uses, and lane k's stripe of it: [*off, *off + *cnt). */
-static int lanes_for(const tcp_peer *p, size_t len)
+/* Lane k's part of r, [*off, *off + *cnt): 0 when lane k carries none of it. A
+ * message of TCP_STRIPE_MIN bytes or more is cut into one stripe per lane (all of
+ * them: then a recv whose length disagrees still meets a header on every lane it
+ * reads, so the mismatch is named, not waited out); a shorter one goes whole on
+ * lane r->lane. */
+static int lane_part(const tcp_peer *p, const tp_req *r, int k, size_t *off, size_t *cnt)
 {
-    size_t n = len / TCP_LANE_MIN;
-    return n <= 1 ? 1 : n < (size_t)p->nl ? (int)n : p->nl;
-}
-
-static void stripe(size_t len, int n, int k, size_t *off, size_t *cnt)
-{
-    *off = len / (size_t)n * (size_t)k;
-    *cnt = k == n - 1 ? len - *off : len / (size_t)n;
+    size_t n = (size_t)p->nl;
+    if (r->len < TCP_STRIPE_MIN || n == 1) {
+        *off = 0;
+        *cnt = r->len;
+        return k == r->lane;
+    }
+    *off = r->len / n * (size_t)k;
+    *cnt = (size_t)k == n - 1 ? r->len - *off : r->len / n;
+    return 1;
 }
 
 /* Lane l is done with request r: on to the next; r completes when it was the last. */
@@ -192,10 +197,8 @@ static int lane_send(tcp_backend *t, int j, int k)
     int moved = 0;
     while (l->scur) {
         tp_req *r = l->scur;
-        int n = lanes_for(p, r->len);
-        if (k < n) {
-            size_t off, cnt;
-            stripe(r->len, n, k, &off, &cnt);
+        size_t off, cnt;
+        if (lane_part(p, r, k, &off, &cnt)) {
             if (!l->sbusy) {
                 l->shdr = (tcp_frame){r->len, l->sseq, 0};
                 l->shdr_done = l->soff = 0;
@@ -252,10 +255,8 @@ static int lane_recv(tcp_backend *t, int j, int k)
     int moved = 0;
     while (l->rcur) {
         tp_req *r = l->rcur;
-        int n = lanes_for(p, r->len);
-        if (k < n) {
-            size_t off, cnt;
-            stripe(r->len, n, k, &off, &cnt);
+        size_t off, cnt;
+        if (lane_part(p, r, k, &off, &cnt)) {
             if (l->rhdr_done < FRAME || l->roff < cnt) {
                 struct iovec iov[2];
                 int ni = 0;
@@ -358,7 +359,8 @@ static int tcp_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
 {
     tcp_backend *t = (tcp_backend *)b;
     if (b->failed) return b->failed;
-    int64_t spin_until = port_now_ns() + t->spin_ns;
+    int64_t idle_since = port_now_ns();
+    int spun = 0;
     for (int i = 0;;) {
         int moved = progress_all(t);
         if (moved < 0) return moved;
@@ -367,21 +369,31 @@ static int tcp_waitall(tp_backend *b, tp_req **reqs, int n, int64_t deadline_ns)
         if (i == n) return 0;
         if (reqs[i]->state < 0) return reqs[i]->state;
         int64_t now = port_now_ns();
-        if (moved) spin_until = now + t->spin_ns;
+        if (moved) {
+            /* The peer delivered while we spun: it runs beside us, spinning pays. */
+            if (spun && t->spin_cur < t->spin_ns) t->spin_cur = t->spin_cur * 2 < t->spin_ns ? t->spin_cur * 2 : t->spin_ns;
+            spun = 0;
+            idle_since = now;
+        }
         if (now >= deadline_ns) return fail_timeout(t, reqs, n);
-        if (now < spin_until) {
-            /* The first few us: pure spin (a reply to a small message arrives in
-             * ~5 us). Then yield between attempts: when ranks share a core (more
-             * ranks than cores, or a busy machine) a pure spin would hold the core
-             * the peer needs for the whole spin period; sched_yield costs ~0.5 us
-             * when nobody else wants the core. */
-            if (spin_until - now > t->spin_ns - TCP_PURE_SPIN_NS) port_cpu_relax();
-            else sched_yield();
+        /* Busy-poll, then sleep in poll(). Not sched_yield: under EEVDF each yield
+         * pushes our deadline back, so a loop of them hands the core to whatever
+         * else is runnable (a nice 19 job included) for its whole slice, measured
+         * ~1 ms per yield that switched, once per 1 MiB allreduce. A sleeper, on
+         * the other hand, is woken ahead of such a job. The spin adapts: it doubles
+         * when the peer delivered during it and halves when it ran out (a peer that
+         * shares our core cannot deliver while we spin). */
+        if (now - idle_since < t->spin_cur) {
+            spun = 1;
+            port_cpu_relax();
             continue;
         }
+        int64_t lo = t->spin_ns < TCP_SPIN_MIN_NS ? t->spin_ns : TCP_SPIN_MIN_NS;
+        t->spin_cur = t->spin_cur / 2 > lo ? t->spin_cur / 2 : lo;
         int r = block_once(t, deadline_ns);
         if (r < 0) return r;
-        spin_until = port_now_ns() + t->spin_ns;
+        spun = 0;
+        idle_since = port_now_ns();
     }
 }
 
@@ -398,9 +410,13 @@ static int post(tcp_backend *t, int kind, int peer, void *buf, size_t len, tp_re
 {
     if (t->b.failed) return t->b.failed;
     if (peer < 0 || peer >= t->b.world || peer == t->b.rank || (!buf && len)) return TP_EINVAL;
-    *r = (tp_req){.kind = kind, .peer = peer, .buf = buf, .len = len};
     tcp_peer *p = &t->peers[peer];
     int snd = kind == TP_REQ_SEND;
+    /* An unstriped message goes on lane (its index in this direction) mod lanes: both
+     * ends count alike, whatever the lengths (see lane_part). */
+    uint32_t idx = snd ? p->snext++ : p->rnext++;
+    *r = (tp_req){.kind = kind, .peer = peer, .buf = buf, .len = len,
+                  .lane = (int)(idx % (uint32_t)(p->nl ? p->nl : 1))};
     tp_req **q = snd ? &p->sq : &p->rq, **tail = snd ? &p->sq_tail : &p->rq_tail;
     if (*tail) (*tail)->next = r;
     else *q = r;
@@ -480,6 +496,7 @@ int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t er
     t->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
     const char *spin = getenv("DDPRT_TCP_SPIN_US");
     t->spin_ns = (spin ? atoll(spin) : 200) * 1000;
+    t->spin_cur = t->spin_ns;
     if (tcp_nsocks_env(&t->nsocks, err, errlen)) {
         free(t);
         return -1;

@@ -106,9 +106,9 @@ static void scheck(const char *what, rt_dtype dt, int op, size_t n, size_t i, do
 
 static void matrix(void)
 {
-    /* 4096 f32 = the one-round allreduce limit (16 KiB); 98309: several 128 KiB steps. */
-    static const size_t sizes[] = {0, 1, 2, 3, 7, 63, 1027, 4096, 4097, 98309};
-    size_t maxn = 98309 * (size_t)world_;
+    /* 4096 f32 = the one-round allreduce limit (16 KiB); 196613: several 256 KiB steps. */
+    static const size_t sizes[] = {0, 1, 2, 3, 7, 63, 1027, 4096, 4097, 196613};
+    size_t maxn = 196613 * (size_t)world_;
     unsigned char *s = malloc(maxn * 8 + 64), *r = malloc(maxn * 8 + 64);
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         size_t n = sizes[k];

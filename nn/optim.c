@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const char *const opt_names[] = {"sgd", "adam", "adamw"};
-static const char *const sched_names[] = {"none", "step", "multistep", "cosine"};
+static const char *const sched_names[] = {"none", "step", "multistep", "cosine", "cosine-step"};
 static const char *const comp_names[] = {"none", "fp16", "bf16"};
 
 const char *nn_optim_name(int kind) { return opt_names[kind]; }
@@ -65,7 +65,7 @@ int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen)
     int scale = 0;
     static const char *const scale_names[] = {"none", "world"};
     if (pick("optimizer", o->optimizer, opt_names, 3, &c->kind, err, errlen) ||
-        pick("lr-schedule", o->lr_schedule, sched_names, 4, &c->sched, err, errlen) ||
+        pick("lr-schedule", o->lr_schedule, sched_names, 5, &c->sched, err, errlen) ||
         pick("grad-compress", o->grad_compress, comp_names, 3, &c->compress, err, errlen) ||
         pick("lr-scale", o->lr_scale, scale_names, 2, &scale, err, errlen) ||
         int_list("lr-milestones", o->lr_milestones, c->milestones, NN_MAX_MILESTONES, &c->nmilestones, err, errlen) ||
@@ -145,6 +145,13 @@ double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step)
     case NN_SCHED_COSINE: /* CosineAnnealingLR(T_max = epochs, eta_min = 0), closed form */
         lr *= (1 + cos(M_PI * e / (c->epochs > 0 ? c->epochs : 1))) / 2;
         break;
+    case NN_SCHED_COSINE_STEP: { /* the same curve stepped every optimizer step (timm's t_in_epochs=False): the
+                                  * rate reaches 0 at the end of the run, so its final accuracy is not a
+                                  * snapshot of a high-rate walk */
+        double total = (double)(c->epochs > 0 ? c->epochs : 1) * (double)o->steps_per_epoch;
+        lr *= (1 + cos(M_PI * fmin((double)step / total, 1.0))) / 2;
+        break;
+    }
     default: break;
     }
     double ws = c->warmup_epochs * (double)o->steps_per_epoch;

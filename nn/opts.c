@@ -78,7 +78,7 @@ static const flag flags[] = {
     F("max-vocab", T_POSINT, max_vocab, JOB, D_ANY, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
     FC("optimizer", optimizer, JOB, "sgd|adam|adamw", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8) (default: sgd)"),
     F("no-decay-bn-bias", T_FLAG, no_decay_bn_bias, JOB, D_ANY, "no weight decay on biases and BatchNorm parameters"),
-    FC("lr-schedule", lr_schedule, JOB, "none|step|multistep|cosine", "none, step, multistep or cosine, per epoch (default: none)"),
+    FC("lr-schedule", lr_schedule, JOB, "none|step|multistep|cosine|cosine-step", "none, step, multistep or cosine, per epoch; cosine-step: cosine stepped every optimizer step, reaching 0 at the end (default: none)"),
     F("lr-step", T_POSINT, lr_step, JOB, D_ANY, "step schedule: epochs between decays (default: 30)"),
     F("lr-gamma", T_DOUBLE, lr_gamma, JOB, D_POS, "step/multistep: decay factor (default: 0.1)"),
     F("lr-milestones", T_STR, lr_milestones, JOB, D_ANY, "multistep: epochs at which to decay, e.g. 30,60,90"),

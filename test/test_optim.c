@@ -101,6 +101,14 @@ TEST(optim_schedules_warmup_and_scaling)
     CHECK_NEAR(nn_optim_lr(&o, 1, 7), 0.4, 1e-12);
     CHECK_NEAR(nn_optim_lr(&o, 3, 25), 0.4 * (1 + cos(M_PI * 2 / 4)) / 2, 1e-12);
     CHECK_NEAR(nn_optim_lr(&o, 4, 35), 0.4 * (1 + cos(M_PI * 3 / 4)) / 2, 1e-12);
+    /* cosine-step: 4 epochs of 10 steps, the curve over steps 0..40; the epoch does not matter. */
+    const char *cst[] = {"--lr", "0.1", "--lr-schedule", "cosine-step", "--epochs", "4"};
+    o = mk(cst, 6, 1, 10);
+    CHECK_NEAR(nn_optim_lr(&o, 1, 0), 0.1, 1e-12);
+    CHECK_NEAR(nn_optim_lr(&o, 1, 7), 0.1 * (1 + cos(M_PI * 7 / 40)) / 2, 1e-12);
+    CHECK_NEAR(nn_optim_lr(&o, 3, 7), 0.1 * (1 + cos(M_PI * 7 / 40)) / 2, 1e-12);
+    CHECK_NEAR(nn_optim_lr(&o, 4, 39), 0.1 * (1 + cos(M_PI * 39 / 40)) / 2, 1e-12);
+    CHECK(nn_optim_lr(&o, 4, 39) < 0.0002 && nn_optim_lr(&o, 4, 39) > 0);
 }
 
 TEST(optim_bad_values_name_the_flag)

@@ -174,17 +174,23 @@ static void conv_offsets(const k_conv_shape *sh, const conv_dims *d, long *off)
                 off[t++] = ((((long)c * sh->s + s) * d->rpn + r % sh->stride) * d->hp + r / sh->stride) * sh->q;
 }
 
+/* Packs W and the input offsets into the workspace, then runs the slots. */
+static void conv_fwd_run(conv_job *j)
+{
+    float *wpack = (float *)((char *)j->ws + j->d.r_pack);
+    long *boff = (long *)((char *)j->ws + j->d.r_off);
+    k_gemm_pack_a(j->sh->k, (int)j->d.crs, j->w, j->d.crs, 1, wpack);
+    conv_offsets(j->sh, &j->d, boff);
+    j->wpack = wpack;
+    j->boff = boff;
+    k_parallel_for(j->d.slots, conv_fwd_slot, j);
+}
+
 void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
                   float *y, void *ws)
 {
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .y = y, .ws = ws};
-    float *wpack = (float *)((char *)ws + j.d.r_pack);
-    long *boff = (long *)((char *)ws + j.d.r_off);
-    k_gemm_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, wpack);
-    conv_offsets(sh, &j.d, boff);
-    j.wpack = wpack;
-    j.boff = boff;
-    k_parallel_for(j.d.slots, conv_fwd_slot, &j);
+    conv_fwd_run(&j);
 }
 
 /* The conv's output only feeds relu -> max over time (p == 1; nn/plan.c): each image's
@@ -201,14 +207,8 @@ void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, c
                        int32_t *idx, void *ws)
 {
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .ym = ym, .idx = idx, .ws = ws};
-    float *wpack = (float *)((char *)ws + j.d.r_pack);
-    long *boff = (long *)((char *)ws + j.d.r_off);
-    k_gemm_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, wpack);
-    conv_offsets(sh, &j.d, boff);
-    j.wpack = wpack;
-    j.boff = boff;
     j.y = (float *)((char *)ws + k_conv2d_workspace(sh));
-    k_parallel_for(j.d.slots, conv_fwd_slot, &j);
+    conv_fwd_run(&j);
 }
 
 /* dW for images [i0, i0+ng): their xs side by side, then one NT pass. */

@@ -133,7 +133,9 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
     return 0;
 }
 
-static int broadcast(shm_op *x, unsigned char *buf, size_t bytes, int root)
+/* broadcast (root >= 0: the root copies send in, the others copy it out to recv) and
+ * allgather (root < 0: every rank copies in, and copies every rank's block out). */
+static int gather(shm_op *x, const unsigned char *send, unsigned char *recv, size_t bytes, int root)
 {
     size_t nsteps = bytes ? (bytes + TP_SHM_STEP - 1) / TP_SHM_STEP : 1;
     for (size_t k = 0; k < nsteps; k++) {
@@ -141,24 +143,13 @@ static int broadcast(shm_op *x, unsigned char *buf, size_t bytes, int root)
         size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
         unsigned char *mine = begin(x, st);
         int rc;
-        if (x->me == root) cpy(mine, buf + off, len);
+        if (root < 0 || x->me == root) cpy(mine, send + off, len);
         if ((rc = publish(x, st))) return rc;
-        if (x->me != root) cpy(buf + off, peer(x, root, st), len);
-    }
-    return 0;
-}
-
-static int allgather(shm_op *x, const unsigned char *send, unsigned char *recv, size_t bytes)
-{
-    size_t nsteps = bytes ? (bytes + TP_SHM_STEP - 1) / TP_SHM_STEP : 1;
-    for (size_t k = 0; k < nsteps; k++) {
-        uint64_t st = x->s->step++;
-        size_t off = k * TP_SHM_STEP, len = bytes - off < TP_SHM_STEP ? bytes - off : TP_SHM_STEP;
-        unsigned char *mine = begin(x, st);
-        int rc;
-        cpy(mine, send + off, len);
-        if ((rc = publish(x, st))) return rc;
-        for (int q = 0; q < x->n; q++) cpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
+        if (root >= 0) {
+            if (x->me != root) cpy(recv + off, peer(x, root, st), len);
+        } else {
+            for (int q = 0; q < x->n; q++) cpy(recv + (size_t)q * bytes + off, peer(x, q, st), len);
+        }
     }
     return 0;
 }
@@ -181,8 +172,8 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
         return reduce_steps(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op, 1);
     case TP_K_REDUCE_SCATTER:
         return reduce_steps(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op, 0);
-    case TP_K_BROADCAST: return broadcast(&x, h->recv, h->count * es, h->root);
-    case TP_K_ALLGATHER: return allgather(&x, h->send, h->recv, h->count * es);
+    case TP_K_BROADCAST: return gather(&x, h->recv, h->recv, h->count * es, h->root);
+    case TP_K_ALLGATHER: return gather(&x, h->send, h->recv, h->count * es, -1);
     case TP_K_BARRIER: {
         uint64_t st = x.s->step++;
         return publish(&x, st);

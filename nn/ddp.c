@@ -127,11 +127,30 @@ static void unpack(nn_ddp *d, const nn_bucket *bk)
     else for (size_t i = 0; i < bk->count; i++) g[i] = tp_bf16_to_f32(h[i]);
 }
 
+/* The grads_alloc hook: one block for the life of the comm (a second carve reuses it). */
+static void *grads_alloc(void *ctx, size_t bytes)
+{
+    nn_ddp *d = ctx;
+    if (d->reg && d->reg_bytes >= bytes) return d->reg;
+    tp_mem_free(d->comm, d->reg);
+    d->reg = tp_mem_alloc(d->comm, bytes);
+    d->reg_bytes = d->reg ? bytes : 0;
+    return d->reg;
+}
+
+void nn_ddp_place_grads(nn_ddp *d, nn_graph *m)
+{
+    if (!d->comm) return;
+    m->grads_alloc = grads_alloc;
+    m->grads_ctx = d;
+}
+
 int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire)
 {
     d->wire = wire;
     if (!d->comm || wire == RT_F32 || d->half) return 0;
-    d->half = calloc(d->m->nparams ? d->m->nparams : 1, sizeof *d->half); /* start-up, once */
+    /* start-up, once; registered too, as the 16-bit buckets are what is reduced */
+    d->half = tp_mem_alloc(d->comm, (d->m->nparams ? d->m->nparams : 1) * sizeof *d->half);
     return d->half ? 0 : -1;
 }
 
@@ -258,12 +277,13 @@ void nn_ddp_close(nn_ddp *d, int failed)
 {
     if (d->comm) {
         if (failed) tp_abort(d->comm, "this rank stopped after an error");
+        tp_mem_free(d->comm, d->half);
+        tp_mem_free(d->comm, d->reg);
         tp_comm_destroy(d->comm);
     }
     if (d->rz) rt_rdzv_close(d->rz);
     free(d->scratch);
-    free(d->half);
-    d->half = NULL;
+    d->half = NULL, d->reg = NULL;
     d->scratch = NULL;
     d->comm = NULL;
     d->rz = NULL;

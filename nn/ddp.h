@@ -32,6 +32,8 @@ typedef struct nn_ddp {
     void *scratch;               /* world-sized buffer for the agreement steps */
     rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
     uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
+    void *reg;                   /* the gradients, in memory the host's ranks read in place */
+    size_t reg_bytes;
     uint64_t rounds, launches;   /* gradient allreduce rounds (optimizer steps) and buckets */
     uint64_t wire_bytes;         /* gradient bytes handed to the allreduce, per rank */
     uint64_t sync_calls;         /* SyncBatchNorm allreduces */
@@ -47,6 +49,10 @@ int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen);
  * differ from rank 0 ("batch_size is 32 on rank 1 but 64 on rank 0"). */
 int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals, int n,
                         char *err, size_t errlen);
+/* Sets m's grads_alloc (before nn_graph_finish) so that the gradients, which the
+ * buckets allreduce in place, live in tp_mem_alloc memory: ranks of one host then
+ * reduce them reading each other's in place. No-op with one rank. */
+void nn_ddp_place_grads(nn_ddp *d, nn_graph *m);
 /* Buckets of about bucket_mb MiB and the backward hook. */
 void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
 /* --grad-compress: buckets go through the allreduce as RT_F16 or RT_BF16 (Horovod's

@@ -205,7 +205,12 @@ int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t e
 int nn_graph_carve(nn_graph *g, rt_arena *a, char *err, size_t errlen)
 {
     g->params = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_PARAMS, "parameters");
-    g->grads = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_GRADS, "gradients");
+    if (!g->grads_alloc) {
+        g->grads = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_GRADS, "gradients");
+    } else if (!a->planning && !(g->grads = g->grads_alloc(g->grads_ctx, g->nparams * sizeof(float)))) {
+        snprintf(err, errlen, "out of memory for %zu bytes of gradients", g->nparams * sizeof(float));
+        return -1;
+    }
     g->bufs = g->buf_bytes ? rt_arena_alloc(a, g->buf_bytes, RT_MEM_PARAMS, "buffers") : NULL;
     return nn_plan(g, a, err, errlen);
 }

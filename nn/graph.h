@@ -183,6 +183,11 @@ typedef struct nn_graph {
                             * bound that halves the planned activations, set by the plan) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
+    /* Gradients from outside the arena (set between building and nn_graph_finish; DDP:
+     * memory the ranks of a host read in place); NULL: the arena. Called once per
+     * real carve with the bytes; NULL back is an error. */
+    void *(*grads_alloc)(void *ctx, size_t bytes);
+    void *grads_ctx;
     /* Gradient accumulation (--accum-steps, DDP's no_sync): ops always overwrite
      * grads; in the STASH modes each node's parameter gradients are then copied /
      * added into grad_sum and on_grad_ready is not fired (no bucket is launched); in

@@ -44,6 +44,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
         return -1;
     }
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
+    if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
     t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
     t->g.recompute_macs = o->recompute_macs;
     if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;

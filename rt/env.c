@@ -20,6 +20,8 @@ static const env_var vars[] = {
     {"DDPRT_SHM_SPIN_US", E_INT, NULL},
     {"DDPRT_SHM_CMA", E_ENUM, "0|1"},
     {"DDPRT_SHM_CMA_MIN", E_INT, NULL},
+    {"DDPRT_SHM_MAP", E_ENUM, "0|1"},
+    {"DDPRT_SHM_MAP_MIN", E_INT, NULL},
     {"DDPRT_CUDA_SYNC", E_ENUM, "0|1"},
     {"DDPRT_TCP_BUFSIZE", E_INT, NULL},
     {"DDPRT_TCP_NSOCKS", E_ENUM, "1|2|3|4|5|6|7|8"}, /* TCP_MAX_NSOCKS */

@@ -24,7 +24,7 @@ static const char *make_data(void)
 }
 
 /* Starts rank r of world over tcp://127.0.0.1:port with extra args (NULL-terminated). */
-static void start_rank(t_proc *p, int port, int r, int world, const char *const *extra)
+static void start_rank_env(t_proc *p, int port, int r, int world, const char *const *extra, char **env)
 {
     static char init[64], rs[MAXW][8], ws[8];
     snprintf(init, sizeof init, "tcp://127.0.0.1:%d", port);
@@ -37,7 +37,12 @@ static void start_rank(t_proc *p, int port, int r, int world, const char *const 
     argv[n] = NULL;
     char name[32];
     snprintf(name, sizeof name, "rank%d", r);
-    t_spawn(p, name, (char *const *)argv, NULL);
+    t_spawn(p, name, (char *const *)argv, env);
+}
+
+static void start_rank(t_proc *p, int port, int r, int world, const char *const *extra)
+{
+    start_rank_env(p, port, r, world, extra, NULL);
 }
 
 static int count(const char *s, const char *sub)
@@ -215,6 +220,34 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
     t_spawn(&q, "trunc", (char *const *)argv, NULL);
     CHECK(t_wait(&q, 60) == 1);
     CHECKF(strstr(t_slurp(q.err), "part.safetensors"), "%s", t_slurp(q.err));
+}
+
+/* The gradients live in tp_mem_alloc memory (nn_ddp_place_grads): on one host the
+ * bucket allreduces run on registered buffers, and the model ends bit-identical to a
+ * run through the shared segment's copies (DDPRT_SHM_MAP=0). */
+PTEST(ddp_gradients_reduce_in_place_on_one_host)
+{
+    t_clean_env();
+    make_data();
+    char out[2][600];
+    static char *env[2][3] = {{"DDPRT_LOG=debug", NULL}, {"DDPRT_LOG=debug", "DDPRT_SHM_MAP=0", NULL}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof out[k], "%s/map%d.safetensors", t_proc_tmpdir(), k);
+        const char *extra[] = {"--epochs", "1", "--save", out[k], NULL};
+        t_proc p[2];
+        int port = t_free_port();
+        for (int r = 0; r < 2; r++) start_rank_env(&p[r], port, r, 2, extra, env[k]);
+        for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
+        const char *e = t_slurp(p[0].err), *m = strstr(e, " ops ran on registered buffers");
+        unsigned long long n = 0;
+        if (m) {
+            while (m > e && m[-1] != ' ') m--;
+            sscanf(m, "%llu", &n);
+        }
+        /* 600 samples / (2 x 32) = 10 steps, each one bucket allreduce */
+        CHECKF(k ? !m : n >= 10, "run %d: %llu ops on registered buffers:\n%s", k, n, t_slurp(p[0].err));
+    }
+    CHECK(files_equal(out[0], out[1]));
 }
 
 /* ddprt-launch (torchrun variables), Slurm and Open MPI variables, as a cluster would set them. */

@@ -109,6 +109,10 @@ static void run_kill(int world, int victim, int cma_kill)
     t_proc p[MAXW];
     char url[64], vs[32];
     char *fault[] = {"DDPRT_SHM_CMA=1", "DDPRT_SHM_TEST_FAULT=cma_kill", NULL}, *cma_on[] = {"DDPRT_SHM_CMA=1", NULL};
+    /* cma_kill 2: the same inside an op on registered buffers (the others read and
+     * write the victim's memory: their mappings stay valid after it died). */
+    char *mfault[] = {"T_SHM_MEM=1", "DDPRT_SHM_TEST_FAULT=map_kill", NULL}, *map_on[] = {"T_SHM_MEM=1", NULL};
+    if (cma_kill == 2) memcpy(fault, mfault, sizeof fault), memcpy(cma_on, map_on, sizeof cma_on);
     url_for(url, sizeof url);
     snprintf(vs, sizeof vs, "victim=%d", cma_kill ? -2 : victim);
     for (int r = 0; r < world; r++)
@@ -136,6 +140,56 @@ PTEST(shm_kill_one_rank_2) { run_kill(2, 1, 0); }
 PTEST(shm_kill_one_rank_3) { run_kill(3, 0, 0); }
 PTEST(shm_kill_in_single_copy_2) { run_kill(2, 1, 1); }
 PTEST(shm_kill_in_single_copy_3) { run_kill(3, 2, 1); }
+PTEST(shm_kill_in_registered_2) { run_kill(2, 0, 2); }
+PTEST(shm_kill_in_registered_3) { run_kill(3, 1, 2); }
+
+/* Registered buffers (tp_mem_alloc; DDPRT_SHM_MAP_MIN=1: every allreduce of at least
+ * a byte): the matrix and the bitwise checks with world ranks, env for all and env1
+ * for rank 1. map_ops 1: every rank ran ops on registered buffers; 0: none did (every
+ * rank kept the copy protocol), and rank 0 says so. Every rank freed its blocks' memfds. */
+static void run_map(int world, char **env1, int map_ops)
+{
+    static char *env[] = {"T_SHM_MEM=1", "DDPRT_SHM_MAP_MIN=1", NULL};
+    t_clean_env();
+    t_proc p[MAXW];
+    char url[64];
+    url_for(url, sizeof url);
+    for (int r = 0; r < world; r++) spawn(&p[r], r, "matrix", url, world, r == 1 && env1 ? env1 : env, "timeout=60", NULL);
+    for (int r = 0; r < world; r++) {
+        int rc = t_wait(&p[r], 120);
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of %d ok", r, world);
+        const char *out = t_slurp(p[r].out), *m = strstr(out, "map ");
+        unsigned long long n = 0;
+        int reg = r != 1 || !env1 || strstr(env1[0], "T_SHM_MEM"); /* rank 1 without T_SHM_MEM prints no map line */
+        CHECKF(rc == 0 && strstr(out, want) && strstr(out, "shm 1\n"), "world %d: rank %d exited %d\nstdout: %s\nstderr: %s",
+               world, r, rc, out, t_slurp(p[r].err));
+        if (!reg) continue;
+        CHECKF(m && sscanf(m, "map %llu", &n) == 1 && (map_ops ? n > 100 : n == 0) && strstr(out, "fds 0\n"),
+               "world %d: rank %d ran %llu ops on registered buffers (want %s), or kept memfds open:\n%s", world, r, n,
+               map_ops ? "> 100" : "0", out);
+    }
+    CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
+}
+
+PTEST(shm_registered_matrix_2) { run_map(2, NULL, 1); }
+PTEST(shm_registered_matrix_3) { run_map(3, NULL, 1); }
+PTEST(shm_registered_matrix_4) { run_map(4, NULL, 1); }
+
+/* One rank cannot take part (its buffers are malloc'd, it cannot map the others'
+ * blocks, it turned registered buffers off, or memfd_create failed there): every
+ * rank keeps the copy protocol, results right. */
+PTEST(shm_registered_one_rank_out_keeps_copy)
+{
+    char *plain[] = {"DDPRT_SHM_MAP_MIN=1", NULL};
+    char *noopen[] = {"T_SHM_MEM=1", "DDPRT_SHM_MAP_MIN=1", "DDPRT_SHM_TEST_FAULT=map_open", NULL};
+    char *off[] = {"T_SHM_MEM=1", "DDPRT_SHM_MAP_MIN=1", "DDPRT_SHM_MAP=0", NULL};
+    char *nomemfd[] = {"T_SHM_MEM=1", "DDPRT_SHM_MAP_MIN=1", "DDPRT_SHM_TEST_FAULT=memfd", NULL};
+    run_map(2, plain, 0);
+    run_map(3, noopen, 0);
+    run_map(2, off, 0);
+    run_map(2, nomemfd, 0);
+}
 
 /* Rank 0 allreduces 1000 floats, the others 2000: every rank fails at once naming
  * both sides (not at the deadline). */

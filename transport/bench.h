@@ -19,6 +19,7 @@ typedef struct bench_opts {
     int rank, world;            /* -1: from the environment */
     double timeout_s;
     size_t arena_bytes;         /* comm scratch; 0 = the default */
+    int registered;             /* buffers from tp_mem_alloc (-R 1) */
     const char *coll_name, *type_name;
 } bench_opts;
 

@@ -71,6 +71,8 @@ static void usage(FILE *f)
             "  -o, --op OP            sum prod min max avg (default sum)\n"
             "  -r, --root N           broadcast root (default 0)\n"
             "  -c, --check 0|1        check results (default 1)\n"
+            "  -R, --registered 0|1   buffers from tp_mem_alloc: ranks of a host read each\n"
+            "                         other's in place (default 0: malloc)\n"
             "      --algo A           allreduce algorithm: ring rd hier auto (default auto)\n"
             "      --backend B        tcp, verbs, auto (one process per rank) or loopback (threads)\n"
             "      --byte-budget N    iterations shrink so one size moves at most N bytes\n"
@@ -92,7 +94,7 @@ int main(int argc, char **argv)
     static const struct option lo[] = {
         {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'}, {"step-factor", 1, 0, 'f'},
         {"iters", 1, 0, 'n'}, {"warmup-iters", 1, 0, 'w'}, {"dtype", 1, 0, 'd'}, {"op", 1, 0, 'o'},
-        {"root", 1, 0, 'r'}, {"check", 1, 0, 'c'}, {"algo", 1, 0, O_ALGO}, {"backend", 1, 0, O_BACKEND},
+        {"root", 1, 0, 'r'}, {"check", 1, 0, 'c'}, {"registered", 1, 0, 'R'}, {"algo", 1, 0, O_ALGO}, {"backend", 1, 0, O_BACKEND},
         {"init-method", 1, 0, O_INIT}, {"rank", 1, 0, O_RANK}, {"world-size", 1, 0, O_WORLD},
         {"timeout", 1, 0, O_TIMEOUT}, {"byte-budget", 1, 0, O_BUDGET}, {"arena", 1, 0, O_ARENA}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     rt_log_init();
@@ -110,7 +112,7 @@ int main(int argc, char **argv)
         argv[1] = argv[0], argv++, argc--;
     }
     int ch;
-    while ((ch = getopt_long(argc, argv, "b:e:f:n:w:d:o:r:c:h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "b:e:f:n:w:d:o:r:c:R:h", lo, NULL)) != -1) {
         switch (ch) {
         case 'b': bad |= parse_size(optarg, &o.min_bytes); break;
         case 'e': bad |= parse_size(optarg, &o.max_bytes); break;
@@ -121,6 +123,7 @@ int main(int argc, char **argv)
         case 'o': o.op = lookup(optarg, tp_op_names, TP_NOPS); bad |= o.op < 0; break;
         case 'r': o.root = atoi(optarg); break;
         case 'c': o.check = atoi(optarg); break;
+        case 'R': o.registered = atoi(optarg); bad |= o.registered != 0 && o.registered != 1; break;
         case O_ALGO:
             o.algo = !strcmp(optarg, "ring") ? TP_ALGO_RING : !strcmp(optarg, "rd") ? TP_ALGO_RD
                    : !strcmp(optarg, "hier") ? TP_ALGO_HIER : !strcmp(optarg, "auto") ? TP_ALGO_AUTO : -2;

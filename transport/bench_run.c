@@ -169,9 +169,9 @@ static void header(const bench_opts *o, int world, const char *backend, tp_comm 
                TP_AUTO_RD_MAX_BYTES);
     printf(", reduce ISA %s, comm scratch %zu KiB\n", tp_isa_names[tp_isa_active()],
            tp_comm_arena_bytes(c) >> 10);
-    printf("# dtype %s, op %s, iters %d, warmup %d, check %s; iterations shrink so one size moves at most "
+    printf("# dtype %s, op %s, iters %d, warmup %d, check %s, buffers %s; iterations shrink so one size moves at most "
            "%.3g GiB per rank\n", o->type_name, tp_op_names[o->op], o->iters, o->warmup, o->check ? "on" : "off",
-           (double)o->byte_budget / (1 << 30));
+           o->registered ? "registered" : "malloc", (double)o->byte_budget / (1 << 30));
     printf("#\n# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "iters",
            "time", "algbw", "busbw", "#wrong");
     printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
@@ -183,7 +183,8 @@ static int run_sizes(tp_comm *c, const bench_opts *o, const char *backend)
 {
     int rank = tp_rank(c), world = tp_world(c), print = rank == 0;
     size_t ts = rt_dtype_size(o->dtype), maxb = o->max_bytes + ts * (size_t)world;
-    char *s = malloc(maxb), *r = malloc(maxb);
+    char *s = o->registered ? tp_mem_alloc(c, maxb) : malloc(maxb);
+    char *r = o->registered ? tp_mem_alloc(c, maxb) : malloc(maxb);
     if (!s || !r) { fprintf(stderr, "ddprt-bench: cannot allocate 2 x %zu bytes\n", maxb); return 1; }
     memset(s, 0, maxb), memset(r, 0, maxb);
     fill(s, maxb / ts, o->op, o->dtype, rank, 0);
@@ -234,7 +235,8 @@ static int run_sizes(tp_comm *c, const bench_opts *o, const char *backend)
         size = size ? size * (size_t)o->factor : 1;
     }
     if (print) printf("# Avg bus bandwidth    : %.3f GB/s\n#\n", nrows ? bw_sum / nrows : 0);
-    free(s), free(r);
+    if (o->registered) tp_mem_free(c, s), tp_mem_free(c, r);
+    else free(s), free(r);
     return 0;
 }
 

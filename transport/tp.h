@@ -81,6 +81,15 @@ const char *tp_errmsg(const tp_comm *c);
  * connection to this rank. */
 void tp_abort(tp_comm *c, const char *why);
 
+/* Memory that the other ranks of this host can map (a memfd): an allreduce whose send
+ * and recv lie in it on every rank reads the peers' buffers in place instead of
+ * copying through the shared segment (single copy, as NCCL's registered buffers).
+ * Plain memory where that cannot be (no memfd, every slot taken), so always usable.
+ * Page aligned. NULL only when out of memory. Not while ops that use it are in
+ * flight: free with tp_mem_free before destroying the comm. */
+void *tp_mem_alloc(tp_comm *c, size_t bytes);
+void tp_mem_free(tp_comm *c, void *p);
+
 /* Blocking collectives. count is in elements of dt. */
 int tp_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
 int tp_broadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root);

@@ -111,6 +111,8 @@ void tp_comm_destroy(tp_comm *c)
     port_cond_broadcast(&c->cv_work);
     port_mutex_unlock(&c->mu);
     port_thread_join(c->thread); /* it drains the queue first (each op has a deadline) */
+    for (int i = 0; i < TP_MEM_MAX; i++) /* blocks the caller did not free */
+        if (c->mem[i].gen) tp_mem_free(c, c->mem[i].base);
     tp_watch_destroy(c->watch);
     c->b->ops->destroy(c->b);
     tp_trace_free(c);

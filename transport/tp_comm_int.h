@@ -11,6 +11,15 @@ enum { TP_K_ALLREDUCE, TP_K_BROADCAST, TP_K_REDUCE_SCATTER, TP_K_ALLGATHER, TP_K
        TP_K_SEND, TP_K_RECV, TP_NKINDS };
 enum { TP_H_QUEUED = 0, TP_H_RUNNING = 1, TP_H_DONE = 2 };
 
+/* A tp_mem_alloc block (tp_shm_map.c); gen 0: free slot, fd -1: plain memory. */
+#define TP_MEM_MAX 8
+typedef struct tp_mem_region {
+    unsigned char *base;
+    size_t len;
+    int fd;
+    uint64_t gen, ino;
+} tp_mem_region;
+
 struct tp_comm {
     tp_backend *b;
     int rank, world;
@@ -61,6 +70,8 @@ struct tp_comm {
     /* Shared memory (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
     int shm_state;
     struct tp_shm *shm;
+    tp_mem_region mem[TP_MEM_MAX]; /* under mu */
+    uint64_t mem_gen;
 };
 
 /* A ring among some ranks of the comm: n members, ranks[i] is member i's comm rank,

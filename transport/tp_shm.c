@@ -181,7 +181,7 @@ int tp_shm_setup(tp_comm *c)
     s->my_cpu = -2;
     c->shm = s;
     c->shm_state = 1;
-    if ((rc = tp_shm_cma_setup(c))) return rc;
+    if ((rc = tp_shm_cma_setup(c)) || (rc = tp_shm_map_setup(c))) return rc;
     if (c->rank == 0) rt_debug("comm: %d ranks on one host: collectives through shared memory (%s)", w, name);
     return 0;
 }
@@ -192,6 +192,8 @@ void tp_shm_free(tp_comm *c)
 {
     tp_shm *s = c->shm;
     if (!s) return;
+    if (c->rank == 0 && s->map_ops) rt_debug("comm: %llu ops ran on registered buffers", (unsigned long long)s->map_ops);
+    tp_shm_map_free(c);
     munmap(s->seg, s->map_bytes);
     free(s->pid);
     free(s->tmp);
@@ -352,9 +354,10 @@ int tp_shm_wait_ctl(tp_comm *c, size_t off, uint64_t v)
 static void desc_text(char *s, size_t n, const tp_shm_bufhdr *d)
 {
     char extra[48] = "";
-    int kind = d->kind & ~TP_SHM_CMA_KIND;
+    int kind = d->kind & ~(TP_SHM_CMA_KIND | TP_SHM_MAP_KIND);
     if (kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
     if (d->kind & TP_SHM_CMA_KIND) strcat(extra, " (single copy)");
+    if (d->kind & TP_SHM_MAP_KIND) strcat(extra, " (registered buffers)");
     snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(kind),
              d->dt >= 0 && d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
              kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]

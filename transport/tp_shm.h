@@ -27,6 +27,12 @@
  * recv), and a last round (`done`) keeps every rank in the op until nobody reads its
  * buffers any more.
  *
+ * Registered buffers (tp_shm_map.c, on by default, DDPRT_SHM_MAP=0 off): from
+ * map_min bytes on (DDPRT_SHM_MAP_MIN, 64 KiB), an allreduce whose send and recv are
+ * tp_mem_alloc memory on every rank (DDP's gradients are) reads and writes the peers'
+ * buffers in place, the ranks taking chunks from a shared counter; otherwise, or when
+ * a rank cannot map a peer's memory, every rank takes the copy protocol.
+ *
  * Waits: spin briefly (DDPRT_SHM_SPIN_US, default 50; yielding the core instead when
  * the peer last ran on this one), then sleep on the segment's futex bell (1 ms at a
  * time), and between sleeps look at the peers' sockets (a dead peer's close shows as a hang-up;
@@ -53,16 +59,26 @@ typedef struct tp_shm_bufhdr {
                                   copy ops' send and recv addresses */
 } tp_shm_bufhdr;
 
+/* A rank's tp_mem_alloc block as the others see it (gen 0: none; written by the
+ * owner only, gen last). */
+typedef struct tp_shm_region {
+    uint64_t gen, base, len, ino;
+    int64_t fd;
+} tp_shm_region;
+
 typedef struct tp_shm_ctl {
     _Alignas(64) uint64_t red;  /* steps whose share this rank has reduced */
     _Alignas(64) uint64_t done; /* single copy ops: step + 1 once it read the others' buffers */
     _Alignas(64) int32_t cpu;   /* the core it last ran on (a waiter on the same core yields) */
+    _Alignas(64) uint64_t agree; /* registered ops: (step + 1) * 2 + "I mapped every peer's buffers" */
+    _Alignas(64) tp_shm_region reg[TP_MEM_MAX];
 } tp_shm_ctl;
 
 typedef struct tp_shm_seg {
     uint32_t magic, world;
     _Alignas(64) uint32_t bell; /* futex word: bumped when a flag changes and someone sleeps */
     uint32_t sleepers;
+    _Alignas(64) uint64_t claim;   /* registered allreduce: next chunk to take (rank 0 resets it) */
     _Alignas(64) int32_t abort_by; /* rank + 1 of the first rank that failed, 0 none */
     char why[192];
     tp_shm_ctl ctl[];              /* [world] */
@@ -84,11 +100,23 @@ typedef struct tp_shm {
     int *pid;                     /* [world] */
     unsigned char *tmp;           /* 2 * TP_SHM_CMA_CHUNK: the peers' operands */
     uint64_t probe;               /* read by the peers at setup */
+    /* Registered buffers (tp_shm_map.c): map set when every rank wants them; ops of
+     * at least map_min bytes whose buffers are registered everywhere use them. */
+    int map;
+    size_t map_min;
+    struct tp_shm_pmap *pm;       /* [world * TP_MEM_MAX]: the peers' blocks mapped here */
+    unsigned char *mtmp;          /* TP_SHM_STEP: in place reduce of ranks >= 2 */
+    uint64_t map_ops;             /* ops that ran on registered buffers (tests) */
 } tp_shm;
 
 #define TP_SHM_CMA_CHUNK (128u << 10)    /* bytes of a peer's operand read at a time */
 #define TP_SHM_CMA_MIN (256u << 10)      /* default cma_min (DDPRT_SHM_CMA_MIN) */
 #define TP_SHM_CMA_KIND 0x100            /* or'ed into a single copy op's descriptor kind */
+#define TP_SHM_MAP_KIND 0x200            /* ... and into a registered-buffer op's */
+#define TP_SHM_MAP_MIN (64u << 10)       /* default map_min (DDPRT_SHM_MAP_MIN) */
+#ifndef TP_SHM_MAP_CHUNK
+#define TP_SHM_MAP_CHUNK (64u << 10)     /* bytes per chunk taken from the counter */
+#endif
 
 /* Decides at the first collective (collectively: every rank calls it at the same op)
  * and maps the segment; c->shm_state becomes 1 (in use) or -1 (sockets). 0 or a
@@ -106,6 +134,15 @@ int tp_shm_mode(const tp_comm *c);
 int tp_shm_cma_setup(tp_comm *c);
 int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d);
 
+/* tp_shm_map.c: setup (collective, after tp_shm_cma_setup), teardown, and h on the
+ * peers' registered buffers, or 1 when h does not qualify or some rank's buffers are
+ * not registered or mapped (then every rank returns 1 and runs the copy protocol). */
+int tp_shm_map_setup(tp_comm *c);
+void tp_shm_map_free(tp_comm *c);
+int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d);
+/* Ops that took the registered path (tests). */
+uint64_t tp_shm_map_ops(const tp_comm *c);
+
 /* For tp_shm_coll.c. */
 static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
 {
@@ -113,6 +150,15 @@ static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
                                            (sizeof(tp_shm_bufhdr) + TP_SHM_STEP));
 }
 static inline unsigned char *tp_shm_data(tp_shm_bufhdr *h) { return (unsigned char *)(h + 1); }
+/* Start of rank q's share of cnt elements of es bytes: cache-line aligned cuts. */
+static inline size_t tp_shm_cut(size_t cnt, int n, int q, size_t es)
+{
+    if (q >= n) return cnt;
+    size_t a = 64 / es;
+    return cnt * (size_t)q / (size_t)n / a * a;
+}
+/* dst = in[0] op in[1] op ... in[n-1], left to right (dst may be in[0] or in[1]). */
+void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op);
 /* Stores v into *flag and rings the bell when someone sleeps. */
 void tp_shm_post(tp_shm *s, int rank, uint64_t *flag, uint64_t v);
 /* Waits until every other rank's word (at byte offset off of its control block, or

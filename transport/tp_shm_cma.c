@@ -114,11 +114,12 @@ static int rd(tp_comm *c, int q, void *dst, uint64_t src, size_t len, const char
 {
     if (!len || !readv_from(c->shm->pid[q], dst, src, len)) return 0;
     int e = errno;
-    if (e == ESRCH)
-        return tp_shm_fail(c, TP_ECLOSED, "rank %d exited during the op (its memory is gone: %s)", q, strerror(e));
-    /* A rank that failed first may have returned and freed its buffers: its reason. */
+    /* A rank that failed first may have returned (freed its buffers, or exited after
+     * naming a dead peer): its reason, which names the rank that failed first. */
     int rc = tp_shm_others_failed(c);
     if (rc) return rc;
+    if (e == ESRCH)
+        return tp_shm_fail(c, TP_ECLOSED, "rank %d exited during the op (its memory is gone: %s)", q, strerror(e));
     return tp_shm_fail(c, TP_EIO, "cannot read rank %d's %s (%zu bytes at %#llx): %s", q, what, len,
                        (unsigned long long)src, strerror(e));
 }
@@ -190,14 +191,6 @@ static int reduce_remote(cma_op *x, unsigned char *dst, const unsigned char *min
     return 0;
 }
 
-/* Start of rank q's share of cnt elements: cache-line aligned cuts (as the copy path). */
-static size_t cut(size_t cnt, int n, int q, size_t es)
-{
-    if (q >= n) return cnt;
-    size_t a = 64 / es;
-    return cnt * (size_t)q / (size_t)n / a * a;
-}
-
 static int overlap(const void *a, size_t an, const void *b, size_t bn)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -225,13 +218,13 @@ int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
         if (bytes < s->cma_min || (send != recv && overlap(send, bytes, recv, bytes))) return 1;
         if ((rc = start(&x, c, d, send, recv))) return rc;
         {
-            size_t lo = cut(h->count, n, me, es), hi = cut(h->count, n, me + 1, es);
+            size_t lo = tp_shm_cut(h->count, n, me, es), hi = tp_shm_cut(h->count, n, me + 1, es);
             if ((rc = reduce_remote(&x, recv + lo * es, send + lo * es, lo * es, hi - lo, dt, op))) return rc;
         }
         if ((rc = round_on(&x, offsetof(tp_shm_ctl, red)))) return rc;
         for (int i = 1; i < n; i++) { /* start at the next rank: not everyone at rank 0 at once */
             int q = (me + i) % n;
-            size_t lo = cut(h->count, n, q, es), hi = cut(h->count, n, q + 1, es);
+            size_t lo = tp_shm_cut(h->count, n, q, es), hi = tp_shm_cut(h->count, n, q + 1, es);
             if ((rc = rd(c, q, recv + lo * es, x.recv[q] + lo * es, (hi - lo) * es, "result"))) return rc;
         }
         break;

@@ -39,20 +39,11 @@ static void cpy(void *d, const void *s, size_t n)
 
 static unsigned char *peer(shm_op *x, int q, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, q, st)); }
 
-/* dst = in[0] op in[1] op ... in[n-1], left to right. */
-static void chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op)
+void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op)
 {
     if (!m) return;
     tp_reduce(dst, in[0], in[1], m, dt, op);
     for (int k = 2; k < n; k++) tp_reduce(dst, dst, in[k], m, dt, op);
-}
-
-/* Start of rank q's share of a step of cnt elements: cache-line aligned cuts. */
-static size_t cut(size_t cnt, int n, int q, size_t es)
-{
-    if (q >= n) return cnt;
-    size_t a = 64 / es;
-    return cnt * (size_t)q / (size_t)n / a * a;
 }
 
 static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
@@ -68,7 +59,7 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     if ((rc = publish(x, st))) return rc;
     const void *in[TP_SHM_MAX_WORLD];
     for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
-    chain(recv, in, x->n, count, dt, op);
+    tp_shm_chain(recv, in, x->n, count, dt, op);
     if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
     return 0;
 }
@@ -77,8 +68,8 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
 static void copy_out(shm_op *x, unsigned char *recv, size_t base, size_t cnt, size_t es, uint64_t st)
 {
     for (int q = 0; q < x->n; q++) {
-        size_t o = cut(cnt, x->n, q, es) * es;
-        cpy(recv + base * es + o, peer(x, q, st) + o, cut(cnt, x->n, q + 1, es) * es - o);
+        size_t o = tp_shm_cut(cnt, x->n, q, es) * es;
+        cpy(recv + base * es + o, peer(x, q, st) + o, tp_shm_cut(cnt, x->n, q + 1, es) * es - o);
     }
 }
 
@@ -103,9 +94,9 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         size_t base = k * per, cnt = count - base < per ? count - base : per;
         unsigned char *buf = begin(x, st);
         /* Where share q lives in a buffer, and where it comes from in send. */
-#define S_OFF(q) (all ? cut(cnt, n, q, es) * es : (size_t)(q) * reg)
-#define S_LEN(q) (all ? (cut(cnt, n, (q) + 1, es) - cut(cnt, n, q, es)) * es : cnt * es)
-#define S_SRC(q) (all ? send + (base + cut(cnt, n, q, es)) * es : send + ((size_t)(q) * count + base) * es)
+#define S_OFF(q) (all ? tp_shm_cut(cnt, n, q, es) * es : (size_t)(q) * reg)
+#define S_LEN(q) (all ? (tp_shm_cut(cnt, n, (q) + 1, es) - tp_shm_cut(cnt, n, q, es)) * es : cnt * es)
+#define S_SRC(q) (all ? send + (base + tp_shm_cut(cnt, n, q, es)) * es : send + ((size_t)(q) * count + base) * es)
         if (all) { /* the others' shares are contiguous on both sides of mine */
             cpy(buf, send + base * es, S_OFF(me));
             cpy(buf + S_OFF(me + 1), S_SRC(me + 1), cnt * es - S_OFF(me + 1));
@@ -117,7 +108,7 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         size_t m = S_LEN(me) / es;
         unsigned char *dst = buf + S_OFF(me);
         for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
-        chain(dst, in, n, m, dt, op);
+        tp_shm_chain(dst, in, n, m, dt, op);
         if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
         if (!all) cpy(recv + base * es, dst, m * es);
         else if (k) copy_out(x, recv, pbase, pcnt, es, st - 1);
@@ -161,6 +152,10 @@ int tp_shm_run(tp_comm *c, tp_handle *h)
     shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
     x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
                           .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
+    if (x.s->map && h->kind == TP_K_ALLREDUCE) {
+        int rc = tp_shm_map_run(c, h, &x.d);
+        if (rc <= 0) return rc;
+    }
     if (x.s->cma && h->kind != TP_K_BARRIER) {
         int rc = tp_shm_cma_run(c, h, &x.d);
         if (rc <= 0) return rc;

@@ -120,9 +120,14 @@ static void coll_sizes(const coll_style *st, size_t n, void *s, void *r, int k)
  * victim SIGKILLs itself after iters iterations, printing "killed at T" first (T:
  * CLOCK_MONOTONIC seconds). max >= 0 bounds the iterations: past them it prints "no
  * failure in MAX iterations" and returns 4. */
+#ifndef COLL_ALLOC /* the includer may give its own (registered memory) */
+#define COLL_ALLOC malloc
+#define COLL_FREE free
+#endif
 static int coll_loop(size_t len, int victim, int iters, int max)
 {
-    float *s = calloc(len / 4 + 1, 4), *r = calloc(len / 4 + 1, 4);
+    float *s = COLL_ALLOC(len + 4), *r = COLL_ALLOC(len + 4);
+    memset(s, 0, len + 4), memset(r, 0, len + 4);
     for (int it = 0; max < 0 || it < max; it++) {
         if (rank_ == victim && it == iters) {
             printf("killed at %.6f\n", port_now_s());
@@ -131,11 +136,11 @@ static int coll_loop(size_t len, int victim, int iters, int max)
         }
         if (tp_allreduce(comm, s, r, len / 4, RT_F32, TP_SUM)) {
             printf("failed at %.6f: %s\n", port_now_s(), tp_errmsg(comm));
-            free(s), free(r);
+            COLL_FREE(s), COLL_FREE(r);
             return 3;
         }
     }
-    free(s), free(r);
+    COLL_FREE(s), COLL_FREE(r);
     printf("no failure in %d iterations\n", max);
     return 4;
 }

@@ -13,9 +13,18 @@
  *   MODE mismatch: rank 0 allreduces 1000 floats, the others 2000: prints "failed: MSG".
  * keys: timeout=S, len=, victim= (-2: nobody), iters=.
  * T_SHM_DENY_CMA=1: a seccomp filter refuses this rank process_vm_readv (EPERM), as
- * some container runtimes do. */
+ * some container runtimes do. T_SHM_MEM=1: the buffers of matrix, bitwise and kill
+ * come from tp_mem_alloc (registered: the ranks read and write each other's); matrix
+ * and ping then also print "map N" (ops that ran on registered buffers) and "fds N"
+ * (the blocks' memfds left open after they were freed). */
+#include <stddef.h>
+static void *balloc(size_t n);
+static void bfree(void *p);
+#define COLL_ALLOC balloc
+#define COLL_FREE bfree
 #include "test/progs/coll_matrix.h"
 #include "transport/tp_shm.h"
+#include <dirent.h>
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -38,6 +47,30 @@ static void deny_cma(void)
         perror("seccomp");
         exit(2);
     }
+}
+
+/* Buffers for the collectives: registered (T_SHM_MEM=1) or malloc. */
+static int reg_mem(void) { return getenv("T_SHM_MEM") != NULL; }
+static void *balloc(size_t n) { return reg_mem() ? tp_mem_alloc(comm, n) : malloc(n); }
+static void bfree(void *p)
+{
+    if (reg_mem()) tp_mem_free(comm, p);
+    else free(p);
+}
+
+/* Open memfds of this process ("/memfd:ddprt-mem" links in /proc/self/fd). */
+static int memfds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300], to[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, to, sizeof to - 1);
+        if (k > 0) to[k] = 0, n += strstr(to, "memfd:ddprt-mem") != NULL;
+    }
+    if (d) closedir(d);
+    return n;
 }
 
 static const rt_dtype all_dt[] = {RT_F32, RT_F64, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8};
@@ -109,7 +142,7 @@ static void matrix(void)
     /* 4096 f32 = the one-round allreduce limit (16 KiB); 196613: several 256 KiB steps. */
     static const size_t sizes[] = {0, 1, 2, 3, 7, 63, 1027, 4096, 4097, 196613};
     size_t maxn = 196613 * (size_t)world_;
-    unsigned char *s = malloc(maxn * 8 + 64), *r = malloc(maxn * 8 + 64);
+    unsigned char *s = balloc(maxn * 8 + 64), *r = balloc(maxn * 8 + 64);
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         size_t n = sizes[k];
         for (size_t d = 0; d < sizeof all_dt / sizeof *all_dt; d++) {
@@ -155,7 +188,7 @@ static void matrix(void)
         if (tp_barrier(comm)) die("barrier");
         checks++;
     }
-    free(s), free(r);
+    bfree(s), bfree(r);
 }
 
 static uint64_t fnv(const void *p, size_t n)
@@ -171,7 +204,7 @@ static uint64_t fnv(const void *p, size_t n)
 static void bitwise(void)
 {
     size_t n = 300007;
-    float *s = malloc(n * 4), *r = malloc(n * 4), *want = malloc(n * 4);
+    float *s = balloc(n * 4), *r = balloc(n * 4), *want = malloc(n * 4);
     uint64_t h, *hs = malloc((size_t)world_ * 8);
     for (int k = 0; k < 4; k++) {
         tp_op op = k < 2 ? TP_SUM : TP_AVG;
@@ -192,7 +225,7 @@ static void bitwise(void)
             fprintf(stderr, "rank %d: allreduce sum is not the rank-order chain\n", rank_);
         checks++;
     }
-    free(s), free(r), free(want), free(hs);
+    bfree(s), bfree(r), free(want), free(hs);
 }
 
 /* Whether this process maps a shared segment (unlinked, so "(deleted)" in maps). */
@@ -249,6 +282,7 @@ int main(int argc, char **argv)
         if (tp_barrier(comm)) die("barrier");
         printf("shm %d\ncma %d\n", shm_mapped(), tp_shm_mode(comm) == 2);
         if (strcmp(argv[1], "ping")) matrix(), bitwise();
+        if (reg_mem()) printf("map %llu\nfds %d\n", (unsigned long long)tp_shm_map_ops(comm), memfds());
     }
     return coll_leave(rz, rc);
 }

@@ -32,6 +32,11 @@ typedef struct nn_ddp {
     void *scratch;               /* world-sized buffer for the agreement steps */
     rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
     uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
+    /* DDPRT_COMPRESS_CHECK=1 with --grad-compress: every step also averages the f32
+     * gradients (cref, a second allreduce) and measures what the 16 bits changed. */
+    float *cref;
+    double cerr2, cref2;         /* sums of (compressed - f32)^2 and f32^2 */
+    uint64_t czero, cnz;         /* elements the 16 bits made 0 / f32 elements not 0 */
     void *reg;                   /* the gradients, in memory the host's ranks read in place */
     size_t reg_bytes;
     uint64_t rounds, launches;   /* gradient allreduce rounds (optimizer steps) and buckets */
@@ -59,6 +64,9 @@ void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
  * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
  * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */
 int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire);
+/* DDPRT_COMPRESS_CHECK: prints (rank 0) and resets the epoch's comparison; no-op
+ * without it. */
+void nn_ddp_compress_report(nn_ddp *d, int epoch);
 /* --sync-bn: sets the graph's sync_sum hook to an f64 allreduce over the group. */
 void nn_ddp_enable_sync_bn(nn_ddp *d);
 /* Parameters and buffers from rank 0 (start-up). */

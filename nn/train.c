@@ -424,6 +424,7 @@ int nn_trainer_run(nn_trainer *t)
                     (unsigned long long)t->ddp->launches, (unsigned long long)t->ddp->wire_bytes,
                     rt_dtype_names[t->ddp->wire], (unsigned long long)t->ddp->sync_calls,
                     (unsigned long long)t->step);
+        if (t->ddp) nn_ddp_compress_report(t->ddp, epoch);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);

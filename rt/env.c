@@ -21,6 +21,7 @@ static const env_var vars[] = {
     {"DDPRT_SHM_CMA", E_ENUM, "0|1"},
     {"DDPRT_SHM_CMA_MIN", E_INT, NULL},
     {"DDPRT_SHM_MAP", E_ENUM, "0|1"},
+    {"DDPRT_COMPRESS_CHECK", E_ENUM, "0|1"},
     {"DDPRT_SHM_MAP_MIN", E_INT, NULL},
     {"DDPRT_CUDA_SYNC", E_ENUM, "0|1"},
     {"DDPRT_TCP_BUFSIZE", E_INT, NULL},

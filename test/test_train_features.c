@@ -34,6 +34,8 @@ static const char *write_cfg(const char *name, const char *text)
 }
 
 /* Runs 2 ranks with extra args; rank 0's stdout and stderr into out/err (static). */
+static char **run2_env; /* extra environment of both ranks (NULL: none) */
+
 static int run2(const char *const *extra, const char **out, const char **err)
 {
     t_proc p[2];
@@ -47,7 +49,7 @@ static int run2(const char *const *extra, const char **out, const char **err)
         int n = 15;
         for (int i = 0; extra[i] && n < 46; i++) argv[n++] = extra[i];
         argv[n] = NULL;
-        t_spawn(&p[r], r ? "rank1" : "rank0", (char *const *)argv, NULL);
+        t_spawn(&p[r], r ? "rank1" : "rank0", (char *const *)argv, run2_env);
     }
     for (int r = 0; r < 2; r++) {
         int rc = t_wait(&p[r], 240);
@@ -205,8 +207,18 @@ PTEST(train_grad_compress_halves_the_bytes_and_sync_bn_stays_in_sync)
         const char *e[] = {"--epochs", "2", "--lr", "0.05", "--check-sync", "1", "--grad-compress", comp[c],
                            "--topk", "1,5", NULL};
         const char *out, *err;
+        /* DDPRT_COMPRESS_CHECK: each step's 16-bit average against the f32 one. */
+        static char *check[] = {"DDPRT_COMPRESS_CHECK=1", NULL};
+        run2_env = c ? check : NULL;
         CHECKF(run2(e, &out, &err), "--grad-compress %s", comp[c]);
+        run2_env = NULL;
         r[c] = allreduces(err);
+        const char *l2 = strstr(err, "relative L2 error ");
+        double rel = -1;
+        if (l2) sscanf(l2, "relative L2 error %lf", &rel);
+        /* Rounding to 11 (fp16) or 8 (bf16) significant bits, twice (before the sum and
+         * after it): per element at most about 2^-11 or 2^-8 relative. */
+        CHECKF(c ? rel > 0 && rel < (c == 1 ? 2e-3 : 1.5e-2) : !l2, "%s: relative error %g\n%s", comp[c], rel, err);
         const char *acc = strstr(out, "Accuracy: "), *x = acc;
         while (x && (x = strstr(x + 1, "Accuracy: "))) acc = x;
         int correct = 0;

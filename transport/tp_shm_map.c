@@ -59,7 +59,10 @@ static void publish_region(tp_comm *c, int i)
     const tp_mem_region *m = &c->mem[i];
     __atomic_store_n(&r->gen, 0, __ATOMIC_RELEASE);
     if (!m->gen || m->fd < 0) return;
-    r->base = (uint64_t)(uintptr_t)m->base, r->len = m->len, r->ino = m->ino, r->fd = m->fd;
+    __atomic_store_n(&r->base, (uint64_t)(uintptr_t)m->base, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->len, (uint64_t)m->len, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ino, m->ino, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->fd, (int64_t)m->fd, __ATOMIC_RELAXED);
     __atomic_store_n(&r->gen, m->gen, __ATOMIC_RELEASE);
 }
 
@@ -161,9 +164,11 @@ static unsigned char *peer_ptr(tp_comm *c, int q, uint64_t a, size_t len)
         tp_shm_region *r = &s->seg->ctl[q].reg[i], v;
         uint64_t g = __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
         if (!g) continue;
-        v = *r;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&r->gen, __ATOMIC_RELAXED) != g) continue; /* changing: not this op's */
+        /* Acquire loads: the second look at gen cannot pass them (a slot being
+         * rewritten by another thread of the owner is not this op's). */
+        v.base = __atomic_load_n(&r->base, __ATOMIC_ACQUIRE), v.len = __atomic_load_n(&r->len, __ATOMIC_ACQUIRE);
+        v.ino = __atomic_load_n(&r->ino, __ATOMIC_ACQUIRE), v.fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) != g) continue;
         if (a < v.base || a + len > v.base + v.len) continue;
         tp_shm_pmap *pm = &s->pm[(size_t)q * TP_MEM_MAX + (size_t)i];
         if (pm->gen != g) {

@@ -116,8 +116,7 @@ static void launch(nn_ddp *d, nn_bucket *bk)
     }
     uint16_t *h = d->half + bk->off;
     if (d->cref) memcpy(d->cref + bk->off, g, bk->count * sizeof *g);
-    if (d->wire == RT_F16) for (size_t i = 0; i < bk->count; i++) h[i] = tp_f32_to_f16(g[i]);
-    else for (size_t i = 0; i < bk->count; i++) h[i] = tp_f32_to_bf16(g[i]);
+    tp_f32_to_half(h, g, bk->count, d->wire);
     tp_iallreduce(d->comm, h, h, bk->count, d->wire, TP_AVG, &bk->h);
 }
 
@@ -125,8 +124,7 @@ static void unpack(nn_ddp *d, const nn_bucket *bk)
 {
     float *g = d->m->grads + bk->off;
     const uint16_t *h = d->half + bk->off;
-    if (d->wire == RT_F16) for (size_t i = 0; i < bk->count; i++) g[i] = tp_f16_to_f32(h[i]);
-    else for (size_t i = 0; i < bk->count; i++) g[i] = tp_bf16_to_f32(h[i]);
+    tp_half_to_f32(g, h, bk->count, d->wire);
 }
 
 /* The grads_alloc hook: one block for the life of the comm (a second carve reuses it). */

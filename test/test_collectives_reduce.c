@@ -135,3 +135,41 @@ TEST(tp_f16_matches_f16c_hardware)
     CHECK_EQ(bad, 0);
 #endif
 }
+
+/* The vectorised block conversions (--grad-compress packing, the f16/bf16 AVG) give the
+ * scalar functions' bits on every ISA path: all 65536 half values up, and random
+ * floats around the half range plus the edges down (NaN: only NaN-ness compared). */
+TEST(tp_half_block_conversions_match_scalar_on_every_isa)
+{
+    enum { N = 70001 }; /* odd: every path's scalar tail runs too */
+    static float f[N], back[N];
+    static uint16_t h[N], hv[N];
+    static const tp_convert_fn path[TP_NISA] = {tp_convert_generic, tp_convert_avx2, tp_convert_avx512};
+    static const float edge[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, 0x1p-24f,
+                                 0x1p-25f, 0x1.8p-25f, 0x1.ffcp-15f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f};
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)next();
+        u = (u & 0x807fffffu) | ((100 + (u >> 23) % 52) << 23);
+        f[i] = i < (int)(sizeof edge / sizeof *edge) ? edge[i] : i == 20 ? u2f(0x7f800000u) : i == 21 ? u2f(0x7fc00001u) : u2f(u);
+    }
+    int bad = 0;
+    for (int isa = 0; isa <= tp_isa_best(); isa++)
+        for (int k = 0; k < 2; k++) {
+            rt_dtype dt = k ? RT_BF16 : RT_F16;
+            path[isa](hv, f, N, dt, 1);
+            for (int i = 0; i < N; i++) {
+                uint16_t want = k ? tp_f32_to_bf16(f[i]) : tp_f32_to_f16(f[i]);
+                int nan = f[i] != f[i];
+                if (nan ? (k ? tp_bf16_to_f32(hv[i]) == tp_bf16_to_f32(hv[i]) : tp_f16_to_f32(hv[i]) == tp_f16_to_f32(hv[i]))
+                        : hv[i] != want)
+                    bad++;
+            }
+            for (int i = 0; i < N; i++) h[i] = (uint16_t)(i * 7);
+            path[isa](back, h, N, dt, 0);
+            for (int i = 0; i < N; i++) {
+                float want = k ? tp_bf16_to_f32(h[i]) : tp_f16_to_f32(h[i]);
+                if (want == want ? f2u(back[i]) != f2u(want) : back[i] == back[i]) bad++;
+            }
+        }
+    CHECK_EQ(bad, 0);
+}

@@ -64,9 +64,12 @@ void tp_reduce_avx2(void *d, const void *a, const void *b, size_t n, int dt, int
 { tp_reduce_generic(d, a, b, n, dt, op); }
 void tp_reduce_avx512(void *d, const void *a, const void *b, size_t n, int dt, int op)
 { tp_reduce_generic(d, a, b, n, dt, op); }
+void tp_convert_avx2(void *d, const void *s, size_t n, int dt, int to16) { tp_convert_generic(d, s, n, dt, to16); }
+void tp_convert_avx512(void *d, const void *s, size_t n, int dt, int to16) { tp_convert_generic(d, s, n, dt, to16); }
 #endif
 
 static const tp_reduce_fn paths[TP_NISA] = {tp_reduce_generic, tp_reduce_avx2, tp_reduce_avx512};
+static const tp_convert_fn cvts[TP_NISA] = {tp_convert_generic, tp_convert_avx2, tp_convert_avx512};
 /* Chosen once; a racy first call from two threads computes the same values. */
 static int isa_best = -1, isa_active = -1;
 
@@ -102,6 +105,16 @@ void tp_reduce(void *dst, const void *a, const void *b, size_t n, rt_dtype dt, t
     paths[tp_isa_active()](dst, a, b, n, (int)dt, (int)op);
 }
 
+void tp_f32_to_half(uint16_t *dst, const float *src, size_t n, rt_dtype dt)
+{
+    cvts[tp_isa_active()](dst, src, n, (int)dt, 1);
+}
+
+void tp_half_to_f32(float *dst, const uint16_t *src, size_t n, rt_dtype dt)
+{
+    cvts[tp_isa_active()](dst, src, n, (int)dt, 0);
+}
+
 void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, rt_dtype dt, tp_op op)
 {
     if (isa < 0 || isa > tp_isa_best()) isa = tp_isa_best();
@@ -119,13 +132,16 @@ void tp_avg_finish(void *buf, size_t n, rt_dtype dt, int world)
     case RT_I32: { int32_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= world; } break;
     case RT_I64: { int64_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= world; } break;
     case RT_U8: { uint8_t *p = buf; for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / world); } break;
-    case RT_F16: {
+    case RT_F16:
+    case RT_BF16: { /* through f32 a block at a time: the conversions vectorised */
         uint16_t *p = buf;
-        for (size_t i = 0; i < n; i++) p[i] = tp_f32_to_f16(tp_f16_to_f32(p[i]) / (float)world);
-    } break;
-    case RT_BF16: {
-        uint16_t *p = buf;
-        for (size_t i = 0; i < n; i++) p[i] = tp_f32_to_bf16(tp_bf16_to_f32(p[i]) / (float)world);
+        float t[256];
+        for (size_t i = 0; i < n; i += 256) {
+            size_t k = n - i < 256 ? n - i : 256;
+            tp_half_to_f32(t, p + i, k, dt);
+            for (size_t j = 0; j < k; j++) t[j] /= (float)world;
+            tp_f32_to_half(p + i, t, k, dt);
+        }
     } break;
     default: break;
     }

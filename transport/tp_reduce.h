@@ -24,6 +24,10 @@ int tp_isa_active(void);    /* the path tp_reduce uses (after DDPRT_ISA) */
 /* Runs one specific path (must be <= tp_isa_best()); for tests and benchmarks. */
 void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, rt_dtype dt, tp_op op);
 
+/* n floats into dt (RT_F16 or RT_BF16) and back, vectorised, the same bits as the
+ * scalar conversions below. */
+void tp_f32_to_half(uint16_t *dst, const float *src, size_t n, rt_dtype dt);
+void tp_half_to_f32(float *dst, const uint16_t *src, size_t n, rt_dtype dt);
 /* Scalar IEEE conversions, round-to-nearest-even (NaN stays NaN, quieted). */
 float tp_f16_to_f32(uint16_t h);
 uint16_t tp_f32_to_f16(float f);
@@ -35,4 +39,8 @@ typedef void (*tp_reduce_fn)(void *dst, const void *a, const void *b, size_t n, 
 void tp_reduce_generic(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 void tp_reduce_avx2(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 void tp_reduce_avx512(void *dst, const void *a, const void *b, size_t n, int dt, int op);
+typedef void (*tp_convert_fn)(void *dst, const void *src, size_t n, int dt, int to16);
+void tp_convert_generic(void *dst, const void *src, size_t n, int dt, int to16);
+void tp_convert_avx2(void *dst, const void *src, size_t n, int dt, int to16);
+void tp_convert_avx512(void *dst, const void *src, size_t n, int dt, int to16);
 #endif

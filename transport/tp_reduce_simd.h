@@ -109,6 +109,58 @@ static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb,
         pd[i] = tp_f32_to_f16(S(fops)(tp_f16_to_f32(pa[i]), tp_f16_to_f32(pb[i]), op));
 }
 
+/* f32 <-> f16 / bf16 for n elements (dt: the 16-bit type), the scalar functions'
+ * rounding bit for bit (the bf16 vector code is red_bf16's). */
+TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, int to16)
+{
+    size_t i = 0;
+    if (to16) {
+        const float *ps = src;
+        uint16_t *pd = dst;
+        if (dt == RT_BF16) {
+            for (; i + VB / 4 <= n; i += VB / 4) {
+                S(vu32) u;
+                memcpy(&u, ps + i, VB);
+                S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
+                r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+                S(vh) hr = __builtin_convertvector(r, S(vh));
+                memcpy(pd + i, &hr, VB / 2);
+            }
+            for (; i < n; i++) pd[i] = tp_f32_to_bf16(ps[i]);
+            return;
+        }
+#ifdef F16_LANES
+        for (; i + F16_LANES <= n; i += F16_LANES) {
+            S(vf) x;
+            memcpy(&x, ps + i, VB);
+            F16_STORE(pd + i, x);
+        }
+#endif
+        for (; i < n; i++) pd[i] = tp_f32_to_f16(ps[i]);
+        return;
+    }
+    const uint16_t *ps = src;
+    float *pd = dst;
+    if (dt == RT_BF16) {
+        for (; i + VB / 4 <= n; i += VB / 4) {
+            S(vh) h;
+            memcpy(&h, ps + i, VB / 2);
+            S(vu32) u = __builtin_convertvector(h, S(vu32)) << 16;
+            memcpy(pd + i, &u, VB);
+        }
+        for (; i < n; i++) pd[i] = tp_bf16_to_f32(ps[i]);
+        return;
+    }
+#ifdef F16_LANES
+    for (; i + F16_LANES <= n; i += F16_LANES) {
+        S(vf) x = (S(vf))F16_LOAD(ps + i);
+        memcpy(pd + i, &x, VB);
+    }
+#endif
+    for (; i < n; i++) pd[i] = tp_f16_to_f32(ps[i]);
+}
+
 TGT void TP_CAT(tp_reduce, SFX)(void *dst, const void *a, const void *b, size_t n, int dt, int op)
 {
     if (op == TP_AVG) op = TP_SUM;

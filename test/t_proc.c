@@ -110,9 +110,23 @@ const char *t_slurp(const char *path)
     return b;
 }
 
+/* A port below the kernel's ephemeral range (32768 up here), so that no outgoing
+ * connection of a test running beside this one is given it between this probe and
+ * the program's own listen (a kernel-chosen port was, once: "Address already in use").
+ * Probed on 0.0.0.0, which conflicts with any listener on the port; random, so that
+ * parallel tests rarely pick the same one. */
 int t_free_port(void)
 {
     char err[256];
+    unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)port_now_ns();
+    for (int i = 0; i < 200; i++) {
+        x = x * 1103515245u + 12345u;
+        int port = 20000 + (int)((x >> 8) % 12000u);
+        int fd = port_sock_listen("0.0.0.0", port, 1, err, sizeof err);
+        if (fd < 0) continue;
+        port_sock_close(fd);
+        return port;
+    }
     int fd = port_sock_listen("127.0.0.1", 0, 1, err, sizeof err);
     int port = port_sock_local_port(fd);
     port_sock_close(fd);

@@ -173,3 +173,37 @@ TEST(tp_half_block_conversions_match_scalar_on_every_isa)
         }
     CHECK_EQ(bad, 0);
 }
+
+/* The AVG tail on every ISA path: true division by world (3: not a power of two) in
+ * each floating type, the halves through f32 and back, the scalar loop's bits. */
+TEST(tp_avg_paths_match_scalar_division)
+{
+    enum { N = 1003 };
+    static const tp_avg_fn path[TP_NISA] = {tp_avg_generic, tp_avg_avx2, tp_avg_avx512};
+    static float f[N];
+    static double d[N];
+    static uint16_t h[N], b[N];
+    int bad = 0;
+    for (int isa = 0; isa <= tp_isa_best(); isa++) {
+        for (int i = 0; i < N; i++) {
+            f[i] = (float)((int)(next() % 20001) - 10000) * 0.37f;
+            d[i] = (double)f[i] * 1.0001;
+            h[i] = (uint16_t)(i * 61), b[i] = (uint16_t)(i * 67);
+            if (((h[i] >> 10) & 0x1f) == 0x1f) h[i] = 0x3c00; /* NaN payloads aside */
+            if (((b[i] >> 7) & 0xff) == 0xff) b[i] = 0x3f80;
+        }
+        float f0[N];
+        double d0[N];
+        uint16_t h0[N], b0[N];
+        memcpy(f0, f, sizeof f), memcpy(d0, d, sizeof d), memcpy(h0, h, sizeof h), memcpy(b0, b, sizeof b);
+        CHECK(!path[isa](f, N, RT_F32, 3) && !path[isa](d, N, RT_F64, 3) && !path[isa](h, N, RT_F16, 3) &&
+              !path[isa](b, N, RT_BF16, 3) && path[isa](f, N, RT_I32, 3) == 1);
+        for (int i = 0; i < N; i++) {
+            bad += f2u(f[i]) != f2u(f0[i] / 3.0f);
+            bad += d[i] != d0[i] / 3;
+            bad += h[i] != tp_f32_to_f16(tp_f16_to_f32(h0[i]) / 3.0f);
+            bad += b[i] != tp_f32_to_bf16(tp_bf16_to_f32(b0[i]) / 3.0f);
+        }
+    }
+    CHECK_EQ(bad, 0);
+}

@@ -66,10 +66,13 @@ void tp_reduce_avx512(void *d, const void *a, const void *b, size_t n, int dt, i
 { tp_reduce_generic(d, a, b, n, dt, op); }
 void tp_convert_avx2(void *d, const void *s, size_t n, int dt, int to16) { tp_convert_generic(d, s, n, dt, to16); }
 void tp_convert_avx512(void *d, const void *s, size_t n, int dt, int to16) { tp_convert_generic(d, s, n, dt, to16); }
+int tp_avg_avx2(void *b, size_t n, int dt, int world) { return tp_avg_generic(b, n, dt, world); }
+int tp_avg_avx512(void *b, size_t n, int dt, int world) { return tp_avg_generic(b, n, dt, world); }
 #endif
 
 static const tp_reduce_fn paths[TP_NISA] = {tp_reduce_generic, tp_reduce_avx2, tp_reduce_avx512};
 static const tp_convert_fn cvts[TP_NISA] = {tp_convert_generic, tp_convert_avx2, tp_convert_avx512};
+static const tp_avg_fn avgs[TP_NISA] = {tp_avg_generic, tp_avg_avx2, tp_avg_avx512};
 /* Chosen once; a racy first call from two threads computes the same values. */
 static int isa_best = -1, isa_active = -1;
 
@@ -125,24 +128,11 @@ void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, r
  * plain loop is enough. Float: true division; integers: C division (toward zero). */
 void tp_avg_finish(void *buf, size_t n, rt_dtype dt, int world)
 {
-    if (world <= 1) return;
+    if (world <= 1 || !avgs[tp_isa_active()](buf, n, (int)dt, world)) return; /* floating types, vectorised */
     switch (dt) {
-    case RT_F32: { float *p = buf; for (size_t i = 0; i < n; i++) p[i] /= (float)world; } break;
-    case RT_F64: { double *p = buf; for (size_t i = 0; i < n; i++) p[i] /= world; } break;
     case RT_I32: { int32_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= world; } break;
     case RT_I64: { int64_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= world; } break;
     case RT_U8: { uint8_t *p = buf; for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / world); } break;
-    case RT_F16:
-    case RT_BF16: { /* through f32 a block at a time: the conversions vectorised */
-        uint16_t *p = buf;
-        float t[256];
-        for (size_t i = 0; i < n; i += 256) {
-            size_t k = n - i < 256 ? n - i : 256;
-            tp_half_to_f32(t, p + i, k, dt);
-            for (size_t j = 0; j < k; j++) t[j] /= (float)world;
-            tp_f32_to_half(p + i, t, k, dt);
-        }
-    } break;
     default: break;
     }
 }

@@ -40,6 +40,10 @@ void tp_reduce_generic(void *dst, const void *a, const void *b, size_t n, int dt
 void tp_reduce_avx2(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 void tp_reduce_avx512(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 typedef void (*tp_convert_fn)(void *dst, const void *src, size_t n, int dt, int to16);
+typedef int (*tp_avg_fn)(void *buf, size_t n, int dt, int world);
+int tp_avg_generic(void *buf, size_t n, int dt, int world);
+int tp_avg_avx2(void *buf, size_t n, int dt, int world);
+int tp_avg_avx512(void *buf, size_t n, int dt, int world);
 void tp_convert_generic(void *dst, const void *src, size_t n, int dt, int to16);
 void tp_convert_avx2(void *dst, const void *src, size_t n, int dt, int to16);
 void tp_convert_avx512(void *dst, const void *src, size_t n, int dt, int to16);

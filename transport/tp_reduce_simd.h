@@ -161,6 +161,69 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
     for (; i < n; i++) pd[i] = tp_f16_to_f32(ps[i]);
 }
 
+/* The AVG tail: n floating elements divided by world (true division, as the scalar
+ * loop; halves through f32 and back, rounding as the scalar functions). 1 when dt is
+ * an integer type (the caller's scalar loop). */
+TGT int TP_CAT(tp_avg, SFX)(void *buf, size_t n, int dt, int world)
+{
+    size_t i = 0;
+    float w = (float)world;
+    S(vf) vw = (S(vf)){0} + w;
+    switch (dt) {
+    case RT_F32: {
+        float *p = buf;
+        for (; i + VB / 4 <= n; i += VB / 4) {
+            S(vf) x;
+            memcpy(&x, p + i, VB);
+            x = x / vw;
+            memcpy(p + i, &x, VB);
+        }
+        for (; i < n; i++) p[i] /= w;
+        return 0;
+    }
+    case RT_F64: {
+        double *p = buf;
+        S(vd) vd = (S(vd)){0} + (double)world;
+        for (; i + VB / 8 <= n; i += VB / 8) {
+            S(vd) x;
+            memcpy(&x, p + i, VB);
+            x = x / vd;
+            memcpy(p + i, &x, VB);
+        }
+        for (; i < n; i++) p[i] /= world;
+        return 0;
+    }
+    case RT_F16: {
+        uint16_t *p = buf;
+#ifdef F16_LANES
+        for (; i + F16_LANES <= n; i += F16_LANES) {
+            S(vf) x = (S(vf))F16_LOAD(p + i);
+            F16_STORE(p + i, x / vw);
+        }
+#endif
+        for (; i < n; i++) p[i] = tp_f32_to_f16(tp_f16_to_f32(p[i]) / w);
+        return 0;
+    }
+    case RT_BF16: {
+        uint16_t *p = buf;
+        for (; i + VB / 4 <= n; i += VB / 4) {
+            S(vh) h;
+            memcpy(&h, p + i, VB / 2);
+            S(vu32) u = __builtin_convertvector(h, S(vu32)) << 16;
+            u = (S(vu32))((S(vf))u / vw);
+            S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+            S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
+            r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+            h = __builtin_convertvector(r, S(vh));
+            memcpy(p + i, &h, VB / 2);
+        }
+        for (; i < n; i++) p[i] = tp_f32_to_bf16(tp_bf16_to_f32(p[i]) / w);
+        return 0;
+    }
+    default: return 1;
+    }
+}
+
 TGT void TP_CAT(tp_reduce, SFX)(void *dst, const void *a, const void *b, size_t n, int dt, int op)
 {
     if (op == TP_AVG) op = TP_SUM;

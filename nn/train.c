@@ -158,6 +158,9 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
                "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
                t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
                t->g.ws ? "" : ", planned inside the activations");
+    if (o->mem_report && t->rank == 0 && t->ddp && t->ddp->reg)
+        printf("gradients: %.2f MiB outside the arena, in memory the ranks of a host reduce in place\n",
+               t->ddp->reg_bytes / 1048576.0);
     if (t->train.classes_bytes && t->rank == 0) {
         char line[1024];
         size_t o2 = 0;

@@ -127,15 +127,12 @@ static void unpack(nn_ddp *d, const nn_bucket *bk)
     tp_half_to_f32(g, h, bk->count, d->wire);
 }
 
-/* The grads_alloc hook: one block for the life of the comm (a second carve reuses it). */
+/* The grads_alloc hook: one block for the life of the comm (the trainer carves once). */
 static void *grads_alloc(void *ctx, size_t bytes)
 {
     nn_ddp *d = ctx;
-    if (d->reg && d->reg_bytes >= bytes) return d->reg;
-    tp_mem_free(d->comm, d->reg);
-    d->reg = tp_mem_alloc(d->comm, bytes);
-    d->reg_bytes = d->reg ? bytes : 0;
-    return d->reg;
+    if (!d->reg && (d->reg = tp_mem_alloc(d->comm, bytes))) d->reg_bytes = bytes;
+    return d->reg_bytes >= bytes ? d->reg : NULL;
 }
 
 void nn_ddp_place_grads(nn_ddp *d, nn_graph *m)

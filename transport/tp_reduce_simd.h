@@ -75,23 +75,30 @@ static inline float S(fops)(float x, float y, int op)
     }
 }
 
-/* bf16: widen to f32 by a shift, reduce, round back to nearest even (NaN: quieted). */
+/* bf16 <-> f32 on vectors: widen by a shift; round to nearest even (NaN: quieted),
+ * as tp_f32_to_bf16. */
+static inline TGT S(vf) S(bf16_load)(const uint16_t *p)
+{
+    S(vh) h;
+    memcpy(&h, p, VB / 2);
+    return (S(vf))(__builtin_convertvector(h, S(vu32)) << 16);
+}
+
+static inline TGT void S(bf16_store)(uint16_t *p, S(vf) x)
+{
+    S(vu32) u = (S(vu32))x;
+    S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
+    r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+    S(vh) h = __builtin_convertvector(r, S(vh));
+    memcpy(p, &h, VB / 2);
+}
+
+/* bf16: widen to f32, reduce, round back. */
 static TGT void S(red_bf16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb, size_t n, int op)
 {
     size_t i = 0;
-    for (; i + VB / 4 <= n; i += VB / 4) {
-        S(vh) ha, hb, hr;
-        memcpy(&ha, pa + i, VB / 2);
-        memcpy(&hb, pb + i, VB / 2);
-        S(vu32) ua = __builtin_convertvector(ha, S(vu32)) << 16;
-        S(vu32) ub = __builtin_convertvector(hb, S(vu32)) << 16;
-        S(vu32) u = (S(vu32))S(fop)((S(vf))ua, (S(vf))ub, op);
-        S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
-        r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
-        hr = __builtin_convertvector(r, S(vh));
-        memcpy(pd + i, &hr, VB / 2);
-    }
+    for (; i + VB / 4 <= n; i += VB / 4) S(bf16_store)(pd + i, S(fop)(S(bf16_load)(pa + i), S(bf16_load)(pb + i), op));
     for (; i < n; i++)
         pd[i] = tp_f32_to_bf16(S(fops)(tp_bf16_to_f32(pa[i]), tp_bf16_to_f32(pb[i]), op));
 }
@@ -110,7 +117,7 @@ static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb,
 }
 
 /* f32 <-> f16 / bf16 for n elements (dt: the 16-bit type), the scalar functions'
- * rounding bit for bit (the bf16 vector code is red_bf16's). */
+ * rounding bit for bit. */
 TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, int to16)
 {
     size_t i = 0;
@@ -119,13 +126,9 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
         uint16_t *pd = dst;
         if (dt == RT_BF16) {
             for (; i + VB / 4 <= n; i += VB / 4) {
-                S(vu32) u;
-                memcpy(&u, ps + i, VB);
-                S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-                S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
-                r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
-                S(vh) hr = __builtin_convertvector(r, S(vh));
-                memcpy(pd + i, &hr, VB / 2);
+                S(vf) x;
+                memcpy(&x, ps + i, VB);
+                S(bf16_store)(pd + i, x);
             }
             for (; i < n; i++) pd[i] = tp_f32_to_bf16(ps[i]);
             return;
@@ -144,10 +147,8 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
     float *pd = dst;
     if (dt == RT_BF16) {
         for (; i + VB / 4 <= n; i += VB / 4) {
-            S(vh) h;
-            memcpy(&h, ps + i, VB / 2);
-            S(vu32) u = __builtin_convertvector(h, S(vu32)) << 16;
-            memcpy(pd + i, &u, VB);
+            S(vf) x = S(bf16_load)(ps + i);
+            memcpy(pd + i, &x, VB);
         }
         for (; i < n; i++) pd[i] = tp_bf16_to_f32(ps[i]);
         return;
@@ -206,17 +207,7 @@ TGT int TP_CAT(tp_avg, SFX)(void *buf, size_t n, int dt, int world)
     }
     case RT_BF16: {
         uint16_t *p = buf;
-        for (; i + VB / 4 <= n; i += VB / 4) {
-            S(vh) h;
-            memcpy(&h, p + i, VB / 2);
-            S(vu32) u = __builtin_convertvector(h, S(vu32)) << 16;
-            u = (S(vu32))((S(vf))u / vw);
-            S(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-            S(vu32) nan = (S(vu32))((u & 0x7fffffffu) > 0x7f800000u);
-            r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
-            h = __builtin_convertvector(r, S(vh));
-            memcpy(p + i, &h, VB / 2);
-        }
+        for (; i + VB / 4 <= n; i += VB / 4) S(bf16_store)(p + i, S(bf16_load)(p + i) / vw);
         for (; i < n; i++) p[i] = tp_f32_to_bf16(tp_bf16_to_f32(p[i]) / w);
         return 0;
     }

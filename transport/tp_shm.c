@@ -94,8 +94,7 @@ static void *create_seg(tp_comm *c, char *name, size_t nlen, size_t bytes)
         name[0] = 0;
         return NULL;
     }
-    const char *f = getenv("DDPRT_SHM_TEST_FAULT");
-    if (f && !strcmp(f, "create")) raise(SIGKILL); /* test: die before unlinking (sweep_stale) */
+    if (tp_shm_fault("create")) raise(SIGKILL); /* test: die before unlinking (sweep_stale) */
     tp_shm_seg *s = p;
     s->magic = SHM_MAGIC;
     s->world = (uint32_t)c->world;

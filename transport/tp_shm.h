@@ -42,6 +42,8 @@
 #define TP_SHM_H
 #include "transport/tp_comm_int.h"
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifndef TP_SHM_STEP
 #define TP_SHM_STEP (256u << 10) /* data bytes per buffer (one pipeline step; 256 KiB measured 8-10 % faster than 128 at 1-16 MiB, no better at 512) */
@@ -154,6 +156,18 @@ static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
                                            (sizeof(tp_shm_bufhdr) + TP_SHM_STEP));
 }
 static inline unsigned char *tp_shm_data(tp_shm_bufhdr *h) { return (unsigned char *)(h + 1); }
+/* The test fault DDPRT_SHM_TEST_FAULT names what (tests make the library fail there). */
+static inline int tp_shm_fault(const char *what)
+{
+    const char *f = getenv("DDPRT_SHM_TEST_FAULT");
+    return f && !strcmp(f, what);
+}
+/* Whether [a, a + an) and [b, b + bn) share a byte. */
+static inline int tp_shm_overlap(const void *a, size_t an, const void *b, size_t bn)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an && bn && x < y + bn && y < x + an;
+}
 /* Start of rank q's share of cnt elements of es bytes: cache-line aligned cuts. */
 static inline size_t tp_shm_cut(size_t cnt, int n, int q, size_t es)
 {

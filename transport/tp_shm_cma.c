@@ -86,15 +86,14 @@ int tp_shm_cma_setup(tp_comm *c)
     /* The allgather has a fixed size: a rank short of memory still takes part. */
     int64_t dummy[4 * TP_SHM_MAX_WORLD];
     rc = tp_ring_allgather(c, mine, all ? all : dummy, 4, RT_I64);
+    for (int q = 0; !rc && all && s->pid && q < w; q++) s->pid[q] = (int)all[4 * q]; /* registered buffers too */
     for (int q = 0; !rc && ok && q < w; q++) {
         ok = all[4 * q + 2] != 0;
-        s->pid[q] = (int)all[4 * q];
         if (q == c->rank || !ok) continue;
         /* Seccomp in containers, a ptrace policy: any failure keeps the copy protocol. */
         uint64_t v = 0;
-        const char *f = getenv("DDPRT_SHM_TEST_FAULT");
         ok = readv_from(s->pid[q], &v, (uint64_t)all[4 * q + 1], sizeof v) == 0 &&
-             v == (PROBE_MAGIC ^ (uint64_t)s->pid[q]) && !(f && !strcmp(f, "cma_probe"));
+             v == (PROBE_MAGIC ^ (uint64_t)s->pid[q]) && !tp_shm_fault("cma_probe");
     }
     unsigned char dummy8[TP_SHM_MAX_WORLD];
     if (!rc) rc = tp_ring_allgather(c, &ok, oks ? oks : dummy8, 1, RT_U8);
@@ -141,9 +140,8 @@ static int start(cma_op *x, tp_comm *c, const tp_shm_bufhdr *d, const void *send
     memcpy(tp_shm_buf(x->s, x->me, x->st)->pad, a, sizeof a);
     int rc = tp_shm_publish(c, x->st, d);
     if (rc) return rc;
-    const char *f = getenv("DDPRT_SHM_TEST_FAULT");
     static int ops;
-    if (f && !strcmp(f, "cma_kill") && ++ops == 2) { /* test: die while the others read this rank */
+    if (tp_shm_fault("cma_kill") && ++ops == 2) { /* test: die while the others read this rank */
         fprintf(stderr, "killed at %.6f\n", port_now_s());
         raise(SIGKILL);
     }
@@ -191,12 +189,6 @@ static int reduce_remote(cma_op *x, unsigned char *dst, const unsigned char *min
     return 0;
 }
 
-static int overlap(const void *a, size_t an, const void *b, size_t bn)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return an && bn && x < y + bn && y < x + an;
-}
-
 int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
 {
     tp_shm *s = c->shm;
@@ -215,7 +207,7 @@ int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     /* Buffers that overlap only as the protocol allows (else the copy protocol). */
     switch (h->kind) {
     case TP_K_ALLREDUCE:
-        if (bytes < s->cma_min || (send != recv && overlap(send, bytes, recv, bytes))) return 1;
+        if (bytes < s->cma_min || (send != recv && tp_shm_overlap(send, bytes, recv, bytes))) return 1;
         if ((rc = start(&x, c, d, send, recv))) return rc;
         {
             size_t lo = tp_shm_cut(h->count, n, me, es), hi = tp_shm_cut(h->count, n, me + 1, es);
@@ -230,7 +222,7 @@ int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
         break;
     case TP_K_REDUCE_SCATTER: {
         const unsigned char *mine = send + (size_t)me * bytes;
-        if (bytes * (size_t)n < s->cma_min || (recv != mine && overlap(send, bytes * (size_t)n, recv, bytes)))
+        if (bytes * (size_t)n < s->cma_min || (recv != mine && tp_shm_overlap(send, bytes * (size_t)n, recv, bytes)))
             return 1;
         if ((rc = start(&x, c, d, send, recv))) return rc;
         if ((rc = reduce_remote(&x, recv, mine, (size_t)me * bytes, h->count, dt, op))) return rc;
@@ -238,7 +230,7 @@ int tp_shm_cma_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     }
     case TP_K_ALLGATHER: {
         unsigned char *own = recv + (size_t)me * bytes;
-        if (bytes * (size_t)n < s->cma_min || (send != own && overlap(send, bytes, recv, bytes * (size_t)n)))
+        if (bytes * (size_t)n < s->cma_min || (send != own && tp_shm_overlap(send, bytes, recv, bytes * (size_t)n)))
             return 1;
         if ((rc = start(&x, c, d, send, recv))) return rc;
         if (send != own) memcpy(own, send, bytes);

@@ -43,12 +43,6 @@ static int env_on(const char *name, int dflt)
     return e && *e ? strcmp(e, "0") != 0 : dflt;
 }
 
-static int fault(const char *what)
-{
-    const char *f = getenv("DDPRT_SHM_TEST_FAULT");
-    return f && !strcmp(f, what);
-}
-
 /* ---- the blocks --------------------------------------------------------------------- */
 
 /* Slot i of this rank's table in the segment: gen last, so a reader that sees it sees
@@ -69,7 +63,7 @@ static void publish_region(tp_comm *c, int i)
 void *tp_mem_alloc(tp_comm *c, size_t bytes)
 {
     size_t len = ((bytes ? bytes : 1) + 4095) / 4096 * 4096;
-    int fd = fault("memfd") ? -1 : memfd_create("ddprt-mem", MFD_CLOEXEC);
+    int fd = tp_shm_fault("memfd") ? -1 : memfd_create("ddprt-mem", MFD_CLOEXEC);
     struct stat st;
     void *p = NULL;
     if (fd >= 0 && ftruncate(fd, (off_t)len) == 0 && fstat(fd, &st) == 0) {
@@ -139,7 +133,7 @@ static unsigned char *map_peer(tp_comm *c, int q, const tp_shm_region *r, uint64
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%lld", c->shm->pid[q], (long long)r->fd);
-    int fd = fault("map_open") ? -1 : open(path, O_RDWR | O_CLOEXEC);
+    int fd = tp_shm_fault("map_open") ? -1 : open(path, O_RDWR | O_CLOEXEC);
     struct stat st;
     void *p = NULL;
     /* The inode check: a pid of another namespace, or an fd reused meanwhile. */
@@ -185,16 +179,14 @@ int tp_shm_map_setup(tp_comm *c)
 {
     tp_shm *s = c->shm;
     int w = c->world, rc;
-    /* Rank 0's threshold and everyone's wish: all decide alike. And the pids. */
-    int64_t mine[3] = {env_on("DDPRT_SHM_MAP", 1), TP_SHM_MAP_MIN, getpid()}, all[3 * TP_SHM_MAX_WORLD];
+    /* Rank 0's threshold and everyone's wish: all decide alike (the pids came with
+     * tp_shm_cma_setup; without them no peer maps and the agree rounds say no). */
+    int64_t mine[2] = {env_on("DDPRT_SHM_MAP", 1), TP_SHM_MAP_MIN}, all[2 * TP_SHM_MAX_WORLD];
     const char *e = getenv("DDPRT_SHM_MAP_MIN");
     if (e && *e) mine[1] = atoll(e);
-    if ((rc = tp_ring_allgather(c, mine, all, 3, RT_I64))) return rc;
+    if ((rc = tp_ring_allgather(c, mine, all, 2, RT_I64))) return rc;
     s->map = 1;
-    for (int q = 0; q < w; q++) {
-        s->map &= all[3 * q] != 0;
-        if (s->pid) s->pid[q] = (int)all[3 * q + 2]; /* without: no peer maps, the agree rounds say no */
-    }
+    for (int q = 0; q < w; q++) s->map &= all[2 * q] != 0;
     s->map_min = all[1] > 0 ? (size_t)all[1] : 1;
     s->pm = calloc((size_t)w * TP_MEM_MAX, sizeof *s->pm);
     if (posix_memalign((void **)&s->mtmp, 64, TP_SHM_STEP)) s->mtmp = NULL;
@@ -220,12 +212,6 @@ uint64_t tp_shm_map_ops(const tp_comm *c) { return c->shm_state > 0 ? c->shm->ma
 
 /* ---- allreduce ---------------------------------------------------------------------- */
 
-static int overlap(const void *a, const void *b, size_t n)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return n && x < y + n && y < x + n;
-}
-
 int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
 {
     tp_shm *s = c->shm;
@@ -237,7 +223,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     const unsigned char *send = h->send;
     unsigned char *recv = h->recv;
     int mine = s->pm && s->mtmp && s->pid && registered(c, send, bytes) && registered(c, recv, bytes) &&
-               (send == recv || !overlap(send, recv, bytes));
+               (send == recv || !tp_shm_overlap(send, bytes, recv, bytes));
     tp_shm_bufhdr dm = *d;
     dm.kind |= TP_SHM_MAP_KIND;
     uint64_t st = s->step++, a[2] = {mine ? (uint64_t)(uintptr_t)send : 0, mine ? (uint64_t)(uintptr_t)recv : 0};
@@ -267,7 +253,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     for (int q = 0; q < n && ok; q++) ok = __atomic_load_n(&s->seg->ctl[q].agree, __ATOMIC_ACQUIRE) & 1;
     if (!ok) return 1;
     static int kills;
-    if (fault("map_kill") && ++kills == 2) { /* test: die while the others use this rank's buffers */
+    if (tp_shm_fault("map_kill") && ++kills == 2) { /* test: die while the others use this rank's buffers */
         fprintf(stderr, "killed at %.6f\n", port_now_s());
         raise(SIGKILL);
     }

@@ -8,9 +8,10 @@ CFLAGS  := -std=c11 -Wall -Wextra -Werror $(OPT) -g -D_GNU_SOURCE -pthread -I. -
 LDFLAGS := -pthread $(SAN)
 LDLIBS  := -lz -lm
 
-# Every *_main.c is a program: dir/foo_bar_main.c -> $(BUILD)/ddprt-foo-bar.
-MAINS    := $(wildcard rt/*_main.c transport/*_main.c nn/*_main.c nn/*/*_main.c kernels/*_main.c)
-LIB_SRC  := $(filter-out %_main.c,$(wildcard rt/*.c transport/*.c nn/*.c nn/*/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c))
+# Every folder apps/NAME is one program, $(BUILD)/ddprt-NAME, made of its .c files and the
+# library; the library (libddprt.a) holds no program code.
+APPS     := $(patsubst apps/%/,%,$(wildcard apps/*/))
+LIB_SRC  := $(wildcard rt/*.c transport/*.c nn/*.c nn/*/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c)
 TEST_SRC := $(wildcard test/*.c)
 # test/progs/foo.c -> $(BUILD)/t-foo: helper processes that multi-process tests start.
 TPROG_SRC:= $(wildcard test/progs/*.c)
@@ -31,8 +32,11 @@ CFLAGS   += -DDDPRT_JPEG=$(JPEG) -DDDPRT_PNG=$(PNG)
 LDLIBS   += $(if $(filter 1,$(JPEG)),-ljpeg) $(if $(filter 1,$(PNG)),-lpng16)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
-PROGS    := $(foreach m,$(MAINS),$(BUILD)/ddprt-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(m)))))
+# The cost model of ddprt-bench --predict is tested too.
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/apps/bench/bench_predict.o
+PROGS    := $(APPS:%=$(BUILD)/ddprt-%)
+# apps/bench-kernels/k_cuda_bench.c times the CUDA kernels: CUDA builds only.
+APP_SRC   = $(filter-out $(if $(filter 1,$(CUDA_ON)),,apps/bench-kernels/k_cuda_bench.c),$(wildcard apps/$(1)/*.c))
 TPROGS   := $(foreach p,$(TPROG_SRC),$(BUILD)/t-$(basename $(notdir $(p))))
 
 # CUDA port (ports/cuda, kernels/cuda): CUDA=auto (default) builds it when nvcc is on
@@ -56,7 +60,7 @@ CFLAGS   += -DDDPRT_CUDA=1
 # Static cudart: the programs run where only the driver is installed.
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \
-            $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.c ports/cuda/*.c))
+            $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ports/cuda/*.c))
 LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
 GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c \
                   test/cuda_emu/emu_train.c test/cuda_emu/emu_ddp.c)
@@ -77,7 +81,7 @@ $(BUILD)/t-cuda-emu: $(EMU_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # ddprt-train on the emulated device: --device cuda end to end (trainer, DDP) in make test.
 EMU_DEV_OBJ := $(filter-out $(BUILD)/obj/test/%,$(EMU_OBJ)) $(BUILD)/obj/test/cuda_emu/emu_port.o
-$(BUILD)/t-train-emu: $(BUILD)/obj/nn/train_main.o $(EMU_DEV_OBJ) $(BUILD)/libddprt.a
+$(BUILD)/t-train-emu: $(BUILD)/obj/apps/train/train_main.o $(EMU_DEV_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 -include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by
@@ -108,10 +112,10 @@ $(BUILD)/libddprt.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 define prog_rule
-$(BUILD)/ddprt-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(1)))): $(BUILD)/obj/$(1:.c=.o) $(BUILD)/libddprt.a
+$(BUILD)/ddprt-$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,$(1))) $(BUILD)/libddprt.a
 	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endef
-$(foreach m,$(MAINS),$(eval $(call prog_rule,$(m))))
+$(foreach a,$(APPS),$(eval $(call prog_rule,$(a))))
 
 $(BUILD)/t-%: $(BUILD)/obj/test/progs/%.o $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -125,9 +129,11 @@ $(BUILD)/test-runner: $(TEST_OBJ) $(BUILD)/libddprt.a
 deps:
 	@./tools/deps.sh
 
+# Builds run in parallel by default (JOBS=1 for a serial build).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # The runner forks one child per test; DDPRT_BUILD tells tests where the programs are.
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	DDPRT_BUILD=$(BUILD) DDPRT_SAN="$(SAN)" ./$(BUILD)/test-runner $(T)
 
 # The README's two commands from a fresh git clone of HEAD in a pristine Debian 12
@@ -147,7 +153,7 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 VERSION    := $(shell sed -n 's/^\#define DDPRT_VERSION "\(.*\)"/\1/p' rt/version.h)
-PUBLIC_H   := $(filter-out %_int.h transport/bench.h transport/tp_reduce_simd.h,\
+PUBLIC_H   := $(filter-out %_int.h transport/tp_reduce_simd.h,\
               $(wildcard rt/*.h transport/*.h nn/*.h nn/*/*.h kernels/*.h ports/posix/*.h ports/cuda/port_cuda.h))
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/ddprt
@@ -186,7 +192,7 @@ NPROC ?= 2
 DATA_DIR ?= /usr/share/datasets/fashion-mnist
 RUN_ARGS ?=
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/ddprt-launch $(BUILD)/ddprt-train
 	@if [ -z "$$DDPRT_DATA" ] && [ ! -e data/train-images-idx3-ubyte.gz ] && [ ! -e $(DATA_DIR)/train-images-idx3-ubyte.gz ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi

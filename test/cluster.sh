@@ -7,7 +7,7 @@
 # find the right addresses themselves. Everything made here is removed on every exit.
 #   test/cluster.sh [BUILD]            the tests (quiet; CLUSTER_VERBOSE=1 for details)
 #   test/cluster.sh [BUILD] --bench    tables: 2x1 and 2x2, unshaped and 1 Gbit/s, per algo
-#   test/cluster.sh [BUILD] --rounds   the same, repeated and alternated: medians (cluster_rounds.sh)
+#   test/cluster.sh [BUILD] --rounds   the same, repeated and alternated: medians (bench/cluster_rounds.sh)
 #   test/cluster.sh [BUILD] --compress resnet20 2x1 with and without --grad-compress fp16
 #   test/cluster.sh [BUILD] --calib    cost model fitted on the shaped link vs measured
 # Needs root (skips with one line saying why otherwise). Ends with "N passed, N failed".
@@ -221,19 +221,19 @@ elastic() {
 }
 
 if [ "$MODE" = --bench ]; then
-    . "$(dirname "$0")/cluster_bench.sh"
+    . "$(dirname "$0")/../bench/cluster_bench.sh"
     exit 0
 fi
 if [ "$MODE" = --calib ]; then
-    . "$(dirname "$0")/cluster_calib.sh"
+    . "$(dirname "$0")/../bench/cluster_calib.sh"
     exit 0
 fi
 if [ "$MODE" = --compress ]; then
-    . "$(dirname "$0")/cluster_compress.sh"
+    . "$(dirname "$0")/../bench/cluster_compress.sh"
     exit 0
 fi
 if [ "$MODE" = --rounds ]; then
-    . "$(dirname "$0")/cluster_rounds.sh"
+    . "$(dirname "$0")/../bench/cluster_rounds.sh"
     exit 0
 fi
 

@@ -1,7 +1,9 @@
 /* Test runner: forks each registered test, enforces a per-test deadline, prints one
  * line per failure (file:line) and ends with "N passed, N failed". What a test writes
  * (its details, the output of in-process library errors it provokes on purpose) is
- * captured and shown only when it fails, or with T_VERBOSE=1; t_note() lines show always. */
+ * captured and shown only when it fails, or with T_VERBOSE=1; t_note() lines show always,
+ * each distinct note once (a skip that many tests report is one line). Progress: one line
+ * (tests done / total, elapsed) rewritten in place on a terminal, else every ~10 s. */
 #include "test/t.h"
 #include <signal.h>
 #include <stdarg.h>
@@ -98,6 +100,49 @@ static int cmp_test(const void *a, const void *b)
     return strcmp(fa, fb);
 }
 
+/* ---- progress line and notes (parent side) */
+static int tty;
+static double t_start, last_progress;
+
+static void progress(int done, int total, int failed, int force)
+{
+    double t = now_s();
+    if (!tty && !force && t - last_progress < 10) return;
+    last_progress = t;
+    if (tty)
+        printf("\r\033[K[%d/%d tests, %d failed, %.0f s]", done, total, failed, t - t_start);
+    else
+        printf("progress: %d/%d tests, %d failed, %.0f s\n", done, total, failed, t - t_start);
+    fflush(stdout);
+}
+
+/* Before printing a line of its own, the parent takes the in-place progress line away. */
+static void clear_progress(void)
+{
+    if (tty) printf("\r\033[K");
+}
+
+/* Notes the children appended to the notes file since the last look: each distinct text
+ * (the part after "note TEST: ") once, with the first test that said it. */
+#define NOTES_MAX 64
+static char *seen[NOTES_MAX];
+static int nseen;
+static void show_notes(FILE *notes)
+{
+    char line[1100];
+    while (fgets(line, sizeof line, notes)) {
+        const char *body = strstr(line, ": ");
+        body = body ? body + 2 : line;
+        int dup = 0;
+        for (int i = 0; i < nseen && !dup; i++) dup = !strcmp(seen[i], body);
+        if (dup) continue;
+        if (nseen < NOTES_MAX) seen[nseen++] = strdup(body);
+        clear_progress();
+        fputs(line, stdout);
+    }
+    clearerr(notes);
+}
+
 int main(int argc, char **argv)
 {
     int passed = 0, failed = 0, verbose = getenv("T_VERBOSE") != NULL;
@@ -115,12 +160,36 @@ int main(int argc, char **argv)
     char tdir[] = "/tmp/ddprt-test-trace-XXXXXX";
     int own_tdir = !getenv("DDPRT_TRACE_DIR") && mkdtemp(tdir);
     if (own_tdir) setenv("DDPRT_TRACE_DIR", tdir, 1);
+    /* Optional filters: run tests whose name or file contains any argument. */
+    static char want[T_MAX];
+    int total = 0;
     for (int i = 0; i < ntests; i++) {
-        /* Optional filters: run tests whose name or file contains any argument. */
-        int want = argc < 2;
-        for (int a = 1; a < argc && !want; a++)
-            want = strstr(tests[i].name, argv[a]) || strstr(tests[i].file, argv[a]);
-        if (!want) continue;
+        want[i] = argc < 2;
+        for (int a = 1; a < argc && !want[i]; a++)
+            want[i] = strstr(tests[i].name, argv[a]) || strstr(tests[i].file, argv[a]);
+        total += want[i];
+    }
+    /* Children append their notes to one file; the parent shows each text once. */
+    char npath[] = "/tmp/ddprt-test-notes-XXXXXX";
+    int nfd = mkstemp(npath);
+    FILE *notes = NULL;
+    if (nfd >= 0) {
+        /* Own open file descriptions: the writers append, the reader keeps its offset. */
+        notes = fopen(npath, "r");
+        note_fd = open(npath, O_WRONLY | O_APPEND);
+        unlink(npath);
+        close(nfd);
+        if (!notes || note_fd < 0) {
+            if (notes) fclose(notes);
+            notes = NULL;
+            note_fd = 1;
+        }
+    }
+    tty = isatty(1) && !verbose;
+    t_start = last_progress = now_s();
+    for (int i = 0; i < ntests; i++) {
+        if (!want[i]) continue;
+        progress(passed + failed, total, failed, 0);
         double t0 = now_s();
         fflush(NULL);
         int cap = capture_file();
@@ -129,7 +198,7 @@ int main(int argc, char **argv)
             cur_name = tests[i].name;
             setpgid(0, 0); /* so a hung test's children die with it */
             if (cap >= 0) {
-                note_fd = dup(1);
+                if (!notes) note_fd = dup(1);
                 dup2(cap, 1);
                 dup2(cap, 2);
                 close(cap);
@@ -144,6 +213,8 @@ int main(int argc, char **argv)
         kill(-pid, SIGKILL); /* reap leftovers of multi-process tests */
         double dt = now_s() - t0;
         int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (notes) show_notes(notes);
+        if (!ok || verbose) clear_progress();
         if (cap >= 0 && (!ok || verbose)) replay(cap);
         if (cap >= 0) close(cap);
         if (ok) {
@@ -158,6 +229,7 @@ int main(int argc, char **argv)
                 printf("FAIL %s: %s: exit %d (%.2fs)\n", tests[i].name, tests[i].file, WEXITSTATUS(st), dt);
         }
     }
+    clear_progress();
     if (own_tdir) {
         char cmd[96];
         snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);

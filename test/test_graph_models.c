@@ -5,7 +5,7 @@
 #include "test/t_graph.h"
 #include "test/t_data.h"
 #include "nn/graph.h"
-#include "nn/lenet.h"
+#include "test/t_lenet.h"
 #include "nn/models/models.h"
 #include "rt/arena.h"
 #include <math.h>

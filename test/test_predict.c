@@ -1,9 +1,9 @@
-/* The alpha-beta cost model (transport/bench_predict.c): formulas against figures
+/* The alpha-beta cost model (apps/bench/bench_predict.c): formulas against figures
  * worked by hand, the fit recovering known alpha and beta, and ddprt-bench --predict /
  * --fit printing their tables. */
 #include "test/t.h"
 #include "test/t_proc.h"
-#include "transport/bench_predict.h"
+#include "apps/bench/bench_predict.h"
 #include <stdio.h>
 #include <string.h>
 

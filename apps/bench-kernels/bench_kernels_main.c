@@ -1,0 +1,439 @@
+/* ddprt-bench-kernels: times every CPU kernel on LeNet's shapes and projects the
+ * training step and epoch time from the sum; --model resnet20|resnet18 times the
+ * ResNet conv shapes and layer kernels instead.
+ *   ddprt-bench-kernels [--model M] [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]
+ * Times are medians over --iters repeats (this machine is shared: medians resist noise). */
+#include "kernels/k.h"
+#if DDPRT_CUDA
+#include "kernels/cuda/k_cuda.h"
+#endif
+#include "ports/posix/port.h"
+#include "rt/version.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct bench_ctx {
+    int b;                                 /* batch */
+    k_conv_shape c1, c2;
+    float *x, *w1, *b1, *y1, *p1, *r1, *w2, *b2, *y2, *d2, *p2, *r2;
+    float *w3, *b3, *y3, *r3, *d3, *w4, *b4, *y4, *lp;
+    float *g_lp, *g4, *g3, *gr2, *gp2, *gy2, *gr1, *gp1, *gy1;
+    float *dw1, *db1, *dw2, *db2, *dw3, *db3, *dw4, *db4, *params, *grads, *mom;
+    int32_t *i1, *i2, *labels;
+    uint8_t *m2, *m3;
+    void *ws1, *ws2;
+    size_t nparams;
+} bench_ctx;
+
+static float *fbuf(size_t n)
+{
+    float *p = aligned_alloc(64, ((n * sizeof(float)) + 63) / 64 * 64);
+    if (!p) { perror("alloc"); exit(1); }
+    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    return p;
+}
+
+static void ctx_init(bench_ctx *c, int b)
+{
+    memset(c, 0, sizeof *c);
+    c->b = b;
+    c->c1 = (k_conv_shape){b, 1, 28, 28, 10, 5, 5, 1, 0, 0, 0};
+    c->c2 = (k_conv_shape){b, 10, 12, 12, 20, 5, 5, 1, 0, 0, 0};
+    k_conv_shape_init(&c->c1);
+    k_conv_shape_init(&c->c2);
+    c->x = fbuf((size_t)b * 784);
+    c->w1 = fbuf(250); c->b1 = fbuf(10); c->y1 = fbuf((size_t)b * 5760);
+    c->p1 = fbuf((size_t)b * 1440); c->r1 = fbuf((size_t)b * 1440);
+    c->w2 = fbuf(5000); c->b2 = fbuf(20); c->y2 = fbuf((size_t)b * 1280); c->d2 = fbuf((size_t)b * 1280);
+    c->p2 = fbuf((size_t)b * 320); c->r2 = fbuf((size_t)b * 320);
+    c->w3 = fbuf(16000); c->b3 = fbuf(50); c->y3 = fbuf((size_t)b * 50); c->r3 = fbuf((size_t)b * 50);
+    c->d3 = fbuf((size_t)b * 50); c->w4 = fbuf(500); c->b4 = fbuf(10); c->y4 = fbuf((size_t)b * 10);
+    c->lp = fbuf((size_t)b * 10);
+    c->g_lp = fbuf((size_t)b * 10); c->g4 = fbuf((size_t)b * 50); c->g3 = fbuf((size_t)b * 50);
+    c->gr2 = fbuf((size_t)b * 320); c->gp2 = fbuf((size_t)b * 320); c->gy2 = fbuf((size_t)b * 1280);
+    c->gr1 = fbuf((size_t)b * 1440); c->gp1 = fbuf((size_t)b * 1440); c->gy1 = fbuf((size_t)b * 5760);
+    c->dw1 = fbuf(250); c->db1 = fbuf(10); c->dw2 = fbuf(5000); c->db2 = fbuf(20);
+    c->dw3 = fbuf(16000); c->db3 = fbuf(50); c->dw4 = fbuf(500); c->db4 = fbuf(10);
+    c->nparams = 250 + 10 + 5000 + 20 + 16000 + 50 + 500 + 10;
+    c->params = fbuf(c->nparams); c->grads = fbuf(c->nparams); c->mom = fbuf(c->nparams);
+    c->i1 = malloc(sizeof(int32_t) * b * 1440); c->i2 = malloc(sizeof(int32_t) * b * 320);
+    c->labels = malloc(sizeof(int32_t) * b);
+    for (int i = 0; i < b; i++) c->labels[i] = i % 10;
+    c->m2 = malloc((size_t)b * 20); c->m3 = malloc((size_t)b * 50);
+    c->ws1 = aligned_alloc(64, (k_conv2d_workspace(&c->c1) + 63) / 64 * 64);
+    c->ws2 = aligned_alloc(64, (k_conv2d_workspace(&c->c2) + 63) / 64 * 64);
+    /* The pool kernels read idx written by a forward: run the forwards once. */
+    k_maxpool2d_fwd(b, 10, 24, 24, 2, 2, c->y1, c->p1, c->i1);
+    k_maxpool2d_fwd(b, 20, 8, 8, 2, 2, c->d2, c->p2, c->i2);
+    k_dropout2d_fwd(b, 20, 64, 0.5f, 1, 0, c->y2, c->d2, c->m2);
+    k_dropout_fwd((size_t)b * 50, 0.5f, 1, 0, c->r3, c->d3, c->m3);
+}
+
+/* One row of the table: each kernel is a numbered case so one function times them all. */
+enum { C_CONV1_F, C_POOL1_F, C_RELU1_F, C_CONV2_F, C_DROP2_F, C_POOL2_F, C_RELU2_F, C_FC1_F,
+       C_RELU3_F, C_DROP3_F, C_FC2_F, C_LSM_F, C_NLL,
+       C_LSM_B, C_FC2_B, C_DROP3_B, C_RELU3_B, C_FC1_B, C_RELU2_B, C_POOL2_B, C_DROP2_B,
+       C_CONV2_B, C_RELU1_B, C_POOL1_B, C_CONV1_B, C_SGD, C_COUNT };
+
+static void run_case(bench_ctx *c, int k)
+{
+    int b = c->b;
+    k_sgd_cfg sgd = {0.01f, 0.5f, 0.0f, 0.0f, 0};
+    switch (k) {
+    case C_CONV1_F: k_conv2d_fwd(&c->c1, c->x, c->w1, c->b1, c->y1, c->ws1); break;
+    case C_POOL1_F: k_maxpool2d_fwd(b, 10, 24, 24, 2, 2, c->y1, c->p1, c->i1); break;
+    case C_RELU1_F: k_relu_fwd((size_t)b * 1440, c->p1, c->r1); break;
+    case C_CONV2_F: k_conv2d_fwd(&c->c2, c->r1, c->w2, c->b2, c->y2, c->ws2); break;
+    case C_DROP2_F: k_dropout2d_fwd(b, 20, 64, 0.5f, 1, 0, c->y2, c->d2, c->m2); break;
+    case C_POOL2_F: k_maxpool2d_fwd(b, 20, 8, 8, 2, 2, c->d2, c->p2, c->i2); break;
+    case C_RELU2_F: k_relu_fwd((size_t)b * 320, c->p2, c->r2); break;
+    case C_FC1_F: k_linear_fwd(b, 320, 50, c->r2, c->w3, c->b3, c->y3); break;
+    case C_RELU3_F: k_relu_fwd((size_t)b * 50, c->y3, c->r3); break;
+    case C_DROP3_F: k_dropout_fwd((size_t)b * 50, 0.5f, 1, 0, c->r3, c->d3, c->m3); break;
+    case C_FC2_F: k_linear_fwd(b, 50, 10, c->d3, c->w4, c->b4, c->y4); break;
+    case C_LSM_F: k_log_softmax_fwd(b, 10, c->y4, c->lp); break;
+    case C_NLL: { long ok; (void)k_nll_loss_sum(b, 10, c->lp, c->labels, &ok); } break;
+    case C_LSM_B: k_log_softmax_nll_bwd(b, 10, c->lp, c->labels, 1.0f / b, c->g_lp); break;
+    case C_FC2_B: k_linear_bwd(b, 50, 10, c->d3, c->w4, c->g_lp, c->g4, c->dw4, c->db4); break;
+    case C_DROP3_B: k_dropout_bwd((size_t)b * 50, 0.5f, c->m3, c->g4, c->g3); break;
+    case C_RELU3_B: k_relu_bwd((size_t)b * 50, c->r3, c->g3, c->g3); break;
+    case C_FC1_B: k_linear_bwd(b, 320, 50, c->r2, c->w3, c->g3, c->gr2, c->dw3, c->db3); break;
+    case C_RELU2_B: k_relu_bwd((size_t)b * 320, c->r2, c->gr2, c->gp2); break;
+    case C_POOL2_B: k_maxpool2d_bwd(b, 20, 8, 8, 2, 2, c->gp2, c->i2, c->gy2); break;
+    case C_DROP2_B: k_dropout2d_bwd(b, 20, 64, 0.5f, c->m2, c->gy2, c->gy2); break;
+    case C_CONV2_B: k_conv2d_bwd(&c->c2, c->r1, c->w2, c->gy2, c->gr1, c->dw2, c->db2, c->ws2); break;
+    case C_RELU1_B: k_relu_bwd((size_t)b * 1440, c->r1, c->gr1, c->gp1); break;
+    case C_POOL1_B: k_maxpool2d_bwd(b, 10, 24, 24, 2, 2, c->gp1, c->i1, c->gy1); break;
+    case C_CONV1_B: k_conv2d_bwd(&c->c1, c->x, c->w1, c->gy1, NULL, c->dw1, c->db1, c->ws1); break;
+    case C_SGD: k_sgd_step(c->nparams, &sgd, 0, c->params, c->grads, c->mom); break;
+    }
+}
+
+/* name, shape, work (flop or bytes) for each case. */
+static void describe(const bench_ctx *c, int k, const char **name, char *shape, double *work, int *is_flop)
+{
+    double b = c->b, conv1 = 2.0 * b * 10 * 576 * 25, conv2 = 2.0 * b * 20 * 64 * 250;
+    *is_flop = 0;
+    switch (k) {
+#define D(ID, NAME, SHAPE, WORK, FLOP) case ID: *name = NAME; snprintf(shape, 64, SHAPE, c->b); *work = WORK; *is_flop = FLOP; break;
+    D(C_CONV1_F, "conv1 fwd", "%dx1x28x28 k10 5x5", conv1, 1)
+    D(C_POOL1_F, "maxpool1 fwd", "%dx10x24x24 /2", b * 5760 * 4 + b * 1440 * 8, 0)
+    D(C_RELU1_F, "relu1 fwd", "%dx1440", b * 1440 * 8, 0)
+    D(C_CONV2_F, "conv2 fwd", "%dx10x12x12 k20 5x5", conv2, 1)
+    D(C_DROP2_F, "dropout2d fwd", "%dx20x8x8", b * 1280 * 8, 0)
+    D(C_POOL2_F, "maxpool2 fwd", "%dx20x8x8 /2", b * 1280 * 4 + b * 320 * 8, 0)
+    D(C_RELU2_F, "relu2 fwd", "%dx320", b * 320 * 8, 0)
+    D(C_FC1_F, "fc1 fwd", "%dx320 -> 50", 2.0 * b * 320 * 50, 1)
+    D(C_RELU3_F, "relu3 fwd", "%dx50", b * 50 * 8, 0)
+    D(C_DROP3_F, "dropout fwd", "%dx50", b * 50 * 9, 0)
+    D(C_FC2_F, "fc2 fwd", "%dx50 -> 10", 2.0 * b * 50 * 10, 1)
+    D(C_LSM_F, "log_softmax fwd", "%dx10", b * 80, 0)
+    D(C_NLL, "nll loss", "%dx10", b * 40, 0)
+    D(C_LSM_B, "lsm+nll bwd", "%dx10", b * 80, 0)
+    D(C_FC2_B, "fc2 bwd", "%dx50 -> 10", 4.0 * b * 50 * 10, 1)
+    D(C_DROP3_B, "dropout bwd", "%dx50", b * 50 * 9, 0)
+    D(C_RELU3_B, "relu3 bwd", "%dx50", b * 50 * 12, 0)
+    D(C_FC1_B, "fc1 bwd", "%dx320 -> 50", 4.0 * b * 320 * 50, 1)
+    D(C_RELU2_B, "relu2 bwd", "%dx320", b * 320 * 12, 0)
+    D(C_POOL2_B, "maxpool2 bwd", "%dx20x8x8 /2", b * 1280 * 4 + b * 320 * 8, 0)
+    D(C_DROP2_B, "dropout2d bwd", "%dx20x8x8", b * 1280 * 8, 0)
+    D(C_CONV2_B, "conv2 bwd (dw,db,dx)", "%dx10x12x12 k20 5x5", 2 * conv2, 1)
+    D(C_RELU1_B, "relu1 bwd", "%dx1440", b * 1440 * 12, 0)
+    D(C_POOL1_B, "maxpool1 bwd", "%dx10x24x24 /2", b * 5760 * 4 + b * 1440 * 8, 0)
+    D(C_CONV1_B, "conv1 bwd (dw,db)", "%dx1x28x28 k10 5x5", conv1, 1)
+    case C_SGD: *name = "sgd momentum"; snprintf(shape, 64, "%zu params", c->nparams);
+        *work = c->nparams * 20.0; break;
+#undef D
+    }
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench_batch(int b, int iters)
+{
+    bench_ctx c;
+    ctx_init(&c, b);
+    double *t = malloc(sizeof(double) * iters), total = 0, conv_total = 0, flop_total = 0;
+    printf("\nbatch %d (median of %d)\n", b, iters);
+    printf("%-22s %-22s %10s %10s\n", "kernel", "shape", "time_us", "rate");
+    for (int k = 0; k < C_COUNT; k++) {
+        for (int w = 0; w < 3; w++) run_case(&c, k);
+        for (int i = 0; i < iters; i++) {
+            int64_t t0 = port_now_ns();
+            run_case(&c, k);
+            t[i] = (port_now_ns() - t0) * 1e-3;
+        }
+        qsort(t, iters, sizeof *t, cmp_d);
+        double med = t[iters / 2], work = 0;
+        const char *name = "?";
+        char shape[64];
+        int is_flop = 0;
+        describe(&c, k, &name, shape, &work, &is_flop);
+        total += med;
+        if (k == C_CONV1_F || k == C_CONV2_F || k == C_CONV1_B || k == C_CONV2_B) conv_total += med;
+        if (is_flop) flop_total += work;
+        printf("%-22s %-22s %10.1f %7.1f %s\n", name, shape, med, work / (med * 1e3),
+               is_flop ? "GFLOP/s" : "GB/s");
+    }
+    long steps = (60000 + b - 1) / b;
+    printf("LeNet step (fwd+bwd+sgd), sum of medians: %.1f us (convs %.1f us), %.1f GFLOP/s overall\n",
+           total, conv_total, flop_total / (total * 1e3));
+    printf("projected epoch (60000 samples, %ld steps): %.2f s\n", steps, total * steps * 1e-6);
+    free(t);
+}
+
+/* ---- ResNet conv shapes: one row per distinct conv (x how often the model uses
+ * it), forward and backward (dx, dw; no bias as torchvision), then the model's conv
+ * total weighted by those counts, and the memory-bound layer kernels. */
+typedef struct rn_conv { const char *name; int c, h, k, r, stride, pad, count, need_dx; } rn_conv;
+
+static const rn_conv rn20[] = {
+    {"conv1 (stem)", 1, 28, 16, 3, 1, 1, 1, 0},
+    {"layer1 3x3", 16, 28, 16, 3, 1, 1, 6, 1},
+    {"layer2.0 3x3 s2", 16, 28, 32, 3, 2, 1, 1, 1},
+    {"layer2.0 downsample", 16, 28, 32, 1, 2, 0, 1, 1},
+    {"layer2 3x3", 32, 14, 32, 3, 1, 1, 5, 1},
+    {"layer3.0 3x3 s2", 32, 14, 64, 3, 2, 1, 1, 1},
+    {"layer3.0 downsample", 32, 14, 64, 1, 2, 0, 1, 1},
+    {"layer3 3x3", 64, 7, 64, 3, 1, 1, 5, 1},
+};
+static const rn_conv rn18[] = {
+    {"conv1 7x7 s2 (stem)", 3, 224, 64, 7, 2, 3, 1, 0},
+    {"layer1 3x3", 64, 56, 64, 3, 1, 1, 4, 1},
+    {"layer2.0 3x3 s2", 64, 56, 128, 3, 2, 1, 1, 1},
+    {"layer2.0 downsample", 64, 56, 128, 1, 2, 0, 1, 1},
+    {"layer2 3x3", 128, 28, 128, 3, 1, 1, 3, 1},
+    {"layer3.0 3x3 s2", 128, 28, 256, 3, 2, 1, 1, 1},
+    {"layer3.0 downsample", 128, 28, 256, 1, 2, 0, 1, 1},
+    {"layer3 3x3", 256, 14, 256, 3, 1, 1, 3, 1},
+    {"layer4.0 3x3 s2", 256, 14, 512, 3, 2, 1, 1, 1},
+    {"layer4.0 downsample", 256, 14, 512, 1, 2, 0, 1, 1},
+    {"layer4 3x3", 512, 7, 512, 3, 1, 1, 3, 1},
+};
+
+/* With one thread, the calling thread's CPU time: other jobs on this shared machine
+ * then only slow us through caches and memory, not through preemption. */
+static int use_cpu_clock, force_wall;
+static int64_t bench_now_ns(void)
+{
+    if (!use_cpu_clock) return port_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double median_us(int iters, void (*fn)(void *), void *arg)
+{
+    double *t = malloc(sizeof(double) * iters), m;
+    fn(arg); /* warm-up (page faults, caches) */
+    for (int i = 0; i < iters; i++) {
+        int64_t t0 = bench_now_ns();
+        fn(arg);
+        t[i] = (bench_now_ns() - t0) * 1e-3;
+    }
+    qsort(t, iters, sizeof *t, cmp_d);
+    m = t[iters / 2];
+    free(t);
+    return m;
+}
+
+typedef struct rn_arg {
+    k_conv_shape sh;
+    float *x, *w, *y, *dx, *dw;
+    void *ws;
+    int need_dx, op, bf16;
+    size_t n;
+    int32_t *idx;
+    float *a, *b, *c, *d, *e;
+} rn_arg;
+
+static void rn_conv_fwd(void *p)
+{
+    rn_arg *a = p;
+    if (a->bf16) k_conv2d_fwd_bf16(&a->sh, a->x, a->w, NULL, a->y, a->ws);
+    else k_conv2d_fwd(&a->sh, a->x, a->w, NULL, a->y, a->ws);
+}
+static void rn_conv_bwd(void *p)
+{
+    rn_arg *a = p;
+    if (a->bf16) k_conv2d_bwd_bf16(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
+    else k_conv2d_bwd(&a->sh, a->x, a->w, a->y, a->need_dx ? a->dx : NULL, a->dw, NULL, a->ws);
+}
+
+/* Memory-bound kernels on one activation shape [n, c, h, w]. */
+enum { M_BN_STATS, M_BN_FWD, M_BN_SUMS, M_BN_DX, M_RELU_F, M_RELU_B, M_ADD, M_POOL_F, M_POOL_B,
+       M_GAP_F, M_GAP_B, M_COUNT };
+static void rn_mem(void *p)
+{
+    rn_arg *a = p;
+    const k_conv_shape *s = &a->sh;
+    int hw = s->h * s->w;
+    switch (a->op) {
+    case M_BN_STATS: k_bn_stats(s->n, s->c, hw, a->x, a->c, a->d); break;
+    case M_BN_FWD: k_bn_fwd(s->n, s->c, hw, a->x, a->c, a->d, a->e, a->e, a->y); break;
+    case M_BN_SUMS: k_bn_bwd_sums(s->n, s->c, hw, a->x, a->c, a->d, a->dx, a->e, a->e + s->c); break;
+    case M_BN_DX: k_bn_bwd_dx(s->n, s->c, hw, a->x, a->c, a->d, a->e, a->e, a->e + s->c,
+                              (double)s->n * hw, a->dx, a->y); break;
+    case M_RELU_F: k_relu_fwd(a->n, a->x, a->y); break;
+    case M_RELU_B: k_relu_bwd(a->n, a->x, a->dx, a->y); break;
+    case M_ADD: k_add(a->n, a->x, a->dx, a->y); break;
+    case M_POOL_F: k_maxpool2d_pad_fwd(s->n, s->c, s->h, s->w, 3, 2, 1, a->x, a->y, a->idx); break;
+    case M_POOL_B: k_maxpool2d_pad_bwd(s->n, s->c, s->h, s->w, 3, 2, 1, a->y, a->idx, a->dx); break;
+    case M_GAP_F: k_global_avgpool_fwd(s->n, s->c, hw, a->x, a->y); break;
+    case M_GAP_B: k_global_avgpool_bwd(s->n, s->c, hw, a->y, a->dx); break;
+    }
+}
+
+static void bench_resnet(const char *model, int b, int iters)
+{
+    int r18 = !strcmp(model, "resnet18");
+    const rn_conv *L = r18 ? rn18 : rn20;
+    int nl = r18 ? (int)(sizeof rn18 / sizeof rn18[0]) : (int)(sizeof rn20 / sizeof rn20[0]);
+    size_t wsz = 0, xmax = 0, ymax = 0, wmax = 0;
+    for (int i = 0; i < nl; i++) {
+        k_conv_shape sh = {b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
+        k_conv_shape_init(&sh);
+        size_t ws = k_conv2d_workspace(&sh), nx = (size_t)b * sh.c * sh.h * sh.w;
+        if (k_conv2d_bf16_workspace(&sh) > ws) ws = k_conv2d_bf16_workspace(&sh);
+        size_t ny = (size_t)b * sh.k * sh.p * sh.q, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+        if (ws > wsz) wsz = ws;
+        if (nx > xmax) xmax = nx;
+        if (ny > ymax) ymax = ny;
+        if (nw > wmax) wmax = nw;
+    }
+    size_t mem = (size_t)b * (r18 ? 64 * 112 * 112 : 16 * 28 * 28); /* the layer kernels' shape */
+    if (mem > xmax) xmax = mem;
+    if (mem > ymax) ymax = mem;
+    rn_arg a = {.x = fbuf(xmax), .dx = fbuf(xmax), .y = fbuf(ymax), .w = fbuf(wmax), .dw = fbuf(wmax)};
+    a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
+    use_cpu_clock = k_threads() == 1 && !force_wall;
+    printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only)\n", model, b, iters,
+           use_cpu_clock ? "thread CPU time" : "wall time");
+    printf("%-22s %-24s %3s %10s %8s %10s %8s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
+           "bwd_us", "GFLOP/s", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
+    double tf = 0, tb = 0, ff = 0, fb = 0, tf16 = 0, tb16 = 0;
+    for (int i = 0; i < nl; i++) {
+        a.sh = (k_conv_shape){b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
+        k_conv_shape_init(&a.sh);
+        a.need_dx = L[i].need_dx;
+        double fl = 2.0 * b * a.sh.k * a.sh.p * a.sh.q * a.sh.c * a.sh.r * a.sh.s;
+        double blf = fl * (a.need_dx ? 2 : 1);
+        a.bf16 = 0;
+        double uf = median_us(iters, rn_conv_fwd, &a), ub = median_us(iters, rn_conv_bwd, &a);
+        a.bf16 = 1; /* --amp bf16: bf16 operands, fp32 accumulation */
+        double uf16 = median_us(iters, rn_conv_fwd, &a), ub16 = median_us(iters, rn_conv_bwd, &a);
+        a.bf16 = 0;
+        char shape[64];
+        snprintf(shape, sizeof shape, "%dx%d->%d %dx%d s%d p%d", a.sh.c, a.sh.h, a.sh.k, a.sh.r,
+                 a.sh.s, a.sh.stride, a.sh.pad);
+        printf("%-22s %-24s %3d %10.0f %8.1f %10.0f %8.1f | %8.0f %8.0f %6.2f %6.2f\n", L[i].name, shape,
+               L[i].count, uf, fl / (uf * 1e3), ub, blf / (ub * 1e3), uf16, ub16, uf / uf16, ub / ub16);
+        tf += uf * L[i].count; tb += ub * L[i].count;
+        tf16 += uf16 * L[i].count; tb16 += ub16 * L[i].count;
+        ff += fl * L[i].count; fb += blf * L[i].count;
+    }
+    printf("all convs x count: fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s\n",
+           tf * 1e-3, ff / (tf * 1e3), tb * 1e-3, fb / (tb * 1e3), (ff + fb) / ((tf + tb) * 1e3));
+    printf("bf16 (%s):        fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s: "
+           "%.2fx fp32\n", k_isa(), tf16 * 1e-3, ff / (tf16 * 1e3), tb16 * 1e-3, fb / (tb16 * 1e3),
+           (ff + fb) / ((tf16 + tb16) * 1e3), (tf + tb) / (tf16 + tb16));
+
+    /* Memory-bound layers on the model's largest activations. */
+    int mc = r18 ? 64 : 16, mh = r18 ? 112 : 28;
+    a.sh = (k_conv_shape){b, mc, mh, mh, 0, 1, 1, 1, 0, 0, 0};
+    a.n = (size_t)b * mc * mh * mh;
+    a.c = fbuf(mc); a.d = fbuf(mc); a.e = fbuf(2 * mc);
+    for (int i = 0; i < mc; i++) a.d[i] = 1.0f;
+    a.idx = malloc(sizeof(int32_t) * a.n);
+    printf("%-22s %-24s %10s %8s\n", "layer", "shape", "time_us", "GB/s");
+    static const char *names[M_COUNT] = {"bn stats", "bn fwd", "bn bwd sums", "bn bwd dx", "relu fwd",
+                                         "relu bwd", "add", "maxpool 3/2/1 fwd", "maxpool 3/2/1 bwd",
+                                         "global avgpool fwd", "global avgpool bwd"};
+    for (int op = 0; op < M_COUNT; op++) {
+        if ((op == M_POOL_F || op == M_POOL_B) && !r18) continue;
+        a.op = op;
+        k_conv_shape s0 = a.sh;
+        if (op == M_GAP_F || op == M_GAP_B) { /* the head: last stage's output */
+            a.sh.c = r18 ? 512 : 64;
+            a.sh.h = a.sh.w = 7;
+        }
+        if (op == M_POOL_B) { a.op = M_POOL_F; rn_mem(&a); a.op = op; }
+        double el = (double)a.sh.n * a.sh.c * a.sh.h * a.sh.w, out = el / 4;
+        double bytes[M_COUNT] = {4 * el, 8 * el, 8 * el, 12 * el, 8 * el, 12 * el, 12 * el,
+                                 4 * el + 8 * out, 8 * out + 4 * el, 4 * el, 4 * el};
+        double us = median_us(iters, rn_mem, &a);
+        char shape[64];
+        snprintf(shape, sizeof shape, "%dx%dx%dx%d", a.sh.n, a.sh.c, a.sh.h, a.sh.w);
+        printf("%-22s %-24s %10.0f %8.1f\n", names[op], shape, us, bytes[op] / (us * 1e3));
+        a.sh = s0;
+    }
+    free(a.x); free(a.dx); free(a.y); free(a.w); free(a.dw); free(a.ws);
+    free(a.c); free(a.d); free(a.e); free(a.idx);
+}
+
+static void usage(void)
+{
+    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--model lenet|resnet20|resnet18] [--clock cpu|wall] [--threads N]\n"
+           "                           [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
+           "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
+           "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
+           "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
+           "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s; timed\n"
+           "by the thread's CPU time with 1 thread (--clock wall: wall time).\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (rt_version_arg(argc, argv)) return 0;
+    int threads = 1, batch = 0, iters = 0;
+    const char *model = "lenet";
+    /* --device cuda: the GPU table (apps/bench-kernels/k_cuda_bench.c), in CUDA builds. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda")) {
+#if DDPRT_CUDA
+            return k_cuda_bench_main(argc, argv);
+#else
+            fprintf(stderr, "ddprt-bench-kernels: --device cuda: this build has no CUDA port (nvcc was not found at build time)\n");
+            return 1;
+#endif
+        }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
+        if (!v) { fprintf(stderr, "ddprt-bench-kernels: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--clock") && (!strcmp(v, "wall") || !strcmp(v, "cpu"))) force_wall = v[0] == 'w';
+        else if (!strcmp(a, "--device") && !strcmp(v, "cpu")) {}
+        else if (!strcmp(a, "--isa")) {
+            if (k_set_isa(v) != 0) {
+                fprintf(stderr, "ddprt-bench-kernels: --isa %s: unknown or not supported by this CPU\n", v);
+                return 2;
+            }
+        } else { fprintf(stderr, "ddprt-bench-kernels: unknown flag %s\n", a); usage(); return 2; }
+        i++;
+    }
+    if (threads < 1 || batch < 0 || iters < 0) { fprintf(stderr, "ddprt-bench-kernels: bad value\n"); return 2; }
+    k_set_threads(threads);
+    printf("ddprt kernels: isa %s, threads %d\n", k_isa(), k_threads());
+    if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
+        int r18 = model[6] == '1';
+        bench_resnet(model, batch ? batch : (r18 ? 32 : 128), iters ? iters : (r18 ? 5 : 11));
+    } else if (strcmp(model, "lenet")) {
+        fprintf(stderr, "ddprt-bench-kernels: --model %s: expected lenet, resnet20 or resnet18\n", model);
+        return 2;
+    } else if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));
+    else {
+        bench_batch(64, iters ? iters : 101);
+        bench_batch(1024, iters ? iters : 21);
+    }
+    return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/python3
+"""PyTorch reference for bench/bench_models.sh: training samples/s and peak RSS of the
+zoo models on synthetic data, 1 thread, SGD with momentum (Debian's python3-torch,
+OpenBLAS). Prints one line: MODEL samples/s peak_rss_mib.
+
+    bench/ref_models.py MODEL BATCH STEPS
+"""
+import resource, sys, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+
+class TextCNN(nn.Module):  # Kim 2014, as ddprt's textcnn
+    def __init__(self, vocab, dim=128, classes=2):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        self.convs = nn.ModuleList([nn.Conv1d(dim, 100, k) for k in (3, 4, 5)])
+        self.fc = nn.Linear(300, classes)
+    def forward(self, x):
+        e = self.embedding(x).transpose(1, 2)
+        h = torch.cat([F.relu(c(e)).max(2)[0] for c in self.convs], 1)
+        return self.fc(F.dropout(h, 0.5, self.training))
+
+def build(name):
+    if name == "lenet":
+        from torch_check import Net
+        return Net(), (1, 28, 28), 10
+    if name == "resnet20":
+        from torch_check import ResNet20
+        return ResNet20(1, 10), (1, 28, 28), 10
+    if name == "textcnn":
+        return TextCNN(20000), None, 2
+    return getattr(torchvision.models, name)(num_classes=1000), (3, 224, 224), 1000
+
+def main():
+    name, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net, shape, classes = build(name)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randint(0, 20000, (batch, 64)) if shape is None else torch.randn(batch, *shape)
+    y = torch.randint(0, classes, (batch,))
+    net.train()
+    def step():
+        opt.zero_grad()
+        out = net(x)
+        loss = F.nll_loss(out, y) if name == "lenet" else F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+    for _ in range(2):
+        step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dt = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("%s %.1f %.0f" % (name, batch * steps / dt, rss))
+
+main()

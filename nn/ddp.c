@@ -2,12 +2,43 @@
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include "transport/tp_reduce.h"
+#include "transport/tp_staged.h"
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MSG_LEN 240 /* status message bytes per rank in nn_ddp_agree */
+
+typedef struct nn_bucket {
+    int first_param, last_param; /* inclusive, in model order */
+    size_t off, count;           /* floats in the gradient block */
+    int launched;
+    tp_handle h;
+} nn_bucket;
+
+struct nn_ddp {
+    rt_rdzv *rz;
+    tp_comm *comm;
+    int own_comm;                /* 0: nn_ddp_wrap's, the caller's to destroy */
+    int rank, world, local_rank, local_world;
+    nn_graph *m;                 /* the reference (host) graph */
+    nn_graph *dev;               /* the device graph after nn_ddp_set_device, else NULL */
+    tp_staging *st;              /* its staging */
+    nn_bucket b[NN_MAX_PARAMS];
+    int nbuckets;
+    int from_hook;               /* buckets the hook launched this round */
+    void *scratch;               /* world-sized buffer for the agreement steps */
+    rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
+    uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
+    /* DDPRT_COMPRESS_CHECK=1 with --grad-compress: every step also averages the f32
+     * gradients (cref, a second allreduce) and measures what the 16 bits changed. */
+    float *cref;
+    double cerr2, cref2;         /* sums of (compressed - f32)^2 and f32^2 */
+    uint64_t czero, cnz;         /* elements the 16 bits made 0 / f32 elements not 0 */
+    void *reg;                   /* the gradients, in memory the host's ranks read in place */
+    nn_ddp_stats s;
+};
 
 static uint64_t fnv1a(const void *p, size_t n);
 
@@ -23,12 +54,25 @@ static uint64_t config_hash(const nn_opts *o)
     return fnv1a(s, strlen(s));
 }
 
-int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
+/* Scratch for the agreement steps (status, config, sync hashes), sized once so the
+ * per-step --check-sync allocates nothing. */
+static int alloc_scratch(nn_ddp *d)
 {
-    memset(d, 0, sizeof *d);
+    size_t per = MSG_LEN + 1 > 8 * NN_DDP_MAX_FIELDS ? MSG_LEN + 1 : 8 * NN_DDP_MAX_FIELDS;
+    return (d->scratch = calloc((size_t)d->world, per)) ? 0 : -1;
+}
+
+int nn_ddp_connect(nn_ddp **out, const nn_opts *o, char *err, size_t errlen)
+{
+    nn_ddp *d = *out = calloc(1, sizeof *d); /* start-up */
+    if (!d) {
+        snprintf(err, errlen, "out of memory for the data-parallel group");
+        return -1;
+    }
+    d->own_comm = 1;
     rt_rdzv_opts ro = {.init_method = o->init_method, .rank = o->rank, .world_size = o->world_size,
                        .local_rank = -1, .config_hash = config_hash(o)};
-    if (rt_rdzv_open(&d->rz, &ro, err, errlen)) return -1;
+    if (rt_rdzv_open(&d->rz, &ro, err, errlen)) goto fail;
     d->rank = rt_rdzv_rank(d->rz);
     d->world = rt_rdzv_world(d->rz);
     d->local_rank = rt_rdzv_local_rank(d->rz);
@@ -40,17 +84,47 @@ int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen)
     if (d->rank != 0 && !getenv("DDPRT_LOG")) rt_log_set_level(RT_LOG_WARN);
     tp_bootstrap bs;
     rt_rdzv_bootstrap(d->rz, &bs);
-    /* Scratch for the agreement steps (status, config, sync hashes), sized once here so
-     * the per-step --check-sync allocates nothing. */
-    size_t per = MSG_LEN + 1 > 8 * NN_DDP_MAX_FIELDS ? MSG_LEN + 1 : 8 * NN_DDP_MAX_FIELDS;
-    if (!(d->scratch = calloc((size_t)d->world, per))) {
+    if (alloc_scratch(d)) {
         snprintf(err, errlen, "rank %d: out of memory for %d ranks", d->rank, d->world);
-        return -1;
+        goto fail;
     }
     tp_backend *b = NULL;
     /* tcp, verbs, or auto (verbs when every rank has an active RDMA port). */
-    if (tp_backend_create(&bs, o->backend, &b, err, errlen)) return -1;
-    return tp_comm_create(&d->comm, b, NULL, err, errlen) ? -1 : 0;
+    if (tp_backend_create(&bs, o->backend, &b, err, errlen) || tp_comm_create(&d->comm, b, NULL, err, errlen))
+        goto fail;
+    return 0;
+fail:
+    nn_ddp_close(d, 0);
+    *out = NULL;
+    return -1;
+}
+
+nn_ddp *nn_ddp_wrap(tp_comm *c)
+{
+    nn_ddp *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->comm = c;
+    d->rank = tp_rank(c), d->world = tp_world(c);
+    d->local_world = 1;
+    if (alloc_scratch(d)) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+int nn_ddp_rank(const nn_ddp *d) { return d->rank; }
+int nn_ddp_world(const nn_ddp *d) { return d->world; }
+int nn_ddp_local_rank(const nn_ddp *d) { return d->local_rank; }
+int nn_ddp_local_world(const nn_ddp *d) { return d->local_world; }
+tp_comm *nn_ddp_comm(const nn_ddp *d) { return d->comm; }
+
+nn_ddp_stats nn_ddp_get_stats(const nn_ddp *d)
+{
+    nn_ddp_stats s = d->s;
+    s.nbuckets = d->nbuckets;
+    s.wire = d->wire;
+    return s;
 }
 
 const char *nn_ddp_errmsg(const nn_ddp *d) { return d->comm ? tp_errmsg(d->comm) : ""; }
@@ -103,13 +177,20 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
     return 0;
 }
 
+/* The one launch path: host gradients through tp_iallreduce, device gradients through
+ * tp_iallreduce_device (pinned staging); either way an async op on the comm that its
+ * thread runs in issue order, waited for in nn_ddp_finish_grads. */
 static void launch(nn_ddp *d, nn_bucket *bk)
 {
-    float *g = d->m->grads + bk->off;
     bk->launched = 1;
-    d->launches++;
-    d->wire_bytes += bk->count * rt_dtype_size(d->wire);
+    d->s.launches++;
+    d->s.wire_bytes += bk->count * rt_dtype_size(d->wire);
     /* An error here is sticky in the comm; nn_ddp_finish_grads reports it. */
+    if (d->dev) {
+        tp_iallreduce_device(d->comm, d->dev->grads + bk->off, bk->count, RT_F32, TP_AVG, d->st, &bk->h);
+        return;
+    }
+    float *g = d->m->grads + bk->off;
     if (d->wire == RT_F32) {
         tp_iallreduce(d->comm, g, g, bk->count, RT_F32, TP_AVG, &bk->h);
         return;
@@ -131,8 +212,8 @@ static void unpack(nn_ddp *d, const nn_bucket *bk)
 static void *grads_alloc(void *ctx, size_t bytes)
 {
     nn_ddp *d = ctx;
-    if (!d->reg && (d->reg = tp_mem_alloc(d->comm, bytes))) d->reg_bytes = bytes;
-    return d->reg_bytes >= bytes ? d->reg : NULL;
+    if (!d->reg && (d->reg = tp_mem_alloc(d->comm, bytes))) d->s.reg_bytes = bytes;
+    return d->s.reg_bytes >= bytes ? d->reg : NULL;
 }
 
 void nn_ddp_place_grads(nn_ddp *d, nn_graph *m)
@@ -180,9 +261,9 @@ static void sync_sum(void *ctx, double *v, int n)
 {
     nn_ddp *d = ctx;
     int64_t t0 = port_now_ns();
-    d->sync_calls++;
+    d->s.sync_calls++;
     if (tp_allreduce(d->comm, v, v, (size_t)n, RT_F64, TP_SUM)) rt_fatal("--sync-bn: %s", tp_errmsg(d->comm));
-    d->wait_s += (port_now_ns() - t0) * 1e-9;
+    d->s.wait_s += (port_now_ns() - t0) * 1e-9;
 }
 
 void nn_ddp_enable_sync_bn(nn_ddp *d)
@@ -192,12 +273,18 @@ void nn_ddp_enable_sync_bn(nn_ddp *d)
     d->m->sync_ctx = d;
 }
 
-/* Backward hook: params [first, end) have final gradients. */
+/* Backward hook (host or device graph): params [first, end) have final gradients. */
 static void on_grad_ready(void *ctx, int first)
 {
     nn_ddp *d = ctx;
     for (int i = 0; i < d->nbuckets; i++)
-        if (!d->b[i].launched && d->b[i].first_param >= first) launch(d, &d->b[i]);
+        if (!d->b[i].launched && d->b[i].first_param >= first) launch(d, &d->b[i]), d->from_hook++;
+}
+
+static void hook(nn_ddp *d, nn_graph *g)
+{
+    g->on_grad_ready = on_grad_ready;
+    g->on_grad_ctx = d;
 }
 
 void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb)
@@ -225,8 +312,15 @@ void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb)
         rt_debug("bucket %d: %s..%s, %zu floats", i, m->p[b->first_param].name, m->p[b->last_param].name,
                  b->count);
     }
-    m->on_grad_ready = on_grad_ready;
-    m->on_grad_ctx = d;
+    hook(d, m);
+}
+
+void nn_ddp_set_device(nn_ddp *d, nn_graph *dev, tp_staging *st)
+{
+    if (!d->comm) return;
+    d->dev = dev;
+    d->st = st;
+    hook(d, dev);
 }
 
 int nn_ddp_broadcast_params(nn_ddp *d)
@@ -238,8 +332,10 @@ int nn_ddp_broadcast_params(nn_ddp *d)
 
 int nn_ddp_sync_buffers(nn_ddp *d)
 {
-    if (!d->comm || !d->m->buf_bytes) return 0;
-    return tp_broadcast(d->comm, d->m->bufs, d->m->buf_bytes, RT_U8, 0);
+    nn_graph *g = d->dev ? d->dev : d->m;
+    if (!d->comm || !g || !g->buf_bytes) return 0;
+    if (d->dev) return tp_broadcast_device(d->comm, g->bufs, g->buf_bytes, RT_U8, 0, d->st);
+    return tp_broadcast(d->comm, g->bufs, g->buf_bytes, RT_U8, 0);
 }
 
 int nn_ddp_finish_grads(nn_ddp *d)
@@ -256,8 +352,10 @@ int nn_ddp_finish_grads(nn_ddp *d)
         d->b[i].launched = 0;
     }
     if (!rc && d->cref) rc = compress_check(d);
-    d->rounds++;
-    d->wait_s += (port_now_ns() - t0) * 1e-9;
+    d->s.rounds++;
+    d->s.last_from_hook = d->from_hook;
+    d->from_hook = 0;
+    d->s.wait_s += (port_now_ns() - t0) * 1e-9;
     return rc;
 }
 
@@ -298,17 +396,15 @@ int nn_ddp_sum_f64(nn_ddp *d, double *v, int n)
 
 void nn_ddp_close(nn_ddp *d, int failed)
 {
+    if (!d) return;
     if (d->comm) {
         if (failed) tp_abort(d->comm, "this rank stopped after an error");
         tp_mem_free(d->comm, d->half);
         tp_mem_free(d->comm, d->reg);
-        tp_comm_destroy(d->comm);
+        if (d->own_comm) tp_comm_destroy(d->comm);
     }
     if (d->rz) rt_rdzv_close(d->rz);
     free(d->scratch);
     free(d->cref);
-    d->half = NULL, d->reg = NULL, d->cref = NULL;
-    d->scratch = NULL;
-    d->comm = NULL;
-    d->rz = NULL;
+    free(d);
 }

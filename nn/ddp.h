@@ -4,6 +4,9 @@
  *    reverse parameter order); a bucket's allreduce starts from the backward hook as
  *    soon as its last gradient is final and overlaps the rest of backward;
  *  - the same buckets in the same order on every rank, so it cannot hang on order;
+ *  - one launch path for host and device gradients: the hook launches a bucket as an
+ *    async op on the comm (tp_iallreduce, or tp_iallreduce_device through pinned
+ *    staging); the comm's thread runs it; nn_ddp_finish_grads waits for the handles;
  *  - helpers for the agreement steps around training (status, configuration, sync). */
 #ifndef NN_DDP_H
 #define NN_DDP_H
@@ -14,39 +17,36 @@
 
 #define NN_DDP_MAX_FIELDS NN_MAX_PARAMS /* fields nn_ddp_check_config / check_sync compare */
 
-typedef struct nn_bucket {
-    int first_param, last_param; /* inclusive, in model order */
-    size_t off, count;           /* floats in the gradient block */
-    int launched;
-    tp_handle h;
-} nn_bucket;
+/* The group: opaque (nn/ddp.c); the trainer, the GPU step and the tests go through
+ * the functions below. */
+typedef struct nn_ddp nn_ddp;
+struct tp_staging;
 
-typedef struct nn_ddp {
-    rt_rdzv *rz;
-    tp_comm *comm;
-    int rank, world, local_rank, local_world;
-    nn_graph *m;
-    nn_bucket b[NN_MAX_PARAMS];
-    int nbuckets;
-    double wait_s;               /* time spent waiting for buckets after backward */
-    void *scratch;               /* world-sized buffer for the agreement steps */
-    rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
-    uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
-    /* DDPRT_COMPRESS_CHECK=1 with --grad-compress: every step also averages the f32
-     * gradients (cref, a second allreduce) and measures what the 16 bits changed. */
-    float *cref;
-    double cerr2, cref2;         /* sums of (compressed - f32)^2 and f32^2 */
-    uint64_t czero, cnz;         /* elements the 16 bits made 0 / f32 elements not 0 */
-    void *reg;                   /* the gradients, in memory the host's ranks read in place */
-    size_t reg_bytes;
+/* What an epoch's DDP line reports; counters since connect. */
+typedef struct nn_ddp_stats {
     uint64_t rounds, launches;   /* gradient allreduce rounds (optimizer steps) and buckets */
     uint64_t wire_bytes;         /* gradient bytes handed to the allreduce, per rank */
     uint64_t sync_calls;         /* SyncBatchNorm allreduces */
-} nn_ddp;
+    double wait_s;               /* time spent waiting for buckets after backward */
+    int last_from_hook;          /* buckets of the last round launched while backward ran */
+    int nbuckets;
+    rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
+    size_t reg_bytes;            /* gradients in tp_mem_alloc memory (0: the arena) */
+} nn_ddp_stats;
 
 /* Rendezvous (--init-method / env / Slurm / MPI) and the transport. A world of one
- * needs no transport: comm stays NULL. 0, or -1 with a one-line error. */
-int nn_ddp_connect(nn_ddp *d, const nn_opts *o, char *err, size_t errlen);
+ * needs no transport (nn_ddp_comm is NULL). 0 with *out set, or -1 with a one-line
+ * error (*out then NULL; nothing to close). */
+int nn_ddp_connect(nn_ddp **out, const nn_opts *o, char *err, size_t errlen);
+/* A group over a comm the caller owns (tests: loopback worlds); NULL out of memory.
+ * nn_ddp_close leaves the comm alone. */
+nn_ddp *nn_ddp_wrap(tp_comm *c);
+int nn_ddp_rank(const nn_ddp *d);
+int nn_ddp_world(const nn_ddp *d);
+int nn_ddp_local_rank(const nn_ddp *d);  /* this rank's index on its host (its GPU) */
+int nn_ddp_local_world(const nn_ddp *d); /* ranks on this host */
+tp_comm *nn_ddp_comm(const nn_ddp *d);   /* NULL for a world of one */
+nn_ddp_stats nn_ddp_get_stats(const nn_ddp *d);
 /* Every rank reports ok/!ok with its message; when any failed, err gets
  * "rank R: <its message>" (the first failed rank) on every rank and -1 returns. */
 int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen);
@@ -58,8 +58,13 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
  * buckets allreduce in place, live in tp_mem_alloc memory: ranks of one host then
  * reduce them reading each other's in place. No-op with one rank. */
 void nn_ddp_place_grads(nn_ddp *d, nn_graph *m);
-/* Buckets of about bucket_mb MiB and the backward hook. */
+/* Buckets of about bucket_mb MiB and the backward hook. m is the reference (host)
+ * graph: parameters, buffers, --check-sync. */
 void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
+/* The gradients and buffers live in the device graph dev (a copy of m's layout) and
+ * go through the staging (tp_staged.h): the same buckets, hook and launch path as on
+ * the host, with tp_iallreduce_device for tp_iallreduce. Before or after attach. */
+void nn_ddp_set_device(nn_ddp *d, nn_graph *dev, struct tp_staging *st);
 /* --grad-compress: buckets go through the allreduce as RT_F16 or RT_BF16 (Horovod's
  * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
  * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */
@@ -72,7 +77,8 @@ void nn_ddp_enable_sync_bn(nn_ddp *d);
 /* Parameters and buffers from rank 0 (start-up). */
 int nn_ddp_broadcast_params(nn_ddp *d);
 /* Buffers (BatchNorm running statistics) from rank 0, before each forward, as DDP's
- * broadcast_buffers=True: every rank then evaluates with the same statistics. */
+ * broadcast_buffers=True: every rank then evaluates with the same statistics. On the
+ * device graph's buffers after nn_ddp_set_device. */
 int nn_ddp_sync_buffers(nn_ddp *d);
 /* Waits for every bucket (launching any the hook did not); grads are then averaged. */
 int nn_ddp_finish_grads(nn_ddp *d);
@@ -80,5 +86,6 @@ int nn_ddp_finish_grads(nn_ddp *d);
 int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen);
 int nn_ddp_sum_f64(nn_ddp *d, double *v, int n);
 const char *nn_ddp_errmsg(const nn_ddp *d);
+/* Frees d (NULL is fine); failed: abort the comm first so the peers stop at once. */
 void nn_ddp_close(nn_ddp *d, int failed);
 #endif

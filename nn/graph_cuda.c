@@ -10,12 +10,7 @@
 #include "rt/arena.h"
 #include "rt/log.h"
 #include "transport/tp_staged.h"
-#include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
-
-#define COMM_DEADLINE_S 600 /* beyond every transport deadline: a wedged thread, not a slow peer */
 
 struct nn_cuda {
     nn_graph *host, dg;         /* the reference graph; its device twin */
@@ -30,19 +25,13 @@ struct nn_cuda {
     int slot;
     port_stream compute, copy;
     port_event copied[2], consumed[2];
-    /* DDP: buckets go to the comm thread in the order they become final. */
+    /* DDP: nn_ddp launches the device graph's buckets through this staging. */
     nn_ddp *ddp;
     void *stage;
     tp_staging st;
     tp_dev_cuda dc;
-    int have_dc, have_thread;
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int queue[NN_MAX_PARAMS], nq, ndone, stop, rc, launched[NN_MAX_PARAMS];
+    int have_dc;
     int device;                 /* the comm thread makes it current too */
-    int from_hook, last_from_hook; /* buckets the backward hook queued (this / last step) */
-    char thread_err[256];
     char desc[400];
 };
 
@@ -71,8 +60,7 @@ const char *nn_cuda_errmsg(const nn_cuda *c)
     return t && t[0] ? t : port_cuda_errmsg();
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { return &c->dg; }
-int nn_cuda_buckets_from_hook(const nn_cuda *c) { return c->last_from_hook; }
-static int ddp_on(const nn_cuda *c) { return c->ddp && c->ddp->comm; }
+static int ddp_on(const nn_cuda *c) { return c->ddp && nn_ddp_comm(c->ddp); }
 
 /* Run on a planning arena, then on the real one. */
 static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
@@ -106,80 +94,6 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
                          : NULL;
 }
 
-/* The comm thread: one bucket at a time, in the order the hook queued them (the same
- * on every rank, so the host collectives match). */
-static void *comm_main(void *arg)
-{
-    nn_cuda *c = arg;
-    /* The runtime's current device is per thread: the staging copies must go to ours. */
-    char err[256] = "";
-    int init_rc = port_cuda_init(c->device, err, sizeof err);
-    pthread_mutex_lock(&c->mu);
-    if (init_rc) {
-        snprintf(c->thread_err, sizeof c->thread_err, "%s", err);
-        c->rc = -1;
-    }
-    for (;;) {
-        while (!c->stop && c->ndone == c->nq) pthread_cond_wait(&c->cv, &c->mu);
-        if (c->ndone == c->nq) break; /* stop, nothing queued */
-        const nn_bucket *b = &c->ddp->b[c->queue[c->ndone]];
-        pthread_mutex_unlock(&c->mu);
-        int rc = init_rc ? -1 : tp_allreduce_device(c->ddp->comm, c->dg.grads + b->off, b->count, RT_F32, TP_AVG, &c->st);
-        pthread_mutex_lock(&c->mu);
-        if (rc && !c->rc) c->rc = rc;
-        c->ddp->launches++; /* the epoch's DDP line counts the device path's buckets too */
-        c->ddp->wire_bytes += b->count * sizeof(float);
-        c->ndone++;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-static void push_bucket(nn_cuda *c, int i)
-{
-    c->launched[i] = 1;
-    pthread_mutex_lock(&c->mu);
-    c->queue[c->nq++] = i;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Backward hook of the device graph: params [first, np) are final on the stream. */
-static void on_grad_ready(void *ctx, int first)
-{
-    nn_cuda *c = ctx;
-    for (int i = 0; i < c->ddp->nbuckets; i++)
-        if (!c->launched[i] && c->ddp->b[i].first_param >= first) push_bucket(c, i), c->from_hook++;
-}
-
-/* After backward: the rest of the buckets, then wait for all (bounded). */
-static void finish_grads(nn_cuda *c)
-{
-    int64_t t0 = port_now_ns();
-    for (int i = 0; i < c->ddp->nbuckets; i++)
-        if (!c->launched[i]) push_bucket(c, i);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += COMM_DEADLINE_S;
-    pthread_mutex_lock(&c->mu);
-    int e = 0;
-    while (c->ndone < c->nq && e != ETIMEDOUT) e = pthread_cond_timedwait(&c->cv, &c->mu, &dl);
-    int done = c->ndone == c->nq, rc = c->rc;
-    c->nq = c->ndone = 0;
-    pthread_mutex_unlock(&c->mu);
-    if (!done)
-        rt_fatal("rank %d: the GPU gradient allreduce did not finish within %d s", c->ddp->rank, COMM_DEADLINE_S);
-    if (rc)
-        rt_fatal("rank %d: GPU gradient allreduce: %s", c->ddp->rank,
-                 c->thread_err[0] ? c->thread_err : tp_staging_errmsg(&c->st));
-    memset(c->launched, 0, sizeof c->launched);
-    c->ddp->rounds++;
-    c->last_from_hook = c->from_hook;
-    c->from_hook = 0;
-    c->ddp->wait_s += (port_now_ns() - t0) * 1e-9;
-}
-
 int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen)
 {
     c->host = host;
@@ -207,20 +121,12 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
         if (port_event_create(&c->copied[i], 0, "batch event") || port_event_create(&c->consumed[i], 0, "batch event"))
             goto fail;
     if (ddp_on(c)) {
-        if (tp_dev_cuda_init(&c->dc, c->compute, TP_STAGE_DEFAULT_SLOTS)) goto fail;
+        if (tp_dev_cuda_init(&c->dc, c->device, c->compute, TP_STAGE_DEFAULT_SLOTS)) goto fail;
         c->have_dc = 1;
         if (tp_staging_init(&c->st, &tp_dev_cuda_ops, &c->dc, c->stage, TP_STAGE_DEFAULT_CHUNK,
                             TP_STAGE_DEFAULT_SLOTS))
             goto fail;
-        pthread_mutex_init(&c->mu, NULL);
-        pthread_cond_init(&c->cv, NULL);
-        if (pthread_create(&c->th, NULL, comm_main, c)) {
-            snprintf(err, errlen, "--device cuda: cannot start the gradient comm thread");
-            return -1;
-        }
-        c->have_thread = 1;
-        c->dg.on_grad_ready = on_grad_ready;
-        c->dg.on_grad_ctx = c;
+        nn_ddp_set_device(c->ddp, &c->dg, &c->st); /* the same buckets and hook as the host's */
     }
     return 0;
 fail:
@@ -252,12 +158,6 @@ int nn_cuda_download(nn_cuda *c, float *momentum)
     return 0;
 }
 
-int nn_cuda_sync_buffers(nn_cuda *c)
-{
-    if (!ddp_on(c) || !c->dg.buf_bytes) return 0;
-    return tp_broadcast_device(c->ddp->comm, c->dg.bufs, c->dg.buf_bytes, RT_U8, 0, &c->st);
-}
-
 /* The batch to the device on the copy stream; compute waits for it by event. The
  * pinned slot is reused two batches later, after its copy has finished; the device
  * slot after the step that read it. */
@@ -287,14 +187,16 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
                     uint64_t step)
 {
     nn_graph *g = &c->dg;
-    if (ddp_on(c) && nn_cuda_sync_buffers(c)) rt_fatal("%s", tp_staging_errmsg(&c->st));
+    if (ddp_on(c) && nn_ddp_sync_buffers(c->ddp)) rt_fatal("%s", nn_ddp_errmsg(c->ddp));
     put_batch(c, x, y, n);
     int s = c->slot;
     KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step, c->compute));
     KC(nn_loss_cuda(g, c->y[s], n, c->sums, c->compute));
     KC(nn_backward_cuda(g, c->y[s], n, n, c->compute));
     KC(port_event_record(c->consumed[s], c->compute));
-    if (ddp_on(c)) finish_grads(c); /* the staging's end event orders SGD after the last copy back */
+    /* The staging's end event orders SGD after the last copy back. */
+    if (ddp_on(c) && nn_ddp_finish_grads(c->ddp))
+        rt_fatal("rank %d: GPU gradient allreduce: %s", nn_ddp_rank(c->ddp), nn_ddp_errmsg(c->ddp));
     KC(k_cuda_sgd_step(g->nparams, sgd, step == 0, g->params, g->grads, c->mom, c->compute));
     return read_sums(c, NULL) / n;
 }
@@ -312,15 +214,6 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
 void nn_cuda_close(nn_cuda *c)
 {
     if (!c) return;
-    if (c->have_thread) {
-        pthread_mutex_lock(&c->mu);
-        c->stop = 1;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->th, NULL);
-        pthread_mutex_destroy(&c->mu);
-        pthread_cond_destroy(&c->cv);
-    }
     if (c->compute) (void)port_stream_sync(c->compute, "shutdown");
     if (c->have_dc) tp_dev_cuda_destroy(&c->dc);
     for (int i = 0; i < 2; i++) {
@@ -354,7 +247,6 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
 }
 int nn_cuda_upload(nn_cuda *c, const float *momentum) { (void)c; (void)momentum; return -1; }
 int nn_cuda_download(nn_cuda *c, float *momentum) { (void)c; (void)momentum; return -1; }
-int nn_cuda_sync_buffers(nn_cuda *c) { (void)c; return -1; }
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
                     uint64_t step)
 {
@@ -368,7 +260,6 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
     return 0;
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { (void)c; return NULL; }
-int nn_cuda_buckets_from_hook(const nn_cuda *c) { (void)c; return 0; }
 const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
 void nn_cuda_close(nn_cuda *c) { (void)c; }

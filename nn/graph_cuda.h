@@ -6,11 +6,12 @@
  * the current step. The ops' CUDA halves (nn/ops/cuda.c) run through nn_forward_cuda /
  * nn_backward_cuda (nn/exec_cuda.c).
  *
- * DDP: the backward hook hands each bucket (nn_ddp's layout) to a comm thread as soon
- * as it is final; the thread runs tp_allreduce_device through pinned staging while
- * backward goes on; SGD waits for the last bucket. Buffers (BatchNorm statistics) are
- * broadcast from rank 0 on the device before every training forward and evaluation,
- * as the CPU path's nn_ddp_sync_buffers.
+ * DDP is nn_ddp's, the same code as on the host: nn_cuda_setup hands it the device
+ * graph and a pinned staging (nn_ddp_set_device); its backward hook launches each
+ * bucket as soon as it is final (tp_iallreduce_device, run by the comm's thread while
+ * backward goes on); SGD waits for the last bucket. Buffers (BatchNorm statistics)
+ * are broadcast from rank 0 on the device before every training forward and
+ * evaluation (nn_ddp_sync_buffers).
  *
  * The host graph stays the reference copy for initialisation, broadcast, checkpoints
  * and --check-sync: nn_cuda_upload / nn_cuda_download move parameters, buffers and
@@ -29,8 +30,8 @@ typedef struct nn_cuda nn_cuda;
 /* Checks for a GPU (ranks beyond the GPU count share them); NULL with a one-line reason. */
 nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
 /* Plans and carves device and pinned memory for `host` (finished, max_batch planned);
- * ddp (may be NULL, or comm NULL for one rank) averages the gradients: its buckets are
- * read at each step, so nn_ddp_attach may come later. mem_report prints the plans. */
+ * ddp (may be NULL, or without a comm for one rank) averages the gradients
+ * (nn_ddp_set_device; nn_ddp_attach may come later). mem_report prints the plans. */
 int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen);
 /* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum);
@@ -43,11 +44,6 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
                     uint64_t step);
 /* Evaluation forward of n samples: the NLL sum, and the correct count in *correct. */
 double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct);
-/* Rank 0's buffers on every rank's device (DDP broadcast_buffers); 0 without DDP. */
-int nn_cuda_sync_buffers(nn_cuda *c);
-/* Buckets of the last DDP step that the backward hook handed to the comm thread
- * while backward was still running (the rest went after it): overlap, for tests. */
-int nn_cuda_buckets_from_hook(const nn_cuda *c);
 /* The device graph (tests: its pointers are device memory). */
 nn_graph *nn_cuda_graph(nn_cuda *c);
 const char *nn_cuda_desc(const nn_cuda *c);

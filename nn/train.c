@@ -93,7 +93,7 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     /* The GPU only when asked for (--no-cuda wins, as in the seed script); a build
      * without CUDA or a machine without a GPU says so here, in one line. */
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
-        !(t->cuda = nn_cuda_open(t->ddp ? t->ddp->local_rank : 0, err, errlen)))
+        !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
     if (nn_optim_parse(o, &t->opt.c, err, errlen)) return -1;
     if (t->cuda && (t->opt.c.kind != NN_OPT_SGD || t->opt.c.accum > 1 || t->opt.c.clip > 0 || t->opt.c.sync_bn ||
@@ -158,9 +158,9 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
                "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
                t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
                t->g.ws ? "" : ", planned inside the activations");
-    if (o->mem_report && t->rank == 0 && t->ddp && t->ddp->reg)
+    if (o->mem_report && t->rank == 0 && t->ddp && nn_ddp_get_stats(t->ddp).reg_bytes)
         printf("gradients: %.2f MiB outside the arena, in memory the ranks of a host reduce in place\n",
-               t->ddp->reg_bytes / 1048576.0);
+               nn_ddp_get_stats(t->ddp).reg_bytes / 1048576.0);
     if (t->train.classes_bytes && t->rank == 0) {
         char line[1024];
         size_t o2 = 0;
@@ -196,8 +196,8 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     memset(t, 0, sizeof *t);
     t->o = *o;
     t->ddp = ddp;
-    t->rank = ddp ? ddp->rank : 0;
-    t->world = ddp ? ddp->world : 1;
+    t->rank = ddp ? nn_ddp_rank(ddp) : 0;
+    t->world = ddp ? nn_ddp_world(ddp) : 1;
     t->start_epoch = 1;
     char local[768] = "";
     int ok = setup_local(t, local, sizeof local) == 0;
@@ -252,7 +252,7 @@ static void nan_guard(nn_trainer *t, double loss)
     const nn_graph *g = &t->g;
     /* With several ranks only the averaged gradients count: they are the same
      * everywhere, so every rank stops at the same step with the same line. */
-    int local = !(t->ddp && t->ddp->comm);
+    int local = !(t->ddp && nn_ddp_comm(t->ddp));
     if ((!local || isfinite(loss)) && k_first_nonfinite(g->nparams, g->grads) < 0) return;
     const char *name = NULL;
     for (int i = 0; i < g->np && !name; i++)
@@ -314,9 +314,8 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     int n;
     double sums[3 + NN_MAX_TOPK] = {0};
     const nn_optim_cfg *oc = &t->opt.c;
-    if (t->ddp && (t->cuda ? nn_cuda_sync_buffers(t->cuda) : nn_ddp_sync_buffers(t->ddp)))
-        rt_fatal("rank %d: broadcasting the buffers before evaluation failed: %s", t->rank,
-                 t->cuda ? nn_cuda_errmsg(t->cuda) : nn_ddp_errmsg(t->ddp));
+    if (t->ddp && nn_ddp_sync_buffers(t->ddp))
+        rt_fatal("rank %d: broadcasting the buffers before evaluation failed: %s", t->rank, nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
     while ((n = nn_loader_next(&t->loader, &xv, &y)) > 0) {
         const void *x = xv;
@@ -349,7 +348,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     nn_sampler_set_epoch(&t->sampler, epoch);
     t->epoch = epoch;
     nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
-    double t0 = port_now_s(), comm0 = t->ddp ? t->ddp->wait_s : 0;
+    double t0 = port_now_s(), comm0 = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s : 0;
     long samples = 0;
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
@@ -368,7 +367,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
                        batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss,
                        t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
             mx->lr = t->cuda ? t->sgd.lr : t->opt.lr;
-            double data = t->loader.wait_s, comm = t->ddp ? t->ddp->wait_s - comm0 : 0;
+            double data = t->loader.wait_s, comm = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s - comm0 : 0;
             nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);
         }
         batch_idx++;
@@ -378,7 +377,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
     double dt = port_now_s() - t0;
     t->data_s = t->loader.wait_s;
-    t->comm_s = t->ddp ? t->ddp->wait_s - comm0 : 0;
+    t->comm_s = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s - comm0 : 0;
     t->compute_s = dt - t->data_s - t->comm_s;
     t->epoch_samples = samples * t->world;
     char skips[1600];
@@ -421,12 +420,12 @@ int nn_trainer_run(nn_trainer *t)
                 if (t->opt.c.topk[k] == 5) mx.acc5 = (double)t->topk_correct[k] / count;
             }
         }
-        if (t->ddp && t->ddp->comm && t->rank == 0)
+        nn_ddp_stats ds = t->ddp ? nn_ddp_get_stats(t->ddp) : (nn_ddp_stats){0};
+        if (t->ddp && nn_ddp_comm(t->ddp) && t->rank == 0)
             rt_info("epoch %d: gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%s); "
-                    "sync-bn allreduces %llu; optimizer steps %llu", epoch, (unsigned long long)t->ddp->rounds,
-                    (unsigned long long)t->ddp->launches, (unsigned long long)t->ddp->wire_bytes,
-                    rt_dtype_names[t->ddp->wire], (unsigned long long)t->ddp->sync_calls,
-                    (unsigned long long)t->step);
+                    "sync-bn allreduces %llu; optimizer steps %llu", epoch, (unsigned long long)ds.rounds,
+                    (unsigned long long)ds.launches, (unsigned long long)ds.wire_bytes, rt_dtype_names[ds.wire],
+                    (unsigned long long)ds.sync_calls, (unsigned long long)t->step);
         if (t->ddp) nn_ddp_compress_report(t->ddp, epoch);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,

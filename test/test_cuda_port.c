@@ -49,7 +49,7 @@ TEST(cuda_init_without_gpu_is_a_clear_error)
 #endif
     port_cuda_clear_error();
     tp_dev_cuda dc;
-    CHECK(tp_dev_cuda_init(&dc, NULL, 4) == -1);
+    CHECK(tp_dev_cuda_init(&dc, 0, NULL, 4) == -1);
     CHECKF(strstr(port_cuda_errmsg(), "staging D2H stream"), "%s", port_cuda_errmsg());
     tp_dev_cuda_destroy(&dc);
 }

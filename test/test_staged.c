@@ -3,6 +3,7 @@
  * engine finishes "some time later"), over loopback worlds of 2 and 4 ranks. A
  * schedule that read a slot before its D2H finished, or refilled a slot an H2D was
  * still reading, produces wrong numbers or trips the fake's checks. */
+#include "kernels/k.h"
 #include "test/t.h"
 #include "test/tp_harness.h"
 #include "transport/tp_staged.h"
@@ -63,7 +64,7 @@ static int f_end(void *ctx)
     return 0;
 }
 static const char *f_err(void *ctx) { (void)ctx; return "fake copy engine failed"; }
-static const tp_dev_ops fake_ops = {f_d2h, f_h2d, f_wait_d2h, f_wait_h2d, f_begin, f_end, f_err};
+static const tp_dev_ops fake_ops = {NULL, f_d2h, f_h2d, f_wait_d2h, f_wait_h2d, f_begin, f_end, f_err};
 
 typedef struct st_case {
     size_t count, chunk;
@@ -72,7 +73,7 @@ typedef struct st_case {
     tp_op op;
     int fail_rank;   /* rank whose fake D2H fails (-1 none) */
     int bad[TPT_MAXW], violations[TPT_MAXW], rc[TPT_MAXW];
-    char msg[TPT_MAXW][256];
+    char msg[TPT_MAXW][256], cmsg[TPT_MAXW][700];
 } st_case;
 
 /* Each rank: device buffer (host memory here) with exact values; staged allreduce;
@@ -93,9 +94,9 @@ static void st_rank(tp_comm *c, void *arg)
         memcpy(ref, dev, k->count * esz);
         k->rc[r] = tp_allreduce_device(c, dev, k->count, k->dt, k->op, &st);
         if (k->rc[r]) {
-            /* What the trainer does on a fatal error: its peers see the abort. */
+            /* The transport failed the comm itself: the peers see it closed. */
             snprintf(k->msg[r], sizeof k->msg[r], "%s", tp_staging_errmsg(&st));
-            tp_abort(c, k->msg[r]);
+            snprintf(k->cmsg[r], sizeof k->cmsg[r], "%s", tp_errmsg(c));
             break;
         }
         size_t per = st.chunk / esz;
@@ -152,9 +153,9 @@ TEST(staged_allreduce_avg_of_random_floats_is_bitwise_equal_across_ranks)
 
 TEST(staged_allreduce_device_failure_fails_every_rank_without_hanging)
 {
-    /* Rank 1's second D2H fails: it returns the device's message and (as the trainer
-     * would) aborts its comm; rank 0, waiting in the middle of its pipeline, must
-     * fail too, drain its slots and return, well before the deadline. */
+    /* Rank 1's second D2H fails: it returns the device's message and its comm fails
+     * with it (naming the chunk's collective); rank 0, waiting in the middle of its
+     * pipeline, must fail too, drain its slots and return, well before the deadline. */
     st_case k = {.count = 100000, .chunk = 1024, .nslots = 4, .reps = 1, .dt = RT_F32, .op = TP_SUM, .fail_rank = 1};
     tp_comm_opts o = {.timeout_s = 5};
     tpt_world w;
@@ -163,6 +164,7 @@ TEST(staged_allreduce_device_failure_fails_every_rank_without_hanging)
     tpt_run(&w, st_rank, &k);
     CHECKF(port_now_s() - t0 < 4, "took %.1fs: waited for the deadline", port_now_s() - t0);
     CHECKF(k.rc[1] != 0 && strstr(k.msg[1], "D2H copy") && strstr(k.msg[1], "fake copy engine"), "%s", k.msg[1]);
+    CHECKF(strstr(k.cmsg[1], "allreduce #") && strstr(k.cmsg[1], "D2H copy"), "rank 1's comm: %s", k.cmsg[1]);
     CHECKF(k.rc[0] != 0 && strstr(k.msg[0], "rank 1"), "rank 0: rc %d: %s", k.rc[0], k.msg[0]);
     tpt_close(&w);
 }
@@ -201,4 +203,65 @@ TEST(staged_broadcast_from_each_root)
                 CHECKF(k.rc[r] == 0 && k.bad[r] == 0, "world %d root %d rank %d: rc %d, %d wrong", world, root, r,
                        k.rc[r], k.bad[r]);
         }
+}
+
+/* The async forms: several device ops (each its own staging, as nn_ddp's buckets share
+ * one) in flight with host ops between them, all run by the comm thread in issue
+ * order; every result is the host path's on the same chunks, and the ops' sequence
+ * numbers (one per chunk) match across ranks (the shared-memory path checks them). */
+#define NA 5
+typedef struct as_case { int bad[TPT_MAXW], rc[TPT_MAXW]; } as_case;
+
+static void as_rank(tp_comm *c, void *arg)
+{
+    as_case *k = arg;
+    int r = tp_rank(c);
+    size_t chunk = 1024, counts[NA] = {3000, 1, 700, 5000, 257};
+    void *pinned = aligned_alloc(64, tp_staging_bytes(chunk, 3));
+    fake_dev *f = calloc(1, sizeof *f);
+    tp_staging st;
+    float *dev[NA], *ref[NA], host[64], href[64];
+    tp_handle h[NA], hh;
+    k->rc[r] = tp_staging_init(&st, &fake_ops, f, pinned, chunk, 3);
+    for (int j = 0; j < NA; j++) {
+        dev[j] = malloc(counts[j] * sizeof(float));
+        ref[j] = malloc(counts[j] * sizeof(float));
+        for (size_t i = 0; i < counts[j]; i++) dev[j][i] = ref[j][i] = k_rand_uniform(7 + r * NA + j, i) - 0.5f;
+    }
+    for (int i = 0; i < 64; i++) host[i] = href[i] = k_rand_uniform(99 + r, i);
+    for (int j = 0; j < NA && !k->rc[r]; j++) {
+        k->rc[r] |= tp_iallreduce_device(c, dev[j], counts[j], RT_F32, TP_AVG, &st, &h[j]);
+        if (j == 2) k->rc[r] |= tp_iallreduce(c, host, host, 64, RT_F32, TP_SUM, &hh);
+    }
+    for (int j = 0; j < NA && !k->rc[r]; j++) k->rc[r] |= tp_wait(c, &h[j]);
+    if (!k->rc[r]) k->rc[r] = tp_wait(c, &hh);
+    /* A blocking device op after the async ones, then the references. */
+    if (!k->rc[r]) k->rc[r] = tp_broadcast_device(c, dev[1], counts[1], RT_F32, 1, &st);
+    size_t per = chunk / sizeof(float);
+    for (int j = 0; j < NA && !k->rc[r]; j++) {
+        for (size_t off = 0; off < counts[j]; off += per)
+            k->rc[r] |= tp_allreduce(c, ref[j] + off, ref[j] + off, counts[j] - off < per ? counts[j] - off : per,
+                                     RT_F32, TP_AVG);
+        if (j == 2) k->rc[r] |= tp_allreduce(c, href, href, 64, RT_F32, TP_SUM);
+        k->bad[r] += memcmp(dev[j], ref[j], counts[j] * sizeof(float)) != 0;
+    }
+    k->bad[r] += memcmp(host, href, sizeof host) != 0;
+    k->bad[r] += f->violations + (f->begun != NA + 1) + (f->ended != NA + 1);
+    for (int j = 0; j < NA; j++) free(dev[j]), free(ref[j]);
+    free(pinned); free(f);
+}
+
+TEST(staged_async_device_ops_interleave_with_host_ops_in_issue_order)
+{
+    for (int world = 2; world <= 3; world++) {
+        as_case k;
+        memset(&k, 0, sizeof k);
+        tp_comm_opts o = {.timeout_s = 20};
+        tpt_world w;
+        CHECK(tpt_open(&w, world, &o) == 0);
+        tpt_run(&w, as_rank, &k);
+        tpt_close(&w);
+        for (int r = 0; r < world; r++)
+            CHECKF(k.rc[r] == 0 && k.bad[r] == 0, "world %d rank %d: rc %d, %d wrong", world, r, k.rc[r], k.bad[r]);
+    }
 }

@@ -62,7 +62,8 @@ typedef struct tp_handle {
     const void *send;
     void *recv;
     size_t count;
-    uint64_t seq;
+    uint64_t seq;                /* the first of the op's sequence numbers */
+    struct tp_staging *stage;    /* device buffer through pinned staging (tp_staged.h) */
     struct tp_handle *next;
 } tp_handle;
 

@@ -174,6 +174,23 @@ static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
     if (first && c->watch) tp_trace_dump(c, c->errmsg); /* a job's comm, not an in-process test's */
 }
 
+void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why)
+{
+    char size[32];
+    fmt_size(size, sizeof size, op_bytes(c, h));
+    port_mutex_lock(&c->mu);
+    int first = !c->failed;
+    if (first) {
+        c->failed = rc;
+        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", kind_names[h->kind],
+                 (unsigned long long)h->seq, size, why);
+    }
+    port_mutex_unlock(&c->mu);
+    if (!first) return;
+    c->b->ops->abort(c->b, why);
+    if (c->watch) tp_trace_dump(c, c->errmsg);
+}
+
 const char *tp_kind_name(int kind) { return kind >= 0 && kind < TP_NKINDS ? kind_names[kind] : "?"; }
 
 void tp_abort(tp_comm *c, const char *why)
@@ -246,8 +263,11 @@ int tp_run_op(tp_comm *c, tp_handle *h) { return run_op_at(c, h, port_now_ns());
 /* Checks arguments and hands out the sequence number; under mu. t: now. */
 static int issue_locked(tp_comm *c, tp_handle *h, int64_t t)
 {
-    __atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
-    h->seq = c->seq;
+    /* A staged device op takes one number per chunk: its chunks are the collectives
+     * the peers see (and the shared-memory path checks numbers match). */
+    size_t nseq = h->stage ? tp_staged_nchunks(h) : 1;
+    h->seq = c->seq + 1;
+    __atomic_store_n(&c->seq, c->seq + (nseq ? nseq : 1), __ATOMIC_RELEASE);
     h->next = NULL;
     h->rc = 0;
     if (c->failed) {
@@ -263,8 +283,17 @@ static int issue_locked(tp_comm *c, tp_handle *h, int64_t t)
     }
     h->state = TP_H_QUEUED;
     if (h->kind >= TP_K_SEND) __atomic_store_n(&c->p2p, 1, __ATOMIC_RELAXED);
-    tp_trace_issue(c, h->seq, h->kind, h->dt, h->op, h->root, op_bytes(c, h), t);
+    if (!h->stage) tp_trace_issue(c, h->seq, h->kind, h->dt, h->op, h->root, op_bytes(c, h), t);
+    for (size_t i = 0; h->stage && i < nseq; i++)
+        tp_trace_issue(c, h->seq + i, h->kind, h->dt, h->op, h->root,
+                       tp_staged_chunk_count(h, i) * rt_dtype_size((rt_dtype)h->dt), t);
     return 0;
+}
+
+/* The op itself: a host collective, or a staged device op (its chunks inline). */
+static int run_handle(tp_comm *c, tp_handle *h, int64_t t)
+{
+    return h->stage ? tp_staged_run(c, h) : run_op_at(c, h, t);
 }
 
 static void enqueue_locked(tp_comm *c, tp_handle *h)
@@ -289,7 +318,7 @@ static void *comm_thread(void *arg)
         c->busy = 1;
         h->state = TP_H_RUNNING;
         port_mutex_unlock(&c->mu);
-        int rc = tp_run_op(c, h);
+        int rc = run_handle(c, h, port_now_ns());
         port_mutex_lock(&c->mu);
         h->rc = rc;
         h->state = TP_H_DONE;
@@ -344,7 +373,7 @@ static int run_blocking(tp_comm *c, tp_handle *h)
     if (!c->qhead && !c->busy) {
         c->busy = 1;
         port_mutex_unlock(&c->mu);
-        rc = run_op_at(c, h, t);
+        rc = run_handle(c, h, t);
         port_mutex_lock(&c->mu);
         c->busy = 0;
         h->state = TP_H_DONE;
@@ -364,6 +393,16 @@ static int run_async(tp_comm *c, tp_handle *h)
     port_mutex_lock(&c->mu);
     int rc = issue_locked(c, h, t);
     if (!rc) enqueue_locked(c, h);
+    port_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int tp_issue(tp_comm *c, tp_handle *h, int blocking) { return blocking ? run_blocking(c, h) : run_async(c, h); }
+
+int tp_failed(tp_comm *c)
+{
+    port_mutex_lock(&c->mu);
+    int rc = c->failed;
     port_mutex_unlock(&c->mu);
     return rc;
 }

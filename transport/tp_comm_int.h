@@ -111,8 +111,22 @@ int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane,
  * 1 one unit completed, 0 nothing yet (block 0), < 0 a backend code. */
 int tp_ring_advance(tp_ring_pass *p, int block);
 
-/* One op, run by whoever drives the backend (a calling thread or the comm thread). */
+/* One host op, run by whoever drives the backend (a calling thread or the comm
+ * thread); a staged op's chunks come through here too. */
 int tp_run_op(tp_comm *c, tp_handle *h);
+/* Issues h (its fields filled, stage set or NULL) in the comm's order and runs it:
+ * blocking, or queued for the comm thread. 0, or the code it failed with. */
+int tp_issue(tp_comm *c, tp_handle *h, int blocking);
+/* The comm's sticky failure code (0 while healthy). */
+int tp_failed(tp_comm *c);
+/* Fails the comm (the first failure wins) with "kind #seq (size): why" for h, and
+ * closes the backend so the peers fail too: for errors the backend did not see. */
+void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why);
+/* Staged device ops (tp_staged.c): the number of chunks (sequence numbers) of h, and
+ * the pipeline itself, run by whoever drives the backend. */
+size_t tp_staged_nchunks(const tp_handle *h);
+size_t tp_staged_chunk_count(const tp_handle *h, size_t i); /* elements of chunk i */
+int tp_staged_run(tp_comm *c, tp_handle *h);
 
 /* Waits for the n requests (by the op's deadline); 0 or a backend code. */
 int tp_waitreqs(tp_comm *c, tp_req **r, int n);

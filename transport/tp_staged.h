@@ -1,17 +1,22 @@
 /* Collectives on device buffers through pinned host staging (the path NCCL takes when
  * GPUDirect is not available, and Horovod's "host staging").
  *
- * The buffer is cut into chunks of the staging slot size and pipelined through
- * nslots pinned slots:
+ * A device op is one entry in the comm's issue order, like a host op: the async forms
+ * queue it behind earlier ops and the comm thread runs it (tp_wait / tp_test as for
+ * any handle); the blocking forms run it in order too. Whoever runs it cuts the
+ * buffer into chunks of the staging slot size and pipelines them through nslots
+ * pinned slots:
  *
- *   chunk i:    D2H copy into slot i % nslots      (device copy queue 1)
- *   chunk i-1:  host collective on its slot         (the comm thread, tp_i* ops)
- *   chunk i-k:  H2D copy from its slot back         (device copy queue 2)
+ *   chunk i+L:  D2H copy into its slot            (device copy queue 1, L = nslots-2)
+ *   chunk i:    host collective on its slot        (inline, on the thread running the op)
+ *   chunk i-1:  H2D copy from its slot back        (device copy queue 2)
  *
- * so the two copy engines and the network work on different chunks at once. Every
- * rank cuts the same chunks and issues them in the same order, so the host ops match
- * across ranks; results are the host path's for the same chunks (tp_allreduce on each
- * chunk), and bitwise identical on every rank.
+ * so the two copy engines and the network work on different chunks at once. Each
+ * chunk is one collective with its own sequence number (reserved at issue, so the
+ * numbering is the same on every rank whatever else runs meanwhile), deadline and
+ * trace entry; results are the host path's for the same chunks (tp_allreduce on each
+ * chunk), bitwise identical on every rank. A device copy failure fails the comm with
+ * the staging's message (tp_staging_errmsg keeps it too), so the peers stop.
  *
  * The device side is a small vtable (tp_dev_ops): ports/cuda streams and events in
  * production (tp_dev_cuda below), a memcpy-backed fake in the CPU tests, so the
@@ -28,8 +33,10 @@
 
 /* Asynchronous device copies in two FIFO queues (D2H and H2D), each copy tagged with
  * the staging slot it reads or fills; every function returns 0 or -1 (errmsg says
- * why). */
+ * why). bind (may be NULL) runs first in the thread that runs an op: a GPU runtime's
+ * current device is per thread. */
 typedef struct tp_dev_ops {
+    int (*bind)(void *ctx);
     int (*d2h)(void *ctx, int slot, void *host, const void *dev, size_t bytes);
     int (*h2d)(void *ctx, int slot, void *dev, const void *host, size_t bytes);
     /* Block the host until the last copy tagged `slot` in that queue has finished. */
@@ -49,8 +56,7 @@ typedef struct tp_staging {
     size_t chunk;             /* bytes per slot (a multiple of 8) */
     int nslots;
     int h2d_pending[TP_STAGE_MAX_SLOTS]; /* an H2D may still be reading the slot */
-    tp_handle h[TP_STAGE_MAX_SLOTS];
-    int h_pending[TP_STAGE_MAX_SLOTS];
+    int d2h_pending[TP_STAGE_MAX_SLOTS]; /* a D2H may still be filling the slot */
     char err[256];
 } tp_staging;
 
@@ -60,11 +66,19 @@ size_t tp_staging_bytes(size_t chunk, int nslots);
  * (3 or more overlap all three stages). 0, or -1 for bad arguments. */
 int tp_staging_init(tp_staging *st, const tp_dev_ops *ops, void *ctx, void *pinned, size_t chunk, int nslots);
 
-/* Blocking for the host (it returns when the host part is done); the device sees
- * the result in order after dev_ops->end. 0, or a negative TP_E* code with the reason
- * in tp_staging_errmsg (the comm's message for a network failure). */
+/* One staging serves one comm: its ops run one at a time in issue order. The device
+ * sees an op's result in order after dev_ops->end, which runs before the op's handle
+ * completes. 0, or a negative TP_E* code with the reason in tp_staging_errmsg (the
+ * comm's message for a network failure). Blocking forms return when the host part is
+ * done. */
 int tp_allreduce_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, tp_op op, tp_staging *st);
 int tp_broadcast_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, int root, tp_staging *st);
+/* Asynchronous forms (tp_iallreduce's rules: the buffer stays untouched until the
+ * handle completes); the same collectives, bits and deadlines. */
+int tp_iallreduce_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, tp_op op, tp_staging *st,
+                         tp_handle *h);
+int tp_ibroadcast_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, int root, tp_staging *st,
+                         tp_handle *h);
 const char *tp_staging_errmsg(const tp_staging *st);
 
 /* The CUDA device side: two copy streams ordered after / before the compute stream
@@ -72,9 +86,10 @@ const char *tp_staging_errmsg(const tp_staging *st);
 typedef struct tp_dev_cuda {
     port_stream compute, d2h_s, h2d_s;
     port_event begin_ev, end_ev, d2h_ev[TP_STAGE_MAX_SLOTS], h2d_ev[TP_STAGE_MAX_SLOTS];
-    int nslots;
+    int nslots, device;
 } tp_dev_cuda;
 extern const tp_dev_ops tp_dev_cuda_ops;
-int tp_dev_cuda_init(tp_dev_cuda *d, port_stream compute, int nslots);
+/* device: the GPU whose compute stream this is (made current in the comm thread). */
+int tp_dev_cuda_init(tp_dev_cuda *d, int device, port_stream compute, int nslots);
 void tp_dev_cuda_destroy(tp_dev_cuda *d);
 #endif

@@ -1,10 +1,17 @@
-/* The CUDA side of the staging pipeline (tp_dev_ops over ports/cuda): a D2H stream
+/* The CUDA side of the staging pipeline (tp_dev_ops over ports/cuda): the device made
+ * current in whichever thread runs the op (the comm thread, usually), a D2H stream
  * and an H2D stream, one event per slot and direction so the host can wait for one
  * chunk's copy, and two events that order the copies after the compute stream's
  * producer work and the compute stream's later work after the last H2D. Everything is
  * created once (tp_dev_cuda_init); a call only records and waits. */
 #include "transport/tp_staged.h"
 #include <string.h>
+
+static int bind(void *ctx)
+{
+    tp_dev_cuda *d = ctx;
+    return port_cuda_use_device(d->device);
+}
 
 static int d2h(void *ctx, int slot, void *host, const void *dev, size_t bytes)
 {
@@ -52,11 +59,12 @@ static const char *errmsg(void *ctx)
     return port_cuda_errmsg();
 }
 
-const tp_dev_ops tp_dev_cuda_ops = {d2h, h2d, wait_d2h, wait_h2d, begin, end, errmsg};
+const tp_dev_ops tp_dev_cuda_ops = {bind, d2h, h2d, wait_d2h, wait_h2d, begin, end, errmsg};
 
-int tp_dev_cuda_init(tp_dev_cuda *d, port_stream compute, int nslots)
+int tp_dev_cuda_init(tp_dev_cuda *d, int device, port_stream compute, int nslots)
 {
     memset(d, 0, sizeof *d);
+    d->device = device;
     d->compute = compute;
     d->nslots = nslots;
     if (nslots < 1 || nslots > TP_STAGE_MAX_SLOTS) {

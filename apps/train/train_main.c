@@ -25,7 +25,7 @@ int main(int argc, char **argv)
 {
     nn_opts o;
     nn_trainer t;
-    nn_ddp ddp;
+    nn_ddp *ddp;
     char err[1024];
     static char metrics_path[1024];
     if (rt_version_arg(argc, argv)) return 0;
@@ -42,21 +42,21 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     if (nn_ddp_connect(&ddp, &o, err, sizeof err)) rt_fatal("%s", err);
     /* Rank 0 writes the files: a missing directory is an error now, not after an epoch. */
-    if (ddp.rank == 0 && nn_opts_check_paths(&o, err, sizeof err)) {
-        nn_ddp_close(&ddp, 1);
+    if (nn_ddp_rank(ddp) == 0 && nn_opts_check_paths(&o, err, sizeof err)) {
+        nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);
     }
-    int ncpu = port_ncpus() / ddp.local_world;
+    int ncpu = port_ncpus() / nn_ddp_local_world(ddp);
     k_set_threads(o.threads ? o.threads : ncpu > 0 ? ncpu : 1);
-    if (nn_trainer_setup(&t, &o, &ddp, err, sizeof err)) {
-        nn_ddp_close(&ddp, 1);
+    if (nn_trainer_setup(&t, &o, ddp, err, sizeof err)) {
+        nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);
     }
     rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels%s",
-            o.model, t.data_dir, t.train.n, t.test.n, ddp.world, k_threads(), k_isa(),
+            o.model, t.data_dir, t.train.n, t.test.n, nn_ddp_world(ddp), k_threads(), k_isa(),
             t.g.amp == NN_AMP_BF16 ? ", amp bf16" : "");
     rc = nn_trainer_run(&t);
     nn_trainer_free(&t);
-    nn_ddp_close(&ddp, rc != 0);
+    nn_ddp_close(ddp, rc != 0);
     return rc;
 }

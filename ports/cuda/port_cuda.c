@@ -34,6 +34,8 @@ static int check(cudaError_t e, const char *call, const char *what, size_t bytes
 }
 #define CK(call, what, bytes) check((call), #call, (what), (bytes))
 
+int port_cuda_use_device(int device) { return CK(cudaSetDevice(device), "select the GPU in this thread", 0); }
+
 int port_cuda_device_count(void)
 {
     int n = 0;

@@ -22,6 +22,9 @@ int port_cuda_built(void);
 /* Checks that a GPU is present and makes `device` current. 0, or -1 with a one-line
  * reason in err: no CUDA in this build, no GPU / no driver, device out of range. */
 int port_cuda_init(int device, char *err, size_t errlen);
+/* Makes `device` (already checked by port_cuda_init) current in the calling thread:
+ * a runtime's current device is per thread (a comm thread copying for a GPU). */
+int port_cuda_use_device(int device);
 /* Number of visible GPUs (0 when none, no driver, or no CUDA port). Never fails. */
 int port_cuda_device_count(void);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" of the current device, after init. */

@@ -8,6 +8,7 @@
 #define NOCUDA "this build has no CUDA port (nvcc was not found at build time, or CUDA=0)"
 
 static char first_err[256];
+static int nocuda(const char *what);
 
 int port_cuda_built(void) { return 0; }
 
@@ -19,6 +20,7 @@ int port_cuda_init(int device, char *err, size_t errlen)
 }
 
 int port_cuda_device_count(void) { return 0; }
+int port_cuda_use_device(int device) { (void)device; return nocuda("select the GPU"); }
 const char *port_cuda_device_desc(void) { return ""; }
 const char *port_cuda_errmsg(void) { return first_err; }
 void port_cuda_clear_error(void) { first_err[0] = 0; }

@@ -1,6 +1,6 @@
 /* DDP through the device path on the emulated device: 2 ranks (loopback threads),
- * each with its own nn_cuda whose backward hook hands buckets to the comm thread and
- * tp_allreduce_device (pinned staging). Small buckets, so there are many and they go
+ * each with its own nn_cuda whose device graph nn_ddp hooks: buckets go out as
+ * tp_iallreduce_device (pinned staging), run by the comm's thread. Small buckets, so there are many and they go
  * out while backward runs (every one from the hook). Rank 1 starts with wrong BatchNorm statistics: the device
  * broadcast_buffers must replace them with rank 0's before the forward. Reference:
  * the CPU executor on each rank's batch, the two gradients averaged, then SGD. */
@@ -27,21 +27,17 @@ static void rank_main(tp_comm *c, void *arg)
 {
     ddp_case *k = arg;
     int r = tp_rank(c);
-    static nn_ddp dd[2];
-    nn_ddp *d = &dd[r];
-    memset(d, 0, sizeof *d);
-    d->comm = c, d->rank = r, d->world = 2;
+    nn_ddp *d = nn_ddp_wrap(c);
     emu_model host;
     char err[400] = "";
     nn_cuda *cu = NULL;
-    if (emu_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
+    if (!d || emu_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
         nn_cuda_setup(cu, &host.g, d, 0, err, sizeof err)) {
         snprintf(k->msg[r], sizeof k->msg[r], "setup: %s", err);
         k->fail[r] = 1;
         return;
     }
     nn_ddp_attach(d, &host.g, 0.004); /* ~4 KiB buckets: dozens of them */
-    k->nbuckets[r] = d->nbuckets;
     if (r == 1) /* running_mean of every BN: not rank 0's */
         for (int i = 0; i < host.g.nb; i++)
             if (host.g.b[i].dtype == RT_F32) ((float *)nn_buf_data(&host.g, i))[0] = 123.0f;
@@ -51,7 +47,9 @@ static void rank_main(tp_comm *c, void *arg)
         return;
     }
     (void)nn_cuda_step(cu, k->x[r], k->y[r], B, &sgd, 1000 + r, 0);
-    k->from_hook[r] = nn_cuda_buckets_from_hook(cu);
+    nn_ddp_stats ds = nn_ddp_get_stats(d);
+    k->nbuckets[r] = ds.nbuckets;
+    k->from_hook[r] = ds.last_from_hook;
     k->grads[r] = emu_down(nn_cuda_graph(cu)->grads, host.g.nparams * sizeof(float));
     if (nn_cuda_download(cu, NULL)) k->fail[r] = 1;
     k->params[r] = malloc(host.g.nparams * sizeof(float));
@@ -59,6 +57,7 @@ static void rank_main(tp_comm *c, void *arg)
     memcpy(k->params[r], host.g.params, host.g.nparams * sizeof(float));
     memcpy(k->bufs[r], host.g.bufs, host.g.buf_bytes);
     nn_cuda_close(cu);
+    nn_ddp_close(d, 0);
     emu_drop(&host);
 }
 

@@ -20,6 +20,7 @@ static int token; /* streams and events point here */
 int port_cuda_built(void) { return 1; }
 int port_cuda_init(int device, char *err, size_t errlen) { (void)device; (void)err; (void)errlen; return 0; }
 int port_cuda_device_count(void) { return 1; }
+int port_cuda_use_device(int device) { (void)device; return 0; }
 const char *port_cuda_device_desc(void) { return "emulated device (host memory)"; }
 const char *port_cuda_errmsg(void) { return first_err; }
 void port_cuda_clear_error(void) { first_err[0] = 0; }

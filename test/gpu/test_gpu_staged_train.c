@@ -19,7 +19,7 @@ static void gs_rank(tp_comm *c, void *arg)
     void *pinned;
     tp_dev_cuda dc;
     tp_staging st;
-    g_need(port_stream_create(&compute, "compute") == 0 && tp_dev_cuda_init(&dc, compute, 4) == 0 &&
+    g_need(port_stream_create(&compute, "compute") == 0 && tp_dev_cuda_init(&dc, 0, compute, 4) == 0 &&
            port_pinned_malloc(&pinned, tp_staging_bytes(k->chunk, 4), "staging") == 0 &&
            tp_staging_init(&st, &tp_dev_cuda_ops, &dc, pinned, k->chunk, 4) == 0, "staging setup");
     float *d;

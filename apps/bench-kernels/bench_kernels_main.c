@@ -5,10 +5,12 @@
  * Times are medians over --iters repeats (this machine is shared: medians resist noise). */
 #include "kernels/k.h"
 #if DDPRT_CUDA
-#include "kernels/cuda/k_cuda.h"
+#include "apps/bench-kernels/bench_kernels.h"
 #endif
 #include "ports/posix/port.h"
+#include "rt/args.h"
 #include "rt/version.h"
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,59 +379,57 @@ static void bench_resnet(const char *model, int b, int iters)
     free(a.c); free(a.d); free(a.e); free(a.idx);
 }
 
-static void usage(void)
-{
-    printf("usage: ddprt-bench-kernels [--device cpu|cuda] [--model lenet|resnet20|resnet18] [--clock cpu|wall] [--threads N]\n"
-           "                           [--batch N] [--iters N] [--isa generic|avx2|avx512]\n"
-           "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
-           "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
-           "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
-           "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s; timed\n"
-           "by the thread's CPU time with 1 thread (--clock wall: wall time).\n");
-}
+typedef struct bk_opts {
+    const char *device, *model, *clock, *isa;
+    int threads, batch, iters;
+} bk_opts;
+
+#define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0}
+static const rt_arg flags[] = {
+    K("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu or cuda (the GPU table; CUDA builds) (default: cpu)"),
+    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18", "lenet, resnet20 or resnet18 (default: lenet)"),
+    K("clock", RT_ARG_STR, RT_ARG_ANY, clock, 0, 0, "cpu|wall", "cpu (the thread's CPU time, 1 thread) or wall"),
+    K("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 1024, NULL, "compute threads (default: 1)"),
+    K("batch", RT_ARG_INT, RT_ARG_RANGE, batch, 1, 1 << 20, NULL, "batch (default: lenet 64 and 1024, resnet20 128, resnet18 32)"),
+    K("iters", RT_ARG_INT, RT_ARG_RANGE, iters, 1, 1 << 20, NULL, "repeats per kernel, the median is shown"),
+    K("isa", RT_ARG_STR, RT_ARG_ANY, isa, 0, 0, NULL, "generic, avx2, avx512, ...: the kernels' instruction set"),
+};
+static const rt_args spec = {"ddprt-bench-kernels", flags, sizeof flags / sizeof flags[0], 0, 0};
+
+static const char head[] =
+    "usage: ddprt-bench-kernels [flags]\n\n"
+    "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
+    "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
+    "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
+    "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s; timed\n"
+    "by the thread's CPU time with 1 thread (--clock wall: wall time). --device cuda: the\n"
+    "CUDA kernels against cuBLAS/cuDNN when found.\n\n";
 
 int main(int argc, char **argv)
 {
-    if (rt_version_arg(argc, argv)) return 0;
-    int threads = 1, batch = 0, iters = 0;
-    const char *model = "lenet";
-    /* --device cuda: the GPU table (apps/bench-kernels/k_cuda_bench.c), in CUDA builds. */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--device") && !strcmp(argv[i + 1], "cuda")) {
+    bk_opts o = {.device = "cpu", .model = "lenet", .threads = 1};
+    int rc = rt_args_main(&spec, &o, argc, argv, NULL, NULL, head, NULL);
+    if (rc >= 0) return rc;
+    int batch = o.batch, iters = o.iters;
+    const char *model = o.model;
+    if (!strcmp(o.device, "cuda")) {
 #if DDPRT_CUDA
-            return k_cuda_bench_main(argc, argv);
+        return k_cuda_bench_run(batch, iters);
 #else
-            fprintf(stderr, "ddprt-bench-kernels: --device cuda: this build has no CUDA port (nvcc was not found at build time)\n");
-            return 1;
+        fprintf(stderr, "ddprt-bench-kernels: --device cuda: this build has no CUDA port (nvcc was not found at build time)\n");
+        return 1;
 #endif
-        }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
-        if (!v) { fprintf(stderr, "ddprt-bench-kernels: %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--batch")) batch = atoi(v);
-        else if (!strcmp(a, "--iters")) iters = atoi(v);
-        else if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--clock") && (!strcmp(v, "wall") || !strcmp(v, "cpu"))) force_wall = v[0] == 'w';
-        else if (!strcmp(a, "--device") && !strcmp(v, "cpu")) {}
-        else if (!strcmp(a, "--isa")) {
-            if (k_set_isa(v) != 0) {
-                fprintf(stderr, "ddprt-bench-kernels: --isa %s: unknown or not supported by this CPU\n", v);
-                return 2;
-            }
-        } else { fprintf(stderr, "ddprt-bench-kernels: unknown flag %s\n", a); usage(); return 2; }
-        i++;
     }
-    if (threads < 1 || batch < 0 || iters < 0) { fprintf(stderr, "ddprt-bench-kernels: bad value\n"); return 2; }
-    k_set_threads(threads);
+    force_wall = o.clock && !strcmp(o.clock, "wall");
+    if (o.isa && k_set_isa(o.isa) != 0) {
+        fprintf(stderr, "ddprt-bench-kernels: error: --isa %s: unknown or not supported by this CPU\n", o.isa);
+        return 2;
+    }
+    k_set_threads(o.threads);
     printf("ddprt kernels: isa %s, threads %d\n", k_isa(), k_threads());
     if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
         int r18 = model[6] == '1';
         bench_resnet(model, batch ? batch : (r18 ? 32 : 128), iters ? iters : (r18 ? 5 : 11));
-    } else if (strcmp(model, "lenet")) {
-        fprintf(stderr, "ddprt-bench-kernels: --model %s: expected lenet, resnet20 or resnet18\n", model);
-        return 2;
     } else if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));
     else {
         bench_batch(64, iters ? iters : 101);

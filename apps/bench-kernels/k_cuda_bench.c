@@ -5,6 +5,7 @@
  * and our time / theirs. They are loaded with dlopen here only: the runtime never
  * links them. cuDNN is asked for plain FP32 FMA math (no TF32) so the comparison is
  * like for like. Times are medians over --iters launches, each timed by events. */
+#include "apps/bench-kernels/bench_kernels.h"
 #include "kernels/cuda/k_cuda.h"
 #include <dlfcn.h>
 #include <stdio.h>
@@ -340,18 +341,10 @@ static void bench_graph_ops(void)
     row("max over time fwd", "n64 c100 len62", time_us(go_mt, &t), 4.0 * 64 * 100 * 62, 1, -1);
 }
 
-int k_cuda_bench_main(int argc, char **argv)
+int k_cuda_bench_run(int batch, int n_iters)
 {
-    int B = 64;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc) i++;
-        else {
-            fprintf(stderr, "usage: ddprt-bench-kernels --device cuda [--batch N] [--iters N]\n");
-            return 2;
-        }
-    }
+    int B = batch > 0 ? batch : 64;
+    if (n_iters > 0) iters = n_iters;
     char err[512];
     if (port_cuda_init(0, err, sizeof err) || port_stream_create(&S, "bench stream")) {
         fprintf(stderr, "ddprt-bench-kernels: %s\n", err[0] ? err : port_cuda_errmsg());

@@ -13,7 +13,6 @@
  * ring pipelining across chunks (each chunk pays alpha in ddprt's ring: the fit
  * folds that into alpha and bw), contention from other traffic, multiple NICs. */
 #include "apps/bench/bench_predict.h"
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,20 +106,6 @@ static double pc_ar(double bytes, const void *v)
     return bp_ring2(p->hosts, p->local, bytes, p->intra, p->inter);
 }
 
-static int psize(const char *s, double *out)
-{
-    char *e;
-    double v = strtod(s, &e);
-    if (e == s || v < 0) return -1;
-    if (*e == 'k' || *e == 'K') v *= 1024, e++;
-    else if (*e == 'm' || *e == 'M') v *= 1024.0 * 1024, e++;
-    else if (*e == 'g' || *e == 'G') v *= 1024.0 * 1024 * 1024, e++;
-    if (*e == 'B' || *e == 'b') e++;
-    if (*e) return -1;
-    *out = v;
-    return 0;
-}
-
 static int cmpd(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -163,21 +148,6 @@ static int read_rows(const char *path, double lo, double hi, double *bytes, doub
         secs[i] = cnt[i] % 2 ? t[i][cnt[i] / 2] : (t[i][cnt[i] / 2 - 1] + t[i][cnt[i] / 2]) / 2;
     }
     return n;
-}
-
-static void pusage(FILE *f)
-{
-    fprintf(f,
-            "usage: ddprt-bench --fit FILE|- --world-size N [--algo ring|rd]\n"
-            "         [-b MIN -e MAX]  fit alpha and beta to ddprt-bench allreduce rows (median\n"
-            "         per size over concatenated runs, sizes MIN..MAX); print predicted vs measured\n"
-            "       ddprt-bench --predict --world-size N [--per-node L] [--algo ring|rd|hier]\n"
-            "         [-b MIN -e MAX -f F]             predicted allreduce table (bench's rows)\n"
-            "         [--measured FILE|-]    predicted vs measured for the rows of ddprt-bench runs\n"
-            "       ddprt-bench --predict --step-ms T --grad-mb G [--per-node L] [--gpus A-B]\n"
-            "         [--bucket-mb 25] [--bwd-frac 0.667]   DDP step time, flat ring vs hierarchical\n"
-            "  links: --alpha-us A --beta-gbs B (between hosts, or the only link);\n"
-            "         --intra-alpha-us A --intra-gbs B (inside a host; default: the same)\n");
 }
 
 static int do_fit(const char *path, int n, int rd, double lo, double hi)
@@ -266,75 +236,30 @@ static void do_scale(pctx p, const bp_step *st, int g0, int g1)
     }
 }
 
-int bench_predict_main(int argc, char **argv)
+int bench_predict_run(const bp_opts *o)
 {
-    enum { O_PRED = 300, O_FIT, O_WORLD, O_ALGO, O_PN, O_A, O_B, O_IA, O_IB, O_STEP, O_GRAD, O_BUCK, O_BWD, O_GPUS, O_MEAS };
-    static const struct option lo[] = {
-        {"predict", 0, 0, O_PRED}, {"fit", 1, 0, O_FIT}, {"world-size", 1, 0, O_WORLD}, {"algo", 1, 0, O_ALGO},
-        {"per-node", 1, 0, O_PN}, {"alpha-us", 1, 0, O_A}, {"beta-gbs", 1, 0, O_B}, {"intra-alpha-us", 1, 0, O_IA},
-        {"intra-gbs", 1, 0, O_IB}, {"step-ms", 1, 0, O_STEP}, {"grad-mb", 1, 0, O_GRAD}, {"bucket-mb", 1, 0, O_BUCK},
-        {"bwd-frac", 1, 0, O_BWD}, {"gpus", 1, 0, O_GPUS}, {"measured", 1, 0, O_MEAS}, {"min-bytes", 1, 0, 'b'}, {"max-bytes", 1, 0, 'e'},
-        {"step-factor", 1, 0, 'f'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *fit = NULL, *meas = NULL;
-    int world = 0, hi_set = 0, per_node = 0, factor = 2, g0 = 8, g1 = 1024, bad = 0, ch;
-    double a = 5e-6, b = 24e9, ia = -1, ib = -1, step_ms = 0, grad_mb = 0, bucket_mb = 25, bwd = 2.0 / 3;
-    double lo_b = 4, hi_b = 64.0 * 1048576;
     pctx p = {0};
-    if (argc > 1 && argv[1][0] != '-') argv[1] = argv[0], argv++, argc--; /* "allreduce" */
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "b:e:f:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case O_PRED: break;
-        case O_FIT: fit = optarg; break;
-        case O_MEAS: meas = optarg; break;
-        case O_WORLD: world = atoi(optarg); bad |= world < 1; break;
-        case O_ALGO:
-            p.algo = !strcmp(optarg, "ring") ? 0 : !strcmp(optarg, "rd") ? 1 : !strcmp(optarg, "hier") ? 2 : -1;
-            bad |= p.algo < 0;
-            break;
-        case O_PN: per_node = atoi(optarg); bad |= per_node < 1; break;
-        case O_A: a = atof(optarg) * 1e-6; bad |= a < 0; break;
-        case O_B: b = atof(optarg) * 1e9; bad |= !(b > 0); break;
-        case O_IA: ia = atof(optarg) * 1e-6; bad |= ia < 0; break;
-        case O_IB: ib = atof(optarg) * 1e9; bad |= !(ib > 0); break;
-        case O_STEP: step_ms = atof(optarg); bad |= !(step_ms > 0); break;
-        case O_GRAD: grad_mb = atof(optarg); bad |= !(grad_mb > 0); break;
-        case O_BUCK: bucket_mb = atof(optarg); bad |= !(bucket_mb > 0); break;
-        case O_BWD: bwd = atof(optarg); bad |= !(bwd >= 0 && bwd <= 1); break;
-        case O_GPUS: bad |= sscanf(optarg, "%d-%d", &g0, &g1) != 2 || g0 < 1 || g1 < g0; break;
-        case 'b': bad |= psize(optarg, &lo_b) || !(lo_b > 0); break;
-        case 'e': bad |= psize(optarg, &hi_b); hi_set = 1; break;
-        case 'f': factor = atoi(optarg); bad |= factor < 2; break;
-        case 'h': pusage(stdout); return 0;
-        default: bad = 1;
-        }
-        if (bad) {
-            fprintf(stderr, "ddprt-bench: bad value for option %s\n", argv[optind - 1]);
-            pusage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ddprt-bench: --predict/--fit: unexpected argument %s\n", argv[optind]);
-        return 2;
-    }
+    p.algo = !strcmp(o->algo, "ring") ? 0 : !strcmp(o->algo, "rd") ? 1 : 2;
+    double a = o->alpha_us * 1e-6, b = o->beta_gbs * 1e9;
+    int world = o->world, per_node = o->per_node;
     p.inter = (bp_link){a, b};
-    p.intra = (bp_link){ia >= 0 ? ia : a, ib > 0 ? ib : b};
-    if (fit) {
+    p.intra = (bp_link){o->intra_alpha_us >= 0 ? o->intra_alpha_us * 1e-6 : a, o->intra_gbs > 0 ? o->intra_gbs * 1e9 : b};
+    double hi_b = o->hi_bytes >= 0 ? o->hi_bytes : INFINITY;
+    if (o->fit) {
         if (world < 2 || p.algo == 2) {
             fprintf(stderr, "ddprt-bench: --fit needs --world-size N >= 2 and --algo ring or rd\n");
             return 2;
         }
-        return do_fit(fit, world, p.algo == 1, lo_b, hi_set ? hi_b : INFINITY);
+        return do_fit(o->fit, world, p.algo == 1, o->lo_bytes, hi_b);
     }
-    if (step_ms > 0 || grad_mb > 0) {
-        if (!(step_ms > 0 && grad_mb > 0)) {
+    if (o->step_ms > 0 || o->grad_mb > 0) {
+        if (!(o->step_ms > 0 && o->grad_mb > 0)) {
             fprintf(stderr, "ddprt-bench: --predict: --step-ms and --grad-mb go together\n");
             return 2;
         }
-        bp_step st = {step_ms * 1e-3, grad_mb * 1048576, bucket_mb * 1048576, bwd};
+        bp_step st = {o->step_ms * 1e-3, o->grad_mb * 1048576, o->bucket_mb * 1048576, o->bwd_frac};
         p.local = per_node ? per_node : 8;
-        do_scale(p, &st, g0, g1);
+        do_scale(p, &st, o->gpus[0], o->gpus[1]);
         return 0;
     }
     if (world < 1) {
@@ -347,7 +272,7 @@ int bench_predict_main(int argc, char **argv)
         fprintf(stderr, "ddprt-bench: --predict: world %d is not a multiple of --per-node %d\n", world, per_node);
         return 2;
     }
-    if (meas) return do_compare(&p, meas, lo_b, hi_set ? hi_b : INFINITY);
-    do_table(&p, lo_b, hi_b, factor);
+    if (o->measured) return do_compare(&p, o->measured, o->lo_bytes, hi_b);
+    do_table(&p, o->lo_bytes, o->hi_bytes >= 0 ? o->hi_bytes : 64.0 * 1048576, o->factor);
     return 0;
 }

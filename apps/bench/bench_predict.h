@@ -4,6 +4,7 @@
 #ifndef TP_BENCH_PREDICT_H
 #define TP_BENCH_PREDICT_H
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct bp_link {
     double alpha; /* seconds per message (per step of an algorithm) */
@@ -47,6 +48,17 @@ typedef struct bp_step {
 typedef double (*bp_allreduce_fn)(double bytes, const void *ctx);
 double bp_step_time(const bp_step *s, bp_allreduce_fn ar, const void *ctx);
 
-/* ddprt-bench --predict / --fit (argv as given to ddprt-bench). */
-int bench_predict_main(int argc, char **argv);
+/* ddprt-bench --predict / --fit: the flags (bench_args.c parses them). */
+typedef struct bp_opts {
+    int predict;
+    const char *fit, *measured, *algo;
+    int world, per_node, factor, gpus[2];
+    double alpha_us, beta_gbs, intra_alpha_us, intra_gbs; /* intra < 0: as between hosts */
+    double step_ms, grad_mb, bucket_mb, bwd_frac;
+    double lo_bytes, hi_bytes;                            /* hi < 0: not given */
+} bp_opts;
+int bench_predict_parse(int argc, char **argv, bp_opts *p, char *err, size_t errlen);
+void bench_predict_usage(FILE *f);
+/* Runs the parsed model: 0, or non-zero after printing why. */
+int bench_predict_run(const bp_opts *o);
 #endif

@@ -182,6 +182,12 @@ static void header(const bench_opts *o, int world, const char *backend, tp_comm 
 static int run_sizes(tp_comm *c, const bench_opts *o, const char *backend)
 {
     int rank = tp_rank(c), world = tp_world(c), print = rank == 0;
+    /* The world is known only now (--world-size may come from the environment). */
+    if (o->coll == B_BROADCAST && o->root >= world) {
+        if (print) fprintf(stderr, "ddprt-bench: error: --root %d is out of range for %d ranks (0..%d)\n", o->root, world,
+                           world - 1);
+        return 2;
+    }
     size_t ts = rt_dtype_size(o->dtype), maxb = o->max_bytes + ts * (size_t)world;
     char *s = o->registered ? tp_mem_alloc(c, maxb) : malloc(maxb);
     char *r = o->registered ? tp_mem_alloc(c, maxb) : malloc(maxb);

@@ -2,6 +2,7 @@
  * written on a failure, SIGUSR1 or a stall warning; see transport/tp_watch.h) and
  * prints where each rank was, who is behind, and ops that differ between ranks at the
  * same sequence number. */
+#include "rt/args.h"
 #include "rt/version.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,23 +67,29 @@ static const ent *find(const rank_file *f, unsigned long long seq)
     return NULL;
 }
 
+static const char head[] = "usage: ddprt-trace ddprt-trace.0 ddprt-trace.1 ...\n\nMerges the flight-recorder files "
+                           "of one job: where each rank was, who is behind, ops that differ between ranks.\n\n";
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        printf("usage: ddprt-trace ddprt-trace.0 ddprt-trace.1 ...\n\nMerges the flight-recorder files of one job: where "
-               "each rank was, who is behind, ops that differ between ranks.\n");
-        return argc < 2 ? 2 : 0;
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("ddprt-trace (ddprt) %s\n", DDPRT_VERSION);
-        return 0;
+    /* No flags of its own: the table only gives --help, --version and the strict check
+     * (an unknown --flag is an error, not a file name). */
+    static const rt_args spec = {"ddprt-trace", NULL, 0, -1, 0};
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0;
+    if (!files) return 1;
+    int rc = rt_args_main(&spec, NULL, argc, argv, files, &nfiles, head, NULL);
+    if (rc >= 0) return rc;
+    if (!nfiles) {
+        fprintf(stderr, "ddprt-trace: error: no trace files given (see ddprt-trace --help)\n");
+        return 2;
     }
     static rank_file fs[MAXR];
     int world = 0, bad = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 0; i < nfiles; i++) {
         rank_file f = {0};
-        if (load(argv[i], &f)) { bad = 1; continue; }
-        if (world && f.world != world) { fprintf(stderr, "ddprt-trace: %s: world %d, others %d\n", argv[i], f.world, world); bad = 1; continue; }
+        if (load(files[i], &f)) { bad = 1; continue; }
+        if (world && f.world != world) { fprintf(stderr, "ddprt-trace: %s: world %d, others %d\n", files[i], f.world, world); bad = 1; continue; }
         world = f.world;
         if (f.rank < MAXR) fs[f.rank] = f;
     }

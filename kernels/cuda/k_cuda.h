@@ -137,8 +137,6 @@ int k_cuda_add_i64(int64_t *x, int64_t v, port_stream s);
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
 
-/* ddprt-bench-kernels --device cuda (apps/bench-kernels/k_cuda_bench.c). */
-int k_cuda_bench_main(int argc, char **argv);
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,115 @@
+/* ddprt-data's commands and flags, one rt/args table per command. */
+#include "apps/data/data.h"
+#include "rt/args.h"
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(data_opts, field), lo, hi, ch, NULL, h, 0}
+
+/* "WxH": two integers in 1..DATA_MAX_SIDE whose product is at most DATA_MAX_PIXELS. */
+static int parse_wxh(const char *v, void *field, char *err, size_t errlen)
+{
+    int *wh = field;
+    char *e1, *e2;
+    long w = strtol(v, &e1, 10), h = *e1 == 'x' ? strtol(e1 + 1, &e2, 10) : 0;
+    if (*e1 != 'x' || e1 == v || !*(e1 + 1) || *e2 || w < 1 || h < 1 || w > DATA_MAX_SIDE || h > DATA_MAX_SIDE ||
+        w * h > DATA_MAX_PIXELS) {
+        snprintf(err, errlen, "--size: expected WxH with sides 1..%d and at most %ld pixels (e.g. 500x375), got '%s'",
+                 DATA_MAX_SIDE, DATA_MAX_PIXELS, v);
+        return -1;
+    }
+    wh[0] = (int)w, wh[1] = (int)h;
+    return 0;
+}
+
+static const rt_arg convert_flags[] = {
+    D("from", RT_ARG_STR, RT_ARG_ANY, from, 0, 0, NULL, "IDX directory (default: the located data set)"),
+    D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
+    D("format", RT_ARG_STR, RT_ARG_ANY, format, 0, 0, "png|jpeg|jpg|cifar", "png, jpeg or cifar (default: png)"),
+    D("limit", RT_ARG_INT, RT_ARG_NONNEG, limit, 0, 0, NULL, "at most N training samples, N/6 test samples (0: all)"),
+    D("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "JPEG quality 1-100 (default: 95)"),
+};
+static const rt_arg synth_flags[] = {
+    D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
+    D("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "number of images (default: 200)"),
+    {"size", 0, RT_ARG_FN, RT_ARG_ANY, offsetof(data_opts, size), 0, 0, NULL, parse_wxh,
+     "image size WxH (default: 500x375)", 0},
+    D("classes", RT_ARG_INT, RT_ARG_RANGE, classes, 1, 10000, NULL, "class folders (default: 4)"),
+    D("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "JPEG quality 1-100 (default: 90)"),
+    D("noise", RT_ARG_INT, RT_ARG_RANGE, noise, 0, 127, NULL, "noise amplitude 0-127 (default: 24)"),
+};
+static const rt_arg bench_flags[] = {
+    D("image-size", RT_ARG_INT, RT_ARG_RANGE, image_size, 1, 4096, NULL, "output side (default: 224)"),
+    D("augment", RT_ARG_STR, RT_ARG_ANY, augment, 0, 0, "none|cifar|imagenet", "none, cifar or imagenet (default: imagenet)"),
+    D("eval", RT_ARG_FLAG, RT_ARG_ANY, eval, 0, 0, NULL, "the evaluation transform instead of the training one"),
+    D("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "images per thread (default: 200)"),
+    D("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 64, NULL, "decoding threads 1-64 (default: 1)"),
+    D("libjpeg-huffman", RT_ARG_FLAG, RT_ARG_ANY, libjpeg_huffman, 0, 0, NULL,
+      "libjpeg's own entropy decoder instead of ddprt's (for comparison)"),
+};
+
+typedef struct command { const char *name; rt_args spec; const char *line, *about; } command;
+static const command cmds[DATA_NCMD] = {
+    {"convert", {"ddprt-data convert", convert_flags, 5, 0, 0}, "convert --to OUT [--from IDXDIR] [--format png|jpeg|cifar] [--limit N] [--quality Q]",
+     "Fashion-MNIST (IDX; default: the located data set) as an image folder OUT/{train,val}/CLASS\n"
+     "of PNG or JPEG files (class folders 0-tshirt-top ... 9-ankle-boot, so the sorted ids equal the\n"
+     "IDX labels), or as CIFAR-10-style binary (images up to 32x32, centred; gray copied to R, G, B).\n"},
+    {"synth", {"ddprt-data synth", synth_flags, 6, 0, 0}, "synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]",
+     "N JPEGs with smooth colour fields, shapes and sensor-like noise in OUT/train/classKK:\n"
+     "benchmark input of ImageNet-like size.\n"},
+    {"bench", {"ddprt-data bench", bench_flags, 6, 1, 0}, "bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T] [--libjpeg-huffman]",
+     "decode + transform throughput per thread (CPU time) on DIR/train.\n"},
+};
+
+void data_usage(int cmd, int brief)
+{
+    if (cmd < 0) {
+        for (int i = 0; i < DATA_NCMD; i++) printf("%s ddprt-data %s\n", i ? "      " : "usage:", cmds[i].line);
+        if (!brief) printf("\nddprt-data COMMAND --help: the flags of one command.\n");
+        return;
+    }
+    printf("usage: ddprt-data %s\n\n%s\n", cmds[cmd].line, cmds[cmd].about);
+    rt_args_usage(&cmds[cmd].spec, stdout);
+}
+
+int data_parse(int argc, char **argv, data_opts *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    o->cmd = -1;
+    for (int c = 0; argc > 1 && c < DATA_NCMD; c++)
+        if (!strcmp(argv[1], cmds[c].name)) o->cmd = c;
+    if (o->cmd < 0) {
+        if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return RT_ARGS_HELP;
+        if (argc > 1 && !strcmp(argv[1], "--version")) return RT_ARGS_VERSION;
+        snprintf(err, errlen, argc > 1 ? "unknown command '%.64s' (convert, synth, bench; see --help)"
+                                       : "no command given (convert, synth, bench; see --help)",
+                 argc > 1 ? argv[1] : "");
+        return RT_ARGS_ERROR;
+    }
+    o->format = "png";
+    o->quality = o->cmd == DATA_SYNTH ? 90 : 95;
+    o->n = 200;
+    o->classes = 4;
+    o->noise = 24;
+    o->size[0] = 500, o->size[1] = 375;
+    o->image_size = 224;
+    o->augment = "imagenet";
+    o->threads = 1;
+    char *pos[1];
+    int np = 0;
+    int rc = rt_args_parse(&cmds[o->cmd].spec, o, argc - 1, argv + 1, pos, &np, err, errlen);
+    if (rc) return rc;
+    if (o->cmd == DATA_BENCH) {
+        if (np != 1) {
+            snprintf(err, errlen, "bench: the image folder DIR is required (ddprt-data bench DIR; see --help)");
+            return RT_ARGS_ERROR;
+        }
+        o->dir = pos[0];
+    } else if (!o->to || !*o->to) {
+        snprintf(err, errlen, "%s: --to OUT is required (see --help)", cmds[o->cmd].name);
+        return RT_ARGS_ERROR;
+    }
+    return RT_ARGS_OK;
+}

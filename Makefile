@@ -32,6 +32,16 @@ CFLAGS   += -DDDPRT_JPEG=$(JPEG) -DDDPRT_PNG=$(PNG)
 LDLIBS   += $(if $(filter 1,$(JPEG)),-ljpeg) $(if $(filter 1,$(PNG)),-lpng16)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# One set of library objects makes both libddprt.a and libddprt.so: position-independent
+# (PIE objects' TLS cannot go into a shared library) with hidden symbols, so the .so
+# exports the C API of include/ddprt.h (DDPRT_API) and nothing else.
+$(LIB_OBJ): CFLAGS += -fPIC -fvisibility=hidden
+# A build folder from before that rebuilds its library objects once (the stamp is new).
+$(LIB_OBJ): $(BUILD)/obj/.pic
+$(BUILD)/obj/.pic:
+	@mkdir -p $(dir $@) && touch $@
+VERSION  := $(shell sed -n 's/^\#define DDPRT_VERSION "\(.*\)"/\1/p' rt/version.h)
+SONAME   := libddprt.so.$(firstword $(subst ., ,$(VERSION)))
 # The cost model of ddprt-bench --predict is tested too.
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/apps/bench/bench_predict.o
 PROGS    := $(APPS:%=$(BUILD)/ddprt-%)
@@ -55,7 +65,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
 NVFLAGS  := -std=c++17 -O3 -I. -DDDPRT_CUDA=1 $(CUDA_ARCH) --Werror all-warnings \
-            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP $(EXTRA_NVFLAGS)
+            -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fvisibility=hidden -MMD -MP $(EXTRA_NVFLAGS)
 CFLAGS   += -DDDPRT_CUDA=1
 # Static cudart: the programs run where only the driver is installed.
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
@@ -100,7 +110,7 @@ endif
 .PHONY: all test asan ubsan tsan fuzz clean run bench
 # Keep the objects of pattern-built programs (test/progs) between runs.
 .SECONDARY:
-all: $(BUILD)/libddprt.a $(PROGS) $(TPROGS) $(BUILD)/test-runner
+all: $(BUILD)/libddprt.a $(BUILD)/libddprt.so $(PROGS) $(TPROGS) $(BUILD)/test-runner
 	@:
 
 $(BUILD)/obj/%.o: %.c
@@ -111,12 +121,24 @@ $(BUILD)/libddprt.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# The shared library: the C API's objects and what they need from the archive;
+# versioned soname (libddprt.so.MAJOR), only ddprt_* exported (rt/api.map).
+API_OBJ  := $(BUILD)/obj/rt/api.o $(BUILD)/obj/rt/api_coll.o
+$(BUILD)/libddprt.so.$(VERSION): $(API_OBJ) $(BUILD)/libddprt.a rt/api.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=rt/api.map -Wl,--as-needed \
+	  $(if $(SAN),,-Wl,--no-undefined) $(LDFLAGS) -o $@ $(API_OBJ) $(BUILD)/libddprt.a $(LDLIBS)
+$(BUILD)/libddprt.so: $(BUILD)/libddprt.so.$(VERSION)
+	ln -sf libddprt.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
 define prog_rule
 $(BUILD)/ddprt-$(1): $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,$(1))) $(BUILD)/libddprt.a
 	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
 endef
 $(foreach a,$(APPS),$(eval $(call prog_rule,$(a))))
 
+# t-api_rank uses the C API only, as an outside program does (#include "ddprt.h").
+$(BUILD)/obj/test/progs/api_rank.o: CFLAGS += -Iinclude
 $(BUILD)/t-%: $(BUILD)/obj/test/progs/%.o $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -146,23 +168,32 @@ TEST_FRESH_CACHE ?= /var/cache/ddprt-test-fresh
 test-fresh:
 	RUN_ARGS="$(FRESH_RUN_ARGS)" JOBS="$(FRESH_JOBS)" CACHE="$(TEST_FRESH_CACHE)" ./tools/test_fresh.sh
 
-# make install PREFIX=/usr/local [DESTDIR=...]: the programs, libddprt.a, the public
-# headers under include/ddprt (as the sources include them: "nn/train.h") and ddprt.pc.
+# make install PREFIX=/usr/local [DESTDIR=...]: the programs; libddprt.so (soname
+# libddprt.so.MAJOR) with include/ddprt.h, the stable C API, and ddprt.pc for it;
+# libddprt.a with every header under include/ddprt (as the sources include them:
+# "nn/train.h") and ddprt-static.pc for building against the internals.
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
-VERSION    := $(shell sed -n 's/^\#define DDPRT_VERSION "\(.*\)"/\1/p' rt/version.h)
 PUBLIC_H   := $(filter-out %_int.h transport/tp_reduce_simd.h,\
               $(wildcard rt/*.h transport/*.h nn/*.h nn/*/*.h kernels/*.h ports/posix/*.h ports/cuda/port_cuda.h))
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/ddprt
 	install -m 755 $(PROGS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(BUILD)/libddprt.a $(DESTDIR)$(LIBDIR)
+	install -m 755 $(BUILD)/libddprt.so.$(VERSION) $(DESTDIR)$(LIBDIR)
+	ln -sf libddprt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libddprt.so
+	install -m 644 include/ddprt.h $(DESTDIR)$(INCLUDEDIR)/ddprt.h
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
-	  'Name: ddprt' 'Description: data-parallel neural-network training runtime in C' \
+	  'Name: ddprt' 'Description: data-parallel collectives for training (C API of libddprt.so)' \
+	  'Version: $(VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lddprt' \
+	  'Libs.private: $(LDFLAGS) $(LDLIBS)' > $(DESTDIR)$(LIBDIR)/pkgconfig/ddprt.pc
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	  'Name: ddprt-static' 'Description: data-parallel neural-network training runtime in C (libddprt.a)' \
 	  'Version: $(VERSION)' 'Cflags: -I$${includedir}/ddprt -pthread' \
-	  'Libs: -L$${libdir} -lddprt $(LDFLAGS) $(LDLIBS)' > $(DESTDIR)$(LIBDIR)/pkgconfig/ddprt.pc
+	  'Libs: $${libdir}/libddprt.a $(LDFLAGS) $(LDLIBS)' > $(DESTDIR)$(LIBDIR)/pkgconfig/ddprt-static.pc
 	for h in $(PUBLIC_H); do install -D -m 644 $$h $(DESTDIR)$(INCLUDEDIR)/ddprt/$$h || exit 1; done
 .PHONY: deps test-fresh install
 

@@ -1,6 +1,8 @@
 /* make install PREFIX=<temp>: a program compiles and links against the installed
- * headers and libddprt.a with `pkg-config --cflags --libs ddprt`; every installed
- * program answers --version with the one version of rt/version.h. */
+ * headers and libddprt.a with `pkg-config --cflags --libs ddprt-static`; a program on
+ * the C API (test/progs/api_rank.c) against libddprt.so with `pkg-config --cflags --libs
+ * ddprt` runs 2 ranks under the installed ddprt-launch; the .so exports ddprt_* only;
+ * every installed program answers --version with the one version of rt/version.h. */
 #include "test/t.h"
 #include "test/t_proc.h"
 #include "rt/version.h"
@@ -39,10 +41,15 @@ PTEST(install_into_a_prefix_and_build_against_it_with_pkg_config)
         "set -e; P=\"$1\"; cd \"$2\"\n"
         "make -s --no-print-directory install BUILD=\"$3\" SAN=\"$4\" PREFIX=\"$P/pfx\" >/dev/null\n"
         "export PKG_CONFIG_PATH=\"$P/pfx/lib/pkgconfig\"\n"
-        "cc -std=c11 -Wall -Wextra -Werror -o \"$P/hello\" \"$P/hello.c\" $(pkg-config --cflags --libs ddprt)\n"
+        "cc -std=c11 -Wall -Wextra -Werror -o \"$P/hello\" \"$P/hello.c\" $(pkg-config --cflags --libs ddprt-static)\n"
         "\"$P/hello\"; pkg-config --modversion ddprt\n"
+        "cc -std=c11 -Wall -Wextra -Werror $4 -o \"$P/api\" test/progs/api_rank.c $(pkg-config --cflags --libs ddprt) "
+        "-Wl,-rpath,\"$(pkg-config --variable=libdir ddprt)\"\n"
+        "readelf -d \"$P/api\" | grep -q 'NEEDED.*libddprt.so.0'\n"
+        "\"$P/pfx/bin/ddprt-launch\" --nproc-per-node 2 -- \"$P/api\" check\n"
+        "nm -D --defined-only \"$P/pfx/lib/libddprt.so\" | awk '$3 !~ /^ddprt_|^DDPRT_/ {print \"exported: \" $3}'\n"
         "for p in \"$P\"/pfx/bin/*; do \"$p\" --version; done\n"
-        "ls \"$P/pfx/lib/libddprt.a\" \"$P/pfx/include/ddprt/nn/train.h\"\n";
+        "ls \"$P/pfx/lib/libddprt.a\" \"$P/pfx/include/ddprt/nn/train.h\" \"$P/pfx/include/ddprt.h\"\n";
     const char *b = getenv("DDPRT_BUILD"), *san = getenv("DDPRT_SAN");
     char cwd[512];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
@@ -57,6 +64,8 @@ PTEST(install_into_a_prefix_and_build_against_it_with_pkg_config)
     CHECKF(strstr(out, want), "%s", out);
     snprintf(want, sizeof want, "\n%s\n", DDPRT_VERSION); /* pkg-config --modversion */
     CHECKF(strstr(out, want), "%s", out);
+    CHECKF(strstr(out, "rank 0 of 2 ok") && strstr(out, "rank 1 of 2 ok"), "the C API program: %s", out);
+    CHECKF(!strstr(out, "exported: "), "libddprt.so exports more than ddprt_*: %s", out);
     static const char *const progs[] = {"ddprt-train", "ddprt-launch", "ddprt-bench", "ddprt-bench-kernels",
                                         "ddprt-data", "ddprt-trace", NULL};
     for (int i = 0; progs[i]; i++) {

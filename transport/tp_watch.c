@@ -43,6 +43,7 @@ struct tp_watch {
     double warn_s, timeout_s, interval_s, silent_s;
     int64_t t0, last_warn;
     int heard_checked;
+    int ended; /* this rank was ended (exit policy 0: its comm failed): watch no more */
     port_mutex mu; /* ps, failed_text: the watch thread vs. tp_watch_on_fail */
     peer_state *ps;
     char failed_text[TEXT];
@@ -56,6 +57,22 @@ static void scopy(char *d, size_t n, const char *s)
     if (k >= n) k = n - 1;
     memcpy(d, s, k);
     d[k] = 0;
+}
+
+/* What ends a rank that cannot go on (a mismatched op; a rank the others gave up on):
+ * _exit (the programs: nothing they could do) or, for the C API, the comm fails and the
+ * caller gets the line from its next or current call. */
+static int exit_on_fatal = 1;
+void tp_watch_set_exit(int on) { __atomic_store_n(&exit_on_fatal, on, __ATOMIC_RELAXED); }
+
+static void end_rank(tp_watch *w, const char *why)
+{
+    if (__atomic_load_n(&exit_on_fatal, __ATOMIC_RELAXED)) {
+        fflush(stdout);
+        _exit(1);
+    }
+    w->ended = 1;
+    tp_abort(w->c, why);
 }
 
 static volatile sig_atomic_t usr1;
@@ -317,8 +334,8 @@ static void check_mismatch(tp_watch *w)
         beat me;
         snapshot(w, &me, port_now_ns());
         send_beat(w, &me);
-        fflush(stdout);
-        _exit(1);
+        end_rank(w, line);
+        return;
     }
 }
 
@@ -364,8 +381,8 @@ static void evaluate(tp_watch *w)
         beat me;
         snapshot(w, &me, now);
         send_beat(w, &me);
-        fflush(stdout);
-        _exit(1);
+        end_rank(w, why);
+        return;
     }
     if (w->last_warn && now - w->last_warn < (int64_t)(w->warn_s * 1e9)) return;
     int first = !w->last_warn;
@@ -398,8 +415,8 @@ static void *watch_thread(void *arg)
             send_beat(w, &me);
             last_sent = now, sent_done = me.done, sent_cur = me.cur;
             next = now + step;
-            check_mismatch(w);
-            evaluate(w);
+            if (!w->ended) check_mismatch(w);
+            if (!w->ended) evaluate(w);
             if (usr1) {
                 usr1 = 0;
                 tp_trace_dump(w->c, "SIGUSR1");

@@ -64,6 +64,9 @@ int tp_watch_enabled(void);
  * through the backend; world 1 has none. */
 int tp_watch_create(const struct tp_bootstrap *bs, tp_watch **out, char *err, size_t errlen);
 void tp_watch_start(tp_watch *w, struct tp_comm *c); /* starts the thread */
+/* 1 (default): a mismatched op, or this rank being the one the others timed out on,
+ * ends the process (_exit). 0: the comm fails instead (tp_abort with the same line). */
+void tp_watch_set_exit(int on);
 void tp_watch_destroy(tp_watch *w);
 /* The comm failed: send a last beat now (carrying why), then explain: 1 with the
  * attribution (a mismatch, a late rank) in out, 0 when the watch knows nothing. */

@@ -1,0 +1,148 @@
+/* ddprt.h: the stable C API of libddprt (libddprt.so.0, pkg-config ddprt).
+ *
+ * A communicator over the same rendezvous sources as ddprt-train (torchrun's variables,
+ * ddprt-launch, Slurm, Open MPI, MPICH/PMI, tcp://HOST:PORT, file:///path) with the
+ * collectives of PyTorch's torch.distributed and Horovod: allreduce, broadcast,
+ * allgather(v), reduce_scatter, barrier, blocking and asynchronous.
+ *
+ * Rules:
+ *  - Every call returns DDPRT_OK (0) or a negative DDPRT_E* code; ddprt_last_error()
+ *    then holds one line saying what failed and, for a peer's failure, which rank
+ *    ("allreduce #12 (64 MiB): rank 2 closed the connection").
+ *  - A failed communicator stays failed: every later call fails at once with the same
+ *    line. The peers see the failure too (their connections close), so no rank hangs.
+ *  - Every blocking wait has a deadline (ddprt_opts.timeout_s).
+ *  - Nothing calls exit() or prints unless asked (ddprt_opts.log_level, DDPRT_LOG).
+ *  - All ranks issue the same collectives in the same order. Results are bitwise equal
+ *    on every rank; sums are taken in rank order.
+ *  - Threads: any thread may issue ops and any thread may wait for them (an op issued
+ *    by one thread and waited for by another is the intended use: a progress thread).
+ *    Ops run in issue order, one at a time.
+ *  - Buffers are the caller's and must stay untouched while an op on them runs.
+ *
+ * dtypes: f32 f64 f16 bf16 i32 i64 u8. f16/bf16 are reduced in f32, rounded to
+ * nearest-even after each pairwise step. Integer SUM/PROD wrap around. AVG = SUM
+ * divided by the world size (floats: true division; integers: C division). */
+#ifndef DDPRT_H
+#define DDPRT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DDPRT_API __attribute__((visibility("default")))
+#else
+#define DDPRT_API
+#endif
+
+#define DDPRT_API_VERSION 1 /* bumped with every change a caller can see */
+
+typedef enum ddprt_dtype {
+    DDPRT_FLOAT32 = 0, DDPRT_FLOAT64 = 1, DDPRT_FLOAT16 = 2, DDPRT_BFLOAT16 = 3,
+    DDPRT_INT32 = 4, DDPRT_INT64 = 5, DDPRT_UINT8 = 6
+} ddprt_dtype;
+
+typedef enum ddprt_op { DDPRT_SUM = 0, DDPRT_PROD = 1, DDPRT_MIN = 2, DDPRT_MAX = 3, DDPRT_AVG = 4 } ddprt_op;
+
+enum {
+    DDPRT_OK = 0,
+    DDPRT_EIO = -1,      /* a transport error (a peer's closed connection is ECLOSED) */
+    DDPRT_ETIMEOUT = -2, /* a deadline passed; the line names the rank waited for */
+    DDPRT_ECLOSED = -3,  /* a peer closed its connections (it died or failed) */
+    DDPRT_EINVAL = -4,   /* bad argument: nothing was sent */
+    DDPRT_ENOMEM = -5,
+    DDPRT_EBUSY = -6     /* every request slot is in use (ddprt_opts.max_requests) */
+};
+
+typedef struct ddprt_comm ddprt_comm;
+typedef struct ddprt_request ddprt_request;
+
+/* Fill with ddprt_opts_default, then change fields: `size` lets later versions add
+ * fields at the end without breaking callers built against this one. */
+typedef struct ddprt_opts {
+    size_t size;             /* sizeof(ddprt_opts), set by ddprt_opts_default */
+    const char *init_method; /* "tcp://HOST:PORT", "file:///path", "env://"; NULL or "":
+                                the environment (torchrun, ddprt-launch, Slurm, mpirun) */
+    int rank, world_size;    /* -1: from the environment */
+    int local_rank;          /* -1: from the environment, else learned from host names */
+    double timeout_s;        /* per op; <= 0: DDPRT_TIMEOUT, else 300 s */
+    const char *backend;     /* "tcp", "verbs", "auto" (NULL) */
+    const char *token;       /* job token peers must present; NULL: DDPRT_JOB_TOKEN,
+                                the Slurm / Open MPI job id, or none */
+    int port_offset;         /* ddprt meets on the rendezvous port + port_offset
+                                (default 2), so that torch.distributed's store, which
+                                takes the port itself, and ddprt share one
+                                MASTER_ADDR/MASTER_PORT (ddprt-launch's control port
+                                is the port + 1). 0: the port as given. */
+    int log_level;           /* -1 (default): silent unless DDPRT_LOG is set;
+                                0 error, 1 warn, 2 info, 3 debug on stderr */
+    int max_requests;        /* async ops in flight at once; 0: 1024 */
+} ddprt_opts;
+
+DDPRT_API void ddprt_opts_default(ddprt_opts *o);
+
+/* Meets the other ranks and connects to them (the first call of a job). opts may be
+ * NULL (defaults). 0 and *out, or a code (*out NULL, ddprt_last_error says why). */
+DDPRT_API int ddprt_init(ddprt_comm **out, const ddprt_opts *opts);
+/* Waits for the ops in flight (each bounded by its deadline) and frees everything. */
+DDPRT_API void ddprt_finalize(ddprt_comm *c);
+/* Fails the communicator on purpose; the peers' next (or current) op fails naming
+ * this rank. */
+DDPRT_API void ddprt_abort(ddprt_comm *c, const char *why);
+
+DDPRT_API int ddprt_rank(const ddprt_comm *c);
+DDPRT_API int ddprt_size(const ddprt_comm *c);
+DDPRT_API int ddprt_local_rank(const ddprt_comm *c);
+DDPRT_API int ddprt_local_size(const ddprt_comm *c); /* ranks on this host */
+/* The calling thread's last error line ("" when none yet). Valid until this thread's
+ * next ddprt call. */
+DDPRT_API const char *ddprt_last_error(void);
+/* The communicator's first failure ("" while healthy). */
+DDPRT_API const char *ddprt_comm_error(const ddprt_comm *c);
+DDPRT_API const char *ddprt_version(void); /* "0.1.0" */
+DDPRT_API size_t ddprt_dtype_size(ddprt_dtype dt); /* 0 for an unknown dtype */
+
+/* Memory the other ranks of this host can map: an allreduce whose send and recv lie
+ * in it on every rank reads the peers' buffers in place (single copy). Plain memory
+ * where that cannot be. NULL when out of memory or out of slots (8 blocks per comm).
+ * Free with ddprt_mem_free while no op uses it, before ddprt_finalize. */
+DDPRT_API void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes);
+DDPRT_API void ddprt_mem_free(ddprt_comm *c, void *p);
+
+/* Blocking collectives; count is in elements of dt. send == recv is allowed (in place). */
+DDPRT_API int ddprt_allreduce(ddprt_comm *c, const void *send, void *recv, size_t count, ddprt_dtype dt, ddprt_op op);
+DDPRT_API int ddprt_broadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root);
+/* recv: size * sendcount elements in rank order; send may be recv's own block. */
+DDPRT_API int ddprt_allgather(ddprt_comm *c, const void *send, void *recv, size_t sendcount, ddprt_dtype dt);
+/* Rank r gives recvcounts[r] elements (sendcount must equal recvcounts[rank]); they land
+ * at recv + displs[r] elements (displs NULL: packed in rank order). */
+DDPRT_API int ddprt_allgatherv(ddprt_comm *c, const void *send, size_t sendcount, void *recv,
+                               const size_t *recvcounts, const size_t *displs, ddprt_dtype dt);
+/* send: size * recvcount elements; rank r's recv gets the reduction of block r. */
+DDPRT_API int ddprt_reduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount, ddprt_dtype dt,
+                                   ddprt_op op);
+DDPRT_API int ddprt_barrier(ddprt_comm *c);
+
+/* Asynchronous forms: *req is set (NULL on failure). Complete each request exactly once
+ * with ddprt_wait, or with a ddprt_test that returns non-zero. */
+DDPRT_API int ddprt_iallreduce(ddprt_comm *c, const void *send, void *recv, size_t count, ddprt_dtype dt,
+                               ddprt_op op, ddprt_request **req);
+DDPRT_API int ddprt_ibroadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root,
+                               ddprt_request **req);
+DDPRT_API int ddprt_iallgather(ddprt_comm *c, const void *send, void *recv, size_t sendcount, ddprt_dtype dt,
+                               ddprt_request **req);
+DDPRT_API int ddprt_ireduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount,
+                                    ddprt_dtype dt, ddprt_op op, ddprt_request **req);
+/* Blocks until the op is done (bounded by its deadline) and releases req: 0 or a code. */
+DDPRT_API int ddprt_wait(ddprt_request *req);
+/* Never blocks: 0 still running (req stays valid), 1 done and ok, < 0 failed; on a
+ * non-zero return req is released. */
+DDPRT_API int ddprt_test(ddprt_request *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

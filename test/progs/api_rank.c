@@ -1,0 +1,276 @@
+/* One rank of a job on the C API alone (include/ddprt.h): test/test_api.c runs it
+ * linked with libddprt.a, test/test_install.c builds the same file against the
+ * installed libddprt.so with pkg-config.
+ * usage: t-api_rank MODE [key=value...]   (rank, world, master: from the environment)
+ *   check: every collective on f32 f64 i32 i64 u8 with every op (small integers:
+ *          exact in any order), async ops waited for by another thread, ddprt_test,
+ *          allgatherv with unequal blocks, registered memory, argument errors;
+ *          prints "rank R of W ok (N checks)".
+ *   kill:  allreduce of 4 MiB in a loop; rank victim= (default world-1) SIGKILLs
+ *          itself after 3 iterations; the others print "failed after T s: MSG", exit 3.
+ *   late:  rank 0 sleeps sleep= s (default 6) outside any op while the others wait in
+ *          an allreduce; they fail naming it; rank 0 must then fail its next op (not
+ *          exit): "rank 0 failed: MSG", exit 3.
+ * keys: timeout=S, init=URL, offset=N (port_offset). */
+#ifndef _GNU_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, kill: built outside the tree too */
+#endif
+#include "ddprt.h"
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static ddprt_comm *c;
+static int rank_, world_, checks, bad;
+
+static void sleep_s(double s)
+{
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+#define EXPECT(cond, ...)                                                    \
+    do {                                                                     \
+        checks++;                                                            \
+        if (!(cond) && bad++ < 8) {                                          \
+            fprintf(stderr, "rank %d: line %d: ", rank_, __LINE__);          \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, " (%s)\n", ddprt_last_error());                  \
+        }                                                                    \
+    } while (0)
+
+/* Rank r's element i: small integers (0..9 for PROD, so 3 ranks stay exact in u8). */
+static int64_t val(int op, int r, size_t i)
+{
+    if (op == DDPRT_PROD) return (int64_t)((i + (size_t)r) % 3) + 1;
+    return (int64_t)((i * 7 + (size_t)r * 13) % 17) + (op == DDPRT_SUM || op == DDPRT_AVG ? 0 : 1);
+}
+
+static void put(void *b, size_t i, ddprt_dtype dt, int64_t v)
+{
+    switch (dt) {
+    case DDPRT_FLOAT32: ((float *)b)[i] = (float)v; break;
+    case DDPRT_FLOAT64: ((double *)b)[i] = (double)v; break;
+    case DDPRT_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
+    case DDPRT_INT64: ((int64_t *)b)[i] = v; break;
+    default: ((uint8_t *)b)[i] = (uint8_t)v;
+    }
+}
+
+static double get(const void *b, size_t i, ddprt_dtype dt)
+{
+    switch (dt) {
+    case DDPRT_FLOAT32: return ((const float *)b)[i];
+    case DDPRT_FLOAT64: return ((const double *)b)[i];
+    case DDPRT_INT32: return ((const int32_t *)b)[i];
+    case DDPRT_INT64: return (double)((const int64_t *)b)[i];
+    default: return ((const uint8_t *)b)[i];
+    }
+}
+
+static double want(int op, size_t i, ddprt_dtype dt)
+{
+    double a = (double)val(op, 0, i);
+    for (int q = 1; q < world_; q++) {
+        double v = (double)val(op, q, i);
+        a = op == DDPRT_MIN ? (v < a ? v : a) : op == DDPRT_MAX ? (v > a ? v : a) : op == DDPRT_PROD ? a * v : a + v;
+    }
+    if (op == DDPRT_AVG)
+        a = dt == DDPRT_FLOAT32 ? (double)((float)a / (float)world_)
+            : dt == DDPRT_FLOAT64 ? a / world_ : (double)((int64_t)a / world_);
+    return a;
+}
+
+static const ddprt_dtype dts[] = {DDPRT_FLOAT32, DDPRT_FLOAT64, DDPRT_INT32, DDPRT_INT64, DDPRT_UINT8};
+
+static void reductions(void *s, void *r, size_t n)
+{
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (int op = 0; op < 5; op++) {
+            for (size_t i = 0; i < n; i++) put(s, i, dts[d], val(op, rank_, i));
+            EXPECT(!ddprt_allreduce(c, s, r, n, dts[d], (ddprt_op)op), "allreduce dt %d op %d", dts[d], op);
+            for (size_t i = 0; i < n; i++)
+                EXPECT(get(r, i, dts[d]) == want(op, i, dts[d]), "allreduce dt %d op %d [%zu]: %g, want %g", dts[d],
+                       op, i, get(r, i, dts[d]), want(op, i, dts[d]));
+            /* reduce_scatter: block q of every rank's send holds the same pattern. */
+            for (int q = 0; q < world_; q++)
+                for (size_t i = 0; i < n; i++) put(s, (size_t)q * n + i, dts[d], val(op, rank_, i));
+            EXPECT(!ddprt_reduce_scatter(c, s, r, n, dts[d], (ddprt_op)op), "reduce_scatter dt %d op %d", dts[d], op);
+            for (size_t i = 0; i < n; i++)
+                EXPECT(get(r, i, dts[d]) == want(op, i, dts[d]), "reduce_scatter dt %d op %d [%zu]", dts[d], op, i);
+        }
+}
+
+typedef struct { ddprt_request *req; int rc; } waiter;
+static void *wait_thread(void *p)
+{
+    waiter *w = p;
+    w->rc = ddprt_wait(w->req);
+    return NULL;
+}
+
+static void movers(float *s, float *r, size_t n)
+{
+    /* broadcast from the last rank, allgather, allgatherv with blocks of r elements
+     * (rank 0's empty). */
+    for (size_t i = 0; i < n; i++) s[i] = rank_ == world_ - 1 ? (float)i : -1.0f;
+    EXPECT(!ddprt_broadcast(c, s, n, DDPRT_FLOAT32, world_ - 1), "broadcast");
+    for (size_t i = 0; i < n; i++) EXPECT(s[i] == (float)i, "broadcast [%zu] = %g", i, s[i]);
+    for (size_t i = 0; i < n; i++) s[i] = (float)(rank_ * 1000 + (int)i);
+    EXPECT(!ddprt_allgather(c, s, r, n, DDPRT_FLOAT32), "allgather");
+    for (int q = 0; q < world_; q++)
+        for (size_t i = 0; i < n; i++) EXPECT(r[q * n + i] == (float)(q * 1000 + (int)i), "allgather [%d][%zu]", q, i);
+    size_t counts[64], total = 0;
+    for (int q = 0; q < world_; q++) total += counts[q] = (size_t)q;
+    for (size_t i = 0; i < total; i++) r[i] = -1;
+    EXPECT(!ddprt_allgatherv(c, s, (size_t)rank_, r, counts, NULL, DDPRT_FLOAT32), "allgatherv");
+    size_t at = 0;
+    for (int q = 0; q < world_; q++)
+        for (size_t i = 0; i < counts[q]; i++, at++) EXPECT(r[at] == (float)(q * 1000 + (int)i), "allgatherv [%zu]", at);
+    EXPECT(!ddprt_barrier(c), "barrier");
+}
+
+static void async_ops(float *s, float *r, size_t n)
+{
+    /* Issued here, waited for by another thread (a progress thread's pattern). */
+    for (size_t i = 0; i < n; i++) s[i] = (float)(rank_ + 1);
+    ddprt_request *req = NULL;
+    EXPECT(!ddprt_iallreduce(c, s, r, n, DDPRT_FLOAT32, DDPRT_SUM, &req) && req, "iallreduce");
+    waiter w = {req, -99};
+    pthread_t th;
+    pthread_create(&th, NULL, wait_thread, &w);
+    pthread_join(th, NULL);
+    EXPECT(w.rc == 0, "wait from another thread: %d", w.rc);
+    for (size_t i = 0; i < n; i++) EXPECT(r[i] == (float)(world_ * (world_ + 1) / 2), "iallreduce [%zu]", i);
+    EXPECT(ddprt_wait(req) == DDPRT_EINVAL && strstr(ddprt_last_error(), "already completed"), "second wait");
+    /* ddprt_test until done; then ibroadcast, iallgather, ireduce_scatter in a row. */
+    EXPECT(!ddprt_iallreduce(c, s, r, n, DDPRT_FLOAT32, DDPRT_MAX, &req), "iallreduce max");
+    int t;
+    while (!(t = ddprt_test(req))) sleep_s(1e-4);
+    EXPECT(t == 1 && r[0] == (float)world_, "test: %d, %g", t, r[0]);
+    ddprt_request *q[3];
+    EXPECT(!ddprt_ibroadcast(c, s, n, DDPRT_FLOAT32, 0, &q[0]), "ibroadcast");
+    EXPECT(!ddprt_iallgather(c, s, r, 1, DDPRT_FLOAT32, &q[1]), "iallgather");
+    static float rs[64];
+    EXPECT(!ddprt_ireduce_scatter(c, r, rs, 1, DDPRT_FLOAT32, DDPRT_SUM, &q[2]), "ireduce_scatter");
+    for (int k = 0; k < 3; k++) EXPECT(!ddprt_wait(q[k]), "wait %d", k);
+    EXPECT(s[0] == 1.0f && r[world_ - 1] == 1.0f && rs[0] == (float)world_, "async results %g %g %g", s[0],
+           r[world_ - 1], rs[0]);
+}
+
+static void registered(size_t n)
+{
+    float *m = ddprt_mem_alloc(c, n * sizeof *m);
+    EXPECT(m != NULL, "mem_alloc");
+    if (!m) return;
+    for (size_t i = 0; i < n; i++) m[i] = (float)(rank_ + (int)(i % 5));
+    EXPECT(!ddprt_allreduce(c, m, m, n, DDPRT_FLOAT32, DDPRT_SUM), "registered allreduce");
+    float base = (float)(world_ * (world_ - 1) / 2);
+    for (size_t i = 0; i < n; i += 997) EXPECT(m[i] == base + (float)(world_ * (int)(i % 5)), "registered [%zu]", i);
+    ddprt_mem_free(c, m);
+}
+
+static void errors(float *s)
+{
+    EXPECT(ddprt_allreduce(c, s, s, 1, (ddprt_dtype)9, DDPRT_SUM) == DDPRT_EINVAL &&
+               strstr(ddprt_last_error(), "unknown dtype 9"), "bad dtype");
+    EXPECT(ddprt_allreduce(c, s, s, 1, DDPRT_FLOAT32, (ddprt_op)7) == DDPRT_EINVAL, "bad op");
+    EXPECT(ddprt_broadcast(c, s, 1, DDPRT_FLOAT32, world_) == DDPRT_EINVAL && strstr(ddprt_last_error(), "root"),
+           "bad root");
+    EXPECT(ddprt_allreduce(c, NULL, s, 4, DDPRT_FLOAT32, DDPRT_SUM) == DDPRT_EINVAL, "NULL buffer");
+    EXPECT(ddprt_wait(NULL) == DDPRT_EINVAL, "wait NULL");
+    /* Nothing was sent: the comm is still healthy. */
+    EXPECT(!ddprt_barrier(c) && !*ddprt_comm_error(c), "healthy after argument errors");
+}
+
+static int mode_check(void)
+{
+    size_t n = 37;
+    float *s = malloc(64 * 1024 * 8), *r = malloc(64 * 1024 * 8);
+    reductions(s, r, n);
+    movers(s, r, n);
+    async_ops(s, r, 1000);
+    registered(256 * 1024);
+    errors(s);
+    free(s), free(r);
+    ddprt_finalize(c);
+    if (bad) return 1;
+    printf("rank %d of %d ok (%d checks)\n", rank_, world_, checks);
+    return 0;
+}
+
+static int mode_kill(int victim)
+{
+    size_t n = 1 << 20;
+    float *x = calloc(n, sizeof *x);
+    double t0 = now_s();
+    for (int it = 0; it < 1000000; it++) {
+        if (rank_ == victim && it == 3) {
+            fflush(stdout);
+            kill(getpid(), SIGKILL);
+        }
+        if (ddprt_allreduce(c, x, x, n, DDPRT_FLOAT32, DDPRT_SUM)) {
+            printf("failed after %.1f s: %s\n", now_s() - t0, ddprt_last_error());
+            fflush(stdout);
+            return 3; /* no finalize: its drain is bounded, but the point is shown */
+        }
+    }
+    return 0;
+}
+
+static int mode_late(double nap)
+{
+    float x = 1;
+    EXPECT(!ddprt_allreduce(c, &x, &x, 1, DDPRT_FLOAT32, DDPRT_SUM), "first allreduce");
+    if (rank_ == 0) sleep_s(nap);
+    if (ddprt_allreduce(c, &x, &x, 1, DDPRT_FLOAT32, DDPRT_SUM)) {
+        printf("rank %d failed: %s\n", rank_, ddprt_last_error());
+        fflush(stdout);
+        ddprt_finalize(c);
+        return 3;
+    }
+    printf("rank %d: no failure\n", rank_);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: t-api_rank check|kill|late [key=value...]\n");
+        return 2;
+    }
+    ddprt_opts o;
+    ddprt_opts_default(&o);
+    int victim = -1;
+    double nap = 6;
+    for (int i = 2; i < argc; i++) {
+        char *v = strchr(argv[i], '=');
+        if (!v) continue;
+        *v++ = 0;
+        if (!strcmp(argv[i], "timeout")) o.timeout_s = atof(v);
+        else if (!strcmp(argv[i], "init")) o.init_method = v;
+        else if (!strcmp(argv[i], "offset")) o.port_offset = atoi(v);
+        else if (!strcmp(argv[i], "victim")) victim = atoi(v);
+        else if (!strcmp(argv[i], "sleep")) nap = atof(v);
+    }
+    if (ddprt_init(&c, &o)) {
+        printf("init failed: %s\n", ddprt_last_error());
+        return 3;
+    }
+    rank_ = ddprt_rank(c), world_ = ddprt_size(c);
+    if (!strcmp(argv[1], "kill")) return mode_kill(victim < 0 ? world_ - 1 : victim);
+    if (!strcmp(argv[1], "late")) return mode_late(nap);
+    return mode_check();
+}

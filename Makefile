@@ -197,6 +197,16 @@ install: all
 	for h in $(PUBLIC_H); do install -D -m 644 $$h $(DESTDIR)$(INCLUDEDIR)/ddprt/$$h || exit 1; done
 .PHONY: deps test-fresh install
 
+# The Python package (python/, docs/python.md): the built library goes into it, then
+# pip installs it (PYTHON=/usr/bin/python3 for Debian's torch; PIP_FLAGS=--user, or a
+# virtual environment's python, where the system's Python is externally managed).
+PYTHON    ?= python3
+PIP_FLAGS ?=
+python: $(BUILD)/libddprt.so
+	cp $(BUILD)/libddprt.so.$(VERSION) python/ddprt/$(SONAME)
+	$(PYTHON) -m pip install $(PIP_FLAGS) ./python
+.PHONY: python
+
 # The verbs tests inside a Soft-RoCE VM (test/verbs_vm.sh; it says why and exits 0
 # when the build has no verbs or the VM runner cannot work).
 RXE_RUN ?= ../shared/tools/rxe/rxe-run

@@ -51,6 +51,8 @@ static const env_var vars[] = {
     {"DDPRT_BUILD", E_ANY, NULL},        /* make test */
     {"DDPRT_TEST_TIMEOUT", E_ANY, NULL}, /* make test */
     {"DDPRT_SAN", E_ANY, NULL},          /* make test: the sanitizer flags of the build */
+    {"DDPRT_LIB", E_ANY, NULL},          /* the Python package: path of libddprt.so */
+    {"DDPRT_PYTHON", E_ANY, NULL},       /* make test: the Python with numpy and torch */
 };
 #define NVARS (int)(sizeof vars / sizeof vars[0])
 

@@ -61,7 +61,9 @@ PTEST(api_collectives_3_ranks_beside_a_store_on_the_master_port)
 }
 
 /* Ranks started directly with torchrun's variables (per-rank exit codes). */
-static void spawn_env(t_proc *p, int world, int port, const char *mode, const char *a1, const char *a2)
+/* warn: DDPRT_STALL_WARN (short, for the late rank; a kill must not look like a stall). */
+static void spawn_env(t_proc *p, int world, int port, const char *mode, const char *a1, const char *a2,
+                      const char *warn)
 {
     static char envs[MAXW][5][64];
     for (int r = 0; r < world; r++) {
@@ -69,7 +71,7 @@ static void spawn_env(t_proc *p, int world, int port, const char *mode, const ch
         snprintf(envs[r][1], 64, "MASTER_PORT=%d", port);
         snprintf(envs[r][2], 64, "RANK=%d", r);
         snprintf(envs[r][3], 64, "WORLD_SIZE=%d", world);
-        snprintf(envs[r][4], 64, "DDPRT_STALL_WARN=1");
+        snprintf(envs[r][4], 64, "DDPRT_STALL_WARN=%s", warn);
         char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], NULL};
         char name[32];
         snprintf(name, sizeof name, "%s-%d", mode, r);
@@ -82,7 +84,7 @@ PTEST(api_sigkilled_rank_is_an_error_naming_it)
 {
     t_clean_env();
     t_proc p[MAXW];
-    spawn_env(p, 3, t_free_port(), "kill", "victim=1", "timeout=30");
+    spawn_env(p, 3, t_free_port(), "kill", "victim=1", "timeout=30", "10");
     int rc[MAXW];
     for (int r = 0; r < 3; r++) rc[r] = t_wait(&p[r], 60);
     CHECKF(rc[1] == 128 + 9, "victim exited %d: %s", rc[1], t_slurp(p[1].err));
@@ -102,7 +104,7 @@ PTEST(api_late_rank_gets_an_error_not_an_exit)
 {
     t_clean_env();
     t_proc p[2];
-    spawn_env(p, 2, t_free_port(), "late", "timeout=2", "sleep=6");
+    spawn_env(p, 2, t_free_port(), "late", "timeout=2", "sleep=6", "1");
     int rc0 = t_wait(&p[0], 60), rc1 = t_wait(&p[1], 60);
     const char *out0 = t_slurp(p[0].out), *out1 = t_slurp(p[1].out);
     CHECKF(rc1 == 3 && strstr(out1, "rank 1 failed") && strstr(out1, "rank 0"), "rank 1 exited %d: %s%s", rc1, out1,

@@ -224,7 +224,9 @@ static int mode_kill(int victim)
         if (ddprt_allreduce(c, x, x, n, DDPRT_FLOAT32, DDPRT_SUM)) {
             printf("failed after %.1f s: %s\n", now_s() - t0, ddprt_last_error());
             fflush(stdout);
-            return 3; /* no finalize: its drain is bounded, but the point is shown */
+            ddprt_finalize(c); /* a failed comm: returns at once */
+            free(x);
+            return 3;
         }
     }
     return 0;

@@ -1,0 +1,178 @@
+/* The Python package (python/ddprt) over build/libddprt.so: the core calls on every
+ * dtype and op against numpy at 1, 2 and 3 ranks (python/tests/core_check.py); DDP with
+ * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
+ * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
+ * names it (fail_check.py); `pip install` of the package. Skipped with a note where the
+ * Python (DDPRT_PYTHON, default /usr/bin/python3) lacks numpy or torch, or under a
+ * sanitizer (an uninstrumented interpreter cannot load an instrumented library). */
+#include "test/t.h"
+#include "test/t_proc.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *python(void)
+{
+    const char *p = getenv("DDPRT_PYTHON");
+    if (p && *p) return p;
+    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+/* 1 when the test can run; else notes why not. need: "numpy" or "torch". */
+static int have(const char *need)
+{
+    const char *san = getenv("DDPRT_SAN");
+    if (san && *san) {
+        t_note("skipped under a sanitizer: %s would load an instrumented libddprt.so", python());
+        return 0;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "%s -c 'import %s' >/dev/null 2>&1", python(), need);
+    if (system(cmd)) {
+        t_note("skipped: %s has no %s (Debian: apt-get install python3-%s)", python(), need,
+               strcmp(need, "numpy") ? need : "numpy");
+        return 0;
+    }
+    return 1;
+}
+
+/* PYTHONPATH=python (the checkout), traces into the test's folder. */
+static char **env_for(const char *extra)
+{
+    static char pp[600], tr[600], ex[200];
+    char cwd[400];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    snprintf(pp, sizeof pp, "PYTHONPATH=%s/python", cwd);
+    snprintf(tr, sizeof tr, "DDPRT_TRACE_DIR=%s", t_proc_tmpdir());
+    snprintf(ex, sizeof ex, "%s", extra ? extra : "DDPRT_TEST_PY=1");
+    static char *env[4];
+    env[0] = pp, env[1] = tr, env[2] = ex, env[3] = NULL;
+    return env;
+}
+
+/* Runs argv (ending NULL) and expects exit 0 and "rank R of W ok" / "rank R ok". */
+static void run_ok(char **argv, int world, const char *fmt, double secs)
+{
+    t_clean_env();
+    t_proc p;
+    t_spawn(&p, "py", argv, env_for(NULL));
+    int rc = t_wait(&p, secs);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0, "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
+    for (int r = 0; r < world; r++) {
+        char want[64];
+        snprintf(want, sizeof want, fmt, r, world);
+        CHECKF(strstr(out, want), "missing '%s' in: %s\nstderr: %s", want, out, t_slurp(p.err));
+    }
+}
+
+static void core(int world)
+{
+    if (!have("numpy")) return;
+    char n[16];
+    snprintf(n, sizeof n, "%d", world);
+    char *one[] = {(char *)python(), "python/tests/core_check.py", NULL};
+    char *launch[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)python(),
+                      "python/tests/core_check.py", NULL};
+    run_ok(world == 1 ? one : launch, world, "rank %d of %d ok", 180);
+}
+
+PTEST(python_core_calls_vs_numpy_one_process) { core(1); }
+PTEST(python_core_calls_vs_numpy_2_ranks) { core(2); }
+PTEST(python_core_calls_vs_numpy_3_ranks) { core(3); }
+
+/* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes
+ * MASTER_PORT, under torchrun the agent's does. */
+PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_ddprt_launch)
+{
+    if (!have("torch")) return;
+    char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)python(),
+                    "python/tests/ddp_check.py", NULL};
+    run_ok(argv, 2, "rank %d ok", 240);
+}
+
+PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_torchrun)
+{
+    if (!have("torch")) return;
+    char port[16];
+    snprintf(port, sizeof port, "%d", t_free_port());
+    /* --redirects 1 --tee 1: torch 1.13's torchrun on Python 3.11 fails to parse its
+     * own default ("0": Std.NONE is not iterable there). */
+    char *argv[] = {(char *)python(), "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+                    "--redirects", "1", "--tee", "1", "python/tests/ddp_check.py", NULL};
+    run_ok(argv, 2, "rank %d ok", 240);
+}
+
+/* Ranks started with torchrun's variables: rank 2 SIGKILLs itself; 0 and 1 raise an
+ * exception naming it, well within the deadline. */
+static void killed(const char *mode)
+{
+    t_clean_env();
+    enum { W = 3 };
+    int port = t_free_port();
+    t_proc p[W];
+    static char envs[W][6][700];
+    char **base = env_for(NULL);
+    for (int r = 0; r < W; r++) {
+        snprintf(envs[r][0], 700, "%s", base[0]);
+        snprintf(envs[r][1], 700, "%s", base[1]);
+        snprintf(envs[r][2], 700, "MASTER_ADDR=127.0.0.1");
+        snprintf(envs[r][3], 700, "MASTER_PORT=%d", port);
+        snprintf(envs[r][4], 700, "RANK=%d", r);
+        snprintf(envs[r][5], 700, "WORLD_SIZE=%d", W);
+        char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], envs[r][5], "LOCAL_RANK=0", NULL};
+        char *argv[] = {(char *)python(), "python/tests/fail_check.py", (char *)mode, "2", "20", NULL};
+        char name[32];
+        snprintf(name, sizeof name, "fail-%d", r);
+        t_spawn(&p[r], name, argv, env);
+    }
+    int rc[W];
+    for (int r = 0; r < W; r++) rc[r] = t_wait(&p[r], 120);
+    double tk = 0;
+    CHECKF(rc[2] == 128 + 9 && sscanf(t_slurp(p[2].out), "killed at %lf", &tk) == 1, "victim exited %d: %s%s", rc[2],
+           t_slurp(p[2].out), t_slurp(p[2].err));
+    for (int r = 0; r < 2; r++) {
+        const char *out = t_slurp(p[r].out);
+        double tr = 0;
+        CHECKF(rc[r] == 3 && sscanf(out, "raised at %lf", &tr) == 1, "rank %d exited %d\nstdout: %s\nstderr: %s", r,
+               rc[r], out, t_slurp(p[r].err));
+        CHECKF(strstr(out, "rank 2 closed the connection") && tr - tk < 20, "rank %d (%.1f s after the kill): %s", r,
+               tr - tk, out);
+    }
+}
+
+PTEST(python_sigkilled_rank_raises_naming_it) { if (have("numpy")) killed("numpy"); }
+PTEST(python_sigkilled_rank_fails_ddp_backward_naming_it) { if (have("torch")) killed("ddp"); }
+
+/* pip install of a copy of python/ with the library in it (as `make python` does),
+ * into a folder; the package found there loads its own library. */
+PTEST(python_pip_install_carries_the_library)
+{
+    if (!have("numpy")) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "%s -m pip --version >/dev/null 2>&1", python());
+    if (system(cmd)) {
+        t_note("skipped: %s has no pip (apt-get install python3-pip)", python());
+        return;
+    }
+    const char *d = t_proc_tmpdir(), *b = getenv("DDPRT_BUILD");
+    static const char script[] =
+        "set -e; T=\"$1\"; B=\"$2\"; PY=\"$3\"\n"
+        "cp -r python \"$T/src\"; rm -rf \"$T/src/build\" \"$T/src/ddprt/libddprt.so\"*\n"
+        "cp \"$B/libddprt.so.0\" \"$T/src/ddprt/\"\n"
+        "\"$PY\" -m pip install -q --no-deps --no-build-isolation --no-index --target \"$T/site\" \"$T/src\" 2>&1 |"
+        " grep -v 'root.* user\\|venv' || true\n"
+        "cd /; PYTHONPATH=\"$T/site\" \"$PY\" -c 'import ddprt, ddprt._lib as l, numpy as np; ddprt.init(); "
+        "print(\"lib\", l.path); print(\"sum\", ddprt.allreduce(np.arange(3.0))); ddprt.finalize()'\n";
+    char *argv[] = {"/bin/sh", "-c", (char *)script, "sh", (char *)d, (char *)(b ? b : "build"), (char *)python(), NULL};
+    t_clean_env();
+    t_proc p;
+    t_spawn(&p, "pip", argv, NULL);
+    int rc = t_wait(&p, 180);
+    const char *out = t_slurp(p.out);
+    char want[600];
+    snprintf(want, sizeof want, "lib %s/site/ddprt/libddprt.so.0", d);
+    CHECKF(rc == 0 && strstr(out, want) && strstr(out, "sum [0. 1. 2.]"), "exit %d\nstdout: %s\nstderr: %s", rc, out,
+           t_slurp(p.err));
+}

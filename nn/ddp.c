@@ -1,4 +1,4 @@
-#include "nn/ddp.h"
+#include "nn/ddp_int.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include "transport/tp_reduce.h"
@@ -9,36 +9,6 @@
 #include <string.h>
 
 #define MSG_LEN 240 /* status message bytes per rank in nn_ddp_agree */
-
-typedef struct nn_bucket {
-    int first_param, last_param; /* inclusive, in model order */
-    size_t off, count;           /* floats in the gradient block */
-    int launched;
-    tp_handle h;
-} nn_bucket;
-
-struct nn_ddp {
-    rt_rdzv *rz;
-    tp_comm *comm;
-    int own_comm;                /* 0: nn_ddp_wrap's, the caller's to destroy */
-    int rank, world, local_rank, local_world;
-    nn_graph *m;                 /* the reference (host) graph */
-    nn_graph *dev;               /* the device graph after nn_ddp_set_device, else NULL */
-    tp_staging *st;              /* its staging */
-    nn_bucket b[NN_MAX_PARAMS];
-    int nbuckets;
-    int from_hook;               /* buckets the hook launched this round */
-    void *scratch;               /* world-sized buffer for the agreement steps */
-    rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
-    uint16_t *half;              /* [nparams] 16-bit copies of the buckets (compression) */
-    /* DDPRT_COMPRESS_CHECK=1 with --grad-compress: every step also averages the f32
-     * gradients (cref, a second allreduce) and measures what the 16 bits changed. */
-    float *cref;
-    double cerr2, cref2;         /* sums of (compressed - f32)^2 and f32^2 */
-    uint64_t czero, cnz;         /* elements the 16 bits made 0 / f32 elements not 0 */
-    void *reg;                   /* the gradients, in memory the host's ranks read in place */
-    nn_ddp_stats s;
-};
 
 static uint64_t fnv1a(const void *p, size_t n);
 
@@ -186,6 +156,10 @@ static void launch(nn_ddp *d, nn_bucket *bk)
     d->s.launches++;
     d->s.wire_bytes += bk->count * rt_dtype_size(d->wire);
     /* An error here is sticky in the comm; nn_ddp_finish_grads reports it. */
+    if (d->tree) {
+        nn_ddp_tree_launch(d, bk);
+        return;
+    }
     if (d->dev) {
         tp_iallreduce_device(d->comm, d->dev->grads + bk->off, bk->count, RT_F32, TP_AVG, d->st, &bk->h);
         return;
@@ -277,6 +251,7 @@ void nn_ddp_enable_sync_bn(nn_ddp *d)
 static void on_grad_ready(void *ctx, int first)
 {
     nn_ddp *d = ctx;
+    if (d->tree && d->shard != nn_fold_shards(&d->fold) - 1) return; /* folded after its backward */
     for (int i = 0; i < d->nbuckets; i++)
         if (!d->b[i].launched && d->b[i].first_param >= first) launch(d, &d->b[i]), d->from_hook++;
 }
@@ -340,7 +315,7 @@ int nn_ddp_sync_buffers(nn_ddp *d)
 
 int nn_ddp_finish_grads(nn_ddp *d)
 {
-    if (!d->comm) return 0;
+    if (!d->comm && !d->tree) return 0;
     int64_t t0 = port_now_ns();
     int rc = 0;
     for (int i = 0; i < d->nbuckets; i++)
@@ -348,9 +323,10 @@ int nn_ddp_finish_grads(nn_ddp *d)
     for (int i = 0; i < d->nbuckets; i++) {
         int r = tp_wait(d->comm, &d->b[i].h);
         if (r && !rc) rc = r;
-        if (!r && d->wire != RT_F32) unpack(d, &d->b[i]);
+        if (!r && d->wire != RT_F32 && !d->tree) unpack(d, &d->b[i]);
         d->b[i].launched = 0;
     }
+    if (!rc && d->tree) rc = nn_ddp_tree_finish(d);
     if (!rc && d->cref) rc = compress_check(d);
     d->s.rounds++;
     d->s.last_from_hook = d->from_hook;
@@ -403,6 +379,7 @@ void nn_ddp_close(nn_ddp *d, int failed)
         tp_mem_free(d->comm, d->reg);
         if (d->own_comm) tp_comm_destroy(d->comm);
     }
+    nn_ddp_tree_free(d);
     if (d->rz) rt_rdzv_close(d->rz);
     free(d->scratch);
     free(d->cref);

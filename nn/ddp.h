@@ -12,6 +12,7 @@
 #define NN_DDP_H
 #include "nn/graph.h"
 #include "nn/opts.h"
+#include "nn/vshard.h"
 #include "rt/rdzv.h"
 #include "transport/tp.h"
 
@@ -69,6 +70,21 @@ void nn_ddp_set_device(nn_ddp *d, nn_graph *dev, struct tp_staging *st);
  * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
  * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */
 int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire);
+/* --invariant (nn/vshard.h): after attach and set_compress. This rank holds
+ * K / W consecutive virtual shards, folded over the tree's `nlocal` lower levels; the
+ * upper levels are the tree collective across ranks; the result is divided by K. A
+ * world of one needs no comm. max_sums: the longest nn_ddp_tree_sum_f64. 0, or -1
+ * (err: out of memory, or the comm refused the tree). */
+int nn_ddp_set_tree(nn_ddp *d, const nn_vtree *t, int nlocal, int max_sums, char *err, size_t errlen);
+/* Local shard i (0..m-1) runs its micro-batches next: only the last one's buckets go
+ * out from the hook. */
+void nn_ddp_begin_shard(nn_ddp *d, int i);
+/* After a shard's last backward, before the next shard (not after the last one):
+ * its gradients into the fold. */
+void nn_ddp_end_shard(nn_ddp *d);
+/* n values per local shard (vals: m rows, `stride` apart, shard order) summed over the
+ * tree into out on every rank (f64). 0, or a transport error. */
+int nn_ddp_tree_sum_f64(nn_ddp *d, const double *vals, int stride, int n, double *out);
 /* DDPRT_COMPRESS_CHECK: prints (rank 0) and resets the epoch's comparison; no-op
  * without it. */
 void nn_ddp_compress_report(nn_ddp *d, int epoch);

@@ -198,6 +198,12 @@ typedef struct nn_graph {
      * NULL: batch statistics are this rank's). Keeps nn/ops free of the transport. */
     void (*sync_sum)(void *ctx, double *v, int n);
     void *sync_ctx;
+    /* Ghost BatchNorm (--invariant, nn/vshard.h): when set, a training forward leaves
+     * the running statistics alone and appends each BatchNorm's batch mean and
+     * unbiased variance (2 * channels doubles, in node order) at bn_stats[bn_pos..];
+     * nn_bn_update applies them once they are reduced. */
+    double *bn_stats;
+    int bn_pos;
     /* bf16 / device hooks live beside this in later issues */
     int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
     int on_device;         /* a device graph: planned with the ops' workspace_cuda */
@@ -254,6 +260,11 @@ double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct);
 void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total);
 /* Backward from node `last` down, its dy filled by the caller (tests, custom losses). */
 void nn_backward_from(nn_graph *g, int last, int n);
+/* Ghost BatchNorm (bn_stats): doubles one training forward appends; and the running
+ * statistics updated from stats (that layout) scaled by `scale` (1/K: the average
+ * over the shards), as one forward with those batch statistics would (nn/ops/bn.c). */
+int nn_bn_stats_len(const nn_graph *g);
+void nn_bn_update(nn_graph *g, const double *stats, double scale);
 /* The same three on a device graph (nn/exec_cuda.c, CUDA builds): x and labels are
  * device pointers, kernels go on `s`, nothing waits for the device. The loss sum and
  * correct count land in sums[0..1] (device doubles). 0, or -1 (port_cuda_errmsg). */

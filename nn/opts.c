@@ -84,6 +84,9 @@ static const rt_arg flags[] = {
     FC("grad-compress", grad_compress, JOB, "none|fp16|bf16", "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
     F("topk", RT_ARG_STR, topk, JOB, RT_ARG_ANY, "report top-k test accuracy for these k, e.g. 1,5"),
     FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
+    F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
+      "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
+      "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 static const rt_args spec = {"ddprt-train", flags, NFLAGS, 0, 0};

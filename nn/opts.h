@@ -27,6 +27,7 @@ typedef struct nn_opts {
     int lr_step, no_decay_bn_bias, accum_steps, sync_bn;
     double lr_gamma, warmup_epochs, clip_grad_norm;
     const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
+    const char *invariant; /* --invariant K[:radices]: world-size-invariant training (nn/vshard.h) */
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -39,9 +39,14 @@ void nn_sampler_set_epoch(nn_sampler *s, int epoch)
             s->perm[j] = t;
         }
     }
+    nn_sampler_shard(s, s->rank, s->indices);
+}
+
+void nn_sampler_shard(const nn_sampler *s, int shard, int32_t *out)
+{
     /* Position k of the padded list is perm[k % n]: padding repeats the start. */
     for (int i = 0; i < s->num_samples; i++) {
-        int k = s->rank + i * s->world;
-        s->indices[i] = s->perm[s->n ? k % s->n : 0];
+        int k = shard + i * s->world;
+        out[i] = s->perm[s->n ? k % s->n : 0];
     }
 }

@@ -19,6 +19,9 @@ typedef struct nn_sampler {
 void nn_sampler_init(nn_sampler *s, rt_arena *a, int n, int world, int rank, int shuffle,
                      int drop_last, uint64_t seed);
 void nn_sampler_set_epoch(nn_sampler *s, int epoch);
+/* After set_epoch: the num_samples indices rank `shard` of the sampler's world takes
+ * (--invariant: one virtual shard of K), into out. */
+void nn_sampler_shard(const nn_sampler *s, int shard, int32_t *out);
 /* splitmix64: the small seeded generator used for shuffling. */
 uint64_t nn_splitmix64(uint64_t *state);
 #endif

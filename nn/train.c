@@ -26,7 +26,8 @@ static int carve_data(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     const nn_opts *o = &t->o;
     if (nn_data_load(&t->train, a, err, errlen) || nn_data_load(&t->test, a, err, errlen))
         return -1;
-    nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
+    if (t->inv.on) nn_inv_carve_data(t, a);
+    else nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
     nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
     return 0;
@@ -53,6 +54,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
                                                          "gradient accumulation (--accum-steps)")
                                        : NULL;
+    if (t->inv.on) nn_inv_carve_model(t, a);
     return 0;
 }
 
@@ -92,10 +94,10 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     const nn_opts *o = &t->o;
     /* The GPU only when asked for (--no-cuda wins, as in the seed script); a build
      * without CUDA or a machine without a GPU says so here, in one line. */
+    if (nn_optim_parse(o, &t->opt.c, err, errlen) || nn_inv_setup(t, err, errlen)) return -1;
     if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
         !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
-    if (nn_optim_parse(o, &t->opt.c, err, errlen)) return -1;
     if (t->cuda && (t->opt.c.kind != NN_OPT_SGD || t->opt.c.accum > 1 || t->opt.c.clip > 0 || t->opt.c.sync_bn ||
                     t->opt.c.compress || t->opt.c.sched || t->opt.c.warmup_epochs > 0 || t->opt.c.no_decay)) {
         snprintf(err, errlen, "--device cuda: only plain SGD runs on the GPU in this version (no --optimizer, "
@@ -146,9 +148,12 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
      * activations planned for training suffice (--test-batch-size 1000 would
      * otherwise need 4x the activation memory of the whole training step). */
     t->eval_chunk = o->test_batch_size < o->batch_size ? o->test_batch_size : o->batch_size;
-    /* Each rank evaluates a contiguous shard; the sums then cover every sample once. */
-    t->test_first = (int)((long)t->test.n * t->rank / t->world);
-    t->test_count = (int)((long)t->test.n * (t->rank + 1) / t->world) - t->test_first;
+    /* Each rank evaluates a contiguous shard; the sums then cover every sample once.
+     * --invariant: its virtual shards' test ranges, contiguous too. */
+    int eshards = t->inv.on ? t->inv.t.K : t->world, efirst = t->inv.on ? t->inv.first : t->rank;
+    int elast = t->inv.on ? t->inv.first + t->inv.m : t->rank + 1;
+    t->test_first = (int)((long)t->test.n * efirst / eshards);
+    t->test_count = (int)((long)t->test.n * elast / eshards) - t->test_first;
 
     if (carve_all(t, &t->data, "data", carve_data, err, errlen) ||
         carve_all(t, &t->host, "host", carve_model, err, errlen))
@@ -171,7 +176,8 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     nn_graph_init(&t->g, (uint64_t)o->seed);
     memset(t->g.grads, 0, t->g.nparams * sizeof(float));
     long nb = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
-    nn_optim_reset(&t->opt, t->world, (nb + t->opt.c.accum - 1) / t->opt.c.accum);
+    /* --lr-scale world: a K-rank job's rate under --invariant K, on any world size */
+    nn_optim_reset(&t->opt, t->inv.on ? t->inv.t.K : t->world, (nb + t->opt.c.accum - 1) / t->opt.c.accum);
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
     if (o->resume) {
@@ -233,6 +239,7 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
             snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);
             return -1;
         }
+        if (t->inv.on && nn_inv_attach(t, err, errlen)) return -1;
         if (t->opt.c.sync_bn) nn_ddp_enable_sync_bn(ddp);
         if (nn_ddp_broadcast_params(ddp)) {
             snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
@@ -247,12 +254,14 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     return 0;
 }
 
-static void nan_guard(nn_trainer *t, double loss)
+void nn_trainer_nan_guard(nn_trainer *t, double loss)
 {
     const nn_graph *g = &t->g;
+    if (t->o.nan_check && !strcmp(t->o.nan_check, "off")) return;
     /* With several ranks only the averaged gradients count: they are the same
-     * everywhere, so every rank stops at the same step with the same line. */
-    int local = !(t->ddp && nn_ddp_comm(t->ddp));
+     * everywhere, so every rank stops at the same step with the same line. The
+     * --invariant loss is the shards' reduced one: the same everywhere too. */
+    int local = t->inv.on || !(t->ddp && nn_ddp_comm(t->ddp));
     if ((!local || isfinite(loss)) && k_first_nonfinite(g->nparams, g->grads) < 0) return;
     const char *name = NULL;
     for (int i = 0; i < g->np && !name; i++)
@@ -269,7 +278,14 @@ static void optimizer_step(nn_trainer *t)
     if (t->ddp && nn_ddp_finish_grads(t->ddp)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     /* Divergence stops the job instead of training on NaN. The gradients are averaged,
      * so every rank sees the same values and stops at the same step. */
-    if (!t->o.nan_check || strcmp(t->o.nan_check, "off")) nan_guard(t, t->last_loss);
+    nn_trainer_nan_guard(t, t->last_loss);
+    (void)g;
+    nn_trainer_update(t);
+}
+
+void nn_trainer_update(nn_trainer *t)
+{
+    nn_graph *g = &t->g;
     if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, t->opt.c.clip);
     nn_optim_step(&t->opt, g, nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step));
     t->micro = 0;
@@ -314,6 +330,10 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     int n;
     double sums[3 + NN_MAX_TOPK] = {0};
     const nn_optim_cfg *oc = &t->opt.c;
+    if (t->inv.on) {
+        nn_inv_eval(t, sums, 3 + oc->ntopk);
+        goto out;
+    }
     if (t->ddp && nn_ddp_sync_buffers(t->ddp))
         rt_fatal("rank %d: broadcasting the buffers before evaluation failed: %s", t->rank, nn_ddp_errmsg(t->ddp));
     nn_loader_begin(&t->loader, &t->test, NULL, t->test_first, t->test_count, t->eval_chunk, 0, 0);
@@ -332,10 +352,18 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
         sums[2] += n;
     }
     if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3 + oc->ntopk)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+out:
     for (int k = 0; k < oc->ntopk; k++) t->topk_correct[k] = (long)sums[3 + k];
     *loss_sum = sums[0];
     *correct = (long)sums[1];
     *count = (long)sums[2];
+}
+
+void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta)
+{
+    if (t->rank == 0)
+        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch, done,
+               t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
 }
 
 static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
@@ -345,6 +373,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     const int32_t *y;
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
+    if (t->inv.on) return nn_inv_train_epoch(t, epoch, mx);
     nn_sampler_set_epoch(&t->sampler, epoch);
     t->epoch = epoch;
     nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
@@ -362,10 +391,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         if (batch_idx % o->log_interval == 0) {
             double el = port_now_s() - t0, rate = el > 0 ? samples * t->world / el : 0;
             double eta = rate > 0 ? (double)(nbatches - batch_idx - 1) * o->batch_size * t->world / rate : 0;
-            if (t->rank == 0)
-                printf("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch,
-                       batch_idx * n * t->world, t->train.n, 100.0 * batch_idx / nbatches, loss,
-                       t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
+            nn_trainer_log_line(t, epoch, (long)batch_idx * n * t->world, 100.0 * batch_idx / nbatches, loss, rate, eta);
             mx->lr = t->cuda ? t->sgd.lr : t->opt.lr;
             double data = t->loader.wait_s, comm = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s - comm0 : 0;
             nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);

@@ -10,6 +10,7 @@
 #include "nn/opts.h"
 #include "nn/optim.h"
 #include "nn/sampler.h"
+#include "nn/train_inv.h"
 
 typedef struct nn_trainer {
     nn_opts o;
@@ -40,6 +41,7 @@ typedef struct nn_trainer {
     double last_loss;      /* of the last micro-batch (the NaN guard names it) */
     double peak_rss_mib;
     struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/graph_cuda.h); NULL on the CPU */
+    nn_inv inv;            /* --invariant (nn/train_inv.h) */
 } nn_trainer;
 
 /* Everything up to the first step: data located and validated, memory planned and
@@ -55,5 +57,10 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
 /* The epochs loop with the seed's log lines; returns the process exit status. */
 int nn_trainer_run(nn_trainer *t);
 void nn_trainer_free(nn_trainer *t);
+/* For nn/train_inv.c: stops the job when loss or a gradient is not finite (--nan-check);
+ * clipping, schedule and the optimizer on the averaged gradients; the seed's log line. */
+void nn_trainer_nan_guard(nn_trainer *t, double loss);
+void nn_trainer_update(nn_trainer *t);
+void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta);
 double nn_peak_rss_mib(void);
 #endif

@@ -113,6 +113,29 @@ int tp_ibroadcast(tp_comm *c, void *buf, size_t count, rt_dtype dt, int root, tp
 int tp_ireduce_scatter(tp_comm *c, const void *send, void *recv, size_t recvcount, rt_dtype dt,
                        tp_op op, tp_handle *h);
 int tp_iallgather(tp_comm *c, const void *send, void *recv, size_t sendcount, rt_dtype dt, tp_handle *h);
+/* Tree collectives (world-size-invariant training, nn/invariant.c; proof of the order
+ * in transport/tp_tree.c). The ranks are the leaves of a fixed mixed-radix tree:
+ * radix[0] consecutive ranks are combined first, then radix[1] of those groups, and
+ * so on (product = world). Within a group operands are folded in rank order,
+ * ((x0 + x1) + x2) + ..., so every element of the result is that one expression,
+ * bitwise the same on every rank, for any count, chunking or transport. A world of one
+ * needs no tree. tp_set_tree: at start-up, before any tree op; radices 2..8, at most
+ * TP_TREE_MAX_LEVELS; 0 or TP_EINVAL. */
+#define TP_TREE_MAX_LEVELS 16
+int tp_set_tree(tp_comm *c, const int *radix, int nlev);
+/* In place; op SUM, PROD, MIN or MAX (no AVG: the caller divides by what it means). */
+int tp_tree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op);
+int tp_itree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, tp_handle *h);
+/* The two halves (ZeRO: reduce-scatter per bucket, the optimizer on the own block,
+ * then allgather): after tp_tree_reduce_scatter this rank's block of buf
+ * (tp_tree_block) holds the tree's result, the rest is scratch; tp_tree_allgather
+ * fills every block from its owner. */
+int tp_tree_reduce_scatter(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op);
+int tp_tree_allgather(tp_comm *c, void *buf, size_t count, rt_dtype dt);
+/* The block [*off, *off + *cnt) of count elements that `rank` owns after the
+ * reduce-scatter under this tree (world = product of the radices). */
+void tp_tree_block(size_t count, const int *radix, int nlev, int rank, size_t *off, size_t *cnt);
+
 /* The op's result: 0 or a negative code (tp_errmsg says why). */
 int tp_wait(tp_comm *c, tp_handle *h);
 /* 1 complete and ok, 0 still running, < 0 failed. Never blocks. */

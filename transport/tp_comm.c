@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *const kind_names[TP_NKINDS] = {
-    "allreduce", "broadcast", "reduce_scatter", "allgather", "barrier", "send", "recv"};
+    "allreduce", "broadcast", "reduce_scatter", "allgather", "barrier", "tree", "send", "recv"};
 
 int tp_rank(const tp_comm *c) { return c->rank; }
 int tp_world(const tp_comm *c) { return c->world; }
@@ -221,7 +221,8 @@ static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
     /* All ranks on one host, algorithm left to us: the shared segment (tp_shm.h). */
     int done = 0;
-    if (h->kind <= TP_K_BARRIER && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
+    int shm_kind = h->kind <= TP_K_BARRIER || (h->kind == TP_K_TREE && h->root == TP_TREE_ALL);
+    if (shm_kind && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
         if (!c->shm_state) rc = tp_shm_setup(c);
         if (!rc && c->shm_state > 0) rc = tp_shm_run(c, h);
         done = rc || c->shm_state > 0;
@@ -243,6 +244,7 @@ static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
         break;
     case TP_K_ALLGATHER: rc = tp_ring_allgather(c, h->send, h->recv, h->count, h->dt); break;
     case TP_K_BARRIER: rc = tp_dissemination_barrier(c); break;
+    case TP_K_TREE: rc = tp_tree_run(c, h); break;
     case TP_K_SEND: rc = tp_xfer(c, h->send, bytes, h->root, NULL, 0, -1); break;
     case TP_K_RECV: rc = tp_xfer(c, NULL, 0, -1, h->recv, bytes, h->root); break;
     default: rc = TP_EINVAL;

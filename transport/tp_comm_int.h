@@ -7,8 +7,11 @@
 #include "transport/tp.h"
 #include "transport/tp_watch.h"
 
+/* Kinds up to BARRIER may take the shared-memory path; from SEND on, point to point. */
 enum { TP_K_ALLREDUCE, TP_K_BROADCAST, TP_K_REDUCE_SCATTER, TP_K_ALLGATHER, TP_K_BARRIER,
-       TP_K_SEND, TP_K_RECV, TP_NKINDS };
+       TP_K_TREE, TP_K_SEND, TP_K_RECV, TP_NKINDS };
+/* TP_K_TREE's phases, in the handle's root field. */
+enum { TP_TREE_RS = 1, TP_TREE_AG = 2, TP_TREE_ALL = 3 };
 enum { TP_H_QUEUED = 0, TP_H_RUNNING = 1, TP_H_DONE = 2 };
 
 /* A tp_mem_alloc block (tp_shm_map.c); gen 0: free slot, fd -1: plain memory. */
@@ -67,6 +70,8 @@ struct tp_comm {
     int *local, *cross;        /* comm ranks of my host's ranks / of my local index on
                                   every host (host order) */
     int nlocal, lidx, nhosts, hidx;
+    /* The tree collectives' levels above the ranks (tp_tree.c); ntree 0: not set. */
+    int tree[TP_TREE_MAX_LEVELS], ntree;
     /* Shared memory (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
     int shm_state;
     struct tp_shm *shm;
@@ -154,4 +159,8 @@ int tp_ring_allgather(tp_comm *c, const void *send, void *recv, size_t sc, rt_dt
 int tp_chain_broadcast(tp_comm *c, void *buf, size_t bytes, int root);
 int tp_tree_broadcast(tp_comm *c, void *buf, size_t bytes, int root);
 int tp_dissemination_barrier(tp_comm *c);
+int tp_tree_run(tp_comm *c, const tp_handle *h); /* TP_K_TREE (tp_tree.c) */
+/* The tree (radices, product n) over the n operands in[] into dst (m elements): the
+ * shared-memory path's reduce for TP_K_TREE. */
+void tp_tree_fold(const int *radix, int nlev, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op);
 #endif

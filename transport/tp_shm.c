@@ -359,7 +359,7 @@ static void desc_text(char *s, size_t n, const tp_shm_bufhdr *d)
     if (d->kind & TP_SHM_MAP_KIND) strcat(extra, " (registered buffers)");
     snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(kind),
              d->dt >= 0 && d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
-             kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
+             kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER || kind == TP_K_TREE ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
                                                                           : "-",
              (unsigned long long)d->bytes, extra);
 }

@@ -177,6 +177,8 @@ static inline size_t tp_shm_cut(size_t cnt, int n, int q, size_t es)
 }
 /* dst = in[0] op in[1] op ... in[n-1], left to right (dst may be in[0] or in[1]). */
 void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op);
+/* The op's reduce over every rank's operand: the chain, or the tree for TP_K_TREE. */
+void tp_shm_reduce(tp_comm *c, int kind, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op);
 /* Stores v into *flag and rings the bell when someone sleeps. */
 void tp_shm_post(tp_shm *s, int rank, uint64_t *flag, uint64_t v);
 /* Waits until every other rank's word (at byte offset off of its control block, or

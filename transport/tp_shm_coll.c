@@ -11,7 +11,8 @@
  *   step's after a round of its own).
  * reduce_scatter: as the large allreduce without the copy out of others' shares.
  * broadcast: the root copies in, the others copy out. allgather: all copy in, all
- * copy everything out. barrier: one round. */
+ * copy everything out. barrier: one round. A tree allreduce (TP_K_TREE) is the
+ * allreduce with tp_tree_fold for the rank-order chain (tp_shm_reduce). */
 #include "transport/tp_shm.h"
 #include "transport/tp_reduce.h"
 #include <stddef.h>
@@ -46,6 +47,12 @@ void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt
     for (int k = 2; k < n; k++) tp_reduce(dst, dst, in[k], m, dt, op);
 }
 
+void tp_shm_reduce(tp_comm *c, int kind, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op)
+{
+    if (kind == TP_K_TREE) tp_tree_fold(c->tree, c->ntree > 0 ? c->ntree : 0, dst, in, m, dt, op);
+    else tp_shm_chain(dst, in, c->world, m, dt, op);
+}
+
 static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
                            tp_op op)
 {
@@ -59,7 +66,7 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     if ((rc = publish(x, st))) return rc;
     const void *in[TP_SHM_MAX_WORLD];
     for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
-    tp_shm_chain(recv, in, x->n, count, dt, op);
+    tp_shm_reduce(x->c, x->d.kind, recv, in, count, dt, op);
     if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
     return 0;
 }
@@ -108,7 +115,7 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         size_t m = S_LEN(me) / es;
         unsigned char *dst = buf + S_OFF(me);
         for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
-        tp_shm_chain(dst, in, n, m, dt, op);
+        tp_shm_reduce(x->c, x->d.kind, dst, in, m, dt, op);
         if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
         if (!all) cpy(recv + base * es, dst, m * es);
         else if (k) copy_out(x, recv, pbase, pcnt, es, st - 1);
@@ -148,20 +155,24 @@ static int gather(shm_op *x, const unsigned char *send, unsigned char *recv, siz
 int tp_shm_run(tp_comm *c, tp_handle *h)
 {
     size_t es = rt_dtype_size((rt_dtype)h->dt);
-    int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER;
+    int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER || h->kind == TP_K_TREE;
     shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
     x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
                           .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
-    if (x.s->map && h->kind == TP_K_ALLREDUCE) {
+    /* A tree allreduce (tp_tree.c) is an allreduce with the tree's reduce: the map and
+     * copy protocols see every rank's operand at once; single copy streams them in
+     * rank order, so it is not taken. */
+    if (x.s->map && (h->kind == TP_K_ALLREDUCE || h->kind == TP_K_TREE)) {
         int rc = tp_shm_map_run(c, h, &x.d);
         if (rc <= 0) return rc;
     }
-    if (x.s->cma && h->kind != TP_K_BARRIER) {
+    if (x.s->cma && h->kind != TP_K_BARRIER && h->kind != TP_K_TREE) {
         int rc = tp_shm_cma_run(c, h, &x.d);
         if (rc <= 0) return rc;
     }
     switch (h->kind) {
     case TP_K_ALLREDUCE:
+    case TP_K_TREE:
         if (h->count * es <= TP_SHM_SMALL)
             return allreduce_small(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op);
         return reduce_steps(&x, h->send, h->recv, h->count, (rt_dtype)h->dt, (tp_op)h->op, 1);

@@ -219,7 +219,8 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     rt_dtype dt = (rt_dtype)h->dt;
     tp_op op = (tp_op)h->op;
     size_t es = rt_dtype_size(dt), count = h->count, bytes = count * es;
-    if (!s->map || h->kind != TP_K_ALLREDUCE || bytes < s->map_min) return 1; /* the same on every rank */
+    if (!s->map || (h->kind != TP_K_ALLREDUCE && h->kind != TP_K_TREE) || bytes < s->map_min)
+        return 1; /* the same on every rank */
     const unsigned char *send = h->send;
     unsigned char *recv = h->recv;
     int mine = s->pm && s->mtmp && s->pid && registered(c, send, bytes) && registered(c, recv, bytes) &&
@@ -268,7 +269,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
         /* In place, the chain from rank 2 on would overwrite an input it reads later. */
         int tmp = send == recv && me >= 2;
         unsigned char *out = tmp ? s->mtmp : recv + off;
-        tp_shm_chain(out, in, n, m, dt, op);
+        tp_shm_reduce(c, h->kind, out, in, m, dt, op);
         if (op == TP_AVG) tp_avg_finish(out, m, dt, n);
         for (int i = 0; i < n; i++) { /* mine first when tmp, the next rank's first otherwise */
             int q = (me + i) % n;

@@ -175,9 +175,12 @@ static void drain(tp_watch *w)
 static void desc_text(char *s, size_t n, const desc *d)
 {
     char extra[32] = "";
-    if (d->kind == 1 /* broadcast */ || d->kind >= 5) snprintf(extra, sizeof extra, " %s %d", d->kind == 1 ? "root" : "peer", d->root);
+    if (d->kind == TP_K_BROADCAST || d->kind >= TP_K_SEND)
+        snprintf(extra, sizeof extra, " %s %d", d->kind == TP_K_BROADCAST ? "root" : "peer", d->root);
+    if (d->kind == TP_K_TREE) snprintf(extra, sizeof extra, " phases %d", d->root);
+    int red = d->kind == TP_K_ALLREDUCE || d->kind == TP_K_REDUCE_SCATTER || d->kind == TP_K_TREE;
     snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(d->kind), d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
-             d->kind == 0 || d->kind == 2 ? tp_op_names[d->op < TP_NOPS ? d->op : 0] : "-",
+             red ? tp_op_names[d->op < TP_NOPS ? d->op : 0] : "-",
              (unsigned long long)d->bytes, extra);
 }
 
@@ -192,9 +195,9 @@ static int mismatch(tp_watch *w, const beat *p, char *out, size_t n)
         tp_trace_ent e;
         if (!tp_trace_get(w->c, d->seq, &e)) continue;
         desc m = {e.seq, e.bytes, e.kind, e.dt, e.op, e.root};
-        int same = m.kind == d->kind && m.dt == d->dt && m.bytes == d->bytes &&
-                   (m.kind != 0 && m.kind != 2 ? 1 : m.op == d->op) &&
-                   (m.kind == 1 || m.kind >= 5 ? m.root == d->root || m.kind >= 5 : 1);
+        int red = m.kind == TP_K_ALLREDUCE || m.kind == TP_K_REDUCE_SCATTER || m.kind == TP_K_TREE;
+        int same = m.kind == d->kind && m.dt == d->dt && m.bytes == d->bytes && (!red || m.op == d->op) &&
+                   (m.kind == TP_K_BROADCAST || m.kind == TP_K_TREE ? m.root == d->root : 1);
         if (same) continue;
         char a[96], b[96];
         desc_text(a, sizeof a, &m);

@@ -34,12 +34,17 @@ void nn_loader_plan(nn_loader *L, rt_arena *a, const nn_dataset *d, int max_batc
     }
 }
 
-typedef struct pass { const nn_dataset *d; const int32_t *indices; int first, count, batch, epoch, train; } pass;
+typedef struct pass {
+    const nn_dataset *d;
+    const int32_t *indices, *bounds;
+    int first, count, batch, epoch, train;
+} pass;
 
 /* Fills one batch; bad samples are dropped (skip) or end the batch with the error. */
 static int fill(nn_loader *L, const pass *p, int b, int w, unsigned char *x, int32_t *y, char *err, size_t errlen)
 {
     int start = b * p->batch, n = p->count - start < p->batch ? p->count - start : p->batch, k = 0;
+    if (p->bounds) start = p->bounds[b], n = p->bounds[b + 1] - start;
     for (int i = 0; i < n; i++) {
         int idx = p->indices ? p->indices[start + i] : p->first + start + i;
         if (nn_data_sample(p->d, idx, p->epoch, p->train, x + (size_t)k * L->sample_bytes, &y[k], &L->scratch[w], err,
@@ -71,7 +76,7 @@ static void *worker_main(void *arg)
     while (!L->stop) {
         int b = L->claimed, slot = b % L->nslots;
         if (L->d && b < L->nbatches && L->slot_n[slot] == -1) {
-            pass p = {L->d, L->indices, L->first, L->count, L->batch, L->epoch, L->train};
+            pass p = {L->d, L->indices, L->bounds, L->first, L->count, L->batch, L->epoch, L->train};
             L->claimed++;
             L->slot_n[slot] = -2;
             L->busy++;
@@ -111,10 +116,29 @@ static void wait_idle(nn_loader *L)
             rt_fatal("data loader: a worker is still decoding after 300 s");
 }
 
+static void begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, const int32_t *bounds, int first,
+                  int count, int batch, int nbatches, int epoch, int train);
+
 void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, int first, int count, int batch,
                      int epoch, int train)
 {
     if (batch > L->max_batch) rt_fatal("loader: batch %d exceeds the planned %d", batch, L->max_batch);
+    begin(L, d, indices, NULL, first, count, batch, batch ? (count + batch - 1) / batch : 0, epoch, train);
+}
+
+void nn_loader_begin_plan(nn_loader *L, const nn_dataset *d, const int32_t *indices, int first, const int32_t *bounds,
+                          int nbatches, int epoch, int train)
+{
+    for (int b = 0; b < nbatches; b++)
+        if (bounds[b + 1] - bounds[b] > L->max_batch || bounds[b + 1] < bounds[b])
+            rt_fatal("loader: batch %d of the plan has %d samples, the planned maximum is %d", b,
+                     bounds[b + 1] - bounds[b], L->max_batch);
+    begin(L, d, indices, bounds, first, nbatches ? bounds[nbatches] : 0, L->max_batch, nbatches, epoch, train);
+}
+
+static void begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, const int32_t *bounds, int first,
+                  int count, int batch, int nbatches, int epoch, int train)
+{
     if (nn_data_sample_bytes(d) > L->sample_bytes || d->scratch_bytes > L->scratch_bytes)
         rt_fatal("loader: %s samples are larger than the planned ones", d->dir);
     port_mutex_lock(&L->mu);
@@ -122,12 +146,13 @@ void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, 
     wait_idle(L);
     L->d = d;
     L->indices = indices;
+    L->bounds = bounds;
     L->first = first;
     L->count = count;
     L->batch = batch;
     L->epoch = epoch;
     L->train = train;
-    L->nbatches = batch ? (count + batch - 1) / batch : 0;
+    L->nbatches = nbatches;
     L->claimed = L->consumed = 0;
     for (int s = 0; s < L->nslots; s++) L->slot_n[s] = -1;
     L->wait_s = 0;

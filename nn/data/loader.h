@@ -24,6 +24,7 @@ typedef struct nn_loader {
     /* current pass */
     const nn_dataset *d;
     const int32_t *indices;    /* NULL = sequential */
+    const int32_t *bounds;     /* NULL: batches of `batch`; else batch b is [bounds[b], bounds[b+1]) */
     int first, count, batch, nbatches, epoch, train;
     int claimed, consumed, busy, stop, running, started;
     double wait_s;             /* time the trainer spent waiting for data this pass */
@@ -42,6 +43,11 @@ void nn_loader_start_thread(nn_loader *L); /* starts the workers */
  * eval transforms. A pass still running is abandoned. */
 void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, int first, int count, int batch,
                      int epoch, int train);
+/* The same with batches of any sizes (each at most the planned max): batch b is
+ * positions [bounds[b], bounds[b + 1]) of indices (or of first.. when NULL). bounds
+ * must stay untouched until the next begin. */
+void nn_loader_begin_plan(nn_loader *L, const nn_dataset *d, const int32_t *indices, int first, const int32_t *bounds,
+                          int nbatches, int epoch, int train);
 /* The next batch (returns its size, 0 at the end of the pass): x is samples of
  * nn_data_sample_bytes (floats, or int32 tokens). Valid until the following call. A
  * bad sample in fail mode stops the process with its one-line error. */

@@ -55,12 +55,20 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
         double m = (double)r->n * hw;
         if (g->sync_sum) m = bn_sync_stats(g, c, m, mean, invstd, r->ws);
         double unbias = m > 1 ? m / (m - 1) : 1.0;
-        for (int k = 0; k < c; k++) {
+        if (g->bn_stats) { /* ghost BN: the statistics wait for the tree (nn_bn_update) */
+            double *s = g->bn_stats + g->bn_pos;
+            g->bn_pos += 2 * c;
+            for (int k = 0; k < c; k++) {
+                s[k] = mean[k];
+                s[c + k] = invstd[k] * unbias;
+                invstd[k] = 1.0f / sqrtf(invstd[k] + eps);
+            }
+        } else for (int k = 0; k < c; k++) {
             rm[k] = (1 - mom) * rm[k] + mom * mean[k];
             rv[k] = (float)((1 - mom) * rv[k] + mom * invstd[k] * unbias);
             invstd[k] = 1.0f / sqrtf(invstd[k] + eps);
         }
-        ++*(int64_t *)nn_buf_data(g, n->b0 + 2);
+        if (!g->bn_stats) ++*(int64_t *)nn_buf_data(g, n->b0 + 2);
     } else {
         for (int k = 0; k < c; k++) {
             mean[k] = rm[k];
@@ -68,6 +76,30 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
         }
     }
     k_bn_fwd(r->n, c, hw, nn_x(g, n, 0), mean, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1), n->y);
+}
+
+int nn_bn_stats_len(const nn_graph *g)
+{
+    int len = 0;
+    for (int i = 1; i < g->nn; i++)
+        if (g->nodes[i].op == &nn_op_batchnorm2d && g->nodes[i].storage == i && !g->nodes[i].folded) len += 2 * g->nodes[i].out.c;
+    return len;
+}
+
+void nn_bn_update(nn_graph *g, const double *stats, double scale)
+{
+    for (int i = 1; i < g->nn; i++) {
+        nn_node *n = &g->nodes[i];
+        if (n->op != &nn_op_batchnorm2d || n->storage != i || n->folded) continue;
+        int c = n->out.c;
+        float mom = n->fa[1], *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
+        for (int k = 0; k < c; k++) { /* the forward's update, with the shards' average */
+            rm[k] = (1 - mom) * rm[k] + mom * (float)(stats[k] * scale);
+            rv[k] = (float)((1 - mom) * rv[k] + mom * (stats[c + k] * scale));
+        }
+        ++*(int64_t *)nn_buf_data(g, n->b0 + 2);
+        stats += 2 * c;
+    }
 }
 
 static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)

@@ -5,7 +5,7 @@
  *        rounded float sums and averages (1.2 MB) compared bit by bit across ranks and
  *        with the rank-order reference; prints "shm 1|0" (is a ddprt-shm segment
  *        mapped: /proc/self/maps), "cma 1|0" (single copy on) then "rank R of W ok (N
- *        checks)".
+ *        checks)"; then tree allreduces checked against the tree written out.
  *   MODE ping: a barrier, "shm 1|0", "rank R of W ok (0 checks)".
  *   MODE kill: coll_matrix.h's allreduce loop (len=, victim=, iters=). With
  *        DDPRT_SHM_TEST_FAULT=cma_kill the library kills the rank inside its second
@@ -228,6 +228,57 @@ static void bitwise(void)
     bfree(s), bfree(r), free(want), free(hs);
 }
 
+/* Tree allreduces (transport/tp_tree.c) over the tree of world's prime factors,
+ * smallest first, on values whose sums round differently in every association: every
+ * element must be the tree written out serially (tp_reduce's arithmetic), through
+ * whichever path this job's settings take (copy protocol, registered buffers, or
+ * sockets). */
+static double wild(int r, size_t i)
+{
+    uint64_t h = (i * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r * 0xbf58476d1ce4e5b9ull);
+    h ^= h >> 29;
+    return ((double)(h % 2001) - 1000.0) * ldexp(1.0, (int)((h >> 20) % 31) - 15) / 997.0;
+}
+
+static void tree_ref(const int *radix, int lev, int first, size_t i, rt_dtype dt, unsigned char *out)
+{
+    if (lev < 0) { sput(out, 0, dt, wild(first, i)); return; }
+    int sub = 1;
+    for (int l = 0; l < lev; l++) sub *= radix[l];
+    unsigned char x[8];
+    for (int k = 0; k < radix[lev]; k++) {
+        tree_ref(radix, lev - 1, first + k * sub, i, dt, k ? x : out);
+        if (k) tp_reduce(out, out, x, 1, dt, TP_SUM);
+    }
+}
+
+static void tree(void)
+{
+    static const size_t sizes[] = {1, 63, 4097, 196613};
+    static const rt_dtype dts[] = {RT_F32, RT_F64, RT_BF16};
+    int radix[16], nl = 0;
+    for (int w = world_, p = 2; w > 1;) {
+        if (w % p) p++;
+        else radix[nl++] = p, w /= p;
+    }
+    if (tp_set_tree(comm, radix, nl)) die("tp_set_tree");
+    unsigned char *b = balloc(196613 * 8), want[8];
+    for (size_t k = 0; k < 4; k++)
+        for (int d = 0; d < 3; d++) {
+            size_t n = sizes[k], es = rt_dtype_size(dts[d]);
+            for (size_t i = 0; i < n; i++) sput(b, i, dts[d], wild(rank_, i));
+            if (tp_tree_allreduce(comm, b, n, dts[d], TP_SUM)) die("tree allreduce");
+            for (size_t i = 0; i < n; i++) {
+                tree_ref(radix, nl - 1, 0, i, dts[d], want);
+                if (memcmp(b + i * es, want, es) && bad++ < 5)
+                    fprintf(stderr, "rank %d: tree allreduce %s n=%zu: element %zu is %g, the tree gives %g\n", rank_,
+                            rt_dtype_names[dts[d]], n, i, sget(b, i, dts[d]), sget(want, 0, dts[d]));
+            }
+            checks++;
+        }
+    bfree(b);
+}
+
 /* Whether this process maps a shared segment (unlinked, so "(deleted)" in maps). */
 static int shm_mapped(void)
 {
@@ -281,7 +332,7 @@ int main(int argc, char **argv)
     } else {
         if (tp_barrier(comm)) die("barrier");
         printf("shm %d\ncma %d\n", shm_mapped(), tp_shm_mode(comm) == 2);
-        if (strcmp(argv[1], "ping")) matrix(), bitwise();
+        if (strcmp(argv[1], "ping")) matrix(), bitwise(), tree();
         if (reg_mem()) printf("map %llu\nfds %d\n", (unsigned long long)tp_shm_map_ops(comm), memfds());
     }
     return coll_leave(rz, rc);

@@ -10,6 +10,7 @@
 #   test/cluster.sh [BUILD] --rounds   the same, repeated and alternated: medians (bench/cluster_rounds.sh)
 #   test/cluster.sh [BUILD] --compress resnet20 2x1 with and without --grad-compress fp16
 #   test/cluster.sh [BUILD] --calib    cost model fitted on the shaped link vs measured
+#   test/cluster.sh [BUILD] --python   Python: gloo vs ddprt allreduce, ResNet-18 DDP step time (bench/cluster_python.sh)
 # Needs root (skips with one line saying why otherwise). Ends with "N passed, N failed".
 set -u
 B=${1:-build}
@@ -230,6 +231,10 @@ if [ "$MODE" = --calib ]; then
 fi
 if [ "$MODE" = --compress ]; then
     . "$(dirname "$0")/../bench/cluster_compress.sh"
+    exit 0
+fi
+if [ "$MODE" = --python ]; then
+    . "$(dirname "$0")/../bench/cluster_python.sh"
     exit 0
 fi
 if [ "$MODE" = --rounds ]; then

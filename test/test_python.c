@@ -176,3 +176,68 @@ PTEST(python_pip_install_carries_the_library)
     CHECKF(rc == 0 && strstr(out, want) && strstr(out, "sum [0. 1. 2.]"), "exit %d\nstdout: %s\nstderr: %s", rc, out,
            t_slurp(p.err));
 }
+
+/* The examples are the users' scripts with ddprt plugged in: against their gloo
+ * baselines only lines are added, each says ddprt, and there are few. */
+PTEST(python_examples_differ_from_their_gloo_scripts_only_where_ddprt_plugs_in)
+{
+    static const char *const pairs[][2] = {{"mnist_gloo.py", "mnist_ddprt.py"}, {"resnet18_gloo.py", "resnet18_ddprt.py"}};
+    for (int i = 0; i < 2; i++) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "diff python/examples/%s python/examples/%s", pairs[i][0], pairs[i][1]);
+        char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+        t_proc p;
+        t_spawn(&p, "diff", argv, NULL);
+        int rc = t_wait(&p, 20);
+        const char *out = t_slurp(p.out);
+        int added = 0, removed = 0, foreign = 0;
+        for (const char *l = out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+            const char *e = strchr(l, '\n');
+            size_t n = e ? (size_t)(e - l) : strlen(l);
+            char line[400];
+            snprintf(line, sizeof line, "%.*s", (int)(n < 399 ? n : 399), l);
+            if (line[0] == '<') removed++;
+            if (line[0] == '>') added++, foreign += !strstr(line, "ddprt");
+        }
+        CHECKF(rc == 1 && added >= 3 && added <= 6 && !removed && !foreign,
+               "%s -> %s: %d added (%d without 'ddprt'), %d removed:\n%s", pairs[i][0], pairs[i][1], added, foreign,
+               removed, out);
+    }
+}
+
+/* Rank 0's loss lines of a short run: the seed script on gloo, with ddprt's hook, and
+ * the Horovod-style script on ddprt.torch must print the same curve (2 ranks, bitwise). */
+PTEST(python_mnist_loss_curves_equal_gloo_hook_and_horovod_api)
+{
+    if (!have("torch")) return;
+    static const char *const scripts[] = {"mnist_gloo.py", "mnist_ddprt.py", "mnist_horovod.py"};
+    static char curves[3][4096];
+    for (int i = 0; i < 3; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "python/examples/%s", scripts[i]);
+        char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)python(), path,
+                        "--data", "synthetic", "--epochs", "1", "--max-steps", "6", "--batch-size", "32",
+                        "--log-interval", "1", NULL};
+        char pp[700];
+        snprintf(pp, sizeof pp, "%s:%s/python/examples", env_for(NULL)[0], strchr(env_for(NULL)[0], '=') + 1);
+        char *env[] = {pp, env_for(NULL)[1], NULL};
+        t_clean_env();
+        t_proc p;
+        t_spawn(&p, scripts[i], argv, env);
+        int rc = t_wait(&p, 180);
+        const char *out = t_slurp(p.out);
+        CHECKF(rc == 0, "%s: exit %d\n%s%s", scripts[i], rc, out, t_slurp(p.err));
+        /* Rank 0's "Train Epoch" and "Test set" lines, in order. */
+        size_t k = 0;
+        for (const char *l = out; *l && k < sizeof curves[i] - 200;) {
+            const char *e = strchr(l, '\n');
+            size_t n = e ? (size_t)(e - l) + 1 : strlen(l);
+            if (!strncmp(l, "[rank 0] Train", 14) || !strncmp(l, "[rank 0] Test", 13))
+                k += (size_t)snprintf(curves[i] + k, sizeof curves[i] - k, "%.*s", (int)n, l);
+            l += n;
+        }
+    }
+    CHECKF(strstr(curves[0], "Loss:") && strstr(curves[0], "Test set"), "no loss lines: %s", curves[0]);
+    CHECKF(!strcmp(curves[0], curves[1]), "gloo vs ddprt hook:\n%s---\n%s", curves[0], curves[1]);
+    CHECKF(!strcmp(curves[1], curves[2]), "ddprt hook vs Horovod API:\n%s---\n%s", curves[1], curves[2]);
+}

@@ -31,6 +31,8 @@ class DdprtError(RuntimeError):
 
 _comm = None
 _info = None  # (rank, size, local_rank, local_size)
+_timeout = 300.0  # the per-op deadline: bounds what finalize() waits for
+_gen = 0  # bumped by every init(): handles of an earlier communicator are refused
 _lock = threading.Lock()
 
 
@@ -59,7 +61,7 @@ def init(init_method=None, rank=None, world_size=None, local_rank=None, timeout=
     use the same variables. timeout: seconds per op (default DDPRT_TIMEOUT, else 300).
     log_level: "silent", "error", "warn" (default: stall reports on stderr), "info",
     "debug" (DDPRT_LOG wins when set). Calling it again does nothing."""
-    global _comm, _info
+    global _comm, _info, _timeout, _gen
     import os
     with _lock:
         if _comm is not None:
@@ -84,6 +86,8 @@ def init(init_method=None, rank=None, world_size=None, local_rank=None, timeout=
         if rc:
             raise _err(rc)
         _comm = c
+        _gen += 1
+        _timeout = float(timeout or os.environ.get("DDPRT_TIMEOUT") or 300)
         _info = (lib.ddprt_rank(c), lib.ddprt_size(c), lib.ddprt_local_rank(c), lib.ddprt_local_size(c))
 
 
@@ -91,6 +95,9 @@ def finalize():
     """Waits for the ops in flight and closes the connections. Arrays from ddprt.empty()
     are freed too."""
     global _comm, _info
+    from ._progress import progress
+    # The progress thread may be waiting in an op of this comm: let it finish first.
+    progress.drain(_timeout + 10)
     with _lock:
         if _comm is None:
             return
@@ -201,11 +208,19 @@ class Handle:
     """An op in flight. wait() blocks (bounded by the op's deadline) and returns the
     result, or raises DdprtError; test() never blocks. The buffers are kept alive until
     the op completes."""
-    __slots__ = ("_req", "_result", "_keep", "_state", "_error", "__weakref__")
+    __slots__ = ("_req", "_gen", "_result", "_keep", "_state", "_error", "__weakref__")
 
     def __init__(self, req, result, keep):
-        self._req, self._result, self._keep = req, result, keep
+        self._req, self._gen, self._result, self._keep = req, _gen, result, keep
         self._state, self._error = 0, None  # 0 running, 1 done, 2 failed
+
+    def _alive(self):
+        # finalize() frees the requests: a handle of an earlier comm cannot be waited for.
+        if _comm is None or _gen != self._gen:
+            self._finish(0)
+            self._state, self._error = 2, DdprtError("ddprt: the op's communicator was finalized before it was waited for")
+            return False
+        return True
 
     def _finish(self, rc):
         self._req, self._keep = None, None
@@ -215,14 +230,14 @@ class Handle:
             self._state = 1
 
     def wait(self):
-        if self._state == 0:
+        if self._state == 0 and self._alive():
             self._finish(_lib.get().ddprt_wait(self._req))
         if self._state == 2:
             raise self._error
         return self._result
 
     def test(self):
-        if self._state == 0:
+        if self._state == 0 and self._alive():
             rc = _lib.get().ddprt_test(self._req)
             if rc == 0:
                 return False

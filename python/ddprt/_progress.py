@@ -27,6 +27,16 @@ class Progress:
         with self._cv:
             return len(self._q)
 
+    def drain(self, timeout):
+        """Waits until every submitted op has completed and its callback ran (each op is
+        bounded by its deadline; timeout bounds the whole). True when drained."""
+        import time
+        end = time.monotonic() + timeout
+        with self._cv:
+            while self._q and self._th is not None and self._th.is_alive() and time.monotonic() < end:
+                self._cv.wait(0.05)
+            return not self._q
+
     def _run(self):
         while True:
             with self._cv:
@@ -38,12 +48,13 @@ class Progress:
                 handle.wait()
             except Exception as e:  # DdprtError: the callback hands it on
                 err = e
-            with self._cv:
-                self._q.popleft()
             try:
                 fn(err)
             except Exception:
                 traceback.print_exc()
+            with self._cv:
+                self._q.popleft()
+                self._cv.notify_all()
 
 
 progress = Progress()

@@ -145,6 +145,11 @@ $(BUILD)/t-%: $(BUILD)/obj/test/progs/%.o $(BUILD)/libddprt.a
 $(BUILD)/test-runner: $(TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# docs/env.md is printed from the table in rt/env.c (test_rt fails when it is stale).
+env-doc: $(BUILD)/t-env_doc
+	./$(BUILD)/t-env_doc > docs/env.md
+.PHONY: env-doc
+
 # Missing Debian packages of deps/debian.txt (kind "required"): installed as root, else
 # the one apt-get command to run. make run / make test do this first and build in a
 # second make, because this Makefile looks at installed headers while it is parsed.
@@ -250,8 +255,8 @@ FUZZ_RUNS ?=
 FUZZ      ?= rdzv,stio,idx,jpeg,png,text
 FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -DDDPRT_JPEG=1 -DDDPRT_PNG=1
 FUZZ_LIMIT = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
-FUZZ_DATA  = $(filter-out %_main.c nn/data/loader.c nn/data/image_write.c,$(wildcard nn/data/*.c)) rt/arena.c rt/log.c
-FUZZ_SRC_rdzv = rt/rdzv_wire.c rt/rdzv_env.c
+FUZZ_DATA  = $(filter-out %_main.c nn/data/loader.c nn/data/image_write.c,$(wildcard nn/data/*.c)) rt/arena.c rt/log.c rt/env.c
+FUZZ_SRC_rdzv = rt/rdzv_wire.c rt/rdzv_env.c rt/env.c rt/log.c
 FUZZ_SRC_stio = nn/stio_read.c nn/stio.c
 FUZZ_SRC_idx  = nn/data/idx.c rt/arena.c rt/log.c
 FUZZ_SRC_jpeg = $(FUZZ_DATA)

@@ -40,14 +40,12 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
                   float *dx, float *dw, float *db, void *ws);
 
 /* Mixed precision (--amp bf16): the same convolution and linear with bf16 operands
- * (x, w, dy rounded to nearest even) and fp32 accumulation; inputs, outputs, bias and
+ * (x, w, dy rounded to nearest even: rt/half.h's rt_f32_to_bf16) and fp32 accumulation; inputs, outputs, bias and
  * gradients stay fp32 in memory. vdpbf16ps where the CPU has it (k_isa()
  * "avx512bf16"), else rounded operands through the fp32 kernels. Results are
  * independent of the thread count; the two paths differ only in fp32 summation order
  * (and vdpbf16ps flushing subnormal operands).
  * The workspace covers both paths (the ISA may be switched between calls). */
-uint16_t k_f32_to_bf16(float f); /* round to nearest even; NaN -> 0x7fc0 (PyTorch's) */
-float k_bf16_to_f32(uint16_t h);
 size_t k_conv2d_bf16_workspace(const k_conv_shape *sh);
 void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, const float *b,
                        float *y, void *ws);

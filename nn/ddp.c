@@ -1,4 +1,6 @@
 #include "nn/ddp_int.h"
+#include "rt/env.h"
+#include "rt/hash.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include "transport/tp_reduce.h"
@@ -10,18 +12,16 @@
 
 #define MSG_LEN 240 /* status message bytes per rank in nn_ddp_agree */
 
-static uint64_t fnv1a(const void *p, size_t n);
-
 /* What the rendezvous compares before anything else: settings that change the wire
  * protocol or the model's shape. The trainer's flags are compared field by field
  * later (nn_ddp_check_config), so a mismatch there can name the field. */
 static uint64_t config_hash(const nn_opts *o)
 {
     char s[256];
-    const char *algo = getenv("DDPRT_ALGO");
+    const char *algo = rt_env_str(RT_ENV_ALGO);
     snprintf(s, sizeof s, "ddprt-train/1 model=%s backend=%s algo=%s", o->model, o->backend ? o->backend : "auto",
              algo ? algo : "auto");
-    return fnv1a(s, strlen(s));
+    return rt_fnv1a_str(RT_FNV1A_INIT, s);
 }
 
 /* Scratch for the agreement steps (status, config, sync hashes), sized once so the
@@ -51,7 +51,7 @@ int nn_ddp_connect(nn_ddp **out, const nn_opts *o, char *err, size_t errlen)
     if (d->world == 1) return 0;
     /* From here on every log line names this rank; other ranks keep to warnings. */
     rt_log_set_rank(d->rank);
-    if (d->rank != 0 && !getenv("DDPRT_LOG")) rt_log_set_level(RT_LOG_WARN);
+    if (d->rank != 0 && !rt_env_str(RT_ENV_LOG)) rt_log_set_level(RT_LOG_WARN);
     tp_bootstrap bs;
     rt_rdzv_bootstrap(d->rz, &bs);
     if (alloc_scratch(d)) {
@@ -203,8 +203,7 @@ int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire)
     if (!d->comm || wire == RT_F32 || d->half) return 0;
     /* start-up, once; registered too, as the 16-bit buckets are what is reduced */
     d->half = tp_mem_alloc(d->comm, (d->m->nparams ? d->m->nparams : 1) * sizeof *d->half);
-    const char *e = getenv("DDPRT_COMPRESS_CHECK");
-    if (e && !strcmp(e, "1") && !(d->cref = calloc(d->m->nparams ? d->m->nparams : 1, sizeof *d->cref))) return -1;
+    if (rt_env_flag(RT_ENV_COMPRESS_CHECK, 0) && !(d->cref = calloc(d->m->nparams ? d->m->nparams : 1, sizeof *d->cref))) return -1;
     return d->half ? 0 : -1;
 }
 
@@ -335,21 +334,13 @@ int nn_ddp_finish_grads(nn_ddp *d)
     return rc;
 }
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-    return h;
-}
-
 int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen)
 {
     if (!d->comm) return 0;
     nn_graph *m = d->m;
     int64_t mine[NN_MAX_PARAMS], *all = d->scratch;
     for (int p = 0; p < m->np; p++)
-        mine[p] = (int64_t)fnv1a(m->params + m->p[p].offset, m->p[p].numel * sizeof(float));
+        mine[p] = (int64_t)rt_fnv1a(RT_FNV1A_INIT, m->params + m->p[p].offset, m->p[p].numel * sizeof(float));
     if (tp_allgather(d->comm, mine, all, (size_t)m->np, RT_I64)) {
         snprintf(err, errlen, "%s", tp_errmsg(d->comm));
         return -1;

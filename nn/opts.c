@@ -3,6 +3,7 @@
 #include "rt/args.h"
 #include "rt/version.h"
 #include "rt/env.h"
+#include "rt/hash.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <math.h>
@@ -143,13 +144,6 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
     return 0;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    return h;
-}
-
 int nn_opts_agreement(const nn_opts *o, const char **names, int64_t *vals, int max)
 {
     int n = 0;
@@ -161,7 +155,7 @@ int nn_opts_agreement(const nn_opts *o, const char **names, int64_t *vals, int m
         int64_t v;
         if (f->type == RT_ARG_STR) {
             const char *s = *(const char *const *)src;
-            v = s ? (int64_t)fnv1a(s) : 0;
+            v = s ? (int64_t)rt_fnv1a_str(RT_FNV1A_INIT, s) : 0;
         } else if (f->type == RT_ARG_DOUBLE) {
             double x = *(const double *)src;
             if (x == 0) x = 0; /* -0 and 0 agree */

@@ -6,6 +6,8 @@
  * rt/api_coll.c. */
 #include "rt/api_int.h"
 #include "ports/posix/port_sock.h"
+#include "rt/env.h"
+#include "rt/hash.h"
 #include "rt/log.h"
 #include "rt/rdzv_int.h"
 #include "rt/version.h"
@@ -63,13 +65,6 @@ void ddprt_opts_default(ddprt_opts *o)
 
 /* ---- meeting ------------------------------------------------------------------------ */
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 /* The rendezvous options: the caller's, with the port moved by port_offset when the
  * meeting is over TCP. url receives the rewritten init method. */
 static int meeting(const ddprt_opts *o, rt_rdzv_opts *ro, char *url, size_t urllen, char *tok, size_t toklen,
@@ -77,11 +72,11 @@ static int meeting(const ddprt_opts *o, rt_rdzv_opts *ro, char *url, size_t urll
 {
     *ro = (rt_rdzv_opts){.init_method = o->init_method, .rank = o->rank, .world_size = o->world_size,
                          .local_rank = o->local_rank, .timeout_s = o->timeout_s, .token = o->token};
-    const char *algo = getenv("DDPRT_ALGO");
+    const char *algo = rt_env_str(RT_ENV_ALGO);
     char conf[160];
     /* The algorithm is part of the wire protocol: ranks that disagree are refused. */
-    snprintf(conf, sizeof conf, "ddprt-api/%d algo=%s", DDPRT_API_VERSION, algo && *algo ? algo : "auto");
-    ro->config_hash = fnv1a(conf);
+    snprintf(conf, sizeof conf, "ddprt-api/%d algo=%s", DDPRT_API_VERSION, algo ? algo : "auto");
+    ro->config_hash = rt_fnv1a_str(RT_FNV1A_INIT, conf);
     if (!o->port_offset) return 0;
     rt_rdzv_plan p;
     if (rt_rdzv_resolve(ro, &p, err, errlen)) return -1;
@@ -103,7 +98,7 @@ static int meeting(const ddprt_opts *o, rt_rdzv_opts *ro, char *url, size_t urll
 static void log_setup(int level)
 {
     if (level >= 0) rt_log_set_level(level > RT_LOG_DEBUG ? RT_LOG_DEBUG : level);
-    else if (getenv("DDPRT_LOG") && *getenv("DDPRT_LOG")) rt_log_init();
+    else if (rt_env_str(RT_ENV_LOG)) rt_log_init();
     else rt_log_set_level(-1); /* below error: silent */
 }
 

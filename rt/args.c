@@ -11,17 +11,6 @@
 
 #define SIZE_MAX_DEFAULT 1125899906842624.0 /* 2^50 bytes: far above any buffer, far below overflow */
 
-static int in_choices(const char *v, const char *choices)
-{
-    size_t n = strlen(v);
-    for (const char *c = choices; *c;) {
-        size_t k = strcspn(c, "|");
-        if (k == n && !strncmp(c, v, n)) return 1;
-        c += k + (c[k] == '|');
-    }
-    return 0;
-}
-
 int rt_args_size(const char *s, double max, size_t *out)
 {
     char *e;
@@ -84,7 +73,7 @@ static int set_value(const rt_arg *f, void *opts, const char *v, char *err, size
     errno = 0;
     switch (f->type) {
     case RT_ARG_STR:
-        if (f->choices && !in_choices(v, f->choices)) {
+        if (f->choices && !rt_in_choices(v, f->choices)) {
             snprintf(err, errlen, "--%s: expected one of %s, got '%s'", f->name, f->choices, v);
             return -1;
         }

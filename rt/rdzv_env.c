@@ -2,13 +2,13 @@
  * or, without one, what the launcher left in the environment (torchrun, Slurm, Open MPI,
  * MPICH/PMI). Explicit options always win over the environment. */
 #include "rt/rdzv_int.h"
+#include "rt/env.h"
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_S 300.0
 
 /* One launcher flavour's variable names, tried in this order. */
 typedef struct { const char *name, *rank, *world, *world2, *local; } flavour;
@@ -189,14 +189,11 @@ int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t er
     p->world = o->world_size >= 0 ? o->world_size : -1;
     p->local_rank = o->local_rank >= 0 ? o->local_rank : -1;
     p->timeout_s = o->timeout_s;
-    const char *ts = getenv("DDPRT_TIMEOUT");
-    if (p->timeout_s <= 0 && ts && *ts) {
-        char *end;
-        p->timeout_s = strtod(ts, &end);
-        if (*end || !(p->timeout_s > 0)) { snprintf(err, errlen, "DDPRT_TIMEOUT=%s is not a positive number of seconds", ts); return -1; }
+    if (p->timeout_s <= 0) {
+        if (rt_env_check_one(RT_ENV_TIMEOUT, err, errlen)) return -1;
+        p->timeout_s = rt_env_timeout_s();
     }
-    if (p->timeout_s <= 0) p->timeout_s = DEFAULT_TIMEOUT_S;
-    const char *tok = o->token ? o->token : getenv("DDPRT_JOB_TOKEN");
+    const char *tok = o->token ? o->token : rt_env_str(RT_ENV_JOB_TOKEN);
     const char *jid = getenv("SLURM_JOB_ID");
     if (tok && *tok) snprintf(p->token, sizeof p->token, "%s", tok);
     else if (!o->token && jid && *jid) snprintf(p->token, sizeof p->token, "slurm-job-%s", jid);

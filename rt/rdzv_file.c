@@ -7,6 +7,7 @@
  * old generation (read again). Rank 0 removes the file once everyone has met. The
  * rest of the meeting and the collectives are the TCP ones. */
 #include "rt/rdzv_int.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include "rt/log.h"
@@ -83,7 +84,7 @@ int rt_rdzv_open_file(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errle
         f.gen = r->gen = random64();
         f.world = r->world;
         f.port = port_sock_local_port(r->lfd);
-        port_sock_host_ip(f.host, sizeof f.host);
+        port_sock_host_ip(rt_env_str(RT_ENV_SOCKET_IFNAME), NULL, f.host, sizeof f.host);
         if (write_file(p->path, &f, err, errlen)) return -1;
         int rc = rt_rdzv_serve_meeting(r, err, errlen);
         /* Everyone has read it (or the meeting failed): remove it so that a rerun cannot

@@ -4,6 +4,7 @@
  * scanner or a half-sent header cannot block the real ranks; whoever is refused gets
  * one clear line and the job keeps waiting for the real rank. */
 #include "rt/rdzv_int.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include "rt/log.h"
@@ -26,8 +27,7 @@ typedef struct {
 
 int64_t rt_rdzv_hello_timeout_ns(const rt_rdzv *r)
 {
-    const char *s = getenv("DDPRT_RDZV_HELLO_TIMEOUT");
-    double t = s && *s ? atof(s) : 5.0;
+    double t = rt_env_num(RT_ENV_RDZV_HELLO_TIMEOUT, 5.0);
     if (!(t > 0)) t = 5.0;
     if (t > r->timeout_s) t = r->timeout_s;
     return (int64_t)(t * 1e9);

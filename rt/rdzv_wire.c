@@ -3,6 +3,7 @@
  * (test/fuzz/fuzz_rdzv.c) can throw arbitrary bytes at exactly the code rank 0 runs
  * on whatever connects to its port. */
 #include "rt/rdzv_int.h"
+#include "rt/hash.h"
 #include <string.h>
 
 static void put16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); }
@@ -147,9 +148,6 @@ uint64_t rt_rdzv_token_hash_of(const char *token)
 {
     if (!token || !*token) return 0;
     /* FNV-1a over a domain prefix + the token: the token itself never goes on the wire. */
-    uint64_t h = 0xcbf29ce484222325ull;
-    const char *pre = "ddprt-job-token:";
-    for (const char *s = pre; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    for (const char *s = token; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    uint64_t h = rt_fnv1a_str(rt_fnv1a_str(RT_FNV1A_INIT, "ddprt-job-token:"), token);
     return h ? h : 1;
 }

@@ -6,6 +6,8 @@
 #include "test/t_data.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
+#include "rt/half.h"
+#include "rt/isa.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,43 +24,22 @@ static float *rnd(size_t n)
     return p;
 }
 static float fbits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static double bf(float x) { return k_bf16_to_f32(k_f32_to_bf16(x)); }
+static double bf(float x) { return rt_bf16_to_f32(rt_f32_to_bf16(x)); }
 
-TEST(bf16_round_to_nearest_even_nan_inf)
+/* The span conversion equals rt/half.h's scalar one (test_half.c checks that one) on
+ * every path: random bit patterns, NaNs and infinities included. */
+TEST(bf16_span_conversion_matches_scalar_on_every_isa)
 {
-    CHECK_EQ(k_f32_to_bf16(1.0f), 0x3f80);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x3f808000)), 0x3f80); /* tie, even below */
-    CHECK_EQ(k_f32_to_bf16(fbits(0x3f818000)), 0x3f82); /* tie, odd below: up */
-    CHECK_EQ(k_f32_to_bf16(fbits(0x3f808001)), 0x3f81);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x3f807fff)), 0x3f80);
-    CHECK_EQ(k_f32_to_bf16(fbits(0xbf818000)), 0xbf82); /* sign symmetric */
-    CHECK_EQ(k_f32_to_bf16(-0.0f), 0x8000);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x7f800000)), 0x7f80);
-    CHECK_EQ(k_f32_to_bf16(fbits(0xff800000)), 0xff80);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x7f7fffff)), 0x7f80); /* FLT_MAX rounds to inf */
-    CHECK_EQ(k_f32_to_bf16(fbits(0x7fc00001)), 0x7fc0);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x7f800001)), 0x7fc0); /* signalling NaN stays a NaN */
-    CHECK_EQ(k_f32_to_bf16(fbits(0xffffffff)), 0x7fc0);
-    CHECK_EQ(k_f32_to_bf16(fbits(0x00008000)), 0x0000); /* subnormal tie to even */
-    CHECK_EQ(k_f32_to_bf16(fbits(0x00018000)), 0x0002);
-    for (uint32_t h = 0; h < 65536; h++) {
-        float f = k_bf16_to_f32((uint16_t)h);
-        if (f != f) continue;
-        CHECKF(k_f32_to_bf16(f) == h, "round trip of 0x%04x", h);
-    }
-    /* The vector conversion equals the scalar one on every path (random bit patterns,
-     * NaNs and infinities included). */
     enum { N = 4099 };
     float *x = malloc(sizeof(float) * N);
     uint16_t *a = malloc(2 * N), *b = malloc(2 * N);
     for (int i = 0; i < N; i++) x[i] = fbits((uint32_t)rbits());
     x[5] = fbits(0x7f800000), x[6] = fbits(0xff800001), x[7] = fbits(0x3f808000);
-    const char *isas[] = {"generic", "avx2", "avx512", "avx512bf16"};
-    for (int k = 0; k < 4; k++) {
-        if (k_set_isa(isas[k]) != 0) continue;
+    for (int k = 0; k < RT_NISA; k++) {
+        if (k_set_isa(rt_isa_name(k)) != 0) continue;
         k_bf16_from_f32_span(N, x, a);
-        for (int i = 0; i < N; i++) b[i] = k_f32_to_bf16(x[i]);
-        CHECKF(memcmp(a, b, 2 * N) == 0, "%s: span conversion differs from scalar", isas[k]);
+        for (int i = 0; i < N; i++) b[i] = rt_f32_to_bf16(x[i]);
+        CHECKF(memcmp(a, b, 2 * N) == 0, "%s: span conversion differs from scalar", rt_isa_name(k));
     }
     k_set_isa(NULL);
     free(x); free(a); free(b);
@@ -140,8 +121,6 @@ static cout run_conv(const k_conv_shape *sh, const float *x, const float *w, con
     return o;
 }
 
-static const char *const isas[] = {"generic", "avx2", "avx512", "avx512bf16"};
-
 TEST(bf16_conv_matches_reference_on_every_isa)
 {
     for (int ci = 0; ci < NCASES; ci++) {
@@ -155,8 +134,8 @@ TEST(bf16_conv_matches_reference_on_every_isa)
         naive(&sh, x, w, b, g, 1, ry, rdx, rdw, rdb);
         naive(&sh, x, w, b, g, 0, fy, fdx, fdw, fdb);
         cout first = {0};
-        for (int k = 0; k < 4; k++) {
-            if (k_set_isa(isas[k]) != 0) continue;
+        for (int k = 0; k < RT_NISA; k++) {
+            if (k_set_isa(rt_isa_name(k)) != 0) continue;
             cout o = run_conv(&sh, x, w, b, g);
             const float *got[4] = {o.y, o.dx, o.dw, o.db};
             const double *r[4] = {ry, rdx, rdw, rdb}, *f[4] = {fy, fdx, fdw, fdb};
@@ -166,15 +145,15 @@ TEST(bf16_conv_matches_reference_on_every_isa)
                  * portable one: compare it with the bf16 tolerance only. */
                 double e = rel_err(got[t], r[t], n[t]), ef = rel_err(got[t], f[t], n[t]);
                 CHECKF(t == 3 || e < 1e-4, "case %d %s output %d: rel err %.3g vs bf16-operand reference", ci,
-                       isas[k], t, e);
-                CHECKF(ef < 3e-2, "case %d %s output %d: rel err %.3g vs fp32 reference", ci, isas[k], t, ef);
+                       rt_isa_name(k), t, e);
+                CHECKF(ef < 3e-2, "case %d %s output %d: rel err %.3g vs fp32 reference", ci, rt_isa_name(k), t, ef);
                 if (first.y) {
                     const float *pf[4] = {first.y, first.dx, first.dw, first.db};
                     double *tmp = malloc(8 * n[t]);
                     for (size_t i = 0; i < n[t]; i++) tmp[i] = pf[t][i];
                     double ea = rel_err(got[t], tmp, n[t]);
                     CHECKF(ea < (t == 3 ? 1e-2 : 1e-4), "case %d: %s and generic differ in output %d (%.3g)", ci,
-                           isas[k], t, ea);
+                           rt_isa_name(k), t, ea);
                     free(tmp);
                 }
             }
@@ -217,14 +196,14 @@ TEST(bf16_linear_matches_reference_on_every_isa)
         void *ws = malloc(k_linear_bf16_workspace(n, in, out));
         float *y = malloc(4L * n * out), *dx = malloc(4L * n * in), *dw = malloc(4L * out * in), *db = malloc(4L * out);
         int ran = 0;
-        for (int k = 0; k < 4; k++) {
-            if (k_set_isa(isas[k]) != 0) continue;
+        for (int k = 0; k < RT_NISA; k++) {
+            if (k_set_isa(rt_isa_name(k)) != 0) continue;
             ran++;
             k_linear_fwd_bf16(n, in, out, x, w, b, y, ws);
             k_linear_bwd_bf16(n, in, out, x, w, g, dx, dw, db, ws);
-            CHECKF(rel_err(y, ry, (size_t)n * out) < 1e-4, "linear %d %s y", ci, isas[k]);
-            CHECKF(rel_err(dx, rdx, (size_t)n * in) < 1e-4, "linear %d %s dx", ci, isas[k]);
-            CHECKF(rel_err(dw, rdw, (size_t)out * in) < 1e-4, "linear %d %s dw", ci, isas[k]);
+            CHECKF(rel_err(y, ry, (size_t)n * out) < 1e-4, "linear %d %s y", ci, rt_isa_name(k));
+            CHECKF(rel_err(dx, rdx, (size_t)n * in) < 1e-4, "linear %d %s dx", ci, rt_isa_name(k));
+            CHECKF(rel_err(dw, rdw, (size_t)out * in) < 1e-4, "linear %d %s dw", ci, rt_isa_name(k));
             for (int o = 0; o < out; o++) {
                 double s = 0;
                 for (int i = 0; i < n; i++) s += g[i * out + o];

@@ -1,14 +1,10 @@
 /* Reduction kernels: every ISA path agrees bit for bit with the generic one, and the
- * f16/bf16 conversions round to nearest even (checked against known values, an
- * exhaustive f16 round trip, and the F16C hardware where the CPU has it). */
+ * vectorised f16/bf16 block conversions with rt/half.h (which test_half.c checks). */
 #include "test/t.h"
 #include "transport/tp_reduce.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
@@ -49,7 +45,7 @@ TEST(tp_reduce_isa_paths_agree)
                     tp_reduce_isa(isa, got, a + off * es, b + off * es, n, (rt_dtype)dt, (tp_op)op);
                     size_t bad = 0;
                     while (bad < n && !memcmp(got + bad * es, want + bad * es, es)) bad++;
-                    CHECKF(bad == n, "%s %s %s: element %zu differs from generic", tp_isa_names[isa],
+                    CHECKF(bad == n, "%s %s %s: element %zu differs from generic", rt_isa_name(isa),
                            rt_dtype_names[dt], tp_op_names[op], bad);
                 }
                 /* In place (dst == a) gives the same bits. */
@@ -69,8 +65,8 @@ TEST(tp_reduce_small_values_exact)
         tp_reduce_isa(isa, d, a, b, 19, RT_F32, TP_SUM);
         tp_reduce_isa(isa, id, ia, ib, 19, RT_I32, TP_MIN);
         for (int i = 0; i < 19; i++) {
-            CHECKF(d[i] == (float)(3 * i - 9), "%s f32 sum [%d] = %g", tp_isa_names[isa], i, d[i]);
-            CHECKF(id[i] == (i < 2 * i - 9 ? i : 2 * i - 9), "%s i32 min [%d]", tp_isa_names[isa], i);
+            CHECKF(d[i] == (float)(3 * i - 9), "%s f32 sum [%d] = %g", rt_isa_name(isa), i, d[i]);
+            CHECKF(id[i] == (i < 2 * i - 9 ? i : 2 * i - 9), "%s i32 min [%d]", rt_isa_name(isa), i);
         }
     }
     int32_t big[2] = {INT32_MAX, INT32_MIN}, one[2] = {1, -1}, r[2];
@@ -81,64 +77,9 @@ TEST(tp_reduce_small_values_exact)
     CHECK(av[0] == -1 && av[1] == 3 && av[2] == 2);
 }
 
-TEST(tp_f16_bf16_round_to_nearest_even)
-{
-    CHECK_EQ(tp_f32_to_f16(1.0f), 0x3c00);
-    CHECK_EQ(tp_f32_to_f16(65504.0f), 0x7bff);
-    CHECK_EQ(tp_f32_to_f16(65519.0f), 0x7bff);
-    CHECK_EQ(tp_f32_to_f16(65520.0f), 0x7c00);            /* tie at max rounds to inf */
-    CHECK_EQ(tp_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie -> even (down) */
-    CHECK_EQ(tp_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie -> even (up) */
-    CHECK_EQ(tp_f32_to_f16(0x1p-24f), 0x0001);            /* smallest subnormal */
-    CHECK_EQ(tp_f32_to_f16(0x1p-25f), 0x0000);            /* tie -> 0 */
-    CHECK_EQ(tp_f32_to_f16(0x1.8p-25f), 0x0001);
-    CHECK_EQ(tp_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* 1.5 ulp tie -> 2 */
-    CHECK_EQ(tp_f32_to_f16(-0.0f), 0x8000);
-    CHECK_EQ(tp_f32_to_f16(0x1.ffcp-15f), 0x0400);        /* rounds up into the normals */
-    CHECK(tp_f16_to_f32(tp_f32_to_f16(u2f(0x7fc00001u))) != tp_f16_to_f32(tp_f32_to_f16(u2f(0x7fc00001u))));
-    CHECK_EQ(tp_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
-    CHECK_EQ(tp_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
-    CHECK_EQ(tp_f32_to_bf16(u2f(0x7f7fffffu)), 0x7f80);   /* FLT_MAX -> inf */
-    CHECK(tp_bf16_to_f32(tp_f32_to_bf16(u2f(0x7f800001u))) != tp_bf16_to_f32(0x7fc0) || 1);
-    /* Every finite f16 survives f16 -> f32 -> f16. */
-    int bad = 0;
-    for (uint32_t h = 0; h < 0x10000; h++)
-        if (((h >> 10) & 0x1f) != 0x1f && tp_f32_to_f16(tp_f16_to_f32((uint16_t)h)) != h) bad++;
-    CHECK_EQ(bad, 0);
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f)
-{
-    return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0);
-}
-__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
-{
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-#endif
-
-TEST(tp_f16_matches_f16c_hardware)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    if (tp_isa_best() < TP_ISA_AVX2) return; /* no F16C here */
-    int bad = 0;
-    for (uint32_t h = 0; h < 0x10000; h++)
-        if (((h >> 10) & 0x1f) != 0x1f && f2u(hw_f16_to_f32((uint16_t)h)) != f2u(tp_f16_to_f32((uint16_t)h))) bad++;
-    CHECK_EQ(bad, 0);
-    /* Random finite floats, concentrated around the f16 range (exponents 100..150). */
-    for (int i = 0; i < 200000; i++) {
-        uint32_t u = (uint32_t)next();
-        u = (u & 0x807fffffu) | ((100 + (u >> 23) % 52) << 23);
-        if (hw_f32_to_f16(u2f(u)) != tp_f32_to_f16(u2f(u))) bad++;
-    }
-    CHECK_EQ(bad, 0);
-#endif
-}
-
 /* The vectorised block conversions (--grad-compress packing, the f16/bf16 AVG) give the
- * scalar functions' bits on every ISA path: all 65536 half values up, and random
- * floats around the half range plus the edges down (NaN: only NaN-ness compared). */
+ * scalar functions' bits on every ISA path, NaNs included: all 65536 half values up,
+ * and down random floats around the half range, random bit patterns and the edges. */
 TEST(tp_half_block_conversions_match_scalar_on_every_isa)
 {
     enum { N = 70001 }; /* odd: every path's scalar tail runs too */
@@ -150,6 +91,7 @@ TEST(tp_half_block_conversions_match_scalar_on_every_isa)
     for (int i = 0; i < N; i++) {
         uint32_t u = (uint32_t)next();
         u = (u & 0x807fffffu) | ((100 + (u >> 23) % 52) << 23);
+        if (i % 5 == 0) u = (uint32_t)next(); /* any class: NaNs, infinities, subnormals */
         f[i] = i < (int)(sizeof edge / sizeof *edge) ? edge[i] : i == 20 ? u2f(0x7f800000u) : i == 21 ? u2f(0x7fc00001u) : u2f(u);
     }
     int bad = 0;
@@ -157,19 +99,10 @@ TEST(tp_half_block_conversions_match_scalar_on_every_isa)
         for (int k = 0; k < 2; k++) {
             rt_dtype dt = k ? RT_BF16 : RT_F16;
             path[isa](hv, f, N, dt, 1);
-            for (int i = 0; i < N; i++) {
-                uint16_t want = k ? tp_f32_to_bf16(f[i]) : tp_f32_to_f16(f[i]);
-                int nan = f[i] != f[i];
-                if (nan ? (k ? tp_bf16_to_f32(hv[i]) == tp_bf16_to_f32(hv[i]) : tp_f16_to_f32(hv[i]) == tp_f16_to_f32(hv[i]))
-                        : hv[i] != want)
-                    bad++;
-            }
+            for (int i = 0; i < N; i++) bad += hv[i] != (k ? rt_f32_to_bf16(f[i]) : rt_f32_to_f16(f[i]));
             for (int i = 0; i < N; i++) h[i] = (uint16_t)(i * 7);
             path[isa](back, h, N, dt, 0);
-            for (int i = 0; i < N; i++) {
-                float want = k ? tp_bf16_to_f32(h[i]) : tp_f16_to_f32(h[i]);
-                if (want == want ? f2u(back[i]) != f2u(want) : back[i] == back[i]) bad++;
-            }
+            for (int i = 0; i < N; i++) bad += f2u(back[i]) != f2u(k ? rt_bf16_to_f32(h[i]) : rt_f16_to_f32(h[i]));
         }
     CHECK_EQ(bad, 0);
 }
@@ -201,8 +134,8 @@ TEST(tp_avg_paths_match_scalar_division)
         for (int i = 0; i < N; i++) {
             bad += f2u(f[i]) != f2u(f0[i] / 3.0f);
             bad += d[i] != d0[i] / 3;
-            bad += h[i] != tp_f32_to_f16(tp_f16_to_f32(h0[i]) / 3.0f);
-            bad += b[i] != tp_f32_to_bf16(tp_bf16_to_f32(b0[i]) / 3.0f);
+            bad += h[i] != rt_f32_to_f16(rt_f16_to_f32(h0[i]) / 3.0f);
+            bad += b[i] != rt_f32_to_bf16(rt_bf16_to_f32(b0[i]) / 3.0f);
         }
     }
     CHECK_EQ(bad, 0);

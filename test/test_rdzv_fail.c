@@ -238,7 +238,7 @@ PTEST(rdzv_bad_ddprt_variables_are_one_error)
 {
     static const char *const bad[][3] = {
         {"DDPRT_ALGO", "rign", "DDPRT_ALGO=rign: expected one of ring|rd|hier|auto"},
-        {"DDPRT_ISA", "sse9", "DDPRT_ISA=sse9: expected one of generic|avx2|avx512"},
+        {"DDPRT_ISA", "sse9", "DDPRT_ISA=sse9: expected one of generic|avx2|avx512|avx512bf16"},
         {"DDPRT_TCP_BUFSIZE", "1M", "DDPRT_TCP_BUFSIZE=1M: expected an integer >= 0"},
         {"DDPRT_TCP_NSOCKS", "0", "DDPRT_TCP_NSOCKS=0: expected one of 1|2|3|4|5|6|7|8"},
         {"DDPRT_TIMEOUT", "-3", "DDPRT_TIMEOUT=-3: expected a number > 0"},

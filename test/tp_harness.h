@@ -80,8 +80,8 @@ static inline void tpt_store(rt_dtype dt, void *buf, size_t i, double v)
     switch (dt) {
     case RT_F32: ((float *)buf)[i] = (float)v; break;
     case RT_F64: ((double *)buf)[i] = v; break;
-    case RT_F16: ((uint16_t *)buf)[i] = tp_f32_to_f16((float)v); break;
-    case RT_BF16: ((uint16_t *)buf)[i] = tp_f32_to_bf16((float)v); break;
+    case RT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
+    case RT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
     case RT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case RT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
     case RT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;

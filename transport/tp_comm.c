@@ -21,20 +21,11 @@ int tp_world(const tp_comm *c) { return c->world; }
 size_t tp_comm_arena_bytes(const tp_comm *c) { return c->arena.size; }
 const char *tp_errmsg(const tp_comm *c) { return c->errmsg; }
 
-static double env_timeout(void)
-{
-    const char *e = getenv("DDPRT_TIMEOUT");
-    double t = e ? atof(e) : 0;
-    return t > 0 ? t : 300;
-}
-
+/* DDPRT_ALGO's choices (rt/env.c: ring|rd|hier|auto) in order. */
 static int env_algo(void)
 {
-    const char *e = getenv("DDPRT_ALGO");
-    if (e && !strcmp(e, "ring")) return TP_ALGO_RING;
-    if (e && !strcmp(e, "rd")) return TP_ALGO_RD;
-    if (e && !strcmp(e, "hier")) return TP_ALGO_HIER;
-    return TP_ALGO_AUTO;
+    static const int algos[] = {TP_ALGO_RING, TP_ALGO_RD, TP_ALGO_HIER, TP_ALGO_AUTO};
+    return algos[rt_env_choice(RT_ENV_ALGO, 3)];
 }
 
 static void *comm_thread(void *arg);
@@ -61,7 +52,7 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     c->b = b;
     c->rank = b->rank;
     c->world = b->world;
-    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : env_timeout();
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : rt_env_timeout_s();
     c->algo = o->algo == TP_ALGO_DEFAULT ? env_algo() : o->algo;
     c->chunk = chunk;
     if (tp_hier_init(c, o)) {

@@ -1,17 +1,18 @@
 /* Elementwise reductions for the collectives, vectorised with runtime dispatch.
- * Paths: generic (the baseline ISA: SSE2 on x86-64), avx2 (+F16C), avx512 (F+BW).
- * The best path the CPU supports is picked once; DDPRT_ISA=generic|avx2|avx512 forces
- * a lower one. Every path gives bit-identical results (tests check), so ranks on
+ * Paths: generic (the baseline ISA: SSE2 on x86-64), avx2 (+F16C), avx512 (F+BW):
+ * rt/isa.h's levels (its avx512bf16 runs as avx512). The best path the CPU supports is
+ * picked once; DDPRT_ISA forces a lower one. Every path gives bit-identical results (tests check), so ranks on
  * different CPUs still agree. */
 #ifndef TP_REDUCE_H
 #define TP_REDUCE_H
+#include "rt/half.h"
+#include "rt/isa.h"
 #include "rt/tensor.h"
 #include "transport/tp.h"
 #include <stddef.h>
 #include <stdint.h>
 
-enum { TP_ISA_GENERIC = 0, TP_ISA_AVX2 = 1, TP_ISA_AVX512 = 2, TP_NISA };
-extern const char *const tp_isa_names[TP_NISA];
+enum { TP_ISA_GENERIC = RT_ISA_GENERIC, TP_ISA_AVX2 = RT_ISA_AVX2, TP_ISA_AVX512 = RT_ISA_AVX512, TP_NISA };
 
 /* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. AVG reduces as SUM
  * (tp_avg_finish divides once at the end). */
@@ -25,14 +26,9 @@ int tp_isa_active(void);    /* the path tp_reduce uses (after DDPRT_ISA) */
 void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, rt_dtype dt, tp_op op);
 
 /* n floats into dt (RT_F16 or RT_BF16) and back, vectorised, the same bits as the
- * scalar conversions below. */
+ * scalar conversions of rt/half.h. */
 void tp_f32_to_half(uint16_t *dst, const float *src, size_t n, rt_dtype dt);
 void tp_half_to_f32(float *dst, const uint16_t *src, size_t n, rt_dtype dt);
-/* Scalar IEEE conversions, round-to-nearest-even (NaN stays NaN, quieted). */
-float tp_f16_to_f32(uint16_t h);
-uint16_t tp_f32_to_f16(float f);
-float tp_bf16_to_f32(uint16_t h);
-uint16_t tp_f32_to_bf16(float f);
 
 /* The per-ISA entry points (tp_reduce_x86.c); generic lives in tp_reduce.c. */
 typedef void (*tp_reduce_fn)(void *dst, const void *a, const void *b, size_t n, int dt, int op);

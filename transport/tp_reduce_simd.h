@@ -76,7 +76,7 @@ static inline float S(fops)(float x, float y, int op)
 }
 
 /* bf16 <-> f32 on vectors: widen by a shift; round to nearest even (NaN: quieted),
- * as tp_f32_to_bf16. */
+ * as rt_f32_to_bf16. */
 static inline TGT S(vf) S(bf16_load)(const uint16_t *p)
 {
     S(vh) h;
@@ -100,7 +100,7 @@ static TGT void S(red_bf16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb
     size_t i = 0;
     for (; i + VB / 4 <= n; i += VB / 4) S(bf16_store)(pd + i, S(fop)(S(bf16_load)(pa + i), S(bf16_load)(pb + i), op));
     for (; i < n; i++)
-        pd[i] = tp_f32_to_bf16(S(fops)(tp_bf16_to_f32(pa[i]), tp_bf16_to_f32(pb[i]), op));
+        pd[i] = rt_f32_to_bf16(S(fops)(rt_bf16_to_f32(pa[i]), rt_bf16_to_f32(pb[i]), op));
 }
 
 static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb, size_t n, int op)
@@ -113,7 +113,7 @@ static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb,
     }
 #endif
     for (; i < n; i++)
-        pd[i] = tp_f32_to_f16(S(fops)(tp_f16_to_f32(pa[i]), tp_f16_to_f32(pb[i]), op));
+        pd[i] = rt_f32_to_f16(S(fops)(rt_f16_to_f32(pa[i]), rt_f16_to_f32(pb[i]), op));
 }
 
 /* f32 <-> f16 / bf16 for n elements (dt: the 16-bit type), the scalar functions'
@@ -130,7 +130,7 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
                 memcpy(&x, ps + i, VB);
                 S(bf16_store)(pd + i, x);
             }
-            for (; i < n; i++) pd[i] = tp_f32_to_bf16(ps[i]);
+            for (; i < n; i++) pd[i] = rt_f32_to_bf16(ps[i]);
             return;
         }
 #ifdef F16_LANES
@@ -140,7 +140,7 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
             F16_STORE(pd + i, x);
         }
 #endif
-        for (; i < n; i++) pd[i] = tp_f32_to_f16(ps[i]);
+        for (; i < n; i++) pd[i] = rt_f32_to_f16(ps[i]);
         return;
     }
     const uint16_t *ps = src;
@@ -150,7 +150,7 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
             S(vf) x = S(bf16_load)(ps + i);
             memcpy(pd + i, &x, VB);
         }
-        for (; i < n; i++) pd[i] = tp_bf16_to_f32(ps[i]);
+        for (; i < n; i++) pd[i] = rt_bf16_to_f32(ps[i]);
         return;
     }
 #ifdef F16_LANES
@@ -159,7 +159,7 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
         memcpy(pd + i, &x, VB);
     }
 #endif
-    for (; i < n; i++) pd[i] = tp_f16_to_f32(ps[i]);
+    for (; i < n; i++) pd[i] = rt_f16_to_f32(ps[i]);
 }
 
 /* The AVG tail: n floating elements divided by world (true division, as the scalar
@@ -202,13 +202,13 @@ TGT int TP_CAT(tp_avg, SFX)(void *buf, size_t n, int dt, int world)
             F16_STORE(p + i, x / vw);
         }
 #endif
-        for (; i < n; i++) p[i] = tp_f32_to_f16(tp_f16_to_f32(p[i]) / w);
+        for (; i < n; i++) p[i] = rt_f32_to_f16(rt_f16_to_f32(p[i]) / w);
         return 0;
     }
     case RT_BF16: {
         uint16_t *p = buf;
         for (; i + VB / 4 <= n; i += VB / 4) S(bf16_store)(p + i, S(bf16_load)(p + i) / vw);
-        for (; i < n; i++) p[i] = tp_f32_to_bf16(tp_bf16_to_f32(p[i]) / w);
+        for (; i < n; i++) p[i] = rt_f32_to_bf16(rt_bf16_to_f32(p[i]) / w);
         return 0;
     }
     default: return 1;

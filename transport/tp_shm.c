@@ -2,6 +2,7 @@
  * unlinked once every rank has mapped it), the waits, and failures. The collectives
  * themselves are in tp_shm_coll.c; the protocol is described in tp_shm.h. */
 #include "transport/tp_shm.h"
+#include "rt/env.h"
 #include "transport/tp_tcp_int.h"
 #include "ports/posix/port_sock.h"
 #include "rt/log.h"
@@ -117,8 +118,7 @@ static void *open_seg(const char *name, size_t bytes, int world)
 
 static int want_shm(void)
 {
-    const char *e = getenv("DDPRT_SHM");
-    return !(e && !strcmp(e, "0"));
+    return rt_env_flag(RT_ENV_SHM, 1);
 }
 
 /* The peers' sockets, watched for hang-ups while waiting (tcp backend internals: the
@@ -175,8 +175,7 @@ int tp_shm_setup(tp_comm *c)
     s->seg = map;
     s->map_bytes = bytes;
     s->bufs = (unsigned char *)map + ctl_bytes(w);
-    const char *sp = getenv("DDPRT_SHM_SPIN_US");
-    s->spin_ns = sp ? (int64_t)atoi(sp) * 1000 : SHM_SPIN_NS;
+    s->spin_ns = (int64_t)rt_env_num(RT_ENV_SHM_SPIN_US, SHM_SPIN_NS / 1000) * 1000;
     s->my_cpu = -2;
     c->shm = s;
     c->shm_state = 1;

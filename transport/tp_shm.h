@@ -41,6 +41,7 @@
 #ifndef TP_SHM_H
 #define TP_SHM_H
 #include "transport/tp_comm_int.h"
+#include "rt/env.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +160,7 @@ static inline unsigned char *tp_shm_data(tp_shm_bufhdr *h) { return (unsigned ch
 /* The test fault DDPRT_SHM_TEST_FAULT names what (tests make the library fail there). */
 static inline int tp_shm_fault(const char *what)
 {
-    const char *f = getenv("DDPRT_SHM_TEST_FAULT");
+    const char *f = rt_env_str(RT_ENV_SHM_TEST_FAULT);
     return f && !strcmp(f, what);
 }
 /* Whether [a, a + an) and [b, b + bn) share a byte. */

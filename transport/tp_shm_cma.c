@@ -17,6 +17,7 @@
  * allgather: every rank reads every other's send into its recv; round `done`.
  * broadcast: the others read the root's buffer; round `done`. */
 #include "transport/tp_shm.h"
+#include "rt/env.h"
 #include "transport/tp_reduce.h"
 #include "rt/log.h"
 #include <errno.h>
@@ -36,14 +37,12 @@
  * protocol needs no ptrace permission. */
 static int env_cma(void)
 {
-    const char *e = getenv("DDPRT_SHM_CMA");
-    return e && !strcmp(e, "1");
+    return rt_env_flag(RT_ENV_SHM_CMA, 0);
 }
 
 static int64_t env_cma_min(void)
 {
-    const char *e = getenv("DDPRT_SHM_CMA_MIN");
-    return e && *e ? atoll(e) : (int64_t)TP_SHM_CMA_MIN;
+    return (int64_t)rt_env_num(RT_ENV_SHM_CMA_MIN, TP_SHM_CMA_MIN);
 }
 
 /* Yama (ptrace_scope 1) lets a process read only its descendants: the ranks are

@@ -20,6 +20,7 @@
  *   publishes an op: every rank took its last chunk of the op before (round `done`).
  * Results are the same bits whoever reduces a chunk, and equal to the copy protocol's. */
 #include "transport/tp_shm.h"
+#include "rt/env.h"
 #include "transport/tp_reduce.h"
 #include "rt/log.h"
 #include <fcntl.h>
@@ -36,12 +37,6 @@ typedef struct tp_shm_pmap {
     unsigned char *local; /* NULL: could not map */
     size_t len;
 } tp_shm_pmap;
-
-static int env_on(const char *name, int dflt)
-{
-    const char *e = getenv(name);
-    return e && *e ? strcmp(e, "0") != 0 : dflt;
-}
 
 /* ---- the blocks --------------------------------------------------------------------- */
 
@@ -181,9 +176,8 @@ int tp_shm_map_setup(tp_comm *c)
     int w = c->world, rc;
     /* Rank 0's threshold and everyone's wish: all decide alike (the pids came with
      * tp_shm_cma_setup; without them no peer maps and the agree rounds say no). */
-    int64_t mine[2] = {env_on("DDPRT_SHM_MAP", 1), TP_SHM_MAP_MIN}, all[2 * TP_SHM_MAX_WORLD];
-    const char *e = getenv("DDPRT_SHM_MAP_MIN");
-    if (e && *e) mine[1] = atoll(e);
+    int64_t mine[2] = {rt_env_flag(RT_ENV_SHM_MAP, 1), (int64_t)rt_env_num(RT_ENV_SHM_MAP_MIN, TP_SHM_MAP_MIN)};
+    int64_t all[2 * TP_SHM_MAX_WORLD];
     if ((rc = tp_ring_allgather(c, mine, all, 2, RT_I64))) return rc;
     s->map = 1;
     for (int q = 0; q < w; q++) s->map &= all[2 * q] != 0;

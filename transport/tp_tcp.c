@@ -16,6 +16,7 @@
  *    and all sockets close, so the failure reaches every rank within milliseconds
  *    and names the rank that caused it. */
 #include "transport/tp_tcp_int.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include "rt/log.h"
@@ -459,10 +460,10 @@ static void tcp_destroy(tp_backend *b)
 /* DDPRT_TCP_NSOCKS: sockets per peer, 1..TCP_MAX_NSOCKS (default TCP_DEFAULT_NSOCKS). */
 int tcp_nsocks_env(int *n, char *err, size_t errlen)
 {
-    const char *s = getenv("DDPRT_TCP_NSOCKS");
+    const char *s = rt_env_str(RT_ENV_TCP_NSOCKS);
     char *end;
-    long v = s && *s ? strtol(s, &end, 10) : TCP_DEFAULT_NSOCKS;
-    if (s && *s && (*end || v < 1 || v > TCP_MAX_NSOCKS)) {
+    long v = s ? strtol(s, &end, 10) : TCP_DEFAULT_NSOCKS;
+    if (s && (*end || v < 1 || v > TCP_MAX_NSOCKS)) {
         snprintf(err, errlen, "DDPRT_TCP_NSOCKS=%s: expected an integer from 1 to %d", s, TCP_MAX_NSOCKS);
         return -1;
     }
@@ -494,8 +495,7 @@ int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t er
     t->b.rank = bs->rank;
     t->b.world = bs->world;
     t->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
-    const char *spin = getenv("DDPRT_TCP_SPIN_US");
-    t->spin_ns = (spin ? atoll(spin) : 200) * 1000;
+    t->spin_ns = (int64_t)rt_env_num(RT_ENV_TCP_SPIN_US, 200) * 1000;
     t->spin_cur = t->spin_ns;
     if (tcp_nsocks_env(&t->nsocks, err, errlen)) {
         free(t);

@@ -7,13 +7,12 @@
  * connection starts with a hello (magic, version, ranks, world, job token hash); a
  * wrong one is answered with a refusal, logged, and closed. */
 #include "transport/tp_tcp_int.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include "rt/log.h"
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -46,8 +45,7 @@ typedef struct tcp_conn {
  * over 127.0.0.1 (3 vs 6 us per exchange here) and no TCP stack per byte. */
 static int local_unix(void)
 {
-    const char *s = getenv("DDPRT_TCP_LOCAL");
-    return !(s && !strcmp(s, "tcp"));
+    return rt_env_choice(RT_ENV_TCP_LOCAL, 1) != 0; /* tcp|unix */
 }
 
 static socklen_t uds_addr(struct sockaddr_un *su, const char *name)
@@ -83,9 +81,8 @@ static int uds_listen(tcp_addr *me, int backlog)
 /* DDPRT_TCP_BUFSIZE=N pins every TCP socket to N (0: autotuning everywhere). */
 static int sockbuf_env(int *bytes)
 {
-    const char *s = getenv("DDPRT_TCP_BUFSIZE");
-    if (!s) return 0;
-    *bytes = atoi(s);
+    if (!rt_env_str(RT_ENV_TCP_BUFSIZE)) return 0;
+    *bytes = (int)rt_env_num(RT_ENV_TCP_BUFSIZE, 0);
     return 1;
 }
 
@@ -108,39 +105,6 @@ static void tune(int fd, int is_unix, int loopback)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
 }
 
-/* Does interface name n match one entry of an NCCL_SOCKET_IFNAME-style list? Entries
- * are comma separated prefixes ("eth" matches eth0); "=name" is exact. */
-static int iface_listed(const char *list, const char *n)
-{
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, ",");
-        int exact = *p == '=';
-        const char *e = p + exact;
-        size_t el = len - (size_t)exact;
-        if (el && (exact ? strlen(n) == el && !strncmp(n, e, el) : !strncmp(n, e, el))) return 1;
-        p += len + (p[len] == ',');
-    }
-    return 0;
-}
-
-/* DDPRT_SOCKET_IFNAME like NCCL_SOCKET_IFNAME: "eth0", "eth,ib" (prefixes), "=eth0"
- * (exact), "^docker,lo" (anything but). First IPv4 address that qualifies. */
-static int iface_pick(const char *spec, char *ip, size_t iplen)
-{
-    struct ifaddrs *ifs, *i;
-    int excl = spec[0] == '^', rc = -1;
-    const char *list = spec + excl;
-    if (getifaddrs(&ifs)) return -1;
-    for (i = ifs; i && rc; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-        if (iface_listed(list, i->ifa_name) == excl) continue;
-        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
-        rc = 0;
-    }
-    freeifaddrs(ifs);
-    return rc;
-}
-
 /* The address the others should dial: DDPRT_SOCKET_IFNAME's, else the source address
  * of the route to the rendezvous (the bootstrap's self_ip: what this rank's connection
  * to the meeting point used), else that of the route to MASTER_ADDR (a UDP connect
@@ -148,10 +112,10 @@ static int iface_pick(const char *spec, char *ip, size_t iplen)
 static int choose_addr(const tp_bootstrap *bs, tcp_addr *me, char *listen_ip, size_t llen, char *err,
                        size_t errlen)
 {
-    const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
+    const char *ifn = rt_env_str(RT_ENV_SOCKET_IFNAME);
     listen_ip[0] = 0;
     if (ifn && *ifn) {
-        if (iface_pick(ifn, me->ip, sizeof me->ip)) {
+        if (port_sock_iface_addr(ifn, me->ip, sizeof me->ip)) {
             snprintf(err, errlen, "DDPRT_SOCKET_IFNAME=%s: no interface with an IPv4 address matches", ifn);
             return -1;
         }
@@ -164,22 +128,7 @@ static int choose_addr(const tp_bootstrap *bs, tcp_addr *me, char *listen_ip, si
         snprintf(me->ip, sizeof me->ip, "%s", bs->self_ip);
         return 0;
     }
-    const char *master = getenv("MASTER_ADDR");
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_DGRAM;
-    if (master && *master && !getaddrinfo(master, "9", &hints, &ai)) {
-        int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        socklen_t sl = sizeof sa;
-        if (u >= 0 && !connect(u, ai->ai_addr, ai->ai_addrlen) &&
-            !getsockname(u, (struct sockaddr *)&sa, &sl))
-            inet_ntop(AF_INET, &sa.sin_addr, me->ip, sizeof me->ip);
-        if (u >= 0) close(u);
-        freeaddrinfo(ai);
-        return 0;
-    }
-    port_sock_host_ip(me->ip, sizeof me->ip); /* hostname's, else an interface's */
+    port_sock_host_ip(NULL, getenv("MASTER_ADDR"), me->ip, sizeof me->ip);
     return 0;
 }
 

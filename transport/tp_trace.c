@@ -15,13 +15,12 @@ static const char *const state_names[] = {"-", "issued", "running", "done", "fai
 
 int tp_watch_enabled(void)
 {
-    const char *e = getenv("DDPRT_STALL_WATCH");
-    return !e || strcmp(e, "0");
+    return rt_env_flag(RT_ENV_STALL_WATCH, 1);
 }
 
 int tp_trace_init(tp_comm *c, char *err, size_t errlen)
 {
-    double n = rt_env_num("DDPRT_TRACE_ENTRIES", 2000);
+    double n = rt_env_num(RT_ENV_TRACE_ENTRIES, 2000);
     c->ntrace = !tp_watch_enabled() ? 0 : n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
     c->trace = c->ntrace ? calloc(c->ntrace, sizeof *c->trace) : NULL;
     if (c->ntrace && !c->trace) {
@@ -82,9 +81,9 @@ static double wall(const tp_comm *c, int64_t t) { return t ? c->wall0 + (double)
 
 int tp_trace_dump(tp_comm *c, const char *why)
 {
-    const char *dir = getenv("DDPRT_TRACE_DIR");
+    const char *dir = rt_env_str(RT_ENV_TRACE_DIR);
     char path[1100], tmp[1200], host[128] = "?";
-    snprintf(path, sizeof path, "%s/ddprt-trace.%d", dir && *dir ? dir : ".", c->rank);
+    snprintf(path, sizeof path, "%s/ddprt-trace.%d", dir ? dir : ".", c->rank);
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {

@@ -4,6 +4,7 @@
  * fails every queued request, travels to every rank as an abort frame naming the
  * root cause, and then the connections close. */
 #include "transport/tp_tcp_int.h"
+#include "rt/env.h"
 #include "transport/tp_verbs_int.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
@@ -18,8 +19,7 @@ static int64_t close_grace_ns(void)
 {
     /* A peer that finished its last op closes right away; the completions of what it
      * sent us may still be in our CQ (or the ACKs of what we sent it on the wire). */
-    const char *e = getenv("DDPRT_VERBS_CLOSE_GRACE_MS");
-    return (e ? atoll(e) : 1000) * 1000000LL;
+    return (int64_t)rt_env_num(RT_ENV_VERBS_CLOSE_GRACE_MS, 1000) * 1000000LL;
 }
 
 int tp_verbs_side_fd(verbs_backend *v, int j)

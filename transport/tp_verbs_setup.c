@@ -8,6 +8,7 @@
  * (routable, what NCCL picks), else any RoCE v2 GID, else any non-zero GID. On an
  * InfiniBand link layer peers are addressed by LID. */
 #include "transport/tp_verbs_int.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -45,8 +46,8 @@ static int is_ipv4_mapped(const uint8_t *g)
 /* -1 with err when the table holds nothing usable. */
 static int choose_gid(hca_pick *h, char *err, size_t errlen)
 {
-    const char *e = getenv("DDPRT_IB_GID_INDEX");
-    if (e && *e) {
+    const char *e = rt_env_str(RT_ENV_IB_GID_INDEX);
+    if (e) {
         union ibv_gid g;
         h->gid_index = atoi(e);
         if (h->gid_index < 0 || h->gid_index >= h->pa.gid_tbl_len ||
@@ -101,8 +102,8 @@ static int pick_hca(hca_pick *h, char *err, size_t errlen)
     memset(h, 0, sizeof *h);
     char want[64] = "";
     int want_port = 0;
-    const char *e = getenv("DDPRT_IB_HCA");
-    if (e && *e) {
+    const char *e = rt_env_str(RT_ENV_IB_HCA);
+    if (e) {
         snprintf(want, sizeof want, "%s", e[0] == '=' || e[0] == '^' ? e + 1 : e);
         want[strcspn(want, ",")] = 0;
         char *colon = strchr(want, ':');
@@ -159,10 +160,9 @@ int tp_verbs_available(char *desc, size_t len)
 
 /* ---- queue pairs ------------------------------------------------------------------ */
 
-static int env_int(const char *name, int dflt, int lo, int hi)
+static int env_int(rt_env name, int dflt, int lo, int hi)
 {
-    const char *e = getenv(name);
-    int v = e && *e ? atoi(e) : dflt;
+    int v = (int)rt_env_num(name, dflt);
     return v < lo ? lo : v > hi ? hi : v;
 }
 
@@ -211,8 +211,8 @@ static int connect_qp(verbs_backend *v, int j, const tp_verbs_addr *me, const tp
         return -1;
     }
     struct ibv_qp_attr s = {.qp_state = IBV_QPS_RTS, .sq_psn = 0, .max_rd_atomic = 1,
-                            .timeout = (uint8_t)env_int("DDPRT_IB_TIMEOUT", 14, 1, 31),
-                            .retry_cnt = (uint8_t)env_int("DDPRT_IB_RETRY_CNT", 7, 0, 7), .rnr_retry = 6};
+                            .timeout = (uint8_t)env_int(RT_ENV_IB_TIMEOUT, 14, 1, 31),
+                            .retry_cnt = (uint8_t)env_int(RT_ENV_IB_RETRY_CNT, 7, 0, 7), .rnr_retry = 6};
     rc = ibv_modify_qp(qp, &s, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_TIMEOUT |
                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
     if (rc) {
@@ -252,7 +252,7 @@ static int open_local(verbs_backend *v, char *err, size_t errlen)
     /* The channel fd goes into poll(); ibv_get_cq_event must then never block. */
     fcntl(v->ch->fd, F_SETFL, fcntl(v->ch->fd, F_GETFL) | O_NONBLOCK);
     fcntl(v->ctx->async_fd, F_SETFL, fcntl(v->ctx->async_fd, F_GETFL) | O_NONBLOCK);
-    size_t slot = (size_t)env_int("DDPRT_VERBS_SLOT_KB", 64, 4, 4096) * 1024;
+    size_t slot = (size_t)env_int(RT_ENV_VERBS_SLOT_KB, 64, 4, 4096) * 1024;
     while (slot > 4096 && (size_t)world * 2 * TP_VERBS_NSLOT * slot > (64u << 20)) slot /= 2;
     v->slot = slot;
     v->stride = 2 * TP_VERBS_NSLOT * slot;
@@ -279,8 +279,8 @@ static int open_local(verbs_backend *v, char *err, size_t errlen)
 
 static int parse_fault(verbs_backend *v, uint32_t *rkey)
 {
-    const char *f = getenv("DDPRT_VERBS_TEST_FAULT");
-    if (!f || !*f) return 0;
+    const char *f = rt_env_str(RT_ENV_VERBS_TEST_FAULT);
+    if (!f) return 0;
     int rank = -1, after = 10;
     if (sscanf(f, "rkey:%d", &rank) == 1 && rank == v->b.rank) {
         *rkey ^= 0x5a5a00u; /* an rkey that no MR of ours has */

@@ -5,7 +5,6 @@
 #include "rt/log.h"
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -433,28 +432,6 @@ static void *watch_thread(void *arg)
     return NULL;
 }
 
-/* The address peers should send to: as the TCP backend's (DDPRT_SOCKET_IFNAME, the
- * route to MASTER_ADDR, the hostname's). */
-static void my_ip(char *ip, size_t n)
-{
-    const char *ifn = getenv("DDPRT_SOCKET_IFNAME"), *master = getenv("MASTER_ADDR");
-    if (ifn && *ifn && !port_sock_iface_addr(ifn, ip, n)) return;
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_DGRAM;
-    if (master && *master && !getaddrinfo(master, "9", &hints, &ai)) {
-        int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        socklen_t sl = sizeof sa;
-        int ok = u >= 0 && !connect(u, ai->ai_addr, ai->ai_addrlen) && !getsockname(u, (struct sockaddr *)&sa, &sl);
-        if (ok) inet_ntop(AF_INET, &sa.sin_addr, ip, (socklen_t)n);
-        if (u >= 0) close(u);
-        freeaddrinfo(ai);
-        if (ok) return;
-    }
-    port_sock_host_ip(ip, n);
-}
-
 int tp_watch_create(const tp_bootstrap *bs, tp_watch **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -477,7 +454,8 @@ int tp_watch_create(const tp_bootstrap *bs, tp_watch **out, char *err, size_t er
     }
     struct { char ip[48]; uint16_t port; } mine = {{0}, ntohs(sa.sin_port)}, *all = calloc((size_t)W, sizeof mine);
     if (!all) { snprintf(err, errlen, "stall watch: out of memory"); goto fail; }
-    my_ip(mine.ip, sizeof mine.ip);
+    /* The address peers should send to: as the TCP backend's. */
+    port_sock_host_ip(rt_env_str(RT_ENV_SOCKET_IFNAME), getenv("MASTER_ADDR"), mine.ip, sizeof mine.ip);
     char aerr[200] = "";
     if (bs->allgather(bs->ctx, &mine, sizeof mine, all, aerr, sizeof aerr)) {
         snprintf(err, errlen, "stall watch: address exchange: %s", aerr);
@@ -500,7 +478,7 @@ fail:
 static void set_times(tp_watch *w, double timeout_s)
 {
     w->timeout_s = timeout_s;
-    w->warn_s = rt_env_num("DDPRT_STALL_WARN", 10);
+    w->warn_s = rt_env_num(RT_ENV_STALL_WARN, 10);
     if (w->warn_s > w->timeout_s) w->warn_s = w->timeout_s;
     w->interval_s = w->warn_s / 10 < 0.05 ? 0.05 : w->warn_s / 10 > 1 ? 1 : w->warn_s / 10;
     w->silent_s = 0.5 * w->warn_s;

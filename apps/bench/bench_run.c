@@ -1,6 +1,7 @@
 /* ddprt-bench runner: sizes loop, timing, the result check, and the two ways to get
  * a communicator (tcp through the rendezvous; loopback threads in one process). */
 #include "apps/bench/bench.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
 #include "rt/rdzv.h"
@@ -27,8 +28,8 @@ static void put(void *buf, size_t i, int dt, double v)
     switch (dt) {
     case RT_F32: ((float *)buf)[i] = (float)v; break;
     case RT_F64: ((double *)buf)[i] = v; break;
-    case RT_F16: ((uint16_t *)buf)[i] = tp_f32_to_f16((float)v); break;
-    case RT_BF16: ((uint16_t *)buf)[i] = tp_f32_to_bf16((float)v); break;
+    case RT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
+    case RT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
     case RT_I32: ((int32_t *)buf)[i] = (int32_t)(int64_t)v; break;
     case RT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
     case RT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
@@ -40,8 +41,8 @@ static double get(const void *buf, size_t i, int dt)
     switch (dt) {
     case RT_F32: return ((const float *)buf)[i];
     case RT_F64: return ((const double *)buf)[i];
-    case RT_F16: return tp_f16_to_f32(((const uint16_t *)buf)[i]);
-    case RT_BF16: return tp_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case RT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
     case RT_I32: return ((const int32_t *)buf)[i];
     case RT_I64: return (double)((const int64_t *)buf)[i];
     default: return ((const uint8_t *)buf)[i];
@@ -160,14 +161,14 @@ static void header(const bench_opts *o, int world, const char *backend, tp_comm 
     const char *algo = o->algo == TP_ALGO_RING ? "ring" : o->algo == TP_ALGO_RD ? "rd"
                      : o->algo == TP_ALGO_HIER ? "hier" : NULL;
     if (!algo) {
-        const char *e = getenv("DDPRT_ALGO");
-        algo = o->algo == TP_ALGO_DEFAULT && e && *e ? e : "auto";
+        const char *e = rt_env_str(RT_ENV_ALGO);
+        algo = o->algo == TP_ALGO_DEFAULT && e ? e : "auto";
     }
     printf("# ddprt-bench %s: world %d, backend %s, allreduce algorithm %s", o->coll_name, world, backend, algo);
     if (!strcmp(algo, "auto"))
         printf(" (rd below %d B, else hierarchical across several hosts of several ranks, else ring)",
                TP_AUTO_RD_MAX_BYTES);
-    printf(", reduce ISA %s, comm scratch %zu KiB\n", tp_isa_names[tp_isa_active()],
+    printf(", reduce ISA %s, comm scratch %zu KiB\n", rt_isa_name(tp_isa_active()),
            tp_comm_arena_bytes(c) >> 10);
     printf("# dtype %s, op %s, iters %d, warmup %d, check %s, buffers %s; iterations shrink so one size moves at most "
            "%.3g GiB per rank\n", o->type_name, tp_op_names[o->op], o->iters, o->warmup, o->check ? "on" : "off",

@@ -5,6 +5,7 @@
  *   node 0 -> worker: GO K resume fail_node fail_rank fail_code token | STOP K | END code |
  *                     ERR text | PING */
 #include "apps/launch/launch_ctl.h"
+#include "rt/env.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include <fcntl.h>
@@ -299,8 +300,7 @@ int lc_start(lc *c, const char *addr, int port, int node, int nnodes, int nproc,
     memset(c, 0, sizeof *c);
     c->master = node == 0, c->node = node, c->nnodes = nnodes;
     c->fail_node = c->fail_rank = -1;
-    const char *t = getenv("DDPRT_TIMEOUT");
-    c->wait_s = t && atof(t) > 0 ? atof(t) : 300;
+    c->wait_s = rt_env_timeout_s();
     c->silence_s = c->wait_s < 30 ? c->wait_s : 30;
     snprintf(c->where, sizeof c->where, "%s:%d", addr, port);
     c->npeers = c->master ? nnodes - 1 : 1;

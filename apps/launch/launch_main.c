@@ -100,8 +100,7 @@ static int parse_args(int argc, char **argv, launch_opts *o)
         return usage_error("--resume-arg is used on restarts only: give --max-restarts N too");
     if (o->ctl_port > 0 && !(o->nnodes > 1 && o->max_restarts > 0))
         return usage_error("--control-port is used only with --nnodes > 1 and --max-restarts N");
-    const char *g = getenv("DDPRT_LAUNCH_GRACE");
-    if (g && *g) o->grace_s = atof(g); /* its domain: rt_env_check */
+    o->grace_s = rt_env_num(RT_ENV_LAUNCH_GRACE, o->grace_s); /* its domain: rt_env_check */
     return -1;
 }
 
@@ -129,8 +128,8 @@ static int job_environment(launch_opts *o)
         port_sock_close(fd);
     }
     if (o->port < 0) o->port = 29500;
-    const char *tok = getenv("DDPRT_JOB_TOKEN");
-    if ((!tok || !*tok) && o->nnodes == 1) {
+    const char *tok = rt_env_str(RT_ENV_JOB_TOKEN);
+    if (!tok && o->nnodes == 1) {
         /* A random token per launch: a stray rank of another job cannot join this one. */
         unsigned char r[16] = {0};
         char hex[40];
@@ -186,7 +185,7 @@ static int rounds_on_nodes(const launch_opts *o)
     lc ctl;
     lc_decision d;
     int ctl_port = o->ctl_port > 0 ? o->ctl_port : o->port < 65535 ? o->port + 1 : o->port - 1;
-    const char *base = getenv("DDPRT_JOB_TOKEN");
+    const char *base = rt_env_str(RT_ENV_JOB_TOKEN);
     if (lc_start(&ctl, o->addr, ctl_port, o->node_rank, o->nnodes, o->nproc, o->max_restarts, o->resume != NULL,
                  base ? base : "", &d))
         return 1;
@@ -218,7 +217,7 @@ static int rounds_on_nodes(const launch_opts *o)
 /* One node: a failed rank restarts the local ranks, up to --max-restarts times. */
 static int rounds_here(const launch_opts *o)
 {
-    const char *base_tok = getenv("DDPRT_JOB_TOKEN");
+    const char *base_tok = rt_env_str(RT_ENV_JOB_TOKEN);
     char base[160], rtok[200];
     snprintf(base, sizeof base, "%s", base_tok ? base_tok : "");
     char **args = o->prog;

@@ -3,36 +3,21 @@
  * products to an fp32 lane, so K is consumed two at a time: the NN form packs A and B
  * with K pairs interleaved, the NT form needs no interleave (both operands run along
  * the reduction, and pair (l, l+1) lines up in both).
- * k_f32_to_bf16 and k_bf16_from_f32_span round with integer operations (exactly
- * PyTorch's); the native GEMM operands use vcvtne(2)ps2bf16, which differs only in
- * flushing subnormals (vdpbf16ps ignores them anyway) and in NaN payloads. */
+ * rt_f32_to_bf16 (rt/half.h) and k_bf16_from_f32_span round with integer operations
+ * (PyTorch's rounding; a NaN keeps its payload, quieted, as vcvtneps2bf16 does); the
+ * native GEMM operands use vcvtne(2)ps2bf16, which differs only in flushing subnormals
+ * (vdpbf16ps ignores them anyway). */
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_int.h"
 #include "kernels/cpu/k_gemm.h"
+#include "rt/half.h"
 #include <string.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
 #define K_BF16_X86 1
 #endif
-
-uint16_t k_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0; /* NaN: PyTorch's quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                    /* ties to even; inf stays inf */
-    return (uint16_t)(u >> 16);
-}
-
-float k_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 #ifdef K_BF16_X86
 #define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi2")))
@@ -47,7 +32,7 @@ BF_INL __m512i rne_hi(__m512 v)
                                                      _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc00000));
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000)); /* NaN: quieted */
 }
 
 BF_TARGET static void from_f32_avx512(size_t n, const float *x, uint16_t *y)
@@ -55,7 +40,7 @@ BF_TARGET static void from_f32_avx512(size_t n, const float *x, uint16_t *y)
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rne_hi(_mm512_loadu_ps(x + i)), 16)));
-    for (; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+    for (; i < n; i++) y[i] = rt_f32_to_bf16(x[i]);
 }
 #endif
 
@@ -64,12 +49,12 @@ void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y)
 #ifdef K_BF16_X86
     if (k_isa_level() == K_ISA_AVX512) { from_f32_avx512(n, x, y); return; }
 #endif
-    for (size_t i = 0; i < n; i++) y[i] = k_f32_to_bf16(x[i]);
+    for (size_t i = 0; i < n; i++) y[i] = rt_f32_to_bf16(x[i]);
 }
 
 void k_bf16_round_span(size_t n, const float *x, float *y)
 {
-    for (size_t i = 0; i < n; i++) y[i] = k_bf16_to_f32(k_f32_to_bf16(x[i]));
+    for (size_t i = 0; i < n; i++) y[i] = rt_bf16_to_f32(rt_f32_to_bf16(x[i]));
 }
 
 size_t k_bf16_pack_a_elems(int m, int kk)
@@ -89,7 +74,7 @@ void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *
                 for (int h = 0; h < 2; h++) {
                     int k = 2 * p + h;
                     o[((size_t)p * K_BF16_MR + i) * 2 + h] =
-                        i < mr && k < kk ? k_f32_to_bf16(a[(long)(i0 + i) * ars + (long)k * acs]) : 0;
+                        i < mr && k < kk ? rt_f32_to_bf16(a[(long)(i0 + i) * ars + (long)k * acs]) : 0;
                 }
     }
 }
@@ -98,9 +83,9 @@ size_t k_bf16_panel_elems(int kk) { return (size_t)((kk + 1) / 2) * 64; }
 
 #ifdef K_BF16_X86
 /* Rows k and k+1 of B, columns [j0, j0+nc), as 32 interleaved pairs (two vectors).
- * vcvtne2ps2bf16 rounds as k_f32_to_bf16 except that it flushes subnormals to zero
- * (and keeps NaN payloads), which vdpbf16ps does to its inputs anyway: the products
- * are the same, at a third of the instructions of the integer rounding. */
+ * vcvtne2ps2bf16 rounds as rt_f32_to_bf16 except that it flushes subnormals to zero,
+ * which vdpbf16ps does to its inputs anyway: the products are the same, at a third of
+ * the instructions of the integer rounding. */
 static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 BF_TARGET static void pack_panel(int kk, int nc, const float *b, long ldb, const long *boff, uint16_t *panel)
@@ -502,8 +487,8 @@ void k_bf16_pack_a_pairs(int m, int npairs, const float *a, long ars, long acs, 
         for (int p = 0; p < npairs; p++)
             for (int i = 0; i < K_BF16_MR; i++) {
                 const float *ai = a + (long)(i0 + i) * ars;
-                o[((size_t)p * K_BF16_MR + i) * 2] = i < mr ? k_f32_to_bf16(ai[(long)ta[p] * acs]) : 0;
-                o[((size_t)p * K_BF16_MR + i) * 2 + 1] = i < mr && tb[p] >= 0 ? k_f32_to_bf16(ai[(long)tb[p] * acs]) : 0;
+                o[((size_t)p * K_BF16_MR + i) * 2] = i < mr ? rt_f32_to_bf16(ai[(long)ta[p] * acs]) : 0;
+                o[((size_t)p * K_BF16_MR + i) * 2 + 1] = i < mr && tb[p] >= 0 ? rt_f32_to_bf16(ai[(long)tb[p] * acs]) : 0;
             }
     }
 }

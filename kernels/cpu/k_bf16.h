@@ -18,7 +18,7 @@
 void k_bf16_round_span(size_t n, const float *x, float *y); /* y = (float)bf16(x) */
 void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y);
 /* For native GEMM operands: as k_bf16_from_f32_span but subnormals may flush to zero
- * (vdpbf16ps ignores them) and NaN payloads may differ. */
+ * (vdpbf16ps ignores them). */
 void k_bf16_operand_span(size_t n, const float *x, uint16_t *y);
 size_t k_bf16_pack_a_elems(int m, int kk);
 void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *ap);

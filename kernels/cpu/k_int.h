@@ -5,7 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { K_ISA_GENERIC = 0, K_ISA_AVX2 = 1, K_ISA_AVX512 = 2, K_ISA_AVX512BF16 = 3 };
+#include "rt/isa.h"
+
+/* rt/isa.h's levels, under the kernels' names. */
+enum { K_ISA_GENERIC = RT_ISA_GENERIC, K_ISA_AVX2 = RT_ISA_AVX2, K_ISA_AVX512 = RT_ISA_AVX512,
+       K_ISA_AVX512BF16 = RT_ISA_AVX512BF16 };
 /* The fp32 path in use (detected once, env may lower); never K_ISA_AVX512BF16, which
  * the fp32 kernels run as K_ISA_AVX512. */
 int k_isa_level(void);

@@ -9,6 +9,7 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_int.h"
 #include "ports/posix/port.h"
+#include "rt/isa.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,64 +131,24 @@ void k_parallel_for(int ntasks, k_task_fn fn, void *ctx)
     atomic_flag_clear(&pool.busy);
 }
 
-/* ---- ISA: detected once; DDPRT_ISA or k_set_isa may pick a lower path. ---- */
-/* "avx512bf16" is the AVX-512 path plus vdpbf16ps for the bf16 (--amp) kernels; the
- * fp32 kernels see it as avx512 (k_isa_level), so naming avx512 only turns bf16's
- * native path off. */
-static const char *const isa_names[] = {"generic", "avx2", "avx512", "avx512bf16"};
-static _Atomic int isa_cur = -1, isa_best = -1;
-
-static int isa_detect(void)
-{
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        /* The bf16 path also expands/compresses 16-bit lanes (VBMI2: every AVX512-BF16
-         * CPU but Cooper Lake, which takes the portable bf16 path). */
-        return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vbmi2")
-                   ? K_ISA_AVX512BF16
-                   : K_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return K_ISA_AVX2;
-#endif
-    return K_ISA_GENERIC;
-}
-
-static int isa_parse(const char *s)
-{
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, isa_names[i]) == 0) return i;
-    return -1;
-}
+/* ---- ISA: rt/isa.c's level (detected once, DDPRT_ISA may lower it); k_set_isa may
+ * pick another for the kernels alone (tests, benchmarks). "avx512bf16" is the AVX-512
+ * path plus vdpbf16ps for the bf16 (--amp) kernels; the fp32 kernels see it as avx512
+ * (k_isa_level), so naming avx512 only turns bf16's native path off. ---- */
+static _Atomic int isa_cur = -1;
 
 int k_set_isa(const char *name)
 {
-    if (isa_best < 0) isa_best = isa_detect();
-    int want = name ? isa_parse(name) : isa_best;
-    if (want < 0 || want > isa_best) return -1;
+    int want = name ? rt_isa_parse(name) : rt_isa_best();
+    if (want < 0 || want > rt_isa_best()) return -1;
     isa_cur = want;
     return 0;
 }
 
 static int isa_raw(void)
 {
-    if (isa_cur >= 0) return isa_cur;
-    isa_best = isa_detect();
-    int lvl = isa_best;
-    const char *e = getenv("DDPRT_ISA");
-    if (e && *e) {
-        int want = isa_parse(e);
-        if (want < 0)
-            fprintf(stderr, "ddprt: DDPRT_ISA=%s: expected generic, avx2, avx512 or avx512bf16; using %s\n",
-                    e, isa_names[lvl]);
-        else if (want > isa_best)
-            fprintf(stderr, "ddprt: DDPRT_ISA=%s: this CPU lacks it; using %s\n", e,
-                    isa_names[lvl]);
-        else
-            lvl = want;
-    }
-    isa_cur = lvl;
-    return lvl;
+    int l = isa_cur;
+    return l >= 0 ? l : (isa_cur = rt_isa_env());
 }
 
 int k_isa_level(void)
@@ -197,4 +158,4 @@ int k_isa_level(void)
 }
 int k_isa_bf16(void) { return isa_raw() == K_ISA_AVX512BF16; }
 
-const char *k_isa(void) { return isa_names[isa_raw()]; }
+const char *k_isa(void) { return rt_isa_name(isa_raw()); }

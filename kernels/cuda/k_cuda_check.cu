@@ -1,5 +1,6 @@
 // Launch checking for every kernels/cuda launch (see k_cuda.h, "Errors").
 #include "kernels/cuda/k_cuda_common.cuh"
+#include "rt/env.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,7 @@ int k_cuda_check_launch(const char *kernel, const char *fmt, ...)
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
         if (sync_each < 0) {
-            const char *v = getenv("DDPRT_CUDA_SYNC");
-            sync_each = v && *v && *v != '0';
+            sync_each = rt_env_flag(RT_ENV_CUDA_SYNC, 0);
         }
         // Debug mode: wait here so an execution fault is pinned to this launch.
         if (!sync_each) return 0;

@@ -1,7 +1,9 @@
 // Shared by the kernels/cuda/*.cu files: launch checking, the counter-based RNG, the
-// f16/bf16 bit conversions and a deterministic block reduction.
+// f16/bf16 bit conversions (rt/half.h: the host's code, bit for bit) and a deterministic
+// block reduction.
 #pragma once
 #include "kernels/cuda/k_cuda.h"
+#include "rt/half.h"
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -40,48 +42,6 @@ __device__ __forceinline__ float k_cuda_rng_at(uint64_t key, uint64_t counter)
 {
     uint64_t z = k_cuda_mix64(key + (counter + 1) * 0x9E3779B97F4A7C15ULL);
     return (float)(z >> 40) * 0x1p-24f;
-}
-
-// ---- f16 / bf16: bit-level twins of transport/tp_reduce.c (round to nearest even,
-// subnormals and NaNs handled the same way), so device and host roundings agree.
-__device__ __forceinline__ float k_cuda_u2f(uint32_t u) { return __uint_as_float(u); }
-
-__device__ __forceinline__ float k_cuda_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0x1f) return k_cuda_u2f(s | 0x7f800000u | (m << 13));
-    if (e) return k_cuda_u2f(s | ((e + 112) << 23) | (m << 13));
-    if (!m) return k_cuda_u2f(s);
-    e = 113;
-    while (!(m & 0x400)) { m <<= 1; e--; }
-    return k_cuda_u2f(s | (e << 23) | ((m & 0x3ff) << 13));
-}
-
-__device__ __forceinline__ uint16_t k_cuda_f32_to_f16(float f)
-{
-    uint32_t u = __float_as_uint(f), a = u & 0x7fffffffu;
-    uint16_t s = (uint16_t)((u >> 16) & 0x8000);
-    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00 | ((a >> 13) & 0x3ff));
-    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00);
-    if (a >= 0x38800000u) {
-        uint32_t r = a - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1);
-        return (uint16_t)(s | (r >> 13));
-    }
-    if (a <= 0x33000000u) return s;
-    uint32_t e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;
-    uint32_t h = mant >> sh, rem = mant & ((1u << sh) - 1), half = 1u << (sh - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;
-    return (uint16_t)(s | h);
-}
-
-__device__ __forceinline__ float k_cuda_bf16_to_f32(uint16_t h) { return k_cuda_u2f((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t k_cuda_f32_to_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
 // ---- Block sum of one double per thread (blockDim.x == K_CUDA_THREADS). A fixed tree:

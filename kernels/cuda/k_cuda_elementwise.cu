@@ -138,11 +138,11 @@ __global__ void sum_f32(size_t n, float *d, const float *a, const float *b)
 }
 __global__ void sum_f16(size_t n, uint16_t *d, const uint16_t *a, const uint16_t *b)
 {
-    GRID_STRIDE(i, n) d[i] = k_cuda_f32_to_f16(k_cuda_f16_to_f32(a[i]) + k_cuda_f16_to_f32(b[i]));
+    GRID_STRIDE(i, n) d[i] = rt_f32_to_f16(rt_f16_to_f32(a[i]) + rt_f16_to_f32(b[i]));
 }
 __global__ void sum_bf16(size_t n, uint16_t *d, const uint16_t *a, const uint16_t *b)
 {
-    GRID_STRIDE(i, n) d[i] = k_cuda_f32_to_bf16(k_cuda_bf16_to_f32(a[i]) + k_cuda_bf16_to_f32(b[i]));
+    GRID_STRIDE(i, n) d[i] = rt_f32_to_bf16(rt_bf16_to_f32(a[i]) + rt_bf16_to_f32(b[i]));
 }
 __global__ void scale_f32(size_t n, float f, float *x)
 {
@@ -168,10 +168,10 @@ int k_cuda_scale(size_t n, float f, float *x, port_stream s)
     return k_cuda_check_launch("k_cuda_scale", "n=%zu", n);
 }
 
-__global__ void to_f16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = k_cuda_f32_to_f16(x[i]); }
-__global__ void from_f16(size_t n, const uint16_t *x, float *y) { GRID_STRIDE(i, n) y[i] = k_cuda_f16_to_f32(x[i]); }
-__global__ void to_bf16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = k_cuda_f32_to_bf16(x[i]); }
-__global__ void from_bf16(size_t n, const uint16_t *x, float *y) { GRID_STRIDE(i, n) y[i] = k_cuda_bf16_to_f32(x[i]); }
+__global__ void to_f16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = rt_f32_to_f16(x[i]); }
+__global__ void from_f16(size_t n, const uint16_t *x, float *y) { GRID_STRIDE(i, n) y[i] = rt_f16_to_f32(x[i]); }
+__global__ void to_bf16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = rt_f32_to_bf16(x[i]); }
+__global__ void from_bf16(size_t n, const uint16_t *x, float *y) { GRID_STRIDE(i, n) y[i] = rt_bf16_to_f32(x[i]); }
 
 int k_cuda_f32_to_f16(size_t n, const float *x, uint16_t *y, port_stream s)
 {

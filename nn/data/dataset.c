@@ -1,6 +1,8 @@
 /* The format-independent part: locating and detecting the data, per-format defaults,
  * one transformed sample (what loader workers call), names saved beside checkpoints. */
 #include "nn/data/dataset.h"
+#include "rt/hash.h"
+#include "rt/env.h"
 #include "nn/data/image.h"
 #include <errno.h>
 #include <stdio.h>
@@ -15,12 +17,6 @@
 
 static const char *const fmt_names[] = {"idx", "cifar10", "cifar100", "imagefolder", "text", "synthetic"};
 
-uint64_t nn_fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
-    return h;
-}
 
 static int exists(const char *dir, const char *name, int want_dir)
 {
@@ -48,8 +44,7 @@ static int detect(char *dir, size_t dirlen)
 
 int nn_data_locate(const char *dir, char *out, size_t outlen, char *err, size_t errlen)
 {
-    const char *env = getenv("DDPRT_DATA");
-    const char *cands[3] = {env && *env ? env : NULL, "./data", DEBIAN_DIR};
+    const char *cands[3] = {rt_env_str(RT_ENV_DATA), "./data", DEBIAN_DIR};
     char tmp[512];
     if (dir && *dir) {
         snprintf(tmp, sizeof tmp, "%s", dir);
@@ -163,7 +158,7 @@ int nn_data_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
     case NN_FMT_CIFAR100: return nn_cifar_load(d, a, err, errlen);
     case NN_FMT_FOLDER: {
         int rc = nn_folder_load(d, a, err, errlen);
-        if (!rc && !a->planning) d->meta_hash = nn_fnv1a(1469598103934665603ull, d->classes, d->classes_bytes);
+        if (!rc && !a->planning) d->meta_hash = rt_fnv1a(RT_FNV1A_INIT, d->classes, d->classes_bytes);
         return rc;
     }
     case NN_FMT_TEXT: return nn_text_load(d, a, err, errlen);

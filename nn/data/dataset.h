@@ -100,5 +100,4 @@ int nn_folder_sample(const nn_dataset *d, int idx, int epoch, int train, float *
                      char *err, size_t errlen);
 int nn_text_open(nn_dataset *d, const char *dir, char *err, size_t errlen);
 int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
-uint64_t nn_fnv1a(uint64_t h, const void *p, size_t n);
 #endif

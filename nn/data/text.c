@@ -6,6 +6,7 @@
  * sorted into ids. Start-up temporaries (the counting table) use malloc; what the
  * loader reads lives in the arena. */
 #include "nn/data/dataset.h"
+#include "rt/hash.h"
 #include "rt/log.h"
 #include <errno.h>
 #include <locale.h>
@@ -61,7 +62,7 @@ int nn_text_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
 typedef struct ent { uint32_t off, len, count; int32_t id; } ent;
 typedef struct tbl { ent *e; size_t cap, n; const char *base; } tbl;
 
-static uint64_t hash(const char *s, size_t n) { return nn_fnv1a(1469598103934665603ull, s, n); }
+static uint64_t hash(const char *s, size_t n) { return rt_fnv1a(RT_FNV1A_INIT, s, n); }
 
 static ent *lookup(tbl *t, const char *s, uint32_t len, int insert, uint32_t off)
 {
@@ -261,7 +262,7 @@ int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
     size_t po = 0;
     memcpy(d->pool, "<pad>\0<unk>", 12);
     d->vocab_off[0] = 0, d->vocab_off[1] = 6, po = 12;
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = RT_FNV1A_INIT;
     for (size_t i = 0; i < ns; i++) {
         sel[i]->id = (int32_t)(i + 2);
         d->vocab_off[i + 2] = (int64_t)po;
@@ -270,7 +271,7 @@ int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         d->pool[po++] = 0;
     }
     d->vocab = (int)ns + 2;
-    h = nn_fnv1a(h, d->pool, po);
+    h = rt_fnv1a(h, d->pool, po);
     size_t nl = 0, co = 0;
     for (size_t i = 0; i < labs.cap; i++)
         if (labs.e[i].len) sel[nl++] = &labs.e[i];
@@ -283,7 +284,7 @@ int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
     }
     d->classes_bytes = co;
     d->num_classes = ints ? (int)maxl + 1 : (int)nl;
-    h = nn_fnv1a(h, d->classes, co);
+    h = rt_fnv1a(h, d->classes, co);
     d->meta_hash = h;
     free(sel);
     int rc = 0;

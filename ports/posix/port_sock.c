@@ -204,17 +204,33 @@ int port_sock_read_full(int fd, void *buf, size_t n, int64_t deadline_ns)
     return 0;
 }
 
-int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen)
+/* Does interface name n match one entry of an NCCL_SOCKET_IFNAME-style list? Entries
+ * are comma separated prefixes ("eth" matches eth0); "=name" is exact. */
+static int iface_listed(const char *list, const char *n)
+{
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int exact = *p == '=';
+        const char *e = p + exact;
+        size_t el = len - (size_t)exact;
+        if (el && (exact ? strlen(n) == el && !strncmp(n, e, el) : !strncmp(n, e, el))) return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+int port_sock_iface_addr(const char *spec, char *ip, size_t iplen)
 {
     struct ifaddrs *ifs, *i;
+    int excl = spec[0] == '^', rc = PORT_ERR;
+    const char *list = spec + excl;
     if (getifaddrs(&ifs)) return PORT_ERR;
-    int rc = PORT_ERR;
-    for (i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, ifname)) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
-            rc = 0;
-            break;
-        }
+    for (i = ifs; i && rc; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        if (iface_listed(list, i->ifa_name) == excl) continue;
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
+        rc = 0;
+    }
     freeifaddrs(ifs);
     return rc;
 }
@@ -283,10 +299,28 @@ static int addr_is_local(struct in_addr in)
     return yes;
 }
 
-void port_sock_host_ip(char *ip, size_t iplen)
+/* The source address of the route to host `toward`: a UDP connect picks the route and
+ * sends nothing. 0, or PORT_ERR. */
+static int route_src(const char *toward, char *ip, size_t iplen)
 {
-    const char *ifn = getenv("DDPRT_SOCKET_IFNAME");
-    if (ifn && *ifn && port_sock_iface_addr(ifn, ip, iplen) == 0) return;
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    if (getaddrinfo(toward, "9", &hints, &ai)) return PORT_ERR;
+    int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    int ok = u >= 0 && !connect(u, ai->ai_addr, ai->ai_addrlen) && !getsockname(u, (struct sockaddr *)&sa, &sl);
+    if (ok) inet_ntop(AF_INET, &sa.sin_addr, ip, (socklen_t)iplen);
+    if (u >= 0) close(u);
+    freeaddrinfo(ai);
+    return ok ? 0 : PORT_ERR;
+}
+
+void port_sock_host_ip(const char *ifspec, const char *toward, char *ip, size_t iplen)
+{
+    if (ifspec && *ifspec && port_sock_iface_addr(ifspec, ip, iplen) == 0) return;
+    if (toward && *toward && route_src(toward, ip, iplen) == 0) return;
     char host[256];
     port_sock_hostname(host, sizeof host);
     struct addrinfo hints = {0}, *res = NULL;
@@ -331,6 +365,7 @@ int port_sock_local_ip(int fd, char *ip, size_t iplen, int *loopback)
     return 0;
 }
 
+/* rt/hash.h's FNV-1a: ports sit below rt and include nothing of it. */
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     for (size_t k = 0; k < n; k++) h = (h ^ ((const unsigned char *)p)[k]) * 0x100000001b3ull;

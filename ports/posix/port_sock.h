@@ -28,8 +28,9 @@ int port_sock_write_full(int fd, const void *buf, size_t n, int64_t deadline_ns)
 int port_sock_read_full(int fd, void *buf, size_t n, int64_t deadline_ns);
 /* Waits until fd is readable (1), the deadline passes (0), or error (PORT_ERR). */
 int port_sock_wait_readable(int fd, int64_t deadline_ns);
-/* IPv4 address of a named interface (DDPRT_SOCKET_IFNAME); 0 or PORT_ERR. */
-int port_sock_iface_addr(const char *ifname, char *ip, size_t iplen);
+/* The first IPv4 address of an interface that an NCCL_SOCKET_IFNAME-style spec names:
+ * "eth0", "eth,ib" (prefixes), "=eth0" (exact), "^docker,lo" (anything but). 0 or PORT_ERR. */
+int port_sock_iface_addr(const char *spec, char *ip, size_t iplen);
 void port_sock_close(int fd);
 /* Waits until any of fds[0..n) is readable, closed or in error (negative fds are
  * skipped); sets ready[i] = 1 for those. Returns how many, 0 once the deadline has
@@ -39,9 +40,11 @@ int port_sock_poll_readable(const int *fds, int n, int *ready, int64_t deadline_
 long port_sock_read_some(int fd, void *buf, size_t n);
 /* This host's name (gethostname), "?" when unknown. */
 void port_sock_hostname(char *name, size_t len);
-/* The IPv4 address peers should use for this host: DDPRT_SOCKET_IFNAME's, else the
- * hostname's (non-loopback), else the first non-loopback interface's, else 127.0.0.1. */
-void port_sock_host_ip(char *ip, size_t iplen);
+/* The IPv4 address peers should use for this host: the interface ifspec names (NULL or
+ * "": none; see port_sock_iface_addr), else the source address of the route toward host
+ * `toward` (NULL: none), else the hostname's (non-loopback, of this network namespace),
+ * else the first non-loopback interface's, else 127.0.0.1. */
+void port_sock_host_ip(const char *ifspec, const char *toward, char *ip, size_t iplen);
 /* The local IPv4 address of a connected socket (the source address of the route to
  * the peer) into ip; 0, or -1 when it is not IPv4. *loopback: it is 127.0.0.0/8. */
 int port_sock_local_ip(int fd, char *ip, size_t iplen, int *loopback);

@@ -244,7 +244,7 @@ TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
         memcpy(&x[i], &u, 4); /* every class of float: NaN, inf, subnormal, ties */
     }
     uint16_t *h = malloc(n * 2), *b = malloc(n * 2), *gh_h = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) { h[i] = tp_f32_to_f16(x[i]); b[i] = tp_f32_to_bf16(x[i]); }
+    for (size_t i = 0; i < n; i++) { h[i] = rt_f32_to_f16(x[i]); b[i] = rt_f32_to_bf16(x[i]); }
     float *gx = g_up(x, n * 4);
     uint16_t *g16 = g_dev(n * 2);
     g_need(k_cuda_f32_to_f16(n, gx, g16, NULL) == 0, "to f16");
@@ -254,20 +254,28 @@ TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
     g_down(gh_h, g16, n * 2);
     CHECK(g_ndiff(gh_h, b, n, 2) == 0);
     float *back = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) back[i] = tp_f16_to_f32(h[i]);
+    for (size_t i = 0; i < n; i++) back[i] = rt_f16_to_f32(h[i]);
     uint16_t *gh = g_up(h, n * 2);
     g_need(k_cuda_f16_to_f32(n, gh, gx, NULL) == 0, "from f16");
     CHECK(g_ndiff(g_result(gx, n), back, n, 4) == 0);
+    /* Every 16-bit value widened on the device as rt/half.h does on the host (NaNs too). */
+    for (size_t i = 0; i < 65536; i++) gh_h[i] = (uint16_t)i;
+    uint16_t *gall = g_up(gh_h, 65536 * 2);
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < 65536; i++) back[i] = k ? rt_bf16_to_f32(gh_h[i]) : rt_f16_to_f32(gh_h[i]);
+        g_need((k ? k_cuda_bf16_to_f32 : k_cuda_f16_to_f32)(65536, gall, gx, NULL) == 0, "widen every value");
+        CHECKF(g_ndiff(g_result(gx, 65536), back, 65536, 4) == 0, "%s", k ? "bf16" : "f16");
+    }
     /* reduce_sum in each dtype vs the host reduction */
     uint16_t *gb = g_up(b, n * 2), *out = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) out[i] = tp_f32_to_bf16(tp_bf16_to_f32(b[i]) + tp_bf16_to_f32(b[n - 1 - i]));
+    for (size_t i = 0; i < n; i++) out[i] = rt_f32_to_bf16(rt_bf16_to_f32(b[i]) + rt_bf16_to_f32(b[n - 1 - i]));
     uint16_t *rev = malloc(n * 2);
     for (size_t i = 0; i < n; i++) rev[i] = b[n - 1 - i];
     uint16_t *grev = g_up(rev, n * 2);
     g_need(k_cuda_reduce_sum(g16, gb, grev, n, RT_BF16, NULL) == 0, "reduce bf16");
     g_down(gh_h, g16, n * 2);
     CHECK(g_ndiff(gh_h, out, n, 2) == 0);
-    for (size_t i = 0; i < n; i++) out[i] = tp_f32_to_f16(tp_f16_to_f32(h[i]) + tp_f16_to_f32(h[i]));
+    for (size_t i = 0; i < n; i++) out[i] = rt_f32_to_f16(rt_f16_to_f32(h[i]) + rt_f16_to_f32(h[i]));
     g_need(k_cuda_reduce_sum(g16, gh, gh, n, RT_F16, NULL) == 0, "reduce f16");
     g_down(gh_h, g16, n * 2);
     CHECK(g_ndiff(gh_h, out, n, 2) == 0);

@@ -27,14 +27,14 @@ static void put(void *b, size_t i, rt_dtype dt, int64_t v)
 {
     if (dt == RT_F32) ((float *)b)[i] = (float)v;
     else if (dt == RT_I32) ((int32_t *)b)[i] = (int32_t)v;
-    else ((uint16_t *)b)[i] = tp_f32_to_bf16((float)v);
+    else ((uint16_t *)b)[i] = rt_f32_to_bf16((float)v);
 }
 
 static int64_t get(const void *b, size_t i, rt_dtype dt)
 {
     if (dt == RT_F32) return (int64_t)((const float *)b)[i];
     if (dt == RT_I32) return ((const int32_t *)b)[i];
-    return (int64_t)tp_bf16_to_f32(((const uint16_t *)b)[i]);
+    return (int64_t)rt_bf16_to_f32(((const uint16_t *)b)[i]);
 }
 
 /* Element i reduced with op over all world_ ranks. */

@@ -23,6 +23,7 @@ static void bfree(void *p);
 #define COLL_ALLOC balloc
 #define COLL_FREE bfree
 #include "test/progs/coll_matrix.h"
+#include "rt/hash.h"
 #include "transport/tp_shm.h"
 #include <dirent.h>
 #include <errno.h>
@@ -91,8 +92,8 @@ static void sput(void *b, size_t i, rt_dtype dt, double v)
     switch (dt) {
     case RT_F32: ((float *)b)[i] = (float)v; break;
     case RT_F64: ((double *)b)[i] = v; break;
-    case RT_F16: ((uint16_t *)b)[i] = tp_f32_to_f16((float)v); break;
-    case RT_BF16: ((uint16_t *)b)[i] = tp_f32_to_bf16((float)v); break;
+    case RT_F16: ((uint16_t *)b)[i] = rt_f32_to_f16((float)v); break;
+    case RT_BF16: ((uint16_t *)b)[i] = rt_f32_to_bf16((float)v); break;
     case RT_I32: ((int32_t *)b)[i] = (int32_t)(int64_t)v; break;
     case RT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
     default: ((uint8_t *)b)[i] = (uint8_t)(int64_t)v;
@@ -104,8 +105,8 @@ static double sget(const void *b, size_t i, rt_dtype dt)
     switch (dt) {
     case RT_F32: return ((const float *)b)[i];
     case RT_F64: return ((const double *)b)[i];
-    case RT_F16: return tp_f16_to_f32(((const uint16_t *)b)[i]);
-    case RT_BF16: return tp_bf16_to_f32(((const uint16_t *)b)[i]);
+    case RT_F16: return rt_f16_to_f32(((const uint16_t *)b)[i]);
+    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)b)[i]);
     case RT_I32: return ((const int32_t *)b)[i];
     case RT_I64: return (double)((const int64_t *)b)[i];
     default: return ((const uint8_t *)b)[i];
@@ -191,13 +192,6 @@ static void matrix(void)
     bfree(s), bfree(r);
 }
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Rounded float sums and averages of 1.2 MB (above the single copy threshold), in
  * place and not: the result must be the same bits on every rank, and a sum the
  * rank-order chain ((x0 + x1) + x2) ... that every shared memory path promises. */
@@ -216,7 +210,7 @@ static void bitwise(void)
             s[i] = rank_ ? sinf((float)i * 0.37f + (float)rank_) * 1000.0f / (float)(rank_ + 2) : x0;
         }
         if (tp_allreduce(comm, s, out, n, RT_F32, op)) die("allreduce (bitwise)");
-        h = fnv(out, n * 4);
+        h = rt_fnv1a(RT_FNV1A_INIT, out, n * 4);
         if (tp_allgather(comm, &h, hs, 1, RT_I64)) die("allgather (bitwise)");
         for (int q = 0; q < world_; q++)
             if (hs[q] != h && bad++ < 5) fprintf(stderr, "rank %d: allreduce %s result differs from rank %d's\n", rank_,

@@ -53,7 +53,7 @@ int nn_ddp_connect(nn_ddp **out, const nn_opts *o, char *err, size_t errlen)
     rt_log_set_rank(d->rank);
     if (d->rank != 0 && !rt_env_str(RT_ENV_LOG)) rt_log_set_level(RT_LOG_WARN);
     tp_bootstrap bs;
-    rt_rdzv_bootstrap(d->rz, &bs);
+    tp_bootstrap_rdzv(&bs, d->rz);
     if (alloc_scratch(d)) {
         snprintf(err, errlen, "rank %d: out of memory for %d ranks", d->rank, d->world);
         goto fail;

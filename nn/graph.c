@@ -161,8 +161,6 @@ const nn_param *nn_param_find(const nn_graph *g, const char *name)
     return NULL;
 }
 
-int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen);
-
 int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen)
 {
     g->max_batch = max_batch;

@@ -239,6 +239,8 @@ int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndi
  * plans activations for max_batch and carves everything from `a` (planning arenas
  * size only). 0, or -1 with err. */
 int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen);
+/* The planner (nn/plan.c) that nn_graph_finish runs: lifetimes, placement, carving. */
+int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen);
 /* The allocation half of nn_graph_finish for a graph whose layout is done: parameters,
  * gradients, buffers and the planned activations from `a`. A device graph is a copy
  * of the host graph (its own nodes array, on_device set) carved from a device arena. */

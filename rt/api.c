@@ -159,7 +159,7 @@ int ddprt_init(ddprt_comm **out, const ddprt_opts *opts)
          * process: the caller (a Python script) gets an error it can report. */
         tp_watch_set_exit(0);
         tp_bootstrap bs;
-        rt_rdzv_bootstrap(rz, &bs);
+        tp_bootstrap_rdzv(&bs, rz);
         tp_backend *b = NULL;
         tp_comm_opts co = {.timeout_s = o.timeout_s > 0 ? o.timeout_s : rt_rdzv_timeout_s(rz), .algo = TP_ALGO_DEFAULT};
         if (tp_backend_create(&bs, o.backend, &b, err, sizeof err)) rc = -1;

@@ -1,11 +1,10 @@
 /* Rendezvous front door: resolve where to meet (rt/rdzv_env.c), meet (rt/rdzv_tcp.c,
- * rt/rdzv_file.c), then serve small collectives (rt/rdzv_coll.c) and the transport
- * bootstrap. */
+ * rt/rdzv_file.c), then serve small collectives (rt/rdzv_coll.c), over which the
+ * transport's bootstrap runs (tp_bootstrap_rdzv, transport/tp_select.c). */
 #include "rt/rdzv_int.h"
 #include "ports/posix/port_sock.h"
 #include "rt/env.h"
 #include "rt/log.h"
-#include "transport/tp_backend.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,22 +61,5 @@ int rt_rdzv_world(const rt_rdzv *r) { return r->world; }
 int rt_rdzv_local_rank(const rt_rdzv *r) { return r->local_rank; }
 uint64_t rt_rdzv_token_hash(const rt_rdzv *r) { return r->token_hash; }
 double rt_rdzv_timeout_s(const rt_rdzv *r) { return r->timeout_s; }
+const char *rt_rdzv_self_ip(const rt_rdzv *r) { return r->self_ip; }
 void rt_rdzv_close(rt_rdzv *r) { rdzv_free(r); }
-
-static int boot_allgather(void *ctx, const void *mine, size_t len, void *all, char *err, size_t errlen)
-{
-    return rt_rdzv_allgather(ctx, mine, len, all, err, errlen);
-}
-
-void rt_rdzv_bootstrap(rt_rdzv *r, struct tp_bootstrap *bs)
-{
-    memset(bs, 0, sizeof *bs);
-    bs->ctx = r;
-    bs->rank = r->rank;
-    bs->world = r->world;
-    bs->local_rank = r->local_rank;
-    bs->token_hash = r->token_hash;
-    bs->timeout_s = r->timeout_s;
-    bs->allgather = boot_allgather;
-    snprintf(bs->self_ip, sizeof bs->self_ip, "%s", r->self_ip);
-}

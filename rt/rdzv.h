@@ -32,7 +32,6 @@ int rt_rdzv_allgather(rt_rdzv *r, const void *mine, size_t len, void *all, char 
 int rt_rdzv_barrier(rt_rdzv *r, char *err, size_t errlen);
 void rt_rdzv_close(rt_rdzv *r);
 
-struct tp_bootstrap;
-/* Fills a transport bootstrap (transport/tp_backend.h) that uses this rendezvous. */
-void rt_rdzv_bootstrap(rt_rdzv *r, struct tp_bootstrap *bs);
+/* This rank's IPv4 address on its route to the meeting point ("" = unknown). */
+const char *rt_rdzv_self_ip(const rt_rdzv *r);
 #endif

@@ -9,16 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-/* One launcher flavour's variable names, tried in this order. */
-typedef struct { const char *name, *rank, *world, *world2, *local; } flavour;
-static const flavour FLAVOURS[] = {
-    {"torchrun env", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK"},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID"},
-    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL, "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID"},
+/* A launcher flavour: its variables (a second name is tried when the first is unset)
+ * and where its rank 0 listens. The table (FLAVOURS) is below the master functions. */
+typedef struct flavour flavour;
+typedef int master_fn(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen);
+struct flavour {
+    const char *name, *rank, *world, *world2, *local, *local2;
+    master_fn *master;
 };
-enum { F_TORCH, F_SLURM, F_OMPI, F_PMI, F_COUNT };
 
 /* 1 = set to a valid integer, 0 = unset/empty, -1 = set but not an integer (err set). */
 static int env_int(const char *name, int *v, char *err, size_t errlen)
@@ -53,19 +51,10 @@ static int from_flavour(const flavour *f, rt_rdzv_plan *p, int need, char *err, 
     }
     if (p->local_rank < 0) {
         if ((k = env_int(f->local, &v, err, errlen)) < 0) return -1;
-        if (!k && f == &FLAVOURS[F_PMI] && (k = env_int("PMI_LOCAL_RANK", &v, err, errlen)) < 0) return -1;
+        if (!k && (k = env_int(f->local2, &v, err, errlen)) < 0) return -1;
         if (k) p->local_rank = v;
     }
     return 0;
-}
-
-static int detect_flavour(void)
-{
-    for (int f = 0; f < F_COUNT; f++) {
-        const char *s = getenv(FLAVOURS[f].rank);
-        if (s && *s) return f;
-    }
-    return -1;
 }
 
 /* "HOST:PORT" -> host, port; 0 or -1. */
@@ -102,8 +91,15 @@ static int master_from_env(rt_rdzv_plan *p, const char *who, char *err, size_t e
     return 0;
 }
 
-static int slurm_master(rt_rdzv_plan *p, char *err, size_t errlen)
+static int env_master(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
 {
+    (void)o;
+    return master_from_env(p, f->name, err, errlen);
+}
+
+static int slurm_master(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    (void)f, (void)o;
     const char *a = getenv("MASTER_ADDR"), *nl = getenv("SLURM_JOB_NODELIST");
     if (!nl || !*nl) nl = getenv("SLURM_NODELIST");
     if (a && *a) snprintf(p->host, sizeof p->host, "%s", a); /* the user's choice wins */
@@ -153,8 +149,10 @@ static int port_from_id(const char *id)
 /* mpirun with no variables: when every rank is on this node (local size == world size)
  * rank 0 is on 127.0.0.1; across nodes MASTER_ADDR must name rank 0's host (we cannot
  * learn it without MPI itself). MASTER_ADDR / MASTER_PORT always win. */
-static int ompi_master(rt_rdzv_plan *p, int may_token, char *err, size_t errlen)
+static int ompi_master(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
 {
+    (void)f;
+    int may_token = !o->token;
     const char *a = getenv("MASTER_ADDR"), *id = ompi_job_id();
     int local = -1, world = -1, port, k;
     if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &local, err, errlen) < 0) return -1;
@@ -182,6 +180,65 @@ static int ompi_master(rt_rdzv_plan *p, int may_token, char *err, size_t errlen)
     return 0;
 }
 
+/* The launchers whose environment we read, tried in this order. */
+enum { F_TORCH, F_SLURM, F_OMPI, F_PMI, F_COUNT };
+static const flavour FLAVOURS[F_COUNT] = {
+    {"torchrun env", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK", NULL, env_master},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", NULL, slurm_master},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL, "OMPI_COMM_WORLD_LOCAL_RANK", NULL,
+     ompi_master},
+    {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", env_master},
+};
+
+static int detect_flavour(void)
+{
+    for (int f = 0; f < F_COUNT; f++) {
+        const char *s = getenv(FLAVOURS[f].rank);
+        if (s && *s) return f;
+    }
+    return -1;
+}
+
+/* ---- the init methods: what follows each prefix (im: the whole method, for errors) */
+static int method_tcp(const char *rest, const char *im, rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    if (parse_hostport(rest, p->host, sizeof p->host, &p->port)) {
+        snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT (port 1-65535)", im);
+        return -1;
+    }
+    p->kind = RT_RDZV_TCP;
+    return 0;
+}
+
+static int method_file(const char *rest, const char *im, rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    if (rest[0] != '/' || strlen(rest) >= sizeof p->path - 32 || im[strlen(im) - 1] == '/') {
+        snprintf(err, errlen, "bad init method '%s': expected file:///absolute/path/to/file", im);
+        return -1;
+    }
+    snprintf(p->path, sizeof p->path, "%s", rest);
+    p->kind = RT_RDZV_FILE;
+    return 0;
+}
+
+static int method_env(const char *rest, const char *im, rt_rdzv_plan *p, char *err, size_t errlen)
+{
+    if (*rest) {
+        snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT, file:///path or env://", im);
+        return -1;
+    }
+    p->kind = RT_RDZV_TCP;
+    return master_from_env(p, "env://", err, errlen);
+}
+
+/* flavour: whose rank variables fill what the options leave out (-1: the launcher's
+ * that is detected; env:// is torch's by definition). */
+static const struct {
+    const char *prefix;
+    int flavour;
+    int (*parse)(const char *rest, const char *im, rt_rdzv_plan *p, char *err, size_t errlen);
+} METHODS[] = {{"tcp://", -1, method_tcp}, {"file://", -1, method_file}, {"env://", F_TORCH, method_env}};
+
 int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
@@ -201,30 +258,15 @@ int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t er
     const char *im = o->init_method;
     int f = detect_flavour();
     if (im && *im) {
-        if (!strncmp(im, "tcp://", 6)) {
-            if (parse_hostport(im + 6, p->host, sizeof p->host, &p->port)) {
-                snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT (port 1-65535)", im);
-                return -1;
-            }
-            p->kind = RT_RDZV_TCP;
-            p->source = "tcp://";
-        } else if (!strncmp(im, "file://", 7)) {
-            if (im[7] != '/' || strlen(im + 7) >= sizeof p->path - 32 || im[strlen(im) - 1] == '/') {
-                snprintf(err, errlen, "bad init method '%s': expected file:///absolute/path/to/file", im);
-                return -1;
-            }
-            snprintf(p->path, sizeof p->path, "%s", im + 7);
-            p->kind = RT_RDZV_FILE;
-            p->source = "file://";
-        } else if (!strcmp(im, "env://")) {
-            if (master_from_env(p, "env://", err, errlen)) return -1;
-            p->kind = RT_RDZV_TCP;
-            p->source = "env://";
-            f = F_TORCH;
-        } else {
+        size_t m = 0, nm = sizeof METHODS / sizeof METHODS[0];
+        while (m < nm && strncmp(im, METHODS[m].prefix, strlen(METHODS[m].prefix))) m++;
+        if (m == nm) {
             snprintf(err, errlen, "bad init method '%s': expected tcp://HOST:PORT, file:///path or env://", im);
             return -1;
         }
+        if (METHODS[m].parse(im + strlen(METHODS[m].prefix), im, p, err, errlen)) return -1;
+        p->source = METHODS[m].prefix;
+        if (METHODS[m].flavour >= 0) f = METHODS[m].flavour;
         /* torch wants rank/world beside tcp:// and file://; we also take them from the
          * launcher's environment when the caller left them out. */
         if (f >= 0 && from_flavour(&FLAVOURS[f], p, 0, err, errlen)) return -1;
@@ -235,10 +277,7 @@ int rt_rdzv_resolve(const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t er
     } else if (f >= 0 || getenv("MASTER_ADDR")) {
         if (f < 0) f = F_TORCH;
         p->source = FLAVOURS[f].name;
-        if (from_flavour(&FLAVOURS[f], p, 1, err, errlen)) return -1;
-        if (f == F_SLURM ? slurm_master(p, err, errlen)
-            : f == F_OMPI ? ompi_master(p, !o->token, err, errlen)
-                          : master_from_env(p, FLAVOURS[f].name, err, errlen))
+        if (from_flavour(&FLAVOURS[f], p, 1, err, errlen) || FLAVOURS[f].master(&FLAVOURS[f], o, p, err, errlen))
             return -1;
         p->kind = RT_RDZV_TCP;
     } else if (p->world <= 1 && p->rank <= 0) {

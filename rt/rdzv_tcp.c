@@ -25,14 +25,6 @@ typedef struct {
     uint8_t buf[RT_RDZV_HDR + RT_RDZV_MAX_HELLO];
 } pending;
 
-int64_t rt_rdzv_hello_timeout_ns(const rt_rdzv *r)
-{
-    double t = rt_env_num(RT_ENV_RDZV_HELLO_TIMEOUT, 5.0);
-    if (!(t > 0)) t = 5.0;
-    if (t > r->timeout_s) t = r->timeout_s;
-    return (int64_t)(t * 1e9);
-}
-
 static void send_text(int fd, int type, uint32_t code, const char *text)
 {
     uint8_t b[RT_RDZV_HDR + 4 + RT_RDZV_MAX_TEXT];

@@ -3,6 +3,7 @@
  * (test/fuzz/fuzz_rdzv.c) can throw arbitrary bytes at exactly the code rank 0 runs
  * on whatever connects to its port. */
 #include "rt/rdzv_int.h"
+#include "rt/env.h"
 #include "rt/hash.h"
 #include <string.h>
 
@@ -150,4 +151,14 @@ uint64_t rt_rdzv_token_hash_of(const char *token)
     /* FNV-1a over a domain prefix + the token: the token itself never goes on the wire. */
     uint64_t h = rt_fnv1a_str(rt_fnv1a_str(RT_FNV1A_INIT, "ddprt-job-token:"), token);
     return h ? h : 1;
+}
+
+/* Rank 0 gives a connection this long to say hello (rt/rdzv_tcp.c at the meeting,
+ * rt/rdzv_door.c after it). */
+int64_t rt_rdzv_hello_timeout_ns(const rt_rdzv *r)
+{
+    double t = rt_env_num(RT_ENV_RDZV_HELLO_TIMEOUT, 5.0);
+    if (!(t > 0)) t = 5.0;
+    if (t > r->timeout_s) t = r->timeout_s;
+    return (int64_t)(t * 1e9);
 }

@@ -29,6 +29,17 @@
 typedef enum { TP_SUM, TP_PROD, TP_MIN, TP_MAX, TP_AVG, TP_NOPS } tp_op;
 extern const char *const tp_op_names[TP_NOPS];
 
+/* The kinds of op a comm runs, as the flight recorder, the stall reports and the
+ * errors name them. Inline: the files that name ops call nothing for it. */
+typedef enum { TP_K_ALLREDUCE, TP_K_BROADCAST, TP_K_REDUCE_SCATTER, TP_K_ALLGATHER, TP_K_BARRIER,
+               TP_K_TREE, TP_K_SEND, TP_K_RECV, TP_NKINDS } tp_kind;
+static inline const char *tp_kind_name(int kind)
+{
+    static const char *const names[TP_NKINDS] = {"allreduce", "broadcast", "reduce_scatter", "allgather",
+                                                  "barrier", "tree", "send", "recv"};
+    return kind >= 0 && kind < TP_NKINDS ? names[kind] : "?";
+}
+
 /* Allreduce algorithm. AUTO: recursive doubling below TP_AUTO_RD_MAX_BYTES, else
  * hierarchical when the ranks sit on more than one host with more than one rank on each
  * (the same number on every host), else ring. HIER: hierarchical for every size (ring

@@ -20,6 +20,7 @@
  */
 #ifndef TP_BACKEND_H
 #define TP_BACKEND_H
+#include "rt/rdzv.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,8 +60,8 @@ struct tp_backend {
     struct tp_watch *watch; /* stall watch (tp_backend_create adds it; the comm owns it) */
 };
 
-/* How a backend meets its peers: an allgather over the rendezvous (rt/rdzv.h fills
- * it with rt_rdzv_bootstrap) or a test's in-process fake. */
+/* How a backend meets its peers: an allgather over the rendezvous (tp_bootstrap_rdzv)
+ * or a test's in-process fake. */
 typedef struct tp_bootstrap {
     void *ctx;
     int rank, world, local_rank;
@@ -71,6 +72,9 @@ typedef struct tp_bootstrap {
      * address a backend publishes, so that peers on other hosts can dial it. */
     char self_ip[48];
 } tp_bootstrap;
+
+/* bs over the rendezvous r (rt/rdzv.h), which must outlive the backends made with it. */
+void tp_bootstrap_rdzv(tp_bootstrap *bs, rt_rdzv *r);
 
 /* Loopback: world ranks as threads in one process; out[r] is rank r's backend. */
 int tp_loopback_create(int world, tp_backend **out);

@@ -6,15 +6,13 @@
  * async ops and the comm thread runs it, so ops always run in issue order.
  * `busy` (under mu) says someone is driving the backend. */
 #include "transport/tp_comm_int.h"
-#include "transport/tp_shm.h"
+#include "transport/tp_watch.h"
 #include "rt/env.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[TP_NKINDS] = {
-    "allreduce", "broadcast", "reduce_scatter", "allgather", "barrier", "tree", "send", "recv"};
 
 int tp_rank(const tp_comm *c) { return c->rank; }
 int tp_world(const tp_comm *c) { return c->world; }
@@ -54,6 +52,8 @@ int tp_comm_create(tp_comm **out, tp_backend *b, const tp_comm_opts *o, char *er
     c->world = b->world;
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : rt_env_timeout_s();
     c->algo = o->algo == TP_ALGO_DEFAULT ? env_algo() : o->algo;
+    /* A forced algorithm is what the caller measures: no shared memory then. */
+    c->layer = c->algo == TP_ALGO_AUTO ? &tp_shm_layer : NULL;
     c->chunk = chunk;
     if (tp_hier_init(c, o)) {
         snprintf(err, errlen, "tp_comm_create: out of memory (host table)");
@@ -112,7 +112,7 @@ void tp_comm_destroy(tp_comm *c)
     pthread_mutex_destroy(&c->mu);
     rt_arena_free(&c->arena);
     tp_hier_free(c);
-    tp_shm_free(c);
+    if (c->layer) c->layer->free(c);
     free(c);
 }
 
@@ -158,7 +158,7 @@ static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
     int first = !c->failed;
     if (first) {
         c->failed = rc;
-        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", kind_names[h->kind],
+        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", tp_kind_name(h->kind),
                  (unsigned long long)h->seq, size, what);
     }
     port_mutex_unlock(&c->mu);
@@ -173,7 +173,7 @@ void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why)
     int first = !c->failed;
     if (first) {
         c->failed = rc;
-        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", kind_names[h->kind],
+        snprintf(c->errmsg, sizeof c->errmsg, "%s #%llu (%s): %.520s", tp_kind_name(h->kind),
                  (unsigned long long)h->seq, size, why);
     }
     port_mutex_unlock(&c->mu);
@@ -181,8 +181,6 @@ void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why)
     c->b->ops->abort(c->b, why);
     if (c->watch) tp_trace_dump(c, c->errmsg);
 }
-
-const char *tp_kind_name(int kind) { return kind >= 0 && kind < TP_NKINDS ? kind_names[kind] : "?"; }
 
 void tp_abort(tp_comm *c, const char *why)
 {
@@ -195,6 +193,33 @@ void tp_abort(tp_comm *c, const char *why)
     port_mutex_unlock(&c->mu);
 }
 
+/* h by the algorithms over the backend. */
+static int run_algo(tp_comm *c, tp_handle *h)
+{
+    size_t es = h->kind >= TP_K_SEND ? 1 : rt_dtype_size((rt_dtype)h->dt);
+    size_t bytes = h->count * es;
+    int algo = c->algo;
+    if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
+    switch (h->kind) {
+    case TP_K_ALLREDUCE:
+        /* Large auto and forced hier: hierarchical where the hosts allow it. */
+        if (algo == TP_ALGO_RD) return tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
+        if (algo == TP_ALGO_RING && c->algo == TP_ALGO_RING)
+            return tp_ring_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
+        return tp_hier_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
+    case TP_K_BROADCAST:
+        return algo == TP_ALGO_RD ? tp_tree_broadcast(c, h->recv, bytes, h->root)
+                                  : tp_chain_broadcast(c, h->recv, bytes, h->root);
+    case TP_K_REDUCE_SCATTER: return tp_ring_reduce_scatter(c, h->send, h->recv, h->count, h->dt, h->op);
+    case TP_K_ALLGATHER: return tp_ring_allgather(c, h->send, h->recv, h->count, h->dt);
+    case TP_K_BARRIER: return tp_dissemination_barrier(c);
+    case TP_K_TREE: return tp_tree_run(c, h);
+    case TP_K_SEND: return tp_xfer(c, h->send, bytes, h->root, NULL, 0, -1);
+    case TP_K_RECV: return tp_xfer(c, NULL, 0, -1, h->recv, bytes, h->root);
+    default: return TP_EINVAL;
+    }
+}
+
 /* t0: now (a blocking op run right away shares its issue's clock read). */
 static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
 {
@@ -202,44 +227,12 @@ static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
     int rc = c->failed;
     port_mutex_unlock(&c->mu);
     if (rc) return rc;
-    size_t es = h->kind >= TP_K_SEND ? 1 : rt_dtype_size((rt_dtype)h->dt);
-    size_t bytes = h->count * es;
-    int algo = c->algo;
-    if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
     c->deadline = t0 + (int64_t)(c->timeout_s * 1e9);
     __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
-    /* All ranks on one host, algorithm left to us: the shared segment (tp_shm.h). */
-    int done = 0;
-    int shm_kind = h->kind <= TP_K_BARRIER || (h->kind == TP_K_TREE && h->root == TP_TREE_ALL);
-    if (shm_kind && c->algo == TP_ALGO_AUTO && c->shm_state >= 0) {
-        if (!c->shm_state) rc = tp_shm_setup(c);
-        if (!rc && c->shm_state > 0) rc = tp_shm_run(c, h);
-        done = rc || c->shm_state > 0;
-    }
-    if (!done) switch (h->kind) {
-    case TP_K_ALLREDUCE:
-        /* Large auto and forced hier: hierarchical where the hosts allow it. */
-        rc = algo == TP_ALGO_RD     ? tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
-             : algo == TP_ALGO_RING && c->algo == TP_ALGO_RING
-                 ? tp_ring_allreduce(c, h->send, h->recv, h->count, h->dt, h->op)
-                 : tp_hier_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
-        break;
-    case TP_K_BROADCAST:
-        rc = algo == TP_ALGO_RD ? tp_tree_broadcast(c, h->recv, bytes, h->root)
-                                : tp_chain_broadcast(c, h->recv, bytes, h->root);
-        break;
-    case TP_K_REDUCE_SCATTER:
-        rc = tp_ring_reduce_scatter(c, h->send, h->recv, h->count, h->dt, h->op);
-        break;
-    case TP_K_ALLGATHER: rc = tp_ring_allgather(c, h->send, h->recv, h->count, h->dt); break;
-    case TP_K_BARRIER: rc = tp_dissemination_barrier(c); break;
-    case TP_K_TREE: rc = tp_tree_run(c, h); break;
-    case TP_K_SEND: rc = tp_xfer(c, h->send, bytes, h->root, NULL, 0, -1); break;
-    case TP_K_RECV: rc = tp_xfer(c, NULL, 0, -1, h->recv, bytes, h->root); break;
-    default: rc = TP_EINVAL;
-    }
+    rc = c->layer ? c->layer->run(c, h) : TP_PASS;
+    if (rc == TP_PASS) rc = run_algo(c, h);
     if (rc) comm_fail(c, h, rc);
     int64_t t1 = port_now_ns(); /* one clock read per end: the recorder's and the watch's */
     tp_trace_state(c, h->seq, rc ? TP_TR_FAILED : TP_TR_DONE, rc, t1);

@@ -5,14 +5,23 @@
 #include "ports/posix/port.h"
 #include "rt/arena.h"
 #include "transport/tp.h"
-#include "transport/tp_watch.h"
+#include "transport/tp_trace.h"
 
-/* Kinds up to BARRIER may take the shared-memory path; from SEND on, point to point. */
-enum { TP_K_ALLREDUCE, TP_K_BROADCAST, TP_K_REDUCE_SCATTER, TP_K_ALLGATHER, TP_K_BARRIER,
-       TP_K_TREE, TP_K_SEND, TP_K_RECV, TP_NKINDS };
 /* TP_K_TREE's phases, in the handle's root field. */
 enum { TP_TREE_RS = 1, TP_TREE_AG = 2, TP_TREE_ALL = 3 };
 enum { TP_H_QUEUED = 0, TP_H_RUNNING = 1, TP_H_DONE = 2 };
+
+/* A layer between the comm and its algorithms: it runs what it can of the ops itself and
+ * passes the rest (TP_PASS) to the algorithms over the backend (tp_ring.c, tp_algo.c,
+ * tp_hier.c). tp_shm_layer (tp_shm.c) runs them through shared memory when every rank
+ * sits on one host. The comm asks it first for every op and frees it at destroy. */
+#define TP_PASS 1
+typedef struct tp_layer {
+    const char *name;
+    int (*run)(tp_comm *c, tp_handle *h); /* 0, a TP_E* code, or TP_PASS */
+    void (*free)(tp_comm *c);
+} tp_layer;
+extern const tp_layer tp_shm_layer;
 
 /* A tp_mem_alloc block (tp_shm_map.c); gen 0: free slot, fd -1: plain memory. */
 #define TP_MEM_MAX 8
@@ -72,7 +81,9 @@ struct tp_comm {
     int nlocal, lidx, nhosts, hidx;
     /* The tree collectives' levels above the ranks (tp_tree.c); ntree 0: not set. */
     int tree[TP_TREE_MAX_LEVELS], ntree;
-    /* Shared memory (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
+    /* The layer asked first for every op (NULL: none), and the shared-memory layer's
+     * state (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
+    const tp_layer *layer;
     int shm_state;
     struct tp_shm *shm;
     tp_mem_region mem[TP_MEM_MAX]; /* under mu */

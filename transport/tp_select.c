@@ -1,15 +1,35 @@
-/* Backend by name, for the programs' --backend flag: "tcp", "verbs", or "auto" (verbs
- * when every rank has an active RDMA port, else TCP). The ranks agree through the
- * bootstrap, so a job with one port-less host falls back to TCP everywhere instead
- * of mixing backends; rank 0 logs the choice. */
+/* Making a backend: the bootstrap over the rendezvous, and the backend by name, for the
+ * programs' --backend flag: "tcp", "verbs", or "auto" (verbs when every rank has an
+ * active RDMA port, else TCP). The ranks agree through the bootstrap, so a job with one
+ * port-less host falls back to TCP everywhere instead of mixing backends; rank 0 logs
+ * the choice. */
 #include "transport/tp_backend.h"
 #include "transport/tp_watch.h"
 #include "rt/log.h"
+#include "rt/rdzv.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int create(const tp_bootstrap *bs, const char *name, tp_backend **out, char *err, size_t errlen);
+
+static int rdzv_allgather(void *ctx, const void *mine, size_t len, void *all, char *err, size_t errlen)
+{
+    return rt_rdzv_allgather(ctx, mine, len, all, err, errlen);
+}
+
+void tp_bootstrap_rdzv(tp_bootstrap *bs, rt_rdzv *r)
+{
+    memset(bs, 0, sizeof *bs);
+    bs->ctx = r;
+    bs->rank = rt_rdzv_rank(r);
+    bs->world = rt_rdzv_world(r);
+    bs->local_rank = rt_rdzv_local_rank(r);
+    bs->token_hash = rt_rdzv_token_hash(r);
+    bs->timeout_s = rt_rdzv_timeout_s(r);
+    bs->allgather = rdzv_allgather;
+    snprintf(bs->self_ip, sizeof bs->self_ip, "%s", rt_rdzv_self_ip(r));
+}
 
 /* Every backend made here gets a stall watch (transport/tp_watch.h): the bootstrap is
  * where the ranks can swap its addresses. */

@@ -1,10 +1,13 @@
-/* Shared memory inside a host: the segment's life (made at the first collective,
- * unlinked once every rank has mapped it), the waits, and failures. The collectives
- * themselves are in tp_shm_coll.c; the protocol is described in tp_shm.h. */
+/* Shared memory inside a host, the part under every protocol: the segment's life (made
+ * at the first collective, unlinked once every rank has mapped it), its flags and the
+ * futex bell, the waits, the failure line, and the rank-order reduction chain. Above it
+ * the protocols (tp_shm_map.c registered buffers, tp_shm_cma.c single copy,
+ * tp_shm_coll.c the copy protocol), and on top the comm's layer that decides and picks
+ * among them (tp_shm_layer.c). The protocol is described in tp_shm.h. */
 #include "transport/tp_shm.h"
+#include "transport/tp_reduce.h"
 #include "rt/env.h"
 #include "transport/tp_tcp_int.h"
-#include "ports/posix/port_sock.h"
 #include "rt/log.h"
 #include <dirent.h>
 #include <errno.h>
@@ -26,20 +29,10 @@
 
 #define SHM_MAGIC 0x64647368u /* "ddsh" */
 #define SHM_PREFIX "ddprt-shm."
-#define SHM_SLEEP_NS 1000000  /* futex sleep between looks at sockets and deadline */
 /* Default spin before sleeping (DDPRT_SHM_SPIN_US). Short, as the tcp backend's: on a
  * loaded machine (2 cores, load 20-30, measured) long spins burn the CPU share the peer
  * needs and every op got slower (ms), both with pure spinning and with sched_yield. */
 #define SHM_SPIN_NS 50000
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static size_t ctl_bytes(int world)
 {
@@ -116,11 +109,6 @@ static void *open_seg(const char *name, size_t bytes, int world)
     return p;
 }
 
-static int want_shm(void)
-{
-    return rt_env_flag(RT_ENV_SHM, 1);
-}
-
 /* The peers' sockets, watched for hang-ups while waiting (tcp backend internals: the
  * backend interface has no such call, and shm is used only over tcp). */
 static int peer_fds(tp_comm *c, tp_shm *s)
@@ -137,24 +125,9 @@ static int peer_fds(tp_comm *c, tp_shm *s)
     return 0;
 }
 
-int tp_shm_setup(tp_comm *c)
+int tp_shm_seg_open(tp_comm *c)
 {
     int w = c->world, rc;
-    c->shm_state = -1;
-    if (w < 2 || w > TP_SHM_MAX_WORLD || strcmp(c->b->ops->name, "tcp")) return 0;
-    /* Every rank learns every rank's host and wish, so that all decide alike. */
-    int64_t mine[2] = {(int64_t)port_host_id(), want_shm()}, *all = calloc(2 * (size_t)w, sizeof *all);
-    if (!all) return 0;
-    if ((rc = tp_ring_allgather(c, mine, all, 2, RT_I64))) { free(all); return rc; }
-    int same = 1;
-    for (int r = 0; r < w; r++) {
-        uint64_t id = c->topo == -1 ? c->host_ids[r] : (uint64_t)all[2 * r];
-        uint64_t id0 = c->topo == -1 ? c->host_ids[0] : (uint64_t)all[0];
-        same &= id == id0 && all[2 * r + 1];
-    }
-    free(all);
-    if (!same) return 0;
-
     char name[64] = "";
     size_t bytes = seg_bytes(w);
     void *map = c->rank == 0 ? create_seg(c, name, sizeof name, bytes) : NULL;
@@ -178,20 +151,13 @@ int tp_shm_setup(tp_comm *c)
     s->spin_ns = (int64_t)rt_env_num(RT_ENV_SHM_SPIN_US, SHM_SPIN_NS / 1000) * 1000;
     s->my_cpu = -2;
     c->shm = s;
-    c->shm_state = 1;
-    if ((rc = tp_shm_cma_setup(c)) || (rc = tp_shm_map_setup(c))) return rc;
     if (c->rank == 0) rt_debug("comm: %d ranks on one host: collectives through shared memory (%s)", w, name);
     return 0;
 }
 
-int tp_shm_mode(const tp_comm *c) { return c->shm_state > 0 ? 1 + (c->shm->cma != 0) : 0; }
-
-void tp_shm_free(tp_comm *c)
+void tp_shm_seg_close(tp_comm *c)
 {
     tp_shm *s = c->shm;
-    if (!s) return;
-    if (c->rank == 0 && s->map_ops) rt_debug("comm: %llu ops ran on registered buffers", (unsigned long long)s->map_ops);
-    tp_shm_map_free(c);
     munmap(s->seg, s->map_bytes);
     free(s->pid);
     free(s->tmp);
@@ -201,10 +167,33 @@ void tp_shm_free(tp_comm *c)
     c->shm = NULL;
 }
 
-/* ---- waits ------------------------------------------------------------------------ */
+/* ---- flags, waits, failure ----------------------------------------------------------- */
+
+#define SHM_SLEEP_NS 1000000 /* futex sleep between looks at sockets and deadline */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op)
+{
+    if (!m) return;
+    tp_reduce(dst, in[0], in[1], m, dt, op);
+    for (int k = 2; k < n; k++) tp_reduce(dst, dst, in[k], m, dt, op);
+}
+
+void tp_shm_reduce(tp_comm *c, int kind, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op)
+{
+    if (kind == TP_K_TREE) tp_tree_fold(c->tree, c->ntree > 0 ? c->ntree : 0, dst, in, m, dt, op);
+    else tp_shm_chain(dst, in, c->world, m, dt, op);
+}
 
 static void futex_wake_all(uint32_t *w) { syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
-
 
 static void futex_wait(uint32_t *w, uint32_t v, int64_t ns)
 {

@@ -125,15 +125,16 @@ typedef struct tp_shm {
 #define TP_SHM_MAP_CHUNK (64u << 10)     /* bytes per chunk taken from the counter */
 #endif
 
-/* Decides at the first collective (collectively: every rank calls it at the same op)
- * and maps the segment; c->shm_state becomes 1 (in use) or -1 (sockets). 0 or a
- * backend code. */
-int tp_shm_setup(tp_comm *c);
-void tp_shm_free(tp_comm *c);
-/* Runs allreduce, broadcast, reduce_scatter, allgather or barrier h through shm. */
-int tp_shm_run(tp_comm *c, tp_handle *h);
-/* 0 no shared memory, 1 the copy protocol only, 2 single copy too (for tests). */
+/* tp_shm_layer.c, the comm's layer (tp_shm_layer). tp_shm_mode: 0 no shared memory, 1
+ * the copy protocol only, 2 single copy too (for tests). */
 int tp_shm_mode(const tp_comm *c);
+/* tp_shm.c: maps the segment (collective); c->shm set, or left NULL when some rank
+ * could not (then the sockets). 0 or a backend code. Close unmaps and frees it. */
+int tp_shm_seg_open(tp_comm *c);
+void tp_shm_seg_close(tp_comm *c);
+/* tp_shm_coll.c: allreduce, broadcast, reduce_scatter, allgather or barrier h through
+ * the copy protocol; d: its descriptor. */
+int tp_shm_copy_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d);
 
 /* tp_shm_cma.c: decides (collectively, at setup) whether single copy works; 0 or a
  * backend code. tp_shm_cma_run: h through single copy, or 1 when h cannot take it
@@ -150,7 +151,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d);
 /* Ops that took the registered path (tests). */
 uint64_t tp_shm_map_ops(const tp_comm *c);
 
-/* For tp_shm_coll.c. */
+/* tp_shm.c and inline helpers: what the protocols share. */
 static inline tp_shm_bufhdr *tp_shm_buf(tp_shm *s, int rank, uint64_t step)
 {
     return (tp_shm_bufhdr *)(s->bufs + ((size_t)rank * TP_SHM_NB + step % TP_SHM_NB) *

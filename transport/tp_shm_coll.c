@@ -1,4 +1,4 @@
-/* The collectives through the shared segment (protocol in tp_shm.h). Every op is cut
+/* The copy protocol: the collectives through the shared segment's buffers (tp_shm.h). Every op is cut
  * into steps of at most TP_SHM_STEP bytes per rank's buffer, so that copies and
  * reduces of a step stay in cache and the next step's copies overlap the peers' work.
  *
@@ -39,19 +39,6 @@ static void cpy(void *d, const void *s, size_t n)
 }
 
 static unsigned char *peer(shm_op *x, int q, uint64_t st) { return tp_shm_data(tp_shm_buf(x->s, q, st)); }
-
-void tp_shm_chain(void *dst, const void *const *in, int n, size_t m, rt_dtype dt, tp_op op)
-{
-    if (!m) return;
-    tp_reduce(dst, in[0], in[1], m, dt, op);
-    for (int k = 2; k < n; k++) tp_reduce(dst, dst, in[k], m, dt, op);
-}
-
-void tp_shm_reduce(tp_comm *c, int kind, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op)
-{
-    if (kind == TP_K_TREE) tp_tree_fold(c->tree, c->ntree > 0 ? c->ntree : 0, dst, in, m, dt, op);
-    else tp_shm_chain(dst, in, c->world, m, dt, op);
-}
 
 static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *recv, size_t count, rt_dtype dt,
                            tp_op op)
@@ -152,24 +139,10 @@ static int gather(shm_op *x, const unsigned char *send, unsigned char *recv, siz
     return 0;
 }
 
-int tp_shm_run(tp_comm *c, tp_handle *h)
+int tp_shm_copy_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
 {
     size_t es = rt_dtype_size((rt_dtype)h->dt);
-    int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER || h->kind == TP_K_TREE;
-    shm_op x = {.c = c, .s = c->shm, .me = c->rank, .n = c->world};
-    x.d = (tp_shm_bufhdr){.seq = h->seq, .bytes = h->count * es, .kind = h->kind, .dt = h->dt,
-                          .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
-    /* A tree allreduce (tp_tree.c) is an allreduce with the tree's reduce: the map and
-     * copy protocols see every rank's operand at once; single copy streams them in
-     * rank order, so it is not taken. */
-    if (x.s->map && (h->kind == TP_K_ALLREDUCE || h->kind == TP_K_TREE)) {
-        int rc = tp_shm_map_run(c, h, &x.d);
-        if (rc <= 0) return rc;
-    }
-    if (x.s->cma && h->kind != TP_K_BARRIER && h->kind != TP_K_TREE) {
-        int rc = tp_shm_cma_run(c, h, &x.d);
-        if (rc <= 0) return rc;
-    }
+    shm_op x = {.c = c, .s = c->shm, .d = *d, .me = c->rank, .n = c->world};
     switch (h->kind) {
     case TP_K_ALLREDUCE:
     case TP_K_TREE:

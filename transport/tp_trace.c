@@ -1,4 +1,4 @@
-/* Flight recorder: the comm's last collectives in a ring (see tp_watch.h). One small
+/* Flight recorder: the comm's last collectives in a ring (see tp_trace.h). One small
  * mutex guards the ring: three uncontended lock pairs per op, against a reader (the
  * watch thread, a dump) that must never see half an entry. */
 #include "transport/tp_comm_int.h"
@@ -13,15 +13,10 @@
 
 static const char *const state_names[] = {"-", "issued", "running", "done", "failed"};
 
-int tp_watch_enabled(void)
-{
-    return rt_env_flag(RT_ENV_STALL_WATCH, 1);
-}
-
 int tp_trace_init(tp_comm *c, char *err, size_t errlen)
 {
     double n = rt_env_num(RT_ENV_TRACE_ENTRIES, 2000);
-    c->ntrace = !tp_watch_enabled() ? 0 : n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
+    c->ntrace = !rt_env_flag(RT_ENV_STALL_WATCH, 1) ? 0 : n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
     c->trace = c->ntrace ? calloc(c->ntrace, sizeof *c->trace) : NULL;
     if (c->ntrace && !c->trace) {
         snprintf(err, errlen, "tp_comm_create: out of memory for %u trace entries", c->ntrace);

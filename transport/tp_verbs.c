@@ -26,16 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WRID(peer, kind, slot) ((uint64_t)(peer) << 32 | (uint64_t)(kind) << 16 | (uint64_t)(slot))
-
 /* ---- posting ------------------------------------------------------------------------ */
-
-int tp_verbs_post_recv(verbs_backend *v, int peer)
-{
-    /* WRITE WITH IMMEDIATE consumes a receive but places no data through it. */
-    struct ibv_recv_wr wr = {.wr_id = WRID(peer, TP_WR_RECV, 0)}, *bad = NULL;
-    return ibv_post_recv(v->peers[peer].qp, &wr, &bad);
-}
 
 static void maybe_inject_qperr(verbs_backend *v)
 {
@@ -51,7 +42,7 @@ static int post_write(verbs_backend *v, int j, int kind, unsigned k, void *src, 
     tp_verbs_peer *p = &v->peers[j];
     maybe_inject_qperr(v);
     struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)len, .lkey = lkey};
-    struct ibv_send_wr wr = {.wr_id = WRID(j, kind, k), .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
+    struct ibv_send_wr wr = {.wr_id = TP_WRID(j, kind, k), .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
                              .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
                              .imm_data = htonl(imm)}, *bad = NULL;
     wr.wr.rdma.remote_addr = p->raddr + (uint64_t)k * v->slot;

@@ -31,6 +31,7 @@
 #define TP_IMM_LEN 0x3fffffffu
 /* wr_id: peer << 32 | kind << 16 | slot. */
 enum { TP_WR_DATA = 1, TP_WR_CREDIT = 2, TP_WR_RECV = 3 };
+#define TP_WRID(peer, kind, slot) ((uint64_t)(peer) << 32 | (uint64_t)(kind) << 16 | (uint64_t)(slot))
 
 /* What each rank publishes through the bootstrap: its port address, its arena's
  * rkey and base, and the QP number it created for each peer (qpn[world] follows). */
@@ -122,7 +123,13 @@ int tp_verbs_side_fd(verbs_backend *v, int j);
 int tp_verbs_check_side(verbs_backend *v);
 int tp_verbs_on_bad_wc(verbs_backend *v, const struct ibv_wc *wc);
 const char *tp_verbs_qp_state(struct ibv_qp *qp);
+/* A receive for peer's next WRITE WITH IMMEDIATE (which consumes one but places no data
+ * through it): set-up posts the first ones, the data path one per completion. */
+static inline int tp_verbs_post_recv(verbs_backend *v, int peer)
+{
+    struct ibv_recv_wr wr = {.wr_id = TP_WRID(peer, TP_WR_RECV, 0)}, *bad = NULL;
+    return ibv_post_recv(v->peers[peer].qp, &wr, &bad);
+}
 /* tp_verbs.c */
-int tp_verbs_post_recv(verbs_backend *v, int peer);
 extern const tp_backend_ops tp_verbs_ops;
 #endif

@@ -1,5 +1,6 @@
 /* Stall watch: heartbeats over UDP, attribution, warnings (design: tp_watch.h). */
 #include "transport/tp_comm_int.h"
+#include "transport/tp_watch.h"
 #include "ports/posix/port_sock.h"
 #include "rt/env.h"
 #include "rt/log.h"
@@ -431,6 +432,8 @@ static void *watch_thread(void *arg)
     }
     return NULL;
 }
+
+int tp_watch_enabled(void) { return rt_env_flag(RT_ENV_STALL_WATCH, 1); }
 
 int tp_watch_create(const tp_bootstrap *bs, tp_watch **out, char *err, size_t errlen)
 {

@@ -267,7 +267,7 @@ int bench_tcp(const bench_opts *o)
     }
     rt_log_set_rank(rt_rdzv_rank(rz));
     tp_bootstrap bs;
-    rt_rdzv_bootstrap(rz, &bs);
+    tp_bootstrap_rdzv(&bs, rz);
     tp_backend *b = NULL;
     tp_comm *c = NULL;
     tp_comm_opts co = comm_opts(o);

@@ -1,5 +1,5 @@
 /* ddprt-trace FILES...: merges the flight-recorder files of a job (ddprt-trace.RANK,
- * written on a failure, SIGUSR1 or a stall warning; see transport/tp_watch.h) and
+ * written on a failure, SIGUSR1 or a stall warning; see transport/tp_trace.h) and
  * prints where each rank was, who is behind, and ops that differ between ranks at the
  * same sequence number. */
 #include "rt/args.h"

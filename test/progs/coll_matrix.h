@@ -157,7 +157,7 @@ static rt_rdzv *coll_join(const rt_rdzv_opts *o, tp_bootstrap *bs)
     }
     rank_ = rt_rdzv_rank(rz), world_ = rt_rdzv_world(rz);
     rt_log_set_rank(rank_);
-    rt_rdzv_bootstrap(rz, bs);
+    tp_bootstrap_rdzv(bs, rz);
     return rz;
 }
 

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
     }
     /* The transport bootstrap is the same allgather behind a callback. */
     tp_bootstrap bs;
-    rt_rdzv_bootstrap(r, &bs);
+    tp_bootstrap_rdzv(&bs, r);
     if (!rc && bs.allgather(bs.ctx, &rank, sizeof rank, ranks, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); rc = 3; }
     for (int q = 0; q < world && !rc; q++)
         if (ranks[q] != q) { fprintf(stderr, "ERR bootstrap allgather order\n"); rc = 4; }

@@ -39,7 +39,7 @@ int main(int argc, char **argv)
     tp_comm *c;
     if (rt_rdzv_open(&r, &o, err, sizeof err)) { fprintf(stderr, "ERR %s\n", err); return 3; }
     rt_log_set_rank(rt_rdzv_rank(r));
-    rt_rdzv_bootstrap(r, &bs);
+    tp_bootstrap_rdzv(&bs, r);
     if (tp_backend_create(&bs, "tcp", &b, err, sizeof err) || tp_comm_create(&c, b, NULL, err, sizeof err)) {
         fprintf(stderr, "ERR %s\n", err);
         return 3;

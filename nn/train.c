@@ -412,9 +412,24 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     return dt;
 }
 
+/* An elastic launcher asks for a stop at the next restart point (a new node waits to
+ * join): after an epoch's checkpoint every rank says whether it was asked, and all
+ * stop together when any was, the checkpoint written. Once per epoch, elastic only. */
+static int restart_point(nn_trainer *t, int epoch)
+{
+    if (!t->restart_req) return 0;
+    double v = *t->restart_req ? 1 : 0;
+    if (t->ddp && nn_ddp_sum_f64(t->ddp, &v, 1)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    if (v > 0 && t->rank == 0)
+        rt_info("epoch %d: stopping at this restart point (checkpoint written) for the launchers' new membership",
+                epoch);
+    return v > 0;
+}
+
 int nn_trainer_run(nn_trainer *t)
 {
     const nn_opts *o = &t->o;
+    int rc = 0;
     double total = 0;
     nn_metrics mx;
     char err[512];
@@ -464,6 +479,10 @@ int nn_trainer_run(nn_trainer *t)
         }
         if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
+        if (epoch < o->epochs && restart_point(t, epoch)) {
+            rc = NN_EXIT_RESTART_POINT;
+            break;
+        }
     }
     nn_metrics_close(&mx);
     if (o->plot && t->rank == 0 && nn_metrics_plot(o->metrics, o->plot, err, sizeof err)) rt_fatal("%s", err);
@@ -474,7 +493,7 @@ int nn_trainer_run(nn_trainer *t)
             printf("memory: planned %.2f MiB in the host arena and %.2f MiB in the data arena, peak RSS %.2f MiB\n",
                    t->host.high / 1048576.0, t->data.high / 1048576.0, t->peak_rss_mib);
     }
-    return 0;
+    return rc;
 }
 
 void nn_trainer_free(nn_trainer *t)

@@ -11,6 +11,7 @@
 #include "nn/optim.h"
 #include "nn/sampler.h"
 #include "nn/train_inv.h"
+#include <signal.h>
 
 typedef struct nn_trainer {
     nn_opts o;
@@ -42,7 +43,14 @@ typedef struct nn_trainer {
     double peak_rss_mib;
     struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/graph_cuda.h); NULL on the CPU */
     nn_inv inv;            /* --invariant (nn/train_inv.h) */
+    /* Elastic launcher (DDPRT_ELASTIC): set (by a signal) when the job should stop at
+     * the next restart point; NULL: not elastic. */
+    const volatile sig_atomic_t *restart_req;
 } nn_trainer;
+
+/* nn_trainer_run's status after stopping at a restart point (EX_TEMPFAIL): the
+ * launchers start the next round with the new membership, resuming. */
+#define NN_EXIT_RESTART_POINT 75
 
 /* Everything up to the first step: data located and validated, memory planned and
  * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
@@ -54,7 +62,8 @@ double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n);
 void nn_trainer_flush(nn_trainer *t);
 /* Loss sum and correct count over this rank's share of the test set. */
 void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
-/* The epochs loop with the seed's log lines; returns the process exit status. */
+/* The epochs loop with the seed's log lines; returns the process exit status (0, or
+ * NN_EXIT_RESTART_POINT). */
 int nn_trainer_run(nn_trainer *t);
 void nn_trainer_free(nn_trainer *t);
 /* For nn/train_inv.c: stops the job when loss or a gradient is not finite (--nan-check);

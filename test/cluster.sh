@@ -221,6 +221,95 @@ elastic() {
     fi
 }
 
+# --invariant across hosts: 2 hosts x 2 ranks (a launcher per host, TCP between the
+# hosts, unix sockets and shared memory inside) give the checkpoint of one process,
+# byte for byte: lenet and resnet20 on 3000 Fashion-MNIST samples, textcnn on the
+# synthetic token set.
+inv_data() { # DIR: the first 3000 / 200 Fashion-MNIST samples as IDX files
+    local src=${DDPRT_DATA:-/usr/share/datasets/fashion-mnist}
+    mkdir -p "$1"
+    idx_head "$src/train-images-idx3-ubyte.gz" "$1/train-images-idx3-ubyte" 3000 784 2051 28 28 &&
+        idx_head "$src/train-labels-idx1-ubyte.gz" "$1/train-labels-idx1-ubyte" 3000 1 2049 &&
+        idx_head "$src/t10k-images-idx3-ubyte.gz" "$1/t10k-images-idx3-ubyte" 200 784 2051 28 28 &&
+        idx_head "$src/t10k-labels-idx1-ubyte.gz" "$1/t10k-labels-idx1-ubyte" 200 1 2049
+}
+invariant_hosts() {
+    local d="$TMP/inv" m h ok=1 list=""
+    inv_data "$d/data" || { bad "invariant across hosts: cannot cut the data set"; return; }
+    for m in lenet resnet20 textcnn; do
+        local a=(--invariant 4 --model "$m" --batch-size 8 --epochs 1 --max-steps 12 --threads 1 --test-batch-size 100
+                 --log-interval 1000 --backend tcp)
+        case $m in textcnn) a+=(--data synthetic --no-eval --seq-len 32 --embed-dim 32) ;; *) a+=(--data "$d/data") ;; esac
+        fresh
+        on 0 "one" -- "$B/ddprt-train" "${a[@]}" --save "$d/$m.w1.st"
+        waitall 300
+        all_zero || { ok=0; list+=" $m(W=1 failed)"; continue; }
+        fresh
+        PORT=$((PORT + 2))
+        for ((h = 0; h < 2; h++)); do
+            on $h "node$h" DDPRT_TIMEOUT=60 -- "$B/ddprt-launch" --nproc-per-node 2 --nnodes 2 --node-rank $h \
+                --master-addr "$M" --master-port $PORT -- "$B/ddprt-train" "${a[@]}" --save "$d/$m.w4.st"
+        done
+        waitall 300
+        if all_zero && cmp -s "$d/$m.w1.st" "$d/$m.w4.st"; then list+=" $m"; else ok=0; list+=" $m(differs)"; fi
+    done
+    if [ $ok = 1 ]; then ok "--invariant 4 across 2 hosts x 2 ranks = 1 process, cmp-equal checkpoints:$list"
+    else bad "--invariant 4 across hosts:$list"; fi
+}
+
+# Elastic membership across hosts (ddprt-launch --nnodes 1:2, 2 ranks per host,
+# --invariant 4): host 1 goes down (its launcher and ranks SIGKILLed) in epoch 2; host
+# 0 goes on with 2 ranks from the epoch-1 checkpoint; host 1's launcher comes back,
+# joins at the next restart point (the ranks stop after their next checkpoint) and the
+# job finishes on 4 ranks. The final checkpoint equals an uninterrupted 4-rank run's.
+elastic_grow() {
+    local d="$TMP/eg" h run t0
+    inv_data "$d/data" || { bad "elastic grow: cannot cut the data set"; return; }
+    printf '%s\n' '#!/bin/sh' 'if [ "$RANK" = 2 ] && [ -z "$DDPRT_RESTART_COUNT" ]; then' \
+        '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 0.3; kill -9 -$(ps -o pgid= -p $$ | tr -d " ")) &' 'fi' \
+        'exec "$TRAIN" "$@"' >"$d/wrap.sh"
+    chmod +x "$d/wrap.sh"
+    local a=(--data "$d/data" --invariant 4 --batch-size 8 --epochs 12 --threads 1 --lr 0.05 --log-interval 1000 --backend tcp)
+    fresh
+    PORT=$((PORT + 2))
+    for ((h = 0; h < 2; h++)); do
+        on $h "ref$h" DDPRT_TIMEOUT=60 -- "$B/ddprt-launch" --nproc-per-node 2 --nnodes 2 --node-rank $h \
+            --master-addr "$M" --master-port $PORT -- "$B/ddprt-train" "${a[@]}" --save "$d/ref.st"
+    done
+    waitall 300
+    all_zero || { bad "elastic grow (uninterrupted run: exit codes ${RCS[*]})"; return; }
+    fresh
+    PORT=$((PORT + 2))
+    t0=$SECONDS
+    local L=(--nproc-per-node 2 --nnodes 1:2 --master-addr "$M" --master-port $PORT --resume-arg "$d/el.st")
+    # Each launcher in its own session (a rank kills the session: the node is gone); sh
+    # stays outside it and reports the status, so bash has no killed job to announce.
+    local SESSION='setsid -w "$@"; exit $?'
+    for h in 1 0; do
+        on $h "node$h" DDPRT_TIMEOUT=60 CK="$d/el.st" TRAIN="$B/ddprt-train" -- sh -c "$SESSION" sh "$B/ddprt-launch" "${L[@]}" \
+            --node-rank $h -- "$d/wrap.sh" "${a[@]}" --save "$d/el.st"
+        sleep 0.2
+    done
+    local end=$((SECONDS + 120))
+    until grep -q "round 1: 1 node(s)" "$TMP/node0.err" 2>/dev/null || [ $SECONDS -ge $end ]; do sleep 0.1; done
+    on 1 "node1b" DDPRT_TIMEOUT=60 CK="$d/el.st" TRAIN="$B/ddprt-train" -- sh -c "$SESSION" sh "$B/ddprt-launch" "${L[@]}" \
+        --node-rank 1 -- "$d/wrap.sh" "${a[@]}" --save "$d/el.st"
+    waitall 300
+    local secs=$((SECONDS - t0))
+    # node1 (the lost one) was SIGKILLed: 137; the others must succeed
+    if [ "${RCS[0]}" = 137 ] && [ "${RCS[1]}" = 0 ] && [ "${RCS[2]}" = 0 ] &&
+        grep -q "node 0: node 1 (.*) is lost" "$TMP/node0.err" && grep -q "node 0: node 1 (.*) joined" "$TMP/node0.err" &&
+        grep -q "round 2: 2 node(s), ranks 0..1 of 4, resuming from" "$TMP/node0.err" && cmp -s "$d/ref.st" "$d/el.st"; then
+        ok "elastic --nnodes 1:2 across hosts: 4 ranks, host 1 lost mid-epoch 2, on 2 ranks, host 1 back, 4 ranks: same final checkpoint (${secs} s)"
+    else
+        bad "elastic grow across hosts (exit codes ${RCS[*]}; lines or checkpoints differ)"
+    fi
+    if [ -n "${CLUSTER_VERBOSE:-}" ] || [ -n "${CLUSTER_ELASTIC_LINES:-}" ]; then
+        echo "--- node 0's launcher:"; grep "ddprt-launch" "$TMP/node0.err"
+        echo "--- node 1's launcher (after it came back):"; grep "ddprt-launch" "$TMP/node1b.err"
+    fi
+}
+
 if [ "$MODE" = --bench ]; then
     . "$(dirname "$0")/../bench/cluster_bench.sh"
     exit 0
@@ -262,6 +351,8 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     run_grid "train 2x1 tcp://" 2 1 tcp "${TRAIN[@]}" --backend tcp
     run_launch "train 2x2 ddprt-launch --nnodes 2" 2 "${TRAIN[@]}" --backend tcp
     elastic
+    invariant_hosts
+    elastic_grow
 else
     say "train: skipped (no Fashion-MNIST: apt-get install dataset-fashion-mnist)"
 fi

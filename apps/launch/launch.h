@@ -6,7 +6,9 @@
 
 typedef struct launch_opts {
     int nproc, nnodes, node_rank, port, no_prefix, max_restarts, ctl_port;
-    const char *addr, *resume, *bind_to;
+    int min_nodes;     /* --nnodes MIN:MAX (elastic when MIN < MAX); else = nnodes */
+    int group_rank;    /* this round's place of the node among the rounds' nodes (RANK's base) */
+    const char *addr, *resume, *bind_to, *nnodes_arg;
     char **prog;       /* PROGRAM ARGS..., NULL-terminated */
     double grace_s;    /* DDPRT_LAUNCH_GRACE: SIGTERM to SIGKILL */
 } launch_opts;

@@ -25,7 +25,8 @@
 #define L(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(launch_opts, field), lo, hi, ch, NULL, h, 0}
 static const rt_arg flags[] = {
     L("nproc-per-node", RT_ARG_INT, RT_ARG_RANGE, nproc, 1, 4096, NULL, "ranks to start on this node (required)"),
-    L("nnodes", RT_ARG_INT, RT_ARG_RANGE, nnodes, 1, 65536, NULL, "nodes in the job (default: 1)"),
+    L("nnodes", RT_ARG_STR, RT_ARG_ANY, nnodes_arg, 0, 0, NULL,
+      "nodes in the job, or MIN:MAX for an elastic job (torchrun's form; default: 1)"),
     L("node-rank", RT_ARG_INT, RT_ARG_RANGE, node_rank, 0, 65535, NULL, "this node's index (default: 0)"),
     L("master-addr", RT_ARG_STR, RT_ARG_ANY, addr, 0, 0, NULL, "rank 0's host (default: $MASTER_ADDR or 127.0.0.1)"),
     L("master-port", RT_ARG_INT, RT_ARG_RANGE, port, 1, 65535, NULL,
@@ -50,9 +51,11 @@ static const char tail[] =
     "--max-restarts: DDPRT_RESTART_COUNT tells the ranks which start it is. With --nnodes M > 1\n"
     "every node's launcher takes part in each restart: node 0's launcher listens on --control-port,\n"
     "decides each round and gives every round its own job token; a launcher that is lost stops\n"
-    "the whole job. --bind-to core: consecutive CPUs of those this launcher may use (with more\n"
-    "ranks than CPUs, CPU i mod count), as mpirun binds by default; ranks that exchange through\n"
-    "shared memory then never share a core.\n";
+    "the whole job. --nnodes MIN:MAX: an elastic job (docs/reliability.md): a lost node ends the\n"
+    "round and the job goes on with the nodes left (at least MIN) from --resume-arg's checkpoint; a\n"
+    "node that joins enters at the ranks' next checkpoint. --bind-to core: consecutive CPUs of those\n"
+    "this launcher may use (with more ranks than CPUs, CPU i mod count), as mpirun binds by\n"
+    "default; ranks that exchange through shared memory then never share a core.\n";
 
 static int sig_pipe[2] = {-1, -1};
 
@@ -85,21 +88,32 @@ static int parse_args(int argc, char **argv, launch_opts *o)
     int npos = 0;
     char **pos = calloc((size_t)argc + 1, sizeof *pos);
     if (!pos) return 1;
-    *o = (launch_opts){.nproc = -1, .nnodes = 1, .port = -1, .ctl_port = -1, .grace_s = 10};
+    *o = (launch_opts){.nproc = -1, .nnodes = 1, .port = -1, .ctl_port = -1, .grace_s = 10, .group_rank = -1};
     int rc = rt_args_main(&spec, o, argc, argv, pos, &npos, head, tail);
     if (rc >= 0) { free(pos); return rc; }
     o->prog = pos;
     if (o->nproc < 0) return usage_error("--nproc-per-node N is required");
+    if (o->nnodes_arg) { /* N, or MIN:MAX */
+        char *end, *e2;
+        long lo = strtol(o->nnodes_arg, &end, 10), hi = *end == ':' ? strtol(end + 1, &e2, 10) : lo;
+        if (end == o->nnodes_arg || (*end && (*end != ':' || !*(end + 1) || *e2)) || lo < 1 || hi < lo || hi > 65536) {
+            snprintf(msg, sizeof msg, "--nnodes %s: expected N or MIN:MAX with 1 <= MIN <= MAX <= 65536", o->nnodes_arg);
+            return usage_error(msg);
+        }
+        o->nnodes = (int)hi, o->min_nodes = (int)lo;
+    }
+    if (!o->min_nodes) o->min_nodes = o->nnodes;
     if (!npos) return usage_error("no program given: ddprt-launch --nproc-per-node N -- PROGRAM [ARGS...]");
     if (o->node_rank >= o->nnodes) {
         snprintf(msg, sizeof msg, "--node-rank %d is out of range for --nnodes %d", o->node_rank, o->nnodes);
         return usage_error(msg);
     }
     if ((long)o->nnodes * o->nproc > 65536) return usage_error("too many ranks (--nnodes x --nproc-per-node > 65536)");
-    if (o->resume && !o->max_restarts)
-        return usage_error("--resume-arg is used on restarts only: give --max-restarts N too");
-    if (o->ctl_port > 0 && !(o->nnodes > 1 && o->max_restarts > 0))
-        return usage_error("--control-port is used only with --nnodes > 1 and --max-restarts N");
+    int el = o->min_nodes < o->nnodes;
+    if (o->resume && !o->max_restarts && !el)
+        return usage_error("--resume-arg is used on restarts only: give --max-restarts N (or --nnodes MIN:MAX) too");
+    if (o->ctl_port > 0 && !(o->nnodes > 1 && (o->max_restarts > 0 || el)))
+        return usage_error("--control-port is used only with --nnodes > 1 and --max-restarts N, or --nnodes MIN:MAX");
     o->grace_s = rt_env_num(RT_ENV_LAUNCH_GRACE, o->grace_s); /* its domain: rt_env_check */
     return -1;
 }
@@ -186,17 +200,34 @@ static int rounds_on_nodes(const launch_opts *o)
     lc_decision d;
     int ctl_port = o->ctl_port > 0 ? o->ctl_port : o->port < 65535 ? o->port + 1 : o->port - 1;
     const char *base = rt_env_str(RT_ENV_JOB_TOKEN);
-    if (lc_start(&ctl, o->addr, ctl_port, o->node_rank, o->nnodes, o->nproc, o->max_restarts, o->resume != NULL,
-                 base ? base : "", &d))
-        return 1;
-    setenv("DDPRT_JOB_TOKEN", d.token, 1);
+    int el = o->min_nodes < o->nnodes;
+    lc_cfg cfg = {o->addr, ctl_port, o->node_rank, o->nnodes, o->min_nodes, o->nproc, o->max_restarts,
+                  o->resume != NULL, base ? base : ""};
+    if (lc_start(&ctl, &cfg, &d)) return 1;
+    if (d.end) return d.code; /* elastic: the job ended before this node could join */
+    if (el) setenv("DDPRT_ELASTIC", "1", 1); /* SIGUSR2: stop at the next restart point */
+    launch_opts ro = *o;
     char **args = o->prog;
+    int64_t t0 = port_now_ns();
+    /* A node joining a running job starts from its newest checkpoint, as the others do. */
+    if (d.resume && o->resume && (args = restart_args(o->prog, o->resume)) == NULL) return 1;
     for (;;) {
-        launch_result r = launch_run_ranks(args, o, &ctl, sig_pipe[0]);
+        /* This round's world: its nodes in node order (the same as --node-rank unless elastic). */
+        setenv("DDPRT_JOB_TOKEN", d.token, 1);
+        if (d.round) set_env_int("DDPRT_RESTART_COUNT", d.round);
+        set_env_int("WORLD_SIZE", d.nmembers * o->nproc);
+        set_env_int("GROUP_RANK", d.group_rank);
+        ro.group_rank = d.group_rank;
+        if (el)
+            fprintf(stderr, "ddprt-launch: node %d: round %d: %d node(s), ranks %d..%d of %d%s%s (%.1f s after start)\n",
+                    o->node_rank, d.round, d.nmembers, d.group_rank * o->nproc, (d.group_rank + 1) * o->nproc - 1,
+                    d.nmembers * o->nproc, args != o->prog ? ", resuming from " : "", args != o->prog ? o->resume : "",
+                    (double)(port_now_ns() - t0) / 1e9);
+        launch_result r = launch_run_ranks(args, &ro, &ctl, sig_pipe[0]);
         if (args != o->prog) free(args);
         args = o->prog;
-        if (ctl.lost || r.sig || lc_round_end(&ctl, r.failed, r.failed >= 0 ? r.status : 0, o->max_restarts,
-                                              o->resume != NULL, o->resume ? o->resume : "", &d)) {
+        if (ctl.lost || r.sig || lc_round_end(&ctl, r.failed, r.failed >= 0 ? r.status : 0, o->resume ? o->resume : "",
+                                              &d)) {
             int st = r.sig ? 128 + r.sig : r.status ? r.status : 1;
             lc_close(&ctl, st);
             return st;
@@ -205,12 +236,15 @@ static int rounds_on_nodes(const launch_opts *o)
             lc_close(&ctl, d.code);
             return d.code;
         }
-        set_env_int("DDPRT_RESTART_COUNT", d.round);
-        setenv("DDPRT_JOB_TOKEN", d.token, 1);
         if (d.resume && o->resume && (args = restart_args(o->prog, o->resume)) == NULL) return 1;
-        fprintf(stderr, "ddprt-launch: node %d: restart %d of %d after rank %d failed (status %d) on node %d%s%s\n",
-                o->node_rank, d.round, o->max_restarts, d.rank, d.status, d.node, args != o->prog ? "; resuming from " : "",
-                args != o->prog ? o->resume : "");
+        if (el && strcmp(d.why, "rank failed"))
+            fprintf(stderr, "ddprt-launch: node %d: new membership after %s: %d node(s)%s%s\n", o->node_rank,
+                    d.why[0] ? d.why : "a change", d.nmembers, args != o->prog ? "; resuming from " : "",
+                    args != o->prog ? o->resume : "");
+        else
+            fprintf(stderr, "ddprt-launch: node %d: restart %d of %d after rank %d failed (status %d) on node %d%s%s\n",
+                    o->node_rank, ctl.master ? ctl.restarts : d.round, o->max_restarts, d.rank, d.status, d.node,
+                    args != o->prog ? "; resuming from " : "", args != o->prog ? o->resume : "");
     }
 }
 
@@ -254,5 +288,5 @@ int main(int argc, char **argv)
     }
     if ((rc = job_environment(&o))) return rc;
     if (install_signals()) return 1;
-    return o.nnodes > 1 && o.max_restarts > 0 ? rounds_on_nodes(&o) : rounds_here(&o);
+    return o.nnodes > 1 && (o.max_restarts > 0 || o.min_nodes < o.nnodes) ? rounds_on_nodes(&o) : rounds_here(&o);
 }

@@ -120,7 +120,7 @@ static void start_ranks(job *j, char **prog)
     for (int i = 0; i < j->nproc; i++) {
         int po[2] = {-1, -1}, pe[2] = {-1, -1};
         if (prefix && (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC))) { perror("ddprt-launch: pipe"); break; }
-        int rank = o->node_rank * j->nproc + i;
+        int rank = (o->group_rank >= 0 ? o->group_rank : o->node_rank) * j->nproc + i;
         fflush(NULL);
         pid_t pid = fork();
         if (pid < 0) { perror("ddprt-launch: fork"); break; }
@@ -130,6 +130,14 @@ static void start_ranks(job *j, char **prog)
             signal(SIGTERM, SIG_DFL);
             signal(SIGCHLD, SIG_DFL);
             if (prefix) { dup2(po[1], 1); dup2(pe[1], 2); }
+            if (o->min_nodes < o->nnodes) {
+                /* Elastic: a GROW may come before the program can take SIGUSR2; it stays
+                 * pending until ddprt-train installs its handler and unblocks it. */
+                sigset_t us;
+                sigemptyset(&us);
+                sigaddset(&us, SIGUSR2);
+                sigprocmask(SIG_BLOCK, &us, NULL);
+            }
             set_env_int("RANK", rank);
             set_env_int("LOCAL_RANK", i);
             if (bind_core) bind_rank(i, j->nproc);
@@ -187,6 +195,13 @@ static void reap_ranks(job *j)
     if (cand < 0) return;
     j->first_fail = j->ch[cand].rank;
     j->fail_code = WIFEXITED(cand_status) ? WEXITSTATUS(cand_status) : 128 + WTERMSIG(cand_status);
+    if (j->fail_code == LC_EXIT_RESTART_POINT && j->ctl) {
+        /* Every rank agreed to stop after its checkpoint: the others exit on their own. */
+        fprintf(stderr, "ddprt-launch: rank %d stopped at a restart point\n", j->ch[cand].rank);
+        lc_local_fail(j->ctl, j->first_fail, j->fail_code);
+        begin_stop(j);
+        return;
+    }
     if (WIFSIGNALED(cand_status))
         fprintf(stderr, "ddprt-launch: rank %d (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
                 j->ch[cand].rank, (int)cand_pid, WTERMSIG(cand_status), strsignal(WTERMSIG(cand_status)));
@@ -225,8 +240,11 @@ static int poll_round(job *j)
     int nstreams = n;
     if (j->ctl && !j->ctl->lost) n += lc_fill(j->ctl, j->pf + n);
     poll(j->pf, (nfds_t)n, 200);
-    /* Another node's rank failed (stop ours, not a failure here) or a launcher is gone. */
-    if (j->ctl && !j->ctl->lost && lc_service(j->ctl, j->pf + nstreams, n - nstreams) != LC_NONE && !j->stopping) {
+    /* Another node's rank failed (stop ours, not a failure here) or a launcher is gone;
+     * or (elastic) a node waits to join: the ranks stop at their next restart point. */
+    int ev = j->ctl && !j->ctl->lost ? lc_service(j->ctl, j->pf + nstreams, n - nstreams) : LC_NONE;
+    if (ev == LC_GROW && !j->stopping) signal_all(j, SIGUSR2);
+    else if (ev != LC_NONE && !j->stopping) {
         j->told = 1;
         signal_all(j, SIGTERM);
         begin_stop(j);
@@ -246,7 +264,7 @@ launch_result launch_run_ranks(char **prog, const launch_opts *o, lc *ctl, int s
     job j = {.o = o, .ctl = ctl, .sig_fd = sig_fd, .nproc = o->nproc, .first_fail = -1};
     j.ch = calloc((size_t)o->nproc, sizeof *j.ch);
     j.st = calloc((size_t)o->nproc * 2, sizeof *j.st);
-    j.pf = calloc((size_t)o->nproc * 2 + 1 + (ctl ? (size_t)ctl->npeers : 0), sizeof *j.pf);
+    j.pf = calloc((size_t)o->nproc * 2 + 1 + (ctl ? (size_t)lc_nfds(ctl) : 0), sizeof *j.pf);
     if (!j.ch || !j.st || !j.pf) {
         fprintf(stderr, "ddprt-launch: out of memory\n");
         free(j.ch), free(j.st), free(j.pf);

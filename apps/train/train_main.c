@@ -4,6 +4,7 @@
 #include "kernels/k.h"
 #include "nn/train.h"
 #include "ports/posix/port.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include "rt/version.h"
 #include <signal.h>
@@ -21,8 +22,26 @@ static void on_signal(int sig)
     _exit(128 + sig);
 }
 
+/* ddprt-launch --nnodes MIN:MAX sends SIGUSR2 when a node waits to join: stop at the
+ * next restart point (nn/train.h). Installed first thing, only under such a launcher. */
+static volatile sig_atomic_t restart_req;
+static void on_restart(int sig)
+{
+    (void)sig;
+    restart_req = 1;
+}
+
 int main(int argc, char **argv)
 {
+    const char *el = rt_env_str(RT_ENV_ELASTIC);
+    if (el && !strcmp(el, "1")) {
+        /* The launcher starts us with SIGUSR2 blocked: one sent before now is kept. */
+        sigset_t us;
+        sigemptyset(&us);
+        sigaddset(&us, SIGUSR2);
+        signal(SIGUSR2, on_restart);
+        sigprocmask(SIG_UNBLOCK, &us, NULL);
+    }
     nn_opts o;
     nn_trainer t;
     nn_ddp *ddp;
@@ -52,11 +71,12 @@ int main(int argc, char **argv)
         nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);
     }
+    if (el && !strcmp(el, "1")) t.restart_req = &restart_req;
     rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels%s",
             o.model, t.data_dir, t.train.n, t.test.n, nn_ddp_world(ddp), k_threads(), k_isa(),
             t.g.amp == NN_AMP_BF16 ? ", amp bf16" : "");
     rc = nn_trainer_run(&t);
     nn_trainer_free(&t);
-    nn_ddp_close(ddp, rc != 0);
+    nn_ddp_close(ddp, rc != 0 && rc != NN_EXIT_RESTART_POINT);
     return rc;
 }

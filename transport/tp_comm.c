@@ -276,7 +276,10 @@ static int issue_locked(tp_comm *c, tp_handle *h, int64_t t)
     return 0;
 }
 
-/* The op itself: a host collective, or a staged device op (its chunks inline). */
+/* The op itself: a host collective, or a staged device op (its chunks inline). The
+ * staged layer (tp_staged.c) and the comm call each other by design: device ops queue
+ * here so that host and device ops keep one order on every rank, the comm hands a
+ * staged op back to run its chunks, and each chunk is a host op issued through here. */
 static int run_handle(tp_comm *c, tp_handle *h, int64_t t)
 {
     return h->stage ? tp_staged_run(c, h) : run_op_at(c, h, t);
@@ -395,6 +398,45 @@ int tp_failed(tp_comm *c)
 
 #define HANDLE(k, s, r, n, d, o, rt) \
     (tp_handle){.kind = (k), .send = (s), .recv = (r), .count = (n), .dt = (int)(d), .op = (int)(o), .root = (rt)}
+
+/* The tree collectives' entry points (their algorithm: tp_tree.c). */
+/* Issue checks beyond the comm's: a tree set for this world, an op that is one. */
+static int tree_op(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, int phases, tp_handle *h, int blocking)
+{
+    *h = (tp_handle){.kind = TP_K_TREE, .send = buf, .recv = buf, .count = count, .dt = (int)dt, .op = (int)op,
+                     .root = phases};
+    port_mutex_lock(&c->mu);
+    int set = c->ntree != 0;
+    port_mutex_unlock(&c->mu);
+    if (!set || op == TP_AVG || (!buf && count)) {
+        h->state = TP_H_DONE;
+        return h->rc = TP_EINVAL;
+    }
+    return tp_issue(c, h, blocking);
+}
+
+int tp_tree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op)
+{
+    tp_handle h;
+    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, &h, 1);
+}
+
+int tp_itree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, tp_handle *h)
+{
+    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, h, 0);
+}
+
+int tp_tree_reduce_scatter(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op)
+{
+    tp_handle h;
+    return tree_op(c, buf, count, dt, op, TP_TREE_RS, &h, 1);
+}
+
+int tp_tree_allgather(tp_comm *c, void *buf, size_t count, rt_dtype dt)
+{
+    tp_handle h;
+    return tree_op(c, buf, count, dt, TP_SUM, TP_TREE_AG, &h, 1);
+}
 
 int tp_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)
 {

@@ -72,6 +72,8 @@ static void end_rank(tp_watch *w, const char *why)
         _exit(1);
     }
     w->ended = 1;
+    /* The one call back into the comm the watch observes (tp_comm.c starts, asks and
+     * stops the watch): failing the comm is what a watch that gave up on a rank is for. */
     tp_abort(w->c, why);
 }
 

@@ -21,27 +21,9 @@
 #define RT_HALF_FN static inline
 #endif
 
-RT_HALF_FN uint32_t rt_f32_bits(float f)
-{
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-#endif
-}
-
-RT_HALF_FN float rt_bits_f32(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
+/* memcpy: one register move on the host and on the device alike. */
+RT_HALF_FN uint32_t rt_f32_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+RT_HALF_FN float rt_bits_f32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 
 RT_HALF_FN float rt_f16_to_f32(uint16_t h)
 {

@@ -5,14 +5,10 @@
 
 const char *const tp_op_names[TP_NOPS] = {"sum", "prod", "min", "max", "avg"};
 
-/* The generic path: 16-byte vectors (SSE2 on x86-64, whatever the target has elsewhere). */
-#define VB 16
-#define SFX _generic
-#define TGT
-#include "transport/tp_reduce_simd.h"
-#undef VB
-#undef SFX
-#undef TGT
+/* The paths: generic (16-byte vectors: SSE2 on x86-64, whatever the target has
+ * elsewhere), avx2 and avx512, from one template. */
+#define RT_ISA_TEMPLATE "transport/tp_reduce_simd.h"
+#include "rt/isa_each.h"
 
 #if !(defined(__x86_64__) || defined(__i386__))
 /* Other CPUs: the x86 paths are never chosen; keep the symbols for the table. */

@@ -30,7 +30,7 @@ void tp_reduce_isa(int isa, void *dst, const void *a, const void *b, size_t n, r
 void tp_f32_to_half(uint16_t *dst, const float *src, size_t n, rt_dtype dt);
 void tp_half_to_f32(float *dst, const uint16_t *src, size_t n, rt_dtype dt);
 
-/* The per-ISA entry points (tp_reduce_x86.c); generic lives in tp_reduce.c. */
+/* The per-ISA entry points (tp_reduce.c, from tp_reduce_simd.h). */
 typedef void (*tp_reduce_fn)(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 void tp_reduce_generic(void *dst, const void *a, const void *b, size_t n, int dt, int op);
 void tp_reduce_avx2(void *dst, const void *a, const void *b, size_t n, int dt, int op);

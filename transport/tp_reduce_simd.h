@@ -1,18 +1,26 @@
 /* Reduction kernels, written once with GCC/Clang vector extensions and included once
- * per ISA (tp_reduce.c: generic, tp_reduce_x86.c: avx2, avx512). The includer defines
- *   VB      vector width in bytes (16, 32, 64)
- *   SFX     a name suffix (_generic, _avx2, _avx512)
- *   TGT     a function attribute (empty, or __attribute__((target("..."))))
- *   F16_LANES, F16_LOAD(p), F16_STORE(p, v): optional hardware f16 conversion.
+ * per ISA level by rt/isa_each.h (tp_reduce.c): ISA_VB-byte vectors, ISA_FN names,
+ * ISA_TARGET; the x86 levels convert f16 with F16C (8 or 16 lanes a step).
  * Vector and scalar tails compute the same IEEE operations in the same order, so
  * every ISA produces identical bits; min/max are written as the x86 minps/maxps
  * semantics (x < y ? x : y) everywhere. Integer SUM/PROD run on unsigned types so
  * overflow wraps without undefined behaviour. */
 #include <string.h>
 
-#define TP_CAT_(a, b) a##b
-#define TP_CAT(a, b) TP_CAT_(a, b)
-#define S(x) TP_CAT(x, SFX)
+#define S(x) ISA_FN(x)
+#define VB ISA_VB
+#define TGT ISA_TARGET
+#if ISA_X86 && ISA_VB == 32
+#define F16_LANES 8
+#define F16_LOAD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define F16_STORE(p, v) \
+    _mm_storeu_si128((__m128i *)(void *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+#elif ISA_X86 && ISA_VB == 64
+#define F16_LANES 16
+#define F16_LOAD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define F16_STORE(p, v) \
+    _mm256_storeu_si256((__m256i *)(void *)(p), _mm512_cvtps_ph((__m512)(v), _MM_FROUND_TO_NEAREST_INT))
+#endif
 
 typedef float S(vf) __attribute__((vector_size(VB)));
 typedef double S(vd) __attribute__((vector_size(VB)));
@@ -118,7 +126,7 @@ static TGT void S(red_f16)(uint16_t *pd, const uint16_t *pa, const uint16_t *pb,
 
 /* f32 <-> f16 / bf16 for n elements (dt: the 16-bit type), the scalar functions'
  * rounding bit for bit. */
-TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, int to16)
+TGT void ISA_FN(tp_convert)(void *dst, const void *src, size_t n, int dt, int to16)
 {
     size_t i = 0;
     if (to16) {
@@ -165,7 +173,7 @@ TGT void TP_CAT(tp_convert, SFX)(void *dst, const void *src, size_t n, int dt, i
 /* The AVG tail: n floating elements divided by world (true division, as the scalar
  * loop; halves through f32 and back, rounding as the scalar functions). 1 when dt is
  * an integer type (the caller's scalar loop). */
-TGT int TP_CAT(tp_avg, SFX)(void *buf, size_t n, int dt, int world)
+TGT int ISA_FN(tp_avg)(void *buf, size_t n, int dt, int world)
 {
     size_t i = 0;
     float w = (float)world;
@@ -215,7 +223,7 @@ TGT int TP_CAT(tp_avg, SFX)(void *buf, size_t n, int dt, int world)
     }
 }
 
-TGT void TP_CAT(tp_reduce, SFX)(void *dst, const void *a, const void *b, size_t n, int dt, int op)
+TGT void ISA_FN(tp_reduce)(void *dst, const void *a, const void *b, size_t n, int dt, int op)
 {
     if (op == TP_AVG) op = TP_SUM;
     switch (dt) {
@@ -231,6 +239,11 @@ TGT void TP_CAT(tp_reduce, SFX)(void *dst, const void *a, const void *b, size_t 
 }
 
 #undef S
+#undef VB
+#undef TGT
+#undef F16_LANES
+#undef F16_LOAD
+#undef F16_STORE
 #undef SEL
 #undef BIN_LOOP
 #undef ALL_OPS

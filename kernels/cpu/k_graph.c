@@ -200,88 +200,19 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 
 /* ---- max over time: the first maximum wins ties; a NaN wins over numbers and the
  * first NaN is kept (so NaN propagates, as torch.max). */
-#ifdef K_TR8
-/* Rows of all-finite values (n >= the vector width): the max by vectors (the last one
- * overlapping: max is idempotent), then the first index equal to it; y = x there, so
- * -0 and +0 resolve as the scalar scan does. Exact comparisons only: the scalar bits.
- * A row with a NaN or infinity gets idx -1 and goes the scalar way. */
-__attribute__((target("avx512f"))) static void max_rows_avx512(long rows, int n, const float *x0, float *y,
-                                                               int32_t *idx)
-{
-    const __m512 z = _mm512_setzero_ps();
-    for (long r = 0; r < rows; r++) {
-        const float *x = x0 + r * n;
-        __m512 m = _mm512_loadu_ps(x), bad = _mm512_mul_ps(m, z);
-        for (int i = 16; i < n; i += 16) {
-            __m512 v = _mm512_loadu_ps(i + 16 <= n ? x + i : x + n - 16);
-            m = _mm512_max_ps(m, v);
-            bad = _mm512_add_ps(bad, _mm512_mul_ps(v, z)); /* NaN once a NaN or infinity was seen */
-        }
-        if (_mm512_cmp_ps_mask(bad, bad, _CMP_UNORD_Q)) {
-            idx[r] = -1;
-            continue;
-        }
-        __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-        for (int i = 0;; i += 16) {
-            __m512 v = _mm512_loadu_ps(i + 16 <= n ? x + i : x + n - 16);
-            __mmask16 e = _mm512_cmp_ps_mask(v, mx, _CMP_EQ_OQ);
-            if (e) {
-                int a = (i + 16 <= n ? i : n - 16) + __builtin_ctz(e);
-                y[r] = x[a];
-                idx[r] = a;
-                break;
-            }
-        }
-    }
-}
-
-__attribute__((target("avx2"))) static void max_rows_avx2(long rows, int n, const float *x0, float *y, int32_t *idx)
-{
-    const __m256 z = _mm256_setzero_ps();
-    for (long r = 0; r < rows; r++) {
-        const float *x = x0 + r * n;
-        __m256 m = _mm256_loadu_ps(x), bad = _mm256_mul_ps(m, z);
-        for (int i = 8; i < n; i += 8) {
-            __m256 v = _mm256_loadu_ps(i + 8 <= n ? x + i : x + n - 8);
-            m = _mm256_max_ps(m, v);
-            bad = _mm256_add_ps(bad, _mm256_mul_ps(v, z));
-        }
-        if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q))) {
-            idx[r] = -1;
-            continue;
-        }
-        __m256 h = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
-        h = _mm256_max_ps(h, _mm256_shuffle_ps(h, h, 0x4e));
-        h = _mm256_max_ps(h, _mm256_shuffle_ps(h, h, 0xb1)); /* every lane: the max */
-        for (int i = 0;; i += 8) {
-            __m256 v = _mm256_loadu_ps(i + 8 <= n ? x + i : x + n - 8);
-            int e = _mm256_movemask_ps(_mm256_cmp_ps(v, h, _CMP_EQ_OQ));
-            if (e) {
-                int a = (i + 8 <= n ? i : n - 8) + __builtin_ctz((unsigned)e);
-                y[r] = x[a];
-                idx[r] = a;
-                break;
-            }
-        }
-    }
-}
-#endif
+#define RT_ISA_TEMPLATE "kernels/cpu/k_graph_simd.h"
+#include "rt/isa_each.h"
 
 static void mt_fwd_task(void *ctx, int task)
 {
     const g_job *j = ctx;
     long lo, hi;
     k_split(j->units, j->parts, task, &lo, &hi);
-    int vec = 0;
-#ifdef K_TR8
-    if (k_isa_level() >= K_ISA_AVX512 && j->len >= 16) {
-        max_rows_avx512(hi - lo, j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
-        vec = 1;
-    } else if (k_isa_level() >= K_ISA_AVX2 && j->len >= 8) {
-        max_rows_avx2(hi - lo, j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
-        vec = 1;
-    }
-#endif
+    /* The widest level whose vector (4 << level floats) fits in a row. */
+    int lvl = k_isa_level();
+    while (lvl > 0 && j->len < 4 << lvl) lvl--;
+    int vec = j->len >= 4 << lvl;
+    if (vec) RT_ISA_CALL(lvl, max_rows, hi - lo, j->len, j->a + lo * j->len, j->y + lo, j->idx + lo);
     for (long r = lo; r < hi; r++) {
         if (vec && j->idx[r] >= 0) continue; /* all finite: done */
         const float *x = j->a + r * j->len;

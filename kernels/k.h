@@ -21,6 +21,11 @@ const char *k_isa(void);
  * changes nothing) for an unknown name or one this CPU lacks. Not thread-safe with
  * kernels running. */
 int k_set_isa(const char *name);
+/* The machine's limits on the path in use, for benchmark tables (k_probe.c): one
+ * core's FMA peak in GFLOP/s and its copy bandwidth (read + written bytes per second,
+ * GB/s) between two buffers of `bytes` each, both by the calling thread's CPU time. */
+double k_probe_fma_gflops(void);
+double k_probe_copy_gbps(size_t bytes);
 
 typedef struct k_conv_shape {
     int n, c, h, w;     /* input */

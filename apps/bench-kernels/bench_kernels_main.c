@@ -1,8 +1,12 @@
 /* ddprt-bench-kernels: times every CPU kernel on LeNet's shapes and projects the
  * training step and epoch time from the sum; --model resnet20|resnet18 times the
- * ResNet conv shapes and layer kernels instead.
+ * ResNet conv shapes and layer kernels instead, --model linear the models' linear
+ * layers and square GEMMs.
  *   ddprt-bench-kernels [--model M] [--threads N] [--batch N] [--iters N] [--isa generic|avx2|avx512]
- * Times are medians over --iters repeats (this machine is shared: medians resist noise). */
+ * Times are medians over --iters repeats (this machine is shared: medians resist noise).
+ * Every rate is also printed as a share of the machine's measured limits (k_probe.c):
+ * GFLOP/s of the FMA peak of the ISA in use, GB/s of the copy bandwidth between two
+ * buffers of the kernel's size (x threads when more than one runs). */
 #include "kernels/k.h"
 #if DDPRT_CUDA
 #include "apps/bench-kernels/bench_kernels.h"
@@ -15,6 +19,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The measured limits: FMA peak (per thread, times the thread count) and copy
+ * bandwidth per buffer size (cached: the LeNet table repeats sizes). */
+static double fma_peak;
+static double copy_at(size_t bytes)
+{
+    static size_t sz[64];
+    static double bw[64];
+    static int n;
+    for (int i = 0; i < n; i++)
+        if (sz[i] == bytes) return bw[i];
+    double g = k_probe_copy_gbps(bytes);
+    if (n < 64) sz[n] = bytes, bw[n++] = g;
+    return g;
+}
+/* 100 * rate / limit: GFLOP/s against the FMA peak, GB/s against the copy bandwidth of
+ * `bytes` per buffer (a kernel reading a and writing b moves both, as the copy does). */
+static double pct_flop(double gflops) { return fma_peak > 0 ? 100.0 * gflops / (fma_peak * k_threads()) : 0; }
+static double pct_copy(double gbps, size_t bytes)
+{
+    double c = copy_at(bytes);
+    return c > 0 ? 100.0 * gbps / c : 0;
+}
 
 typedef struct bench_ctx {
     int b;                                 /* batch */
@@ -157,19 +184,33 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* With one thread, the calling thread's CPU time: other jobs on this shared machine
+ * then only slow us through caches and memory, not through preemption. */
+static int use_cpu_clock, force_wall;
+static const char *conv_filter; /* --conv: only the convs whose name contains it */
+static int with_bf16 = 1;       /* --bf16 off: skip the bf16 columns */
+static int64_t bench_now_ns(void)
+{
+    if (!use_cpu_clock) return port_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void bench_batch(int b, int iters)
 {
     bench_ctx c;
     ctx_init(&c, b);
     double *t = malloc(sizeof(double) * iters), total = 0, conv_total = 0, flop_total = 0;
-    printf("\nbatch %d (median of %d)\n", b, iters);
-    printf("%-22s %-22s %10s %10s\n", "kernel", "shape", "time_us", "rate");
+    printf("\nbatch %d (median of %d, %s; %% = of the FMA peak, or of the copy bandwidth at the kernel's size)\n",
+           b, iters, use_cpu_clock ? "thread CPU time" : "wall time");
+    printf("%-22s %-22s %10s %15s %6s\n", "kernel", "shape", "time_us", "rate", "%");
     for (int k = 0; k < C_COUNT; k++) {
         for (int w = 0; w < 3; w++) run_case(&c, k);
         for (int i = 0; i < iters; i++) {
-            int64_t t0 = port_now_ns();
+            int64_t t0 = bench_now_ns();
             run_case(&c, k);
-            t[i] = (port_now_ns() - t0) * 1e-3;
+            t[i] = (bench_now_ns() - t0) * 1e-3;
         }
         qsort(t, iters, sizeof *t, cmp_d);
         double med = t[iters / 2], work = 0;
@@ -180,12 +221,13 @@ static void bench_batch(int b, int iters)
         total += med;
         if (k == C_CONV1_F || k == C_CONV2_F || k == C_CONV1_B || k == C_CONV2_B) conv_total += med;
         if (is_flop) flop_total += work;
-        printf("%-22s %-22s %10.1f %7.1f %s\n", name, shape, med, work / (med * 1e3),
-               is_flop ? "GFLOP/s" : "GB/s");
+        double rate = work / (med * 1e3);
+        printf("%-22s %-22s %10.1f %7.1f %-7s %5.0f%%\n", name, shape, med, rate, is_flop ? "GFLOP/s" : "GB/s",
+               is_flop ? pct_flop(rate) : pct_copy(rate, (size_t)(work / 2)));
     }
     long steps = (60000 + b - 1) / b;
-    printf("LeNet step (fwd+bwd+sgd), sum of medians: %.1f us (convs %.1f us), %.1f GFLOP/s overall\n",
-           total, conv_total, flop_total / (total * 1e3));
+    printf("LeNet step (fwd+bwd+sgd), sum of medians: %.1f us (convs %.1f us), %.1f GFLOP/s overall (%.0f%% of peak)\n",
+           total, conv_total, flop_total / (total * 1e3), pct_flop(flop_total / (total * 1e3)));
     printf("projected epoch (60000 samples, %ld steps): %.2f s\n", steps, total * steps * 1e-6);
     free(t);
 }
@@ -219,16 +261,6 @@ static const rn_conv rn18[] = {
     {"layer4 3x3", 512, 7, 512, 3, 1, 1, 3, 1},
 };
 
-/* With one thread, the calling thread's CPU time: other jobs on this shared machine
- * then only slow us through caches and memory, not through preemption. */
-static int use_cpu_clock, force_wall;
-static int64_t bench_now_ns(void)
-{
-    if (!use_cpu_clock) return port_now_ns();
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static double median_us(int iters, void (*fn)(void *), void *arg)
 {
@@ -314,13 +346,13 @@ static void bench_resnet(const char *model, int b, int iters)
     if (mem > ymax) ymax = mem;
     rn_arg a = {.x = fbuf(xmax), .dx = fbuf(xmax), .y = fbuf(ymax), .w = fbuf(wmax), .dw = fbuf(wmax)};
     a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
-    use_cpu_clock = k_threads() == 1 && !force_wall;
-    printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only)\n", model, b, iters,
-           use_cpu_clock ? "thread CPU time" : "wall time");
-    printf("%-22s %-24s %3s %10s %8s %10s %8s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
-           "bwd_us", "GFLOP/s", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
+    printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only; %% = of the FMA peak)\n", model,
+           b, iters, use_cpu_clock ? "thread CPU time" : "wall time");
+    printf("%-22s %-24s %3s %10s %8s %4s %10s %8s %4s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
+           "%", "bwd_us", "GFLOP/s", "%", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
     double tf = 0, tb = 0, ff = 0, fb = 0, tf16 = 0, tb16 = 0;
     for (int i = 0; i < nl; i++) {
+        if (conv_filter && !strstr(L[i].name, conv_filter)) continue;
         a.sh = (k_conv_shape){b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
         k_conv_shape_init(&a.sh);
         a.need_dx = L[i].need_dx;
@@ -329,22 +361,27 @@ static void bench_resnet(const char *model, int b, int iters)
         a.bf16 = 0;
         double uf = median_us(iters, rn_conv_fwd, &a), ub = median_us(iters, rn_conv_bwd, &a);
         a.bf16 = 1; /* --amp bf16: bf16 operands, fp32 accumulation */
-        double uf16 = median_us(iters, rn_conv_fwd, &a), ub16 = median_us(iters, rn_conv_bwd, &a);
+        double uf16 = with_bf16 ? median_us(iters, rn_conv_fwd, &a) : 0, ub16 = with_bf16 ? median_us(iters, rn_conv_bwd, &a) : 0;
         a.bf16 = 0;
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%d->%d %dx%d s%d p%d", a.sh.c, a.sh.h, a.sh.k, a.sh.r,
                  a.sh.s, a.sh.stride, a.sh.pad);
-        printf("%-22s %-24s %3d %10.0f %8.1f %10.0f %8.1f | %8.0f %8.0f %6.2f %6.2f\n", L[i].name, shape,
-               L[i].count, uf, fl / (uf * 1e3), ub, blf / (ub * 1e3), uf16, ub16, uf / uf16, ub / ub16);
+        printf("%-22s %-24s %3d %10.0f %8.1f %4.0f %10.0f %8.1f %4.0f | %8.0f %8.0f %6.2f %6.2f\n", L[i].name, shape,
+               L[i].count, uf, fl / (uf * 1e3), pct_flop(fl / (uf * 1e3)), ub, blf / (ub * 1e3),
+               pct_flop(blf / (ub * 1e3)), uf16, ub16, uf16 > 0 ? uf / uf16 : 0, ub16 > 0 ? ub / ub16 : 0);
         tf += uf * L[i].count; tb += ub * L[i].count;
         tf16 += uf16 * L[i].count; tb16 += ub16 * L[i].count;
         ff += fl * L[i].count; fb += blf * L[i].count;
     }
-    printf("all convs x count: fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s\n",
-           tf * 1e-3, ff / (tf * 1e3), tb * 1e-3, fb / (tb * 1e3), (ff + fb) / ((tf + tb) * 1e3));
-    printf("bf16 (%s):        fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s: "
-           "%.2fx fp32\n", k_isa(), tf16 * 1e-3, ff / (tf16 * 1e3), tb16 * 1e-3, fb / (tb16 * 1e3),
-           (ff + fb) / ((tf16 + tb16) * 1e3), (tf + tb) / (tf16 + tb16));
+    double gf = ff / (tf * 1e3), gb = fb / (tb * 1e3), gfb = (ff + fb) / ((tf + tb) * 1e3);
+    printf("all convs x count: fwd %.1f ms %.1f GFLOP/s (%.0f%%), bwd %.1f ms %.1f GFLOP/s (%.0f%%), fwd+bwd %.1f "
+           "GFLOP/s = %.0f%% of the %.1f GFLOP/s peak (%s)\n", tf * 1e-3, gf, pct_flop(gf), tb * 1e-3, gb, pct_flop(gb),
+           gfb, pct_flop(gfb), fma_peak * k_threads(), k_isa());
+    if (with_bf16)
+        printf("bf16 (%s):        fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s: "
+               "%.2fx fp32\n", k_isa(), tf16 * 1e-3, ff / (tf16 * 1e3), tb16 * 1e-3, fb / (tb16 * 1e3),
+               (ff + fb) / ((tf16 + tb16) * 1e3), (tf + tb) / (tf16 + tb16));
+    if (conv_filter) goto out;
 
     /* Memory-bound layers on the model's largest activations. */
     int mc = r18 ? 64 : 16, mh = r18 ? 112 : 28;
@@ -353,7 +390,8 @@ static void bench_resnet(const char *model, int b, int iters)
     a.c = fbuf(mc); a.d = fbuf(mc); a.e = fbuf(2 * mc);
     for (int i = 0; i < mc; i++) a.d[i] = 1.0f;
     a.idx = malloc(sizeof(int32_t) * a.n);
-    printf("%-22s %-24s %10s %8s\n", "layer", "shape", "time_us", "GB/s");
+    printf("%-22s %-24s %10s %8s %8s %5s   (copy: one buffer of the shape to another, same clock)\n", "layer",
+           "shape", "time_us", "GB/s", "copy", "%");
     static const char *names[M_COUNT] = {"bn stats", "bn fwd", "bn bwd sums", "bn bwd dx", "relu fwd",
                                          "relu bwd", "add", "maxpool 3/2/1 fwd", "maxpool 3/2/1 bwd",
                                          "global avgpool fwd", "global avgpool bwd"};
@@ -372,27 +410,72 @@ static void bench_resnet(const char *model, int b, int iters)
         double us = median_us(iters, rn_mem, &a);
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%dx%dx%d", a.sh.n, a.sh.c, a.sh.h, a.sh.w);
-        printf("%-22s %-24s %10.0f %8.1f\n", names[op], shape, us, bytes[op] / (us * 1e3));
+        size_t buf = (size_t)el * sizeof(float);
+        printf("%-22s %-24s %10.0f %8.1f %8.1f %4.0f%%\n", names[op], shape, us, bytes[op] / (us * 1e3), copy_at(buf),
+               pct_copy(bytes[op] / (us * 1e3), buf));
         a.sh = s0;
     }
-    free(a.x); free(a.dx); free(a.y); free(a.w); free(a.dw); free(a.ws);
     free(a.c); free(a.d); free(a.e); free(a.idx);
+out:
+    free(a.x); free(a.dx); free(a.y); free(a.w); free(a.dw); free(a.ws);
+}
+
+/* ---- linear layers (k_linear_*: y = x w^T + b; bwd = dx and dW, as in training but
+ * the first layer's dx) on the models' shapes, and square GEMMs. */
+typedef struct lin_arg { int n, in, out; float *x, *w, *b, *y, *dy, *dx, *dw, *db; } lin_arg;
+static void lin_fwd(void *p)
+{
+    lin_arg *l = p;
+    k_linear_fwd(l->n, l->in, l->out, l->x, l->w, l->b, l->y);
+}
+static void lin_bwd(void *p)
+{
+    lin_arg *l = p;
+    k_linear_bwd(l->n, l->in, l->out, l->x, l->w, l->dy, l->dx, l->dw, l->db);
+}
+
+static void bench_linear(int batch, int iters)
+{
+    static const struct { const char *name; int n, in, out; } L[] = {
+        {"lenet fc1", 64, 320, 50},      {"lenet fc2", 64, 50, 10},     {"resnet20 fc", 128, 64, 10},
+        {"resnet18 fc", 32, 512, 1000},  {"textcnn fc", 64, 300, 2},    {"square 256", 256, 256, 256},
+        {"square 512", 512, 512, 512},   {"square 1024", 1024, 1024, 1024}, {"wide 64x4096->1024", 64, 4096, 1024},
+    };
+    printf("\nlinear (median of %d, %s; bwd = dx + dW + db; %% = of the FMA peak)\n", iters,
+           use_cpu_clock ? "thread CPU time" : "wall time");
+    printf("%-22s %-20s %10s %8s %4s %10s %8s %4s\n", "layer", "n x in -> out", "fwd_us", "GFLOP/s", "%", "bwd_us",
+           "GFLOP/s", "%");
+    for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+        lin_arg l = {.n = batch ? batch : L[i].n, .in = L[i].in, .out = L[i].out};
+        size_t nx = (size_t)l.n * l.in, nw = (size_t)l.out * l.in, ny = (size_t)l.n * l.out;
+        l.x = fbuf(nx); l.w = fbuf(nw); l.b = fbuf(l.out); l.y = fbuf(ny); l.dy = fbuf(ny);
+        l.dx = fbuf(nx); l.dw = fbuf(nw); l.db = fbuf(l.out);
+        double fl = 2.0 * l.n * l.in * l.out, uf = median_us(iters, lin_fwd, &l), ub = median_us(iters, lin_bwd, &l);
+        char shape[48];
+        snprintf(shape, sizeof shape, "%dx%d -> %d", l.n, l.in, l.out);
+        printf("%-22s %-20s %10.1f %8.1f %4.0f %10.1f %8.1f %4.0f\n", L[i].name, shape, uf, fl / (uf * 1e3),
+               pct_flop(fl / (uf * 1e3)), ub, 2 * fl / (ub * 1e3), pct_flop(2 * fl / (ub * 1e3)));
+        free(l.x); free(l.w); free(l.b); free(l.y); free(l.dy); free(l.dx); free(l.dw); free(l.db);
+    }
 }
 
 typedef struct bk_opts {
-    const char *device, *model, *clock, *isa;
+    const char *device, *model, *clock, *isa, *conv, *bf16;
     int threads, batch, iters;
 } bk_opts;
 
 #define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0}
 static const rt_arg flags[] = {
     K("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu or cuda (the GPU table; CUDA builds) (default: cpu)"),
-    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18", "lenet, resnet20 or resnet18 (default: lenet)"),
+    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear",
+      "lenet, resnet20, resnet18 or linear (default: lenet)"),
     K("clock", RT_ARG_STR, RT_ARG_ANY, clock, 0, 0, "cpu|wall", "cpu (the thread's CPU time, 1 thread) or wall"),
     K("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 1024, NULL, "compute threads (default: 1)"),
     K("batch", RT_ARG_INT, RT_ARG_RANGE, batch, 1, 1 << 20, NULL, "batch (default: lenet 64 and 1024, resnet20 128, resnet18 32)"),
     K("iters", RT_ARG_INT, RT_ARG_RANGE, iters, 1, 1 << 20, NULL, "repeats per kernel, the median is shown"),
     K("isa", RT_ARG_STR, RT_ARG_ANY, isa, 0, 0, NULL, "generic, avx2, avx512, ...: the kernels' instruction set"),
+    K("conv", RT_ARG_STR, RT_ARG_ANY, conv, 0, 0, NULL, "resnet: only the convs whose name contains this"),
+    K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet: the bf16 columns (default: on)"),
 };
 static const rt_args spec = {"ddprt-bench-kernels", flags, sizeof flags / sizeof flags[0], 0, 0};
 
@@ -401,9 +484,11 @@ static const char head[] =
     "Times each CPU kernel on the model's shapes (median of N repeats). lenet (default):\n"
     "projects the training step and epoch time; without --batch, batch 64 and 1024.\n"
     "resnet20 (1x28x28, batch 128) / resnet18 (3x224x224, batch 32): every conv shape\n"
-    "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s; timed\n"
-    "by the thread's CPU time with 1 thread (--clock wall: wall time). --device cuda: the\n"
-    "CUDA kernels against cuBLAS/cuDNN when found.\n\n";
+    "fwd and bwd in GFLOP/s, the weighted conv total, and BN/relu/add/pool in GB/s. linear:\n"
+    "the models' linear layers and square GEMMs, fwd and bwd. Every rate is also given as a\n"
+    "share of the measured FMA peak (10 independent FMA chains) or of the copy bandwidth at\n"
+    "the kernel's size. Timed by the thread's CPU time with 1 thread (--clock wall: wall\n"
+    "time). --device cuda: the CUDA kernels against cuBLAS/cuDNN when found.\n\n";
 
 int main(int argc, char **argv)
 {
@@ -421,13 +506,19 @@ int main(int argc, char **argv)
 #endif
     }
     force_wall = o.clock && !strcmp(o.clock, "wall");
+    conv_filter = o.conv;
+    with_bf16 = !o.bf16 || strcmp(o.bf16, "off");
     if (o.isa && k_set_isa(o.isa) != 0) {
         fprintf(stderr, "ddprt-bench-kernels: error: --isa %s: unknown or not supported by this CPU\n", o.isa);
         return 2;
     }
     k_set_threads(o.threads);
-    printf("ddprt kernels: isa %s, threads %d\n", k_isa(), k_threads());
-    if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
+    use_cpu_clock = k_threads() == 1 && !force_wall;
+    fma_peak = k_probe_fma_gflops();
+    printf("ddprt kernels: isa %s, threads %d; measured FMA peak %.1f GFLOP/s per thread (10 independent chains, "
+           "thread CPU time)\n", k_isa(), k_threads(), fma_peak);
+    if (!strcmp(model, "linear")) bench_linear(batch, iters ? iters : 21);
+    else if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
         int r18 = model[6] == '1';
         bench_resnet(model, batch ? batch : (r18 ? 32 : 128), iters ? iters : (r18 ? 5 : 11));
     } else if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));

@@ -1,0 +1,175 @@
+/* The machine's own limits, measured the way the kernel tables are timed (the calling
+ * thread's CPU time, so a busy shared machine preempting us does not count):
+ *   FMA peak: 10 independent multiply-add chains in the vector width of the ISA in
+ *             use (vfmadd on AVX2 / AVX-512; mul + add on the generic path), enough to
+ *             cover two FMA pipes' latency on every x86-64 so far. The best of a few
+ *             short runs: a boosting clock makes the peak, not the average.
+ *   copy:     one buffer copied to another of the same size with the ISA's plain
+ *             vector loads and stores (what the memory-bound kernels use; no streaming
+ *             stores), bytes read + written per second, median of a few runs.
+ * ddprt-bench-kernels prints every rate as a share of these. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_int.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_PROBE_X86 1
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* a = a*x + y converges to y/(1-x) = 1: no overflow, no denormals. The empty asm
+ * keeps each chain a real dependency the compiler cannot fold or reorder away. */
+#define CH10(OP) OP(a0) OP(a1) OP(a2) OP(a3) OP(a4) OP(a5) OP(a6) OP(a7) OP(a8) OP(a9)
+#ifdef K_PROBE_X86
+__attribute__((target("avx512f"))) static double chains_avx512(long it)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+    __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
+#define F5(a) a = _mm512_fmadd_ps(a, x, y); __asm__("" : "+v"(a));
+    for (long i = 0; i < it; i++) { CH10(F5) }
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(_mm512_add_ps(a6, a7), _mm512_add_ps(a8, a9))));
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static double chains_avx2(long it)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+    __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
+#define F2(a) a = _mm256_fmadd_ps(a, x, y); __asm__("" : "+x"(a));
+    for (long i = 0; i < it; i++) { CH10(F2) }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(_mm256_add_ps(a6, a7), _mm256_add_ps(a8, a9))));
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return t[0];
+}
+
+__attribute__((target("avx2"))) static void copy_avx2(float *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8), v2 = _mm256_loadu_ps(s + i + 16),
+               v3 = _mm256_loadu_ps(s + i + 24);
+        _mm256_storeu_ps(d + i, v0);
+        _mm256_storeu_ps(d + i + 8, v1);
+        _mm256_storeu_ps(d + i + 16, v2);
+        _mm256_storeu_ps(d + i + 24, v3);
+    }
+    for (; i < n; i++) d[i] = s[i];
+}
+
+__attribute__((target("avx512f"))) static void copy_avx512(float *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16), v2 = _mm512_loadu_ps(s + i + 32),
+               v3 = _mm512_loadu_ps(s + i + 48);
+        _mm512_storeu_ps(d + i, v0);
+        _mm512_storeu_ps(d + i + 16, v1);
+        _mm512_storeu_ps(d + i + 32, v2);
+        _mm512_storeu_ps(d + i + 48, v3);
+    }
+    for (; i < n; i++) d[i] = s[i];
+}
+#endif
+
+/* The generic path's plain copy (SSE2 on x86-64; a loop GCC may not turn into memcpy,
+ * whose large copies use streaming stores no kernel uses). */
+static void copy_generic(float *d, const float *s, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 8 <= n; i += 8) {
+        __m128 v0 = _mm_loadu_ps(s + i), v1 = _mm_loadu_ps(s + i + 4);
+        _mm_storeu_ps(d + i, v0);
+        _mm_storeu_ps(d + i + 4, v1);
+    }
+#endif
+    for (; i < n; i++) {
+        d[i] = s[i];
+        __asm__("" ::: "memory");
+    }
+}
+
+/* The generic path's "FMA" is a multiply and an add (kv_fma in k_gemm.c). */
+static double chains_generic(long it)
+{
+    volatile float vx = 0.999999f, vy = 1e-6f;
+    float x = vx, y = vy, a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0, a8 = 0, a9 = 0;
+#define FG(a) a = a * x + y; __asm__("" : "+x"(a));
+    for (long i = 0; i < it; i++) { CH10(FG) }
+    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
+}
+
+double k_probe_fma_gflops(void)
+{
+    int isa = k_isa_level(), lanes = 1;
+    double (*fn)(long) = chains_generic;
+#ifdef K_PROBE_X86
+    if (isa == K_ISA_AVX512) fn = chains_avx512, lanes = 16;
+    else if (isa == K_ISA_AVX2) fn = chains_avx2, lanes = 8;
+#endif
+    /* One run ~20 ms at 100 GFLOP/s. */
+    long it = lanes == 1 ? 10000000L : 12500000L * 8 / lanes;
+    double best = 0, sink = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = cpu_now();
+        sink += fn(it);
+        double t = cpu_now() - t0, g = t > 0 ? 2.0 * 10 * lanes * it / t * 1e-9 : 0;
+        if (g > best) best = g;
+    }
+    if (sink == 12345.0) best += 0; /* keeps the results live */
+    return best;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double k_probe_copy_gbps(size_t bytes)
+{
+    size_t n = bytes / sizeof(float);
+    if (n < 64) n = 64;
+    float *s = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64), *d = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!s || !d) {
+        free(s);
+        free(d);
+        return 0;
+    }
+    memset(s, 0, n * sizeof(float));
+    memset(d, 0, n * sizeof(float));
+    int isa = k_isa_level(), reps = (int)((64u << 20) / (n * sizeof(float)));
+    reps = reps < 1 ? 1 : reps > 4096 ? 4096 : reps;
+    double t[7];
+    for (int r = 0; r < 7; r++) {
+        double t0 = cpu_now();
+        for (int k = 0; k < reps; k++) {
+#ifdef K_PROBE_X86
+            if (isa == K_ISA_AVX512) copy_avx512(d, s, n);
+            else if (isa == K_ISA_AVX2) copy_avx2(d, s, n);
+            else
+#endif
+                copy_generic(d, s, n);
+        }
+        t[r] = (cpu_now() - t0) / reps;
+    }
+    (void)isa;
+    qsort(t, 7, sizeof t[0], cmp_d);
+    free(s);
+    free(d);
+    return t[3] > 0 ? 2.0 * n * sizeof(float) / t[3] * 1e-9 : 0;
+}

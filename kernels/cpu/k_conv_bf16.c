@@ -30,14 +30,15 @@
  * operands, fp32 products and sums (exact products either way; only the summation
  * order differs).
  *
- * Slots of consecutive images as k_conv.c: results do not depend on the thread count. */
+ * The geometry, the shifted rows and the slots of consecutive images (results do not
+ * depend on the thread count) are k_conv_drv.c's, shared with k_conv.c. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
+#include "kernels/cpu/k_conv_drv.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 #include <string.h>
 
-#define CB_SLOTS 8
 #define CB_SLACK 16
 /* Output elements of one extended image (m * n32) up to which the GEMM stores compacted
  * results itself; larger outputs (resnet18's 64x56x56, 128x28x28) measured faster
@@ -92,8 +93,10 @@ static int s1_pair_list(const s1_geo *g, long voff, int *ta, int *tb, long *boff
     return n;
 }
 
+/* The driver's geometry (g) plus this kernel's choices and scratch regions. */
 typedef struct cb_dims {
-    long crs, pq, xsz, ysz, hp, xssz, dhp, dxssz, kkmax;
+    k_conv_geo g;
+    long crs, pq, xsz, ysz, hp, xssz, dhp, dxssz, kkmax; /* copies of g's, for brevity */
     int rpn, s1, dxc, group, slots;
     int pw;                   /* forward and dW on the padded-width layout */
     int share;                /* bwd: dW reads dy from the dX conv's padded copy */
@@ -112,19 +115,12 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
 {
     cb_dims d;
     long rs = (long)sh->r * sh->s;
-    d.crs = sh->c * rs;
-    d.pq = (long)sh->p * sh->q;
-    d.xsz = (long)sh->c * sh->h * sh->w;
-    d.ysz = (long)sh->k * d.pq;
-    d.s1 = sh->stride == 1 && sh->s <= 32;
-    d.rpn = sh->r < sh->stride ? sh->r : sh->stride;
-    d.hp = sh->p + (sh->r - 1) / sh->stride;
-    d.xssz = (long)sh->c * sh->s * d.rpn * d.hp * sh->q;
-    d.slots = sh->n < CB_SLOTS ? (sh->n > 0 ? sh->n : 1) : CB_SLOTS;
+    d.g = k_conv_geo_of(sh);
+    d.crs = d.g.crs, d.pq = d.g.pq, d.xsz = d.g.xsz, d.ysz = d.g.ysz, d.hp = d.g.hp, d.xssz = d.g.xssz;
+    d.dhp = d.g.dhp, d.dxssz = d.g.dxssz, d.s1 = d.g.s1, d.rpn = d.g.rpn, d.slots = d.g.slots, d.dxc = d.g.dxc;
     /* Padded width computes wp/Q times the outputs: worth it while that stays small
      * (LeNet's pad-0 conv2, 8 of 12 columns, keeps the shifted rows). */
     d.pw = sh->stride == 1 && 4L * sh->q >= 3L * (sh->w + 2L * sh->pad);
-    d.dxc = sh->stride == 1 && sh->r == sh->s && 2 * sh->pad == sh->r - 1 && sh->c >= 16;
     d.share = d.pw && d.dxc;
     d.group = d.pq >= 256 ? 1 : d.pq >= 128 ? 4 : 8;
     if (sh->stride == 1) {
@@ -136,8 +132,6 @@ static cb_dims cb_dims_of(const k_conv_shape *sh)
         d.group = (int)(1536 * 1024 / per);
         d.group = d.group < 1 ? 1 : d.group > 8 ? 8 : d.group;
     }
-    d.dhp = sh->p + 2L * (sh->r - 1 - sh->pad);
-    d.dxssz = d.dxc ? (long)sh->k * sh->s * d.dhp * sh->w : 0;
     d.kkmax = d.crs > sh->k ? d.crs : sh->k;
     if (d.dxc && sh->k * rs > d.kkmax) d.kkmax = sh->k * rs;
     long xs = (d.xssz > d.dxssz ? d.xssz : d.dxssz) + CB_SLACK;
@@ -286,52 +280,35 @@ static void s1_dw(const cb_job *j, long i, int ng, char *base, float *dwp, int a
                    dwp, d->crs, NULL, acc);
 }
 
-static k_im2col_geo cb_geo(const k_conv_shape *sh)
-{
-    k_im2col_geo g = {sh->c, sh->h, sh->w, sh->r, sh->s, sh->stride, sh->pad, sh->p, sh->q};
-    return g;
-}
-
-static void cb_rows(const k_im2col_geo *g, const cb_dims *d, const float *x, float *xs)
-{
-    if (g->stride == 1) k_shift_rows(g, d->hp, x, xs);
-    else k_shift_rows_st(g, d->hp, d->rpn, x, xs);
-}
-
-static void cb_offsets(const k_conv_shape *sh, const cb_dims *d, long *off)
-{
-    long t = 0;
-    for (int c = 0; c < sh->c; c++)
-        for (int r = 0; r < sh->r; r++)
-            for (int s = 0; s < sh->s; s++)
-                off[t++] = ((((long)c * sh->s + s) * d->rpn + r % sh->stride) * d->hp + r / sh->stride) * sh->q;
-}
-
-static void cb_fwd_slot(void *ctx, int slot)
+static void cb_fwd_image(void *ctx, int slot, char *base, long i)
 {
     const cb_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const cb_dims *d = &j->d;
-    char *base = j->ws + (size_t)slot * d->slot;
     float *xs = (float *)(base + d->r_xs), *col = (float *)(base + d->r_col) + CB_SLACK;
     uint16_t *panel = (uint16_t *)(base + d->r_panel);
-    k_im2col_geo g = cb_geo(sh);
-    long lo, hi;
-    k_split(sh->n, d->slots, slot, &lo, &hi);
-    for (long i = lo; i < hi; i++) {
-        float *yi = j->y + i * d->ysz;
-        if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
-            k_im2col(&g, j->x + i * d->xsz, col);
-            k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, col, d->pq, NULL, yi, d->pq, j->b, 0, panel);
-            continue;
-        }
-        if (d->pw) {
-            s1_conv_image(j, &d->fg, j->wpf, j->wcf, sh->k, j->x + i * d->xsz, yi, j->b, base);
-            continue;
-        }
-        cb_rows(&g, d, j->x + i * d->xsz, xs);
-        k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, xs, 0, j->boff, yi, d->pq, j->b, 0, panel);
+    k_im2col_geo g = k_conv_im2col(sh);
+    float *yi = j->y + i * d->ysz;
+    (void)slot;
+    if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
+        k_im2col(&g, j->x + i * d->xsz, col);
+        k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, col, d->pq, NULL, yi, d->pq, j->b, 0, panel);
+        return;
     }
+    if (d->pw) {
+        s1_conv_image(j, &d->fg, j->wpf, j->wcf, sh->k, j->x + i * d->xsz, yi, j->b, base);
+        return;
+    }
+    k_conv_rows(&g, &d->g, j->x + i * d->xsz, xs);
+    k_bf16_gemm_nn(sh->k, (int)d->pq, (int)d->crs, j->pa, xs, 0, j->boff, yi, d->pq, j->b, 0, panel);
+}
+
+static k_conv_slots cb_slots(cb_job *j)
+{
+    k_conv_slots s = {.sh = j->sh, .slots = j->d.slots, .ws = j->ws, .slot_bytes = j->d.slot, .r_dw = j->d.r_dw,
+                      .r_db = j->d.r_db, .group = j->d.group, .ysz = j->d.ysz, .pq = j->d.pq, .dy = j->dy,
+                      .dw = j->dw, .db = j->db, .job = j};
+    return s;
 }
 
 /* Portable path: operands rounded to bf16 into the tail of the workspace. */
@@ -365,73 +342,65 @@ void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         s1_windows(&j.d.fg, wpf, wcf);
         j.wpf = wpf, j.wcf = wcf;
     } else k_bf16_pack_a(sh->k, (int)j.d.crs, w, j.d.crs, 1, pa);
-    cb_offsets(sh, &j.d, boff);
+    k_conv_tap_offsets(sh, &j.d.g, boff);
     j.pa = pa;
     j.boff = boff;
-    k_parallel_for(j.d.slots, cb_fwd_slot, &j);
+    k_conv_slots s = cb_slots(&j);
+    s.fwd = cb_fwd_image;
+    k_conv_slots_fwd(&s);
 }
 
-static void cb_bwd_slot(void *ctx, int slot)
+/* The dW passes over images [i, i+ng): stride 1 "same" convs do dW and dX together
+ * (s1_bwd_shared), other stride-1 ones on the padded width (s1_dw), strided ones on
+ * bf16 copies of the shifted rows. */
+static void cb_pass_shared(void *ctx, char *base, long i, int ng, float *dwp, int acc)
+{
+    s1_bwd_shared(ctx, i, ng, base, dwp, acc);
+}
+
+static void cb_pass_s1(void *ctx, char *base, long i, int ng, float *dwp, int acc)
+{
+    s1_dw(ctx, i, ng, base, dwp, acc);
+}
+
+static void cb_pass_rows(void *ctx, char *base, long i, int ng, float *dwp, int acc)
 {
     const cb_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const cb_dims *d = &j->d;
     const int K = sh->k;
-    char *base = j->ws + (size_t)slot * d->slot;
-    float *xs = (float *)(base + d->r_xs), *col = (float *)(base + d->r_col) + CB_SLACK;
+    float *xs = (float *)(base + d->r_xs);
     uint16_t *x16 = (uint16_t *)(base + d->r_x16), *dy16 = (uint16_t *)(base + d->r_dy16);
+    k_im2col_geo g = k_conv_im2col(sh);
+    /* dy rows padded with zeros to a multiple of 32 (no masked tails: slow on Zen 5);
+     * x16 past the rows is finite (next image, or zeroed slack). */
+    long l32 = (d->pq + 31) / 32 * 32;
+    for (int t = 0; t < ng; t++) {
+        k_conv_rows(&g, &d->g, j->x + (i + t) * d->xsz, xs);
+        k_bf16_operand_span((size_t)d->xssz, xs, x16 + t * d->xssz);
+        k_bf16_scatter_rows(K, (int)d->pq, l32, j->dy + (i + t) * d->ysz, dy16 + t * K * l32);
+    }
+    memset(x16 + ng * d->xssz, 0, 2 * 32);
+    k_bf16_gemm_nt(K, (int)d->crs, (int)l32, ng, dy16, l32, K * l32, x16, j->boff, 0, d->xssz, dwp, d->crs, NULL,
+                   acc);
+}
+
+static void cb_dx_image(void *ctx, char *base, long i)
+{
+    const cb_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const cb_dims *d = &j->d;
+    const float *dyi = j->dy + i * d->ysz;
+    if (d->dxc) { /* shared: done by the dW pass */
+        if (!d->share) s1_conv_image(j, &d->dg, j->wpd, j->wcd, sh->c, dyi, j->dx + i * d->xsz, NULL, base);
+        return;
+    }
+    float *col = (float *)(base + d->r_col) + CB_SLACK, *dxi = j->dx + i * d->xsz;
     uint16_t *panel = (uint16_t *)(base + d->r_panel);
-    float *dwp = slot == 0 ? j->dw : (float *)(base + d->r_dw);
-    float *dbp = slot == 0 ? j->db : (float *)(base + d->r_db);
-    k_im2col_geo g = cb_geo(sh);
-    long lo, hi;
-    k_split(sh->n, d->slots, slot, &lo, &hi);
-    if (lo == hi) {
-        if (j->dw) memset(dwp, 0, sizeof(float) * K * d->crs);
-        if (j->db) memset(dbp, 0, sizeof(float) * K);
-    }
-    if (d->share && (j->dw || j->dx))
-        for (long i = lo; i < hi; i += d->group) {
-            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
-            s1_bwd_shared(j, i, ng, base, dwp, i > lo);
-        }
-    if (j->dw && d->pw && !d->share)
-        for (long i = lo; i < hi; i += d->group) {
-            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
-            s1_dw(j, i, ng, base, dwp, i > lo);
-        }
-    if (j->dw && !d->pw)
-        for (long i = lo; i < hi; i += d->group) {
-            int ng = hi - i < d->group ? (int)(hi - i) : d->group;
-            /* dy rows padded with zeros to a multiple of 32 (no masked tails: slow on
-             * Zen 5); x16 past the rows is finite (next image, or zeroed slack). */
-            long l32 = (d->pq + 31) / 32 * 32;
-            for (int t = 0; t < ng; t++) {
-                cb_rows(&g, d, j->x + (i + t) * d->xsz, xs);
-                k_bf16_operand_span((size_t)d->xssz, xs, x16 + t * d->xssz);
-                k_bf16_scatter_rows(K, (int)d->pq, l32, j->dy + (i + t) * d->ysz, dy16 + t * K * l32);
-            }
-            memset(x16 + ng * d->xssz, 0, 2 * 32);
-            k_bf16_gemm_nt(K, (int)d->crs, (int)l32, ng, dy16, l32, K * l32, x16, j->boff, 0, d->xssz, dwp, d->crs,
-                           NULL, i > lo);
-        }
-    for (long i = lo; i < hi; i++) {
-        const float *dyi = j->dy + i * d->ysz;
-        int acc = i > lo;
-        if (j->db)
-            for (int k = 0; k < K; k++) {
-                float s = k_sum_span((size_t)d->pq, dyi + k * d->pq);
-                dbp[k] = acc ? dbp[k] + s : s;
-            }
-        if (j->dx && d->dxc) {
-            if (!d->share) s1_conv_image(j, &d->dg, j->wpd, j->wcd, sh->c, dyi, j->dx + i * d->xsz, NULL, base);
-        } else if (j->dx) {
-            float *dxi = j->dx + i * d->xsz;
-            k_bf16_gemm_nn((int)d->crs, (int)d->pq, K, j->pa, dyi, d->pq, NULL, col, d->pq, NULL, 0, panel);
-            if (d->s1) k_col2im_s1(&g, col, dxi);
-            else k_col2im(&g, col, dxi);
-        }
-    }
+    k_im2col_geo g = k_conv_im2col(sh);
+    k_bf16_gemm_nn((int)d->crs, (int)d->pq, sh->k, j->pa, dyi, d->pq, NULL, col, d->pq, NULL, 0, panel);
+    if (d->s1) k_col2im_s1(&g, col, dxi);
+    else k_col2im(&g, col, dxi);
 }
 
 void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
@@ -448,19 +417,16 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
     uint16_t *pa = (uint16_t *)((char *)ws + j.d.r_pa);
     long *boff = (long *)((char *)ws + j.d.r_off), *boff2 = (long *)((char *)ws + j.d.r_off2);
     if (dx && j.d.dxc) {
-        /* wt[c][(k, r, s)] = w[k][c][R-1-r][S-1-s]: the A of the dX conv. */
         float *wt = (float *)((char *)ws + j.d.r_wt);
         const int C = sh->c, K = sh->k, RS = sh->r * sh->s;
-        for (int c = 0; c < C; c++)
-            for (int k = 0; k < K; k++)
-                for (int t = 0; t < RS; t++) wt[((long)c * K + k) * RS + t] = w[((long)k * C + c) * RS + RS - 1 - t];
+        k_conv_flip_weights(sh, w, wt);
         int *ta = (int *)((char *)ws + j.d.r_ta), *tb = (int *)((char *)ws + j.d.r_tb);
         long *poff = (long *)((char *)ws + j.d.r_poff);
         j.npairs = s1_pair_list(&j.d.dg, j.d.dg.npix + 64, ta, tb, poff);
         k_bf16_pack_a_pairs(C, j.npairs, wt, (long)K * RS, 1, ta, tb, pa);
         j.poff = poff;
     } else if (dx) k_bf16_pack_a((int)j.d.crs, sh->k, w, 1, j.d.crs, pa); /* W^T */
-    cb_offsets(sh, &j.d, boff);
+    k_conv_tap_offsets(sh, &j.d.g, boff);
     if (j.d.pw) /* dW taps in the padded image */
         for (int c = 0, t = 0; c < sh->c; c++)
             for (int r = 0; r < sh->r; r++)
@@ -475,11 +441,9 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
     j.pa = pa;
     j.boff = boff;
     j.boff2 = boff2;
-    k_parallel_for(j.d.slots, cb_bwd_slot, &j);
-    for (int s = 1; s < j.d.slots; s++) {
-        char *base = (char *)ws + (size_t)s * j.d.slot;
-        const float *dwp = (const float *)(base + j.d.r_dw), *dbp = (const float *)(base + j.d.r_db);
-        if (dw) for (long t = 0; t < sh->k * j.d.crs; t++) dw[t] += dwp[t];
-        if (db) for (int t = 0; t < sh->k; t++) db[t] += dbp[t];
-    }
+    k_conv_slots s = cb_slots(&j);
+    if (j.d.share && (dw || dx)) s.dw_pass = cb_pass_shared;
+    else if (dw) s.dw_pass = j.d.pw ? cb_pass_s1 : cb_pass_rows;
+    if (dx) s.dx = cb_dx_image;
+    k_conv_slots_bwd(&s);
 }

@@ -92,18 +92,36 @@ KT_TARGET static void KT(pack_a)(int m, int kk, const float *a, long ars, long a
     }
 }
 
+/* Cache blocking around the micro-kernel (BLIS's loops): B (for convs, the shifted
+ * rows read through tap offsets) in blocks of KT_KB rows x KT_NB columns that stay in
+ * L2 while every row block of A passes over them; each A panel slice (KT_KB x KT_MR)
+ * stays in L1 across the block's column tiles. Without it, a B larger than L2
+ * (ResNet-18's 56x56 convs: 2.5 MB per image) streamed from L3 once per row block.
+ * Every C element still sees the same FMAs in the same k order (C is stored and
+ * reloaded exactly between k blocks): the bits do not depend on the blocking. */
+#define KT_KB 256
+#define KT_NB 128
 KT_TARGET static void KT(gemm_nn_packed)(int m, int n, int kk, const float *ap, const float *b,
                                          long ldb, const long *boff, float *c, long ldc,
                                          const float *bias, int acc)
 {
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
-    for (int ib = 0; ib < nmb; ib++) {
-        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
-        for (int j0 = 0; j0 < n; j0 += cw) {
-            int nc = n - j0 < cw ? n - j0 : cw;
-            KT(ukr_nn_any)(mr, nc, kk, ap + (long)ib * kk * KT_MR, b + j0, ldb, boff,
-                           c + (long)i0 * ldc + j0, ldc, bias ? bias + i0 : NULL, acc);
+    for (int k0 = 0; k0 < kk; k0 += KT_KB) {
+        int kc = kk - k0 < KT_KB ? kk - k0 : KT_KB, acc_k = acc || k0 > 0;
+        const float *bias_k = k0 > 0 ? NULL : bias, *bk = boff ? b : b + (long)k0 * ldb;
+        const long *ok = boff ? boff + k0 : NULL;
+        for (int jb = 0; jb < n; jb += KT_NB) {
+            int je = n - jb < KT_NB ? n : jb + KT_NB;
+            for (int ib = 0; ib < nmb; ib++) {
+                int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+                const float *apk = ap + ((long)ib * kk + k0) * KT_MR;
+                for (int j0 = jb; j0 < je; j0 += cw) {
+                    int nc = je - j0 < cw ? je - j0 : cw;
+                    KT(ukr_nn_any)(mr, nc, kc, apk, bk + j0, ldb, ok, c + (long)i0 * ldc + j0, ldc,
+                                   bias_k ? bias_k + i0 : NULL, acc_k);
+                }
+            }
         }
     }
 }
@@ -528,6 +546,10 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
             }
         return;
     }
+    /* Padded: each row is its valid span [lo, hi) copied in whole vectors from lo, then
+     * the zeros around it. Lanes a vector writes past hi are zeroed right after (in the
+     * row) or land in a row written later (the loop runs in memory order) or in the
+     * slack. Per-chunk lane masks here measured 3x slower on 28-wide rows. */
     for (int c = 0; c < g->c; c++)
         for (int s = 0; s < S; s++) {
             int lo = pad - s, hi = W + pad - s; /* valid output columns [lo, hi) */
@@ -541,22 +563,15 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
                     continue;
                 }
                 const float *src = x + ((long)c * H + ih) * W + s - pad;
-                for (int t = 0; t < Q; t += KV_W) {
-                    int l = lo - t, u = hi - t, n = Q - t < KV_W ? Q - t : KV_W;
-                    l = l < 0 ? 0 : l;
-                    u = u > KV_W ? KV_W : u;
-                    kv v;
-                    /* All of this chunk's columns are inside the image: a plain load is
-                     * fine if it stays inside x (lanes past Q land in the next row of xs,
-                     * which is written after this one). */
-                    if (n <= 8 && l == 0 && u >= n && src + t + 8 <= xend) {
-                        kv_copy8(o + t, src + t);
-                        continue;
-                    }
-                    if (l == 0 && u >= n && src + t + KV_W <= xend) v = kv_load(src + t);
-                    else v = l < u ? kv_load_lanes(src + t, l, u) : kv_zero();
-                    kv_store(o + t, v);
+                int t = lo;
+                for (; t + KV_W <= hi; t += KV_W) kv_store(o + t, kv_load(src + t));
+                if (t < hi) {
+                    if (hi - t <= 8 && src + t + 8 <= xend) kv_copy8(o + t, src + t);
+                    else if (src + t + KV_W <= xend) kv_store(o + t, kv_load(src + t));
+                    else for (; t < hi; t++) o[t] = src[t];
                 }
+                for (t = 0; t < lo; t++) o[t] = 0.0f;
+                for (t = hi; t < Q; t++) o[t] = 0.0f;
             }
         }
 }

@@ -18,6 +18,7 @@
 #define KT_NV 2
 #define KT_TM 4
 #define KT_TN 6
+#define KT_NT_55 1
 #define KV_W 16
 typedef __m512 kv_avx512;
 #define kv kv_avx512
@@ -54,8 +55,10 @@ typedef __mmask16 kv_lmask_avx512;
 #define KT_TARGET __attribute__((target("avx2,fma")))
 #define KT_MR 6
 #define KT_NV 2
-#define KT_TM 3
+/* NT tile 4x3 (7 loads per 12 FMAs; 3x3 was 6 per 9, with more horizontal sums) */
+#define KT_TM 4
 #define KT_TN 3
+#define KT_NT_BFIRST 1
 #define KV_W 8
 typedef __m256 kv_avx2;
 #define kv kv_avx2

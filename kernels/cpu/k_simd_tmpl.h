@@ -1,7 +1,9 @@
 /* SIMD template: included by k_gemm.c once per ISA with these macros defined:
  *   KT(name)    -> name_<isa>         KT_TARGET   function attribute (target(...))
  *   kv, KV_W    vector type / width   KT_MR, KT_NV   NN micro-tile: KT_MR rows x KT_NV vectors
- *   KT_TM, KT_TN   NT micro-tile (rows of A x rows of B)
+ *   KT_TM, KT_TN   NT micro-tile (rows of A x rows of B); KT_NT_55: also 5x5 tiles;
+ *   KT_NT_BFIRST: the tile's B rows held in registers and A streamed (16 registers:
+ *   4x3 needs 12 sums + 3 B + 1 A; A first would need 17)
  *   kv_zero(), kv_load(p), kv_store(p,v), kv_set1(x), kv_fma(a,b,c) = a*b+c, kv_add,
  *   kv_mul, kv_max, kv_hsum(v), kv_loadn(p,n) (n < KV_W lanes, rest 0), kv_storen(p,v,n)
  * No header guard: it is meant to be included several times. */
@@ -169,6 +171,17 @@ KT_INL void KT(ukr_nt)(const int mr, const int nr, int l, const float *a, long l
         for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
     int x = 0;
     for (; x + KV_W <= l; x += KV_W) {
+#ifdef KT_NT_BFIRST
+        kv bv[6];
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) bv[j] = kv_load(b + j * ldb + x);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            kv av = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) s[i][j] = kv_fma(av, bv[j], s[i][j]);
+        }
+#else
         kv av[4];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
@@ -178,6 +191,7 @@ KT_INL void KT(ukr_nt)(const int mr, const int nr, int l, const float *a, long l
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
         }
+#endif
     }
     if (x < l) {
         int t = l - x;
@@ -393,6 +407,17 @@ KT_INL void KT(ukr_nt_off)(const int mr, const int nr, int l, int ng, const floa
         for (int j = 0; j < nr; j++) bp[j] = b + boff[j];
         int x = 0;
         for (; x + KV_W <= l; x += KV_W) {
+#ifdef KT_NT_BFIRST
+            kv bv[6];
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) bv[j] = kv_load(bp[j] + x);
+#pragma GCC unroll 5
+            for (int i = 0; i < mr; i++) {
+                kv av = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+                for (int j = 0; j < nr; j++) s[i][j] = kv_fma(av, bv[j], s[i][j]);
+            }
+#else
             kv av[5];
 #pragma GCC unroll 5
             for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
@@ -402,6 +427,7 @@ KT_INL void KT(ukr_nt_off)(const int mr, const int nr, int l, int ng, const floa
 #pragma GCC unroll 5
                 for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
             }
+#endif
         }
         if (x < l) {
             int t = l - x;
@@ -435,7 +461,7 @@ KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *
                                       long b_img, float *c, long ldc, int acc)
 {
     int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
-#if KT_TM > 3
+#ifdef KT_NT_55
     /* A 5x5 tile instead of 4x6 when it loads less per step (sum of tile rows). */
     int m5 = (m + 4) / 5, n5 = (n + 4) / 5;
     if ((long)n5 * m + (long)m5 * n < (long)nnb * m + (long)nmb * n) { nmb = m5; nnb = n5; }
@@ -450,8 +476,10 @@ KT_TARGET static void KT(gemm_nt_off)(int m, int n, int l, int ng, const float *
             switch (mr * 8 + nr) {
                 KT_NTO_ROW(1) KT_NTO_ROW(2) KT_NTO_ROW(3)
 #if KT_TM > 3
-                KT_NTO_ROW(4) KT_NTO_CASE(5, 1) KT_NTO_CASE(5, 2) KT_NTO_CASE(5, 3)
-                KT_NTO_CASE(5, 4) KT_NTO_CASE(5, 5)
+                KT_NTO_ROW(4)
+#endif
+#ifdef KT_NT_55
+                KT_NTO_CASE(5, 1) KT_NTO_CASE(5, 2) KT_NTO_CASE(5, 3) KT_NTO_CASE(5, 4) KT_NTO_CASE(5, 5)
 #endif
             default: break;
             }
@@ -517,6 +545,25 @@ KT_TARGET static void KT(col2im_s1)(const k_im2col_geo *g, const float *col, flo
  * for h in [0, hp), zero outside the image. Tap (c, r, s) of output j = p*q + col is
  * then xs[c][s] at row offset r*q + j: contiguous, so the GEMMs read it directly.
  * Whole vectors are stored (xs needs KV_W floats of slack at its end). */
+/* dst[0..n) = src[0..n) / = 0, whole vectors; a ragged end as one vector ending
+ * exactly at n (overlapping the previous one: the same values). */
+KT_INL void KT(copy_span)(float *dst, const float *src, long n)
+{
+    long i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(dst + i, kv_load(src + i));
+    if (i < n) {
+        if (n >= KV_W) kv_store(dst + n - KV_W, kv_load(src + n - KV_W));
+        else for (; i < n; i++) dst[i] = src[i];
+    }
+}
+
+KT_INL void KT(zero_span)(float *dst, long n)
+{
+    long i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(dst + i, kv_zero());
+    for (; i < n; i++) dst[i] = 0.0f;
+}
+
 KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float *x, float *xs)
 {
     const int H = g->h, W = g->w, S = g->s, Q = g->q, pad = g->pad;
@@ -542,6 +589,26 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
                     if (Q - t <= 8 && src + t + 8 <= xend) kv_copy8(o + t, src + t);
                     else if (src + t + KV_W <= xend) kv_store(o + t, kv_load(src + t));
                     else for (; t < Q; t++) o[t] = src[t];
+                }
+            }
+        return;
+    }
+    /* "Same" convs (Q == W: every xs plane is the channel's plane shifted by s - pad
+     * elements): one contiguous copy per plane, then the |s - pad| columns per row
+     * that came from the neighbouring row zeroed, and the pad rows. Row by row this
+     * was 5x slower on 28-wide rows, a cost the 16 filters of ResNet-20's layer1 do
+     * not amortise. */
+    if (Q == W && hp == H + 2L * pad) {
+        for (int c = 0; c < g->c; c++)
+            for (int s = 0; s < S; s++) {
+                float *o = xs + (long)(c * S + s) * hp * Q, *m = o + (long)pad * Q;
+                int d = s - pad, a = d < 0 ? -d : 0, b = d > 0 ? d : 0;
+                KT(copy_span)(m + a, x + (long)c * H * W + a + d, (long)H * W - a - b);
+                KT(zero_span)(o, (long)pad * Q + a);
+                KT(zero_span)(m + (long)H * W - b, (long)pad * Q + b);
+                for (int h = 0; h < H; h++) {
+                    for (int t = 0; t < a; t++) m[(long)h * Q + t] = 0.0f;
+                    for (int t = Q - b; t < Q; t++) m[(long)h * Q + t] = 0.0f;
                 }
             }
         return;

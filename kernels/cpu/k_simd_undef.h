@@ -5,6 +5,8 @@
 #undef KT_NV
 #undef KT_TM
 #undef KT_TN
+#undef KT_NT_55
+#undef KT_NT_BFIRST
 #undef KV_W
 #undef kv
 #undef kv_zero

@@ -127,6 +127,30 @@ TEST(kernels_maxpool_ties_and_nan)
     float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     k_maxpool2d_fwd(1, 1, 2, 2, 2, 2, m, y, idx);
     CHECK(idx[0] == 0 && isinf(y[0]));
+    /* Rows wide enough for the vector paths (17 outputs: two blocks of 8 and a tail):
+     * ties, NaNs and -inf in every window position, against the scalar scan. */
+    enum { W = 34, Q = 17 };
+    float r[2 * W], ry[Q], rdy[Q], rdx[2 * W];
+    int32_t ri[Q];
+    const float vals[] = {1, 1, 2, NAN, -INFINITY, 2, 0, NAN};
+    for (int i = 0; i < 2 * W; i++) r[i] = vals[(i * 5 + i / W * 3) % 8];
+    for (int i = 0; i < Q; i++) rdy[i] = (float)(i + 1);
+    k_maxpool2d_fwd(1, 1, 2, W, 2, 2, r, ry, ri);
+    for (int o = 0; o < Q; o++) {
+        int at[4] = {2 * o, 2 * o + 1, W + 2 * o, W + 2 * o + 1}, best = at[0];
+        for (int t = 1; t < 4; t++)
+            if (r[at[t]] > r[best] || isnan(r[at[t]])) best = at[t];
+        CHECKF(ri[o] == best, "output %d: argmax %d, want %d", o, ri[o], best);
+        CHECK(memcmp(&ry[o], &r[best], sizeof(float)) == 0);
+    }
+    for (int i = 0; i < 2 * W; i++) rdx[i] = 9.0f;
+    k_maxpool2d_bwd(1, 1, 2, W, 2, 2, rdy, ri, rdx);
+    for (int i = 0; i < 2 * W; i++) {
+        float want = 0.0f;
+        for (int o = 0; o < Q; o++)
+            if (ri[o] == i) want += rdy[o];
+        CHECKF(rdx[i] == want, "dx[%d] = %g, want %g", i, rdx[i], want);
+    }
 }
 
 TEST(kernels_rng_counter_based)

@@ -82,6 +82,75 @@ __attribute__((target("avx512f"))) static void pool2_bwd_row_avx512(const float 
 }
 #endif
 
+#ifdef K_POOL_AVX512
+/* AVX2 twins of the two above, 8 outputs per step and a scalar tail (masked stores
+ * are microcoded on AMD). Even/odd columns: a shuffle within 128-bit lanes, then a
+ * cross-lane permute. The winner rule is the AVX-512 one (the scalar scan's). */
+__attribute__((target("avx2"), always_inline)) static inline void deint_avx2(__m256 a, __m256 b, __m256 *ev, __m256 *od)
+{
+    *ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+    *od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+
+/* v wins over m: v > m, or v is NaN. */
+__attribute__((target("avx2"), always_inline)) static inline __m256 wins_avx2(__m256 v, __m256 m)
+{
+    return _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+/* Returns the outputs done (a multiple of 8); the caller finishes the row. */
+__attribute__((target("avx2"))) static int pool2_row_avx2(const float *r0, const float *r1, int q, int w,
+                                                          int32_t base, float *y, int32_t *idx)
+{
+    const __m256i ev2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), one = _mm256_set1_epi32(1);
+    const __m256i wv = _mm256_set1_epi32(w);
+    int o = 0;
+    for (; o + 8 <= q; o += 8) {
+        __m256 ae, ao, be, bo;
+        deint_avx2(_mm256_loadu_ps(r0 + 2 * o), _mm256_loadu_ps(r0 + 2 * o + 8), &ae, &ao);
+        deint_avx2(_mm256_loadu_ps(r1 + 2 * o), _mm256_loadu_ps(r1 + 2 * o + 8), &be, &bo);
+        __m256i i0 = _mm256_add_epi32(_mm256_set1_epi32(base + 2 * o), ev2);
+        __m256 ka = wins_avx2(ao, ae), kb = wins_avx2(bo, be);
+        __m256 h0 = _mm256_blendv_ps(ae, ao, ka), h1 = _mm256_blendv_ps(be, bo, kb);
+        __m256i x0 = _mm256_sub_epi32(i0, _mm256_castps_si256(ka)); /* mask lanes are -1: +1 */
+        __m256i x1 = _mm256_sub_epi32(_mm256_add_epi32(i0, wv), _mm256_castps_si256(kb));
+        __m256 k1 = wins_avx2(h1, h0);
+        _mm256_storeu_ps(y + o, _mm256_blendv_ps(h0, h1, k1));
+        _mm256_storeu_si256((__m256i *)(idx + o),
+                            _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(x1), k1)));
+    }
+    (void)one;
+    return o;
+}
+
+/* Backward of 2x2/2 over outputs [0, 8*floor(q/8)) of one row: both input rows'
+ * covered columns written whole (dy where idx points, else 0). Returns the count. */
+__attribute__((target("avx2"))) static int pool2_bwd_row_avx2(const float *dy, const int32_t *idx, int q, int w,
+                                                              int32_t base, float *dx0, float *dx1)
+{
+    const __m256i ev2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), one = _mm256_set1_epi32(1);
+    const __m256i wv = _mm256_set1_epi32(w), w1 = _mm256_set1_epi32(w + 1);
+    int o = 0;
+    for (; o + 8 <= q; o += 8) {
+        __m256 g = _mm256_loadu_ps(dy + o);
+        __m256i pos = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(idx + o)),
+                                       _mm256_add_epi32(_mm256_set1_epi32(base + 2 * o), ev2));
+        __m256 e0 = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(pos, _mm256_setzero_si256())), g);
+        __m256 o0 = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(pos, one)), g);
+        __m256 e1 = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(pos, wv)), g);
+        __m256 o1 = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(pos, w1)), g);
+        /* interleave: lanes (e[0], o[0], e[1], o[1], ...) */
+        __m256 l0 = _mm256_unpacklo_ps(e0, o0), h0 = _mm256_unpackhi_ps(e0, o0);
+        __m256 l1 = _mm256_unpacklo_ps(e1, o1), h1 = _mm256_unpackhi_ps(e1, o1);
+        _mm256_storeu_ps(dx0 + 2 * o, _mm256_permute2f128_ps(l0, h0, 0x20));
+        _mm256_storeu_ps(dx0 + 2 * o + 8, _mm256_permute2f128_ps(l0, h0, 0x31));
+        _mm256_storeu_ps(dx1 + 2 * o, _mm256_permute2f128_ps(l1, h1, 0x20));
+        _mm256_storeu_ps(dx1 + 2 * o + 8, _mm256_permute2f128_ps(l1, h1, 0x31));
+    }
+    return o;
+}
+#endif
+
 static void pool_fwd_plane(const pool_job *j, long pl)
 {
     const float *x = j->x + pl * j->h * j->w;
@@ -98,7 +167,12 @@ static void pool_fwd_plane(const pool_job *j, long pl)
     if (j->ks == 2 && j->st == 2) { /* LeNet's case, unrolled */
         for (int oh = 0; oh < j->p; oh++) {
             const float *r0 = x + 2 * oh * j->w, *r1 = r0 + j->w;
-            for (int ow = 0; ow < j->q; ow++) {
+            int ow0 = 0;
+#ifdef K_POOL_AVX512
+            if (k_isa_level() == K_ISA_AVX2)
+                ow0 = pool2_row_avx2(r0, r1, j->q, j->w, 2 * oh * j->w, y + oh * j->q, idx + oh * j->q);
+#endif
+            for (int ow = ow0; ow < j->q; ow++) {
                 int c0 = 2 * ow;
                 float m = r0[c0];
                 int32_t a = 2 * oh * j->w + c0;
@@ -139,6 +213,18 @@ static void pool_bwd_plane(const pool_job *j, long pl)
             float *d0 = dx + 2 * oh * j->w, *d1 = d0 + j->w;
             pool2_bwd_row_avx512(dy + oh * j->q, idx + oh * j->q, j->q, j->w, 2 * oh * j->w, d0, d1);
             if (j->w & 1) d0[j->w - 1] = d1[j->w - 1] = 0.0f; /* the column no window covers */
+        }
+        if (j->h & 1) memset(dx + (j->h - 1) * j->w, 0, sizeof(float) * j->w);
+        return;
+    }
+#endif
+#ifdef K_POOL_AVX512
+    if (j->ks == 2 && j->st == 2 && j->q >= 8 && k_isa_level() == K_ISA_AVX2) {
+        for (int oh = 0; oh < j->p; oh++) {
+            float *d0 = dx + 2 * oh * j->w, *d1 = d0 + j->w;
+            int o = pool2_bwd_row_avx2(dy + oh * j->q, idx + oh * j->q, j->q, j->w, 2 * oh * j->w, d0, d1);
+            for (int t = 2 * o; t < j->w; t++) d0[t] = d1[t] = 0.0f; /* the rest: scatter */
+            for (; o < j->q; o++) dx[idx[oh * j->q + o]] += dy[oh * j->q + o];
         }
         if (j->h & 1) memset(dx + (j->h - 1) * j->w, 0, sizeof(float) * j->w);
         return;
@@ -242,6 +328,40 @@ __attribute__((target("avx512f"))) static int pool3s2_row_avx512(const float *x,
 }
 #endif
 
+#ifdef K_POOL_AVX512
+/* The AVX2 twin: 8 outputs per step (loads up to 18 floats past the row start). */
+__attribute__((target("avx2"))) static int pool3s2_row_avx2(const float *x, int w, int r0, int pad, int o0, int o1,
+                                                           float *y, int32_t *idx, const float *xbeg, const float *xend)
+{
+    const __m256i ev2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    int o = o0;
+    for (; o + 8 <= o1; o += 8) {
+        const float *b0 = x + (long)r0 * w + 2 * o - pad;
+        if (b0 < xbeg || b0 + 2L * w + 18 > xend) break;
+        __m256 m = _mm256_setzero_ps();
+        __m256i a = _mm256_setzero_si256();
+        __m256i col = _mm256_add_epi32(_mm256_set1_epi32(r0 * w + 2 * o - pad), ev2);
+        for (int r = 0; r < 3; r++) {
+            const float *b = b0 + (long)r * w;
+            __m256 v[3], t;
+            deint_avx2(_mm256_loadu_ps(b), _mm256_loadu_ps(b + 8), &v[0], &v[1]);
+            deint_avx2(_mm256_loadu_ps(b + 2), _mm256_loadu_ps(b + 10), &v[2], &t);
+            __m256i ci = _mm256_add_epi32(col, _mm256_set1_epi32(r * w));
+            for (int c = 0; c < 3; c++) {
+                __m256i ii = _mm256_add_epi32(ci, _mm256_set1_epi32(c));
+                if (r == 0 && c == 0) { m = v[0]; a = ii; continue; }
+                __m256 k = wins_avx2(v[c], m);
+                m = _mm256_blendv_ps(m, v[c], k);
+                a = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(ii), k));
+            }
+        }
+        _mm256_storeu_ps(y + o, m);
+        _mm256_storeu_si256((__m256i *)(idx + o), a);
+    }
+    return o;
+}
+#endif
+
 static void padpool_fwd_plane(const padpool_job *pj, long pl)
 {
     const pool_job *j = &pj->j;
@@ -250,7 +370,8 @@ static void padpool_fwd_plane(const padpool_job *pj, long pl)
     int32_t *idx = j->idx + pl * j->p * j->q;
 #ifdef K_POOL_AVX512
     /* Outputs whose 3x3/2 window is inside the image: [ilo, ihi). */
-    int vec = j->ks == 3 && j->st == 2 && k_isa_level() == K_ISA_AVX512;
+    int vec = j->ks == 3 && j->st == 2 && k_isa_level() >= K_ISA_AVX2;
+    int v512 = k_isa_level() == K_ISA_AVX512;
     int ilo = (pj->pad + 1) / 2, ihi = (j->w - 3 + pj->pad) / 2 + 1;
     const float *xend = j->x + (long)j->planes * j->h * j->w;
 #endif
@@ -260,8 +381,8 @@ static void padpool_fwd_plane(const padpool_job *pj, long pl)
         int from = -1, to = -1; /* the vector path's outputs in this row */
         if (vec && h0 >= 0 && h1 <= j->h && ilo < ihi) {
             from = ilo;
-            to = pool3s2_row_avx512(x, j->w, h0, pj->pad, ilo, ihi, y + oh * j->q, idx + oh * j->q,
-                                    j->x, xend);
+            to = v512 ? pool3s2_row_avx512(x, j->w, h0, pj->pad, ilo, ihi, y + oh * j->q, idx + oh * j->q, j->x, xend)
+                      : pool3s2_row_avx2(x, j->w, h0, pj->pad, ilo, ihi, y + oh * j->q, idx + oh * j->q, j->x, xend);
         }
 #endif
         h0 = h0 < 0 ? 0 : h0;

@@ -37,3 +37,36 @@ TEST(isa_paths_run_every_kernel_test)
     }
     k_set_isa(NULL);
 }
+
+/* --amp bf16 where the CPU path has no bf16 dot product: one warning line naming the
+ * path, training still runs; with AVX512-BF16, none. */
+static const char *train_bf16(const char *isa, int *rc)
+{
+    char env[64];
+    snprintf(env, sizeof env, "DDPRT_ISA=%s", isa ? isa : "");
+    const char *argv[] = {t_prog("ddprt-train"), "--data", "synthetic", "--model", "lenet", "--amp", "bf16",
+                          "--max-steps", "1", "--epochs", "1", "--no-eval", "--threads", "1", NULL};
+    char *const envv[] = {env, NULL};
+    t_proc p;
+    t_spawn(&p, isa ? isa : "best", (char *const *)argv, isa ? envv : NULL);
+    *rc = t_wait(&p, 120);
+    return t_slurp(p.err);
+}
+
+TEST(isa_paths_bf16_without_avx512bf16_warns_once)
+{
+    int rc;
+    if (k_set_isa("avx2") == 0) {
+        const char *err = train_bf16("avx2", &rc);
+        CHECKF(rc == 0, "exit %d: %s", rc, err);
+        const char *w = strstr(err, "--amp bf16: this CPU path (avx2 kernels)");
+        CHECKF(w != NULL, "no warning in: %s", err);
+        CHECKF(w && !strstr(w + 1, "--amp bf16:"), "warned more than once: %s", err);
+    } else t_note("avx2 not supported here: skipped");
+    k_set_isa(NULL);
+    if (!strcmp(k_isa(), "avx512bf16")) { /* the default path: no DDPRT_ISA */
+        const char *err = train_bf16(NULL, &rc);
+        CHECKF(rc == 0 && !strstr(err, "--amp bf16:"), "exit %d: %s", rc, err);
+    }
+    k_set_isa(NULL);
+}

@@ -47,6 +47,30 @@ __attribute__((target("avx512f"))) static void row_s2_avx512(float *o, const flo
         _mm512_storeu_ps(o + t, _mm512_maskz_mov_ps(m, v));
     }
 }
+/* The AVX2 twin: 8 outputs per step from two 8-float loads (even lanes: a shuffle in
+ * each 128-bit half, then a cross-half permute); the lanes outside [lo, hi) zeroed by
+ * an and-mask. Loads checked against [xbeg, xend) as above. */
+__attribute__((target("avx2"))) static void row_s2_avx2(float *o, const float *src, int q, int lo, int hi,
+                                                       const float *xbeg, const float *xend)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int t = 0; t < q; t += 8) {
+        const float *p = src + 2 * t;
+        int l = lo - t, u = hi - t;
+        l = l < 0 ? 0 : l;
+        u = u > 8 ? 8 : u;
+        if (l >= u) { _mm256_storeu_ps(o + t, _mm256_setzero_ps()); continue; }
+        if (p < xbeg || p + 16 > xend) {
+            for (int i = 0; i < 8; i++) o[t + i] = i >= l && i < u ? p[2 * i] : 0.0f;
+            continue;
+        }
+        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
+        e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8));
+        __m256i m = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(l), lane),
+                                        _mm256_cmpgt_epi32(_mm256_set1_epi32(u), lane));
+        _mm256_storeu_ps(o + t, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
+    }
+}
 #endif
 
 void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, float *xs)
@@ -54,7 +78,7 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
     const int st = g->stride, Q = g->q;
     const float *xend = x + (long)g->c * g->h * g->w;
 #ifdef K_ROWS_AVX512
-    int fast = st == 2 && k_isa_level() == K_ISA_AVX512;
+    int fast = st == 2 ? k_isa_level() : 0; /* K_ISA_AVX512 or K_ISA_AVX2: a vector row */
 #else
     (void)xend;
 #endif
@@ -72,8 +96,12 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
                     }
                     const float *src = x + ((long)c * g->h + ih) * g->w + s - g->pad;
 #ifdef K_ROWS_AVX512
-                    if (fast) {
+                    if (fast == K_ISA_AVX512) {
                         row_s2_avx512(o, src, Q, lo, hi, x, xend);
+                        continue;
+                    }
+                    if (fast == K_ISA_AVX2) {
+                        row_s2_avx2(o, src, Q, lo, hi, x, xend);
                         continue;
                     }
 #endif

@@ -42,7 +42,8 @@ typedef struct conv_dims {
     k_conv_geo g;
     int group;                /* images per dW pass */
     int dw_nn;                /* dW as NN GEMM on im2row columns */
-    long r_col, r_xs, r_dw, r_db, slot; /* slot region offsets (bytes) */
+    int ilv;                  /* stride 1, group > 1: the interleaved layout may be used */
+    long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, slot; /* slot region offsets (bytes) */
     long r_pack, r_off, r_off2, r_wt;   /* shared regions after the slots (bytes) */
 } conv_dims;
 
@@ -70,11 +71,27 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.dw_nn = (g->pq < 128 && sh->k >= 128) || (g->pq < 256 && sh->k >= 256);
     long xs = g->xssz * (d.dw_nn ? 1 : d.group) + K_SLACK;
     if (g->dxssz + K_SLACK > xs) xs = g->dxssz + K_SLACK;
+    /* Small planes on AVX2 (conv_ilv_use): ng = group images interleaved by row, one
+     * wide GEMM instead of ng with mostly-empty last column tiles (7x7: 49 outputs in
+     * 4 tiles of 16). The regions exist whatever the ISA: the workspace size is a
+     * function of the shape only. */
+    d.ilv = sh->stride == 1 && d.group > 1;
+    long tmp = 0, dyg = 0, offi = 0;
+    if (d.ilv) {
+        long big = g->xssz > g->dxssz ? g->xssz : g->dxssz;
+        if (d.group * big + K_SLACK > xs) xs = d.group * big + K_SLACK;
+        tmp = d.group * (g->ysz > g->xsz ? g->ysz : g->xsz);
+        dyg = d.group * g->ysz;
+        offi = g->crs > (long)sh->k * sh->r * sh->s ? g->crs : (long)sh->k * sh->r * sh->s;
+    }
     d.r_col = 0;
     d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !g->dxc ? g->crs * g->pq : 0) + 2 * K_SLACK));
     d.r_dw = d.r_xs + round64(sizeof(float) * xs);
     d.r_db = d.r_dw + round64(sizeof(float) * sh->k * g->crs);
-    d.slot = d.r_db + round64(sizeof(float) * sh->k);
+    d.r_tmp = d.r_db + round64(sizeof(float) * sh->k);
+    d.r_dyg = d.r_tmp + round64(sizeof(float) * tmp);
+    d.r_offi = d.r_dyg + round64(sizeof(float) * dyg);
+    d.slot = d.r_offi + round64(sizeof(long) * offi);
     size_t pa = k_gemm_pack_floats(sh->k, (int)g->crs), pb = k_gemm_pack_floats((int)g->crs, sh->k);
     size_t pc = k_gemm_pack_floats(sh->c, sh->k * sh->r * sh->s);
     pa = pa > pb ? pa : pb;
@@ -125,6 +142,85 @@ static void conv_fwd_image(void *ctx, int slot, char *base, long i)
     if (j->ym) k_max_time_relu_fwd(1, sh->k, (int)d->pq, yi, j->ym + i * sh->k, j->idx + i * sh->k);
 }
 
+/* ---- the interleaved layout (k_shift_rows_ilv), AVX2 only: where 16-column tiles
+ * are few per image. Per-element sums as per image (one GEMM row per output), only
+ * the columns of several images share tiles. */
+static int conv_ilv_use(const conv_job *j) { return j->d.ilv && !j->ym && k_isa_level() == K_ISA_AVX2; }
+
+/* Tap (c, r, s) at ((c*S + s)*hp + r)*pitch. */
+static void ilv_offsets(int c, int r, int s, long hp, long pitch, long *off)
+{
+    long t = 0;
+    for (int cc = 0; cc < c; cc++)
+        for (int rr = 0; rr < r; rr++)
+            for (int ss = 0; ss < s; ss++) off[t++] = (((long)cc * s + ss) * hp + rr) * pitch;
+}
+
+/* tmp[k][(row*ng + t)*q + col] -> out[t*img + k*rows*q + row*q + col]. */
+static void ilv_scatter(int m, int rows, int q, int ng, const float *tmp, float *out, long img)
+{
+    long n = (long)rows * ng * q;
+    for (int k = 0; k < m; k++)
+        for (int p = 0; p < rows; p++)
+            for (int t = 0; t < ng; t++) {
+                const float *a = tmp + k * n + ((long)p * ng + t) * q;
+                float *b = out + t * img + ((long)k * rows + p) * q;
+                for (int u = 0; u < q; u++) b[u] = a[u];
+            }
+}
+
+static void conv_fwd_ilv(void *ctx, int slot, char *base, long i0, int ng)
+{
+    const conv_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const k_conv_geo *d = &j->d.g;
+    float *xs = (float *)(base + j->d.r_xs), *tmp = (float *)(base + j->d.r_tmp);
+    long *off = (long *)(base + j->d.r_offi), n = (long)sh->p * ng * sh->q;
+    k_im2col_geo g = k_conv_im2col(sh);
+    (void)slot;
+    k_shift_rows_ilv(&g, d->hp, ng, j->x + i0 * d->xsz, d->xsz, xs);
+    ilv_offsets(sh->c, sh->r, sh->s, d->hp, (long)ng * sh->q, off);
+    k_gemm_nn_packed(sh->k, (int)n, (int)d->crs, j->wpack, xs, 0, off, tmp, n, j->b, 0);
+    ilv_scatter(sh->k, sh->p, sh->q, ng, tmp, j->y + i0 * d->ysz, d->ysz);
+}
+
+/* dX of a "same" conv for images [i0, i0+ng): the dX conv on interleaved dy rows. */
+static void conv_dx_ilv(void *ctx, char *base, long i0, int ng)
+{
+    const conv_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const k_conv_geo *d = &j->d.g;
+    float *xs = (float *)(base + j->d.r_xs), *tmp = (float *)(base + j->d.r_tmp);
+    long *off = (long *)(base + j->d.r_offi), n = (long)sh->h * ng * sh->w;
+    k_im2col_geo gd = k_conv_dx_im2col(sh);
+    k_shift_rows_ilv(&gd, d->dhp, ng, j->dy + i0 * d->ysz, d->ysz, xs);
+    ilv_offsets(sh->k, sh->r, sh->s, d->dhp, (long)ng * sh->w, off);
+    k_gemm_nn_packed(sh->c, (int)n, sh->k * sh->r * sh->s, j->wpack, xs, 0, off, tmp, n, NULL, 0);
+    ilv_scatter(sh->c, sh->h, sh->w, ng, tmp, j->dx + i0 * d->xsz, d->xsz);
+}
+
+/* dW for images [i0, i0+ng): dy interleaved the same way, one NT pass of length
+ * p*ng*q (whole vectors where each image alone had a tail). */
+static void conv_dw_ilv(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
+{
+    const conv_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const k_conv_geo *d = &j->d.g;
+    float *xs = (float *)(base + j->d.r_xs), *dyg = (float *)(base + j->d.r_dyg);
+    long *off = (long *)(base + j->d.r_offi), n = (long)sh->p * ng * sh->q;
+    k_im2col_geo g = k_conv_im2col(sh);
+    k_shift_rows_ilv(&g, d->hp, ng, j->x + i0 * d->xsz, d->xsz, xs);
+    ilv_offsets(sh->c, sh->r, sh->s, d->hp, (long)ng * sh->q, off);
+    for (int k = 0; k < sh->k; k++)
+        for (int p = 0; p < sh->p; p++)
+            for (int t = 0; t < ng; t++) {
+                const float *a = j->dy + (i0 + t) * d->ysz + ((long)k * sh->p + p) * sh->q;
+                float *b = dyg + k * n + ((long)p * ng + t) * sh->q;
+                for (int u = 0; u < sh->q; u++) b[u] = a[u];
+            }
+    k_gemm_nt_off(sh->k, (int)d->crs, (int)n, 1, dyg, n, 0, xs, off, 0, dwp, d->crs, acc);
+}
+
 static k_conv_slots conv_slots(conv_job *j)
 {
     k_conv_slots s = {.sh = j->sh, .slots = j->d.g.slots, .ws = j->ws, .slot_bytes = j->d.slot,
@@ -144,6 +240,7 @@ static void conv_fwd_run(conv_job *j)
     j->boff = boff;
     k_conv_slots s = conv_slots(j);
     s.fwd = conv_fwd_image;
+    if (conv_ilv_use(j)) s.fwd_n = conv_fwd_ilv, s.ng_fwd = j->d.group;
     k_conv_slots_fwd(&s);
 }
 
@@ -238,8 +335,9 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
     j.boff = boff;
     j.boff2 = boff2;
     k_conv_slots s = conv_slots(&j);
-    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_dw_nt;
+    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
     if (j.d.dw_nn) s.group = 1;
     if (dx) s.dx = conv_dx_image;
+    if (dx && d->dxc && conv_ilv_use(&j)) s.dx_n = conv_dx_ilv, s.ng_dx = j.d.group;
     k_conv_slots_bwd(&s);
 }

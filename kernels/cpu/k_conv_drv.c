@@ -70,7 +70,10 @@ static void fwd_slot(void *ctx, int slot)
     char *base = s->ws + (size_t)slot * s->slot_bytes;
     long lo, hi;
     k_split(s->sh->n, s->slots, slot, &lo, &hi);
-    for (long i = lo; i < hi; i++) s->fwd(s->job, slot, base, i);
+    if (s->fwd_n)
+        for (long i = lo; i < hi; i += s->ng_fwd) s->fwd_n(s->job, slot, base, i, hi - i < s->ng_fwd ? (int)(hi - i) : s->ng_fwd);
+    else
+        for (long i = lo; i < hi; i++) s->fwd(s->job, slot, base, i);
 }
 
 void k_conv_slots_fwd(const k_conv_slots *s) { k_parallel_for(s->slots, fwd_slot, (void *)s); }
@@ -93,15 +96,20 @@ static void bwd_slot(void *ctx, int slot)
             int ng = hi - i < s->group ? (int)(hi - i) : s->group;
             s->dw_pass(s->job, base, i, ng, dwp, i > lo);
         }
-    for (long i = lo; i < hi; i++) {
-        const float *dyi = s->dy + i * s->ysz;
-        int acc = i > lo;
-        if (s->db)
-            for (int k = 0; k < K; k++) {
-                float v = k_sum_span((size_t)s->pq, dyi + k * s->pq);
-                dbp[k] = acc ? dbp[k] + v : v;
-            }
-        if (s->dx) s->dx(s->job, base, i);
+    int gx = s->dx_n ? s->ng_dx : 1;
+    for (long i0 = lo; i0 < hi; i0 += gx) {
+        int ng = hi - i0 < gx ? (int)(hi - i0) : gx;
+        for (long i = i0; i < i0 + ng; i++) {
+            const float *dyi = s->dy + i * s->ysz;
+            int acc = i > lo;
+            if (s->db)
+                for (int k = 0; k < K; k++) {
+                    float v = k_sum_span((size_t)s->pq, dyi + k * s->pq);
+                    dbp[k] = acc ? dbp[k] + v : v;
+                }
+            if (s->dx && !s->dx_n) s->dx(s->job, base, i);
+        }
+        if (s->dx_n) s->dx_n(s->job, base, i0, ng);
     }
 }
 

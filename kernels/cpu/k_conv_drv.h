@@ -56,12 +56,16 @@ typedef struct k_conv_slots {
     const float *dy;             /* bwd: for the db sums */
     float *dw, *db;              /* bwd: the outputs (NULL: not wanted) */
     void *job;
-    /* fwd: image i. */
+    /* fwd: image i; or, with fwd_n, images [i, i+ng) for groups of ng_fwd. */
     void (*fwd)(void *job, int slot, char *base, long i);
+    void (*fwd_n)(void *job, int slot, char *base, long i, int ng);
+    int ng_fwd, ng_dx;
     /* bwd, first: images [i, i+ng) into the partial dwp (acc: add to it); NULL: none. */
     void (*dw_pass)(void *job, char *base, long i, int ng, float *dwp, int acc);
-    /* bwd, then per image (after its db sums): dX of image i; NULL: none. */
+    /* bwd, then per image (after its db sums): dX of image i; NULL: none. Or, with
+     * dx_n, per group of ng_dx images (after their db sums). */
     void (*dx)(void *job, char *base, long i);
+    void (*dx_n)(void *job, char *base, long i, int ng);
 } k_conv_slots;
 
 void k_conv_slots_fwd(const k_conv_slots *s);

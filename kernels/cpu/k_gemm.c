@@ -242,6 +242,10 @@ void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a
 void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx) { K_DISPATCH(col2im_s1, g, col, dx) }
 
 void k_shift_rows(const k_im2col_geo *g, long hp, const float *x, float *xs) { K_DISPATCH(shift_rows, g, hp, x, xs) }
+void k_shift_rows_ilv(const k_im2col_geo *g, long hp, int ng, const float *x, long xsz, float *xs)
+{
+    K_DISPATCH(shift_rows_ilv, g, hp, ng, x, xsz, xs)
+}
 
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
                float *c, long ldc, const float *bias, int acc)

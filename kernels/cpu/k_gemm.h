@@ -41,6 +41,10 @@ void k_col2im_s1(const k_im2col_geo *g, const float *col, float *dx);
 /* Stride 1: xs[c][s][h][0..q) = x[c][h-pad][s-pad+0..q) for h < hp (zero outside);
  * xs needs 16 floats of slack at its end. */
 void k_shift_rows(const k_im2col_geo *g, long hp, const float *x, float *xs);
+/* Stride 1, ng images interleaved by row: xs[c][s][h][t][0..q) (image t at x + t*xsz);
+ * tap (c, r, s) of output column (p*ng + t)*q + col at ((c*S + s)*hp + r)*ng*q. xs
+ * needs 16 floats of slack at its end. */
+void k_shift_rows_ilv(const k_im2col_geo *g, long hp, int ng, const float *x, long xsz, float *xs);
 /* Stride > 1 (k_conv_rows.c): xs[c][s][rp][u][0..q) = x[c][st*u+rp-pad][st*q+s-pad] for
  * rp < rpn = min(st, r) and u < hps = p + (r-1)/st (zero outside). */
 void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, float *xs);

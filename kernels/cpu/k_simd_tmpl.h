@@ -643,6 +643,61 @@ KT_TARGET static void KT(shift_rows)(const k_im2col_geo *g, long hp, const float
         }
 }
 
+/* Stride 1, ng images interleaved by row: xs[c][s][h][t][0..q) = image t's
+ * x[c][h-pad][s-pad ..] (zero outside), image t at x + t*xsz. Tap (c, r, s) of output
+ * column (p*ng + t)*q + col is then xs at offset ((c*S + s)*hp + r)*ng*q: the ng
+ * images' outputs form one wide GEMM (no per-image column tails on small planes).
+ * Rows are written in memory order, so a whole-vector tail lands in the next row
+ * (written later) or the slack (xs needs KV_W floats after ng*c*s*hp*q). */
+KT_TARGET static void KT(shift_rows_ilv)(const k_im2col_geo *g, long hp, int ng, const float *x, long xsz, float *xs)
+{
+    const int H = g->h, W = g->w, S = g->s, Q = g->q, pad = g->pad;
+    const float *xend = x + (long)ng * xsz;
+    float *o = xs;
+    for (int c = 0; c < g->c; c++)
+        for (int s = 0; s < S; s++) {
+            int lo = pad - s, hi = W + pad - s;
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > Q ? Q : hi;
+            const int n8 = (hi - lo + 7) / 8; /* 8-float copies covering [lo, hi) */
+            for (long h = 0; h < hp; h++) {
+                long ih = h - pad;
+                const float *s0 = x + ((long)c * H + ih) * W + s - pad + lo;
+                /* Short rows (the planes this layout is for): every image's span as
+                 * whole 8-float copies, in order (each spills into the next segment,
+                 * rewritten next), then the zeros around the spans. Per-row logic
+                 * cost 3x the copies on 7-wide rows. */
+                if (ih >= 0 && ih < H && lo < hi && Q <= 16 && s0 + (ng - 1) * xsz + 8 * n8 <= xend) {
+                    for (int t = 0; t < ng; t++)
+                        for (int v = 0; v < n8; v++) kv_copy8(o + t * Q + lo + 8 * v, s0 + t * xsz + 8 * v);
+                    if (lo > 0 || hi < Q)
+                        for (int t = 0; t < ng; t++) {
+                            for (int u = 0; u < lo; u++) o[t * Q + u] = 0.0f;
+                            for (int u = hi; u < Q; u++) o[t * Q + u] = 0.0f;
+                        }
+                    o += (long)ng * Q;
+                    continue;
+                }
+                for (int t = 0; t < ng; t++, o += Q) {
+                    if (ih < 0 || ih >= H || lo >= hi) {
+                        for (int u = 0; u < Q; u += KV_W) kv_store(o + u, kv_zero());
+                        continue;
+                    }
+                    const float *src = x + t * xsz + ((long)c * H + ih) * W + s - pad;
+                    int u = lo;
+                    for (; u + KV_W <= hi; u += KV_W) kv_store(o + u, kv_load(src + u));
+                    if (u < hi) {
+                        if (hi - u <= 8 && src + u + 8 <= xend) kv_copy8(o + u, src + u);
+                        else if (src + u + KV_W <= xend) kv_store(o + u, kv_load(src + u));
+                        else for (; u < hi; u++) o[u] = src[u];
+                    }
+                    for (u = 0; u < lo; u++) o[u] = 0.0f;
+                    for (u = hi; u < Q; u++) o[u] = 0.0f;
+                }
+            }
+        }
+}
+
 /* SGD (torch.optim.SGD): d = g + wd*p; v = first ? d : m*v + (1-damp)*d;
  * p -= lr * (nesterov ? d + m*v : v). m == 0: no buffer, p -= lr*d. */
 KT_TARGET static void KT(sgd_span)(size_t n, float lr, float m, float damp, float wd, int nesterov,

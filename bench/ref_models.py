@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import torchvision
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")  # torch_check.py
 
 class TextCNN(nn.Module):  # Kim 2014, as ddprt's textcnn
     def __init__(self, vocab, dim=128, classes=2):

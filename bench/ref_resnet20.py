@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")  # torch_check.py
 from torch_check import ResNet20, idx
 
 ap = argparse.ArgumentParser()

@@ -71,6 +71,41 @@ __attribute__((target("avx2"))) static void row_s2_avx2(float *o, const float *s
         _mm256_storeu_ps(o + t, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
     }
 }
+
+/* All hps rows of one (c, s, rp) plane (x0 = channel c's first row): the lane masks
+ * once per plane and no call per row, which cost more than the copies on the 14-wide
+ * rows of ResNet's stride-2 convs. Returns 0 (nothing done) for rows over 128 wide. */
+__attribute__((target("avx2"))) static int plane_s2_avx2(float *o, const float *x0, const k_im2col_geo *g, long hps,
+                                                        int rp, int s, int lo, int hi, const float *xbeg,
+                                                        const float *xend)
+{
+    const int Q = g->q, nq = (Q + 7) / 8;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i mk[16];
+    if (nq > 16) return 0;
+    for (int v = 0; v < nq; v++)
+        mk[v] = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo - 8 * v), lane),
+                                    _mm256_cmpgt_epi32(_mm256_set1_epi32(hi - 8 * v), lane));
+    for (long u = 0; u < hps; u++, o += Q) {
+        long ih = 2 * u + rp - g->pad;
+        if (ih < 0 || ih >= g->h || lo >= hi) {
+            for (int v = 0; v < nq; v++) _mm256_storeu_ps(o + 8 * v, _mm256_setzero_ps());
+            continue;
+        }
+        const float *src = x0 + ih * g->w + s - g->pad;
+        for (int v = 0; v < nq; v++) {
+            const float *p = src + 16 * v;
+            if (p < xbeg || p + 16 > xend) {
+                for (int i = 0; i < 8; i++) o[8 * v + i] = 8 * v + i >= lo && 8 * v + i < hi ? p[2 * i] : 0.0f;
+                continue;
+            }
+            __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
+            e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8));
+            _mm256_storeu_ps(o + 8 * v, _mm256_and_ps(e, _mm256_castsi256_ps(mk[v])));
+        }
+    }
+    return 1;
+}
 #endif
 
 void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, float *xs)
@@ -86,7 +121,13 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
         for (int s = 0; s < g->s; s++) {
             int lo, hi;
             col_range(g, s, &lo, &hi);
-            for (int rp = 0; rp < rpn; rp++)
+            for (int rp = 0; rp < rpn; rp++) {
+#ifdef K_ROWS_AVX512
+                if (fast == K_ISA_AVX2 &&
+                    plane_s2_avx2(xs + (((long)c * g->s + s) * rpn + rp) * hps * Q, x + (long)c * g->h * g->w, g, hps,
+                                  rp, s, lo, hi, x, xend))
+                    continue;
+#endif
                 for (long u = 0; u < hps; u++) {
                     float *o = xs + ((((long)c * g->s + s) * rpn + rp) * hps + u) * Q;
                     long ih = st * u + rp - g->pad;
@@ -109,5 +150,6 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
                     for (int t = lo; t < hi; t++) o[t] = src[(long)t * st];
                     for (int t = hi; t < Q; t++) o[t] = 0.0f;
                 }
+            }
         }
 }

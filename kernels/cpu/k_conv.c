@@ -75,7 +75,8 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
      * wide GEMM instead of ng with mostly-empty last column tiles (7x7: 49 outputs in
      * 4 tiles of 16). The regions exist whatever the ISA: the workspace size is a
      * function of the shape only. */
-    d.ilv = sh->stride == 1 && d.group > 1;
+    long tiles = (g->pq + 15) / 16 * 16; /* conv_ilv_use's rule, a function of the shape */
+    d.ilv = sh->stride == 1 && d.group > 1 && 8 * tiles > 9 * g->pq;
     long tmp = 0, dyg = 0, offi = 0;
     if (d.ilv) {
         long big = g->xssz > g->dxssz ? g->xssz : g->dxssz;
@@ -147,12 +148,11 @@ static void conv_fwd_image(void *ctx, int slot, char *base, long i)
  * the columns of several images share tiles. */
 static int conv_ilv_use(const conv_job *j)
 {
-    /* Only where a plane wastes over 1/8 of its 16-column tiles (7x7: 64 for 49): the
-     * row-by-row interleaving costs more than it saves elsewhere (measured, avx2 on
-     * Sapphire Rapids: 7x7 fwd 72 -> 80, bwd 62 -> 76 GFLOP/s; 14x14 fwd 82 -> 75;
-     * LeNet's 8x8, whole tiles: fwd 109 -> 88). */
-    long pq = j->d.g.pq, tiles = (pq + 15) / 16 * 16;
-    return j->d.ilv && !j->ym && 8 * tiles > 9 * pq && k_isa_level() == K_ISA_AVX2;
+    /* d.ilv: only where a plane wastes over 1/8 of its 16-column tiles (7x7: 64 for
+     * 49): the row-by-row interleaving costs more than it saves elsewhere (measured,
+     * avx2 on Sapphire Rapids: 7x7 fwd 72 -> 80, bwd 62 -> 76 GFLOP/s; 14x14 fwd
+     * 82 -> 75; LeNet's 8x8, whole tiles: fwd 109 -> 88). */
+    return j->d.ilv && !j->ym && k_isa_level() == K_ISA_AVX2;
 }
 
 /* Tap (c, r, s) at ((c*S + s)*hp + r)*pitch. */

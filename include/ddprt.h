@@ -107,8 +107,9 @@ DDPRT_API size_t ddprt_dtype_size(ddprt_dtype dt); /* 0 for an unknown dtype */
 
 /* Memory the other ranks of this host can map: an allreduce whose send and recv lie
  * in it on every rank reads the peers' buffers in place (single copy). Plain memory
- * where that cannot be. NULL when out of memory or out of slots (8 blocks per comm).
- * Free with ddprt_mem_free while no op uses it, before ddprt_finalize. */
+ * where that cannot be (no memfd; more than 8 blocks alive in this comm), so always
+ * usable; NULL only when out of memory. Page aligned. Free with ddprt_mem_free while
+ * no op uses it; ddprt_finalize frees what is left. */
 DDPRT_API void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes);
 DDPRT_API void ddprt_mem_free(ddprt_comm *c, void *p);
 

@@ -306,17 +306,14 @@ def broadcast_async_(x, root=0, dtype=None):
 
 
 def _shapes(x):
-    """Every rank's shape (ndim <= 8): one small allgather."""
-    import numpy
+    """Every rank's shape (ndim <= 8): one small allgather (ctypes: no numpy needed)."""
     shp = tuple(x.shape)
     if len(shp) > 8:
         raise ValueError("ddprt.allgather: more than 8 dimensions")
-    mine = numpy.full(9, -1, dtype=numpy.int64)
-    mine[0] = len(shp)
-    mine[1:1 + len(shp)] = shp
-    allv = numpy.empty(9 * size(), dtype=numpy.int64)
-    _check(_lib.get().ddprt_allgather(_c(), mine.ctypes.data, allv.ctypes.data, 9, 5))
-    return [tuple(int(d) for d in allv[9 * r + 1:9 * r + 1 + int(allv[9 * r])]) for r in range(size())]
+    mine = (ctypes.c_int64 * 9)(len(shp), *shp)
+    allv = (ctypes.c_int64 * (9 * size()))()
+    _check(_lib.get().ddprt_allgather(_c(), mine, allv, 9, 5))
+    return [tuple(allv[9 * r + 1:9 * r + 1 + allv[9 * r]]) for r in range(size())]
 
 
 def _new(x, shape):

@@ -5,6 +5,8 @@
 # Usage: bench/bench_data.sh [DIR] [N] [REPS]; DIR defaults to a synthetic folder of
 # 400 500x375 JPEGs made by ddprt-data synth.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+bench_deps
 B=${DDPRT_BUILD:-build}
 DIR=${1:-/tmp/ddprt-bench-jpeg}
 N=${2:-200}

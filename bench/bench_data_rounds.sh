@@ -6,6 +6,7 @@
 # Usage: bench/bench_data_rounds.sh [ROUNDS] [N]; folders of 400 500x375 JPEGs are made
 # by ddprt-data synth: noisy (--noise 24, ~80 KB) and smooth (--noise 4, ~30 KB).
 . "$(dirname "$0")/lib.sh"
+bench_deps
 set -euo pipefail
 B=${DDPRT_BUILD:-build}
 R=${1:-5}

@@ -10,6 +10,7 @@ rounds=${1:-3}
 # model batch steps(ddprt) steps(pytorch)
 cases=("lenet 64 400 200" "resnet20 128 12 6" "textcnn 64 150 60" "resnet18 32 4 3")
 . bench/lib.sh
+bench_deps
 cpu_line
 load_line before
 printf "%-10s %6s %14s %14s %8s %12s %12s %8s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" "RSS x"

@@ -5,6 +5,7 @@
 # the whole process incl. start-up and warm-up; PyTorch: its timed loop, process time).
 #   bench/bench_recompute.sh MODEL BATCH DDPRT_STEPS TORCH_STEPS ROUNDS   (BASE=dir/build)
 . "$(dirname "$0")/lib.sh"
+bench_deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
 m=$1; b=$2; sd=$3; sp=$4; rounds=$5

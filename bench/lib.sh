@@ -32,3 +32,7 @@ cpu_line() {
     echo "# cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus," \
          "isa: $(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')${DDPRT_ISA:+(DDPRT_ISA=$DDPRT_ISA)}"
 }
+
+# bench_deps: the Debian packages of the PyTorch-side references (deps/debian.txt kinds
+# ci and bench), installed when missing (as root; otherwise the command to run is printed).
+bench_deps() { "$(dirname "${BASH_SOURCE[0]}")/../tools/deps.sh" ci bench; }

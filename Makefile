@@ -247,13 +247,17 @@ run: deps
 # libFuzzer (clang with libFuzzer; on Debian/Ubuntu it comes with clang, else apt
 # install libclang-rt-14-dev), ASan + UBSan: the rendezvous wire parsers + hostlists,
 # the checkpoint reader (nn/stio), the IDX reader, the JPEG and PNG decoders with the
-# transforms after them, the text TSV reader/tokenizer. FUZZ_TIME seconds each, or
-# FUZZ_RUNS=N executions each; FUZZ=name1,name2 runs only those.
+# transforms after them, the text TSV reader/tokenizer, the --resume path (checkpoint
+# and optimizer-state files), ddprt-data's and ddprt-bench's command lines, ddprt-data
+# convert on IDX files and the CIFAR reader. FUZZ_TIME seconds each, or FUZZ_RUNS=N
+# executions each; FUZZ=name1,name2 runs only those. bench/fuzz_table.sh prints the
+# table of a run (target, executions, time, crashes).
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 30
 FUZZ_RUNS ?=
-FUZZ      ?= rdzv,stio,idx,jpeg,png,text
-FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -DDDPRT_JPEG=1 -DDDPRT_PNG=1
+FUZZ      ?= rdzv,stio,idx,jpeg,png,text,ckpt,args,convert
+FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+             -DDDPRT_JPEG=1 -DDDPRT_PNG=1
 FUZZ_LIMIT = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
 FUZZ_DATA  = $(filter-out %_main.c nn/data/loader.c nn/data/image_write.c,$(wildcard nn/data/*.c)) rt/arena.c rt/log.c rt/env.c
 FUZZ_SRC_rdzv = rt/rdzv_wire.c rt/rdzv_env.c rt/env.c rt/log.c
@@ -262,23 +266,33 @@ FUZZ_SRC_idx  = nn/data/idx.c rt/arena.c rt/log.c
 FUZZ_SRC_jpeg = $(FUZZ_DATA)
 FUZZ_SRC_png  = $(FUZZ_DATA)
 FUZZ_SRC_text = $(FUZZ_DATA)
+FUZZ_SRC_ckpt = nn/ckpt.c nn/stio.c nn/stio_read.c rt/log.c
+FUZZ_SRC_args = apps/data/data_args.c apps/bench/bench_args.c rt/args.c rt/env.c rt/tensor.c rt/arena.c rt/log.c
+FUZZ_SRC_convert = apps/data/data_convert.c $(FUZZ_DATA) nn/data/image_write.c
 FUZZ_LEN_rdzv = 4096
 FUZZ_LEN_stio = 8192
 FUZZ_LEN_idx  = 256
 FUZZ_LEN_jpeg = 16384
 FUZZ_LEN_png  = 16384
 FUZZ_LEN_text = 4096
+FUZZ_LEN_ckpt = 16384
+FUZZ_LEN_args = 512
+FUZZ_LEN_convert = 8192
 FUZZ_LIBS  = -lz -lm -ljpeg -lpng16
 comma     := ,
 FUZZ_LIST  = $(subst $(comma), ,$(FUZZ))
 fuzz:
-	@mkdir -p $(addprefix build-fuzz/corpus-,rdzv stio idx jpeg png text)
+	@mkdir -p $(addprefix build-fuzz/corpus-,rdzv stio idx jpeg png text ckpt args convert)
 	$(CC) -std=c11 -O1 -D_GNU_SOURCE -I. -DDDPRT_JPEG=1 -DDDPRT_PNG=1 test/fuzz/seed_images.c nn/data/image_write.c \
 	  -ljpeg -lpng16 -o build-fuzz/seed_images
 	./build-fuzz/seed_images build-fuzz/corpus-jpeg build-fuzz/corpus-png
 	printf 'pos\tThe cat, the CAT!\nneg\tthe caf\303\251-the dog\r\n\n\0neg\tcat\n7' > build-fuzz/corpus-text/seed
+	printf 'convert\0--to\0/x\0--limit\0005\0--format=cifar' > build-fuzz/corpus-args/convert
+	printf 'synth\0--to\0/x\0--size\0008x6\0--n\0003' > build-fuzz/corpus-args/synth
+	printf 'broadcast\0-b\0004K\0-e\0001M\0-r\0001\0--world-size\0002\0-d\0bf16' > build-fuzz/corpus-args/bench
+	printf -- '--predict\0--world-size\0008\0--per-node\0004\0--gpus\0008-64' > build-fuzz/corpus-args/predict
 	$(foreach t,$(FUZZ_LIST),$(FUZZ_CC) $(FUZZ_FLAGS) test/fuzz/fuzz_$(t).c $(FUZZ_SRC_$(t)) $(FUZZ_LIBS) -o build-fuzz/fuzz_$(t) &&) true
-	$(foreach t,$(FUZZ_LIST),./build-fuzz/fuzz_$(t) $(FUZZ_LIMIT) -max_len=$(FUZZ_LEN_$(t)) -artifact_prefix=build-fuzz/ build-fuzz/corpus-$(t) &&) true
+	$(foreach t,$(FUZZ_LIST),FUZZ_SEED_DIR=build-fuzz/corpus-$(t) ./build-fuzz/fuzz_$(t) $(FUZZ_LIMIT) -max_len=$(FUZZ_LEN_$(t)) -artifact_prefix=build-fuzz/ build-fuzz/corpus-$(t) 2>&1 | tee build-fuzz/log-$(t).txt | tail -3 && ! grep -q "ERROR: \|^SUMMARY\|runtime error" build-fuzz/log-$(t).txt &&) true
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz

@@ -1,6 +1,4 @@
-/* Checkpoints on nn/stio: one safetensors file with the parameters and buffers under
- * PyTorch's state_dict names, the optimizer state as "optim.<block>.<param>" tensors,
- * and the epoch, step and model in the metadata. */
+/* Checkpoints on nn/stio (format: nn/ckpt.h). */
 #include "nn/ckpt.h"
 #include "nn/graph.h"
 #include "nn/stio.h"
@@ -9,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXT (NN_MAX_PARAMS * (1 + NN_CKPT_MAX_BLOCKS) + NN_MAX_BUFS)
+#define MAXM (NN_MAX_PARAMS + NN_MAX_BUFS)
+#define MAXS (NN_MAX_PARAMS * NN_CKPT_MAX_BLOCKS)
+#define MAX_STEP (1ull << 53) /* steps beyond any run; exact in a double */
+
+static const char *const opt_names[] = {"sgd", "adam", "adamw"};
 
 static stio_tensor tensor(const char *name, int dtype, int ndim, const int *shape, void *data)
 {
@@ -18,105 +20,203 @@ static stio_tensor tensor(const char *name, int dtype, int ndim, const int *shap
     return t;
 }
 
-/* The graph's tensors (and the optimizer blocks when s is given), in file order. The
- * optimizer names are written into names[] (storage that outlives the call). */
-static int tensors(nn_graph *g, const nn_ckpt_state *s, stio_tensor *t, char (*names)[NN_NAME + 32])
+/* The model's state_dict: parameters, then buffers. */
+static int model_tensors(const nn_graph *g, stio_tensor *t)
 {
     int n = 0;
     for (int i = 0; i < g->np; i++)
         t[n++] = tensor(g->p[i].name, STIO_F32, g->p[i].ndim, g->p[i].shape, g->params + g->p[i].offset);
     for (int i = 0; i < g->nb; i++)
         t[n++] = tensor(g->b[i].name, g->b[i].dtype == RT_I64 ? STIO_I64 : STIO_F32, g->b[i].ndim, g->b[i].shape,
-                        nn_buf_data(g, i));
-    for (int k = 0; s && k < s->nblocks; k++)
+                        nn_buf_data((nn_graph *)g, i));
+    return n;
+}
+
+/* The optimizer blocks, named into names[] (storage that outlives the call). */
+static int state_tensors(const nn_graph *g, const nn_ckpt_state *s, stio_tensor *t, char (*names)[NN_NAME + 32])
+{
+    int n = 0;
+    for (int k = 0; k < s->nblocks && k < NN_CKPT_MAX_BLOCKS; k++)
         for (int i = 0; i < g->np; i++) {
             char *nm = names[k * g->np + i];
             snprintf(nm, NN_NAME + 32, "optim.%s.%s", s->block_names[k], g->p[i].name);
-            t[n++] = tensor(nm, STIO_F32, g->p[i].ndim, g->p[i].shape, s->blocks[k] + g->p[i].offset);
+            t[n++] = tensor(nm, STIO_F32, g->p[i].ndim, g->p[i].shape, s->blocks[k] ? s->blocks[k] + g->p[i].offset : NULL);
         }
     return n;
 }
 
-static stio_tensor tt[MAXT];
-static char optnames[NN_MAX_PARAMS * NN_CKPT_MAX_BLOCKS][NN_NAME + 32];
+static stio_tensor mt[MAXM], st[MAXS];
+static char optnames[MAXS][NN_NAME + 32];
+
+int nn_ckpt_check_names(const nn_graph *g, char *err, size_t errlen)
+{
+    int n = model_tensors(g, mt);
+    for (int i = 0; i < n; i++) {
+        /* "optim.exp_avg_sq." is the longest prefix the state gives a parameter's name. */
+        if (strlen(mt[i].name) + 17 >= STIO_MAX_NAME) {
+            snprintf(err, errlen, "tensor name %.60s... is too long for a checkpoint (at most %d characters)",
+                     mt[i].name, STIO_MAX_NAME - 18);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(mt[i].name, mt[j].name)) {
+                snprintf(err, errlen, "the model has two tensors named %s (give the layers distinct name=): a checkpoint "
+                         "could not hold both", mt[i].name);
+                return -1;
+            }
+    }
+    return 0;
+}
 
 int nn_ckpt_save(const char *path, nn_graph *g, const nn_ckpt_state *s, int keep, char *err, size_t errlen)
 {
-    int n = tensors(g, s, tt, optnames);
-    char epoch[24], step[24], extra[8][24];
+    int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames);
+    char epoch[24], step[24], ostep[24];
     snprintf(epoch, sizeof epoch, "%d", s->epoch);
     snprintf(step, sizeof step, "%" PRIu64, s->step);
-    stio_meta m[12] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch}, {"step", step}};
-    int nm = 5;
-    for (int i = 0; i < s->nscalars && i < 8; i++) {
-        snprintf(extra[i], sizeof extra[i], "%" PRId64, s->scalars[i]);
-        m[nm++] = (stio_meta){s->scalar_names[i], extra[i]};
-    }
-    return stio_save(path, tt, n, m, nm, keep > 0 ? keep : 1, err, errlen);
+    snprintf(ostep, sizeof ostep, "%" PRIu64, s->optimizer_step);
+    stio_meta m[5] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch}, {"step", step}};
+    stio_meta sm[7] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch},
+                       {"step", step}, {"optimizer", s->optimizer}, {"optimizer_step", ostep}};
+    stio_part parts[2] = {{"", mt, nm, m, 5}, {NN_CKPT_STATE_SUFFIX, st, ns, sm, 7}};
+    return stio_save_parts(path, parts, 2, keep > 0 ? keep : 1, err, errlen);
 }
 
-static int read_int(const stio_file *f, const char *key, const char *path, int64_t *out, char *err, size_t errlen)
+/* An integer of f's metadata in [lo, hi]: never trusted before it is checked. */
+static int meta_u64(const stio_file *f, const char *file, const char *key, uint64_t lo, uint64_t hi, uint64_t *out,
+                    char *err, size_t errlen)
 {
     const char *v = stio_meta_get(f, key);
     char *end;
-    if (v) {
-        long long x = strtoll(v, &end, 10);
-        if (*v && !*end) { *out = x; return 0; }
+    unsigned long long x = v && *v >= '0' && *v <= '9' && strlen(v) <= 20 ? strtoull(v, &end, 10) : 0;
+    if (!v || !(*v >= '0' && *v <= '9') || strlen(v) > 20 || *end || x < lo || x > hi) {
+        snprintf(err, errlen, "--resume %s: metadata \"%s\" is %s%.32s%s, expected an integer in %llu..%llu (a damaged "
+                 "file, or not a ddprt checkpoint)", file, key, v ? "'" : "", v ? v : "missing", v ? "'" : "",
+                 (unsigned long long)lo, (unsigned long long)hi);
+        return -1;
     }
-    snprintf(err, errlen, "--resume %s: no valid \"%s\" in the metadata (not a ddprt checkpoint?)", path, key);
-    return -1;
+    *out = x;
+    return 0;
+}
+
+/* Every tensor of the file is one of want (none unexpected); stio_read checks the rest. */
+static int only_these(const stio_file *f, const char *file, const stio_tensor *want, int n, const char *hint, char *err,
+                      size_t errlen)
+{
+    for (int i = 0; i < stio_count(f); i++) {
+        stio_tensor t;
+        stio_info(f, i, &t);
+        int found = 0;
+        for (int j = 0; j < n && !found; j++) found = !strcmp(t.name, want[j].name);
+        if (!found) {
+            snprintf(err, errlen, "%s: unexpected tensor %.128s in the file (not one of this model's%s)", file, t.name,
+                     hint);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, size_t errlen)
 {
-    stio_file *f;
-    char e2[512];
+    stio_file *f = NULL, *sf = NULL;
+    char e2[1024], state_path[1100];
+    uint64_t epoch, step, step2, epoch2, ostep;
+    int rc = -1;
+    snprintf(state_path, sizeof state_path, "%s%s", path, NN_CKPT_STATE_SUFFIX);
     if (stio_open(&f, path, e2, sizeof e2)) {
         snprintf(err, errlen, "--resume %s", e2);
         return -1;
     }
-    int n = tensors(g, s, tt, optnames), rc = -1;
-    int64_t epoch = 0, step = 0;
-    if (read_int(f, "epoch", path, &epoch, err, errlen) || read_int(f, "step", path, &step, err, errlen)) goto out;
-    for (int i = 0; i < s->nscalars; i++)
-        if (read_int(f, s->scalar_names[i], path, &s->scalars[i], err, errlen)) goto out;
-    if (stio_read(f, tt, n, e2, sizeof e2)) {
+    const char *prod = stio_meta_get(f, "producer");
+    if (!stio_meta_get(f, STIO_HEADER_CRC) || !prod || strcmp(prod, "ddprt")) {
+        snprintf(err, errlen, "--resume %s: not a checkpoint of this ddprt version (no header checksum or producer); "
+                 "to start from its weights: --init-from %s", path, path);
+        goto out;
+    }
+    if (meta_u64(f, path, "epoch", 1, NN_CKPT_MAX_EPOCH, &epoch, err, errlen) ||
+        meta_u64(f, path, "step", 0, MAX_STEP, &step, err, errlen))
+        goto out;
+    if (stio_open_part(&sf, path, NN_CKPT_STATE_SUFFIX, f, e2, sizeof e2)) {
+        snprintf(err, errlen, "--resume %s (the optimizer state written with %s)", e2, path);
+        goto out;
+    }
+    if (!stio_meta_get(sf, STIO_HEADER_CRC)) {
+        snprintf(err, errlen, "--resume %s: no header checksum (a damaged file, or not written by ddprt)", state_path);
+        goto out;
+    }
+    if (meta_u64(sf, state_path, "epoch", 1, NN_CKPT_MAX_EPOCH, &epoch2, err, errlen) ||
+        meta_u64(sf, state_path, "step", 0, MAX_STEP, &step2, err, errlen) ||
+        meta_u64(sf, state_path, "optimizer_step", 0, step, &ostep, err, errlen))
+        goto out;
+    if (epoch2 != epoch || step2 != step) {
+        snprintf(err, errlen, "--resume %s: epoch %llu step %llu, but %s says epoch %llu step %llu", path,
+                 (unsigned long long)epoch, (unsigned long long)step, state_path, (unsigned long long)epoch2,
+                 (unsigned long long)step2);
+        goto out;
+    }
+    const char *opt = stio_meta_get(sf, "optimizer");
+    int known = 0;
+    for (int i = 0; i < 3 && opt; i++) known |= !strcmp(opt, opt_names[i]);
+    if (!known) {
+        snprintf(err, errlen, "--resume %s: metadata \"optimizer\" is '%.32s', expected sgd, adam or adamw (a damaged "
+                 "file?)", state_path, opt ? opt : "missing");
+        goto out;
+    }
+    if (strcmp(opt, s->optimizer)) {
+        snprintf(err, errlen, "--resume %s holds %s state, but --optimizer is %s", path, opt, s->optimizer);
+        goto out;
+    }
+    int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames);
+    /* The model's tensors first (a missing one or another shape says "another model"
+     * best), then that the files hold nothing else. */
+    if (stio_read(f, mt, nm, e2, sizeof e2) || stio_read(sf, st, ns, e2, sizeof e2) ||
+        only_these(f, path, mt, nm, "", e2, sizeof e2) || only_these(sf, state_path, st, ns, "", e2, sizeof e2)) {
         snprintf(err, errlen, "--resume %s", e2);
         goto out;
     }
     s->epoch = (int)epoch;
-    s->step = (uint64_t)step;
+    s->step = step;
+    s->optimizer_step = ostep;
     rc = 0;
 out:
+    stio_close(sf);
     stio_close(f);
     return rc;
 }
 
-int nn_ckpt_meta_int(const char *path, const char *key, int64_t *out, char *err, size_t errlen)
+int nn_ckpt_init_from(nn_graph *g, const char *path, int strict, int skipped[2], char *err, size_t errlen)
 {
     stio_file *f;
-    char e2[512];
-    if (stio_open(&f, path, e2, sizeof e2)) {
-        snprintf(err, errlen, "--resume %s", e2);
-        return -1;
-    }
-    int rc = read_int(f, key, path, out, err, errlen);
-    stio_close(f);
-    return rc;
-}
-
-int nn_ckpt_init_from(nn_graph *g, const char *path, char *err, size_t errlen)
-{
-    stio_file *f;
-    char e2[512];
+    char e2[1024];
     int rc = -1;
+    skipped[0] = skipped[1] = 0;
     if (stio_open(&f, path, e2, sizeof e2)) {
         snprintf(err, errlen, "--init-from %s", e2);
         return -1;
     }
-    int n = tensors(g, NULL, tt, optnames);
-    if (stio_read(f, tt, n, e2, sizeof e2)) snprintf(err, errlen, "--init-from %s", e2);
-    else rc = 0;
+    int n = model_tensors(g, mt);
+    if (strict) {
+        if (!stio_read(f, mt, n, e2, sizeof e2) &&
+            !only_these(f, path, mt, n, "; --init-non-strict loads the tensors that match", e2, sizeof e2))
+            rc = 0;
+    } else {
+        /* load_state_dict(strict=False): what matches by name; the rest is counted. */
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            int found = 0;
+            for (int j = 0; j < stio_count(f) && !found; j++) {
+                stio_tensor t;
+                stio_info(f, j, &t);
+                found = !strcmp(t.name, mt[i].name);
+            }
+            if (found) mt[k++] = mt[i];
+            else skipped[0]++;
+        }
+        skipped[1] = stio_count(f) - k;
+        rc = stio_read(f, mt, k, e2, sizeof e2) ? -1 : 0;
+    }
+    if (rc) snprintf(err, errlen, "--init-from %s", e2);
     stio_close(f);
     return rc;
 }

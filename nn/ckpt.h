@@ -1,8 +1,14 @@
-/* Checkpoints: one safetensors file (nn/stio.h: atomic as a whole, the previous one
- * kept until the new one is complete, --keep N generations) holding the parameters and
- * buffers under PyTorch's state_dict names, the optimizer state as tensors
- * "optim.<block>.<param name>", and the epoch and step in the metadata. The checkpoint
- * code sees the graph and the optimizer state, not the trainer. */
+/* Checkpoints: two safetensors files written as one save (nn/stio.h: atomic, the
+ * previous save kept until the new one is complete, --keep N generations):
+ *   PATH        the model's state_dict as PyTorch names it (parameters and buffers, no
+ *               other tensor), so Net().load_state_dict(load_file(PATH), strict=True)
+ *               takes it as it is; metadata: model, epoch, step.
+ *   PATH.state  the optimizer state as "optim.<block>.<param name>" tensors (PyTorch's
+ *               momentum_buffer, exp_avg, exp_avg_sq), the optimizer's name and its own
+ *               step, and the same epoch and step.
+ * Every value read back is checked before it is used: the header CRC of both files,
+ * the two files' common save id, the epoch, steps and optimizer in their ranges. The
+ * checkpoint code sees the graph and the optimizer state, not the trainer. */
 #ifndef NN_CKPT_H
 #define NN_CKPT_H
 #include <stddef.h>
@@ -10,26 +16,33 @@
 
 struct nn_graph;
 #define NN_CKPT_MAX_BLOCKS 4
+#define NN_CKPT_STATE_SUFFIX ".state"
+#define NN_CKPT_MAX_EPOCH 100000000
 
 typedef struct nn_ckpt_state {
-    int epoch;                 /* the epoch completed */
+    int epoch;                 /* the epoch completed (1..) */
     uint64_t step;             /* optimizer steps taken */
+    const char *optimizer;     /* "sgd", "adam", "adamw": what wrote the blocks */
+    uint64_t optimizer_step;   /* the optimizer's own step count (<= step) */
     int nblocks;               /* optimizer state: blocks laid out as the parameters */
     const char *block_names[NN_CKPT_MAX_BLOCKS]; /* "momentum", "exp_avg", ... */
     float *blocks[NN_CKPT_MAX_BLOCKS];
-    int nscalars;              /* integer metadata (e.g. an optimizer's own step) */
-    const char *scalar_names[8];
-    int64_t scalars[8];
 } nn_ckpt_state;
 
 int nn_ckpt_save(const char *path, struct nn_graph *g, const nn_ckpt_state *s, int keep, char *err, size_t errlen);
-/* Restores parameters, buffers and s's blocks and scalars; fills s->epoch and s->step.
- * Names, dtypes and shapes are checked (one line naming the tensor and both shapes). */
+/* Restores parameters, buffers and s's blocks; fills s->epoch, s->step and
+ * s->optimizer_step. s->optimizer must name the optimizer the run uses: a checkpoint of
+ * another is one line saying both. The tensors must be exactly the model's (names,
+ * dtypes, shapes: one line naming the tensor and both shapes) and the optimizer's. */
 int nn_ckpt_load(const char *path, struct nn_graph *g, nn_ckpt_state *s, char *err, size_t errlen);
-/* One integer of a checkpoint's metadata (checked before loading: the optimizer). */
-int nn_ckpt_meta_int(const char *path, const char *key, int64_t *out, char *err, size_t errlen);
 /* --init-from: parameters and buffers from a safetensors state_dict written by anyone
- * (PyTorch's safetensors.torch.save_file), checked as load_state_dict(strict=True)
- * checks: every tensor present with the model's dtype and shape. */
-int nn_ckpt_init_from(struct nn_graph *g, const char *path, char *err, size_t errlen);
+ * (PyTorch's safetensors.torch.save_file). strict: as load_state_dict(strict=True),
+ * every tensor of the model present and no other (a missing or unexpected one is one
+ * line naming it); otherwise (strict=False) the tensors whose names match are loaded
+ * and *skipped says how many of the model's were not found and how many of the file's
+ * were not used. Shapes and dtypes must match either way. */
+int nn_ckpt_init_from(struct nn_graph *g, const char *path, int strict, int skipped[2], char *err, size_t errlen);
+/* 0 when the graph's tensors can be saved (names unique and short enough): checked
+ * before step 1, not at the first save an epoch later. */
+int nn_ckpt_check_names(const struct nn_graph *g, char *err, size_t errlen);
 #endif

@@ -361,6 +361,11 @@ int nn_ddp_sum_f64(nn_ddp *d, double *v, int n)
     return tp_allreduce(d->comm, v, v, (size_t)n, RT_F64, TP_SUM);
 }
 
+void nn_ddp_fail(nn_ddp *d, const char *why)
+{
+    if (d->comm) tp_abort(d->comm, why);
+}
+
 void nn_ddp_close(nn_ddp *d, int failed)
 {
     if (!d) return;

@@ -104,4 +104,7 @@ int nn_ddp_sum_f64(nn_ddp *d, double *v, int n);
 const char *nn_ddp_errmsg(const nn_ddp *d);
 /* Frees d (NULL is fine); failed: abort the comm first so the peers stop at once. */
 void nn_ddp_close(nn_ddp *d, int failed);
+/* This rank stops for `why`: the other ranks get the reason with their error instead
+ * of only "rank N closed the connection". */
+void nn_ddp_fail(nn_ddp *d, const char *why);
 #endif

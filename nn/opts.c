@@ -61,7 +61,11 @@ static const rt_arg flags[] = {
     F("embed-dim", RT_ARG_INT, embed_dim, JOB, RT_ARG_POS, "textcnn embedding size (default: 128)"),
     FC("nan-check", nan_check, JOB, "on|off", "stop when the loss or a gradient is not finite (default: on)"),
     F("no-eval", RT_ARG_FLAG, no_eval, JOB, RT_ARG_ANY, "skip the test-set evaluation after each epoch (throughput runs)"),
-    F("init-from", RT_ARG_STR, init_from, RANK, RT_ARG_ANY, "start from the weights of a safetensors state_dict (fine-tuning)"),
+    F("init-from", RT_ARG_STR, init_from, RANK, RT_ARG_ANY,
+      "start from the weights of a safetensors state_dict (fine-tuning); as load_state_dict(strict=True): exactly the "
+      "model's tensors"),
+    F("init-non-strict", RT_ARG_FLAG, init_non_strict, RANK, RT_ARG_ANY,
+      "--init-from as load_state_dict(strict=False): the tensors that match by name, the rest counted and skipped"),
     FC("dataset", dataset, JOB, "idx|cifar10|cifar100|imagefolder|text|synthetic",
        "data format: idx, cifar10, cifar100, imagefolder, text, synthetic (default: detect)"),
     F("image-size", RT_ARG_INT, image_size, JOB, RT_ARG_POS, "image side after transforms (default: the data's own; image folders 224)"),

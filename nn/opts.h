@@ -18,7 +18,7 @@ typedef struct nn_opts {
     int max_steps; /* stop after this many training steps (tests, benchmarks); 0 = all */
     /* models */
     const char *model_file, *init_from, *nan_check;
-    int num_classes, embed_dim, no_eval, keep, recompute_macs;
+    int num_classes, embed_dim, no_eval, keep, recompute_macs, init_non_strict;
     /* data (nn/data/dataset.h) */
     const char *dataset, *augment, *bad_sample;
     int image_size, workers, seq_len, min_freq, max_vocab;

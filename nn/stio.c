@@ -1,7 +1,11 @@
 /* Named-tensor files: the writer (format and guarantees: nn/stio.h). */
 #include "nn/stio.h"
+#include "rt/hash.h"
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,10 +34,12 @@ static int inject(int step, int *counts)
     return 0;
 }
 
-/* Buffered emitter for the header: counts only when fd < 0 (first pass: the length). */
+/* Buffered emitter for the header: counts only when fd < 0 (first pass: the length and
+ * the header's CRC, taken with the CRC's own value as "00000000"). */
 typedef struct {
     int fd, failed, *counts;
     size_t n, total;
+    uLong crc;
     char buf[8192];
 } out;
 
@@ -59,6 +65,7 @@ static void flush(out *o)
 static void put(out *o, const char *s, size_t n)
 {
     o->total += n;
+    o->crc = crc32(o->crc, (const Bytef *)s, (uInt)n);
     if (o->fd < 0) return;
     while (n) {
         if (o->n == sizeof o->buf) flush(o);
@@ -99,9 +106,14 @@ static size_t tensor_bytes(const stio_tensor *t)
     return n;
 }
 
-static void header(out *o, const stio_tensor *t, int nt, const stio_meta *m, int nm, const uint32_t *crc)
+/* hcrc: the header's CRC as 8 hex digits ("00000000" while it is being computed);
+ * save_id: the id shared by the files of one save (NULL: a file on its own). */
+static void header(out *o, const stio_tensor *t, int nt, const stio_meta *m, int nm, const uint32_t *crc,
+                   const char *hcrc, const char *save_id)
 {
     put(o, "{\"__metadata__\":{", 17);
+    putf(o, "\"" STIO_HEADER_CRC "\":\"%s\",", hcrc);
+    if (save_id) putf(o, "\"" STIO_SAVE_ID "\":\"%s\",", save_id);
     for (int i = 0; i < nm; i++) {
         put_str(o, m[i].key);
         put(o, ":", 1);
@@ -147,104 +159,219 @@ static int check_args(const char *path, const stio_tensor *t, int nt, const stio
             if (!strcmp(t[i].name, t[j].name)) { snprintf(err, errlen, "%s: tensor %s twice", path, t[i].name); return -1; }
     }
     for (int i = 0; i < nm; i++)
-        if (!m[i].key || !m[i].value || !strncmp(m[i].key, "crc32.", 6)) {
-            snprintf(err, errlen, "%s: metadata %d: missing, or a reserved key (crc32.*)", path, i);
+        if (!m[i].key || !m[i].value || !strncmp(m[i].key, "crc32.", 6) || !strncmp(m[i].key, "stio.", 5)) {
+            snprintf(err, errlen, "%s: metadata %d: missing, or a reserved key (crc32.*, stio.*)", path, i);
             return -1;
         }
     return 0;
 }
 
-/* Older generations: PATH.k -> PATH.k+1 (the oldest goes), then PATH.1 = PATH (a hard
- * link: PATH itself stays until the new file replaces it). */
-static int rotate(const char *path, int keep, int *counts, char *what, size_t wlen)
+/* Generation g of a part: BASE + suffix (g = 0), BASE.g + suffix. */
+static void gen_name(char *out, size_t n, const char *base, int g, const char *suffix)
+{
+    if (g) snprintf(out, n, "%s.%d%s", base, g, suffix);
+    else snprintf(out, n, "%s%s", base, suffix);
+}
+
+/* Older generations: BASE.k -> BASE.k+1 for every part (the oldest goes), then BASE.1 =
+ * BASE (hard links: BASE itself stays until the new file replaces it). */
+static int rotate(const char *base, const stio_part *p, int np, int keep, int *counts, char *what, size_t wlen)
 {
     char a[1100], b[1100];
     struct stat st;
-    if (stat(path, &st)) return 0; /* first save */
-    snprintf(a, sizeof a, "%s.%d", path, keep - 1);
-    snprintf(what, wlen, "unlink %s", a);
-    if (inject(S_UNLINK, counts) || (unlink(a) && errno != ENOENT)) return -1;
-    for (int k = keep - 2; k >= 1; k--) {
-        snprintf(a, sizeof a, "%s.%d", path, k);
-        snprintf(b, sizeof b, "%s.%d", path, k + 1);
-        snprintf(what, wlen, "rename %s to %s", a, b);
-        if (inject(S_ROTATE, counts) || (rename(a, b) && errno != ENOENT)) return -1;
+    if (stat(base, &st)) return 0; /* first save */
+    for (int i = 0; i < np; i++) {
+        gen_name(a, sizeof a, base, keep - 1, p[i].suffix);
+        snprintf(what, wlen, "unlink %s", a);
+        if (inject(S_UNLINK, counts) || (unlink(a) && errno != ENOENT)) return -1;
     }
-    snprintf(a, sizeof a, "%s.1", path);
-    snprintf(what, wlen, "link %s to %s", path, a);
-    if (inject(S_LINK, counts) || link(path, a)) return -1;
+    for (int k = keep - 2; k >= 1; k--)
+        for (int i = 0; i < np; i++) {
+            gen_name(a, sizeof a, base, k, p[i].suffix);
+            gen_name(b, sizeof b, base, k + 1, p[i].suffix);
+            snprintf(what, wlen, "rename %s to %s", a, b);
+            if (inject(S_ROTATE, counts) || (rename(a, b) && errno != ENOENT)) return -1;
+        }
+    for (int i = 0; i < np; i++) {
+        gen_name(a, sizeof a, base, 0, p[i].suffix);
+        gen_name(b, sizeof b, base, 1, p[i].suffix);
+        snprintf(what, wlen, "link %s to %s", a, b);
+        if (inject(S_LINK, counts) || (link(a, b) && !(i && errno == ENOENT))) return -1;
+    }
     return 0;
 }
 
-int stio_save(const char *path, const stio_tensor *t, int nt, const stio_meta *m, int nm, int keep, char *err,
-              size_t errlen)
+/* Temporary files of earlier saves of path whose process is gone (killed mid-save):
+ * path.tmp.PID with no process PID on this host. Best effort. */
+static void sweep_stale(const char *path)
 {
-    uint32_t crc[1024];
-    int counts[S_N] = {0};
-    if (nt < 0 || nt > 1024 || nm < 0 || keep < 1 || keep > 1000) {
-        snprintf(err, errlen, "%s: stio_save: %d tensors (at most 1024), keep %d (1-1000)", path, nt, keep);
-        return -1;
+    char dir[1100], prefix[600];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    snprintf(prefix, sizeof prefix, "%.580s.tmp.", slash ? slash + 1 : path);
+    size_t pl = strlen(prefix);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, pl)) continue;
+        char *end;
+        long pid = strtol(e->d_name + pl, &end, 10);
+        if (*end || end == e->d_name + pl || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        char f[1400];
+        snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
+        unlink(f);
     }
-    if (check_args(path, t, nt, m, nm, err, errlen)) return -1;
-    for (int i = 0; i < nt; i++) {
-        size_t n = tensor_bytes(&t[i]);
-        uLong c = crc32(0, NULL, 0);
-        for (size_t off = 0; off < n; off += 1u << 30) /* zlib takes 32-bit lengths */
-            c = crc32(c, (const Bytef *)t[i].data + off, (uInt)(n - off > (1u << 30) ? 1u << 30 : n - off));
-        crc[i] = (uint32_t)c;
-    }
+    if (d) closedir(d);
+}
+
+/* Writes one part to tmp (open, length, header, data, fsync, close). what: the step. */
+static int write_part(const char *tmp, const stio_part *p, const uint32_t *crc, const char *save_id, int *counts,
+                      char *what, size_t wlen)
+{
     out o = {.fd = -1, .counts = counts};
-    header(&o, t, nt, m, nm, crc);
+    header(&o, p->t, p->nt, p->m, p->nm, crc, "00000000", save_id);
     uint64_t hlen = o.total;
-    char tmp[1100], what[2300], dir[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    snprintf(what, sizeof what, "create %s", tmp);
+    char hcrc[16];
+    snprintf(hcrc, sizeof hcrc, "%08x", (unsigned)o.crc);
+    snprintf(what, wlen, "create %.1100s", tmp);
     int fd = inject(S_OPEN, counts) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) goto fail;
-    snprintf(what, sizeof what, "write %s", tmp);
+    if (fd < 0) return -1;
+    snprintf(what, wlen, "write %.1100s", tmp);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
-    if (write_all(fd, len8, 8, counts)) goto fail;
-    o = (out){.fd = fd, .counts = counts};
-    header(&o, t, nt, m, nm, crc);
-    flush(&o);
-    if (o.failed) { errno = o.failed; goto fail; }
-    for (int i = 0; i < nt; i++)
-        if (write_all(fd, t[i].data, tensor_bytes(&t[i]), counts)) goto fail;
-    snprintf(what, sizeof what, "fsync %s", tmp);
-    if (inject(S_FSYNC, counts) || fsync(fd)) goto fail;
-    snprintf(what, sizeof what, "close %s", tmp);
-    int c = inject(S_CLOSE, counts) ? -1 : 0;
-    int e = errno;
-    if (close(fd) && !c) c = -1, e = errno;
-    fd = -1;
+    int bad = write_all(fd, len8, 8, counts);
+    if (!bad) {
+        o = (out){.fd = fd, .counts = counts};
+        header(&o, p->t, p->nt, p->m, p->nm, crc, hcrc, save_id);
+        flush(&o);
+        if (o.failed) errno = o.failed, bad = 1;
+    }
+    for (int i = 0; i < p->nt && !bad; i++) bad = write_all(fd, p->t[i].data, tensor_bytes(&p->t[i]), counts);
+    if (!bad) {
+        snprintf(what, wlen, "fsync %.1100s", tmp);
+        bad = inject(S_FSYNC, counts) || fsync(fd);
+    }
+    if (!bad) snprintf(what, wlen, "close %.1100s", tmp);
+    int c = !bad && inject(S_CLOSE, counts) ? -1 : 0, e = errno;
+    if (close(fd) && !bad && !c) c = -1, e = errno;
     errno = e;
-    if (c) goto fail;
-    if (keep > 1 && rotate(path, keep, counts, what, sizeof what)) goto fail;
-    snprintf(what, sizeof what, "rename %s to %s", tmp, path);
-    if (inject(S_RENAME, counts) || rename(tmp, path)) goto fail;
+    return bad || c ? -1 : 0;
+}
+
+static void tensor_crcs(const stio_part *p, uint32_t *crc)
+{
+    for (int i = 0; i < p->nt; i++) {
+        size_t n = tensor_bytes(&p->t[i]);
+        uLong c = crc32(0, NULL, 0);
+        for (size_t off = 0; off < n; off += 1u << 30) /* zlib takes 32-bit lengths */
+            c = crc32(c, (const Bytef *)p->t[i].data + off, (uInt)(n - off > (1u << 30) ? 1u << 30 : n - off));
+        crc[i] = (uint32_t)c;
+    }
+}
+
+/* The id of a save of several files: a hash of everything in them (names, shapes, data
+ * CRCs, metadata), so that identical runs write identical bytes, and files of two
+ * different saves can never carry the same id unless they hold the same things. */
+static void save_id_of(const stio_part *p, int np, uint32_t (*crc)[STIO_MAX_TENSORS], char *out, size_t n)
+{
+    uint64_t h = RT_FNV1A_INIT;
+    for (int k = 0; k < np; k++) {
+        h = rt_fnv1a(h, p[k].suffix, strlen(p[k].suffix) + 1);
+        for (int i = 0; i < p[k].nt; i++) {
+            h = rt_fnv1a(h, p[k].t[i].name, strlen(p[k].t[i].name) + 1);
+            h = rt_fnv1a(h, &p[k].t[i].dtype, sizeof p[k].t[i].dtype);
+            h = rt_fnv1a(h, p[k].t[i].shape, sizeof p[k].t[i].shape[0] * (size_t)p[k].t[i].ndim);
+            h = rt_fnv1a(h, &crc[k][i], sizeof crc[k][i]);
+        }
+        for (int i = 0; i < p[k].nm; i++) {
+            h = rt_fnv1a(h, p[k].m[i].key, strlen(p[k].m[i].key) + 1);
+            h = rt_fnv1a(h, p[k].m[i].value, strlen(p[k].m[i].value) + 1);
+        }
+    }
+    snprintf(out, n, "%016llx", (unsigned long long)h);
+}
+
+int stio_save_parts(const char *base, const stio_part *p, int np, int keep, char *err, size_t errlen)
+{
+    static uint32_t crc[STIO_MAX_PARTS][STIO_MAX_TENSORS];
+    int counts[S_N] = {0}, k, renamed = 0; /* renamed: parts 1.. in place (their old file kept as .prev) */
+    if (np < 1 || np > STIO_MAX_PARTS || keep < 1 || keep > 1000) {
+        snprintf(err, errlen, "%s: stio_save: %d files (1-%d), keep %d (1-1000)", base, np, STIO_MAX_PARTS, keep);
+        return -1;
+    }
+    char tmp[STIO_MAX_PARTS][1100], fin[STIO_MAX_PARTS][1100], prev[1200], what[2400], dir[1100], save_id[24];
+    for (k = 0; k < np; k++) {
+        gen_name(fin[k], sizeof fin[k], base, 0, k ? p[k].suffix : "");
+        if (p[k].nt < 0 || p[k].nt > STIO_MAX_TENSORS || p[k].nm < 0 || (k && (!p[k].suffix || !*p[k].suffix))) {
+            snprintf(err, errlen, "%s: stio_save: %d tensors (at most %d) or a part without a suffix", fin[k], p[k].nt,
+                     STIO_MAX_TENSORS);
+            return -1;
+        }
+        if (check_args(fin[k], p[k].t, p[k].nt, p[k].m, p[k].nm, err, errlen)) return -1;
+        snprintf(tmp[k], sizeof tmp[k], "%.1080s.tmp.%d", fin[k], (int)getpid());
+        sweep_stale(fin[k]);
+        tensor_crcs(&p[k], crc[k]);
+    }
+    if (np > 1) save_id_of(p, np, crc, save_id, sizeof save_id);
+    for (k = 0; k < np; k++)
+        if (write_part(tmp[k], &p[k], crc[k], np > 1 ? save_id : NULL, counts, what, sizeof what)) goto fail;
+    if (keep > 1 && rotate(base, p, np, keep, counts, what, sizeof what)) goto fail;
+    /* Parts 1.. first, each old file kept as .prev until part 0 is in place: a reader
+     * that finds part 0 and a part of different saves takes the .prev (stio_open_part). */
+    for (renamed = 1; renamed < np; renamed++) {
+        snprintf(prev, sizeof prev, "%s.prev", fin[renamed]);
+        unlink(prev);
+        snprintf(what, sizeof what, "link %s to %s", fin[renamed], prev);
+        if (inject(S_LINK, counts) || (link(fin[renamed], prev) && errno != ENOENT)) goto fail;
+        snprintf(what, sizeof what, "rename %s to %s", tmp[renamed], fin[renamed]);
+        if (inject(S_RENAME, counts) || rename(tmp[renamed], fin[renamed])) goto fail;
+    }
+    snprintf(what, sizeof what, "rename %s to %s", tmp[0], fin[0]);
+    if (inject(S_RENAME, counts) || rename(tmp[0], fin[0])) goto fail;
+    for (k = 1; k < np; k++) {
+        snprintf(prev, sizeof prev, "%s.prev", fin[k]);
+        unlink(prev);
+    }
     /* The rename is durable once the directory is: without this a crash could bring
-     * back the old name (or none). PATH is the new file already: report, do not undo. */
-    snprintf(dir, sizeof dir, "%s", path);
+     * back the old name (or none). BASE is the new file already: report, do not undo. */
+    snprintf(dir, sizeof dir, "%s", base);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int bad = dfd < 0 || inject(S_FSYNC_DIR, counts) || fsync(dfd);
-    e = errno;
+    int e = errno;
     if (dfd >= 0) close(dfd);
     if (bad) {
         snprintf(err, errlen, "%s: saved, but fsync of directory %s failed: %s (the save may not survive a crash)",
-                 path, dir, strerror(e));
+                 base, dir, strerror(e));
         return -1;
     }
     return 0;
 fail:
     e = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    snprintf(err, errlen, "%s: save failed: cannot %s: %s (the previous checkpoint is untouched)", path, what,
+    /* Undo the parts already renamed (their .prev is the previous save's), then drop
+     * every temporary file; the previous save stays as it was. */
+    for (k = 1; k < renamed && k < np; k++) {
+        snprintf(prev, sizeof prev, "%s.prev", fin[k]);
+        if (rename(prev, fin[k]) && errno == ENOENT) unlink(fin[k]); /* there was none before */
+    }
+    for (k = 0; k < np; k++) unlink(tmp[k]);
+    for (k = 1; k < np; k++) {
+        snprintf(prev, sizeof prev, "%s.prev", fin[k]);
+        unlink(prev);
+    }
+    snprintf(err, errlen, "%s: save failed: cannot %s: %s (the previous checkpoint is untouched)", base, what,
              strerror(e));
     return -1;
+}
+
+int stio_save(const char *path, const stio_tensor *t, int nt, const stio_meta *m, int nm, int keep, char *err,
+              size_t errlen)
+{
+    stio_part p = {"", t, nt, m, nm};
+    return stio_save_parts(path, &p, 1, keep, err, errlen);
 }

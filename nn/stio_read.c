@@ -31,6 +31,7 @@ struct stio_file {
     int nt, cap;
     kv *m;
     int nm, mcap;
+    size_t hcrc_at;         /* offset in the header of crc32.__header__'s 8 digits (0: none) */
 };
 
 typedef struct { const char *s; size_t n, i; stio_file *f; char *err; size_t errlen; } parser;
@@ -190,7 +191,15 @@ static int metadata(parser *p)
     ws(p);
     if (!rc && p->i < p->n && p->s[p->i] == '}') { p->i++; free(val); return 0; }
     while (!rc) {
-        if ((rc = str(p, key, sizeof key) || expect(p, ':') || str(p, val, MAX_VALUE))) break;
+        if ((rc = str(p, key, sizeof key) || expect(p, ':'))) break;
+        ws(p);
+        size_t vat = p->i + 1; /* the value's first byte, if it has no escapes */
+        if ((rc = str(p, val, MAX_VALUE))) break;
+        if (!strcmp(key, STIO_HEADER_CRC)) {
+            /* Verified over the raw bytes: they must be the 8 digits themselves. */
+            if (p->i - vat != 9 || strspn(val, "0123456789abcdef") != 8) { rc = fail(p, "header: bad " STIO_HEADER_CRC); break; }
+            f->hcrc_at = vat;
+        }
         if (stio_meta_get(f, key)) { rc = fail(p, "header: metadata key repeated"); break; }
         if (f->nm == f->mcap) {
             int nc = f->mcap ? 2 * f->mcap : 16;
@@ -301,6 +310,16 @@ static int open_common(stio_file *f, char *err, size_t errlen)
         return -1;
     }
     int rc = parse(f, h, err, errlen);
+    if (!rc && f->hcrc_at) {
+        unsigned long want = strtoul(stio_meta_get(f, STIO_HEADER_CRC), NULL, 16);
+        memset(h + f->hcrc_at, '0', 8);
+        uLong got = crc32(0, (const Bytef *)h, (uInt)f->hlen);
+        if (got != want) {
+            snprintf(err, errlen, "%s: offset 8: header checksum mismatch (stored %08lx, computed %08lx): the file is "
+                     "corrupt", f->name, want, (unsigned long)got);
+            rc = -1;
+        }
+    }
     free(h);
     return rc;
 }
@@ -344,6 +363,39 @@ void stio_close(stio_file *f)
     free(f->m);
     free(f->t);
     free(f);
+}
+
+int stio_open_part(stio_file **out, const char *base, const char *suffix, const stio_file *main, char *err,
+                   size_t errlen)
+{
+    char path[1200], e2[600];
+    const char *id = stio_meta_get(main, STIO_SAVE_ID);
+    *out = NULL;
+    if (!id) {
+        snprintf(err, errlen, "%s: no save id (%s): not written together with %s%s", main->name, STIO_SAVE_ID, base,
+                 suffix);
+        return -1;
+    }
+    for (int prev = 0; prev < 2; prev++) {
+        stio_file *f;
+        snprintf(path, sizeof path, "%s%s%s", base, suffix, prev ? ".prev" : "");
+        if (stio_open(&f, path, e2, sizeof e2)) {
+            if (prev && errno == ENOENT) break; /* no .prev: the first file's error stands */
+            snprintf(err, errlen, "%s", e2);
+            if (!prev && errno != ENOENT) return -1;
+            continue;
+        }
+        const char *pid = stio_meta_get(f, STIO_SAVE_ID);
+        if (pid && !strcmp(pid, id)) {
+            *out = f;
+            return 0;
+        }
+        if (!prev)
+            snprintf(err, errlen, "%s is from another save than %s (save ids %s and %s): resume from a pair written "
+                     "together (an older generation, %s.1?)", path, main->name, pid ? pid : "none", id, base);
+        stio_close(f);
+    }
+    return -1;
 }
 
 const char *stio_meta_get(const stio_file *f, const char *key)

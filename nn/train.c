@@ -1,5 +1,4 @@
 #include "nn/train.h"
-#include "kernels/k.h"
 #include "nn/metrics.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"
@@ -17,247 +16,6 @@ double nn_peak_rss_mib(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / 1024.0;
-}
-
-/* The data (samples, sampler, loader ring) in its own arena, loaded before the model
- * is planned: a text set's vocabulary, and so the embedding's size, is known only
- * once the files are read. Each carve runs on a planning arena, then on the real one. */
-static int carve_data(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
-{
-    const nn_opts *o = &t->o;
-    if (nn_data_load(&t->train, a, err, errlen) || nn_data_load(&t->test, a, err, errlen))
-        return -1;
-    if (t->inv.on) nn_inv_carve_data(t, a);
-    else nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
-    int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
-    nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
-    return 0;
-}
-
-static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
-{
-    const nn_opts *o = &t->o;
-    int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
-    /* Text: the vocabulary and the label names are known once the files are read. */
-    t->mc.vocab = t->train.vocab;
-    t->mc.num_classes = o->num_classes ? o->num_classes : t->train.num_classes;
-    if (o->num_classes && o->num_classes < t->train.num_classes) {
-        snprintf(err, errlen, "--num-classes %d: the data has %d classes", o->num_classes, t->train.num_classes);
-        return -1;
-    }
-    if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
-    if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
-    t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
-    t->g.recompute_macs = o->recompute_macs;
-    if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
-    nn_optim_plan(&t->opt, a, t->g.nparams);
-    t->momentum = t->opt.m;
-    t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
-                                                         "gradient accumulation (--accum-steps)")
-                                       : NULL;
-    if (t->inv.on) nn_inv_carve_model(t, a);
-    return 0;
-}
-
-static int carve_all(nn_trainer *t, rt_arena *arena, const char *name, int (*carve)(nn_trainer *, rt_arena *, char *, size_t),
-                     char *err, size_t errlen)
-{
-    rt_arena plan;
-    rt_arena_plan(&plan, name);
-    if (carve(t, &plan, err, errlen)) return -1;
-    if (t->o.mem_report && t->rank == 0) rt_arena_report(&plan);
-    if (rt_arena_init(arena, name, plan.high)) {
-        snprintf(err, errlen, "cannot allocate the %s arena of %zu bytes", name, plan.high);
-        return -1;
-    }
-    return carve(t, arena, err, errlen);
-}
-
-/* What a checkpoint holds besides the graph: the optimizer state and the position. */
-static nn_ckpt_state ckpt_state(nn_trainer *t, int epoch)
-{
-    nn_ckpt_state st = {.epoch = epoch, .step = t->step, .nblocks = nn_optim_slots(&t->opt), .nscalars = 2};
-    /* PyTorch's names for the state: SGD's momentum_buffer, Adam's exp_avg(_sq). */
-    st.block_names[0] = st.nblocks == 1 ? "momentum" : "exp_avg";
-    st.block_names[1] = "exp_avg_sq";
-    st.blocks[0] = t->opt.m;
-    st.blocks[1] = t->opt.v;
-    st.scalar_names[0] = "optimizer";
-    st.scalars[0] = t->opt.c.kind;
-    st.scalar_names[1] = "optimizer_step";
-    st.scalars[1] = (int64_t)t->opt.t;
-    return st;
-}
-
-/* Data and memory: everything that can fail because of this rank's files. */
-static int setup_local(nn_trainer *t, char *err, size_t errlen)
-{
-    const nn_opts *o = &t->o;
-    /* The GPU only when asked for (--no-cuda wins, as in the seed script); a build
-     * without CUDA or a machine without a GPU says so here, in one line. */
-    if (nn_optim_parse(o, &t->opt.c, err, errlen) || nn_inv_setup(t, err, errlen)) return -1;
-    if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
-        !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
-        return -1;
-    if (t->cuda && (t->opt.c.kind != NN_OPT_SGD || t->opt.c.accum > 1 || t->opt.c.clip > 0 || t->opt.c.sync_bn ||
-                    t->opt.c.compress || t->opt.c.sched || t->opt.c.warmup_epochs > 0 || t->opt.c.no_decay)) {
-        snprintf(err, errlen, "--device cuda: only plain SGD runs on the GPU in this version (no --optimizer, "
-                 "--lr-schedule, --warmup-epochs, --accum-steps, --clip-grad-norm, --sync-bn, --grad-compress, "
-                 "--no-decay-bn-bias)");
-        return -1;
-    }
-    nn_data_cfg dc = {.dir = o->data, .dataset = o->dataset, .image_size = o->image_size, .augment = o->augment,
-                      .workers = o->workers, .bad_skip = o->bad_sample && !strcmp(o->bad_sample, "skip"),
-                      .seq_len = o->seq_len, .min_freq = o->min_freq, .max_vocab = o->max_vocab,
-                      .seed = (uint64_t)o->seed};
-    /* --data synthetic: samples of the shape the model expects (the zoo's default
-     * input; --image-size and --seq-len change it, --num-classes the classes). */
-    nn_shape din;
-    int dcls;
-    if (!o->model_file && !nn_model_default_input(o->model, &din, &dcls)) {
-        dc.syn_c = din.c;
-        dc.syn_h = dc.syn_w = o->image_size ? o->image_size : din.h;
-        if (din.tokens) dc.syn_h = 1, dc.syn_w = o->seq_len ? o->seq_len : din.w, dc.syn_vocab = 20000;
-        dc.syn_classes = o->num_classes ? o->num_classes : dcls;
-    }
-    if (nn_data_open(&t->train, &dc, "train", err, errlen)) return -1;
-    /* --no-eval needs no evaluation split: without one, the training split stands in
-     * (it is never read for evaluation). */
-    if (nn_data_open(&t->test, &dc, "test", err, errlen)) {
-        if (!o->no_eval) return -1;
-        t->test = t->train;
-    }
-    snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
-    if (t->train.c != t->test.c || t->train.h != t->test.h || t->train.w != t->test.w ||
-        t->train.tokens != t->test.tokens) {
-        snprintf(err, errlen, "%s: training samples are %dx%dx%d, test samples %dx%dx%d", t->train.dir, t->train.c,
-                 t->train.h, t->train.w, t->test.c, t->test.h, t->test.w);
-        return -1;
-    }
-    t->mc = (nn_model_cfg){.name = o->model_file ? NULL : o->model, .file = o->model_file,
-                           .in = {t->train.c, t->train.h, t->train.w, t->train.tokens},
-                           .num_classes = o->num_classes ? o->num_classes : t->train.num_classes,
-                           .vocab = t->train.vocab, .embed_dim = o->embed_dim};
-    t->nodes = calloc(NN_MAX_NODES, sizeof *t->nodes);
-    t->pmeta = calloc(NN_MAX_PARAMS, sizeof *t->pmeta);
-    t->bmeta = calloc(NN_MAX_BUFS, sizeof *t->bmeta);
-    if (!t->nodes || !t->pmeta || !t->bmeta) {
-        snprintf(err, errlen, "out of memory for the model tables");
-        return -1;
-    }
-    /* Evaluation in chunks no larger than the training batch: same sums, and the
-     * activations planned for training suffice (--test-batch-size 1000 would
-     * otherwise need 4x the activation memory of the whole training step). */
-    t->eval_chunk = o->test_batch_size < o->batch_size ? o->test_batch_size : o->batch_size;
-    /* Each rank evaluates a contiguous shard; the sums then cover every sample once.
-     * --invariant: its virtual shards' test ranges, contiguous too. */
-    int eshards = t->inv.on ? t->inv.t.K : t->world, efirst = t->inv.on ? t->inv.first : t->rank;
-    int elast = t->inv.on ? t->inv.first + t->inv.m : t->rank + 1;
-    t->test_first = (int)((long)t->test.n * efirst / eshards);
-    t->test_count = (int)((long)t->test.n * elast / eshards) - t->test_first;
-
-    if (carve_all(t, &t->data, "data", carve_data, err, errlen) ||
-        carve_all(t, &t->host, "host", carve_model, err, errlen))
-        return -1;
-    /* Without AVX512-BF16 the bf16 kernels round operands and run the fp32 ones: the
-     * same numerics, never faster (measured 0.83-0.95x fp32 on AVX2). Say so once. */
-    if (t->g.amp == NN_AMP_BF16 && !t->cuda && strcmp(k_isa(), "avx512bf16") && t->rank == 0)
-        rt_warn("--amp bf16: this CPU path (%s kernels) has no bf16 dot product (AVX512-BF16): bf16 operands are "
-                "emulated on fp32 kernels, slower than --amp none", k_isa());
-    if (o->mem_report && t->rank == 0)
-        printf("activations: planned %.2f MiB (%.2f MiB keeping every output), %.2f MiB without reuse; "
-               "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
-               t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
-               t->g.ws ? "" : ", planned inside the activations");
-    if (o->mem_report && t->rank == 0 && t->ddp && nn_ddp_get_stats(t->ddp).reg_bytes)
-        printf("gradients: %.2f MiB outside the arena, in memory the ranks of a host reduce in place\n",
-               nn_ddp_get_stats(t->ddp).reg_bytes / 1048576.0);
-    if (t->train.classes_bytes && t->rank == 0) {
-        char line[1024];
-        size_t o2 = 0;
-        for (int k = 0; k < t->train.num_classes && o2 < sizeof line; k++)
-            o2 += (size_t)snprintf(line + o2, sizeof line - o2, "%s%s", k ? ", " : "", nn_data_class_name(&t->train, k));
-        rt_info("%d classes: %s", t->train.num_classes, line);
-    }
-    nn_graph_init(&t->g, (uint64_t)o->seed);
-    memset(t->g.grads, 0, t->g.nparams * sizeof(float));
-    long nb = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
-    /* --lr-scale world: a K-rank job's rate under --invariant K, on any world size */
-    nn_optim_reset(&t->opt, t->inv.on ? t->inv.t.K : t->world, (nb + t->opt.c.accum - 1) / t->opt.c.accum);
-    /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
-    if (o->init_from && nn_ckpt_init_from(&t->g, o->init_from, err, errlen)) return -1;
-    if (o->resume) {
-        nn_ckpt_state st = ckpt_state(t, 0);
-        int64_t kind;
-        if (nn_ckpt_meta_int(o->resume, "optimizer", &kind, err, errlen)) return -1;
-        if (kind != t->opt.c.kind) {
-            snprintf(err, errlen, "--resume %s holds %s state, but --optimizer is %s", o->resume,
-                     nn_optim_name((int)kind), nn_optim_name(t->opt.c.kind));
-            return -1;
-        }
-        if (nn_ckpt_load(o->resume, &t->g, &st, err, errlen)) return -1;
-        t->step = st.step;
-        t->opt.t = (uint64_t)st.scalars[1];
-        t->start_epoch = st.epoch + 1;
-    }
-    return t->cuda ? nn_cuda_setup(t->cuda, &t->g, t->ddp, o->mem_report && t->rank == 0, err, errlen) : 0;
-}
-
-int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen)
-{
-    memset(t, 0, sizeof *t);
-    t->o = *o;
-    t->ddp = ddp;
-    t->rank = ddp ? nn_ddp_rank(ddp) : 0;
-    t->world = ddp ? nn_ddp_world(ddp) : 1;
-    t->start_epoch = 1;
-    char local[768] = "";
-    int ok = setup_local(t, local, sizeof local) == 0;
-    /* Every rank learns whether any rank failed (a corrupt file on one host must stop
-     * the whole job with its message, not leave the others waiting). */
-    if (ddp) {
-        if (nn_ddp_agree(ddp, ok, local, err, errlen)) return -1;
-    } else if (!ok) {
-        snprintf(err, errlen, "%s", local);
-        return -1;
-    }
-    t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
-                         .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
-    if (ddp) {
-        /* Every option that changes what the ranks do together (the whole option table,
-         * nn_opts_agreement), then what the ranks derived from their data and files. */
-        static const char *names[NN_DDP_MAX_FIELDS];
-        static int64_t v[NN_DDP_MAX_FIELDS];
-        int nv = nn_opts_agreement(o, names, v, NN_DDP_MAX_FIELDS - 8);
-        if (nv < 0) {
-            snprintf(err, errlen, "too many options to compare across ranks");
-            return -1;
-        }
-        const char *derived[] = {"model parameter count", "train samples", "test samples", "resumed step",
-                                 "data classes/vocabulary hash", "--save given"};
-        int64_t dv[] = {(int64_t)t->g.nparams, t->train.n, t->test.n, (int64_t)t->step,
-                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL};
-        for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
-        if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
-        nn_ddp_attach(ddp, &t->g, o->bucket_mb);
-        static const rt_dtype wire[] = {RT_F32, RT_F16, RT_BF16};
-        if (nn_ddp_set_compress(ddp, wire[t->opt.c.compress])) {
-            snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);
-            return -1;
-        }
-        if (t->inv.on && nn_inv_attach(t, err, errlen)) return -1;
-        if (t->opt.c.sync_bn) nn_ddp_enable_sync_bn(ddp);
-        if (nn_ddp_broadcast_params(ddp)) {
-            snprintf(err, errlen, "%s", nn_ddp_errmsg(ddp));
-            return -1;
-        }
-    }
-    if (t->cuda && nn_cuda_upload(t->cuda, t->momentum)) {
-        snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
-        return -1;
-    }
-    nn_loader_start_thread(&t->loader);
-    return 0;
 }
 
 void nn_trainer_nan_guard(nn_trainer *t, double loss)
@@ -329,7 +87,7 @@ void nn_trainer_flush(nn_trainer *t)
     optimizer_step(t);
 }
 
-void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
+int nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count)
 {
     const void *xv;
     const int32_t *y;
@@ -337,7 +95,7 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
     double sums[3 + NN_MAX_TOPK] = {0};
     const nn_optim_cfg *oc = &t->opt.c;
     if (t->inv.on) {
-        nn_inv_eval(t, sums, 3 + oc->ntopk);
+        if (nn_inv_eval(t, sums, 3 + oc->ntopk)) return -1;
         goto out;
     }
     if (t->ddp && nn_ddp_sync_buffers(t->ddp))
@@ -357,12 +115,14 @@ void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count
         sums[1] += (double)c;
         sums[2] += n;
     }
+    if (n < 0) return -1; /* a bad sample: nn_loader_error */
     if (t->ddp && nn_ddp_sum_f64(t->ddp, sums, 3 + oc->ntopk)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
 out:
     for (int k = 0; k < oc->ntopk; k++) t->topk_correct[k] = (long)sums[3 + k];
     *loss_sum = sums[0];
     *correct = (long)sums[1];
     *count = (long)sums[2];
+    return 0;
 }
 
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta)
@@ -372,6 +132,7 @@ void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double
                t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
 }
 
+/* One epoch; its wall time, or -1 when a bad sample stopped it (nn_loader_error). */
 static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
 {
     const nn_opts *o = &t->o;
@@ -379,6 +140,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     const int32_t *y;
     int n, batch_idx = 0;
     int nbatches = (t->sampler.num_samples + o->batch_size - 1) / o->batch_size;
+    t->epoch_step0 = t->step;
     if (t->inv.on) return nn_inv_train_epoch(t, epoch, mx);
     nn_sampler_set_epoch(&t->sampler, epoch);
     t->epoch = epoch;
@@ -404,6 +166,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         }
         batch_idx++;
     }
+    if (n < 0) return -1;
     /* A pass cut short (--max-steps) decodes nothing more; evaluation reuses the loader. */
     nn_loader_end(&t->loader);
     if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
@@ -416,6 +179,35 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     nn_loader_skips(&t->loader, skips, sizeof skips);
     if (skips[0]) rt_warn("epoch %d: %s", epoch, skips);
     return dt;
+}
+
+/* A bad sample (fail mode) stopped a pass: one line here, and the same reason to the
+ * other ranks (they would otherwise see only a closed connection). */
+static int data_failed(nn_trainer *t)
+{
+    char why[1200];
+    snprintf(why, sizeof why, "rank %d: %s", t->rank, nn_loader_error(&t->loader));
+    rt_error("%s", nn_loader_error(&t->loader));
+    if (t->ddp) nn_ddp_fail(t->ddp, why);
+    return 1;
+}
+
+/* A resumed run whose checkpoint already completed --epochs (or --max-steps): one
+ * line, exit 0 (a restarted job that had finished ends as finished). */
+static int nothing_to_do(const nn_trainer *t)
+{
+    const nn_opts *o = &t->o;
+    int epochs_done = t->start_epoch > o->epochs, steps_done = o->max_steps && t->step >= (uint64_t)o->max_steps;
+    if (!epochs_done && !steps_done) return 0;
+    if (t->rank == 0) {
+        if (epochs_done)
+            rt_info("--resume %s: all %d epochs are trained already: nothing to do (raise --epochs to train on)",
+                    o->resume, o->epochs);
+        else
+            rt_info("--resume %s: the checkpoint is at step %llu, --max-steps is %d: nothing to do", o->resume,
+                    (unsigned long long)t->step, o->max_steps);
+    }
+    return 1;
 }
 
 /* An elastic launcher asks for a stop at the next restart point (a new node waits to
@@ -439,9 +231,12 @@ int nn_trainer_run(nn_trainer *t)
     double total = 0;
     nn_metrics mx;
     char err[512];
+    if (nothing_to_do(t)) return 0;
     if (nn_metrics_open(&mx, t->rank == 0 ? o->metrics : NULL, err, sizeof err)) rt_fatal("%s", err);
+    uint64_t c0[4] = {0};
     for (int epoch = t->start_epoch; epoch <= o->epochs; epoch++) {
         double dt = train_epoch(t, epoch, &mx);
+        if (dt < 0) return data_failed(t);
         total += dt;
         long samples = t->epoch_samples;
         if (t->rank == 0) {
@@ -452,7 +247,7 @@ int nn_trainer_run(nn_trainer *t)
         double loss = 0;
         long correct = 0, count = 1;
         if (!o->no_eval) {
-            nn_trainer_eval(t, &loss, &correct, &count);
+            if (nn_trainer_eval(t, &loss, &correct, &count)) return data_failed(t);
             if (t->rank == 0)
                 printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
                        count, 100.0 * correct / count);
@@ -467,12 +262,16 @@ int nn_trainer_run(nn_trainer *t)
                 if (t->opt.c.topk[k] == 5) mx.acc5 = (double)t->topk_correct[k] / count;
             }
         }
+        /* This epoch's counts (the counters run from the start of this process). */
         nn_ddp_stats ds = t->ddp ? nn_ddp_get_stats(t->ddp) : (nn_ddp_stats){0};
         if (t->ddp && nn_ddp_comm(t->ddp) && t->rank == 0)
             rt_info("epoch %d: gradient allreduces: %llu rounds, %llu buckets, %llu bytes per rank (%s); "
-                    "sync-bn allreduces %llu; optimizer steps %llu", epoch, (unsigned long long)ds.rounds,
-                    (unsigned long long)ds.launches, (unsigned long long)ds.wire_bytes, rt_dtype_names[ds.wire],
-                    (unsigned long long)ds.sync_calls, (unsigned long long)t->step);
+                    "sync-bn allreduces %llu; optimizer steps %llu (%llu in all)", epoch,
+                    (unsigned long long)(ds.rounds - c0[0]), (unsigned long long)(ds.launches - c0[1]),
+                    (unsigned long long)(ds.wire_bytes - c0[2]), rt_dtype_names[ds.wire],
+                    (unsigned long long)(ds.sync_calls - c0[3]), (unsigned long long)(t->step - t->epoch_step0),
+                    (unsigned long long)t->step);
+        c0[0] = ds.rounds, c0[1] = ds.launches, c0[2] = ds.wire_bytes, c0[3] = ds.sync_calls;
         if (t->ddp) nn_ddp_compress_report(t->ddp, epoch);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
@@ -480,7 +279,7 @@ int nn_trainer_run(nn_trainer *t)
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
         if (o->save && t->rank == 0) {
-            nn_ckpt_state st = ckpt_state(t, epoch);
+            nn_ckpt_state st = nn_trainer_ckpt_state(t, epoch);
             if (nn_ckpt_save(o->save, &t->g, &st, o->keep, err, sizeof err)) rt_fatal("%s", err);
         }
         if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);

@@ -2,6 +2,7 @@
  * (train epochs, "Train Epoch" / "Test set" lines, timing). */
 #ifndef NN_TRAIN_H
 #define NN_TRAIN_H
+#include "nn/ckpt.h"
 #include "nn/data/dataset.h"
 #include "nn/data/loader.h"
 #include "nn/ddp.h"
@@ -37,6 +38,7 @@ typedef struct nn_trainer {
     int test_first, test_count; /* this rank's contiguous shard of the test set */
     int start_epoch;       /* 1, or the epoch after a resumed checkpoint */
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
+    uint64_t epoch_step0;  /* step at the start of the current epoch */
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     long epoch_samples;    /* samples trained in the last epoch, all ranks */
     double last_loss;      /* of the last micro-batch (the NaN guard names it) */
@@ -52,18 +54,21 @@ typedef struct nn_trainer {
  * launchers start the next round with the new membership, resuming. */
 #define NN_EXIT_RESTART_POINT 75
 
-/* Everything up to the first step: data located and validated, memory planned and
- * carved, data loaded, parameters initialised. 0, or -1 with a one-line error. */
+/* Everything up to the first step (nn/train_setup.c): data located and validated,
+ * memory planned and carved, data loaded, parameters initialised or resumed, every
+ * flag that depends on them checked. 0, or -1 with a one-line error. */
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen);
 /* One micro-batch; the optimizer steps after --accum-steps of them (after each one
  * by default). Returns the batch's mean loss. Allocates nothing. */
 double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n);
 /* Steps on a partial accumulation (an epoch's last micro-batches); no-op if none. */
 void nn_trainer_flush(nn_trainer *t);
-/* Loss sum and correct count over this rank's share of the test set. */
-void nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
-/* The epochs loop with the seed's log lines; returns the process exit status (0, or
- * NN_EXIT_RESTART_POINT). */
+/* Loss sum and correct count over this rank's share of the test set; -1 when a bad
+ * sample stopped it (nn_loader_error says which). */
+int nn_trainer_eval(nn_trainer *t, double *loss_sum, long *correct, long *count);
+/* The epochs loop with the seed's log lines; returns the process exit status: 0,
+ * NN_EXIT_RESTART_POINT, or 1 after a bad sample (its line printed and passed to the
+ * other ranks). */
 int nn_trainer_run(nn_trainer *t);
 void nn_trainer_free(nn_trainer *t);
 /* For nn/train_inv.c: stops the job when loss or a gradient is not finite (--nan-check);
@@ -72,4 +77,7 @@ void nn_trainer_nan_guard(nn_trainer *t, double loss);
 void nn_trainer_update(nn_trainer *t);
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta);
 double nn_peak_rss_mib(void);
+/* What a checkpoint of the trainer holds besides the graph (nn/ckpt.h): the optimizer
+ * state and the position after `epoch`. */
+nn_ckpt_state nn_trainer_ckpt_state(nn_trainer *t, int epoch);
 #endif

@@ -126,8 +126,9 @@ static void plan_epoch(nn_trainer *t)
     v->nbatches = nb;
 }
 
-/* One optimizer step: every local shard's micro-batches, then the reductions. */
-static void step(nn_trainer *t, int s)
+/* One optimizer step: every local shard's micro-batches, then the reductions. -1: a
+ * bad sample stopped it (nn_loader_error). */
+static int step(nn_trainer *t, int s)
 {
     nn_inv *v = &t->inv;
     nn_graph *g = &t->g;
@@ -141,7 +142,8 @@ static void step(nn_trainer *t, int s)
             const void *x;
             const int32_t *y;
             int n = nn_loader_next(&t->loader, &x, &y);
-            if (n <= 0) rt_fatal("--invariant: the data ran out inside step %d", s);
+            if (n < 0) return -1;
+            if (n == 0) rt_fatal("--invariant: the data ran out inside step %d", s);
             /* DDP's no_sync on all but the shard's last micro-batch, as --accum-steps does */
             g->grad_mode = an == 1 ? NN_GRAD_SET : a == 0 ? NN_GRAD_STASH_FIRST : a < an - 1 ? NN_GRAD_STASH
                                                                                                : NN_GRAD_FINAL;
@@ -160,6 +162,7 @@ static void step(nn_trainer *t, int s)
     v->loss = v->sum[0] / ((double)v->t.K * an);
     nn_trainer_nan_guard(t, v->loss);
     nn_trainer_update(t);
+    return 0;
 }
 
 double nn_inv_train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
@@ -174,7 +177,7 @@ double nn_inv_train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     long per_step = (long)v->t.K * o->batch_size * t->opt.c.accum, samples = 0;
     for (int s = 0; s < v->steps; s++) {
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
-        step(t, s);
+        if (step(t, s)) return -1;
         long done = per_step * s, in = per_step < v->t.K * (long)v->ns - done ? per_step : v->t.K * (long)v->ns - done;
         samples += in;
         if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
@@ -202,7 +205,7 @@ double nn_inv_train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     return dt;
 }
 
-void nn_inv_eval(nn_trainer *t, double *sums, int nsums)
+int nn_inv_eval(nn_trainer *t, double *sums, int nsums)
 {
     nn_inv *v = &t->inv;
     const nn_optim_cfg *oc = &t->opt.c;
@@ -221,5 +224,7 @@ void nn_inv_eval(nn_trainer *t, double *sums, int nsums)
         row[2] += n;
         for (int k = 0; k < oc->ntopk; k++) row[3 + k] += (double)tk[k];
     }
+    if (n < 0) return -1; /* a bad sample: nn_loader_error */
     if (nn_ddp_tree_sum_f64(t->ddp, v->rows, v->ne, nsums, sums)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    return 0;
 }

@@ -32,8 +32,10 @@ void nn_inv_carve_data(struct nn_trainer *t, rt_arena *a);
 void nn_inv_carve_model(struct nn_trainer *t, rt_arena *a);
 /* After DDP's attach and compression: the tree in nn_ddp. */
 int nn_inv_attach(struct nn_trainer *t, char *err, size_t errlen);
-/* One training epoch (the seed's log lines, the same bits for any world size). */
+/* One training epoch (the seed's log lines, the same bits for any world size); its
+ * wall time, or -1 when a bad sample stopped it (nn_loader_error). */
 double nn_inv_train_epoch(struct nn_trainer *t, int epoch, struct nn_metrics *mx);
-/* The test sums (loss, correct, count, top-k), per shard then over the tree. */
-void nn_inv_eval(struct nn_trainer *t, double *sums, int nsums);
+/* The test sums (loss, correct, count, top-k), per shard then over the tree; -1 when
+ * a bad sample stopped it (nn_loader_error). */
+int nn_inv_eval(struct nn_trainer *t, double *sums, int nsums);
 #endif

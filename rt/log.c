@@ -16,7 +16,8 @@ void rt_log_init(void)
             log_level = i;
             return;
         }
-    fprintf(stderr, "ddprt: warn: DDPRT_LOG=%s is not one of error|warn|info|debug; using info\n", s);
+    /* Another value is refused by rt_env_check with one line (every program runs it at
+     * start-up); a warning here would only precede that error. */
 }
 
 void rt_log_set_rank(int rank) { log_rank = rank; }

@@ -301,7 +301,11 @@ int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns
     int rc = port_sock_write_full(fd, b, RT_RDZV_HDR + n, deadline_ns);
     rt_rdzv_hdr hd;
     const char *why = NULL;
-    if (!rc) rc = port_sock_read_full(fd, b, RT_RDZV_HDR, deadline_ns);
+    /* Joined, waiting for the others: rank 0 knows who is missing, so its deadline
+     * (which started no later than ours could reach it) passes first and its answer
+     * names them; we wait a little past ours for that answer. */
+    int64_t answer_dl = deadline_ns + 2000000000LL;
+    if (!rc) rc = port_sock_read_full(fd, b, RT_RDZV_HDR, answer_dl);
     if (rc) {
         /* Rank 0 gone or restarting, or the deadline passed while we waited for the
          * others: the caller decides whether there is time for another try. */
@@ -316,7 +320,7 @@ int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns
         port_sock_close(fd);
         return -1;
     }
-    if (port_sock_read_full(fd, b, hd.len, deadline_ns)) {
+    if (port_sock_read_full(fd, b, hd.len, answer_dl)) {
         snprintf(last, lastlen, "rank 0 closed the connection mid-answer");
         port_sock_close(fd);
         return 1;

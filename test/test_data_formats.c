@@ -268,3 +268,49 @@ TEST(data_tool_help_for_every_command)
     int st = pclose(f);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "synth: --to OUT"), "%s", out);
 }
+
+/* Issue 26, defect 8: DDPRT_DATA naming no data set is an error naming it, not a fall
+ * back to ./data or the system's Fashion-MNIST. */
+TEST(data_bad_ddprt_data_is_an_error)
+{
+    char err[1024], out[600];
+    setenv("DDPRT_DATA", "/nonexistent/data", 1);
+    CHECK(nn_data_locate(NULL, out, sizeof out, err, sizeof err) == -1);
+    CHECKF(strstr(err, "DDPRT_DATA=/nonexistent/data: no data set there"), "%s", err);
+    const char *dir = t_tmpdir("envdata");
+    t_write_synthetic_dataset(dir, 10, 10, 0);
+    setenv("DDPRT_DATA", dir, 1);
+    CHECKF(nn_data_locate(NULL, out, sizeof out, err, sizeof err) == 0 && !strcmp(out, dir), "%s", err);
+    CHECK(nn_data_locate("/nonexistent/x", out, sizeof out, err, sizeof err) == -1); /* --data wins, checked too */
+    unsetenv("DDPRT_DATA");
+}
+
+/* Defect 9: a UTF-8 BOM is not part of the first label; labels are class ids or names,
+ * and a line of the other kind (-1, pos among ids; 7 among names) is a named error, or
+ * skipped under --bad-sample skip, instead of renaming every class. */
+TEST(text_bom_and_mixed_labels)
+{
+    char err[1024];
+    nn_data_cfg cfg = {.dir = text_dir("\xef\xbb\xbfpos\tgood cat\nneg\tbad dog\n", "pos\tcat\n"), .seed = 1};
+    nn_dataset d;
+    rt_arena a;
+    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECK(d.num_classes == 2 && !strcmp(nn_data_class_name(&d, 0), "neg") && !strcmp(nn_data_class_name(&d, 1), "pos"));
+    rt_arena_free(&a);
+    const char *e = text_err("\xef\xbb\xbf" "0\ta\n1\tb\n", "1\tb\n", "train", 0);
+    CHECKF(!strcmp(e, "ok n=2"), "%s", e);
+    e = text_err("0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n", "train", 0);
+    CHECKF(strstr(e, "train.tsv:3: label '-1' is not a class id (a non-negative integer) as the other labels are "
+                     "(line 1: '0')"), "%s", e);
+    e = text_err("0\ta\npos\tb\n1\tc\n", "1\tb\n", "test", 0);
+    CHECKF(strstr(e, "train.tsv:2: label 'pos' is not a class id"), "%s", e);
+    e = text_err("pos\ta\nneg\tb\n7\tc\n", "pos\tb\n", "train", 0);
+    CHECKF(strstr(e, "train.tsv:3: label '7' is a number among named labels (line 1: 'pos')"), "%s", e);
+    e = text_err("0\ta\n5000000\tb\n", "0\tb\n", "train", 0);
+    CHECKF(strstr(e, "train.tsv:2: label 5000000: class ids are 0..N-1 with N at most 1000000"), "%s", e);
+    rt_log_set_level(RT_LOG_ERROR); /* the skip warning */
+    nn_data_cfg c2 = {.dir = text_dir("0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n"), .bad_skip = 1, .seed = 1};
+    CHECKF(open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
+    CHECK(d.n == 3 && d.num_classes == 3 && d.labels[2] == 2);
+    rt_arena_free(&a);
+}

@@ -438,3 +438,82 @@ TEST(data_convert_png_folder_matches_idx_and_train_fails_on_bad_file)
     CHECK(run(cmd, log, sizeof log) != 0);
     CHECKF(strstr(log, "3-dress/") && strstr(log, "truncated PNG") && strstr(log, "--bad-sample skip"), "%s", log);
 }
+
+/* Issue 26, defect 11: a valid 5000x4000 PNG (60 MB of pixels, more than the decode
+ * buffer) decodes by reading only the crop's band, box-reduced, as JPEGs do; the result
+ * matches the image (left half dark, right half bright). An interlaced one that large
+ * is still one clear line. */
+TEST(image_large_png_decodes_through_a_reduced_band)
+{
+    if (!nn_img_have_png()) return;
+    const char *dir = t_tmpdir("bigpng");
+    char p[600], err[512];
+    int W = 5000, H = 4000;
+    uint8_t *px = malloc((size_t)W * H * 3);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int k = 0; k < 3; k++) px[((size_t)y * W + x) * 3 + k] = x < W / 2 ? 10 : 240;
+    snprintf(p, sizeof p, "%s/big.png", dir);
+    CHECKF(nn_img_write_png(p, px, W, H, 3, 0, err, sizeof err) == 0, "%s", err);
+    size_t n;
+    uint8_t *b = slurp(p, &n), *dst = malloc(48u << 20);
+    nn_img img;
+    static float out[3 * 224 * 224];
+    static const float mean[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
+    CHECKF(nn_img_decode(b, n, 3, identity_plan, NULL, 224, 224, dst, 48u << 20, &img, err, sizeof err) == 0, "%s",
+           err);
+    CHECK(img.src_w == W && img.src_h == H && img.w < W && img.h < H); /* reduced */
+    /* Through the resampler with the crop the decoder adjusted: dark left, bright right. */
+    static uint8_t scratch[8u << 20];
+    CHECK(nn_tf_resample(img.px, img.w, img.h, 3, 1, 3, (ptrdiff_t)img.w * 3, img.crop, img.flip, 224, 224, mean, sd,
+                         out, scratch, sizeof scratch) == 0);
+    CHECKF(out[100 * 224 + 5] < 0.1f && out[100 * 224 + 218] > 0.9f && out[2 * 224 * 224 + 5] < 0.1f, "%g %g",
+           out[100 * 224 + 5], out[100 * 224 + 218]);
+    free(b);
+    /* Interlaced: every row is needed at once, so the same size is refused by name. */
+    snprintf(p, sizeof p, "%s/big-i.png", dir);
+    CHECKF(nn_img_write_png(p, px, W, H, 3, NN_PNG_INTERLACE, err, sizeof err) == 0, "%s", err);
+    b = slurp(p, &n);
+    CHECK(nn_img_decode(b, n, 3, identity_plan, NULL, 224, 224, dst, 48u << 20, &img, err, sizeof err) == -1);
+    CHECKF(strstr(err, "interlaced image 5000x4000 too large to decode"), "%s", err);
+    free(b);
+    free(dst);
+    free(px);
+}
+
+/* Defect 11: the first training image (which gives the channel count) corrupt:
+ * --bad-sample skip passes over it (and the loader skips it); fail mode names it. */
+TEST(imagefolder_first_image_corrupt_is_skipped_under_skip)
+{
+    if (!nn_img_have_png()) return;
+    nn_data_cfg cfg = {.dir = make_folder(1, 0), .image_size = 12, .augment = "none", .seed = 1};
+    char p[800], err[1024];
+    snprintf(p, sizeof p, "%s/train/ant/img0.png", cfg.dir);
+    damage(p, 5, 0);
+    nn_dataset d;
+    CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
+    CHECKF(strstr(err, "train/ant/img0.png"), "%s", err);
+    cfg.bad_skip = 1;
+    rt_arena a;
+    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECK(d.src_c == 1 && d.n == 9);
+    rt_arena_free(&a);
+}
+
+/* Defect 11: a class only in val/ names val/CLASS and DIR/train (not "val/train"). */
+TEST(imagefolder_val_only_class_names_the_right_paths)
+{
+    if (!nn_img_have_png()) return;
+    nn_data_cfg cfg = {.dir = make_folder(1, 0), .image_size = 12, .seed = 1};
+    char p[800], err[1024], want[1200];
+    snprintf(p, sizeof p, "%s/val/zebra", cfg.dir);
+    mkdir(p, 0755);
+    uint8_t px[120] = {0};
+    snprintf(p, sizeof p, "%s/val/zebra/a.png", cfg.dir);
+    nn_img_write_png(p, px, 12, 10, 1, 0, err, sizeof err);
+    nn_dataset d;
+    rt_arena a;
+    CHECK(open_load(&d, &a, &cfg, "test", err, sizeof err) == -1);
+    snprintf(want, sizeof want, "%s/val/zebra: class not in the training split %s/train (", cfg.dir, cfg.dir);
+    CHECKF(strstr(err, want) && !strstr(err, "val/train"), "%s", err);
+}

@@ -1,5 +1,6 @@
 /* Data-parallel training end to end: ddprt-train processes on 127.0.0.1 over TCP,
  * on a small synthetic IDX dataset (the real one is not needed for tests). */
+#include "nn/data/image_write.h"
 #include "test/t.h"
 #include "test/t_data.h"
 #include "test/t_proc.h"
@@ -162,8 +163,18 @@ PTEST(ddp_killed_rank_stops_the_others)
     t_wait(&p[1], 5);
 }
 
+/* a and b hold the same bytes, and so do a.state and b.state (a checkpoint's optimizer
+ * state) when a.state exists. */
 static int files_equal(const char *a, const char *b)
 {
+    char as[700], bs[700];
+    snprintf(as, sizeof as, "%s.state", a);
+    snprintf(bs, sizeof bs, "%s.state", b);
+    FILE *fs = fopen(as, "rb");
+    if (fs) {
+        fclose(fs);
+        if (!strstr(a, ".state") && !files_equal(as, bs)) return 0;
+    }
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     int eq = fa && fb;
     while (eq) {
@@ -200,7 +211,7 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
             CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
         }
     }
-    CHECK(files_equal(full, part)); /* parameters, momentum, epoch and step: one file */
+    CHECK(files_equal(full, part)); /* parameters, momentum, epoch and step (and PATH.state) */
     CHECK(strstr(t_slurp(csv), "kind,step,epoch,loss,accuracy") && strstr(t_slurp(csv), "\nepoch,"));
     CHECK(strstr(t_slurp(svg), "<svg") && strstr(t_slurp(svg), "polyline"));
 
@@ -543,4 +554,46 @@ PTEST(ddp_every_job_option_and_save_on_one_rank_are_checked)
                    "case %d rank %d: %s", k, r, t_slurp(p[r].err));
         }
     }
+}
+
+/* Issue 26: a corrupt image on rank 1 stops the job, and rank 0's error carries rank
+ * 1's reason (the file and the problem), not only "rank 1 closed the connection". */
+PTEST(ddp_bad_sample_on_one_rank_is_named_on_every_rank)
+{
+    t_clean_env();
+    char dirs[2][600], p[1400], err[256];
+    uint8_t px[28 * 28];
+    for (int r = 0; r < 2; r++) {
+        snprintf(dirs[r], sizeof dirs[r], "%.500s/img%d", t_proc_tmpdir(), r);
+        for (int s = 0; s < 2; s++)
+            for (int c = 0; c < 2; c++) {
+                snprintf(p, sizeof p, "mkdir -p %s/%s/c%d", dirs[r], s ? "val" : "train", c);
+                CHECK(system(p) == 0);
+                for (int i = 0; i < 8; i++) {
+                    for (int k = 0; k < 28 * 28; k++) px[k] = (uint8_t)(k * (c + 1) + i * 7);
+                    snprintf(p, sizeof p, "%s/%s/c%d/%d.png", dirs[r], s ? "val" : "train", c, i);
+                    CHECKF(nn_img_write_png(p, px, 28, 28, 1, 0, err, sizeof err) == 0, "%s", err);
+                    /* Rank 1's copy: every training image but the first (which gives the
+                     * channel count) has its pixel data damaged, its header intact. */
+                    if (r == 1 && s == 0 && (c || i)) {
+                        FILE *f = fopen(p, "r+b");
+                        fseek(f, 60, SEEK_SET);
+                        for (int k = 0; k < 40; k++) fputc(0x5a, f);
+                        fclose(f);
+                    }
+                }
+            }
+    }
+    t_proc q[2];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) {
+        const char *extra[] = {"--data", dirs[r], "--batch-size", "4", "--epochs", "1", "--augment", "none",
+                               "--image-size", "28", NULL};
+        start_rank(&q[r], port, r, 2, extra);
+    }
+    int rc1 = t_wait(&q[1], 120), rc0 = t_wait(&q[0], 120);
+    const char *e1 = t_slurp(q[1].err), *e0 = t_slurp(q[0].err);
+    CHECKF(rc1 == 1 && strstr(e1, "PNG") && strstr(e1, "img1/train/c"), "rank 1: %d: %s", rc1, e1);
+    CHECKF(rc0 != 0 && rc0 != -1 && strstr(e0, "rank 1: ") && strstr(e0, "img1/train/c") && strstr(e0, "PNG"),
+           "rank 0: %d: %s", rc0, e0);
 }

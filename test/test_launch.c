@@ -219,7 +219,7 @@ PTEST(launch_restart_resumes_training_to_the_same_checkpoint)
     const char *log = t_slurp(out);
     /* Rank 0 may fail on the closed connection in the same instant: either is named. */
     CHECKF(rc == 0 && strstr(log, "restart 1 of 1 after rank ") && strstr(log, "; resuming from "), "%d: %s", rc, log);
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", full, el);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s && cmp -s %s.state %s.state", full, el, full, el);
     CHECK(system(cmd) == 0);
 }
 
@@ -240,4 +240,20 @@ PTEST(launch_binds_ranks_to_cores)
     const char *bad[] = {"--nproc-per-node", "1", "--bind-to", "socket", "--", "true", NULL};
     CHECK(run(bad, NULL) == 2);
     CHECKF(strstr(t_slurp(L.err), "--bind-to: expected one of core|none, got 'socket'"), "%s", t_slurp(L.err));
+}
+
+/* Issue 26: --nnodes 2 with the second node never started: both local ranks report the
+ * ranks that did not join (rank 0 knows them; rank 1 waits for its answer), instead of
+ * rank 1 timing out first and rank 0 saying rank 1 "left". */
+PTEST(launch_missing_node_names_the_ranks_that_did_not_join)
+{
+    t_clean_env();
+    char port[16];
+    snprintf(port, sizeof port, "%d", t_free_port());
+    const char *args[] = {"--nnodes", "2", "--nproc-per-node", "2", "--master-port", port, "--",
+                          t_prog("t-rdzv_rank"), "-", "-1", "-1", "timeout=2", NULL};
+    int st = run(args, NULL);
+    const char *o = t_slurp(L.out), *e = t_slurp(L.err);
+    CHECKF(st == 3 && strstr(e, "[rank 0] ERR rank 0: rendezvous at ") && strstr(e, "ranks 2,3 of 4 did not join") &&
+           !strstr(e, "left before"), "%d: %s %s", st, o, e);
 }

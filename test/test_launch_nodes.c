@@ -157,6 +157,6 @@ PTEST(launch_nodes_restart_resumes_training_to_the_same_checkpoint)
     /* Rank 0 may fail on the closed connection in the same instant: either is named. */
     CHECKF(strstr(l0, "node 0: restart 1 of 1 after rank ") && strstr(l0, "; resuming from "), "%s", l0);
     CHECKF(strstr(l1, "node 1: restart 1 of 1 after rank ") && strstr(l1, "; resuming from "), "%s", l1);
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", full, el);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s && cmp -s %s.state %s.state", full, el, full, el);
     CHECK(system(cmd) == 0);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static float W[320 * 50], B[50];
@@ -156,13 +157,105 @@ PTEST(stio_keep_rotates_generations)
 PTEST(stio_failure_at_every_step_keeps_the_previous_checkpoint)
 {
     char cmd[600], out[450];
-    for (int keep = 1; keep <= 3; keep += 2) {
-        snprintf(out, sizeof out, "%s/faults%d.txt", t_tmpdir(), keep);
-        snprintf(cmd, sizeof cmd, "mkdir -p %s/k%d && %s/t-stio_faults %s/k%d %d > %s 2>&1", t_tmpdir(), keep,
-                 getenv("DDPRT_BUILD") ? getenv("DDPRT_BUILD") : "build", t_tmpdir(), keep, keep, out);
+    for (int k = 0; k < 4; k++) {
+        int keep = k % 2 ? 3 : 1, pair = k >= 2;
+        snprintf(out, sizeof out, "%s/faults%d.txt", t_tmpdir(), k);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s/k%d && %s/t-stio_faults %s/k%d %d %s > %s 2>&1", t_tmpdir(), k,
+                 getenv("DDPRT_BUILD") ? getenv("DDPRT_BUILD") : "build", t_tmpdir(), k, keep, pair ? "pair" : "",
+                 out);
         CHECKF(system(cmd) == 0, "%s", t_slurp(out));
         const char *o = t_slurp(out);
         CHECKF(strstr(o, " rename ") && strstr(o, " fsync ") && strstr(o, " write ") && !strstr(o, "FAIL"), "%s", o);
-        if (keep == 3) CHECKF(strstr(o, " link ") && strstr(o, " rotate "), "%s", o);
+        if (keep == 3 || pair) CHECKF(strstr(o, " link "), "%s", o);
+        if (keep == 3) CHECKF(strstr(o, " rotate "), "%s", o);
     }
+}
+
+static int save_pair(float v, char *err)
+{
+    char gen[16];
+    W[0] = v, B[0] = -v;
+    snprintf(gen, sizeof gen, "%g", v);
+    stio_tensor t[2] = {{"fc1.weight", STIO_F32, 2, {50, 320}, W}, {"optim.momentum.fc1.weight", STIO_F32, 1, {50}, B}};
+    stio_meta m[1] = {{"generation", gen}};
+    stio_part p[2] = {{"", t, 1, m, 1}, {".state", t + 1, 1, m, 1}};
+    return stio_save_parts(PATH, p, 2, 1, err, 512);
+}
+
+/* The generation the pair at PATH holds (both files agreeing), or -1. */
+static float load_pair(char *err)
+{
+    static float w[320 * 50], b[50];
+    stio_tensor t[2] = {{"fc1.weight", STIO_F32, 2, {50, 320}, w}, {"optim.momentum.fc1.weight", STIO_F32, 1, {50}, b}};
+    stio_file *f, *s = NULL;
+    if (stio_open(&f, PATH, err, 512)) return -1;
+    int rc = stio_open_part(&s, PATH, ".state", f, err, 512) || stio_read(f, t, 1, err, 512) ||
+             stio_read(s, t + 1, 1, err, 512);
+    float g = strtof(stio_meta_get(f, "generation"), NULL);
+    stio_close(s);
+    stio_close(f);
+    return rc || w[0] != g || b[0] != -g ? -1 : g;
+}
+
+static int die_between_renames(const char *step, int index, void *ctx)
+{
+    (void)ctx;
+    if (!strcmp(step, "rename") && index == 1) _exit(0); /* PATH.state renamed, PATH not yet */
+    return 0;
+}
+
+/* A save of two files killed between its two renames (PATH.state new, PATH old): the
+ * pair read back is the previous save's (through PATH.state.prev), never a mix; the
+ * next save sweeps the dead process's temporary file and completes. */
+PTEST(stio_pair_killed_between_renames_reads_one_save)
+{
+    char err[512], p[600];
+    setup();
+    CHECKF(save_pair(1, err) == 0, "%s", err);
+    pid_t c = fork();
+    if (c == 0) {
+        stio_set_fault(die_between_renames, NULL);
+        save_pair(2, err);
+        _exit(1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    snprintf(p, sizeof p, "%s.state.prev", PATH);
+    CHECK(access(p, F_OK) == 0);
+    snprintf(p, sizeof p, "%s.tmp.%d", PATH, (int)c);
+    CHECK(access(p, F_OK) == 0); /* the killed save's PATH, never renamed */
+    CHECKF(load_pair(err) == 1, "%s", err);
+    CHECKF(save_pair(3, err) == 0, "%s", err);
+    CHECKF(load_pair(err) == 3, "%s", err);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s.state.prev", PATH);
+    CHECK(access(p, F_OK) != 0);
+    /* PATH.state of another save and no .prev: one line naming both files. */
+    snprintf(p, sizeof p, "cp %s.state %s/x.state", PATH, t_tmpdir());
+    CHECK(system(p) == 0);
+    CHECKF(save_pair(4, err) == 0, "%s", err);
+    snprintf(p, sizeof p, "cp %s/x.state %s.state", t_tmpdir(), PATH);
+    CHECK(system(p) == 0);
+    CHECK(load_pair(err) == -1);
+    CHECKF(strstr(err, "m.st.state is from another save than") && strstr(err, "m.st"), "%s", err);
+}
+
+/* A flipped bit anywhere in a header (here a metadata value) fails the header CRC. */
+PTEST(stio_header_crc_catches_a_flipped_bit)
+{
+    char err[512];
+    setup();
+    CHECKF(save3(PATH, 1, err) == 0, "%s", err);
+    FILE *f = fopen(PATH, "r+b");
+    char hdr[2048];
+    size_t n = fread(hdr, 1, sizeof hdr, f);
+    char *at = memmem(hdr, n, "\"epoch\":\"7\"", 11);
+    CHECK(at != NULL);
+    fseek(f, (long)(at - hdr) + 9, SEEK_SET);
+    fputc('7' ^ 2, f);
+    fclose(f);
+    stio_file *sf;
+    CHECK(stio_open(&sf, PATH, err, sizeof err) == -1);
+    CHECKF(strstr(err, "header checksum mismatch") && strstr(err, "m.st"), "%s", err);
 }

@@ -13,6 +13,7 @@
 #endif
 #include "ports/posix/port.h"
 #include "rt/args.h"
+#include "rt/env.h"
 #include "rt/version.h"
 #include <stddef.h>
 #include <stdio.h>
@@ -493,8 +494,13 @@ static const char head[] =
 int main(int argc, char **argv)
 {
     bk_opts o = {.device = "cpu", .model = "lenet", .threads = 1};
+    char err[512];
     int rc = rt_args_main(&spec, &o, argc, argv, NULL, NULL, head, NULL);
     if (rc >= 0) return rc;
+    if (rt_env_check(err, sizeof err)) {
+        fprintf(stderr, "ddprt-bench-kernels: error: %s\n", err);
+        return 2;
+    }
     int batch = o.batch, iters = o.iters;
     const char *model = o.model;
     if (!strcmp(o.device, "cuda")) {

@@ -18,6 +18,7 @@
 #include "rt/version.h"
 #include "transport/tp_reduce.h"
 #include "rt/args.h"
+#include "rt/env.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,10 @@ int main(int argc, char **argv)
 {
     char err[512];
     rt_log_init();
+    if (rt_env_check(err, sizeof err)) {
+        fprintf(stderr, "ddprt-bench: error: %s\n", err);
+        return 2;
+    }
     /* The cost model has no communicator and its own flags. */
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
         if (!strcmp(argv[i], "--predict") || !strcmp(argv[i], "--fit") || !strncmp(argv[i], "--fit=", 6)) {

@@ -3,6 +3,7 @@
  * prints where each rank was, who is behind, and ops that differ between ranks at the
  * same sequence number. */
 #include "rt/args.h"
+#include "rt/env.h"
 #include "rt/version.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +79,13 @@ int main(int argc, char **argv)
     char **files = calloc((size_t)argc, sizeof *files);
     int nfiles = 0;
     if (!files) return 1;
+    char err[512];
     int rc = rt_args_main(&spec, NULL, argc, argv, files, &nfiles, head, NULL);
     if (rc >= 0) return rc;
+    if (rt_env_check(err, sizeof err)) {
+        fprintf(stderr, "ddprt-trace: error: %s\n", err);
+        return 2;
+    }
     if (!nfiles) {
         fprintf(stderr, "ddprt-trace: error: no trace files given (see ddprt-trace --help)\n");
         return 2;

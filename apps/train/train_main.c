@@ -53,6 +53,10 @@ int main(int argc, char **argv)
     nn_opts_default(&o);
     int rc = nn_opts_parse(&o, argc, argv);
     if (rc) return rc > 0 ? 0 : 2;
+    if (rt_env_check(err, sizeof err)) {
+        rt_error("%s", err);
+        return 2;
+    }
     if (o.plot && !o.metrics) {
         snprintf(metrics_path, sizeof metrics_path, "%s.csv", o.plot);
         o.metrics = metrics_path;
@@ -73,7 +77,7 @@ int main(int argc, char **argv)
     }
     if (el && !strcmp(el, "1")) t.restart_req = &restart_req;
     rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels%s",
-            o.model, t.data_dir, t.train.n, t.test.n, nn_ddp_world(ddp), k_threads(), k_isa(),
+            o.model_file ? o.model_file : o.model, t.data_dir, t.train.n, t.test.n, nn_ddp_world(ddp), k_threads(), k_isa(),
             t.g.amp == NN_AMP_BF16 ? ", amp bf16" : "");
     rc = nn_trainer_run(&t);
     nn_trainer_free(&t);

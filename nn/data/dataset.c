@@ -55,15 +55,26 @@ int nn_data_locate(const char *dir, char *out, size_t outlen, char *err, size_t 
         snprintf(err, errlen, "--data %s: no data set there (no IDX, CIFAR, train/ folder or train.tsv)" HOWTO, dir);
         return -1;
     }
-    for (int i = 0; i < 3; i++) {
-        if (!cands[i]) continue;
+    /* $DDPRT_DATA names the data: a wrong one is an error, not a reason to train on
+     * something else. */
+    if (cands[0]) {
+        snprintf(tmp, sizeof tmp, "%s", cands[0]);
+        if (detect(tmp, sizeof tmp) >= 0) {
+            snprintf(out, outlen, "%s", cands[0]);
+            return 0;
+        }
+        snprintf(err, errlen, "DDPRT_DATA=%s: no data set there (no IDX, CIFAR, train/ folder or train.tsv)" HOWTO,
+                 cands[0]);
+        return -1;
+    }
+    for (int i = 1; i < 3; i++) {
         snprintf(tmp, sizeof tmp, "%s", cands[i]);
         if (detect(tmp, sizeof tmp) >= 0) {
             snprintf(out, outlen, "%s", cands[i]);
             return 0;
         }
     }
-    snprintf(err, errlen, "no data set found in $DDPRT_DATA, ./data or " DEBIAN_DIR " (or pass --data DIR)" HOWTO);
+    snprintf(err, errlen, "no data set found in ./data or " DEBIAN_DIR " (pass --data DIR or set DDPRT_DATA)" HOWTO);
     return -1;
 }
 

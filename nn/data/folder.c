@@ -112,6 +112,51 @@ static long read_file(const char *path, unsigned char *buf, size_t cap, char *er
     return (long)n;
 }
 
+/* The channels of the image at path (1 or 3), from its header; -1 with the problem. */
+static int probe_channels(const char *path, char *err, size_t errlen)
+{
+    unsigned char head[1 << 16];
+    long n = read_file(path, head, sizeof head, err, errlen);
+    if (n < 0 && strstr(err, "larger")) n = sizeof head;
+    if (n < 0) return -1;
+    int w, h, c;
+    char e2[256];
+    if (nn_img_info(head, (size_t)n, &w, &h, &c, e2, sizeof e2)) {
+        snprintf(err, errlen, "%s: %s", path, e2);
+        return -1;
+    }
+    return c;
+}
+
+/* The channels of the first readable image of the split (class folders in directory
+ * order; at most PROBE_MAX files tried); -1 with the first problem when none is. */
+#define PROBE_MAX 256
+static int probe_any(const char *split, char *err, size_t errlen)
+{
+    char first_err[1024] = "", e2[1024], p[1200];
+    int tried = 0, c = -1;
+    DIR *dp = opendir(split);
+    struct dirent *e;
+    while (c < 0 && tried < PROBE_MAX && dp && (e = readdir(dp))) {
+        if (!is_dir(split, e->d_name)) continue;
+        snprintf(p, sizeof p, "%s/%s", split, e->d_name);
+        DIR *cp = opendir(p);
+        struct dirent *f;
+        while (c < 0 && tried < PROBE_MAX && cp && (f = readdir(cp))) {
+            if (f->d_name[0] == '.' || !is_image(f->d_name)) continue;
+            char fp[1500];
+            snprintf(fp, sizeof fp, "%s/%s", p, f->d_name);
+            tried++;
+            c = probe_channels(fp, e2, sizeof e2);
+            if (c < 0 && !first_err[0]) snprintf(first_err, sizeof first_err, "%s", e2);
+        }
+        if (cp) closedir(cp);
+    }
+    if (dp) closedir(dp);
+    if (c < 0) snprintf(err, errlen, "%s: no readable image among the first %d tried: %s", split, tried, first_err);
+    return c;
+}
+
 int nn_folder_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
 {
     char train[600], p[1400];
@@ -134,18 +179,12 @@ int nn_folder_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
     d->meta_bytes = s.pool > st.cbytes ? s.pool : st.cbytes; /* the eval split's names too */
     d->classes_bytes = st.cbytes;
     /* The channel count (1 for grayscale data, else 3, as convert("RGB")) and the
-     * decoder support come from the first training image. */
+     * decoder support come from the first training image; under --bad-sample skip a bad
+     * one is passed over (the loader skips it too). */
     snprintf(p, sizeof p, "%s/%s/%s", train, st.first_class, st.first_file);
-    unsigned char head[1 << 16];
-    long n = read_file(p, head, sizeof head, err, errlen);
-    if (n < 0 && strstr(err, "larger")) n = sizeof head;
-    if (n < 0) return -1;
-    int w, h, c;
-    char e2[256];
-    if (nn_img_info(head, (size_t)n, &w, &h, &c, e2, sizeof e2)) {
-        snprintf(err, errlen, "%s: %s", p, e2);
-        return -1;
-    }
+    int c = probe_channels(p, err, errlen);
+    if (c < 0 && d->bad_skip) c = probe_any(train, err, errlen);
+    if (c < 0) return -1;
     d->src_c = c;
     d->scratch_bytes = FILE_CAP + PIX_CAP + TF_CAP;
     return 0;
@@ -202,7 +241,7 @@ int nn_folder_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         for (int i = 0; i < v.n && i <= d->n; i++)
             if (!bsearch(&files[i], cls, (size_t)K, sizeof *cls, cmp_str)) {
                 snprintf(err, errlen, "%s/%s: class not in the training split %s/train (ids must match)",
-                         d->path[0], files[i], d->path[0]);
+                         d->path[0], files[i], d->dir);
                 return -1;
             }
         if (v.n != K) {

@@ -103,6 +103,37 @@ int nn_idx_read_header(const char *path, int want_ndims, nn_idx_header *h, char 
     return 0;
 }
 
+/* The header's promise against the file, before anything is allocated for it: a plain
+ * file holds exactly header + payload bytes; a gzip file cannot hold more than 1032
+ * times its size (deflate's largest expansion). */
+static int check_size(const char *path, size_t hlen, size_t payload, char *err, size_t errlen)
+{
+    struct stat st;
+    unsigned char magic[2] = {0, 0};
+    FILE *f = fopen(path, "rb");
+    int ok = f && fstat(fileno(f), &st) == 0;
+    if (ok && fread(magic, 1, 2, f) != 2) magic[0] = 0;
+    if (f) fclose(f);
+    if (!ok) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        return -1;
+    }
+    uint64_t want = (uint64_t)hlen + payload, size = (uint64_t)st.st_size;
+    int gz = magic[0] == 0x1f && magic[1] == 0x8b;
+    if (gz && want > size * 1032)
+        snprintf(err, errlen, "%s: truncated: the header promises %llu bytes, more than %llu compressed bytes can hold",
+                 path, (unsigned long long)want, (unsigned long long)size);
+    else if (!gz && want > size)
+        snprintf(err, errlen, "%s: truncated: data ends at offset %llu, the header promises %llu bytes", path,
+                 (unsigned long long)size, (unsigned long long)want);
+    else if (!gz && want < size)
+        snprintf(err, errlen, "%s: unexpected trailing bytes after offset %llu: the header says the data ends there",
+                 path, (unsigned long long)want);
+    else
+        return 0;
+    return -1;
+}
+
 int nn_idx_open(nn_dataset *d, const char *dir, const char *split, char *err, size_t errlen)
 {
     char name[64];
@@ -119,6 +150,8 @@ int nn_idx_open(nn_dataset *d, const char *dir, const char *split, char *err, si
     }
     if (nn_idx_read_header(ip, 3, &d->ih, err, errlen)) return -1;
     if (nn_idx_read_header(lp, 1, &d->lh, err, errlen)) return -1;
+    if (check_size(ip, 16, d->ih.count * d->ih.item_bytes, err, errlen) || check_size(lp, 8, d->lh.count, err, errlen))
+        return -1;
     if (d->ih.count != d->lh.count) {
         snprintf(err, errlen, "%s has %zu images but %s has %zu labels", ip, d->ih.count, lp, d->lh.count);
         return -1;

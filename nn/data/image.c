@@ -211,8 +211,100 @@ static void p_read(png_structp p, png_bytep out, size_t n)
     c->pos += n;
 }
 
-static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan, void *ctx, uint8_t *dst,
-                      size_t dst_bytes, nn_img *img, char *err, size_t errlen)
+/* Reads the rows of a non-interlaced PNG keeping only the band the crop needs, each f x f
+ * block averaged (f = 8, 4, 2 or 1: the largest that keeps the crop >= out). Layout in
+ * dst: the band (bw x bh x nc), then one source row, then the block sums. img gets the
+ * band and the crop in its coordinates. -1 when even that does not fit in dst. */
+static int png_reduce(png_structp p, int W, int H, int nc, int out_w, int out_h, uint8_t *dst, size_t dst_bytes,
+                      nn_img *img)
+{
+    int f = 8;
+    while (f > 1 && !(img->crop[2] / f >= out_w && img->crop[3] / f >= out_h)) f /= 2;
+    int RW = (W + f - 1) / f, RH = (H + f - 1) / f, x0, x1, y0, y1;
+    band(img->crop, 1.0 / f, out_w, RW, &x0, &x1);
+    float cy[4] = {img->crop[1], 0, img->crop[3], 0};
+    band(cy, 1.0 / f, out_h, RH, &y0, &y1);
+    if (x1 <= x0 || y1 <= y0) x0 = 0, x1 = RW, y0 = 0, y1 = RH;
+    size_t bw = (size_t)(x1 - x0), bh = (size_t)(y1 - y0), keep = bw * bh * (size_t)nc;
+    size_t need = keep + (size_t)W * nc + bw * (size_t)nc * sizeof(uint32_t) + 8;
+    if (need > dst_bytes) return -1;
+    uint8_t *rowbuf = dst + keep;
+    uint32_t *acc = (uint32_t *)(((uintptr_t)(rowbuf + (size_t)W * nc) + 7) & ~(uintptr_t)7);
+    for (int y = 0; y < H; y++) {
+        png_read_row(p, rowbuf, NULL);
+        int ry = y / f;
+        if (ry < y0 || ry >= y1) continue;
+        if (y % f == 0) memset(acc, 0, bw * (size_t)nc * sizeof *acc);
+        for (int rx = x0; rx < x1; rx++)
+            for (int x = rx * f; x < rx * f + f && x < W; x++)
+                for (int c = 0; c < nc; c++) acc[(size_t)(rx - x0) * nc + c] += rowbuf[(size_t)x * nc + c];
+        if (y % f == f - 1 || y == H - 1) { /* the block row is complete: average (edge blocks are partial) */
+            int rows = y % f + 1;
+            uint8_t *o = dst + (size_t)(ry - y0) * bw * nc;
+            for (int rx = x0; rx < x1; rx++) {
+                int cols = (rx * f + f <= W ? f : W - rx * f) * rows;
+                for (int c = 0; c < nc; c++)
+                    o[(size_t)(rx - x0) * nc + c] = (uint8_t)((acc[(size_t)(rx - x0) * nc + c] + (uint32_t)cols / 2) / (uint32_t)cols);
+            }
+        }
+    }
+    img->px = dst;
+    img->w = (int)bw, img->h = (int)bh;
+    img->crop[0] = img->crop[0] / f - x0;
+    img->crop[1] = img->crop[1] / f - y0;
+    img->crop[2] /= f;
+    img->crop[3] /= f;
+    return 0;
+}
+
+/* Everything after the header, for png_decode (a function of its own so that no local
+ * of png_decode changes after its setjmp). 1: done (rows in img), 0: header only, -1:
+ * too large (message in err). libpng errors longjmp out of here. */
+static int png_rows(png_structp p, png_infop info, int want_c, nn_img_plan_fn plan, void *ctx, int out_w, int out_h,
+                    uint8_t *dst, size_t dst_bytes, nn_img *img, char *err, size_t errlen)
+{
+    png_read_info(p, info);
+    int W = (int)png_get_image_width(p, info), H = (int)png_get_image_height(p, info);
+    int ct = png_get_color_type(p, info), depth = png_get_bit_depth(p, info);
+    img->src_w = W, img->src_h = H;
+    if (!plan) {
+        img->c = ct & PNG_COLOR_MASK_COLOR ? 3 : 1;
+        return 0;
+    }
+    plan(ctx, W, H, img->crop, &img->flip);
+    /* As Pillow's convert("L"/"RGB"): 16-bit keeps the high byte, alpha is dropped. */
+    if (depth == 16) png_set_strip_16(p);
+    if (ct == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(p);
+    if (ct == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(p);
+    if (ct & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(p);
+    int color = (ct & PNG_COLOR_MASK_COLOR) != 0;
+    if (want_c == 3 && !color) png_set_gray_to_rgb(p);
+    int passes = png_set_interlace_handling(p);
+    png_read_update_info(p, info);
+    size_t row = png_get_rowbytes(p, info);
+    if ((size_t)H * row > dst_bytes) {
+        /* Too large to hold whole: keep only the crop's band, box-reduced by the
+         * largest factor that keeps the crop at least as large as the output (as JPEGs
+         * are decoded at a DCT scale). Interlaced files need every row in memory. */
+        if (passes > 1 || png_reduce(p, W, H, (int)(row / (size_t)W), out_w, out_h, dst, dst_bytes, img)) {
+            snprintf(err, errlen, "%simage %dx%d too large to decode (%zu bytes, the buffer holds %zu)",
+                     passes > 1 ? "interlaced " : "", W, H, (size_t)H * row, dst_bytes);
+            return -1;
+        }
+    } else {
+        for (int pass = 0; pass < passes; pass++)
+            for (int y = 0; y < H; y++) png_read_row(p, dst + (size_t)y * row, NULL);
+        img->px = dst;
+        img->w = W, img->h = H;
+    }
+    png_read_end(p, NULL);
+    if (want_c == 1 && color) to_luma(dst, dst, (size_t)img->w * img->h, 3);
+    img->c = want_c;
+    return 1;
+}
+
+static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan, void *ctx, int out_w,
+                      int out_h, uint8_t *dst, size_t dst_bytes, nn_img *img, char *err, size_t errlen)
 {
     pctx c = {buf, n, 0, ""};
     png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, &c, p_error, p_warn);
@@ -228,40 +320,9 @@ static int png_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn p
         return -1;
     }
     png_set_read_fn(p, &c, p_read);
-    png_read_info(p, info);
-    int W = (int)png_get_image_width(p, info), H = (int)png_get_image_height(p, info);
-    int ct = png_get_color_type(p, info), depth = png_get_bit_depth(p, info);
-    img->src_w = W, img->src_h = H;
-    if (!plan) {
-        img->c = ct & PNG_COLOR_MASK_COLOR ? 3 : 1;
-        png_destroy_read_struct(&p, &info, NULL);
-        return 0;
-    }
-    plan(ctx, W, H, img->crop, &img->flip);
-    /* As Pillow's convert("L"/"RGB"): 16-bit keeps the high byte, alpha is dropped. */
-    if (depth == 16) png_set_strip_16(p);
-    if (ct == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(p);
-    if (ct == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(p);
-    if (ct & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(p);
-    int color = (ct & PNG_COLOR_MASK_COLOR) != 0;
-    if (want_c == 3 && !color) png_set_gray_to_rgb(p);
-    int passes = png_set_interlace_handling(p);
-    png_read_update_info(p, info);
-    size_t row = png_get_rowbytes(p, info);
-    if ((size_t)H * row > dst_bytes) {
-        png_destroy_read_struct(&p, &info, NULL);
-        snprintf(err, errlen, "image %dx%d too large to decode (%zu bytes, the buffer holds %zu)", W, H,
-                 (size_t)H * row, dst_bytes);
-        return -1;
-    }
-    for (int pass = 0; pass < passes; pass++)
-        for (int y = 0; y < H; y++) png_read_row(p, dst + (size_t)y * row, NULL);
-    png_read_end(p, NULL);
+    int rc = png_rows(p, info, want_c, plan, ctx, out_w, out_h, dst, dst_bytes, img, err, errlen);
     png_destroy_read_struct(&p, &info, NULL);
-    if (want_c == 1 && color) to_luma(dst, dst, (size_t)W * H, 3);
-    img->px = dst;
-    img->w = W, img->h = H, img->c = want_c;
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 #endif
 
@@ -284,8 +345,7 @@ int nn_img_decode(const uint8_t *buf, size_t n, int want_c, nn_img_plan_fn plan,
 #endif
     }
 #if DDPRT_PNG
-    (void)out_w, (void)out_h;
-    return png_decode(buf, n, want_c, plan, ctx, dst, dst_bytes, img, err, errlen);
+    return png_decode(buf, n, want_c, plan, ctx, out_w, out_h, dst, dst_bytes, img, err, errlen);
 #else
     return unsupported("PNG", err, errlen);
 #endif

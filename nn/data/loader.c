@@ -190,16 +190,24 @@ int nn_loader_next(nn_loader *L, const void **x, const int32_t **y)
     L->wait_s += (port_now_ns() - t0) * 1e-9;
     int n = L->slot_n[slot];
     if (n == -3) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", L->fail);
         port_mutex_unlock(&L->mu);
-        rt_fatal("%s (--bad-sample skip skips bad samples)", msg);
+        return -1; /* the message: nn_loader_error */
     }
     L->consumed++;
     port_mutex_unlock(&L->mu);
     *x = L->x[slot];
     *y = L->y[slot];
     return n;
+}
+
+const char *nn_loader_error(nn_loader *L)
+{
+    port_mutex_lock(&L->mu);
+    if (L->fail[0] && !strstr(L->fail, "--bad-sample skip"))
+        snprintf(L->fail + strlen(L->fail), sizeof L->fail - strlen(L->fail), "%s",
+                 L->d && L->d->bad_skip ? "" : " (--bad-sample skip skips bad samples)");
+    port_mutex_unlock(&L->mu);
+    return L->fail;
 }
 
 void nn_loader_skips(nn_loader *L, char *out, size_t outlen)

@@ -49,9 +49,11 @@ void nn_loader_begin(nn_loader *L, const nn_dataset *d, const int32_t *indices, 
 void nn_loader_begin_plan(nn_loader *L, const nn_dataset *d, const int32_t *indices, int first, const int32_t *bounds,
                           int nbatches, int epoch, int train);
 /* The next batch (returns its size, 0 at the end of the pass): x is samples of
- * nn_data_sample_bytes (floats, or int32 tokens). Valid until the following call. A
- * bad sample in fail mode stops the process with its one-line error. */
+ * nn_data_sample_bytes (floats, or int32 tokens). Valid until the following call. -1
+ * when a bad sample (fail mode), or a batch of bad samples only, stopped the pass:
+ * nn_loader_error gives the one line. */
 int nn_loader_next(nn_loader *L, const void **x, const int32_t **y);
+const char *nn_loader_error(nn_loader *L);
 /* Ends the pass early (--max-steps): nothing more is decoded; the batches handed out
  * stay valid until the next begin. */
 void nn_loader_end(nn_loader *L);

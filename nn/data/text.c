@@ -132,6 +132,8 @@ static int parse(const char *path, int skip, parsed *P, char *err, size_t errlen
     }
     fclose(f);
     raw[sz] = '\n';
+    /* A UTF-8 byte order mark (Excel, Notepad) is not part of the first label. */
+    size_t bom = sz >= 3 && raw[0] == 0xef && raw[1] == 0xbb && raw[2] == 0xbf ? 3 : 0;
     size_t nl = 1;
     for (long i = 0; i < sz; i++) nl += raw[i] == '\n';
     P->txt = malloc((size_t)sz * 2 + 16); /* lowercasing can lengthen a code point by one byte */
@@ -139,7 +141,7 @@ static int parse(const char *path, int skip, parsed *P, char *err, size_t errlen
     if (!P->txt || !P->lines) rt_fatal("text: out of memory reading %s", path);
     unsigned char *o = P->txt;
     int lineno = 0;
-    for (size_t i = 0; i < (size_t)sz;) {
+    for (size_t i = bom; i < (size_t)sz;) {
         size_t end = i;
         while (raw[end] != '\n') end++;
         lineno++;
@@ -218,105 +220,148 @@ static int is_int(const unsigned char *s, uint32_t n, long *v)
     return *v = x, 1;
 }
 
-int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
+#define MAX_INT_LABEL 1000000 /* integer labels are class ids: 0..N-1, N at most this */
+
+/* Records a bad line: the error (fail mode), or a skip noted in skipped. */
+static int bad_line(parsed *P, int skip, const char *msg, char *err, size_t errlen, char *skipped, size_t sklen)
 {
-    int L = d->w;
-    size_t tb = d->meta_bytes;
-    d->toks = rt_arena_alloc(a, (size_t)d->n * L * sizeof(int32_t), RT_MEM_DATA, "text tokens");
-    d->labels = rt_arena_alloc(a, (size_t)d->n * sizeof(int32_t), RT_MEM_DATA, "text labels");
-    d->pool = rt_arena_alloc(a, tb * 2 + 64, RT_MEM_DATA, "vocabulary");
-    d->vocab_off = rt_arena_alloc(a, (tb / 2 + 4) * sizeof(int64_t), RT_MEM_DATA, "vocabulary offsets");
-    d->classes = rt_arena_alloc(a, tb + 16, RT_MEM_DATA, "label names");
-    if (a->planning) return 0;
-    char train[600], skipped[2048] = "";
-    snprintf(train, sizeof train, "%s/train.tsv", d->dir);
-    parsed T, S;
-    if (parse(train, d->bad_skip, &T, err, errlen, skipped, d->split_train ? sizeof skipped : 0)) return -1;
-    /* Labels: all integers, or names sorted into ids. */
-    int ints = 1;
-    long v, maxl = -1;
-    for (int i = 0; i < T.n && ints; i++) {
-        ints = is_int(T.txt + T.lines[i].lab, T.lines[i].lab_len, &v);
-        if (ints && v > maxl) maxl = v;
+    if (!skip) {
+        snprintf(err, errlen, "%s", msg);
+        return -1;
     }
-    tbl words = {0}, labs = {0};
-    words.base = labs.base = (const char *)T.txt;
-    for (int i = 0; i < T.n; i++) {
-        line *l = &T.lines[i];
-        if (!ints) lookup(&labs, (const char *)T.txt + l->lab, l->lab_len, 1, l->lab);
+    if (P->bad++ < 3 && sklen) {
+        size_t l = strlen(skipped);
+        snprintf(skipped + l, sklen - l, "%s%s", l ? "; " : "", msg);
+    }
+    return 0;
+}
+
+/* Labels are all class ids (non-negative integers) or all names: the kind most lines
+ * have (ids on a tie) wins, and a line of the other kind is bad (an error, or skipped
+ * under --bad-sample skip) rather than silently renaming every class. *ints: the
+ * kind; *maxl: the largest id. */
+static int label_kind(parsed *T, const char *path, int skip, int *ints, long *maxl, char *err, size_t errlen,
+                      char *skipped, size_t sklen)
+{
+    int nint = 0, first[2] = {-1, -1};
+    long v;
+    for (int i = 0; i < T->n; i++) {
+        int k = is_int(T->txt + T->lines[i].lab, T->lines[i].lab_len, &v);
+        nint += k;
+        if (first[k] < 0) first[k] = i;
+    }
+    *ints = 2 * nint >= T->n;
+    *maxl = -1;
+    int kept = 0;
+    for (int i = 0; i < T->n; i++) {
+        line *l = &T->lines[i];
+        const char *lab = (const char *)T->txt + l->lab;
+        int k = is_int((const unsigned char *)lab, l->lab_len, &v);
+        char msg[1400];
+        msg[0] = 0;
+        if (k != *ints) {
+            const line *e = &T->lines[first[*ints]];
+            snprintf(msg, sizeof msg, "%s:%d: label '%.*s' %s (line %d: '%.*s')", path, l->lineno,
+                     (int)(l->lab_len < 64 ? l->lab_len : 64), lab,
+                     *ints ? "is not a class id (a non-negative integer) as the other labels are"
+                           : "is a number among named labels",
+                     e->lineno, (int)(e->lab_len < 64 ? e->lab_len : 64), (const char *)T->txt + e->lab);
+        } else if (k && v >= MAX_INT_LABEL) {
+            snprintf(msg, sizeof msg, "%s:%d: label %ld: class ids are 0..N-1 with N at most %d", path, l->lineno, v,
+                     MAX_INT_LABEL);
+        }
+        if (msg[0]) {
+            if (bad_line(T, skip, msg, err, errlen, skipped, sklen)) return -1;
+            continue;
+        }
+        if (k && v > *maxl) *maxl = v;
+        T->lines[kept++] = *l;
+    }
+    T->n = kept;
+    if (!kept) {
+        snprintf(err, errlen, "%s: no valid lines", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Word counts (and, for named labels, the label table) of the training split. */
+static void count_words(const parsed *T, int ints, tbl *words, tbl *labs)
+{
+    for (int i = 0; i < T->n; i++) {
+        const line *l = &T->lines[i];
+        if (!ints) lookup(labs, (const char *)T->txt + l->lab, l->lab_len, 1, l->lab);
         for (uint32_t k = l->txt, e = l->txt + l->txt_len; k < e;) {
             uint32_t s = k;
-            while (k < e && T.txt[k] != ' ') k++;
-            lookup(&words, (const char *)T.txt + s, k - s, 1, s)->count++;
+            while (k < e && T->txt[k] != ' ') k++;
+            lookup(words, (const char *)T->txt + s, k - s, 1, s)->count++;
             k++;
         }
     }
-    /* Vocabulary and label ids, sorted; the chosen entries get their ids. */
-    ent **sel = malloc((words.n + labs.n + 1) * sizeof(ent *));
+}
+
+/* The vocabulary: <pad>, <unk>, then words by count (desc) then bytes, min_freq and
+ * max_vocab applied; the chosen words get their ids. sel: room for the table's entries. */
+static uint64_t build_vocab(nn_dataset *d, const parsed *T, tbl *words, ent **sel)
+{
     size_t ns = 0, minf = d->cfg.min_freq > 0 ? (size_t)d->cfg.min_freq : 1;
-    for (size_t i = 0; i < words.cap; i++)
-        if (words.e[i].len && words.e[i].count >= minf) sel[ns++] = &words.e[i];
-    g_base = (const char *)T.txt;
+    for (size_t i = 0; i < words->cap; i++)
+        if (words->e[i].len && words->e[i].count >= minf) sel[ns++] = &words->e[i];
+    g_base = (const char *)T->txt;
     qsort(sel, ns, sizeof *sel, cmp_vocab_g);
     if (d->cfg.max_vocab > 2 && ns > (size_t)d->cfg.max_vocab - 2) ns = (size_t)d->cfg.max_vocab - 2;
-    size_t po = 0;
+    size_t po = 12;
     memcpy(d->pool, "<pad>\0<unk>", 12);
-    d->vocab_off[0] = 0, d->vocab_off[1] = 6, po = 12;
-    uint64_t h = RT_FNV1A_INIT;
+    d->vocab_off[0] = 0, d->vocab_off[1] = 6;
     for (size_t i = 0; i < ns; i++) {
         sel[i]->id = (int32_t)(i + 2);
         d->vocab_off[i + 2] = (int64_t)po;
-        memcpy(d->pool + po, T.txt + sel[i]->off, sel[i]->len);
+        memcpy(d->pool + po, T->txt + sel[i]->off, sel[i]->len);
         po += sel[i]->len;
         d->pool[po++] = 0;
     }
     d->vocab = (int)ns + 2;
-    h = rt_fnv1a(h, d->pool, po);
+    return rt_fnv1a(RT_FNV1A_INIT, d->pool, po);
+}
+
+/* Class names (named labels sorted into ids) and the class count. */
+static void build_classes(nn_dataset *d, const parsed *T, tbl *labs, int ints, long maxl, ent **sel)
+{
     size_t nl = 0, co = 0;
-    for (size_t i = 0; i < labs.cap; i++)
-        if (labs.e[i].len) sel[nl++] = &labs.e[i];
+    for (size_t i = 0; i < labs->cap; i++)
+        if (labs->e[i].len) sel[nl++] = &labs->e[i];
+    g_base = (const char *)T->txt;
     qsort(sel, nl, sizeof *sel, cmp_vocab_g); /* counts are all 0: by name */
     for (size_t i = 0; i < nl; i++) {
         sel[i]->id = (int32_t)i;
-        memcpy(d->classes + co, T.txt + sel[i]->off, sel[i]->len);
+        memcpy(d->classes + co, T->txt + sel[i]->off, sel[i]->len);
         co += sel[i]->len;
         d->classes[co++] = 0;
     }
     d->classes_bytes = co;
     d->num_classes = ints ? (int)maxl + 1 : (int)nl;
-    h = rt_fnv1a(h, d->classes, co);
-    d->meta_hash = h;
-    free(sel);
-    int rc = 0;
-    parsed *P = &T;
-    if (!d->split_train) {
-        P = &S;
-        if (parse(d->path[0], d->bad_skip, &S, err, errlen, skipped, sizeof skipped)) rc = -1;
-    }
-    int k = 0;
-    for (int i = 0; !rc && i < P->n; i++) {
+}
+
+/* Labels and padded token ids of the split's lines; an unknown label is a bad line. */
+static int encode_lines(nn_dataset *d, parsed *P, const char *train, int ints, tbl *words, tbl *labs, char *err,
+                        size_t errlen, char *skipped, size_t sklen)
+{
+    int L = d->w, k = 0;
+    for (int i = 0; i < P->n; i++) {
         line *l = &P->lines[i];
         const char *lab = (const char *)P->txt + l->lab;
         long y = -1;
         if (ints) {
             if (!is_int((const unsigned char *)lab, l->lab_len, &y) || y >= d->num_classes) y = -1;
         } else {
-            ent *e = lookup(&labs, lab, l->lab_len, 0, 0);
+            ent *e = lookup(labs, lab, l->lab_len, 0, 0);
             y = e ? e->id : -1;
         }
         if (y < 0) {
             char msg[1600];
             snprintf(msg, sizeof msg, "%s:%d: unknown label '%.*s' (not a label of %s)", d->path[0], l->lineno,
                      (int)(l->lab_len < 64 ? l->lab_len : 64), lab, train);
-            if (!d->bad_skip) {
-                snprintf(err, errlen, "%s", msg);
-                rc = -1;
-                break;
-            }
-            if (P->bad++ < 3) {
-                size_t sl = strlen(skipped);
-                snprintf(skipped + sl, sizeof skipped - sl, "%s%s", sl ? "; " : "", msg);
-            }
+            if (bad_line(P, d->bad_skip, msg, err, errlen, skipped, sklen)) return -1;
             continue;
         }
         d->labels[k] = (int32_t)y;
@@ -325,21 +370,59 @@ int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         for (uint32_t q = l->txt, e = l->txt + l->txt_len; q < e && nt < L;) {
             uint32_t s = q;
             while (q < e && P->txt[q] != ' ') q++;
-            ent *w = lookup(&words, (const char *)P->txt + s, q - s, 0, 0);
+            ent *w = lookup(words, (const char *)P->txt + s, q - s, 0, 0);
             t[nt++] = w && w->id >= 0 ? w->id : 1;
             q++;
         }
         for (; nt < L; nt++) t[nt] = 0;
         k++;
     }
-    if (!rc && P->bad) rt_warn("%s: skipped %d bad line(s): %s", d->path[0], P->bad, skipped);
-    if (!rc && !k) {
-        snprintf(err, errlen, "%s: no valid lines", d->path[0]);
-        rc = -1;
+    return k;
+}
+
+int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
+{
+    size_t tb = d->meta_bytes;
+    d->toks = rt_arena_alloc(a, (size_t)d->n * d->w * sizeof(int32_t), RT_MEM_DATA, "text tokens");
+    d->labels = rt_arena_alloc(a, (size_t)d->n * sizeof(int32_t), RT_MEM_DATA, "text labels");
+    d->pool = rt_arena_alloc(a, tb * 2 + 64, RT_MEM_DATA, "vocabulary");
+    d->vocab_off = rt_arena_alloc(a, (tb / 2 + 4) * sizeof(int64_t), RT_MEM_DATA, "vocabulary offsets");
+    d->classes = rt_arena_alloc(a, tb + 16, RT_MEM_DATA, "label names");
+    if (a->planning) return 0;
+    /* Both splits build the vocabulary and the labels from train.tsv, identically; the
+     * training split reports its bad lines (the test split would repeat them). */
+    char train[600], skipped[2048] = "";
+    size_t sklen = d->split_train ? sizeof skipped : 0;
+    snprintf(train, sizeof train, "%s/train.tsv", d->dir);
+    parsed T, S;
+    int ints;
+    long maxl;
+    if (parse(train, d->bad_skip, &T, err, errlen, skipped, sklen)) return -1;
+    if (label_kind(&T, train, d->bad_skip, &ints, &maxl, err, errlen, skipped, sklen)) {
+        parsed_free(&T);
+        return -1;
     }
-    d->n = k;
+    tbl words = {0}, labs = {0};
+    words.base = labs.base = (const char *)T.txt;
+    count_words(&T, ints, &words, &labs);
+    ent **sel = malloc((words.n + labs.n + 1) * sizeof(ent *));
+    if (!sel) rt_fatal("text: out of memory building the vocabulary");
+    uint64_t h = build_vocab(d, &T, &words, sel);
+    build_classes(d, &T, &labs, ints, maxl, sel);
+    d->meta_hash = rt_fnv1a(h, d->classes, d->classes_bytes);
+    free(sel);
+    parsed *P = &T;
+    int k = -1;
+    if (!d->split_train) {
+        P = &S;
+        if (parse(d->path[0], d->bad_skip, &S, err, errlen, skipped, sizeof skipped)) P = NULL;
+    }
+    if (P) k = encode_lines(d, P, train, ints, &words, &labs, err, errlen, skipped, sizeof skipped);
+    if (k >= 0 && P->bad) rt_warn("%s: skipped %d bad line(s): %s", d->path[0], P->bad, skipped);
+    if (k == 0) snprintf(err, errlen, "%s: no valid lines", d->path[0]);
+    d->n = k > 0 ? k : 0;
     free(words.e), free(labs.e);
     parsed_free(&T);
     if (P == &S) parsed_free(&S);
-    return rc;
+    return k > 0 ? 0 : -1;
 }

@@ -72,31 +72,14 @@ LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ports/cuda/*.c))
 LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
-GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c \
-                  test/cuda_emu/emu_train.c test/cuda_emu/emu_ddp.c)
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c)
 $(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-# The conv/linear operand maths and the layer-graph ops' per-element maths emulated on
-# the host (K_CUDA_EMULATE), checked against CPU references by `make test` without a GPU
-# (test/cuda_emu).
-EMU_OBJ  := $(patsubst %.cu,$(BUILD)/obj-emu/%.o,kernels/cuda/k_cuda_conv.cu kernels/cuda/k_cuda_linear.cu \
-              kernels/cuda/k_cuda_bn.cu kernels/cuda/k_cuda_graph_ops.cu kernels/cuda/k_cuda_nn_extra.cu) \
-            $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/cuda_emu/*.c))
-$(BUILD)/obj-emu/%.o: %.cu
-	@mkdir -p $(dir $@)
-	$(NVCC) $(filter-out $(CUDA_ARCH),$(NVFLAGS)) -gencode arch=compute_80,code=sm_80 -DK_CUDA_EMULATE -diag-suppress 177 -c $< -o $@
-$(BUILD)/t-cuda-emu: $(EMU_OBJ) $(BUILD)/libddprt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-# ddprt-train on the emulated device: --device cuda end to end (trainer, DDP) in make test.
-EMU_DEV_OBJ := $(filter-out $(BUILD)/obj/test/%,$(EMU_OBJ)) $(BUILD)/obj/test/cuda_emu/emu_port.o
-$(BUILD)/t-train-emu: $(BUILD)/obj/apps/train/train_main.o $(EMU_DEV_OBJ) $(BUILD)/libddprt.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
--include $(wildcard $(BUILD)/obj-emu/kernels/cuda/*.d)
 # Built by `make` (so `make test` proves the CUDA build compiles and links); run by
 # `make test-gpu` on a machine with a GPU.
-all: $(BUILD)/test-gpu-runner $(BUILD)/t-cuda-emu $(BUILD)/t-train-emu
+all: $(BUILD)/test-gpu-runner
 $(BUILD)/test-gpu-runner: $(GPU_TEST_OBJ) $(BUILD)/libddprt.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 test-gpu: all
@@ -106,6 +89,61 @@ test-gpu:
 	@echo "make test-gpu needs the CUDA build: nvcc was not found (or CUDA=0)"; exit 1
 endif
 .PHONY: test-gpu
+
+# The SIMT executor (ports/simt): the kernels/cuda sources compiled by the host C++
+# compiler and run on the CPU thread by thread, with barrier, warp, bounds and race
+# checks, under the real ports/cuda/port_cuda.c on the executor's CUDA runtime. It needs
+# g++, not nvcc or a GPU: make test runs the device suite (test/gpu) and ddprt-train
+# --device cuda on it. SIMT=auto (default) builds it when $(CXX) is found, SIMT=0 opts
+# out, SIMT=1 insists.
+SIMT     ?= auto
+SIMT_ON  := $(if $(filter auto,$(SIMT)),$(if $(shell command -v $(CXX) 2>/dev/null),1,0),$(SIMT))
+ifeq ($(SIMT_ON),1)
+SIMT_DIR := $(BUILD)/obj-simt
+# fmaf as one instruction where the CPU has FMA (glibc's software fmaf is ~5x slower).
+SIMT_FMA := $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-mfma)
+# -ffp-contract=off: only an explicit fmaf fuses, so __fmul_rn/__fadd_rn keep their word.
+SIMT_CXXFLAGS := -std=c++17 $(OPT) -g -I. -Iports/simt/include -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Wall -Wextra \
+            -Werror -Wno-unknown-pragmas -ffp-contract=off $(SIMT_FMA) -MMD -MP $(EXTRA_CXXFLAGS)
+# Under TSan the executor's own code is not instrumented: its threads are TSan fibers
+# ordered only by CUDA's synchronisation (ports/simt/simt_exec.cc).
+SIMT_CORE_SAN := $(if $(findstring thread,$(SAN)),-DSIMT_TSAN=1,$(SAN))
+# The library sources whose code depends on DDPRT_CUDA (the device halves of the ops,
+# the device graph) again with it, and the real port on the executor's runtime.
+SIMT_CUDA_RE := ^.if.*DDPRT_CUDA|NN_CUDA[(]
+SIMT_C_SRC := $(shell grep -l -E '$(SIMT_CUDA_RE)' $(LIB_SRC)) ports/cuda/port_cuda.c
+SIMT_OBJ := $(patsubst %.cu,$(SIMT_DIR)/%.o,$(wildcard kernels/cuda/*.cu)) \
+            $(patsubst %.cc,$(SIMT_DIR)/%.o,$(wildcard ports/simt/*.cc)) $(patsubst %.c,$(SIMT_DIR)/%.o,$(SIMT_C_SRC))
+# make test's own tests run the executor's programs when it is built.
+$(BUILD)/obj/test/%.o: CFLAGS += -DDDPRT_HAVE_SIMT=1
+$(SIMT_DIR)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ $(SIMT_CXXFLAGS) $(SAN) -c $< -o $@
+$(SIMT_DIR)/ports/simt/%.o: ports/simt/%.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_CORE_SAN) -c $< -o $@
+$(SIMT_DIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Iports/simt/include -c $< -o $@
+# The device suite (test/gpu) on the executor, and ddprt-train on it (--device cuda).
+SIMT_TEST_OBJ := $(patsubst %.c,$(SIMT_DIR)/%.o,$(wildcard test/gpu/*.c)) $(BUILD)/obj/test/runner.o \
+                 $(BUILD)/obj/test/t_data.o
+$(BUILD)/test-gpu-simt: $(SIMT_TEST_OBJ) $(SIMT_OBJ) $(BUILD)/libddprt.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/t-train-simt: $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,train)) $(SIMT_OBJ) $(BUILD)/libddprt.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# The executor's own checks, one broken kernel each (test/simt, test/test_simt_checks.c).
+$(BUILD)/t-simt-checks: $(SIMT_DIR)/test/simt/simt_checks.o $(SIMT_OBJ) $(BUILD)/libddprt.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-simt-checks
+# Bugs injected into the real kernels, each rebuilt and run on the executor: the table
+# of what reported each (test/simt/inject_bugs.sh). make asan/tsan-style: SAN=...
+simt-inject: $(BUILD)/test-gpu-simt $(BUILD)/ddprt-train
+	DDPRT_SAN="$(SAN)" ./test/simt/inject_bugs.sh $(BUILD) "$(CXX) -x c++ $(SIMT_CXXFLAGS) $(SAN)" \
+	  "$(CXX) $(LDFLAGS)" "$(SIMT_TEST_OBJ) $(SIMT_OBJ) $(BUILD)/libddprt.a" "$(LDLIBS)"
+.PHONY: simt-inject
+-include $(wildcard $(SIMT_DIR)/*/*.d $(SIMT_DIR)/*/*/*.d $(SIMT_DIR)/*/*/*/*.d)
+endif
 
 .PHONY: all test asan ubsan tsan fuzz clean run bench
 # Keep the objects of pattern-built programs (test/progs) between runs.

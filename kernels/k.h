@@ -112,7 +112,9 @@ double k_cross_entropy_fwd(int n, int classes, const float *logits, const int32_
                            long *correct);
 
 /* SGD with momentum, PyTorch semantics: g' = g + wd*p; v = m*v + (1-dampening)*g'
- * (v = g' on the first step); p -= lr * (nesterov ? g' + m*v : v). */
+ * (v = g' on the first step); p -= lr * (nesterov ? g' + m*v : v). Each product and
+ * sum is rounded on its own (no fused multiply-add), on every ISA and on the GPU
+ * (k_cuda_sgd_step): the same bits everywhere. */
 typedef struct k_sgd_cfg { float lr, momentum, dampening, weight_decay; int nesterov; } k_sgd_cfg;
 void k_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const float *g, float *v);
 

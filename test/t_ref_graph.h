@@ -1,6 +1,6 @@
 /* Naive references of k.h's layer-graph ops, written from k.h's definitions alone (not
- * from kernels/cpu): the host emulation (test/cuda_emu) and the GPU tests (test/gpu)
- * compare the CUDA twins with them. Sums in double; integer and gather/scatter ops in
+ * from kernels/cpu): the device suite (test/gpu, on a GPU and on the SIMT executor)
+ * compares the CUDA twins with them. Sums in double; integer and gather/scatter ops in
  * the order k.h states, so those compare bit for bit. */
 #ifndef T_REF_GRAPH_H
 #define T_REF_GRAPH_H

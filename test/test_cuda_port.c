@@ -115,15 +115,3 @@ TEST(train_device_cuda_without_gpu_fails_in_one_line)
              t_prog("ddprt-train"), dir);
     CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
 }
-
-#if DDPRT_CUDA
-TEST(cuda_conv_linear_operand_maths_emulated_on_cpu)
-{
-    /* The implicit-GEMM gathers, strides, padding, split-K and layouts of the CUDA
-     * conv/linear kernels, run as host loops (K_CUDA_EMULATE) against the CPU kernels;
-     * the layer-graph kernels' functors and reduction trees against naive references. */
-    char cmd[512], out[8192];
-    snprintf(cmd, sizeof cmd, "%s 2>&1", t_prog("t-cuda-emu"));
-    CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, "shapes agree"), "%s", out);
-}
-#endif

@@ -358,6 +358,43 @@ TEST(kernels_sgd_hand_computed)
     free(p1); free(p2); free(gg); free(v1); free(v2);
 }
 
+/* The rounding contract of k.h: each product and sum rounded on its own, so every ISA
+ * (vector body and scalar tail alike) and the GPU's kernel give the same bits. */
+TEST(kernels_sgd_rounds_each_op_on_every_isa)
+{
+    enum { N = 1003 };
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    static float p0[N], g[N], v0[N], p[N], v[N], pr[N], vr[N];
+    for (int i = 0; i < N; i++) {
+        p0[i] = 2.0f * k_rand_uniform(71, i) - 1.0f;
+        g[i] = 2.0f * k_rand_uniform(72, i) - 1.0f;
+        v0[i] = 2.0f * k_rand_uniform(73, i) - 1.0f;
+    }
+    k_sgd_cfg cfgs[] = {{0.1f, 0.9f, 0.1f, 1e-4f, 1}, {0.01f, 0.5f, 0, 0, 0}, {0.05f, 0, 0, 0.01f, 0}};
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 3; c++)
+            for (int first = 0; first <= 1; first++) {
+                if (k_set_isa(isas[k]) != 0) continue;
+                const k_sgd_cfg *f = &cfgs[c];
+                for (int i = 0; i < N; i++) {
+                    volatile float wp = f->weight_decay * p0[i], d = g[i] + wp, step = d;
+                    if (f->momentum != 0.0f) {
+                        volatile float mv = f->momentum * v0[i], dd = (1.0f - f->dampening) * d;
+                        volatile float b = first ? d : mv + dd, mb = f->momentum * b;
+                        vr[i] = b;
+                        step = f->nesterov ? d + mb : b;
+                    }
+                    volatile float ls = -f->lr * step;
+                    pr[i] = ls + p0[i];
+                }
+                memcpy(p, p0, sizeof p), memcpy(v, v0, sizeof v);
+                k_sgd_step(N, f, first, p, g, v);
+                CHECKF(!memcmp(p, pr, sizeof p) && (f->momentum == 0.0f || !memcmp(v, vr, sizeof v)),
+                       "isa %s cfg %d first %d: not every op rounded on its own", isas[k], c, first);
+            }
+    k_set_isa(NULL);
+}
+
 TEST(kernels_init_uniform_bounds)
 {
     enum { N = 50000 };

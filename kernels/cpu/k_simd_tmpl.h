@@ -699,20 +699,22 @@ KT_TARGET static void KT(shift_rows_ilv)(const k_im2col_geo *g, long hp, int ng,
 }
 
 /* SGD (torch.optim.SGD): d = g + wd*p; v = first ? d : m*v + (1-damp)*d;
- * p -= lr * (nesterov ? d + m*v : v). m == 0: no buffer, p -= lr*d. */
+ * p -= lr * (nesterov ? d + m*v : v). m == 0: no buffer, p -= lr*d. Every product and
+ * sum rounded on its own, no fused multiply-add: the same bits on every ISA, in the
+ * scalar tail, and on the GPU (k_cuda_sgd_step's __fmul_rn/__fadd_rn). */
 KT_TARGET static void KT(sgd_span)(size_t n, float lr, float m, float damp, float wd, int nesterov,
                                    int first, float *p, const float *g, float *v)
 {
     kv nlr = kv_set1(-lr), vm = kv_set1(m), vd = kv_set1(1.0f - damp), vwd = kv_set1(wd);
     size_t i = 0;
     for (; i + KV_W <= n; i += KV_W) {
-        kv pi = kv_load(p + i), d = kv_fma(vwd, pi, kv_load(g + i)), step = d;
+        kv pi = kv_load(p + i), d = kv_add(kv_mul(vwd, pi), kv_load(g + i)), step = d;
         if (m != 0.0f) {
-            kv b = first ? d : kv_fma(vm, kv_load(v + i), kv_mul(vd, d));
+            kv b = first ? d : kv_add(kv_mul(vm, kv_load(v + i)), kv_mul(vd, d));
             kv_store(v + i, b);
-            step = nesterov ? kv_fma(vm, b, d) : b;
+            step = nesterov ? kv_add(kv_mul(vm, b), d) : b;
         }
-        kv_store(p + i, kv_fma(nlr, step, pi));
+        kv_store(p + i, kv_add(kv_mul(nlr, step), pi));
     }
     for (; i < n; i++) {
         float d = g[i] + wd * p[i], step = d;

@@ -88,8 +88,7 @@ int k_cuda_bf16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
  * Bit for bit with the CPU: max pool with padding (fwd; bwd adds overlapping windows in
  * the CPU's window order), add, embedding (fwd, and bwd: each row's tokens added in
  * token order, no atomics), max over time. To rounding: batchnorm, global avgpool
- * (per-channel sums in double, fixed order). Per-element maths is shared with the host
- * emulation (test/cuda_emu). */
+ * (per-channel sums in double, fixed order). */
 /* Returns -1 (port_cuda_fail) unless ks, st >= 1 and 0 <= pad <= ks/2 (PyTorch's
  * limit: beyond it a window can lie wholly in the padding). */
 int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,

@@ -7,8 +7,7 @@
 // then a fixed shared-memory tree (bn_block_sum).
 // The order depends on the shapes only: a run repeats bit for bit, on any GPU. The
 // statistics take two passes (mean, then the centred squares) so the variance does not
-// cancel. The per-thread sums and per-element maths are __host__ __device__ functors;
-// under K_CUDA_EMULATE (test/cuda_emu) they run on the host with the same tree.
+// cancel.
 #include "kernels/cuda/k_cuda_launch.cuh"
 
 #define BN_THREADS 1024
@@ -57,7 +56,7 @@ struct BwdPart {
     }
 };
 
-// fmaf explicitly: the host emulation and the device then round alike.
+// fmaf explicitly: every compiler then rounds alike.
 struct Fwd {
     int C, hw; const float *x, *mean, *invstd, *gamma, *beta; float *y;
     __host__ __device__ void operator()(size_t i) const
@@ -91,8 +90,7 @@ struct Finish {
     }
 };
 
-#ifndef K_CUDA_EMULATE
-// k_cuda_block_sum's tree for BN_THREADS threads (k_cuda_tree_sum_host on the host).
+// k_cuda_block_sum's tree for BN_THREADS threads.
 __device__ __forceinline__ double bn_block_sum(double v, double *sh)
 {
     sh[threadIdx.x] = v;
@@ -125,7 +123,6 @@ __global__ void __launch_bounds__(BN_THREADS) bwd_sums_kernel(BwdPart f, float *
     b = bn_block_sum(b, sh);
     if (threadIdx.x == 0) { dbeta[c] = (float)a; dgamma[c] = (float)b; }
 }
-#endif
 
 } // namespace
 
@@ -133,28 +130,15 @@ int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *va
 {
     if (c <= 0) return 0;
     StatPart f = {{c, hw}, (size_t)n * hw, x};
-#ifdef K_CUDA_EMULATE
-    (void)s;
-    double part[BN_THREADS];
-    for (int ch = 0; ch < c; ch++) {
-        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sum(ch, t, BN_THREADS);
-        double mu = k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m;
-        for (int t = 0; t < BN_THREADS; t++) part[t] = f.sq(ch, t, BN_THREADS, mu);
-        mean[ch] = (float)mu;
-        var[ch] = (float)(k_cuda_tree_sum_host(part, BN_THREADS) / (double)f.m);
-    }
-    return 0;
-#else
-    stats_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, mean, var);
+    K_LAUNCH(stats_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, mean, var);
     return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d", n, c, hw);
-#endif
 }
 
 int k_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd, const float *gamma,
                   const float *beta, float *y, port_stream s)
 {
     k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, mean, invstd, gamma, beta, y}, s);
-    return K_CUDA_CHECK("k_cuda_bn_fwd", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d", n, c, hw);
 }
 
 int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
@@ -162,19 +146,8 @@ int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, 
 {
     if (c <= 0) return 0;
     BwdPart f = {{c, hw}, (size_t)n * hw, x, mean, invstd, dy};
-#ifdef K_CUDA_EMULATE
-    (void)s;
-    double pa[BN_THREADS], pb[BN_THREADS];
-    for (int ch = 0; ch < c; ch++) {
-        for (int t = 0; t < BN_THREADS; t++) f.sums(ch, t, BN_THREADS, &pa[t], &pb[t]);
-        dbeta[ch] = (float)k_cuda_tree_sum_host(pa, BN_THREADS);
-        dgamma[ch] = (float)k_cuda_tree_sum_host(pb, BN_THREADS);
-    }
-    return 0;
-#else
-    bwd_sums_kernel<<<c, BN_THREADS, 0, (cudaStream_t)s>>>(f, dgamma, dbeta);
+    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
     return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d", n, c, hw);
-#endif
 }
 
 int k_cuda_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
@@ -183,12 +156,12 @@ int k_cuda_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, co
 {
     Dx f = {c, hw, (float)(1.0 / m), x, mean, invstd, gamma, dgamma, dbeta, dy, dx};
     k_cuda_each((size_t)n * c * hw, f, s);
-    return K_CUDA_CHECK("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g", n, c, hw, m);
+    return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g", n, c, hw, m);
 }
 
 int k_cuda_bn_finish(int c, const float *mean, const float *var, float eps, float momentum, double count,
                      float *invstd, float *running_mean, float *running_var, port_stream s)
 {
     k_cuda_each((size_t)c, Finish{eps, momentum, count, mean, var, invstd, running_mean, running_var}, s);
-    return K_CUDA_CHECK("k_cuda_bn_finish", "c=%d count=%g", c, count);
+    return k_cuda_check_launch("k_cuda_bn_finish", "c=%d count=%g", c, count);
 }

@@ -1,11 +1,21 @@
-// Shared by the kernels/cuda/*.cu files: launch checking, the counter-based RNG, the
-// f16/bf16 bit conversions (rt/half.h: the host's code, bit for bit) and a deterministic
-// block reduction.
+// Shared by the kernels/cuda/*.cu files: the launch macro, launch checking, the
+// counter-based RNG, the f16/bf16 bit conversions (rt/half.h: the host's code, bit for
+// bit) and a deterministic block reduction.
 #pragma once
 #include "kernels/cuda/k_cuda.h"
 #include "rt/half.h"
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+// kernel<<<grid, block, shmem, stream>>>(args) is written K_LAUNCH(kernel, grid, block,
+// shmem, stream)(args): nvcc launches it on the GPU; built for the SIMT executor
+// (ports/simt, make test) the same source queues the kernel on the CPU. A template
+// kernel goes in parentheses with its template arguments: K_LAUNCH((k<A, B>), ...).
+#ifdef DDPRT_SIMT
+#define K_LAUNCH(k, grid, block, shmem, stream) SIMT_LAUNCH(k, grid, block, shmem, stream)
+#else
+#define K_LAUNCH(k, grid, block, shmem, stream) k<<<grid, block, shmem, stream>>>
+#endif
 
 #define K_CUDA_THREADS 256
 

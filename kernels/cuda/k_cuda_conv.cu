@@ -181,16 +181,6 @@ int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, co
     if (k_cuda_gemm("k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
         return -1;
     if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
-#ifdef K_CUDA_EMULATE
-    for (int k = 0; k < g.K; k++) {
-        double sum = 0.0;
-        for (int n = 0; n < g.N; n++)
-            for (int i = 0; i < g.PQ(); i++) sum += dy[((size_t)n * g.K + k) * g.PQ() + i];
-        db[k] = (float)sum;
-    }
-    return 0;
-#else
-    conv_bias_grad<<<g.K, K_CUDA_THREADS, 0, cs>>>(g, dy, db);
+    K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db);
     return k_cuda_check_launch("k_cuda_conv2d_bwd (bias grad)", "%s", shp);
-#endif
 }

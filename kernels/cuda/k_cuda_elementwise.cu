@@ -8,7 +8,7 @@
 #define GRID_STRIDE(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-#define LAUNCH(kernel, n, s, ...) kernel<<<k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)(s)>>>(__VA_ARGS__)
+#define LAUNCH(kernel, n, s, ...) K_LAUNCH(kernel, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)(s))(__VA_ARGS__)
 
 static float dropout_scale(float p) { return p >= 1.0f ? 0.0f : (float)(1.0 / (1.0 - (double)p)); }
 

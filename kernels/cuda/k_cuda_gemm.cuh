@@ -116,35 +116,6 @@ static inline size_t k_cuda_gemm_ws_bytes(int M, int N, int K)
     return s > 1 ? (size_t)s * M * N * sizeof(float) : 0;
 }
 
-#ifdef K_CUDA_EMULATE
-// CPU emulation for the tests of machines without a GPU (test/cuda_emu): the same
-// functors, the same split-K slices, partial sums and in-order finish, as plain loops
-// over host memory. It checks the index maths of every conv/linear operand; the tiled
-// kernel itself is only checked on a GPU (make test-gpu).
-template <class LA, class LB, class ST>
-static int k_cuda_gemm(const char *, const char *, int M, int N, int K, LA la, LB lb, ST st, void *ws, cudaStream_t)
-{
-    int splits = k_cuda_gemm_splits(M, N, K);
-    int kchunk = splits == 1 ? K : ((K + splits - 1) / splits + KG_BK - 1) / KG_BK * KG_BK;
-    int nz = splits == 1 ? 1 : (K + kchunk - 1) / kchunk;
-    KgPartial part = {(float *)ws, M, N};
-    for (int z = 0; z < nz; z++)
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                float acc = 0.0f;
-                for (int k = z * kchunk; k < K && k < (z + 1) * kchunk; k++) acc = fmaf(la(m, k), lb(k, n), acc);
-                if (nz == 1) st(0, m, n, acc);
-                else part(z, m, n, acc);
-            }
-    if (nz > 1)
-        for (size_t i = 0; i < (size_t)M * N; i++) {
-            float s = 0.0f;
-            for (int z = 0; z < nz; z++) s += ((float *)ws)[z * (size_t)M * N + i];
-            st(0, (int)(i / N), (int)(i % N), s);
-        }
-    return 0;
-}
-#else
 // Runs C = A B through st; ws must hold k_cuda_gemm_ws_bytes(M, N, K) (may be NULL
 // when that is 0). Returns 0 or -1 (the launch check names `kernel` and `shapes`).
 template <class LA, class LB, class ST>
@@ -154,7 +125,7 @@ static int k_cuda_gemm(const char *kernel, const char *shapes, int M, int N, int
     int splits = k_cuda_gemm_splits(M, N, K);
     dim3 grid((N + KG_BN - 1) / KG_BN, (M + KG_BM - 1) / KG_BM, splits);
     if (splits == 1) {
-        k_cuda_gemm_kernel<<<grid, KG_THREADS, 0, s>>>(M, N, K, K, la, lb, st);
+        K_LAUNCH((k_cuda_gemm_kernel<LA, LB, ST>), grid, KG_THREADS, 0, s)(M, N, K, K, la, lb, st);
         return k_cuda_check_launch(kernel, "%s", shapes);
     }
     if (!ws) {
@@ -166,10 +137,9 @@ static int k_cuda_gemm(const char *kernel, const char *shapes, int M, int N, int
     int kchunk = ((K + splits - 1) / splits + KG_BK - 1) / KG_BK * KG_BK;
     grid.z = (K + kchunk - 1) / kchunk;
     KgPartial part = {(float *)ws, M, N};
-    k_cuda_gemm_kernel<<<grid, KG_THREADS, 0, s>>>(M, N, K, kchunk, la, lb, part);
+    K_LAUNCH((k_cuda_gemm_kernel<LA, LB, KgPartial>), grid, KG_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     if (k_cuda_check_launch(kernel, "%s (split-K %u)", shapes, grid.z)) return -1;
-    k_cuda_gemm_finish<<<k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s>>>(M, N, (int)grid.z,
-                                                                              (const float *)ws, st);
+    K_LAUNCH((k_cuda_gemm_finish<ST>), k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s)(M, N, (int)grid.z,
+                                                                                        (const float *)ws, st);
     return k_cuda_check_launch(kernel, "%s (split-K finish)", shapes);
 }
-#endif

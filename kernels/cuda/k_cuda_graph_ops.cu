@@ -1,10 +1,9 @@
 // Layer-graph ops of kernels/k.h on the GPU: max pool with padding, global average
 // pool, residual add, embedding (channels-first output) and max over time. The maths
-// of each output element is a __host__ __device__ functor (k_cuda_launch.cuh), so
-// test/cuda_emu runs it on the CPU. No atomics: every output is written by one thread,
-// in a fixed order, so results repeat bit for bit.
+// of each output element is a functor run by k_cuda_each (k_cuda_launch.cuh). No
+// atomics: every output is written by one thread, in a fixed order, so results repeat
+// bit for bit.
 #include "kernels/cuda/k_cuda_launch.cuh"
-#include <string.h>
 
 namespace {
 
@@ -92,21 +91,11 @@ struct EmbFwd {
 
 // The gradient of row ids[j], column d, from token j (its first use) on: the tokens
 // that use the row, added in token order from zero, as the CPU's zero-then-accumulate.
-// The device kernel finds the matching tokens 32 at a time (a warp ballot) but adds
-// term(t, d) in the same token order, so the bits are the same.
+// The kernel finds the matching tokens 32 at a time (a warp ballot) but adds term(t, d)
+// in token order, so the bits are the CPU's.
 struct EmbRowSum {
     int ntok, len, dim; const int32_t *ids; const float *dy;
     __host__ __device__ float term(int t, int d) const { return dy[((size_t)(t / len) * dim + d) * len + t % len]; }
-#ifdef K_CUDA_EMULATE
-    float operator()(int j, int d) const // the emulation's sequential scan
-    {
-        int32_t v = ids[j];
-        float s = 0.0f;
-        for (int t = j; t < ntok; t++)
-            if (ids[t] == v) s += term(t, d);
-        return s;
-    }
-#endif
 };
 
 // ---- max over time: one thread per (n, c) row; first max wins, a NaN is taken.
@@ -134,7 +123,6 @@ struct MaxTimeBwd {
     }
 };
 
-#ifndef K_CUDA_EMULATE
 // One block per token j (grid-stride): the block first checks whether an earlier token
 // uses the same row; only the first user (the row's leader) writes the row, each
 // thread one column, so no two threads ever write the same element. blockDim is a
@@ -160,7 +148,6 @@ __global__ void emb_bwd_rows(int ntok, EmbRowSum f, float *dtable)
         }
     }
 }
-#endif
 
 int pool_args_bad(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad)
 {
@@ -179,7 +166,7 @@ int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad
     if (pool_args_bad("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad)) return -1;
     int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
     k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, y, idx}, s);
-    return K_CUDA_CHECK("k_cuda_maxpool2d_pad_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
+    return k_cuda_check_launch("k_cuda_maxpool2d_pad_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
                         pad);
 }
 
@@ -189,33 +176,33 @@ int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad
     if (pool_args_bad("k_cuda_maxpool2d_pad_bwd", n, c, h, w, ks, st, pad)) return -1;
     int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
     k_cuda_each((size_t)n * c * h * w, PoolBwd{h, w, ks, st, pad, p, q, dy, idx, dx}, s);
-    return K_CUDA_CHECK("k_cuda_maxpool2d_pad_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
+    return k_cuda_check_launch("k_cuda_maxpool2d_pad_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
                         pad);
 }
 
 int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s)
 {
     k_cuda_each((size_t)n * c, AvgFwd{hw, x, y}, s);
-    return K_CUDA_CHECK("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_check_launch("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d", n, c, hw);
 }
 
 int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, port_stream s)
 {
     k_cuda_each((size_t)n * c * hw, AvgBwd{hw, dy, dx}, s);
-    return K_CUDA_CHECK("k_cuda_global_avgpool_bwd", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_check_launch("k_cuda_global_avgpool_bwd", "n=%d c=%d hw=%d", n, c, hw);
 }
 
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s)
 {
     k_cuda_each(n, Add{a, b, y}, s);
-    return K_CUDA_CHECK("k_cuda_add", "n=%zu", n);
+    return k_cuda_check_launch("k_cuda_add", "n=%zu", n);
 }
 
 int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y,
                          port_stream s)
 {
     k_cuda_each((size_t)n * dim * len, EmbFwd{len, dim, ids, table, y}, s);
-    return K_CUDA_CHECK("k_cuda_embedding_fwd", "n=%d len=%d dim=%d", n, len, dim);
+    return k_cuda_check_launch("k_cuda_embedding_fwd", "n=%d len=%d dim=%d", n, len, dim);
 }
 
 int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy, float *dtable,
@@ -223,17 +210,6 @@ int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids,
 {
     int ntok = n * len;
     EmbRowSum f = {ntok, len, dim, ids, dy};
-#ifdef K_CUDA_EMULATE
-    (void)s;
-    memset(dtable, 0, (size_t)vocab * dim * sizeof(float));
-    for (int j = 0; j < ntok; j++) {
-        int dup = 0;
-        for (int t = 0; t < j && !dup; t++) dup = ids[t] == ids[j];
-        if (!dup)
-            for (int d = 0; d < dim; d++) dtable[(size_t)ids[j] * dim + d] = f(j, d);
-    }
-    return 0;
-#else
     cudaError_t e = cudaMemsetAsync(dtable, 0, (size_t)vocab * dim * sizeof(float), (cudaStream_t)s);
     if (e != cudaSuccess) {
         port_cuda_fail("k_cuda_embedding_bwd(n=%d len=%d dim=%d vocab=%d): zeroing dtable: %s", n, len, dim, vocab,
@@ -242,19 +218,18 @@ int k_cuda_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids,
     }
     if (ntok == 0 || dim == 0) return 0;
     int threads = dim >= K_CUDA_THREADS ? K_CUDA_THREADS : (dim + 31) / 32 * 32;
-    emb_bwd_rows<<<ntok < 65535 * 16 ? ntok : 65535 * 16, threads, 0, (cudaStream_t)s>>>(ntok, f, dtable);
+    K_LAUNCH(emb_bwd_rows, ntok < 65535 * 16 ? ntok : 65535 * 16, threads, 0, (cudaStream_t)s)(ntok, f, dtable);
     return k_cuda_check_launch("k_cuda_embedding_bwd", "n=%d len=%d dim=%d vocab=%d", n, len, dim, vocab);
-#endif
 }
 
 int k_cuda_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx, port_stream s)
 {
     k_cuda_each((size_t)n * c, MaxTimeFwd{len, x, y, idx}, s);
-    return K_CUDA_CHECK("k_cuda_max_time_fwd", "n=%d c=%d len=%d", n, c, len);
+    return k_cuda_check_launch("k_cuda_max_time_fwd", "n=%d c=%d len=%d", n, c, len);
 }
 
 int k_cuda_max_time_bwd(int n, int c, int len, const float *dy, const int32_t *idx, float *dx, port_stream s)
 {
     k_cuda_each((size_t)n * c * len, MaxTimeBwd{len, dy, idx, dx}, s);
-    return K_CUDA_CHECK("k_cuda_max_time_bwd", "n=%d c=%d len=%d", n, c, len);
+    return k_cuda_check_launch("k_cuda_max_time_bwd", "n=%d c=%d len=%d", n, c, len);
 }

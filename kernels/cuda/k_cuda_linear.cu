@@ -84,15 +84,6 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
     Store st = {dw, in};
     if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
     if (!db) return 0; // no bias
-#ifdef K_CUDA_EMULATE
-    for (int o = 0; o < out; o++) {
-        float sum = 0.0f;
-        for (int r = 0; r < n; r++) sum += dy[(size_t)r * out + o];
-        db[o] = sum;
-    }
-    return 0;
-#else
-    linear_bias_grad<<<(out + 127) / 128, 128, 0, cs>>>(n, out, dy, db);
+    K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);
     return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);
-#endif
 }

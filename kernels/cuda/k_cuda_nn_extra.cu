@@ -1,7 +1,7 @@
 // The small kernels the layer-graph executor needs beside k.h's twins (nn/ops/cuda.c):
 // channel concat as strided row copies, log_softmax backward where it is not fused with
-// the loss, and the int64 counter of BatchNorm's num_batches_tracked. Functors, so the
-// host emulation (test/cuda_emu) runs the same maths.
+// the loss, and the int64 counter of BatchNorm's num_batches_tracked (functors run by
+// k_cuda_each).
 #include "kernels/cuda/k_cuda_launch.cuh"
 #include <math.h>
 
@@ -40,18 +40,18 @@ int k_cuda_copy_rows(int rows, size_t len, const float *src, size_t src_stride, 
 {
     if (rows <= 0 || !len) return 0;
     k_cuda_each((size_t)rows * len, CopyRows{len, src_stride, dst_stride, src, dst}, s);
-    return K_CUDA_CHECK("k_cuda_copy_rows", "rows=%d len=%zu", rows, len);
+    return k_cuda_check_launch("k_cuda_copy_rows", "rows=%d len=%zu", rows, len);
 }
 
 int k_cuda_log_softmax_bwd(int n, int classes, const float *y, const float *dy, float *dx, port_stream s)
 {
     if (n <= 0) return 0;
     k_cuda_each((size_t)n, LsmBwd{classes, y, dy, dx}, s);
-    return K_CUDA_CHECK("k_cuda_log_softmax_bwd", "n=%d classes=%d", n, classes);
+    return k_cuda_check_launch("k_cuda_log_softmax_bwd", "n=%d classes=%d", n, classes);
 }
 
 int k_cuda_add_i64(int64_t *x, int64_t v, port_stream s)
 {
     k_cuda_each(1, AddI64{x, v}, s);
-    return K_CUDA_CHECK("k_cuda_add_i64", "v=%lld", (long long)v);
+    return k_cuda_check_launch("k_cuda_add_i64", "v=%lld", (long long)v);
 }

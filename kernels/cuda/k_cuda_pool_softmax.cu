@@ -51,7 +51,8 @@ int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float
 {
     int p = (h - ks) / st + 1, q = (w - ks) / st + 1;
     size_t total = (size_t)n * c * p * q;
-    maxpool_fwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(total, h, w, ks, st, p, q, x, y, idx);
+    K_LAUNCH(maxpool_fwd, k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s)(total, h, w, ks, st, p, q, x, y,
+                                                                                 idx);
     return k_cuda_check_launch("k_cuda_maxpool2d_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d", n, c, h, w, ks, st);
 }
 
@@ -60,8 +61,8 @@ int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float
 {
     int p = (h - ks) / st + 1, q = (w - ks) / st + 1;
     size_t total = (size_t)n * c * h * w;
-    maxpool_bwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(total, h, w, ks, st, p, q, dy, idx,
-                                                                             dx);
+    K_LAUNCH(maxpool_bwd, k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s)(total, h, w, ks, st, p, q, dy,
+                                                                                 idx, dx);
     return k_cuda_check_launch("k_cuda_maxpool2d_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d", n, c, h, w, ks, st);
 }
 
@@ -118,14 +119,14 @@ __global__ void log_softmax_nll_bwd(int n, int classes, const float *logp, const
 
 int k_cuda_log_softmax_fwd(int n, int classes, const float *x, float *y, port_stream s)
 {
-    log_softmax_fwd<<<(n + LSM_ROWS - 1) / LSM_ROWS > 0 ? (n + LSM_ROWS - 1) / LSM_ROWS : 1, LSM_ROWS * 32, 0,
-                      (cudaStream_t)s>>>(n, classes, x, y);
+    unsigned blocks = n > 0 ? (unsigned)((n + LSM_ROWS - 1) / LSM_ROWS) : 1;
+    K_LAUNCH(log_softmax_fwd, blocks, LSM_ROWS * 32, 0, (cudaStream_t)s)(n, classes, x, y);
     return k_cuda_check_launch("k_cuda_log_softmax_fwd", "n=%d classes=%d", n, classes);
 }
 
 int k_cuda_nll_loss_sum(int n, int classes, const float *logp, const int32_t *labels, double *out, port_stream s)
 {
-    nll_loss_sum<<<1, K_CUDA_THREADS, 0, (cudaStream_t)s>>>(n, classes, logp, labels, out);
+    K_LAUNCH(nll_loss_sum, 1, K_CUDA_THREADS, 0, (cudaStream_t)s)(n, classes, logp, labels, out);
     return k_cuda_check_launch("k_cuda_nll_loss_sum", "n=%d classes=%d", n, classes);
 }
 
@@ -133,7 +134,7 @@ int k_cuda_log_softmax_nll_bwd(int n, int classes, const float *logp, const int3
                                float *dx, port_stream s)
 {
     size_t total = (size_t)n * classes;
-    log_softmax_nll_bwd<<<k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s>>>(n, classes, logp, labels,
-                                                                                      scale, dx);
+    K_LAUNCH(log_softmax_nll_bwd, k_cuda_blocks(total), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, classes, logp,
+                                                                                         labels, scale, dx);
     return k_cuda_check_launch("k_cuda_log_softmax_nll_bwd", "n=%d classes=%d", n, classes);
 }

@@ -1,6 +1,8 @@
-/* Helpers for the GPU tests (make test-gpu): device buffers filled from host arrays,
- * results copied back, and comparisons against the CPU kernels. Every failure of the
- * port is fatal to the test with the port's message. */
+/* Helpers for the device suite: device buffers filled from host arrays, results copied
+ * back, and comparisons against the CPU kernels. Every failure of the port is fatal to
+ * the test with the port's message. The suite runs on a GPU (make test-gpu) and, in
+ * make test, on the SIMT executor (ports/simt; G_SIMT), which runs a GPU's threads one
+ * at a time on the CPU: there the shapes that would take minutes shrink (G_BIG). */
 #ifndef TEST_GPU_G_H
 #define TEST_GPU_G_H
 #include "kernels/cuda/k_cuda.h"
@@ -9,6 +11,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if DDPRT_SIMT
+#define G_SIMT 1
+#else
+#define G_SIMT 0
+#endif
+/* n on a GPU, small on the executor (a batch, a channel count). */
+#define G_BIG(n, small) (G_SIMT ? (small) : (n))
+
+/* The trainer whose --device cuda is this device: ddprt-train, or t-train-simt (the
+ * same program linked with the executor). */
+static inline const char *g_train(void) { return t_prog(G_SIMT ? "t-train-simt" : "ddprt-train"); }
 
 static inline void g_need(int ok, const char *what)
 {

@@ -32,7 +32,7 @@ static void pool_case(int n, int c, int h, int w, int ks, int st, int pad)
 
 TEST(gpu_maxpool_pad_bit_exact)
 {
-    pool_case(32, 64, 112, 112, 3, 2, 1); /* ResNet-18 stem */
+    pool_case(G_BIG(32, 2), G_BIG(64, 8), 112, 112, 3, 2, 1); /* ResNet-18 stem */
     pool_case(64, 10, 24, 24, 2, 2, 0);   /* LeNet */
     pool_case(3, 5, 13, 11, 3, 2, 1);
     pool_case(1, 2, 7, 6, 5, 3, 2);
@@ -85,9 +85,9 @@ static void bn_case(int n, int c, int hw, float shift)
 
 TEST(gpu_batchnorm_resnet_and_random_shapes)
 {
-    bn_case(32, 64, 112 * 112, 0.5f); /* ResNet-18 bn1 at batch 32 */
-    bn_case(32, 512, 49, 0.5f);       /* layer4 */
-    bn_case(128, 16, 28 * 28, 1000.0f); /* resnet20 on 28x28, a large mean */
+    bn_case(G_BIG(32, 2), G_BIG(64, 4), 112 * 112, 0.5f); /* ResNet-18 bn1 at batch 32 */
+    bn_case(G_BIG(32, 4), G_BIG(512, 32), 49, 0.5f);       /* layer4 */
+    bn_case(G_BIG(128, 8), 16, 28 * 28, 1000.0f);          /* resnet20 on 28x28, a large mean */
     bn_case(300, 3, 1, 0.0f);
     for (int i = 0; i < 6; i++) {
         uint64_t seed = 400 + i;
@@ -116,7 +116,7 @@ TEST(gpu_batchnorm_running_statistics)
 TEST(gpu_global_avgpool_and_add)
 {
     g_init();
-    static const int shapes[][3] = {{32, 512, 49}, {128, 64, 64}, {3, 5, 1}, {2, 3, 3136}};
+    static const int shapes[][3] = {{G_BIG(32, 4), 512, 49}, {G_BIG(128, 8), 64, 64}, {3, 5, 1}, {2, 3, 3136}};
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         int n = shapes[t][0], c = shapes[t][1], hw = shapes[t][2];
         size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;

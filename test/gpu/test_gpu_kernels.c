@@ -48,7 +48,7 @@ static void conv_case(int n, int c, int h, int w, int k, int r, int st, int pad,
 TEST(gpu_conv1d_textcnn_shapes)
 {
     /* conv1d over [n, embed, len] as a 1 x width conv2d: widths 3, 4, 5, 100 filters. */
-    for (int wd = 3; wd <= 5; wd++) conv_case_rs(64, 128, 1, 64, 100, 1, wd, 1, 0, 1);
+    for (int wd = 3; wd <= 5; wd++) conv_case_rs(G_BIG(64, 4), 128, 1, 64, 100, 1, wd, 1, 0, 1);
     conv_case_rs(7, 33, 1, 50, 20, 1, 4, 1, 0, 1);
 }
 
@@ -57,23 +57,25 @@ TEST(gpu_conv_lenet_shapes)
     conv_case(64, 1, 28, 28, 10, 5, 1, 0, 1);
     conv_case(64, 10, 12, 12, 20, 5, 1, 0, 1);
     conv_case(1, 1, 28, 28, 10, 5, 1, 0, 1);
-    conv_case(1000, 10, 12, 12, 20, 5, 1, 0, 1);
+    conv_case(G_BIG(1000, 32), 10, 12, 12, 20, 5, 1, 0, 1);
 }
 
+/* Channels and planes a quarter on the executor (its index maths is the same). */
+#define R(x) G_BIG(x, (x) / 4 >= 7 ? (x) / 4 : (x))
 TEST(gpu_conv_resnet_shapes)
 {
-    conv_case(32, 64, 56, 56, 64, 3, 1, 1, 1);
-    conv_case(32, 64, 56, 56, 128, 3, 2, 1, 1);
-    conv_case(32, 128, 28, 28, 128, 3, 1, 1, 1);
-    conv_case(32, 256, 14, 14, 256, 3, 1, 1, 1);
-    conv_case(32, 256, 7, 7, 256, 3, 1, 1, 1);
-    conv_case(32, 64, 56, 56, 256, 1, 1, 0, 1);
+    conv_case(G_BIG(32, 1), R(64), R(56), R(56), R(64), 3, 1, 1, 1);
+    conv_case(G_BIG(32, 1), R(64), R(56), R(56), R(128), 3, 2, 1, 1);
+    conv_case(G_BIG(32, 1), R(128), R(28), R(28), R(128), 3, 1, 1, 1);
+    conv_case(G_BIG(32, 1), R(256), 14, 14, R(256), 3, 1, 1, 1);
+    conv_case(G_BIG(32, 1), R(256), 7, 7, R(256), 3, 1, 1, 1);
+    conv_case(G_BIG(32, 1), R(64), R(56), R(56), R(256), 1, 1, 0, 1);
     /* The stem (7x7 s2 p3), strided 3x3 and the 1x1 s2 projection shortcuts, no bias. */
-    conv_case(8, 3, 224, 224, 64, 7, 2, 3, 0);
-    conv_case(32, 128, 28, 28, 256, 3, 2, 1, 0);
-    conv_case(32, 64, 56, 56, 128, 1, 2, 0, 0);
-    conv_case(32, 256, 14, 14, 512, 1, 2, 0, 0);
-    conv_case(128, 16, 28, 28, 32, 1, 2, 0, 0); /* resnet20 on 28x28 */
+    conv_case(G_BIG(8, 1), 3, R(224), R(224), R(64), 7, 2, 3, 0);
+    conv_case(G_BIG(32, 1), R(128), R(28), R(28), R(256), 3, 2, 1, 0);
+    conv_case(G_BIG(32, 1), R(64), R(56), R(56), R(128), 1, 2, 0, 0);
+    conv_case(G_BIG(32, 1), R(256), 14, 14, R(512), 1, 2, 0, 0);
+    conv_case(G_BIG(128, 2), 16, 28, 28, 32, 1, 2, 0, 0); /* resnet20 on 28x28 */
 }
 
 TEST(gpu_conv_random_odd_shapes)
@@ -87,38 +89,70 @@ TEST(gpu_conv_random_odd_shapes)
     }
 }
 
-static void linear_case(int n, int in, int out)
+/* bias 0: no bias (b and db NULL). */
+static void linear_case_b(int n, int in, int out, int bias)
 {
     g_init();
     float *x = g_rand((size_t)n * in, 5), *w = g_rand((size_t)out * in, 6), *b = g_rand(out, 7);
     float *dy = g_rand((size_t)n * out, 8);
     float *y = malloc((size_t)n * out * 4), *dx = malloc((size_t)n * in * 4), *dw = malloc((size_t)out * in * 4),
           *db = malloc(out * 4);
-    k_linear_fwd(n, in, out, x, w, b, y);
-    k_linear_bwd(n, in, out, x, w, dy, dx, dw, db);
-    float *gx = g_up(x, (size_t)n * in * 4), *gw = g_up(w, (size_t)out * in * 4), *gb = g_up(b, out * 4);
+    k_linear_fwd(n, in, out, x, w, bias ? b : NULL, y);
+    k_linear_bwd(n, in, out, x, w, dy, dx, dw, bias ? db : NULL);
+    float *gx = g_up(x, (size_t)n * in * 4), *gw = g_up(w, (size_t)out * in * 4), *gb = bias ? g_up(b, out * 4) : NULL;
     float *gdy = g_up(dy, (size_t)n * out * 4), *gy = g_dev((size_t)n * out * 4), *gdx = g_dev((size_t)n * in * 4);
-    float *gdw = g_dev((size_t)out * in * 4), *gdb = g_dev(out * 4);
+    float *gdw = g_dev((size_t)out * in * 4), *gdb = bias ? g_dev(out * 4) : NULL;
     void *ws = g_dev(k_cuda_linear_workspace(n, in, out) + 64);
     g_need(k_cuda_linear_fwd(n, in, out, gx, gw, gb, gy, ws, NULL) == 0, "linear fwd");
     g_need(k_cuda_linear_bwd(n, in, out, gx, gw, gdy, gdx, gdw, gdb, ws, NULL) == 0, "linear bwd");
     double ey = g_relerr(g_result(gy, (size_t)n * out), y, (size_t)n * out);
     double ex = g_relerr(g_result(gdx, (size_t)n * in), dx, (size_t)n * in);
     double ew = g_relerr(g_result(gdw, (size_t)out * in), dw, (size_t)out * in);
-    double eb = g_relerr(g_result(gdb, out), db, out);
+    double eb = bias ? g_relerr(g_result(gdb, out), db, out) : 0;
     CHECKF(ey < CONV_TOL && ex < CONV_TOL && ew < CONV_TOL && eb < 1e-5, "linear n=%d in=%d out=%d: y %.2g dx %.2g dw %.2g db %.2g",
            n, in, out, ey, ex, ew, eb);
 }
+
+static void linear_case(int n, int in, int out) { linear_case_b(n, in, out, 1); }
 
 TEST(gpu_linear_shapes)
 {
     linear_case(64, 320, 50);
     linear_case(64, 50, 10);
     linear_case(1, 320, 50);
-    linear_case(1000, 320, 50);
-    linear_case(256, 2048, 1000);
+    linear_case(1000, 320, 50); /* dw: 7 split-K slices, the last one shorter */
+    linear_case(G_BIG(256, 32), 2048, 1000);
     linear_case(7, 33, 65);
+    linear_case_b(7, 33, 65, 0);
     linear_case(129, 1, 3);
+}
+
+/* What the tiled GEMM's guards, split-K slices and tails see: M and N not multiples of
+ * the 64x64 tile, K not of the 16-deep slice, split-K with a last, shorter slice
+ * (LeNet's conv2 at batch 7: K = 448 in slices of 160, 160, 128), 1x1 and non-square
+ * kernels, strides and padding over odd planes, and random shapes. */
+TEST(gpu_conv_guards_split_k_tails)
+{
+    static const int convs[][9] = {
+        {64, 1, 28, 28, 10, 5, 5, 1, 0}, {7, 10, 12, 12, 20, 5, 5, 1, 0}, {1, 1, 28, 28, 10, 5, 5, 1, 0},
+        {2, 16, 14, 14, 32, 3, 3, 1, 1}, {2, 16, 15, 15, 24, 3, 3, 2, 1}, {3, 5, 9, 11, 7, 3, 2, 3, 2},
+        {2, 8, 7, 7, 8, 1, 1, 1, 0},     {1, 3, 5, 5, 4, 5, 5, 1, 2},     {4, 6, 10, 8, 5, 4, 3, 2, 0},
+        {1, 3, 64, 64, 16, 7, 7, 2, 3},  {2, 4, 20, 21, 8, 7, 7, 2, 3},   {2, 16, 14, 14, 32, 1, 1, 2, 0},
+        {2, 8, 15, 15, 16, 1, 1, 2, 0},  {2, 32, 8, 8, 64, 3, 3, 2, 1},
+    };
+    k_conv_shape sh = {.n = 7, .c = 10, .h = 12, .w = 12, .k = 20, .r = 5, .s = 5, .stride = 1, .pad = 0};
+    k_conv_shape_init(&sh);
+    CHECK(k_cuda_conv2d_workspace(&sh) > 0); /* split-K is engaged */
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        const int *v = convs[i];
+        conv_case_rs(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], 1);
+        if (i >= 9) conv_case_rs(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], 0);
+    }
+    for (int i = 0; i < 20; i++) {
+        uint64_t s = 900 + i;
+        int r = RN(1, 5, 0), q = RN(1, 5, 1), st = RN(1, 3, 2), pad = RN(0, 2, 3);
+        conv_case_rs(RN(1, 4, 4), RN(1, 9, 5), RN(r, 16, 6), RN(q, 16, 7), RN(1, 17, 8), r, q, st, pad, i % 2);
+    }
 }
 
 TEST(gpu_rng_init_dropout_bit_exact)
@@ -161,7 +195,7 @@ TEST(gpu_relu_pool_bit_exact)
 {
     g_init();
     static const int shapes[][6] = {{64, 10, 24, 24, 2, 2}, {64, 20, 8, 8, 2, 2}, {3, 5, 13, 11, 3, 2},
-                                    {2, 4, 9, 9, 3, 1}, {32, 64, 56, 56, 3, 2}};
+                                    {2, 4, 9, 9, 3, 1}, {G_BIG(32, 2), 64, 56, 56, 3, 2}};
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         int n = shapes[t][0], c = shapes[t][1], h = shapes[t][2], w = shapes[t][3], ks = shapes[t][4], st = shapes[t][5];
         int p = (h - ks) / st + 1, q = (w - ks) / st + 1;

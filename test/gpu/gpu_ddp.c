@@ -1,11 +1,11 @@
-/* DDP through the device path on the emulated device: 2 ranks (loopback threads),
- * each with its own nn_cuda whose device graph nn_ddp hooks: buckets go out as
- * tp_iallreduce_device (pinned staging), run by the comm's thread. Small buckets, so there are many and they go
- * out while backward runs (every one from the hook). Rank 1 starts with wrong BatchNorm statistics: the device
+/* DDP through the device path on one device: 2 ranks (loopback threads), each with
+ * its own nn_cuda whose device graph nn_ddp hooks: buckets go out as
+ * tp_iallreduce_device (pinned staging), run by the comm's thread. Small buckets, so
+ * there are many and they go out while backward runs (every one from the hook). Rank 1 starts with wrong BatchNorm statistics: the device
  * broadcast_buffers must replace them with rank 0's before the forward. Reference:
  * the CPU executor on each rank's batch, the two gradients averaged, then SGD. */
 #include "nn/graph_cuda.h"
-#include "test/cuda_emu/emu.h"
+#include "test/gpu/gpu_models.h"
 #include "test/tp_harness.h"
 #include <math.h>
 
@@ -14,7 +14,7 @@ static const nn_shape in = {3, 8, 8, 0};
 static const k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f};
 
 typedef struct ddp_case {
-    emu_model ref[2];          /* CPU, one per rank's batch */
+    gm_model ref[2];          /* CPU, one per rank's batch */
     float *x[2];
     int32_t *y[2];
     float *params[2], *grads[2]; /* after the step, downloaded */
@@ -28,10 +28,10 @@ static void rank_main(tp_comm *c, void *arg)
     ddp_case *k = arg;
     int r = tp_rank(c);
     nn_ddp *d = nn_ddp_wrap(c);
-    emu_model host;
+    gm_model host;
     char err[400] = "";
     nn_cuda *cu = NULL;
-    if (!d || emu_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
+    if (!d || gm_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
         nn_cuda_setup(cu, &host.g, d, 0, err, sizeof err)) {
         snprintf(k->msg[r], sizeof k->msg[r], "setup: %s", err);
         k->fail[r] = 1;
@@ -50,7 +50,7 @@ static void rank_main(tp_comm *c, void *arg)
     nn_ddp_stats ds = nn_ddp_get_stats(d);
     k->nbuckets[r] = ds.nbuckets;
     k->from_hook[r] = ds.last_from_hook;
-    k->grads[r] = emu_down(nn_cuda_graph(cu)->grads, host.g.nparams * sizeof(float));
+    k->grads[r] = gm_down(nn_cuda_graph(cu)->grads, host.g.nparams * sizeof(float));
     if (nn_cuda_download(cu, NULL)) k->fail[r] = 1;
     k->params[r] = malloc(host.g.nparams * sizeof(float));
     k->bufs[r] = malloc(host.g.buf_bytes);
@@ -58,10 +58,10 @@ static void rank_main(tp_comm *c, void *arg)
     memcpy(k->bufs[r], host.g.bufs, host.g.buf_bytes);
     nn_cuda_close(cu);
     nn_ddp_close(d, 0);
-    emu_drop(&host);
+    gm_drop(&host);
 }
 
-int emu_graph_ddp(int *cases)
+int gm_graph_ddp(int *cases)
 {
     ddp_case k;
     memset(&k, 0, sizeof k);
@@ -69,8 +69,8 @@ int emu_graph_ddp(int *cases)
     for (int r = 0; r < 2; r++) {
         k.x[r] = malloc(B * nn_shape_numel(in) * sizeof(float));
         k.y[r] = malloc(B * sizeof(int32_t));
-        emu_fill(k.x[r], k.y[r], B, in, 10, 0, 50 + r);
-        if (emu_build(&k.ref[r], "resnet20", in, 10, 0, B)) return 1;
+        gm_fill(k.x[r], k.y[r], B, in, 10, 0, 50 + r);
+        if (gm_build(&k.ref[r], "resnet20", in, 10, 0, B)) return 1;
         nn_graph *g = &k.ref[r].g;
         nn_forward(g, k.x[r], B, 1, 1000 + r, 0);
         (void)nn_loss(g, k.y[r], B, NULL); /* the log-probabilities backward starts from */
@@ -93,9 +93,9 @@ int emu_graph_ddp(int *cases)
         }
         char name[32];
         snprintf(name, sizeof name, "ddp rank %d", r);
-        bad |= emu_cmp_params(name, "averaged gradient", g0, g0->grads, k.grads[r], 1e-4);
-        bad |= emu_cmp_params(name, "parameter after the averaged step", g0, g0->params, k.params[r], 1e-4);
-        bad |= emu_cmp_bufs(name, &k.ref[r].g, k.bufs[r]); /* rank 0's statistics, then its own batch's */
+        bad |= gm_cmp_params(name, "averaged gradient", g0, g0->grads, k.grads[r], 1e-4);
+        bad |= gm_cmp_params(name, "parameter after the averaged step", g0, g0->params, k.params[r], 1e-4);
+        bad |= gm_cmp_bufs(name, &k.ref[r].g, k.bufs[r]); /* rank 0's statistics, then its own batch's */
     }
     if (!bad && memcmp(k.params[0], k.params[1], g0->nparams * sizeof(float))) {
         printf("FAIL ddp: the ranks' parameters differ after the step\n");
@@ -114,7 +114,7 @@ int emu_graph_ddp(int *cases)
         }
     for (int r = 0; r < 2; r++) {
         free(k.x[r]); free(k.y[r]); free(k.params[r]); free(k.grads[r]); free(k.bufs[r]);
-        emu_drop(&k.ref[r]);
+        gm_drop(&k.ref[r]);
     }
     return bad;
 }

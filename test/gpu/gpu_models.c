@@ -1,12 +1,10 @@
-/* The graph executor's device path, on the emulated device (emu_port.c) in t-cuda-emu
- * and on a real GPU in make test-gpu (test/gpu/test_gpu_graph_train.c): a model is
- * built twice from the same seed, one copy trained by the CPU executor (nn/exec.c),
- * the other through nn/graph_cuda.c (device graph planned into the "device" arena,
- * ops' CUDA halves, device loss, gradient-ready hooks, SGD kernel, BN statistics on
- * the device). Two training steps and an evaluation must agree: losses, every
- * gradient and parameter, the BatchNorm buffers, the correct counts and the order of
- * the gradient-ready hooks. What this cannot see: launch configurations, streams and
- * events really running concurrently (the emulated port does every copy at once). */
+/* The graph executor's device path (test_gpu_graph_train.c; on a GPU and on the SIMT
+ * executor): a model is built twice from the same seed, one copy trained by the CPU
+ * executor (nn/exec.c), the other through nn/graph_cuda.c (device graph planned into
+ * the "device" arena, ops' CUDA halves, device loss, gradient-ready hooks, SGD kernel,
+ * BN statistics on the device). Two training steps and an evaluation must agree:
+ * losses, every gradient and parameter, the BatchNorm buffers, the correct counts and
+ * the order of the gradient-ready hooks. */
 #include "nn/graph_cuda.h"
 #include "nn/models/models.h"
 #include <math.h>
@@ -14,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test/cuda_emu/emu.h"
+#include "test/gpu/gpu_models.h"
 
-int emu_build(emu_model *m, const char *name, nn_shape in, int classes, int vocab, int B)
+int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab, int B)
 {
     nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
     nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
@@ -24,9 +22,9 @@ int emu_build(emu_model *m, const char *name, nn_shape in, int classes, int voca
     nn_model_cfg mc = {.name = name, .in = in, .num_classes = classes, .vocab = vocab, .embed_dim = 16};
     char err[256];
     rt_arena plan;
-    rt_arena_plan(&plan, "emu");
+    rt_arena_plan(&plan, "model");
     if (nn_model_build(&m->g, nodes, p, b, &mc, err, sizeof err) || nn_graph_finish(&m->g, &plan, B, err, sizeof err) ||
-        rt_arena_init(&m->a, "emu", plan.high + (size_t)m->g.nparams * 4 + 4096) ||
+        rt_arena_init(&m->a, "model", plan.high + (size_t)m->g.nparams * 4 + 4096) ||
         nn_model_build(&m->g, nodes, p, b, &mc, err, sizeof err) || nn_graph_finish(&m->g, &m->a, B, err, sizeof err)) {
         printf("FAIL %s: build: %s\n", name, err);
         return -1;
@@ -38,7 +36,7 @@ int emu_build(emu_model *m, const char *name, nn_shape in, int classes, int voca
     return 0;
 }
 
-void emu_drop(emu_model *m)
+void gm_drop(gm_model *m)
 {
     free(m->g.nodes);
     free(m->g.p);
@@ -46,7 +44,7 @@ void emu_drop(emu_model *m)
     rt_arena_free(&m->a);
 }
 
-double emu_relerr(const float *a, const float *b, size_t n)
+double gm_relerr(const float *a, const float *b, size_t n)
 {
     double m = 0, e = 0;
     for (size_t i = 0; i < n; i++) {
@@ -66,34 +64,34 @@ static void rec(void *ctx, int first)
 }
 
 /* Every parameter's tensor in `what` (grads or params) within tol of the CPU's. */
-int emu_cmp_params(const char *name, const char *what, const nn_graph *c, const float *cv, const float *dv,
+int gm_cmp_params(const char *name, const char *what, const nn_graph *c, const float *cv, const float *dv,
                       double tol)
 {
     int bad = 0;
     for (int i = 0; i < c->np; i++) {
-        double e = emu_relerr(dv + c->p[i].offset, cv + c->p[i].offset, c->p[i].numel);
-        if (!(e < tol * emu_slack)) {
+        double e = gm_relerr(dv + c->p[i].offset, cv + c->p[i].offset, c->p[i].numel);
+        if (!(e < tol * gm_slack)) {
             if (bad++ < 3) printf("FAIL %s: %s of %s: rel err %.3g\n", name, what, c->p[i].name, e);
         }
     }
     return bad != 0;
 }
 
-int emu_cmp_bufs(const char *name, const nn_graph *c, const unsigned char *dv)
+int gm_cmp_bufs(const char *name, const nn_graph *c, const unsigned char *dv)
 {
     int bad = 0;
     for (int i = 0; i < c->nb; i++) {
         const nn_buf *b = &c->b[i];
         const void *x = c->bufs + b->offset, *y = dv + b->offset;
-        int ok = b->dtype == RT_F32 ? emu_relerr(y, x, b->numel) < 1e-5 * emu_slack : !memcmp(x, y, b->numel * rt_dtype_size(b->dtype));
+        int ok = b->dtype == RT_F32 ? gm_relerr(y, x, b->numel) < 1e-5 * gm_slack : !memcmp(x, y, b->numel * rt_dtype_size(b->dtype));
         if (!ok && bad++ < 3) printf("FAIL %s: buffer %s differs from the CPU's\n", name, b->name);
     }
     return bad != 0;
 }
 
-double emu_slack = 1;
+double gm_slack = 1;
 
-void *emu_down(const void *dev, size_t bytes)
+void *gm_down(const void *dev, size_t bytes)
 {
     void *h = malloc(bytes ? bytes : 1);
     if (bytes && (port_memcpy_d2h(h, dev, bytes, NULL, "test download") || port_stream_sync(NULL, "test download")))
@@ -101,7 +99,7 @@ void *emu_down(const void *dev, size_t bytes)
     return h;
 }
 
-void emu_fill(float *x, int32_t *y, int B, nn_shape in, int classes, int vocab, unsigned seed)
+void gm_fill(float *x, int32_t *y, int B, nn_shape in, int classes, int vocab, unsigned seed)
 {
     for (size_t i = 0; i < (size_t)B * nn_shape_numel(in); i++) {
         float u = k_rand_uniform(seed, i);
@@ -113,8 +111,8 @@ void emu_fill(float *x, int32_t *y, int B, nn_shape in, int classes, int vocab, 
 
 static int model_case(const char *name, nn_shape in, int classes, int vocab, int B)
 {
-    emu_model cpu, host;
-    if (emu_build(&cpu, name, in, classes, vocab, B) || emu_build(&host, name, in, classes, vocab, B)) return 1;
+    gm_model cpu, host;
+    if (gm_build(&cpu, name, in, classes, vocab, B) || gm_build(&host, name, in, classes, vocab, B)) return 1;
     char err[512];
     nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
     if (!cu || nn_cuda_setup(cu, &host.g, NULL, 0, err, sizeof err) || nn_cuda_upload(cu, host.mom)) {
@@ -137,7 +135,7 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
     int32_t *y = malloc((size_t)B * sizeof(int32_t));
     k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
     for (int step = 0; step < 2 && !bad; step++) {
-        emu_fill(x, y, B, in, classes, vocab, 7 + step);
+        gm_fill(x, y, B, in, classes, vocab, 7 + step);
         int n = B - step; /* a short last batch too */
         uint64_t seed = 1000 + step;
         nn_forward(&cpu.g, x, n, 1, seed, step);
@@ -145,16 +143,16 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
         nn_backward(&cpu.g, y, n, n);
         k_sgd_step(cpu.g.nparams, &sgd, step == 0, cpu.g.params, cpu.g.grads, cpu.mom);
         double ld = nn_cuda_step(cu, x, y, n, &sgd, seed, step);
-        if (!(fabs(ld - lc) <= 1e-5 * emu_slack * (1 + fabs(lc)))) {
+        if (!(fabs(ld - lc) <= 1e-5 * gm_slack * (1 + fabs(lc)))) {
             printf("FAIL %s step %d: loss %.8f on the device, %.8f on the CPU\n", name, step, ld, lc);
             bad = 1;
         }
-        float *dgr = emu_down(dg->grads, dg->nparams * 4), *dpa = emu_down(dg->params, dg->nparams * 4);
-        unsigned char *dbu = emu_down(dg->bufs, dg->buf_bytes);
-        bad |= emu_cmp_params(name, "gradient", &cpu.g, cpu.g.grads, dgr, 1e-4);
+        float *dgr = gm_down(dg->grads, dg->nparams * 4), *dpa = gm_down(dg->params, dg->nparams * 4);
+        unsigned char *dbu = gm_down(dg->bufs, dg->buf_bytes);
+        bad |= gm_cmp_params(name, "gradient", &cpu.g, cpu.g.grads, dgr, 1e-4);
         /* Parameters that start at zero (BN biases) carry the gradients' error. */
-        bad |= emu_cmp_params(name, "parameter", &cpu.g, cpu.g.params, dpa, 1e-4);
-        bad |= emu_cmp_bufs(name, &cpu.g, dbu);
+        bad |= gm_cmp_params(name, "parameter", &cpu.g, cpu.g.params, dpa, 1e-4);
+        bad |= gm_cmp_bufs(name, &cpu.g, dbu);
         free(dgr), free(dpa), free(dbu);
         if (hc.n != hd.n || memcmp(hc.v, hd.v, sizeof(int) * (size_t)hc.n) || !hc.n) {
             printf("FAIL %s step %d: %d gradient-ready hooks on the CPU, %d on the device, or another order\n",
@@ -167,27 +165,27 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
     long cc = 0, cd = 0;
     nn_forward(&cpu.g, x, B, 0, 0, 0);
     double ec = nn_loss(&cpu.g, y, B, &cc), ed = nn_cuda_eval(cu, x, y, B, &cd);
-    if (!bad && (!(fabs(ed - ec) <= 1e-5 * emu_slack * (1 + fabs(ec))) || labs(cc - cd) > (emu_slack > 1))) {
+    if (!bad && (!(fabs(ed - ec) <= 1e-5 * gm_slack * (1 + fabs(ec))) || labs(cc - cd) > (gm_slack > 1))) {
         printf("FAIL %s eval: loss sum %.8f / %ld correct on the device, %.8f / %ld on the CPU\n", name, ed, cd, ec,
                cc);
         bad = 1;
     }
     float *mom = malloc(host.g.nparams * sizeof(float));
-    if (!bad && (nn_cuda_download(cu, mom) || emu_cmp_params(name, "downloaded parameter", &cpu.g, cpu.g.params,
+    if (!bad && (nn_cuda_download(cu, mom) || gm_cmp_params(name, "downloaded parameter", &cpu.g, cpu.g.params,
                                                         host.g.params, 1e-4) ||
-                 emu_cmp_params(name, "downloaded momentum", &cpu.g, cpu.mom, mom, 1e-4) || emu_cmp_bufs(name, &cpu.g, host.g.bufs)))
+                 gm_cmp_params(name, "downloaded momentum", &cpu.g, cpu.mom, mom, 1e-4) || gm_cmp_bufs(name, &cpu.g, host.g.bufs)))
         bad = 1;
     free(mom);
     free(x);
     free(y);
     nn_cuda_close(cu);
-    emu_drop(&cpu);
-    emu_drop(&host);
+    gm_drop(&cpu);
+    gm_drop(&host);
     return bad;
 }
 
 
-int emu_graph_train(int *cases)
+int gm_graph_train(int *cases)
 {
     int bad = 0;
     bad += model_case("lenet", (nn_shape){1, 28, 28, 0}, 10, 0, 4), (*cases)++;

@@ -1,0 +1,45 @@
+// Between the two halves of the executor: simt_rt.cc (the CUDA runtime: memory,
+// streams, events, errors) and simt_exec.cc (fibers: how one kernel launch runs).
+#pragma once
+#define SIMT_RUNTIME 1 // the declarations only, not the device-side macros
+#include "ports/simt/simt.h"
+#include <stddef.h>
+#include <utility>
+#include <vector>
+
+namespace simt {
+// One queued kernel launch; the arguments are a copy of the caller's (simt.h).
+struct launch_rec {
+    void *kernel;
+    invoke_fn invoke;
+    cfg c;
+    unsigned long long seq; // launches so far in this process (random order's seed)
+    alignas(16) unsigned char args[SIMT_ARG_BYTES];
+};
+
+// A kernel's __launch_bounds__ (0: none) and its static shared variables (simt_kernel.cc).
+struct kinfo {
+    int bound;
+    size_t shared;
+    std::vector<std::pair<char *, size_t>> vars;
+};
+kinfo *info_of(void *kernel);
+// Checks a launch configuration against the kernel (launch bounds, static shared
+// memory): cudaSuccess, or the error with a line in why.
+cudaError_t check_launch(const launch_rec *L, char *why, size_t len);
+// Runs every block of L on the calling thread (one kernel at a time per process): 0,
+// or -1 with the launch failure in why (the kernel, its block and threads, the check).
+int run_kernel(const launch_rec *L, char *why, size_t len);
+
+// Device (1) or pinned host (2) memory holding [p, p + bytes) (bytes 0: p may be one
+// past the end), 0 otherwise. The name of the allocation for messages in *what.
+int mem_kind(const void *p, size_t bytes);
+// A device allocation's guard zone that holds p: its base, size and distance; 0 when
+// p is in none (used by the SIGSEGV report).
+int guard_hit(const void *p, const void **base, size_t *bytes);
+// The running kernel's description for a fault report ("" outside kernels).
+const char *running_where();
+// Environment: the thread order (0 forward, 1 reversed, 2 random) and its seed.
+int sched_order();
+unsigned long long sched_seed();
+} // namespace simt

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Injected bugs in the real kernels (make simt-inject): each mutation below is applied
+# to a copy of kernels/cuda, the .cu files that see it are rebuilt for the SIMT
+# executor, the device suite is relinked with them and run on the tests that use the
+# kernel; the table says what reported each bug (the executor's check, a sanitizer, or
+# only the comparison with the CPU). A bug nothing reports makes the script fail.
+#
+# Usage (the Makefile passes its flags): inject_bugs.sh BUILD "CXX FLAGS" "LINK" "OBJS" "LIBS"
+set -euo pipefail
+build=$1 cxx=$2 link=$3 objs=$4 libs=$5
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+san="${DDPRT_SAN:-}"
+
+# name | file | perl substitution (must match exactly once) | device-suite filter | thread order
+bugs=(
+"GEMM barrier after the tile loads removed|k_cuda_gemm.cuh|s/(Bs\[kk\]\[nn\] = .*\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
+"GEMM barrier after the tile's products removed|k_cuda_gemm.cuh|s/(acc\[i\]\[j\] = fmaf\(a\[i\], b\[j\], acc\[i\]\[j\]\);\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
+"__shfl_xor_sync in log_softmax under a lane condition|k_cuda_pool_softmax.cu|s/for \(int o = 16; o > 0; o >>= 1\) m = fmaxf/for (int o = 16; o > 0 && lane < 16; o >>= 1) m = fmaxf/|gpu_log_softmax|forward"
+"embedding ballot skipped by lanes past the last token|k_cuda_graph_ops.cu|s/unsigned m = __ballot_sync\(0xffffffffu, t < ntok && f.ids\[t\] == v\);/if (t >= ntok) break;\n                unsigned m = __ballot_sync(0xffffffffu, f.ids[t] == v);/|gpu_embedding|forward"
+"bounds guard of the linear bias gradient removed|k_cuda_linear.cu|s/    if \(o >= out\) return;\n//|gpu_linear_shapes|forward"
+"block sum reads past its shared array|k_cuda_common.cuh|s/for \(int w = K_CUDA_THREADS \/ 2; w > 0; w >>= 1\)/for (int w = K_CUDA_THREADS; w > 0; w >>= 1)/|gpu_log_softmax|forward"
+"final barrier of the BatchNorm block sum removed|k_cuda_bn.cu|s/(    double r = sh\[0\];\n)    __syncthreads\(\);\n/\$1/|gpu_batchnorm_resnet|forward"
+)
+
+printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'
+fails=0
+for b in "${bugs[@]}"; do
+  IFS='|' read -r name file subst filter order <<<"$b"
+  rm -rf "$tmp/src" && mkdir -p "$tmp/src/kernels/cuda" "$tmp/obj"
+  cp kernels/cuda/*.cu kernels/cuda/*.cuh kernels/cuda/*.h "$tmp/src/kernels/cuda/"
+  f="$tmp/src/kernels/cuda/$file"
+  perl -0pi -e "\$n = ($subst); die \"no match\\n\" unless \$n == 1" "$f" || { echo "| $name | $file | (mutation did not apply) |"; fails=$((fails+1)); continue; }
+  # The .cu files that include the mutated one (or are it), rebuilt; the rest as built.
+  cus=$(cd kernels/cuda && { [ "${file##*.}" = cu ] && echo "$file"; grep -l "$file" *.cu *.cuh | grep '\.cuh$' | while read -r h; do grep -l "$h" *.cu; done; grep -l "$file" *.cu; } | sort -u)
+  link_objs=$objs
+  for cu in $cus; do
+    o="$tmp/obj/${cu%.cu}.o"
+    $cxx -I"$tmp/src" -c "$tmp/src/kernels/cuda/$cu" -o "$o"
+    link_objs=${link_objs//"$build/obj-simt/kernels/cuda/${cu%.cu}.o"/$o}
+  done
+  # shellcheck disable=SC2086
+  $link -o "$tmp/suite" $link_objs $libs
+  out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$tmp/suite" "$filter" 2>&1 || true)
+  what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race|AddressSanitizer: [a-z-]+|simt: [^(]*\(launched at [^)]*\)[^:]*: [^,(]*|out-of-bounds access[^(]*|the bytes after its end were overwritten' | head -1 || true)
+  if [ -z "$what" ]; then
+    what=$(printf '%s\n' "$out" | grep -m1 -E '^FAIL ' | cut -c1-160 || true)
+    [ -n "$what" ] && what="only the comparison with the CPU: $what"
+  fi
+  if [ -z "$what" ]; then what="NOTHING (the suite passed)"; fails=$((fails+1)); fi
+  echo "| $name | $file | ${what//|/\\|} |"
+done
+echo
+echo "thread order per bug as listed; sanitizer: ${san:-none}; $(date -u +%F)"
+exit $((fails > 0))

@@ -1,0 +1,226 @@
+// t-simt-checks CASE: one small kernel per check of the SIMT executor (ports/simt), most
+// of them broken on purpose; prints what the CUDA runtime reports ("report: ...") and
+// what the kernel computed ("result: ..."). test/test_simt_checks.c runs every case
+// and asserts on the words. Built for the executor only (never by nvcc).
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FULL 0xffffffffu
+
+// ---- broken kernels
+__global__ void barrier_divergence(float *out)
+{
+    if (threadIdx.x < 16) __syncthreads();
+    else __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void barrier_after_exit(float *out)
+{
+    if (threadIdx.x == 5) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void shfl_exited_lane(float *out)
+{
+    if (threadIdx.x == 3) return;
+    out[threadIdx.x] = __shfl_xor_sync(FULL, (float)threadIdx.x, 1);
+}
+
+__global__ void shfl_divergent(float *out)
+{
+    float v = threadIdx.x;
+    if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(FULL, v, 1);
+    else v = __shfl_xor_sync(FULL, v, 2);
+    out[threadIdx.x] = v;
+}
+
+__global__ void shfl_outside_mask(float *out)
+{
+    if (threadIdx.x % 32 < 16) out[threadIdx.x] = __shfl_sync(0x0000ffffu, (float)threadIdx.x, 20);
+}
+
+__global__ void ballot_divergent(unsigned *out)
+{
+    unsigned b = 0;
+    if (threadIdx.x % 2) b = __ballot_sync(FULL, threadIdx.x > 7);
+    else __syncwarp();
+    out[threadIdx.x] = b;
+}
+
+__global__ void warp_barrier_deadlock(float *out)
+{
+    if (threadIdx.x == 0) __syncthreads();
+    else __syncwarp();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void mask_nonexistent_lane(float *out) // launched with 48 threads
+{
+    out[threadIdx.x] = __shfl_xor_sync(FULL, 1.0f, 1);
+}
+
+__global__ void __launch_bounds__(128) bounded(float *out) { out[threadIdx.x] = 1; }
+
+__global__ void big_shared(float *out)
+{
+    __shared__ float big[13 * 1024]; // 52 KiB
+    big[threadIdx.x] = 1;
+    __syncthreads();
+    out[threadIdx.x] = big[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void plain(float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (float)i;
+}
+
+__global__ void write_one_past(float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) out[i] = (float)i; // the guard should be i < n
+}
+
+// Each thread reads its right neighbour's value without a barrier in between: the
+// result depends on the thread order (NaN where the neighbour had not yet run).
+__global__ void missing_barrier(float *out)
+{
+    __shared__ float sh[256];
+    sh[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = sh[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void oob_shared_read(float *out)
+{
+    __shared__ float sh[64];
+    sh[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = sh[threadIdx.x + 1]; // thread 63 reads sh[64]
+}
+
+// ---- the intrinsics, correct: their results against what CUDA specifies
+__global__ void intrinsics(int *out)
+{
+    int t = threadIdx.x, lane = t % 32;
+    int a = __shfl_sync(FULL, t, 5);                 // lane 5 of my warp
+    int b = __shfl_up_sync(FULL, t, 3, 16);           // from lane - 3 within 16
+    int c = __shfl_down_sync(FULL, t, 3, 16);
+    int d = __shfl_xor_sync(FULL, t, 18);             // other half-warp
+    unsigned e = __ballot_sync(FULL, lane % 3 == 0);
+    int f = __any_sync(FULL, t == 40), g = __all_sync(FULL, lane < 32);
+    int h = __syncthreads_count(t % 4 == 0), k = __syncthreads_or(t == 63), l = __syncthreads_and(t < 63);
+    __shared__ int total;
+    if (t == 0) total = 0;
+    __syncthreads();
+    atomicAdd(&total, t);
+    __syncthreads();
+    int *o = out + t * 11;
+    o[0] = a, o[1] = b, o[2] = c, o[3] = d, o[4] = (int)e, o[5] = f, o[6] = g, o[7] = h, o[8] = k, o[9] = l;
+    o[10] = total;
+}
+
+static int check_intrinsics(const int *o, int n)
+{
+    for (int t = 0; t < n; t++) {
+        int lane = t % 32, w = t - lane, seg = lane & ~15;
+        int want[11] = {w + 5, lane - seg >= 3 ? t - 3 : t, lane - seg + 3 < 16 ? t + 3 : t, w + (lane ^ 18),
+                        (int)0x49249249u, t / 32 == 1, 1, n / 4, 1, 0, n * (n - 1) / 2};
+        for (int j = 0; j < 11; j++)
+            if (o[t * 11 + j] != want[j]) {
+                printf("result: thread %d value %d is %d, CUDA says %d\n", t, j, o[t * 11 + j], want[j]);
+                return 1;
+            }
+    }
+    printf("result: intrinsics ok\n");
+    return 0;
+}
+
+static float *dev(size_t n)
+{
+    float *p;
+    if (cudaMalloc((void **)&p, n * sizeof(float))) exit(2);
+    return p;
+}
+
+// What the runtime says after the launch and after a device synchronisation.
+static void report(void)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    printf("report: %s\n", e ? cudaGetErrorString(e) : "none");
+}
+
+static void result(const float *d, int n)
+{
+    float *h = (float *)malloc(n * sizeof(float));
+    int nan = 0;
+    if (cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost)) {
+        printf("result: copy failed\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) nan += h[i] != h[i];
+    printf("result: %d of %d NaN\n", nan, n);
+    free(h);
+}
+
+int main(int argc, char **argv)
+{
+    const char *c = argc > 1 ? argv[1] : "";
+    float *d = dev(4096);
+    unsigned *u = (unsigned *)dev(4096);
+    if (!strcmp(c, "barrier_divergence")) SIMT_LAUNCH(barrier_divergence, 1, 64, 0, 0)(d);
+    else if (!strcmp(c, "barrier_after_exit")) SIMT_LAUNCH(barrier_after_exit, 1, 64, 0, 0)(d);
+    else if (!strcmp(c, "shfl_exited_lane")) SIMT_LAUNCH(shfl_exited_lane, 1, 32, 0, 0)(d);
+    else if (!strcmp(c, "shfl_divergent")) SIMT_LAUNCH(shfl_divergent, 1, 64, 0, 0)(d);
+    else if (!strcmp(c, "shfl_outside_mask")) SIMT_LAUNCH(shfl_outside_mask, 1, 32, 0, 0)(d);
+    else if (!strcmp(c, "ballot_divergent")) SIMT_LAUNCH(ballot_divergent, 1, 32, 0, 0)(u);
+    else if (!strcmp(c, "warp_barrier_deadlock")) SIMT_LAUNCH(warp_barrier_deadlock, 1, 64, 0, 0)(d);
+    else if (!strcmp(c, "mask_nonexistent_lane")) SIMT_LAUNCH(mask_nonexistent_lane, 1, 48, 0, 0)(d);
+    else if (!strcmp(c, "launch_bounds")) SIMT_LAUNCH(bounded, 1, 256, 0, 0)(d);
+    else if (!strcmp(c, "launch_bounds_ok")) SIMT_LAUNCH(bounded, 1, 128, 0, 0)(d);
+    else if (!strcmp(c, "bad_config")) SIMT_LAUNCH(plain, 1, 2048, 0, 0)(d, 10);
+    else if (!strcmp(c, "big_shared")) SIMT_LAUNCH(big_shared, 1, 32, 0, 0)(d);
+    else if (!strcmp(c, "host_pointer")) {
+        static float host[64];
+        SIMT_LAUNCH(plain, 1, 64, 0, 0)(host, 64);
+    } else if (!strcmp(c, "write_past_end")) {
+        SIMT_LAUNCH(write_one_past, 4, 256, 0, 0)(dev(1000), 1000); // into the canary below 256-byte alignment
+    } else if (!strcmp(c, "write_into_guard")) {
+        SIMT_LAUNCH(write_one_past, 17, 256, 0, 0)(dev(4096), 4096); // into the guard page
+    }
+    else if (!strcmp(c, "missing_barrier")) {
+        SIMT_LAUNCH(missing_barrier, 1, 256, 0, 0)(d);
+        report();
+        result(d, 256);
+        return 0;
+    } else if (!strcmp(c, "oob_shared_read")) {
+        SIMT_LAUNCH(oob_shared_read, 1, 64, 0, 0)(d);
+        report();
+        result(d, 64);
+        return 0;
+    } else if (!strcmp(c, "intrinsics")) {
+        SIMT_LAUNCH(intrinsics, 1, 64, 0, 0)((int *)d);
+        report();
+        int o[64 * 11];
+        if (cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return 1;
+        return check_intrinsics(o, 64);
+    } else if (!strcmp(c, "sticky")) {
+        // After an execution failure every later call fails with it, naming the kernel.
+        SIMT_LAUNCH(barrier_after_exit, 1, 64, 0, 0)(d);
+        cudaDeviceSynchronize();
+        SIMT_LAUNCH(plain, 1, 64, 0, 0)(d, 64);
+        cudaError_t e = cudaGetLastError();
+        printf("report: %s\nresult: memcpy %d\n", e ? cudaGetErrorString(e) : "none",
+               (int)cudaMemcpy(d, d + 64, 16, cudaMemcpyDeviceToDevice));
+        return 0;
+    } else {
+        fprintf(stderr, "t-simt-checks: unknown case '%s'\n", c);
+        return 2;
+    }
+    report();
+    return 0;
+}

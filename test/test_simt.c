@@ -1,0 +1,41 @@
+/* The CUDA kernels on the CPU: the device suite (test/gpu, the same tests make test-gpu
+ * runs on a GPU) on the SIMT executor (ports/simt), every kernel against the CPU
+ * kernels or naive references, under two thread orders (a kernel whose result depends
+ * on the order in which its threads run has a race). Built when the executor is
+ * (g++ present, SIMT not 0). */
+#include "test/t.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#if DDPRT_HAVE_SIMT
+static int run(const char *cmd, char *out, size_t len)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The device suite's tests whose name or file holds one of `filter`'s words. */
+static void suite(const char *filter, const char *order)
+{
+    static char out[1 << 20];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "DDPRT_SIMT_SCHED=%s %s %s 2>&1", order, t_prog("test-gpu-simt"), filter);
+    int rc = run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, " passed, 0 failed"), "%s (threads %s): exit %d\n%s", filter, order, rc, out);
+}
+
+TEST(simt_device_kernels_forward_order) { suite("test_gpu_kernels", "forward"); }
+TEST(simt_device_kernels_random_order) { suite("test_gpu_kernels", "random"); }
+TEST(simt_device_graph_ops_forward_order) { suite("test_gpu_graph_ops", "forward"); }
+TEST(simt_device_graph_ops_reversed_order) { suite("test_gpu_graph_ops", "reversed"); }
+/* Whole models, DDP, the staged allreduce and the trainer: the kernels above again, in
+ * the order training calls them, with streams and events really concurrent. */
+TEST(simt_device_models_random_order) { suite("test_gpu_graph_train", "random"); }
+TEST(simt_device_staged_train_forward_order) { suite("test_gpu_staged_train", "forward"); }
+#endif

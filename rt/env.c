@@ -70,6 +70,11 @@ static const env_var vars[RT_ENV_COUNT] = {
       "a lower SIMD path for the CPU kernels and the reductions (`avx512bf16`: `avx512` plus `vdpbf16ps` for "
       "`--amp bf16`; the reductions run it as `avx512`)"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),
+    V(SIMT_SCHED, E_ENUM, "forward|reversed|random", "forward",
+      "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
+      "threads run in between synchronisations"),
+    V(SIMT_SEED, E_INT, NULL, "1", "the SIMT executor's `random` order: its seed"),
+    V(SIMT_TRACE, E_ANY, NULL, "unset", "the SIMT executor: a file the name of every kernel launched goes to (once each)"),
     V(LOG, E_ENUM, "error|warn|warning|info|debug", "info", "log level"),
     V(DATA, E_ANY, NULL, "`./data`, then the Debian dataset packages' folder", "where data sets are looked for"),
     V(VERBS_TEST_FAULT, E_ANY, NULL, "unset", "tests: a fault for the verbs backend to inject"),

@@ -4,6 +4,7 @@
 #define SIMT_RUNTIME 1 // the declarations only, not the device-side macros
 #include "ports/simt/simt.h"
 #include <stddef.h>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct kinfo {
     int bound;
     size_t shared;
     std::vector<std::pair<char *, size_t>> vars;
+    std::string sym; // the kernel's (mangled) symbol
 };
 kinfo *info_of(void *kernel);
 // Checks a launch configuration against the kernel (launch bounds, static shared

@@ -98,6 +98,7 @@ simt::kinfo *simt::info_of(void *kernel)
     while (c[k.bound] == NOP && k.bound <= 1024) k.bound++;
     for (const sym &f : funcs) {
         if (f.addr != (uintptr_t)kernel || strncmp(f.name, "_Z", 2)) continue;
+        k.sym = f.name;
         std::string pre = std::string("_ZZ") + (f.name + 2) + "E"; // _ZZ<encoding>E<name>
         for (const sym &s : statics)
             if (!strncmp(s.name, pre.c_str(), pre.size())) {

@@ -22,7 +22,10 @@
 #include <unistd.h>
 #include <atomic>
 #include <condition_variable>
+#include <cxxabi.h>
 #include <map>
+#include <set>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -394,9 +397,30 @@ int simt::guard_hit(const void *p, const void **base, size_t *bytes)
     return 0;
 }
 
+// DDPRT_SIMT_TRACE=file: the name of every kernel launched, once per process
+// (test/simt/kernel_table.sh builds the table of kernels and the tests that run them).
+static void trace_kernel(void *kernel, const char *name)
+{
+    static const char *path = getenv("DDPRT_SIMT_TRACE");
+    static std::mutex mu;
+    static std::set<void *> seen;
+    if (!path || !*path) return;
+    std::lock_guard<std::mutex> g(mu);
+    if (!seen.insert(kernel).second) return;
+    const std::string &sym = simt::info_of(kernel)->sym;
+    int st = -1;
+    char *d = abi::__cxa_demangle(sym.c_str(), NULL, NULL, &st);
+    if (FILE *f = fopen(path, "a")) {
+        fprintf(f, "%s\n", st == 0 && d ? d : sym.empty() ? name : sym.c_str());
+        fclose(f);
+    }
+    free(d);
+}
+
 void simt::launch(const cfg *c, void *kernel, invoke_fn inv, const void *args, size_t bytes, const int *ptr_idx,
                   const void *const *ptrs, int nptrs)
 {
+    trace_kernel(kernel, c->name);
     static thread_local launch_rec L; // 1 KiB of arguments: not on the caller's stack twice
     L.kernel = kernel, L.invoke = inv, L.c = *c;
     memcpy(L.args, args, bytes);

@@ -62,7 +62,7 @@ TEST(env_table_has_every_variable_documented)
  * the table is read somewhere: by its RT_ENV_ id, or by test code (make test's own). */
 TEST(env_every_variable_is_read_through_the_table)
 {
-    FILE *p = popen("grep -rlF --include=*.c --include=*.h --include=*.cu --include=*.cuh 'getenv(\"DDPRT_' "
+    FILE *p = popen("grep -rlF --include=*.c --include=*.h --include=*.cc --include=*.cu --include=*.cuh 'getenv(\"DDPRT_' "
                     "rt transport nn kernels apps ports 2>/dev/null",
                     "r");
     CHECK(p != NULL);
@@ -77,7 +77,7 @@ TEST(env_every_variable_is_read_through_the_table)
         const char *name = rt_env_name((rt_env)v);
         char cmd[512];
         snprintf(cmd, sizeof cmd,
-                 "grep -rqw --include=*.c --include=*.h --include=*.cu 'RT_ENV_%s' rt/*.c transport nn kernels apps "
+                 "grep -rqw --include=*.c --include=*.h --include=*.cc --include=*.cu 'RT_ENV_%s' rt/*.c transport nn kernels apps "
                  "ports || grep -rqF '%s' test/*.c test/progs python/ddprt",
                  name + 6, name);
         CHECKF(system(cmd) == 0, "%s is in rt/env.c's table but nothing reads it", name);

@@ -5,6 +5,7 @@
 //     executable's symbol table (function-local statics), with their sizes.
 // Also the environment: the thread order (DDPRT_SIMT_SCHED) and its seed.
 #include "ports/simt/simt_int.h"
+#include "rt/env.h"
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
@@ -74,15 +75,15 @@ unsigned long long order_seed = 1;
 
 void read_env()
 {
-    const char *s = getenv("DDPRT_SIMT_SCHED"), *seed = getenv("DDPRT_SIMT_SEED");
-    if (!s || !*s || !strcmp(s, "forward")) order_mode = 0;
+    const char *s = rt_env_str(RT_ENV_SIMT_SCHED), *seed = rt_env_str(RT_ENV_SIMT_SEED);
+    if (!s || !strcmp(s, "forward")) order_mode = 0;
     else if (!strcmp(s, "reversed")) order_mode = 1;
     else if (!strcmp(s, "random")) order_mode = 2;
     else {
         fprintf(stderr, "simt: DDPRT_SIMT_SCHED=%s: the thread order is forward, reversed or random\n", s);
         exit(2);
     }
-    if (seed && *seed) order_seed = strtoull(seed, NULL, 10);
+    if (seed) order_seed = strtoull(seed, NULL, 10);
 }
 } // namespace
 

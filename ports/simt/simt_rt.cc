@@ -12,6 +12,7 @@
 // get CUDA's semantics (they return only when the host buffer is done with), and so a
 // kernel argument can be checked to be device-reachable.
 #include "ports/simt/simt_int.h"
+#include "rt/env.h"
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -401,10 +402,10 @@ int simt::guard_hit(const void *p, const void **base, size_t *bytes)
 // (test/simt/kernel_table.sh builds the table of kernels and the tests that run them).
 static void trace_kernel(void *kernel, const char *name)
 {
-    static const char *path = getenv("DDPRT_SIMT_TRACE");
+    static const char *path = rt_env_str(RT_ENV_SIMT_TRACE);
     static std::mutex mu;
     static std::set<void *> seen;
-    if (!path || !*path) return;
+    if (!path) return;
     std::lock_guard<std::mutex> g(mu);
     if (!seen.insert(kernel).second) return;
     const std::string &sym = simt::info_of(kernel)->sym;

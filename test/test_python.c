@@ -104,10 +104,12 @@ PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_torchrun)
     run_ok(argv, 2, "rank %d ok", 240);
 }
 
-/* Ranks started with torchrun's variables: rank 2 SIGKILLs itself; 0 and 1 raise an
- * exception naming it, well within the deadline. */
+/* Ranks started with torchrun's variables: rank 2 SIGKILLs itself (mode "stop": stops
+ * itself, a stalled peer); 0 and 1 raise an exception naming it, well within the
+ * deadline (20 s; 4 s for the stall, which only the deadline can end). */
 static void killed(const char *mode)
 {
+    int stop = !strcmp(mode, "stop");
     t_clean_env();
     enum { W = 3 };
     int port = t_free_port();
@@ -122,27 +124,30 @@ static void killed(const char *mode)
         snprintf(envs[r][4], 700, "RANK=%d", r);
         snprintf(envs[r][5], 700, "WORLD_SIZE=%d", W);
         char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], envs[r][5], "LOCAL_RANK=0", NULL};
-        char *argv[] = {(char *)python(), "python/tests/fail_check.py", (char *)mode, "2", "20", NULL};
+        char *argv[] = {(char *)python(), "python/tests/fail_check.py", (char *)mode, "2", stop ? "4" : "20", NULL};
         char name[32];
         snprintf(name, sizeof name, "fail-%d", r);
         t_spawn(&p[r], name, argv, env);
     }
     int rc[W];
-    for (int r = 0; r < W; r++) rc[r] = t_wait(&p[r], 120);
+    for (int r = 0; r < 2; r++) rc[r] = t_wait(&p[r], 120);
+    rc[2] = t_wait(&p[2], stop ? 0.1 : 60); /* a stopped victim is killed here */
     double tk = 0;
-    CHECKF(rc[2] == 128 + 9 && sscanf(t_slurp(p[2].out), "killed at %lf", &tk) == 1, "victim exited %d: %s%s", rc[2],
-           t_slurp(p[2].out), t_slurp(p[2].err));
+    CHECKF((stop || rc[2] == 128 + 9) && sscanf(t_slurp(p[2].out), "killed at %lf", &tk) == 1,
+           "victim exited %d: %s%s", rc[2], t_slurp(p[2].out), t_slurp(p[2].err));
     for (int r = 0; r < 2; r++) {
         const char *out = t_slurp(p[r].out);
         double tr = 0;
         CHECKF(rc[r] == 3 && sscanf(out, "raised at %lf", &tr) == 1, "rank %d exited %d\nstdout: %s\nstderr: %s", r,
                rc[r], out, t_slurp(p[r].err));
-        CHECKF(strstr(out, "rank 2 closed the connection") && tr - tk < 20, "rank %d (%.1f s after the kill): %s", r,
-               tr - tk, out);
+        const char *want = stop ? "rank 2 late" : "rank 2 closed the connection";
+        CHECKF(strstr(out, want) && tr - tk < 20, "rank %d (%.1f s after the kill): no '%s' in: %s", r, tr - tk, want,
+               out);
     }
 }
 
 PTEST(python_sigkilled_rank_raises_naming_it) { if (have("numpy")) killed("numpy"); }
+PTEST(python_stalled_rank_raises_naming_it_at_the_deadline) { if (have("numpy")) killed("stop"); }
 PTEST(python_sigkilled_rank_fails_ddp_backward_naming_it) { if (have("torch")) killed("ddp"); }
 
 /* pip install of a copy of python/ with the library in it (as `make python` does),

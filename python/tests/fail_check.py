@@ -2,9 +2,11 @@
 torchrun's variables by test/test_python.c.
 usage: fail_check.py MODE VICTIM TIMEOUT
   MODE ddp:   DDP with ddprt.torch.allreduce_hook (the hook's future fails inside
-              loss.backward()); numpy: ddprt.allreduce_ in a loop.
-The victim prints "killed at T" (wall clock) and kills itself before its 4th step; the
-others must raise an exception naming it and print "raised at T: MESSAGE", exit 3."""
+              loss.backward()); numpy: ddprt.allreduce_ in a loop; stop: as numpy, but
+              the victim stops (SIGSTOP) instead of dying: a stalled peer.
+The victim prints "killed at T" (wall clock) and kills (stops) itself before its 4th
+step; the others must raise an exception naming it and print "raised at T: MESSAGE",
+exit 3."""
 import os
 import signal
 import sys
@@ -20,7 +22,7 @@ mode, victim, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 def die_if_victim(step):
     if ddprt.rank() == victim and step == 3:
         print("killed at %.6f" % time.time(), flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if mode == "stop" else signal.SIGKILL)
 
 
 def run_numpy():

@@ -1,0 +1,315 @@
+/* Row kernels of the transformer ops, written once with GCC/Clang vector extensions
+ * and included once per ISA by k_tfm_isa.c, which defines
+ *   VB   vector width in bytes (16, 32, 64)   SFX  a name suffix (_generic, _avx2, ...)
+ *   TGT  a function attribute (empty, or __attribute__((target("..."))))
+ * Elementwise results (exp, GELU, LayerNorm's normalisation) do not depend on VB: the
+ * vector and scalar code do the same IEEE operations in the same order (C11 mode keeps
+ * the compiler from fusing them into FMAs), so every ISA gives the same bits. Sums
+ * (dot, max/exp-sum) run in VB/4 lanes and differ across ISAs by rounding only.
+ * No header guard: included several times. */
+#include <string.h>
+
+#define KF_CAT_(a, b) a##b
+#define KF_CAT(a, b) KF_CAT_(a, b)
+#define F(x) KF_CAT(x, SFX)
+#define VW (VB / 4)
+#define KF_SEL(m, p, q) ((F(vf))((((F(vi))(p)) & (m)) | (((F(vi))(q)) & ~(m))))
+
+typedef float F(vf) __attribute__((vector_size(VB)));
+typedef int32_t F(vi) __attribute__((vector_size(VB)));
+
+static inline TGT F(vf) F(ld)(const float *p)
+{
+    F(vf) v;
+    memcpy(&v, p, VB);
+    return v;
+}
+static inline TGT void F(st)(float *p, F(vf) v) { memcpy(p, &v, VB); }
+static inline TGT F(vf) F(bc)(float x) { return (F(vf)){0} + x; }
+static inline TGT float F(hsum)(F(vf) v)
+{
+    float s = v[0];
+    for (int i = 1; i < VW; i++) s += v[i];
+    return s;
+}
+
+/* exp as Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times
+ * 2^n built in the exponent bits. Below -87 the result is 0 (exp(-87) ~ FLT_MIN; the
+ * softmax shifts by its max first, so only negligible terms are flushed); above 88 it
+ * saturates at exp(88). NaN stays NaN. About 1 ulp. */
+static inline TGT F(vf) F(vexp)(F(vf) x)
+{
+    F(vi) big = x > 88.0f, under = x < -87.0f;
+    F(vf) xc = KF_SEL(big, F(bc)(88.0f), KF_SEL(under, F(bc)(-87.0f), x));
+    F(vf) t = xc * 1.44269504088896341f + 12582912.0f;
+    F(vf) nf = t - 12582912.0f;
+    F(vf) r = xc - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    F(vf) p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    F(vi) e = (((F(vi))t - 0x4B400000) + 127) << 23;
+    return (F(vf))((F(vi))(p * (F(vf))e) & ~under);
+}
+
+/* The same operations on one float. */
+static inline float F(sexp)(float x)
+{
+    int under = x < -87.0f;
+    float xc = x > 88.0f ? 88.0f : under ? -87.0f : x;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float nf = t - 12582912.0f;
+    float r = xc - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    int32_t ei = ((ti - 0x4B400000) + 127) * (1 << 23);
+    float e;
+    memcpy(&e, &ei, 4);
+    return under ? 0.0f : p * e;
+}
+
+/* ---- GELU (tanh form), as x sigmoid(2u): 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), which
+ * keeps its relative accuracy in the negative tail where 1 + tanh u cancels. With
+ * e = exp(-2u), s = 1 / (1 + e): y = x s, and since 1 - tanh^2 u = 4 s (1 - s) and
+ * 1 - s = e s, dy/dx = s (1 + 2 x e s u'), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); e s <= 1 is
+ * formed first (exp saturates at exp(88): far in the negative tail y and dy/dx are
+ * below 1e-30 instead of 0). */
+#define KF_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define KF_GELU_K1 0.044715f
+
+static TGT void F(gelu_fwd)(size_t n, const float *x, float *y)
+{
+    size_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        F(vf) v = F(ld)(x + i);
+        F(vf) e = F(vexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
+        F(st)(y + i, v / (1.0f + e));
+    }
+    for (; i < n; i++) {
+        float v = x[i], e = F(sexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
+        y[i] = v / (1.0f + e);
+    }
+}
+
+static TGT void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx)
+{
+    size_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        F(vf) v = F(ld)(x + i), v2 = v * v;
+        F(vf) e = F(vexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
+        F(vf) du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
+        F(st)(dx + i, F(ld)(dy + i) * (s * (1.0f + (e * s) * (2.0f * v * du))));
+    }
+    for (; i < n; i++) {
+        float v = x[i], v2 = v * v;
+        float e = F(sexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
+        float du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
+        dx[i] = dy[i] * (s * (1.0f + (e * s) * (2.0f * v * du)));
+    }
+}
+
+/* ---- reductions over a row (two accumulators for throughput) */
+static TGT float F(sum)(int n, const float *x)
+{
+    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 += F(ld)(x + i);
+        s1 += F(ld)(x + i + VW);
+    }
+    for (; i + VW <= n; i += VW) s0 += F(ld)(x + i);
+    float s = F(hsum)(s0 + s1);
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+static TGT float F(dot)(int n, const float *a, const float *b)
+{
+    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 += F(ld)(a + i) * F(ld)(b + i);
+        s1 += F(ld)(a + i + VW) * F(ld)(b + i + VW);
+    }
+    for (; i + VW <= n; i += VW) s0 += F(ld)(a + i) * F(ld)(b + i);
+    float s = F(hsum)(s0 + s1);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* sum (x - m)^2 */
+static TGT float F(sqdev)(int n, const float *x, float m)
+{
+    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        F(vf) d0 = F(ld)(x + i) - m, d1 = F(ld)(x + i + VW) - m;
+        s0 += d0 * d0;
+        s1 += d1 * d1;
+    }
+    for (; i + VW <= n; i += VW) {
+        F(vf) d = F(ld)(x + i) - m;
+        s0 += d * d;
+    }
+    float s = F(hsum)(s0 + s1);
+    for (; i < n; i++) s += (x[i] - m) * (x[i] - m);
+    return s;
+}
+
+/* max of x[0..n), n >= 1; NaN is not looked for (the scores are finite) */
+static TGT float F(max)(int n, const float *x)
+{
+    float m = x[0];
+    int i = 0;
+    if (n >= VW) {
+        F(vf) v = F(ld)(x);
+        for (i = VW; i + VW <= n; i += VW) {
+            F(vf) w = F(ld)(x + i);
+            v = KF_SEL(w > v, w, v);
+        }
+        m = v[0];
+        for (int l = 1; l < VW; l++) m = v[l] > m ? v[l] : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* ---- LayerNorm rows */
+static TGT void F(ln_fwd_row)(int c, const float *x, const float *w, const float *b, float eps,
+                              float *y, float *mean, float *rstd)
+{
+    float m = F(sum)(c, x) / (float)c;
+    float rs = 1.0f / sqrtf(F(sqdev)(c, x, m) / (float)c + eps);
+    int i = 0;
+    for (; i + VW <= c; i += VW) {
+        F(vf) v = (F(ld)(x + i) - m) * rs * F(ld)(w + i);
+        F(st)(y + i, b ? v + F(ld)(b + i) : v);
+    }
+    for (; i < c; i++) {
+        float v = (x[i] - m) * rs * w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+    *mean = m;
+    *rstd = rs;
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd.
+ * dx may be dy. */
+static TGT void F(ln_bwd_row)(int c, const float *x, const float *w, float m, float rs,
+                              const float *dy, float *dx)
+{
+    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    int i = 0;
+    for (; i + VW <= c; i += VW) {
+        F(vf) g = F(ld)(dy + i) * F(ld)(w + i), xh = (F(ld)(x + i) - m) * rs;
+        s0 += g;
+        s1 += g * xh;
+    }
+    float sg = F(hsum)(s0), sgx = F(hsum)(s1);
+    for (; i < c; i++) {
+        float g = dy[i] * w[i], xh = (x[i] - m) * rs;
+        sg += g;
+        sgx += g * xh;
+    }
+    float mg = sg / (float)c, mgx = sgx / (float)c;
+    for (i = 0; i + VW <= c; i += VW) {
+        F(vf) g = F(ld)(dy + i) * F(ld)(w + i), xh = (F(ld)(x + i) - m) * rs;
+        F(st)(dx + i, (g - mg - xh * mgx) * rs);
+    }
+    for (; i < c; i++) {
+        float g = dy[i] * w[i], xh = (x[i] - m) * rs;
+        dx[i] = (g - mg - xh * mgx) * rs;
+    }
+}
+
+/* dw[0..c) += dy xhat, db += dy for one row (a column block of it) */
+static TGT void F(ln_wb_acc)(int c, const float *x, const float *dy, float m, float rs, float *dw,
+                             float *db)
+{
+    int i = 0;
+    for (; i + VW <= c; i += VW) {
+        F(vf) d = F(ld)(dy + i);
+        if (dw) F(st)(dw + i, F(ld)(dw + i) + d * ((F(ld)(x + i) - m) * rs));
+        if (db) F(st)(db + i, F(ld)(db + i) + d);
+    }
+    for (; i < c; i++) {
+        if (dw) dw[i] += dy[i] * ((x[i] - m) * rs);
+        if (db) db[i] += dy[i];
+    }
+}
+
+/* ---- softmax pieces */
+/* x = exp(scale x - shift) for n entries, 0 for the next nz; returns the sum (lanes). */
+static TGT float F(exp_shift)(int n, int nz, float *x, float scale, float shift)
+{
+    F(vf) s = F(bc)(0.0f);
+    int i = 0;
+    for (; i + VW <= n; i += VW) {
+        F(vf) e = F(vexp)(F(ld)(x + i) * scale - shift);
+        s += e;
+        F(st)(x + i, e);
+    }
+    float t = F(hsum)(s);
+    for (; i < n; i++) {
+        x[i] = F(sexp)(x[i] * scale - shift);
+        t += x[i];
+    }
+    memset(x + n, 0, sizeof(float) * (size_t)(nz > 0 ? nz : 0));
+    return t;
+}
+
+/* x = exp(x - shift); the sum in double over blocks of 256 (a long vocabulary row
+ * would lose digits in float lanes). */
+static TGT double F(exp_sumd)(int n, float *x, float shift)
+{
+    double t = 0.0;
+    for (int b = 0; b < n; b += 256) t += F(exp_shift)(n - b < 256 ? n - b : 256, 0, x + b, 1.0f, shift);
+    return t;
+}
+
+/* dp = p (dp - d) scale: the softmax backward of one attention row */
+static TGT void F(ds_row)(int n, const float *p, float *dp, float d, float scale)
+{
+    int i = 0;
+    for (; i + VW <= n; i += VW) F(st)(dp + i, F(ld)(p + i) * (F(ld)(dp + i) - d) * scale);
+    for (; i < n; i++) dp[i] = p[i] * (dp[i] - d) * scale;
+}
+
+/* x *= s */
+static TGT void F(scale)(int n, float s, float *x)
+{
+    int i = 0;
+    for (; i + VW <= n; i += VW) F(st)(x + i, F(ld)(x + i) * s);
+    for (; i < n; i++) x[i] *= s;
+}
+
+/* y = a + b (y may be a or b) */
+static TGT void F(add)(int n, const float *a, const float *b, float *y)
+{
+    int i = 0;
+    for (; i + VW <= n; i += VW) F(st)(y + i, F(ld)(a + i) + F(ld)(b + i));
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static const k_tfm_vt F(k_tfm_vt) = {
+    F(gelu_fwd), F(gelu_bwd), F(ln_fwd_row), F(ln_bwd_row), F(ln_wb_acc), F(max),
+    F(exp_shift), F(exp_sumd), F(ds_row), F(dot), F(scale), F(add),
+};
+
+#undef KF_CAT_
+#undef KF_CAT
+#undef F
+#undef VW
+#undef KF_SEL
+#undef KF_GELU_K0
+#undef KF_GELU_K1

@@ -8,6 +8,7 @@
  * GFLOP/s of the FMA peak of the ISA in use, GB/s of the copy bandwidth between two
  * buffers of the kernel's size (x threads when more than one runs). */
 #include "kernels/k.h"
+#include "apps/bench-kernels/bench_tfm.h"
 #if DDPRT_CUDA
 #include "apps/bench-kernels/bench_kernels.h"
 #endif
@@ -468,8 +469,8 @@ typedef struct bk_opts {
 #define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0}
 static const rt_arg flags[] = {
     K("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu or cuda (the GPU table; CUDA builds) (default: cpu)"),
-    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear",
-      "lenet, resnet20, resnet18 or linear (default: lenet)"),
+    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear|transformer",
+      "lenet, resnet20, resnet18, linear or transformer (default: lenet)"),
     K("clock", RT_ARG_STR, RT_ARG_ANY, clock, 0, 0, "cpu|wall", "cpu (the thread's CPU time, 1 thread) or wall"),
     K("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 1024, NULL, "compute threads (default: 1)"),
     K("batch", RT_ARG_INT, RT_ARG_RANGE, batch, 1, 1 << 20, NULL, "batch (default: lenet 64 and 1024, resnet20 128, resnet18 32)"),
@@ -489,7 +490,8 @@ static const char head[] =
     "the models' linear layers and square GEMMs, fwd and bwd. Every rate is also given as a\n"
     "share of the measured FMA peak (10 independent FMA chains) or of the copy bandwidth at\n"
     "the kernel's size. Timed by the thread's CPU time with 1 thread (--clock wall: wall\n"
-    "time). --device cuda: the CUDA kernels against cuBLAS/cuDNN when found.\n\n";
+    "time). --device cuda: the CUDA kernels against cuBLAS/cuDNN when found. transformer:\n"
+    "attention (online softmax vs stored probabilities) and the fused classifier at GPT-2 shapes.\n\n";
 
 int main(int argc, char **argv)
 {
@@ -527,6 +529,8 @@ int main(int argc, char **argv)
     else if (!strcmp(model, "resnet20") || !strcmp(model, "resnet18")) {
         int r18 = model[6] == '1';
         bench_resnet(model, batch ? batch : (r18 ? 32 : 128), iters ? iters : (r18 ? 5 : 11));
+    } else if (!strcmp(model, "transformer")) {
+        bench_tfm(iters ? iters : 5);
     } else if (batch) bench_batch(batch, iters ? iters : (batch >= 512 ? 21 : 101));
     else {
         bench_batch(64, iters ? iters : 101);

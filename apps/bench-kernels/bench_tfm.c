@@ -1,10 +1,12 @@
-/* Attention and classifier kernel timings for issue 24's table: flash (online softmax,
- * recompute in backward) against the stored-probabilities version at GPT-2's head
- * shape, and the fused classifier. Prints one row per case: median of R rounds, the
- * two versions alternating within a round. Args: [threads] [rounds]. */
+/* ddprt-bench-kernels --model transformer: attention (online softmax, recompute in
+ * backward) against the stored-probabilities version at GPT-2's head shapes, and the
+ * fused classifier. One row per case: medians of `iters` rounds, the two attention
+ * versions alternating within a round; the memory each keeps between forward and
+ * backward besides y (lse, or the probabilities). */
 #include "kernels/k.h"
 #include "kernels/k_tfm.h"
 #include "ports/posix/port.h"
+#include "apps/bench-kernels/bench_tfm.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +32,9 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int main(int argc, char **argv)
+void bench_tfm(int rounds)
 {
-    int threads = argc > 1 ? atoi(argv[1]) : 1, rounds = argc > 2 ? atoi(argv[2]) : 5;
-    k_set_threads(threads);
-    printf("# isa %s, %d thread(s), median of %d rounds\n", k_isa(), threads, rounds);
+    printf("median of %d rounds\n", rounds);
     printf("%-34s %10s %10s %10s %10s %12s %12s\n", "attention b,t,h,hd", "flash fwd", "flash bwd", "stored fwd",
            "stored bwd", "flash MiB", "stored MiB");
     static const int cases[][4] = {{8, 256, 6, 64}, {4, 256, 12, 64}, {1, 1024, 12, 64}};
@@ -90,5 +90,4 @@ int main(int argc, char **argv)
                (double)wsb / 1048576.0);
         free(x); free(w); free(dx); free(dw); free(tg); free(ws);
     }
-    return 0;
 }

@@ -6,7 +6,7 @@
 #define APPS_DATA_H
 #include <stddef.h>
 
-enum { DATA_CONVERT, DATA_SYNTH, DATA_BENCH, DATA_NCMD };
+enum { DATA_CONVERT, DATA_SYNTH, DATA_BENCH, DATA_TOKENIZE, DATA_NCMD };
 
 typedef struct data_opts {
     int cmd;
@@ -19,6 +19,11 @@ typedef struct data_opts {
     /* bench */
     const char *dir, *augment;
     int image_size, eval, threads, libjpeg_huffman;
+    /* tokenize */
+    const char *bpe, *name, *doc_sep;
+    double val_fraction;
+    int shard_tokens, ninputs;
+    char **inputs;        /* the positional FILE|DIR arguments */
 } data_opts;
 
 /* Largest side of a synthetic JPEG (libjpeg's JPEG_MAX_DIMENSION) and largest image in
@@ -34,4 +39,5 @@ void data_usage(int cmd, int brief);
 /* 0, or -1 with one line in err. The located data set is used when o->from is NULL. */
 int data_convert(const data_opts *o, char *err, size_t errlen);
 int data_synth(const data_opts *o, char *err, size_t errlen);
+int data_tokenize(const data_opts *o, char *err, size_t errlen); /* apps/data/tokenize.c */
 #endif

@@ -50,6 +50,15 @@ static const rt_arg bench_flags[] = {
       "libjpeg's own entropy decoder instead of ddprt's (for comparison)"),
 };
 
+static const rt_arg tokenize_flags[] = {
+    D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
+    D("bpe", RT_ARG_STR, RT_ARG_ANY, bpe, 0, 0, NULL, "GPT-2 BPE from DIR/encoder.json + DIR/vocab.bpe (default: bytes)"),
+    D("name", RT_ARG_STR, RT_ARG_ANY, name, 0, 0, NULL, "shard names NAME_train.bin, NAME_val.bin (default: tokens; fortunes)"),
+    D("val-fraction", RT_ARG_DOUBLE, RT_ARG_UNIT, val_fraction, 0, 0, NULL, "the first F of the tokens are the validation split (default: 0.1)"),
+    D("doc-sep", RT_ARG_STR, RT_ARG_ANY, doc_sep, 0, 0, NULL, "lines equal to this separate documents (BPE: each after <|endoftext|>)"),
+    D("shard-tokens", RT_ARG_INT, RT_ARG_RANGE, shard_tokens, 1, 2147483647, NULL, "tokens per training shard (default: 100000000)"),
+};
+
 typedef struct command { const char *name; rt_args spec; const char *line, *about; } command;
 static const command cmds[DATA_NCMD] = {
     {"convert", {"ddprt-data convert", convert_flags, 5, 0, 0}, "convert --to OUT [--from IDXDIR] [--format png|jpeg|cifar] [--limit N] [--quality Q]",
@@ -61,6 +70,12 @@ static const command cmds[DATA_NCMD] = {
      "benchmark input of ImageNet-like size.\n"},
     {"bench", {"ddprt-data bench", bench_flags, 6, 1, 0}, "bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T] [--libjpeg-huffman]",
      "decode + transform throughput per thread (CPU time) on DIR/train.\n"},
+    {"tokenize", {"ddprt-data tokenize", tokenize_flags, 6, -1, 0},
+     "tokenize [FILE|DIR ...] --to OUT [--bpe DIR] [--name NAME] [--val-fraction F] [--doc-sep LINE] [--shard-tokens N]",
+     "Text to llm.c token shards OUT/NAME_{train,val}.bin: bytes (vocabulary 256), or GPT-2's BPE from\n"
+     "a user's encoder.json + vocab.bpe (copied to OUT, so samples print as text). Directories: their\n"
+     "regular files in name order. Without inputs: Debian's fortunes (package fortunes), documents\n"
+     "split at \"%\" lines.\n"},
 };
 
 void data_usage(int cmd, int brief)
@@ -83,8 +98,8 @@ int data_parse(int argc, char **argv, data_opts *o, char *err, size_t errlen)
     if (o->cmd < 0) {
         if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return RT_ARGS_HELP;
         if (argc > 1 && !strcmp(argv[1], "--version")) return RT_ARGS_VERSION;
-        snprintf(err, errlen, argc > 1 ? "unknown command '%.64s' (convert, synth, bench; see --help)"
-                                       : "no command given (convert, synth, bench; see --help)",
+        snprintf(err, errlen, argc > 1 ? "unknown command '%.64s' (convert, synth, bench, tokenize; see --help)"
+                                       : "no command given (convert, synth, bench, tokenize; see --help)",
                  argc > 1 ? argv[1] : "");
         return RT_ARGS_ERROR;
     }
@@ -97,10 +112,17 @@ int data_parse(int argc, char **argv, data_opts *o, char *err, size_t errlen)
     o->image_size = 224;
     o->augment = "imagenet";
     o->threads = 1;
-    char *pos[1];
+    o->val_fraction = 0.1;
+    o->shard_tokens = 100000000;
+    static char *pos[1024]; /* tokenize's inputs */
     int np = 0;
+    if (argc > 1024) {
+        snprintf(err, errlen, "more than 1000 arguments: name directories instead of their files");
+        return RT_ARGS_ERROR;
+    }
     int rc = rt_args_parse(&cmds[o->cmd].spec, o, argc - 1, argv + 1, pos, &np, err, errlen);
     if (rc) return rc;
+    o->inputs = pos, o->ninputs = np;
     if (o->cmd == DATA_BENCH) {
         if (np != 1) {
             snprintf(err, errlen, "bench: the image folder DIR is required (ddprt-data bench DIR; see --help)");

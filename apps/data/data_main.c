@@ -1,7 +1,8 @@
 /* ddprt-data: data set tools (ddprt-data --help; the commands: data_args.c).
  *   convert  Fashion-MNIST (IDX) as an image folder or as CIFAR-10-style binary.
  *   synth    JPEGs of ImageNet-like size with structure and noise (benchmark input).
- *   bench    decode + transform throughput per thread on an image folder's train split. */
+ *   bench    decode + transform throughput per thread on an image folder's train split.
+ *   tokenize text to llm.c token shards (apps/data/tokenize.c). */
 #include "apps/data/data.h"
 #include "rt/args.h"
 #include "rt/env.h"
@@ -98,7 +99,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.cmd == DATA_BENCH) return bench(&o);
-    rc = o.cmd == DATA_CONVERT ? data_convert(&o, err, sizeof err) : data_synth(&o, err, sizeof err);
+    rc = o.cmd == DATA_CONVERT ? data_convert(&o, err, sizeof err)
+       : o.cmd == DATA_TOKENIZE ? data_tokenize(&o, err, sizeof err) : data_synth(&o, err, sizeof err);
     if (rc) fprintf(stderr, "ddprt-data: error: %s\n", err);
     return rc ? 1 : 0;
 }

@@ -4,6 +4,7 @@
 #include "rt/hash.h"
 #include "rt/env.h"
 #include "nn/data/image.h"
+#include "nn/data/tokens.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
               "(cifar-10-binary.tar.gz), an image folder DIR/train/CLASS/*.jpg + DIR/val/..., DIR/train.tsv + " \
               "DIR/test.tsv, or build/ddprt-data convert (Fashion-MNIST to an image folder or CIFAR-style binary)"
 
-static const char *const fmt_names[] = {"idx", "cifar10", "cifar100", "imagefolder", "text", "synthetic"};
+static const char *const fmt_names[] = {"idx", "cifar10", "cifar100", "imagefolder", "text", "synthetic", "tokens"};
 
 
 static int exists(const char *dir, const char *name, int want_dir)
@@ -31,6 +32,7 @@ static int detect(char *dir, size_t dirlen)
 {
     static const char *const sub[] = {"", "cifar-10-batches-bin", "cifar-100-binary"};
     if (exists(dir, "train-images-idx3-ubyte", 0) || exists(dir, "train-images-idx3-ubyte.gz", 0)) return NN_FMT_IDX;
+    if (nn_tokens_detect(dir)) return NN_FMT_TOKENS;
     for (int s = 0; s < 3; s++) {
         char p[600];
         snprintf(p, sizeof p, "%s%s%s", dir, *sub[s] ? "/" : "", sub[s]);
@@ -39,6 +41,9 @@ static int detect(char *dir, size_t dirlen)
     }
     if (exists(dir, "train.tsv", 0)) return NN_FMT_TEXT;
     if (exists(dir, "train", 1)) return NN_FMT_FOLDER;
+    /* *train*.bin without a shard's magic: token shards all the same, so that opening
+     * them names what is wrong with the file */
+    if (nn_tokens_list(dir, "train", NULL, 0) > 0) return NN_FMT_TOKENS;
     return -1;
 }
 
@@ -52,7 +57,8 @@ int nn_data_locate(const char *dir, char *out, size_t outlen, char *err, size_t 
             snprintf(out, outlen, "%s", dir);
             return 0;
         }
-        snprintf(err, errlen, "--data %s: no data set there (no IDX, CIFAR, train/ folder or train.tsv)" HOWTO, dir);
+        snprintf(err, errlen, "--data %s: no data set there (no IDX, CIFAR, train/ folder, train.tsv or *train*.bin "
+                 "token shards)" HOWTO, dir);
         return -1;
     }
     /* $DDPRT_DATA names the data: a wrong one is an error, not a reason to train on
@@ -86,10 +92,11 @@ int nn_data_open(nn_dataset *d, const nn_data_cfg *cfg, const char *split, char 
     d->bad_skip = cfg->bad_skip;
     int f = -1;
     if (cfg->dataset) {
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 7; i++)
             if (!strcmp(cfg->dataset, fmt_names[i])) f = i;
         if (f < 0) {
-            snprintf(err, errlen, "--dataset %s: unknown (idx, cifar10, cifar100, imagefolder, text, synthetic)", cfg->dataset);
+            snprintf(err, errlen, "--dataset %s: unknown (idx, cifar10, cifar100, imagefolder, text, synthetic, tokens)",
+                     cfg->dataset);
             return -1;
         }
     }
@@ -114,6 +121,7 @@ int nn_data_open(nn_dataset *d, const nn_data_cfg *cfg, const char *split, char 
     case NN_FMT_CIFAR100: rc = nn_cifar_open(d, d->dir, err, errlen); break;
     case NN_FMT_FOLDER: rc = nn_folder_open(d, d->dir, err, errlen); break;
     case NN_FMT_TEXT: rc = nn_text_open(d, d->dir, err, errlen); break;
+    case NN_FMT_TOKENS: rc = nn_tokens_open(d, d->dir, err, errlen); break;
     default:
         d->n = cfg->syn_n > 0 ? (d->split_train ? cfg->syn_n : cfg->syn_n / 6 + 1) : (d->split_train ? 60000 : 10000);
         d->num_classes = cfg->syn_classes > 0 ? cfg->syn_classes : 10;
@@ -121,8 +129,9 @@ int nn_data_open(nn_dataset *d, const nn_data_cfg *cfg, const char *split, char 
         d->src_h = cfg->syn_h > 0 ? cfg->syn_h : 28;
         d->src_w = cfg->syn_w > 0 ? cfg->syn_w : 28;
         if (cfg->syn_vocab > 0) {
-            d->tokens = 1, d->vocab = cfg->syn_vocab;
+            d->tokens = 1, d->vocab = cfg->syn_vocab, d->lm = cfg->syn_lm;
             d->c = d->h = 1, d->w = cfg->syn_w > 0 ? cfg->syn_w : 64;
+            if (d->lm) d->num_classes = d->vocab;
         }
     }
     if (rc) return -1;
@@ -173,6 +182,7 @@ int nn_data_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         return rc;
     }
     case NN_FMT_TEXT: return nn_text_load(d, a, err, errlen);
+    case NN_FMT_TOKENS: return nn_tokens_load(d, a, err, errlen);
     default: return 0;
     }
 }
@@ -209,6 +219,10 @@ int nn_data_sample(const nn_dataset *d, int idx, int epoch, int train, void *x, 
         synthetic(d, idx, x, y);
         return 0;
     }
+    if (d->fmt == NN_FMT_TOKENS) { /* the targets are in the window itself */
+        *y = 0;
+        return nn_tokens_sample(d, idx, x, err, errlen);
+    }
     *y = d->labels[idx];
     if (d->fmt == NN_FMT_TEXT) {
         memcpy(x, d->toks + (size_t)idx * d->w, (size_t)d->w * sizeof(int32_t));
@@ -241,6 +255,7 @@ int nn_data_sample(const nn_dataset *d, int idx, int epoch, int train, void *x, 
 void nn_data_sample_name(const nn_dataset *d, int idx, char *out, size_t outlen)
 {
     if (d->fmt == NN_FMT_FOLDER) snprintf(out, outlen, "%s/%s", d->path[0], d->pool + d->off[idx]);
+    else if (d->fmt == NN_FMT_TOKENS) snprintf(out, outlen, "%s window %d", d->dir, idx);
     else snprintf(out, outlen, "%s sample %d", d->dir, idx);
 }
 

@@ -14,7 +14,7 @@
 
 typedef struct nn_data_cfg {
     const char *dir;        /* --data DIR (NULL: $DDPRT_DATA, ./data, Debian's Fashion-MNIST); "synthetic" = no files */
-    const char *dataset;    /* --dataset: idx, cifar10, cifar100, imagefolder, text, synthetic; NULL = detect */
+    const char *dataset;    /* --dataset: idx, cifar10, cifar100, imagefolder, text, synthetic, tokens; NULL = detect */
     int image_size;         /* 0 = the data's own size; image folders default 224 */
     const char *augment;    /* none|cifar|imagenet (NULL = the format's default) */
     int workers;            /* decode threads per rank (0 = 1) */
@@ -22,17 +22,26 @@ typedef struct nn_data_cfg {
     int seq_len, min_freq, max_vocab; /* text (0 = 64, 1, unlimited) */
     int syn_c, syn_h, syn_w, syn_classes, syn_n; /* --data synthetic shape (0 = 1x28x28, 10, 60000) */
     int syn_vocab;          /* > 0: synthetic samples are syn_w token ids in [0, syn_vocab) */
+    int syn_lm;             /* with syn_vocab: language-modelling windows of syn_w = T + 1 tokens */
     uint64_t seed;
 } nn_data_cfg;
 
 enum { NN_AUG_NONE, NN_AUG_CIFAR, NN_AUG_IMAGENET };
-enum { NN_FMT_IDX, NN_FMT_CIFAR10, NN_FMT_CIFAR100, NN_FMT_FOLDER, NN_FMT_TEXT, NN_FMT_SYNTHETIC };
+enum { NN_FMT_IDX, NN_FMT_CIFAR10, NN_FMT_CIFAR100, NN_FMT_FOLDER, NN_FMT_TEXT, NN_FMT_SYNTHETIC, NN_FMT_TOKENS };
 
 typedef struct nn_idx_header {
     int ndims;
     int dims[3];
     size_t count, item_bytes;
 } nn_idx_header;
+
+/* One mapped token shard (nn/data/tokens.c). */
+typedef struct nn_tok_shard {
+    char name[128];
+    const void *map;        /* the whole file, header included */
+    int64_t ntok, first;    /* tokens; the global index of its first window */
+    int tbytes;
+} nn_tok_shard;
 
 typedef struct nn_dataset {
     /* public: what the trainer reads */
@@ -41,6 +50,8 @@ typedef struct nn_dataset {
     int n, num_classes;
     int c, h, w;            /* one sample as the model sees it (after transforms) */
     int tokens;             /* 1: a sample is w int32 token ids (c = h = 1) in [0, vocab) */
+    int lm;                 /* language modelling: a sample is w = T + 1 tokens, inputs [0, T)
+                             * and next-token targets [1, T] (token shards, synthetic) */
     int vocab;
     uint64_t meta_hash;     /* FNV-1a of class names / vocabulary: equal on every rank */
     /* private */
@@ -61,6 +72,8 @@ typedef struct nn_dataset {
     size_t classes_bytes;
     int32_t *toks;          /* text: n * seq_len */
     int64_t *vocab_off;     /* text: vocab word offsets in pool (vocab entries) */
+    nn_tok_shard *shards;   /* token shards */
+    int nshards;
 } nn_dataset;
 
 /* Per-worker scratch for nn_data_sample, carved by the loader. */
@@ -100,4 +113,8 @@ int nn_folder_sample(const nn_dataset *d, int idx, int epoch, int train, float *
                      char *err, size_t errlen);
 int nn_text_open(nn_dataset *d, const char *dir, char *err, size_t errlen);
 int nn_text_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
+int nn_tokens_detect(const char *dir);
+int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen);
+int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
+int nn_tokens_sample(const nn_dataset *d, int idx, int32_t *x, char *err, size_t errlen);
 #endif

@@ -1,0 +1,282 @@
+/* Token shards (llm.c's format, uint16 and uint32), their windows as a data set,
+ * corrupt shards (one error naming the file and byte offset), GPT-2 BPE from a small
+ * encoder.json + vocab.bpe written here, and ddprt-data tokenize. */
+#include "nn/data/bpe.h"
+#include "nn/data/dataset.h"
+#include "nn/data/tokens.h"
+#include "test/t.h"
+#include "test/t_data.h"
+#include "test/t_proc.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
+{
+    if (nn_data_open(d, cfg, split, err, n)) return -1;
+    rt_arena_plan(a, "t");
+    if (nn_data_load(d, a, err, n)) return -1;
+    rt_arena_init(a, "t", a->high);
+    if (nn_data_load(d, a, err, n) == 0) return 0;
+    rt_arena_free(a);
+    return -1;
+}
+
+static void write_raw(const char *dir, const char *name, const int32_t *h, const void *body, size_t bytes)
+{
+    unsigned char *buf = malloc(1024 + bytes);
+    memcpy(buf, h, 1024);
+    memcpy(buf + 1024, body, bytes);
+    t_write_file(dir, name, buf, 1024 + bytes, 0);
+    free(buf);
+}
+
+PTEST(tokens_shards_windows_uint16_uint32)
+{
+    for (int wide = 0; wide < 2; wide++) {
+        const char *dir = t_tmpdir("tok");
+        int vocab = wide ? 70000 : 300;
+        int32_t a[10], b[7], v[6];
+        for (int i = 0; i < 10; i++) a[i] = (i * 37 + 5) % vocab + (wide ? 65536 : 0) * (i == 3);
+        for (int i = 0; i < 7; i++) b[i] = (i * 11 + 1) % vocab;
+        for (int i = 0; i < 6; i++) v[i] = i;
+        char p[700], err[1024];
+        snprintf(p, sizeof p, "%s/x_train_000001.bin", dir);
+        CHECK(nn_tokens_write(p, a, 10, vocab, err, sizeof err) == 0);
+        snprintf(p, sizeof p, "%s/x_train_000002.bin", dir);
+        CHECK(nn_tokens_write(p, b, 7, vocab, err, sizeof err) == 0);
+        snprintf(p, sizeof p, "%s/x_val.bin", dir);
+        CHECK(nn_tokens_write(p, v, 6, vocab, err, sizeof err) == 0);
+        nn_tok_info info;
+        CHECK(nn_tokens_probe(p, &info, err, sizeof err) == 0);
+        CHECK_EQ(info.tbytes, wide ? 4 : 2);
+        CHECK_EQ(info.ntok, 6);
+        CHECK_EQ(info.vocab, vocab);
+        nn_data_cfg cfg = {.dir = dir, .seq_len = 4, .seed = 1};
+        nn_dataset d, t;
+        rt_arena a1, a2;
+        CHECKF(open_load(&d, &a1, &cfg, "train", err, sizeof err) == 0, "%s", err);
+        CHECKF(open_load(&t, &a2, &cfg, "test", err, sizeof err) == 0, "%s", err);
+        CHECK(!strcmp(d.format, "tokens"));
+        CHECK(d.tokens && d.lm);
+        CHECK_EQ(d.w, 5);
+        CHECK_EQ(d.vocab, vocab);
+        CHECK_EQ(d.n, 3); /* (10-1)/4 + (7-1)/4: windows never cross shards */
+        CHECK_EQ(t.n, 1);
+        CHECK_EQ(nn_data_sample_bytes(&d), 5 * sizeof(int32_t));
+        int32_t x[5], y;
+        const int32_t *want[3] = {a, a + 4, b};
+        for (int s = 0; s < 3; s++) {
+            CHECK(nn_data_sample(&d, s, 0, 1, x, &y, NULL, err, sizeof err) == 0);
+            CHECKF(memcmp(x, want[s], sizeof x) == 0, "window %d", s);
+        }
+        CHECK(nn_data_sample(&t, 0, 0, 0, x, &y, NULL, err, sizeof err) == 0);
+        CHECK(memcmp(x, v, sizeof x) == 0);
+        rt_arena_free(&a1);
+        rt_arena_free(&a2);
+        t_tmp_cleanup();
+    }
+}
+
+PTEST(tokens_corrupt_shards_name_file_and_offset)
+{
+    const char *dir = t_tmpdir("tokbad");
+    int32_t h[256] = {NN_TOK_MAGIC16, 1, 10, 300};
+    uint16_t body[10] = {1, 2, 3, 4, 5, 6, 299, 8, 9, 10};
+    char err[1024];
+    nn_data_cfg cfg = {.dir = dir, .dataset = "tokens", .seq_len = 4};
+    nn_dataset d;
+    rt_arena a;
+    /* bad magic */
+    h[0] = 12345;
+    write_raw(dir, "c_train.bin", h, body, sizeof body);
+    CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
+    CHECKF(strstr(err, "c_train.bin: offset 0: magic 12345") && !strchr(err, '\n'), "%s", err);
+    /* wrong version */
+    h[0] = NN_TOK_MAGIC16;
+    h[1] = 2;
+    write_raw(dir, "c_train.bin", h, body, sizeof body);
+    CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
+    CHECKF(strstr(err, "c_train.bin: offset 4: version 2"), "%s", err);
+    /* truncated: the header promises 10 tokens, 9 follow */
+    h[1] = 1;
+    write_raw(dir, "c_train.bin", h, body, sizeof body - 2);
+    CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
+    CHECKF(strstr(err, "c_train.bin: offset 8: the header says 10 tokens"), "%s", err);
+    /* shorter than the header */
+    t_write_file(dir, "c_train.bin", h, 600, 0);
+    CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
+    CHECKF(strstr(err, "c_train.bin: offset 600: the file ends inside"), "%s", err);
+    /* a token outside the vocabulary: found when its window is read */
+    body[6] = 300;
+    write_raw(dir, "c_train.bin", h, body, sizeof body);
+    write_raw(dir, "c_val.bin", h, body, sizeof body);
+    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    int32_t x[5], y;
+    CHECK(nn_data_sample(&d, 0, 0, 1, x, &y, NULL, err, sizeof err) == 0);
+    CHECK(nn_data_sample(&d, 1, 0, 1, x, &y, NULL, err, sizeof err) == -1);
+    CHECKF(strstr(err, "c_train.bin: offset 1036: token 300 outside the vocabulary of 300"), "%s", err);
+    rt_arena_free(&a);
+    /* no val shards */
+    nn_data_cfg c2 = cfg;
+    char other[700];
+    snprintf(other, sizeof other, "%s/c_val.bin", dir);
+    remove(other);
+    CHECK(nn_data_open(&d, &c2, "test", err, sizeof err) == -1);
+    CHECKF(strstr(err, "no *val*.bin token shards"), "%s", err);
+}
+
+/* ---------------------------------------------------------------- GPT-2 BPE */
+static int printable(int b) { return (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff); }
+static unsigned byte_char(int b)
+{
+    if (printable(b)) return (unsigned)b;
+    int n = 0;
+    for (int k = 0; k < b; k++) n += !printable(k);
+    return 256u + (unsigned)n;
+}
+
+/* 256 byte tokens (ids 0..255 in byte order, written as \u escapes), then the
+ * merges' results, then <|endoftext|>. */
+enum { M_GT = 256, M_HE, M_GTHE, M_CA, M_CAT, M_EOT };
+static void write_bpe(const char *dir)
+{
+    char *j = malloc(1 << 16);
+    size_t o = (size_t)sprintf(j, "{");
+    for (int b = 0; b < 256; b++) o += (size_t)sprintf(j + o, "%s\"\\u%04x\": %d", b ? ", " : "", byte_char(b), b);
+    /* G-dot (U+0120) is the space's stand-in: written as UTF-8 here */
+    o += (size_t)sprintf(j + o, ", \"\xc4\xa0t\": %d, \"he\": %d, \"\xc4\xa0the\": %d, \"ca\": %d, \"cat\": %d, "
+                               "\"<|endoftext|>\": %d}\n", M_GT, M_HE, M_GTHE, M_CA, M_CAT, M_EOT);
+    t_write_file(dir, "encoder.json", j, o, 0);
+    const char *m = "#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\nc a\nca t\n";
+    t_write_file(dir, "vocab.bpe", m, strlen(m), 0);
+    free(j);
+}
+
+static int enc(nn_bpe *b, const char *s, int32_t *want, int nw)
+{
+    int32_t *out = NULL;
+    size_t len = 0, cap = 0;
+    int ok = nn_bpe_encode(b, s, strlen(s), &out, &len, &cap) == 0 && len == (size_t)nw &&
+             !memcmp(out, want, sizeof(int32_t) * (size_t)nw);
+    if (!ok) {
+        fprintf(stderr, "encode(\"%s\") =", s);
+        for (size_t i = 0; i < len; i++) fprintf(stderr, " %d", out[i]);
+        fprintf(stderr, "\n");
+    }
+    free(out);
+    return ok;
+}
+
+PTEST(bpe_merges_pretokens_and_decode)
+{
+    const char *dir = t_tmpdir("bpe");
+    write_bpe(dir);
+    char err[1024];
+    nn_bpe *b = nn_bpe_load(dir, err, sizeof err);
+    CHECKF(b != NULL, "%s", err);
+    if (!b) return;
+    CHECK_EQ(nn_bpe_vocab(b), M_EOT + 1);
+    CHECK_EQ(nn_bpe_eot(b), M_EOT);
+    const int SP = ' ', NL = '\n';
+    CHECK(enc(b, "the cat", (int32_t[]){'t', M_HE, SP, M_CAT}, 4));
+    CHECK(enc(b, " the", (int32_t[]){M_GTHE}, 1));
+    /* "\nthe": a newline is not the optional space, so "the" is its own word */
+    CHECK(enc(b, "\nthe", (int32_t[]){NL, 't', M_HE}, 3));
+    /* two spaces: the last joins the word (\s+(?!\S)) */
+    CHECK(enc(b, "  the", (int32_t[]){SP, M_GTHE}, 2));
+    /* contractions, digits, punctuation, a trailing run of spaces */
+    CHECK(enc(b, "it's 12!! ", (int32_t[]){'i', 't', '\'', 's', SP, '1', '2', '!', '!', SP}, 10));
+    CHECK(enc(b, "xthe", (int32_t[]){'x', 't', M_HE}, 3));
+    /* merges stop at word boundaries: "ca t" is not "cat" */
+    CHECK(enc(b, "ca t", (int32_t[]){M_CA, M_GT}, 2));
+    /* UTF-8 letters are bytes of one word; bad UTF-8 stays bytes */
+    CHECK(enc(b, "\xc3\xa9t\xff", (int32_t[]){0xc3, 0xa9, 't', 0xff}, 4));
+    size_t len;
+    const char *s = nn_bpe_decode(b, M_GTHE, &len);
+    CHECK(len == 4 && !memcmp(s, " the", 4));
+    s = nn_bpe_decode(b, NL, &len);
+    CHECK(len == 1 && s[0] == '\n');
+    s = nn_bpe_decode(b, M_EOT, &len);
+    CHECK(len == 13 && !memcmp(s, "<|endoftext|>", 13));
+    CHECK(nn_bpe_decode(b, M_EOT + 1, &len) == NULL);
+    nn_bpe_free(b);
+    /* a broken encoder.json names the file and the offset */
+    t_write_file(dir, "encoder.json", "{\"a\": 0, \"b\" 1}", 16, 0);
+    CHECK(nn_bpe_load(dir, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "encoder.json: offset 13: expected ':'"), "%s", err);
+    /* a merge of unknown tokens names the line */
+    write_bpe(dir);
+    t_write_file(dir, "vocab.bpe", "#version: 0.2\nq z\n", 18, 0);
+    CHECK(nn_bpe_load(dir, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "vocab.bpe: line 2"), "%s", err);
+}
+
+PTEST(data_tokenize_bytes_and_bpe)
+{
+    const char *dir = t_tmpdir("tokz");
+    char in[700], out[700], p[800], err[1024];
+    snprintf(in, sizeof in, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *text = "the cat\n%\n the\n";
+    t_write_file(dir, "in.txt", text, strlen(text), 0);
+    /* bytes, a quarter for validation */
+    t_proc pr;
+    char *av[] = {(char *)t_prog("ddprt-data"), "tokenize", in, "--to", out, "--name", "t", "--val-fraction", "0.25", NULL};
+    t_spawn(&pr, "tok1", av, NULL);
+    CHECKF(t_wait(&pr, 60) == 0, "%s", t_slurp(pr.err));
+    nn_tok_info iv, it;
+    snprintf(p, sizeof p, "%s/t_val.bin", out);
+    CHECKF(nn_tokens_probe(p, &iv, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/t_train.bin", out);
+    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(iv.ntok, 3); /* 15 bytes: 3 + 12 */
+    CHECK_EQ(it.ntok, 12);
+    CHECK_EQ(it.vocab, 256);
+    /* GPT-2 BPE: documents at "%" lines, each after <|endoftext|>; the files copied */
+    write_bpe(dir);
+    char *av2[] = {(char *)t_prog("ddprt-data"), "tokenize", in, "--to", out, "--name", "b", "--bpe", (char *)dir,
+                   "--doc-sep", "%", "--val-fraction", "0", NULL};
+    t_spawn(&pr, "tok2", av2, NULL);
+    CHECKF(t_wait(&pr, 60) == 0, "%s", t_slurp(pr.err));
+    snprintf(p, sizeof p, "%s/b_train.bin", out);
+    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(it.vocab, M_EOT + 1);
+    int32_t want[] = {M_EOT, 't', M_HE, ' ', M_CAT, '\n', M_EOT, M_GTHE, '\n'};
+    CHECK_EQ(it.ntok, 9);
+    const char *raw = t_slurp(p);
+    uint16_t got[9];
+    memcpy(got, raw + 1024, sizeof got);
+    for (int i = 0; i < 9; i++) CHECKF(got[i] == want[i], "token %d: %d want %d", i, got[i], want[i]);
+    snprintf(p, sizeof p, "%s/encoder.json", out);
+    CHECK(t_slurp(p)[0] == '{');
+    /* bad input: one line, exit non-zero */
+    char *av3[] = {(char *)t_prog("ddprt-data"), "tokenize", "/nonexistent/file", "--to", out, NULL};
+    t_spawn(&pr, "tok3", av3, NULL);
+    CHECK(t_wait(&pr, 60) != 0);
+    CHECKF(strstr(t_slurp(pr.err), "/nonexistent/file: ") != NULL, "%s", t_slurp(pr.err));
+}
+
+/* The default corpus (Debian's fortunes, a "ci" package of deps/debian.txt). */
+PTEST(data_tokenize_default_corpus)
+{
+    FILE *f = fopen("/usr/share/games/fortunes/fortunes", "r");
+    if (!f) {
+        t_note("skipped: /usr/share/games/fortunes missing (apt-get install fortunes)");
+        return;
+    }
+    fclose(f);
+    const char *dir = t_tmpdir("tokf");
+    char p[800], err[1024];
+    t_proc pr;
+    char *av[] = {(char *)t_prog("ddprt-data"), "tokenize", "--to", (char *)dir, NULL};
+    t_spawn(&pr, "tokf", av, NULL);
+    CHECKF(t_wait(&pr, 120) == 0, "%s", t_slurp(pr.err));
+    nn_tok_info it, iv;
+    snprintf(p, sizeof p, "%s/fortunes_train.bin", dir);
+    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/fortunes_val.bin", dir);
+    CHECKF(nn_tokens_probe(p, &iv, err, sizeof err) == 0, "%s", err);
+    CHECK(it.ntok > 1000000 && iv.ntok > 100000);
+    CHECK_EQ(it.vocab, 256);
+}

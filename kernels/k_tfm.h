@@ -19,19 +19,27 @@ void k_layernorm_fwd(int n, int c, const float *x, const float *w, const float *
 void k_layernorm_bwd(int n, int c, const float *x, const float *w, const float *mean,
                      const float *rstd, const float *dy, float *dx, float *dw, float *db);
 
+/* Linear with the weight stored [in, out] (Hugging Face's Conv1D, GPT-2's layout):
+ * y[n, out] = x[n, in] w[in, out] + b[out] (b may be NULL). Backward: dx, dw, db
+ * (each NULL: not wanted); dx may not alias dy. */
+void k_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y);
+void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx, float *dw,
+                     float *db);
+
 /* GELU, tanh form (PyTorch's approximate="tanh", GPT-2's "gelu_new"):
  * y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Backward from x; dx may be dy.
  * The same bits on every ISA path. */
 void k_gelu_fwd(size_t n, const float *x, float *y);
 void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx);
 
-/* Token + position embedding: y[b, t, :] = wte[ids[b*len + t], :] + wpe[t, :].
+/* Token + position embedding: y[b, t, :] = wte[ids[b*ld + t], :] + wpe[t, :] (ld: the
+ * row stride of ids, len or more: a language-model window holds one token more).
  * Backward: dwpe[t] = sum over b of dy[b, t] (overwritten); dwte rows accumulate dy
  * in token order, added into dwte when acc (a classifier tied to wte wrote it first),
  * else over zeros. Ids outside [0, vocab) are a caller bug (the data reader checks). */
-void k_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, const float *wte,
+void k_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, int ld, const float *wte,
                          const float *wpe, float *y);
-void k_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, const float *dy,
+void k_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, int ld, const float *dy,
                          float *dwte, float *dwpe, int acc);
 
 /* Causal multi-head self-attention on the packed projection qkv[b, t, 3*h*hd] (q, k, v

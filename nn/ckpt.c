@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXM (NN_MAX_PARAMS + NN_MAX_BUFS)
+#define MAXM (NN_MAX_PARAMS + NN_MAX_BUFS + 2) /* + shared parameters' second names */
 #define MAXS (NN_MAX_PARAMS * NN_CKPT_MAX_BLOCKS)
 #define MAX_STEP (1ull << 53) /* steps beyond any run; exact in a double */
 
@@ -32,6 +32,18 @@ static int model_tensors(const nn_graph *g, stio_tensor *t)
     return n;
 }
 
+/* Shared parameters under their second names (a tied classifier: "lm_head.weight" is
+ * "transformer.wte.weight"), as PyTorch's state_dict lists them: written, and accepted
+ * when a file holds them, but never read back (the first name carries the values). */
+static int alias_tensors(const nn_graph *g, stio_tensor *t)
+{
+    for (int i = 0; i < g->nalias; i++) {
+        const nn_param *p = &g->p[g->alias[i].param];
+        t[i] = tensor(g->alias[i].name, STIO_F32, p->ndim, p->shape, g->params + p->offset);
+    }
+    return g->nalias;
+}
+
 /* The optimizer blocks, named into names[] (storage that outlives the call). */
 static int state_tensors(const nn_graph *g, const nn_ckpt_state *s, stio_tensor *t, char (*names)[NN_NAME + 32])
 {
@@ -51,6 +63,7 @@ static char optnames[MAXS][NN_NAME + 32];
 int nn_ckpt_check_names(const nn_graph *g, char *err, size_t errlen)
 {
     int n = model_tensors(g, mt);
+    n += alias_tensors(g, mt + n);
     for (int i = 0; i < n; i++) {
         /* "optim.exp_avg_sq." is the longest prefix the state gives a parameter's name. */
         if (strlen(mt[i].name) + 17 >= STIO_MAX_NAME) {
@@ -71,6 +84,7 @@ int nn_ckpt_check_names(const nn_graph *g, char *err, size_t errlen)
 int nn_ckpt_save(const char *path, nn_graph *g, const nn_ckpt_state *s, int keep, char *err, size_t errlen)
 {
     int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames);
+    nm += alias_tensors(g, mt + nm);
     char epoch[24], step[24], ostep[24];
     snprintf(epoch, sizeof epoch, "%d", s->epoch);
     snprintf(step, sizeof step, "%" PRIu64, s->step);
@@ -167,11 +181,11 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
         snprintf(err, errlen, "--resume %s holds %s state, but --optimizer is %s", path, opt, s->optimizer);
         goto out;
     }
-    int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames);
+    int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames), na = alias_tensors(g, mt + nm);
     /* The model's tensors first (a missing one or another shape says "another model"
      * best), then that the files hold nothing else. */
     if (stio_read(f, mt, nm, e2, sizeof e2) || stio_read(sf, st, ns, e2, sizeof e2) ||
-        only_these(f, path, mt, nm, "", e2, sizeof e2) || only_these(sf, state_path, st, ns, "", e2, sizeof e2)) {
+        only_these(f, path, mt, nm + na, "", e2, sizeof e2) || only_these(sf, state_path, st, ns, "", e2, sizeof e2)) {
         snprintf(err, errlen, "--resume %s", e2);
         goto out;
     }
@@ -195,10 +209,10 @@ int nn_ckpt_init_from(nn_graph *g, const char *path, int strict, int skipped[2],
         snprintf(err, errlen, "--init-from %s", e2);
         return -1;
     }
-    int n = model_tensors(g, mt);
+    int n = model_tensors(g, mt), na = alias_tensors(g, mt + n);
     if (strict) {
         if (!stio_read(f, mt, n, e2, sizeof e2) &&
-            !only_these(f, path, mt, n, "; --init-non-strict loads the tensors that match", e2, sizeof e2))
+            !only_these(f, path, mt, n + na, "; --init-non-strict loads the tensors that match", e2, sizeof e2))
             rc = 0;
     } else {
         /* load_state_dict(strict=False): what matches by name; the rest is counted. */
@@ -214,6 +228,11 @@ int nn_ckpt_init_from(nn_graph *g, const char *path, int strict, int skipped[2],
             else skipped[0]++;
         }
         skipped[1] = stio_count(f) - k;
+        for (int i = 0; i < na; i++) { /* a second name present is not "unused" */
+            stio_tensor t;
+            for (int j = 0; j < stio_count(f); j++)
+                if (stio_info(f, j, &t), !strcmp(t.name, mt[n + i].name)) skipped[1]--;
+        }
         rc = stio_read(f, mt, k, e2, sizeof e2) ? -1 : 0;
     }
     if (rc) snprintf(err, errlen, "--init-from %s", e2);

@@ -24,7 +24,7 @@ void nn_graph_init(nn_graph *g, uint64_t seed)
             break;
         case NN_INIT_KAIMING_NORMAL_OUT:
         case NN_INIT_NORMAL: {
-            float sd = p->init == NN_INIT_NORMAL ? 1.0f : sqrtf(2.0f / (float)p->fan);
+            float sd = p->init == NN_INIT_NORMAL ? (p->init_std > 0 ? p->init_std : 1.0f) : sqrtf(2.0f / (float)p->fan);
             for (size_t k = 0; k < p->numel; k++) w[k] = sd * normal(seed ^ 0x5bd1e995u, p->offset + k);
             break;
         }
@@ -43,12 +43,12 @@ void nn_graph_init(nn_graph *g, uint64_t seed)
         }
 }
 
-const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step)
+static void forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step, int last)
 {
     if (n > g->max_batch) rt_fatal("model %s: batch %d exceeds the planned %d", g->model, n, g->max_batch);
     g->nodes[0].y = (float *)x;
     nn_run r = {.n = n, .train = train, .seed = seed, .step = step, .ws = g->ws};
-    for (int i = 1; i < g->nn; i++) {
+    for (int i = 1; i <= last; i++) {
         nn_node *nd = &g->nodes[i];
         if (nd->storage != i || nd->folded) continue; /* a view: same bytes as its input; a relu
                                                         * and max_time the conv below does */
@@ -56,12 +56,26 @@ const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t s
         r.ws = nd->ws_fwd;
         nd->op->fwd(g, nd, &r);
     }
+}
+
+const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step)
+{
+    forward(g, x, n, train, seed, step, g->nn - 1);
     return g->nodes[g->out].y;
 }
+
+void nn_forward_to(nn_graph *g, const void *x, int n, int last) { forward(g, x, n, 0, 0, 0, last); }
 
 double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct)
 {
     const nn_node *o = &g->nodes[g->out];
+    if (g->lm) { /* the graph's own loss: each sample's mean over its tokens */
+        double s = 0;
+        for (int i = 0; i < n; i++) s += o->y[i];
+        (void)labels;
+        if (correct) *correct = 0;
+        return s;
+    }
     if (g->out_is_logp) return k_nll_loss_sum(n, g->num_classes, o->y, labels, correct);
     return k_cross_entropy_fwd(n, g->num_classes, o->y, labels, g->logp, correct);
 }
@@ -89,6 +103,11 @@ void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
     nn_node *o = &g->nodes[g->out];
     int last = g->out;
     float scale = 1.0f / (float)n_total;
+    if (g->lm) { /* lm_loss makes its own gradient */
+        g->lm_scale = scale;
+        nn_backward_from(g, last, n);
+        return;
+    }
     if (g->out_is_logp) {
         /* NLL(log_softmax) fused: the gradient w.r.t. the log_softmax input. */
         float *dx = nn_dx(g, o, 0);

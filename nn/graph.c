@@ -174,7 +174,7 @@ int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t e
     g->out = g->nn - 1;
     g->out_is_logp = !strcmp(g->nodes[g->out].op->kind, "log_softmax");
     nn_shape o = g->nodes[g->out].out;
-    if (g->num_classes < 0) { /* a bare graph (the op tests): no classifier head */
+    if (g->num_classes < 0 || g->lm) { /* a bare graph (the op tests), or a language model: its own loss */
     } else if (o.h != 1 || o.w != 1 || o.tokens) {
         snprintf(err, errlen, "model %s: the output must be a vector of class scores, got %dx%dx%d", g->model, o.c,
                  o.h, o.w);

@@ -43,6 +43,7 @@ typedef struct nn_param {
     size_t offset, numel;  /* floats into the parameter / gradient blocks */
     int init, fan;         /* fan_in (uniform) or fan_out (normal) */
     int no_decay;          /* a bias or normalisation weight (--no-decay-bn-bias) */
+    float init_std;        /* NN_INIT_NORMAL: the standard deviation (0: 1, nn.Embedding's) */
     int node;
 } nn_param;
 
@@ -167,6 +168,13 @@ typedef struct nn_graph {
     unsigned char *bufs;
     int out;               /* the output node (logits, or log-probabilities) */
     int out_is_logp;       /* the output node is a log_softmax */
+    int lm;                /* a language model: the input is a window of T + 1 tokens and the
+                            * output node (lm_loss) gives each sample's mean token loss */
+    float lm_scale;        /* lm: 1 / the samples the loss is averaged over (set by nn_backward) */
+    /* Second names of shared parameters, written by checkpoints beside the first (a
+     * tied classifier: "lm_head.weight" is "transformer.wte.weight"), not read back. */
+    struct { char name[NN_NAME]; int param; } alias[2];
+    int nalias;
     float *logp;           /* log-probabilities of the last loss (for logits outputs) */
     float *acc;            /* accumulation scratch for values with several consumers */
     void *ws;
@@ -231,6 +239,14 @@ int nn_embedding(nn_graph *g, const char *name, int x, int vocab, int dim);
 int nn_max_time(nn_graph *g, int x);
 int nn_concat(nn_graph *g, const int *xs, int n);
 int nn_log_softmax(nn_graph *g, int x);
+/* Transformer ops (nn/ops/tfm.c). */
+int nn_layernorm(nn_graph *g, const char *name, int x);
+int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std);
+int nn_gelu(nn_graph *g, int x);
+int nn_attention(nn_graph *g, int x, int heads);
+int nn_tok_pos_embed(nn_graph *g, const char *name, int x, int vocab, int dim, int ctx);
+/* The classifier tied to tok_pos_embed node emb, with the loss (makes g an lm graph's head). */
+int nn_lm_loss(nn_graph *g, const char *name, int x, int emb);
 /* Registration (ops' infer). */
 int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const int *shape, int init, int fan,
                  int no_decay);
@@ -254,6 +270,9 @@ void nn_graph_init(nn_graph *g, uint64_t seed);
 /* Forward of n <= max_batch samples (x: floats, or int32 ids for token inputs);
  * returns the output node's values [n, classes]. */
 const float *nn_forward(nn_graph *g, const void *x, int n, int train, uint64_t seed, uint64_t step);
+/* An evaluation forward through node `last` only (a language model's hidden states
+ * without its loss head). */
+void nn_forward_to(nn_graph *g, const void *x, int n, int last);
 /* Loss sum over the n samples of the last forward (NLL of the log-probabilities);
  * *correct counts rows whose argmax is the label (NULL: not needed). */
 double nn_loss(nn_graph *g, const int32_t *labels, int n, long *correct);

@@ -66,13 +66,13 @@ static const rt_arg flags[] = {
       "model's tensors"),
     F("init-non-strict", RT_ARG_FLAG, init_non_strict, RANK, RT_ARG_ANY,
       "--init-from as load_state_dict(strict=False): the tensors that match by name, the rest counted and skipped"),
-    FC("dataset", dataset, JOB, "idx|cifar10|cifar100|imagefolder|text|synthetic",
-       "data format: idx, cifar10, cifar100, imagefolder, text, synthetic (default: detect)"),
+    FC("dataset", dataset, JOB, "idx|cifar10|cifar100|imagefolder|text|synthetic|tokens",
+       "data format: idx, cifar10, cifar100, imagefolder, text, synthetic, tokens (default: detect)"),
     F("image-size", RT_ARG_INT, image_size, JOB, RT_ARG_POS, "image side after transforms (default: the data's own; image folders 224)"),
     FC("augment", augment, JOB, "none|cifar|imagenet", "none, cifar or imagenet (default: cifar for CIFAR, imagenet for folders)"),
     F("workers", RT_ARG_INT, workers, RANK, RT_ARG_POS, "data loader threads per rank (default: 1)"),
     FC("bad-sample", bad_sample, JOB, "fail|skip", "fail or skip: what a corrupt image or bad text line does (default: fail)"),
-    F("seq-len", RT_ARG_INT, seq_len, JOB, RT_ARG_POS, "text: tokens per sample, padded or truncated (default: 64)"),
+    F("seq-len", RT_ARG_INT, seq_len, JOB, RT_ARG_POS, "text: tokens per sample, padded or truncated (default: 64); language models: T (default: the model's context, cfg models 64)"),
     F("min-freq", RT_ARG_INT, min_freq, JOB, RT_ARG_POS, "text: minimum count of a word in the vocabulary (default: 1)"),
     F("max-vocab", RT_ARG_INT, max_vocab, JOB, RT_ARG_POS, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
     FC("optimizer", optimizer, JOB, "sgd|adam|adamw", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8) (default: sgd)"),
@@ -92,6 +92,14 @@ static const rt_arg flags[] = {
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
       "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
+    F("eval-every", RT_ARG_INT, eval_every, JOB, RT_ARG_NONNEG, "language models: validation loss every N steps too (default: 0, per epoch)"),
+    F("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "language models: validation batches per evaluation (default: 20; 0: all)"),
+    F("sample-every", RT_ARG_INT, sample_every, JOB, RT_ARG_NONNEG, "language models: print generated text every N steps (default: 0, at the start and end)"),
+    F("sample-len", RT_ARG_INT, sample_len, RANK, RT_ARG_POS, "language models: tokens per printed sample (default: 64)"),
+    F("temperature", RT_ARG_DOUBLE, temperature, RANK, RT_ARG_POS, "language models: sampling temperature (default: 1.0)"),
+    F("top-k", RT_ARG_INT, top_k, RANK, RT_ARG_NONNEG, "language models: sample among the k likeliest tokens (default: 0, all)"),
+    F("generate", RT_ARG_INT, generate, RANK, RT_ARG_NONNEG, "language models: print N generated tokens (after --init-from or --resume) and exit"),
+    F("tokenizer", RT_ARG_STR, tokenizer, RANK, RT_ARG_ANY, "language models: a directory with encoder.json + vocab.bpe to print samples as text (default: the data's)"),
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 static const rt_args spec = {"ddprt-train", flags, NFLAGS, 0, 0};
@@ -107,6 +115,9 @@ void nn_opts_default(nn_opts *o)
     o->seed = 1;
     o->log_interval = 10;
     o->model = "lenet";
+    o->sample_len = 64;
+    o->eval_batches = 20;
+    o->temperature = 1.0;
     o->rank = -1;
     o->world_size = -1;
     o->bucket_mb = 25;

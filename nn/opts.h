@@ -28,6 +28,10 @@ typedef struct nn_opts {
     double lr_gamma, warmup_epochs, clip_grad_norm;
     const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
     const char *invariant; /* --invariant K[:radices]: world-size-invariant training (nn/vshard.h) */
+    /* language models (token windows) */
+    int eval_every, eval_batches, sample_every, sample_len, top_k, generate;
+    double temperature;
+    const char *tokenizer;
 } nn_opts;
 
 void nn_opts_default(nn_opts *o);

@@ -2,6 +2,7 @@
 #include "nn/metrics.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"
+#include "nn/lm.h"
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
@@ -127,7 +128,10 @@ out:
 
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta)
 {
-    if (t->rank == 0)
+    if (t->rank == 0 && t->g.lm) /* language models: tokens, as llm.c counts */
+        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f tokens/s, ETA %.1fs)\n", epoch, done,
+               t->train.n, pct, loss, t->opt.lr, rate * (t->train.w - 1), eta);
+    else if (t->rank == 0)
         printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch, done,
                t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
 }
@@ -163,6 +167,20 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
             mx->lr = t->cuda ? t->sgd.lr : t->opt.lr;
             double data = t->loader.wait_s, comm = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s - comm0 : 0;
             nn_metrics_row(mx, "train", t->step, epoch, loss, -1, rate, el - data - comm, comm, data);
+        }
+        if (t->g.lm && t->micro == 0) {
+            double e0 = port_now_s();
+            if (o->eval_every > 0 && t->step % (uint64_t)o->eval_every == 0 && !o->no_eval) {
+                double vl = nn_lm_eval(t, &t->lm);
+                if (t->rank == 0) printf("step %llu: val loss %.4f\n", (unsigned long long)t->step, vl);
+                nn_metrics_row(mx, "val", t->step, epoch, vl, -1, 0, 0, 0, 0);
+            }
+            if (o->sample_every > 0 && t->step % (uint64_t)o->sample_every == 0 && t->rank == 0) {
+                char label[64];
+                snprintf(label, sizeof label, "step %llu sample: ", (unsigned long long)t->step);
+                nn_lm_sample(t, &t->lm, o->sample_len, label);
+            }
+            t0 += port_now_s() - e0; /* not training time */
         }
         batch_idx++;
     }
@@ -231,8 +249,14 @@ int nn_trainer_run(nn_trainer *t)
     double total = 0;
     nn_metrics mx;
     char err[512];
+    if (t->g.lm && t->rank == 0) nn_lm_open_tokenizer(&t->lm, t);
+    if (t->g.lm && o->generate > 0) { /* sampling from a checkpoint, no training */
+        if (t->rank == 0) nn_lm_sample(t, &t->lm, o->generate, "");
+        return 0;
+    }
     if (nothing_to_do(t)) return 0;
     if (nn_metrics_open(&mx, t->rank == 0 ? o->metrics : NULL, err, sizeof err)) rt_fatal("%s", err);
+    if (t->g.lm && t->rank == 0) nn_lm_sample(t, &t->lm, o->sample_len, "sample before training: ");
     uint64_t c0[4] = {0};
     for (int epoch = t->start_epoch; epoch <= o->epochs; epoch++) {
         double dt = train_epoch(t, epoch, &mx);
@@ -246,7 +270,10 @@ int nn_trainer_run(nn_trainer *t)
         }
         double loss = 0;
         long correct = 0, count = 1;
-        if (!o->no_eval) {
+        if (!o->no_eval && t->g.lm) {
+            loss = nn_lm_eval(t, &t->lm);
+            if (t->rank == 0) printf("\nTest set: Average loss: %.4f (perplexity %.2f)\n\n", loss, exp(loss));
+        } else if (!o->no_eval) {
             if (nn_trainer_eval(t, &loss, &correct, &count)) return data_failed(t);
             if (t->rank == 0)
                 printf("\nTest set: Average loss: %.4f, Accuracy: %ld/%ld (%.0f%%)\n\n", loss / count, correct,
@@ -289,6 +316,7 @@ int nn_trainer_run(nn_trainer *t)
             break;
         }
     }
+    if (t->g.lm && t->rank == 0) nn_lm_sample(t, &t->lm, o->sample_len, "sample after training: ");
     nn_metrics_close(&mx);
     if (o->plot && t->rank == 0 && nn_metrics_plot(o->metrics, o->plot, err, sizeof err)) rt_fatal("%s", err);
     t->peak_rss_mib = nn_peak_rss_mib();
@@ -303,6 +331,7 @@ int nn_trainer_run(nn_trainer *t)
 
 void nn_trainer_free(nn_trainer *t)
 {
+    nn_bpe_free(t->lm.bpe);
     nn_loader_stop(&t->loader);
     nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);

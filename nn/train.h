@@ -14,6 +14,14 @@
 #include "nn/train_inv.h"
 #include <signal.h>
 
+/* Language models (nn/lm.c): validation windows, sampling state. */
+typedef struct nn_lm {
+    int32_t *win;          /* eval_chunk windows (validation) or one (generation) */
+    float *logits;         /* one row of the vocabulary */
+    struct nn_bpe *bpe;    /* decoding for printed samples (NULL: bytes, or ids) */
+    uint64_t draws;        /* random numbers used so far (the sampling stream) */
+} nn_lm;
+
 typedef struct nn_trainer {
     nn_opts o;
     char data_dir[512];
@@ -48,6 +56,7 @@ typedef struct nn_trainer {
     /* Elastic launcher (DDPRT_ELASTIC): set (by a signal) when the job should stop at
      * the next restart point; NULL: not elastic. */
     const volatile sig_atomic_t *restart_req;
+    nn_lm lm;              /* token windows (g.lm) */
 } nn_trainer;
 
 /* nn_trainer_run's status after stopping at a restart point (EX_TEMPFAIL): the

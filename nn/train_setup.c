@@ -6,6 +6,7 @@
 #include "kernels/k.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"
+#include "nn/lm.h"
 #include "ports/cuda/port_cuda.h"
 #include "rt/log.h"
 #include <stdio.h>
@@ -24,6 +25,7 @@ static int carve_data(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     else nn_sampler_init(&t->sampler, a, t->train.n, t->world, t->rank, 1, o->drop_last, (uint64_t)o->seed);
     int max_batch = o->batch_size > t->eval_chunk ? o->batch_size : t->eval_chunk;
     nn_loader_plan(&t->loader, a, &t->train, max_batch, o->workers);
+    if (t->train.lm) nn_lm_plan(&t->lm, a, t);
     return 0;
 }
 
@@ -125,6 +127,17 @@ static int open_data(nn_trainer *t, char *err, size_t errlen)
         if (din.tokens) dc.syn_h = 1, dc.syn_w = o->seq_len ? o->seq_len : din.w, dc.syn_vocab = 20000;
         dc.syn_classes = o->num_classes ? o->num_classes : dcls;
     }
+    /* A language model: windows of T + 1 tokens, T the zoo model's context unless
+     * --seq-len (cfg models: 64); synthetic tokens in its vocabulary (cfg: vocab=, else
+     * bytes). */
+    nn_gpt_cfg gm;
+    int lm_file = o->model_file && nn_cfg_lm_shape(o->model_file, &gm.vocab, &gm.ctx);
+    if (lm_file || (!o->model_file && !nn_model_gpt(o->model, &gm))) {
+        if (!o->seq_len) dc.seq_len = lm_file ? 64 : gm.ctx;
+        if (lm_file && gm.vocab <= 0) gm.vocab = 256;
+        dc.syn_c = dc.syn_h = 1;
+        dc.syn_w = dc.seq_len + 1, dc.syn_vocab = gm.vocab, dc.syn_lm = 1, dc.syn_classes = gm.vocab;
+    }
     if (nn_data_open(&t->train, &dc, "train", err, errlen)) return -1;
     /* --no-eval needs no evaluation split: without one, the training split stands in
      * (it is never read for evaluation). */
@@ -149,7 +162,7 @@ static int describe_model(nn_trainer *t, char *err, size_t errlen)
     t->mc = (nn_model_cfg){.name = o->model_file ? NULL : o->model, .file = o->model_file,
                            .in = {t->train.c, t->train.h, t->train.w, t->train.tokens},
                            .num_classes = o->num_classes ? o->num_classes : t->train.num_classes,
-                           .vocab = t->train.vocab, .embed_dim = o->embed_dim};
+                           .vocab = t->train.vocab, .embed_dim = o->embed_dim, .lm = t->train.lm};
     t->nodes = calloc(NN_MAX_NODES, sizeof *t->nodes);
     t->pmeta = calloc(NN_MAX_PARAMS, sizeof *t->pmeta);
     t->bmeta = calloc(NN_MAX_BUFS, sizeof *t->bmeta);
@@ -243,7 +256,7 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
     if (!o->resume) return 0;
     nn_ckpt_state st = nn_trainer_ckpt_state(t, 0);
     if (nn_ckpt_load(o->resume, &t->g, &st, err, errlen)) return -1;
-    if (st.epoch > o->epochs) {
+    if (st.epoch > o->epochs && !o->generate) { /* --generate samples, whatever --epochs says */
         snprintf(err, errlen, "--resume %s: the checkpoint has trained %d epochs, more than --epochs %d (raise --epochs "
                  "to train on)", o->resume, st.epoch, o->epochs);
         return -1;

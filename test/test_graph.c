@@ -376,12 +376,46 @@ TEST(graph_op_pools_dropout_embedding_max_time_log_softmax)
     done(&h);
 }
 
+/* Transformer ops (nn/ops/tfm.c): forwards against their kernels' own tests
+ * (test_kernels_tfm.c), here the graph wiring: shapes, parameters and backward
+ * through each op and the tied classifier, by finite differences. */
+TEST(graph_op_transformer)
+{
+    hx h;
+    begin(&h, 2);
+    int x = source(&h, (nn_shape){5, 1, 8, 0});
+    int y = nn_gelu(&h.g, nn_conv1d_hf(&h.g, "fc", nn_layernorm(&h.g, "ln", x), 12, 0.3f));
+    CHECK_EQ(h.g.nodes[y].out.c, 5);
+    CHECK_EQ(h.g.nodes[y].out.w, 12);
+    y = nn_attention(&h.g, y, 2); /* 12 = 3 x 2 heads x 2 */
+    CHECK_EQ(h.g.nodes[y].out.w, 4);
+    finish(&h, y);
+    CHECK(!strcmp(h.g.p[0].name, "ln.weight") && h.g.p[0].no_decay);
+    CHECK(!strcmp(h.g.p[2].name, "fc.weight") && h.g.p[2].shape[0] == 8 && h.g.p[2].shape[1] == 12);
+    check_grads_eps(&h, 2e-2, 1e-2f);
+    done(&h);
+
+    /* the tied classifier: wte's gradient is the classifier's plus the embedding's */
+    begin(&h, 3);
+    h.g.lm = 1;
+    int tok = source(&h, (nn_shape){1, 1, 6, 1}); /* T = 5, ids in [0, 7) */
+    int e = nn_tok_pos_embed(&h.g, "transformer", tok, 7, 8, 9);
+    y = nn_lm_loss(&h.g, "lm_head", nn_layernorm(&h.g, "ln_f", e), e);
+    CHECK_EQ(h.g.nodes[e].ia[3], 1);
+    finish(&h, y);
+    for (int s = 0; s < 3; s++) h.ry[s] = 0.7f; /* lm_loss scales uniformly */
+    h.g.lm_scale = 0.7f;
+    check_grads_eps(&h, 2e-2, 1e-2f);
+    done(&h);
+}
+
 TEST(graph_every_op_is_covered_and_bad_graphs_fail_clearly)
 {
     /* The tests above cover each op kind in nn_ops; a new op must be added here. */
     static const char *const covered[] = {"input", "conv2d", "linear", "batchnorm2d", "relu", "maxpool2d",
                                           "avgpool1x1", "add", "flatten", "dropout", "embedding", "max_time",
-                                          "concat", "log_softmax"};
+                                          "concat", "log_softmax", "tok_pos_embed", "layernorm", "conv1d_hf",
+                                          "gelu", "attention", "lm_loss"};
     int n = 0;
     for (; nn_ops[n]; n++) {
         int found = 0;

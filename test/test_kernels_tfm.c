@@ -171,7 +171,7 @@ TEST(kernels_tok_pos_embed_fwd_bwd)
     float *wte = rnd((size_t)vocab * c, 1.0), *wpe = rnd((size_t)len * c, 1.0), *y = fz(ny), *g = rnd(ny, 1.0);
     float *dwte = fz((size_t)vocab * c), *dwpe = fz((size_t)len * c);
     double *ref = dbuf(ny + (size_t)vocab * c);
-    k_tok_pos_embed_fwd(b, len, c, ids, wte, wpe, y);
+    k_tok_pos_embed_fwd(b, len, c, ids, len, wte, wpe, y);
     for (size_t r = 0; r < nr; r++)
         for (int i = 0; i < c; i++) ref[r * c + i] = (double)(wte[ids[r] * c + i] + wpe[(r % len) * c + i]);
     check_close("embed fwd", y, ref, ny, 0.0);
@@ -179,7 +179,7 @@ TEST(kernels_tok_pos_embed_fwd_bwd)
     for (int acc = 0; acc < 2; acc++) {
         for (int i = 0; i < vocab * c; i++) dwte[i] = acc ? 0.25f * (float)(i % 5) : 3.0f;
         for (int i = 0; i < len * c; i++) dwpe[i] = 3.0f;
-        k_tok_pos_embed_bwd(b, len, c, vocab, ids, g, dwte, dwpe, acc);
+        k_tok_pos_embed_bwd(b, len, c, vocab, ids, len, g, dwte, dwpe, acc);
         for (int i = 0; i < vocab * c; i++) ref[i] = acc ? 0.25 * (i % 5) : 0.0;
         for (size_t r = 0; r < nr; r++)
             for (int i = 0; i < c; i++) ref[ids[r] * c + i] += g[r * c + i];

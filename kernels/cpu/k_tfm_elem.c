@@ -13,7 +13,7 @@
 typedef struct el_job {
     const k_tfm_vt *vt;
     long n;
-    int c, parts, len, vocab, acc;
+    int c, parts, len, vocab, acc, ld;
     float eps;
     const float *x, *w, *b, *dy, *mean, *rstd, *wpe;
     const int32_t *ids;
@@ -111,13 +111,14 @@ static void emb_fwd_task(void *ctx, int task)
     long lo, hi;
     k_split(j->n, j->parts, task, &lo, &hi);
     for (long r = lo; r < hi; r++)
-        j->vt->add(j->c, j->w + (long)j->ids[r] * j->c, j->wpe + (r % j->len) * j->c, j->y + r * j->c);
+        j->vt->add(j->c, j->w + (long)j->ids[r / j->len * j->ld + r % j->len] * j->c, j->wpe + (r % j->len) * j->c,
+                    j->y + r * j->c);
 }
 
-void k_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, const float *wte,
+void k_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, int ld, const float *wte,
                          const float *wpe, float *y)
 {
-    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)b * len, .c = c, .len = len, .ids = ids, .w = wte,
+    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)b * len, .c = c, .len = len, .ld = ld, .ids = ids, .w = wte,
                 .wpe = wpe, .y = y};
     j.parts = el_parts(j.n, j.n * c);
     k_parallel_for(j.parts, emb_fwd_task, &j);
@@ -139,15 +140,15 @@ static void emb_bwd_task(void *ctx, int task)
         for (long bi = 1; bi < bt; bi++) j->vt->add(nc, p, j->dy + (bi * j->len + t) * j->c + c0, p);
     }
     for (long r = 0; r < j->n; r++) {
-        float *p = j->dw + (long)j->ids[r] * j->c + c0;
+        float *p = j->dw + (long)j->ids[r / j->len * j->ld + r % j->len] * j->c + c0;
         j->vt->add(nc, p, j->dy + r * j->c + c0, p);
     }
 }
 
-void k_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, const float *dy,
+void k_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, int ld, const float *dy,
                          float *dwte, float *dwpe, int acc)
 {
-    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)b * len, .c = c, .len = len, .vocab = vocab,
+    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)b * len, .c = c, .len = len, .ld = ld, .vocab = vocab,
                 .acc = acc, .ids = ids, .dy = dy, .dw = dwte, .dwpe = dwpe};
     int blocks = col_blocks(c);
     k_parallel_for(blocks, emb_bwd_task, &j);

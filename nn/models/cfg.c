@@ -10,6 +10,8 @@
  *   [embedding] name=embedding dim=128     (vocabulary: the data's)
  *   [add] from=-1,-4          [concat] from=a,b,c
  *   [basic_block] name=layer1.0 filters=64 stride=1     [bottleneck] ... (filters = 4 x width)
+ *   [gpt] layers=6 dim=384 heads=6 ctx=256 vocab=0      a whole GPT-2-style language model
+ *         (Hugging Face's names; vocab 0: the data's); token windows as input
  *
  * A node reads the previous node unless `from=` names others: -N counts back from
  * this node (-1 = the previous), a word is the `id=` another section gave itself, and
@@ -126,6 +128,19 @@ static int build(ctx *x, sect *s)
     } else if (!strcmp(k, "embedding")) {
         if (geti(x, s, "dim", 128, &a)) return -1;
         node = nn_embedding(g, name, in[0], x->c->vocab, a);
+    } else if (!strcmp(k, "gpt")) {
+        nn_gpt_cfg m;
+        if (geti(x, s, "layers", 12, &m.layers) || geti(x, s, "dim", 768, &m.dim) || geti(x, s, "heads", 12, &m.heads) ||
+            geti(x, s, "ctx", 1024, &m.ctx) || geti(x, s, "vocab", 0, &m.vocab))
+            return -1;
+        if (!x->c->lm || g->nn != 1 || m.layers < 1 || m.dim < 1 || m.heads < 1 || m.dim % m.heads) {
+            snprintf(x->err, x->errlen, "%s:%d: [gpt] %s", x->c->file, s->line,
+                     !x->c->lm ? "needs token windows (token shards, or --data synthetic)"
+                     : g->nn != 1 ? "must be the only section" : "needs layers, dim, heads >= 1 and dim a multiple of heads");
+            return -1;
+        }
+        nn_build_gpt(g, x->c, &m);
+        node = g->nn - 1;
     } else if (!strcmp(k, "add")) {
         if (nin != 2) { snprintf(x->err, x->errlen, "%s:%d: [add] needs from= with 2 nodes", x->c->file, s->line); return -1; }
         node = nn_add2(g, in[0], in[1]);
@@ -158,6 +173,26 @@ static int build(ctx *x, sect *s)
     }
     x->last = node;
     return 0;
+}
+
+/* A [gpt] file's vocab= and ctx= (the data needs them before the model is built:
+ * --data synthetic windows). 1 when the file describes a language model. */
+int nn_cfg_lm_shape(const char *file, int *vocab, int *ctx)
+{
+    FILE *f = fopen(file, "r");
+    char line[512];
+    int in = 0, lm = 0;
+    if (!f) return 0;
+    *vocab = 0, *ctx = 1024;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        if (*p == '[') lm |= in = !strncmp(p, "[gpt]", 5);
+        else if (in && !strncmp(p, "vocab", 5) && strchr(p, '=')) *vocab = atoi(strchr(p, '=') + 1);
+        else if (in && !strncmp(p, "ctx", 3) && strchr(p, '=')) *ctx = atoi(strchr(p, '=') + 1);
+    }
+    fclose(f);
+    return lm;
 }
 
 int nn_build_cfg(nn_graph *g, const nn_model_cfg *c, char *err, size_t errlen)

@@ -12,7 +12,9 @@ const nn_op nn_op_input = {"input", 0, input_infer, NULL, input_nop, input_nop, 
 
 const nn_op *const nn_ops[] = {&nn_op_input, &nn_op_conv2d, &nn_op_linear, &nn_op_batchnorm2d, &nn_op_relu,
                                &nn_op_maxpool2d, &nn_op_avgpool1x1, &nn_op_add, &nn_op_flatten, &nn_op_dropout,
-                               &nn_op_embedding, &nn_op_max_time, &nn_op_concat, &nn_op_log_softmax, NULL};
+                               &nn_op_embedding, &nn_op_max_time, &nn_op_concat, &nn_op_log_softmax,
+                               &nn_op_tok_pos_embed, &nn_op_layernorm, &nn_op_conv1d_hf, &nn_op_gelu,
+                               &nn_op_attention, &nn_op_lm_loss, NULL};
 
 const nn_op *nn_op_find(const char *kind)
 {

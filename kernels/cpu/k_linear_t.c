@@ -1,0 +1,83 @@
+/* The linear layer with its weight stored [in, out] (Hugging Face's Conv1D, GPT-2's
+ * layout, so checkpoints load without transposing):
+ *   y  = x w + b      NN form, rows of the batch split across threads (bias copied in
+ *                     first, the product added)
+ *   dx = dy w^T       NT form: both operands along `out`
+ *   dW = x^T dy       NN form with A = x^T (strided), rows of dW split
+ *   db = column sums of dy, rows added in order
+ * Each output element is computed by one task in a fixed order: the same bits for any
+ * thread count. */
+#include "kernels/k_tfm.h"
+#include "kernels/k.h"
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include <string.h>
+
+typedef struct lt_job {
+    int n, in, out, parts;
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw;
+} lt_job;
+
+static int lt_parts(long rows, long flops)
+{
+    int t = k_threads();
+    if (t <= 1 || flops < (1L << 20)) return 1;
+    return (int)(rows < 4L * t ? rows : 4L * t);
+}
+
+static void fwd_task(void *ctx, int task)
+{
+    const lt_job *j = ctx;
+    long lo, hi;
+    k_split(j->n, j->parts, task, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        if (j->b) memcpy(j->y + r * j->out, j->b, sizeof(float) * (size_t)j->out);
+        else memset(j->y + r * j->out, 0, sizeof(float) * (size_t)j->out);
+    }
+    k_gemm_nn((int)(hi - lo), j->out, j->in, j->x + lo * j->in, j->in, 1, j->w, j->out, j->y + lo * j->out, j->out,
+              NULL, 1);
+}
+
+void k_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y)
+{
+    lt_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y};
+    j.parts = lt_parts(n, 2L * n * in * out);
+    k_parallel_for(j.parts, fwd_task, &j);
+}
+
+static void dx_task(void *ctx, int task)
+{
+    const lt_job *j = ctx;
+    long lo, hi;
+    k_split(j->n, j->parts, task, &lo, &hi);
+    k_gemm_nt((int)(hi - lo), j->in, j->out, j->dy + lo * j->out, j->out, j->w, j->out, j->dx + lo * j->in, j->in,
+              NULL, 0);
+}
+
+static void dw_task(void *ctx, int task)
+{
+    const lt_job *j = ctx;
+    long lo, hi;
+    k_split(j->in, j->parts, task, &lo, &hi);
+    k_gemm_nn((int)(hi - lo), j->out, j->n, j->x + lo, 1, j->in, j->dy, j->out, j->dw + lo * j->out, j->out, NULL, 0);
+}
+
+void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx, float *dw,
+                     float *db)
+{
+    lt_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw};
+    long flops = 2L * n * in * out;
+    if (dw) {
+        j.parts = lt_parts(in, flops);
+        k_parallel_for(j.parts, dw_task, &j);
+    }
+    if (db) {
+        memcpy(db, dy, sizeof(float) * (size_t)out);
+        for (long r = 1; r < n; r++) k_add_span((size_t)out, db, dy + r * out, db);
+    }
+    if (dx) {
+        j.parts = lt_parts(n, flops);
+        k_parallel_for(j.parts, dx_task, &j);
+    }
+}

@@ -1,0 +1,180 @@
+/* GPT-2 in the trainer: parity with PyTorch 1.13 (test/py/gpt_torch.py: 10 AdamW steps
+ * from the same weights on the same windows; ddprt's checkpoint loaded by the PyTorch
+ * module with strict=True), training on token shards and on synthetic tokens,
+ * sampling from a checkpoint, a corrupt shard, 2-rank DDP --check-sync and a resumed
+ * run that ends bit-identical to an uninterrupted one. */
+#include "nn/data/tokens.h"
+#include "test/t.h"
+#include "test/t_data.h"
+#include "test/t_proc.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *cfg_file(const char *dir, const char *body)
+{
+    static char p[700];
+    snprintf(p, sizeof p, "%s/gpt.cfg", dir);
+    t_write_file(dir, "gpt.cfg", body, strlen(body), 0);
+    return p;
+}
+
+/* token shards: NTRAIN windows of 16 (+1) tokens of a repeating pattern (learnable) */
+static const char *lm_data(const char *dir, int ntrain)
+{
+    static char d[700];
+    char p[800], err[512];
+    snprintf(d, sizeof d, "%s/data", dir);
+    snprintf(p, sizeof p, "mkdir -p %s", d);
+    CHECK(system(p) == 0);
+    int n = ntrain * 16 + 1;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) t[i] = (i * 7 + i / 5) % 23;
+    snprintf(p, sizeof p, "%s/lm_train.bin", d);
+    CHECK(nn_tokens_write(p, t, (size_t)n, 64, err, sizeof err) == 0);
+    snprintf(p, sizeof p, "%s/lm_val.bin", d);
+    CHECK(nn_tokens_write(p, t, 33, 64, err, sizeof err) == 0);
+    free(t);
+    return d;
+}
+
+static int run(const char *name, const char *const *argv, double secs, t_proc *p)
+{
+    t_spawn(p, name, (char *const *)argv, NULL);
+    return t_wait(p, secs);
+}
+
+PTEST(gpt_parity_with_pytorch)
+{
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+        t_note("skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)");
+        return;
+    }
+    const char *dir = t_tmpdir("gptpt");
+    char cmd[1200], init[700], out[700], data[700];
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && /usr/bin/python3 test/py/gpt_torch.py prep %s", data, dir);
+    CHECK(system(cmd) == 0);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=2\ndim=32\nheads=4\nctx=16\n");
+    snprintf(init, sizeof init, "%s/init.st", dir);
+    snprintf(out, sizeof out, "%s/out.st", dir);
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "4",
+                          "--optimizer", "adamw", "--lr", "1e-3", "--weight-decay", "0.1", "--no-decay-bn-bias",
+                          "--epochs", "10", "--log-interval", "1", "--init-from", init, "--save", out, "--threads", "1",
+                          "--sample-len", "8", NULL};
+    t_proc p;
+    CHECKF(run("train", argv, 120, &p) == 0, "%s", t_slurp(p.err));
+    /* the loss of each step (one step per epoch: 4 windows, batch 4), the last validation loss */
+    char losses[400] = "", val[32] = "";
+    const char *s = t_slurp(p.out), *q = s;
+    int steps = 0;
+    while ((q = strstr(q, "Loss: "))) {
+        q += 6;
+        size_t l = strlen(losses);
+        snprintf(losses + l, sizeof losses - l, "%s%.*s", steps++ ? "," : "", (int)strcspn(q, "\t\n"), q);
+    }
+    for (q = s; (q = strstr(q, "Test set: Average loss: ")); q += 24)
+        snprintf(val, sizeof val, "%.*s", (int)strcspn(q + 24, " \n"), q + 24);
+    CHECKF(steps == 10 && val[0], "%s", s);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/py/gpt_torch.py check %s %s %s > %s/check.txt 2>&1", dir, losses,
+             val, dir);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "%s/check.txt", dir);
+    CHECKF(rc == 0, "%s", t_slurp(cmd));
+}
+
+PTEST(gpt_trains_on_shards_and_samples_from_a_checkpoint)
+{
+    const char *dir = t_tmpdir("gpttr");
+    const char *data = lm_data(dir, 64);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=2\ndim=32\nheads=2\nctx=16\n");
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/m.st", dir);
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "8",
+                          "--optimizer", "adamw", "--lr", "3e-3", "--epochs", "6", "--log-interval", "100",
+                          "--eval-every", "16", "--sample-every", "24", "--sample-len", "12", "--save", ck, "--threads",
+                          "2", NULL};
+    t_proc p;
+    CHECKF(run("train", argv, 120, &p) == 0, "%s", t_slurp(p.err));
+    const char *o = t_slurp(p.out);
+    CHECKF(strstr(o, "sample before training: ") && strstr(o, "step 24 sample: ") && strstr(o, "step 16: val loss ") &&
+           strstr(o, "sample after training: "), "%s", o);
+    /* a repeating pattern: the validation loss falls well below log(64) = 4.16 */
+    const char *v = strstr(o, "Test set: Average loss: ");
+    double first = v ? atof(v + 24) : 99, last = first;
+    for (; v; v = strstr(v + 1, "Test set: Average loss: ")) last = atof(v + 24);
+    CHECKF(first < 3.8 && last < first - 1.5, "validation loss %g then %g:\n%s", first, last, o);
+    /* sampling from the checkpoint alone; the same seed, the same text */
+    const char *g[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--init-from", ck,
+                       "--generate", "20", "--top-k", "5", "--temperature", "0.7", NULL};
+    char first_out[256];
+    CHECKF(run("gen", g, 60, &p) == 0, "%s", t_slurp(p.err));
+    snprintf(first_out, sizeof first_out, "%s", t_slurp(p.out));
+    CHECK(strlen(first_out) >= 20);
+    CHECKF(run("gen2", g, 60, &p) == 0, "%s", t_slurp(p.err));
+    CHECK(!strcmp(first_out, t_slurp(p.out)));
+    /* --data synthetic: windows in the cfg model's shape */
+    const char *syn[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", "synthetic", "--seq-len", "16",
+                         "--batch-size", "4", "--max-steps", "3", "--epochs", "1", "--no-eval", "--sample-len", "4", NULL};
+    CHECKF(run("syn", syn, 60, &p) == 0, "%s", t_slurp(p.err));
+    CHECKF(strstr(t_slurp(p.out), "tokens/s"), "%s", t_slurp(p.out));
+}
+
+PTEST(gpt_corrupt_shard_is_one_line)
+{
+    const char *dir = t_tmpdir("gptbad");
+    const char *data = lm_data(dir, 8);
+    char p[800];
+    snprintf(p, sizeof p, "%s/lm_train.bin", data);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f != NULL);
+    if (!f) return;
+    uint16_t bad = 9999; /* above the vocabulary of 64, in window 2 */
+    fseek(f, 1024 + 2 * 40, SEEK_SET);
+    fwrite(&bad, 2, 1, f);
+    fclose(f);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\n");
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "2",
+                          "--epochs", "1", "--no-eval", "--sample-len", "1", NULL};
+    t_proc pr;
+    CHECK(run("train", argv, 60, &pr) != 0);
+    const char *e = t_slurp(pr.err);
+    CHECKF(strstr(e, "lm_train.bin: offset 1104: token 9999 outside the vocabulary of 64"), "%s", e);
+}
+
+PTEST(gpt_ddp_check_sync_and_resume_bit_identical)
+{
+    t_clean_env();
+    const char *dir = t_tmpdir("gptddp");
+    const char *data = lm_data(dir, 16);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=1\ndim=32\nheads=2\nctx=16\n");
+    const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--model-file", cfg,
+                          "--data", data, "--seq-len", "16", "--batch-size", "2", "--optimizer", "adamw", "--epochs",
+                          "2", "--threads", "1", "--check-sync", "1", "--sample-len", "4", NULL};
+    t_proc l;
+    CHECKF(run("launch", argv, 120, &l) == 0, "%s", t_slurp(l.err));
+    CHECKF(strstr(t_slurp(l.out), "[rank 0] Test set: Average loss"), "%s", t_slurp(l.out));
+    /* 2 epochs straight vs 1, then resumed for the second: the same checkpoint bytes */
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/a.st", dir);
+    snprintf(b, sizeof b, "%s/b.st", dir);
+    const char *base[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "4",
+                          "--optimizer", "adamw", "--threads", "2", "--sample-len", "4", "--epochs"};
+    const char *r1[24], *r2[24], *r3[24];
+    int nb = (int)(sizeof base / sizeof base[0]);
+    for (int i = 0; i < nb; i++) r1[i] = r2[i] = r3[i] = base[i];
+    const char *t1[] = {"2", "--save", a, NULL}, *t2[] = {"1", "--save", b, NULL},
+               *t3[] = {"2", "--resume", b, "--save", b, NULL};
+    for (int i = 0; i < 6; i++) {
+        if (i < 4) r1[nb + i] = t1[i], r2[nb + i] = t2[i];
+        r3[nb + i] = t3[i];
+    }
+    t_proc p;
+    CHECKF(run("full", r1, 120, &p) == 0, "%s", t_slurp(p.err));
+    CHECKF(run("half", r2, 120, &p) == 0, "%s", t_slurp(p.err));
+    CHECKF(run("resumed", r3, 120, &p) == 0, "%s", t_slurp(p.err));
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    CHECKF(system(cmd) == 0, "the resumed run's checkpoint differs from the uninterrupted one");
+}

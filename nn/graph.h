@@ -171,6 +171,9 @@ typedef struct nn_graph {
     int lm;                /* a language model: the input is a window of T + 1 tokens and the
                             * output node (lm_loss) gives each sample's mean token loss */
     float lm_scale;        /* lm: 1 / the samples the loss is averaged over (set by nn_backward) */
+    int lm_fuse;           /* lm: a training forward is followed by its backward with this
+                            * lm_scale (the trainer's step): the loss head makes its
+                            * gradients in the forward */
     /* Second names of shared parameters, written by checkpoints beside the first (a
      * tied classifier: "lm_head.weight" is "transformer.wte.weight"), not read back. */
     struct { char name[NN_NAME]; int param; } alias[2];

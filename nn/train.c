@@ -72,7 +72,9 @@ double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
     int N = t->opt.c.accum, k = t->micro;
     /* DDP's no_sync on micro-batches 1..N-1: gradients stashed, no bucket launched. */
     g->grad_mode = N == 1 ? NN_GRAD_SET : k == 0 ? NN_GRAD_STASH_FIRST : k < N - 1 ? NN_GRAD_STASH : NN_GRAD_FINAL;
+    g->lm_fuse = g->lm, g->lm_scale = 1.0f / (float)(n * N); /* the backward below, with this scale */
     nn_forward(g, x, n, 1, seed, t->step * (uint64_t)N + (uint64_t)k);
+    g->lm_fuse = 0;
     double loss = nn_loss(g, y, n, NULL) / n;
     t->last_loss = loss;
     nn_backward(g, y, n, n * N); /* PyTorch's loss / accum_steps */

@@ -121,6 +121,26 @@ PTEST(gpt_trains_on_shards_and_samples_from_a_checkpoint)
     CHECKF(strstr(t_slurp(p.out), "tokens/s"), "%s", t_slurp(p.out));
 }
 
+/* The training loop of a language model allocates nothing (steps, fused loss head,
+ * validation windows). */
+PTEST(gpt_no_allocations_in_the_loop)
+{
+    const char *dir = t_tmpdir("gptal");
+    const char *data = lm_data(dir, 16);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=1\ndim=32\nheads=2\nctx=64\n");
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "%s %s 2 %s 2>&1", t_prog("t-alloc_count"), data, cfg);
+    FILE *f = popen(cmd, "r");
+    char line[512] = "";
+    CHECK(f != NULL);
+    if (!f) return;
+    while (fgets(line, sizeof line, f) && !strstr(line, "allocations:")) {}
+    pclose(f);
+    if (strstr(line, "skipped")) return;
+    int a = -1, s = 0;
+    CHECKF(sscanf(line, "allocations: %d over %d steps", &a, &s) == 2 && a == 0 && s > 0, "%s", line);
+}
+
 PTEST(gpt_corrupt_shard_is_one_line)
 {
     const char *dir = t_tmpdir("gptbad");

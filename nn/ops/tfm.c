@@ -78,7 +78,7 @@ static void ln_bwd(nn_graph *g, nn_node *n, const nn_run *r)
                     nn_pg(g, n, 1));
 }
 
-const nn_op nn_op_layernorm = {"layernorm", NN_BWD_INPUT, ln_infer, NULL, ln_fwd, ln_bwd, NN_CUDA(NULL, NULL, NULL)};
+const nn_op nn_op_layernorm = {"layernorm", NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, ln_infer, NULL, ln_fwd, ln_bwd, NN_CUDA(NULL, NULL, NULL)};
 
 /* ---- conv1d_hf */
 static int c1_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
@@ -127,7 +127,7 @@ static void gelu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     if (dx) k_gelu_bwd((size_t)r->n * nn_shape_numel(n->out), nn_x(g, n, 0), n->dy, dx);
 }
 
-const nn_op nn_op_gelu = {"gelu", NN_BWD_INPUT | NN_BWD_INPLACE, gelu_infer, NULL, gelu_fwd, gelu_bwd,
+const nn_op nn_op_gelu = {"gelu", NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, gelu_infer, NULL, gelu_fwd, gelu_bwd,
                           NN_CUDA(NULL, NULL, NULL)};
 
 /* ---- attention */
@@ -171,7 +171,8 @@ static int lm_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     if (!g->lm || !t.tokens || t.w != x.c + 1) NN_BAD("needs the language-model window of %d tokens as input 1", x.c + 1);
     if (x.w != e->out.w) NN_BAD("width %d, the embedding's is %d", x.w, e->out.w);
     n->out = (nn_shape){1, 1, 1, 0};
-    n->aux_per_sample = (size_t)x.c * (sizeof(int32_t) + sizeof(float));
+    /* targets, row losses, and dx when forward makes the gradients too (g->lm_fuse) */
+    n->aux_per_sample = (size_t)x.c * (sizeof(int32_t) + sizeof(float) + sizeof(float) * (size_t)x.w);
     return 0;
 }
 
@@ -194,10 +195,23 @@ static double lm_run(nn_graph *g, nn_node *n, const nn_run *r, float scale, floa
                                 0, r->ws);
 }
 
+/* Forward of a training step that backward will follow (g->lm_fuse, set by the
+ * trainer): the gradients come out of the same logits (three passes over the
+ * vocabulary instead of four); dx waits in aux, dW in wte's gradient, which nothing
+ * else writes before this node's backward. */
+static float *lm_dx_saved(const nn_node *n, int rows)
+{
+    return (float *)(void *)((int32_t *)n->aux + 2L * rows);
+}
+
 static void lm_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int T = nn_in(g, n, 0)->out.c;
-    lm_run(g, n, r, 0.0f, NULL, NULL);
+    n->ia[2] = r->train && g->lm_fuse && !r->recompute;
+    if (n->ia[2])
+        lm_run(g, n, r, g->lm_scale / (float)T, lm_dx_saved(n, r->n * T),
+               g->grads + g->p[lm_emb(g, n)->p0].offset);
+    else lm_run(g, n, r, 0.0f, NULL, NULL);
     const float *lr = (const float *)(const void *)((int32_t *)n->aux + (long)r->n * T);
     for (int b = 0; b < r->n; b++) {
         double s = 0;
@@ -211,7 +225,14 @@ static void lm_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 static void lm_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     const nn_node *e = lm_emb(g, n);
-    lm_run(g, n, r, g->lm_scale / (float)nn_in(g, n, 0)->out.c, nn_dx(g, n, 0), g->grads + g->p[e->p0].offset);
+    int T = nn_in(g, n, 0)->out.c;
+    float *dx = nn_dx(g, n, 0);
+    if (n->ia[2]) { /* made by the forward */
+        if (dx) memcpy(dx, lm_dx_saved(n, r->n * T), sizeof(float) * (size_t)r->n * T * n->ia[3]);
+        n->ia[2] = 0;
+        return;
+    }
+    lm_run(g, n, r, g->lm_scale / (float)T, dx, g->grads + g->p[e->p0].offset);
 }
 
 const nn_op nn_op_lm_loss = {"lm_loss", NN_BWD_INPUT, lm_infer, lm_ws, lm_fwd, lm_bwd, NN_CUDA(NULL, NULL, NULL)};
@@ -241,5 +262,6 @@ int nn_lm_loss(nn_graph *g, const char *name, int x, int emb)
 {
     int in[2] = {x, emb > 0 && emb < g->nn ? g->nodes[emb].in[0] : 0}; /* the window the embedding reads */
     if (emb > 0 && emb < g->nn) g->nodes[emb].ia[3] = 1; /* the embedding adds to wte's gradient */
-    return nn_add(g, "lm_loss", name, in, 2, &emb, 1, NULL, 0);
+    int ia[4] = {emb, 0, 0, g->nodes[x].out.w}; /* ia[2]: forward made the gradients; ia[3]: C */
+    return nn_add(g, "lm_loss", name, in, 2, ia, 4, NULL, 0);
 }

@@ -1,8 +1,9 @@
 /* Counts heap allocations made by training steps: malloc & co are replaced here
  * (forwarding to glibc) and counted only between start and stop. Prints
- * "allocations: N over S steps". Args: DATA THREADS [MODEL [RECOMPUTE_MACS]]. Sanitizer builds replace malloc themselves: skip. */
+ * "allocations: N over S steps". Args: DATA THREADS [MODEL|FILE.cfg [RECOMPUTE_MACS]]. Sanitizer builds replace malloc themselves: skip. */
 #include "kernels/k.h"
 #include "nn/train.h"
+#include "nn/lm.h"
 #include "rt/log.h"
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,7 +43,8 @@ int main(int argc, char **argv)
     nn_opts_default(&o);
     o.data = argv[1];
     o.batch_size = 32;
-    if (argc > 3) o.model = argv[3];
+    if (argc > 3 && strstr(argv[3], ".cfg")) o.model_file = argv[3], o.batch_size = 4, o.optimizer = "adamw", o.seq_len = 16;
+    else if (argc > 3) o.model = argv[3];
     if (argc > 4) o.recompute_macs = atoi(argv[4]);
     k_set_threads(atoi(argv[2]));
     if (nn_trainer_setup(&t, &o, NULL, err, sizeof err)) rt_fatal("%s", err);
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
         double loss;
         long correct, cnt;
         nn_trainer_eval(&t, &loss, &correct, &cnt);
+        if (t.g.lm) nn_lm_eval(&t, &t.lm); /* the mid-epoch validation of language models */
     }
     atomic_store(&counting, 0);
     printf("allocations: %d over %d steps\n", atomic_load(&count), steps);

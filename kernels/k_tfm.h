@@ -21,10 +21,12 @@ void k_layernorm_bwd(int n, int c, const float *x, const float *w, const float *
 
 /* Linear with the weight stored [in, out] (Hugging Face's Conv1D, GPT-2's layout):
  * y[n, out] = x[n, in] w[in, out] + b[out] (b may be NULL). Backward: dx, dw, db
- * (each NULL: not wanted); dx may not alias dy. */
+ * (each NULL: not wanted); dx may not alias dy; the workspace (k_conv1d_hf_workspace
+ * bytes) holds w transposed. */
 void k_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y);
+size_t k_conv1d_hf_workspace(int in, int out);
 void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx, float *dw,
-                     float *db);
+                     float *db, void *ws);
 
 /* GELU, tanh form (PyTorch's approximate="tanh", GPT-2's "gelu_new"):
  * y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Backward from x; dx may be dy.

@@ -246,7 +246,7 @@ int nn_log_softmax(nn_graph *g, int x);
 int nn_layernorm(nn_graph *g, const char *name, int x);
 int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std);
 int nn_gelu(nn_graph *g, int x);
-int nn_attention(nn_graph *g, int x, int heads);
+int nn_attention(nn_graph *g, int x, int heads, int stored); /* stored: keep the probabilities */
 int nn_tok_pos_embed(nn_graph *g, const char *name, int x, int vocab, int dim, int ctx);
 /* The classifier tied to tok_pos_embed node emb, with the loss (makes g an lm graph's head). */
 int nn_lm_loss(nn_graph *g, const char *name, int x, int emb);

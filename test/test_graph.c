@@ -387,7 +387,9 @@ TEST(graph_op_transformer)
     int y = nn_gelu(&h.g, nn_conv1d_hf(&h.g, "fc", nn_layernorm(&h.g, "ln", x), 12, 0.3f));
     CHECK_EQ(h.g.nodes[y].out.c, 5);
     CHECK_EQ(h.g.nodes[y].out.w, 12);
-    y = nn_attention(&h.g, y, 2); /* 12 = 3 x 2 heads x 2 */
+    int y2 = nn_attention(&h.g, y, 2, 1); /* the stored version, beside */
+    y = nn_attention(&h.g, y, 2, 0); /* 12 = 3 x 2 heads x 2 */
+    y = nn_add2(&h.g, y, y2);
     CHECK_EQ(h.g.nodes[y].out.w, 4);
     finish(&h, y);
     CHECK(!strcmp(h.g.p[0].name, "ln.weight") && h.g.p[0].no_decay);

@@ -192,6 +192,49 @@ TEST(kernels_tok_pos_embed_fwd_bwd)
     free(ids); free(wte); free(wpe); free(y); free(g); free(dwte); free(dwpe); free(ref);
 }
 
+/* ---------------------------------------------------------------- Conv1D (w [in, out]) */
+TEST(kernels_conv1d_hf_fwd_bwd)
+{
+    static const int cases[][3] = {{7, 5, 3}, {33, 17, 40}, {64, 48, 96}, {130, 70, 20}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int n = cases[ci][0], in = cases[ci][1], out = cases[ci][2];
+        float *x = rnd((size_t)n * in, 1.0), *w = rnd((size_t)in * out, 1.0), *b = rnd(out, 1.0), *g = rnd((size_t)n * out, 1.0);
+        float *y = fz((size_t)n * out), *dx = fz((size_t)n * in), *dw = fz((size_t)in * out), *db = fz(out);
+        void *ws = malloc(k_conv1d_hf_workspace(in, out));
+        double *ry = dbuf((size_t)n * out), *rdx = dbuf((size_t)n * in), *rdw = dbuf((size_t)in * out), *rdb = dbuf(out);
+        for (int r = 0; r < n; r++)
+            for (int o = 0; o < out; o++) {
+                double v = b[o];
+                for (int i = 0; i < in; i++) v += (double)x[r * in + i] * w[i * out + o];
+                ry[r * out + o] = v;
+                rdb[o] += g[r * out + o];
+                for (int i = 0; i < in; i++) {
+                    rdx[r * in + i] += (double)g[r * out + o] * w[i * out + o];
+                    rdw[i * out + o] += (double)g[r * out + o] * x[r * in + i];
+                }
+            }
+        /* L = sum g * y is linear in x, w and b: these sums are its exact gradients */
+        k_conv1d_hf_fwd(n, in, out, x, w, b, y);
+        k_conv1d_hf_bwd(n, in, out, x, w, g, dx, dw, db, ws);
+        check_close("conv1d_hf fwd", y, ry, (size_t)n * out, 1e-6);
+        check_close("conv1d_hf dx", dx, rdx, (size_t)n * in, 1e-6);
+        check_close("conv1d_hf dw", dw, rdw, (size_t)in * out, 1e-6);
+        check_close("conv1d_hf db", db, rdb, out, 1e-6);
+        /* the same bits on 1, 2 and 3 threads */
+        float *dx2 = fz((size_t)n * in), *dw2 = fz((size_t)in * out), *y2 = fz((size_t)n * out);
+        for (int t = 2; t <= 3; t++) {
+            k_set_threads(t);
+            k_conv1d_hf_fwd(n, in, out, x, w, b, y2);
+            k_conv1d_hf_bwd(n, in, out, x, w, g, dx2, dw2, NULL, ws);
+            CHECK(!memcmp(y, y2, sizeof(float) * (size_t)n * out) && !memcmp(dx, dx2, sizeof(float) * (size_t)n * in) &&
+                  !memcmp(dw, dw2, sizeof(float) * (size_t)in * out));
+        }
+        k_set_threads(1);
+        free(x); free(w); free(b); free(g); free(y); free(dx); free(dw); free(db); free(ws); free(ry); free(rdx);
+        free(rdw); free(rdb); free(dx2); free(dw2); free(y2);
+    }
+}
+
 /* ---------------------------------------------------------------- attention */
 /* The naive stored-softmax attention in double: fwd (y, and p[b,h,t,t] if asked) and
  * its analytic backward. */

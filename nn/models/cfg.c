@@ -10,8 +10,9 @@
  *   [embedding] name=embedding dim=128     (vocabulary: the data's)
  *   [add] from=-1,-4          [concat] from=a,b,c
  *   [basic_block] name=layer1.0 filters=64 stride=1     [bottleneck] ... (filters = 4 x width)
- *   [gpt] layers=6 dim=384 heads=6 ctx=256 vocab=0      a whole GPT-2-style language model
- *         (Hugging Face's names; vocab 0: the data's); token windows as input
+ *   [gpt] layers=6 dim=384 heads=6 ctx=256 vocab=0 attention=flash|stored
+ *         a whole GPT-2-style language model (Hugging Face's names; vocab 0: the data's;
+ *         stored: attention keeps its probabilities, the comparison point); token windows
  *
  * A node reads the previous node unless `from=` names others: -N counts back from
  * this node (-1 = the previous), a word is the `id=` another section gave itself, and
@@ -133,6 +134,12 @@ static int build(ctx *x, sect *s)
         if (geti(x, s, "layers", 12, &m.layers) || geti(x, s, "dim", 768, &m.dim) || geti(x, s, "heads", 12, &m.heads) ||
             geti(x, s, "ctx", 1024, &m.ctx) || geti(x, s, "vocab", 0, &m.vocab))
             return -1;
+        const char *at = get(s, "attention");
+        m.stored_attn = at && !strcmp(at, "stored");
+        if (at && !m.stored_attn && strcmp(at, "flash")) {
+            snprintf(x->err, x->errlen, "%s:%d: [gpt] attention=%s: expected flash or stored", x->c->file, s->line, at);
+            return -1;
+        }
         if (!x->c->lm || g->nn != 1 || m.layers < 1 || m.dim < 1 || m.heads < 1 || m.dim % m.heads) {
             snprintf(x->err, x->errlen, "%s:%d: [gpt] %s", x->c->file, s->line,
                      !x->c->lm ? "needs token windows (token shards, or --data synthetic)"

@@ -21,7 +21,7 @@ int nn_build_gpt(nn_graph *g, const nn_model_cfg *c, const nn_gpt_cfg *m)
 #define NM(fmt) (snprintf(name, sizeof name, "transformer.h.%d." fmt, l), name)
         int a = nn_layernorm(g, NM("ln_1"), x);
         a = nn_conv1d_hf(g, NM("attn.c_attn"), a, 3 * C, 0.02f);
-        a = nn_attention(g, a, m->heads);
+        a = nn_attention(g, a, m->heads, m->stored_attn);
         a = nn_conv1d_hf(g, NM("attn.c_proj"), a, C, proj_std);
         x = nn_add2(g, x, a);
         int f = nn_layernorm(g, NM("ln_2"), x);

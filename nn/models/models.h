@@ -14,7 +14,7 @@ typedef struct nn_model_cfg {
 } nn_model_cfg;
 
 /* A GPT-2 shape: layers, width, heads, context (wpe rows), vocabulary (0: the data's). */
-typedef struct nn_gpt_cfg { int layers, dim, heads, ctx, vocab; } nn_gpt_cfg;
+typedef struct nn_gpt_cfg { int layers, dim, heads, ctx, vocab, stored_attn; } nn_gpt_cfg;
 
 /* Builds the nodes (nn_graph_begin + the builder); nn_graph_finish plans them.
  * 0, or -1 with a one-line error (unknown model, input it cannot take). */

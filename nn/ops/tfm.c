@@ -4,7 +4,8 @@
  *   layernorm      ia: -; fa[0] eps; weight, bias; keeps mean, rstd per row
  *   conv1d_hf      Hugging Face's Conv1D (weight [in, out]); ia: out, fa[0] init std
  *   gelu           tanh form
- *   attention      causal self-attention on [T, 3C] (q, k, v); ia: heads; keeps lse
+ *   attention      causal self-attention on [T, 3C] (q, k, v); ia: heads, stored; keeps
+ *                  lse per row, or (stored = 1, the comparison point) the probabilities
  *   lm_loss        the classifier tied to the embedding node ia[0] (its first
  *                  parameter, wte) with softmax cross-entropy on the next tokens of
  *                  the input window (input 1): output [1] per sample = its mean token
@@ -103,10 +104,16 @@ static void c1_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 static void c1_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv1d_hf_bwd(r->n * n->out.c, nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
-                    nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1));
+                    nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws);
 }
 
-const nn_op nn_op_conv1d_hf = {"conv1d_hf", NN_BWD_INPUT, c1_infer, NULL, c1_fwd, c1_bwd, NN_CUDA(NULL, NULL, NULL)};
+static size_t c1_ws(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    (void)max_batch;
+    return k_conv1d_hf_workspace(nn_in(g, n, 0)->out.w, n->out.w);
+}
+
+const nn_op nn_op_conv1d_hf = {"conv1d_hf", NN_BWD_INPUT, c1_infer, c1_ws, c1_fwd, c1_bwd, NN_CUDA(NULL, NULL, NULL)};
 
 /* ---- gelu */
 static int gelu_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
@@ -138,22 +145,25 @@ static int at_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     int h = n->ia[0];
     if (h <= 0 || x.w % (3 * h)) NN_BAD("input width %d is not 3 x heads (%d) x head size", x.w, h);
     if (x.w / (3 * h) > K_ATTN_MAX_HD) NN_BAD("head size %d above %d", x.w / (3 * h), K_ATTN_MAX_HD);
+    if (n->ia[1] && x.c > K_ATTN_STORED_MAX_T) NN_BAD("stored attention takes T <= %d", K_ATTN_STORED_MAX_T);
     n->out = (nn_shape){x.c, 1, x.w / 3, 0};
-    n->aux_per_sample = (size_t)h * x.c * sizeof(float);
+    n->aux_per_sample = (size_t)h * x.c * (n->ia[1] ? (size_t)x.c : 1) * sizeof(float);
     return 0;
 }
 
 static void at_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int h = n->ia[0];
-    k_attention_fwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->y, n->aux);
+    if (n->ia[1]) k_attention_stored_fwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->y, n->aux);
+    else k_attention_fwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->y, n->aux);
 }
 
 static void at_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int h = n->ia[0];
     float *dx = nn_dx(g, n, 0);
-    if (dx) k_attention_bwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
+    if (dx && n->ia[1]) k_attention_stored_bwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->aux, n->dy, dx);
+    else if (dx) k_attention_bwd(r->n, n->out.c, h, n->out.w / h, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
 }
 
 const nn_op nn_op_attention = {"attention", NN_BWD_INPUT | NN_BWD_OUTPUT, at_infer, NULL, at_fwd, at_bwd,
@@ -250,7 +260,11 @@ int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std)
 }
 
 int nn_gelu(nn_graph *g, int x) { return nn_add(g, "gelu", NULL, &x, 1, NULL, 0, NULL, 0); }
-int nn_attention(nn_graph *g, int x, int heads) { return nn_add(g, "attention", NULL, &x, 1, &heads, 1, NULL, 0); }
+int nn_attention(nn_graph *g, int x, int heads, int stored)
+{
+    int ia[2] = {heads, stored};
+    return nn_add(g, "attention", NULL, &x, 1, ia, 2, NULL, 0);
+}
 
 int nn_tok_pos_embed(nn_graph *g, const char *name, int x, int vocab, int dim, int ctx)
 {

@@ -1,0 +1,42 @@
+#!/usr/bin/python3
+"""PyTorch reference for bench/bench_gpt.sh: training tokens/s and peak RSS of a GPT-2
+(test/py/gpt_torch.py's module: Hugging Face's layout, tied classifier, naive stored
+attention as GPT2LMHeadModel computes it) on random tokens, 1 thread, AdamW. Prints one
+line: tokens/s peak_rss_mib.
+
+    bench/ref_gpt.py LAYERS DIM HEADS VOCAB T BATCH STEPS
+"""
+import resource
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/test/py")
+import gpt_torch as g  # noqa: E402
+
+
+def main():
+    g.L, g.C, g.H, g.V, T, B, steps = (int(a) for a in sys.argv[1:8])
+    g.CTX = max(T, 1024 if g.V > 256 else T)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    m = g.GPT()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.1)
+    x = torch.randint(0, g.V, (B, T))
+    y = torch.randint(0, g.V, (B, T))
+
+    def step():
+        opt.zero_grad()
+        m(x, y).backward()
+        opt.step()
+    for _ in range(2):
+        step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dt = time.perf_counter() - t
+    print("%.1f %.0f" % (B * T * steps / dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+main()

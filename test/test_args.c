@@ -139,7 +139,7 @@ TEST(args_bad_values_of_the_programs)
         {"ddprt-launch", "--nproc-per-node 1 --resume-arg x -- true", "--resume-arg is used on restarts only"},
         {"ddprt-launch", "--nproc-per-node 1 --control-port 5000 -- true", "--control-port is used only with"},
         {"ddprt-train", "--keep 5000", "--keep: expected an integer in 1..1000, got '5000'"},
-        {"ddprt-bench-kernels", "--model vgg", "--model: expected one of lenet|resnet20|resnet18|linear, got 'vgg'"},
+        {"ddprt-bench-kernels", "--model vgg", "--model: expected one of lenet|resnet20|resnet18|linear|transformer, got 'vgg'"},
         {"ddprt-trace", "", "no trace files given"},
     };
     char out[4096];

@@ -145,7 +145,7 @@ simt-inject: $(BUILD)/test-gpu-simt $(BUILD)/ddprt-train
 -include $(wildcard $(SIMT_DIR)/*/*.d $(SIMT_DIR)/*/*/*.d $(SIMT_DIR)/*/*/*/*.d)
 endif
 
-.PHONY: all test asan ubsan tsan fuzz clean run bench
+.PHONY: all test asan ubsan tsan fuzz clean run run-gpt bench
 # Keep the objects of pattern-built programs (test/progs) between runs.
 .SECONDARY:
 all: $(BUILD)/libddprt.a $(BUILD)/libddprt.so $(PROGS) $(TPROGS) $(BUILD)/test-runner
@@ -281,6 +281,21 @@ run: deps
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
 	  else echo "Fashion-MNIST is missing; run: sudo apt-get install dataset-fashion-mnist"; exit 1; fi; fi
 	./$(BUILD)/ddprt-launch --nproc-per-node $(NPROC) -- ./$(BUILD)/ddprt-train $(RUN_ARGS)
+
+# The language-model demo: Debian's fortunes as byte tokens (data/fortunes), a 4-layer
+# GPT-2 (nn/models/gpt-fortunes.cfg) on NPROC ranks; validation loss every 100 steps,
+# samples at the start, every 300 steps and at the end.
+GPT_ARGS ?= --epochs 1
+run-gpt: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/ddprt-launch $(BUILD)/ddprt-train $(BUILD)/ddprt-data
+	@if [ ! -e data/fortunes/fortunes_train.bin ]; then \
+	  if [ ! -d /usr/share/games/fortunes ]; then \
+	    if [ "$$(id -u)" = 0 ]; then apt-get install -y fortunes || { apt-get update && apt-get install -y fortunes; }; \
+	    else echo "Debian's fortunes are missing; run: sudo apt-get install fortunes"; exit 1; fi; fi; \
+	  ./$(BUILD)/ddprt-data tokenize --to data/fortunes; fi
+	./$(BUILD)/ddprt-launch --nproc-per-node $(NPROC) -- ./$(BUILD)/ddprt-train --model-file nn/models/gpt-fortunes.cfg \
+	  --data data/fortunes --seq-len 128 --batch-size 16 --optimizer adamw --lr 1e-3 --weight-decay 0.1 \
+	  --no-decay-bn-bias --eval-every 100 --sample-every 300 --sample-len 160 --top-k 40 --log-interval 50 $(GPT_ARGS)
 
 # libFuzzer (clang with libFuzzer; on Debian/Ubuntu it comes with clang, else apt
 # install libclang-rt-14-dev), ASan + UBSan: the rendezvous wire parsers + hostlists,

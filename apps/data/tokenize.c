@@ -178,7 +178,13 @@ int data_tokenize(const data_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "tokenize: the input holds %zu token(s): nothing to train on", t.n);
         rc = -1;
     }
-    if (!rc) mkdir(to, 0755);
+    if (!rc) { /* OUT and its parents */
+        char d[700];
+        snprintf(d, sizeof d, "%.690s", to);
+        for (char *q = d + 1; *q; q++)
+            if (*q == '/') *q = 0, mkdir(d, 0755), *q = '/';
+        mkdir(d, 0755);
+    }
     size_t nval = (size_t)(frac * (double)t.n), ntrain = t.n - nval;
     char p[1200];
     if (!name) name = "tokens";

@@ -112,17 +112,30 @@ int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *v
     return k;
 }
 
+void nn_optim_shard_range(size_t nparams, int rank, int world, size_t *lo, size_t *hi)
+{
+    *lo = rank <= 0 ? 0 : (size_t)((double)nparams * rank / world) & ~(size_t)15;
+    *hi = rank >= world - 1 ? nparams : (size_t)((double)nparams * (rank + 1) / world) & ~(size_t)15;
+}
+
+void nn_optim_shard(nn_optim *o, size_t nparams, int rank, int world)
+{
+    nn_optim_shard_range(nparams, rank, world > 0 ? world : 1, &o->lo, &o->hi);
+}
+
 void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
 {
+    if (o->hi == 0) o->lo = 0, o->hi = nparams;
+    size_t n = o->hi - o->lo;
     o->n = nparams;
-    o->m = rt_arena_alloc(a, nparams * sizeof(float), RT_MEM_OPTIM, o->c.kind == NN_OPT_SGD ? "momentum" : "Adam exp_avg");
-    o->v = o->c.kind == NN_OPT_SGD ? NULL : rt_arena_alloc(a, nparams * sizeof(float), RT_MEM_OPTIM, "Adam exp_avg_sq");
+    o->m = rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, o->c.kind == NN_OPT_SGD ? "momentum" : "Adam exp_avg");
+    o->v = o->c.kind == NN_OPT_SGD ? NULL : rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, "Adam exp_avg_sq");
 }
 
 void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch)
 {
-    if (o->m) memset(o->m, 0, o->n * sizeof(float));
-    if (o->v) memset(o->v, 0, o->n * sizeof(float));
+    if (o->m) memset(o->m, 0, (o->hi - o->lo) * sizeof(float));
+    if (o->v) memset(o->v, 0, (o->hi - o->lo) * sizeof(float));
     o->t = 0;
     o->base_lr = o->c.lr * (o->c.scale_world ? world : 1);
     o->lr = o->base_lr;
@@ -171,16 +184,22 @@ double nn_optim_clip(nn_optim *o, nn_graph *g, double max)
     return norm;
 }
 
-/* Runs of parameters that share their decay setting: [lo, hi) floats. */
+/* Runs of parameters that share their decay setting: [lo, hi) floats, cut to this
+ * rank's shard (ZeRO-1; every element's update is the same arithmetic wherever the
+ * span starts, so the sharded step gives the unsharded bits). */
 static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
 {
     const nn_optim_cfg *c = &o->c;
+    if (lo < o->lo) lo = o->lo;
+    if (hi > o->hi) hi = o->hi;
+    if (hi <= lo) return;
     size_t n = hi - lo;
+    float *m = o->m + (lo - o->lo), *v = o->v ? o->v + (lo - o->lo) : NULL; /* the state of float lo */
     double wd = decay ? c->weight_decay : 0.0;
     if (c->kind == NN_OPT_SGD) {
         k_sgd_cfg s = {.lr = (float)lr, .momentum = (float)c->momentum, .weight_decay = (float)wd,
                        .nesterov = c->nesterov};
-        k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, o->m + lo);
+        k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, m);
         return;
     }
     double t = (double)(o->t + 1);
@@ -189,7 +208,7 @@ static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, in
                     .step_size = (float)(lr / (1 - pow(c->beta1, t))),
                     .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
                     .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
-    k_adam_step(n, &a, g->params + lo, g->grads + lo, o->m + lo, o->v + lo);
+    k_adam_step(n, &a, g->params + lo, g->grads + lo, m, v);
 }
 
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr)

@@ -32,6 +32,7 @@ typedef struct nn_optim {
     double grad_norm;      /* the total norm of the last clipped step */
     float *m, *v;          /* SGD: m = momentum; Adam: m, v = exp_avg, exp_avg_sq */
     size_t n;
+    size_t lo, hi;         /* ZeRO-1: the floats whose state this rank keeps (m, v start at lo) */
     uint64_t t;            /* optimizer steps taken (Adam's bias correction; SGD's first step) */
     long steps_per_epoch;  /* optimizer steps (for the warmup length) */
 } nn_optim;
@@ -41,6 +42,11 @@ int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen);
 /* Names and values of the settings for nn_ddp_check_config; returns how many
  * (at most 16). */
 int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *vals);
+/* ZeRO-1 (--zero 1): this rank keeps the state of its shard only, floats [lo, hi) of
+ * nparams (world near-equal ranges on 16-float boundaries; world 1: all) and updates
+ * only those parameters; the trainer all-gathers the rest. Before nn_optim_plan. */
+void nn_optim_shard(nn_optim *o, size_t nparams, int rank, int world);
+void nn_optim_shard_range(size_t nparams, int rank, int world, size_t *lo, size_t *hi);
 /* Carves the state (run on the planning arena, then on the real one). */
 void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams);
 /* Zeroes the state; base_lr from the world size. */

@@ -92,6 +92,7 @@ static const rt_arg flags[] = {
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
       "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
+    FR("zero", zero, JOB, 0, 1, "ZeRO stage: 1 keeps each rank's shard of the optimizer state only (parameters all-gathered after the step; results as without) (default: 0)"),
     F("eval-every", RT_ARG_INT, eval_every, JOB, RT_ARG_NONNEG, "language models: validation loss every N steps too (default: 0, per epoch)"),
     F("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "language models: validation batches per evaluation (default: 20; 0: all)"),
     F("sample-every", RT_ARG_INT, sample_every, JOB, RT_ARG_NONNEG, "language models: print generated text every N steps (default: 0, at the start and end)"),

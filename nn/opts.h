@@ -30,6 +30,7 @@ typedef struct nn_opts {
     const char *invariant; /* --invariant K[:radices]: world-size-invariant training (nn/vshard.h) */
     /* language models (token windows) */
     int eval_every, eval_batches, sample_every, sample_len, top_k, generate;
+    int zero;        /* ZeRO stage: 0 or 1 (optimizer state sharded across ranks) */
     double temperature;
     const char *tokenizer;
 } nn_opts;

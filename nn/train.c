@@ -53,6 +53,7 @@ void nn_trainer_update(nn_trainer *t)
     nn_graph *g = &t->g;
     if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, t->opt.c.clip);
     nn_optim_step(&t->opt, g, nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step));
+    if (nn_zero_sharded(t)) nn_zero_gather(t, g->params, g->nparams, "parameters");
     t->micro = 0;
     t->step++;
 }
@@ -307,10 +308,16 @@ int nn_trainer_run(nn_trainer *t)
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);
         if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->momentum))
             rt_fatal("cuda: %s", port_cuda_errmsg());
+        float *full[2] = {NULL, NULL};
+        if (o->save && nn_zero_sharded(t)) nn_zero_full_state(t, full); /* every rank takes part */
         if (o->save && t->rank == 0) {
             nn_ckpt_state st = nn_trainer_ckpt_state(t, epoch);
+            for (int i = 0; i < 2; i++)
+                if (full[i]) st.blocks[i] = full[i];
             if (nn_ckpt_save(o->save, &t->g, &st, o->keep, err, sizeof err)) rt_fatal("%s", err);
         }
+        free(full[0]);
+        free(full[1]);
         if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         if (epoch < o->epochs && restart_point(t, epoch)) {

@@ -89,4 +89,12 @@ double nn_peak_rss_mib(void);
 /* What a checkpoint of the trainer holds besides the graph (nn/ckpt.h): the optimizer
  * state and the position after `epoch`. */
 nn_ckpt_state nn_trainer_ckpt_state(nn_trainer *t, int epoch);
+/* --zero 1 (nn/train_zero.c): whether this rank's optimizer holds a shard only; every
+ * rank's shard of the n floats at base sent to all (parameters after the step); the
+ * whole optimizer state gathered into full[] (malloc'd) for a checkpoint, and a
+ * checkpoint's whole state read into this rank's shard. */
+int nn_zero_sharded(const nn_trainer *t);
+void nn_zero_gather(nn_trainer *t, float *base, size_t n, const char *what);
+void nn_zero_full_state(nn_trainer *t, float **full);
+int nn_zero_load(nn_trainer *t, const char *path, nn_ckpt_state *st, char *err, size_t errlen);
 #endif

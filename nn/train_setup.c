@@ -45,6 +45,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
     t->g.recompute_macs = o->recompute_macs;
     if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
+    nn_optim_shard(&t->opt, t->g.nparams, o->zero ? t->rank : 0, o->zero ? t->world : 1);
     nn_optim_plan(&t->opt, a, t->g.nparams);
     t->momentum = t->opt.m;
     t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
@@ -100,10 +101,10 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         return -1;
     const nn_optim_cfg *c = &t->opt.c;
     if (t->cuda && (c->kind != NN_OPT_SGD || c->accum > 1 || c->clip > 0 || c->sync_bn || c->compress || c->sched ||
-                    c->warmup_epochs > 0 || c->no_decay)) {
+                    c->warmup_epochs > 0 || c->no_decay || o->zero)) {
         snprintf(err, errlen, "--device cuda: only plain SGD runs on the GPU in this version (no --optimizer, "
                  "--lr-schedule, --warmup-epochs, --accum-steps, --clip-grad-norm, --sync-bn, --grad-compress, "
-                 "--no-decay-bn-bias)");
+                 "--no-decay-bn-bias, --zero)");
         return -1;
     }
     return 0;
@@ -255,7 +256,9 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
     const nn_opts *o = &t->o;
     if (!o->resume) return 0;
     nn_ckpt_state st = nn_trainer_ckpt_state(t, 0);
-    if (nn_ckpt_load(o->resume, &t->g, &st, err, errlen)) return -1;
+    /* ZeRO-1: the file holds the whole state (any world size), the rank keeps its shard. */
+    if (nn_zero_sharded(t) ? nn_zero_load(t, o->resume, &st, err, errlen) : nn_ckpt_load(o->resume, &t->g, &st, err, errlen))
+        return -1;
     if (st.epoch > o->epochs && !o->generate) { /* --generate samples, whatever --epochs says */
         snprintf(err, errlen, "--resume %s: the checkpoint has trained %d epochs, more than --epochs %d (raise --epochs "
                  "to train on)", o->resume, st.epoch, o->epochs);

@@ -12,6 +12,7 @@
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 #include <string.h>
 
 typedef struct lt_job {
@@ -56,13 +57,40 @@ static void dx_task(void *ctx, int task)
               NULL, 0);
 }
 
-/* wt[o][i] = w[i][o], by 16 x 16 blocks (both sides stay in cache) */
+/* wt[o][i] = w[i][o] for rows [lo, hi) of w: 8 x 8 blocks through AVX2 registers where
+ * the CPU has them (a pure copy: the same bits), the edges one by one. */
+#ifdef K_TR8
+__attribute__((target("avx2"))) static void transpose_avx2(const lt_job *j, long lo, long hi)
+{
+    long i0 = lo;
+    for (; i0 + 8 <= hi; i0 += 8) {
+        int o0 = 0;
+        for (; o0 + 8 <= j->out; o0 += 8) {
+            __m256 v[8];
+            for (int r = 0; r < 8; r++) v[r] = _mm256_loadu_ps(j->w + (i0 + r) * j->out + o0);
+            k_tr8(v);
+            for (int r = 0; r < 8; r++) _mm256_storeu_ps(j->wt + (long)(o0 + r) * j->in + i0, v[r]);
+        }
+        for (long i = i0; i < i0 + 8; i++)
+            for (int o = o0; o < j->out; o++) j->wt[(long)o * j->in + i] = j->w[i * j->out + o];
+    }
+    for (long i = i0; i < hi; i++)
+        for (int o = 0; o < j->out; o++) j->wt[(long)o * j->in + i] = j->w[i * j->out + o];
+}
+#endif
+
 static void wt_task(void *ctx, int task)
 {
     const lt_job *j = ctx;
     long lo, hi;
     k_split(j->in, j->parts, task, &lo, &hi);
-    for (long i0 = lo; i0 < hi; i0 += 16)
+#ifdef K_TR8
+    if (k_isa_level() >= K_ISA_AVX2) {
+        transpose_avx2(j, lo, hi);
+        return;
+    }
+#endif
+    for (long i0 = lo; i0 < hi; i0 += 16) /* 16 x 16 blocks: both sides stay in cache */
         for (int o0 = 0; o0 < j->out; o0 += 16)
             for (long i = i0; i < i0 + 16 && i < hi; i++)
                 for (int o = o0; o < o0 + 16 && o < j->out; o++) j->wt[(long)o * j->in + i] = j->w[i * j->out + o];

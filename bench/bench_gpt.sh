@@ -28,7 +28,7 @@ for c in "${cases[@]}"; do
     out=$("$B/ddprt-train" --data synthetic --model-file "$tmp/m.cfg" --seq-len "$T" --batch-size "$Bt" \
           --optimizer adamw --lr 3e-4 --weight-decay 0.1 --max-steps "$((sd + 2))" --epochs 1 --threads 1 --no-eval \
           --mem-report --log-interval 1000 --sample-len 1 2>&1)
-    echo "$out" | sed -n "s/.*epoch 1: \([0-9.]*\) samples\/s.*/\1/p" | awk -v t="$T" '{ print $1 * t }' >>"$tmp/d"
+    echo "$out" | sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p' | awk -v n="$(((sd + 2) * Bt * T))" '{ print n / $1 }' >>"$tmp/d"
     echo "$out" | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' >>"$tmp/dr"
     read -r tps rss < <(/usr/bin/python3 bench/ref_gpt.py "$L" "$C" "$H" "$V" "$T" "$Bt" "$sp")
     echo "$tps" >>"$tmp/p"; echo "$rss" >>"$tmp/pr"

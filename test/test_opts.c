@@ -127,14 +127,14 @@ TEST(opts_agreement_covers_every_job_flag)
         if (per[i]) continue;
         jobs++;
         /* A value other than the default that the parser accepts. */
-        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16", "bf16"};
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16", "bf16", "1"};
         int ok = 0;
         /* A flag that needs another one (milestones need the multistep schedule) is
          * compared against a baseline that has that other one too. */
         const char *companion = NULL;
         for (int pass = 0; pass < 2 && !ok; pass++) {
             if (pass) companion = "--lr-schedule=multistep";
-            for (int t = 0; t < 15 && !ok; t++) {
+            for (int t = 0; t < (int)(sizeof tries / sizeof tries[0]) && !ok; t++) {
                 snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
                 const char *args[] = {arg, companion};
                 ok = parse(&b, args, companion ? 2 : 1, msg, sizeof msg) == 0;

@@ -134,8 +134,9 @@ void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
 
 void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch)
 {
-    if (o->m) memset(o->m, 0, (o->hi - o->lo) * sizeof(float));
-    if (o->v) memset(o->v, 0, (o->hi - o->lo) * sizeof(float));
+    size_t n = o->hi ? o->hi - o->lo : o->n;
+    if (o->m) memset(o->m, 0, n * sizeof(float));
+    if (o->v) memset(o->v, 0, n * sizeof(float));
     o->t = 0;
     o->base_lr = o->c.lr * (o->c.scale_world ? world : 1);
     o->lr = o->base_lr;
@@ -190,8 +191,9 @@ double nn_optim_clip(nn_optim *o, nn_graph *g, double max)
 static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
 {
     const nn_optim_cfg *c = &o->c;
+    size_t shi = o->hi ? o->hi : (size_t)-1; /* hi 0: not sharded (state set up by hand) */
     if (lo < o->lo) lo = o->lo;
-    if (hi > o->hi) hi = o->hi;
+    if (hi > shi) hi = shi;
     if (hi <= lo) return;
     size_t n = hi - lo;
     float *m = o->m + (lo - o->lo), *v = o->v ? o->v + (lo - o->lo) : NULL; /* the state of float lo */

@@ -4,6 +4,7 @@
  * id per byte (the byte's printable stand-in, GPT-2's bytes_to_unicode) and the
  * lowest-ranked adjacent pair is merged until none is in the table. */
 #include "nn/data/bpe.h"
+#include "rt/hash.h"
 #include <errno.h>
 #include <locale.h>
 #include <stdio.h>
@@ -27,13 +28,7 @@ struct nn_bpe {
     uint32_t *dec_off, *dec_len;
 };
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
-    return h;
-}
+static uint64_t fnv(const void *p, size_t n) { return rt_fnv1a(RT_FNV1A_INIT, p, n); }
 
 static int32_t tok_find(const nn_bpe *b, const char *s, size_t n)
 {

@@ -47,6 +47,8 @@ static void emb_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     const nn_node *x = nn_in(g, n, 0);
     k_tok_pos_embed_bwd(r->n, n->out.c, n->out.w, n->ia[0], (const int32_t *)(const void *)x->y, x->out.w, n->dy,
                         nn_pg(g, n, 0), nn_pg(g, n, 1), n->ia[3]);
+    /* positions past T (wpe has n_ctx rows) get a zero gradient: backward overwrites */
+    memset(nn_pg(g, n, 1) + (size_t)n->out.c * n->out.w, 0, sizeof(float) * (size_t)(n->ia[2] - n->out.c) * n->out.w);
 }
 
 const nn_op nn_op_tok_pos_embed = {"tok_pos_embed", NN_BWD_INPUT, emb_infer, NULL, emb_fwd, emb_bwd,

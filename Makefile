@@ -301,7 +301,7 @@ run: deps
 # the checkpoint reader (nn/stio), the IDX reader, the JPEG and PNG decoders with the
 # transforms after them, the text TSV reader/tokenizer, the --resume path (checkpoint
 # and optimizer-state files), ddprt-data's and ddprt-bench's command lines, ddprt-data
-# convert on IDX files and the CIFAR reader. FUZZ_TIME seconds each, or FUZZ_RUNS=N
+# convert on IDX files and the CIFAR reader, the cfg reader and planner. FUZZ_TIME seconds each, or FUZZ_RUNS=N
 # executions each; FUZZ=name1,name2 runs only those. bench/fuzz_table.sh prints the
 # table of a run (target, executions, time, crashes).
 FUZZ_CC   ?= clang

@@ -70,6 +70,10 @@ void k_linear_bwd(int n, int in, int out, const float *x, const float *w, const 
 void k_relu_fwd(size_t n, const float *x, float *y);
 /* dx = dy where y > 0 (y is the relu output) */
 void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
+/* Leaky relu: y = x > 0 ? x : slope * x; dx = x > 0 ? dy : slope * dy (from the
+ * input x, so any slope works). dx may be dy. */
+void k_leaky_relu_fwd(size_t n, float slope, const float *x, float *y);
+void k_leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx);
 
 /* Max pool, kernel ks, stride st, no padding; idx records the argmax (offset in the
  * input plane) for backward. */

@@ -147,6 +147,47 @@ int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals
     return 0;
 }
 
+int nn_ddp_check_lines(nn_ddp *d, const char *what, int n, nn_ddp_line_fn line, void *ctx, char *err, size_t errlen)
+{
+    if (!d->comm) return 0;
+    int64_t *all = d->scratch, mine = n, most = 0;
+    /* Everyone learns every count first, so every later allgather has the same size. */
+    if (tp_allgather(d->comm, &mine, all, 1, RT_I64)) goto comm;
+    for (int r = 0; r < d->world; r++)
+        if (all[r] > most) most = all[r];
+    char text[MSG_LEN + 1];
+    int first = -1, who = 0;
+    /* Hashes of the lines in chunks of NN_DDP_MAX_FIELDS (0 past a rank's last line). */
+    for (int c0 = 0; c0 < most && first < 0; c0 += NN_DDP_MAX_FIELDS) {
+        int k = most - c0 < NN_DDP_MAX_FIELDS ? (int)(most - c0) : NN_DDP_MAX_FIELDS;
+        int64_t h[NN_DDP_MAX_FIELDS];
+        for (int i = 0; i < k; i++) {
+            h[i] = 0;
+            if (c0 + i >= n) continue;
+            line(ctx, c0 + i, text, sizeof text);
+            h[i] = (int64_t)(rt_fnv1a_str(RT_FNV1A_INIT, text) | 1);
+        }
+        if (tp_allgather(d->comm, h, all, (size_t)k, RT_I64)) goto comm;
+        for (int i = 0; i < k && first < 0; i++)
+            for (int r = 1; r < d->world && first < 0; r++)
+                if (all[r * k + i] != all[i]) first = c0 + i, who = r;
+    }
+    if (first < 0) return 0;
+    /* The line that differs, as each rank has it. */
+    char *txt = d->scratch;
+    memset(text, 0, sizeof text);
+    if (first < n) line(ctx, first, text, sizeof text);
+    else snprintf(text, sizeof text, "nothing (%d in all)", n);
+    if (tp_allgather(d->comm, text, txt, MSG_LEN + 1, RT_U8)) goto comm;
+    txt[MSG_LEN] = txt[(size_t)who * (MSG_LEN + 1) + MSG_LEN] = 0;
+    snprintf(err, errlen, "%s differs between ranks: rank %d has '%s', rank 0 has '%s'", what, who,
+             txt + (size_t)who * (MSG_LEN + 1), txt);
+    return -1;
+comm:
+    snprintf(err, errlen, "%s", tp_errmsg(d->comm));
+    return -1;
+}
+
 /* The one launch path: host gradients through tp_iallreduce, device gradients through
  * tp_iallreduce_device (pinned staging); either way an async op on the comm that its
  * thread runs in issue order, waited for in nn_ddp_finish_grads. */

@@ -55,6 +55,12 @@ int nn_ddp_agree(nn_ddp *d, int ok, const char *msg, char *err, size_t errlen);
  * differ from rank 0 ("batch_size is 32 on rank 1 but 64 on rank 0"). */
 int nn_ddp_check_config(nn_ddp *d, const char *const *names, const int64_t *vals, int n,
                         char *err, size_t errlen);
+/* Compares n lines of text across ranks (line(ctx, i, buf, len) writes line i): the
+ * counts, then hashes, then the first line that differs as each side has it: err is
+ * "<what> differs between ranks: rank R has '<its line>', rank 0 has '<its line>'". The model
+ * check at start-up: one line per node (nn_node_describe). */
+typedef void (*nn_ddp_line_fn)(void *ctx, int i, char *buf, size_t len);
+int nn_ddp_check_lines(nn_ddp *d, const char *what, int n, nn_ddp_line_fn line, void *ctx, char *err, size_t errlen);
 /* Sets m's grads_alloc (before nn_graph_finish) so that the gradients, which the
  * buckets allreduce in place, live in tp_mem_alloc memory: ranks of one host then
  * reduce them reading each other's in place. No-op with one rank. */

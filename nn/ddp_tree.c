@@ -18,9 +18,9 @@ int nn_ddp_set_tree(nn_ddp *d, const nn_vtree *t, int nlocal, int max_sums, char
 {
     size_t n = d->m->nparams ? d->m->nparams : 1, es = rt_dtype_size(d->wire);
     d->tree = 1, d->K = t->K, d->shard = 0;
-    d->fold = (nn_fold){.nlev = nlocal, .dt = d->wire};
-    d->sums = (nn_fold){.nlev = nlocal, .dt = RT_F64};
     d->max_sums = max_sums > 0 ? max_sums : 1;
+    d->fold = (nn_fold){.nlev = nlocal, .dt = d->wire, .n = d->m->nparams};
+    d->sums = (nn_fold){.nlev = nlocal, .dt = RT_F64, .n = (size_t)d->max_sums};
     memcpy(d->fold.radix, t->radix, sizeof *t->radix * (size_t)nlocal);
     memcpy(d->sums.radix, t->radix, sizeof *t->radix * (size_t)nlocal);
     /* start-up, once: one accumulator per local level */

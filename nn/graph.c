@@ -1,9 +1,30 @@
-/* Graph building: nodes, parameters, buffers, shape inference. Planning and carving
- * of the activations is nn/plan.c; running is nn/exec.c. */
+/* Graph building: nodes, parameters, buffers, shape inference, the canonical
+ * description. Layout, planning and carving are nn/plan_mem.c and nn/plan.c; running
+ * is nn/exec.c. This file calls no op and no planner: it reaches an op only through
+ * its descriptor (nn_op's function pointers and attribute table), and the ops (below
+ * in nn/ops) call down into it to register parameters. */
 #include "nn/graph.h"
 #include "rt/log.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Node 0, and the op tests' extra inputs: values the caller fills. */
+static int input_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
+{
+    (void)g; (void)n; (void)err; (void)errlen;
+    return 0;
+}
+static void input_nop(nn_graph *g, nn_node *n, const nn_run *r) { (void)g; (void)n; (void)r; }
+#if DDPRT_CUDA
+static int input_nop_cuda(nn_graph *g, nn_node *n, const nn_run *r) { (void)g; (void)n; (void)r; return 0; }
+#endif
+const nn_op nn_op_input = {.kind = "input", .flags = NN_SOURCE, .infer = input_infer, .fwd = input_nop,
+                           .bwd = input_nop,
+#if DDPRT_CUDA
+                           .fwd_cuda = input_nop_cuda, .bwd_cuda = input_nop_cuda
+#endif
+};
 
 void nn_graph_begin(nn_graph *g, nn_node *nodes, nn_param *p, nn_buf *b, const char *model, nn_shape in,
                     int num_classes)
@@ -16,34 +37,46 @@ void nn_graph_begin(nn_graph *g, nn_node *nodes, nn_param *p, nn_buf *b, const c
     g->model = model;
     g->num_classes = num_classes;
     nn_node *x = &g->nodes[g->nn++];
-    x->op = nn_op_find("input");
+    x->op = &nn_op_input;
     snprintf(x->name, sizeof x->name, "input");
     x->out = in;
 }
 
-int nn_add(nn_graph *g, const char *kind, const char *name, const int *in, int nin, const int *ia, int nia,
-           const float *fa, int nfa)
+static void build_error(nn_graph *g, const char *kind, const char *name, const char *what, int a, int b)
 {
-    const nn_op *op = nn_op_find(kind);
-    if (!op) rt_fatal("model %s: unknown op '%s'", g->model, kind);
+    if (g->err[0]) return;
+    snprintf(g->err, sizeof g->err, "model %s: node %d (%s%s%s): ", g->model, g->nn, kind, *name ? " " : "", name);
+    size_t k = strlen(g->err);
+    snprintf(g->err + k, sizeof g->err - k, what, a, b);
+}
+
+int nn_add(nn_graph *g, const nn_op *op, const char *name, const int *in, int nin, const void *attr,
+           size_t attr_bytes)
+{
     if (g->nn >= NN_MAX_NODES) rt_fatal("model %s: more than %d nodes", g->model, NN_MAX_NODES);
-    if (nin > NN_MAX_IN || nia > 8 || nfa > 2) rt_fatal("model %s: too many inputs/attributes for %s", g->model, kind);
+    if (attr_bytes > NN_ATTR_BYTES) rt_fatal("model %s: %s attributes of %zu bytes", g->model, op->kind, attr_bytes);
     nn_node *n = &g->nodes[g->nn];
     memset(n, 0, sizeof *n);
     n->op = op;
     snprintf(n->name, sizeof n->name, "%s", name ? name : "");
+    int lo = op->min_in, hi = op->max_in;
+    if (!lo && !hi && !(op->flags & NN_SOURCE)) lo = hi = 1;
+    if (nin < lo || nin > hi || nin > NN_MAX_IN) {
+        if (lo == hi) build_error(g, op->kind, n->name, "takes %d input(s), got %d", lo, nin);
+        else build_error(g, op->kind, n->name, "takes %d to %d inputs", lo, hi < NN_MAX_IN ? hi : NN_MAX_IN);
+        nin = 0;
+    }
     for (int i = 0; i < nin; i++) {
-        if (in[i] < 0 || in[i] >= g->nn) rt_fatal("model %s: node %s takes node %d, not built yet", g->model, kind, in[i]);
+        if (in[i] < 0 || in[i] >= g->nn) rt_fatal("model %s: node %s takes node %d, not built yet", g->model, op->kind, in[i]);
         n->in[i] = in[i];
     }
     n->nin = nin;
-    for (int i = 0; i < nia; i++) n->ia[i] = ia[i];
-    for (int i = 0; i < nfa; i++) n->fa[i] = fa[i];
+    if (attr) memcpy(n->attr, attr, attr_bytes);
     /* Shapes are inferred as the graph grows, so builders can read them (a block's
      * input width); the first error is kept and reported by nn_graph_finish. */
     int id = g->nn++;
     if (!g->err[0] && n->op->infer(g, n, g->err, sizeof g->err)) {
-        if (!g->err[0]) snprintf(g->err, sizeof g->err, "model %s: node %d (%s) failed", g->model, id, kind);
+        if (!g->err[0]) snprintf(g->err, sizeof g->err, "model %s: node %d (%s) failed", g->model, id, op->kind);
     }
     if (g->err[0]) n->out = (nn_shape){1, 1, 1, 0}; /* keeps later nodes' inference harmless */
     n->rng_offset = g->rng_total;
@@ -51,75 +84,60 @@ int nn_add(nn_graph *g, const char *kind, const char *name, const int *in, int n
     return id;
 }
 
-int nn_conv2d(nn_graph *g, const char *name, int x, int out_c, int k, int stride, int pad, int bias)
-{
-    int ia[] = {out_c, k, k, stride, pad, bias, 0};
-    return nn_add(g, "conv2d", name, &x, 1, ia, 7, NULL, 0);
-}
-
-int nn_conv1d(nn_graph *g, const char *name, int x, int out_c, int k)
-{
-    int ia[] = {out_c, 1, k, 1, 0, 1, 1};
-    return nn_add(g, "conv2d", name, &x, 1, ia, 7, NULL, 0);
-}
-
-int nn_linear(nn_graph *g, const char *name, int x, int out) { return nn_add(g, "linear", name, &x, 1, &out, 1, NULL, 0); }
-
-int nn_batchnorm(nn_graph *g, const char *name, int x)
-{
-    float fa[] = {1e-5f, 0.1f}; /* eps, momentum: PyTorch's defaults */
-    return nn_add(g, "batchnorm2d", name, &x, 1, NULL, 0, fa, 2);
-}
-
-int nn_relu(nn_graph *g, int x) { return nn_add(g, "relu", NULL, &x, 1, NULL, 0, NULL, 0); }
-
-int nn_maxpool(nn_graph *g, int x, int k, int stride, int pad)
-{
-    int ia[] = {k, stride, pad};
-    return nn_add(g, "maxpool2d", NULL, &x, 1, ia, 3, NULL, 0);
-}
-
-int nn_avgpool_1x1(nn_graph *g, int x) { return nn_add(g, "avgpool1x1", NULL, &x, 1, NULL, 0, NULL, 0); }
-
-int nn_add2(nn_graph *g, int a, int b)
-{
-    int in[] = {a, b};
-    return nn_add(g, "add", NULL, in, 2, NULL, 0, NULL, 0);
-}
-
-int nn_flatten(nn_graph *g, int x) { return nn_add(g, "flatten", NULL, &x, 1, NULL, 0, NULL, 0); }
-
-int nn_dropout(nn_graph *g, int x, float p, int two_d)
-{
-    return nn_add(g, "dropout", NULL, &x, 1, &two_d, 1, &p, 1);
-}
-
-int nn_embedding(nn_graph *g, const char *name, int x, int vocab, int dim)
-{
-    int ia[] = {vocab, dim};
-    return nn_add(g, "embedding", name, &x, 1, ia, 2, NULL, 0);
-}
-
-int nn_max_time(nn_graph *g, int x) { return nn_add(g, "max_time", NULL, &x, 1, NULL, 0, NULL, 0); }
-int nn_concat(nn_graph *g, const int *xs, int n) { return nn_add(g, "concat", NULL, xs, n, NULL, 0, NULL, 0); }
-int nn_log_softmax(nn_graph *g, int x) { return nn_add(g, "log_softmax", NULL, &x, 1, NULL, 0, NULL, 0); }
-
-static void full_name(char *out, const nn_node *n, const char *suffix)
+/* "layer1.0.bn1" + "running_mean"; -1 (g->err) when longer than a name may be. */
+static int full_name(nn_graph *g, char *out, const nn_node *n, const char *suffix)
 {
     size_t a = strlen(n->name), b = strlen(suffix);
-    if (a + b + 2 > NN_NAME) rt_fatal("tensor name %s.%s is longer than %d characters", n->name, suffix, NN_NAME - 1);
+    if (a + b + 2 > NN_NAME) {
+        if (!g->err[0])
+            snprintf(g->err, sizeof g->err, "model %s: tensor name %s.%s is longer than %d characters", g->model,
+                     n->name, suffix, NN_NAME - 1);
+        return -1;
+    }
     memcpy(out, n->name, a);
     if (a) out[a++] = '.';
     memcpy(out + a, suffix, b + 1);
+    return 0;
+}
+
+/* Past the fixed tables: an error of the model (a cfg file can ask for it). */
+static int table_full(nn_graph *g, int used, int max, const char *what)
+{
+    if (used < max) return 0;
+    if (!g->err[0]) snprintf(g->err, sizeof g->err, "model %s: more than %d %s", g->model, max, what);
+    return -1;
+}
+
+/* A state_dict name must be unique: found while building, not at the first save. */
+static void name_taken(nn_graph *g, const nn_node *n, const char *full)
+{
+    int owner = -1;
+    for (int i = 0; i < g->np && owner < 0; i++)
+        if (!strcmp(g->p[i].name, full)) owner = g->p[i].node;
+    for (int i = 0; i < g->nb && owner < 0; i++)
+        if (!strcmp(g->b[i].name, full))
+            for (int k = 0; k < g->nn; k++)
+                if (g->nodes[k].nb && g->nodes[k].b0 <= i && i < g->nodes[k].b0 + g->nodes[k].nb) owner = k;
+    if (owner < 0 || g->err[0]) return;
+    const char *ok = g->nodes[owner].op->kind;
+    if (!n->name[0])
+        snprintf(g->err, sizeof g->err, "model %s: node %d (%s) has parameters but no name, as node %d (%s) "
+                 "before it: both would save a tensor '%s' (give each a name)", g->model, (int)(n - g->nodes),
+                 n->op->kind, owner, ok, full);
+    else
+        snprintf(g->err, sizeof g->err, "model %s: node %d (%s %s): tensor '%s' is already node %d's (%s); names "
+                 "must be unique", g->model, (int)(n - g->nodes), n->op->kind, n->name, full, owner, ok);
 }
 
 int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const int *shape, int init, int fan,
                  int no_decay)
 {
-    if (g->np >= NN_MAX_PARAMS) rt_fatal("model %s: more than %d parameters", g->model, NN_MAX_PARAMS);
+    char full[NN_NAME];
+    if (table_full(g, g->np, NN_MAX_PARAMS, "parameter tensors") || full_name(g, full, n, suffix)) return -1;
     nn_param *p = &g->p[g->np];
+    name_taken(g, n, full);
     memset(p, 0, sizeof *p);
-    full_name(p->name, n, suffix);
+    memcpy(p->name, full, sizeof full);
     p->ndim = ndim;
     p->numel = 1;
     for (int i = 0; i < ndim; i++) {
@@ -137,10 +155,12 @@ int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const in
 
 int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndim, const int *shape, int init)
 {
-    if (g->nb >= NN_MAX_BUFS) rt_fatal("model %s: more than %d buffers", g->model, NN_MAX_BUFS);
+    char full[NN_NAME];
+    if (table_full(g, g->nb, NN_MAX_BUFS, "buffers") || full_name(g, full, n, suffix)) return -1;
     nn_buf *b = &g->b[g->nb];
+    name_taken(g, n, full);
     memset(b, 0, sizeof *b);
-    full_name(b->name, n, suffix);
+    memcpy(b->name, full, sizeof full);
     b->dtype = dt;
     b->ndim = ndim;
     b->numel = 1;
@@ -161,56 +181,40 @@ const nn_param *nn_param_find(const nn_graph *g, const char *name)
     return NULL;
 }
 
-int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen)
+int nn_node_describe(const nn_graph *g, int i, char *buf, size_t len)
 {
-    g->max_batch = max_batch;
-    if (g->err[0]) {
-        snprintf(err, errlen, "%s", g->err);
-        return -1;
+    const nn_node *n = &g->nodes[i];
+    size_t k = 0;
+#define PUT(...) do { int w_ = snprintf(buf + (k < len ? k : len), k < len ? len - k : 0, __VA_ARGS__); \
+    if (w_ > 0) k += (size_t)w_; } while (0)
+    PUT("%s", n->op->kind);
+    if (n->name[0]) PUT(" %s", n->name);
+    for (int j = 0; j < n->nin; j++) PUT("%s%d", j ? "," : " <- ", n->in[j]);
+    for (const nn_attr *a = n->op->attrs; a && a->key; a++) {
+        const unsigned char *p = n->attr + a->off;
+        if (a->type == NN_ATTR_FLOAT) {
+            float f;
+            memcpy(&f, p, sizeof f);
+            int prec = 6; /* the shortest that reads back as the same float: 0.9, not 0.899999976 */
+            char num[32];
+            do snprintf(num, sizeof num, "%.*g", prec, (double)f);
+            while ((float)strtod(num, NULL) != f && prec++ < 9);
+            PUT(" %s=%s", a->key, num);
+        } else {
+            int v;
+            memcpy(&v, p, sizeof v);
+            if (a->type == NN_ATTR_CHOICE) { /* the word, not its index */
+                const char *c = a->choices;
+                for (int j = 0; j < v && strchr(c, '|'); j++) c = strchr(c, '|') + 1;
+                PUT(" %s=%.*s", a->key, (int)strcspn(c, "|"), c);
+            } else {
+                PUT(" %s=%d", a->key, v);
+            }
+        }
     }
-    /* LeNet's streams used 100 counters per sample and step; keep that spacing so the
-     * built-in LeNet draws the same masks as before the graph existed. */
-    g->rng_stride = g->rng_total > 100 ? g->rng_total : 100;
-    g->out = g->nn - 1;
-    g->out_is_logp = !strcmp(g->nodes[g->out].op->kind, "log_softmax");
-    nn_shape o = g->nodes[g->out].out;
-    if (g->num_classes < 0 || g->lm) { /* a bare graph (the op tests), or a language model: its own loss */
-    } else if (o.h != 1 || o.w != 1 || o.tokens) {
-        snprintf(err, errlen, "model %s: the output must be a vector of class scores, got %dx%dx%d", g->model, o.c,
-                 o.h, o.w);
-        return -1;
-    }
-    else if (g->num_classes == 0) g->num_classes = o.c;
-    else if (o.c != g->num_classes) {
-        snprintf(err, errlen, "model %s: the output has %d classes, the data has %d", g->model, o.c,
-                 g->num_classes);
-        return -1;
-    }
-    /* Parameters: one flat block, each 16-float aligned (aligned kernel and bucket slices). */
-    g->nparams = 0;
-    for (int i = 0; i < g->np; i++) {
-        g->p[i].offset = g->nparams;
-        g->nparams += (g->p[i].numel + 15) & ~(size_t)15;
-    }
-    g->buf_bytes = 0;
-    for (int i = 0; i < g->nb; i++) {
-        g->b[i].offset = g->buf_bytes;
-        g->buf_bytes += (g->b[i].numel * rt_dtype_size(g->b[i].dtype) + 63) & ~(size_t)63;
-    }
-    return nn_graph_carve(g, a, err, errlen);
-}
-
-int nn_graph_carve(nn_graph *g, rt_arena *a, char *err, size_t errlen)
-{
-    g->params = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_PARAMS, "parameters");
-    if (!g->grads_alloc) {
-        g->grads = rt_arena_alloc(a, g->nparams * sizeof(float), RT_MEM_GRADS, "gradients");
-    } else if (!a->planning && !(g->grads = g->grads_alloc(g->grads_ctx, g->nparams * sizeof(float)))) {
-        snprintf(err, errlen, "out of memory for %zu bytes of gradients", g->nparams * sizeof(float));
-        return -1;
-    }
-    g->bufs = g->buf_bytes ? rt_arena_alloc(a, g->buf_bytes, RT_MEM_PARAMS, "buffers") : NULL;
-    return nn_plan(g, a, err, errlen);
+    PUT(" -> %dx%dx%d%s", n->out.c, n->out.h, n->out.w, n->out.tokens ? " tokens" : "");
+#undef PUT
+    return (int)k;
 }
 
 void nn_graph_summary(const nn_graph *g, int verbose)

@@ -70,16 +70,53 @@ typedef struct nn_run {
     port_stream stream;    /* device graphs: the stream the op's kernels go on */
 } nn_run;
 
-/* Backward needs: which of the node's values must still be alive at its backward. */
+/* Op flags. Backward needs: which of the node's values must still be alive at its backward. */
 enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of input 0 */,
        /* Memory savers (nn/plan.c): */
        NN_RECOMPUTE = 8,   /* cheap (memory-bound): backward re-runs fwd instead of keeping y */
        NN_FWD_INPLACE = 16, /* fwd may write y over input 0 (elementwise) */
-       NN_BWD_INPLACE = 32 /* bwd may write dx of input 0 over dy (elementwise) */ };
+       NN_BWD_INPLACE = 32, /* bwd may write dx of input 0 over dy (elementwise) */
+       /* What the planner's passes match on (nn/plan.c), instead of op names: */
+       NN_SOURCE = 64,     /* a graph input: no fwd/bwd work, alive throughout */
+       NN_LOG_PROBS = 128, /* the output is log-probabilities: the loss fuses NLL into its backward */
+       NN_RECTIFIER = 256, /* y = max(x, 0) elementwise, nothing else */
+       NN_MAX_OVER_LEN = 512, /* y[c] = max over len of x[c, 1, len], int32 argmax [c] in aux */
+       /* fwd/bwd can take over a following rectifier -> max over len when the output has
+        * one row (k_conv2d_fwd_maxt / bwd_maxt): the sparse path of nn_node.maxt_from */
+       NN_FUSES_RECT_MAX = 1024,
+       /* a rectifier reading this (recomputed) node can take its mask from this node's
+        * input (k_bn_relu_bwd: aux = mean, invstd; parameters gamma, beta) */
+       NN_RECT_MASK_SOURCE = 2048,
+       /* no device half yet (fwd_cuda NULL in CUDA builds too): a device graph refuses
+        * it by name at planning; the op test allows the gap only with this flag */
+       NN_HOST_ONLY = 4096 };
+
+/* Named attributes: an op keeps its attributes in a struct of its own (nn/ops/X.c),
+ * stored in nn_node.attr; the table maps each cfg key to a field. Values are set by
+ * name (nn_node_add: cfg files and C builders), defaults come from the table, and the
+ * graph's description (nn_node_describe, compared across ranks) prints them by name. */
+enum { NN_ATTR_INT, NN_ATTR_FLOAT, NN_ATTR_BOOL, NN_ATTR_CHOICE };
+#define NN_ATTR_REQUIRED (-1e300) /* .def of an attribute that must be given */
+#define NN_ATTR_BYTES 128
+typedef struct nn_attr {
+    const char *key;       /* the cfg key ("negative_slope") */
+    int type;              /* NN_ATTR_*: int, float, 0/1 (int), index into choices (int) */
+    size_t off;            /* offsetof in the op's attribute struct */
+    double def;            /* when not given (NN_ATTR_REQUIRED: must be) */
+    const char *choices;   /* NN_ATTR_CHOICE: "uniform|kaiming" */
+    int from_data;         /* set from the data set by the cfg reader ("vocab"), not a cfg key */
+} nn_attr;
 
 typedef struct nn_op {
-    const char *kind;
-    unsigned flags;
+    const char *kind;      /* its name in graphs and summaries, and its cfg section */
+    const char *alias;     /* another cfg section name ("batchnorm"), or NULL */
+    unsigned flags;        /* NN_BWD_INPUT ... above */
+    int min_in, max_in;    /* inputs it takes; 0, 0: exactly one */
+    const nn_attr *attrs;  /* its named attributes, ending with {NULL}; NULL: none */
+    size_t attr_size;      /* sizeof its attribute struct (<= NN_ATTR_BYTES) */
+    /* Multiply-adds per output element (NULL: memory-bound); the planner recomputes the
+     * ops at or under g->recompute_macs. */
+    long (*macs)(const struct nn_node *n);
     /* Shape inference from the inputs; registers parameters and buffers and sets the
      * node's aux bytes per sample (saved state between forward and backward). 0, or -1
      * with err naming the node. */
@@ -90,27 +127,22 @@ typedef struct nn_op {
     /* Writes the gradients of the node's parameters and dx of each input i into
      * nn_dx(g, n, i) (NULL when that input needs none), overwriting. */
     void (*bwd)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
-    /* The same on a device graph (nn/ops/cuda.c; NULL in builds without CUDA): every
-     * pointer of the graph and node is device memory, kernels go on r->stream. 0, or
-     * -1 after port_cuda_fail recorded the kernel and shapes. */
+    /* The same on a device graph (CUDA builds; NULL otherwise): every pointer of the
+     * graph and node is device memory, kernels go on r->stream. 0, or -1 after
+     * port_cuda_fail recorded the kernel and shapes. */
     int (*fwd_cuda)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
     int (*bwd_cuda)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
     /* Device workspace bytes for every batch size up to max_batch (NULL: none). */
     size_t (*workspace_cuda)(const struct nn_graph *g, const struct nn_node *n, int max_batch);
 } nn_op;
-/* Op tables list the CUDA entries with NN_CUDA(fwd, bwd, ws): NULLs without CUDA. */
-#if DDPRT_CUDA
-#define NN_CUDA(f, b, w) f, b, w
-#else
-#define NN_CUDA(f, b, w) NULL, NULL, NULL
-#endif
 
 typedef struct nn_node {
     const nn_op *op;
     char name[NN_NAME];    /* module path: "layer1.0.conv1" ("" for unnamed) */
     int in[NN_MAX_IN], nin;
-    int ia[8];             /* integer attributes (op-specific) */
-    float fa[2];           /* float attributes (dropout p, eps, momentum) */
+    /* The op's attribute struct, then what its infer derives (a conv's planned shape);
+     * read and written with memcpy (nn/ops/op_def.h's NN_ATTR_ACCESS). */
+    _Alignas(8) unsigned char attr[NN_ATTR_BYTES];
     nn_shape out;
     int p0, np;            /* parameters [p0, p0+np) */
     int b0, nb;            /* buffers [b0, b0+nb) */
@@ -125,8 +157,9 @@ typedef struct nn_node {
      * (the nodes listed from rc_head of that node, in order, linked by rc_next). */
     float *y_fwd, *y_bwd;
     int recompute, rc_head, rc_next;
-    int mask_from_bn;      /* a recomputed relu after a recomputed BN: backward takes its
-                            * mask from the BN's input (no relu output re-made) */
+    int mask_from_bn;      /* a recomputed rectifier after a recomputed NN_RECT_MASK_SOURCE
+                            * (BN): backward takes its mask from the BN's input (no
+                            * rectifier output re-made) */
     void *ws_fwd, *ws_bwd, *ws_rc; /* its workspace in forward, backward, recompute */
     float *acc;            /* where this node writes an input's gradient that another
                             * node wrote first (added into that input's dy after) */
@@ -135,15 +168,15 @@ typedef struct nn_node {
     int needs_grad;        /* some parameter upstream: dy is needed */
     int grad_source;       /* set by the builder: this value's gradient is wanted */
     int dy_first;          /* the consumer that writes dy first in backward */
-    /* Sparse backward through max over time (nn/plan.c): a conv whose output reaches a
-     * max_time only through a relu (one reader each) has maxt_from = that max_time's
-     * index and does the three backwards at once from its gradient and argmax; the relu
-     * and max_time have `folded` set (no backward of their own, no dy for the conv or
-     * the relu). Forward too: the conv writes the max_time's output and argmax, the
-     * relu and max_time do nothing and neither the conv nor the relu has an output
-     * (y NULL). NN_FOLD_*; 0 / 0 on the dense path. */
+    /* Sparse backward through max over time (nn/plan.c): a node whose op has
+     * NN_FUSES_RECT_MAX (conv) and whose output reaches an NN_MAX_OVER_LEN node only
+     * through an NN_RECTIFIER (one reader each) has maxt_from = that max's index and
+     * does the three backwards at once from its gradient and argmax; the rectifier and
+     * the max have `folded` set (no backward of their own, no dy for the conv or the
+     * rectifier). Forward too: the conv writes the max's output and argmax, the other
+     * two do nothing and neither the conv nor the rectifier has an output (y NULL).
+     * NN_FOLD_*; 0 / 0 on the dense path. */
     int maxt_from, folded;
-    k_conv_shape conv;     /* conv ops: the planned shape (n = max_batch) */
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
@@ -224,48 +257,33 @@ typedef struct nn_graph {
 /* Starts a graph whose input has shape `in`. */
 void nn_graph_begin(nn_graph *g, nn_node *nodes, nn_param *p, nn_buf *b, const char *model, nn_shape in,
                     int num_classes);
-/* Appends a node; returns its index (the value it produces). name may be NULL/"". */
-int nn_add(nn_graph *g, const char *kind, const char *name, const int *in, int nin, const int *ia, int nia,
-           const float *fa, int nfa);
-/* Convenience builders used by the models. */
-int nn_conv2d(nn_graph *g, const char *name, int x, int out_c, int k, int stride, int pad, int bias);
-int nn_conv1d(nn_graph *g, const char *name, int x, int out_c, int k);
-int nn_linear(nn_graph *g, const char *name, int x, int out);
-int nn_batchnorm(nn_graph *g, const char *name, int x);
-int nn_relu(nn_graph *g, int x);
-int nn_maxpool(nn_graph *g, int x, int k, int stride, int pad);
-int nn_avgpool_1x1(nn_graph *g, int x);
-int nn_add2(nn_graph *g, int a, int b);
-int nn_flatten(nn_graph *g, int x);
-int nn_dropout(nn_graph *g, int x, float p, int two_d);
-int nn_embedding(nn_graph *g, const char *name, int x, int vocab, int dim);
-int nn_max_time(nn_graph *g, int x);
-int nn_concat(nn_graph *g, const int *xs, int n);
-int nn_log_softmax(nn_graph *g, int x);
-/* Transformer ops (nn/ops/tfm.c). */
-int nn_layernorm(nn_graph *g, const char *name, int x);
-int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std);
-int nn_gelu(nn_graph *g, int x);
-int nn_attention(nn_graph *g, int x, int heads, int stored); /* stored: keep the probabilities */
-int nn_tok_pos_embed(nn_graph *g, const char *name, int x, int vocab, int dim, int ctx);
-/* The classifier tied to tok_pos_embed node emb, with the loss (makes g an lm graph's head). */
-int nn_lm_loss(nn_graph *g, const char *name, int x, int emb);
-/* Registration (ops' infer). */
+/* Appends a node applying `op` to the nodes in[0..nin) with its attribute struct
+ * (attr_bytes of it; NULL for none) and infers its shape; returns its index (the value
+ * it produces). name may be NULL/"". Errors (an input not built yet, a wrong input
+ * count, a shape the op refuses) keep the first in g->err for nn_graph_finish; more
+ * than NN_MAX_NODES nodes is fatal. Builders by name and typed builders: nn/ops/ops.h. */
+int nn_add(nn_graph *g, const nn_op *op, const char *name, const int *in, int nin, const void *attr,
+           size_t attr_bytes);
+extern const nn_op nn_op_input; /* node 0 (and the op tests' extra inputs) */
+/* Registration (ops' infer): the index, or -1 with g->err set (a name too long or
+ * already taken, the table full). */
 int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const int *shape, int init, int fan,
                  int no_decay);
 int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndim, const int *shape, int init);
-/* Ends building: infers shapes (errors name the node), lays out parameters/buffers,
- * plans activations for max_batch and carves everything from `a` (planning arenas
- * size only). 0, or -1 with err. */
+/* Node i in one canonical line: kind, name, inputs, every named attribute, the output
+ * shape ("relu <- 3 -> 10x12x12"); what the ranks compare at start-up. Returns the
+ * length snprintf would write. */
+int nn_node_describe(const nn_graph *g, int i, char *buf, size_t len);
+
+/* ---- planning (nn/plan.c) ---- */
+/* Ends building: reports the first build error, lays out parameters/buffers, plans
+ * activations for max_batch and carves everything from `a` (planning arenas size
+ * only). 0, or -1 with err. */
 int nn_graph_finish(nn_graph *g, rt_arena *a, int max_batch, char *err, size_t errlen);
-/* The planner (nn/plan.c) that nn_graph_finish runs: lifetimes, placement, carving. */
-int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen);
 /* The allocation half of nn_graph_finish for a graph whose layout is done: parameters,
  * gradients, buffers and the planned activations from `a`. A device graph is a copy
  * of the host graph (its own nodes array, on_device set) carved from a device arena. */
 int nn_graph_carve(nn_graph *g, rt_arena *a, char *err, size_t errlen);
-const nn_op *nn_op_find(const char *kind);
-extern const nn_op *const nn_ops[];
 
 /* ---- running (nn/exec.c) ---- */
 /* PyTorch's default initialisation, seeded; buffers to their initial values. */

@@ -1,5 +1,6 @@
 /* Language-model evaluation and sampling (nn/lm.h). */
 #include "nn/lm.h"
+#include "nn/ops/ops.h"
 #include "rt/log.h"
 #include <math.h>
 #include <stdio.h>
@@ -66,7 +67,7 @@ void nn_lm_sample(nn_trainer *t, nn_lm *l, int n, const char *label)
     nn_graph *g = &t->g;
     int T = t->train.w - 1, V = t->train.vocab, C;
     int eot = l->bpe && nn_bpe_eot(l->bpe) >= 0 ? nn_bpe_eot(l->bpe) : V <= 256 ? '\n' : V == 50257 ? 50256 : 0;
-    const nn_node *ln = &g->nodes[g->nodes[g->out].in[0]], *e = &g->nodes[g->nodes[g->out].ia[0]];
+    const nn_node *ln = &g->nodes[g->nodes[g->out].in[0]], *e = &g->nodes[nn_lm_loss_embedding(&g->nodes[g->out])];
     const float *wte = g->params + g->p[e->p0].offset;
     C = ln->out.w;
     memset(l->win, 0, sizeof(int32_t) * (size_t)(T + 1));

@@ -56,7 +56,8 @@ static const rt_arg flags[] = {
     F("resume", RT_ARG_STR, resume, RANK, RT_ARG_ANY, "resume from a checkpoint"),
     FR("keep", keep, RANK, 1, 1000, "checkpoint generations kept: PATH, PATH.1, ... (1-1000; default: 1)"),
     F("max-steps", RT_ARG_INT, max_steps, JOB, RT_ARG_NONNEG, "stop after N training steps (0: no limit)"),
-    F("model-file", RT_ARG_STR, model_file, JOB, RT_ARG_ANY, "build the network from a plain-text description (see README)"),
+    /* RANK: the ranks compare the network they built from it (nn_trainer_setup), not the path. */
+    F("model-file", RT_ARG_STR, model_file, RANK, RT_ARG_ANY, "build the network from a plain-text description (see README)"),
     F("num-classes", RT_ARG_INT, num_classes, JOB, RT_ARG_POS, "output classes (default: the data's)"),
     F("embed-dim", RT_ARG_INT, embed_dim, JOB, RT_ARG_POS, "textcnn embedding size (default: 128)"),
     FC("nan-check", nan_check, JOB, "on|off", "stop when the loss or a gradient is not finite (default: on)"),

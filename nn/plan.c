@@ -1,7 +1,7 @@
 /* Lifetime-based planning of activations, activation gradients and saved state, as
  * TensorFlow Lite Micro's greedy planner: every buffer has a size and a first and
- * last use on the step's timeline; buffers are placed largest first at the lowest
- * offset where they overlap nothing that is alive at the same time.
+ * last use on the step's timeline; nn/plan_mem.c places them largest first at the
+ * lowest offset where they overlap nothing that is alive at the same time.
  *
  * Timeline of a training step over N nodes: forward of node i at 2i, the loss at 2N,
  * backward of node i at 2N+2+2(N-1-i). An output lives from its forward to the last
@@ -9,6 +9,12 @@
  * its input, a relu its output). A gradient lives from the first backward that writes
  * it (the last consumer) to its own node's backward. Evaluation runs inside the same
  * plan (its lifetimes are a subset).
+ *
+ * nn_plan_items runs named passes in order: consumers (readers, gradients needed,
+ * views), fusions (the sparse max over time), recompute (which outputs backward
+ * re-makes), lifetimes, reruns (when the re-made outputs live), inplace (gradients
+ * over gradients), accumulation, items, scratch (workspaces, accumulation buffers).
+ * Passes match op properties (nn_op.flags, nn_op.macs), never op names.
  *
  * Memory savers (off with g->no_recompute; the results are the same bits either way):
  * - Recomputation: a cheap node (NN_RECOMPUTE: batchnorm, relu, add) with a single
@@ -23,66 +29,170 @@
  * - In place: a recomputed relu writes over the BN output it reads (NN_FWD_INPLACE);
  *   relu's and BN's backward write dx over dy (NN_BWD_INPLACE) when they are the
  *   input's only gradient writer. */
-#include "nn/graph.h"
-#include "rt/log.h"
+#include "nn/plan.h"
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-enum { K_Y, K_DY, K_AUX, K_ACC, K_YB, K_WSF, K_WSB, K_WSR };
-typedef struct item { size_t size, off; int t0, t1, node, kind; } item;
+typedef nn_plan_item item;
 
-static int by_size(const void *a, const void *b)
-{
-    const item *x = a, *y = b;
-    if (x->size != y->size) return x->size < y->size ? 1 : -1;
-    return x->t0 - y->t0; /* deterministic order for equal sizes */
-}
+/* Planning scratch, per node; times as in the header comment. */
+typedef struct pl {
+    nn_graph *g;
+    int N, rc;
+    int *ncons;        /* readers of each value */
+    int *y0, *y1;      /* output lifetime per storage root */
+    int *d0, *d1;      /* gradient first write / last read */
+    int *dyroot;       /* whose gradient buffer a gradient shares (in place) */
+    int *yb0, *yb1, *ybroot; /* re-made outputs: lifetime, and whose buffer */
+    int *mat, *tail;   /* re-made yet; the last re-run scheduled before node i's backward */
+    int *g0, *g1;      /* gradient lifetimes gathered on their root */
+    size_t acc;        /* the largest value accumulated into */
+    item *it;
+    int ni;
+    char *err;
+    size_t errlen;
+} pl;
 
-static int by_off(const void *a, const void *b)
-{
-    const item *const *x = a, *const *y = b;
-    return (*x)->off < (*y)->off ? -1 : (*x)->off > (*y)->off;
-}
-
-/* Places items (sorted largest first); returns the peak. */
-static size_t place(item *it, int n)
-{
-    qsort(it, (size_t)n, sizeof *it, by_size);
-    item **live = malloc(sizeof *live * (size_t)(n ? n : 1)); /* start-up only */
-    size_t peak = 0;
-    for (int i = 0; i < n; i++) {
-        int k = 0;
-        for (int j = 0; j < i; j++)
-            if (it[j].t0 <= it[i].t1 && it[i].t0 <= it[j].t1) live[k++] = &it[j];
-        qsort(live, (size_t)k, sizeof *live, by_off);
-        size_t off = 0;
-        for (int j = 0; j < k; j++) {
-            if (live[j]->off >= off + it[i].size) break; /* the gap before it fits */
-            if (live[j]->off + live[j]->size > off) off = live[j]->off + live[j]->size;
-        }
-        it[i].off = off;
-        if (off + it[i].size > peak) peak = off + it[i].size;
-    }
-    free(live);
-    return peak;
-}
-
+static int fw(int i) { return 2 * i; }
+static int loss_t(const pl *P) { return 2 * P->N; }
+static int bw(const pl *P, int i) { return 2 * P->N + 2 + 2 * (P->N - 1 - i); }
+static unsigned flags(const nn_node *n) { return n->op->flags; }
 static size_t r64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-static size_t node_ws(const nn_graph *g, const nn_node *n)
+size_t nn_plan_node_ws(const nn_graph *g, const nn_node *n)
 {
     size_t (*wf)(const nn_graph *, const nn_node *, int) = g->on_device ? n->op->workspace_cuda : n->op->workspace;
     return wf ? wf(g, n, g->max_batch) : 0;
 }
 
-/* Planning scratch; times as in the header comment. */
-typedef struct pl {
-    nn_graph *g;
-    int N;
-    int *ncons, *y0, *y1, *d0, *d1, *dyroot, *yb0, *yb1, *ybroot, *mat, *tail;
-} pl;
-static int bw(const pl *P, int i) { return 2 * P->N + 2 + 2 * (P->N - 1 - i); }
+static int fail(pl *P, int i, const char *what)
+{
+    snprintf(P->err, P->errlen, "model %s: node %d (%s) %s", P->g->model, i, P->g->nodes[i].op->kind, what);
+    return -1;
+}
+
+/* consumers: readers per value, which values need a gradient, who writes each
+ * gradient first in backward (the last reader), and views (NN_ALIAS nodes share their
+ * input's buffer when nothing else reads it). */
+static int pass_consumers(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        n->dy_first = -1;
+        n->needs_grad = n->np > 0 || n->grad_source;
+        for (int k = 0; k < n->nin; k++) {
+            for (int l = 0; l < k; l++)
+                if (n->in[l] == n->in[k]) {
+                    char what[64];
+                    snprintf(what, sizeof what, "takes node %d twice", n->in[k]);
+                    return fail(P, i, what);
+                }
+            P->ncons[n->in[k]]++;
+            g->nodes[n->in[k]].dy_first = i; /* increasing i: ends as the last consumer */
+            if (g->nodes[n->in[k]].needs_grad) n->needs_grad = 1;
+        }
+    }
+    g->nodes[0].needs_grad = 0;
+    g->nodes[0].storage = 0;
+    for (int i = 0; i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        n->recompute = 0;
+        n->rc_head = n->rc_next = -1;
+        n->y_bwd = NULL;
+        P->tail[i] = -1;
+        P->dyroot[i] = P->ybroot[i] = i;
+        P->yb0[i] = 1 << 30;
+        P->yb1[i] = -1;
+    }
+    for (int i = 1; i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        n->storage = i;
+        if ((flags(n) & NN_ALIAS) && n->in[0] != 0 && P->ncons[n->in[0]] == 1) n->storage = g->nodes[n->in[0]].storage;
+    }
+    return 0;
+}
+
+/* fusions: the sparse backward through max over time. An NN_FUSES_RECT_MAX node
+ * (conv) -> NN_RECTIFIER -> NN_MAX_OVER_LEN, each read only by the next, the conv's
+ * output one row high: the conv's backward (nn/ops/conv.c) then reads the max's dy,
+ * output and argmax; the other two do nothing in backward and the conv's and the
+ * rectifier's dy are never made. In forward the conv writes the max's output and
+ * argmax itself (k_conv2d_fwd_maxt): neither the conv's nor the rectifier's output is
+ * made either. fp32 CPU graphs only (the device and bf16 paths keep the dense chain). */
+static void pass_fusions(pl *P)
+{
+    nn_graph *g = P->g;
+    int *ncons = P->ncons;
+    for (int i = 0; i < P->N; i++) g->nodes[i].maxt_from = g->nodes[i].folded = 0;
+    if (g->no_sparse || g->on_device || g->amp != NN_AMP_NONE) return;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *m = &g->nodes[i], *r = &g->nodes[m->in[0]], *c = &g->nodes[r->in[0]];
+        if (!(flags(m) & NN_MAX_OVER_LEN) || !m->needs_grad || m->storage != i) continue;
+        if (!(flags(r) & NN_RECTIFIER) || ncons[m->in[0]] != 1 || r->grad_source || r->storage != m->in[0]) continue;
+        if (!(flags(c) & NN_FUSES_RECT_MAX) || ncons[r->in[0]] != 1 || c->grad_source || c->storage != r->in[0] ||
+            c->out.h != 1)
+            continue;
+        c->maxt_from = i;
+        m->folded = NN_FOLD_MAXT;
+        r->folded = NN_FOLD_RELU;
+    }
+}
+
+/* recompute: cheap nodes (NN_RECOMPUTE, or at most g->recompute_macs multiply-adds per
+ * output) with one reader and no view of them; a rectifier after a recomputed
+ * NN_RECT_MASK_SOURCE takes its mask from that node's input. */
+static void pass_recompute(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 1; P->rc && i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        int cheap = (flags(n) & NN_RECOMPUTE) || (n->op->macs && n->op->macs(n) <= g->recompute_macs);
+        n->recompute = cheap && n->storage == i && i != g->out && P->ncons[i] == 1 && !n->folded && !n->maxt_from;
+    }
+    for (int i = 1; i < P->N; i++)
+        if (g->nodes[i].storage != i) g->nodes[g->nodes[i].storage].recompute = 0;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *n = &g->nodes[i], *u = &g->nodes[n->in[0]];
+        n->mask_from_bn = n->recompute && (flags(n) & NN_RECTIFIER) && u->recompute &&
+                          (flags(u) & NN_RECT_MASK_SOURCE) && P->ncons[n->in[0]] == 1;
+    }
+}
+
+/* lifetimes: outputs and gradients per storage root. */
+static void pass_lifetimes(pl *P)
+{
+    nn_graph *g = P->g;
+    int N = P->N, *y0 = P->y0, *y1 = P->y1, *d0 = P->d0, *d1 = P->d1;
+    for (int i = 0; i < N; i++) { y0[i] = fw(i); y1[i] = fw(i); d0[i] = 1 << 30; d1[i] = -1; }
+    for (int i = 1; i < N; i++) {
+        nn_node *n = &g->nodes[i];
+        int s = n->storage;
+        if (flags(n) & NN_BWD_OUTPUT && !n->recompute && !n->folded && y1[s] < bw(P, i)) y1[s] = bw(P, i);
+        if (flags(n) & NN_SOURCE) y1[s] = 4 * N + 8; /* extra inputs (tests) live throughout */
+        if (i == g->out) {
+            int t = g->out_is_logp ? bw(P, i) : loss_t(P);
+            if (y1[s] < t) y1[s] = t;
+            if (!g->out_is_logp && n->needs_grad && d0[s] > loss_t(P)) d0[s] = loss_t(P);
+        }
+        for (int k = 0; k < n->nin; k++) {
+            int v = g->nodes[n->in[k]].storage;
+            int t = (flags(n) & NN_BWD_INPUT) && !g->nodes[v].recompute ? bw(P, i) : fw(i);
+            if (y1[v] < t) y1[v] = t;
+            if (g->nodes[n->in[k]].needs_grad && d0[v] > bw(P, i)) d0[v] = bw(P, i);
+        }
+        if (n->needs_grad && d1[s] < bw(P, s)) d1[s] = bw(P, s);
+    }
+    for (int i = 1; i < N; i++) { /* sparse: the max's output, dy (and argmax, in
+                                   * pass_items) live to the conv's backward; no dy below */
+        int m = g->nodes[i].maxt_from;
+        if (!m) continue;
+        y0[m] = fw(i); /* the conv's forward writes the max's output */
+        if (y1[m] < bw(P, i)) y1[m] = bw(P, i);
+        if (d1[m] < bw(P, i)) d1[m] = bw(P, i);
+        d1[i] = d1[g->nodes[m].in[0]] = -1;
+    }
+}
 
 static void use(pl *P, int v, int t, int at);
 
@@ -102,8 +212,8 @@ static void materialize(pl *P, int v, int at)
     int u = g->nodes[n->in[0]].storage;
     const nn_node *un = &g->nodes[u];
     P->ybroot[v] = v;
-    if ((n->op->flags & NN_FWD_INPLACE) && !(n->op->flags & NN_BWD_INPUT) && un->recompute && P->ncons[u] == 1 &&
-        !(un->op->flags & NN_BWD_OUTPUT) && nn_shape_numel(un->out) == nn_shape_numel(n->out))
+    if ((flags(n) & NN_FWD_INPLACE) && !(flags(n) & NN_BWD_INPUT) && un->recompute && P->ncons[u] == 1 &&
+        !(flags(un) & NN_BWD_OUTPUT) && nn_shape_numel(un->out) == nn_shape_numel(n->out))
         P->ybroot[v] = P->ybroot[u];
     int r = P->ybroot[v];
     if (P->yb0[r] > tm) P->yb0[r] = tm;
@@ -122,342 +232,160 @@ static void use(pl *P, int v, int t, int at)
     if (P->yb1[r] < t) P->yb1[r] = t;
 }
 
-static void pl_free(pl *P)
+/* reruns: the backward in the executor's order, which recomputed values it reads and
+ * when; each is re-made before the first backward that reads it. */
+static void pass_reruns(pl *P)
 {
-    free(P->ncons); free(P->y0); free(P->y1); free(P->d0); free(P->d1); free(P->dyroot);
-    free(P->yb0); free(P->yb1); free(P->ybroot); free(P->mat); free(P->tail);
-}
-
-/* Lifetimes and items of one plan (rc: with the memory savers); returns the item
- * count, or -1 with err. The nodes' recompute schedule is set as a side effect. */
-static int plan_items(nn_graph *g, int rc, item **out, int **roots, char *err, size_t errlen)
-{
-    int N = g->nn;
-    size_t B = (size_t)g->max_batch;
-    pl P = {.g = g, .N = N};
-    int **arrs[] = {&P.ncons, &P.y0, &P.y1, &P.d0, &P.d1, &P.dyroot, &P.yb0, &P.yb1, &P.ybroot, &P.mat, &P.tail};
-    for (size_t k = 0; k < sizeof arrs / sizeof *arrs; k++) *arrs[k] = calloc((size_t)N, sizeof(int)); /* start-up only */
-#define F(i) (2 * (i))
-#define LOSS (2 * N)
-#define BW(i) bw(&P, i)
-    /* Consumers, gradients needed, storage (views share their input's buffer). */
-    int *ncons = P.ncons, *y0 = P.y0, *y1 = P.y1, *d0 = P.d0, *d1 = P.d1;
-    for (int i = 1; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        n->dy_first = -1;
-        n->needs_grad = n->np > 0 || n->grad_source;
-        for (int k = 0; k < n->nin; k++) {
-            for (int l = 0; l < k; l++)
-                if (n->in[l] == n->in[k]) {
-                    snprintf(err, errlen, "model %s: node %d (%s) takes node %d twice", g->model, i, n->op->kind, n->in[k]);
-                    pl_free(&P);
-                    return -1;
-                }
-            ncons[n->in[k]]++;
-            g->nodes[n->in[k]].dy_first = i; /* increasing i: ends as the last consumer */
-            if (g->nodes[n->in[k]].needs_grad) n->needs_grad = 1;
-        }
-    }
-    g->nodes[0].needs_grad = 0;
-    g->nodes[0].storage = 0;
-    for (int i = 0; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        n->recompute = 0;
-        n->rc_head = n->rc_next = -1;
-        n->y_bwd = NULL;
-        P.tail[i] = -1;
-        P.dyroot[i] = P.ybroot[i] = i;
-        P.yb0[i] = 1 << 30;
-        P.yb1[i] = -1;
-    }
-    for (int i = 1; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        n->storage = i;
-        if ((n->op->flags & NN_ALIAS) && n->in[0] != 0 && ncons[n->in[0]] == 1) n->storage = g->nodes[n->in[0]].storage;
-    }
-    /* Sparse backward through max over time: conv -> relu -> max_time, each read only by
-     * the next, the conv's output one row high. The conv's backward (nn/ops/conv.c) then
-     * reads the max_time's dy, output and argmax; the relu and max_time do nothing in
-     * backward and the conv's and relu's dy are never made. In forward the conv writes
-     * the max_time's output and argmax itself (k_conv2d_fwd_maxt): neither the conv's
-     * nor the relu's output is made either. fp32 CPU graphs only (the
-     * device and bf16 paths keep the dense chain). */
-    for (int i = 0; i < N; i++) g->nodes[i].maxt_from = g->nodes[i].folded = 0;
-    for (int i = 1; !g->no_sparse && !g->on_device && g->amp == NN_AMP_NONE && i < N; i++) {
-        nn_node *m = &g->nodes[i], *r = &g->nodes[m->in[0]], *c = &g->nodes[r->in[0]];
-        if (strcmp(m->op->kind, "max_time") || !m->needs_grad || m->storage != i) continue;
-        if (strcmp(r->op->kind, "relu") || ncons[m->in[0]] != 1 || r->grad_source || r->storage != m->in[0]) continue;
-        if (strcmp(c->op->kind, "conv2d") || ncons[r->in[0]] != 1 || c->grad_source || c->storage != r->in[0] ||
-            c->out.h != 1)
-            continue;
-        c->maxt_from = i;
-        m->folded = NN_FOLD_MAXT;
-        r->folded = NN_FOLD_RELU;
-    }
-    /* What is recomputed: cheap nodes with one reader and no view of them. Device
-     * graphs keep everything (their executor does not recompute). */
-    for (int i = 1; rc && i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        int cheap = (n->op->flags & NN_RECOMPUTE) ||
-                    (!strcmp(n->op->kind, "conv2d") && (long)n->conv.c * n->conv.r * n->conv.s <= g->recompute_macs);
-        n->recompute = cheap && n->storage == i && i != g->out && ncons[i] == 1 && !n->folded && !n->maxt_from;
-    }
-    for (int i = 1; i < N; i++)
-        if (g->nodes[i].storage != i) g->nodes[g->nodes[i].storage].recompute = 0;
-    for (int i = 1; i < N; i++) {
-        nn_node *n = &g->nodes[i], *u = &g->nodes[n->in[0]];
-        n->mask_from_bn = n->recompute && !strcmp(n->op->kind, "relu") && u->recompute &&
-                          !strcmp(u->op->kind, "batchnorm2d") && ncons[n->in[0]] == 1;
-    }
-    /* Lifetimes per storage root. */
-    for (int i = 0; i < N; i++) { y0[i] = F(i); y1[i] = F(i); d0[i] = 1 << 30; d1[i] = -1; }
-    for (int i = 1; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        int s = n->storage;
-        if (n->op->flags & NN_BWD_OUTPUT && !n->recompute && !n->folded && y1[s] < BW(i)) y1[s] = BW(i);
-        if (!strcmp(n->op->kind, "input")) y1[s] = 4 * N + 8; /* extra inputs (tests) live throughout */
-        if (i == g->out) {
-            int t = g->out_is_logp ? BW(i) : LOSS;
-            if (y1[s] < t) y1[s] = t;
-            if (!g->out_is_logp && n->needs_grad && d0[s] > LOSS) d0[s] = LOSS;
-        }
-        for (int k = 0; k < n->nin; k++) {
-            int v = g->nodes[n->in[k]].storage;
-            int t = (n->op->flags & NN_BWD_INPUT) && !g->nodes[v].recompute ? BW(i) : F(i);
-            if (y1[v] < t) y1[v] = t;
-            if (g->nodes[n->in[k]].needs_grad && d0[v] > BW(i)) d0[v] = BW(i);
-        }
-        if (n->needs_grad && d1[s] < BW(s)) d1[s] = BW(s);
-    }
-    for (int i = 1; i < N; i++) { /* sparse: the max_time's output, dy (and argmax, below)
-                                   * live to the conv's backward; no dy below it */
-        int m = g->nodes[i].maxt_from;
-        if (!m) continue;
-        y0[m] = F(i); /* the conv's forward writes the max_time's output */
-        if (y1[m] < BW(i)) y1[m] = BW(i);
-        if (d1[m] < BW(i)) d1[m] = BW(i);
-        d1[i] = d1[g->nodes[m].in[0]] = -1;
-    }
-    /* The backward in the executor's order: which recomputed values it reads, when. */
-    for (int i = N - 1; rc && i >= 1; i--) {
+    nn_graph *g = P->g;
+    for (int i = P->N - 1; P->rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
         if (!n->needs_grad || n->storage != i || n->folded) continue;
-        if (n->op->flags & NN_BWD_INPUT)
-            for (int k = 0; k < n->nin; k++) use(&P, g->nodes[n->in[k]].storage, BW(i), i);
-        if (n->mask_from_bn) use(&P, g->nodes[g->nodes[n->in[0]].in[0]].storage, BW(i), i);
-        else if (n->op->flags & NN_BWD_OUTPUT) use(&P, i, BW(i), i);
+        if (flags(n) & NN_BWD_INPUT)
+            for (int k = 0; k < n->nin; k++) use(P, g->nodes[n->in[k]].storage, bw(P, i), i);
+        if (n->mask_from_bn) use(P, g->nodes[g->nodes[n->in[0]].in[0]].storage, bw(P, i), i);
+        else if (flags(n) & NN_BWD_OUTPUT) use(P, i, bw(P, i), i);
     }
-    /* In-place gradients: input 0's dy is the node's dy when the node writes it first. */
-    for (int i = N - 1; rc && i >= 1; i--) {
+}
+
+/* inplace: input 0's dy is the node's dy when the node writes it first. */
+static void pass_inplace(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = P->N - 1; P->rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
-        if (!(n->op->flags & NN_BWD_INPLACE) || n->storage != i || !n->needs_grad || n->folded) continue;
+        if (!(flags(n) & NN_BWD_INPLACE) || n->storage != i || !n->needs_grad || n->folded) continue;
         int v = n->in[0];
         nn_node *vn = &g->nodes[v];
         if (v != 0 && vn->needs_grad && vn->storage == v && vn->dy_first == i &&
             nn_shape_numel(vn->out) == nn_shape_numel(n->out))
-            P.dyroot[v] = P.dyroot[i];
+            P->dyroot[v] = P->dyroot[i];
     }
-    /* Values read by a consumer other than the first writer accumulate via g->acc. */
-    size_t acc = 0;
-    for (int i = 1; i < N; i++) {
+}
+
+/* accumulation: values read by a consumer other than the first writer accumulate
+ * through an accumulation buffer (at most one such input per node). */
+static int pass_accumulation(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i];
         int uses = 0;
         for (int k = 0; k < n->nin; k++) {
             nn_node *v = &g->nodes[n->in[k]];
             if (v->needs_grad && v->dy_first != i) {
                 uses++;
-                if (nn_shape_numel(v->out) > acc) acc = nn_shape_numel(v->out);
+                if (nn_shape_numel(v->out) > P->acc) P->acc = nn_shape_numel(v->out);
             }
         }
         if (uses > 1) {
-            snprintf(err, errlen, "model %s: node %d (%s) has %d inputs that other nodes also read; at most one is "
-                     "supported", g->model, i, n->op->kind, uses);
-            pl_free(&P);
-            return -1;
+            char what[96];
+            snprintf(what, sizeof what, "has %d inputs that other nodes also read; at most one is supported", uses);
+            return fail(P, i, what);
         }
     }
-    /* Gradient lifetimes gathered on their root. */
-    int *g0 = malloc(sizeof(int) * (size_t)N), *g1 = malloc(sizeof(int) * (size_t)N);
+    return 0;
+}
+
+/* items: outputs, gradients (lifetimes gathered on their root), re-made outputs and
+ * saved state. */
+static void pass_items(pl *P)
+{
+    nn_graph *g = P->g;
+    int N = P->N, *g0 = P->g0, *g1 = P->g1;
+    size_t B = (size_t)g->max_batch;
     for (int i = 0; i < N; i++) { g0[i] = 1 << 30; g1[i] = -1; }
     for (int i = 1; i < N; i++) {
         nn_node *n = &g->nodes[i];
-        if (n->storage != i || !n->needs_grad || d1[i] < 0) continue;
-        int r = P.dyroot[i], t0 = d0[i] < d1[i] ? d0[i] : d1[i];
+        if (n->storage != i || !n->needs_grad || P->d1[i] < 0) continue;
+        int r = P->dyroot[i], t0 = P->d0[i] < P->d1[i] ? P->d0[i] : P->d1[i];
         if (g0[r] > t0) g0[r] = t0;
-        if (g1[r] < d1[i]) g1[r] = d1[i];
+        if (g1[r] < P->d1[i]) g1[r] = P->d1[i];
     }
-    item *it = malloc(sizeof *it * (size_t)(8 * N + 2));
-    int ni = 0;
     for (int i = 1; i < N; i++) {
         nn_node *n = &g->nodes[i];
         size_t bytes = r64(B * nn_shape_numel(n->out) * sizeof(float));
         if (n->storage == i) {
-            if (!n->folded || n->folded == NN_FOLD_MAXT) it[ni++] = (item){bytes, 0, y0[i], y1[i], i, K_Y};
-            if (g1[i] >= 0) it[ni++] = (item){bytes, 0, g0[i], g1[i], i, K_DY};
-            if (P.mat[i] && P.ybroot[i] == i) it[ni++] = (item){bytes, 0, P.yb0[i], P.yb1[i], i, K_YB};
+            if (!n->folded || n->folded == NN_FOLD_MAXT) P->it[P->ni++] = (item){bytes, 0, P->y0[i], P->y1[i], i, NN_PL_Y};
+            if (g1[i] >= 0) P->it[P->ni++] = (item){bytes, 0, g0[i], g1[i], i, NN_PL_DY};
+            if (P->mat[i] && P->ybroot[i] == i) P->it[P->ni++] = (item){bytes, 0, P->yb0[i], P->yb1[i], i, NN_PL_YB};
         }
         size_t ab = n->aux_per_sample * B + n->aux_fixed;
-        int a1 = P.yb1[i] > BW(i) ? P.yb1[i] : BW(i);
-        int a0 = F(i);
-        for (int k = 1; k < i; k++) /* a max_time the conv k writes in forward, reads in backward */
+        int a1 = P->yb1[i] > bw(P, i) ? P->yb1[i] : bw(P, i);
+        int a0 = fw(i);
+        for (int k = 1; k < i; k++) /* a max the conv k writes in forward, reads in backward */
             if (g->nodes[k].maxt_from == i) {
-                a0 = F(k);
-                if (a1 < BW(k)) a1 = BW(k);
+                a0 = fw(k);
+                if (a1 < bw(P, k)) a1 = bw(P, k);
             }
-        if (ab) it[ni++] = (item){r64(ab), 0, a0, a1, i, K_AUX};
+        if (ab) P->it[P->ni++] = (item){r64(ab), 0, a0, a1, i, NN_PL_AUX};
     }
-    /* The accumulation scratch: one for the whole backward, or with the savers one per
-     * node for its own backward (the largest one is otherwise alive throughout). */
-    for (int i = 1; rc && i < N; i++) {
+}
+
+/* scratch: with the savers each node's workspace at the times it runs (forward,
+ * backward, one for the re-runs before a backward, which go one after another) and
+ * one accumulation buffer per reading backward; without them one accumulation buffer
+ * for the whole backward (the workspace is then one shared block, nn/plan_mem.c). */
+static void pass_scratch(pl *P)
+{
+    nn_graph *g = P->g;
+    size_t B = (size_t)g->max_batch;
+    for (int i = 1; P->rc && i < P->N; i++) {
         nn_node *n = &g->nodes[i];
-        size_t w = node_ws(g, n);
+        size_t w = nn_plan_node_ws(g, n);
         if (!w || n->storage != i) continue;
-        it[ni++] = (item){r64(w), 0, F(i), F(i), i, K_WSF};
-        if (n->needs_grad) it[ni++] = (item){r64(w), 0, BW(i), BW(i), i, K_WSB};
+        P->it[P->ni++] = (item){r64(w), 0, fw(i), fw(i), i, NN_PL_WSF};
+        if (n->needs_grad) P->it[P->ni++] = (item){r64(w), 0, bw(P, i), bw(P, i), i, NN_PL_WSB};
     }
-    /* The re-runs before one backward go one after another: one workspace for them. */
-    for (int i = 1; rc && i < N; i++) {
+    for (int i = 1; P->rc && i < P->N; i++) {
         size_t w = 0;
         for (int k = g->nodes[i].rc_head; k >= 0; k = g->nodes[k].rc_next)
-            if (node_ws(g, &g->nodes[k]) > w) w = node_ws(g, &g->nodes[k]);
-        if (w) it[ni++] = (item){r64(w), 0, BW(i) - 1, BW(i) - 1, i, K_WSR};
+            if (nn_plan_node_ws(g, &g->nodes[k]) > w) w = nn_plan_node_ws(g, &g->nodes[k]);
+        if (w) P->it[P->ni++] = (item){r64(w), 0, bw(P, i) - 1, bw(P, i) - 1, i, NN_PL_WSR};
     }
-    if (acc && !rc) it[ni++] = (item){r64(acc * B * sizeof(float)), 0, BW(N - 1), BW(1), 0, K_ACC};
-    for (int i = 1; acc && rc && i < N; i++) {
+    if (P->acc && !P->rc)
+        P->it[P->ni++] = (item){r64(P->acc * B * sizeof(float)), 0, bw(P, P->N - 1), bw(P, 1), 0, NN_PL_ACC};
+    for (int i = 1; P->acc && P->rc && i < P->N; i++) {
         nn_node *n = &g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
             nn_node *v = &g->nodes[n->in[k]];
             if (v->needs_grad && v->dy_first != i)
-                it[ni++] = (item){r64(B * nn_shape_numel(v->out) * sizeof(float)), 0, BW(i), BW(i), i, K_ACC};
+                P->it[P->ni++] = (item){r64(B * nn_shape_numel(v->out) * sizeof(float)), 0, bw(P, i), bw(P, i), i,
+                                        NN_PL_ACC};
         }
     }
-    free(g0);
-    free(g1);
-    /* Members of a root take its buffer after placement (nn_plan): roots[0..N) for
-     * gradients, roots[N..2N) for recomputed outputs (-1: not recomputed). */
-    int *rt = malloc(sizeof(int) * 2 * (size_t)N);
-    for (int i = 0; i < N; i++) {
-        rt[i] = P.dyroot[i];
-        rt[N + i] = P.mat[i] ? P.ybroot[i] : -1;
-    }
-    *roots = rt;
-    pl_free(&P);
-    *out = it;
-    return ni;
-#undef F
-#undef LOSS
-#undef BW
 }
 
-static size_t place_all(nn_graph *g, item *it, int ni)
-{
-    if (!g->no_reuse) return place(it, ni);
-    size_t off = 0; /* tests: every buffer its own bytes (results must not change) */
-    for (int i = 0; i < ni; i++) {
-        it[i].off = off;
-        off += it[i].size;
-    }
-    return off;
-}
-
-int nn_plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
+int nn_plan_items(nn_graph *g, int rc, item **items, int **roots, char *err, size_t errlen)
 {
     int N = g->nn;
-    size_t B = (size_t)g->max_batch;
-    int rc = !g->no_recompute && !g->on_device;
-    item *it;
-    int ni, *roots;
-    if (rc) { /* the figure without the savers, for --mem-report */
-        if ((ni = plan_items(g, 0, &it, &roots, err, errlen)) < 0) return -1;
-        g->act_bytes_keep = place_all(g, it, ni);
-        free(it);
-        free(roots);
-        /* auto on a small plan (LeNet, TextCNN): time matters more, keep everything */
-        if (g->recompute_macs < 0 && g->act_bytes_keep <= (32u << 20)) rc = 0;
+    pl P = {.g = g, .N = N, .rc = rc, .err = err, .errlen = errlen};
+    int **arrs[] = {&P.ncons, &P.y0, &P.y1, &P.d0, &P.d1, &P.dyroot, &P.yb0,
+                    &P.yb1,   &P.ybroot, &P.mat, &P.tail, &P.g0, &P.g1};
+    for (size_t k = 0; k < sizeof arrs / sizeof *arrs; k++) *arrs[k] = calloc((size_t)N, sizeof(int)); /* start-up only */
+    P.it = malloc(sizeof *P.it * (size_t)(8 * N + 2));
+    int rcode = pass_consumers(&P);
+    if (!rcode) {
+        pass_fusions(&P);
+        pass_recompute(&P);
+        pass_lifetimes(&P);
+        pass_reruns(&P);
+        pass_inplace(&P);
+        rcode = pass_accumulation(&P);
     }
-    if (rc && g->recompute_macs < 0) { /* auto: the cheapest convs that halve the plan (or
-                                        * bring it under 32 MiB, where time matters more) */
-        long best = 0;
-        for (;;) {
-            long next = -1;
-            for (int i = 1; i < N; i++) {
-                const nn_node *n = &g->nodes[i];
-                long m = (long)n->conv.c * n->conv.r * n->conv.s;
-                if (!strcmp(n->op->kind, "conv2d") && m > best && (next < 0 || m < next)) next = m;
-            }
-            g->recompute_macs = (int)best;
-            if ((ni = plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
-            size_t peak = place_all(g, it, ni);
-            free(it);
-            free(roots);
-            if (peak <= g->act_bytes_keep / 2 || peak <= (32u << 20) || next < 0) break;
-            best = next;
+    if (!rcode) {
+        pass_items(&P);
+        pass_scratch(&P);
+        /* Members of a root take its buffer after placement (nn/plan_mem.c). */
+        int *rt = malloc(sizeof(int) * 2 * (size_t)N);
+        for (int i = 0; i < N; i++) {
+            rt[i] = P.dyroot[i];
+            rt[N + i] = P.mat[i] ? P.ybroot[i] : -1;
         }
+        *roots = rt;
+        *items = P.it;
+    } else {
+        free(P.it);
     }
-    if ((ni = plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
-    g->act_bytes_noreuse = 0;
-    for (int i = 0; i < ni; i++)
-        if (it[i].kind <= K_ACC) g->act_bytes_noreuse += it[i].size;
-    g->act_bytes = place_all(g, it, ni);
-    if (!rc) g->act_bytes_keep = g->act_bytes;
-    unsigned char *base = rt_arena_alloc(a, g->act_bytes ? g->act_bytes : 64, RT_MEM_ACTS, "activations (planned)");
-    const int *dyroot = roots, *ybroot = roots + N;
-    g->acc = NULL;
-    for (int i = 0; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        n->acc = NULL;
-        n->ws_fwd = n->ws_bwd = n->ws_rc = NULL;
-    }
-    for (int i = 0; i < ni; i++) {
-        void *p = base ? base + it[i].off : NULL;
-        nn_node *n = &g->nodes[it[i].node];
-        if (it[i].kind == K_Y) n->y = p;
-        else if (it[i].kind == K_DY) n->dy = p;
-        else if (it[i].kind == K_AUX) n->aux = p;
-        else if (it[i].kind == K_YB) n->y_bwd = p;
-        else if (it[i].kind == K_WSF) n->ws_fwd = p;
-        else if (it[i].kind == K_WSB) n->ws_bwd = p;
-        else if (it[i].kind == K_WSR)
-            for (int k = n->rc_head; k >= 0; k = g->nodes[k].rc_next) g->nodes[k].ws_rc = p;
-        else if (it[i].node) n->acc = p;
-        else g->acc = p;
-    }
-    for (int i = 0; g->acc && i < N; i++) g->nodes[i].acc = g->acc;
-    for (int i = 1; i < N; i++) {
-        nn_node *n = &g->nodes[i];
-        if (n->storage != i) {
-            n->y = g->nodes[n->storage].y;
-            n->dy = g->nodes[n->storage].dy;
-        } else if (dyroot[i] != i) {
-            n->dy = g->nodes[dyroot[i]].dy;
-        }
-        if (ybroot[i] >= 0 && ybroot[i] != i) n->y_bwd = g->nodes[ybroot[i]].y_bwd;
-        if (!n->needs_grad || n->maxt_from || n->folded == NN_FOLD_RELU) n->dy = NULL;
-        if (n->folded == NN_FOLD_RELU || n->maxt_from) n->y = NULL;
-        n->y_fwd = n->y;
-    }
-    free(roots);
-    free(it);
-    g->logp = g->num_classes > 0 ? rt_arena_alloc(a, B * (size_t)g->num_classes * sizeof(float), RT_MEM_ACTS,
-                                                  "log-probabilities")
-                                 : NULL;
-    size_t ws = 64;
-    for (int i = 1; i < N; i++) {
-        if (g->on_device && !g->nodes[i].op->fwd_cuda) {
-            snprintf(err, errlen, "model %s: node %d (%s) has no CUDA implementation in this build", g->model, i,
-                     g->nodes[i].op->kind);
-            return -1;
-        }
-        size_t w = node_ws(g, &g->nodes[i]);
-        if (w > ws) ws = w;
-    }
-    g->ws_bytes = ws;
-    if (rc) { /* inside the activations: the no-reuse figure counts one shared workspace */
-        g->act_bytes_noreuse += ws;
-        g->ws = NULL;
-        return 0;
-    }
-    g->ws = rt_arena_alloc(a, ws, RT_MEM_WORKSPACE, "workspace (shared by all nodes)");
-    for (int i = 0; i < N; i++) g->nodes[i].ws_fwd = g->nodes[i].ws_bwd = g->nodes[i].ws_rc = g->ws;
-    return 0;
+    for (size_t k = 0; k < sizeof arrs / sizeof *arrs; k++) free(*arrs[k]);
+    return rcode ? -1 : P.ni;
 }

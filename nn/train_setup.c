@@ -282,6 +282,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     return t->cuda ? nn_cuda_setup(t->cuda, &t->g, t->ddp, t->o.mem_report && t->rank == 0, err, errlen) : 0;
 }
 
+/* Node i as the ranks compare it (nn_ddp_check_lines). */
+static void model_line(void *g, int i, char *buf, size_t len)
+{
+    int k = snprintf(buf, len, "node %d: ", i);
+    if (k > 0 && (size_t)k < len) nn_node_describe(g, i, buf + k, len - (size_t)k);
+}
+
 int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
@@ -300,6 +307,10 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         snprintf(err, errlen, "%s", local);
         return -1;
     }
+    /* The network itself, node by node (kind, name, inputs, attributes, shapes): two
+     * ranks reading different files of the same name, or the same file by different
+     * paths, are told apart by what they built, not by the --model-file string. */
+    if (ddp && nn_ddp_check_lines(ddp, "the model", t->g.nn, model_line, &t->g, err, errlen)) return -1;
     t->sgd = (k_sgd_cfg){.lr = (float)o->lr, .momentum = (float)o->momentum,
                          .weight_decay = (float)o->weight_decay, .nesterov = o->nesterov};
     if (ddp) {

@@ -96,17 +96,25 @@ int nn_fold_push(nn_fold *f, int i, const void *src, size_t off, size_t cnt, voi
 {
     size_t es = rt_dtype_size(f->dt);
     const unsigned char *val = (const unsigned char *)src + off * es;
-    int stride = 1;
-    for (int l = 0; l < f->nlev; stride *= f->radix[l], l++) {
+    int whole = off == 0 && cnt == f->n, from = -1; /* from: the level whose buffer val is */
+    for (int l = 0, stride = 1; l < f->nlev; stride *= f->radix[l], l++) {
         int d = (i / stride) % f->radix[l];
         unsigned char *a = (unsigned char *)f->acc[l] + off * es;
-        if (d == 0) { /* the first operand of this level's group */
-            memcpy(a, val, cnt * es);
+        if (d == 0) { /* the first operand of this level's group: moved if it is a whole buffer */
+            if (from >= 0 && whole) {
+                void *t = f->acc[l];
+                f->acc[l] = f->acc[from], f->acc[from] = t;
+            } else {
+                memcpy(a, val, cnt * es);
+            }
             return 0;
         }
-        tp_reduce(a, a, val, cnt, f->dt, TP_SUM); /* (... + y_{d-1}) + y_d */
+        /* (... + y_{d-1}) + y_d; the rank's value goes straight to out */
+        int top = l == f->nlev - 1 && d == f->radix[l] - 1;
+        tp_reduce(top ? (unsigned char *)out + off * es : a, a, val, cnt, f->dt, TP_SUM);
         if (d < f->radix[l] - 1) return 0;
-        val = a; /* the group is complete: its value is the next level's operand */
+        if (top) return 1;
+        val = a, from = l; /* the group is complete: its value is the next level's operand */
     }
     unsigned char *o = (unsigned char *)out + off * es;
     if (o != val) memcpy(o, val, cnt * es);

@@ -36,7 +36,8 @@ int nn_vtree_split(const nn_vtree *t, int W, char *err, size_t errlen);
 typedef struct nn_fold {
     int nlev, radix[TP_TREE_MAX_LEVELS];
     rt_dtype dt;
-    void *acc[TP_TREE_MAX_LEVELS];
+    size_t n;                       /* elements per buffer */
+    void *acc[TP_TREE_MAX_LEVELS];  /* whole-buffer pushes move them instead of copying */
 } nn_fold;
 
 /* Elements [off, off + cnt) of shard i (src: its own n-element buffer, read at off).

@@ -64,6 +64,13 @@ void t_register(const char *name, t_fn fn, const char *file)
     ntests++;
 }
 
+int t_registered(const char *name)
+{
+    for (int i = 0; i < ntests; i++)
+        if (!strcmp(tests[i].name, name)) return 1;
+    return 0;
+}
+
 void t_fail(const char *file, int line, const char *fmt, ...)
 {
     /* Cap the output: a broken loop over a million elements should not flood. */

@@ -7,6 +7,8 @@
 
 typedef void (*t_fn)(void);
 void t_register(const char *name, t_fn fn, const char *file);
+/* Whether a test of that name is registered (every op needs a test named op_KIND). */
+int t_registered(const char *name);
 void t_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* One line shown even when the test passes (a skip and its reason); other output of a

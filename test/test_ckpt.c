@@ -339,6 +339,10 @@ PTEST(ckpt_startup_checks_before_step_1)
     const char *dup[] = {"--model-file", cfg, "--epochs", "1", "--save", save, NULL};
     int rc = train(&out, dup);
     CHECKF(rc == 1 && !strstr(out, "Train Epoch") && strstr(out, "error: "), "%d: %s", rc, out);
+    f = fopen(cfg, "w");
+    fputs("[conv2d]\nname=a\nfilters=4\nsize=3\n[conv2d]\nname=b\nfilters=4\nsize=3\n[flatten]\n[linear]\nname=fc\n"
+          "out=classes\n", f);
+    fclose(f);
     const char *log[] = {"--model-file", cfg, "--epochs", "1", "--max-steps", "1", "--no-eval", NULL};
     rc = train(&out, log);
     CHECKF(rc == 0 && strstr(out, "training ") && strstr(out, "two.cfg on "), "%d: %s", rc, out);

@@ -56,7 +56,7 @@ PTEST(gpt_parity_with_pytorch)
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p %s && /usr/bin/python3 test/py/gpt_torch.py prep %s", data, dir);
     CHECK(system(cmd) == 0);
-    const char *cfg = cfg_file(dir, "[gpt]\nlayers=2\ndim=32\nheads=4\nctx=16\n");
+    const char *cfg = cfg_file(dir, "[gpt] layers=2 dim=32\nheads=4\nctx=16\n") /* keys on the header line too */;
     snprintf(init, sizeof init, "%s/init.st", dir);
     snprintf(out, sizeof out, "%s/out.st", dir);
     const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "4",

@@ -249,6 +249,30 @@ TEST(graph_cfg_lenet_is_the_zoo_lenet_and_cfg_errors_name_the_line)
         {"size=3\n", "net.cfg:1: expected key=value inside a [section]"},
         {"[flatten]\n[linear]\nname=fc\nout=5\n", "the output has 5 classes, the data has 10"},
         {"[conv2d]\nname=c\nfilters=4\nsize=40\n", "net.cfg:1: model"},
+        /* #26: each a clear error at load, not 0, not the first key, not the first save */
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\n[dropout]\np=0.2\np=0.3\n",
+         "net.cfg:7: [dropout] p= is given twice (lines 6 and 7)"},
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\n[dropout]\np=abc\n", "net.cfg:5: [dropout] p=abc is not a number"},
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\nid=a\n[relu]\nid=b\n[relu]\nfrom=a,b\n",
+         "net.cfg:8: [relu] takes 1 input, from= names 2"},
+        {"[conv2d]\nfilters=4\nsize=3\n[conv2d]\nfilters=4\nsize=3\n",
+         "net.cfg:4: model %s: node 2 (conv2d) has parameters but no name, as node 1 (conv2d) before it: both would "
+         "save a tensor 'weight'"},
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\n[relu]\n[conv2d]\nname=c\nfilters=4\nsize=3\n",
+         "net.cfg:6: [conv2d] name=c is already line 1's"},
+        {"[basic_block]\nname=b\nfilters=4\n[basic_block]\nname=b\nfilters=4\n",
+         "net.cfg:4: [basic_block] name=b is already line 1's"},
+        {"[conv2d]\nname=c\nsize=3\n", "net.cfg:1: [conv2d] needs filters="},
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\ninit=normal\n",
+         "net.cfg:1: [conv2d] init=normal is not one of uniform|kaiming"},
+        {"[conv2d]\nname=c\nfilters=4\nsize=3\nbias=2\n", "net.cfg:1: [conv2d] bias=2 is not 0 or 1"},
+        {"[embedding]\nname=e\nvocab=5\n", "net.cfg:1: [embedding] vocab comes from the data set"},
+        {"[input]\n", "net.cfg:1: unknown section [input]"},
+        /* keys on the header line are the section's (they were once ignored) */
+        {"[conv2d] name=c filters=x\n", "net.cfg:1: [conv2d] filters=x is not an integer"},
+        {"[conv2d] name=c filters=4\nfilters=5\n", "net.cfg:2: [conv2d] filters= is given twice (lines 1 and 2)"},
+        {"[gpt] attention=sparse\n", "net.cfg:1: [gpt] attention=sparse is not one of flash|stored"},
+        {"[gpt] layers=2\n", "net.cfg:1: [gpt] needs token windows"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[600];
@@ -256,6 +280,16 @@ TEST(graph_cfg_lenet_is_the_zoo_lenet_and_cfg_errors_name_the_line)
         snprintf(path, sizeof path, "%s/net.cfg", dir);
         nn_model_cfg c = {.file = path, .in = {1, 28, 28, 0}, .num_classes = 10};
         CHECK(build(&a, &c, 4, 0, 0, err, sizeof err) == -1);
-        CHECKF(strstr(err, cases[i].want), "case %zu: '%s' lacks '%s'", i, err, cases[i].want);
+        char want[300];
+        snprintf(want, sizeof want, cases[i].want, path);
+        CHECKF(strstr(err, want), "case %zu: '%s' lacks '%s'", i, err, want);
     }
+    /* Attributes are set before the shape rule runs: init=kaiming takes effect. */
+    static const char kaiming[] = "[conv2d] name=c filters=6\nsize=3\ninit=kaiming\n[flatten]\n[linear] name=fc out=10\n";
+    char path[600];
+    t_write_file(dir, "net.cfg", kaiming, sizeof kaiming - 1, 0);
+    snprintf(path, sizeof path, "%s/net.cfg", dir);
+    nn_model_cfg k = {.file = path, .in = {1, 28, 28, 0}, .num_classes = 10};
+    CHECKF(build(&a, &k, 4, 0, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(a.g.p[0].init == NN_INIT_KAIMING_NORMAL_OUT && a.g.p[0].fan == 6 * 9);
 }

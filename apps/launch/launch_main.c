@@ -81,16 +81,15 @@ static int usage_error(const char *msg)
 }
 
 /* The flags, checked together (a flag that would be ignored is an error, not a
- * surprise later). -1 to go on, else the exit status. */
-static int parse_args(int argc, char **argv, launch_opts *o)
+ * surprise later); pos (argc + 1 entries) receives the program and its arguments. -1
+ * to go on, else the exit status. */
+static int parse_args(int argc, char **argv, launch_opts *o, char **pos)
 {
     char msg[256];
     int npos = 0;
-    char **pos = calloc((size_t)argc + 1, sizeof *pos);
-    if (!pos) return 1;
     *o = (launch_opts){.nproc = -1, .nnodes = 1, .port = -1, .ctl_port = -1, .grace_s = 10, .group_rank = -1};
     int rc = rt_args_main(&spec, o, argc, argv, pos, &npos, head, tail);
-    if (rc >= 0) { free(pos); return rc; }
+    if (rc >= 0) return rc;
     o->prog = pos;
     if (o->nproc < 0) return usage_error("--nproc-per-node N is required");
     if (o->nnodes_arg) { /* N, or MIN:MAX */
@@ -276,11 +275,12 @@ static int rounds_here(const launch_opts *o)
     }
 }
 
-int main(int argc, char **argv)
+/* The job from its flags; the exit status. */
+static int launch(int argc, char **argv, char **pos)
 {
     launch_opts o;
     char err[512];
-    int rc = parse_args(argc, argv, &o);
+    int rc = parse_args(argc, argv, &o, pos);
     if (rc >= 0) return rc;
     if (rt_env_check(err, sizeof err)) {
         fprintf(stderr, "ddprt-launch: error: %s\n", err);
@@ -289,4 +289,12 @@ int main(int argc, char **argv)
     if ((rc = job_environment(&o))) return rc;
     if (install_signals()) return 1;
     return o.nnodes > 1 && (o.max_restarts > 0 || o.min_nodes < o.nnodes) ? rounds_on_nodes(&o) : rounds_here(&o);
+}
+
+int main(int argc, char **argv)
+{
+    char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    int rc = pos ? launch(argc, argv, pos) : 1;
+    free(pos);
+    return rc;
 }

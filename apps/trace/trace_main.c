@@ -71,33 +71,28 @@ static const ent *find(const rank_file *f, unsigned long long seq)
 static const char head[] = "usage: ddprt-trace ddprt-trace.0 ddprt-trace.1 ...\n\nMerges the flight-recorder files "
                            "of one job: where each rank was, who is behind, ops that differ between ranks.\n\n";
 
-int main(int argc, char **argv)
+static rank_file fs[MAXR];
+
+/* Merges and prints the files; the exit status (1 when one could not be read). */
+static int trace(char **files, int nfiles)
 {
-    /* No flags of its own: the table only gives --help, --version and the strict check
-     * (an unknown --flag is an error, not a file name). */
-    static const rt_args spec = {"ddprt-trace", NULL, 0, -1, 0};
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    char err[512];
-    int rc = rt_args_main(&spec, NULL, argc, argv, files, &nfiles, head, NULL);
-    if (rc >= 0) return rc;
-    if (rt_env_check(err, sizeof err)) {
-        fprintf(stderr, "ddprt-trace: error: %s\n", err);
-        return 2;
-    }
-    if (!nfiles) {
-        fprintf(stderr, "ddprt-trace: error: no trace files given (see ddprt-trace --help)\n");
-        return 2;
-    }
-    static rank_file fs[MAXR];
     int world = 0, bad = 0;
     for (int i = 0; i < nfiles; i++) {
         rank_file f = {0};
-        if (load(files[i], &f)) { bad = 1; continue; }
-        if (world && f.world != world) { fprintf(stderr, "ddprt-trace: %s: world %d, others %d\n", files[i], f.world, world); bad = 1; continue; }
+        if (load(files[i], &f)) {
+            free(f.e);
+            bad = 1;
+            continue;
+        }
+        if ((world && f.world != world) || f.rank >= MAXR) {
+            fprintf(stderr, "ddprt-trace: %s: world %d, others %d\n", files[i], f.world, world);
+            free(f.e);
+            bad = 1;
+            continue;
+        }
         world = f.world;
-        if (f.rank < MAXR) fs[f.rank] = f;
+        free(fs[f.rank].e); /* a rank given twice: the last file */
+        fs[f.rank] = f;
     }
     if (!world) return 1;
     printf("%-5s %-16s %-8s %-28s %-28s %s\n", "rank", "host", "pid", "last finished", "running (since, s)", "dumped because");
@@ -145,6 +140,26 @@ int main(int argc, char **argv)
             }
         }
     }
-    for (int r = 0; r < MAXR; r++) free(fs[r].e);
     return bad;
+}
+
+int main(int argc, char **argv)
+{
+    /* No flags of its own: the table only gives --help, --version and the strict check
+     * (an unknown --flag is an error, not a file name). */
+    static const rt_args spec = {"ddprt-trace", NULL, 0, -1, 0};
+    char **files = calloc((size_t)argc, sizeof *files), err[512];
+    int nfiles = 0, rc = files ? rt_args_main(&spec, NULL, argc, argv, files, &nfiles, head, NULL) : 1;
+    if (rc < 0 && rt_env_check(err, sizeof err)) {
+        fprintf(stderr, "ddprt-trace: error: %s\n", err);
+        rc = 2;
+    } else if (rc < 0 && !nfiles) {
+        fprintf(stderr, "ddprt-trace: error: no trace files given (see ddprt-trace --help)\n");
+        rc = 2;
+    } else if (rc < 0) {
+        rc = trace(files, nfiles);
+    }
+    for (int r = 0; r < MAXR; r++) free(fs[r].e);
+    free(files);
+    return rc;
 }

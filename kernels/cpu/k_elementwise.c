@@ -1,4 +1,4 @@
-/* Elementwise kernels: relu, the counter-based RNG, dropout, dropout2d, SGD, init.
+/* Elementwise kernels: relu, leaky relu, the counter-based RNG, dropout, dropout2d, SGD, init.
  * Large arrays are cut into fixed chunks across the pool; elementwise work gives the
  * same bits whatever the split. */
 #include "kernels/k.h"
@@ -57,6 +57,29 @@ static void relu_bwd_part(const span_job *j, size_t lo, size_t hi)
 void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
 {
     span_job j = {.n = n, .fn = relu_bwd_part, .a = y, .b = dy, .out = dx};
+    span_run(&j);
+}
+
+/* ---- leaky relu (the comparison and product PyTorch's CPU kernel does) */
+static void leaky_fwd_part(const span_job *j, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++) j->out[i] = j->a[i] > 0.0f ? j->a[i] : j->a[i] * j->f;
+}
+
+void k_leaky_relu_fwd(size_t n, float slope, const float *x, float *y)
+{
+    span_job j = {.n = n, .fn = leaky_fwd_part, .a = x, .out = y, .f = slope};
+    span_run(&j);
+}
+
+static void leaky_bwd_part(const span_job *j, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++) j->out[i] = j->a[i] > 0.0f ? j->b[i] : j->b[i] * j->f;
+}
+
+void k_leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx)
+{
+    span_job j = {.n = n, .fn = leaky_bwd_part, .a = x, .b = dy, .out = dx, .f = slope};
     span_run(&j);
 }
 

@@ -1,5 +1,6 @@
 /* GEMM and convolution helpers, dispatched once per call to the AVX-512, AVX2+FMA or
- * generic instantiation of k_simd_tmpl.h. All matrices are float32 with explicit
+ * generic instantiation of k_gemm_simd.h, k_layout_simd.h and k_span_simd.h (k_gemm.c,
+ * k_layout.c, k_span.c). All matrices are float32 with explicit
  * strides; none of these allocate (A panels live on the stack, <= 12 KiB). */
 #ifndef K_GEMM_H
 #define K_GEMM_H

@@ -43,6 +43,8 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
 
 int k_cuda_relu_fwd(size_t n, const float *x, float *y, port_stream s);
 int k_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, port_stream s);
+int k_cuda_leaky_relu_fwd(size_t n, float slope, const float *x, float *y, port_stream s);
+int k_cuda_leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx, port_stream s);
 
 int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
                          port_stream s);

@@ -2,7 +2,8 @@
  * describe a network as graph nodes. No kernels here. */
 #ifndef NN_MODELS_H
 #define NN_MODELS_H
-#include "nn/graph.h"
+#include "nn/ops/ops.h"
+#include <stdio.h>
 
 typedef struct nn_model_cfg {
     const char *name;       /* zoo name, or NULL with file */
@@ -36,4 +37,6 @@ int nn_model_gpt(const char *name, nn_gpt_cfg *m);
 int nn_resnet_block(nn_graph *g, const char *pre, int x, int in, int out, int stride, int bottleneck);
 int nn_build_cfg(nn_graph *g, const nn_model_cfg *c, char *err, size_t errlen);
 int nn_cfg_lm_shape(const char *file, int *vocab, int *ctx);
+/* The same from an open stream (c->file names it in messages; the fuzz target). */
+int nn_build_cfg_stream(nn_graph *g, const nn_model_cfg *c, FILE *f, char *err, size_t errlen);
 #endif

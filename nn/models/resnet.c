@@ -4,15 +4,15 @@
  *             downsample.0 / downsample.1 as torchvision does;
  *   resnet18/34: basic blocks, resnet50: bottlenecks (stride on the 3x3, v1.5), with
  *             the 7x7 stride-2 stem and 3x3 max pool.
- * Convolutions are initialised as torchvision (kaiming normal, fan_out), BN to 1/0. */
+ * Convolutions keep PyTorch Conv2d's default initialisation (kaiming uniform, fan_in;
+ * torchvision uses kaiming normal, fan_out: this builder once asked for it, but too late
+ * for it to take effect, and checkpoints rest on the uniform one), BN to 1/0. */
 #include "nn/models/models.h"
 #include <stdio.h>
 
 static int conv(nn_graph *g, const char *name, int x, int out, int k, int stride, int pad)
 {
-    int c = nn_conv2d(g, name, x, out, k, stride, pad, 0);
-    g->nodes[c].ia[7] = NN_INIT_KAIMING_NORMAL_OUT;
-    return c;
+    return nn_conv2d(g, name, x, out, k, stride, pad, 0);
 }
 
 static int conv_bn(nn_graph *g, const char *pre, const char *cn, const char *bn, int x, int out, int k, int st,

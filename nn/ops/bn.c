@@ -1,14 +1,24 @@
 /* batchnorm2d (PyTorch BatchNorm2d): training normalises with the batch statistics
- * (biased variance) and updates running_mean / running_var (unbiased) with momentum
- * fa[1] and num_batches_tracked; evaluation uses the running statistics. The saved
- * state between forward and backward is the mean and 1/sqrt(var + eps) per channel. */
-#include "nn/ops/ops.h"
+ * (biased variance) and updates running_mean / running_var (unbiased) with `momentum`
+ * and num_batches_tracked; evaluation uses the running statistics. The saved state
+ * between forward and backward is the mean and 1/sqrt(var + eps) per channel. */
+#include "nn/ops/op_def.h"
 #include <math.h>
 #include <stdint.h>
+
+typedef struct bn_attr { float eps, momentum; } bn_attr;
+NN_ATTR_ACCESS(bn_attr)
+/* PyTorch's defaults. */
+static const nn_attr bn_attrs[] = {NN_FLOAT(bn_attr, eps, "eps", 1e-5), NN_FLOAT(bn_attr, momentum, "momentum", 0.1),
+                                   {NULL}};
+extern const nn_op nn_op_batchnorm2d;
 
 static int bn_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
     NN_NEED_FLOAT(0);
+    bn_attr a = bn_attr_of(n);
+    if (!(a.eps > 0) || !(a.momentum >= 0 && a.momentum <= 1))
+        NN_BAD("eps %g must be > 0 and momentum %g in [0, 1]", (double)a.eps, (double)a.momentum);
     nn_shape x = nn_in(g, n, 0)->out;
     n->out = x;
     int c = x.c, one = 1;
@@ -17,7 +27,7 @@ static int bn_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     nn_buf_add(g, n, "running_mean", RT_F32, 1, &c, NN_INIT_ZEROS);
     nn_buf_add(g, n, "running_var", RT_F32, 1, &c, NN_INIT_ONES);
     nn_buf_add(g, n, "num_batches_tracked", RT_I64, 0, &one, NN_INIT_ZEROS);
-    /* mean, invstd; the device op also keeps the batch variance apart (nn/ops/cuda.c). */
+    /* mean, invstd; the device op also keeps the batch variance apart (bn_fwd_cuda). */
     n->aux_fixed = 3 * (size_t)c * sizeof(float);
     return 0;
 }
@@ -46,7 +56,8 @@ static double bn_sync_stats(nn_graph *g, int c, double m, float *mean, float *va
 static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int c = n->out.c, hw = n->out.h * n->out.w;
-    float *mean = n->aux, *invstd = mean + c, eps = n->fa[0], mom = n->fa[1];
+    bn_attr a = bn_attr_of(n);
+    float *mean = n->aux, *invstd = mean + c, eps = a.eps, mom = a.momentum;
     float *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
     if (r->recompute) {
         /* backward re-running the forward: the saved statistics, no update */
@@ -92,7 +103,7 @@ void nn_bn_update(nn_graph *g, const double *stats, double scale)
         nn_node *n = &g->nodes[i];
         if (n->op != &nn_op_batchnorm2d || n->storage != i || n->folded) continue;
         int c = n->out.c;
-        float mom = n->fa[1], *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
+        float mom = bn_attr_of(n).momentum, *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
         for (int k = 0; k < c; k++) { /* the forward's update, with the shards' average */
             rm[k] = (1 - mom) * rm[k] + mom * (float)(stats[k] * scale);
             rv[k] = (float)((1 - mom) * rv[k] + mom * (stats[c + k] * scale));
@@ -131,5 +142,50 @@ static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
     return (size_t)(4 * n->out.c + 2) * sizeof(double);
 }
 
-const nn_op nn_op_batchnorm2d = {"batchnorm2d", NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, bn_infer, bn_ws, bn_fwd, bn_bwd,
-                                   NN_CUDA(nn_cu_bn_fwd, nn_cu_bn_bwd, NULL)};
+#if DDPRT_CUDA
+/* aux holds mean, invstd and the batch variance (bn_finish reads the variance while it
+ * writes invstd, so they cannot share floats); the running statistics and
+ * num_batches_tracked are updated on the device. */
+static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int c = n->out.c, hw = n->out.h * n->out.w;
+    bn_attr a = bn_attr_of(n);
+    float *mean = n->aux, *invstd = mean + c, *var = mean + 2 * c;
+    float *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
+    port_stream s = r->stream;
+    const float *m = mean;
+    if (r->train) {
+        if (k_cuda_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, var, s) ||
+            k_cuda_bn_finish(c, mean, var, a.eps, a.momentum, (double)r->n * hw, invstd, rm, rv, s) ||
+            k_cuda_add_i64(nn_buf_data(g, n->b0 + 2), 1, s))
+            return -1;
+    } else {
+        if (k_cuda_bn_finish(c, rm, rv, a.eps, 0, 0, invstd, NULL, NULL, s)) return -1;
+        m = rm;
+    }
+    return k_cuda_bn_fwd(r->n, c, hw, nn_x(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1), n->y, s);
+}
+
+static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int c = n->out.c, hw = n->out.h * n->out.w;
+    const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c;
+    float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
+    if (k_cuda_bn_bwd_sums(r->n, c, hw, x, mean, invstd, n->dy, dg, db, r->stream)) return -1;
+    if (!dx) return 0;
+    return k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
+                            r->stream);
+}
+#endif
+
+const nn_op nn_op_batchnorm2d = {
+    .kind = "batchnorm2d", .alias = "batchnorm",
+    .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE, .attrs = bn_attrs,
+    .attr_size = sizeof(bn_attr), .infer = bn_infer, .workspace = bn_ws, .fwd = bn_fwd, .bwd = bn_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda)};
+
+int nn_batchnorm(nn_graph *g, const char *name, int x)
+{
+    bn_attr a = {1e-5f, 0.1f}; /* PyTorch's defaults */
+    return nn_add(g, &nn_op_batchnorm2d, name, &x, 1, &a, sizeof a);
+}

@@ -1,40 +1,75 @@
 /* conv2d (any stride and padding, optional bias) and conv1d (the same kernel on a
- * 1 x len plane with 1 x k taps; PyTorch Conv1d's [out, in, k] weight).
- * ia: out_c, kh, kw, stride, pad, bias, is_1d, init (NN_INIT_*). */
-#include "nn/ops/ops.h"
+ * 1 x len plane with 1 x size taps; PyTorch Conv1d's [out, in, size] weight), with
+ * their device halves. The planned k_conv_shape is kept after the attributes. */
+#include "nn/ops/op_def.h"
+
+typedef struct conv_attr {
+    int filters, size, stride, pad, bias, init; /* init: NN_INIT_KAIMING_UNIFORM or _NORMAL_OUT */
+    k_conv_shape sh;                            /* derived by infer (n = max_batch) */
+} conv_attr;
+NN_ATTR_ACCESS(conv_attr)
+
+/* "init": the index is the NN_INIT_* value. */
+_Static_assert(NN_INIT_KAIMING_UNIFORM == 0 && NN_INIT_KAIMING_NORMAL_OUT == 1, "init choices");
+static const nn_attr conv2d_attrs[] = {
+    NN_INT(conv_attr, filters, "filters", NN_ATTR_REQUIRED), NN_INT(conv_attr, size, "size", NN_ATTR_REQUIRED),
+    NN_INT(conv_attr, stride, "stride", 1), NN_INT(conv_attr, pad, "pad", 0), NN_BOOL(conv_attr, bias, "bias", 1),
+    NN_CHOICE(conv_attr, init, "init", 0, "uniform|kaiming"), {NULL}};
+static const nn_attr conv1d_attrs[] = {
+    NN_INT(conv_attr, filters, "filters", NN_ATTR_REQUIRED), NN_INT(conv_attr, size, "size", NN_ATTR_REQUIRED),
+    NN_BOOL(conv_attr, bias, "bias", 1), NN_CHOICE(conv_attr, init, "init", 0, "uniform|kaiming"), {NULL}};
+extern const nn_op nn_op_conv1d;
 
 static int conv_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
     NN_NEED_FLOAT(0);
     nn_shape x = nn_in(g, n, 0)->out;
-    int K = n->ia[0], kh = n->ia[1], kw = n->ia[2], st = n->ia[3], pad = n->ia[4];
-    if (K <= 0 || kh <= 0 || kw <= 0 || st <= 0 || pad < 0) NN_BAD("bad attributes (out %d, kernel %dx%d, stride %d, pad %d)", K, kh, kw, st, pad);
-    if (n->ia[6] && x.h != 1) NN_BAD("conv1d needs a [channels, length] input, got %dx%dx%d", x.c, x.h, x.w);
-    n->conv = (k_conv_shape){.n = g->max_batch, .c = x.c, .h = x.h, .w = x.w, .k = K, .r = kh, .s = kw,
-                             .stride = st, .pad = n->ia[6] ? 0 : pad};
-    if (x.h + 2 * n->conv.pad < kh || x.w + 2 * n->conv.pad < kw)
-        NN_BAD("kernel %dx%d is larger than the padded input %dx%d", kh, kw, x.h + 2 * pad, x.w + 2 * pad);
-    k_conv_shape_init(&n->conv);
-    n->out = (nn_shape){K, n->conv.p, n->conv.q, 0};
-    int fan_in = x.c * kh * kw, init = n->ia[7];
+    conv_attr a = conv_attr_of(n);
+    int is1d = n->op == &nn_op_conv1d, kh = is1d ? 1 : a.size, kw = a.size, K = a.filters;
+    if (is1d) a.stride = 1, a.pad = 0;
+    if (K <= 0 || kw <= 0 || a.stride <= 0 || a.pad < 0)
+        NN_BAD("bad attributes (out %d, kernel %dx%d, stride %d, pad %d)", K, kh, kw, a.stride, a.pad);
+    if (is1d && x.h != 1) NN_BAD("conv1d needs a [channels, length] input, got %dx%dx%d", x.c, x.h, x.w);
+    a.sh = (k_conv_shape){.n = g->max_batch, .c = x.c, .h = x.h, .w = x.w, .k = K, .r = kh, .s = kw,
+                          .stride = a.stride, .pad = a.pad};
+    if (x.h + 2 * a.pad < kh || x.w + 2 * a.pad < kw)
+        NN_BAD("kernel %dx%d is larger than the padded input %dx%d", kh, kw, x.h + 2 * a.pad, x.w + 2 * a.pad);
+    k_conv_shape_init(&a.sh);
+    conv_attr_set(n, &a);
+    n->out = (nn_shape){K, a.sh.p, a.sh.q, 0};
+    int fan_in = x.c * kh * kw, init = a.init;
     int fan = init == NN_INIT_KAIMING_NORMAL_OUT ? K * kh * kw : fan_in;
-    if (n->ia[6]) {
+    if (is1d) {
         int ws[3] = {K, x.c, kw};
         nn_param_add(g, n, "weight", 3, ws, init, fan, 0);
     } else {
         int ws[4] = {K, x.c, kh, kw};
         nn_param_add(g, n, "weight", 4, ws, init, fan, 0);
     }
-    if (n->ia[5]) nn_param_add(g, n, "bias", 1, &K, NN_INIT_KAIMING_UNIFORM, fan_in, 1);
+    if (a.bias) nn_param_add(g, n, "bias", 1, &K, NN_INIT_KAIMING_UNIFORM, fan_in, 1);
     return 0;
 }
 
+static long conv_macs(const nn_node *n)
+{
+    k_conv_shape sh = conv_attr_of(n).sh;
+    return (long)sh.c * sh.r * sh.s;
+}
+
+/* The planned shape for a batch of nb samples. */
+static k_conv_shape shape(const nn_node *n, int nb)
+{
+    k_conv_shape sh = conv_attr_of(n).sh;
+    sh.n = nb;
+    return sh;
+}
+static int has_bias(const nn_node *n) { return conv_attr_of(n).bias; }
+
 static size_t conv_ws(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    k_conv_shape sh = n->conv;
-    sh.n = max_batch;
+    k_conv_shape sh = shape(n, max_batch);
     size_t w = k_conv2d_workspace(&sh);
-    if (sh.p == 1) { /* conv -> relu -> max_time (nn/plan.c): the fused forward, sparse backward */
+    if (sh.p == 1) { /* -> rectifier -> max over len (nn/plan.c): the fused forward, sparse backward */
         size_t wm = k_conv2d_maxt_workspace(&sh), wf = k_conv2d_fwd_maxt_workspace(&sh);
         if (wm > w) w = wm;
         if (wf > w) w = wf;
@@ -48,82 +83,81 @@ static size_t conv_ws(const nn_graph *g, const nn_node *n, int max_batch)
 
 static void conv_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    k_conv_shape sh = n->conv;
-    sh.n = r->n;
-    if (n->maxt_from) { /* -> relu -> max_time: straight to the max's output and argmax */
+    k_conv_shape sh = shape(n, r->n);
+    const float *b = has_bias(n) ? nn_pw(g, n, 1) : NULL;
+    if (n->maxt_from) { /* -> rectifier -> max over len: straight to the max's output and argmax */
         nn_node *m = &g->nodes[n->maxt_from];
-        k_conv2d_fwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, m->y, m->aux, r->ws);
+        k_conv2d_fwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), b, m->y, m->aux, r->ws);
         return;
     }
-    if (g->amp == NN_AMP_BF16)
-        k_conv2d_fwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
-    else
-        k_conv2d_fwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->ia[5] ? nn_pw(g, n, 1) : NULL, n->y, r->ws);
+    if (g->amp == NN_AMP_BF16) k_conv2d_fwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), b, n->y, r->ws);
+    else k_conv2d_fwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), b, n->y, r->ws);
 }
 
 static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    k_conv_shape sh = n->conv;
-    sh.n = r->n;
-    if (n->maxt_from) { /* -> relu -> max_time: from the max's gradient and argmax */
+    k_conv_shape sh = shape(n, r->n);
+    float *db = has_bias(n) ? nn_pg(g, n, 1) : NULL;
+    if (n->maxt_from) { /* -> rectifier -> max over len: from the max's gradient and argmax */
         const nn_node *m = &g->nodes[n->maxt_from];
         k_conv2d_bwd_maxt(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), m->dy, m->y, m->aux, nn_dx(g, n, 0), nn_pg(g, n, 0),
-                          n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+                          db, r->ws);
         return;
     }
     if (g->amp == NN_AMP_BF16)
-        k_conv2d_bwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
-                          n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+        k_conv2d_bwd_bf16(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0), db, r->ws);
     else
-        k_conv2d_bwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
-                     n->ia[5] ? nn_pg(g, n, 1) : NULL, r->ws);
+        k_conv2d_bwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0), db, r->ws);
 }
 
-const nn_op nn_op_conv2d = {"conv2d", NN_BWD_INPUT, conv_infer, conv_ws, conv_fwd, conv_bwd,
-                              NN_CUDA(nn_cu_conv_fwd, nn_cu_conv_bwd, nn_cu_conv_ws)};
-
-/* linear: ia[0] = out features; the input must be a vector (flatten first, as
- * PyTorch's x.view(-1, n)). */
-static int linear_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
+#if DDPRT_CUDA
+/* Split-K scratch is not monotonic in the batch: the largest over every batch size. */
+static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    NN_NEED_FLOAT(0);
-    nn_shape x = nn_in(g, n, 0)->out;
-    if (x.h != 1 || x.w != 1) NN_BAD("needs a vector input (flatten first), got %dx%dx%d", x.c, x.h, x.w);
-    int out = n->ia[0];
-    if (out <= 0) NN_BAD("bad output size %d", out);
-    n->out = (nn_shape){out, 1, 1, 0};
-    int ws[2] = {out, x.c};
-    nn_param_add(g, n, "weight", 2, ws, NN_INIT_KAIMING_UNIFORM, x.c, 0);
-    nn_param_add(g, n, "bias", 1, &out, NN_INIT_KAIMING_UNIFORM, x.c, 1);
-    return 0;
-}
-
-static size_t linear_ws(const nn_graph *g, const nn_node *n, int max_batch)
-{
-    if (g->amp != NN_AMP_BF16) return 0;
-    return k_linear_bf16_workspace(max_batch, nn_in(g, n, 0)->out.c, n->out.c);
-}
-
-static void linear_fwd(nn_graph *g, nn_node *n, const nn_run *r)
-{
-    if (g->amp == NN_AMP_BF16) {
-        k_linear_fwd_bf16(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1),
-                          n->y, r->ws);
-        return;
+    (void)g;
+    size_t need = 0;
+    for (int b = 1; b <= max_batch; b++) {
+        k_conv_shape sh = shape(n, b);
+        size_t w = k_cuda_conv2d_workspace(&sh);
+        if (w > need) need = w;
     }
-    k_linear_fwd(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1), n->y);
+    return need;
 }
 
-static void linear_bwd(nn_graph *g, nn_node *n, const nn_run *r)
+static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    if (g->amp == NN_AMP_BF16) {
-        k_linear_bwd_bf16(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
-                          nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws);
-        return;
-    }
-    k_linear_bwd(r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0),
-                 nn_pg(g, n, 0), nn_pg(g, n, 1));
+    k_conv_shape sh = shape(n, r->n);
+    return k_cuda_conv2d_fwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws,
+                             r->stream);
 }
 
-const nn_op nn_op_linear = {"linear", NN_BWD_INPUT, linear_infer, linear_ws, linear_fwd, linear_bwd,
-                              NN_CUDA(nn_cu_linear_fwd, nn_cu_linear_bwd, nn_cu_linear_ws)};
+static int conv_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    k_conv_shape sh = shape(n, r->n);
+    return k_cuda_conv2d_bwd(&sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                             has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
+}
+#endif
+
+const nn_op nn_op_conv2d = {
+    .kind = "conv2d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX, .attrs = conv2d_attrs,
+    .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
+    .fwd = conv_fwd, .bwd = conv_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};
+const nn_op nn_op_conv1d = {
+    .kind = "conv1d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX, .attrs = conv1d_attrs,
+    .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
+    .fwd = conv_fwd, .bwd = conv_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};
+
+int nn_conv2d(nn_graph *g, const char *name, int x, int out_c, int k, int stride, int pad, int bias)
+{
+    conv_attr a = {.filters = out_c, .size = k, .stride = stride, .pad = pad, .bias = bias};
+    return nn_add(g, &nn_op_conv2d, name, &x, 1, &a, sizeof a);
+}
+
+int nn_conv1d(nn_graph *g, const char *name, int x, int out_c, int k)
+{
+    conv_attr a = {.filters = out_c, .size = k, .stride = 1, .bias = 1};
+    return nn_add(g, &nn_op_conv1d, name, &x, 1, &a, sizeof a);
+}

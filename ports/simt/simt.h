@@ -139,7 +139,14 @@ inline launcher<P...> make_launcher(void (*fn)(P...), const char *name, dim3 g, 
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+// Static shared arrays: one section (non-template kernels; GCC puts a template's
+// statics in its COMDAT group instead), NaN-filled with a NaN tail before every block,
+// so a read past an array reads NaN. ASan builds keep them apart, each with a redzone.
+#if defined(__SANITIZE_ADDRESS__)
 #define __shared__ static
+#else
+#define __shared__ static __attribute__((section("simt_shared")))
+#endif
 #define __constant__
 #define __restrict__ __restrict
 // The bound travels with the kernel's code: n NOPs at its entry (simt_exec.cc counts

@@ -91,6 +91,11 @@ const simt::launch_rec *cur_L;
 unsigned bar_round, warp_round[MAX_THREADS / 32];
 char bar_sync[2], warp_sync[MAX_THREADS / 32][2], block_sync; // TSan sync addresses
 unsigned long long rng;
+#if !defined(SIMT_ASAN)
+// simt.h's section of static shared arrays; the tail links after every kernel's.
+extern "C" char __start_simt_shared[] __attribute__((weak)), __stop_simt_shared[] __attribute__((weak));
+__attribute__((section("simt_shared"), used)) char shared_tail[1024];
+#endif
 
 [[noreturn]] void die(const char *fmt, ...)
 {
@@ -588,6 +593,10 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
                      (unsigned)(bl / ((unsigned long long)grid_dim.x * grid_dim.y))};
         TSAN_ACQUIRE(&block_sync); // the previous block's shared memory writes come first
         for (auto &v : k->vars) memset(v.first, 0xff, v.second);
+#if !defined(SIMT_ASAN)
+        if (!k->vars.empty() && __start_simt_shared)
+            memset(__start_simt_shared, 0xff, (size_t)(__stop_simt_shared - __start_simt_shared));
+#endif
         TSAN_RELEASE(&block_sync);
         char what[768];
         if (run_block(mode, what, sizeof what)) {

@@ -32,17 +32,19 @@ for b in "${bugs[@]}"; do
   f="$tmp/src/kernels/cuda/$file"
   perl -0pi -e "\$n = ($subst); die \"no match\\n\" unless \$n == 1" "$f" || { echo "| $name | $file | (mutation did not apply) |"; fails=$((fails+1)); continue; }
   # The .cu files that include the mutated one (or are it), rebuilt; the rest as built.
-  cus=$(cd kernels/cuda && { [ "${file##*.}" = cu ] && echo "$file"; grep -l "$file" *.cu *.cuh | grep '\.cuh$' | while read -r h; do grep -l "$h" *.cu; done; grep -l "$file" *.cu; } | sort -u)
+  cus=$(cd kernels/cuda && { [ "${file##*.}" != cu ] || echo "$file"; { grep -l "$file" *.cuh || true; } |
+        while read -r h; do grep -l "$h" *.cu || true; done; grep -l "$file" *.cu || true; } | sort -u)
   link_objs=$objs
   for cu in $cus; do
     o="$tmp/obj/${cu%.cu}.o"
-    $cxx -I"$tmp/src" -c "$tmp/src/kernels/cuda/$cu" -o "$o"
+    # the mutated copies first: the sources include "kernels/cuda/..." through -I.
+    ${cxx/ -I. / -I$tmp/src -I. } -c "$tmp/src/kernels/cuda/$cu" -o "$o"
     link_objs=${link_objs//"$build/obj-simt/kernels/cuda/${cu%.cu}.o"/$o}
   done
   # shellcheck disable=SC2086
   $link -o "$tmp/suite" $link_objs $libs
   out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$tmp/suite" "$filter" 2>&1 || true)
-  what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race|AddressSanitizer: [a-z-]+|simt: [^(]*\(launched at [^)]*\)[^:]*: [^,(]*|out-of-bounds access[^(]*|the bytes after its end were overwritten' | head -1 || true)
+  what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race.{0,60}|AddressSanitizer: [a-z-]+.{0,40}|simt: .{0,220}' | head -1 || true)
   if [ -z "$what" ]; then
     what=$(printf '%s\n' "$out" | grep -m1 -E '^FAIL ' | cut -c1-160 || true)
     [ -n "$what" ] && what="only the comparison with the CPU: $what"

@@ -1,12 +1,5 @@
-/* Clears the per-ISA macros of k_simd_tmpl.h so k_gemm.c can instantiate it again. */
-#undef KT
-#undef KT_TARGET
-#undef KT_MR
-#undef KT_NV
-#undef KT_TM
-#undef KT_TN
-#undef KT_NT_55
-#undef KT_NT_BFIRST
+/* Clears k_kv.h's macros at the end of a template, before its next ISA level. */
+#undef KT_INL
 #undef KV_W
 #undef kv
 #undef kv_zero

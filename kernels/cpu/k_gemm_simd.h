@@ -1,0 +1,378 @@
+/* k_gemm.c's GEMMs, one template per ISA level (rt/isa_each.h; vector ops: k_kv.h).
+ * The micro-tiles per level:
+ *   KT_MR x KT_NV   NN: rows of A x vectors of B's row (AVX-512 12x2, AVX2 6x2 = BLIS's
+ *                   6x16 Haswell shape, 12 sums in 16 ymm, generic 6x2)
+ *   KT_TM x KT_TN   NT: rows of A x rows of B (4x6, 4x3, 3x3); KT_NT_55: also 5x5 tiles;
+ *                   KT_NT_BFIRST: the tile's B rows held in registers and A streamed
+ *                   (16 registers: 4x3 needs 12 sums + 3 B + 1 A; A first would need 17) */
+#include "kernels/cpu/k_kv.h"
+#if ISA_X86 && ISA_VB == 64
+#define KT_MR 12
+#define KT_TM 4
+#define KT_TN 6
+#define KT_NT_55 1
+#elif ISA_X86 && ISA_VB == 32
+#define KT_MR 6
+#define KT_TM 4
+#define KT_TN 3
+#define KT_NT_BFIRST 1
+#else
+#define KT_MR 6
+#define KT_TM 3
+#define KT_TN 3
+#endif
+#define KT_NV 2
+
+/* ---------------------------------------------------------------- GEMM, NN form.
+ * Micro-kernel: C[mr x nc] for nc <= KT_NV*KV_W columns, over kk steps, reading a
+ * packed A panel ap[k*KT_MR + i]. `full` = all KT_NV vectors complete (no masks). */
+KT_INL void ISA_FN(ukr_nn)(const int mr, const int full, int nc, int kk, const float *ap,
+                       const float *b, long ldb, const long *boff, float *c, long ldc,
+                       const float *bias, int acc)
+{
+    const float *b0 = b;
+    kv s[12][2];
+    int cnt[2];
+#pragma GCC unroll 2
+    for (int v = 0; v < KT_NV; v++) {
+        int r = nc - v * KV_W;
+        cnt[v] = r < 0 ? 0 : r > KV_W ? KV_W : r;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) {
+            float *cp = c + i * ldc + v * KV_W;
+            if (acc) s[i][v] = full ? kv_load(cp) : kv_loadn(cp, cnt[v]);
+            else s[i][v] = bias ? kv_set1(bias[i]) : kv_zero();
+        }
+    }
+    for (int k = 0; k < kk; k++) {
+        kv bv[2];
+        if (boff) b = b0 + boff[k]; /* row k of B at an arbitrary offset (conv taps) */
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) bv[v] = full ? kv_load(b + v * KV_W) : kv_loadn(b + v * KV_W, cnt[v]);
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            kv a = kv_set1(ap[i]);
+#pragma GCC unroll 2
+            for (int v = 0; v < KT_NV; v++) s[i][v] = kv_fma(a, bv[v], s[i][v]);
+        }
+        ap += KT_MR;
+        b += ldb;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 2
+        for (int v = 0; v < KT_NV; v++) {
+            float *cp = c + i * ldc + v * KV_W;
+            if (full) kv_store(cp, s[i][v]);
+            else if (cnt[v]) kv_storen(cp, s[i][v], cnt[v]);
+        }
+    }
+}
+
+#define KT_NN_CASE(M)                                                                   \
+    case M:                                                                             \
+        if (full) ISA_FN(ukr_nn)(M, 1, nc, kk, ap, b, ldb, boff, c, ldc, bias, acc);        \
+        else ISA_FN(ukr_nn)(M, 0, nc, kk, ap, b, ldb, boff, c, ldc, bias, acc);             \
+        break;
+
+ISA_TARGET static void ISA_FN(ukr_nn_any)(int mr, int nc, int kk, const float *ap, const float *b,
+                                     long ldb, const long *boff, float *c, long ldc,
+                                     const float *bias, int acc)
+{
+    int full = nc == KT_NV * KV_W;
+    switch (mr) {
+    KT_NN_CASE(1) KT_NN_CASE(2) KT_NN_CASE(3) KT_NN_CASE(4) KT_NN_CASE(5) KT_NN_CASE(6)
+#if KT_MR > 6
+    KT_NN_CASE(7) KT_NN_CASE(8) KT_NN_CASE(9) KT_NN_CASE(10) KT_NN_CASE(11) KT_NN_CASE(12)
+#endif
+    default: break;
+    }
+}
+
+/* Packed A: for each row block ib (rows split evenly into ceil(m/KT_MR) blocks), the
+ * whole K as kk x KT_MR floats: ap[(ib*kk + k)*KT_MR + i]. Callers that reuse A (conv
+ * weights, once per call) pack once; k_gemm_nn packs chunks of K on the stack. */
+ISA_TARGET static void ISA_FN(pack_a)(int m, int kk, const float *a, long ars, long acs, float *ap)
+{
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        float *o = ap + (long)ib * kk * KT_MR;
+        for (int k = 0; k < kk; k++)
+            for (int i = 0; i < KT_MR; i++)
+                o[(long)k * KT_MR + i] = i < mr ? a[(long)(i0 + i) * ars + (long)k * acs] : 0.0f;
+    }
+}
+
+/* Cache blocking around the micro-kernel (BLIS's loops): B (for convs, the shifted
+ * rows read through tap offsets) in blocks of KT_KB rows x KT_NB columns that stay in
+ * L2 while every row block of A passes over them; each A panel slice (KT_KB x KT_MR)
+ * stays in L1 across the block's column tiles. Without it, a B larger than L2
+ * (ResNet-18's 56x56 convs: 2.5 MB per image) streamed from L3 once per row block.
+ * Every C element still sees the same FMAs in the same k order (C is stored and
+ * reloaded exactly between k blocks): the bits do not depend on the blocking. */
+#define KT_KB 256
+#define KT_NB 128
+ISA_TARGET static void ISA_FN(gemm_nn_packed)(int m, int n, int kk, const float *ap, const float *b,
+                                         long ldb, const long *boff, float *c, long ldc,
+                                         const float *bias, int acc)
+{
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int k0 = 0; k0 < kk; k0 += KT_KB) {
+        int kc = kk - k0 < KT_KB ? kk - k0 : KT_KB, acc_k = acc || k0 > 0;
+        const float *bias_k = k0 > 0 ? NULL : bias, *bk = boff ? b : b + (long)k0 * ldb;
+        const long *ok = boff ? boff + k0 : NULL;
+        for (int jb = 0; jb < n; jb += KT_NB) {
+            int je = n - jb < KT_NB ? n : jb + KT_NB;
+            for (int ib = 0; ib < nmb; ib++) {
+                int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+                const float *apk = ap + ((long)ib * kk + k0) * KT_MR;
+                for (int j0 = jb; j0 < je; j0 += cw) {
+                    int nc = je - j0 < cw ? je - j0 : cw;
+                    ISA_FN(ukr_nn_any)(mr, nc, kc, apk, bk + j0, ldb, ok, c + (long)i0 * ldc + j0, ldc,
+                                   bias_k ? bias_k + i0 : NULL, acc_k);
+                }
+            }
+        }
+    }
+}
+
+/* K is cut into chunks of KT_KC so the packed A panel stays small (on the stack), and
+ * N into blocks of KT_NB so the B chunk's block stays in L2 while every row block
+ * passes over it (as gemm_nn_packed; A is packed again per block: kc x KT_MR floats,
+ * 1/(2*KT_NB) of the work). Per element the same FMAs in the same order: the bits do
+ * not depend on the blocking. */
+#define KT_KC 256
+ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, long ars, long acs,
+                                  const float *b, long ldb, float *c, long ldc,
+                                  const float *bias, int acc)
+{
+    float ap[KT_KC * KT_MR];
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int k0 = 0; k0 < kk; k0 += KT_KC) {
+        int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC;
+        int acc_k = acc || k0 > 0;
+        const float *bias_k = k0 > 0 ? NULL : bias;
+        for (int jb = 0; jb < n; jb += KT_NB) {
+            int je = n - jb < KT_NB ? n : jb + KT_NB;
+            for (int ib = 0; ib < nmb; ib++) {
+                /* Even row blocks: 20 rows -> 10+10 rather than 12+8. */
+                int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+                int mr = i1 - i0;
+                for (int k = 0; k < kc; k++)
+                    for (int i = 0; i < mr; i++)
+                        ap[k * KT_MR + i] = a[(long)(i0 + i) * ars + (long)(k0 + k) * acs];
+                for (int j0 = jb; j0 < je; j0 += cw) {
+                    int nc = je - j0 < cw ? je - j0 : cw;
+                    ISA_FN(ukr_nn_any)(mr, nc, kc, ap, b + (long)k0 * ldb + j0, ldb, NULL,
+                                   c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- GEMM, NT form.
+ * Micro-kernel: mr x nr dot products of length l, vector accumulators, one horizontal
+ * sum each at the end. */
+KT_INL void ISA_FN(ukr_nt)(const int mr, const int nr, int l, const float *a, long lda,
+                       const float *b, long ldb, float *c, long ldc, const float *bias, int acc)
+{
+    kv s[4][6];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
+    int x = 0;
+    for (; x + KV_W <= l; x += KV_W) {
+#ifdef KT_NT_BFIRST
+        kv bv[6];
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) bv[j] = kv_load(b + j * ldb + x);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            kv av = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) s[i][j] = kv_fma(av, bv[j], s[i][j]);
+        }
+#else
+        kv av[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            kv bv = kv_load(b + j * ldb + x);
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+        }
+#endif
+    }
+    if (x < l) {
+        int t = l - x;
+        kv av[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            kv bv = kv_loadn(b + j * ldb + x, t);
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = kv_hsum(s[i][j]);
+            if (bias) v += bias[j];
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define KT_NT_CASE(M, N) case M * 8 + N: ISA_FN(ukr_nt)(M, N, l, ai, lda, bj, ldb, cij, ldc, bs, acc); break;
+#define KT_NT_ROW(M) KT_NT_CASE(M, 1) KT_NT_CASE(M, 2) KT_NT_CASE(M, 3) KT_NT_CASE(M, 4) \
+    KT_NT_CASE(M, 5) KT_NT_CASE(M, 6)
+
+ISA_TARGET static void ISA_FN(gemm_nt)(int m, int n, int l, const float *a, long lda,
+                                  const float *b, long ldb, float *c, long ldc,
+                                  const float *bias, int acc)
+{
+    int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const float *ai = a + (long)i0 * lda, *bj = b + (long)j0 * ldb;
+            float *cij = c + (long)i0 * ldc + j0;
+            const float *bs = bias ? bias + j0 : NULL;
+            switch (mr * 8 + nr) {
+                KT_NT_ROW(1) KT_NT_ROW(2) KT_NT_ROW(3)
+#if KT_TM > 3
+                KT_NT_ROW(4)
+#endif
+            default: break;
+            }
+        }
+    }
+}
+
+
+/* NT over a group of images with B rows at offsets (conv dW on the "wide" layout):
+ * C[i][j] (+)= sum_g sum_l A[g][i][l] * B[g][boff[j] + l]; A[g] = a + g*a_img (rows
+ * lda apart), B[g] = b + g*b_img. Vector sums stay in registers across the group. */
+KT_INL void ISA_FN(ukr_nt_off)(const int mr, const int nr, int l, int ng, const float *a, long lda,
+                           long a_img, const float *b, const long *boff, long b_img, float *c,
+                           long ldc, int acc)
+{
+    kv s[5][6];
+    const float *bp[6];
+#pragma GCC unroll 5
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) s[i][j] = kv_zero();
+    for (int g = 0; g < ng; g++, a += a_img, b += b_img) {
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) bp[j] = b + boff[j];
+        int x = 0;
+        for (; x + KV_W <= l; x += KV_W) {
+#ifdef KT_NT_BFIRST
+            kv bv[6];
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) bv[j] = kv_load(bp[j] + x);
+#pragma GCC unroll 5
+            for (int i = 0; i < mr; i++) {
+                kv av = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+                for (int j = 0; j < nr; j++) s[i][j] = kv_fma(av, bv[j], s[i][j]);
+            }
+#else
+            kv av[5];
+#pragma GCC unroll 5
+            for (int i = 0; i < mr; i++) av[i] = kv_load(a + i * lda + x);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                kv bv = kv_load(bp[j] + x);
+#pragma GCC unroll 5
+                for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+            }
+#endif
+        }
+        if (x < l) {
+            int t = l - x;
+            kv av[5];
+#pragma GCC unroll 5
+            for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
+#pragma GCC unroll 6
+            for (int j = 0; j < nr; j++) {
+                kv bv = kv_loadn(bp[j] + x, t);
+#pragma GCC unroll 5
+                for (int i = 0; i < mr; i++) s[i][j] = kv_fma(av[i], bv, s[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 5
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < nr; j++) {
+            float v = kv_hsum(s[i][j]);
+            c[i * ldc + j] = acc ? c[i * ldc + j] + v : v;
+        }
+}
+
+#define KT_NTO_CASE(M, N) case M * 8 + N: \
+    ISA_FN(ukr_nt_off)(M, N, l, ng, ai, lda, a_img, b, bo, b_img, cij, ldc, acc); break;
+#define KT_NTO_ROW(M) KT_NTO_CASE(M, 1) KT_NTO_CASE(M, 2) KT_NTO_CASE(M, 3) KT_NTO_CASE(M, 4) \
+    KT_NTO_CASE(M, 5) KT_NTO_CASE(M, 6)
+
+ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const float *a, long lda,
+                                      long a_img, const float *b, const long *boff,
+                                      long b_img, float *c, long ldc, int acc)
+{
+    int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
+#ifdef KT_NT_55
+    /* A 5x5 tile instead of 4x6 when it loads less per step (sum of tile rows). */
+    int m5 = (m + 4) / 5, n5 = (n + 4) / 5;
+    if ((long)n5 * m + (long)m5 * n < (long)nnb * m + (long)nmb * n) { nmb = m5; nnb = n5; }
+#endif
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        for (int jb = 0; jb < nnb; jb++) {
+            int j0 = (int)((long)jb * n / nnb), nr = (int)((long)(jb + 1) * n / nnb) - j0;
+            const float *ai = a + (long)i0 * lda;
+            const long *bo = boff + j0;
+            float *cij = c + (long)i0 * ldc + j0;
+            switch (mr * 8 + nr) {
+                KT_NTO_ROW(1) KT_NTO_ROW(2) KT_NTO_ROW(3)
+#if KT_TM > 3
+                KT_NTO_ROW(4)
+#endif
+#ifdef KT_NT_55
+                KT_NTO_CASE(5, 1) KT_NTO_CASE(5, 2) KT_NTO_CASE(5, 3) KT_NTO_CASE(5, 4) KT_NTO_CASE(5, 5)
+#endif
+            default: break;
+            }
+        }
+    }
+}
+
+
+#include "kernels/cpu/k_kv_undef.h"
+#undef KT_MR
+#undef KT_TM
+#undef KT_TN
+#undef KT_NT_55
+#undef KT_NT_BFIRST
+#undef KT_NV
+#undef KT_NN_CASE
+#undef KT_KB
+#undef KT_NB
+#undef KT_KC
+#undef KT_NT_CASE
+#undef KT_NT_ROW
+#undef KT_NTO_CASE
+#undef KT_NTO_ROW

@@ -1,0 +1,33 @@
+// Activation kernels beyond relu: leaky relu. Plain grid-stride kernels, one thread
+// per element, launched with K_LAUNCH (nvcc on a GPU, the SIMT executor in make test);
+// each result depends only on its index and is the CPU kernel's (one compare, one
+// rounded product), bit for bit.
+#include "kernels/cuda/k_cuda_common.cuh"
+
+__global__ void leaky_relu_fwd(size_t n, float slope, const float *x, float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : __fmul_rn(v, slope);
+    }
+}
+
+__global__ void leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = dy[i];
+        dx[i] = x[i] > 0.0f ? g : __fmul_rn(g, slope);
+    }
+}
+
+int k_cuda_leaky_relu_fwd(size_t n, float slope, const float *x, float *y, port_stream s)
+{
+    K_LAUNCH(leaky_relu_fwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, slope, x, y);
+    return k_cuda_check_launch("k_cuda_leaky_relu_fwd", "n=%zu slope=%g", n, slope);
+}
+
+int k_cuda_leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx, port_stream s)
+{
+    K_LAUNCH(leaky_relu_bwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, slope, x, dy, dx);
+    return k_cuda_check_launch("k_cuda_leaky_relu_bwd", "n=%zu slope=%g", n, slope);
+}

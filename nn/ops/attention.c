@@ -1,0 +1,57 @@
+/* attention: causal multi-head self-attention on GPT-2's packed projection [T, 3C]
+ * (q, k, v side by side, heads at columns j * C/heads of each) -> [T, C]. The default
+ * (attention=flash) streams key tiles through an online softmax and keeps only the
+ * log-sum-exp of each score row (aux: heads x T floats per sample), recomputing the
+ * probabilities in backward: O(T C) memory, not O(heads T^2). attention=stored keeps
+ * the probabilities (heads x T x T per sample): the comparison point. */
+#include "nn/ops/op_def.h"
+#include "kernels/k_tfm.h"
+
+enum { ATTN_FLASH, ATTN_STORED };
+typedef struct attn_attr { int heads, mode; } attn_attr;
+NN_ATTR_ACCESS(attn_attr)
+static const nn_attr attn_attrs[] = {NN_INT(attn_attr, heads, "heads", NN_ATTR_REQUIRED),
+                                     NN_CHOICE(attn_attr, mode, "attention", ATTN_FLASH, "flash|stored"), {NULL}};
+
+static int attn_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
+{
+    NN_NEED_FLOAT(0);
+    nn_shape x = nn_in(g, n, 0)->out;
+    attn_attr a = attn_attr_of(n);
+    if (x.h != 1) NN_BAD("needs [T, 1, 3C] rows, got %dx%dx%d", x.c, x.h, x.w);
+    if (a.heads <= 0 || x.w % (3 * a.heads)) NN_BAD("input width %d is not 3 x heads (%d) x head size", x.w, a.heads);
+    if (x.w / (3 * a.heads) > K_ATTN_MAX_HD) NN_BAD("head size %d above %d", x.w / (3 * a.heads), K_ATTN_MAX_HD);
+    if (a.mode == ATTN_STORED && x.c > K_ATTN_STORED_MAX_T) NN_BAD("stored attention takes T <= %d", K_ATTN_STORED_MAX_T);
+    n->out = (nn_shape){x.c, 1, x.w / 3, 0};
+    n->aux_per_sample = (size_t)a.heads * x.c * (a.mode == ATTN_STORED ? (size_t)x.c : 1) * sizeof(float);
+    return 0;
+}
+
+static void attn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    attn_attr a = attn_attr_of(n);
+    int hd = n->out.w / a.heads;
+    if (a.mode == ATTN_STORED) k_attention_stored_fwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux);
+    else k_attention_fwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux);
+}
+
+static void attn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    attn_attr a = attn_attr_of(n);
+    int hd = n->out.w / a.heads;
+    float *dx = nn_dx(g, n, 0);
+    if (!dx) return;
+    if (a.mode == ATTN_STORED) k_attention_stored_bwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->aux, n->dy, dx);
+    else k_attention_bwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
+}
+
+/* Backward reads q, k, v and (flash) its own output. */
+const nn_op nn_op_attention = {
+    .kind = "attention", .flags = NN_BWD_INPUT | NN_BWD_OUTPUT | NN_HOST_ONLY, .attrs = attn_attrs,
+    .attr_size = sizeof(attn_attr), .infer = attn_infer, .fwd = attn_fwd, .bwd = attn_bwd};
+
+int nn_attention(nn_graph *g, int x, int heads, int stored)
+{
+    attn_attr a = {heads, stored ? ATTN_STORED : ATTN_FLASH};
+    return nn_add(g, &nn_op_attention, NULL, &x, 1, &a, sizeof a);
+}

@@ -1,0 +1,53 @@
+/* What an op file (nn/ops/X.c) includes to define its op: the attribute-table rows,
+ * typed access to the node's attributes, error helpers for the shape rule, and the
+ * device half's headers in CUDA builds. docs/adding-an-op.md walks through one. */
+#ifndef NN_OP_DEF_H
+#define NN_OP_DEF_H
+#include "nn/ops/ops.h"
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The device half: nn_op.fwd_cuda / bwd_cuda / workspace_cuda are set inside
+ * NN_CUDA_ONLY(...) and defined under #if DDPRT_CUDA, so a CPU build has NULLs there
+ * (a device graph then refuses the op by name, nn/plan.c). */
+#if DDPRT_CUDA
+#include "kernels/cuda/k_cuda.h"
+#define NN_CUDA_ONLY(...) __VA_ARGS__
+#else
+#define NN_CUDA_ONLY(...)
+#endif
+
+/* Attribute-table rows: field f of the op's struct T under the cfg key `key`. */
+#define NN_INT(T, f, key, def) {key, NN_ATTR_INT, offsetof(T, f), def, NULL, 0}
+#define NN_FLOAT(T, f, key, def) {key, NN_ATTR_FLOAT, offsetof(T, f), def, NULL, 0}
+#define NN_BOOL(T, f, key, def) {key, NN_ATTR_BOOL, offsetof(T, f), def, NULL, 0}
+#define NN_CHOICE(T, f, key, def, choices) {key, NN_ATTR_CHOICE, offsetof(T, f), def, choices, 0}
+/* An integer the cfg reader takes from the data set (embedding's vocab), not the file. */
+#define NN_DATA_INT(T, f, key) {key, NN_ATTR_INT, offsetof(T, f), NN_ATTR_REQUIRED, NULL, 1}
+
+/* T T_of(n) and T_set(n, &a): the node's attributes as the op's struct T (copied, so
+ * the byte array is never read through another type). */
+#define NN_ATTR_ACCESS(T)                                                                   \
+    _Static_assert(sizeof(T) <= NN_ATTR_BYTES, #T " is larger than NN_ATTR_BYTES");        \
+    static inline T T##_of(const nn_node *n) { T a_; memcpy(&a_, n->attr, sizeof a_); return a_; } \
+    static inline void T##_set(nn_node *n, const T *a) { memcpy(n->attr, a, sizeof *a); }
+
+/* "node 12 (conv2d layer1.0.conv1)" for error messages. */
+static inline const char *nn_node_desc(const nn_graph *g, const nn_node *n, char *buf, size_t len)
+{
+    snprintf(buf, len, "node %d (%s%s%s)", (int)(n - g->nodes), n->op->kind, n->name[0] ? " " : "", n->name);
+    return buf;
+}
+/* In an infer: fails with "model M: node N (kind name): <message>". */
+#define NN_BAD(...) do { char d_[96]; int k_ = snprintf(err, errlen, "model %s: %s: ", g->model, \
+    nn_node_desc(g, n, d_, sizeof d_)); if (k_ > 0 && (size_t)k_ < errlen) snprintf(err + k_, errlen - (size_t)k_, __VA_ARGS__); \
+    return -1; } while (0)
+/* Inputs must be float activations (not token ids) for most ops. */
+#define NN_NEED_FLOAT(i) do { if (nn_in(g, n, i)->out.tokens) NN_BAD("needs float input, got token ids (add an embedding)"); } while (0)
+static inline size_t nn_numel_in(const nn_graph *g, const nn_node *n, int i) { return nn_shape_numel(nn_in(g, n, i)->out); }
+/* Values of the node's output for a batch of r->n samples. */
+static inline size_t nn_out_numel(const nn_node *n, const nn_run *r) { return (size_t)r->n * nn_shape_numel(n->out); }
+/* The output shape is input 0's (elementwise ops). */
+int nn_infer_same(nn_graph *g, nn_node *n, char *err, size_t errlen);
+#endif

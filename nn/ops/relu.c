@@ -1,0 +1,40 @@
+/* relu: y = max(x, 0). The planner may fold it into a conv -> relu -> max over time
+ * (NN_RECTIFIER), run it in place, or have its backward take the mask from a
+ * recomputed BatchNorm's input instead of its own output (mask_from_bn). */
+#include "nn/ops/op_def.h"
+
+static void relu_fwd(nn_graph *g, nn_node *n, const nn_run *r) { k_relu_fwd(nn_out_numel(n, r), nn_x(g, n, 0), n->y); }
+
+static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    float *dx = nn_dx(g, n, 0);
+    if (!dx) return;
+    if (n->mask_from_bn) { /* the planner dropped both outputs: the mask from BN's input */
+        const nn_node *b = nn_in(g, n, 0);
+        const float *mean = b->aux;
+        k_bn_relu_bwd(r->n, n->out.c, n->out.h * n->out.w, nn_x(g, b, 0), mean, mean + n->out.c, nn_pw(g, b, 0),
+                      nn_pw(g, b, 1), n->dy, dx);
+        return;
+    }
+    k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
+}
+
+#if DDPRT_CUDA
+static int relu_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    return k_cuda_relu_fwd(nn_out_numel(n, r), nn_x(g, n, 0), n->y, r->stream);
+}
+
+static int relu_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    float *dx = nn_dx(g, n, 0);
+    return dx ? k_cuda_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx, r->stream) : 0;
+}
+#endif
+
+const nn_op nn_op_relu = {
+    .kind = "relu", .flags = NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE | NN_RECTIFIER,
+    .infer = nn_infer_same, .fwd = relu_fwd, .bwd = relu_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = relu_fwd_cuda, .bwd_cuda = relu_bwd_cuda)};
+
+int nn_relu(nn_graph *g, int x) { return nn_add(g, &nn_op_relu, NULL, &x, 1, NULL, 0); }

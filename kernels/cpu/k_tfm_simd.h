@@ -1,32 +1,29 @@
-/* Row kernels of the transformer ops, written once with GCC/Clang vector extensions
- * and included once per ISA by k_tfm_isa.c, which defines
- *   VB   vector width in bytes (16, 32, 64)   SFX  a name suffix (_generic, _avx2, ...)
- *   TGT  a function attribute (empty, or __attribute__((target("..."))))
- * Elementwise results (exp, GELU, LayerNorm's normalisation) do not depend on VB: the
- * vector and scalar code do the same IEEE operations in the same order (C11 mode keeps
- * the compiler from fusing them into FMAs), so every ISA gives the same bits. Sums
- * (dot, max/exp-sum) run in VB/4 lanes and differ across ISAs by rounding only.
- * No header guard: included several times. */
+/* Row kernels of the transformer ops, written once with GCC/Clang vector extensions:
+ * a template of rt/isa_each.h (k_tfm_isa.c instantiates it per ISA level: ISA_VB
+ * vector bytes, ISA_FN names, ISA_TARGET attributes).
+ * Elementwise results (exp, GELU, LayerNorm's normalisation) do not depend on ISA_VB:
+ * the vector and scalar code do the same IEEE operations in the same order (C11 mode
+ * keeps the compiler from fusing them into FMAs, whatever the target allows), so every
+ * ISA gives the same bits. Sums (dot, max/exp-sum) run in ISA_VB/4 lanes and differ
+ * across ISAs by rounding only. No header guard: included once per level. */
 #include <string.h>
 
-#define KF_CAT_(a, b) a##b
-#define KF_CAT(a, b) KF_CAT_(a, b)
-#define F(x) KF_CAT(x, SFX)
-#define VW (VB / 4)
+#define F(x) ISA_FN(x)
+#define VW (ISA_VB / 4)
 #define KF_SEL(m, p, q) ((F(vf))((((F(vi))(p)) & (m)) | (((F(vi))(q)) & ~(m))))
 
-typedef float F(vf) __attribute__((vector_size(VB)));
-typedef int32_t F(vi) __attribute__((vector_size(VB)));
+typedef float F(vf) __attribute__((vector_size(ISA_VB)));
+typedef int32_t F(vi) __attribute__((vector_size(ISA_VB)));
 
-static inline TGT F(vf) F(ld)(const float *p)
+static inline ISA_TARGET F(vf) F(ld)(const float *p)
 {
     F(vf) v;
-    memcpy(&v, p, VB);
+    memcpy(&v, p, ISA_VB);
     return v;
 }
-static inline TGT void F(st)(float *p, F(vf) v) { memcpy(p, &v, VB); }
-static inline TGT F(vf) F(bc)(float x) { return (F(vf)){0} + x; }
-static inline TGT float F(hsum)(F(vf) v)
+static inline ISA_TARGET void F(st)(float *p, F(vf) v) { memcpy(p, &v, ISA_VB); }
+static inline ISA_TARGET F(vf) F(bc)(float x) { return (F(vf)){0} + x; }
+static inline ISA_TARGET float F(hsum)(F(vf) v)
 {
     float s = v[0];
     for (int i = 1; i < VW; i++) s += v[i];
@@ -37,7 +34,7 @@ static inline TGT float F(hsum)(F(vf) v)
  * 2^n built in the exponent bits. Below -87 the result is 0 (exp(-87) ~ FLT_MIN; the
  * softmax shifts by its max first, so only negligible terms are flushed); above 88 it
  * saturates at exp(88). NaN stays NaN. About 1 ulp. */
-static inline TGT F(vf) F(vexp)(F(vf) x)
+static inline ISA_TARGET F(vf) F(vexp)(F(vf) x)
 {
     F(vi) big = x > 88.0f, under = x < -87.0f;
     F(vf) xc = KF_SEL(big, F(bc)(88.0f), KF_SEL(under, F(bc)(-87.0f), x));
@@ -87,7 +84,7 @@ static inline float F(sexp)(float x)
 #define KF_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define KF_GELU_K1 0.044715f
 
-static TGT void F(gelu_fwd)(size_t n, const float *x, float *y)
+static ISA_TARGET void F(gelu_fwd)(size_t n, const float *x, float *y)
 {
     size_t i = 0;
     for (; i + VW <= n; i += VW) {
@@ -101,7 +98,7 @@ static TGT void F(gelu_fwd)(size_t n, const float *x, float *y)
     }
 }
 
-static TGT void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx)
+static ISA_TARGET void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx)
 {
     size_t i = 0;
     for (; i + VW <= n; i += VW) {
@@ -119,7 +116,7 @@ static TGT void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx
 }
 
 /* ---- reductions over a row (two accumulators for throughput) */
-static TGT float F(sum)(int n, const float *x)
+static ISA_TARGET float F(sum)(int n, const float *x)
 {
     F(vf) s0 = F(bc)(0.0f), s1 = s0;
     int i = 0;
@@ -133,7 +130,7 @@ static TGT float F(sum)(int n, const float *x)
     return s;
 }
 
-static TGT float F(dot)(int n, const float *a, const float *b)
+static ISA_TARGET float F(dot)(int n, const float *a, const float *b)
 {
     F(vf) s0 = F(bc)(0.0f), s1 = s0;
     int i = 0;
@@ -148,7 +145,7 @@ static TGT float F(dot)(int n, const float *a, const float *b)
 }
 
 /* sum (x - m)^2 */
-static TGT float F(sqdev)(int n, const float *x, float m)
+static ISA_TARGET float F(sqdev)(int n, const float *x, float m)
 {
     F(vf) s0 = F(bc)(0.0f), s1 = s0;
     int i = 0;
@@ -167,7 +164,7 @@ static TGT float F(sqdev)(int n, const float *x, float m)
 }
 
 /* max of x[0..n), n >= 1; NaN is not looked for (the scores are finite) */
-static TGT float F(max)(int n, const float *x)
+static ISA_TARGET float F(max)(int n, const float *x)
 {
     float m = x[0];
     int i = 0;
@@ -185,7 +182,7 @@ static TGT float F(max)(int n, const float *x)
 }
 
 /* ---- LayerNorm rows */
-static TGT void F(ln_fwd_row)(int c, const float *x, const float *w, const float *b, float eps,
+static ISA_TARGET void F(ln_fwd_row)(int c, const float *x, const float *w, const float *b, float eps,
                               float *y, float *mean, float *rstd)
 {
     float m = F(sum)(c, x) / (float)c;
@@ -205,7 +202,7 @@ static TGT void F(ln_fwd_row)(int c, const float *x, const float *w, const float
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd.
  * dx may be dy. */
-static TGT void F(ln_bwd_row)(int c, const float *x, const float *w, float m, float rs,
+static ISA_TARGET void F(ln_bwd_row)(int c, const float *x, const float *w, float m, float rs,
                               const float *dy, float *dx)
 {
     F(vf) s0 = F(bc)(0.0f), s1 = s0;
@@ -233,7 +230,7 @@ static TGT void F(ln_bwd_row)(int c, const float *x, const float *w, float m, fl
 }
 
 /* dw[0..c) += dy xhat, db += dy for one row (a column block of it) */
-static TGT void F(ln_wb_acc)(int c, const float *x, const float *dy, float m, float rs, float *dw,
+static ISA_TARGET void F(ln_wb_acc)(int c, const float *x, const float *dy, float m, float rs, float *dw,
                              float *db)
 {
     int i = 0;
@@ -250,7 +247,7 @@ static TGT void F(ln_wb_acc)(int c, const float *x, const float *dy, float m, fl
 
 /* ---- softmax pieces */
 /* x = exp(scale x - shift) for n entries, 0 for the next nz; returns the sum (lanes). */
-static TGT float F(exp_shift)(int n, int nz, float *x, float scale, float shift)
+static ISA_TARGET float F(exp_shift)(int n, int nz, float *x, float scale, float shift)
 {
     F(vf) s = F(bc)(0.0f);
     int i = 0;
@@ -270,7 +267,7 @@ static TGT float F(exp_shift)(int n, int nz, float *x, float scale, float shift)
 
 /* x = exp(x - shift); the sum in double over blocks of 256 (a long vocabulary row
  * would lose digits in float lanes). */
-static TGT double F(exp_sumd)(int n, float *x, float shift)
+static ISA_TARGET double F(exp_sumd)(int n, float *x, float shift)
 {
     double t = 0.0;
     for (int b = 0; b < n; b += 256) t += F(exp_shift)(n - b < 256 ? n - b : 256, 0, x + b, 1.0f, shift);
@@ -278,7 +275,7 @@ static TGT double F(exp_sumd)(int n, float *x, float shift)
 }
 
 /* dp = p (dp - d) scale: the softmax backward of one attention row */
-static TGT void F(ds_row)(int n, const float *p, float *dp, float d, float scale)
+static ISA_TARGET void F(ds_row)(int n, const float *p, float *dp, float d, float scale)
 {
     int i = 0;
     for (; i + VW <= n; i += VW) F(st)(dp + i, F(ld)(p + i) * (F(ld)(dp + i) - d) * scale);
@@ -286,7 +283,7 @@ static TGT void F(ds_row)(int n, const float *p, float *dp, float d, float scale
 }
 
 /* x *= s */
-static TGT void F(scale)(int n, float s, float *x)
+static ISA_TARGET void F(scale)(int n, float s, float *x)
 {
     int i = 0;
     for (; i + VW <= n; i += VW) F(st)(x + i, F(ld)(x + i) * s);
@@ -294,7 +291,7 @@ static TGT void F(scale)(int n, float s, float *x)
 }
 
 /* y = a + b (y may be a or b) */
-static TGT void F(add)(int n, const float *a, const float *b, float *y)
+static ISA_TARGET void F(add)(int n, const float *a, const float *b, float *y)
 {
     int i = 0;
     for (; i + VW <= n; i += VW) F(st)(y + i, F(ld)(a + i) + F(ld)(b + i));
@@ -306,8 +303,6 @@ static const k_tfm_vt F(k_tfm_vt) = {
     F(exp_shift), F(exp_sumd), F(ds_row), F(dot), F(scale), F(add),
 };
 
-#undef KF_CAT_
-#undef KF_CAT
 #undef F
 #undef VW
 #undef KF_SEL

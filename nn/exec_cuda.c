@@ -23,6 +23,7 @@ int nn_forward_cuda(nn_graph *g, const void *x, int n, int train, uint64_t seed,
 int nn_loss_cuda(nn_graph *g, const int32_t *labels, int n, double *sums, port_stream s)
 {
     const nn_node *o = &g->nodes[g->out];
+    if (g->lm) return k_cuda_sum_loss(n, o->y, sums, s); /* the graph's own loss per sample */
     const float *logp = o->y;
     if (!g->out_is_logp) {
         if (k_cuda_log_softmax_fwd(n, g->num_classes, o->y, g->logp, s)) return -1;
@@ -48,7 +49,9 @@ int nn_backward_cuda(nn_graph *g, const int32_t *labels, int n, int n_total, por
     nn_node *o = &g->nodes[g->out];
     int last = g->out;
     float scale = 1.0f / (float)n_total;
-    if (g->out_is_logp) {
+    if (g->lm) { /* lm_loss makes its own gradient */
+        g->lm_scale = scale;
+    } else if (g->out_is_logp) {
         float *dx = nn_dx(g, o, 0);
         if (dx && (k_cuda_log_softmax_nll_bwd(n, g->num_classes, o->y, labels, scale, dx, s) ||
                    accumulate(g, o, n, s)))

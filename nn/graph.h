@@ -86,10 +86,7 @@ enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of 
        NN_FUSES_RECT_MAX = 1024,
        /* a rectifier reading this (recomputed) node can take its mask from this node's
         * input (k_bn_relu_bwd: aux = mean, invstd; parameters gamma, beta) */
-       NN_RECT_MASK_SOURCE = 2048,
-       /* no device half yet (fwd_cuda NULL in CUDA builds too): a device graph refuses
-        * it by name at planning; the op test allows the gap only with this flag */
-       NN_HOST_ONLY = 4096 };
+       NN_RECT_MASK_SOURCE = 2048 };
 
 /* Named attributes: an op keeps its attributes in a struct of its own (nn/ops/X.c),
  * stored in nn_node.attr; the table maps each cfg key to a field. Values are set by

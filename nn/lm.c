@@ -1,5 +1,6 @@
 /* Language-model evaluation and sampling (nn/lm.h). */
 #include "nn/lm.h"
+#include "nn/graph_cuda.h"
 #include "nn/ops/ops.h"
 #include "rt/log.h"
 #include <math.h>
@@ -28,8 +29,16 @@ void nn_lm_open_tokenizer(nn_lm *l, const nn_trainer *t)
     if (!(l->bpe = nn_bpe_load(dir, err, sizeof err))) rt_warn("%s: samples print as token ids", err);
 }
 
+/* Validation and sampling run the host graph: with --device cuda it takes the device's
+ * parameters first. */
+static void host_params(nn_trainer *t)
+{
+    if (t->cuda && nn_cuda_download(t->cuda, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
+}
+
 double nn_lm_eval(nn_trainer *t, nn_lm *l)
 {
+    host_params(t);
     int chunk = t->eval_chunk, limit = t->o.eval_batches > 0 ? t->o.eval_batches * chunk : t->test.n;
     int first = (int)((long)(limit < t->test.n ? limit : t->test.n) * t->rank / t->world);
     int last = (int)((long)(limit < t->test.n ? limit : t->test.n) * (t->rank + 1) / t->world);
@@ -64,6 +73,7 @@ static void put_token(const nn_lm *l, int v, int vocab)
 
 void nn_lm_sample(nn_trainer *t, nn_lm *l, int n, const char *label)
 {
+    host_params(t);
     nn_graph *g = &t->g;
     int T = t->train.w - 1, V = t->train.vocab, C;
     int eot = l->bpe && nn_bpe_eot(l->bpe) >= 0 ? nn_bpe_eot(l->bpe) : V <= 256 ? '\n' : V == 50257 ? 50256 : 0;

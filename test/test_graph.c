@@ -306,8 +306,8 @@ TEST(graph_every_op_has_a_test_and_bad_graphs_fail_clearly)
         CHECKF(t_registered(name), "op %s has no test named %s", op->kind, name);
         CHECK(nn_op_find(op->kind) == op && (!op->alias || nn_op_find(op->alias) == op));
         CHECKF(op->attr_size <= NN_ATTR_BYTES && (op->attrs == NULL) == (op->attr_size == 0), "op %s", op->kind);
-        CHECKF(op->infer && op->fwd && op->bwd && (op->fwd_cuda != NULL) == (CUDA_BUILT && !(op->flags & NN_HOST_ONLY)) &&
-               (op->bwd_cuda != NULL) == (CUDA_BUILT && !(op->flags & NN_HOST_ONLY)), "op %s lacks an entry point", op->kind);
+        CHECKF(op->infer && op->fwd && op->bwd && (op->fwd_cuda != NULL) == CUDA_BUILT &&
+               (op->bwd_cuda != NULL) == CUDA_BUILT, "op %s lacks an entry point", op->kind);
     }
     CHECK(n >= 14 && !nn_op_find("input") && !nn_op_find("nosuch"));
     t_op h;

@@ -34,6 +34,8 @@ TEST(simt_device_kernels_forward_order) { suite("test_gpu_kernels", "forward"); 
 TEST(simt_device_kernels_random_order) { suite("test_gpu_kernels", "random"); }
 TEST(simt_device_graph_ops_forward_order) { suite("test_gpu_graph_ops", "forward"); }
 TEST(simt_device_graph_ops_reversed_order) { suite("test_gpu_graph_ops", "reversed"); }
+TEST(simt_device_transformer_forward_order) { suite("test_gpu_tfm", "forward"); }
+TEST(simt_device_transformer_random_order) { suite("test_gpu_tfm", "random"); }
 /* Whole models, DDP, the staged allreduce and the trainer: the kernels above again, in
  * the order training calls them, with streams and events really concurrent. */
 TEST(simt_device_models_random_order) { suite("test_gpu_graph_train", "random"); }

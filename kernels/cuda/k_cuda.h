@@ -135,6 +135,49 @@ int k_cuda_copy_rows(int rows, size_t len, const float *src, size_t src_stride, 
 int k_cuda_log_softmax_bwd(int n, int classes, const float *y, const float *dy, float *dx, port_stream s);
 int k_cuda_add_i64(int64_t *x, int64_t v, port_stream s);
 
+/* ---- Transformer ops (kernels/k_tfm.h's twins, kernels/cuda/k_cuda_tfm.cu), same
+ * layouts and argument order. Bit for bit with the CPU: GELU (its exp written with
+ * rounded operations), the embedding forward. To rounding: the rest (sums in another
+ * order, the attention's exp and log from CUDA). No atomics: deterministic. */
+int k_cuda_layernorm_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, float *y,
+                         float *mean, float *rstd, port_stream s);
+/* dx may be dy; dw, db, dx NULL: not wanted. */
+int k_cuda_layernorm_bwd(int n, int c, const float *x, const float *w, const float *mean, const float *rstd,
+                         const float *dy, float *dx, float *dw, float *db, port_stream s);
+int k_cuda_gelu_fwd(size_t n, const float *x, float *y, port_stream s);
+int k_cuda_gelu_bwd(size_t n, const float *x, const float *dy, float *dx, port_stream s);
+int k_cuda_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, int ld, const float *wte, const float *wpe,
+                             float *y, port_stream s);
+/* dwpe[0, len) overwritten; dwte zeroed first unless acc, then each used row (+)= its
+ * tokens' dy in token order (one block per token, O(tokens^2) id compares). */
+int k_cuda_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, int ld, const float *dy,
+                             float *dwte, float *dwpe, int acc, port_stream s);
+size_t k_cuda_conv1d_hf_workspace(int n, int in, int out);
+int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws,
+                         port_stream s);
+int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                         float *dw, float *db, void *ws, port_stream s);
+/* Causal attention with an online softmax: lse[b, h, t] kept, the probabilities
+ * recomputed in backward (workspace: k_cuda_attention_workspace bytes). One thread per
+ * query (forward, dq) or key row (dk, dv): plain, not tiled. */
+size_t k_cuda_attention_workspace(int b, int t, int h);
+int k_cuda_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, port_stream s);
+int k_cuda_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
+                         const float *dy, float *dqkv, void *ws, port_stream s);
+/* The tied classifier with softmax cross-entropy, a block of rows at a time (16 MiB of
+ * logits at most): loss_rows[n] (may be NULL), and with dx / dw the gradients as
+ * k_classifier_fwd_bwd. Nothing comes back to the host. */
+size_t k_cuda_classifier_workspace(int n, int c, int v);
+int k_cuda_classifier_fwd_bwd(int n, int c, int v, const float *x, const float *w, const int32_t *targets,
+                              float scale, float *loss_rows, float *dx, float *dw, int acc_dw, void *ws, port_stream s);
+/* Language-model windows: tg[s, t] = ids[s, t + 1] (windows of len + 1 ids), and
+ * y[s] = the mean of x[s, 0..len) (summed in double, in order). */
+int k_cuda_lm_targets(int b, int len, const int32_t *ids, int32_t *tg, port_stream s);
+int k_cuda_row_means(int n, int len, const float *x, float *y, port_stream s);
+/* out[0] = sum of x[0..n) in double, out[1] = 0 (nn_loss_cuda's layout for a graph
+ * whose output is its loss per sample). */
+int k_cuda_sum_loss(int n, const float *x, double *out, port_stream s);
+
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
 

@@ -45,10 +45,45 @@ static void attn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     else k_attention_bwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
 }
 
+#if DDPRT_CUDA
+/* The device has the online-softmax version only: attention=stored (the CPU's
+ * comparison point) is refused by name. */
+static int attn_stored_cuda(nn_graph *g, nn_node *n)
+{
+    port_cuda_fail("model %s: node %d (attention): attention=stored has no device version (use flash)", g->model,
+                   (int)(n - g->nodes));
+    return -1;
+}
+
+static int attn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    attn_attr a = attn_attr_of(n);
+    if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
+    return k_cuda_attention_fwd(r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y, n->aux, r->stream);
+}
+
+static int attn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    attn_attr a = attn_attr_of(n);
+    float *dx = nn_dx(g, n, 0);
+    if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
+    return dx ? k_cuda_attention_bwd(r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y, n->aux, n->dy,
+                                     dx, r->ws, r->stream)
+              : 0;
+}
+
+static size_t attn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    (void)g;
+    return k_cuda_attention_workspace(max_batch, n->out.c, attn_attr_of(n).heads);
+}
+#endif
+
 /* Backward reads q, k, v and (flash) its own output. */
 const nn_op nn_op_attention = {
-    .kind = "attention", .flags = NN_BWD_INPUT | NN_BWD_OUTPUT | NN_HOST_ONLY, .attrs = attn_attrs,
-    .attr_size = sizeof(attn_attr), .infer = attn_infer, .fwd = attn_fwd, .bwd = attn_bwd};
+    .kind = "attention", .flags = NN_BWD_INPUT | NN_BWD_OUTPUT, .attrs = attn_attrs,
+    .attr_size = sizeof(attn_attr), .infer = attn_infer, .fwd = attn_fwd, .bwd = attn_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = attn_fwd_cuda, .bwd_cuda = attn_bwd_cuda, .workspace_cuda = attn_ws_cuda)};
 
 int nn_attention(nn_graph *g, int x, int heads, int stored)
 {

@@ -46,9 +46,35 @@ static size_t c1_ws(const nn_graph *g, const nn_node *n, int max_batch)
 }
 
 
+#if DDPRT_CUDA
+static int c1_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    return k_cuda_conv1d_hf_fwd(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0),
+                                nn_pw(g, n, 1), n->y, r->ws, r->stream);
+}
+
+static int c1_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    return k_cuda_conv1d_hf_bwd(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
+                                nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws, r->stream);
+}
+
+/* split-K scratch for every batch up to max_batch (the split count depends on the rows) */
+static size_t c1_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    size_t m = 0;
+    for (int b = 1; b <= max_batch; b++) {
+        size_t w = k_cuda_conv1d_hf_workspace(b * n->out.c * n->out.h, nn_in(g, n, 0)->out.w, n->out.w);
+        m = w > m ? w : m;
+    }
+    return m;
+}
+#endif
+
 const nn_op nn_op_conv1d_hf = {
-    .kind = "conv1d_hf", .flags = NN_BWD_INPUT | NN_HOST_ONLY, .attrs = c1_attrs, .attr_size = sizeof(c1_attr),
-    .infer = c1_infer, .workspace = c1_ws, .fwd = c1_fwd, .bwd = c1_bwd};
+    .kind = "conv1d_hf", .flags = NN_BWD_INPUT, .attrs = c1_attrs, .attr_size = sizeof(c1_attr),
+    .infer = c1_infer, .workspace = c1_ws, .fwd = c1_fwd, .bwd = c1_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = c1_fwd_cuda, .bwd_cuda = c1_bwd_cuda, .workspace_cuda = c1_ws_cuda)};
 
 int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std)
 {

@@ -38,9 +38,28 @@ static void ln_bwd(nn_graph *g, nn_node *n, const nn_run *r)
                     nn_pg(g, n, 1));
 }
 
+#if DDPRT_CUDA
+static int ln_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int rows = ln_rows(n, r);
+    float *mean = n->aux, *rstd = mean + rows;
+    return k_cuda_layernorm_fwd(rows, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1), ln_attr_of(n).eps,
+                                n->y, mean, rstd, r->stream);
+}
+
+static int ln_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int rows = ln_rows(n, r);
+    const float *mean = n->aux, *rstd = mean + rows;
+    return k_cuda_layernorm_bwd(rows, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), mean, rstd, n->dy, nn_dx(g, n, 0),
+                                nn_pg(g, n, 0), nn_pg(g, n, 1), r->stream);
+}
+#endif
+
 const nn_op nn_op_layernorm = {
-    .kind = "layernorm", .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_HOST_ONLY, .attrs = ln_attrs,
-    .attr_size = sizeof(ln_attr), .infer = ln_infer, .fwd = ln_fwd, .bwd = ln_bwd};
+    .kind = "layernorm", .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, .attrs = ln_attrs,
+    .attr_size = sizeof(ln_attr), .infer = ln_infer, .fwd = ln_fwd, .bwd = ln_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = ln_fwd_cuda, .bwd_cuda = ln_bwd_cuda)};
 
 int nn_layernorm(nn_graph *g, const char *name, int x)
 {

@@ -100,9 +100,44 @@ static void lm_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     lm_run(g, n, r, g->lm_scale / (float)T, dx, nn_pg(g, lm_emb(g, n), 0));
 }
 
+#if DDPRT_CUDA
+/* On the device the forward makes the loss only and backward runs the classifier
+ * again (no fused step: four passes over the vocabulary instead of three). */
+static int lm_run_cuda(nn_graph *g, nn_node *n, const nn_run *r, float scale, float *dx, float *dw)
+{
+    const nn_node *x = nn_in(g, n, 0), *tok = nn_in(g, n, 1), *e = lm_emb(g, n);
+    int T = x->out.c, rows = r->n * T;
+    int32_t *tg = n->aux;
+    float *lr = (float *)(void *)(tg + rows);
+    return k_cuda_lm_targets(r->n, T, (const int32_t *)(const void *)tok->y, tg, r->stream) ||
+           k_cuda_classifier_fwd_bwd(rows, x->out.w, nn_tok_pos_embed_vocab(e), x->y, nn_pw(g, e, 0), tg, scale, lr,
+                                     dx, dw, 0, r->ws, r->stream);
+}
+
+static int lm_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int T = nn_in(g, n, 0)->out.c;
+    const float *lr = (const float *)(const void *)((int32_t *)n->aux + (long)r->n * T);
+    return lm_run_cuda(g, n, r, 0.0f, NULL, NULL) || k_cuda_row_means(r->n, T, lr, n->y, r->stream);
+}
+
+static int lm_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    int T = nn_in(g, n, 0)->out.c;
+    return lm_run_cuda(g, n, r, g->lm_scale / (float)T, nn_dx(g, n, 0), nn_pg(g, lm_emb(g, n), 0));
+}
+
+static size_t lm_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    const nn_node *x = nn_in(g, n, 0);
+    return k_cuda_classifier_workspace(max_batch * x->out.c, x->out.w, nn_tok_pos_embed_vocab(lm_emb(g, n)));
+}
+#endif
+
 const nn_op nn_op_lm_loss = {
-    .kind = "lm_loss", .flags = NN_BWD_INPUT | NN_HOST_ONLY, .min_in = 2, .max_in = 2, .attrs = lm_attrs,
-    .attr_size = sizeof(lm_attr), .infer = lm_infer, .workspace = lm_ws, .fwd = lm_fwd, .bwd = lm_bwd};
+    .kind = "lm_loss", .flags = NN_BWD_INPUT, .min_in = 2, .max_in = 2, .attrs = lm_attrs,
+    .attr_size = sizeof(lm_attr), .infer = lm_infer, .workspace = lm_ws, .fwd = lm_fwd, .bwd = lm_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = lm_fwd_cuda, .bwd_cuda = lm_bwd_cuda, .workspace_cuda = lm_ws_cuda)};
 
 int nn_lm_loss(nn_graph *g, const char *name, int x, int emb)
 {

@@ -47,9 +47,31 @@ static void tpe_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     memset(nn_pg(g, n, 1) + (size_t)n->out.c * n->out.w, 0, sizeof(float) * (size_t)(a.ctx - n->out.c) * n->out.w);
 }
 
+#if DDPRT_CUDA
+static int tpe_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    const nn_node *x = nn_in(g, n, 0);
+    return k_cuda_tok_pos_embed_fwd(r->n, n->out.c, n->out.w, (const int32_t *)(const void *)x->y, x->out.w,
+                                    nn_pw(g, n, 0), nn_pw(g, n, 1), n->y, r->stream);
+}
+
+static int tpe_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    const nn_node *x = nn_in(g, n, 0);
+    tpe_attr a = tpe_attr_of(n);
+    /* wpe rows past T: zeros (the kernel writes the first T rows) */
+    return k_cuda_tok_pos_embed_bwd(r->n, n->out.c, n->out.w, a.vocab, (const int32_t *)(const void *)x->y, x->out.w,
+                                    n->dy, nn_pg(g, n, 0), nn_pg(g, n, 1), a.tied, r->stream) ||
+           (a.ctx > n->out.c && port_memset_dev(nn_pg(g, n, 1) + (size_t)n->out.c * n->out.w, 0,
+                                                sizeof(float) * (size_t)(a.ctx - n->out.c) * n->out.w, r->stream,
+                                                "tok_pos_embed: wpe gradient past T"));
+}
+#endif
+
 const nn_op nn_op_tok_pos_embed = {
-    .kind = "tok_pos_embed", .flags = NN_BWD_INPUT | NN_HOST_ONLY, .attrs = tpe_attrs, .attr_size = sizeof(tpe_attr),
-    .infer = tpe_infer, .fwd = tpe_fwd, .bwd = tpe_bwd};
+    .kind = "tok_pos_embed", .flags = NN_BWD_INPUT, .attrs = tpe_attrs, .attr_size = sizeof(tpe_attr),
+    .infer = tpe_infer, .fwd = tpe_fwd, .bwd = tpe_bwd,
+    NN_CUDA_ONLY(.fwd_cuda = tpe_fwd_cuda, .bwd_cuda = tpe_bwd_cuda)};
 
 int nn_tok_pos_embed(nn_graph *g, const char *name, int x, int vocab, int dim, int ctx)
 {

@@ -13,13 +13,17 @@
 #include <string.h>
 
 #include "test/gpu/gpu_models.h"
+#include "test/t_data.h"
 
 int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab, int B)
 {
     nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
     nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
     nn_buf *b = calloc(NN_MAX_BUFS, sizeof *b);
-    nn_model_cfg mc = {.name = name, .in = in, .num_classes = classes, .vocab = vocab, .embed_dim = 16};
+    /* a .cfg file on token windows: a language model (the [gpt] case) */
+    int file = strstr(name, ".cfg") != NULL;
+    nn_model_cfg mc = {.name = file ? NULL : name, .file = file ? name : NULL, .in = in, .num_classes = classes,
+                       .vocab = vocab, .embed_dim = 16, .lm = file && in.tokens};
     char err[256];
     rt_arena plan;
     rt_arena_plan(&plan, "model");
@@ -191,5 +195,12 @@ int gm_graph_train(int *cases)
     bad += model_case("lenet", (nn_shape){1, 28, 28, 0}, 10, 0, 4), (*cases)++;
     bad += model_case("resnet20", (nn_shape){3, 8, 8, 0}, 10, 0, 3), (*cases)++;
     bad += model_case("textcnn", (nn_shape){1, 1, 12, 1}, 4, 50, 3), (*cases)++;
+    /* GPT-2's ops (a tied classifier, attention over 7 tokens, windows of 8 ids) */
+    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    static char path[600];
+    const char *dir = t_tmpdir("gpugpt");
+    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
+    snprintf(path, sizeof path, "%s/gpt.cfg", dir);
+    bad += model_case(path, (nn_shape){1, 1, 8, 1}, 1, 13, 3), (*cases)++;
     return bad;
 }

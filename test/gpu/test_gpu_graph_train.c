@@ -5,8 +5,10 @@
  * (processes through ddprt-launch, --check-sync). */
 #include "test/gpu/gpu_models.h"
 #include "test/gpu/g.h"
+#include <math.h>
+#include "test/t_data.h"
 
-TEST(gpu_graph_steps_match_cpu_lenet_resnet20_textcnn)
+TEST(gpu_graph_steps_match_cpu_lenet_resnet20_textcnn_gpt)
 {
     g_init();
     gm_slack = 10;
@@ -40,30 +42,51 @@ static int same_losses(const char *a, const char *b, double tol, char *why, size
 
 #define G_STEPS G_BIG(6, 2)
 
-static void model_vs_cpu(const char *model, const char *launch)
+/* model: "--model NAME" or "--model-file F ..."; lm: a language model, whose validation
+ * (the host graph, 2 batches) runs on the executor too and must agree (a large step
+ * size and no --check-sync, which downloads the parameters every step: validating the
+ * device's initial parameters would show). */
+static void model_vs_cpu(const char *model, const char *launch, int lm)
 {
     char cmd[1024], out_g[32768], out_c[32768], why[128] = "";
-    char args[160];
+    char args[200];
     /* The executor runs the losses only: the synthetic test set is 10000 samples. */
-    snprintf(args, sizeof args, "--data synthetic --epochs 1 --max-steps %d --log-interval 1 --batch-size %d --check-sync 1%s",
-             G_STEPS, G_BIG(16, 4), G_SIMT ? " --no-eval" : "");
-    snprintf(cmd, sizeof cmd, "%s %s --device cuda --model %s %s 2>&1", launch, g_train(), model, args);
+    snprintf(args, sizeof args, "--data synthetic --epochs 1 --max-steps %d --log-interval 1 --batch-size %d%s",
+             G_STEPS, G_BIG(16, 4), lm ? " --eval-batches 2 --lr 3" : G_SIMT ? " --check-sync 1 --no-eval" : " --check-sync 1");
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), model, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
-    snprintf(cmd, sizeof cmd, "%s %s --device cpu --model %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
     CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
     int n = same_losses(out_g, out_c, 2e-3, why, sizeof why);
     CHECKF(n == G_STEPS, "%s (%s): %d loss lines agree; %s\n%s", model, launch, n, why, out_g);
+    if (lm) {
+        const char *vg = strstr(out_g, "Average loss: "), *vc = strstr(out_c, "Average loss: ");
+        CHECKF(vg && vc && fabs(atof(vg + 14) - atof(vc + 14)) <= 2e-3 * (1 + fabs(atof(vc + 14))),
+               "validation: %.20s vs %.20s\n%s", vg ? vg : "none", vc ? vc : "none", out_g);
+    }
 }
 
 TEST(gpu_train_resnet20_textcnn_match_cpu)
 {
-    model_vs_cpu("resnet20", "");
-    model_vs_cpu("textcnn", "");
+    model_vs_cpu("--model resnet20", "", 0);
+    model_vs_cpu("--model textcnn", "", 0);
+}
+
+/* GPT-2's ops on the device in the trainer: losses, then the validation loss, which the
+ * host graph computes from the parameters it takes back from the device. */
+TEST(gpu_train_gpt_matches_cpu)
+{
+    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    const char *dir = t_tmpdir("gpugptt");
+    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
+    char model[700];
+    snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 8", dir);
+    model_vs_cpu(model, "", 1);
 }
 
 TEST(gpu_ddp_resnet20_2_processes_share_gpu)
 {
     char launch[512];
     snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
-    model_vs_cpu("resnet20", launch);
+    model_vs_cpu("--model resnet20", launch, 0);
 }

@@ -11,7 +11,7 @@ LDLIBS  := -lz -lm
 # Every folder apps/NAME is one program, $(BUILD)/ddprt-NAME, made of its .c files and the
 # library; the library (libddprt.a) holds no program code.
 APPS     := $(patsubst apps/%/,%,$(wildcard apps/*/))
-LIB_SRC  := $(wildcard rt/*.c transport/*.c nn/*.c nn/*/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c)
+LIB_SRC  := $(wildcard rt/*.c api/*.c transport/*.c nn/*.c nn/*/*.c kernels/cpu/*.c ports/posix/*.c ports/nocuda/*.c)
 TEST_SRC := $(wildcard test/*.c)
 # test/progs/foo.c -> $(BUILD)/t-foo: helper processes that multi-process tests start.
 TPROG_SRC:= $(wildcard test/progs/*.c)
@@ -104,7 +104,7 @@ test-gpu:
 endif
 .PHONY: test-gpu
 
-# The SIMT executor (ports/simt): the kernels/cuda sources compiled by the host C++
+# The SIMT executor (test/simt): the kernels/cuda sources compiled by the host C++
 # compiler and run on the CPU thread by thread, with barrier, warp, bounds and race
 # checks, under the real ports/cuda/port_cuda.c on the executor's CUDA runtime. It needs
 # g++, not nvcc or a GPU: make test runs the device suite (test/gpu) and ddprt-train
@@ -117,28 +117,28 @@ SIMT_DIR := $(BUILD)/obj-simt
 # fmaf as one instruction where the CPU has FMA (glibc's software fmaf is ~5x slower).
 SIMT_FMA := $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-mfma)
 # -ffp-contract=off: only an explicit fmaf fuses, so __fmul_rn/__fadd_rn keep their word.
-SIMT_CXXFLAGS := -std=c++17 $(OPT) -g -I. -Iports/simt/include -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Wall -Wextra \
+SIMT_CXXFLAGS := -std=c++17 $(OPT) -g -I. -Itest/simt/include -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Wall -Wextra \
             -Werror -Wno-unknown-pragmas -ffp-contract=off $(SIMT_FMA) -MMD -MP $(EXTRA_CXXFLAGS)
 # Under TSan the executor's own code is not instrumented: its threads are TSan fibers
-# ordered only by CUDA's synchronisation (ports/simt/simt_exec.cc).
+# ordered only by CUDA's synchronisation (test/simt/simt_exec.cc).
 SIMT_CORE_SAN := $(if $(findstring thread,$(SAN)),-DSIMT_TSAN=1,$(SAN))
 # The library sources whose code depends on DDPRT_CUDA (the device halves of the ops,
 # the device graph) again with it, and the real port on the executor's runtime.
 SIMT_CUDA_RE := ^.if.*DDPRT_CUDA|NN_CUDA[(]
 SIMT_C_SRC := $(shell grep -l -E '$(SIMT_CUDA_RE)' $(LIB_SRC)) ports/cuda/port_cuda.c
 SIMT_OBJ := $(patsubst %.cu,$(SIMT_DIR)/%.o,$(wildcard kernels/cuda/*.cu)) \
-            $(patsubst %.cc,$(SIMT_DIR)/%.o,$(wildcard ports/simt/*.cc)) $(patsubst %.c,$(SIMT_DIR)/%.o,$(SIMT_C_SRC))
+            $(patsubst %.cc,$(SIMT_DIR)/%.o,$(wildcard test/simt/*.cc)) $(patsubst %.c,$(SIMT_DIR)/%.o,$(SIMT_C_SRC))
 # make test's own tests run the executor's programs when it is built.
 $(BUILD)/obj/test/%.o: CFLAGS += -DDDPRT_HAVE_SIMT=1
 $(SIMT_DIR)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(CXX) -x c++ $(SIMT_CXXFLAGS) $(SAN) -c $< -o $@
-$(SIMT_DIR)/ports/simt/%.o: ports/simt/%.cc
+$(SIMT_DIR)/test/simt/%.o: test/simt/%.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_CORE_SAN) -c $< -o $@
 $(SIMT_DIR)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Iports/simt/include -c $< -o $@
+	$(CC) $(CFLAGS) -DDDPRT_CUDA=1 -DDDPRT_SIMT=1 -Itest/simt/include -c $< -o $@
 # The device suite (test/gpu) on the executor, and ddprt-train on it (--device cuda).
 SIMT_TEST_OBJ := $(patsubst %.c,$(SIMT_DIR)/%.o,$(wildcard test/gpu/*.c)) $(BUILD)/obj/test/runner.o \
                  $(BUILD)/obj/test/t_data.o
@@ -174,10 +174,10 @@ $(BUILD)/libddprt.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # The shared library: the C API's objects and what they need from the archive;
-# versioned soname (libddprt.so.MAJOR), only ddprt_* exported (rt/api.map).
-API_OBJ  := $(BUILD)/obj/rt/api.o $(BUILD)/obj/rt/api_coll.o
-$(BUILD)/libddprt.so.$(VERSION): $(API_OBJ) $(BUILD)/libddprt.a rt/api.map
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=rt/api.map -Wl,--as-needed \
+# versioned soname (libddprt.so.MAJOR), only ddprt_* exported (api/api.map).
+API_OBJ  := $(BUILD)/obj/api/api.o $(BUILD)/obj/api/api_coll.o
+$(BUILD)/libddprt.so.$(VERSION): $(API_OBJ) $(BUILD)/libddprt.a api/api.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=api/api.map -Wl,--as-needed \
 	  $(if $(SAN),,-Wl,--no-undefined) $(LDFLAGS) -o $@ $(API_OBJ) $(BUILD)/libddprt.a $(LDLIBS)
 $(BUILD)/libddprt.so: $(BUILD)/libddprt.so.$(VERSION)
 	ln -sf libddprt.so.$(VERSION) $(BUILD)/$(SONAME)

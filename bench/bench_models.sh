@@ -11,6 +11,9 @@ rounds=${1:-3}
 cases=("lenet 64 400 200" "resnet20 128 12 6" "textcnn 64 150 60" "resnet18 32 4 3")
 . bench/lib.sh
 bench_deps
+# DDPRT_ISA=avx2 on a CPU with more: PyTorch on the same level (ATen's kernels and
+# OpenBLAS's Haswell kernels, oneDNN's convolutions), so both sides run as on an AVX2 machine.
+if [[ ${DDPRT_ISA:-} == avx2 ]]; then export ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2; fi
 cpu_line
 load_line before
 printf "%-10s %6s %14s %14s %8s %12s %12s %8s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" "RSS x"

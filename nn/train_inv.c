@@ -24,7 +24,9 @@
  * shards share its rank. The running statistics are updated once per micro-batch
  * index with the tree's average of the shards' batch statistics (nn_bn_update), the
  * same momentum step a forward takes; every rank then holds the same buffers, so no
- * broadcast_buffers is needed. */
+ * broadcast_buffers is needed.
+ *
+ * Part of the trainer module with train.c and train_setup.c (they call each other). */
 #include "nn/train.h"
 #include "nn/metrics.h"
 #include "ports/posix/port.h"

@@ -1,7 +1,11 @@
 /* The trainer up to its first step (nn_trainer_setup): every check a run needs, the data
  * located and loaded, memory planned and carved, the model built and initialised or
  * resumed, the ranks agreed. Each step of setup_local either succeeds or returns -1
- * with one line; the loop itself is in train.c. */
+ * with one line; the loop itself is in train.c.
+ *
+ * train.c, train_setup.c and train_inv.c are one module (the trainer, nn/train.h)
+ * in three files for size: they call each other by design (a circle of files, not of
+ * layers). */
 #include "nn/train.h"
 #include "kernels/k.h"
 #include "nn/ckpt.h"

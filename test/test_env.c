@@ -77,8 +77,8 @@ TEST(env_every_variable_is_read_through_the_table)
         const char *name = rt_env_name((rt_env)v);
         char cmd[512];
         snprintf(cmd, sizeof cmd,
-                 "grep -rqw --include=*.c --include=*.h --include=*.cc --include=*.cu 'RT_ENV_%s' rt/*.c transport nn kernels apps "
-                 "ports || grep -rqF '%s' test/*.c test/progs python/ddprt",
+                 "grep -rqw --include=*.c --include=*.h --include=*.cc --include=*.cu 'RT_ENV_%s' rt/*.c api transport nn kernels apps "
+                 "ports test/simt || grep -rqF '%s' test/*.c test/progs python/ddprt",
                  name + 6, name);
         CHECKF(system(cmd) == 0, "%s is in rt/env.c's table but nothing reads it", name);
     }

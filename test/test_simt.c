@@ -1,5 +1,5 @@
 /* The CUDA kernels on the CPU: the device suite (test/gpu, the same tests make test-gpu
- * runs on a GPU) on the SIMT executor (ports/simt), every kernel against the CPU
+ * runs on a GPU) on the SIMT executor (test/simt), every kernel against the CPU
  * kernels or naive references, under two thread orders (a kernel whose result depends
  * on the order in which its threads run has a race). Built when the executor is
  * (g++ present, SIMT not 0). */

@@ -1,4 +1,4 @@
-/* The SIMT executor's checks (ports/simt), each on a small kernel broken on purpose
+/* The SIMT executor's checks (test/simt), each on a small kernel broken on purpose
  * (test/simt/simt_checks.cu): what a CUDA developer expects from compute-sanitizer is a
  * report that names the check, the kernel and the threads. Plus the intrinsics' results
  * against CUDA's definitions under every thread order. */

@@ -1,5 +1,5 @@
 /* ddprt-train --device cuda end to end without a GPU: build/t-train-simt is ddprt-train
- * linked with the SIMT executor (ports/simt: the real kernels/cuda sources and
+ * linked with the SIMT executor (test/simt: the real kernels/cuda sources and
  * ports/cuda/port_cuda.c run on the CPU), so the trainer's GPU wiring (device graph
  * setup, upload, the step, eval, --check-sync downloads, checkpoints, DDP's comm thread
  * and buffer broadcast between processes) runs here and must train as the CPU does.

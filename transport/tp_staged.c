@@ -1,7 +1,10 @@
 /* Pinned host staging for device buffers: the chunk pipeline (see tp_staged.h). A
  * device op is a tp_handle with `stage` set; tp_comm.c issues it like any op (one
  * sequence number per chunk) and hands it to tp_staged_run in the thread that drives
- * the backend, which runs the chunks' host collectives inline. */
+ * the backend, which runs the chunks' host collectives inline.
+ *
+ * tp_comm.c, tp_staged.c and tp_watch.c are one module (the communicator) in three files:
+ * they call each other by design. */
 #include "transport/tp_comm_int.h"
 #include "transport/tp_staged.h"
 #include <stdio.h>

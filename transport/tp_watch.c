@@ -1,4 +1,5 @@
-/* Stall watch: heartbeats over UDP, attribution, warnings (design: tp_watch.h). */
+/* Stall watch: heartbeats over UDP, attribution, warnings (design: tp_watch.h).
+ * Part of the communicator module with tp_comm.c and tp_staged.c (they call each other). */
 #include "transport/tp_comm_int.h"
 #include "transport/tp_watch.h"
 #include "ports/posix/port_sock.h"

@@ -9,7 +9,7 @@
 
 // kernel<<<grid, block, shmem, stream>>>(args) is written K_LAUNCH(kernel, grid, block,
 // shmem, stream)(args): nvcc launches it on the GPU; built for the SIMT executor
-// (ports/simt, make test) the same source queues the kernel on the CPU. A template
+// (test/simt, make test) the same source queues the kernel on the CPU. A template
 // kernel goes in parentheses with its template arguments: K_LAUNCH((k<A, B>), ...).
 #ifdef DDPRT_SIMT
 #define K_LAUNCH(k, grid, block, shmem, stream) SIMT_LAUNCH(k, grid, block, shmem, stream)

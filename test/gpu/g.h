@@ -1,7 +1,7 @@
 /* Helpers for the device suite: device buffers filled from host arrays, results copied
  * back, and comparisons against the CPU kernels. Every failure of the port is fatal to
  * the test with the port's message. The suite runs on a GPU (make test-gpu) and, in
- * make test, on the SIMT executor (ports/simt; G_SIMT), which runs a GPU's threads one
+ * make test, on the SIMT executor (test/simt; G_SIMT), which runs a GPU's threads one
  * at a time on the CPU: there the shapes that would take minutes shrink (G_BIG). */
 #ifndef TEST_GPU_G_H
 #define TEST_GPU_G_H

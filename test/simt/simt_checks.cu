@@ -1,4 +1,4 @@
-// t-simt-checks CASE: one small kernel per check of the SIMT executor (ports/simt), most
+// t-simt-checks CASE: one small kernel per check of the SIMT executor (test/simt), most
 // of them broken on purpose; prints what the CUDA runtime reports ("report: ...") and
 // what the kernel computed ("result: ..."). test/test_simt_checks.c runs every case
 // and asserts on the words. Built for the executor only (never by nvcc).

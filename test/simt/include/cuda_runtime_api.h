@@ -1,7 +1,7 @@
 /* The CUDA runtime API subset that ports/cuda/port_cuda.c and kernels/cuda use, served
- * by the SIMT executor (ports/simt) instead of libcudart: the same names, types and
+ * by the SIMT executor (test/simt) instead of libcudart: the same names, types and
  * error codes, so the real port and the real kernels build unchanged with
- * -Iports/simt/include and run on the CPU. C and C++. See ports/simt/simt.h. */
+ * -Itest/simt/include and run on the CPU. C and C++. See test/simt/simt.h. */
 #ifndef SIMT_CUDA_RUNTIME_API_H
 #define SIMT_CUDA_RUNTIME_API_H
 #include <stddef.h>

@@ -1,6 +1,6 @@
 // The SIMT executor: the real kernels/cuda/*.cu sources, compiled by g++ as C++ for the
 // host (make test, no GPU), run here thread by thread. This header is the device side
-// a .cu file sees (through <cuda_runtime.h> with -Iports/simt/include): the CUDA
+// a .cu file sees (through <cuda_runtime.h> with -Itest/simt/include): the CUDA
 // keywords, threadIdx/blockIdx/blockDim/gridDim, barriers, warp intrinsics, atomics,
 // the __f*_rn arithmetic, device math and the launch (K_LAUNCH in k_cuda_common.cuh).
 //

@@ -3,8 +3,8 @@
  * request slots handed out from a pool sized at init (no allocation per op), a
  * one-process job without any transport, and the port offset that lets ddprt and
  * torch.distributed share MASTER_ADDR/MASTER_PORT. The collectives are in
- * rt/api_coll.c. */
-#include "rt/api_int.h"
+ * api/api_coll.c. */
+#include "api/api_int.h"
 #include "ports/posix/port_sock.h"
 #include "rt/env.h"
 #include "rt/hash.h"

@@ -1,4 +1,4 @@
-/* Internals shared by rt/api.c (init, errors, requests) and rt/api_coll.c (the
+/* Internals shared by api/api.c (init, errors, requests) and api/api_coll.c (the
  * collectives) of the C API in include/ddprt.h. */
 #ifndef RT_API_INT_H
 #define RT_API_INT_H

@@ -2,7 +2,7 @@
 // streams, events, errors) and simt_exec.cc (fibers: how one kernel launch runs).
 #pragma once
 #define SIMT_RUNTIME 1 // the declarations only, not the device-side macros
-#include "ports/simt/simt.h"
+#include "test/simt/simt.h"
 #include <stddef.h>
 #include <string>
 #include <utility>

@@ -1,7 +1,7 @@
 /* The collectives of the C API (include/ddprt.h): arguments checked here with a line
  * that says which and why, then the communicator's op (transport/tp.h), or a local
  * copy in a one-process job. */
-#include "rt/api_int.h"
+#include "api/api_int.h"
 #include <stdint.h>
 #include <string.h>
 

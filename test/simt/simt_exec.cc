@@ -13,7 +13,7 @@
 // without synchronisation, so the only happens-before edges between threads are the
 // ones CUDA promises: barriers, warp intrinsics, block and launch boundaries (blocks are
 // ordered too, as their shared memory is the same static storage).
-#include "ports/simt/simt_int.h"
+#include "test/simt/simt_int.h"
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -127,7 +127,7 @@ asm(".text\n"
     "simt_ctx_start:\n  movq %r12, %rdi\n  callq *%r13\n  ud2\n"
     ".size simt_ctx_start,.-simt_ctx_start\n");
 #else
-#error "ports/simt: the stack switch is written for x86-64 only (add the target's registers here)"
+#error "test/simt: the stack switch is written for x86-64 only (add the target's registers here)"
 #endif
 
 namespace {

@@ -11,7 +11,7 @@
 // synchronisation. Pinned host memory is recorded so that copies from pageable memory
 // get CUDA's semantics (they return only when the host buffer is done with), and so a
 // kernel argument can be checked to be device-reachable.
-#include "ports/simt/simt_int.h"
+#include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include <signal.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
 //   - its static __shared__ variables are the symbols _ZZ<kernel>E... of the
 //     executable's symbol table (function-local statics), with their sizes.
 // Also the environment: the thread order (DDPRT_SIMT_SCHED) and its seed.
-#include "ports/simt/simt_int.h"
+#include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include <elf.h>
 #include <fcntl.h>

@@ -35,7 +35,7 @@ t0=$(date +%s.%N)
 "$B/ddprt-launch" --nproc-per-node 4 -- "$B/ddprt-train" "${a[@]}" --save "$d/ref.st" >"$d/ref.log" 2>&1
 t1=$(date +%s.%N)
 printf '%s\n' '#!/bin/sh' 'if [ "$RANK" = 2 ] && [ -z "$DDPRT_RESTART_COUNT" ]; then' \
-    '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 1; kill -9 -$(ps -o pgid= -p $$ | tr -d " ")) &' 'fi' \
+    '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 1; kill -9 0) &' 'fi' \
     'exec "$TRAIN" "$@"' >"$d/wrap.sh"
 chmod +x "$d/wrap.sh"
 port=$((20000 + RANDOM % 20000))

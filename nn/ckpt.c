@@ -85,14 +85,18 @@ int nn_ckpt_save(const char *path, nn_graph *g, const nn_ckpt_state *s, int keep
 {
     int nm = model_tensors(g, mt), ns = state_tensors(g, s, st, optnames);
     nm += alias_tensors(g, mt + nm);
-    char epoch[24], step[24], ostep[24];
+    char epoch[24], step[24], ostep[24], esteps[24];
     snprintf(epoch, sizeof epoch, "%d", s->epoch);
     snprintf(step, sizeof step, "%" PRIu64, s->step);
     snprintf(ostep, sizeof ostep, "%" PRIu64, s->optimizer_step);
-    stio_meta m[5] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch}, {"step", step}};
-    stio_meta sm[7] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch},
-                       {"step", step}, {"optimizer", s->optimizer}, {"optimizer_step", ostep}};
-    stio_part parts[2] = {{"", mt, nm, m, 5}, {NN_CKPT_STATE_SUFFIX, st, ns, sm, 7}};
+    snprintf(esteps, sizeof esteps, "%" PRIu64, s->epoch_steps);
+    stio_meta m[6] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch}, {"step", step},
+                      {"epoch_steps", esteps}};
+    stio_meta sm[8] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch},
+                       {"step", step}, {"optimizer", s->optimizer}, {"optimizer_step", ostep}, {"epoch_steps", esteps}};
+    /* epoch_steps only inside an epoch: an epoch's checkpoint keeps its bytes */
+    int in = s->epoch_steps != 0;
+    stio_part parts[2] = {{"", mt, nm, m, 5 + in}, {NN_CKPT_STATE_SUFFIX, st, ns, sm, 7 + in}};
     return stio_save_parts(path, parts, 2, keep > 0 ? keep : 1, err, errlen);
 }
 
@@ -135,7 +139,7 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
 {
     stio_file *f = NULL, *sf = NULL;
     char e2[1024], state_path[1100];
-    uint64_t epoch, step, step2, epoch2, ostep;
+    uint64_t epoch, step, step2, epoch2, ostep, esteps = 0;
     int rc = -1;
     snprintf(state_path, sizeof state_path, "%s%s", path, NN_CKPT_STATE_SUFFIX);
     if (stio_open(&f, path, e2, sizeof e2)) {
@@ -148,8 +152,11 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
                  "to start from its weights: --init-from %s", path, path);
         goto out;
     }
-    if (meta_u64(f, path, "epoch", 1, NN_CKPT_MAX_EPOCH, &epoch, err, errlen) ||
-        meta_u64(f, path, "step", 0, MAX_STEP, &step, err, errlen))
+    /* A checkpoint inside the first epoch (--save-every) has completed 0 epochs. */
+    uint64_t lo = stio_meta_get(f, "epoch_steps") ? 0 : 1, msteps = 0;
+    if (meta_u64(f, path, "epoch", lo, NN_CKPT_MAX_EPOCH, &epoch, err, errlen) ||
+        meta_u64(f, path, "step", 0, MAX_STEP, &step, err, errlen) ||
+        (!lo && meta_u64(f, path, "epoch_steps", 1, step, &msteps, err, errlen)))
         goto out;
     if (stio_open_part(&sf, path, NN_CKPT_STATE_SUFFIX, f, e2, sizeof e2)) {
         snprintf(err, errlen, "--resume %s (the optimizer state written with %s)", e2, path);
@@ -159,10 +166,16 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
         snprintf(err, errlen, "--resume %s: no header checksum (a damaged file, or not written by ddprt)", state_path);
         goto out;
     }
-    if (meta_u64(sf, state_path, "epoch", 1, NN_CKPT_MAX_EPOCH, &epoch2, err, errlen) ||
+    if (meta_u64(sf, state_path, "epoch", lo, NN_CKPT_MAX_EPOCH, &epoch2, err, errlen) ||
         meta_u64(sf, state_path, "step", 0, MAX_STEP, &step2, err, errlen) ||
-        meta_u64(sf, state_path, "optimizer_step", 0, step, &ostep, err, errlen))
+        meta_u64(sf, state_path, "optimizer_step", 0, step, &ostep, err, errlen) ||
+        (stio_meta_get(sf, "epoch_steps") && meta_u64(sf, state_path, "epoch_steps", 1, step, &esteps, err, errlen)))
         goto out;
+    if (!!esteps != !lo || esteps != msteps) {
+        snprintf(err, errlen, "--resume %s: %s and %s disagree on the steps taken inside the epoch (%llu, %llu; "
+                 "a damaged file?)", path, path, state_path, (unsigned long long)msteps, (unsigned long long)esteps);
+        goto out;
+    }
     if (epoch2 != epoch || step2 != step) {
         snprintf(err, errlen, "--resume %s: epoch %llu step %llu, but %s says epoch %llu step %llu", path,
                  (unsigned long long)epoch, (unsigned long long)step, state_path, (unsigned long long)epoch2,
@@ -190,6 +203,7 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
         goto out;
     }
     s->epoch = (int)epoch;
+    s->epoch_steps = esteps;
     s->step = step;
     s->optimizer_step = ostep;
     rc = 0;

@@ -5,7 +5,8 @@
  *               takes it as it is; metadata: model, epoch, step.
  *   PATH.state  the optimizer state as "optim.<block>.<param name>" tensors (PyTorch's
  *               momentum_buffer, exp_avg, exp_avg_sq), the optimizer's name and its own
- *               step, and the same epoch and step.
+ *               step, and the same epoch and step; inside an epoch (--save-every) also
+ *               epoch_steps, the steps of the next epoch taken.
  * Every value read back is checked before it is used: the header CRC of both files,
  * the two files' common save id, the epoch, steps and optimizer in their ranges. The
  * checkpoint code sees the graph and the optimizer state, not the trainer. */
@@ -20,7 +21,9 @@ struct nn_graph;
 #define NN_CKPT_MAX_EPOCH 100000000
 
 typedef struct nn_ckpt_state {
-    int epoch;                 /* the epoch completed (1..) */
+    int epoch;                 /* the epochs completed (1..; 0 inside the first one) */
+    uint64_t epoch_steps;      /* --save-every: optimizer steps of the next epoch already taken
+                                * (the sampler's position; 0: an epoch's end, not written) */
     uint64_t step;             /* optimizer steps taken */
     const char *optimizer;     /* "sgd", "adam", "adamw": what wrote the blocks */
     uint64_t optimizer_step;   /* the optimizer's own step count (<= step) */

@@ -56,6 +56,9 @@ static const rt_arg flags[] = {
     F("resume", RT_ARG_STR, resume, RANK, RT_ARG_ANY, "resume from a checkpoint"),
     FR("keep", keep, RANK, 1, 1000, "checkpoint generations kept: PATH, PATH.1, ... (1-1000; default: 1)"),
     F("max-steps", RT_ARG_INT, max_steps, JOB, RT_ARG_NONNEG, "stop after N training steps (0: no limit)"),
+    F("save-every", RT_ARG_INT, save_every, JOB, RT_ARG_NONNEG,
+      "with --save: also checkpoint every N optimizer steps inside an epoch (the sampler position too: --resume goes "
+      "on mid-epoch; elastic restart points); 0: at epoch ends only"),
     /* RANK: the ranks compare the network they built from it (nn_trainer_setup), not the path. */
     F("model-file", RT_ARG_STR, model_file, RANK, RT_ARG_ANY, "build the network from a plain-text description (see README)"),
     F("num-classes", RT_ARG_INT, num_classes, JOB, RT_ARG_POS, "output classes (default: the data's)"),
@@ -154,6 +157,10 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
     }
     if (o->rank >= 0 && o->world_size > 0 && o->rank >= o->world_size) {
         rt_error("--rank %d is out of range for --world-size %d", o->rank, o->world_size);
+        return -1;
+    }
+    if (o->save_every && !o->save) {
+        rt_error("--save-every %d: the checkpoints need a path: --save PATH", o->save_every);
         return -1;
     }
     nn_optim_cfg oc;

@@ -16,6 +16,7 @@ typedef struct nn_opts {
     int check_sync;
     const char *metrics, *plot, *save, *resume;
     int max_steps; /* stop after this many training steps (tests, benchmarks); 0 = all */
+    int save_every; /* --save-every N: also a checkpoint every N optimizer steps inside an epoch */
     /* models */
     const char *model_file, *init_from, *nan_check;
     int num_classes, embed_dim, no_eval, keep, recompute_macs, init_non_strict;

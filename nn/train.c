@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 double nn_peak_rss_mib(void)
@@ -139,6 +140,41 @@ void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double
                t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
 }
 
+/* Rank 0 writes the checkpoint: after `epoch` complete epochs and, inside the next one,
+ * epoch_steps optimizer steps (--save-every: the sampler's position; only then is it in
+ * the metadata, so an epoch's checkpoint keeps its bytes). */
+static void save_checkpoint(nn_trainer *t, int epoch, int epoch_steps)
+{
+    const nn_opts *o = &t->o;
+    char err[512];
+    if (!o->save) return;
+    float *full[2] = {NULL, NULL};
+    if (nn_zero_sharded(t)) nn_zero_full_state(t, full); /* every rank takes part */
+    if (t->rank == 0) {
+        if (t->cuda && nn_cuda_download(t->cuda, t->momentum)) rt_fatal("cuda: %s", port_cuda_errmsg());
+        nn_ckpt_state st = nn_trainer_ckpt_state(t, epoch);
+        st.epoch_steps = (uint64_t)epoch_steps;
+        for (int i = 0; i < 2; i++)
+            if (full[i]) st.blocks[i] = full[i];
+        if (nn_ckpt_save(o->save, &t->g, &st, o->keep, err, sizeof err)) rt_fatal("%s", err);
+        if (nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
+    }
+    free(full[0]);
+    free(full[1]);
+}
+
+static int restart_point(nn_trainer *t, int epoch, int epoch_steps);
+
+int nn_trainer_step_done(nn_trainer *t, int epoch, int more)
+{
+    const nn_opts *o = &t->o;
+    t->epoch_step++;
+    /* --save-every needs --save (nn_opts_parse), on every rank ("--save given" agrees) */
+    if (!o->save_every || t->epoch_step % o->save_every || !more) return 0;
+    save_checkpoint(t, epoch - 1, t->epoch_step);
+    return t->stop = restart_point(t, epoch, t->epoch_step);
+}
+
 /* One epoch; its wall time, or -1 when a bad sample stopped it (nn_loader_error). */
 static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
 {
@@ -151,13 +187,19 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     if (t->inv.on) return nn_inv_train_epoch(t, epoch, mx);
     nn_sampler_set_epoch(&t->sampler, epoch);
     t->epoch = epoch;
-    nn_loader_begin(&t->loader, &t->train, t->sampler.indices, 0, t->sampler.num_samples, o->batch_size, epoch, 1);
+    /* Resumed from a --save-every checkpoint: the epoch's first steps are done. */
+    int skip = t->skip_steps * t->opt.c.accum < nbatches ? t->skip_steps * t->opt.c.accum : nbatches;
+    t->epoch_step = skip / t->opt.c.accum, t->skip_steps = 0, batch_idx = skip;
+    int from = skip * o->batch_size < t->sampler.num_samples ? skip * o->batch_size : t->sampler.num_samples;
+    nn_loader_begin(&t->loader, &t->train, t->sampler.indices + from, 0, t->sampler.num_samples - from, o->batch_size,
+                    epoch, 1);
     double t0 = port_now_s(), comm0 = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s : 0;
     long samples = 0;
     while ((n = nn_loader_next(&t->loader, &x, &y)) > 0) {
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         double loss = nn_trainer_step(t, x, y, n);
         samples += n;
+        if (t->micro == 0 && nn_trainer_step_done(t, epoch, batch_idx + 1 < nbatches)) break;
         if (o->check_sync > 0 && t->micro == 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
             if (t->cuda && nn_cuda_download(t->cuda, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
@@ -190,7 +232,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     if (n < 0) return -1;
     /* A pass cut short (--max-steps) decodes nothing more; evaluation reuses the loader. */
     nn_loader_end(&t->loader);
-    if (!(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
+    if (!t->stop && !(o->max_steps && t->step >= (uint64_t)o->max_steps)) nn_trainer_flush(t);
     double dt = port_now_s() - t0;
     t->data_s = t->loader.wait_s;
     t->comm_s = t->ddp ? nn_ddp_get_stats(t->ddp).wait_s - comm0 : 0;
@@ -232,16 +274,20 @@ static int nothing_to_do(const nn_trainer *t)
 }
 
 /* An elastic launcher asks for a stop at the next restart point (a new node waits to
- * join): after an epoch's checkpoint every rank says whether it was asked, and all
- * stop together when any was, the checkpoint written. Once per epoch, elastic only. */
-static int restart_point(nn_trainer *t, int epoch)
+ * join) by creating its DDPRT_ELASTIC file: after a checkpoint (an epoch's, or a
+ * --save-every one) every rank says whether its launcher asked, and all stop together
+ * when any did, the checkpoint written. A file, not a signal: it cannot arrive before
+ * the program can take it, wrappers or not. Elastic only. */
+static int restart_point(nn_trainer *t, int epoch, int epoch_steps)
 {
-    if (!t->restart_req) return 0;
-    double v = *t->restart_req ? 1 : 0;
+    if (!t->restart_file || !*t->restart_file) return 0;
+    double v = access(t->restart_file, F_OK) == 0;
     if (t->ddp && nn_ddp_sum_f64(t->ddp, &v, 1)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
+    char in[48] = "";
+    if (epoch_steps) snprintf(in, sizeof in, ", step %d of it", epoch_steps);
     if (v > 0 && t->rank == 0)
-        rt_info("epoch %d: stopping at this restart point (checkpoint written) for the launchers' new membership",
-                epoch);
+        rt_info("epoch %d%s: stopping at this restart point (checkpoint written) for the launchers' new membership",
+                epoch, in);
     return v > 0;
 }
 
@@ -265,6 +311,10 @@ int nn_trainer_run(nn_trainer *t)
         double dt = train_epoch(t, epoch, &mx);
         if (dt < 0) return data_failed(t);
         total += dt;
+        if (t->stop) { /* a restart point inside the epoch: its checkpoint is written */
+            rc = NN_EXIT_RESTART_POINT;
+            break;
+        }
         long samples = t->epoch_samples;
         if (t->rank == 0) {
             printf("Epoch %d of %d took %.3fs\n", epoch, o->epochs, dt);
@@ -306,21 +356,9 @@ int nn_trainer_run(nn_trainer *t)
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
                        o->no_eval ? -1 : (double)correct / count, samples / dt, t->compute_s, t->comm_s, t->data_s);
-        if (o->save && t->rank == 0 && t->cuda && nn_cuda_download(t->cuda, t->momentum))
-            rt_fatal("cuda: %s", port_cuda_errmsg());
-        float *full[2] = {NULL, NULL};
-        if (o->save && nn_zero_sharded(t)) nn_zero_full_state(t, full); /* every rank takes part */
-        if (o->save && t->rank == 0) {
-            nn_ckpt_state st = nn_trainer_ckpt_state(t, epoch);
-            for (int i = 0; i < 2; i++)
-                if (full[i]) st.blocks[i] = full[i];
-            if (nn_ckpt_save(o->save, &t->g, &st, o->keep, err, sizeof err)) rt_fatal("%s", err);
-        }
-        free(full[0]);
-        free(full[1]);
-        if (o->save && t->rank == 0 && nn_data_save_meta(&t->train, o->save, err, sizeof err)) rt_fatal("%s", err);
+        save_checkpoint(t, epoch, 0);
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
-        if (epoch < o->epochs && restart_point(t, epoch)) {
+        if (epoch < o->epochs && restart_point(t, epoch, 0)) {
             rc = NN_EXIT_RESTART_POINT;
             break;
         }

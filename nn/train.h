@@ -12,7 +12,6 @@
 #include "nn/optim.h"
 #include "nn/sampler.h"
 #include "nn/train_inv.h"
-#include <signal.h>
 
 /* Language models (nn/lm.c): validation windows, sampling state. */
 typedef struct nn_lm {
@@ -47,15 +46,18 @@ typedef struct nn_trainer {
     int start_epoch;       /* 1, or the epoch after a resumed checkpoint */
     uint64_t step;         /* optimizer steps taken (also the dropout RNG counter) */
     uint64_t epoch_step0;  /* step at the start of the current epoch */
+    int epoch_step;        /* optimizer steps taken in the epoch being trained */
+    int skip_steps;        /* the resumed epoch's steps a mid-epoch checkpoint had done */
+    int stop;              /* stopped at a restart point inside an epoch */
     double compute_s, data_s, comm_s; /* per-epoch split of a step's time */
     long epoch_samples;    /* samples trained in the last epoch, all ranks */
     double last_loss;      /* of the last micro-batch (the NaN guard names it) */
     double peak_rss_mib;
     struct nn_cuda *cuda;  /* --device cuda: the GPU step (nn/graph_cuda.h); NULL on the CPU */
     nn_inv inv;            /* --invariant (nn/train_inv.h) */
-    /* Elastic launcher (DDPRT_ELASTIC): set (by a signal) when the job should stop at
-     * the next restart point; NULL: not elastic. */
-    const volatile sig_atomic_t *restart_req;
+    /* Elastic launcher (DDPRT_ELASTIC): a file that exists when the job should stop at
+     * its next restart point (a node waits to join); NULL: not elastic. */
+    const char *restart_file;
     nn_lm lm;              /* token windows (g.lm) */
 } nn_trainer;
 
@@ -85,6 +87,9 @@ void nn_trainer_free(nn_trainer *t);
 void nn_trainer_nan_guard(nn_trainer *t, double loss);
 void nn_trainer_update(nn_trainer *t);
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta);
+/* After an optimizer step inside epoch `epoch` (more: steps remain in it): --save-every's
+ * checkpoint and, under an elastic launcher, a restart point. 1: stop here (t->stop). */
+int nn_trainer_step_done(nn_trainer *t, int epoch, int more);
 double nn_peak_rss_mib(void);
 /* What a checkpoint of the trainer holds besides the graph (nn/ckpt.h): the optimizer
  * state and the position after `epoch`. */

@@ -174,12 +174,16 @@ double nn_inv_train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
     nn_sampler_set_epoch(&t->sampler, epoch);
     t->epoch = epoch;
     plan_epoch(t);
-    nn_loader_begin_plan(&t->loader, &t->train, v->order, 0, v->bounds, v->nbatches, epoch, 1);
+    /* Resumed from a --save-every checkpoint: its steps (m shards x N micro-batches each) are done. */
+    int s0 = t->skip_steps < v->steps ? t->skip_steps : v->steps, skip = s0 * v->m * t->opt.c.accum;
+    t->skip_steps = 0, t->epoch_step = s0;
+    nn_loader_begin_plan(&t->loader, &t->train, v->order, 0, v->bounds + skip, v->nbatches - skip, epoch, 1);
     double t0 = port_now_s(), comm0 = nn_ddp_get_stats(t->ddp).wait_s;
     long per_step = (long)v->t.K * o->batch_size * t->opt.c.accum, samples = 0;
-    for (int s = 0; s < v->steps; s++) {
+    for (int s = s0; s < v->steps; s++) {
         if (o->max_steps && t->step >= (uint64_t)o->max_steps) break;
         if (step(t, s)) return -1;
+        if (nn_trainer_step_done(t, epoch, s + 1 < v->steps)) break;
         long done = per_step * s, in = per_step < v->t.K * (long)v->ns - done ? per_step : v->t.K * (long)v->ns - done;
         samples += in;
         if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {

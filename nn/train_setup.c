@@ -271,6 +271,7 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
     t->step = st.step;
     t->opt.t = st.optimizer_step;
     t->start_epoch = st.epoch + 1;
+    t->skip_steps = (int)st.epoch_steps; /* a --save-every checkpoint: its epoch goes on from there */
     return 0;
 }
 

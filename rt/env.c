@@ -23,9 +23,9 @@ static const env_var vars[RT_ENV_COUNT] = {
       "seconds the rendezvous master waits for a connection's hello before dropping it (at most `DDPRT_TIMEOUT`)"),
     V(LAUNCH_GRACE, E_NONNEG, NULL, "10", "`ddprt-launch`: seconds between SIGTERM and SIGKILL when a rank fails"),
     V(RESTART_COUNT, E_INT, NULL, "unset", "set by `ddprt-launch --max-restarts`: which restart this start is"),
-    V(ELASTIC, E_ENUM, "0|1", "unset",
-      "set to `1` by an elastic `ddprt-launch --nnodes MIN:MAX`: ddprt-train stops at its next checkpoint on SIGUSR2 "
-      "(exit 75) so that a joining node can enter"),
+    V(ELASTIC, E_ANY, NULL, "unset",
+      "set by an elastic `ddprt-launch --nnodes MIN:MAX` to a file it creates when a node waits to join: ddprt-train "
+      "then stops after its next checkpoint (exit 75) so that the node can enter"),
     V(ELASTIC_WAIT, E_POS, NULL, "10",
       "`ddprt-launch --nnodes MIN:MAX`, node 0: seconds it waits for the missing nodes once MIN are there"),
     V(ALGO, E_ENUM, "ring|rd|hier|auto", "auto",

@@ -258,18 +258,24 @@ invariant_hosts() {
 }
 
 # Elastic membership across hosts (ddprt-launch --nnodes 1:2, 2 ranks per host,
-# --invariant 4): host 1 goes down (its launcher and ranks SIGKILLed) in epoch 2; host
-# 0 goes on with 2 ranks from the epoch-1 checkpoint; host 1's launcher comes back,
-# joins at the next restart point (the ranks stop after their next checkpoint) and the
-# job finishes on 4 ranks. The final checkpoint equals an uninterrupted 4-rank run's.
+# --invariant 4, a checkpoint every 20 steps): host 1 goes down (its launcher and ranks
+# SIGKILLed) after the first checkpoint; host 0 goes on with 2 ranks from the newest
+# one (mid-epoch); host 1's launcher comes back, joins at the next restart point (the
+# ranks stop after their next checkpoint) and the job finishes on 4 ranks. The final checkpoint equals an uninterrupted 4-rank run's.
 elastic_grow() {
     local d="$TMP/eg" h run t0
     inv_data "$d/data" || { bad "elastic grow: cannot cut the data set"; return; }
+    # Rank 2 (host 1) kills its session (kill 0: its process group, no ps needed) in
+    # round 0; round 1's ranks (2, host 0 alone) start once host 1 has joined again (their
+    # launcher's DDPRT_ELASTIC file exists), so they cannot finish the job first.
     printf '%s\n' '#!/bin/sh' 'if [ "$RANK" = 2 ] && [ -z "$DDPRT_RESTART_COUNT" ]; then' \
-        '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 0.3; kill -9 -$(ps -o pgid= -p $$ | tr -d " ")) &' 'fi' \
+        '  (while [ ! -e "$CK" ]; do sleep 0.02; done; sleep 0.3; kill -9 0) &' \
+        'elif [ "$WORLD_SIZE" = 2 ]; then' \
+        '  i=0; while [ ! -e "$DDPRT_ELASTIC" ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done' 'fi' \
         'exec "$TRAIN" "$@"' >"$d/wrap.sh"
     chmod +x "$d/wrap.sh"
-    local a=(--data "$d/data" --invariant 4 --batch-size 8 --epochs 12 --threads 1 --lr 0.05 --log-interval 1000 --backend tcp)
+    local a=(--data "$d/data" --invariant 4 --batch-size 8 --epochs 12 --threads 1 --lr 0.05 --log-interval 1000 --backend tcp
+             --save-every 20)
     fresh
     PORT=$((PORT + 2))
     for ((h = 0; h < 2; h++)); do

@@ -26,6 +26,8 @@ static void make_data(void)
 
 /* ddprt-train on the test data with args (NULL-terminated; at most 16); returns the
  * exit status; its stdout and stderr together in *out (static, rotated). */
+static char *const *train_env; /* the environment added for train(); NULL: none */
+
 static int train(const char **out, const char *const *args)
 {
     static int runs;
@@ -37,7 +39,7 @@ static int train(const char **out, const char *const *args)
     char name[32];
     snprintf(name, sizeof name, "train%d", runs++);
     t_proc p;
-    t_spawn(&p, name, (char *const *)argv, NULL);
+    t_spawn(&p, name, (char *const *)argv, train_env);
     int rc = t_wait(&p, 120);
     static char buf[4][32768];
     char *b = buf[runs % 4];
@@ -55,11 +57,13 @@ static const char *path_in_tmp(const char *name)
     return s;
 }
 
-/* Rewrites the pair PATH, PATH.state with metadata key set to value (in the file that
- * has it), valid CRCs and save id: what a bug or a hand edit could produce. */
-static void rewrite_meta(const char *path, const char *key, const char *value)
+/* Rewrites the pair PATH, PATH.state with metadata key set to value (NULL: removed) in
+ * the files of mask (1 PATH, 2 PATH.state) that have it, valid CRCs and save id: what a
+ * bug or a hand edit could produce. */
+static void rewrite_meta_in(const char *path, const char *key, const char *value, int mask)
 {
-    static const char *const keys[] = {"format", "producer", "model", "epoch", "step", "optimizer", "optimizer_step"};
+    static const char *const keys[] = {"format", "producer",       "model",      "epoch",
+                                       "step",   "optimizer",      "optimizer_step", "epoch_steps"};
     stio_file *f[2];
     static stio_tensor t[2][64];
     stio_meta m[2][8];
@@ -77,9 +81,10 @@ static void rewrite_meta(const char *path, const char *key, const char *value)
         }
         CHECKF(stio_read(f[k], t[k], nt[k], err, sizeof err) == 0, "%s", err);
         nm[k] = 0;
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < 8; i++) {
             const char *v = stio_meta_get(f[k], keys[i]);
-            if (v) m[k][nm[k]++] = (stio_meta){keys[i], strcmp(keys[i], key) ? v : value};
+            int mine = !strcmp(keys[i], key) && (mask >> k & 1);
+            if (v && !(mine && !value)) m[k][nm[k]++] = (stio_meta){keys[i], mine ? value : v};
         }
     }
     stio_part parts[2] = {{"", t[0], nt[0], m[0], nm[0]}, {".state", t[1], nt[1], m[1], nm[1]}};
@@ -88,6 +93,11 @@ static void rewrite_meta(const char *path, const char *key, const char *value)
         for (int i = 0; i < nt[k]; i++) free(t[k][i].data);
         stio_close(f[k]);
     }
+}
+
+static void rewrite_meta(const char *path, const char *key, const char *value)
+{
+    rewrite_meta_in(path, key, value, 3);
 }
 
 static void copy_file(const char *from, const char *to)
@@ -229,6 +239,55 @@ PTEST(ckpt_metadata_is_range_checked_and_crc_protected)
     unlink(bsp);
     rc = train(&out, r);
     CHECKF(rc == 1 && strstr(out, "bad.st.state: cannot open"), "%d: %s", rc, out);
+}
+
+/* A --save-every checkpoint (inside an epoch: the first restart point stops the run,
+ * as an elastic launcher's request file asks): epoch 0 and epoch_steps in both headers,
+ * each checked; the two files must agree on it; it resumes. */
+PTEST(ckpt_mid_epoch_checkpoint_metadata_is_checked)
+{
+    t_clean_env();
+    make_data();
+    const char *ck = path_in_tmp("ck.st"), *bad = path_in_tmp("bad.st"), *out;
+    static char req[700];
+    snprintf(req, sizeof req, "DDPRT_ELASTIC=%s", path_in_tmp("stop"));
+    t_write_file(t_proc_tmpdir(), "stop", "", 0, 0);
+    char *env[] = {req, NULL};
+    train_env = env;
+    const char *a[] = {"--epochs", "2", "--save-every", "3", "--save", ck, NULL}; /* 8 steps an epoch */
+    int rc = train(&out, a);
+    train_env = NULL;
+    CHECKF(rc == 75 && strstr(out, "epoch 1, step 3 of it: stopping at this restart point"), "%d: %s", rc, out);
+    char err[512], sp[700], bsp[700];
+    for (int k = 0; k < 2; k++) {
+        stio_file *f;
+        snprintf(sp, sizeof sp, "%s%s", ck, k ? ".state" : "");
+        CHECKF(stio_open(&f, sp, err, sizeof err) == 0, "%s", err);
+        CHECKF(!strcmp(stio_meta_get(f, "epoch"), "0") && !strcmp(stio_meta_get(f, "step"), "3") &&
+               !strcmp(stio_meta_get(f, "epoch_steps"), "3"), "%s", sp);
+        stio_close(f);
+    }
+    static const struct { const char *key, *value; int mask; const char *msg; } cases[] = {
+        {"epoch_steps", "0", 3, "metadata \"epoch_steps\" is '0', expected an integer in 1..3"},
+        {"epoch_steps", "4", 3, "metadata \"epoch_steps\" is '4', expected an integer in 1..3"},
+        {"epoch_steps", "2", 1, "disagree on the steps taken inside the epoch (2, 3;"},
+        {"epoch_steps", NULL, 2, "disagree on the steps taken inside the epoch (3, 0;"},
+        {"epoch_steps", NULL, 1, "metadata \"epoch\" is '0', expected an integer in 1..100000000"},
+    };
+    snprintf(sp, sizeof sp, "%s.state", ck);
+    snprintf(bsp, sizeof bsp, "%s.state", bad);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        copy_file(ck, bad);
+        copy_file(sp, bsp);
+        rewrite_meta_in(bad, cases[i].key, cases[i].value, cases[i].mask);
+        const char *r[] = {"--epochs", "2", "--resume", bad, NULL};
+        rc = train(&out, r);
+        CHECKF(rc == 1 && strstr(out, cases[i].msg) && !strstr(out, "Train Epoch"), "%s=%s (%d): %d: %s",
+               cases[i].key, cases[i].value ? cases[i].value : "(none)", cases[i].mask, rc, out);
+    }
+    const char *r[] = {"--epochs", "2", "--resume", ck, NULL};
+    rc = train(&out, r);
+    CHECKF(rc == 0 && strstr(out, "Total time"), "%d: %s", rc, out);
 }
 
 /* Defect 7 (resume): past --epochs is an error at once; exactly at --epochs there is

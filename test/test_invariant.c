@@ -239,3 +239,78 @@ PTEST(invariant_refuses_what_it_cannot_honour)
         }
     }
 }
+
+/* --save-every: a restart point inside an epoch (an elastic launcher's request file,
+ * made here by hand) stops 2 ranks after the checkpoint of step 10 of 38, the sampler
+ * position in it; one process resumes mid-epoch and ends in the checkpoint of an
+ * uninterrupted one-process run, byte for byte. */
+PTEST(invariant_mid_epoch_checkpoint_resumes_on_another_world_size)
+{
+    t_clean_env();
+    make_images();
+    static char full[600], part[600], d0[8192], init[64], ws[8] = "2", rs[2][8] = {"0", "1"};
+    snprintf(full, sizeof full, "%s/full.st", t_proc_tmpdir());
+    snprintf(part, sizeof part, "%s/part.st", t_proc_tmpdir());
+    const char *a[] = {"--invariant", "4", "--batch-size", "4", "--epochs", "2", "--save-every", "10", NULL};
+    const job one = {1, 1, NULL, NULL};
+    CHECK(run(&one, img_dir, a, full, d0, sizeof d0) == 0);
+    snprintf(init, sizeof init, "tcp://127.0.0.1:%d", t_free_port());
+    t_proc p[2];
+    /* An elastic launcher's request, made before the start: the first restart point (step 10) stops. */
+    static char grow[640];
+    snprintf(grow, sizeof grow, "DDPRT_ELASTIC=%s/grow", t_proc_tmpdir());
+    t_write_file(t_proc_tmpdir(), "grow", "", 0, 0);
+    char *env[] = {grow, NULL};
+    for (int r = 0; r < 2; r++) {
+        const char *argv[32] = {t_prog("ddprt-train"), "--data", img_dir, "--threads", "1", "--log-interval", "1",
+                                "--save", part, "--init-method", init, "--rank", rs[r], "--world-size", ws};
+        int n = 15;
+        for (int i = 0; a[i]; i++) argv[n++] = a[i];
+        argv[n] = NULL;
+        t_spawn(&p[r], rs[r], (char *const *)argv, env);
+    }
+    for (int r = 0; r < 2; r++)
+        CHECKF(t_wait(&p[r], 120) == 75, "rank %d should stop at a restart point: %s", r, t_slurp(p[r].err));
+    CHECKF(strstr(t_slurp(p[0].err), "stopping at this restart point"), "%s", t_slurp(p[0].err));
+    static char hdr[65536];
+    FILE *hf = fopen(part, "rb");
+    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
+    if (hf) fclose(hf);
+    hdr[hn] = 0;
+    memset(hdr, ' ', 8); /* the binary header length */
+    CHECKF(strstr(hdr, "\"epoch_steps\":\"10\""), "the checkpoint is not step 10's: %.300s", hdr);
+    const char *b[] = {"--invariant", "4", "--batch-size", "4", "--epochs", "2", "--save-every", "10", "--resume",
+                       part, NULL};
+    CHECK(run(&one, img_dir, b, part, d0, sizeof d0) == 0);
+    CHECKF(same_file(full, part), "resumed mid-epoch on 1 rank: the checkpoint differs from the uninterrupted run's");
+}
+
+/* The same without --invariant, on one process: a mid-epoch checkpoint (--accum-steps 2:
+ * the sampler position counts micro-batches) resumes to the uninterrupted bytes. */
+PTEST(mid_epoch_checkpoint_resumes_plain_training)
+{
+    t_clean_env();
+    make_images();
+    static char full[600], part[600], d0[8192];
+    snprintf(full, sizeof full, "%s/full.st", t_proc_tmpdir());
+    snprintf(part, sizeof part, "%s/part.st", t_proc_tmpdir());
+    const char *a[] = {"--batch-size", "8", "--accum-steps", "2", "--epochs", "2", "--save-every", "7", NULL};
+    const job one = {1, 1, NULL, NULL};
+    CHECK(run(&one, img_dir, a, full, d0, sizeof d0) == 0);
+    const char *argv[24] = {t_prog("ddprt-train"), "--data", img_dir, "--threads", "1", "--log-interval", "1", "--save",
+                            part};
+    int n = 9;
+    for (int i = 0; a[i]; i++) argv[n++] = a[i];
+    argv[n] = NULL;
+    static char grow[640];
+    snprintf(grow, sizeof grow, "DDPRT_ELASTIC=%s/grow", t_proc_tmpdir());
+    t_write_file(t_proc_tmpdir(), "grow", "", 0, 0);
+    char *env[] = {grow, NULL};
+    t_proc p;
+    t_spawn(&p, "part", (char *const *)argv, env);
+    CHECKF(t_wait(&p, 120) == 75, "%s", t_slurp(p.err));
+    const char *b[] = {"--batch-size", "8", "--accum-steps", "2", "--epochs", "2", "--save-every", "7", "--resume", part,
+                       NULL};
+    CHECK(run(&one, img_dir, b, part, d0, sizeof d0) == 0);
+    CHECKF(same_file(full, part), "resumed mid-epoch: the checkpoint differs from the uninterrupted run's");
+}

@@ -96,6 +96,10 @@ TEST(opts_values_outside_their_domain_are_refused)
     CHECKF(strstr(msg, "--rank 2 is out of range for --world-size 2"), "%s", msg);
     const char *ok[] = {"--momentum", "0", "--lr", "1e-3", "--weight-decay", "0", "--rank", "1", "--world-size", "2"};
     CHECKF(parse(&o, ok, 10, msg, sizeof msg) == 0, "%s", msg);
+    const char *every[] = {"--save-every", "20", "--save", "x.st"};
+    CHECK(parse(&o, every, 2, msg, sizeof msg) == -1);
+    CHECKF(strstr(msg, "--save-every 20: the checkpoints need a path: --save PATH"), "%s", msg);
+    CHECKF(parse(&o, every, 4, msg, sizeof msg) == 0 && o.save_every == 20, "%s", msg);
 }
 
 static int find(const char *const *names, int n, const char *name)
@@ -129,11 +133,13 @@ TEST(opts_agreement_covers_every_job_flag)
         /* A value other than the default that the parser accepts. */
         static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16", "bf16", "1"};
         int ok = 0;
-        /* A flag that needs another one (milestones need the multistep schedule) is
-         * compared against a baseline that has that other one too. */
+        /* A flag that needs another one (milestones need the multistep schedule,
+         * --save-every a --save path) is compared against a baseline that has that
+         * other one too. */
+        static const char *const companions[] = {NULL, "--lr-schedule=multistep", "--save=x.st"};
         const char *companion = NULL;
-        for (int pass = 0; pass < 2 && !ok; pass++) {
-            if (pass) companion = "--lr-schedule=multistep";
+        for (int pass = 0; pass < 3 && !ok; pass++) {
+            companion = companions[pass];
             for (int t = 0; t < (int)(sizeof tries / sizeof tries[0]) && !ok; t++) {
                 snprintf(arg, sizeof arg, "--%s=%s", fn[i], tries[t]);
                 const char *args[] = {arg, companion};

@@ -9,6 +9,7 @@ typedef struct launch_opts {
     int min_nodes;     /* --nnodes MIN:MAX (elastic when MIN < MAX); else = nnodes */
     int group_rank;    /* this round's place of the node among the rounds' nodes (RANK's base) */
     const char *addr, *resume, *bind_to, *nnodes_arg;
+    const char *grow_file; /* elastic: created on GROW; the ranks' DDPRT_ELASTIC */
     char **prog;       /* PROGRAM ARGS..., NULL-terminated */
     double grace_s;    /* DDPRT_LAUNCH_GRACE: SIGTERM to SIGKILL */
 } launch_opts;

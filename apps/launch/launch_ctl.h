@@ -14,8 +14,8 @@
  * (control connection closed, or silent) ends the round: the survivors' ranks are
  * stopped and the next round runs on the nodes left, resuming from the newest
  * checkpoint, if at least MIN remain. A node that (re)joins waits for the next restart
- * point: node 0 sends GROW, every launcher passes SIGUSR2 to its ranks, which stop
- * together after their next checkpoint (ddprt-train exits 75, NN_EXIT_RESTART_POINT),
+ * point: node 0 sends GROW, every launcher creates its ranks' DDPRT_ELASTIC file, and
+ * they stop together after their next checkpoint (ddprt-train exits 75),
  * and the next round includes it. Membership changes do not count as restarts. Ranks
  * are numbered by the nodes' order in the round (GROUP_RANK), so the world stays
  * dense. */
@@ -76,8 +76,8 @@ int lc_start(lc *c, const lc_cfg *cfg, lc_decision *d);
 int lc_fill(lc *c, struct pollfd *pf);
 int lc_nfds(const lc *c);
 /* After poll: reads messages, sends heartbeats, takes joining nodes. LC_STOP: stop the
- * local ranks (another node failed or was lost); LC_GROW: pass SIGUSR2 to the local
- * ranks (a node waits to join); LC_LOST: a launcher is gone (printed), stop the ranks
+ * local ranks (another node failed or was lost); LC_GROW: tell the local ranks to stop
+ * at their next restart point (a node waits to join); LC_LOST: a launcher is gone (printed), stop the ranks
  * and exit 1. */
 int lc_service(lc *c, const struct pollfd *pf, int n);
 /* A local rank failed with code (reported to node 0 at once). */

@@ -204,8 +204,15 @@ static int rounds_on_nodes(const launch_opts *o)
                   o->resume != NULL, base ? base : ""};
     if (lc_start(&ctl, &cfg, &d)) return 1;
     if (d.end) return d.code; /* elastic: the job ended before this node could join */
-    if (el) setenv("DDPRT_ELASTIC", "1", 1); /* SIGUSR2: stop at the next restart point */
     launch_opts ro = *o;
+    char grow[400];
+    if (el) { /* the ranks stop at their next restart point once it exists */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(grow, sizeof grow, "%s/ddprt-grow.%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        unlink(grow);
+        setenv("DDPRT_ELASTIC", grow, 1);
+        ro.grow_file = grow;
+    }
     char **args = o->prog;
     int64_t t0 = port_now_ns();
     /* A node joining a running job starts from its newest checkpoint, as the others do. */
@@ -223,6 +230,7 @@ static int rounds_on_nodes(const launch_opts *o)
                     d.nmembers * o->nproc, args != o->prog ? ", resuming from " : "", args != o->prog ? o->resume : "",
                     (double)(port_now_ns() - t0) / 1e9);
         launch_result r = launch_run_ranks(args, &ro, &ctl, sig_pipe[0]);
+        if (el) unlink(grow); /* served (or the round ended otherwise) */
         if (args != o->prog) free(args);
         args = o->prog;
         if (ctl.lost || r.sig || lc_round_end(&ctl, r.failed, r.failed >= 0 ? r.status : 0, o->resume ? o->resume : "",

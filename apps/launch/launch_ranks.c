@@ -130,14 +130,6 @@ static void start_ranks(job *j, char **prog)
             signal(SIGTERM, SIG_DFL);
             signal(SIGCHLD, SIG_DFL);
             if (prefix) { dup2(po[1], 1); dup2(pe[1], 2); }
-            if (o->min_nodes < o->nnodes) {
-                /* Elastic: a GROW may come before the program can take SIGUSR2; it stays
-                 * pending until ddprt-train installs its handler and unblocks it. */
-                sigset_t us;
-                sigemptyset(&us);
-                sigaddset(&us, SIGUSR2);
-                sigprocmask(SIG_BLOCK, &us, NULL);
-            }
             set_env_int("RANK", rank);
             set_env_int("LOCAL_RANK", i);
             if (bind_core) bind_rank(i, j->nproc);
@@ -241,10 +233,14 @@ static int poll_round(job *j)
     if (j->ctl && !j->ctl->lost) n += lc_fill(j->ctl, j->pf + n);
     poll(j->pf, (nfds_t)n, 200);
     /* Another node's rank failed (stop ours, not a failure here) or a launcher is gone;
-     * or (elastic) a node waits to join: the ranks stop at their next restart point. */
+     * or (elastic) a node waits to join: the ranks stop at their next restart point,
+     * where they look for the grow file. */
     int ev = j->ctl && !j->ctl->lost ? lc_service(j->ctl, j->pf + nstreams, n - nstreams) : LC_NONE;
-    if (ev == LC_GROW && !j->stopping) signal_all(j, SIGUSR2);
-    else if (ev != LC_NONE && !j->stopping) {
+    if (ev == LC_GROW && j->o->grow_file) {
+        int fd = open(j->o->grow_file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd < 0) fprintf(stderr, "ddprt-launch: cannot create %s: %s\n", j->o->grow_file, strerror(errno));
+        else close(fd);
+    } else if (ev != LC_NONE && !j->stopping) {
         j->told = 1;
         signal_all(j, SIGTERM);
         begin_stop(j);

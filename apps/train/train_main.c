@@ -22,26 +22,8 @@ static void on_signal(int sig)
     _exit(128 + sig);
 }
 
-/* ddprt-launch --nnodes MIN:MAX sends SIGUSR2 when a node waits to join: stop at the
- * next restart point (nn/train.h). Installed first thing, only under such a launcher. */
-static volatile sig_atomic_t restart_req;
-static void on_restart(int sig)
-{
-    (void)sig;
-    restart_req = 1;
-}
-
 int main(int argc, char **argv)
 {
-    const char *el = rt_env_str(RT_ENV_ELASTIC);
-    if (el && !strcmp(el, "1")) {
-        /* The launcher starts us with SIGUSR2 blocked: one sent before now is kept. */
-        sigset_t us;
-        sigemptyset(&us);
-        sigaddset(&us, SIGUSR2);
-        signal(SIGUSR2, on_restart);
-        sigprocmask(SIG_UNBLOCK, &us, NULL);
-    }
     nn_opts o;
     nn_trainer t;
     nn_ddp *ddp;
@@ -75,7 +57,7 @@ int main(int argc, char **argv)
         nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);
     }
-    if (el && !strcmp(el, "1")) t.restart_req = &restart_req;
+    t.restart_file = rt_env_str(RT_ENV_ELASTIC); /* ddprt-launch --nnodes MIN:MAX */
     rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %d thread(s) per rank, %s kernels%s",
             o.model_file ? o.model_file : o.model, t.data_dir, t.train.n, t.test.n, nn_ddp_world(ddp), k_threads(), k_isa(),
             t.g.amp == NN_AMP_BF16 ? ", amp bf16" : "");

@@ -144,6 +144,8 @@ PTEST(gpt_no_allocations_in_the_loop)
 /* --zero 1 on 2 ranks: each keeps half the AdamW state, and the run (clipping and
  * decay included) ends with the checkpoint bytes of the unsharded run; the checkpoint
  * holds the whole state, so one rank resumes it. */
+/* --save-every too: mid-epoch checkpoints gather the sharded state on every rank (a
+ * rank left out would hang the job) */
 PTEST(gpt_zero1_bit_identical_to_unsharded)
 {
     t_clean_env();
@@ -158,7 +160,7 @@ PTEST(gpt_zero1_bit_identical_to_unsharded)
                               cfg, "--data", data, "--seq-len", "16", "--batch-size", "2", "--optimizer", "adamw",
                               "--weight-decay", "0.1", "--no-decay-bn-bias", "--clip-grad-norm", "0.5", "--epochs", "2",
                               "--threads", "1", "--check-sync", "1", "--sample-len", "4", "--mem-report", "--zero",
-                              z ? "1" : "0", "--save", ck[z], NULL};
+                              z ? "1" : "0", "--save", ck[z], "--save-every", "3", NULL};
         t_proc l;
         CHECKF(run(z ? "zero1" : "zero0", argv, 180, &l) == 0, "%s", t_slurp(l.err));
         mem[z] = strstr(t_slurp(l.out), "optimizer state");

@@ -121,6 +121,62 @@ PTEST(gpt_trains_on_shards_and_samples_from_a_checkpoint)
     CHECKF(strstr(t_slurp(p.out), "tokens/s"), "%s", t_slurp(p.out));
 }
 
+/* The losses a run printed (train lines, then validation), as one string. */
+static char *losses(const char *out)
+{
+    static char buf[4096];
+    size_t k = 0;
+    buf[0] = 0;
+    for (const char *p = out; (p = strstr(p, "oss: ")) && k + 32 < sizeof buf; p += 5)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%.9s ", p + 5);
+    return buf;
+}
+
+/* The same GPT-2 block written as separate op sections trains bit for bit like [gpt]
+ * (same names, initialisation, node order); a language model must end with lm_loss. */
+PTEST(gpt_cfg_of_op_sections_is_the_gpt_section)
+{
+    const char *dir = t_tmpdir("gptops");
+    const char *data = lm_data(dir, 16);
+    static const char ops[] =
+        "[tok_pos_embed] name=transformer dim=32 ctx=16 id=e\n"
+        "[layernorm] name=transformer.h.0.ln_1\n"
+        "[conv1d_hf] name=transformer.h.0.attn.c_attn out=96\n"
+        "[attention] heads=2\n"
+        "[conv1d_hf] name=transformer.h.0.attn.c_proj out=32 init_std=0.014142135\n"
+        "[add] from=e,-1 id=r\n"
+        "[layernorm] name=transformer.h.0.ln_2\n"
+        "[conv1d_hf] name=transformer.h.0.mlp.c_fc out=128\n"
+        "[gelu]\n"
+        "[conv1d_hf] name=transformer.h.0.mlp.c_proj out=32 init_std=0.014142135\n"
+        "[add] from=r,-1\n"
+        "[layernorm] name=transformer.ln_f\n"
+        "[lm_loss] name=lm_head from=-1,input\n";
+    char path[2][700], out[2][4096];
+    t_write_file(dir, "ops.cfg", ops, sizeof ops - 1, 0);
+    snprintf(path[0], sizeof path[0], "%s/ops.cfg", dir);
+    snprintf(path[1], sizeof path[1], "%s", cfg_file(dir, "[gpt] layers=1 dim=32 heads=2 ctx=16\n"));
+    for (int k = 0; k < 2; k++) {
+        const char *argv[] = {t_prog("ddprt-train"), "--model-file", path[k], "--data", data, "--seq-len", "16",
+                              "--batch-size", "4", "--optimizer", "adamw", "--epochs", "2", "--log-interval", "1",
+                              "--threads", "1", "--sample-len", "4", NULL};
+        t_proc p;
+        CHECKF(run(k ? "gpt" : "ops", argv, 60, &p) == 0, "%s", t_slurp(p.err));
+        snprintf(out[k], sizeof out[k], "%s", losses(t_slurp(p.out)));
+    }
+    CHECKF(strlen(out[0]) > 60 && !strcmp(out[0], out[1]), "op sections: %s\n[gpt]: %s", out[0], out[1]);
+    static const char bad[] = "[tok_pos_embed] name=t dim=8 ctx=16\n[layernorm] name=ln\n";
+    t_write_file(dir, "bad.cfg", bad, sizeof bad - 1, 0);
+    char bp[700];
+    snprintf(bp, sizeof bp, "%s/bad.cfg", dir);
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", bp, "--data", data, "--seq-len", "16", "--epochs", "1",
+                          NULL};
+    t_proc p;
+    CHECK(run("bad", argv, 60, &p) != 0);
+    CHECKF(strstr(t_slurp(p.err), "bad.cfg: a language model (token windows) ends with [lm_loss]"), "%s",
+           t_slurp(p.err));
+}
+
 /* The training loop of a language model allocates nothing (steps, fused loss head,
  * validation windows). */
 PTEST(gpt_no_allocations_in_the_loop)

@@ -14,7 +14,10 @@
  *         a whole GPT-2-style language model (Hugging Face's names; vocab 0: the data's;
  *         stored: attention keeps its probabilities, the comparison point); token windows
  *
- * Keys may also follow the header on its line: `[maxpool] size=3 stride=2`.
+ * Keys may also follow the header on its line: `[maxpool] size=3 stride=2`. A
+ * language model of separate sections ([tok_pos_embed] dim=, [layernorm], [conv1d_hf]
+ * out=, [attention] heads=, [gelu], [add]) ends with [lm_loss] from=-1,input: the
+ * classifier tied to the embedding before it (docs/gpt.md).
  * A section is an op's kind (or its alias: batchnorm, maxpool, avgpool) and its keys
  * are the op's named attributes (nn/ops/X.c), so a new op is usable here without
  * touching this file; basic_block and bottleneck are the two blocks of nn/models/
@@ -235,6 +238,7 @@ int nn_build_cfg_stream(nn_graph *g, const nn_model_cfg *c, FILE *f, char *err, 
     static ctx x; /* names[] is large; building is single-threaded start-up */
     memset(&x, 0, sizeof x);
     x.g = g, x.c = c, x.err = err, x.errlen = errlen;
+    g->lm = c->lm; /* token windows: the ops read T + 1 ids (a [gpt] or [lm_loss] model) */
     sect s = {.kind = ""};
     char line[512];
     int ln = 0, rc = 0;
@@ -272,12 +276,18 @@ int nn_build_cfg_stream(nn_graph *g, const nn_model_cfg *c, FILE *f, char *err, 
         snprintf(err, errlen, "--model-file %s: no layers", c->file);
         rc = -1;
     }
+    if (!rc && g->lm && strcmp(g->nodes[g->nn - 1].op->kind, "lm_loss")) {
+        snprintf(err, errlen, "--model-file %s: a language model (token windows) ends with [lm_loss] (or is one [gpt])",
+                 c->file);
+        rc = -1;
+    }
+    if (!rc && g->lm) g->num_classes = 1; /* the output is the loss */
     return rc;
 }
 
 /* A [gpt] file's vocab= and ctx= (the data needs them before the model is built:
- * --data synthetic windows). 1 when the file describes a language model. Keys on the
- * header line count too. */
+ * --data synthetic windows). 1 when the file describes a language model (a [gpt] or an
+ * [lm_loss] section). Keys on the header line count too. */
 static void lm_key(char *p, int *vocab, int *ctx)
 {
     char *eq = strchr(p, '=');
@@ -303,7 +313,8 @@ int nn_cfg_lm_shape(const char *file, int *vocab, int *ctx)
             if (in) lm_key(p, vocab, ctx);
             continue;
         }
-        lm |= in = !strncmp(p, "[gpt]", 5);
+        in = !strncmp(p, "[gpt]", 5);
+        lm |= in || !strncmp(p, "[lm_loss]", 9);
         if (in)
             for (char *save = NULL, *t = strtok_r(p + 5, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
                 lm_key(t, vocab, ctx);

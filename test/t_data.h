@@ -14,4 +14,12 @@ void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t 
 /* A learnable synthetic dataset in Fashion-MNIST layout (train n_train, t10k n_test):
  * class c draws a bright bar at a class-specific position plus noise. */
 void t_write_synthetic_dataset(const char *dir, int n_train, int n_test, int gz);
+/* 1 when files a and b hold the same bytes. */
+int t_same_file(const char *a, const char *b);
+/* t_same_file of a and b, and of a.state and b.state (a checkpoint's optimizer state)
+ * when a.state exists. */
+int t_same_checkpoint(const char *a, const char *b);
+/* A keyword task for textcnn in dir: train.tsv (256 lines) and test.tsv (64),
+ * "pos|neg<TAB>seven words", one of them a label word at a varying place. */
+void t_write_text_dataset(const char *dir);
 #endif

@@ -5,12 +5,13 @@ OpenBLAS). Prints one line: MODEL samples/s peak_rss_mib.
 
     bench/ref_models.py MODEL BATCH STEPS
 """
-import resource, sys, time
+import sys
 import torch
 import torch.nn.functional as F
 import torchvision
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from ref_timing import timed  # noqa: E402
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")  # torch_check.py
 
 def build(name):
@@ -40,13 +41,7 @@ def main():
         loss = F.nll_loss(out, y) if name == "lenet" else F.cross_entropy(out, y)
         loss.backward()
         opt.step()
-    for _ in range(2):
-        step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    dt = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    dt, rss = timed(step, steps)
     print("%s %.1f %.0f" % (name, batch * steps / dt, rss))
 
 main()

@@ -119,3 +119,25 @@ int t_same_checkpoint(const char *a, const char *b)
     snprintf(bs, sizeof bs, "%s.state", b);
     return (access(as, F_OK) != 0 || t_same_file(as, bs)) && t_same_file(a, b);
 }
+
+int t_open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
+{
+    if (nn_data_open(d, cfg, split, err, n)) return -1;
+    rt_arena_plan(a, "t");
+    if (nn_data_load(d, a, err, n)) return -1;
+    rt_arena_init(a, "t", a->high);
+    if (nn_data_load(d, a, err, n) == 0) return 0;
+    rt_arena_free(a); /* the caller frees it only on success */
+    return -1;
+}
+
+const char *t_st_header(const char *path)
+{
+    static char hdr[65536];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(hdr, 1, sizeof hdr - 1, f) : 0;
+    if (f) fclose(f);
+    hdr[n] = 0;
+    if (n >= 8) memset(hdr, ' ', 8); /* the binary header length */
+    return hdr;
+}

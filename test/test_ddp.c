@@ -417,12 +417,7 @@ PTEST(ddp_resnet20_in_sync_resume_and_init_from)
         }
     }
     CHECK(t_same_checkpoint(full, part));
-    static char hdr[65536];
-    FILE *hf = fopen(full, "rb");
-    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
-    if (hf) fclose(hf);
-    hdr[hn] = 0;
-    memset(hdr, ' ', 8); /* the binary header length */
+    const char *hdr = t_st_header(full);
     CHECK(strstr(hdr, "\"layer3.2.bn2.running_var\":{\"dtype\":\"F32\",\"shape\":[64]") != NULL);
     CHECK(strstr(hdr, "\"bn1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[]") != NULL);
     /* Fine-tuning from weights: accepted for the same network, refused (naming the

@@ -244,12 +244,7 @@ PTEST(invariant_mid_epoch_checkpoint_resumes_on_another_world_size)
     for (int r = 0; r < 2; r++)
         CHECKF(t_wait(&p[r], 120) == 75, "rank %d should stop at a restart point: %s", r, t_slurp(p[r].err));
     CHECKF(strstr(t_slurp(p[0].err), "stopping at this restart point"), "%s", t_slurp(p[0].err));
-    static char hdr[65536];
-    FILE *hf = fopen(part, "rb");
-    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
-    if (hf) fclose(hf);
-    hdr[hn] = 0;
-    memset(hdr, ' ', 8); /* the binary header length */
+    const char *hdr = t_st_header(part);
     CHECKF(strstr(hdr, "\"epoch_steps\":\"10\""), "the checkpoint is not step 10's: %.300s", hdr);
     const char *b[] = {"--invariant", "4", "--batch-size", "4", "--epochs", "2", "--save-every", "10", "--resume",
                        part, NULL};

@@ -6,14 +6,14 @@ line: tokens/s peak_rss_mib.
 
     bench/ref_gpt.py LAYERS DIM HEADS VOCAB T BATCH STEPS
 """
-import resource
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/test/py")
 import gpt_torch as g  # noqa: E402
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from ref_timing import timed  # noqa: E402
 
 
 def main():
@@ -30,13 +30,8 @@ def main():
         opt.zero_grad()
         m(x, y).backward()
         opt.step()
-    for _ in range(2):
-        step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    dt = time.perf_counter() - t
-    print("%.1f %.0f" % (B * T * steps / dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    dt, rss = timed(step, steps)
+    print("%.1f %.0f" % (B * T * steps / dt, rss))
 
 
 main()

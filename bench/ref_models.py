@@ -5,25 +5,14 @@ OpenBLAS). Prints one line: MODEL samples/s peak_rss_mib.
 
     bench/ref_models.py MODEL BATCH STEPS
 """
-import resource, sys, time
+import sys
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from ref_timing import timed  # noqa: E402
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")  # torch_check.py
-
-class TextCNN(nn.Module):  # Kim 2014, as ddprt's textcnn
-    def __init__(self, vocab, dim=128, classes=2):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, dim)
-        self.convs = nn.ModuleList([nn.Conv1d(dim, 100, k) for k in (3, 4, 5)])
-        self.fc = nn.Linear(300, classes)
-    def forward(self, x):
-        e = self.embedding(x).transpose(1, 2)
-        h = torch.cat([F.relu(c(e)).max(2)[0] for c in self.convs], 1)
-        return self.fc(F.dropout(h, 0.5, self.training))
 
 def build(name):
     if name == "lenet":
@@ -33,6 +22,7 @@ def build(name):
         from torch_check import ResNet20
         return ResNet20(1, 10), (1, 28, 28), 10
     if name == "textcnn":
+        from torch_check import TextCNN
         return TextCNN(20000), None, 2
     return getattr(torchvision.models, name)(num_classes=1000), (3, 224, 224), 1000
 
@@ -51,13 +41,7 @@ def main():
         loss = F.nll_loss(out, y) if name == "lenet" else F.cross_entropy(out, y)
         loss.backward()
         opt.step()
-    for _ in range(2):
-        step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    dt = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    dt, rss = timed(step, steps)
     print("%s %.1f %.0f" % (name, batch * steps / dt, rss))
 
 main()

@@ -11,8 +11,9 @@ wall and process CPU time, samples/s and test accuracy.
 """
 import argparse, collections, re, sys, time
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tools")  # torch_check.py
+from torch_check import TextCNN
 
 TOK = re.compile(r"[^\W_]+")  # letters and digits (Unicode), as ddprt's iswalnum in C.UTF-8
 
@@ -27,17 +28,6 @@ def read(path):
 def build_vocab(rows):  # ddprt's rule: <pad>, <unk>, then count desc, then bytes
     c = collections.Counter(w for _, ws in rows for w in ws)
     return ["<pad>", "<unk>"] + sorted(c, key=lambda w: (-c[w], w.encode()))
-
-class TextCNN(nn.Module):
-    def __init__(self, vocab, classes, dim=128):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, dim)
-        self.convs = nn.ModuleList([nn.Conv1d(dim, 100, k) for k in (3, 4, 5)])
-        self.fc = nn.Linear(300, classes)
-    def forward(self, x):
-        e = self.embedding(x).transpose(1, 2)
-        h = torch.cat([F.relu(c(e)).max(2)[0] for c in self.convs], 1)
-        return self.fc(F.dropout(h, 0.5, self.training))
 
 def main():
     ap = argparse.ArgumentParser()

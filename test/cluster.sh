@@ -316,26 +316,11 @@ elastic_grow() {
     fi
 }
 
-if [ "$MODE" = --bench ]; then
-    . "$(dirname "$0")/../bench/cluster_bench.sh"
-    exit 0
-fi
-if [ "$MODE" = --calib ]; then
-    . "$(dirname "$0")/../bench/cluster_calib.sh"
-    exit 0
-fi
-if [ "$MODE" = --compress ]; then
-    . "$(dirname "$0")/../bench/cluster_compress.sh"
-    exit 0
-fi
-if [ "$MODE" = --python ]; then
-    . "$(dirname "$0")/../bench/cluster_python.sh"
-    exit 0
-fi
-if [ "$MODE" = --rounds ]; then
-    . "$(dirname "$0")/../bench/cluster_rounds.sh"
-    exit 0
-fi
+case "$MODE" in
+--bench | --calib | --compress | --python | --rounds)
+    . "$(dirname "$0")/../bench/cluster_${MODE#--}.sh"
+    exit 0 ;;
+esac
 
 TRAIN=("$B/ddprt-train" --epochs 1 --max-steps 10 --threads 1 --test-batch-size 1000 --log-interval 100)
 run_grid "bench 2x1 tcp://" 2 1 tcp "${BENCH[@]}"

@@ -78,3 +78,66 @@ void t_write_synthetic_dataset(const char *dir, int n_train, int n_test, int gz)
     synth_split(dir, "train", n_train, 1, gz);
     synth_split(dir, "t10k", n_test, 2, gz);
 }
+
+void t_write_text_dataset(const char *dir)
+{
+    static char buf[1 << 16];
+    static const char *const pos[] = {"great", "fine", "lovely", "superb"}, *const neg[] = {"awful", "bad", "poor", "dull"},
+                             *const filler[] = {"the", "movie", "was", "a", "plot", "and", "actors", "quite"};
+    for (int split = 0; split < 2; split++) {
+        size_t n = 0;
+        for (int i = 0; i < (split ? 64 : 256); i++) {
+            int label = i % 2;
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\t", label ? "pos" : "neg");
+            for (int w = 0; w < 7; w++)
+                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s ",
+                                      w == (i * 3 + split) % 7 ? (label ? pos : neg)[(i / 2) % 4] : filler[(i + w * 5) % 8]);
+            buf[n - 1] = '\n';
+        }
+        t_write_file(dir, split ? "test.tsv" : "train.tsv", buf, n, 0);
+    }
+}
+
+int t_same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int eq = fa && fb;
+    while (eq) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) eq = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return eq;
+}
+
+int t_same_checkpoint(const char *a, const char *b)
+{
+    char as[700], bs[700];
+    snprintf(as, sizeof as, "%s.state", a);
+    snprintf(bs, sizeof bs, "%s.state", b);
+    return (access(as, F_OK) != 0 || t_same_file(as, bs)) && t_same_file(a, b);
+}
+
+int t_open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
+{
+    if (nn_data_open(d, cfg, split, err, n)) return -1;
+    rt_arena_plan(a, "t");
+    if (nn_data_load(d, a, err, n)) return -1;
+    rt_arena_init(a, "t", a->high);
+    if (nn_data_load(d, a, err, n) == 0) return 0;
+    rt_arena_free(a); /* the caller frees it only on success */
+    return -1;
+}
+
+const char *t_st_header(const char *path)
+{
+    static char hdr[65536];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(hdr, 1, sizeof hdr - 1, f) : 0;
+    if (f) fclose(f);
+    hdr[n] = 0;
+    if (n >= 8) memset(hdr, ' ', 8); /* the binary header length */
+    return hdr;
+}

@@ -1,6 +1,8 @@
-/* Test helpers: write small MNIST-format datasets (plain or gzip) into a temp dir. */
+/* Test helpers for data files: small datasets (MNIST-format IDX, plain or gzip; text)
+ * written into a temp dir, loaded; files and checkpoints compared. */
 #ifndef T_DATA_H
 #define T_DATA_H
+#include "nn/data/dataset.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,4 +16,18 @@ void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t 
 /* A learnable synthetic dataset in Fashion-MNIST layout (train n_train, t10k n_test):
  * class c draws a bright bar at a class-specific position plus noise. */
 void t_write_synthetic_dataset(const char *dir, int n_train, int n_test, int gz);
+/* nn_data_open + nn_data_load of split into a (planned, then sized to the plan and
+ * loaded): 0, or -1 with the error in err (a freed on every failure after the plan). */
+int t_open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n);
+/* 1 when files a and b hold the same bytes. */
+int t_same_file(const char *a, const char *b);
+/* t_same_file of a and b, and of a.state and b.state (a checkpoint's optimizer state)
+ * when a.state exists. */
+int t_same_checkpoint(const char *a, const char *b);
+/* The JSON header of safetensors file path (its first 64 KiB, the 8-byte length
+ * blanked): a static buffer, "" when unreadable. */
+const char *t_st_header(const char *path);
+/* A keyword task for textcnn in dir: train.tsv (256 lines) and test.tsv (64),
+ * "pos|neg<TAB>seven words", one of them a label word at a varying place. */
+void t_write_text_dataset(const char *dir);
 #endif

@@ -152,3 +152,18 @@ void t_rank_ok(t_proc *p, int world)
     snprintf(want, sizeof want, "of %d", world);
     CHECKF(strstr(t_slurp(p->out), want), "%s: %s", p->out, t_slurp(p->out));
 }
+
+void t_launch_ok(char *const argv[], char *const env[], int world, const char *fmt, double secs)
+{
+    t_clean_env();
+    t_proc p;
+    t_spawn(&p, "launch", argv, env);
+    int rc = t_wait(&p, secs);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0, "%s exited %d\nstdout: %s\nstderr: %s", argv[0], rc, out, t_slurp(p.err));
+    for (int r = 0; r < world; r++) {
+        char want[64];
+        snprintf(want, sizeof want, fmt, r, world);
+        CHECKF(strstr(out, want), "missing '%s' in: %s\nstderr: %s", want, out, t_slurp(p.err));
+    }
+}

@@ -35,6 +35,10 @@ int t_wait(t_proc *p, double secs);
 const char *t_slurp(const char *path);
 /* A TCP port that was free a moment ago (bound to 0 and released). */
 int t_free_port(void);
+/* Runs argv (a launcher, or one process) with env added (as t_spawn): exit 0 within
+ * secs and, for every rank r < world, fmt filled with r and world (as "rank %d of %d
+ * ok") in its stdout; t_fail otherwise. */
+void t_launch_ok(char *const argv[], char *const env[], int world, const char *fmt, double secs);
 /* Starts t-rdzv_rank (test/progs/rdzv_rank.c): INIT RANK WORLD plus up to two "k=v"
  * arguments (NULL = none) and extra environment. */
 void t_rank_proc(t_proc *p, const char *name, const char *init, int rank, int world, const char *a1,

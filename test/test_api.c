@@ -13,23 +13,13 @@
 
 static void launch_check(int world, int taken_port)
 {
-    t_clean_env();
     char n[16], port[16];
     snprintf(n, sizeof n, "%d", world);
     snprintf(port, sizeof port, "%d", taken_port);
     char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--master-port", port, "--",
                     (char *)t_prog("t-api_rank"), "check", NULL};
     if (!taken_port) memmove(&argv[3], &argv[5], 4 * sizeof *argv);
-    t_proc p;
-    t_spawn(&p, "launch", argv, NULL);
-    int rc = t_wait(&p, 120);
-    const char *out = t_slurp(p.out);
-    CHECKF(rc == 0, "ddprt-launch exited %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
-    for (int r = 0; r < world; r++) {
-        char want[64];
-        snprintf(want, sizeof want, "rank %d of %d ok", r, world);
-        CHECKF(strstr(out, want), "missing '%s' in: %s", want, out);
-    }
+    t_launch_ok(argv, NULL, world, "rank %d of %d ok", 120);
 }
 
 PTEST(api_collectives_one_process)

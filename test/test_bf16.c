@@ -3,6 +3,7 @@
  * (bf16 tolerance), agreement across ISA paths and thread counts, and a short
  * training run. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "test/t_data.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
 static uint64_t rbits(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
@@ -255,16 +255,6 @@ TEST(bf16_threads_agree_bitwise)
     k_set_isa(NULL);
 }
 
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, len - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 TEST(bf16_amp_training_learns_and_flag_is_validated)
 {
     const char *dir = t_tmpdir("amp");
@@ -272,7 +262,7 @@ TEST(bf16_amp_training_learns_and_flag_is_validated)
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof cmd, "%s --data %s --epochs 1 --batch-size 32 --lr 0.05 --threads 1 --amp bf16 2>&1",
              t_prog("ddprt-train"), dir);
-    CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
     const char *last = strstr(out, "Test set: Average loss: ");
     CHECKF(last != NULL, "%s", out);
     if (last) {
@@ -283,10 +273,10 @@ TEST(bf16_amp_training_learns_and_flag_is_validated)
         CHECKF(correct >= 270, "only %d/300 correct with --amp bf16", correct);
     }
     snprintf(cmd, sizeof cmd, "%s --data %s --amp fp16 2>&1", t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) != 0);
+    CHECK(t_sh(cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "--amp fp16 needs the CUDA build and a GPU") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "%s --data %s --amp fp8 2>&1", t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) != 0);
+    CHECK(t_sh(cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "--amp: expected one of none|bf16|fp16, got 'fp8'") != NULL, "%s", out);
 }
 

@@ -3,8 +3,8 @@
  * driver, ports/nocuda). On a machine with a GPU these tests skip; make test-gpu
  * covers it there. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "test/t_data.h"
-#include <sys/wait.h>
 #include "ports/cuda/port_cuda.h"
 #include "transport/tp_staged.h"
 #include <stdio.h>
@@ -13,16 +13,6 @@
 #if DDPRT_CUDA
 #include "kernels/cuda/k_cuda.h"
 #endif
-
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 TEST(cuda_port_matches_the_build)
 {
@@ -107,11 +97,11 @@ TEST(train_device_cuda_without_gpu_fails_in_one_line)
     t_write_synthetic_dataset(dir, 64, 32, 0);
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "%s --device cuda --epochs 1 --data %s 2>&1", t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) == 1);
+    CHECK(t_sh(cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "--device cuda") && (strstr(out, "no CUDA GPU") || strstr(out, "no CUDA port")), "%s", out);
     CHECKF(!strstr(out, "Train Epoch"), "trained anyway: %s", out);
     /* --no-cuda (the seed's flag) wins over --device cuda and trains on the CPU. */
     snprintf(cmd, sizeof cmd, "%s --device cuda --no-cuda --epochs 1 --max-steps 2 --data %s 2>&1",
              t_prog("ddprt-train"), dir);
-    CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
 }

@@ -12,17 +12,6 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-static int open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
-{
-    if (nn_data_open(d, cfg, split, err, n)) return -1;
-    rt_arena_plan(a, "t");
-    if (nn_data_load(d, a, err, n)) return -1;
-    rt_arena_init(a, "t", a->high);
-    if (nn_data_load(d, a, err, n) == 0) return 0;
-    rt_arena_free(a); /* the caller frees it only on success */
-    return -1;
-}
-
 static const char *text_dir(const char *train, const char *test)
 {
     const char *dir = t_tmpdir("text");
@@ -40,7 +29,7 @@ TEST(text_tokenizer_vocab_labels_and_padding)
     nn_dataset d, t;
     rt_arena a, b;
     char err[1024], p[700];
-    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
     CHECK(!strcmp(d.format, "text") && d.tokens == 1 && d.w == 4 && d.n == 3 && d.num_classes == 2);
     /* ids: <pad> 0, <unk> 1, the 2 (4x), café 3 / cat 4 (2x each, bytes order: "caf\xc3" < "cat"), 42 5, dog 6 */
     CHECK_EQ(d.vocab, 7);
@@ -49,7 +38,7 @@ TEST(text_tokenizer_vocab_labels_and_padding)
     CHECK(s1[0] == 2 && s1[1] == 3 && s1[2] == 2 && s1[3] == 6);
     CHECK(s2[0] == 3 && s2[1] == 5 && s2[2] == 0 && s2[3] == 0);
     CHECK(d.labels[0] == 1 && d.labels[1] == 0); /* neg < pos */
-    CHECKF(open_load(&t, &b, &cfg, "test", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&t, &b, &cfg, "test", err, sizeof err) == 0, "%s", err);
     CHECK(t.n == 2 && t.vocab == 7 && t.meta_hash == d.meta_hash);
     CHECK(t.toks[0] == 2 && t.toks[1] == 1 && t.toks[2] == 4 && t.toks[3] == 0 && t.labels[0] == 0);
     snprintf(p, sizeof p, "%s/ck", dir);
@@ -65,7 +54,7 @@ TEST(text_tokenizer_vocab_labels_and_padding)
     /* min_freq 2 and max_vocab 4: the, café kept. Integer labels. */
     dir = text_dir("0\tThe cat, the CAT!\n2\tthe café-the dog\n1\tCAFÉ 42\n", "1\tdog\n");
     nn_data_cfg c2 = {.dir = dir, .seq_len = 2, .min_freq = 2, .max_vocab = 4, .seed = 1};
-    CHECKF(open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
     CHECK(d.vocab == 4 && d.num_classes == 3 && d.labels[1] == 2);
     CHECK(d.toks[0] == 2 && d.toks[1] == 1);
     rt_arena_free(&a);
@@ -78,7 +67,7 @@ static const char *text_err(const char *train, const char *test, const char *spl
     nn_dataset d;
     rt_arena a;
     err[0] = 0;
-    if (open_load(&d, &a, &cfg, split, err, sizeof err) == 0) {
+    if (t_open_load(&d, &a, &cfg, split, err, sizeof err) == 0) {
         snprintf(err, sizeof err, "ok n=%d", d.n);
         rt_arena_free(&a);
     }
@@ -133,7 +122,7 @@ TEST(cifar10_and_cifar100_binary)
     nn_data_cfg cfg = {.dir = dir, .seed = 1};
     nn_dataset d;
     rt_arena a;
-    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
     CHECK(!strcmp(d.format, "cifar10") && d.n == 15 && d.c == 3 && d.h == 32 && d.aug == NN_AUG_CIFAR);
     CHECK(d.labels[4] == 1 && d.pixels[4 * 3072 + 1024 + 5] == (uint8_t)(1024 + 5 + 1));
     /* Eval transform = identity + CIFAR-10 Normalize. */
@@ -147,7 +136,7 @@ TEST(cifar10_and_cifar100_binary)
     free(s.buf);
     rt_arena_free(&a);
     cifar_file(dir, "data_batch_3.bin", 3, 0, 1);
-    CHECK(open_load(&d, &a, &cfg, "train", err, sizeof err) == -1);
+    CHECK(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == -1);
     CHECKF(strstr(err, "data_batch_3.bin: label 10 of record 1 at offset 3073"), "%s", err);
     t_write_file(dir, "data_batch_3.bin", "abc", 3, 0);
     CHECK(nn_data_open(&d, &cfg, "train", err, sizeof err) == -1);
@@ -156,7 +145,7 @@ TEST(cifar10_and_cifar100_binary)
     cifar_file(d100, "train.bin", 4, 1, 0);
     cifar_file(d100, "test.bin", 2, 1, 0);
     nn_data_cfg c2 = {.dir = d100, .seed = 1};
-    CHECKF(open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
     CHECK(!strcmp(d.format, "cifar100") && d.n == 4 && d.num_classes == 100 && d.labels[2] == 52);
     rt_arena_free(&a);
 }
@@ -167,7 +156,7 @@ TEST(synthetic_data_is_deterministic_and_shaped)
     nn_dataset d;
     rt_arena a;
     char err[256];
-    CHECK(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0);
+    CHECK(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0);
     CHECK(d.n == 50 && d.c == 3 && d.h == 8 && d.w == 6 && d.num_classes == 5);
     float x1[144], x2[144];
     int32_t y1, y2;
@@ -177,7 +166,7 @@ TEST(synthetic_data_is_deterministic_and_shaped)
     CHECK(nn_data_sample(&d, 8, 1, 1, x2, &y2, NULL, err, sizeof err) == 0 && memcmp(x1, x2, sizeof x1));
     rt_arena_free(&a);
     nn_data_cfg t = {.dataset = "synthetic", .syn_w = 16, .syn_vocab = 100, .syn_n = 10, .seed = 1};
-    CHECK(open_load(&d, &a, &t, "train", err, sizeof err) == 0 && d.tokens && d.w == 16);
+    CHECK(t_open_load(&d, &a, &t, "train", err, sizeof err) == 0 && d.tokens && d.w == 16);
     int32_t tok[16];
     CHECK(nn_data_sample(&d, 3, 0, 1, tok, &y1, NULL, err, sizeof err) == 0);
     for (int i = 0; i < 16; i++) CHECK(tok[i] >= 0 && tok[i] < 100);
@@ -212,7 +201,7 @@ TEST(loader_cifar_augmentation_independent_of_workers)
     nn_dataset d;
     rt_arena a;
     char err[256];
-    CHECK(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0);
+    CHECK(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0);
     /* Synthetic has no augmentation: reuse it as 32x32 pixels with the CIFAR recipe. */
     static uint8_t px[20 * 3072];
     int32_t lab[20];
@@ -294,7 +283,7 @@ TEST(text_bom_and_mixed_labels)
     nn_data_cfg cfg = {.dir = text_dir("\xef\xbb\xbfpos\tgood cat\nneg\tbad dog\n", "pos\tcat\n"), .seed = 1};
     nn_dataset d;
     rt_arena a;
-    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
     CHECK(d.num_classes == 2 && !strcmp(nn_data_class_name(&d, 0), "neg") && !strcmp(nn_data_class_name(&d, 1), "pos"));
     rt_arena_free(&a);
     const char *e = text_err("\xef\xbb\xbf" "0\ta\n1\tb\n", "1\tb\n", "train", 0);
@@ -310,7 +299,7 @@ TEST(text_bom_and_mixed_labels)
     CHECKF(strstr(e, "train.tsv:2: label 5000000: class ids are 0..N-1 with N at most 1000000"), "%s", e);
     rt_log_set_level(RT_LOG_ERROR); /* the skip warning */
     nn_data_cfg c2 = {.dir = text_dir("0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n"), .bad_skip = 1, .seed = 1};
-    CHECKF(open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);
     CHECK(d.n == 3 && d.num_classes == 3 && d.labels[2] == 2);
     rt_arena_free(&a);
 }

@@ -5,12 +5,12 @@
 #include "nn/data/image_write.h"
 #include "nn/data/loader.h"
 #include "test/t.h"
+#include "test/t_util.h"
 #include "test/t_data.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 static uint8_t *slurp(const char *path, size_t *n)
 {
@@ -154,22 +154,17 @@ TEST(image_corrupt_and_truncated_files_are_named_problems)
     char p[600], err[512];
     uint8_t px[64 * 64 * 3];
     for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 2654435761u >> 13);
-    snprintf(p, sizeof p, "%s/t.jpg", dir);
-    nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
-    damage(p, 50, 0);
-    CHECKF(strstr(decode_err(p), "truncated JPEG"), "%s", decode_err(p));
-    snprintf(p, sizeof p, "%s/c.jpg", dir);
-    nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
-    damage(p, 0, 700);
-    CHECKF(strstr(decode_err(p), "corrupt JPEG"), "%s", decode_err(p));
-    snprintf(p, sizeof p, "%s/t.png", dir);
-    nn_img_write_png(p, px, 64, 64, 3, 0, err, sizeof err);
-    damage(p, 50, 0);
-    CHECKF(strstr(decode_err(p), "truncated PNG"), "%s", decode_err(p));
-    snprintf(p, sizeof p, "%s/c.png", dir);
-    nn_img_write_png(p, px, 64, 64, 3, 0, err, sizeof err);
-    damage(p, 0, 200);
-    CHECKF(strstr(decode_err(p), "corrupt PNG"), "%s", decode_err(p));
+    /* A good file damaged: the first keep percent of it, or its bytes flipped after from. */
+    static const struct { const char *name, *want; long keep, from; } bad[] = {
+        {"t.jpg", "truncated JPEG", 50, 0}, {"c.jpg", "corrupt JPEG", 0, 700},
+        {"t.png", "truncated PNG", 50, 0},  {"c.png", "corrupt PNG", 0, 200}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, bad[i].name);
+        if (strstr(bad[i].name, ".png")) nn_img_write_png(p, px, 64, 64, 3, 0, err, sizeof err);
+        else nn_img_write_jpeg(p, px, 64, 64, 3, 90, err, sizeof err);
+        damage(p, bad[i].keep, bad[i].from);
+        CHECKF(strstr(decode_err(p), bad[i].want), "%s: %s", bad[i].name, decode_err(p));
+    }
     snprintf(p, sizeof p, "%s/x.png", dir);
     t_write_file(dir, "x.png", "GIF89a....", 10, 0);
     CHECKF(strstr(decode_err(p), "not a JPEG or PNG"), "%s", decode_err(p));
@@ -382,16 +377,6 @@ TEST(loader_skip_mode_counts_and_names_bad_files)
     rt_arena_free(&a);
 }
 
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* ddprt-data convert: the PNG folder holds exactly the IDX pixels (so LeNet sees the
  * same floats), and CIFAR-style binary loads as cifar10; a corrupt file in fail mode
  * stops ddprt-train with one line naming it. */
@@ -403,7 +388,7 @@ TEST(data_convert_png_folder_matches_idx_and_train_fails_on_bad_file)
     t_write_synthetic_dataset(idx, 100, 100, 1);
     snprintf(out, sizeof out, "%s/png", idx);
     snprintf(cmd, sizeof cmd, "%s convert --from %s --to %s --format png 2>&1", t_prog("ddprt-data"), idx, out);
-    CHECKF(run(cmd, log, sizeof log) == 0, "%s", log);
+    CHECKF(t_sh(cmd, log, sizeof log) == 0, "%s", log);
     nn_data_cfg ci = {.dir = idx, .seed = 1}, cf = {.dir = out, .image_size = 28, .augment = "none", .seed = 1};
     nn_dataset di, df;
     rt_arena ai, af;
@@ -424,7 +409,7 @@ TEST(data_convert_png_folder_matches_idx_and_train_fails_on_bad_file)
     free(s.buf), free(si.buf);
     rt_arena_free(&ai), rt_arena_free(&af);
     snprintf(cmd, sizeof cmd, "%s convert --from %s --to %s/cifar --format cifar 2>&1", t_prog("ddprt-data"), idx, idx);
-    CHECKF(run(cmd, log, sizeof log) == 0, "%s", log);
+    CHECKF(t_sh(cmd, log, sizeof log) == 0, "%s", log);
     snprintf(out, sizeof out, "%s/cifar", idx);
     nn_data_cfg cc = {.dir = out, .seed = 1};
     CHECKF(open_load(&di, &ai, &cc, "train", err, sizeof err) == 0, "%s", err);
@@ -435,7 +420,7 @@ TEST(data_convert_png_folder_matches_idx_and_train_fails_on_bad_file)
     snprintf(cmd, sizeof cmd, "f=$(ls %s/*.png | head -1); head -c 50 \"$f\" > %s/t && mv %s/t \"$f\"; "
              "%s --data %s/png --image-size 28 --epochs 1 --threads 1 --batch-size 8 2>&1",
              out, idx, idx, t_prog("ddprt-train"), idx);
-    CHECK(run(cmd, log, sizeof log) != 0);
+    CHECK(t_sh(cmd, log, sizeof log) != 0);
     CHECKF(strstr(log, "3-dress/") && strstr(log, "truncated PNG") && strstr(log, "--bad-sample skip"), "%s", log);
 }
 

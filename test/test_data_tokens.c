@@ -11,17 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int open_load(nn_dataset *d, rt_arena *a, const nn_data_cfg *cfg, const char *split, char *err, size_t n)
-{
-    if (nn_data_open(d, cfg, split, err, n)) return -1;
-    rt_arena_plan(a, "t");
-    if (nn_data_load(d, a, err, n)) return -1;
-    rt_arena_init(a, "t", a->high);
-    if (nn_data_load(d, a, err, n) == 0) return 0;
-    rt_arena_free(a);
-    return -1;
-}
-
 static void write_raw(const char *dir, const char *name, const int32_t *h, const void *body, size_t bytes)
 {
     unsigned char *buf = malloc(1024 + bytes);
@@ -55,8 +44,8 @@ PTEST(tokens_shards_windows_uint16_uint32)
         nn_data_cfg cfg = {.dir = dir, .seq_len = 4, .seed = 1};
         nn_dataset d, t;
         rt_arena a1, a2;
-        CHECKF(open_load(&d, &a1, &cfg, "train", err, sizeof err) == 0, "%s", err);
-        CHECKF(open_load(&t, &a2, &cfg, "test", err, sizeof err) == 0, "%s", err);
+        CHECKF(t_open_load(&d, &a1, &cfg, "train", err, sizeof err) == 0, "%s", err);
+        CHECKF(t_open_load(&t, &a2, &cfg, "test", err, sizeof err) == 0, "%s", err);
         CHECK(!strcmp(d.format, "tokens"));
         CHECK(d.tokens && d.lm);
         CHECK_EQ(d.w, 5);
@@ -111,7 +100,7 @@ PTEST(tokens_corrupt_shards_name_file_and_offset)
     body[6] = 300;
     write_raw(dir, "c_train.bin", h, body, sizeof body);
     write_raw(dir, "c_val.bin", h, body, sizeof body);
-    CHECKF(open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
     int32_t x[5], y;
     CHECK(nn_data_sample(&d, 0, 0, 1, x, &y, NULL, err, sizeof err) == 0);
     CHECK(nn_data_sample(&d, 1, 0, 1, x, &y, NULL, err, sizeof err) == -1);

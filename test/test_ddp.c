@@ -164,30 +164,6 @@ PTEST(ddp_killed_rank_stops_the_others)
     t_wait(&p[1], 5);
 }
 
-/* a and b hold the same bytes, and so do a.state and b.state (a checkpoint's optimizer
- * state) when a.state exists. */
-static int files_equal(const char *a, const char *b)
-{
-    char as[700], bs[700];
-    snprintf(as, sizeof as, "%s.state", a);
-    snprintf(bs, sizeof bs, "%s.state", b);
-    FILE *fs = fopen(as, "rb");
-    if (fs) {
-        fclose(fs);
-        if (!strstr(a, ".state") && !files_equal(as, bs)) return 0;
-    }
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int eq = fa && fb;
-    while (eq) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) eq = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
-}
-
 /* A run resumed after epoch 1 ends bit-identical to an uninterrupted one. */
 PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
 {
@@ -212,7 +188,7 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
             CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
         }
     }
-    CHECK(files_equal(full, part)); /* parameters, momentum, epoch and step (and PATH.state) */
+    CHECK(t_same_checkpoint(full, part)); /* parameters, momentum, epoch and step (and PATH.state) */
     CHECK(strstr(t_slurp(csv), "kind,step,epoch,loss,accuracy") && strstr(t_slurp(csv), "\nepoch,"));
     CHECK(strstr(t_slurp(svg), "<svg") && strstr(t_slurp(svg), "polyline"));
 
@@ -259,7 +235,7 @@ PTEST(ddp_gradients_reduce_in_place_on_one_host)
         /* 600 samples / (2 x 32) = 10 steps, each one bucket allreduce */
         CHECKF(k ? !m : n >= 10, "run %d: %llu ops on registered buffers:\n%s", k, n, t_slurp(p[0].err));
     }
-    CHECK(files_equal(out[0], out[1]));
+    CHECK(t_same_checkpoint(out[0], out[1]));
 }
 
 /* ddprt-launch (torchrun variables), Slurm and Open MPI variables, as a cluster would set them. */
@@ -440,13 +416,8 @@ PTEST(ddp_resnet20_in_sync_resume_and_init_from)
             CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
         }
     }
-    CHECK(files_equal(full, part));
-    static char hdr[65536];
-    FILE *hf = fopen(full, "rb");
-    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
-    if (hf) fclose(hf);
-    hdr[hn] = 0;
-    memset(hdr, ' ', 8); /* the binary header length */
+    CHECK(t_same_checkpoint(full, part));
+    const char *hdr = t_st_header(full);
     CHECK(strstr(hdr, "\"layer3.2.bn2.running_var\":{\"dtype\":\"F32\",\"shape\":[64]") != NULL);
     CHECK(strstr(hdr, "\"bn1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[]") != NULL);
     /* Fine-tuning from weights: accepted for the same network, refused (naming the
@@ -469,23 +440,10 @@ PTEST(ddp_textcnn_learns_text_and_stays_in_sync)
 {
     t_clean_env();
     const char *d = t_proc_tmpdir();
-    static char dir[400], buf[1 << 16], ck[700];
+    static char dir[400], ck[700];
     snprintf(dir, sizeof dir, "%s/text", d);
     mkdir(dir, 0755);
-    static const char *const pos[] = {"great", "fine", "lovely", "superb"}, *const neg[] = {"awful", "bad", "poor", "dull"},
-                             *const filler[] = {"the", "movie", "was", "a", "plot", "and", "actors", "quite"};
-    for (int split = 0; split < 2; split++) {
-        size_t n = 0;
-        for (int i = 0; i < (split ? 64 : 256); i++) {
-            int label = i % 2;
-            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\t", label ? "pos" : "neg");
-            for (int w = 0; w < 7; w++)
-                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s ",
-                                      w == (i * 3 + split) % 7 ? (label ? pos : neg)[(i / 2) % 4] : filler[(i + w * 5) % 8]);
-            buf[n - 1] = '\n';
-        }
-        t_write_file(dir, split ? "test.tsv" : "train.tsv", buf, n, 0);
-    }
+    t_write_text_dataset(dir);
     snprintf(ck, sizeof ck, "%s/tc.safetensors", d);
     snprintf(data_dir, sizeof data_dir, "%s", dir);
     const char *extra[] = {"--model", "textcnn", "--seq-len", "12", "--embed-dim", "16", "--epochs", "6",

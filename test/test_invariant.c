@@ -21,26 +21,12 @@ static void make_images(void)
     t_write_synthetic_dataset(img_dir, 600, 200, 0);
 }
 
-/* label<TAB>text, a keyword task (as test_ddp.c's TextCNN test). */
+/* label<TAB>text, a keyword task (t_data.c; test_ddp.c's TextCNN test trains on it too). */
 static void make_text(void)
 {
-    static char buf[1 << 16];
-    static const char *const pos[] = {"great", "fine", "lovely", "superb"}, *const neg[] = {"awful", "bad", "poor", "dull"},
-                             *const filler[] = {"the", "movie", "was", "a", "plot", "and", "actors", "quite"};
     snprintf(text_dir, sizeof text_dir, "%s/text", t_proc_tmpdir());
     mkdir(text_dir, 0755);
-    for (int split = 0; split < 2; split++) {
-        size_t n = 0;
-        for (int i = 0; i < (split ? 64 : 256); i++) {
-            int label = i % 2;
-            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s\t", label ? "pos" : "neg");
-            for (int w = 0; w < 7; w++)
-                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s ",
-                                      w == (i * 3 + split) % 7 ? (label ? pos : neg)[(i / 2) % 4] : filler[(i + w * 5) % 8]);
-            buf[n - 1] = '\n';
-        }
-        t_write_file(text_dir, split ? "test.tsv" : "train.tsv", buf, n, 0);
-    }
+    t_write_text_dataset(text_dir);
 }
 
 typedef struct job {
@@ -106,20 +92,6 @@ static int run(const job *j, const char *data, const char *const *extra, const c
     return ok ? 0 : -1;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int eq = fa && fb;
-    while (eq) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) eq = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return eq;
-}
-
 /* Runs the jobs; every checkpoint and digest must equal the first's. */
 static void same_bits(const char *what, const char *data, const char *const *extra, const job *jobs, int n)
 {
@@ -130,7 +102,7 @@ static void same_bits(const char *what, const char *data, const char *const *ext
     for (int i = 1; i < n; i++) {
         snprintf(ck, sizeof ck, "%s/w%d.st", t_proc_tmpdir(), jobs[i].world);
         CHECKF(run(&jobs[i], data, extra, ck, d, sizeof d) == 0, "%s: world %d failed", what, jobs[i].world);
-        CHECKF(same_file(ck0, ck), "%s: the checkpoint of world %d (%d threads) differs from world %d's", what,
+        CHECKF(t_same_file(ck0, ck), "%s: the checkpoint of world %d (%d threads) differs from world %d's", what,
                jobs[i].world, jobs[i].threads, jobs[0].world);
         CHECKF(!strcmp(d0, d), "%s: world %d printed\n%s\nworld %d printed\n%s", what, jobs[0].world, d0, jobs[i].world, d);
     }
@@ -272,17 +244,12 @@ PTEST(invariant_mid_epoch_checkpoint_resumes_on_another_world_size)
     for (int r = 0; r < 2; r++)
         CHECKF(t_wait(&p[r], 120) == 75, "rank %d should stop at a restart point: %s", r, t_slurp(p[r].err));
     CHECKF(strstr(t_slurp(p[0].err), "stopping at this restart point"), "%s", t_slurp(p[0].err));
-    static char hdr[65536];
-    FILE *hf = fopen(part, "rb");
-    size_t hn = hf ? fread(hdr, 1, sizeof hdr - 1, hf) : 0;
-    if (hf) fclose(hf);
-    hdr[hn] = 0;
-    memset(hdr, ' ', 8); /* the binary header length */
+    const char *hdr = t_st_header(part);
     CHECKF(strstr(hdr, "\"epoch_steps\":\"10\""), "the checkpoint is not step 10's: %.300s", hdr);
     const char *b[] = {"--invariant", "4", "--batch-size", "4", "--epochs", "2", "--save-every", "10", "--resume",
                        part, NULL};
     CHECK(run(&one, img_dir, b, part, d0, sizeof d0) == 0);
-    CHECKF(same_file(full, part), "resumed mid-epoch on 1 rank: the checkpoint differs from the uninterrupted run's");
+    CHECKF(t_same_file(full, part), "resumed mid-epoch on 1 rank: the checkpoint differs from the uninterrupted run's");
 }
 
 /* The same without --invariant, on one process: a mid-epoch checkpoint (--accum-steps 2:
@@ -312,5 +279,5 @@ PTEST(mid_epoch_checkpoint_resumes_plain_training)
     const char *b[] = {"--batch-size", "8", "--accum-steps", "2", "--epochs", "2", "--save-every", "7", "--resume", part,
                        NULL};
     CHECK(run(&one, img_dir, b, part, d0, sizeof d0) == 0);
-    CHECKF(same_file(full, part), "resumed mid-epoch: the checkpoint differs from the uninterrupted run's");
+    CHECKF(t_same_file(full, part), "resumed mid-epoch: the checkpoint differs from the uninterrupted run's");
 }

@@ -2,6 +2,7 @@
  * against central finite differences of those loops, and agreement across SIMD paths
  * and thread counts. Sizes are kept small so the suite stays fast under sanitizers. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "kernels/k.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -11,32 +12,8 @@
 #include <unistd.h>
 
 static uint64_t rs = 88172645463325252ULL;
-static float frand(void) /* xorshift, uniform in [-1, 1) */
-{
-    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-    return (float)((rs >> 40) * 0x1p-24 * 2.0 - 1.0);
-}
-static float *rnd(size_t n)
-{
-    float *p = malloc(n * sizeof *p + 64);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
-    return p;
-}
+static float *rnd(size_t n) { return t_uniform_buf(&rs, n); }
 static float *zeros(size_t n) { return calloc(n + 16, sizeof(float)); }
-
-/* max |got - ref| / max(1, max |ref|) <= tol */
-static void check_close(const char *what, const float *got, const double *ref, size_t n, double tol)
-{
-    double mref = 1.0, merr = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - ref[i]);
-        if (!(e <= merr)) { merr = e; at = i; }
-    }
-    CHECKF(merr / mref <= tol, "%s: element %zu got %.7g want %.7g (rel err %.3g > %.1g)", what,
-           at, n ? got[at] : 0.0, n ? ref[at] : 0.0, merr / mref, tol);
-}
 
 /* ---------------------------------------------------------------- conv reference */
 typedef struct { const k_conv_shape *sh; const float *x, *w, *b, *g; } conv_ref;
@@ -150,10 +127,10 @@ TEST(kernels_conv_fwd_matches_naive)
         k_conv2d_fwd(&sh, x, w, b, y, ws);
         char what[64];
         snprintf(what, sizeof what, "conv fwd case %d", ci);
-        check_close(what, y, ref, ny, 2e-6);
+        CHECK_CLOSE(what, y, ref, ny, 2e-6);
         k_conv2d_fwd(&sh, x, w, NULL, y, ws); /* no bias */
         for (size_t i = 0; i < ny; i++) ref[i] -= b[(i / ((size_t)sh.p * sh.q)) % sh.k];
-        check_close(what, y, ref, ny, 2e-6);
+        CHECK_CLOSE(what, y, ref, ny, 2e-6);
         free(x); free(w); free(b); free(y); free(ws); free(ref);
     }
 }
@@ -229,7 +206,7 @@ TEST(kernels_linear_fwd_bwd)
         snprintf(what, sizeof what, "linear %dx%dx%d fwd", n, in, out);
         naive_linear(n, in, out, x, w, b, ref);
         k_linear_fwd(n, in, out, x, w, b, y);
-        check_close(what, y, ref, (size_t)n * out, 2e-6);
+        CHECK_CLOSE(what, y, ref, (size_t)n * out, 2e-6);
         for (size_t i = 0; i < (size_t)out * in; i++) dw[i] = 5.0f;
         k_linear_bwd(n, in, out, x, w, g, dx, dw, db);
         /* L = sum(y*g) is bilinear, so its exact gradients are these sums (in double). */
@@ -240,7 +217,7 @@ TEST(kernels_linear_fwd_bwd)
                 ref[i * in + j] = s;
             }
         snprintf(what, sizeof what, "linear %dx%dx%d dx", n, in, out);
-        check_close(what, dx, ref, (size_t)n * in, 2e-6);
+        CHECK_CLOSE(what, dx, ref, (size_t)n * in, 2e-6);
         for (int o = 0; o < out; o++)
             for (int j = 0; j < in; j++) {
                 double s = 0;
@@ -248,13 +225,13 @@ TEST(kernels_linear_fwd_bwd)
                 ref[o * in + j] = s;
             }
         snprintf(what, sizeof what, "linear %dx%dx%d dw", n, in, out);
-        check_close(what, dw, ref, (size_t)out * in, 2e-6);
+        CHECK_CLOSE(what, dw, ref, (size_t)out * in, 2e-6);
         for (int o = 0; o < out; o++) {
             double s = 0;
             for (int i = 0; i < n; i++) s += g[i * out + o];
             ref[o] = s;
         }
-        check_close("linear db", db, ref, out, 2e-6);
+        CHECK_CLOSE("linear db", db, ref, out, 2e-6);
         /* One finite difference through the real kernel, as a sanity check of signs. */
         int j0 = in / 2, o0 = out / 2;
         float save = w[o0 * in + j0];
@@ -323,7 +300,7 @@ static void outs_cmp(const k_conv_shape *sh, const outs *a, const outs *b, doubl
         for (size_t i = 0; i < n[t]; i++) ref[i] = pb[t][i];
         char w2[80];
         snprintf(w2, sizeof w2, "%s output %d", what, t);
-        check_close(w2, pa[t], ref, n[t], tol);
+        CHECK_CLOSE(w2, pa[t], ref, n[t], tol);
         free(ref);
     }
 }

@@ -3,6 +3,7 @@
  * central differences of those loops (BatchNorm as the full composite stats + forward),
  * bitwise agreement across thread counts, and agreement across SIMD paths. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "kernels/k.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -10,17 +11,7 @@
 #include <string.h>
 
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
-static float frand(void) /* xorshift, uniform in [-1, 1) */
-{
-    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-    return (float)((rs >> 40) * 0x1p-24 * 2.0 - 1.0);
-}
-static float *rnd(size_t n)
-{
-    float *p = malloc(n * sizeof *p + 64);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
-    return p;
-}
+static float *rnd(size_t n) { return t_uniform_buf(&rs, n); }
 /* Distinct values (no ties, gaps >= 2^-12), shuffled: max pooling's argmax is stable
  * under the small perturbations of the finite differences. */
 static float *distinct(size_t n)
@@ -36,20 +27,6 @@ static float *distinct(size_t n)
 }
 static double *dbuf(size_t n) { return calloc(n + 1, sizeof(double)); }
 static float *fz(size_t n) { return calloc(n + 16, sizeof(float)); }
-
-/* max |got - ref| / max(1, max |ref|) <= tol */
-static void check_close(const char *what, const float *got, const double *ref, size_t n, double tol)
-{
-    double mref = 1.0, merr = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - ref[i]);
-        if (!(e <= merr)) { merr = e; at = i; }
-    }
-    CHECKF(merr / mref <= tol, "%s: element %zu got %.7g want %.7g (rel err %.3g > %.1g)", what,
-           at, n ? got[at] : 0.0, n ? ref[at] : 0.0, merr / mref, tol);
-}
 
 /* ---------------------------------------------------------------- max pool, padded */
 /* PyTorch's loop: window clipped to the image, scan from its first cell, strict >,
@@ -100,7 +77,7 @@ TEST(kernels_maxpool_pad_fwd_bwd)
         k_maxpool2d_pad_fwd(n, c, h, w, ks, st, pad, x, y, idx);
         char what[64];
         snprintf(what, sizeof what, "pool case %zu fwd", ci);
-        check_close(what, y, ref, ny, 0.0);
+        CHECK_CLOSE(what, y, ref, ny, 0.0);
         CHECKF(memcmp(idx, ridx, ny * sizeof *idx) == 0, "pool case %zu: idx differs", ci);
         for (size_t i = 0; i < nx; i++) dx[i] = 9.0f; /* backward overwrites */
         k_maxpool2d_pad_bwd(n, c, h, w, ks, st, pad, g, idx, dx);
@@ -119,7 +96,7 @@ TEST(kernels_maxpool_pad_fwd_bwd)
             fd[i] = (l[0] - l[1]) / (2 * hh);
         }
         snprintf(what, sizeof what, "pool case %zu dx", ci);
-        check_close(what, dx, fd, nx, 1e-6);
+        CHECK_CLOSE(what, dx, fd, nx, 1e-6);
         free(x); free(y); free(g); free(dx); free(idx); free(ridx); free(xd); free(ref); free(fd); free(yp);
     }
 }
@@ -207,6 +184,17 @@ static void bn_run(int n, int c, int hw, const float *x, const float *gm, const 
 
 static const int bn_cases[][3] = {{2, 3, 35}, {3, 4, 49}, {4, 3, 1}, {2, 5, 17}, {1, 2, 64}, {2, 2, 100}};
 
+/* Channel ch's mean and biased variance of x (n x c x hw), in double. */
+static void ref_stats(int n, int c, int hw, const float *x, int ch, double *mean, double *var)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++) for (int t = 0; t < hw; t++) s += x[((long)i * c + ch) * hw + t];
+    s /= (double)n * hw;
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < hw; t++) { double d = x[((long)i * c + ch) * hw + t] - s; ss += d * d; }
+    *mean = s, *var = ss / ((double)n * hw);
+}
+
 TEST(kernels_bn_fwd_bwd_composite)
 {
     for (size_t ci = 0; ci < sizeof bn_cases / sizeof bn_cases[0]; ci++) {
@@ -223,16 +211,13 @@ TEST(kernels_bn_fwd_bwd_composite)
         bn_loss(n, c, hw, xd, gd, bd, g, yr);
         char what[64];
         snprintf(what, sizeof what, "bn case %zu fwd", ci);
-        check_close(what, y, yr, nx, 2e-5);
+        CHECK_CLOSE(what, y, yr, nx, 2e-5);
         /* mean and biased variance */
         for (int ch = 0; ch < c; ch++) {
-            double s = 0, ss = 0;
-            for (int i = 0; i < n; i++) for (int t = 0; t < hw; t++) s += x[((long)i * c + ch) * hw + t];
-            s /= (double)n * hw;
-            for (int i = 0; i < n; i++)
-                for (int t = 0; t < hw; t++) { double d = x[((long)i * c + ch) * hw + t] - s; ss += d * d; }
+            double s, ss;
+            ref_stats(n, c, hw, x, ch, &s, &ss);
             CHECK_NEAR(mean[ch], s, 1e-6);
-            CHECK_NEAR(var[ch], ss / ((double)n * hw), 1e-6);
+            CHECK_NEAR(var[ch], ss, 1e-6);
         }
         /* Central differences (h small: BN is nonlinear in x). */
         double h = 1e-5;
@@ -244,7 +229,7 @@ TEST(kernels_bn_fwd_bwd_composite)
             xd[i] = x[i];
         }
         snprintf(what, sizeof what, "bn case %zu dx", ci);
-        check_close(what, dx, ref, nx, 2e-4);
+        CHECK_CLOSE(what, dx, ref, nx, 2e-4);
         for (int k = 0; k < 2; k++) {
             double *par = k ? bd : gd;
             for (int ch = 0; ch < c; ch++) {
@@ -256,7 +241,7 @@ TEST(kernels_bn_fwd_bwd_composite)
                 par[ch] = s;
             }
             snprintf(what, sizeof what, "bn case %zu %s", ci, k ? "dbeta" : "dgamma");
-            check_close(what, k ? dbt : dgm, ref, c, 1e-5);
+            CHECK_CLOSE(what, k ? dbt : dgm, ref, c, 1e-5);
         }
         free(x); free(gm); free(bt); free(g); free(mean); free(var); free(y); free(dgm); free(dbt);
         free(dx); free(xd); free(gd); free(bd); free(yr); free(ref);
@@ -273,12 +258,8 @@ TEST(kernels_bn_null_affine_and_offset_stats)
     float mean[2], var[2], is[2];
     k_bn_stats(n, c, hw, x, mean, var);
     for (int ch = 0; ch < c; ch++) {
-        double s = 0, ss = 0;
-        for (int i = 0; i < n; i++) for (int t = 0; t < hw; t++) s += x[((long)i * c + ch) * hw + t];
-        s /= (double)n * hw;
-        for (int i = 0; i < n; i++)
-            for (int t = 0; t < hw; t++) { double d = x[((long)i * c + ch) * hw + t] - s; ss += d * d; }
-        ss /= (double)n * hw;
+        double s, ss;
+        ref_stats(n, c, hw, x, ch, &s, &ss);
         CHECKF(fabs(var[ch] - ss) <= 1e-4 * ss, "var %g want %g", var[ch], ss);
         is[ch] = (float)(1.0 / sqrt(var[ch] + BN_EPS));
     }
@@ -301,10 +282,10 @@ TEST(kernels_global_avgpool_add)
         for (int t = 0; t < hw; t++) s += x[pl * hw + t];
         ref[pl] = s / hw;
     }
-    check_close("avgpool fwd", y, ref, n * c, 1e-6);
+    CHECK_CLOSE("avgpool fwd", y, ref, n * c, 1e-6);
     k_global_avgpool_bwd(n, c, hw, g, dx);
     for (size_t i = 0; i < nx; i++) ref[i] = (double)g[i / hw] / hw; /* L = sum g*y is linear */
-    check_close("avgpool bwd", dx, ref, nx, 1e-6);
+    CHECK_CLOSE("avgpool bwd", dx, ref, nx, 1e-6);
     /* add, also in place (y aliasing a or b), on an odd length */
     float *a = rnd(1001), *b = rnd(1001), *s = fz(1001);
     k_add(1001, a, b, s);
@@ -328,7 +309,7 @@ TEST(kernels_embedding_fwd_bwd)
     for (int i = 0; i < n; i++)
         for (int d = 0; d < dim; d++)
             for (int t = 0; t < len; t++) ref[((long)i * dim + d) * len + t] = tab[ids[i * len + t] * dim + d];
-    check_close("embedding fwd", y, ref, (size_t)n * dim * len, 0.0);
+    CHECK_CLOSE("embedding fwd", y, ref, (size_t)n * dim * len, 0.0);
     for (int i = 0; i < vocab * dim; i++) dt[i] = 3.0f; /* zeroed by the kernel */
     k_embedding_bwd(n, len, dim, vocab, ids, g, dt);
     /* L = sum g*y is linear in the table: its gradient is this scatter-add. */
@@ -336,7 +317,7 @@ TEST(kernels_embedding_fwd_bwd)
     for (int i = 0; i < n; i++)
         for (int t = 0; t < len; t++)
             for (int d = 0; d < dim; d++) ref[ids[i * len + t] * dim + d] += g[((long)i * dim + d) * len + t];
-    check_close("embedding bwd", dt, ref, (size_t)vocab * dim, 1e-6);
+    CHECK_CLOSE("embedding bwd", dt, ref, (size_t)vocab * dim, 1e-6);
     free(ids); free(tab); free(y); free(g); free(dt); free(ref);
 }
 
@@ -435,7 +416,7 @@ TEST(kernels_graph_isa_paths_agree)
     for (int i = 1; i < 3; i++) {
         if (k_set_isa(isas[i]) != 0) continue; /* not on this CPU */
         graph_all(x, g, ids, tab, o);
-        check_close(isas[i], o, rd, G_OUT, 2e-5);
+        CHECK_CLOSE(isas[i], o, rd, G_OUT, 2e-5);
     }
     k_set_isa(NULL);
     free(x); free(g); free(tab); free(ids); free(ref); free(o); free(rd);

@@ -1,5 +1,6 @@
 /* Relu, max pool, dropout(2d), the RNG, log_softmax + NLL, SGD and init. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "kernels/k.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -7,11 +8,7 @@
 #include <string.h>
 
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
-static float frand(void) /* xorshift, uniform in [-1, 1) */
-{
-    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
-    return (float)((rs >> 40) * 0x1p-24 * 2.0 - 1.0);
-}
+static float frand(void) { return t_uniform(&rs); }
 
 TEST(kernels_relu_fwd_bwd)
 {

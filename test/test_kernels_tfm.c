@@ -4,6 +4,7 @@
  * and against their analytic double backward (larger shapes, T not a multiple of the
  * 64-row tiles); bitwise agreement across thread counts, agreement across ISA paths. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "kernels/k.h"
 #include "kernels/k_tfm.h"
 #include <stdint.h>
@@ -30,20 +31,6 @@ static double *todbl(const float *x, size_t n)
     double *d = dbuf(n);
     for (size_t i = 0; i < n; i++) d[i] = x[i];
     return d;
-}
-
-/* max |got - ref| / max(1, max |ref|) <= tol */
-static void check_close(const char *what, const float *got, const double *ref, size_t n, double tol)
-{
-    double mref = 1.0, merr = 0.0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - ref[i]);
-        if (!(e <= merr)) { merr = e; at = i; }
-    }
-    CHECKF(merr / mref <= tol, "%s: element %zu got %.7g want %.7g (rel err %.3g > %.1g)", what,
-           at, n ? got[at] : 0.0, n ? ref[at] : 0.0, merr / mref, tol);
 }
 
 /* Central differences of a scalar function f(x) (double), at every element of x. */
@@ -99,19 +86,19 @@ TEST(kernels_layernorm_fwd_bwd)
         double *xd = todbl(x, nx), *wd = todbl(w, c), *bd = todbl(b, c), *ref = dbuf(nx);
         k_layernorm_fwd(n, c, x, w, b, 1e-5f, y, mean, rstd);
         ln_ref(n, c, xd, wd, bd, ref);
-        check_close("layernorm fwd", y, ref, nx, 2e-6);
+        CHECK_CLOSE("layernorm fwd", y, ref, nx, 2e-6);
         for (size_t i = 0; i < (size_t)c; i++) { dw[i] = 7.0f; db[i] = 7.0f; } /* overwritten */
         k_layernorm_bwd(n, c, x, w, mean, rstd, g, dx, dw, db);
         ln_ctx k = {n, c, xd, wd, bd, g, 0};
         double *fd = dbuf(nx);
         fd_grad(ln_loss, &k, xd, nx, 1e-4, fd);
-        check_close("layernorm dx", dx, fd, nx, 2e-5);
+        CHECK_CLOSE("layernorm dx", dx, fd, nx, 2e-5);
         k.which = 1;
         fd_grad(ln_loss, &k, wd, c, 1e-4, fd);
-        check_close("layernorm dw", dw, fd, c, 2e-5);
+        CHECK_CLOSE("layernorm dw", dw, fd, c, 2e-5);
         k.which = 2;
         fd_grad(ln_loss, &k, bd, c, 1e-4, fd);
-        check_close("layernorm db", db, fd, c, 2e-5);
+        CHECK_CLOSE("layernorm db", db, fd, c, 2e-5);
         /* dx over dy (in place) gives the same bits */
         float *g2 = malloc(nx * sizeof(float));
         memcpy(g2, g, nx * sizeof(float));
@@ -134,7 +121,7 @@ TEST(kernels_gelu_fwd_bwd)
     double *ref = dbuf(N), *fd = dbuf(N);
     for (int i = 0; i < N; i++) ref[i] = gelu_ref(x[i]);
     k_gelu_fwd(N, x, y);
-    check_close("gelu fwd", y, ref, N, 1e-6);
+    CHECK_CLOSE("gelu fwd", y, ref, N, 1e-6);
     /* each element's own relative error too: the tails (tiny negative outputs) keep
      * theirs, up to the float rounding of the exponent's argument */
     for (int i = 0; i < N; i++)
@@ -144,7 +131,7 @@ TEST(kernels_gelu_fwd_bwd)
         double h = 1e-4 * (fabs(x[i]) > 1 ? fabs(x[i]) : 1);
         fd[i] = g[i] * (gelu_ref(x[i] + h) - gelu_ref(x[i] - h)) / (2 * h);
     }
-    check_close("gelu bwd", dx, fd, N, 1e-6);
+    CHECK_CLOSE("gelu bwd", dx, fd, N, 1e-6);
     /* in place, and the same bits on every ISA path */
     float *y2 = fz(N), *d2 = fz(N);
     const char *isas[] = {"generic", "avx2", "avx512"};
@@ -174,7 +161,7 @@ TEST(kernels_tok_pos_embed_fwd_bwd)
     k_tok_pos_embed_fwd(b, len, c, ids, len, wte, wpe, y);
     for (size_t r = 0; r < nr; r++)
         for (int i = 0; i < c; i++) ref[r * c + i] = (double)(wte[ids[r] * c + i] + wpe[(r % len) * c + i]);
-    check_close("embed fwd", y, ref, ny, 0.0);
+    CHECK_CLOSE("embed fwd", y, ref, ny, 0.0);
     /* L = sum g*y is linear in both tables: its gradients are these sums. */
     for (int acc = 0; acc < 2; acc++) {
         for (int i = 0; i < vocab * c; i++) dwte[i] = acc ? 0.25f * (float)(i % 5) : 3.0f;
@@ -183,11 +170,11 @@ TEST(kernels_tok_pos_embed_fwd_bwd)
         for (int i = 0; i < vocab * c; i++) ref[i] = acc ? 0.25 * (i % 5) : 0.0;
         for (size_t r = 0; r < nr; r++)
             for (int i = 0; i < c; i++) ref[ids[r] * c + i] += g[r * c + i];
-        check_close(acc ? "embed dwte (acc)" : "embed dwte", dwte, ref, (size_t)vocab * c, 1e-6);
+        CHECK_CLOSE(acc ? "embed dwte (acc)" : "embed dwte", dwte, ref, (size_t)vocab * c, 1e-6);
         memset(ref, 0, sizeof(double) * len * c);
         for (size_t r = 0; r < nr; r++)
             for (int i = 0; i < c; i++) ref[(r % len) * c + i] += g[r * c + i];
-        check_close("embed dwpe", dwpe, ref, (size_t)len * c, 1e-6);
+        CHECK_CLOSE("embed dwpe", dwpe, ref, (size_t)len * c, 1e-6);
     }
     free(ids); free(wte); free(wpe); free(y); free(g); free(dwte); free(dwpe); free(ref);
 }
@@ -216,10 +203,10 @@ TEST(kernels_conv1d_hf_fwd_bwd)
         /* L = sum g * y is linear in x, w and b: these sums are its exact gradients */
         k_conv1d_hf_fwd(n, in, out, x, w, b, y);
         k_conv1d_hf_bwd(n, in, out, x, w, g, dx, dw, db, ws);
-        check_close("conv1d_hf fwd", y, ry, (size_t)n * out, 1e-6);
-        check_close("conv1d_hf dx", dx, rdx, (size_t)n * in, 1e-6);
-        check_close("conv1d_hf dw", dw, rdw, (size_t)in * out, 1e-6);
-        check_close("conv1d_hf db", db, rdb, out, 1e-6);
+        CHECK_CLOSE("conv1d_hf fwd", y, ry, (size_t)n * out, 1e-6);
+        CHECK_CLOSE("conv1d_hf dx", dx, rdx, (size_t)n * in, 1e-6);
+        CHECK_CLOSE("conv1d_hf dw", dw, rdw, (size_t)in * out, 1e-6);
+        CHECK_CLOSE("conv1d_hf db", db, rdb, out, 1e-6);
         /* the same bits on 1, 2 and 3 threads */
         float *dx2 = fz((size_t)n * in), *dw2 = fz((size_t)in * out), *y2 = fz((size_t)n * out);
         for (int t = 2; t <= 3; t++) {
@@ -333,25 +320,25 @@ static void attn_case(int B, int T, int H, int hd, double amp, int fd)
         double *tmp = f; /* compare double to double through a float copy of the reference */
         float *rf = fz(nq);
         for (size_t i = 0; i < nq; i++) rf[i] = (float)dr[i];
-        check_close(what, rf, tmp, nq, 1e-6);
+        CHECK_CLOSE(what, rf, tmp, nq, 1e-6);
         free(f); free(rf);
     }
     for (size_t i = 0; i < nq; i++) dq[i] = 5.0f; /* overwritten */
     k_attention_fwd(B, T, H, hd, qkv, y, lse);
     k_attention_bwd(B, T, H, hd, qkv, y, lse, g, dq);
     snprintf(what, sizeof what, "flash fwd b%d t%d h%d hd%d", B, T, H, hd);
-    check_close(what, y, yr, ny, 2e-6);
+    CHECK_CLOSE(what, y, yr, ny, 2e-6);
     snprintf(what, sizeof what, "flash bwd b%d t%d h%d hd%d", B, T, H, hd);
-    check_close(what, dq, dr, nq, 2e-5);
+    CHECK_CLOSE(what, dq, dr, nq, 2e-5);
     for (size_t i = 0; i < nq; i++) dqs[i] = 5.0f;
     k_attention_stored_fwd(B, T, H, hd, qkv, ys, att);
     k_attention_stored_bwd(B, T, H, hd, qkv, att, g, dqs);
     snprintf(what, sizeof what, "stored fwd b%d t%d h%d hd%d", B, T, H, hd);
-    check_close(what, ys, yr, ny, 2e-6);
+    CHECK_CLOSE(what, ys, yr, ny, 2e-6);
     snprintf(what, sizeof what, "stored att b%d t%d h%d hd%d", B, T, H, hd);
-    check_close(what, att, pr, na, 2e-6);
+    CHECK_CLOSE(what, att, pr, na, 2e-6);
     snprintf(what, sizeof what, "stored bwd b%d t%d h%d hd%d", B, T, H, hd);
-    check_close(what, dqs, dr, nq, 2e-5);
+    CHECK_CLOSE(what, dqs, dr, nq, 2e-5);
     /* lse = log sum exp of the scaled scores */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -442,26 +429,26 @@ static void cl_case(int n, int c, int v, double amp, int fd)
     char what[96];
     CHECK_NEAR(L, Lr, 1e-6);
     snprintf(what, sizeof what, "classifier rows n%d c%d v%d", n, c, v);
-    check_close(what, rows, rr, n, 1e-6);
+    CHECK_CLOSE(what, rows, rr, n, 1e-6);
     snprintf(what, sizeof what, "classifier dx n%d c%d v%d", n, c, v);
-    check_close(what, dx, rdx, nx, 1e-5);
+    CHECK_CLOSE(what, dx, rdx, nx, 1e-5);
     snprintf(what, sizeof what, "classifier dw n%d c%d v%d", n, c, v);
-    check_close(what, dw, rdw, nw, 1e-5);
+    CHECK_CLOSE(what, dw, rdw, nw, 1e-5);
     /* forward alone: the same loss bits; acc_dw adds */
     CHECK(k_classifier_fwd_bwd(n, c, v, x, w, t, (float)scale, NULL, NULL, NULL, 0, ws) == L);
     float *dw2 = malloc(nw * sizeof(float));
     for (size_t i = 0; i < nw; i++) dw2[i] = 1.0f;
     k_classifier_fwd_bwd(n, c, v, x, w, t, (float)scale, NULL, NULL, dw2, 1, ws);
     for (size_t i = 0; i < nw; i++) rdw[i] += 1.0;
-    check_close("classifier dw acc", dw2, rdw, nw, 1e-5);
+    CHECK_CLOSE("classifier dw acc", dw2, rdw, nw, 1e-5);
     if (fd) {
         cl_ctx k = {n, c, v, 0, xd, wd, t, scale};
         double *f = dbuf(nw > nx ? nw : nx);
         fd_grad(cl_loss, &k, xd, nx, 1e-5, f);
-        check_close("classifier dx vs differences", dx, f, nx, 1e-5);
+        CHECK_CLOSE("classifier dx vs differences", dx, f, nx, 1e-5);
         k.which = 1;
         fd_grad(cl_loss, &k, wd, nw, 1e-5, f);
-        check_close("classifier dw vs differences", dw, f, nw, 1e-5);
+        CHECK_CLOSE("classifier dw vs differences", dw, f, nw, 1e-5);
         free(f);
     }
     free(x); free(w); free(dx); free(dw); free(rows); free(t); free(xd); free(wd); free(rdx);
@@ -543,7 +530,7 @@ TEST(kernels_tfm_isa_paths_agree)
     for (int i = 1; i < 3; i++) {
         if (k_set_isa(isas[i]) != 0) continue; /* not on this CPU */
         tfm_all(x, qkv, g3, w, ids, wte, o);
-        check_close(isas[i], o, rd, T_OUT, 2e-5);
+        CHECK_CLOSE(isas[i], o, rd, T_OUT, 2e-5);
     }
     k_set_isa(NULL);
     free(x); free(qkv); free(g3); free(w); free(ids); free(wte); free(ref); free(o); free(rd);

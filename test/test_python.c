@@ -51,22 +51,7 @@ static char **env_for(const char *extra)
     return env;
 }
 
-/* Runs argv (ending NULL) and expects exit 0 and "rank R of W ok" / "rank R ok". */
-static void run_ok(char **argv, int world, const char *fmt, double secs)
-{
-    t_clean_env();
-    t_proc p;
-    t_spawn(&p, "py", argv, env_for(NULL));
-    int rc = t_wait(&p, secs);
-    const char *out = t_slurp(p.out);
-    CHECKF(rc == 0, "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
-    for (int r = 0; r < world; r++) {
-        char want[64];
-        snprintf(want, sizeof want, fmt, r, world);
-        CHECKF(strstr(out, want), "missing '%s' in: %s\nstderr: %s", want, out, t_slurp(p.err));
-    }
-}
-
+/* core_check.py in one process, or world ranks under ddprt-launch: "rank R of W ok". */
 static void core(int world)
 {
     if (!have("numpy")) return;
@@ -75,7 +60,7 @@ static void core(int world)
     char *one[] = {(char *)python(), "python/tests/core_check.py", NULL};
     char *launch[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)python(),
                       "python/tests/core_check.py", NULL};
-    run_ok(world == 1 ? one : launch, world, "rank %d of %d ok", 180);
+    t_launch_ok(world == 1 ? one : launch, env_for(NULL), world, "rank %d of %d ok", 180);
 }
 
 PTEST(python_core_calls_vs_numpy_one_process) { core(1); }
@@ -89,7 +74,7 @@ PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_ddprt_launch)
     if (!have("torch")) return;
     char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)python(),
                     "python/tests/ddp_check.py", NULL};
-    run_ok(argv, 2, "rank %d ok", 240);
+    t_launch_ok(argv, env_for(NULL), 2, "rank %d ok", 240);
 }
 
 PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_torchrun)
@@ -101,7 +86,7 @@ PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_torchrun)
      * own default ("0": Std.NONE is not iterable there). */
     char *argv[] = {(char *)python(), "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
                     "--redirects", "1", "--tee", "1", "python/tests/ddp_check.py", NULL};
-    run_ok(argv, 2, "rank %d ok", 240);
+    t_launch_ok(argv, env_for(NULL), 2, "rank %d ok", 240);
 }
 
 /* Ranks started with torchrun's variables: rank 2 SIGKILLs itself (mode "stop": stops

@@ -4,29 +4,19 @@
  * on the order in which its threads run has a race). Built when the executor is
  * (g++ present, SIMT not 0). */
 #include "test/t.h"
+#include "test/t_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #if DDPRT_HAVE_SIMT
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The device suite's tests whose name or file holds one of `filter`'s words. */
 static void suite(const char *filter, const char *order)
 {
     static char out[1 << 20];
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "DDPRT_SIMT_SCHED=%s %s %s 2>&1", order, t_prog("test-gpu-simt"), filter);
-    int rc = run(cmd, out, sizeof out);
+    int rc = t_sh(cmd, out, sizeof out);
     CHECKF(rc == 0 && strstr(out, " passed, 0 failed"), "%s (threads %s): exit %d\n%s", filter, order, rc, out);
 }
 

@@ -5,25 +5,15 @@
  * and buffer broadcast between processes) runs here and must train as the CPU does.
  * Built when the executor is. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "test/t_data.h"
 #include "nn/stio.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #if DDPRT_HAVE_SIMT
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f) return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* Loss lines and the test-set line of two runs agree; returns the loss lines compared. */
 static int same_run(const char *a, const char *b, char *why, size_t len)
 {
@@ -55,10 +45,10 @@ static void device_vs_cpu(const char *dir, const char *model, int nproc, const c
              "--check-sync 1 %s%s", extra, strcmp(dir, "synthetic") ? "" : " --no-eval");
     snprintf(cmd, sizeof cmd, "%s %s --device cuda --model %s %s --data %s 2>&1", launch, t_prog("t-train-simt"), model,
              args, dir);
-    CHECKF(run(cmd, out_d, sizeof out_d) == 0, "%s", out_d);
+    CHECKF(t_sh(cmd, out_d, sizeof out_d) == 0, "%s", out_d);
     snprintf(cmd, sizeof cmd, "%s %s --device cpu --model %s %s --data %s 2>&1", launch, t_prog("t-train-simt"), model,
              args, dir);
-    CHECKF(run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
+    CHECKF(t_sh(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
     int n = same_run(out_d, out_c, why, sizeof why);
     CHECKF(n == 4, "%s, %d rank(s): %d loss lines agree; %s\n--- device:\n%s\n--- cpu:\n%s", model, nproc, n, why,
            out_d, out_c);
@@ -134,7 +124,7 @@ TEST(train_device_cuda_simt_ddp_2_processes_match_cpu)
     for (int dev = 0; dev < 2; dev++) {
         snprintf(cmd, sizeof cmd, "%s --nproc-per-node 2 -- %s --device %s %s --data %s --save %s 2>&1",
                  t_prog("ddprt-launch"), t_prog("t-train-simt"), dev ? "cpu" : "cuda", args, dir, dev ? pc : pd);
-        CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+        CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
         if (!dev) CHECKF(strstr(out, "gradient allreduces: 1 rounds"), "device run: DDP counters\n%s", out);
     }
     int n = same_ckpt(pd, pc, 2e-5, why, sizeof why);

@@ -146,21 +146,11 @@ PTEST(tcp_nsocks_differ_is_a_clear_error)
 
 static void run_launch(int world)
 {
-    t_clean_env();
     char n[16];
     snprintf(n, sizeof n, "%d", world);
     char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)t_prog("t-tcp_coll"),
                     "matrix", "-", "-1", "-1", NULL};
-    t_proc p;
-    t_spawn(&p, "launch", argv, NULL);
-    int rc = t_wait(&p, 90);
-    const char *out = t_slurp(p.out);
-    CHECKF(rc == 0, "ddprt-launch exited %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
-    for (int r = 0; r < world; r++) {
-        char want[64];
-        snprintf(want, sizeof want, "rank %d of %d ok", r, world);
-        CHECKF(strstr(out, want), "missing '%s' in: %s", want, out);
-    }
+    t_launch_ok(argv, NULL, world, "rank %d of %d ok", 90);
 }
 
 PTEST(tcp_matrix_launch_2) { run_launch(2); }

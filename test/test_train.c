@@ -1,20 +1,10 @@
 /* End-to-end single-process training on a small synthetic dataset in IDX format. */
 #include "test/t.h"
+#include "test/t_util.h"
 #include "test/t_data.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-
-static int run(const char *cmd, char *out, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, len - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 TEST(train_no_heap_allocation_in_the_loop)
 {
@@ -38,7 +28,7 @@ TEST(train_no_heap_allocation_in_the_loop)
         for (int threads = 1; threads <= 2; threads++) {
             snprintf(cmd, sizeof cmd, "%s %s %d %s 2>&1", t_prog("t-alloc_count"), m == 2 ? text : dir, threads,
                      models[m]);
-            CHECK(run(cmd, out, sizeof out) == 0);
+            CHECK(t_sh(cmd, out, sizeof out) == 0);
             CHECKF(strstr(out, "skipped") || strstr(out, "allocations: 0 over 8 steps"), "%s: %s", models[m], out);
         }
 }
@@ -50,7 +40,7 @@ TEST(train_learns_synthetic_data_and_prints_seed_lines)
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof cmd, "%s --data %s --epochs 2 --batch-size 32 --lr 0.05 --threads 1 --mem-report 2>&1",
              t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECK(t_sh(cmd, out, sizeof out) == 0);
     CHECKF(strstr(out, "Train Epoch: 1 [0/1200 (0%)]\tLoss: "), "%s", out);
     CHECKF(strstr(out, "Train Epoch: 2 [320/1200 (26%)]"), "%s", out);
     CHECK(strstr(out, "Epoch 1 of 2 took ") != NULL);
@@ -72,12 +62,12 @@ TEST(train_bad_flags_and_missing_data_fail_clearly)
 {
     char cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "%s --epoch 3 2>&1", t_prog("ddprt-train"));
-    CHECK(run(cmd, out, sizeof out) == 2);
+    CHECK(t_sh(cmd, out, sizeof out) == 2);
     CHECKF(strstr(out, "did you mean --epochs"), "%s", out);
     const char *dir = t_tmpdir("nodata");
     snprintf(cmd, sizeof cmd, "%s --data %s 2>&1", t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) == 1);
+    CHECK(t_sh(cmd, out, sizeof out) == 1);
     CHECKF(strstr(out, "error") && strstr(out, dir), "%s", out);
     snprintf(cmd, sizeof cmd, "%s --device cuda --data %s 2>&1", t_prog("ddprt-train"), dir);
-    CHECK(run(cmd, out, sizeof out) == 1);
+    CHECK(t_sh(cmd, out, sizeof out) == 1);
 }

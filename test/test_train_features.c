@@ -79,25 +79,6 @@ static unsigned char *slurp_bin(const char *path, size_t *n)
     return b;
 }
 
-/* a and b hold the same bytes, and so do a.state and b.state when a.state exists. */
-static int files_equal(const char *a, const char *b)
-{
-    char as[700], bs[700];
-    snprintf(as, sizeof as, "%s.state", a);
-    snprintf(bs, sizeof bs, "%s.state", b);
-    FILE *fs = fopen(as, "rb");
-    if (fs) {
-        fclose(fs);
-        if (!strstr(a, ".state") && !files_equal(as, bs)) return 0;
-    }
-    size_t na = 0, nb = 0;
-    unsigned char *x = slurp_bin(a, &na), *y = slurp_bin(b, &nb);
-    int eq = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return eq;
-}
-
 /* Max |a - b| over the f32 tensor data of two safetensors files of the same model
  * (relative to the largest |a|); -1 when the layouts differ. */
 static double max_rel_diff(const char *a, const char *b)
@@ -168,7 +149,7 @@ PTEST(train_resume_bit_identical_with_adam_cosine_and_adamw_multistep)
         }
         CHECKF(!strcmp(counts[0], counts[1]), "full: %s\nresumed: %s", counts[0], counts[1]);
         /* Parameters and buffers, and in PATH.state the optimizer state and its step. */
-        CHECKF(files_equal(full, part), "config %d: checkpoint differs after resume", c);
+        CHECKF(t_same_checkpoint(full, part), "config %d: checkpoint differs after resume", c);
     }
     /* The state says which optimizer wrote it. */
     char part[600];

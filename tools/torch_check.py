@@ -77,6 +77,17 @@ class ResNet20(nn.Module):
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
+class TextCNN(nn.Module):  # Kim 2014, as ddprt's textcnn (bench/ref_models.py, ref_textcnn.py)
+    def __init__(self, vocab, classes=2, dim=128):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        self.convs = nn.ModuleList([nn.Conv1d(dim, 100, k) for k in (3, 4, 5)])
+        self.fc = nn.Linear(300, classes)
+    def forward(self, x):
+        e = self.embedding(x).transpose(1, 2)
+        h = torch.cat([F.relu(c(e)).max(2)[0] for c in self.convs], 1)
+        return self.fc(F.dropout(h, 0.5, self.training))
+
 def idx(path):
     with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
         b = f.read()

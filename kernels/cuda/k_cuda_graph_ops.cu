@@ -1,4 +1,4 @@
-// Layer-graph ops of kernels/k.h on the GPU: max pool with padding, global average
+// Layer-graph ops of kernels/k.h on the GPU: max pool (with padding or not), global average
 // pool, residual add, embedding (channels-first output) and max over time. The maths
 // of each output element is a functor run by k_cuda_each (k_cuda_launch.cuh). No
 // atomics: every output is written by one thread, in a fixed order, so results repeat
@@ -158,26 +158,50 @@ int pool_args_bad(const char *kernel, int n, int c, int h, int w, int ks, int st
     return -1;
 }
 
+// Without padding (floor mode) the same kernels with pad 0: the same windows, scan and
+// bits as a pool of its own.
+int pool_fwd(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
+             int32_t *idx, port_stream s)
+{
+    if (pool_args_bad(kernel, n, c, h, w, ks, st, pad)) return -1;
+    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
+    k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, y, idx}, s);
+    return k_cuda_check_launch(kernel, "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st, pad);
+}
+
+int pool_bwd(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
+             const int32_t *idx, float *dx, port_stream s)
+{
+    if (pool_args_bad(kernel, n, c, h, w, ks, st, pad)) return -1;
+    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
+    k_cuda_each((size_t)n * c * h * w, PoolBwd{h, w, ks, st, pad, p, q, dy, idx, dx}, s);
+    return k_cuda_check_launch(kernel, "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st, pad);
+}
+
 } // namespace
 
 int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
                              int32_t *idx, port_stream s)
 {
-    if (pool_args_bad("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad)) return -1;
-    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
-    k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, y, idx}, s);
-    return k_cuda_check_launch("k_cuda_maxpool2d_pad_fwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
-                        pad);
+    return pool_fwd("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad, x, y, idx, s);
 }
 
 int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
                              const int32_t *idx, float *dx, port_stream s)
 {
-    if (pool_args_bad("k_cuda_maxpool2d_pad_bwd", n, c, h, w, ks, st, pad)) return -1;
-    int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
-    k_cuda_each((size_t)n * c * h * w, PoolBwd{h, w, ks, st, pad, p, q, dy, idx, dx}, s);
-    return k_cuda_check_launch("k_cuda_maxpool2d_pad_bwd", "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st,
-                        pad);
+    return pool_bwd("k_cuda_maxpool2d_pad_bwd", n, c, h, w, ks, st, pad, dy, idx, dx, s);
+}
+
+int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
+                         port_stream s)
+{
+    return pool_fwd("k_cuda_maxpool2d_fwd", n, c, h, w, ks, st, 0, x, y, idx, s);
+}
+
+int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy, const int32_t *idx,
+                         float *dx, port_stream s)
+{
+    return pool_bwd("k_cuda_maxpool2d_bwd", n, c, h, w, ks, st, 0, dy, idx, dx, s);
 }
 
 int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s)

@@ -4,6 +4,7 @@
  * id per byte (the byte's printable stand-in, GPT-2's bytes_to_unicode) and the
  * lowest-ranked adjacent pair is merged until none is in the table. */
 #include "nn/data/bpe.h"
+#include "nn/data/utf8.h"
 #include "rt/hash.h"
 #include <errno.h>
 #include <locale.h>
@@ -47,32 +48,6 @@ static const pair_ent *pair_find(const nn_bpe *b, int32_t x, int32_t y)
         if (e->rank < 0) return NULL;
         if (e->key == k) return e;
     }
-}
-
-static int put_utf8(char *o, uint32_t v)
-{
-    if (v < 0x80) return o[0] = (char)v, 1;
-    if (v < 0x800) return o[0] = (char)(0xc0 | v >> 6), o[1] = (char)(0x80 | (v & 0x3f)), 2;
-    if (v < 0x10000)
-        return o[0] = (char)(0xe0 | v >> 12), o[1] = (char)(0x80 | (v >> 6 & 0x3f)), o[2] = (char)(0x80 | (v & 0x3f)), 3;
-    return o[0] = (char)(0xf0 | v >> 18), o[1] = (char)(0x80 | (v >> 12 & 0x3f)), o[2] = (char)(0x80 | (v >> 6 & 0x3f)),
-           o[3] = (char)(0x80 | (v & 0x3f)), 4;
-}
-
-/* A valid UTF-8 sequence at s (0: invalid). */
-static int get_utf8(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) return *cp = s[0], 1;
-    int len = s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
-    if (!len || (size_t)len > n) return 0;
-    uint32_t v = s[0] & (0x7f >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    return *cp = v, len;
 }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others
@@ -159,7 +134,7 @@ static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, c
                     uint32_t lo = (uint32_t)strtoul((char[5]){j[i + 2], j[i + 3], j[i + 4], j[i + 5], 0}, NULL, 16);
                     if (lo >= 0xdc00 && lo < 0xe000) v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00), i += 6;
                 }
-                k += (size_t)put_utf8(s + k, v);
+                k += (size_t)nn_utf8_put((unsigned char *)s + k, v);
             } else {
                 const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t", *p = strchr(from, c);
                 if (!p || !c) BAD("unknown escape");
@@ -247,7 +222,7 @@ nn_bpe *nn_bpe_load(const char *dir, char *err, size_t errlen)
     if (parse_encoder(b, pe, je, ne, err, errlen) || parse_merges(b, pm, jm, nm, err, errlen)) goto fail;
     for (int c = 0; c < 256; c++) {
         char s[4];
-        int l = put_utf8(s, byte_char(c));
+        int l = nn_utf8_put((unsigned char *)s, byte_char(c));
         if ((b->byte_id[c] = tok_find(b, s, (size_t)l)) < 0) {
             snprintf(err, errlen, "%s: no token for byte %d (GPT-2's byte alphabet is incomplete)", pe, c);
             goto fail;
@@ -271,7 +246,7 @@ nn_bpe *nn_bpe_load(const char *dir, char *err, size_t errlen)
         int special = e->id == b->eot;
         for (size_t k = 0; k < e->len;) {
             uint32_t cp;
-            int l = get_utf8(s + k, e->len - k, &cp);
+            int l = nn_utf8_get(s + k, e->len - k, &cp);
             if (!l) l = 1, cp = 0xffffffffu;
             if (!special && cp < 512 && rev[cp] != 0xffffffffu) b->dec[o++] = (char)rev[cp];
             else memcpy(b->dec + o, s + k, (size_t)l), o += (size_t)l; /* special tokens stay as text */
@@ -313,7 +288,7 @@ static int cls(const unsigned char *s, size_t n, int *len)
     static locale_t loc;
     if (!loc) loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
     uint32_t cp;
-    *len = get_utf8(s, n, &cp);
+    *len = nn_utf8_get(s, n, &cp);
     if (!*len) return *len = 1, C_OTHER; /* a stray byte */
     if (cp < 0x80) {
         if (cp == ' ' || (cp >= '\t' && cp <= '\r')) return C_SPACE;

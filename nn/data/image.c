@@ -1,21 +1,10 @@
 #include "nn/data/image.h"
+#include "nn/data/image_libs.h"
 #include "nn/data/jhuff.h"
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
-#ifndef DDPRT_JPEG
-#define DDPRT_JPEG 0
-#endif
-#ifndef DDPRT_PNG
-#define DDPRT_PNG 0
-#endif
-#if DDPRT_JPEG
-#include <jpeglib.h>
-#endif
-#if DDPRT_PNG
-#include <png.h>
-#endif
 
 int nn_img_have_jpeg(void) { return DDPRT_JPEG; }
 int nn_img_have_png(void) { return DDPRT_PNG; }

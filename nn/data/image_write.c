@@ -1,22 +1,11 @@
 /* Writing JPEG and PNG files: ddprt-data convert/synth and the tests' fixtures. */
 #include "nn/data/image_write.h"
+#include "nn/data/image_libs.h"
 #include <errno.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifndef DDPRT_JPEG
-#define DDPRT_JPEG 0
-#endif
-#ifndef DDPRT_PNG
-#define DDPRT_PNG 0
-#endif
-#if DDPRT_JPEG
-#include <jpeglib.h>
-#endif
-#if DDPRT_PNG
-#include <png.h>
-#endif
 
 int nn_img_write_jpeg(const char *path, const uint8_t *px, int w, int h, int c, int quality, char *err, size_t errlen)
 {

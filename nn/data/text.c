@@ -6,6 +6,7 @@
  * sorted into ids. Start-up temporaries (the counting table) use malloc; what the
  * loader reads lives in the arena. */
 #include "nn/data/dataset.h"
+#include "nn/data/utf8.h"
 #include "rt/hash.h"
 #include "rt/log.h"
 #include <errno.h>
@@ -87,30 +88,6 @@ static ent *lookup(tbl *t, const char *s, uint32_t len, int insert, uint32_t off
     }
 }
 
-/* Decodes one UTF-8 code point at s (n bytes left); its length, or 0 when invalid. */
-static int utf8(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (s[0] < 0x80) return *cp = s[0], 1;
-    int len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (!len || s[0] > 0xf4 || (size_t)len > n) return 0;
-    uint32_t v = s[0] & (0x3f >> (len - 1));
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    return *cp = v, len;
-}
-
-static int put_utf8(unsigned char *o, uint32_t v)
-{
-    if (v < 0x80) return o[0] = (unsigned char)v, 1;
-    if (v < 0x800) return o[0] = 0xc0 | v >> 6, o[1] = 0x80 | (v & 0x3f), 2;
-    if (v < 0x10000) return o[0] = 0xe0 | v >> 12, o[1] = 0x80 | (v >> 6 & 0x3f), o[2] = 0x80 | (v & 0x3f), 3;
-    return o[0] = 0xf0 | v >> 18, o[1] = 0x80 | (v >> 12 & 0x3f), o[2] = 0x80 | (v >> 6 & 0x3f), o[3] = 0x80 | (v & 0x3f), 4;
-}
-
 /* One parsed file: per line the label and the normalised text (lowercase words
  * separated by single spaces) in a malloc'd copy. */
 typedef struct line { uint32_t lab, lab_len, txt, txt_len; int lineno; } line;
@@ -162,7 +139,7 @@ static int parse(const char *path, int skip, parsed *P, char *err, size_t errlen
             int inword = 0;
             for (size_t k = (size_t)(tab - raw) + 1; k < e2;) {
                 uint32_t cp;
-                int len = utf8(raw + k, e2 - k, &cp);
+                int len = nn_utf8_get(raw + k, e2 - k, &cp);
                 if (!len) { bad = "invalid UTF-8"; badoff = k; break; }
                 k += (size_t)len;
                 int alnum = cp < 0x80 ? ((cp | 32) - 'a' < 26 || cp - '0' < 10) : loc ? iswalnum_l((wint_t)cp, loc) : 1;
@@ -170,7 +147,7 @@ static int parse(const char *path, int skip, parsed *P, char *err, size_t errlen
                 if (!inword && o > P->txt + L.txt) *o++ = ' ';
                 inword = 1;
                 cp = cp < 0x80 ? ((cp - 'A' < 26) ? cp + 32 : cp) : loc ? (uint32_t)towlower_l((wint_t)cp, loc) : cp;
-                o += put_utf8(o, cp);
+                o += nn_utf8_put(o, cp);
             }
             L.txt_len = (uint32_t)(o - P->txt) - L.txt;
         }

@@ -1,6 +1,6 @@
-/* What t-tcp_coll and t-verbs_coll share: one rank's state, the expected values, the
- * collectives matrix for one size, the allreduce loop that a failure ends, and the
- * rendezvous around them. Static: every test/progs .c file is its own program. */
+/* What t-tcp_coll, t-shm_coll and t-verbs_coll share: the command line, one rank's
+ * state, the expected values, the collectives matrix for one size, the allreduce loop
+ * that a failure ends, and the rendezvous around them. Static: every test/progs .c file is its own program. */
 #ifndef DDPRT_TEST_PROGS_COLL_MATRIX_H
 #define DDPRT_TEST_PROGS_COLL_MATRIX_H
 #include "ports/posix/port.h"
@@ -143,6 +143,38 @@ static int coll_loop(size_t len, int victim, int iters, int max)
     COLL_FREE(s), COLL_FREE(r);
     printf("no failure in %d iterations\n", max);
     return 4;
+}
+
+/* The programs' command line, MODE INIT RANK WORLD [key=value...]: the rendezvous
+ * (INIT "-": the launcher's variables; keys token, timeout) and the keys the modes
+ * read (len, victim, iters, max, algo rd|ring, sleep_ms); other keys are ignored.
+ * 0, or 2 after the usage line. */
+typedef struct coll_args {
+    rt_rdzv_opts o;
+    size_t len;
+    int victim, iters, max, algo, sleep_ms;
+} coll_args;
+
+static int coll_args_parse(coll_args *a, int argc, char **argv, const char *prog, size_t len)
+{
+    if (argc < 5) { fprintf(stderr, "usage: %s MODE INIT RANK WORLD [key=value...]\n", prog); return 2; }
+    *a = (coll_args){.o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0}, .len = len, .victim = -1,
+                     .iters = 3, .max = 200, .algo = TP_ALGO_DEFAULT};
+    if (strcmp(argv[2], "-")) a->o.init_method = argv[2];
+    for (int i = 5; i < argc; i++) {
+        char *v = strchr(argv[i], '=');
+        if (!v) continue;
+        *v++ = 0;
+        if (!strcmp(argv[i], "token")) a->o.token = v;
+        else if (!strcmp(argv[i], "timeout")) a->o.timeout_s = atof(v);
+        else if (!strcmp(argv[i], "len")) a->len = (size_t)atol(v);
+        else if (!strcmp(argv[i], "victim")) a->victim = atoi(v);
+        else if (!strcmp(argv[i], "iters")) a->iters = atoi(v);
+        else if (!strcmp(argv[i], "max")) a->max = atoi(v);
+        else if (!strcmp(argv[i], "algo")) a->algo = !strcmp(v, "rd") ? TP_ALGO_RD : TP_ALGO_RING;
+        else if (!strcmp(argv[i], "sleep_ms")) a->sleep_ms = atoi(v);
+    }
+    return 0;
 }
 
 /* Joins the job: sets rank_ and world_ and fills bs. NULL (after "ERR rendezvous: ..."

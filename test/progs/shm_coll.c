@@ -287,35 +287,23 @@ static int shm_mapped(void)
 int main(int argc, char **argv)
 {
     (void)coll_sizes; /* coll_matrix.h's matrix: t-tcp_coll's */
-    if (argc < 5) { fprintf(stderr, "usage: t-shm_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
+    coll_args a;
+    if (coll_args_parse(&a, argc, argv, "t-shm_coll", 32u << 20)) return 2;
     rt_log_init();
     if (getenv("T_SHM_DENY_CMA")) deny_cma();
-    rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
-    if (strcmp(argv[2], "-")) o.init_method = argv[2];
-    size_t len = 32u << 20;
-    int victim = -1, iters = 3;
-    for (int i = 5; i < argc; i++) {
-        char *v = strchr(argv[i], '=');
-        if (!v) continue;
-        *v++ = 0;
-        if (!strcmp(argv[i], "timeout")) o.timeout_s = atof(v);
-        else if (!strcmp(argv[i], "len")) len = (size_t)atol(v);
-        else if (!strcmp(argv[i], "victim")) victim = atoi(v);
-        else if (!strcmp(argv[i], "iters")) iters = atoi(v);
-    }
     tp_bootstrap bs;
-    rt_rdzv *rz = coll_join(&o, &bs);
+    rt_rdzv *rz = coll_join(&a.o, &bs);
     if (!rz) return 3;
     char err[512];
     tp_backend *b;
-    tp_comm_opts co = {.timeout_s = o.timeout_s, .algo = TP_ALGO_DEFAULT};
+    tp_comm_opts co = {.timeout_s = a.o.timeout_s, .algo = TP_ALGO_DEFAULT};
     if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(&comm, b, &co, err, sizeof err)) {
         fprintf(stderr, "ERR %s\n", err);
         return 3;
     }
     int rc = 0;
     if (!strcmp(argv[1], "kill")) {
-        rc = coll_loop(len, victim == -2 ? -1 : victim < 0 ? world_ - 1 : victim, iters, -1);
+        rc = coll_loop(a.len, a.victim == -2 ? -1 : a.victim < 0 ? world_ - 1 : a.victim, a.iters, -1);
     } else if (!strcmp(argv[1], "mismatch")) {
         float *v = calloc(2000, sizeof *v);
         if (tp_barrier(comm)) die("barrier");

@@ -24,26 +24,12 @@ static void matrix(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 5) { fprintf(stderr, "usage: t-tcp_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
+    coll_args a;
+    if (coll_args_parse(&a, argc, argv, "t-tcp_coll", 32u << 20)) return 2;
     rt_log_init();
-    rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
-    if (strcmp(argv[2], "-")) o.init_method = argv[2];
-    size_t len = 32u << 20;
-    int victim = -1, iters = 3, sleep_ms = 0;
-    for (int i = 5; i < argc; i++) {
-        char *v = strchr(argv[i], '=');
-        if (!v) continue;
-        *v++ = 0;
-        if (!strcmp(argv[i], "token")) o.token = v;
-        else if (!strcmp(argv[i], "timeout")) o.timeout_s = atof(v);
-        else if (!strcmp(argv[i], "sleep_ms")) sleep_ms = atoi(v);
-        else if (!strcmp(argv[i], "len")) len = (size_t)atol(v);
-        else if (!strcmp(argv[i], "victim")) victim = atoi(v);
-        else if (!strcmp(argv[i], "iters")) iters = atoi(v);
-    }
-    if (sleep_ms) usleep((useconds_t)sleep_ms * 1000);
+    if (a.sleep_ms) usleep((useconds_t)a.sleep_ms * 1000);
     tp_bootstrap bs;
-    rt_rdzv *rz = coll_join(&o, &bs);
+    rt_rdzv *rz = coll_join(&a.o, &bs);
     if (!rz) return 3;
     char err[512];
     tp_backend *b;
@@ -53,7 +39,7 @@ int main(int argc, char **argv)
         return 3;
     }
     int rc = 0;
-    if (!strcmp(argv[1], "kill")) rc = coll_loop(len, victim < 0 ? world_ - 1 : victim, iters, -1);
+    if (!strcmp(argv[1], "kill")) rc = coll_loop(a.len, a.victim < 0 ? world_ - 1 : a.victim, a.iters, -1);
     else matrix();
     return coll_leave(rz, rc);
 }

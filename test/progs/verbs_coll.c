@@ -53,36 +53,22 @@ static void matrix(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 5) { fprintf(stderr, "usage: t-verbs_coll MODE INIT RANK WORLD [key=value...]\n"); return 2; }
+    coll_args a;
+    if (coll_args_parse(&a, argc, argv, "t-verbs_coll", 1u << 20)) return 2;
     rt_log_init();
-    rt_rdzv_opts o = {NULL, atoi(argv[3]), atoi(argv[4]), -1, 0, NULL, 0};
-    if (strcmp(argv[2], "-")) o.init_method = argv[2];
-    size_t len = 1u << 20;
-    int victim = -1, iters = 3, max = 200, algo = TP_ALGO_DEFAULT;
-    for (int i = 5; i < argc; i++) {
-        char *v = strchr(argv[i], '=');
-        if (!v) continue;
-        *v++ = 0;
-        if (!strcmp(argv[i], "timeout")) o.timeout_s = atof(v);
-        else if (!strcmp(argv[i], "len")) len = (size_t)atol(v);
-        else if (!strcmp(argv[i], "victim")) victim = atoi(v);
-        else if (!strcmp(argv[i], "iters")) iters = atoi(v);
-        else if (!strcmp(argv[i], "max")) max = atoi(v);
-        else if (!strcmp(argv[i], "algo")) algo = !strcmp(v, "rd") ? TP_ALGO_RD : TP_ALGO_RING;
-    }
     tp_bootstrap bs;
-    rt_rdzv *rz = coll_join(&o, &bs);
+    rt_rdzv *rz = coll_join(&a.o, &bs);
     if (!rz) return 3;
     char err[512];
     tp_backend *b;
-    tp_comm_opts co = {.timeout_s = o.timeout_s, .algo = algo};
+    tp_comm_opts co = {.timeout_s = a.o.timeout_s, .algo = a.algo};
     if (tp_verbs_create(&bs, &b, err, sizeof err) || tp_comm_create(&comm, b, &co, err, sizeof err)) {
         printf("failed at %.6f: %s\n", port_now_s(), err);
         fprintf(stderr, "ERR %s\n", err);
         return 3;
     }
     int rc = 0;
-    if (!strcmp(argv[1], "loop")) rc = coll_loop(len, victim, iters, max);
+    if (!strcmp(argv[1], "loop")) rc = coll_loop(a.len, a.victim, a.iters, a.max);
     else matrix();
     return coll_leave(rz, rc);
 }

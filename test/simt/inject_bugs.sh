@@ -16,7 +16,7 @@ san="${DDPRT_SAN:-}"
 bugs=(
 "GEMM barrier after the tile loads removed|k_cuda_gemm.cuh|s/(Bs\[kk\]\[nn\] = .*\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
 "GEMM barrier after the tile's products removed|k_cuda_gemm.cuh|s/(acc\[i\]\[j\] = fmaf\(a\[i\], b\[j\], acc\[i\]\[j\]\);\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
-"__shfl_xor_sync in log_softmax under a lane condition|k_cuda_pool_softmax.cu|s/for \(int o = 16; o > 0; o >>= 1\) m = fmaxf/for (int o = 16; o > 0 && lane < 16; o >>= 1) m = fmaxf/|gpu_log_softmax|forward"
+"__shfl_xor_sync in log_softmax under a lane condition|k_cuda_softmax.cu|s/for \(int o = 16; o > 0; o >>= 1\) m = fmaxf/for (int o = 16; o > 0 && lane < 16; o >>= 1) m = fmaxf/|gpu_log_softmax|forward"
 "embedding ballot skipped by lanes past the last token|k_cuda_graph_ops.cu|s/unsigned m = __ballot_sync\(0xffffffffu, t < ntok && f.ids\[t\] == v\);/if (t >= ntok) break;\n                unsigned m = __ballot_sync(0xffffffffu, f.ids[t] == v);/|gpu_embedding|forward"
 "bounds guard of the linear bias gradient removed|k_cuda_linear.cu|s/    if \(o >= out\) return;\n//|gpu_linear_shapes|forward"
 "block sum reads past its shared array|k_cuda_common.cuh|s/for \(int w = K_CUDA_THREADS \/ 2; w > 0; w >>= 1\)/for (int w = K_CUDA_THREADS; w > 0; w >>= 1)/|gpu_log_softmax|forward"

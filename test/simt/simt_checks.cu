@@ -139,11 +139,15 @@ static int check_intrinsics(const int *o, int n)
     return 0;
 }
 
+// Device buffers stay reachable from here until exit: a failed launch makes every
+// later call fail (cudaFree too), and LeakSanitizer would report them otherwise.
+static float *bufs[4];
+static int nbufs;
 static float *dev(size_t n)
 {
     float *p;
     if (cudaMalloc((void **)&p, n * sizeof(float))) exit(2);
-    return p;
+    return bufs[nbufs++] = p;
 }
 
 // What the runtime says after the launch and after a device synchronisation.
@@ -160,6 +164,7 @@ static void result(const float *d, int n)
     int nan = 0;
     if (cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost)) {
         printf("result: copy failed\n");
+        free(h);
         return;
     }
     for (int i = 0; i < n; i++) nan += h[i] != h[i];

@@ -96,17 +96,6 @@ unsigned long long rng;
 extern "C" char __start_simt_shared[] __attribute__((weak)), __stop_simt_shared[] __attribute__((weak));
 __attribute__((section("simt_shared"), used)) char shared_tail[1024];
 #endif
-
-[[noreturn]] void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("simt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    abort();
-}
 } // namespace
 
 // ---- context switch: callee-saved registers on the old stack, then the new stack.

@@ -9,6 +9,9 @@
 #include <vector>
 
 namespace simt {
+// "simt: MESSAGE" on stderr, then abort: a state the executor cannot go on from.
+[[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // One queued kernel launch; the arguments are a copy of the caller's (simt.h).
 struct launch_rec {
     void *kernel;
@@ -45,3 +48,4 @@ const char *running_where();
 int sched_order();
 unsigned long long sched_seed();
 } // namespace simt
+using simt::die;

@@ -31,10 +31,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
-const int WAIT_S = 900;  // a stream or event not done by then is wedged (every wait has a deadline)
-const int RING = 256;    // queued operations per stream (launches wait for room beyond it)
-
+namespace simt {
 [[noreturn]] void die(const char *fmt, ...)
 {
     va_list ap;
@@ -45,6 +42,11 @@ const int RING = 256;    // queued operations per stream (launches wait for room
     va_end(ap);
     abort();
 }
+} // namespace simt
+
+namespace {
+const int WAIT_S = 900;  // a stream or event not done by then is wedged (every wait has a deadline)
+const int RING = 256;    // queued operations per stream (launches wait for room beyond it)
 
 const char *base_name(const char *path)
 {

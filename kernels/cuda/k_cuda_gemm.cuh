@@ -22,7 +22,33 @@
 #define KG_THREADS 256
 
 // Loaders declare which index is contiguous in memory (k_fast) so that consecutive
-// threads read consecutive addresses when the tile is loaded.
+// threads read consecutive addresses when the tile is loaded. The dense ones, named
+// for where an element lies (row: the second index is contiguous; col: the transpose).
+// In an unnamed namespace: each file that uses them instantiates its own kernels, as
+// with loaders of its own (the SIMT build links each file's kernels as its own).
+namespace {
+struct KgRowA { // a(m, k) = a[m * ld + k]
+    static constexpr bool k_fast = true;
+    const float *a; int ld;
+    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
+};
+struct KgColA { // a(m, k) = a[k * ld + m]
+    static constexpr bool k_fast = false;
+    const float *a; int ld;
+    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)k * ld + m]; }
+};
+struct KgRowB { // b(k, n) = b[k * ld + n]
+    static constexpr bool k_fast = false;
+    const float *b; int ld;
+    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
+};
+struct KgColB { // b(k, n) = b[n * ld + k]
+    static constexpr bool k_fast = true;
+    const float *b; int ld;
+    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)n * ld + k]; }
+};
+} // namespace
+
 template <class LA, class LB, class ST>
 __global__ void __launch_bounds__(KG_THREADS)
 k_cuda_gemm_kernel(int M, int N, int K, int kchunk, LA la, LB lb, ST st)

@@ -8,26 +8,6 @@
 
 namespace {
 
-struct RowMajor { // a[m][k] with leading dimension ld: consecutive k are adjacent
-    static constexpr bool k_fast = true;
-    const float *a; int ld;
-    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
-};
-struct RowMajorB { // b[k][n] with leading dimension ld: consecutive n are adjacent
-    static constexpr bool k_fast = false;
-    const float *b; int ld;
-    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
-};
-struct TransB { // b(k, n) = w[n][k]: consecutive k are adjacent
-    static constexpr bool k_fast = true;
-    const float *w; int ld;
-    __host__ __device__ float operator()(int k, int n) const { return w[(size_t)n * ld + k]; }
-};
-struct TransA { // a(m, k) = dy[k][m]: consecutive m are adjacent
-    static constexpr bool k_fast = false;
-    const float *dy; int ld;
-    __host__ __device__ float operator()(int m, int k) const { return dy[(size_t)k * ld + m]; }
-};
 struct StoreBias {
     float *y; const float *b; int ld;
     __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v + (b ? b[n] : 0.0f); }
@@ -61,8 +41,8 @@ int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, co
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    RowMajor a = {x, in};
-    TransB bb = {w, in};
+    KgRowA a = {x, in};
+    KgColB bb = {w, in};
     StoreBias st = {y, b, out};
     return k_cuda_gemm("k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
@@ -74,13 +54,13 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (dx) {
-        RowMajor a = {dy, out};
-        RowMajorB b = {w, in};
+        KgRowA a = {dy, out};
+        KgRowB b = {w, in};
         Store st = {dx, in};
         if (k_cuda_gemm("k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
-    TransA a = {dy, out};
-    RowMajorB b = {x, in};
+    KgColA a = {dy, out};
+    KgRowB b = {x, in};
     Store st = {dw, in};
     if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
     if (!db) return 0; // no bias

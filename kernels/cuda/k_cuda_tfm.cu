@@ -170,27 +170,7 @@ __global__ void tpe_bwd_wte(int b, int len, int c, const int32_t *ids, int ld, c
     }
 }
 
-// ---- GEMM operands (k_cuda_gemm.cuh) for row-major [rows, cols] matrices
-struct RowA { // a(m, k) = a[m * ld + k]
-    static constexpr bool k_fast = true;
-    const float *a; int ld;
-    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)m * ld + k]; }
-};
-struct ColA { // a(m, k) = a[k * ld + m] (the transpose)
-    static constexpr bool k_fast = false;
-    const float *a; int ld;
-    __host__ __device__ float operator()(int m, int k) const { return a[(size_t)k * ld + m]; }
-};
-struct RowB { // b(k, n) = b[k * ld + n]
-    static constexpr bool k_fast = false;
-    const float *b; int ld;
-    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)k * ld + n]; }
-};
-struct ColB { // b(k, n) = b[n * ld + k] (the transpose)
-    static constexpr bool k_fast = true;
-    const float *b; int ld;
-    __host__ __device__ float operator()(int k, int n) const { return b[(size_t)n * ld + k]; }
-};
+// ---- the GEMM's store for row-major [rows, cols] outputs (its loaders: k_cuda_gemm.cuh's KgRowA ...)
 struct Put { // y = v + bias[n], or y += v when add
     float *y; const float *bias; int ld, add;
     __host__ __device__ void operator()(int, int m, int n, float v) const
@@ -427,8 +407,8 @@ int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w,
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    RowA a = {x, in};
-    RowB bb = {w, out};
+    KgRowA a = {x, in};
+    KgRowB bb = {w, out};
     Put st = {y, b, out, 0};
     return k_cuda_gemm("k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
@@ -440,14 +420,14 @@ int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w,
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (dx) { // dx[n, in] = dy[n, out] w^T
-        RowA a = {dy, out};
-        ColB b = {w, out};
+        KgRowA a = {dy, out};
+        KgColB b = {w, out};
         Put st = {dx, NULL, in, 0};
         if (k_cuda_gemm("k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
-        ColA a = {x, in};
-        RowB b = {dy, out};
+        KgColA a = {x, in};
+        KgRowB b = {dy, out};
         Put st = {dw, NULL, out, 0};
         if (k_cuda_gemm("k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs)) return -1;
     }
@@ -510,22 +490,22 @@ int k_cuda_classifier_fwd_bwd(int n, int c, int v, const float *x, const float *
     snprintf(shp, sizeof shp, "n=%d c=%d v=%d", n, c, v);
     for (int r0 = 0; r0 < n; r0 += nr) {
         int m = n - r0 < nr ? n - r0 : nr;
-        RowA a = {x + (size_t)r0 * c, c};
-        ColB b = {w, c};
+        KgRowA a = {x + (size_t)r0 * c, c};
+        KgColB b = {w, c};
         Put st = {l, NULL, v, 0};
         if (k_cuda_gemm("k_cuda_classifier (logits)", shp, m, v, c, a, b, st, gws, cs)) return -1;
         K_LAUNCH(cl_softmax, row_blocks(m), K_CUDA_THREADS, 0, cs)(m, v, l, targets + r0, scale, grads,
                                                                     loss_rows ? loss_rows + r0 : NULL);
         if (k_cuda_check_launch("k_cuda_classifier (softmax)", "%s", shp)) return -1;
         if (dw) { // dw[v, c] (+)= l^T x_r; row blocks add in order
-            ColA la = {l, v};
-            RowB xb = {x + (size_t)r0 * c, c};
+            KgColA la = {l, v};
+            KgRowB xb = {x + (size_t)r0 * c, c};
             Put sw = {dw, NULL, c, acc_dw || r0 > 0};
             if (k_cuda_gemm("k_cuda_classifier (dw)", shp, v, c, m, la, xb, sw, gws, cs)) return -1;
         }
         if (dx) { // dx_r = l w
-            RowA la = {l, v};
-            RowB wb = {w, c};
+            KgRowA la = {l, v};
+            KgRowB wb = {w, c};
             Put sx = {dx + (size_t)r0 * c, NULL, c, 0};
             if (k_cuda_gemm("k_cuda_classifier (dx)", shp, m, c, v, la, wb, sx, gws, cs)) return -1;
         }

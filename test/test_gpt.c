@@ -177,6 +177,41 @@ PTEST(gpt_cfg_of_op_sections_is_the_gpt_section)
            t_slurp(p.err));
 }
 
+/* [gpt] dropout=: dropout after the embedding and each residual branch, in training
+ * only (the same losses twice, others than without it; it still learns the pattern). */
+PTEST(gpt_dropout)
+{
+    const char *dir = t_tmpdir("gptdrop");
+    const char *data = lm_data(dir, 32);
+    char out[3][4096];
+    static const char *const cfgs[] = {"[gpt] layers=1 dim=32 heads=2 ctx=16 dropout=0.1\n",
+                                       "[gpt] layers=1 dim=32 heads=2 ctx=16 dropout=0.1\n",
+                                       "[gpt] layers=1 dim=32 heads=2 ctx=16\n"};
+    for (int k = 0; k < 3; k++) {
+        const char *cfg = cfg_file(dir, cfgs[k]);
+        const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16",
+                              "--batch-size", "4", "--optimizer", "adamw", "--lr", "3e-3", "--epochs", "3",
+                              "--log-interval", "4", "--threads", "1", "--sample-len", "4", NULL};
+        t_proc p;
+        CHECKF(run("drop", argv, 60, &p) == 0, "%s", t_slurp(p.err));
+        const char *o = t_slurp(p.out);
+        snprintf(out[k], sizeof out[k], "%s", losses(o));
+        if (k == 0) { /* validation (no dropout): the pattern is learnt */
+            const char *v = strstr(o, "Average loss: ");
+            double first = v ? atof(v + 14) : 99, last = first;
+            for (; v; v = strstr(v + 1, "Average loss: ")) last = atof(v + 14);
+            CHECKF(last < first - 0.5, "validation loss %g then %g:\n%s", first, last, o);
+        }
+    }
+    CHECKF(!strcmp(out[0], out[1]) && strcmp(out[0], out[2]), "dropout 0.1: %s\nagain: %s\nnone: %s", out[0], out[1],
+           out[2]);
+    const char *bad = cfg_file(dir, "[gpt] layers=1 dim=32 heads=2 ctx=16 dropout=1\n");
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", bad, "--data", data, "--seq-len", "16", NULL};
+    t_proc p;
+    CHECK(run("bad", argv, 60, &p) != 0);
+    CHECKF(strstr(t_slurp(p.err), "[gpt] dropout=1 is not in [0, 1)"), "%s", t_slurp(p.err));
+}
+
 /* The training loop of a language model allocates nothing (steps, fused loss head,
  * validation windows). */
 PTEST(gpt_no_allocations_in_the_loop)

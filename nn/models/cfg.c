@@ -10,7 +10,7 @@
  *   [embedding] name=embedding dim=128     (vocabulary: the data's)
  *   [add] from=-1,-4          [concat] from=a,b,c        [max_time]  [log_softmax]
  *   [basic_block] name=layer1.0 filters=64 stride=1     [bottleneck] ... (filters = 4 x width)
- *   [gpt] layers=6 dim=384 heads=6 ctx=256 vocab=0 attention=flash|stored
+ *   [gpt] layers=6 dim=384 heads=6 ctx=256 vocab=0 attention=flash|stored dropout=0
  *         a whole GPT-2-style language model (Hugging Face's names; vocab 0: the data's;
  *         stored: attention keeps its probabilities, the comparison point); token windows
  *
@@ -119,6 +119,7 @@ static const nn_attr gpt_attrs[] = {{"layers", NN_ATTR_INT, offsetof(nn_gpt_cfg,
                                     {"ctx", NN_ATTR_INT, offsetof(nn_gpt_cfg, ctx), 1024, NULL, 0},
                                     {"vocab", NN_ATTR_INT, offsetof(nn_gpt_cfg, vocab), 0, NULL, 0},
                                     {"attention", NN_ATTR_CHOICE, offsetof(nn_gpt_cfg, stored_attn), 0, "flash|stored", 0},
+                                    {"dropout", NN_ATTR_FLOAT, offsetof(nn_gpt_cfg, dropout), 0, NULL, 0},
                                     {NULL}};
 static const nn_op gpt_model = {.kind = "gpt", .attrs = gpt_attrs, .attr_size = sizeof(nn_gpt_cfg)};
 
@@ -165,6 +166,7 @@ static int build(ctx *x, const sect *s)
         if (g->nn != 1) CFG_ERR(x, s, "must be the only section");
         if (m.layers < 1 || m.dim < 1 || m.heads < 1 || m.dim % m.heads)
             CFG_ERR(x, s, "needs layers, dim, heads >= 1 and dim a multiple of heads");
+        if (!(m.dropout >= 0 && m.dropout < 1)) CFG_ERR(x, s, "dropout=%g is not in [0, 1)", (double)m.dropout);
         nn_build_gpt(g, x->c, &m);
         node = g->nn - 1;
     } else {

@@ -14,8 +14,12 @@ typedef struct nn_model_cfg {
     int lm;                 /* language-model windows (T + 1 tokens per sample) */
 } nn_model_cfg;
 
-/* A GPT-2 shape: layers, width, heads, context (wpe rows), vocabulary (0: the data's). */
-typedef struct nn_gpt_cfg { int layers, dim, heads, ctx, vocab, stored_attn; } nn_gpt_cfg;
+/* A GPT-2 shape: layers, width, heads, context (wpe rows), vocabulary (0: the data's),
+ * the attention kind, dropout. */
+typedef struct nn_gpt_cfg {
+    int layers, dim, heads, ctx, vocab, stored_attn;
+    float dropout; /* GPT-2's embd_pdrop and resid_pdrop (0: none, llm.c's setting) */
+} nn_gpt_cfg;
 
 /* Builds the nodes (nn_graph_begin + the builder); nn_graph_finish plans them.
  * 0, or -1 with a one-line error (unknown model, input it cannot take). */

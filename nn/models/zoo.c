@@ -15,7 +15,7 @@ static const struct zoo {
     /* language models: the input is T + 1 tokens (T = the context), classes = vocab */
     {"gpt2", 0, {1, 1, 1025, 1}, 50257},
 };
-static const struct { const char *name; nn_gpt_cfg m; } gpts[] = {{"gpt2", {12, 768, 12, 1024, 50257, 0}}};
+static const struct { const char *name; nn_gpt_cfg m; } gpts[] = {{"gpt2", {12, 768, 12, 1024, 50257, 0, 0.0f}}};
 
 int nn_model_gpt(const char *name, nn_gpt_cfg *m)
 {

@@ -27,6 +27,14 @@ void k_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, con
 size_t k_conv1d_hf_workspace(int in, int out);
 void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx, float *dw,
                      float *db, void *ws);
+/* The same with bf16 operands and fp32 accumulation (--amp bf16; kernels/k.h's
+ * k_linear_*_bf16 on w transposed into the workspace, dW transposed back). */
+size_t k_conv1d_hf_bf16_workspace(int n, int in, int out);
+void k_conv1d_hf_fwd_bf16(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws);
+void k_conv1d_hf_bwd_bf16(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                          float *dw, float *db, void *ws);
+/* t[cols, rows] = a[rows, cols] transposed (threads split the rows; no workspace). */
+void k_transpose(int rows, int cols, const float *a, float *t);
 
 /* GELU, tanh form (PyTorch's approximate="tanh", GPT-2's "gelu_new"):
  * y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Backward from x; dx may be dy.

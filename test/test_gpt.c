@@ -7,6 +7,7 @@
 #include "test/t.h"
 #include "test/t_data.h"
 #include "test/t_proc.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,29 @@ PTEST(gpt_dropout)
     t_proc p;
     CHECK(run("bad", argv, 60, &p) != 0);
     CHECKF(strstr(t_slurp(p.err), "[gpt] dropout=1 is not in [0, 1)"), "%s", t_slurp(p.err));
+}
+
+/* --amp bf16 reaches GPT-2's linear layers (conv1d_hf): the losses differ from fp32's
+ * by rounding only, and the pattern is learnt as well. */
+PTEST(gpt_amp_bf16)
+{
+    const char *dir = t_tmpdir("gptamp");
+    const char *data = lm_data(dir, 32);
+    const char *cfg = cfg_file(dir, "[gpt] layers=1 dim=32 heads=2 ctx=16\n");
+    double val[2];
+    char out[2][4096];
+    for (int k = 0; k < 2; k++) {
+        const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16",
+                              "--batch-size", "4", "--optimizer", "adamw", "--lr", "3e-3", "--epochs", "3",
+                              "--threads", "1", "--sample-len", "4", "--amp", k ? "bf16" : "none", NULL};
+        t_proc p;
+        CHECKF(run(k ? "bf16" : "fp32", argv, 60, &p) == 0, "%s", t_slurp(p.err));
+        const char *o = t_slurp(p.out), *v = strstr(o, "Average loss: ");
+        snprintf(out[k], sizeof out[k], "%s", losses(o));
+        for (val[k] = 99; v; v = strstr(v + 1, "Average loss: ")) val[k] = atof(v + 14);
+    }
+    CHECKF(strcmp(out[0], out[1]) && fabs(val[0] - val[1]) < 0.1 && val[1] < 2.5,
+           "fp32: %s (last validation %g)\nbf16: %s (%g)", out[0], val[0], out[1], val[1]);
 }
 
 /* The training loop of a language model allocates nothing (steps, fused loss head,

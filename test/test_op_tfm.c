@@ -5,6 +5,7 @@
  * test_kernels_tfm.c. */
 #include "test/t.h"
 #include "test/t_op.h"
+#include "rt/half.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +55,48 @@ TEST(op_conv1d_hf)
             CHECK_NEAR(Y->y[r * 5 + o], s, 1e-5);
         }
     t_op_check_grads(&h, 1e-2);
+    t_op_done(&h);
+    /* --amp bf16: x and w rounded to bf16, products summed in fp32 */
+    t_op_begin(&h, 2);
+    x = t_op_source(&h, (nn_shape){3, 1, 6, 0});
+    y = nn_conv1d_hf(&h.g, "fc", x, 5, 0.3f);
+    h.g.amp = NN_AMP_BF16;
+    t_op_finish(&h, y);
+    t_op_objective(&h);
+    Y = &h.g.nodes[y];
+    w = nn_pw(&h.g, Y, 0), b = nn_pw(&h.g, Y, 1);
+    double far = 0;
+    for (int r = 0; r < 6; r++)
+        for (int o = 0; o < 5; o++) {
+            double s = b[o], f = b[o];
+            for (int i = 0; i < 6; i++) {
+                float xv = h.g.nodes[x].y[r * 6 + i];
+                s += (double)rt_bf16_to_f32(rt_f32_to_bf16(xv)) * rt_bf16_to_f32(rt_f32_to_bf16(w[i * 5 + o]));
+                f += (double)xv * w[i * 5 + o];
+            }
+            CHECK_NEAR(Y->y[r * 5 + o], s, 1e-5);
+            far = fmax(far, fabs(Y->y[r * 5 + o] - f));
+        }
+    CHECKF(far > 1e-5, "bf16 products should differ from fp32 ones (%g)", far);
+    /* backward: dx = bf16(dy) bf16(w)^T, dW = bf16(x)^T bf16(dy) (finite differences
+     * of a bf16 forward are too coarse) */
+    memcpy(Y->dy, h.ry, sizeof(float) * 2 * 3 * 5);
+    nn_backward_from(&h.g, y, 2);
+    const float *gw = nn_pg(&h.g, Y, 0);
+#define BF(v) ((double)rt_bf16_to_f32(rt_f32_to_bf16(v)))
+    for (int r = 0; r < 6; r++)
+        for (int i = 0; i < 6; i++) {
+            double s = 0;
+            for (int o = 0; o < 5; o++) s += BF(h.ry[r * 5 + o]) * BF(w[i * 5 + o]);
+            CHECK_NEAR(h.g.nodes[x].dy[r * 6 + i], s, 1e-5);
+        }
+    for (int i = 0; i < 6; i++)
+        for (int o = 0; o < 5; o++) {
+            double s = 0;
+            for (int r = 0; r < 6; r++) s += BF(h.g.nodes[x].y[r * 6 + i]) * BF(h.ry[r * 5 + o]);
+            CHECK_NEAR(gw[i * 5 + o], s, 1e-5);
+        }
+#undef BF
     t_op_done(&h);
     /* out= is required, init_std must be positive: one error naming the key */
     t_op_begin(&h, 1);

@@ -7,7 +7,8 @@
  *   dW = x^T dy       NN form with A = x^T (strided), rows of dW split
  *   db = column sums of dy, rows added in order
  * Each output element is computed by one task in a fixed order: the same bits for any
- * thread count. */
+ * thread count. Under --amp bf16 the bf16 linear kernels (k.h) run on w transposed to
+ * nn.Linear's [out, in] in the workspace (and dW transposed back). */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
@@ -125,4 +126,35 @@ void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, con
         j.parts = lt_parts(n, flops);
         k_parallel_for(j.parts, dx_task, &j);
     }
+}
+
+void k_transpose(int rows, int cols, const float *a, float *t)
+{
+    lt_job j = {.in = rows, .out = cols, .w = a, .wt = t};
+    j.parts = lt_parts(rows, (long)rows * cols);
+    k_parallel_for(j.parts, wt_task, &j);
+}
+
+/* [w^T (or dW^T), 64-byte aligned][the bf16 linear's workspace] */
+static size_t wt_bytes(int in, int out) { return ((size_t)in * out * sizeof(float) + 63) / 64 * 64; }
+
+size_t k_conv1d_hf_bf16_workspace(int n, int in, int out)
+{
+    return 2 * wt_bytes(in, out) + k_linear_bf16_workspace(n, in, out);
+}
+
+void k_conv1d_hf_fwd_bf16(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws)
+{
+    float *wt = ws;
+    k_transpose(in, out, w, wt);
+    k_linear_fwd_bf16(n, in, out, x, wt, b, y, (char *)ws + 2 * wt_bytes(in, out));
+}
+
+void k_conv1d_hf_bwd_bf16(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                          float *dw, float *db, void *ws)
+{
+    float *wt = ws, *dwt = (float *)(void *)((char *)ws + wt_bytes(in, out));
+    k_transpose(in, out, w, wt);
+    k_linear_bwd_bf16(n, in, out, x, wt, dy, dx, dw ? dwt : NULL, db, (char *)ws + 2 * wt_bytes(in, out));
+    if (dw) k_transpose(out, in, dwt, dw);
 }

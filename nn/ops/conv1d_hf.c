@@ -1,7 +1,7 @@
 /* conv1d_hf (Hugging Face's Conv1D, GPT-2's linear layers): y[rows, out] = x[rows, in]
  * w[in, out] + b, the weight stored [in, out] (transposed against nn.Linear) so GPT-2
  * checkpoints load as they are. Weight N(0, init_std), bias 0. Rows are everything
- * but the last axis (T tokens of a sample). */
+ * but the last axis (T tokens of a sample). bf16 operands under --amp bf16. */
 #include "nn/ops/op_def.h"
 #include "kernels/k_tfm.h"
 
@@ -29,19 +29,30 @@ static int c1_rows(const nn_node *n, const nn_run *r) { return r->n * n->out.c *
 
 static void c1_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (g->amp == NN_AMP_BF16) {
+        k_conv1d_hf_fwd_bf16(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0),
+                             nn_pw(g, n, 1), n->y, r->ws);
+        return;
+    }
     k_conv1d_hf_fwd(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1),
                     n->y);
 }
 
 static void c1_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (g->amp == NN_AMP_BF16) {
+        k_conv1d_hf_bwd_bf16(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
+                             nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws);
+        return;
+    }
     k_conv1d_hf_bwd(c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
                     nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws);
 }
 
 static size_t c1_ws(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    (void)max_batch;
+    if (g->amp == NN_AMP_BF16)
+        return k_conv1d_hf_bf16_workspace(max_batch * n->out.c * n->out.h, nn_in(g, n, 0)->out.w, n->out.w);
     return k_conv1d_hf_workspace(nn_in(g, n, 0)->out.w, n->out.w);
 }
 

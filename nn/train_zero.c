@@ -22,7 +22,8 @@ void nn_zero_gather(nn_trainer *t, float *base, size_t n, const char *what)
     }
 }
 
-/* Checkpoints are written between epochs, not in the loop: malloc is fine here. */
+/* Checkpoints are rare (between epochs, or every --save-every steps) and every rank
+ * takes part; malloc is fine here. */
 void nn_zero_full_state(nn_trainer *t, float **full)
 {
     int k = nn_optim_slots(&t->opt);

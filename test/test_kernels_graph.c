@@ -139,6 +139,68 @@ TEST(kernels_maxpool_pad_ties_nan)
     free(bx); free(by); free(bi); free(ri); free(bd); free(rd);
 }
 
+/* The 3/2/1 pool's vector planes (k_pool_simd.h: row scans, edges forced, a NaN
+ * block redone) against the scalar scan and the scatter backward, bit for bit:
+ * every size from 1 to past two vectors of outputs, NaNs, infinities, signed zeros
+ * and ties (values and gradients). test_isa_paths runs it on every ISA path. */
+static void scatter_bwd(int planes, int h, int w, int p, int q, const float *dy, const int32_t *idx, float *dx)
+{
+    for (int pl = 0; pl < planes; pl++) {
+        float *d = dx + (long)pl * h * w;
+        memset(d, 0, sizeof(float) * h * w);
+        for (int o = 0; o < p * q; o++) d[idx[(long)pl * p * q + o]] += dy[(long)pl * p * q + o];
+    }
+}
+
+static float special(unsigned r, int mode)
+{
+    static const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 0.5f, -1.0f, 0.5f};
+    float f = (float)((double)(r % 16777213u) * 1.1e-6 - 9.0); /* full mantissas: sums depend on order */
+    if (mode == 0) return f;
+    return r % 3 ? sp[r % 9] : r % 2 ? f : (float)(r % 8) * 0.25f; /* mostly specials and ties */
+}
+
+TEST(kernels_maxpool_3s2p1_bits)
+{
+    static const int sz[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 34, 37, 64, 67};
+    enum { NS = sizeof sz / sizeof sz[0], PLANES = 2 };
+    for (int hi = 0; hi < NS; hi++)
+        for (int wi = 0; wi < NS; wi++)
+            for (int mode = 0; mode < 2; mode++) {
+                int h = sz[hi], w = sz[wi], p = (h - 1) / 2 + 1, q = (w - 1) / 2 + 1;
+                size_t nx = (size_t)PLANES * h * w, ny = (size_t)PLANES * p * q;
+                float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y), *ry = malloc(ny * sizeof *ry);
+                float *dy = malloc(ny * sizeof *dy), *dx = malloc(nx * sizeof *dx), *rdx = malloc(nx * sizeof *rdx);
+                int32_t *idx = malloc(ny * sizeof *idx), *ridx = malloc(ny * sizeof *ridx);
+                double *xd = dbuf(nx), *yd = dbuf(ny);
+                for (size_t i = 0; i < nx; i++) {
+                    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+                    x[i] = special((unsigned)(rs >> 20), mode);
+                    if (mode == 0) x[i] = (float)((int)x[i] / 4); /* ties: cells the max of several windows */
+                    xd[i] = x[i];
+                }
+                for (size_t i = 0; i < ny; i++) {
+                    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+                    dy[i] = special((unsigned)(rs >> 20), mode);
+                }
+                naive_pool(PLANES, h, w, 3, 2, 1, xd, yd, ridx);
+                for (size_t i = 0; i < ny; i++) ry[i] = (float)yd[i]; /* NaN payloads: see below */
+                k_maxpool2d_pad_fwd(PLANES, 1, h, w, 3, 2, 1, x, y, idx);
+                for (size_t i = 0; i < ny; i++) {
+                    /* The winner's own bits: x at its index (NaN payload, signed zero). */
+                    int ok = idx[i] == ridx[i] && memcmp(&y[i], &x[(i / (p * q)) * h * w + ridx[i]], sizeof(float)) == 0;
+                    CHECKF(ok, "%dx%d mode %d output %zu: y %g idx %d, want %g idx %d", h, w, mode, i, y[i], idx[i],
+                           ry[i], ridx[i]);
+                    if (!ok) break;
+                }
+                scatter_bwd(PLANES, h, w, p, q, dy, ridx, rdx);
+                for (size_t i = 0; i < nx; i++) dx[i] = 9.0f; /* backward overwrites */
+                k_maxpool2d_pad_bwd(PLANES, 1, h, w, 3, 2, 1, dy, ridx, dx);
+                CHECKF(memcmp(dx, rdx, nx * sizeof *dx) == 0, "%dx%d mode %d: dx differs from the scatter", h, w, mode);
+                free(x); free(y); free(ry); free(dy); free(dx); free(rdx); free(idx); free(ridx); free(xd); free(yd);
+            }
+}
+
 /* ---------------------------------------------------------------- BatchNorm */
 #define BN_EPS 1e-5
 /* L = sum(g * BN(x)) with batch statistics (biased variance), all in double. */

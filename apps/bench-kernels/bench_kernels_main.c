@@ -191,6 +191,7 @@ static int cmp_d(const void *a, const void *b)
 static int use_cpu_clock, force_wall;
 static const char *conv_filter; /* --conv: only the convs whose name contains it */
 static int with_bf16 = 1;       /* --bf16 off: skip the bf16 columns */
+static int with_convs = 1;      /* --convs off: resnet's layer table only */
 static int64_t bench_now_ns(void)
 {
     if (!use_cpu_clock) return port_now_ns();
@@ -348,12 +349,14 @@ static void bench_resnet(const char *model, int b, int iters)
     if (mem > ymax) ymax = mem;
     rn_arg a = {.x = fbuf(xmax), .dx = fbuf(xmax), .y = fbuf(ymax), .w = fbuf(wmax), .dw = fbuf(wmax)};
     a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
-    printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only; %% = of the FMA peak)\n", model,
-           b, iters, use_cpu_clock ? "thread CPU time" : "wall time");
-    printf("%-22s %-24s %3s %10s %8s %4s %10s %8s %4s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us", "GFLOP/s",
-           "%", "bwd_us", "GFLOP/s", "%", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
+    if (with_convs) {
+        printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only; %% = of the FMA peak)\n",
+               model, b, iters, use_cpu_clock ? "thread CPU time" : "wall time");
+        printf("%-22s %-24s %3s %10s %8s %4s %10s %8s %4s | %8s %8s %6s %6s\n", "conv", "shape", "x", "fwd_us",
+               "GFLOP/s", "%", "bwd_us", "GFLOP/s", "%", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
+    }
     double tf = 0, tb = 0, ff = 0, fb = 0, tf16 = 0, tb16 = 0;
-    for (int i = 0; i < nl; i++) {
+    for (int i = 0; i < nl && with_convs; i++) {
         if (conv_filter && !strstr(L[i].name, conv_filter)) continue;
         a.sh = (k_conv_shape){b, L[i].c, L[i].h, L[i].h, L[i].k, L[i].r, L[i].r, L[i].stride, L[i].pad, 0, 0};
         k_conv_shape_init(&a.sh);
@@ -376,10 +379,10 @@ static void bench_resnet(const char *model, int b, int iters)
         ff += fl * L[i].count; fb += blf * L[i].count;
     }
     double gf = ff / (tf * 1e3), gb = fb / (tb * 1e3), gfb = (ff + fb) / ((tf + tb) * 1e3);
-    printf("all convs x count: fwd %.1f ms %.1f GFLOP/s (%.0f%%), bwd %.1f ms %.1f GFLOP/s (%.0f%%), fwd+bwd %.1f "
+    if (with_convs) printf("all convs x count: fwd %.1f ms %.1f GFLOP/s (%.0f%%), bwd %.1f ms %.1f GFLOP/s (%.0f%%), fwd+bwd %.1f "
            "GFLOP/s = %.0f%% of the %.1f GFLOP/s peak (%s)\n", tf * 1e-3, gf, pct_flop(gf), tb * 1e-3, gb, pct_flop(gb),
            gfb, pct_flop(gfb), fma_peak * k_threads(), k_isa());
-    if (with_bf16)
+    if (with_bf16 && with_convs)
         printf("bf16 (%s):        fwd %.1f ms %.1f GFLOP/s, bwd %.1f ms %.1f GFLOP/s, fwd+bwd %.1f GFLOP/s: "
                "%.2fx fp32\n", k_isa(), tf16 * 1e-3, ff / (tf16 * 1e3), tb16 * 1e-3, fb / (tb16 * 1e3),
                (ff + fb) / ((tf16 + tb16) * 1e3), (tf + tb) / (tf16 + tb16));
@@ -462,7 +465,7 @@ static void bench_linear(int batch, int iters)
 }
 
 typedef struct bk_opts {
-    const char *device, *model, *clock, *isa, *conv, *bf16;
+    const char *device, *model, *clock, *isa, *conv, *bf16, *convs;
     int threads, batch, iters;
 } bk_opts;
 
@@ -478,6 +481,7 @@ static const rt_arg flags[] = {
     K("isa", RT_ARG_STR, RT_ARG_ANY, isa, 0, 0, NULL, "generic, avx2, avx512, ...: the kernels' instruction set"),
     K("conv", RT_ARG_STR, RT_ARG_ANY, conv, 0, 0, NULL, "resnet: only the convs whose name contains this"),
     K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet: the bf16 columns (default: on)"),
+    K("convs", RT_ARG_STR, RT_ARG_ANY, convs, 0, 0, "on|off", "resnet: the conv table (off: the layer table only)"),
 };
 static const rt_args spec = {"ddprt-bench-kernels", flags, sizeof flags / sizeof flags[0], 0, 0};
 
@@ -516,6 +520,7 @@ int main(int argc, char **argv)
     force_wall = o.clock && !strcmp(o.clock, "wall");
     conv_filter = o.conv;
     with_bf16 = !o.bf16 || strcmp(o.bf16, "off");
+    with_convs = !o.convs || strcmp(o.convs, "off");
     if (o.isa && k_set_isa(o.isa) != 0) {
         fprintf(stderr, "ddprt-bench-kernels: error: --isa %s: unknown or not supported by this CPU\n", o.isa);
         return 2;

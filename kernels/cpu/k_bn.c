@@ -28,6 +28,11 @@ static void uv_sums_generic(size_t n, const float *a, float ash, const float *b,
 }
 
 #ifdef K_BN_X86
+/* Prefetch distance (floats): one plane in order is a single read stream, which the
+ * hardware prefetcher alone ran at ~60 % of the copy bandwidth (resnet18's 100 MB BN
+ * statistics, both x86 paths); 1.5 KB ahead measured best of 512 B..8 KB (noisy: 1-2 KB within 5 %). It runs into
+ * the next plane (the next in memory) and is harmless past the end. */
+#define BN_PF 384
 /* Two products (or values) per lane are added in float, then the 16-lane partial goes
  * into double accumulators: fewer instructions than converting every element, and a
  * float partial of two terms loses nothing that matters. `same` (the statistics:
@@ -45,6 +50,10 @@ uv_sums_avx512_t(const int same, size_t n, const float *a, float ash, const floa
     __m512d u0 = _mm512_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(a + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i + BN_PF + 16), _MM_HINT_T0);
+        if (!same) _mm_prefetch((const char *)(b + i + BN_PF), _MM_HINT_T0);
+        if (!same) _mm_prefetch((const char *)(b + i + BN_PF + 16), _MM_HINT_T0);
         __m512 ua = _mm512_sub_ps(_mm512_loadu_ps(a + i), va);
         __m512 ub = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), va);
         __m512 xa = same ? ua : _mm512_sub_ps(_mm512_loadu_ps(b + i), vb);
@@ -86,6 +95,8 @@ uv_sums_avx2_t(const int same, size_t n, const float *a, float ash, const float 
     __m256d u0 = _mm256_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(a + i + BN_PF), _MM_HINT_T0);
+        if (!same) _mm_prefetch((const char *)(b + i + BN_PF), _MM_HINT_T0);
         __m256 ua = _mm256_sub_ps(_mm256_loadu_ps(a + i), va), ub = _mm256_sub_ps(_mm256_loadu_ps(a + i + 8), va);
         __m256 xa = same ? ua : _mm256_sub_ps(_mm256_loadu_ps(b + i), vb);
         __m256 xb = same ? ub : _mm256_sub_ps(_mm256_loadu_ps(b + i + 8), vb);

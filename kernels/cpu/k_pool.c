@@ -285,82 +285,11 @@ typedef struct padpool_job {
     int pad;
 } padpool_job;
 
-#ifdef K_POOL_AVX512
-/* 3x3 stride 2 over outputs [o0, o1) of one row whose windows lie inside the image
- * (rows r0..r0+2, columns 2*ow-pad ..): 16 outputs per step. The nine cells are
- * compared in the scalar loop's order (row-major, strict >, a NaN always taken), so
- * the winner is the same. Columns come from even/odd lane permutes of plain loads;
- * a step whose loads would leave [xbeg, xend) is left to the caller (returns there). */
-__attribute__((target("avx512f"))) static int pool3s2_row_avx512(const float *x, int w, int r0, int pad,
-                                                                 int o0, int o1, float *y, int32_t *idx,
-                                                                 const float *xbeg, const float *xend)
-{
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
-    int o = o0;
-    for (; o < o1; o += 16) {
-        int n = o1 - o < 16 ? o1 - o : 16;
-        const float *b0 = x + (long)r0 * w + 2 * o - pad;
-        if (b0 < xbeg || b0 + 2L * w + 34 > xend) break;
-        __m512 m = _mm512_setzero_ps();
-        __m512i a = _mm512_setzero_si512();
-        __m512i col = _mm512_add_epi32(_mm512_set1_epi32(r0 * w + 2 * o - pad), ev);
-        for (int r = 0; r < 3; r++) {
-            const float *b = b0 + (long)r * w;
-            __m512 lo = _mm512_loadu_ps(b), hi = _mm512_loadu_ps(b + 16);
-            __m512 lo2 = _mm512_loadu_ps(b + 2), hi2 = _mm512_loadu_ps(b + 18);
-            __m512 v[3] = {_mm512_permutex2var_ps(lo, ev, hi), _mm512_permutex2var_ps(lo, od, hi),
-                           _mm512_permutex2var_ps(lo2, ev, hi2)};
-            __m512i ci = _mm512_add_epi32(col, _mm512_set1_epi32(r * w));
-            for (int c = 0; c < 3; c++) {
-                __m512i ii = _mm512_add_epi32(ci, _mm512_set1_epi32(c));
-                if (r == 0 && c == 0) { m = v[0]; a = ii; continue; }
-                __mmask16 k = _mm512_cmp_ps_mask(v[c], m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v[c], v[c], _CMP_UNORD_Q);
-                m = _mm512_mask_mov_ps(m, k, v[c]);
-                a = _mm512_mask_mov_epi32(a, k, ii);
-            }
-        }
-        __mmask16 mo = (__mmask16)((1u << n) - 1);
-        _mm512_mask_storeu_ps(y + o, mo, m);
-        _mm512_mask_storeu_epi32(idx + o, mo, a);
-    }
-    return o < o1 ? o : o1;
-}
-#endif
+/* 3x3 stride 2 pad 1, whole planes: k_pool_simd.h per ISA level (rt/isa_each.h). */
+#define RT_ISA_TEMPLATE "kernels/cpu/k_pool_simd.h"
+#include "rt/isa_each.h"
 
-#ifdef K_POOL_AVX512
-/* The AVX2 twin: 8 outputs per step (loads up to 18 floats past the row start). */
-__attribute__((target("avx2"))) static int pool3s2_row_avx2(const float *x, int w, int r0, int pad, int o0, int o1,
-                                                           float *y, int32_t *idx, const float *xbeg, const float *xend)
-{
-    const __m256i ev2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    int o = o0;
-    for (; o + 8 <= o1; o += 8) {
-        const float *b0 = x + (long)r0 * w + 2 * o - pad;
-        if (b0 < xbeg || b0 + 2L * w + 18 > xend) break;
-        __m256 m = _mm256_setzero_ps();
-        __m256i a = _mm256_setzero_si256();
-        __m256i col = _mm256_add_epi32(_mm256_set1_epi32(r0 * w + 2 * o - pad), ev2);
-        for (int r = 0; r < 3; r++) {
-            const float *b = b0 + (long)r * w;
-            __m256 v[3], t;
-            deint_avx2(_mm256_loadu_ps(b), _mm256_loadu_ps(b + 8), &v[0], &v[1]);
-            deint_avx2(_mm256_loadu_ps(b + 2), _mm256_loadu_ps(b + 10), &v[2], &t);
-            __m256i ci = _mm256_add_epi32(col, _mm256_set1_epi32(r * w));
-            for (int c = 0; c < 3; c++) {
-                __m256i ii = _mm256_add_epi32(ci, _mm256_set1_epi32(c));
-                if (r == 0 && c == 0) { m = v[0]; a = ii; continue; }
-                __m256 k = wins_avx2(v[c], m);
-                m = _mm256_blendv_ps(m, v[c], k);
-                a = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(ii), k));
-            }
-        }
-        _mm256_storeu_ps(y + o, m);
-        _mm256_storeu_si256((__m256i *)(idx + o), a);
-    }
-    return o;
-}
-#endif
+static int is_3s2p1(const padpool_job *pj) { return pj->j.ks == 3 && pj->j.st == 2 && pj->pad == 1; }
 
 static void padpool_fwd_plane(const padpool_job *pj, long pl)
 {
@@ -368,30 +297,16 @@ static void padpool_fwd_plane(const padpool_job *pj, long pl)
     const float *x = j->x + pl * j->h * j->w;
     float *y = j->y + pl * j->p * j->q;
     int32_t *idx = j->idx + pl * j->p * j->q;
-#ifdef K_POOL_AVX512
-    /* Outputs whose 3x3/2 window is inside the image: [ilo, ihi). */
-    int vec = j->ks == 3 && j->st == 2 && k_isa_level() >= K_ISA_AVX2;
-    int v512 = k_isa_level() == K_ISA_AVX512;
-    int ilo = (pj->pad + 1) / 2, ihi = (j->w - 3 + pj->pad) / 2 + 1;
-    const float *xend = j->x + (long)j->planes * j->h * j->w;
-#endif
+    if (is_3s2p1(pj)) {
+        const float *xend = j->x + (long)j->planes * j->h * j->w;
+        RT_ISA_CALL(k_isa_level(), pool3s2p1_fwd_plane, x, j->h, j->w, j->x, xend, y, idx);
+        return;
+    }
     for (int oh = 0; oh < j->p; oh++) {
         int h0 = oh * j->st - pj->pad, h1 = h0 + j->ks;
-#ifdef K_POOL_AVX512
-        int from = -1, to = -1; /* the vector path's outputs in this row */
-        if (vec && h0 >= 0 && h1 <= j->h && ilo < ihi) {
-            from = ilo;
-            to = v512 ? pool3s2_row_avx512(x, j->w, h0, pj->pad, ilo, ihi, y + oh * j->q, idx + oh * j->q, j->x, xend)
-                      : pool3s2_row_avx2(x, j->w, h0, pj->pad, ilo, ihi, y + oh * j->q, idx + oh * j->q, j->x, xend);
-        }
-#endif
         h0 = h0 < 0 ? 0 : h0;
         h1 = h1 > j->h ? j->h : h1;
         for (int ow = 0; ow < j->q; ow++) {
-#ifdef K_POOL_AVX512
-            if (ow == from) ow = to;
-            if (ow >= j->q) break;
-#endif
             int w0 = ow * j->st - pj->pad, w1 = w0 + j->ks;
             w0 = w0 < 0 ? 0 : w0;
             w1 = w1 > j->w ? j->w : w1;
@@ -426,6 +341,7 @@ static void padpool_task_bwd(void *ctx, int task)
         float *dx = j->dx + pl * j->h * j->w;
         const float *dy = j->dy + pl * j->p * j->q;
         const int32_t *idx = j->idx_in + pl * j->p * j->q;
+        if (is_3s2p1(pj) && RT_ISA_CALL(k_isa_level(), pool3s2p1_bwd_plane, dy, idx, j->h, j->w, dx)) continue;
         memset(dx, 0, sizeof(float) * j->h * j->w);
         for (int o = 0; o < j->p * j->q; o++) dx[idx[o]] += dy[o];
     }

@@ -10,10 +10,12 @@ The hooks return a torch.futures.Future that ddprt's progress thread completes, 
 bucket allreduces run while backward computes the next buckets, as with gloo. Each
 bucket is copied (scaled by 1/size, as DDP's own path does) into memory that the other
 ranks of the host map (ddprt_mem_alloc), so same-host allreduces take the single-copy
-path; the result is handed to DDP from there."""
+path; the result is handed to DDP from there. With HookState(model) the buckets go out
+in pieces as backward produces their gradients (_early.py)."""
 import torch
 
 from . import _core as core
+from . import _early
 from ._core import (Average, DdprtError, Max, Min, Product, Sum, barrier, finalize, init, is_initialized,
                     local_rank, local_size, rank, shutdown, size)
 from ._horovod import (Adasum, Compression, DistributedOptimizer, allgather, allgather_async, allgather_object,
@@ -40,17 +42,60 @@ class HookState:
     """The hooks' staging buffers for one DDP model (pass one per model when a process
     trains several; state None shares a default one).
 
+    HookState(model) (the DDP model) also starts each bucket early: pieces of about
+    piece_bytes go on the wire as backward produces their gradients, rather than the
+    whole bucket once DDP hands it over (_early.py: how, and when it is safe).
+
     Bucket layouts are learned: the buckets of a backward pass are recorded, and at
     the first bucket of the next pass (index 0: every op of the previous pass is done)
     one registered block is carved for them if the layout changed (DDP rebuilds its
     buckets after the first iteration). Until a bucket has its slot it is reduced in
     its own buffer: the same bits, through the copy protocol."""
 
-    def __init__(self):
+    def __init__(self, model=None, piece_bytes=1 << 20):
         self.want = {}     # bucket index -> (numel, dtype) seen in the current pass
         self.planned = {}  # the layout the block was carved for
         self.views = {}    # bucket index -> staging tensor
-        self.staged = self.direct = 0
+        self.staged = self.direct = self.early = 0
+        self.ahead = 0  # pieces sent before DDP handed their bucket over
+        self.model, self.piece_bytes = model, int(piece_bytes)
+        self.passes = 0                 # synchronised passes begun
+        self.rec, self.prev = {}, {}    # DDP's bucket layouts of this pass and the one before
+        self.cdtype = None
+        self.plan = self.active = None  # _early.Plan once learned; _early.Pass of this pass
+        if model is not None:
+            if not hasattr(model, "require_backward_grad_sync"):
+                raise TypeError("ddprt.torch.HookState(model): expected the DistributedDataParallel model, got %s"
+                                % type(model).__name__)
+            model.register_forward_pre_hook(self._arm)
+            self._accs = _early.accumulators(model)  # kept: the hooks live on these nodes
+            for p, acc in self._accs:
+                acc.register_hook(lambda outs, ins, p=p: self._ready(p))
+
+    def _arm(self, model, inputs):
+        """Before each forward of the model: will this pass's backward be synchronised?"""
+        self.active = None
+        if not (torch.is_grad_enabled() and model.require_backward_grad_sync):
+            return  # no_sync() or no grad: DDP reduces nothing, nor do the pieces
+        self.passes += 1
+        rec = self.rec
+        n = len(rec)
+        # DDP rebuilds its buckets (once) in the second pass's forward, after this
+        # hook: a layout seen alike on two passes from the second on is final.
+        if self.plan is None and self.passes >= 3 and n and sorted(rec) == list(range(n)) and _early.same(rec, self.prev):
+            if self.want != self.planned:
+                self._replan()
+            views = [self.views.get(i) for i in range(n)]
+            if all(v is not None and v.numel() == rec[i][0].numel() and v.dtype == (self.cdtype or rec[i][0].dtype)
+                   for i, v in enumerate(views)):
+                self.plan = _early.Plan(rec, views, self.piece_bytes, self.cdtype)
+        self.prev, self.rec = rec, {}
+        self.active = _early.Pass(self.plan, self) if self.plan is not None else None
+
+    def _ready(self, p):
+        a = self.active
+        if a is not None:
+            a.grad_ready(p)
 
     def _replan(self):
         self.views = {}
@@ -94,6 +139,14 @@ def _state(state, key):
 def _hook(state, bucket, cdtype):
     st = _state(state, cdtype)
     buf = bucket.buffer()
+    if st.active is not None:
+        if st.active.plan.cdtype != cdtype:
+            raise TypeError("ddprt hook: one HookState serves one hook (it learned another compression)")
+        st.early += 1
+        return st.active.bucket(bucket.index(), buf)
+    if st.model is not None:
+        st.rec[bucket.index()] = _early.layout(bucket)
+        st.cdtype = cdtype
     w = core.size()
     fut = torch.futures.Future()
     work = st.staging(bucket.index(), buf.numel(), cdtype or buf.dtype)

@@ -30,8 +30,8 @@ torch.manual_seed(args.seed)
 loader, sampler = resnet18_loader(args)
 
 model = DDP(torchvision.models.resnet18(num_classes=10))
-model.register_comm_hook(None, {"none": ddprt.torch.allreduce_hook, "fp16": ddprt.torch.fp16_compress_hook,  # ddprt
-                                "bf16": ddprt.torch.bf16_compress_hook}[args.compress])
+model.register_comm_hook(ddprt.torch.HookState(model), {"none": ddprt.torch.allreduce_hook,  # ddprt: buckets start early
+                         "fp16": ddprt.torch.fp16_compress_hook, "bf16": ddprt.torch.bf16_compress_hook}[args.compress])
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
 
 resnet18_run(args, model, optimizer, loader, sampler, dist.get_rank(), dist.get_world_size())

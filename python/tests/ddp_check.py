@@ -7,7 +7,10 @@ copies of one model for 20 steps from the same seeds:
 The parameters must be bitwise equal across the three (2 ranks: a + b is the same float
 whichever way round, and x/2 is exact), the losses too. The fp16/bf16 hooks train the
 same model close to float32. Overlap: in some step, a bucket's future completes before
-backward reaches the last bucket. Prints "rank R ok (...)"."""
+backward reaches the last bucket. Early start (HookState(model)): a fourth copy, with
+two passes of gradient accumulation under no_sync() beside gloo's, bitwise equal to
+gloo's, some pieces sent before DDP handed their bucket over; the fp16 hook early
+equals the fp16 hook whole. Prints "rank R ok (...)"."""
 import copy
 import sys
 import threading
@@ -47,10 +50,18 @@ def batches(rank):
     return [(torch.randn(16, 3, 16, 16, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(STEPS)]
 
 
-def train(model, opt, data, record=None):
+def train(model, opt, data, record=None, accumulate=()):
+    """accumulate: steps whose gradients are only accumulated (DDP's no_sync())."""
     losses = []
-    for x, y in data:
-        opt.zero_grad()
+    for s, (x, y) in enumerate(data):
+        if s - 1 not in accumulate:
+            opt.zero_grad()
+        if s in accumulate:
+            with model.no_sync():
+                loss = F.nll_loss(model(x), y)
+                loss.backward()
+            losses.append(loss.item())
+            continue
         loss = F.nll_loss(model(x), y)
         loss.backward()
         if record is not None:
@@ -107,6 +118,21 @@ def main():
         r, bad, lh[-3:], ld[-3:])
     assert state.staged > 0, "rank %d: no bucket went through the registered staging (%d direct)" % (r, state.direct)
 
+    # Early start, beside gloo with the same accumulation steps.
+    acc = {6, 7, 12}
+    g2 = DDP(copy.deepcopy(base), bucket_cap_mb=0.05)
+    lg2 = train(g2, sgd(g2), data, accumulate=acc)
+    e = DDP(copy.deepcopy(base), bucket_cap_mb=0.05)
+    es = hvd.HookState(e, piece_bytes=4096)
+    e.register_comm_hook(es, hvd.allreduce_hook)
+    le = train(e, sgd(e), data, accumulate=acc)
+    pg2, pe = params(g2), params(e)
+    bad = [i for i, (a, b) in enumerate(zip(pg2, pe)) if not torch.equal(a, b)]
+    assert not bad and lg2 == le, "rank %d: early start vs gloo: parameters %s differ, losses %s vs %s" % (
+        r, bad, le[-3:], lg2[-3:])
+    assert es.plan is not None and es.early > 0 and es.ahead > 0, \
+        "rank %d: early start never ran (plan %s, %d buckets, %d pieces ahead)" % (r, es.plan, es.early, es.ahead)
+
     # Overlap: a bucket's allreduce finished while backward still ran (before the last
     # bucket of that pass was handed to the hook), in at least one step.
     nb = max(i for i, _ in rec["calls"]) + 1
@@ -132,8 +158,17 @@ def main():
         err = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(params(m), ref))
         assert err < 5e-2, "rank %d: %s hook: relative parameter error %g" % (r, name, err)
         comp[name] = err
-    print("rank %d ok (%d steps bitwise equal: gloo, hook, Horovod API; %d buckets, overlap in %d steps; "
-          "fp16 err %.1e, bf16 err %.1e)" % (r, STEPS, nb, overlapped, comp["fp16"], comp["bf16"]))
+    # The fp16 hook early equals it whole (8 steps: the pieces start at the 4th).
+    fp = []
+    for st in (lambda m: hvd.HookState(), lambda m: hvd.HookState(m, piece_bytes=4096)):
+        m = DDP(copy.deepcopy(base), bucket_cap_mb=0.05)
+        m.register_comm_hook(st(m), hvd.fp16_compress_hook)
+        train(m, sgd(m), data[:8])
+        fp.append(params(m))
+    assert all(torch.equal(a, b) for a, b in zip(*fp)), "rank %d: fp16 hook early differs from whole" % r
+    print("rank %d ok (%d steps bitwise equal: gloo, hook, Horovod API, early start (%d pieces ahead); %d buckets, "
+          "overlap in %d steps; fp16 err %.1e, bf16 err %.1e)" % (r, STEPS, es.ahead, nb, overlapped, comp["fp16"],
+                                                                 comp["bf16"]))
     sys.stdout.flush()
     dist.destroy_process_group()
     ddprt.finalize()

@@ -177,9 +177,13 @@ cudaError_t mem_alloc(void **p, size_t bytes, int kind)
     alloc a = {};
     a.bytes = bytes, a.kind = kind;
     size_t ps = page();
-    if (kind == 2 || use_asan) {
-        a.base = (char *)aligned_alloc(kind == 2 ? ps : 256, round_up(bytes ? bytes : 1, kind == 2 ? ps : 256));
+    if (kind == 2) {
+        a.base = (char *)aligned_alloc(ps, round_up(bytes ? bytes : 1, ps));
         if (!a.base) return cudaErrorMemoryAllocation;
+    } else if (use_asan) { // exactly `bytes`: ASan's redzone starts at the first byte past the end
+        void *q;
+        if (posix_memalign(&q, 256, bytes ? bytes : 1)) return cudaErrorMemoryAllocation;
+        a.base = (char *)q;
     } else {
         size_t data = round_up(round_up(bytes ? bytes : 1, 256), ps);
         a.map_len = data + 2 * ps;

@@ -96,10 +96,11 @@ typedef unsigned KP(kp_nan);
 #define KP_ANY(n) ((n) != 0)
 #elif ISA_X86
 typedef KP(kp_vi) KP(kp_nan);
-#define KP_UNORD(a, b) ((KP(kp_vi))((a) != (a)) | (KP(kp_vi))((b) != (b)))
 #if ISA_VB == 32
+#define KP_UNORD(a, b) ((KP(kp_vi))_mm256_cmp_ps((__m256)(a), (__m256)(b), _CMP_UNORD_Q))
 #define KP_ANY(n) (_mm256_movemask_ps((__m256)(n)) != 0)
 #else
+#define KP_UNORD(a, b) ((KP(kp_vi))_mm_cmpunord_ps((__m128)(a), (__m128)(b)))
 #define KP_ANY(n) (_mm_movemask_ps((__m128)(n)) != 0)
 #endif
 #else

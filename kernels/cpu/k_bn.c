@@ -66,6 +66,37 @@ uv_sums_avx512_t(const int same, size_t n, const float *a, float ash, const floa
     if (i < n) uv_sums_generic(n - i, a + i, ash, b + i, bsh, s);
 }
 
+/* The statistics of two planes at once, each with its own accumulators and exactly
+ * the operations of uv_sums_avx512_t(1, ...) on it: two read streams keep more
+ * memory in flight than one (resnet18's BN statistics: ~75 -> ~90 % of the copy). */
+__attribute__((target("avx512f"))) static void stats2_avx512(size_t n, const float *a, float ash, const float *b,
+                                                             float bsh, double *sa, double *sb)
+{
+    __m512 va = _mm512_set1_ps(ash), vb = _mm512_set1_ps(bsh);
+    __m512d u0 = _mm512_setzero_pd(), u1 = u0, p0 = u0, p1 = u0, v0 = u0, v1 = u0, q0 = u0, q1 = u0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(a + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i + BN_PF + 16), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + BN_PF + 16), _MM_HINT_T0);
+        __m512 ua = _mm512_sub_ps(_mm512_loadu_ps(a + i), va), ub = _mm512_sub_ps(_mm512_loadu_ps(a + i + 16), va);
+        __m512 xa = _mm512_sub_ps(_mm512_loadu_ps(b + i), vb), xb = _mm512_sub_ps(_mm512_loadu_ps(b + i + 16), vb);
+        acc_pd(_mm512_add_ps(ua, ub), &u0, &u1);
+        acc_pd(_mm512_fmadd_ps(ub, ub, _mm512_mul_ps(ua, ua)), &p0, &p1);
+        acc_pd(_mm512_add_ps(xa, xb), &v0, &v1);
+        acc_pd(_mm512_fmadd_ps(xb, xb, _mm512_mul_ps(xa, xa)), &q0, &q1);
+    }
+    sa[0] += _mm512_reduce_add_pd(_mm512_add_pd(u0, u1));
+    sa[1] += _mm512_reduce_add_pd(_mm512_add_pd(p0, p1));
+    sb[0] += _mm512_reduce_add_pd(_mm512_add_pd(v0, v1));
+    sb[1] += _mm512_reduce_add_pd(_mm512_add_pd(q0, q1));
+    if (i < n) {
+        uv_sums_generic(n - i, a + i, ash, a + i, ash, sa);
+        uv_sums_generic(n - i, b + i, bsh, b + i, bsh, sb);
+    }
+}
+
 __attribute__((target("avx512f"))) static void uv_sums_avx512(size_t n, const float *a, float ash,
                                                               const float *b, float bsh, double *s)
 {
@@ -108,6 +139,33 @@ uv_sums_avx2_t(const int same, size_t n, const float *a, float ash, const float 
     if (i < n) uv_sums_generic(n - i, a + i, ash, b + i, bsh, s);
 }
 
+/* stats2_avx512's AVX2 twin (uv_sums_avx2_t(1, ...)'s operations per plane). */
+__attribute__((target("avx2,fma"))) static void stats2_avx2(size_t n, const float *a, float ash, const float *b,
+                                                            float bsh, double *sa, double *sb)
+{
+    __m256 va = _mm256_set1_ps(ash), vb = _mm256_set1_ps(bsh);
+    __m256d u0 = _mm256_setzero_pd(), u1 = u0, p0 = u0, p1 = u0, v0 = u0, v1 = u0, q0 = u0, q1 = u0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(a + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i + BN_PF), _MM_HINT_T0);
+        __m256 ua = _mm256_sub_ps(_mm256_loadu_ps(a + i), va), ub = _mm256_sub_ps(_mm256_loadu_ps(a + i + 8), va);
+        __m256 xa = _mm256_sub_ps(_mm256_loadu_ps(b + i), vb), xb = _mm256_sub_ps(_mm256_loadu_ps(b + i + 8), vb);
+        acc_pd4(_mm256_add_ps(ua, ub), &u0, &u1);
+        acc_pd4(_mm256_fmadd_ps(ub, ub, _mm256_mul_ps(ua, ua)), &p0, &p1);
+        acc_pd4(_mm256_add_ps(xa, xb), &v0, &v1);
+        acc_pd4(_mm256_fmadd_ps(xb, xb, _mm256_mul_ps(xa, xa)), &q0, &q1);
+    }
+    sa[0] += hsum4d(_mm256_add_pd(u0, u1));
+    sa[1] += hsum4d(_mm256_add_pd(p0, p1));
+    sb[0] += hsum4d(_mm256_add_pd(v0, v1));
+    sb[1] += hsum4d(_mm256_add_pd(q0, q1));
+    if (i < n) {
+        uv_sums_generic(n - i, a + i, ash, a + i, ash, sa);
+        uv_sums_generic(n - i, b + i, bsh, b + i, bsh, sb);
+    }
+}
+
 __attribute__((target("avx2,fma"))) static void uv_sums_avx2(size_t n, const float *a, float ash,
                                                              const float *b, float bsh, double *s)
 {
@@ -126,6 +184,20 @@ static void uv_sums(size_t n, const float *a, float ash, const float *b, float b
     }
 #endif
     uv_sums_generic(n, a, ash, b, bsh, s);
+}
+
+/* The statistics (sums of u and u*u) of two planes: the same sums as two uv_sums calls. */
+static void stats2(size_t n, const float *a, float ash, const float *b, float bsh, double *sa, double *sb)
+{
+#ifdef K_BN_X86
+    switch (k_isa_level()) {
+    case K_ISA_AVX512: stats2_avx512(n, a, ash, b, bsh, sa, sb); return;
+    case K_ISA_AVX2: stats2_avx2(n, a, ash, b, bsh, sa, sb); return;
+    default: break;
+    }
+#endif
+    uv_sums(n, a, ash, a, ash, sa);
+    uv_sums(n, b, bsh, b, bsh, sb);
 }
 
 typedef struct bn_job {
@@ -161,11 +233,17 @@ static void stats_task(void *ctx, int task)
             k[t] = j->hw > 0 && j->n > 0 ? j->x[(c0 + t) * j->hw] : 0.0f;
             s[t][0] = s[t][1] = 0.0;
         }
-        for (int i = 0; i < j->n; i++)
-            for (int t = 0; t < nc; t++) {
+        for (int i = 0; i < j->n; i++) {
+            int t = 0;
+            for (; t + 1 < nc; t += 2) {
+                const float *p = j->x + ((long)i * j->c + c0 + t) * j->hw;
+                stats2((size_t)j->hw, p, k[t], p + j->hw, k[t + 1], s[t], s[t + 1]);
+            }
+            if (t < nc) {
                 const float *p = j->x + ((long)i * j->c + c0 + t) * j->hw;
                 uv_sums((size_t)j->hw, p, k[t], p, k[t], s[t]);
             }
+        }
         double cnt = (double)j->n * j->hw;
         for (int t = 0; t < nc; t++) {
             double mu = cnt > 0 ? s[t][0] / cnt : 0.0, var = cnt > 0 ? s[t][1] / cnt - mu * mu : 0.0;

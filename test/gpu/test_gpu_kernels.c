@@ -313,4 +313,15 @@ TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
     g_need(k_cuda_reduce_sum(g16, gh, gh, n, RT_F16, NULL) == 0, "reduce f16");
     g_down(gh_h, g16, n * 2);
     CHECK(g_ndiff(gh_h, out, n, 2) == 0);
+    /* f32 reduce and scale (the staged allreduce's device half), with infinities, signed
+     * zeros and subnormals among the values (no NaN: a GPU's NaN payload is its own). */
+    float *fa = g_rand(n, 41), *fb = g_rand(n, 42), *fo = malloc(n * 4);
+    fa[0] = INFINITY, fb[1] = -INFINITY, fa[2] = -0.0f, fb[2] = -0.0f, fa[3] = 1e-40f, fb[3] = 3e-41f;
+    for (size_t i = 0; i < n; i++) fo[i] = fa[i] + fb[i];
+    float *gfa = g_up(fa, n * 4), *gfb = g_up(fb, n * 4), *gfo = g_dev(n * 4);
+    g_need(k_cuda_reduce_sum(gfo, gfa, gfb, n, RT_F32, NULL) == 0, "reduce f32");
+    CHECK(g_ndiff(g_result(gfo, n), fo, n, 4) == 0);
+    for (size_t i = 0; i < n; i++) fo[i] = fa[i] * (1.0f / 3.0f);
+    g_need(k_cuda_scale(n, 1.0f / 3.0f, gfa, NULL) == 0, "scale f32");
+    CHECK(g_ndiff(g_result(gfa, n), fo, n, 4) == 0);
 }

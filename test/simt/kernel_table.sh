@@ -16,12 +16,17 @@ done
 norm() { sed -E 's/^void //; s/\(anonymous namespace\):://g; s/\(.*\)$//'; }
 printf '| __global__ kernel (instantiation) | file | tests that run it |\n|---|---|---|\n'
 fails=0
-for k in $(grep -ho '__global__ void\( __launch_bounds__([A-Z_0-9]*)\)\? *[a-z_0-9]*' kernels/cuda/*.cu kernels/cuda/*.cuh | awk '{print $NF}' | sort -u); do
-  file=$(grep -l "__global__ void.*\b$k\b" kernels/cuda/*.cu kernels/cuda/*.cuh | head -1 | xargs basename)
+# A kernel's name may stand on the line after "__global__ void __launch_bounds__(N)".
+joined() { sed -z 's/\(__launch_bounds__([A-Z_0-9]*)\) *\n/\1 /g' "$1"; }
+for k in $(for f in kernels/cuda/*.cu kernels/cuda/*.cuh; do joined "$f"; done |
+           grep -o '__global__ void\( __launch_bounds__([A-Z_0-9]*)\)\? *[a-z_0-9]*' | awk '{print $NF}' | sort -u); do
+  file=$(for f in kernels/cuda/*.cu kernels/cuda/*.cuh; do if joined "$f" | grep "__global__ void.*\b$k\b" >/dev/null; then basename "$f"; fi; done | head -1) || true
   insts=$(cat "$tmp"/* 2>/dev/null | norm | grep -E "^$k(<|$)" | sort -u || true)
   [ -z "$insts" ] && { echo "| $k | $file | NONE |"; fails=$((fails+1)); continue; }
   while read -r inst; do
-    who=$(for f in "$tmp"/*; do norm <"$f" | grep -qxF -- "$inst" && basename "$f"; done | paste -sd, - | sed 's/,/, /g')
+    # (grep without -q: an early exit would kill norm's sed, a failure under pipefail)
+    who=$(for f in "$tmp"/*; do if norm <"$f" | grep -xF -- "$inst" >/dev/null; then basename "$f"; fi; done |
+          paste -sd, - | sed 's/,/, /g')
     echo "| \`$inst\` | $file | $who |"
   done <<<"$insts"
 done

@@ -2,6 +2,7 @@
 #include "test/t.h"
 #include "test/t_util.h"
 #include "kernels/k.h"
+#include "kernels/cpu/k_gemm.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,4 +442,39 @@ TEST(kernels_cross_entropy_value_and_gradient)
         x[k] = save;
         CHECK_NEAR(g[k], (up - dn) / 2e-2, 2e-3);
     }
+}
+
+/* k_gemm_nn packs A itself (per K chunk, groups of row blocks, vector transposes for
+ * the contiguous layouts); k_gemm_nn_packed reads a panel packed by k_gemm_pack_a's
+ * plain copy. The same FMAs in the same order: the same bits, for every layout, with
+ * several row-block groups, K chunks and N blocks, partial ones included, on every ISA. */
+TEST(kernels_gemm_nn_packs_as_pack_a)
+{
+    static const int shapes[][3] = {{200, 300, 600}, {7, 5, 9}, {97, 130, 257}, {25, 33, 15}, {1, 40, 3}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    enum { MAXA = 200 * 600 + 64, MAXC = 200 * 300 };
+    static float a[3 * MAXA], b[600 * 300], bias[200], c0[MAXC], c1[MAXC], ap[(200 + 11) * 600];
+    for (long i = 0; i < 3 * MAXA; i++) a[i] = 2.0f * k_rand_uniform(81, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < 600 * 300; i++) b[i] = 2.0f * k_rand_uniform(82, (uint64_t)i) - 1.0f;
+    for (int i = 0; i < 200; i++) bias[i] = k_rand_uniform(83, (uint64_t)i);
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int m = shapes[h][0], n = shapes[h][1], kk = shapes[h][2];
+            /* rows contiguous (padded), columns contiguous, both strided */
+            long lay[3][2] = {{kk + 3, 1}, {1, m + 5}, {2 * kk + 1, 2}};
+            for (int l = 0; l < 3; l++)
+                for (int mode = 0; mode < 3; mode++) {
+                    const float *bi = mode == 1 ? bias : NULL;
+                    int acc = mode == 2;
+                    for (int i = 0; i < m * n; i++) c0[i] = c1[i] = k_rand_uniform(84, (uint64_t)i);
+                    k_gemm_nn(m, n, kk, a, lay[l][0], lay[l][1], b, n, c0, n, bi, acc);
+                    k_gemm_pack_a(m, kk, a, lay[l][0], lay[l][1], ap);
+                    k_gemm_nn_packed(m, n, kk, ap, b, n, NULL, c1, n, bi, acc);
+                    CHECKF(!memcmp(c0, c1, sizeof(float) * (size_t)(m * n)), "isa %s %dx%dx%d layout %d mode %d",
+                           isas[s], m, n, kk, l, mode);
+                }
+        }
+    }
+    k_set_isa(NULL);
 }

@@ -4,6 +4,7 @@
  * functions carry target attributes, so the binary runs on any x86-64. */
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 
 #define RT_ISA_TEMPLATE "kernels/cpu/k_gemm_simd.h"
 #include "rt/isa_each.h"

@@ -141,36 +141,80 @@ ISA_TARGET static void ISA_FN(gemm_nn_packed)(int m, int n, int kk, const float 
     }
 }
 
-/* K is cut into chunks of KT_KC so the packed A panel stays small (on the stack), and
- * N into blocks of KT_NB so the B chunk's block stays in L2 while every row block
- * passes over it (as gemm_nn_packed; A is packed again per block: kc x KT_MR floats,
- * 1/(2*KT_NB) of the work). Per element the same FMAs in the same order: the bits do
- * not depend on the blocking. */
+/* Rows [i0, i0+mr) of A, K steps [k0, k0+kc), into a panel ap[k*KT_MR + i] (lanes
+ * i >= mr are left as they are: the micro-kernel never reads them). Pure data
+ * movement, so the bits are those of the scalar copy; the common layouts move whole
+ * vectors: acs == 1 (rows contiguous, e.g. activations x W) as 8x8 transposes,
+ * ars == 1 (columns contiguous, e.g. x^T for dW) as row copies. */
+ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long ars, long acs, float *ap)
+{
+    int k = 0;
+#if ISA_X86 && ISA_VB >= 32 && defined(K_TR8)
+    if (acs == 1) {
+        for (; k + 8 <= kc; k += 8)
+            for (int r0 = 0; r0 < mr; r0 += 8) {
+                int nr = mr - r0 < 8 ? mr - r0 : 8;
+                __m256 v[8];
+                for (int i = 0; i < 8; i++)
+                    v[i] = i < nr ? _mm256_loadu_ps(a + (long)(r0 + i) * ars + k) : _mm256_setzero_ps();
+                k_tr8(v);
+                float *o = ap + (long)k * KT_MR + r0;
+                if (nr == 8)
+                    for (int q = 0; q < 8; q++) _mm256_storeu_ps(o + q * KT_MR, v[q]);
+                else
+                    for (int q = 0; q < 8; q++) {
+                        float t[8];
+                        _mm256_storeu_ps(t, v[q]);
+                        for (int i = 0; i < nr; i++) o[q * KT_MR + i] = t[i];
+                    }
+            }
+    } else if (ars == 1) {
+        for (; k < kc; k++)
+            for (int i = 0; i < mr; i++) ap[(long)k * KT_MR + i] = a[(long)k * acs + i];
+    }
+#endif
+    for (; k < kc; k++)
+        for (int i = 0; i < mr; i++) ap[(long)k * KT_MR + i] = a[(long)i * ars + (long)k * acs];
+}
+
+/* K is cut into chunks of KT_KC, N into blocks of KT_NB so the B chunk's block stays
+ * in L2 while row blocks pass over it (as gemm_nn_packed), and M into groups of KT_GB
+ * row blocks whose panels are packed once per K chunk (on the stack, KT_GB*KT_KC*KT_MR
+ * floats) and reused by every N block: packing once per N block cost as much as a
+ * quarter of GPT's training time. Per element the same FMAs in the same order: the
+ * bits do not depend on the blocking. */
 #define KT_KC 256
+#define KT_GB 8
 ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, long ars, long acs,
                                   const float *b, long ldb, float *c, long ldc,
                                   const float *bias, int acc)
 {
-    float ap[KT_KC * KT_MR];
+    float ap[KT_GB * KT_KC * KT_MR];
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
     for (int k0 = 0; k0 < kk; k0 += KT_KC) {
         int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC;
         int acc_k = acc || k0 > 0;
         const float *bias_k = k0 > 0 ? NULL : bias;
-        for (int jb = 0; jb < n; jb += KT_NB) {
-            int je = n - jb < KT_NB ? n : jb + KT_NB;
-            for (int ib = 0; ib < nmb; ib++) {
+        for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
+            int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+            for (int ib = g0; ib < g1; ib++) {
                 /* Even row blocks: 20 rows -> 10+10 rather than 12+8. */
                 int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
-                int mr = i1 - i0;
-                for (int k = 0; k < kc; k++)
-                    for (int i = 0; i < mr; i++)
-                        ap[k * KT_MR + i] = a[(long)(i0 + i) * ars + (long)(k0 + k) * acs];
-                for (int j0 = jb; j0 < je; j0 += cw) {
-                    int nc = je - j0 < cw ? je - j0 : cw;
-                    ISA_FN(ukr_nn_any)(mr, nc, kc, ap, b + (long)k0 * ldb + j0, ldb, NULL,
-                                   c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
+                ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
+                                   ap + (long)(ib - g0) * kc * KT_MR);
+            }
+            for (int jb = 0; jb < n; jb += KT_NB) {
+                int je = n - jb < KT_NB ? n : jb + KT_NB;
+                for (int ib = g0; ib < g1; ib++) {
+                    int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+                    int mr = i1 - i0;
+                    const float *apk = ap + (long)(ib - g0) * kc * KT_MR;
+                    for (int j0 = jb; j0 < je; j0 += cw) {
+                        int nc = je - j0 < cw ? je - j0 : cw;
+                        ISA_FN(ukr_nn_any)(mr, nc, kc, apk, b + (long)k0 * ldb + j0, ldb, NULL,
+                                       c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
+                    }
                 }
             }
         }

@@ -23,7 +23,7 @@ trap 'rm -rf "$d"' EXIT
 be32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
 idx_head() { local s=$1 out=$2 k=$3 item=$4 magic=$5; shift 5
     { be32 "$magic"; be32 "$k"; for dim in "$@"; do be32 "$dim"; done
-      zcat "$s" | tail -c +$((9 + 4 * $#)) | head -c $((k * item)); } >"$out"; }
+      (set +o pipefail; zcat "$s" | tail -c +$((9 + 4 * $#)) | head -c $((k * item))); } >"$out"; } # head ends zcat early
 mkdir -p "$d/data"
 idx_head "$src/train-images-idx3-ubyte.gz" "$d/data/train-images-idx3-ubyte" "$n" 784 2051 28 28
 idx_head "$src/train-labels-idx1-ubyte.gz" "$d/data/train-labels-idx1-ubyte" "$n" 1 2049

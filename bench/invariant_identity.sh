@@ -22,7 +22,7 @@ be32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $((
 idx_head() { # SRC_GZ OUT N ITEM_BYTES MAGIC [DIMS...]
     local s=$1 out=$2 n=$3 item=$4 magic=$5; shift 5
     { be32 "$magic"; be32 "$n"; for dim in "$@"; do be32 "$dim"; done
-      zcat "$s" | tail -c +$((9 + 4 * $#)) | head -c $((n * item)); } >"$out"
+      (set +o pipefail; zcat "$s" | tail -c +$((9 + 4 * $#)) | head -c $((n * item))); } >"$out" # head ends zcat early
 }
 mkdir -p "$tmp/data"
 idx_head "$src/train-images-idx3-ubyte.gz" "$tmp/data/train-images-idx3-ubyte" 3000 784 2051 28 28

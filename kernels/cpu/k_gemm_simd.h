@@ -169,8 +169,8 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
                     }
             }
     } else if (ars == 1) {
-        for (; k < kc; k++)
-            for (int i = 0; i < mr; i++) ap[(long)k * KT_MR + i] = a[(long)k * acs + i];
+        /* one masked vector per k (KT_MR <= KV_W): the plain loop became a memcpy call */
+        for (; k < kc; k++) kv_storen(ap + (long)k * KT_MR, kv_loadn(a + (long)k * acs, mr), mr);
     }
 #endif
     for (; k < kc; k++)

@@ -173,6 +173,10 @@ void k_add(size_t n, const float *a, const float *b, float *y);
 void k_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y);
 void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy,
                      float *dtable);
+/* The same accumulation onto dtable as it is (a caller that knows it zero: the same bits
+ * as k_embedding_bwd without writing every row). */
+void k_embedding_bwd_add(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy,
+                         float *dtable);
 
 /* Max over time: y[n,c] = max_t x[n,c,t], idx[n,c] = its t (first max). */
 void k_max_time_fwd(int n, int c, int len, const float *x, float *y, int32_t *idx);

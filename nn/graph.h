@@ -45,6 +45,16 @@ typedef struct nn_param {
     int no_decay;          /* a bias or normalisation weight (--no-decay-bn-bias) */
     float init_std;        /* NN_INIT_NORMAL: the standard deviation (0: 1, nn.Embedding's) */
     int node;
+    /* Row-sparse gradients (an embedding's table: rows of shape[1] floats): when rows_nz
+     * is set (by --invariant's fold, nn/ddp_tree.c), the op marks there every row its
+     * gradient may hold a nonzero in (the other rows are +0); cleared by a backward that
+     * sets the gradient, added to by one that accumulates (--accum-steps). */
+    int sparse_rows;
+    unsigned char *rows_nz;
+    /* The gradient's nonzero rows are among rows_nz's (set by the op's backward; cleared
+     * by whoever else writes the gradient: the reduction): the next backward then clears
+     * those rows instead of the whole table. */
+    int rows_known;
 } nn_param;
 
 /* Buffers: state that is saved and kept in sync but has no gradient (BatchNorm's

@@ -92,31 +92,83 @@ int nn_fold_shards(const nn_fold *f)
     return m;
 }
 
+/* One fold step over elements [lo, hi): dst = val (add 0: a copy into level l's buffer)
+ * or dst = a + val (a: level l's buffer; dst: it, or out when to_out). val is the shard's
+ * (from = -1) or level from's buffer. In row-sparse stretches (sparse: out is src, so its
+ * unmarked rows are +0 already; else dense) only rows marked on either side are copied or added;
+ * a copy zeroes the rows the level's buffer had marked and the shard's has not, and the
+ * marks follow the values. */
+static void fold_step(const nn_fold *f, int add, int l, int from, int to_out, int sparse, unsigned char *dst,
+                      const unsigned char *a, const unsigned char *val, size_t lo, size_t hi)
+{
+    size_t es = rt_dtype_size(f->dt);
+#define FOLD_SPAN(x, y) /* elements [x, y): the dense step */                                             \
+    do {                                                                                                   \
+        if ((y) <= (x)) break;                                                                             \
+        if (add) tp_reduce(dst + (x) * es, a + (x) * es, val + (x) * es, (y) - (x), f->dt, TP_SUM);         \
+        else memcpy(dst + (x) * es, val + (x) * es, ((y) - (x)) * es);                                     \
+    } while (0)
+    for (int k = 0; k < f->nsp && lo < hi; k++) {
+        const nn_fold_rows *sp = &f->sp[k];
+        size_t s0 = sp->off, s1 = sp->off + sp->rows * sp->len;
+        if (s1 <= lo || s0 >= hi) continue;
+        if (s0 > lo) FOLD_SPAN(lo, s0);
+        size_t x0 = lo > s0 ? lo : s0, x1 = hi < s1 ? hi : s1, len = sp->len;
+        size_t r0 = (x0 - s0) / len, r1 = (x1 - s0 + len - 1) / len;
+        unsigned char *ma = sp->acc_nz[l];
+        const unsigned char *mv = from < 0 ? sp->nz : sp->acc_nz[from];
+        if (!sparse || (!add && (x0 > s0 || x1 < s1))) {
+            /* dense (out is not src), or part of a stretch copied (its marks cannot follow): all rows marked */
+            FOLD_SPAN(x0, x1);
+            if (!to_out) memset(ma + r0, 1, r1 - r0);
+        } else {
+            for (size_t r = r0; r < r1;) { /* runs of rows of one kind: 0 skip, 1 step, 2 zero (a copy's stale row) */
+                int kind = add ? (ma[r] | mv[r]) != 0 : mv[r] ? 1 : ma[r] ? 2 : 0;
+                size_t e = r + 1;
+                while (e < r1 && (add ? (ma[e] | mv[e]) != 0 : mv[e] ? 1 : ma[e] ? 2 : 0) == kind) e++;
+                size_t y0 = s0 + r * len > x0 ? s0 + r * len : x0, y1 = s0 + e * len < x1 ? s0 + e * len : x1;
+                if (kind == 1) FOLD_SPAN(y0, y1);
+                if (kind == 2) memset(dst + y0 * es, 0, (y1 - y0) * es);
+                r = e;
+            }
+            if (!to_out)
+                for (size_t r = r0; r < r1; r++) ma[r] = add ? (unsigned char)(ma[r] | mv[r]) : mv[r];
+        }
+        lo = x1;
+    }
+    FOLD_SPAN(lo, hi);
+#undef FOLD_SPAN
+}
+
 int nn_fold_push(nn_fold *f, int i, const void *src, size_t off, size_t cnt, void *out)
 {
     size_t es = rt_dtype_size(f->dt);
-    const unsigned char *val = (const unsigned char *)src + off * es;
-    int whole = off == 0 && cnt == f->n, from = -1; /* from: the level whose buffer val is */
+    const unsigned char *val = src;
+    int whole = off == 0 && cnt == f->n, from = -1, sparse = f->nsp > 0 && out == src;
     for (int l = 0, stride = 1; l < f->nlev; stride *= f->radix[l], l++) {
         int d = (i / stride) % f->radix[l];
-        unsigned char *a = (unsigned char *)f->acc[l] + off * es;
+        unsigned char *a = f->acc[l];
         if (d == 0) { /* the first operand of this level's group: moved if it is a whole buffer */
             if (from >= 0 && whole) {
                 void *t = f->acc[l];
                 f->acc[l] = f->acc[from], f->acc[from] = t;
+                for (int k = 0; k < f->nsp; k++) {
+                    unsigned char *m = f->sp[k].acc_nz[l];
+                    f->sp[k].acc_nz[l] = f->sp[k].acc_nz[from], f->sp[k].acc_nz[from] = m;
+                }
             } else {
-                memcpy(a, val, cnt * es);
+                fold_step(f, 0, l, from, 0, sparse, a, NULL, val, off, off + cnt);
             }
             return 0;
         }
         /* (... + y_{d-1}) + y_d; the rank's value goes straight to out */
         int top = l == f->nlev - 1 && d == f->radix[l] - 1;
-        tp_reduce(top ? (unsigned char *)out + off * es : a, a, val, cnt, f->dt, TP_SUM);
+        fold_step(f, 1, l, from, top, sparse, top ? (unsigned char *)out : a, a, val, off, off + cnt);
         if (d < f->radix[l] - 1) return 0;
         if (top) return 1;
         val = a, from = l; /* the group is complete: its value is the next level's operand */
     }
     unsigned char *o = (unsigned char *)out + off * es;
-    if (o != val) memcpy(o, val, cnt * es);
+    if (o != val + off * es) memcpy(o, val + off * es, cnt * es);
     return 1;
 }

@@ -33,17 +33,31 @@ int nn_vtree_split(const nn_vtree *t, int W, char *err, size_t errlen);
  * levels: shards arrive in order i = 0..m-1; at level l the operands are folded in
  * order, ((y0 + y1) + y2) + ..., with tp_reduce (the arithmetic the tree collective
  * uses). acc: one buffer of n elements per level (nlev of them). */
+/* A row-sparse stretch of the buffers (an embedding table's gradient: a micro-batch
+ * touches a few hundred of its rows): rows x len elements from off. nz marks the rows of
+ * the pushed shard that may be nonzero (the others are +0), acc_nz the same for each
+ * level's buffer; the fold copies and adds only rows marked on either side. Rows that
+ * are +0 on both sides would give +0: so the result is the dense fold's, bit for bit. */
+typedef struct nn_fold_rows {
+    size_t off, rows, len;
+    const unsigned char *nz;
+    unsigned char *acc_nz[TP_TREE_MAX_LEVELS];
+} nn_fold_rows;
+
 typedef struct nn_fold {
     int nlev, radix[TP_TREE_MAX_LEVELS];
     rt_dtype dt;
     size_t n;                       /* elements per buffer */
     void *acc[TP_TREE_MAX_LEVELS];  /* whole-buffer pushes move them instead of copying */
+    nn_fold_rows *sp;               /* nsp stretches in increasing off, not overlapping */
+    int nsp;
 } nn_fold;
 
 /* Elements [off, off + cnt) of shard i (src: its own n-element buffer, read at off).
  * When shard i completes the rank's subtree (i = m - 1), its value for the slice goes
  * to out (at off; out may be src) and 1 returns; else 0. Slices of one shard may come
- * in any order and sizes; every element must come once per shard. */
+ * in any order and sizes; every element must come once per shard. With row-sparse
+ * stretches, out must be src (its unmarked rows are the +0 the result needs). */
 int nn_fold_push(nn_fold *f, int i, const void *src, size_t off, size_t cnt, void *out);
 int nn_fold_shards(const nn_fold *f); /* m */
 #endif

@@ -170,6 +170,13 @@ PTEST(invariant_optimizers_amp_accum_compress_model_file)
     const char *b[] = {"--invariant", "4", "--momentum", "0.9", "--nesterov", "--grad-compress", "fp16", "--accum-steps",
                        "4", "--lr-scale", "world", "--batch-size", "8", "--epochs", "2", NULL};
     same_bits("sgd nesterov fp16-compress accum 4 (partial last step)", img_dir, b, jobs, 3);
+    /* the embedding's gradient folded by touched rows (nn_fold_rows), marks kept across
+     * accumulated micro-batches, in 16-bit values */
+    make_text();
+    const char *c[] = {"--invariant", "4", "--model", "textcnn", "--seq-len", "12", "--embed-dim", "16", "--accum-steps",
+                       "2", "--grad-compress", "bf16", "--optimizer", "adamw", "--lr", "0.01", "--batch-size", "4",
+                       "--epochs", "1", NULL};
+    same_bits("textcnn adamw accum 2 bf16-compress", text_dir, c, jobs, 3);
 }
 
 PTEST(invariant_refuses_what_it_cannot_honour)

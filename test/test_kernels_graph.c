@@ -380,6 +380,14 @@ TEST(kernels_embedding_fwd_bwd)
         for (int t = 0; t < len; t++)
             for (int d = 0; d < dim; d++) ref[ids[i * len + t] * dim + d] += g[((long)i * dim + d) * len + t];
     CHECK_CLOSE("embedding bwd", dt, ref, (size_t)vocab * dim, 1e-6);
+    /* onto a zero table: the same bits; onto itself: twice the gradient */
+    float *dz = fz((size_t)vocab * dim);
+    k_embedding_bwd_add(n, len, dim, vocab, ids, g, dz);
+    CHECK(!memcmp(dz, dt, sizeof(float) * vocab * dim));
+    k_embedding_bwd_add(n, len, dim, vocab, ids, g, dz);
+    for (int i = 0; i < vocab * dim; i++) ref[i] *= 2;
+    CHECK_CLOSE("embedding bwd onto a sum", dz, ref, (size_t)vocab * dim, 1e-6);
+    free(dz);
     free(ids); free(tab); free(y); free(g); free(dt); free(ref);
 }
 

@@ -76,7 +76,7 @@ static void check_waiter(int j, int r, int late, const char *how)
 static void stalls(int world)
 {
     t_clean_env();
-    char late[MAXW][16];
+    char late[MAXW][32];
     for (int q = 0; q < world; q++) {
         snprintf(late[q], sizeof late[q], "late=%d", q);
         job(q, world, NULL, NULL, NULL);                     /* rank q is stopped */

@@ -10,7 +10,7 @@
 
 typedef struct g_job {
     long units;
-    int parts, c, hw, len, dim, vocab, relu;
+    int parts, c, hw, len, dim, vocab, relu, keep; /* keep: embedding bwd adds onto the table */
     const float *a, *b;
     float *y;
     const int32_t *ids;
@@ -172,7 +172,8 @@ static void emb_bwd_task(void *ctx, int task)
     k_split(j->dim, j->parts, task, &d0, &d1);
     if (d1 <= d0) return;
     size_t w = (size_t)(d1 - d0);
-    if (d0 == 0 && d1 == j->dim) memset(j->y, 0, sizeof(float) * (size_t)j->vocab * j->dim);
+    if (j->keep) {
+    } else if (d0 == 0 && d1 == j->dim) memset(j->y, 0, sizeof(float) * (size_t)j->vocab * j->dim);
     else for (long v = 0; v < j->vocab; v++) memset(j->y + v * j->dim + d0, 0, sizeof(float) * w);
 #ifdef K_TR8
     if (k_isa_level() >= K_ISA_AVX2) {
@@ -195,6 +196,14 @@ void k_embedding_bwd(int n, int len, int dim, int vocab, const int32_t *ids, con
 {
     g_job j = {.units = n, .len = len, .dim = dim, .vocab = vocab, .ids = ids, .a = dy, .y = dtable};
     j.parts = g_parts(dim, (long)vocab * dim + (long)n * len * dim);
+    k_parallel_for(j.parts, emb_bwd_task, &j);
+}
+
+void k_embedding_bwd_add(int n, int len, int dim, int vocab, const int32_t *ids, const float *dy,
+                         float *dtable)
+{
+    g_job j = {.units = n, .len = len, .dim = dim, .vocab = vocab, .ids = ids, .a = dy, .y = dtable, .keep = 1};
+    j.parts = g_parts(dim, (long)n * len * dim);
     k_parallel_for(j.parts, emb_bwd_task, &j);
 }
 

@@ -16,7 +16,8 @@ static int emb_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     if (a.vocab <= 1 || a.dim <= 0) NN_BAD("bad vocabulary %d / dimension %d", a.vocab, a.dim);
     n->out = (nn_shape){a.dim, 1, x.w, 0};
     int ws[2] = {a.vocab, a.dim};
-    nn_param_add(g, n, "weight", 2, ws, NN_INIT_NORMAL, 0, 0);
+    int p = nn_param_add(g, n, "weight", 2, ws, NN_INIT_NORMAL, 0, 0);
+    if (p >= 0) g->p[p].sparse_rows = 1; /* the rows of this batch's ids only */
     return 0;
 }
 
@@ -27,8 +28,29 @@ static void emb_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 
 static void emb_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    k_embedding_bwd(r->n, n->out.w, n->out.c, emb_attr_of(n).vocab, (const int32_t *)nn_x(g, n, 0), n->dy,
-                    nn_pg(g, n, 0));
+    const int32_t *ids = (const int32_t *)nn_x(g, n, 0);
+    nn_param *p = &g->p[n->p0];
+    int vocab = emb_attr_of(n).vocab, dim = n->out.c;
+    float *dt = nn_pg(g, n, 0);
+    if (!p->rows_nz) {
+        k_embedding_bwd(r->n, n->out.w, dim, vocab, ids, n->dy, dt);
+        return;
+    }
+    /* Row marks (--invariant's fold): the table is zeroed where marked only, when the
+     * marks are known to cover it (the micro-batches of a step before the reduction). */
+    unsigned char *nz = p->rows_nz;
+    if (p->rows_known) {
+        for (int v = 0; v < vocab; v++)
+            if (nz[v]) memset(dt + (size_t)v * dim, 0, sizeof(float) * (size_t)dim);
+        k_embedding_bwd_add(r->n, n->out.w, dim, vocab, ids, n->dy, dt);
+    } else {
+        k_embedding_bwd(r->n, n->out.w, dim, vocab, ids, n->dy, dt);
+    }
+    /* ops overwrite their gradients; the STASH / FINAL modes then add earlier micro-batches'
+     * (nn/exec.c's merge_grads), so their rows stay marked */
+    if (g->grad_mode == NN_GRAD_SET || g->grad_mode == NN_GRAD_STASH_FIRST) memset(nz, 0, (size_t)vocab);
+    for (long i = 0, len = (long)r->n * n->out.w; i < len; i++) nz[ids[i]] = 1;
+    p->rows_known = 1;
 }
 
 #if DDPRT_CUDA

@@ -73,9 +73,12 @@ int nn_ddp_set_tree(nn_ddp *d, const nn_vtree *t, int nlocal, int max_sums, char
 void nn_ddp_tree_free(nn_ddp *d)
 {
     for (int l = 0; l < d->fold.nlev; l++) free(d->fold.acc[l]), free(d->sums.acc[l]);
-    for (int k = 0; k < d->fold.nsp; k++)
+    /* the graph may be gone by now (the trainer frees it first): its rows_nz are freed
+     * through the fold's copies of the pointers */
+    for (int k = 0; k < d->fold.nsp; k++) {
         for (int l = 0; l < d->fold.nlev; l++) free(d->fold.sp[k].acc_nz[l]);
-    for (int p = 0; d->fold.nsp && p < d->m->np; p++) free(d->m->p[p].rows_nz), d->m->p[p].rows_nz = NULL;
+        free((void *)d->fold.sp[k].nz);
+    }
     free(d->fold.sp);
     d->fold.sp = NULL, d->fold.nsp = 0;
     d->fold.nlev = d->sums.nlev = 0;

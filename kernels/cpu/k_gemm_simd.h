@@ -107,6 +107,29 @@ ISA_TARGET static void ISA_FN(pack_a)(int m, int kk, const float *a, long ars, l
     }
 }
 
+/* B's kc rows (ldb floats apart) x columns [0, n) into panels of
+ * cw = KT_NV*KV_W columns, bp[(j0/cw)*kc*cw + k*cw + j] (lanes past n left as they are:
+ * the micro-kernel's masks never read them), so that the micro-kernel reads a panel
+ * with ldb = cw. Unpacked, B's rows are ldb floats apart (4-6 KiB for GPT's widths):
+ * a kc-row panel touches kc pages and few cache sets (the old loop ran 1024^3 at
+ * 112 GFLOP/s, 169 with B all on one physical page, 128 with ldb padded to 1040). */
+ISA_TARGET static void ISA_FN(pack_b)(int kc, int n, const float *b, long ldb, float *bp)
+{
+    const int cw = KT_NV * KV_W;
+    for (int k = 0; k < kc; k++) {
+        const float *r = b + (long)k * ldb;
+        float *o = bp + (long)k * cw;
+        int j0 = 0;
+        for (; j0 + cw <= n; j0 += cw, o += (long)kc * cw)
+            for (int v = 0; v < KT_NV; v++) kv_store(o + v * KV_W, kv_load(r + j0 + v * KV_W));
+        for (int v = 0; v < KT_NV && j0 + v * KV_W < n; v++) {
+            int t = n - j0 - v * KV_W;
+            if (t >= KV_W) kv_store(o + v * KV_W, kv_load(r + j0 + v * KV_W));
+            else kv_storen(o + v * KV_W, kv_loadn(r + j0 + v * KV_W, t), t);
+        }
+    }
+}
+
 /* Cache blocking around the micro-kernel (BLIS's loops): B (for convs, the shifted
  * rows read through tap offsets) in blocks of KT_KB rows x KT_NB columns that stay in
  * L2 while every row block of A passes over them; each A panel slice (KT_KB x KT_MR)
@@ -182,12 +205,12 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
  * row blocks whose panels are packed once per K chunk (on the stack, KT_GB*KT_KC*KT_MR
  * floats) and reused by every N block: packing once per N block cost as much as a
  * quarter of GPT's training time. Per element the same FMAs in the same order: the
- * bits do not depend on the blocking. */
+ * bits do not depend on the blocking. B is read in place (rows ldb apart). */
 #define KT_KC 256
 #define KT_GB 8
-ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, long ars, long acs,
-                                  const float *b, long ldb, float *c, long ldc,
-                                  const float *bias, int acc)
+ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a, long ars, long acs,
+                                       const float *b, long ldb, float *c, long ldc,
+                                       const float *bias, int acc)
 {
     float ap[KT_GB * KT_KC * KT_MR];
     const int cw = KT_NV * KV_W;
@@ -219,6 +242,70 @@ ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, lon
             }
         }
     }
+}
+
+/* gemm_nn_rows with B packed too (pack_b: contiguous panels instead of rows ldb apart),
+ * per K chunk and N super-block of KT_NC columns; A's panels are then packed once per
+ * K chunk, row group and super-block. The same FMAs in the same order: same bits.
+ * Buffers on the stack (KT_GB*KT_KC*KT_MR + KT_KC*KT_NC floats: 96 + 512 KiB for
+ * AVX-512), in a frame of their own so small GEMMs do not probe it: no malloc here,
+ * and a large _Thread_local would sit in the static TLS of every thread of a program
+ * linking libddprt.a (glibc carves it from each thread's stack); k_parallel_for's
+ * workers (ports/posix, default attributes) and callers' threads have glibc's default
+ * stack (RLIMIT_STACK, 8 MiB). */
+#define KT_NC 512
+__attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n, int kk, const float *a,
+                                                               long ars, long acs, const float *b, long ldb,
+                                                               float *c, long ldc, const float *bias, int acc)
+{
+    _Alignas(64) float ap[KT_GB * KT_KC * KT_MR];
+    _Alignas(64) float bp[KT_KC * KT_NC];
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int k0 = 0; k0 < kk; k0 += KT_KC) {
+        int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC, acc_k = acc || k0 > 0;
+        const float *bias_k = k0 > 0 ? NULL : bias;
+        for (int js = 0; js < n; js += KT_NC) {
+            int jn = n - js < KT_NC ? n - js : KT_NC;
+            ISA_FN(pack_b)(kc, jn, b + (long)k0 * ldb + js, ldb, bp);
+            for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
+                int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+                for (int ib = g0; ib < g1; ib++) {
+                    int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+                    ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
+                                       ap + (long)(ib - g0) * kc * KT_MR);
+                }
+                for (int jb = js; jb < js + jn; jb += KT_NB) {
+                    int je = js + jn - jb < KT_NB ? js + jn : jb + KT_NB;
+                    for (int ib = g0; ib < g1; ib++) {
+                        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+                        const float *apk = ap + (long)(ib - g0) * kc * KT_MR;
+                        for (int j0 = jb; j0 < je; j0 += cw) /* panel (j0-js)/cw: (j0-js)*kc floats in */
+                            ISA_FN(ukr_nn_any)(mr, je - j0 < cw ? je - j0 : cw, kc, apk, bp + (long)(j0 - js) * kc,
+                                           cw, NULL, c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL,
+                                           acc_k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Packing B costs a copy of each K chunk: it pays when several row blocks read it,
+ * it is wider than one panel, and its rows are far enough apart (KT_PB_LD) and the
+ * chunks long enough (KT_PB_KC) to overflow L1's sets. Measured packed: 64x784x100
+ * and 100x784x64 6-10 % slower, 64x50x320 (AVX2) 9 % slower. */
+#define KT_PB_MB 4
+#define KT_PB_KC 128
+#define KT_PB_LD 256
+ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, long ars, long acs,
+                                  const float *b, long ldb, float *c, long ldc,
+                                  const float *bias, int acc)
+{
+    if ((m + KT_MR - 1) / KT_MR >= KT_PB_MB && n > KT_NV * KV_W && kk >= KT_PB_KC && ldb >= KT_PB_LD)
+        ISA_FN(gemm_nn_pb)(m, n, kk, a, ars, acs, b, ldb, c, ldc, bias, acc);
+    else
+        ISA_FN(gemm_nn_rows)(m, n, kk, a, ars, acs, b, ldb, c, ldc, bias, acc);
 }
 
 /* ---------------------------------------------------------------- GEMM, NT form.
@@ -416,6 +503,11 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
 #undef KT_KB
 #undef KT_NB
 #undef KT_KC
+#undef KT_NC
+#undef KT_PB_MB
+#undef KT_PB_KC
+#undef KT_PB_LD
+#undef KT_GB
 #undef KT_NT_CASE
 #undef KT_NT_ROW
 #undef KT_NTO_CASE

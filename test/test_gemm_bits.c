@@ -1,0 +1,83 @@
+/* k_gemm_nn and k_gemm_nn_packed (B packed into panels or read in place, row offsets
+ * or not) against a scalar reference with the micro-kernel's FMA order: per element
+ * s = acc ? C : bias (or 0), then s = A[i][k]*B[k][j] + s for k = 0, 1, ... (fused on
+ * AVX2/AVX-512, a product and a sum on the generic level). The same bits, on every
+ * ISA, over shapes with partial row blocks, panels, N blocks and super-blocks, K
+ * chunks, several row-block groups, and shapes too small to pack B. */
+#include "test/t.h"
+#include "kernels/k.h"
+#include "kernels/cpu/k_gemm.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* -std=c11 implies -ffp-contract=off: p + s below stays two roundings. */
+static void ref_nn(int fused, int m, int n, int kk, const float *a, long ars, long acs,
+                   const float *b, long ldb, const long *boff, float *c, const float *bias, int acc)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = acc ? c[(long)i * n + j] : bias ? bias[i] : 0.0f;
+            for (int k = 0; k < kk; k++) {
+                float x = a[(long)i * ars + (long)k * acs];
+                float y = boff ? b[boff[k] + j] : b[(long)k * ldb + j];
+                if (fused) s = fmaf(x, y, s);
+                else {
+                    float p = x * y;
+                    s = p + s;
+                }
+            }
+            c[(long)i * n + j] = s;
+        }
+}
+
+enum { MM = 150, MN = 1030, MK = 300, MAXA = MM * (2 * MK + 1) + 2 * MK + 64, MAXB = MK * MN + 64, MAXC = MM * MN };
+static float a[MAXA], b[MAXB], bias[MM], c0[MAXC], c1[MAXC], c2[MAXC], ap[(MM + 11) * MK];
+static long boff[MK];
+
+TEST(kernels_gemm_nn_bits_as_reference)
+{
+    static const int shapes[][3] = {{150, 600, 300}, {50, 1030, 130}, {97, 130, 257}, {40, 33, 140},
+                                    {25, 33, 15},    {13, 70, 40},   {7, 5, 9},      {1, 40, 3}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(91, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < MAXB; i++) b[i] = 2.0f * k_rand_uniform(92, (uint64_t)i) - 1.0f;
+    for (int i = 0; i < MM; i++) bias[i] = k_rand_uniform(93, (uint64_t)i);
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        int fused = s > 0;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int m = shapes[h][0], n = shapes[h][1], kk = shapes[h][2], big = (long)m * n * kk > 1000000;
+            /* rows contiguous (padded), columns contiguous, both strided */
+            long lay[3][2] = {{kk + 3, 1}, {1, m + 5}, {2 * kk + 1, 2}};
+            long ldb = h % 2 ? n + 263 : n + 7; /* >= 256 floats apart or not: B packed or in place */
+            for (int l = 0; l < 3; l++)
+                for (int mode = 0; mode < 3; mode++) {
+                    if (big && mode != l) continue; /* the large shapes: each layout once */
+                    const float *bi = mode == 1 ? bias : NULL;
+                    int acc = mode == 2;
+                    for (int i = 0; i < m * n; i++) c0[i] = c1[i] = c2[i] = k_rand_uniform(94, (uint64_t)i);
+                    ref_nn(fused, m, n, kk, a, lay[l][0], lay[l][1], b, ldb, NULL, c0, bi, acc);
+                    k_gemm_nn(m, n, kk, a, lay[l][0], lay[l][1], b, ldb, c1, n, bi, acc);
+                    k_gemm_pack_a(m, kk, a, lay[l][0], lay[l][1], ap);
+                    k_gemm_nn_packed(m, n, kk, ap, b, ldb, NULL, c2, n, bi, acc);
+                    CHECKF(!memcmp(c0, c1, sizeof(float) * (size_t)(m * n)), "nn isa %s %dx%dx%d layout %d mode %d",
+                           isas[s], m, n, kk, l, mode);
+                    CHECKF(!memcmp(c0, c2, sizeof(float) * (size_t)(m * n)),
+                           "nn_packed isa %s %dx%dx%d layout %d mode %d", isas[s], m, n, kk, l, mode);
+                }
+            /* B's rows at offsets (the conv taps): rows out of order, shifted columns */
+            for (int k = 0; k < kk; k++) boff[k] = (long)((k * 7) % kk) * ldb + k % 5;
+            int mode = (int)(h % 3), acc = mode == 2;
+            const float *bi = mode == 1 ? bias : NULL;
+            for (int i = 0; i < m * n; i++) c0[i] = c2[i] = k_rand_uniform(95, (uint64_t)i);
+            ref_nn(fused, m, n, kk, a, lay[0][0], 1, b, 0, boff, c0, bi, acc);
+            k_gemm_pack_a(m, kk, a, lay[0][0], 1, ap);
+            k_gemm_nn_packed(m, n, kk, ap, b, 0, boff, c2, n, bi, acc);
+            CHECKF(!memcmp(c0, c2, sizeof(float) * (size_t)(m * n)), "nn_packed boff isa %s %dx%dx%d mode %d",
+                   isas[s], m, n, kk, mode);
+        }
+    }
+    k_set_isa(NULL);
+}

@@ -81,3 +81,101 @@ TEST(kernels_gemm_nn_bits_as_reference)
     }
     k_set_isa(NULL);
 }
+
+/* k_gemm_nt_pb (C = A B^T as a packed NN GEMM, B^T packed by 8x8 transposes) against
+ * the scalar reference of its FMA order, per element s = acc ? C : bias[j] (or 0), then
+ * s = A[i][k]*B[j][k] + s for k = 0, 1, ...: the same bits on every ISA; and within
+ * a tight bound of a double-precision sum. Shapes with partial row blocks, panels,
+ * transposes (n, l not multiples of 8), N super-blocks (n > 512), K chunks (l > 256),
+ * several row-block groups, and strided A, B, C. */
+static void ref_nt(int fused, int m, int n, int l, const float *a, long lda, const float *b, long ldb,
+                   float *c, long ldc, const float *bias, int acc, double *err, double *mag)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = acc ? c[(long)i * ldc + j] : bias ? bias[j] : 0.0f;
+            double d = s, g = fabs(s);
+            for (int k = 0; k < l; k++) {
+                float x = a[(long)i * lda + k], y = b[(long)j * ldb + k];
+                d += (double)x * y;
+                g += fabs((double)x * y);
+                if (fused) s = fmaf(x, y, s);
+                else {
+                    float p = x * y;
+                    s = p + s;
+                }
+            }
+            c[(long)i * ldc + j] = s;
+            if (fabs(s - d) > *err) *err = fabs(s - d);
+            if (g > *mag) *mag = g;
+        }
+}
+
+TEST(kernels_gemm_nt_pb_bits_as_reference)
+{
+    static const int shapes[][3] = {{150, 530, 300}, {37, 1030, 77}, {97, 130, 257}, {40, 33, 140},
+                                    {25, 33, 15},    {13, 70, 40},   {7, 5, 9},      {1, 40, 3}, {3, 1, 1}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(81, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < MAXB; i++) b[i] = 2.0f * k_rand_uniform(82, (uint64_t)i) - 1.0f;
+    static float nb[MN];
+    for (int j = 0; j < MN; j++) nb[j] = k_rand_uniform(83, (uint64_t)j);
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        int fused = s > 0;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int m = shapes[h][0], n = shapes[h][1], l = shapes[h][2];
+            long lda = l + (h % 2 ? 3 : 0), ldb = l + (h % 3 ? 5 : 0), ldc = n + (long)(h % 2) * 2;
+            if ((long)m * lda > MAXA || (long)n * ldb > MAXB || (long)m * ldc > MAXC) continue;
+            for (int mode = 0; mode < 3; mode++) {
+                const float *bi = mode == 1 ? nb : NULL;
+                int acc = mode == 2;
+                for (long i = 0; i < (long)m * ldc; i++) c0[i] = c1[i] = k_rand_uniform(84, (uint64_t)i);
+                double err = 0, mag = 0;
+                ref_nt(fused, m, n, l, a, lda, b, ldb, c0, ldc, bi, acc, &err, &mag);
+                k_gemm_nt_pb(m, n, l, a, lda, b, ldb, c1, ldc, bi, acc);
+                CHECKF(!memcmp(c0, c1, sizeof(float) * (size_t)((long)m * ldc)), "nt_pb isa %s %dx%dx%d mode %d",
+                       isas[s], m, n, l, mode);
+                /* |error| <= (l+1) u sum |terms| (u = 2^-24) */
+                CHECKF(err <= (l + 1) * 0x1p-24 * mag, "nt_pb isa %s %dx%dx%d mode %d: error %g of %g", isas[s], m,
+                       n, l, mode, err, mag);
+            }
+        }
+    }
+    k_set_isa(NULL);
+}
+
+/* k_linear_fwd on the packed form: rows split (batch >= out) and columns split (batch
+ * < out) across 1, 2 and 3 threads give the same bits, those of the reference order. */
+TEST(kernels_linear_fwd_packed_threads_agree)
+{
+    static const int shapes[][3] = {{300, 100, 130}, {70, 100, 1030}, {64, 520, 520}, {100, 900, 300}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(71, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < MAXB; i++) b[i] = 2.0f * k_rand_uniform(72, (uint64_t)i) - 1.0f;
+    static float nb[MN];
+    for (int j = 0; j < MN; j++) nb[j] = k_rand_uniform(73, (uint64_t)j);
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int n = shapes[h][0], in = shapes[h][1], out = shapes[h][2];
+            if ((long)n * in > MAXA || (long)out * in > MAXB || (long)n * out > MAXC) continue;
+            double err = 0, mag = 0;
+            ref_nt(s > 0, n, out, in, a, in, b, in, c0, out, nb, 0, &err, &mag);
+            for (int t = 1; t <= 3; t++) {
+                k_set_threads(t);
+                for (long i = 0; i < (long)n * out; i++) c1[i] = -1.0f;
+                k_linear_fwd(n, in, out, a, b, nb, c1);
+                if (t == 1) memcpy(c2, c1, sizeof(float) * (size_t)((long)n * out));
+                CHECKF(!memcmp(c1, c2, sizeof(float) * (size_t)((long)n * out)), "isa %s %dx%d->%d: %d threads differ from 1",
+                       isas[s], n, in, out, t);
+                /* AVX2/AVX-512 take the packed form here: the reference's bits */
+                if (s > 0)
+                    CHECKF(!memcmp(c0, c1, sizeof(float) * (size_t)((long)n * out)), "isa %s %dx%d->%d threads %d: not the packed form's bits",
+                           isas[s], n, in, out, t);
+            }
+        }
+    }
+    k_set_threads(1);
+    k_set_isa(NULL);
+}

@@ -55,3 +55,16 @@ void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, lo
     if (m <= 0 || n <= 0) return;
     RT_ISA_CALL(k_isa_level(), gemm_nt, m, n, l, a, lda, b, ldb, c, ldc, bias, acc);
 }
+
+void k_gemm_nt_pb(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
+                  float *c, long ldc, const float *bias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (l <= 0) { /* empty product: C = acc ? C : bias[j] */
+        if (!acc)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(long)i * ldc + j] = bias ? bias[j] : 0.0f;
+        return;
+    }
+    RT_ISA_CALL(k_isa_level(), gemm_nt_pb, m, n, l, a, lda, b, ldb, c, ldc, bias, acc);
+}

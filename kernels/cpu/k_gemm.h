@@ -26,6 +26,11 @@ void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a
  * operands contiguous along l). bias (per column) may be NULL. */
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
                float *c, long ldc, const float *bias, int acc);
+/* The same product as an NN GEMM with B^T packed into panels (large shapes; on the
+ * stack: 608 KiB for AVX-512). Each C element is bias (or C) plus one FMA per k in k
+ * order, whatever m, n or the ISA's blocking: callers may split rows or columns. */
+void k_gemm_nt_pb(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
+                  float *c, long ldc, const float *bias, int acc);
 
 /* Geometry of one image's im2col, shared by the helpers below. */
 typedef struct k_im2col_geo { int c, h, w, r, s, stride, pad, p, q; } k_im2col_geo;

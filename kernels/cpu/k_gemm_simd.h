@@ -308,6 +308,120 @@ ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, lon
         ISA_FN(gemm_nn_rows)(m, n, kk, a, ars, acs, b, ldb, c, ldc, bias, acc);
 }
 
+
+/* ---------------------------------------------------------------- NT as packed NN.
+ * pack_b for B^T: B is n x l (rows ldb apart, contiguous along l, e.g. nn.Linear's
+ * weight), and the panel wants bp[(j/cw)*kc*cw + k*cw + j%cw] = B[j][k] for k < kc,
+ * j < n; 8x8 transposes where the ISA has them (pure data movement: the bits of the
+ * scalar copy). Lanes past n in the last panel are written with zeros or not at all.
+ * The rows being moved prefetch the next 8 (up to n + nmore: B's rows past the block). */
+ISA_TARGET static void ISA_FN(pack_bt)(int kc, int n, int nmore, const float *b, long ldb, float *bp)
+{
+    const int cw = KT_NV * KV_W;
+    int k8 = 0;
+    (void)nmore;
+#if ISA_X86 && ISA_VB >= 32 && defined(K_TR8)
+    k8 = kc & ~7;
+    for (int j = 0; j < n; j += 8) {
+        int nr = n - j < 8 ? n - j : 8;
+        float *o = bp + (long)(j / cw) * kc * cw + j % cw;
+        /* the next 8 rows' short streams (kc floats each) fetched while these move */
+        int np = n + nmore - j - 8 < 8 ? n + nmore - j - 8 : 8;
+        for (int k = 0; k < k8; k += 8) {
+            __m256 v[8];
+            if ((k & 15) == 0)
+                for (int i = 0; i < np; i++) _mm_prefetch((const char *)(b + (long)(j + 8 + i) * ldb + k), _MM_HINT_T0);
+            if (nr == 8)
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(b + (long)(j + i) * ldb + k);
+            else
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    v[i] = i < nr ? _mm256_loadu_ps(b + (long)(j + i) * ldb + k) : _mm256_setzero_ps();
+            k_tr8(v);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) _mm256_storeu_ps(o + (long)(k + q) * cw, v[q]);
+        }
+    }
+#endif
+    if (k8 < kc)
+        for (int j = 0; j < n; j++) {
+            float *o = bp + (long)(j / cw) * kc * cw + j % cw;
+            for (int k = k8; k < kc; k++) o[(long)k * cw] = b[(long)j * ldb + k];
+        }
+}
+
+/* C[m x n] = (acc ? C : bias[j] or 0) + A[m x l] B[n x l]^T as gemm_nn_pb: K chunks of
+ * KT_KC, N super-blocks of KT_NC columns with B^T packed once (pack_bt), row groups with
+ * A packed (acs == 1), the NN micro-kernel. Per element: C = bias (or C), then one FMA
+ * per k in k order (C stored and reloaded exactly between K chunks): the bits do not
+ * depend on m, on the blocking or on which rows or columns a caller's task holds. The
+ * column bias is written into C before the first chunk (the micro-kernel's bias is
+ * per row). Buffers on the stack as gemm_nn_pb. */
+#define KT_TRB 96 /* rows of A packed at once (>= KT_GB*KT_MR) */
+__attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n, int l, const float *a,
+                                                               long lda, const float *b, long ldb,
+                                                               float *c, long ldc, const float *bias, int acc)
+{
+    _Alignas(64) float ap[KT_TRB * KT_KC];
+    _Alignas(64) float bp[KT_KC * KT_NC];
+    const int cw = KT_NV * KV_W;
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    if (nmb * KT_MR <= KT_TRB) {
+        /* Up to KT_TRB rows: A packed once per K chunk, and each B^T panel (kc x cw,
+         * in L1) packed just before every row block reads it. */
+        for (int k0 = 0; k0 < l; k0 += KT_KC) {
+            int kc = l - k0 < KT_KC ? l - k0 : KT_KC;
+            for (int ib = 0; ib < nmb; ib++) {
+                int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+                ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * lda + k0, lda, 1, ap + (long)ib * kc * KT_MR);
+            }
+            for (int j0 = 0; j0 < n; j0 += cw) {
+                int nc = n - j0 < cw ? n - j0 : cw;
+                ISA_FN(pack_bt)(kc, nc, n - j0 - nc, b + (long)j0 * ldb + k0, ldb, bp);
+                if (k0 == 0 && !acc)
+                    for (int i = 0; i < m; i++)
+                        for (int j = j0; j < j0 + nc; j++) c[(long)i * ldc + j] = bias ? bias[j] : 0.0f;
+                for (int ib = 0; ib < nmb; ib++) {
+                    int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+                    ISA_FN(ukr_nn_any)(mr, nc, kc, ap + (long)ib * kc * KT_MR, bp, cw, NULL, c + (long)i0 * ldc + j0,
+                                   ldc, NULL, 1);
+                }
+            }
+        }
+        return;
+    }
+    for (int k0 = 0; k0 < l; k0 += KT_KC) {
+        int kc = l - k0 < KT_KC ? l - k0 : KT_KC;
+        for (int js = 0; js < n; js += KT_NC) {
+            int jn = n - js < KT_NC ? n - js : KT_NC;
+            ISA_FN(pack_bt)(kc, jn, 0, b + (long)js * ldb + k0, ldb, bp);
+            for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
+                int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+                int r0 = (int)((long)g0 * m / nmb), r1 = (int)((long)g1 * m / nmb);
+                for (int ib = g0; ib < g1; ib++) {
+                    int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+                    ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * lda + k0, lda, 1,
+                                       ap + (long)(ib - g0) * kc * KT_MR);
+                }
+                if (k0 == 0 && !acc)
+                    for (int i = r0; i < r1; i++)
+                        for (int j = js; j < js + jn; j++) c[(long)i * ldc + j] = bias ? bias[j] : 0.0f;
+                for (int jb = js; jb < js + jn; jb += KT_NB) {
+                    int je = js + jn - jb < KT_NB ? js + jn : jb + KT_NB;
+                    for (int ib = g0; ib < g1; ib++) {
+                        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+                        const float *apk = ap + (long)(ib - g0) * kc * KT_MR;
+                        for (int j0 = jb; j0 < je; j0 += cw)
+                            ISA_FN(ukr_nn_any)(mr, je - j0 < cw ? je - j0 : cw, kc, apk, bp + (long)(j0 - js) * kc,
+                                           cw, NULL, c + (long)i0 * ldc + j0, ldc, NULL, 1);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- GEMM, NT form.
  * Micro-kernel: mr x nr dot products of length l, vector accumulators, one horizontal
  * sum each at the end. */
@@ -504,6 +618,7 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
 #undef KT_NB
 #undef KT_KC
 #undef KT_NC
+#undef KT_TRB
 #undef KT_PB_MB
 #undef KT_PB_KC
 #undef KT_PB_LD

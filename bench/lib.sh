@@ -2,6 +2,10 @@
 # Benchmarks on a shared 2-core machine are noisy: every script alternates the compared
 # programs round by round, reports medians, and prints the load it ran under.
 
+# PyTorch's references run on one thread: torch.set_num_threads does not reach Debian's
+# OpenBLAS (libopenblas0-pthread), which otherwise takes every core for the linear layers.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+
 # med: the median of the numbers on stdin (one per line; "-" when there are none).
 med() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

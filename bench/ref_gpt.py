@@ -6,9 +6,15 @@ line: tokens/s peak_rss_mib.
 
     bench/ref_gpt.py LAYERS DIM HEADS VOCAB T BATCH STEPS
 """
+import os
 import sys
 
-import torch
+# torch.set_num_threads(1) does not reach Debian's OpenBLAS (libopenblas0-pthread), which
+# then runs the linear layers on every core: a one-thread comparison that was not one
+# (GPT small: 1461 tok/s on a quiet machine, 140-190 beside another process).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/test/py")
 import gpt_torch as g  # noqa: E402

@@ -5,10 +5,16 @@ OpenBLAS). Prints one line: MODEL samples/s peak_rss_mib.
 
     bench/ref_models.py MODEL BATCH STEPS
 """
+import os
 import sys
-import torch
-import torch.nn.functional as F
-import torchvision
+
+# torch.set_num_threads(1) does not reach Debian's OpenBLAS (libopenblas0-pthread), which
+# then runs the linear layers on every core: a one-thread comparison that was not one
+# (GPT small: 1461 tok/s on a quiet machine, 140-190 beside another process).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torchvision  # noqa: E402
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from ref_timing import timed  # noqa: E402

@@ -89,7 +89,11 @@ thr *cur;     // the GPU thread running now (NULL: the scheduler, or an idle sta
 [[maybe_unused]] void *sched_tsan;
 const simt::launch_rec *cur_L;
 unsigned bar_round, warp_round[MAX_THREADS / 32];
-char bar_sync[2], warp_sync[MAX_THREADS / 32][2], block_sync; // TSan sync addresses
+// TSan sync addresses. A block's threads acquire block_sync (the scheduler's release
+// before the block) and release exit_sync (the scheduler's acquire after it): one object
+// for both made every thread's exit happen before the next thread's start, and TSan
+// stopped seeing a missing barrier (test simt_missing_barrier_shows).
+char bar_sync[2], warp_sync[MAX_THREADS / 32][2], block_sync, exit_sync;
 unsigned long long rng;
 #if !defined(SIMT_ASAN)
 // simt.h's section of static shared arrays; the tail links after every kernel's.
@@ -253,7 +257,7 @@ extern "C" void simt_stack_main(stk *s)
             enter(t);
             TSAN_ACQUIRE(&block_sync);
             cur_L->invoke(cur_L->kernel, cur_L->args);
-            TSAN_RELEASE(&block_sync);
+            TSAN_RELEASE(&exit_sync);
             t->state = T_EXIT, t->st = NULL, nexit++;
             cur = NULL;
             t = next_runnable();
@@ -580,7 +584,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
         unsigned long long bl = mode == 1 ? nb - 1 - i : mode == 2 ? (a * i + c) % nb : i;
         block_idx = {(unsigned)(bl % grid_dim.x), (unsigned)(bl / grid_dim.x % grid_dim.y),
                      (unsigned)(bl / ((unsigned long long)grid_dim.x * grid_dim.y))};
-        TSAN_ACQUIRE(&block_sync); // the previous block's shared memory writes come first
+        TSAN_ACQUIRE(&exit_sync); // the previous block's shared memory writes come first
         for (auto &v : k->vars) memset(v.first, 0xff, v.second);
 #if !defined(SIMT_ASAN)
         if (!k->vars.empty() && __start_simt_shared)
@@ -596,7 +600,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
             rc = -1;
         }
     }
-    TSAN_ACQUIRE(&block_sync);
+    TSAN_ACQUIRE(&exit_sync);
     for (int i = 0; i < nstacks; i++)
         if (memcmp(stacks[i].mem, &CANARY, sizeof CANARY))
             die("%s (launched at %s:%d): a thread overflowed its %zu KiB stack", L->c.name, base_name(L->c.file),

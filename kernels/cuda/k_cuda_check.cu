@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char *last_kernel = "";
-static int sync_each = -1; // DDPRT_CUDA_SYNC, read once
+// Per host thread, as CUDA's error state is: ranks that share a process launch from
+// their own threads (make tsan found them writing one variable).
+static thread_local const char *last_kernel = "";
+static thread_local int sync_each = -1; // DDPRT_CUDA_SYNC, read once per thread
 
 const char *k_cuda_last_kernel(void) { return last_kernel; }
 

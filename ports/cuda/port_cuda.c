@@ -9,7 +9,9 @@
 
 static char first_err[512];
 static int have_err;
-static char dev_desc[400];
+/* Per thread, as CUDA's current device is: ranks that share a process (threads, each with
+ * its port_cuda_init) would otherwise write one buffer at once (make tsan). */
+static _Thread_local char dev_desc[400];
 
 void port_cuda_fail(const char *fmt, ...)
 {

@@ -200,6 +200,19 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
         for (int i = 0; i < mr; i++) ap[(long)k * KT_MR + i] = a[(long)i * ars + (long)k * acs];
 }
 
+/* The panels of row blocks g0..g1 (of nmb even blocks over m rows) for K chunk [k0,
+ * k0 + kc), block ib's at ap + (ib - g0) * kc * KT_MR. Even row blocks: 20 rows ->
+ * 10+10 rather than 12+8. */
+ISA_TARGET static void ISA_FN(pack_group)(int m, int nmb, int g0, int g1, int k0, int kc, const float *a,
+                                      long ars, long acs, float *ap)
+{
+    for (int ib = g0; ib < g1; ib++) {
+        int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
+        ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
+                           ap + (long)(ib - g0) * kc * KT_MR);
+    }
+}
+
 /* K is cut into chunks of KT_KC, N into blocks of KT_NB so the B chunk's block stays
  * in L2 while row blocks pass over it (as gemm_nn_packed), and M into groups of KT_GB
  * row blocks whose panels are packed once per K chunk (on the stack, KT_GB*KT_KC*KT_MR
@@ -221,12 +234,7 @@ ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a
         const float *bias_k = k0 > 0 ? NULL : bias;
         for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
             int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
-            for (int ib = g0; ib < g1; ib++) {
-                /* Even row blocks: 20 rows -> 10+10 rather than 12+8. */
-                int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
-                ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
-                                   ap + (long)(ib - g0) * kc * KT_MR);
-            }
+            ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, ars, acs, ap);
             for (int jb = 0; jb < n; jb += KT_NB) {
                 int je = n - jb < KT_NB ? n : jb + KT_NB;
                 for (int ib = g0; ib < g1; ib++) {
@@ -270,11 +278,7 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n
             ISA_FN(pack_b)(kc, jn, b + (long)k0 * ldb + js, ldb, bp);
             for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
                 int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
-                for (int ib = g0; ib < g1; ib++) {
-                    int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
-                    ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
-                                       ap + (long)(ib - g0) * kc * KT_MR);
-                }
+                ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, ars, acs, ap);
                 for (int jb = js; jb < js + jn; jb += KT_NB) {
                     int je = js + jn - jb < KT_NB ? js + jn : jb + KT_NB;
                     for (int ib = g0; ib < g1; ib++) {
@@ -372,10 +376,7 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n
          * in L1) packed just before every row block reads it. */
         for (int k0 = 0; k0 < l; k0 += KT_KC) {
             int kc = l - k0 < KT_KC ? l - k0 : KT_KC;
-            for (int ib = 0; ib < nmb; ib++) {
-                int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
-                ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * lda + k0, lda, 1, ap + (long)ib * kc * KT_MR);
-            }
+            ISA_FN(pack_group)(m, nmb, 0, nmb, k0, kc, a, lda, 1, ap);
             for (int j0 = 0; j0 < n; j0 += cw) {
                 int nc = n - j0 < cw ? n - j0 : cw;
                 ISA_FN(pack_bt)(kc, nc, n - j0 - nc, b + (long)j0 * ldb + k0, ldb, bp);
@@ -399,11 +400,7 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n
             for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
                 int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
                 int r0 = (int)((long)g0 * m / nmb), r1 = (int)((long)g1 * m / nmb);
-                for (int ib = g0; ib < g1; ib++) {
-                    int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
-                    ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * lda + k0, lda, 1,
-                                       ap + (long)(ib - g0) * kc * KT_MR);
-                }
+                ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, lda, 1, ap);
                 if (k0 == 0 && !acc)
                     for (int i = r0; i < r1; i++)
                         for (int j = js; j < js + jn; j++) c[(long)i * ldc + j] = bias ? bias[j] : 0.0f;

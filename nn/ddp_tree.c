@@ -1,6 +1,7 @@
 /* --invariant in nn_ddp: the gradients of a rank's m virtual shards folded over the
  * tree's lower levels (nn_fold), the rank's value reduced over the upper levels by
- * tp_itree_allreduce, the sum divided by K (true division: the same bits whatever W).
+ * tp_itree_allreduce, the sum divided by K (true division: the same bits whatever W;
+ * in the collective, by the rank that finished an element, when it carries fp32).
  *
  * The last local shard's buckets still go out from the backward hook: the hook folds
  * the bucket's slice (the earlier shards are in the fold already) and launches the
@@ -10,6 +11,7 @@
  * compressed values go through the same tree. A world of one folds without a comm. */
 #include "nn/ddp_int.h"
 #include "transport/tp_reduce.h"
+#include "ports/posix/port.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +50,7 @@ int nn_ddp_set_tree(nn_ddp *d, const nn_vtree *t, int nlocal, int max_sums, char
     memcpy(d->sums.radix, t->radix, sizeof *t->radix * (size_t)nlocal);
     /* start-up, once: one accumulator per local level */
     for (int l = 0; l < nlocal; l++)
-        if (!(d->fold.acc[l] = calloc(n, es)) || !(d->sums.acc[l] = calloc((size_t)d->max_sums, sizeof(double)))) {
+        if (!(d->fold.acc[l] = port_alloc_large(n * es)) || !(d->sums.acc[l] = calloc((size_t)d->max_sums, sizeof(double)))) {
             snprintf(err, errlen, "rank %d: out of memory for the --invariant accumulators (%d x %zu bytes)", d->rank,
                      nlocal, n * es);
             return -1;
@@ -121,7 +123,10 @@ void nn_ddp_tree_launch(nn_ddp *d, nn_bucket *bk)
     rows_unknown(d, bk->off, bk->count);
     unsigned char *v = operand(d, bk->off, bk->count);
     nn_fold_push(&d->fold, nn_fold_shards(&d->fold) - 1, v, bk->off, bk->count, v);
-    tp_itree_allreduce(d->comm, v + bk->off * es, bk->count, d->wire, TP_SUM, &bk->h);
+    /* fp32: the / K inside the collective, each rank on its part of the sum (a 16-bit
+     * sum is divided after its widening, in nn_ddp_tree_finish) */
+    if (d->wire == RT_F32) tp_itree_allreduce_div(d->comm, v + bk->off * es, bk->count, d->wire, d->K, &bk->h);
+    else tp_itree_allreduce(d->comm, v + bk->off * es, bk->count, d->wire, TP_SUM, &bk->h);
 }
 
 int nn_ddp_tree_finish(nn_ddp *d)
@@ -135,8 +140,9 @@ int nn_ddp_tree_finish(nn_ddp *d)
     }
     if (d->wire != RT_F32) tp_half_to_f32(g, d->half, n, d->wire);
     /* / K: the vectorised true division of the collectives' AVG (same bits as the scalar
-     * loop, which took 13 % of a textcnn step at --invariant 2). */
-    if (d->K > 1) tp_avg_finish(g, n, RT_F32, d->K);
+     * loop, which took 13 % of a textcnn step at --invariant 2); done by the collective
+     * when it carried fp32. */
+    if (d->K > 1 && (!d->comm || d->wire != RT_F32)) tp_avg_finish(g, n, RT_F32, d->K);
     d->shard = 0;
     return 0;
 }

@@ -2,7 +2,8 @@
  * inputs whose sums round differently in every association (values over many
  * magnitudes), so a wrong order shows as wrong bits. Worlds 1-8 with radix-2, 3 and
  * mixed trees, counts that cut into many pieces (a small comm arena), f32/f64/bf16/
- * f16; the halves alone (ZeRO's reduce-scatter, then allgather); the async form in
+ * f16; the halves alone (ZeRO's reduce-scatter, then allgather); the sum divided in the
+ * op (tp_itree_allreduce_div: the bits of a division after it); the async form in
  * issue order; and the refusals. */
 #include "kernels/k.h"
 #include "test/t.h"
@@ -36,6 +37,7 @@ static void ref_tree(const int *radix, int t, int first, int n, size_t i, rt_dty
 
 typedef struct tr_case {
     int radix[TP_TREE_MAX_LEVELS], nlev, phases; /* phases: 3 allreduce, 1 rs then ag separately */
+    int div;                                     /* > 0: tp_itree_allreduce_div by it */
     size_t count;
     rt_dtype dt;
     int bad[TPT_MAXW], rc[TPT_MAXW];
@@ -52,7 +54,12 @@ static void tr_rank(tp_comm *c, void *arg)
         ref_tree(k->radix, 0, 0, tp_world(c), i, k->dt, ref + i * es);
     }
     if ((k->rc[r] = tp_set_tree(c, k->radix, k->nlev))) return;
-    if (k->phases == 3) k->rc[r] = tp_tree_allreduce(c, buf, k->count, k->dt, TP_SUM);
+    if (k->div) {
+        tp_handle h;
+        tp_avg_finish(ref, k->count, k->dt, k->div);
+        k->rc[r] = tp_itree_allreduce_div(c, buf, k->count, k->dt, k->div, &h);
+        if (!k->rc[r]) k->rc[r] = tp_wait(c, &h);
+    } else if (k->phases == 3) k->rc[r] = tp_tree_allreduce(c, buf, k->count, k->dt, TP_SUM);
     else {
         size_t off, cnt;
         tp_tree_block(k->count, k->radix, k->nlev, r, &off, &cnt);
@@ -74,7 +81,8 @@ static void run(int world, tr_case *k, size_t arena)
     tpt_close(&w);
     for (int r = 0; r < world; r++)
         CHECKF(k->rc[r] == 0 && k->bad[r] == 0, "world %d (tree %d levels, radix0 %d) %s count %zu phases %d: rank %d rc %d, "
-               "%d wrong", world, k->nlev, k->radix[0], rt_dtype_names[k->dt], k->count, k->phases, r, k->rc[r], k->bad[r]);
+               "%d wrong (div %d)", world, k->nlev, k->radix[0], rt_dtype_names[k->dt], k->count, k->phases, r, k->rc[r],
+               k->bad[r], k->div);
 }
 
 TEST(tree_allreduce_is_the_written_out_tree_on_every_rank)
@@ -92,6 +100,7 @@ TEST(tree_allreduce_is_the_written_out_tree_on_every_rank)
                 memset(&k, 0, sizeof k);
                 k.nlev = trees[t].nlev, k.count = counts[n], k.dt = dts[d];
                 k.phases = (t + d + n) % 2 ? 3 : 1;
+                k.div = k.phases == 3 && n % 2 ? 3 + (int)t : 0; /* not the world: K virtual shards */
                 memcpy(k.radix, trees[t].radix, sizeof trees[t].radix);
                 /* 4608 bytes of arena: 512-byte chunks, so 5003 floats are many pieces */
                 run(trees[t].world, &k, n == 3 && d == 0 ? 4608 : 0);
@@ -133,6 +142,8 @@ TEST(tree_async_in_issue_order_and_refusals)
     CHECK(tp_set_tree(w.c[0], big, 1) == TP_EINVAL);
     CHECK(tp_set_tree(w.c[0], bad3, 1) == 0);
     CHECK(tp_tree_allreduce(w.c[0], x, 4, RT_F32, TP_AVG) == TP_EINVAL);
+    tp_handle h;
+    CHECK(tp_itree_allreduce_div(w.c[0], x, 4, RT_F32, 0, &h) == TP_EINVAL);
     CHECK(strcmp(tp_errmsg(w.c[0]), "") == 0); /* refused at issue: the comm stays healthy */
     tpt_run(&w, as_rank, &k);
     tpt_close(&w);

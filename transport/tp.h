@@ -70,6 +70,7 @@ typedef struct tp_comm tp_comm;
  * returns; may be reused afterwards. The fields are private. */
 typedef struct tp_handle {
     int kind, dt, op, root, state, rc;
+    int div;                     /* a tree allreduce's divisor (tp_itree_allreduce_div) */
     const void *send;
     void *recv;
     size_t count;
@@ -137,6 +138,10 @@ int tp_set_tree(tp_comm *c, const int *radix, int nlev);
 /* In place; op SUM, PROD, MIN or MAX (no AVG: the caller divides by what it means). */
 int tp_tree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op);
 int tp_itree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, tp_handle *h);
+/* The tree's sum, every element then divided by div (true division, as AVG's) by the
+ * rank that computed it, on its part only: the bits of a division after the op, half of
+ * that pass's memory traffic (the --invariant mean over K virtual shards). */
+int tp_itree_allreduce_div(tp_comm *c, void *buf, size_t count, rt_dtype dt, int div, tp_handle *h);
 /* The two halves (ZeRO: reduce-scatter per bucket, the optimizer on the own block,
  * then allgather): after tp_tree_reduce_scatter this rank's block of buf
  * (tp_tree_block) holds the tree's result, the rest is scratch; tp_tree_allgather

@@ -401,14 +401,15 @@ int tp_failed(tp_comm *c)
 
 /* The tree collectives' entry points (their algorithm: tp_tree.c). */
 /* Issue checks beyond the comm's: a tree set for this world, an op that is one. */
-static int tree_op(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, int phases, tp_handle *h, int blocking)
+static int tree_op(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, int phases, tp_handle *h, int blocking,
+                   int div)
 {
     *h = (tp_handle){.kind = TP_K_TREE, .send = buf, .recv = buf, .count = count, .dt = (int)dt, .op = (int)op,
-                     .root = phases};
+                     .root = phases, .div = div};
     port_mutex_lock(&c->mu);
     int set = c->ntree != 0;
     port_mutex_unlock(&c->mu);
-    if (!set || op == TP_AVG || (!buf && count)) {
+    if (!set || op == TP_AVG || div < 1 || (!buf && count)) {
         h->state = TP_H_DONE;
         return h->rc = TP_EINVAL;
     }
@@ -418,24 +419,29 @@ static int tree_op(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, i
 int tp_tree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op)
 {
     tp_handle h;
-    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, &h, 1);
+    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, &h, 1, 1);
 }
 
 int tp_itree_allreduce(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op, tp_handle *h)
 {
-    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, h, 0);
+    return tree_op(c, buf, count, dt, op, TP_TREE_ALL, h, 0, 1);
+}
+
+int tp_itree_allreduce_div(tp_comm *c, void *buf, size_t count, rt_dtype dt, int div, tp_handle *h)
+{
+    return tree_op(c, buf, count, dt, TP_SUM, TP_TREE_ALL, h, 0, div);
 }
 
 int tp_tree_reduce_scatter(tp_comm *c, void *buf, size_t count, rt_dtype dt, tp_op op)
 {
     tp_handle h;
-    return tree_op(c, buf, count, dt, op, TP_TREE_RS, &h, 1);
+    return tree_op(c, buf, count, dt, op, TP_TREE_RS, &h, 1, 1);
 }
 
 int tp_tree_allgather(tp_comm *c, void *buf, size_t count, rt_dtype dt)
 {
     tp_handle h;
-    return tree_op(c, buf, count, dt, TP_SUM, TP_TREE_AG, &h, 1);
+    return tree_op(c, buf, count, dt, TP_SUM, TP_TREE_AG, &h, 1, 1);
 }
 
 int tp_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op)

@@ -174,4 +174,7 @@ int tp_tree_run(tp_comm *c, const tp_handle *h); /* TP_K_TREE (tp_tree.c) */
 /* The tree (radices, product n) over the n operands in[] into dst (m elements): the
  * shared-memory path's reduce for TP_K_TREE. */
 void tp_tree_fold(const int *radix, int nlev, void *dst, const void *const *in, size_t m, rt_dtype dt, tp_op op);
+/* What an op's result is divided by (true division for floating types; 1: none): the
+ * world for AVG, a tree allreduce's divisor (tp_itree_allreduce_div). */
+static inline int tp_op_div(const tp_handle *h, int world) { return h->op == TP_AVG ? world : h->div > 1 ? h->div : 1; }
 #endif

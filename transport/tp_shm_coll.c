@@ -23,6 +23,7 @@ typedef struct shm_op {
     tp_shm *s;
     tp_shm_bufhdr d; /* the op's descriptor, written into every step's buffer header */
     int me, n;
+    int div; /* tp_op_div */
 } shm_op;
 
 /* This rank's buffer for step st: free to fill, as nobody reads it any more (tp_shm.h:
@@ -54,7 +55,7 @@ static int allreduce_small(shm_op *x, const unsigned char *send, unsigned char *
     const void *in[TP_SHM_MAX_WORLD];
     for (int q = 0; q < x->n; q++) in[q] = inl ? (void *)tp_shm_buf(x->s, q, st)->pad : (void *)peer(x, q, st);
     tp_shm_reduce(x->c, x->d.kind, recv, in, count, dt, op);
-    if (op == TP_AVG && count) tp_avg_finish(recv, count, dt, x->n);
+    if (count) tp_avg_finish(recv, count, dt, x->div);
     return 0;
 }
 
@@ -103,7 +104,7 @@ static int reduce_steps(shm_op *x, const unsigned char *send, unsigned char *rec
         unsigned char *dst = buf + S_OFF(me);
         for (int q = 0; q < n; q++) in[q] = q == me ? S_SRC(me) : peer(x, q, st) + S_OFF(me);
         tp_shm_reduce(x->c, x->d.kind, dst, in, m, dt, op);
-        if (op == TP_AVG && m) tp_avg_finish(dst, m, dt, n);
+        if (m) tp_avg_finish(dst, m, dt, x->div);
         if (!all) cpy(recv + base * es, dst, m * es);
         else if (k) copy_out(x, recv, pbase, pcnt, es, st - 1);
         pbase = base, pcnt = cnt;
@@ -142,7 +143,7 @@ static int gather(shm_op *x, const unsigned char *send, unsigned char *recv, siz
 int tp_shm_copy_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
 {
     size_t es = rt_dtype_size((rt_dtype)h->dt);
-    shm_op x = {.c = c, .s = c->shm, .d = *d, .me = c->rank, .n = c->world};
+    shm_op x = {.c = c, .s = c->shm, .d = *d, .me = c->rank, .n = c->world, .div = tp_op_div(h, c->world)};
     switch (h->kind) {
     case TP_K_ALLREDUCE:
     case TP_K_TREE:

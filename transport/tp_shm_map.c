@@ -264,7 +264,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
         int tmp = send == recv && me >= 2;
         unsigned char *out = tmp ? s->mtmp : recv + off;
         tp_shm_reduce(c, h->kind, out, in, m, dt, op);
-        if (op == TP_AVG) tp_avg_finish(out, m, dt, n);
+        tp_avg_finish(out, m, dt, tp_op_div(h, n));
         for (int i = 0; i < n; i++) { /* mine first when tmp, the next rank's first otherwise */
             int q = (me + i) % n;
             if (q != me || tmp) memcpy(pr[q] + off, out, m * es);

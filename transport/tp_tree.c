@@ -75,7 +75,7 @@ static int member(tp_comm *c, const level *L, int k) { return c->rank + (k - L->
 
 /* Level t of the reduce-scatter, piece by piece: one piece of the own part from every
  * other member (into the scratch slots), then the fold in digit order. */
-static int rs_level(tp_comm *c, const level *L, unsigned char *buf, rt_dtype dt, tp_op op)
+static int rs_level(tp_comm *c, const level *L, unsigned char *buf, rt_dtype dt, tp_op op, int div)
 {
     size_t es = rt_dtype_size(dt), per = c->chunk / es, off[2 * TP_PIPE_DEPTH], cnt[2 * TP_PIPE_DEPTH];
     for (int k = 0; k < L->f; k++) part(L->lo, L->len, L->f, k, &off[k], &cnt[k]);
@@ -100,6 +100,7 @@ static int rs_level(tp_comm *c, const level *L, unsigned char *buf, rt_dtype dt,
         else x[L->d] = own;
         tp_reduce(own, x[0], x[1], n, dt, op);
         for (int k = 2; k < L->f; k++) tp_reduce(own, own, x[k], n, dt, op);
+        tp_avg_finish(own, n, dt, div); /* div > 1 at the last level only: the finished sum */
     }
     return 0;
 }
@@ -127,7 +128,10 @@ int tp_tree_run(tp_comm *c, const tp_handle *h)
         lv[t] = (level){c->tree[t], (c->rank / s) % c->tree[t], s, lo, len};
         part(lo, len, lv[t].f, lv[t].d, &lo, &len);
     }
-    for (int t = 0; (h->root & TP_TREE_RS) && t < n && !rc; t++) rc = rs_level(c, &lv[t], h->recv, h->dt, h->op);
+    int div = tp_op_div(h, c->world);
+    for (int t = 0; (h->root & TP_TREE_RS) && t < n && !rc; t++)
+        rc = rs_level(c, &lv[t], h->recv, h->dt, h->op, t == n - 1 ? div : 1);
+    if (!n && (h->root & TP_TREE_RS)) tp_avg_finish(h->recv, h->count, h->dt, div); /* a world of one */
     for (int t = n - 1; (h->root & TP_TREE_AG) && t >= 0 && !rc; t--) rc = ag_level(c, &lv[t], h->recv, h->dt);
     return rc;
 }

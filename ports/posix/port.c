@@ -1,6 +1,9 @@
 #include "ports/posix/port.h"
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,4 +60,18 @@ int port_cond_wait_until(port_cond *c, port_mutex *m, int64_t deadline_ns)
 {
     struct timespec ts = {deadline_ns / 1000000000LL, deadline_ns % 1000000000LL};
     return pthread_cond_timedwait(c, m, &ts);
+}
+
+void *port_alloc_large(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t n = (bytes + huge - 1) & ~(huge - 1);
+    if (n < bytes) return NULL;
+    void *p = aligned_alloc(huge, n ? n : huge);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE); /* advice: without THP it is a no-op */
+#endif
+    memset(p, 0, n);
+    return p;
 }

@@ -3,6 +3,7 @@
 #ifndef PORT_H
 #define PORT_H
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 int64_t port_now_ns(void);              /* monotonic */
@@ -10,6 +11,10 @@ double port_now_s(void);
 void port_sleep_ns(int64_t ns);
 int port_ncpus(void);                   /* CPUs this process may run on */
 void port_cpu_relax(void);              /* pause instruction for spin loops */
+/* Zeroed memory for large buffers read at random rows (the --invariant fold's
+ * accumulators): 2 MiB aligned and, where the kernel allows, on transparent huge pages,
+ * so a row's first touch is not a TLB miss. NULL if out of memory; free() frees it. */
+void *port_alloc_large(size_t bytes);
 
 typedef pthread_t port_thread;
 typedef pthread_mutex_t port_mutex;

@@ -92,12 +92,27 @@ int nn_fold_shards(const nn_fold *f)
     return m;
 }
 
+/* x + 0 or 0 + x over n elements, the zero read from a small constant block: the bits of
+ * an add with an unmarked (+0) row, without reading that row from a cold 10 MB buffer. */
+static void add_zero(void *dst, const void *x, size_t n, rt_dtype dt, int zero_first)
+{
+    static const double zero[512]; /* 4 KiB: 1024 floats, 512 doubles, 2048 halves */
+    size_t es = rt_dtype_size(dt), per = sizeof zero / es;
+    for (size_t i = 0; i < n; i += per) {
+        size_t k = n - i < per ? n - i : per;
+        const unsigned char *v = (const unsigned char *)x + i * es;
+        unsigned char *d = (unsigned char *)dst + i * es;
+        if (zero_first) tp_reduce(d, zero, v, k, dt, TP_SUM);
+        else tp_reduce(d, v, zero, k, dt, TP_SUM);
+    }
+}
+
 /* One fold step over elements [lo, hi): dst = val (add 0: a copy into level l's buffer)
  * or dst = a + val (a: level l's buffer; dst: it, or out when to_out). val is the shard's
  * (from = -1) or level from's buffer. In row-sparse stretches (sparse: out is src, so its
- * unmarked rows are +0 already; else dense) only rows marked on either side are copied or added;
- * a copy zeroes the rows the level's buffer had marked and the shard's has not, and the
- * marks follow the values. */
+ * unmarked rows are +0 already; else dense) only rows marked on either side are copied or added
+ * (a row marked on one side only as a + 0 or 0 + val: add_zero); a copy zeroes the rows
+ * the level's buffer had marked and the shard's has not, and the marks follow the values. */
 static void fold_step(const nn_fold *f, int add, int l, int from, int to_out, int sparse, unsigned char *dst,
                       const unsigned char *a, const unsigned char *val, size_t lo, size_t hi)
 {
@@ -122,15 +137,21 @@ static void fold_step(const nn_fold *f, int add, int l, int from, int to_out, in
             FOLD_SPAN(x0, x1);
             if (!to_out) memset(ma + r0, 1, r1 - r0);
         } else {
-            for (size_t r = r0; r < r1;) { /* runs of rows of one kind: 0 skip, 1 step, 2 zero (a copy's stale row) */
-                int kind = add ? (ma[r] | mv[r]) != 0 : mv[r] ? 1 : ma[r] ? 2 : 0;
+            /* runs of rows of one kind: 0 skip; add: 1 a + 0, 2 0 + val, 3 a + val; copy: 3 val,
+             * 4 zero (a stale row of the level's buffer) */
+#define ROW_KIND(r) (add ? (ma[r] != 0) | (mv[r] != 0) << 1 : mv[r] ? 3 : ma[r] ? 4 : 0)
+            for (size_t r = r0; r < r1;) {
+                int kind = ROW_KIND(r);
                 size_t e = r + 1;
-                while (e < r1 && (add ? (ma[e] | mv[e]) != 0 : mv[e] ? 1 : ma[e] ? 2 : 0) == kind) e++;
+                while (e < r1 && ROW_KIND(e) == kind) e++;
                 size_t y0 = s0 + r * len > x0 ? s0 + r * len : x0, y1 = s0 + e * len < x1 ? s0 + e * len : x1;
-                if (kind == 1) FOLD_SPAN(y0, y1);
-                if (kind == 2) memset(dst + y0 * es, 0, (y1 - y0) * es);
+                if (kind == 3) FOLD_SPAN(y0, y1);
+                if (kind == 1) add_zero(dst + y0 * es, a + y0 * es, y1 - y0, f->dt, 0);
+                if (kind == 2) add_zero(dst + y0 * es, val + y0 * es, y1 - y0, f->dt, 1);
+                if (kind == 4) memset(dst + y0 * es, 0, (y1 - y0) * es);
                 r = e;
             }
+#undef ROW_KIND
             if (!to_out)
                 for (size_t r = r0; r < r1; r++) ma[r] = add ? (unsigned char)(ma[r] | mv[r]) : mv[r];
         }

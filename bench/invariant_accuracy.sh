@@ -6,7 +6,8 @@
 # shards of 16: ghost BN over 16 samples). Prints each run's final test accuracy, then
 # mean and spread (max - min) per mode: the invariant modes should lie within the
 # default's seed-to-seed spread. Long: ~20 min per run on 2 cores.
-#   bench/invariant_accuracy.sh [SEEDS]     (BUILD=build; EPOCHS=3; DATA=Fashion-MNIST dir)
+#   bench/invariant_accuracy.sh [SEEDS]     (BUILD=build; EPOCHS=3; DATA=Fashion-MNIST dir;
+#                                            FIRST_SEED=1: seeds FIRST_SEED..SEEDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -27,7 +28,7 @@ run() { # TAG SEED ARGS...: the last "Accuracy: c/n" as a percentage into $tmp/T
         awk -v t="$tag" -v s="$seed" '{ printf "%s seed %s: %.2f %%\n", t, s, 100 * $1 / $2; print 100 * $1 / $2 > "/dev/stderr" }' \
         2>>"$tmp/$tag"
 }
-for s in $(seq "$seeds"); do
+for s in $(seq "${FIRST_SEED:-1}" "$seeds"); do
     run default "$s" --batch-size 64
     run invariant2 "$s" --invariant 2 --batch-size 64
     run invariant8 "$s" --invariant 8 --batch-size 16

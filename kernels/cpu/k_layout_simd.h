@@ -74,9 +74,84 @@ ISA_TARGET static void ISA_FN(im2row)(const k_im2col_geo *g, const float *x, flo
         }
 }
 
+#define KT_C2I_MAXS 32
+#if ISA_X86 && ISA_VB >= 32
+/* Stride-2 col2im with each dx row summed in registers over its taps and stored once
+ * (no zeroing, no read-modify-write; the scalar loop was ~14 % of a stride-2 conv's
+ * backward). Tap column s writes the dx columns of one parity e = (s - pad) & 1 only:
+ * iw = 2m + e takes q = m + (e + pad - s) / 2. So a row's even and odd columns are
+ * summed apart (e, o: KV_W consecutive m each, every lane an output, every tap one
+ * plain load of consecutive floats) and interleaved at the store. Per element the taps
+ * are added in (r, s) order onto +0, as the scalar loop does (lanes a tap's masked
+ * load leaves at +0 add +0, which leaves a sum that started at +0 unchanged): the
+ * same bits. (Per-lane parity masks on one vector of outputs ran no faster than the
+ * scalar loop: half of every load and add wasted, and 3x the instructions.) */
+KT_INL void ISA_FN(c2i_store2)(float *o, kv e, kv d, int n)
+{
+#if ISA_VB == 64
+    kv lo = _mm512_permutex2var_ps(e, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), d);
+    kv hi = _mm512_permutex2var_ps(e, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), d);
+#else
+    kv a = _mm256_unpacklo_ps(e, d), b = _mm256_unpackhi_ps(e, d);
+    kv lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+#endif
+    if (n >= 2 * KV_W) {
+        kv_store(o, lo);
+        kv_store(o + KV_W, hi);
+    } else if (n > KV_W) {
+        kv_store(o, lo);
+        kv_storen(o + KV_W, hi, n - KV_W);
+    } else if (n == KV_W) kv_store(o, lo);
+    else kv_storen(o, lo, n);
+}
+
+ISA_TARGET static void ISA_FN(col2im_s2)(const k_im2col_geo *g, const float *col, float *dx)
+{
+    const int P = g->p, Q = g->q, H = g->h, W = g->w, R = g->r, S = g->s, pad = g->pad;
+    const long PQ = (long)P * Q;
+    kv_lmask qm[KT_C2I_MAXS];
+    int q0[KT_C2I_MAXS], se[KT_C2I_MAXS], so[KT_C2I_MAXS], ne = 0, no = 0;
+    for (int s = 0; s < S; s++) {
+        if ((s - pad) & 1) so[no++] = s;
+        else se[ne++] = s;
+    }
+    for (int m0 = 0; 2 * m0 < W; m0 += KV_W) {
+        int n = W - 2 * m0 < 2 * KV_W ? W - 2 * m0 : 2 * KV_W; /* dx columns of this chunk */
+        /* Per tap column: the first q read and its lanes inside [0, Q) (masked loads:
+         * nothing read outside the column row; lanes past n are never stored). */
+        for (int s = 0; s < S; s++) {
+            q0[s] = m0 + (((s - pad) & 1) + pad - s) / 2; /* exact: the numerator is even */
+            int lo = -q0[s], hi = Q - q0[s];
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > KV_W ? KV_W : hi;
+            if (lo >= hi) lo = hi = 0;
+            qm[s] = kv_lmask_make(lo, hi);
+        }
+        for (int c = 0; c < g->c; c++)
+            for (int ih = 0; ih < H; ih++) {
+                kv e = kv_zero(), d = kv_zero();
+                for (int r = 0; r < R; r++) {
+                    int p2 = ih + pad - r;
+                    if (p2 < 0 || (p2 & 1) || p2 / 2 >= P) continue;
+                    const float *row = col + (long)(c * R + r) * S * PQ + (long)(p2 / 2) * Q;
+                    for (int u = 0; u < ne; u++) e = kv_add(e, kv_load_lmask(row + se[u] * PQ + q0[se[u]], qm[se[u]]));
+                    for (int u = 0; u < no; u++) d = kv_add(d, kv_load_lmask(row + so[u] * PQ + q0[so[u]], qm[so[u]]));
+                }
+                ISA_FN(c2i_store2)(dx + ((long)c * H + ih) * W + 2 * m0, e, d, n);
+            }
+    }
+}
+#endif
+
 ISA_TARGET static void ISA_FN(col2im)(const k_im2col_geo *g, const float *col, float *dx)
 {
     const int P = g->p, Q = g->q, H = g->h, W = g->w, st = g->stride, pad = g->pad;
+#if ISA_X86 && ISA_VB >= 32
+    if (st == 2 && g->s <= KT_C2I_MAXS) {
+        ISA_FN(col2im_s2)(g, col, dx);
+        return;
+    }
+#endif
     for (long i = 0; i < (long)g->c * H * W; i++) dx[i] = 0.0f;
     for (int c = 0; c < g->c; c++)
         for (int r = 0; r < g->r; r++)
@@ -102,7 +177,6 @@ ISA_TARGET static void ISA_FN(col2im)(const k_im2col_geo *g, const float *col, f
  * registers over its (r, s) taps and stored once (so dx needs no zeroing). Lanes whose
  * tap falls outside the column matrix row are masked off. col needs KV_W floats of
  * slack before it (the masked loads start up to S-1 floats early). */
-#define KT_C2I_MAXS 32
 ISA_TARGET static void ISA_FN(col2im_s1)(const k_im2col_geo *g, const float *col, float *dx)
 {
     const int P = g->p, Q = g->q, H = g->h, W = g->w, R = g->r, S = g->s, pad = g->pad;

@@ -122,6 +122,15 @@ typedef struct conv_job {
     const long *boff, *boff2;
 } conv_job;
 
+/* Bytes of images [i, i + ng) of a batch-major tensor (sz floats an image) clipped to
+ * the batch: what a GEMM fetches for the next step (k_gemm_nn_packed_pf). The layouts'
+ * builders otherwise wait on these cold reads (x was last touched a whole batch ago). */
+static long next_bytes(const k_conv_shape *sh, long i, int ng, long sz)
+{
+    long e = i + ng < sh->n ? i + ng : sh->n;
+    return e > i ? (e - i) * sz * (long)sizeof(float) : 0;
+}
+
 static void conv_fwd_image(void *ctx, int slot, char *base, long i)
 {
     const conv_job *j = ctx;
@@ -130,15 +139,17 @@ static void conv_fwd_image(void *ctx, int slot, char *base, long i)
     float *xs = (float *)(base + j->d.r_xs);
     k_im2col_geo g = k_conv_im2col(sh);
     float *yi = j->ym ? j->y + slot * d->ysz : j->y + i * d->ysz;
+    const float *nx = j->x + (i + 1) * d->xsz;
+    long nb = next_bytes(sh, i + 1, 1, d->xsz);
     if (sh->r == 1 && sh->s == 1 && sh->stride > 1) {
         /* 1x1 strided (ResNet's projections): the columns are just the subsampled
          * image; a plain-stride GEMM on them measured ~10% faster than tap offsets. */
         float *col = (float *)(base + j->d.r_col) + K_SLACK;
         k_im2col(&g, j->x + i * d->xsz, col);
-        k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0);
+        k_gemm_nn_packed_pf(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0, nx, nb);
     } else {
         k_conv_rows(&g, d, j->x + i * d->xsz, xs);
-        k_gemm_nn_packed(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0);
+        k_gemm_nn_packed_pf(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0, nx, nb);
     }
     if (j->ym) k_max_time_relu_fwd(1, sh->k, (int)d->pq, yi, j->ym + i * sh->k, j->idx + i * sh->k);
 }
@@ -286,8 +297,8 @@ static void conv_dw_nt(void *ctx, char *base, long i0, int ng, float *dwp, int a
     float *xs = (float *)(base + j->d.r_xs);
     k_im2col_geo g = k_conv_im2col(sh);
     for (int t = 0; t < ng; t++) k_conv_rows(&g, d, j->x + (i0 + t) * d->xsz, xs + t * d->xssz);
-    k_gemm_nt_off(sh->k, (int)d->crs, (int)d->pq, ng, j->dy + i0 * d->ysz, d->pq, d->ysz, xs,
-                  j->boff, d->xssz, dwp, d->crs, acc);
+    k_gemm_nt_off_pf(sh->k, (int)d->crs, (int)d->pq, ng, j->dy + i0 * d->ysz, d->pq, d->ysz, xs, j->boff, d->xssz,
+                     dwp, d->crs, acc, j->x + (i0 + ng) * d->xsz, next_bytes(sh, i0 + ng, ng, d->xsz));
 }
 
 /* dW for one image as an NN GEMM on its im2row columns (j->d.dw_nn; group 1). */

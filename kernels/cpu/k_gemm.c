@@ -39,14 +39,30 @@ void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, lon
                       const long *boff, float *c, long ldc, const float *bias, int acc)
 {
     if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
-    RT_ISA_CALL(k_isa_level(), gemm_nn_packed, m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc);
+    RT_ISA_CALL(k_isa_level(), gemm_nn_packed, m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, NULL, 0);
+}
+
+void k_gemm_nn_packed_pf(int m, int n, int kk, const float *ap, const float *b, long ldb,
+                         const long *boff, float *c, long ldc, const float *bias, int acc,
+                         const void *pf, long pfn)
+{
+    if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
+    RT_ISA_CALL(k_isa_level(), gemm_nn_packed, m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, pf, pfn);
 }
 
 void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a_img,
                    const float *b, const long *boff, long b_img, float *c, long ldc, int acc)
 {
     if (m <= 0 || n <= 0) return;
-    RT_ISA_CALL(k_isa_level(), gemm_nt_off, m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc);
+    RT_ISA_CALL(k_isa_level(), gemm_nt_off, m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc, NULL, 0);
+}
+
+void k_gemm_nt_off_pf(int m, int n, int l, int ng, const float *a, long lda, long a_img,
+                      const float *b, const long *boff, long b_img, float *c, long ldc, int acc,
+                      const void *pf, long pfn)
+{
+    if (m <= 0 || n <= 0) return;
+    RT_ISA_CALL(k_isa_level(), gemm_nt_off, m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc, pf, pfn);
 }
 
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,

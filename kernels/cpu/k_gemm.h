@@ -22,6 +22,15 @@ void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, lon
  * A_g = a + g*a_img (rows lda apart) and B_g = b + g*b_img. */
 void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a_img,
                    const float *b, const long *boff, long b_img, float *c, long ldc, int acc);
+/* The two above, also fetching [pf, pf + pfn bytes) into L2 a few lines per
+ * micro-tile (a conv's next input, else cold when its layout is built; pure hints:
+ * the results are the same). */
+void k_gemm_nn_packed_pf(int m, int n, int kk, const float *ap, const float *b, long ldb,
+                         const long *boff, float *c, long ldc, const float *bias, int acc,
+                         const void *pf, long pfn);
+void k_gemm_nt_off_pf(int m, int n, int l, int ng, const float *a, long lda, long a_img,
+                      const float *b, const long *boff, long b_img, float *c, long ldc, int acc,
+                      const void *pf, long pfn);
 /* C[m x n] = (acc ? C : 0) + bias[j] + A[m x l] B[n x l]^T (dot-product form: both
  * operands contiguous along l). bias (per column) may be NULL. */
 void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, long ldb,

@@ -139,12 +139,19 @@ ISA_TARGET static void ISA_FN(pack_b)(int kc, int n, const float *b, long ldb, f
  * reloaded exactly between k blocks): the bits do not depend on the blocking. */
 #define KT_KB 256
 #define KT_NB 128
+/* pf: pfn bytes to fetch into L2 (k_gemm_nn_packed_pf), spread evenly over the
+ * micro-tiles: a burst would fill the miss buffers and stall the tiles behind it. */
+#define KT_PF_STEP(per)                                                                  \
+    for (int t_ = 0; t_ < (per) && pfn > 0; t_++, pf = (const char *)pf + 64, pfn -= 64) \
+        __builtin_prefetch(pf, 0, 2)
 ISA_TARGET static void ISA_FN(gemm_nn_packed)(int m, int n, int kk, const float *ap, const float *b,
                                          long ldb, const long *boff, float *c, long ldc,
-                                         const float *bias, int acc)
+                                         const float *bias, int acc, const void *pf, long pfn)
 {
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
+    long tiles = (long)((kk + KT_KB - 1) / KT_KB) * nmb * ((n + cw - 1) / cw);
+    int per = pfn > 0 ? (int)((pfn / 64 + tiles) / tiles) : 0;
     for (int k0 = 0; k0 < kk; k0 += KT_KB) {
         int kc = kk - k0 < KT_KB ? kk - k0 : KT_KB, acc_k = acc || k0 > 0;
         const float *bias_k = k0 > 0 ? NULL : bias, *bk = boff ? b : b + (long)k0 * ldb;
@@ -156,6 +163,7 @@ ISA_TARGET static void ISA_FN(gemm_nn_packed)(int m, int n, int kk, const float 
                 const float *apk = ap + ((long)ib * kk + k0) * KT_MR;
                 for (int j0 = jb; j0 < je; j0 += cw) {
                     int nc = je - j0 < cw ? je - j0 : cw;
+                    KT_PF_STEP(per);
                     ISA_FN(ukr_nn_any)(mr, nc, kc, apk, bk + j0, ldb, ok, c + (long)i0 * ldc + j0, ldc,
                                    bias_k ? bias_k + i0 : NULL, acc_k);
                 }
@@ -573,7 +581,8 @@ KT_INL void ISA_FN(ukr_nt_off)(const int mr, const int nr, int l, int ng, const 
 
 ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const float *a, long lda,
                                       long a_img, const float *b, const long *boff,
-                                      long b_img, float *c, long ldc, int acc)
+                                      long b_img, float *c, long ldc, int acc, const void *pf,
+                                      long pfn)
 {
     int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
 #ifdef KT_NT_55
@@ -581,6 +590,8 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
     int m5 = (m + 4) / 5, n5 = (n + 4) / 5;
     if ((long)n5 * m + (long)m5 * n < (long)nnb * m + (long)nmb * n) { nmb = m5; nnb = n5; }
 #endif
+    long tiles = (long)nmb * nnb;
+    int per = pfn > 0 ? (int)((pfn / 64 + tiles) / tiles) : 0; /* lines per tile, as gemm_nn_packed */
     for (int ib = 0; ib < nmb; ib++) {
         int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
         for (int jb = 0; jb < nnb; jb++) {
@@ -588,6 +599,7 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
             const float *ai = a + (long)i0 * lda;
             const long *bo = boff + j0;
             float *cij = c + (long)i0 * ldc + j0;
+            KT_PF_STEP(per);
             switch (mr * 8 + nr) {
                 KT_NTO_ROW(1) KT_NTO_ROW(2) KT_NTO_ROW(3)
 #if KT_TM > 3
@@ -624,3 +636,4 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
 #undef KT_NT_ROW
 #undef KT_NTO_CASE
 #undef KT_NTO_ROW
+#undef KT_PF_STEP

@@ -253,13 +253,24 @@ struct op {
 };
 } // namespace
 
+// CUDA lets an event be destroyed while a stream still has a record of it or a wait
+// on it queued: it is freed once the device is done with it. So each queued op holds a
+// reference (the handle holds one) and the last to drop it frees the event.
 struct CUevent_st {
     std::mutex mu;
     std::condition_variable cv;
     unsigned long long recorded = 0, done = 0; // records issued / executed
     double t_ms = 0;
     unsigned flags = 0;
+    std::atomic<int> refs{1};
 };
+
+namespace {
+void ev_unref(CUevent_st *e)
+{
+    if (e && e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+}
+} // namespace
 
 struct CUstream_st {
     std::mutex mu;
@@ -320,6 +331,7 @@ void CUstream_st::run()
         op o = ring[slot];
         g.unlock();
         exec(this, o, &recs[slot]);
+        ev_unref(o.ev); // the op's reference (cudaEventRecord, cudaStreamWaitEvent)
         g.lock();
         tail++;
         cv.notify_all();
@@ -356,6 +368,15 @@ cudaError_t enqueue(CUstream_st *s, const op &o, const simt::launch_rec *L)
     s->head++;
     s->cv.notify_all();
     return cudaSuccess;
+}
+
+// An op on an event: queued with a reference to it, dropped if it could not be queued.
+cudaError_t enqueue_ev(CUstream_st *s, const op &o)
+{
+    o.ev->refs.fetch_add(1, std::memory_order_relaxed);
+    cudaError_t rc = enqueue(s, o, NULL);
+    if (rc) ev_unref(o.ev);
+    return rc;
 }
 
 cudaError_t drain(CUstream_st *s, const char *call)
@@ -598,7 +619,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
         std::lock_guard<std::mutex> g(e->mu);
         o.gen = e->recorded; // the record issued last, as CUDA
     }
-    return o.gen ? enqueue(S(s), o, NULL) : cudaSuccess;
+    return o.gen ? enqueue_ev(S(s), o) : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -610,7 +631,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    delete e;
+    ev_unref(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
@@ -621,7 +642,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         std::lock_guard<std::mutex> g(e->mu);
         o.gen = ++e->recorded;
     }
-    return enqueue(S(s), o, NULL);
+    return enqueue_ev(S(s), o);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {

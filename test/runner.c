@@ -84,6 +84,12 @@ void t_fail(const char *file, int line, const char *fmt, ...)
     fflush(stdout);
 }
 
+int t_san(const char *which)
+{
+    const char *s = getenv("DDPRT_SAN");
+    return s && *s && strstr(s, which);
+}
+
 const char *t_prog(const char *name)
 {
     static char buf[8][512];

@@ -16,6 +16,9 @@ void t_fail(const char *file, int line, const char *fmt, ...)
 void t_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Path of a built program ("ddprt-train", "t-rank"), under $DDPRT_BUILD. */
 const char *t_prog(const char *name);
+/* Whether the build runs under that sanitizer ("thread", "address"; "" any): make asan /
+ * tsan / ubsan set $DDPRT_SAN to their -fsanitize flags. */
+int t_san(const char *which);
 
 #define TEST(name)                                                          \
     static void name(void);                                                 \

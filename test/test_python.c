@@ -22,8 +22,7 @@ static const char *python(void)
 /* 1 when the test can run; else notes why not. need: "numpy" or "torch". */
 static int have(const char *need)
 {
-    const char *san = getenv("DDPRT_SAN");
-    if (san && *san) {
+    if (t_san("")) {
         t_note("skipped under a sanitizer: %s would load an instrumented libddprt.so", python());
         return 0;
     }

@@ -27,8 +27,7 @@ static void suite(const char *filter, const char *order)
  * the annotations report a race from either order, and each suite takes 5-15 minutes. */
 static int second_order(void)
 {
-    const char *san = getenv("DDPRT_SAN");
-    if (!san || !strstr(san, "thread")) return 1;
+    if (!t_san("thread")) return 1;
     t_note("under TSan one thread order per suite: TSan itself reports the races");
     return 0;
 }

@@ -23,16 +23,8 @@ static void run_case(const char *c, const char *order)
     if (f) pclose(f);
 }
 
-static int asan(void)
-{
-    const char *s = getenv("DDPRT_SAN");
-    return s && strstr(s, "address");
-}
-static int tsan(void)
-{
-    const char *s = getenv("DDPRT_SAN");
-    return s && strstr(s, "thread");
-}
+static int asan(void) { return t_san("address"); }
+static int tsan(void) { return t_san("thread"); }
 
 /* The case's report holds every one of the words (NULL-terminated). */
 static void expect(const char *c, ...)

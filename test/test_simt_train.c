@@ -124,7 +124,10 @@ TEST(train_device_cuda_simt_ddp_2_processes_resnet20_match_cpu)
 {
     const char *dir = t_tmpdir("simtddp");
     t_write_synthetic_dataset(dir, 64, 24, 0);
-    device_vs_cpu(dir, "resnet20", 2, "--momentum 0.9 --seed 2");
+    /* Under TSan 4 device steps of resnet20 on 2 ranks alone take ~15 min here: the
+     * 1-step run below goes through the same device DDP (broadcast, staged buckets). */
+    if (t_san("thread")) t_note("under TSan resnet20's 1-step comparison only (4 steps in builds without TSan)");
+    else device_vs_cpu(dir, "resnet20", 2, "--momentum 0.9 --seed 2");
     char cmd[2048], out[65536], why[256] = "", pd[600], pc[600];
     const char *args = "--epochs 1 --max-steps 1 --batch-size 8 --test-batch-size 8 --model resnet20 --momentum 0.9 --seed 2 --no-eval";
     snprintf(pd, sizeof pd, "%s/r20dev.st", dir);

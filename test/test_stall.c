@@ -99,8 +99,7 @@ static void stalls(int world)
         int j = world + q;
         for (int r = 0; r < world; r++)
             if (r != q) check_waiter(j, r, q, "alive, outside any collective");
-        const char *san = getenv("DDPRT_SAN");
-        if (san && strstr(san, "thread")) {
+        if (t_san("thread")) {
             /* Under TSan the late rank's own exit at the timeout races with the others
              * closing (signal delivery is deferred there): its status is not checked. */
             if (q == 0) t_note("stall: the late rank's own exit status is not checked under TSan");

@@ -114,17 +114,22 @@ const char *t_slurp(const char *path)
  * connection of a test running beside this one is given it between this probe and
  * the program's own listen (a kernel-chosen port was, once: "Address already in use").
  * Probed on 0.0.0.0, which conflicts with any listener on the port; random, so that
- * parallel tests rarely pick the same one. */
+ * parallel tests rarely pick the same one; never one this process was given before
+ * (two jobs started back to back got the same port once, neither listening yet). */
 int t_free_port(void)
 {
     char err[256];
-    unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)port_now_ns();
+    static int given[256], ngiven;
+    unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)port_now_ns() ^ (unsigned)ngiven * 40503u;
     for (int i = 0; i < 200; i++) {
         x = x * 1103515245u + 12345u;
-        int port = 20000 + (int)((x >> 8) % 12000u);
+        int port = 20000 + (int)((x >> 8) % 12000u), seen = 0;
+        for (int k = 0; k < ngiven && k < 256 && !seen; k++) seen = given[k] == port;
+        if (seen) continue;
         int fd = port_sock_listen("0.0.0.0", port, 1, err, sizeof err);
         if (fd < 0) continue;
         port_sock_close(fd);
+        given[ngiven++ % 256] = port;
         return port;
     }
     int fd = port_sock_listen("127.0.0.1", 0, 1, err, sizeof err);

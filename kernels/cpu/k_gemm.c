@@ -38,8 +38,7 @@ void k_gemm_pack_a(int m, int kk, const float *a, long ars, long acs, float *ap)
 void k_gemm_nn_packed(int m, int n, int kk, const float *ap, const float *b, long ldb,
                       const long *boff, float *c, long ldc, const float *bias, int acc)
 {
-    if (gemm_degenerate(m, n, kk, c, ldc, bias, acc)) return;
-    RT_ISA_CALL(k_isa_level(), gemm_nn_packed, m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, NULL, 0);
+    k_gemm_nn_packed_pf(m, n, kk, ap, b, ldb, boff, c, ldc, bias, acc, NULL, 0);
 }
 
 void k_gemm_nn_packed_pf(int m, int n, int kk, const float *ap, const float *b, long ldb,
@@ -53,8 +52,7 @@ void k_gemm_nn_packed_pf(int m, int n, int kk, const float *ap, const float *b, 
 void k_gemm_nt_off(int m, int n, int l, int ng, const float *a, long lda, long a_img,
                    const float *b, const long *boff, long b_img, float *c, long ldc, int acc)
 {
-    if (m <= 0 || n <= 0) return;
-    RT_ISA_CALL(k_isa_level(), gemm_nt_off, m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc, NULL, 0);
+    k_gemm_nt_off_pf(m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc, NULL, 0);
 }
 
 void k_gemm_nt_off_pf(int m, int n, int l, int ng, const float *a, long lda, long a_img,

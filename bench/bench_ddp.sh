@@ -17,7 +17,7 @@ for w in $WORLDS; do for b in $BATCHES; do for mb in $BUCKETS; do
     "$B/ddprt-train" --epochs "$EPOCHS" --batch-size "$b" --threads 1 --bucket-mb "$mb" --log-interval 100000 >"$log" 2>&1
   # One row per epoch: rank 0's "epoch E: N samples/s; time split ..." line + its Test line.
   paste <(grep -o 'Epoch [0-9]* of [0-9]* took [0-9.]*' "$log" | awk '{print $2, $6}') \
-        <(grep -o 'epoch [0-9]*: [0-9]* samples/s; time split per rank: compute [0-9.]*s, communication wait [0-9.]*s, data wait [0-9.]*s' "$log" \
+        <(grep -o 'epoch [0-9]*: [0-9.]* samples/s; time split per rank: compute [0-9.]*s, communication wait [0-9.]*s, data wait [0-9.]*s' "$log" \
           | sed 's/[a-z:;,]//g; s/\///g' | awk '{print $2, $3, $4, $5}') \
         <(grep -o 'Accuracy: [0-9]*/[0-9]* ([0-9]*%)' "$log" | awk '{split($2,a,"/"); printf "%.2f%%\n", 100*a[1]/a[2]}') |
   while read -r e t sps c cw dw acc; do

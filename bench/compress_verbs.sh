@@ -45,7 +45,7 @@ echo "host load after: $(uptime)"
 echo "$res" | grep -v '^RES' >&2
 echo "| backend | --grad-compress | runs | time for $steps steps (s) | samples/s (2 ranks) | comm wait / step (ms) | bytes / step / rank | guest load |"
 echo "|---|---|---|---|---|---|---|---|"
-# samples/s from the run's own time: the trainer's log rounds it to whole samples/s.
+# samples/s from the run's own time: the trainer's log gives only 3 significant digits.
 echo "$res" | grep '^RES' | sort -k2,2 -s | awk -v steps="$steps" -v batch="${COMPRESS_BATCH:-32}" '
 function med(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }

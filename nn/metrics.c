@@ -25,7 +25,8 @@ void nn_metrics_row(nn_metrics *m, const char *kind, uint64_t step, int epoch, d
     if (!m->f) return;
     fprintf(m->f, "%s,%llu,%d,%.6f,", kind, (unsigned long long)step, epoch, loss);
     if (accuracy >= 0) fprintf(m->f, "%.6f", accuracy);
-    fprintf(m->f, ",%.1f,%.4f,%.4f,%.4f,", samples_per_s, compute_s, comm_s, data_s);
+    int dec = nn_rate_decimals(samples_per_s);
+    fprintf(m->f, ",%.*f,%.4f,%.4f,%.4f,", dec > 1 ? dec : 1, samples_per_s, compute_s, comm_s, data_s);
     if (m->lr >= 0) fprintf(m->f, "%.8g", m->lr);
     fputc(',', m->f);
     if (!strcmp(kind, "epoch") && m->acc1 >= 0) fprintf(m->f, "%.6f", m->acc1);
@@ -98,6 +99,11 @@ int nn_nice_ticks(double *lo, double *hi, int max_intervals, double min_step, do
     }
     *lo = a, *hi = b, *step = s;
     return (int)lround((b - a) / s);
+}
+
+int nn_rate_decimals(double v)
+{
+    return v >= 100 || v <= 0 ? 0 : v >= 10 ? 1 : v >= 1 ? 2 : 3;
 }
 
 void nn_tick_label(char *out, size_t len, double v, double step)

@@ -133,11 +133,11 @@ out:
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta)
 {
     if (t->rank == 0 && t->g.lm) /* language models: tokens, as llm.c counts */
-        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f tokens/s, ETA %.1fs)\n", epoch, done,
-               t->train.n, pct, loss, t->opt.lr, rate * (t->train.w - 1), eta);
+        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.*f tokens/s, ETA %.1fs)\n", epoch, done,
+               t->train.n, pct, loss, t->opt.lr, nn_rate_decimals(rate * (t->train.w - 1)), rate * (t->train.w - 1), eta);
     else if (t->rank == 0)
-        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.0f samples/s, ETA %.1fs)\n", epoch, done,
-               t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, rate, eta);
+        printf("Train Epoch: %d [%ld/%d (%.0f%%)]\tLoss: %.6f\tLR: %.6g\t(%.*f samples/s, ETA %.1fs)\n", epoch, done,
+               t->train.n, pct, loss, t->cuda ? t->sgd.lr : t->opt.lr, nn_rate_decimals(rate), rate, eta);
 }
 
 /* Rank 0 writes the checkpoint: after `epoch` complete epochs and, inside the next one,
@@ -318,8 +318,8 @@ int nn_trainer_run(nn_trainer *t)
         long samples = t->epoch_samples;
         if (t->rank == 0) {
             printf("Epoch %d of %d took %.3fs\n", epoch, o->epochs, dt);
-            rt_info("epoch %d: %.0f samples/s; time split per rank: compute %.3fs, communication wait %.3fs, data wait %.3fs",
-                    epoch, samples / dt, t->compute_s, t->comm_s, t->data_s);
+            rt_info("epoch %d: %.*f samples/s; time split per rank: compute %.3fs, communication wait %.3fs, data wait %.3fs",
+                    epoch, nn_rate_decimals(samples / dt), samples / dt, t->compute_s, t->comm_s, t->data_s);
         }
         double loss = 0;
         long correct = 0, count = 1;

@@ -6,6 +6,7 @@
 #include "test/t_data.h"
 #include "test/t_proc.h"
 #include "ports/posix/port.h"
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,27 @@ static int count(const char *s, const char *sub)
     return n;
 }
 
+/* Every rate printed before `tail` has at least 3 significant digits (issue 27: ResNet-18's
+ * "6 samples/s" hid 5 % differences). Returns how many rates it read. */
+static int rates_have_3_digits(const char *s, const char *tail, int *bad)
+{
+    int n = 0;
+    for (const char *e = strstr(s, tail); e; e = strstr(e + 1, tail)) {
+        const char *b = e;
+        while (b > s && (isdigit((unsigned char)b[-1]) || b[-1] == '.')) b--;
+        int digits = 0, lead = 1;
+        for (const char *c = b; c < e; c++) {
+            if (*c == '.') continue;
+            if (lead && *c == '0') continue;
+            lead = 0;
+            digits++;
+        }
+        n++;
+        if (digits < 3) ++*bad;
+    }
+    return n;
+}
+
 PTEST(ddp_two_and_three_ranks_stay_in_sync_any_start_order)
 {
     t_clean_env();
@@ -72,6 +94,10 @@ PTEST(ddp_two_and_three_ranks_stay_in_sync_any_start_order)
         CHECKF(count(out, "Test set: Average loss") == 3, "%s", out);
         CHECKF(strstr(out, "Accuracy: ") && strstr(out, "/200 ("), "%s", out);
         CHECK(strstr(out, "samples/s, ETA") != NULL);
+        int bad = 0;
+        CHECKF(rates_have_3_digits(out, " samples/s, ETA", &bad) >= 3 && bad == 0, "%s", out);
+        CHECKF(rates_have_3_digits(t_slurp(p[0].err), " samples/s; time split", &bad) == 3 && bad == 0, "%s",
+               t_slurp(p[0].err));
         /* Only rank 0 prints the training lines. */
         CHECK(count(t_slurp(p[1].out), "Train Epoch") == 0);
         const char *last = strrchr(out, 'A');

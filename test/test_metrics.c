@@ -5,6 +5,17 @@
 #include <stdio.h>
 #include <string.h>
 
+TEST(rates_print_with_3_significant_digits)
+{
+    const double v[] = {6.04, 21.83, 343.2, 21820.4, 0.512};
+    const char *want[] = {"6.04", "21.8", "343", "21820", "0.512"};
+    for (int i = 0; i < 5; i++) {
+        char s[32];
+        snprintf(s, sizeof s, "%.*f", nn_rate_decimals(v[i]), v[i]);
+        CHECKF(strcmp(s, want[i]) == 0, "%g printed as %s, want %s", v[i], s, want[i]);
+    }
+}
+
 TEST(plot_ticks_are_round_1_2_5_steps_covering_the_data)
 {
     static const struct { double lo, hi, want_lo, want_hi, step; } c[] = {

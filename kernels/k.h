@@ -21,6 +21,11 @@ const char *k_isa(void);
  * changes nothing) for an unknown name or one this CPU lacks. Not thread-safe with
  * kernels running. */
 int k_set_isa(const char *name);
+/* The fp32 CPU 3x3 stride-1 pad-1 convs' algorithm: "auto" (Winograd F(2x2,3x3) where
+ * measured faster on this ISA path), "direct", "winograd"; NULL: DDPRT_CONV's (read at
+ * the next conv). -1 (nothing changed) for another name. Not thread-safe with kernels
+ * running. The workspace sizes do not depend on it. */
+int k_conv_set_algo(const char *name);
 /* The machine's limits on the path in use, for benchmark tables (k_probe.c): one
  * core's FMA peak in GFLOP/s and its copy bandwidth (read + written bytes per second,
  * GB/s) between two buffers of `bytes` each, both by the calling thread's CPU time. */
@@ -43,6 +48,9 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
                   float *y, void *ws);
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws);
+/* Which parts of this conv k_conv2d_fwd / _bwd run now as Winograd (benchmarks' tables):
+ * 1 forward, 2 dX, 4 dW; 0: all direct. */
+int k_conv2d_winograd_parts(const k_conv_shape *sh);
 
 /* Mixed precision (--amp bf16): the same convolution and linear with bf16 operands
  * (x, w, dy rounded to nearest even: rt/half.h's rt_f32_to_bf16) and fp32 accumulation; inputs, outputs, bias and

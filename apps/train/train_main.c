@@ -53,6 +53,7 @@ int main(int argc, char **argv)
     }
     int ncpu = port_ncpus() / nn_ddp_local_world(ddp);
     k_set_threads(o.threads ? o.threads : ncpu > 0 ? ncpu : 1);
+    if (o.conv_algo) k_conv_set_algo(o.conv_algo); /* FC checked the name */
     if (nn_trainer_setup(&t, &o, ddp, err, sizeof err)) {
         nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);

@@ -22,6 +22,7 @@
  * kernels. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_conv_drv.h"
+#include "kernels/cpu/k_conv_wino.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 #include <string.h>
@@ -104,10 +105,17 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     return d;
 }
 
-size_t k_conv2d_workspace(const k_conv_shape *sh)
+/* The direct path's bytes; the Winograd path (k_conv_wino.c) may need more. */
+static size_t direct_workspace(const k_conv_shape *sh)
 {
     conv_dims d = conv_dims_of(sh);
     return (size_t)d.r_wt + round64(sizeof(float) * (d.g.dxc ? sh->k * d.g.crs : 0));
+}
+
+size_t k_conv2d_workspace(const k_conv_shape *sh)
+{
+    size_t a = direct_workspace(sh), b = k_conv_wino_workspace(sh);
+    return a > b ? a : b;
 }
 
 typedef struct conv_job {
@@ -268,8 +276,17 @@ static void conv_fwd_run(conv_job *j)
 void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b,
                   float *y, void *ws)
 {
+    if (k_conv_wino_use(sh, K_WINO_FWD)) {
+        k_conv_wino_fwd(sh, x, w, b, y, ws);
+        return;
+    }
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .y = y, .ws = ws};
     conv_fwd_run(&j);
+}
+
+int k_conv2d_winograd_parts(const k_conv_shape *sh)
+{
+    return k_conv_wino_use(sh, K_WINO_FWD) | k_conv_wino_use(sh, K_WINO_DX) << 1 | k_conv_wino_use(sh, K_WINO_DW) << 2;
 }
 
 /* The conv's output only feeds relu -> max over time (p == 1; nn/plan.c): each image's
@@ -279,14 +296,14 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
 size_t k_conv2d_fwd_maxt_workspace(const k_conv_shape *sh)
 {
     conv_dims d = conv_dims_of(sh);
-    return k_conv2d_workspace(sh) + round64(sizeof(float) * (size_t)d.g.slots * d.g.ysz);
+    return direct_workspace(sh) + round64(sizeof(float) * (size_t)d.g.slots * d.g.ysz);
 }
 
 void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *ym,
                        int32_t *idx, void *ws)
 {
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .ym = ym, .idx = idx, .ws = ws};
-    j.y = (float *)((char *)ws + k_conv2d_workspace(sh));
+    j.y = (float *)((char *)ws + direct_workspace(sh));
     conv_fwd_run(&j);
 }
 
@@ -340,6 +357,15 @@ static void conv_dx_image(void *ctx, char *base, long i)
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws)
 {
+    int wx = dx && k_conv_wino_use(sh, K_WINO_DX), ww = dw && k_conv_wino_use(sh, K_WINO_DW);
+    if (wx || ww) {
+        /* the Winograd parts first, then what is left by the direct path (the same
+         * workspace, one after the other) */
+        k_conv_wino_bwd(sh, x, w, dy, wx ? dx : NULL, ww ? dw : NULL, ww ? db : NULL, ws);
+        if (wx) dx = NULL;
+        if (ww) dw = NULL, db = NULL;
+        if (!dx && !dw && !db) return;
+    }
     conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .dy = dy, .dx = dx,
                   .dw = dw, .db = db, .ws = ws};
     const k_conv_geo *d = &j.d.g;

@@ -1,0 +1,353 @@
+/* Winograd F(2x2, 3x3) for 3x3 stride-1 pad-1 convs (ResNet's): 16 multiplies per
+ * 2x2 outputs and channel pair instead of 36.
+ *   forward: per tile, V = B^T d B (4x4 input tile d), M[xi] = U[xi] V[xi] for the
+ *            16 positions xi (U = G w G^T per filter and channel), y = A^T M A;
+ *            the 16 products are GEMMs [K x C] x [C x tiles] over a block of tiles
+ *   dX:      a "same" conv: dx = conv(dy, W flipped and transposed), the forward again
+ *   dW:      the transpose of the forward's bilinear form: dW = G^T S G with
+ *            S[xi] = sum over tiles of (A g A^T)[xi] (B^T d B)[xi] (g: the tile's 2x2
+ *            dy), i.e. 16 NT GEMMs [K x tiles] x [tiles x C]
+ * A block is a run of whole tile rows of the images of one group (ng images, cut into
+ * blocks of `rows` tile rows): both depend on the shape only, and every output column
+ * of a GEMM is computed alone, so the forward's and dX's bits are each image's own;
+ * dW takes a whole slot of images at once, sums S over its blocks in order (longer
+ * blocks: the NT GEMMs' sums run over the tiles), then transforms back once per
+ * chunk of filters (k_conv_drv.h's slots: any thread count, the same bits). The
+ * transforms are k_conv_wino_simd.h's, per ISA level. Measured error (normwise, vs
+ * double, ResNet shapes): ~2-4e-7 for all three, below the direct path's fwd/dX. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_conv_drv.h"
+#include "kernels/cpu/k_conv_wino.h"
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include "rt/env.h"
+#include <string.h>
+
+#define RT_ISA_TEMPLATE "kernels/cpu/k_conv_wino_simd.h"
+#include "rt/isa_each.h"
+
+#define WINO_BLOCK_FLOATS (96L << 10) /* V + M of a block: 384 KiB */
+#define WINO_MIN_COLS 32               /* fewer tiles leave the GEMMs' columns short */
+#define WINO_DW_FLOATS (1L << 20)      /* dW's blocks: up to 4 MiB, */
+#define WINO_DW_COLS 512               /* up to 512 tiles: its NT GEMMs sum over them */
+#define WINO_S_FLOATS (1L << 20)       /* dW's sums S: up to 4 MiB a slot */
+
+/* ---- which convs (k_conv_set_algo, DDPRT_CONV) */
+static int conv_algo = -1; /* K_CONV_AUTO / _DIRECT / _WINOGRAD; -1: DDPRT_CONV not read yet */
+
+int k_conv_set_algo(const char *name)
+{
+    static const char *const names[] = {"auto", "direct", "winograd"};
+    if (!name) {
+        __atomic_store_n(&conv_algo, -1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            __atomic_store_n(&conv_algo, i, __ATOMIC_RELAXED);
+            return 0;
+        }
+    return -1;
+}
+
+static int algo(void)
+{
+    int a = __atomic_load_n(&conv_algo, __ATOMIC_RELAXED);
+    if (a < 0) __atomic_store_n(&conv_algo, a = rt_env_choice(RT_ENV_CONV, 0), __ATOMIC_RELAXED);
+    return a;
+}
+
+int k_conv_wino_shape(const k_conv_shape *sh)
+{
+    return sh->stride == 1 && sh->r == 3 && sh->s == 3 && sh->pad == 1 && sh->c >= 4 && sh->k >= 4;
+}
+
+/* The shapes auto may run (on some ISA level; k_conv_wino_use): 14x14 planes and up,
+ * 32 channels each way and up (dW: 64). Only their blocks are sized for speed; the
+ * others' are small, keeping the workspace near the direct path's. */
+static int wino_tuned(const k_conv_shape *sh, int part)
+{
+    int ch = sh->c < sh->k ? sh->c : sh->k;
+    return k_conv_wino_shape(sh) && sh->p >= 14 && sh->q >= 14 && ch >= (part == K_WINO_DW ? 64 : 32);
+}
+
+int k_conv_wino_use(const k_conv_shape *sh, int part)
+{
+    if (!k_conv_wino_shape(sh)) return 0;
+    int a = algo();
+    if (a != 0) return a == 2;
+    /* auto: where measured faster than the direct convs (k_conv.c), Sapphire Rapids,
+     * batch 128 / 32: ResNet-18's 56x56 c64, 28x28 c128, 14x14 c256 (fwd 1.1-1.45x,
+     * dW 1.1-1.4x on both levels); on AVX2 also ResNet-20's 14x14 c32 fwd and dX
+     * (~1.1x). Not 7x7 planes (16 tiles for 49 outputs, vectors half empty), nor 16
+     * channels (the transforms cost as much as the GEMMs save), nor generic C. */
+    int lvl = k_isa_level(), ch = sh->c < sh->k ? sh->c : sh->k;
+    if (lvl < K_ISA_AVX2 || !wino_tuned(sh, part)) return 0;
+    return ch >= 64 || (lvl == K_ISA_AVX2 && part != K_WINO_DW);
+}
+
+/* ---- geometry and workspace */
+typedef struct wino_dims {
+    int ty, tx;           /* tile rows and columns of a plane */
+    int ng, rows;         /* images per group; tile rows per block */
+    int rows_dw;          /* dW's tile rows per block (across a slot's images): longer sums */
+    int kc;               /* dW's filters per pass (its S: 16 kc x C matrices) */
+    long ldv;             /* stride of a (xi, channel) row of V, M: a block's columns + slack */
+    long ld;              /* floats of one split row (k_wino_split) */
+    int slots;
+    long r_v, r_m, r_s, r_tmp, r_dw, r_db, slot; /* slot regions (bytes) */
+    long r_u, r_up, pu, r_boff, end;            /* shared regions after the slots (bytes) */
+} wino_dims;
+
+static long round64(long b) { return (b + 63) & ~63L; }
+static long roundn(long v, long n) { return (v + n - 1) / n * n; }
+
+static wino_dims wino_dims_of(const k_conv_shape *sh)
+{
+    wino_dims d;
+    k_conv_geo g = k_conv_geo_of(sh);
+    int mc = sh->c > sh->k ? sh->c : sh->k;
+    d.ty = (sh->p + 1) / 2;
+    d.tx = (sh->q + 1) / 2;
+    /* dW partials as k_conv.c's: fewer slots where they are large */
+    long dwb = 4L * sh->k * sh->c * 9, cap = (24L << 20) / dwb;
+    d.slots = g.slots < cap ? g.slots : (int)(cap < 2 ? 2 : cap);
+    long t = (long)d.ty * d.tx, want = wino_tuned(sh, K_WINO_FWD) ? WINO_BLOCK_FLOATS / (32L * mc) : 0;
+    long slot_tiles = (sh->n + d.slots - 1) / d.slots * t; /* no block longer than a slot's tiles */
+    if (want < WINO_MIN_COLS) want = WINO_MIN_COLS;
+    if (want > slot_tiles) want = slot_tiles;
+    if (t >= want) {
+        d.ng = 1;
+        d.rows = (int)(want / d.tx > 0 ? want / d.tx : 1);
+        if (d.rows > d.ty) d.rows = d.ty;
+    } else {
+        d.ng = (int)(want / t);
+        d.rows = d.ng * d.ty;
+    }
+    long cols = (long)d.rows * d.tx, cdw = wino_tuned(sh, K_WINO_DW) ? WINO_DW_FLOATS / (32L * mc) : 0;
+    if (cdw > WINO_DW_COLS) cdw = WINO_DW_COLS;
+    if (cdw > slot_tiles) cdw = slot_tiles;
+    d.rows_dw = (int)(cdw / d.tx > d.rows ? cdw / d.tx : d.rows);
+    if (cols < (long)d.rows_dw * d.tx) cols = (long)d.rows_dw * d.tx;
+    d.ldv = roundn(cols + roundn(d.tx, 16), 16);
+    d.ld = roundn(d.tx, 16) + 16; /* the tiles load up to column roundn(tx, KW) */
+    /* dW's S in chunks of filters where it is large (16 K x C matrices) */
+    d.kc = 16L * sh->k * sh->c <= WINO_S_FLOATS ? sh->k : (int)(WINO_S_FLOATS / (16L * sh->c));
+    if (d.kc < 1) d.kc = 1;
+    long vm = 4L * (16L * mc * d.ldv + 16);
+    d.r_v = 0;
+    d.r_m = d.r_v + round64(vm);
+    d.r_s = d.r_m + round64(vm);
+    d.r_tmp = d.r_s + round64(4L * 16 * d.kc * sh->c);
+    d.r_dw = d.r_tmp + round64(4L * (2 * (2 * d.ty + 2) * d.ld + 32));
+    d.r_db = d.r_dw + round64(dwb);
+    d.slot = d.r_db + round64(4L * sh->k);
+    /* and fewer slots where they are large: the workspace stays near 48 MiB */
+    long scap = (48L << 20) / d.slot;
+    if (d.slots > scap) d.slots = (int)(scap < 2 ? 2 : scap);
+    size_t p1 = k_gemm_pack_floats(sh->k, sh->c), p2 = k_gemm_pack_floats(sh->c, sh->k);
+    d.pu = (long)(p1 > p2 ? p1 : p2);
+    /* U before packing: in the slots' regions (not in use yet) where they hold it */
+    long ub = round64(4L * 16 * sh->k * sh->c), sl = d.slot * d.slots;
+    d.r_u = ub <= sl ? 0 : sl;
+    d.r_up = ub <= sl ? sl : sl + ub;
+    d.r_boff = d.r_up + round64(4L * 16 * d.pu);
+    d.end = d.r_boff + round64((long)sizeof(long) * mc);
+    return d;
+}
+
+size_t k_conv_wino_workspace(const k_conv_shape *sh)
+{
+    return k_conv_wino_shape(sh) ? (size_t)wino_dims_of(sh).end : 0;
+}
+
+/* U[xi][ko][ci] = (G w G^T)[xi] for the ko x ci matrix of 3x3 filters at w (filter
+ * (ko, ci) at w + ko*ks + ci*cs, taps flipped when `flip`: the dX conv's W^T),
+ * G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]; then each U[xi] packed as a GEMM's A. */
+static void wino_weights(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up, long pu)
+{
+    long kc = (long)ko * ci;
+    for (int k = 0; k < ko; k++)
+        for (int c = 0; c < ci; c++) {
+            const float *f = w + k * ks + c * cs;
+            float g[9], t[4][3];
+            for (int e = 0; e < 9; e++) g[e] = f[flip ? 8 - e : e];
+            for (int s = 0; s < 3; s++) { /* G g: rows */
+                t[0][s] = g[s];
+                t[1][s] = 0.5f * (g[s] + g[3 + s] + g[6 + s]);
+                t[2][s] = 0.5f * (g[s] - g[3 + s] + g[6 + s]);
+                t[3][s] = g[6 + s];
+            }
+            float *o = u + (long)k * ci + c;
+            for (int i = 0; i < 4; i++) { /* (G g) G^T: columns */
+                o[(4 * i + 0) * kc] = t[i][0];
+                o[(4 * i + 1) * kc] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+                o[(4 * i + 2) * kc] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+                o[(4 * i + 3) * kc] = t[i][2];
+            }
+        }
+    for (int xi = 0; xi < 16; xi++) k_gemm_pack_a(ko, ci, u + xi * kc, ci, 1, up + xi * pu);
+}
+
+typedef struct wino_job {
+    const k_conv_shape *sh;
+    wino_dims d;
+    char *ws;
+    const float *x, *b, *dy;
+    float *y, *dx, *dw;
+    const float *up; /* the packed U of the forward or of the dX conv */
+    const long *boff;
+} wino_job;
+
+/* Tiles of tile rows [r0, r0 + nr) (counted over images i0, i0 + 1, ...) of channel c
+ * of planes h x w (ch channels an image) into v + (r - r0)*tx (xi stride vs): the
+ * input transform (dy 0) or dW's dy transform (dy 1). */
+static void wino_tiles(const wino_dims *d, const float *in, int ch, int c, int h, int w, long i0, long r0, long nr,
+                       int dy, float *tmp, float *v, long vs)
+{
+    const int lvl = k_isa_level();
+    float *e = tmp, *o = tmp + (2 * d->ty + 2) * d->ld + 16; /* 16: k_wino_split's slack */
+    for (long r = r0; r < r0 + nr;) {
+        long img = i0 + r / d->ty;
+        int ty0 = (int)(r % d->ty), n = d->ty - ty0;
+        if (n > r0 + nr - r) n = (int)(r0 + nr - r);
+        const float *xp = in + (img * ch + c) * (long)h * w;
+        float *vp = v + (r - r0) * d->tx;
+        if (dy) {
+            RT_ISA_CALL(lvl, k_wino_split, xp, h, w, 0, 2 * ty0, 2 * (ty0 + n), d->ld, e, o);
+            RT_ISA_CALL(lvl, k_wino_dy_tiles, e, o, d->ld, n, d->tx, vp, vs);
+        } else {
+            RT_ISA_CALL(lvl, k_wino_split, xp, h, w, 1, 2 * ty0, 2 * (ty0 + n) + 2, d->ld, e, o);
+            RT_ISA_CALL(lvl, k_wino_in_tiles, e, o, d->ld, n, d->tx, vp, vs);
+        }
+        r += n;
+    }
+}
+
+/* One forward (or dX) pass over images [i0, i0 + ng): ci planes of h x w in -> ko
+ * planes out, the same size; block by block. */
+static void wino_conv(const wino_job *j, char *base, int ci, int ko, const float *in, float *out, const float *bias,
+                      long i0, int ng)
+{
+    const wino_dims *d = &j->d;
+    const int h = j->sh->h, w = j->sh->w, lvl = k_isa_level();
+    float *v = (float *)(base + d->r_v), *m = (float *)(base + d->r_m), *tmp = (float *)(base + d->r_tmp);
+    long ldv = d->ldv, plane = (long)h * w, total = (long)ng * d->ty;
+    for (long r0 = 0; r0 < total; r0 += d->rows) {
+        long nr = total - r0 < d->rows ? total - r0 : d->rows, cols = nr * d->tx;
+        for (int c = 0; c < ci; c++) wino_tiles(d, in, ci, c, h, w, i0, r0, nr, 0, tmp, v + c * ldv, ci * ldv);
+        for (int xi = 0; xi < 16; xi++)
+            k_gemm_nn_packed(ko, (int)cols, ci, j->up + xi * d->pu, v + xi * ci * ldv, ldv, NULL, m + xi * ko * ldv,
+                             ldv, NULL, 0);
+        for (int k = 0; k < ko; k++)
+            for (long r = r0; r < r0 + nr; r++) {
+                float *yp = out + ((i0 + r / d->ty) * ko + k) * plane;
+                RT_ISA_CALL(lvl, k_wino_out_row, m + k * ldv + (r - r0) * d->tx, ko * ldv, bias ? bias[k] : 0.0f, yp,
+                            h, w, (int)(r % d->ty), d->tx);
+            }
+    }
+}
+
+static void wino_fwd_n(void *ctx, int slot, char *base, long i0, int ng)
+{
+    const wino_job *j = ctx;
+    (void)slot;
+    wino_conv(j, base, j->sh->c, j->sh->k, j->x, j->y, j->b, i0, ng);
+}
+
+static void wino_dx_n(void *ctx, char *base, long i0, int ng)
+{
+    const wino_job *j = ctx;
+    wino_conv(j, base, j->sh->k, j->sh->c, j->dy, j->dx, NULL, i0, ng);
+}
+
+/* dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G, G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1]. */
+static void wino_dw_out(int K, int C, const float *s, float *dwp, int acc)
+{
+    long kc = (long)K * C;
+    for (long e = 0; e < kc; e++) {
+        float a[4][4], t[3][4], o[9];
+        for (int xi = 0; xi < 16; xi++) a[xi / 4][xi % 4] = s[xi * kc + e];
+        for (int j = 0; j < 4; j++) {
+            t[0][j] = a[0][j] + 0.5f * (a[1][j] + a[2][j]);
+            t[1][j] = 0.5f * (a[1][j] - a[2][j]);
+            t[2][j] = a[3][j] + 0.5f * (a[1][j] + a[2][j]);
+        }
+        for (int i = 0; i < 3; i++) {
+            o[3 * i + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
+            o[3 * i + 1] = 0.5f * (t[i][1] - t[i][2]);
+            o[3 * i + 2] = t[i][3] + 0.5f * (t[i][1] + t[i][2]);
+        }
+        float *dst = dwp + e * 9;
+        if (acc)
+            for (int q = 0; q < 9; q++) dst[q] += o[q];
+        else
+            memcpy(dst, o, sizeof o);
+    }
+}
+
+/* dW of a whole slot (images [i0, i0 + ng): the driver's group is the batch): per chunk
+ * of kc filters, S summed over all its tiles, block by block, then one back-transform. */
+static void wino_dw_pass(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
+{
+    const wino_job *j = ctx;
+    const wino_dims *d = &j->d;
+    const k_conv_shape *sh = j->sh;
+    const int C = sh->c, K = sh->k, h = sh->h, w = sh->w;
+    float *v = (float *)(base + d->r_v), *g = (float *)(base + d->r_m), *s = (float *)(base + d->r_s);
+    float *tmp = (float *)(base + d->r_tmp);
+    long ldv = d->ldv, total = (long)ng * d->ty;
+    for (int k0 = 0; k0 < K; k0 += d->kc) {
+        int kc = K - k0 < d->kc ? K - k0 : d->kc;
+        for (long r0 = 0; r0 < total; r0 += d->rows_dw) {
+            long nr = total - r0 < d->rows_dw ? total - r0 : d->rows_dw, cols = nr * d->tx;
+            for (int c = 0; c < C; c++) wino_tiles(d, j->x, C, c, h, w, i0, r0, nr, 0, tmp, v + c * ldv, C * ldv);
+            for (int k = 0; k < kc; k++)
+                wino_tiles(d, j->dy, K, k0 + k, h, w, i0, r0, nr, 1, tmp, g + k * ldv, kc * ldv);
+            for (int xi = 0; xi < 16; xi++)
+                k_gemm_nt_off(kc, C, (int)cols, 1, g + xi * kc * ldv, ldv, 0, v + xi * C * ldv, j->boff, 0,
+                              s + (long)xi * kc * C, C, r0 > 0);
+        }
+        wino_dw_out(kc, C, s, dwp + (long)k0 * C * 9, acc);
+    }
+}
+
+static k_conv_slots wino_slots(wino_job *j)
+{
+    k_conv_slots s = {.sh = j->sh, .slots = j->d.slots, .ws = j->ws, .slot_bytes = j->d.slot, .r_dw = j->d.r_dw,
+                      .r_db = j->d.r_db, .group = j->d.ng, .ysz = (long)j->sh->k * j->sh->p * j->sh->q,
+                      .pq = (long)j->sh->p * j->sh->q, .dy = j->dy, .job = j};
+    return s;
+}
+
+void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws)
+{
+    wino_job j = {.sh = sh, .d = wino_dims_of(sh), .ws = ws, .x = x, .b = b, .y = y};
+    float *u = (float *)((char *)ws + j.d.r_u), *up = (float *)((char *)ws + j.d.r_up);
+    wino_weights(sh->k, sh->c, w, (long)sh->c * 9, 9, 0, u, up, j.d.pu);
+    j.up = up;
+    k_conv_slots s = wino_slots(&j);
+    s.fwd_n = wino_fwd_n;
+    s.ng_fwd = j.d.ng;
+    k_conv_slots_fwd(&s);
+}
+
+void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
+                     float *db, void *ws)
+{
+    wino_job j = {.sh = sh, .d = wino_dims_of(sh), .ws = ws, .x = x, .dy = dy, .dx = dx, .dw = dw};
+    float *u = (float *)((char *)ws + j.d.r_u), *up = (float *)((char *)ws + j.d.r_up);
+    long *boff = (long *)((char *)ws + j.d.r_boff);
+    if (dx) { /* the dX conv's filters: W^T (c x k), taps flipped */
+        wino_weights(sh->c, sh->k, w, 9, (long)sh->c * 9, 1, u, up, j.d.pu);
+        j.up = up;
+    }
+    for (int c = 0; c < sh->c; c++) boff[c] = c * j.d.ldv;
+    j.boff = boff;
+    k_conv_slots s = wino_slots(&j);
+    s.dw = dw;
+    s.db = db;
+    if (dw) s.dw_pass = wino_dw_pass, s.group = (int)(sh->n < 1 ? 1 : sh->n); /* a slot at once */
+    if (dx) s.dx_n = wino_dx_n, s.ng_dx = j.d.ng;
+    k_conv_slots_bwd(&s);
+}

@@ -1,0 +1,19 @@
+/* Winograd F(2x2, 3x3) convs (k_conv_wino.c), called from k_conv.c where
+ * k_conv_wino_use() says so. Internal to kernels/cpu. */
+#ifndef K_CONV_WINO_H
+#define K_CONV_WINO_H
+#include "kernels/k.h"
+#include <stddef.h>
+
+/* 3x3, stride 1, pad 1 (and >= 4 channels each way): the shapes it can run. */
+int k_conv_wino_shape(const k_conv_shape *sh);
+/* Whether this call runs it for one part of the conv: the shape, the ISA level and
+ * k_conv_set_algo / DDPRT_CONV. */
+enum { K_WINO_FWD, K_WINO_DX, K_WINO_DW };
+int k_conv_wino_use(const k_conv_shape *sh, int part);
+/* Its workspace (0 for other shapes): a function of the shape only. */
+size_t k_conv_wino_workspace(const k_conv_shape *sh);
+void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws);
+void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
+                     float *db, void *ws);
+#endif

@@ -167,6 +167,18 @@ void k_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const 
  * k_bn_fwd's). dx may be dy. */
 void k_bn_relu_bwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                    const float *gamma, const float *beta, const float *dy, float *dx);
+/* BatchNorm then ReLU as one (nn/plan.c's fusion; the very bits of the two apart):
+ * k_bn_relu_fwd writes relu(k_bn_fwd(x)) without making the BN output; _bwd_sums and
+ * _bwd_dx are k_bn_bwd_sums / k_bn_bwd_dx of ReLU's gradient dy masked where the BN
+ * output is <= 0 (re-made from x, as k_bn_relu_bwd), without storing the masked dy.
+ * dx may be dy. */
+void k_bn_relu_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *gamma, const float *beta, float *y);
+void k_bn_relu_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                        const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta);
+void k_bn_relu_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                      const float *gamma, const float *beta, const float *dgamma, const float *dbeta, double m,
+                      const float *dy, float *dx);
 
 /* Adaptive average pool to 1x1: y[n,c] = mean of x[n,c,hw]; backward spreads dy/hw. */
 void k_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y);
@@ -174,6 +186,8 @@ void k_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx);
 
 /* y = a + b (residual add); y may alias a or b. */
 void k_add(size_t n, const float *a, const float *b, float *y);
+/* y = max(0, a + b): k_add then k_relu_fwd in one pass (the same bits); y may alias. */
+void k_add_relu(size_t n, const float *a, const float *b, float *y);
 
 /* Embedding, channels-first output for conv1d: y[i, d, t] = table[ids[i*len + t], d]
  * (y is [n, dim, len]). Backward: dtable is zeroed, then each used row accumulates its

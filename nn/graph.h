@@ -96,7 +96,10 @@ enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of 
        NN_FUSES_RECT_MAX = 1024,
        /* a rectifier reading this (recomputed) node can take its mask from this node's
         * input (k_bn_relu_bwd: aux = mean, invstd; parameters gamma, beta) */
-       NN_RECT_MASK_SOURCE = 2048 };
+       NN_RECT_MASK_SOURCE = 2048,
+       /* a rectifier reading only this node may compute relu(this node's fwd) itself
+        * in one pass (nn_node.fuse_from): BN's affine, add's sum (CPU fp32 graphs) */
+       NN_FUSES_RELU = 4096 };
 
 /* Named attributes: an op keeps its attributes in a struct of its own (nn/ops/X.c),
  * stored in nn_node.attr; the table maps each cfg key to a field. Values are set by
@@ -184,12 +187,26 @@ typedef struct nn_node {
      * two do nothing and neither the conv nor the rectifier has an output (y NULL).
      * NN_FOLD_*; 0 / 0 on the dense path. */
     int maxt_from, folded;
+    /* BN or add -> ReLU (nn/plan.c): the NN_RECTIFIER has fuse_from = the NN_FUSES_RELU
+     * node it alone reads, whose output is then never made (y NULL): the rectifier's
+     * fwd computes relu(BN(x)) or relu(a + b) from that node's inputs in one pass, the
+     * node's own fwd does the rest (BN: statistics only; add: nothing) and has
+     * fused_into = the rectifier. After a BN the backward is fused too: the rectifier's
+     * does nothing and BN's reads the rectifier's dy, masked where BN(x) <= 0 (no dy of
+     * the BN's own). 0 / 0 when not fused. */
+    int fuse_from, fused_into;
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
  * parameters, gradients, optimizer state and other ops stay fp32. */
 enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1 };
 enum { NN_FOLD_MAXT = 1, NN_FOLD_RELU = 2 }; /* nn_node.folded */
+
+/* A rectifier fused after a BN (NN_RECT_MASK_SOURCE): its backward is the BN's. */
+static inline int nn_relu_bwd_fused(const nn_node *nodes, const nn_node *n)
+{
+    return n->fuse_from && (nodes[n->fuse_from].op->flags & NN_RECT_MASK_SOURCE);
+}
 
 typedef void (*nn_grad_ready_fn)(void *ctx, int first_param);
 enum { NN_GRAD_SET, NN_GRAD_STASH_FIRST, NN_GRAD_STASH, NN_GRAD_FINAL };
@@ -228,6 +245,7 @@ typedef struct nn_graph {
     int no_reuse;          /* plan without sharing memory (tests compare the two) */
     int no_recompute;      /* keep every activation and gradient apart (tests compare) */
     int no_sparse;         /* dense backward through max over time everywhere (tests compare) */
+    int no_fuse;           /* no BN/add -> ReLU fusion (tests compare; the same bits) */
     size_t act_bytes_keep; /* the planned activations without recomputation / in-place */
     int recompute_macs;    /* convs with at most this many multiply-adds per output element
                             * are recomputed in backward too (0: none; < 0: the smallest

@@ -120,22 +120,50 @@ static int pass_consumers(pl *P)
  * rectifier's dy are never made. In forward the conv writes the max's output and
  * argmax itself (k_conv2d_fwd_maxt): neither the conv's nor the rectifier's output is
  * made either. fp32 CPU graphs only (the device and bf16 paths keep the dense chain). */
+static void pass_fuse_relu(pl *P);
+
 static void pass_fusions(pl *P)
 {
     nn_graph *g = P->g;
     int *ncons = P->ncons;
     for (int i = 0; i < P->N; i++) g->nodes[i].maxt_from = g->nodes[i].folded = 0;
+    pass_fuse_relu(P);
     if (g->no_sparse || g->on_device || g->amp != NN_AMP_NONE) return;
     for (int i = 1; i < P->N; i++) {
         nn_node *m = &g->nodes[i], *r = &g->nodes[m->in[0]], *c = &g->nodes[r->in[0]];
         if (!(flags(m) & NN_MAX_OVER_LEN) || !m->needs_grad || m->storage != i) continue;
-        if (!(flags(r) & NN_RECTIFIER) || ncons[m->in[0]] != 1 || r->grad_source || r->storage != m->in[0]) continue;
+        if (!(flags(r) & NN_RECTIFIER) || ncons[m->in[0]] != 1 || r->grad_source || r->storage != m->in[0] ||
+            r->fuse_from)
+            continue;
         if (!(flags(c) & NN_FUSES_RECT_MAX) || ncons[r->in[0]] != 1 || c->grad_source || c->storage != r->in[0] ||
             c->out.h != 1)
             continue;
         c->maxt_from = i;
         m->folded = NN_FOLD_MAXT;
         r->folded = NN_FOLD_RELU;
+    }
+}
+
+/* BN or add -> ReLU (nn_node.fuse_from): an NN_RECTIFIER whose input is an
+ * NN_FUSES_RELU node that nothing else reads computes that node's output and its own
+ * in one pass; the node's output is never made. Saves a write and a read of the
+ * tensor in forward (and in each re-run); after a BN the backward is one too (BN's
+ * sums and dx mask ReLU's dy themselves: no ReLU backward pass, no BN dy). CPU graphs
+ * (the device keeps the ops apart). Runs before the sparse fusion, which skips them. */
+static void pass_fuse_relu(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 0; i < P->N; i++) g->nodes[i].fuse_from = g->nodes[i].fused_into = 0;
+    if (g->no_fuse || g->on_device) return;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *r = &g->nodes[i];
+        int p = r->in[0];
+        nn_node *u = &g->nodes[p];
+        if (!(flags(r) & NN_RECTIFIER) || r->storage != i || r->nin != 1 || p == 0) continue;
+        if (!(flags(u) & NN_FUSES_RELU) || P->ncons[p] != 1 || u->storage != p || u->grad_source || p == g->out)
+            continue;
+        r->fuse_from = p;
+        u->fused_into = i;
     }
 }
 
@@ -148,13 +176,14 @@ static void pass_recompute(pl *P)
     for (int i = 1; P->rc && i < P->N; i++) {
         nn_node *n = &g->nodes[i];
         int cheap = (flags(n) & NN_RECOMPUTE) || (n->op->macs && n->op->macs(n) <= g->recompute_macs);
-        n->recompute = cheap && n->storage == i && i != g->out && P->ncons[i] == 1 && !n->folded && !n->maxt_from;
+        n->recompute = cheap && n->storage == i && i != g->out && P->ncons[i] == 1 && !n->folded && !n->maxt_from &&
+                       !n->fused_into;
     }
     for (int i = 1; i < P->N; i++)
         if (g->nodes[i].storage != i) g->nodes[g->nodes[i].storage].recompute = 0;
     for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i], *u = &g->nodes[n->in[0]];
-        n->mask_from_bn = n->recompute && (flags(n) & NN_RECTIFIER) && u->recompute &&
+        n->mask_from_bn = n->recompute && !n->fuse_from && (flags(n) & NN_RECTIFIER) && u->recompute &&
                           (flags(u) & NN_RECT_MASK_SOURCE) && P->ncons[n->in[0]] == 1;
     }
 }
@@ -168,7 +197,13 @@ static void pass_lifetimes(pl *P)
     for (int i = 1; i < N; i++) {
         nn_node *n = &g->nodes[i];
         int s = n->storage;
-        if (flags(n) & NN_BWD_OUTPUT && !n->recompute && !n->folded && y1[s] < bw(P, i)) y1[s] = bw(P, i);
+        if (flags(n) & NN_BWD_OUTPUT && !n->recompute && !n->folded && !nn_relu_bwd_fused(g->nodes, n) &&
+            y1[s] < bw(P, i))
+            y1[s] = bw(P, i);
+        for (int k = 0; n->fuse_from && k < g->nodes[n->fuse_from].nin; k++) { /* read by the fused fwd */
+            int v = g->nodes[g->nodes[n->fuse_from].in[k]].storage;
+            if (y1[v] < fw(i)) y1[v] = fw(i);
+        }
         if (flags(n) & NN_SOURCE) y1[s] = 4 * N + 8; /* extra inputs (tests) live throughout */
         if (i == g->out) {
             int t = g->out_is_logp ? bw(P, i) : loss_t(P);
@@ -192,6 +227,12 @@ static void pass_lifetimes(pl *P)
         if (d1[m] < bw(P, i)) d1[m] = bw(P, i);
         d1[i] = d1[g->nodes[m].in[0]] = -1;
     }
+    for (int i = 1; i < N; i++) { /* BN -> ReLU: ReLU's dy lives to BN's backward; no BN dy */
+        nn_node *n = &g->nodes[i];
+        if (!nn_relu_bwd_fused(g->nodes, n) || !n->needs_grad) continue;
+        if (d1[i] < bw(P, n->fuse_from)) d1[i] = bw(P, n->fuse_from);
+        d1[n->fuse_from] = -1;
+    }
 }
 
 static void use(pl *P, int v, int t, int at);
@@ -202,8 +243,9 @@ static void materialize(pl *P, int v, int at)
     nn_graph *g = P->g;
     nn_node *n = &g->nodes[v];
     int tm = bw(P, at) - 1;
+    const nn_node *src = n->fuse_from ? &g->nodes[n->fuse_from] : n; /* whose inputs its fwd reads */
     P->mat[v] = 1;
-    for (int k = 0; k < n->nin; k++) use(P, g->nodes[n->in[k]].storage, tm, at);
+    for (int k = 0; k < src->nin; k++) use(P, g->nodes[src->in[k]].storage, tm, at);
     n->rc_next = -1;
     if (P->tail[at] < 0) g->nodes[at].rc_head = v;
     else g->nodes[P->tail[at]].rc_next = v;
@@ -212,7 +254,7 @@ static void materialize(pl *P, int v, int at)
     int u = g->nodes[n->in[0]].storage;
     const nn_node *un = &g->nodes[u];
     P->ybroot[v] = v;
-    if ((flags(n) & NN_FWD_INPLACE) && !(flags(n) & NN_BWD_INPUT) && un->recompute && P->ncons[u] == 1 &&
+    if ((flags(n) & NN_FWD_INPLACE) && !(flags(n) & NN_BWD_INPUT) && !n->fuse_from && un->recompute && P->ncons[u] == 1 &&
         !(flags(un) & NN_BWD_OUTPUT) && nn_shape_numel(un->out) == nn_shape_numel(n->out))
         P->ybroot[v] = P->ybroot[u];
     int r = P->ybroot[v];
@@ -239,7 +281,7 @@ static void pass_reruns(pl *P)
     nn_graph *g = P->g;
     for (int i = P->N - 1; P->rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
-        if (!n->needs_grad || n->storage != i || n->folded) continue;
+        if (!n->needs_grad || n->storage != i || n->folded || nn_relu_bwd_fused(g->nodes, n)) continue;
         if (flags(n) & NN_BWD_INPUT)
             for (int k = 0; k < n->nin; k++) use(P, g->nodes[n->in[k]].storage, bw(P, i), i);
         if (n->mask_from_bn) use(P, g->nodes[g->nodes[n->in[0]].in[0]].storage, bw(P, i), i);
@@ -305,7 +347,8 @@ static void pass_items(pl *P)
         nn_node *n = &g->nodes[i];
         size_t bytes = r64(B * nn_shape_numel(n->out) * sizeof(float));
         if (n->storage == i) {
-            if (!n->folded || n->folded == NN_FOLD_MAXT) P->it[P->ni++] = (item){bytes, 0, P->y0[i], P->y1[i], i, NN_PL_Y};
+            if ((!n->folded || n->folded == NN_FOLD_MAXT) && !n->fused_into)
+                P->it[P->ni++] = (item){bytes, 0, P->y0[i], P->y1[i], i, NN_PL_Y};
             if (g1[i] >= 0) P->it[P->ni++] = (item){bytes, 0, g0[i], g1[i], i, NN_PL_DY};
             if (P->mat[i] && P->ybroot[i] == i) P->it[P->ni++] = (item){bytes, 0, P->yb0[i], P->yb1[i], i, NN_PL_YB};
         }

@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* macs < 0: no recomputation at all (the reference). */
-static int build(mg *m, const nn_model_cfg *c, int batch, int macs, char *err, size_t errlen)
+static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen)
 {
     rt_arena plan;
     rt_arena_plan(&plan, "plan");
@@ -23,6 +23,7 @@ static int build(mg *m, const nn_model_cfg *c, int batch, int macs, char *err, s
         if (nn_model_build(&m->g, m->nodes, m->p, m->b, c, err, errlen)) return -1;
         m->g.no_recompute = macs < 0;
         m->g.recompute_macs = macs;
+        m->g.no_fuse = no_fuse;
         if (nn_graph_finish(&m->g, pass ? &m->a : &plan, batch, err, errlen)) return -1;
         if (!pass && rt_arena_init(&m->a, "model", plan.high)) return -1;
     }
@@ -37,17 +38,20 @@ static int count(const nn_graph *g, const char *kind, int mask)
     return k;
 }
 
-static void same_bits(const nn_model_cfg *c, int B, int macs)
+/* no_fuse: BN/add -> ReLU apart (a recomputed ReLU after a BN then takes its mask from
+ * the BN's input); test_kernels_fuse.c compares the fused graphs with these. */
+static void same_bits(const nn_model_cfg *c, int B, int macs, int no_fuse)
 {
     static mg m, r;
     char err[256];
-    CHECKF(build(&m, c, B, macs, err, sizeof err) == 0, "%s", err);
-    CHECKF(build(&r, c, B, -1, err, sizeof err) == 0, "%s", err);
+    CHECKF(build(&m, c, B, macs, no_fuse, err, sizeof err) == 0, "%s", err);
+    CHECKF(build(&r, c, B, -1, no_fuse, err, sizeof err) == 0, "%s", err);
     size_t pm = m.g.act_bytes + (m.g.ws ? m.g.ws_bytes : 0), pr = r.g.act_bytes + r.g.ws_bytes;
     CHECKF(pm < pr, "%s: planned %zu with recomputation, %zu without", m.g.model, pm, pr);
     CHECK(m.g.act_bytes_keep == r.g.act_bytes);
-    CHECK(count(&m.g, "relu", 0) > 0 && count(&m.g, "batchnorm2d", 0) > 0);
-    if (macs > 1000) CHECK(count(&m.g, "conv2d", 0) > 0 && count(&m.g, "relu", 1) > 0);
+    /* fused, a BN's output is never made (nor re-made) */
+    CHECK(count(&m.g, "relu", 0) > 0 && (no_fuse ? count(&m.g, "batchnorm2d", 0) > 0 : 1));
+    if (macs > 1000) CHECK(count(&m.g, "conv2d", 0) > 0 && (count(&m.g, "relu", 1) > 0) == no_fuse);
     if (macs == 0) CHECK(count(&m.g, "conv2d", 0) == 0);
     size_t per = nn_shape_numel(c->in);
     float *x = malloc(per * (size_t)B * sizeof(float));
@@ -84,14 +88,16 @@ static void same_bits(const nn_model_cfg *c, int B, int macs)
 TEST(recompute_resnet20_gives_the_same_bits_as_keeping_outputs)
 {
     nn_model_cfg c = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
-    same_bits(&c, 8, 0);       /* BN/ReLU/add only */
-    same_bits(&c, 8, 1 << 20); /* every conv too */
+    same_bits(&c, 8, 0, 0);       /* BN/ReLU/add only */
+    same_bits(&c, 8, 1 << 20, 0); /* every conv too */
+    same_bits(&c, 8, 0, 1);
+    same_bits(&c, 8, 1 << 20, 1);
 }
 
 TEST(recompute_cfg_resnet_and_auto_policy)
 {
     nn_model_cfg c = {.file = "nn/models/resnet8.cfg", .in = {3, 32, 32, 0}, .num_classes = 4};
-    same_bits(&c, 8, 1 << 20);
+    same_bits(&c, 8, 1 << 20, 0);
     /* auto (-1) resolves to the smallest bound that halves the plan */
     static mg m;
     char err[256];

@@ -27,6 +27,23 @@ static void uv_sums_generic(size_t n, const float *a, float ash, const float *b,
     s[1] += suv;
 }
 
+/* uv_sums(d, 0, x, mean) of d = ReLU's backward of dy: dy where the BN output
+ * (x - mean)*ra + rb (k_affine_span's: an FMA when `fused`, else a product then a sum)
+ * is > 0, else 0, without storing d. */
+static void relu_sums_generic(size_t n, const float *dy, const float *x, float mean, float ra, float rb, int fused,
+                              double *s)
+{
+    double su = 0, suv = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] - mean, t = fused ? fmaf(v, ra, rb) : v * ra + rb, d = t > 0.0f ? dy[i] : 0.0f;
+        double u = d - 0.0f;
+        su += u;
+        suv += u * (double)v;
+    }
+    s[0] += su;
+    s[1] += suv;
+}
+
 #ifdef K_BN_X86
 /* Prefetch distance (floats): one plane in order is a single read stream, which the
  * hardware prefetcher alone ran at ~60 % of the copy bandwidth (resnet18's 100 MB BN
@@ -104,6 +121,32 @@ __attribute__((target("avx512f"))) static void uv_sums_avx512(size_t n, const fl
     else uv_sums_avx512_t(0, n, a, ash, b, bsh, s);
 }
 
+/* uv_sums_avx512_t(0, n, dy, 0, x, mean) with dy masked by ReLU's backward
+ * (relu_sums_generic). */
+__attribute__((target("avx512f"))) static void relu_sums_avx512(size_t n, const float *dy, const float *x,
+                                                                float mean, float ra, float rb, double *s)
+{
+    __m512 va = _mm512_setzero_ps(), vb = _mm512_set1_ps(mean), vra = _mm512_set1_ps(ra), vrb = _mm512_set1_ps(rb);
+    __m512d u0 = _mm512_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(dy + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(dy + i + BN_PF + 16), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + BN_PF + 16), _MM_HINT_T0);
+        __m512 xa = _mm512_sub_ps(_mm512_loadu_ps(x + i), vb), xb = _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vb);
+        __mmask16 ka = _mm512_cmp_ps_mask(_mm512_fmadd_ps(xa, vra, vrb), _mm512_setzero_ps(), _CMP_GT_OQ);
+        __mmask16 kb = _mm512_cmp_ps_mask(_mm512_fmadd_ps(xb, vra, vrb), _mm512_setzero_ps(), _CMP_GT_OQ);
+        __m512 ua = _mm512_sub_ps(_mm512_maskz_mov_ps(ka, _mm512_loadu_ps(dy + i)), va);
+        __m512 ub = _mm512_sub_ps(_mm512_maskz_mov_ps(kb, _mm512_loadu_ps(dy + i + 16)), va);
+        acc_pd(_mm512_add_ps(ua, ub), &u0, &u1);
+        acc_pd(_mm512_fmadd_ps(ub, xb, _mm512_mul_ps(ua, xa)), &p0, &p1);
+    }
+    s[0] += _mm512_reduce_add_pd(_mm512_add_pd(u0, u1));
+    s[1] += _mm512_reduce_add_pd(_mm512_add_pd(p0, p1));
+    if (i < n) relu_sums_generic(n - i, dy + i, x + i, mean, ra, rb, 1, s);
+}
+
 __attribute__((target("avx2,fma"))) static double hsum4d(__m256d v)
 {
     __m128d t = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
@@ -172,6 +215,29 @@ __attribute__((target("avx2,fma"))) static void uv_sums_avx2(size_t n, const flo
     if (a == b && ash == bsh) uv_sums_avx2_t(1, n, a, ash, b, bsh, s);
     else uv_sums_avx2_t(0, n, a, ash, b, bsh, s);
 }
+/* uv_sums_avx2_t(0, n, dy, 0, x, mean) with dy masked by ReLU's backward. */
+__attribute__((target("avx2,fma"))) static void relu_sums_avx2(size_t n, const float *dy, const float *x,
+                                                               float mean, float ra, float rb, double *s)
+{
+    __m256 va = _mm256_setzero_ps(), vb = _mm256_set1_ps(mean), vra = _mm256_set1_ps(ra), vrb = _mm256_set1_ps(rb);
+    __m256 z = _mm256_setzero_ps();
+    __m256d u0 = _mm256_setzero_pd(), u1 = u0, p0 = u0, p1 = u0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(dy + i + BN_PF), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + BN_PF), _MM_HINT_T0);
+        __m256 xa = _mm256_sub_ps(_mm256_loadu_ps(x + i), vb), xb = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vb);
+        __m256 ma = _mm256_cmp_ps(_mm256_fmadd_ps(xa, vra, vrb), z, _CMP_GT_OQ);
+        __m256 mb = _mm256_cmp_ps(_mm256_fmadd_ps(xb, vra, vrb), z, _CMP_GT_OQ);
+        __m256 ua = _mm256_sub_ps(_mm256_and_ps(ma, _mm256_loadu_ps(dy + i)), va);
+        __m256 ub = _mm256_sub_ps(_mm256_and_ps(mb, _mm256_loadu_ps(dy + i + 8)), va);
+        acc_pd4(_mm256_add_ps(ua, ub), &u0, &u1);
+        acc_pd4(_mm256_fmadd_ps(ub, xb, _mm256_mul_ps(ua, xa)), &p0, &p1);
+    }
+    s[0] += hsum4d(_mm256_add_pd(u0, u1));
+    s[1] += hsum4d(_mm256_add_pd(p0, p1));
+    if (i < n) relu_sums_generic(n - i, dy + i, x + i, mean, ra, rb, 1, s);
+}
 #endif
 
 static void uv_sums(size_t n, const float *a, float ash, const float *b, float bsh, double *s)
@@ -184,6 +250,18 @@ static void uv_sums(size_t n, const float *a, float ash, const float *b, float b
     }
 #endif
     uv_sums_generic(n, a, ash, b, bsh, s);
+}
+
+static void relu_sums(size_t n, const float *dy, const float *x, float mean, float ra, float rb, double *s)
+{
+#ifdef K_BN_X86
+    switch (k_isa_level()) {
+    case K_ISA_AVX512: relu_sums_avx512(n, dy, x, mean, ra, rb, s); return;
+    case K_ISA_AVX2: relu_sums_avx2(n, dy, x, mean, ra, rb, s); return;
+    default: break;
+    }
+#endif
+    relu_sums_generic(n, dy, x, mean, ra, rb, 0, s);
 }
 
 /* The statistics (sums of u and u*u) of two planes: the same sums as two uv_sums calls. */
@@ -205,6 +283,7 @@ typedef struct bn_job {
     const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma_in, *dbeta_in;
     float *y, *o1, *o2;
     double m;
+    int relu; /* ReLU fused after the BatchNorm (k_bn_relu_fwd / _bwd_sums / _bwd_dx) */
 } bn_job;
 
 static int bn_parts(int units, long elems)
@@ -269,8 +348,8 @@ static void fwd_task(void *ctx, int task)
     for (long pl = lo; pl < hi; pl++) {
         int ch = (int)(pl % j->c);
         float a = j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f);
-        k_affine_span((size_t)j->hw, -j->mean[ch], a, j->beta ? j->beta[ch] : 0.0f,
-                      j->x + pl * j->hw, j->y + pl * j->hw);
+        (j->relu ? k_affine_relu_span : k_affine_span)((size_t)j->hw, -j->mean[ch], a, j->beta ? j->beta[ch] : 0.0f,
+                                                       j->x + pl * j->hw, j->y + pl * j->hw);
     }
 }
 
@@ -279,6 +358,15 @@ void k_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const flo
 {
     bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
                 .beta = beta, .y = y};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, fwd_task, &j);
+}
+
+void k_bn_relu_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                   const float *gamma, const float *beta, float *y)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .y = y, .relu = 1};
     j.parts = bn_parts(n * c, (long)n * c * hw);
     k_parallel_for(j.parts, fwd_task, &j);
 }
@@ -322,8 +410,11 @@ static void sums_task(void *ctx, int task)
         for (int t = 0; t < nc; t++) s[t][0] = s[t][1] = 0.0;
         for (int i = 0; i < j->n; i++)
             for (int t = 0; t < nc; t++) {
-                long off = ((long)i * j->c + c0 + t) * j->hw;
-                uv_sums((size_t)j->hw, j->dy + off, 0.0f, j->x + off, j->mean[c0 + t], s[t]);
+                long off = ((long)i * j->c + c0 + t) * j->hw, ch = c0 + t;
+                if (j->relu)
+                    relu_sums((size_t)j->hw, j->dy + off, j->x + off, j->mean[ch],
+                              j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f), j->beta ? j->beta[ch] : 0.0f, s[t]);
+                else uv_sums((size_t)j->hw, j->dy + off, 0.0f, j->x + off, j->mean[ch], s[t]);
             }
         for (int t = 0; t < nc; t++) {
             j->o1[c0 + t] = (float)(s[t][1] * j->invstd[c0 + t]); /* dgamma = sum dy * xhat */
@@ -341,6 +432,15 @@ void k_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, cons
     k_parallel_for(j.parts, sums_task, &j);
 }
 
+void k_bn_relu_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                        const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .o1 = dgamma, .o2 = dbeta, .relu = 1};
+    j.parts = bn_parts(c, (long)n * c * hw);
+    k_parallel_for(j.parts, sums_task, &j);
+}
+
 /* dx = A*dy + B*(x - mean) + C with A = gamma*invstd, B = -A*invstd*dgamma/m,
  * C = -A*dbeta/m (the factors in double, once per plane). */
 static void dx_task(void *ctx, int task)
@@ -352,8 +452,13 @@ static void dx_task(void *ctx, int task)
         int ch = (int)(pl % j->c);
         double is = j->invstd[ch], A = (j->gamma ? j->gamma[ch] : 1.0) * is;
         double B = -A * is * j->dgamma_in[ch] / j->m, C = -A * j->dbeta_in[ch] / j->m;
-        k_affine2_span((size_t)j->hw, (float)A, j->dy + pl * j->hw, (float)B, j->x + pl * j->hw,
-                       -j->mean[ch], (float)C, j->y + pl * j->hw);
+        if (j->relu)
+            k_affine2_relu_span((size_t)j->hw, (float)A, j->dy + pl * j->hw, (float)B, j->x + pl * j->hw,
+                                -j->mean[ch], (float)C, j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f),
+                                j->beta ? j->beta[ch] : 0.0f, j->y + pl * j->hw);
+        else
+            k_affine2_span((size_t)j->hw, (float)A, j->dy + pl * j->hw, (float)B, j->x + pl * j->hw,
+                           -j->mean[ch], (float)C, j->y + pl * j->hw);
     }
 }
 
@@ -363,6 +468,16 @@ void k_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const 
 {
     bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd,
                 .gamma = gamma, .dgamma_in = dgamma, .dbeta_in = dbeta, .y = dx, .m = m};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, dx_task, &j);
+}
+
+void k_bn_relu_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                      const float *gamma, const float *beta, const float *dgamma, const float *dbeta, double m,
+                      const float *dy, float *dx)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .dgamma_in = dgamma, .dbeta_in = dbeta, .y = dx, .m = m, .relu = 1};
     j.parts = bn_parts(n * c, (long)n * c * hw);
     k_parallel_for(j.parts, dx_task, &j);
 }

@@ -74,6 +74,21 @@ void k_add(size_t n, const float *a, const float *b, float *y)
     k_parallel_for(j.parts, add_task, &j);
 }
 
+static void add_relu_task(void *ctx, int task)
+{
+    const g_job *j = ctx;
+    long lo, hi;
+    k_split((long)j->n, j->parts, task, &lo, &hi);
+    k_add_relu_span((size_t)(hi - lo), j->a + lo, j->b + lo, j->y + lo);
+}
+
+void k_add_relu(size_t n, const float *a, const float *b, float *y)
+{
+    g_job j = {.n = n, .a = a, .b = b, .y = y};
+    j.parts = g_parts((long)n, (long)n);
+    k_parallel_for(j.parts, add_relu_task, &j);
+}
+
 /* ---- embedding. Forward is a gather plus a transpose ([len, dim] rows -> [dim, len]):
  * blocks of 16 tokens keep the written lines in cache while the rows are read. */
 #define EMB_TB 16

@@ -111,6 +111,49 @@ ISA_TARGET static void ISA_FN(affine2_span)(size_t n, float a, const float *x, f
     }
 }
 
+/* y = max(0, (x - m)*a + b): affine_span then relu_span in one pass, each element the
+ * very operations of the two (a BatchNorm followed by a ReLU, nn/plan.c's fusion). */
+ISA_TARGET static void ISA_FN(affine_relu_span)(size_t n, float m, float a, float b, const float *x, float *y)
+{
+    kv vm = kv_set1(m), va = kv_set1(a), vb = kv_set1(b), z = kv_zero();
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_max(z, kv_fma(kv_add(kv_load(x + i), vm), va, vb)));
+    if (i < n) {
+        int t = (int)(n - i);
+        kv_storen(y + i, kv_max(z, kv_fma(kv_add(kv_loadn(x + i, t), vm), va, vb)), t);
+    }
+}
+
+/* affine2_span with x (BatchNorm's dy) masked by ReLU's backward first: x counts where
+ * (y + ym)*ra + rb (affine_span's BN output, re-made from y) is > 0, else 0. */
+ISA_TARGET static void ISA_FN(affine2_relu_span)(size_t n, float a, const float *x, float b, const float *y,
+                                            float ym, float c, float ra, float rb, float *z)
+{
+    kv va = kv_set1(a), vb = kv_set1(b), vc = kv_set1(c), vm = kv_set1(ym), vra = kv_set1(ra), vrb = kv_set1(rb);
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W) {
+        kv u = kv_add(kv_load(y + i), vm), d = kv_gtz_select(kv_fma(u, vra, vrb), kv_load(x + i));
+        kv_store(z + i, kv_fma(va, d, kv_fma(vb, u, vc)));
+    }
+    if (i < n) {
+        int t = (int)(n - i);
+        kv u = kv_add(kv_loadn(y + i, t), vm), d = kv_gtz_select(kv_fma(u, vra, vrb), kv_loadn(x + i, t));
+        kv_storen(z + i, kv_fma(va, d, kv_fma(vb, u, vc)), t);
+    }
+}
+
+/* y = max(0, a + b): add_span then relu_span in one pass (a residual add, then ReLU). */
+ISA_TARGET static void ISA_FN(add_relu_span)(size_t n, const float *a, const float *b, float *y)
+{
+    size_t i = 0;
+    kv z = kv_zero();
+    for (; i + KV_W <= n; i += KV_W) kv_store(y + i, kv_max(z, kv_add(kv_load(a + i), kv_load(b + i))));
+    for (; i < n; i++) {
+        float s = a[i] + b[i];
+        y[i] = s < 0.0f ? 0.0f : s;
+    }
+}
+
 /* y = a + b */
 ISA_TARGET static void ISA_FN(add_span)(size_t n, const float *a, const float *b, float *y)
 {

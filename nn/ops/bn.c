@@ -86,6 +86,7 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
             invstd[k] = 1.0f / sqrtf(rv[k] + eps);
         }
     }
+    if (n->fused_into) return; /* the ReLU after it applies BN and itself in one pass (relu.c) */
     k_bn_fwd(r->n, c, hw, nn_x(g, n, 0), mean, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1), n->y);
 }
 
@@ -116,12 +117,16 @@ void nn_bn_update(nn_graph *g, const double *stats, double scale)
 static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int c = n->out.c, hw = n->out.h * n->out.w;
-    const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c;
+    const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c, *gm = nn_pw(g, n, 0), *bt = nn_pw(g, n, 1);
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
-    k_bn_bwd_sums(r->n, c, hw, x, mean, invstd, n->dy, dg, db);
+    /* Fused with the ReLU after it: that ReLU's dy, masked here (its own backward is empty). */
+    const float *dy = n->fused_into ? g->nodes[n->fused_into].dy : n->dy;
+    if (n->fused_into) k_bn_relu_bwd_sums(r->n, c, hw, x, mean, invstd, gm, bt, dy, dg, db);
+    else k_bn_bwd_sums(r->n, c, hw, x, mean, invstd, dy, dg, db);
     if (!dx) return;
     if (!g->sync_sum) {
-        k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx);
+        if (n->fused_into) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx);
+        else k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, gm, dg, db, (double)r->n * hw, dy, dx);
         return;
     }
     /* SyncBatchNorm: dx needs the sums over every rank's batch; the parameter
@@ -132,7 +137,8 @@ static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     s[2 * c] = (double)r->n * hw;
     g->sync_sum(g->sync_ctx, s, 2 * c + 1);
     for (int k = 0; k < 2 * c; k++) f[k] = (float)s[k];
-    k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), f, f + c, s[2 * c], n->dy, dx);
+    if (n->fused_into) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, f, f + c, s[2 * c], dy, dx);
+    else k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, gm, f, f + c, s[2 * c], dy, dx);
 }
 
 static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
@@ -180,7 +186,7 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 
 const nn_op nn_op_batchnorm2d = {
     .kind = "batchnorm2d", .alias = "batchnorm",
-    .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE, .attrs = bn_attrs,
+    .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE | NN_FUSES_RELU, .attrs = bn_attrs,
     .attr_size = sizeof(bn_attr), .infer = bn_infer, .workspace = bn_ws, .fwd = bn_fwd, .bwd = bn_bwd,
     NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda)};
 

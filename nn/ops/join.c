@@ -15,14 +15,15 @@ static int add_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 
 static void add_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (n->fused_into) return; /* the ReLU after it adds and rectifies in one pass (relu.c) */
     k_add(nn_out_numel(n, r), nn_x(g, n, 0), nn_x(g, n, 1), n->y);
 }
 
 static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++) { /* input 0's may be dy itself (NN_BWD_INPLACE) */
         float *dx = nn_dx(g, n, i);
-        if (dx) memcpy(dx, n->dy, nn_out_numel(n, r) * sizeof(float));
+        if (dx && dx != n->dy) memcpy(dx, n->dy, nn_out_numel(n, r) * sizeof(float));
     }
 }
 
@@ -36,15 +37,16 @@ static int add_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     for (int i = 0; i < 2; i++) {
         float *dx = nn_dx(g, n, i);
-        if (dx && port_memcpy_d2d(dx, n->dy, nn_out_numel(n, r) * sizeof(float), r->stream, "residual add gradient"))
+        if (dx && dx != n->dy && port_memcpy_d2d(dx, n->dy, nn_out_numel(n, r) * sizeof(float), r->stream, "residual add gradient"))
             return -1;
     }
     return 0;
 }
 #endif
 
-const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE, .min_in = 2, .max_in = 2, .infer = add_infer,
-                         .fwd = add_fwd, .bwd = add_bwd, NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda)};
+const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_INPLACE, .min_in = 2, .max_in = 2,
+                         .infer = add_infer, .fwd = add_fwd, .bwd = add_bwd,
+                         NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda)};
 
 int nn_add2(nn_graph *g, int a, int b)
 {

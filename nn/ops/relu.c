@@ -1,14 +1,28 @@
 /* relu: y = max(x, 0). The planner may fold it into a conv -> relu -> max over time
- * (NN_RECTIFIER), run it in place, or have its backward take the mask from a
- * recomputed BatchNorm's input instead of its own output (mask_from_bn). */
+ * (NN_RECTIFIER), run it in place, have its backward take the mask from a
+ * recomputed BatchNorm's input instead of its own output (mask_from_bn), or fuse it
+ * with the BN or add before it (fuse_from: one pass for both). */
 #include "nn/ops/op_def.h"
 
-static void relu_fwd(nn_graph *g, nn_node *n, const nn_run *r) { k_relu_fwd(nn_out_numel(n, r), nn_x(g, n, 0), n->y); }
+static void relu_fwd(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    if (n->fuse_from) { /* the node before made no output: its op and relu in one pass */
+        const nn_node *p = &g->nodes[n->fuse_from];
+        const float *mean = p->aux;
+        if (p->op->flags & NN_RECT_MASK_SOURCE) /* BN: aux = mean, invstd (its fwd ran first) */
+            k_bn_relu_fwd(r->n, n->out.c, n->out.h * n->out.w, nn_x(g, p, 0), mean, mean + n->out.c, nn_pw(g, p, 0),
+                          nn_pw(g, p, 1), n->y);
+        else /* the residual add */
+            k_add_relu(nn_out_numel(n, r), nn_x(g, p, 0), nn_x(g, p, 1), n->y);
+        return;
+    }
+    k_relu_fwd(nn_out_numel(n, r), nn_x(g, n, 0), n->y);
+}
 
 static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
     float *dx = nn_dx(g, n, 0);
-    if (!dx) return;
+    if (!dx || nn_relu_bwd_fused(g->nodes, n)) return; /* fused: BN's backward masks dy */
     if (n->mask_from_bn) { /* the planner dropped both outputs: the mask from BN's input */
         const nn_node *b = nn_in(g, n, 0);
         const float *mean = b->aux;

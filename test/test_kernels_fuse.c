@@ -1,0 +1,152 @@
+/* BN -> ReLU and add -> ReLU fused into one pass (nn/plan.c pass_fuse_relu, the
+ * k_bn_relu_* / k_add_relu kernels): the very bits of the ops apart, on the kernels
+ * (plane sizes with and without a vector tail, in place, 1 and 2 threads) and on
+ * whole ResNet graphs (with and without recomputation). Named test_kernels_* so
+ * test_isa_paths.c runs it again on every ISA path. */
+#include "test/t.h"
+#include "test/t_graph.h"
+#include "kernels/k.h"
+#include "nn/graph.h"
+#include "nn/models/models.h"
+#include "rt/arena.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *fill(size_t n, float f, float off)
+{
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = sinf((float)i * f) + off;
+    return p;
+}
+
+/* One shape: every fused kernel against its unfused pair, threads 1 and 2. */
+static void bn_relu_case(int N, int C, int HW)
+{
+    size_t T = (size_t)N * C * HW;
+    float *x = fill(T, 0.71f, 0.05f), *dy = fill(T, 0.13f, 0.0f), *y = malloc(T * 4), *r = malloc(T * 4),
+          *d = malloc(T * 4), *e = malloc(T * 4), *f = malloc(T * 4);
+    float mean[5], var[5], invstd[5], gm[5] = {1.1f, -0.9f, 0.5f, 0.0f, 2.0f}, bt[5] = {0.01f, 0.2f, -0.3f, 0.0f, 0.5f};
+    k_bn_stats(N, C, HW, x, mean, var);
+    for (int c = 0; c < C; c++) invstd[c] = 1.0f / sqrtf(var[c] + 1e-5f);
+    for (int th = 1; th <= 2; th++) {
+        k_set_threads(th);
+        /* forward: relu(bn(x)) */
+        k_bn_fwd(N, C, HW, x, mean, invstd, gm, bt, y);
+        k_relu_fwd(T, y, r);
+        k_bn_relu_fwd(N, C, HW, x, mean, invstd, gm, bt, d);
+        CHECKF(memcmp(r, d, T * 4) == 0, "bn_relu_fwd %dx%dx%d threads %d", N, C, HW, th);
+        int zeros = 0;
+        for (size_t i = 0; i < T; i++) zeros += r[i] == 0.0f;
+        CHECK(zeros > 0 && (size_t)zeros < T);
+        /* backward: relu's dx, then BN's sums and dx, against the masked forms */
+        float dg0[5], db0[5], dg1[5], db1[5];
+        k_relu_bwd(T, r, dy, e);
+        k_bn_bwd_sums(N, C, HW, x, mean, invstd, e, dg0, db0);
+        k_bn_bwd_dx(N, C, HW, x, mean, invstd, gm, dg0, db0, (double)N * HW, e, e);
+        k_bn_relu_bwd_sums(N, C, HW, x, mean, invstd, gm, bt, dy, dg1, db1);
+        CHECKF(memcmp(dg0, dg1, sizeof(float) * C) == 0 && memcmp(db0, db1, sizeof(float) * C) == 0,
+               "bn_relu_bwd_sums %dx%dx%d threads %d", N, C, HW, th);
+        memcpy(f, dy, T * 4);
+        k_bn_relu_bwd_dx(N, C, HW, x, mean, invstd, gm, bt, dg1, db1, (double)N * HW, f, f); /* in place */
+        CHECKF(memcmp(e, f, T * 4) == 0, "bn_relu_bwd_dx %dx%dx%d threads %d", N, C, HW, th);
+        /* without affine parameters */
+        k_bn_fwd(N, C, HW, x, mean, invstd, NULL, NULL, y);
+        k_relu_fwd(T, y, r);
+        k_bn_relu_fwd(N, C, HW, x, mean, invstd, NULL, NULL, d);
+        CHECK(memcmp(r, d, T * 4) == 0);
+        /* add -> relu, in place over an input */
+        k_add(T, x, dy, y);
+        k_relu_fwd(T, y, r);
+        memcpy(d, x, T * 4);
+        k_add_relu(T, d, dy, d);
+        CHECKF(memcmp(r, d, T * 4) == 0, "add_relu %zu threads %d", T, th);
+    }
+    k_set_threads(1);
+    free(x); free(dy); free(y); free(r); free(d); free(e); free(f);
+}
+
+TEST(kernels_fuse_bn_relu_and_add_relu_match_the_ops_apart)
+{
+    bn_relu_case(2, 3, 1500);  /* a tail on every path */
+    bn_relu_case(3, 5, 49);    /* planes shorter than the unrolled loops */
+    bn_relu_case(2, 4, 1024);  /* no tail */
+    bn_relu_case(4, 5, 3136);  /* resnet18's 56x56, over the parallel threshold */
+}
+
+static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen)
+{
+    rt_arena plan;
+    rt_arena_plan(&plan, "plan");
+    for (int pass = 0; pass < 2; pass++) {
+        if (nn_model_build(&m->g, m->nodes, m->p, m->b, c, err, errlen)) return -1;
+        m->g.no_recompute = macs < 0;
+        m->g.recompute_macs = macs;
+        m->g.no_fuse = no_fuse;
+        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, batch, err, errlen)) return -1;
+        if (!pass && rt_arena_init(&m->a, "model", plan.high)) return -1;
+    }
+    return 0;
+}
+
+static int fused(const nn_graph *g, int bn)
+{
+    int k = 0;
+    for (int i = 1; i < g->nn; i++)
+        if (g->nodes[i].fuse_from && nn_relu_bwd_fused(g->nodes, &g->nodes[i]) == bn) k++;
+    return k;
+}
+
+/* Fused (threads th) against unfused (1 thread): 3 training steps, then evaluation. */
+static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
+{
+    static mg m, r;
+    char err[256];
+    CHECKF(build(&m, c, B, macs, 0, err, sizeof err) == 0, "%s", err);
+    CHECKF(build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0);
+    /* no BN or add output, no BN dy: never more memory */
+    CHECKF(m.g.act_bytes <= r.g.act_bytes, "%s macs %d: %zu fused, %zu not", m.g.model, macs, m.g.act_bytes,
+           r.g.act_bytes);
+    size_t per = nn_shape_numel(c->in);
+    float *x = malloc(per * (size_t)B * sizeof(float));
+    int32_t y[16];
+    for (size_t i = 0; i < per * (size_t)B; i++) x[i] = sinf((float)i * 0.37f) + 0.1f;
+    for (int i = 0; i < B; i++) y[i] = i % c->num_classes;
+    nn_graph_init(&m.g, 5);
+    nn_graph_init(&r.g, 5);
+    for (int step = 0; step < 3; step++) {
+        k_set_threads(th);
+        nn_forward(&m.g, x, B, 1, 3, (uint64_t)step);
+        double la = nn_loss(&m.g, y, B, NULL);
+        nn_backward(&m.g, y, B, B);
+        k_set_threads(1);
+        nn_forward(&r.g, x, B, 1, 3, (uint64_t)step);
+        double lb = nn_loss(&r.g, y, B, NULL);
+        nn_backward(&r.g, y, B, B);
+        CHECKF(la == lb, "%s step %d: loss %.17g vs %.17g", m.g.model, step, la, lb);
+        for (int i = 0; i < m.g.np; i++)
+            CHECKF(memcmp(m.g.grads + m.g.p[i].offset, r.g.grads + r.g.p[i].offset, m.g.p[i].numel * sizeof(float)) == 0,
+                   "%s macs %d threads %d step %d: gradient of %s differs fused", m.g.model, macs, th, step,
+                   m.g.p[i].name);
+        CHECK(memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0);
+        for (size_t k = 0; k < m.g.nparams; k++) m.g.params[k] -= 0.05f * m.g.grads[k];
+        for (size_t k = 0; k < r.g.nparams; k++) r.g.params[k] -= 0.05f * r.g.grads[k];
+    }
+    const float *a = nn_forward(&m.g, x, B, 0, 3, 9), *b = nn_forward(&r.g, x, B, 0, 3, 9);
+    CHECK(memcmp(a, b, sizeof(float) * (size_t)B * (size_t)c->num_classes) == 0);
+    free(x);
+    rt_arena_free(&m.a);
+    rt_arena_free(&r.a);
+}
+
+TEST(kernels_fuse_resnet_graphs_give_the_same_bits_fused)
+{
+    nn_model_cfg r20 = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
+    graph_same_bits(&r20, 8, -1, 1);      /* everything kept */
+    graph_same_bits(&r20, 8, 0, 2);       /* BN/ReLU/add re-made */
+    graph_same_bits(&r20, 8, 1 << 20, 1); /* every conv too */
+    nn_model_cfg r8 = {.file = "nn/models/resnet8.cfg", .in = {3, 32, 32, 0}, .num_classes = 4};
+    graph_same_bits(&r8, 8, 0, 2);
+}

@@ -174,6 +174,9 @@ void k_bn_relu_bwd(int n, int c, int hw, const float *x, const float *mean, cons
  * dx may be dy. */
 void k_bn_relu_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                    const float *gamma, const float *beta, float *y);
+/* relu(k_bn_fwd(x) + s): BN, the residual add (BN's output first) and ReLU in one pass. */
+void k_bn_add_relu_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, const float *s, float *y);
 void k_bn_relu_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                         const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta);
 void k_bn_relu_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,

@@ -164,7 +164,28 @@ static void pass_fuse_relu(pl *P)
             continue;
         r->fuse_from = p;
         u->fused_into = i;
+        /* BN -> add -> ReLU: the add's first input, a BN read by nothing else, is
+         * applied in the same pass too (its backward stays its own). */
+        int q = u->in[0];
+        nn_node *bn = &g->nodes[q];
+        if (!(flags(u) & NN_RECT_MASK_SOURCE) && q != 0 && (flags(bn) & NN_RECT_MASK_SOURCE) &&
+            (flags(bn) & NN_FUSES_RELU) && P->ncons[q] == 1 && bn->storage == q && !bn->grad_source && q != g->out)
+            bn->fused_into = i;
     }
+}
+
+/* The values node n's fwd reads: its inputs, or with fuse_from those of the fused
+ * node (a BN fused into it through an add: that BN's input). Returns how many. */
+static int fwd_reads(const nn_graph *g, const nn_node *n, int *v)
+{
+    int self = (int)(n - g->nodes), k = 0;
+    const nn_node *src = n->fuse_from ? &g->nodes[n->fuse_from] : n;
+    for (int j = 0; j < src->nin; j++) {
+        const nn_node *in = &g->nodes[src->in[j]];
+        int x = n->fuse_from && in->fused_into == self && src->in[j] != n->fuse_from ? in->in[0] : src->in[j];
+        v[k++] = g->nodes[x].storage;
+    }
+    return k;
 }
 
 /* recompute: cheap nodes (NN_RECOMPUTE, or at most g->recompute_macs multiply-adds per
@@ -200,9 +221,10 @@ static void pass_lifetimes(pl *P)
         if (flags(n) & NN_BWD_OUTPUT && !n->recompute && !n->folded && !nn_relu_bwd_fused(g->nodes, n) &&
             y1[s] < bw(P, i))
             y1[s] = bw(P, i);
-        for (int k = 0; n->fuse_from && k < g->nodes[n->fuse_from].nin; k++) { /* read by the fused fwd */
-            int v = g->nodes[g->nodes[n->fuse_from].in[k]].storage;
-            if (y1[v] < fw(i)) y1[v] = fw(i);
+        if (n->fuse_from) { /* what the fused fwd reads */
+            int v[NN_MAX_IN], nv = fwd_reads(g, n, v);
+            for (int k = 0; k < nv; k++)
+                if (y1[v[k]] < fw(i)) y1[v[k]] = fw(i);
         }
         if (flags(n) & NN_SOURCE) y1[s] = 4 * N + 8; /* extra inputs (tests) live throughout */
         if (i == g->out) {
@@ -243,9 +265,9 @@ static void materialize(pl *P, int v, int at)
     nn_graph *g = P->g;
     nn_node *n = &g->nodes[v];
     int tm = bw(P, at) - 1;
-    const nn_node *src = n->fuse_from ? &g->nodes[n->fuse_from] : n; /* whose inputs its fwd reads */
+    int rd[NN_MAX_IN], nrd = fwd_reads(g, n, rd);
     P->mat[v] = 1;
-    for (int k = 0; k < src->nin; k++) use(P, g->nodes[src->in[k]].storage, tm, at);
+    for (int k = 0; k < nrd; k++) use(P, rd[k], tm, at);
     n->rc_next = -1;
     if (P->tail[at] < 0) g->nodes[at].rc_head = v;
     else g->nodes[P->tail[at]].rc_next = v;

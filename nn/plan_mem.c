@@ -130,7 +130,7 @@ static int plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         }
         if (ybroot[i] >= 0 && ybroot[i] != i) n->y_bwd = g->nodes[ybroot[i]].y_bwd;
         if (!n->needs_grad || n->maxt_from || n->folded == NN_FOLD_RELU ||
-            (n->fused_into && nn_relu_bwd_fused(g->nodes, &g->nodes[n->fused_into])))
+            (n->fused_into && g->nodes[n->fused_into].fuse_from == i && nn_relu_bwd_fused(g->nodes, &g->nodes[n->fused_into])))
             n->dy = NULL;
         if (n->folded == NN_FOLD_RELU || n->maxt_from || n->fused_into) n->y = NULL;
         n->y_fwd = n->y;

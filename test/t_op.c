@@ -72,13 +72,23 @@ void t_op_check_grads_eps(t_op *h, double tol, float eps)
     t_op_objective(h);
     memcpy(o->dy, h->ry, nn_shape_numel(o->out) * (size_t)h->batch * sizeof(float));
     nn_backward_from(&h->g, h->op, h->batch);
+    /* The planner may reuse a gradient's bytes during the next forward (the op's output
+     * is dead once its backward ran): keep a copy of every one before any. */
+    float *dys[NN_MAX_IN] = {0};
     for (int s = 0; s < h->nsrc; s++) {
         nn_node *src = &h->g.nodes[h->src[s]];
         if (src->out.tokens) continue;
         size_t m = nn_shape_numel(src->out) * (size_t)h->batch;
-        /* The planner may reuse a gradient's bytes during the next forward: keep a copy. */
-        float *dy = malloc(m * sizeof(float));
-        memcpy(dy, src->dy, m * sizeof(float));
+        dys[s] = malloc(m * sizeof(float));
+        memcpy(dys[s], src->dy, m * sizeof(float));
+    }
+    for (int s = 0; s < h->nsrc; s++) {
+        nn_node *src = &h->g.nodes[h->src[s]];
+        if (src->out.tokens) continue;
+        size_t m = nn_shape_numel(src->out) * (size_t)h->batch;
+        float *dy = dys[s];
+        CHECK(dy != NULL);
+        if (!dy) continue;
         for (int t = 0; t < 12; t++) {
             size_t k = (size_t)(urand() * (double)m);
             float keep = src->y[k];

@@ -56,7 +56,9 @@ TEST(graph_zoo_matches_torchvision_names_and_sizes)
         CHECKF(build(&m, &c, 2, 0, 0, err, sizeof err) == 0, "%s", err);
         CHECK_EQ(count_params(&m.g), want[i].params); /* torchvision's figures */
         CHECK_EQ(m.g.nb, 3 * want[i].bn);
-        CHECK(m.g.act_bytes < m.g.act_bytes_noreuse * 3 / 5);
+        /* reuse saves >= 30 % (BN/add -> ReLU fusion leaves fewer short-lived outputs to reuse) */
+        CHECKF(m.g.act_bytes < m.g.act_bytes_noreuse * 7 / 10, "%s: %zu planned, %zu without reuse", want[i].name,
+               m.g.act_bytes, m.g.act_bytes_noreuse);
     }
     nn_model_cfg c = {.name = "resnet18", .in = {3, 224, 224, 0}, .num_classes = 1000};
     build(&m, &c, 2, 0, 0, err, sizeof err);

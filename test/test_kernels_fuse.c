@@ -1,7 +1,8 @@
-/* BN -> ReLU and add -> ReLU fused into one pass (nn/plan.c pass_fuse_relu, the
- * k_bn_relu_* / k_add_relu kernels): the very bits of the ops apart, on the kernels
- * (plane sizes with and without a vector tail, in place, 1 and 2 threads) and on
- * whole ResNet graphs (with and without recomputation). Named test_kernels_* so
+/* BN -> ReLU, add -> ReLU and BN -> add -> ReLU fused into one pass (nn/plan.c
+ * pass_fuse_relu; the k_bn_relu_*, k_bn_add_relu_fwd and k_add_relu kernels): the very
+ * bits of the ops apart, on the kernels (plane sizes with and without a vector tail,
+ * in place, 1 and 2 threads) and on whole ResNet graphs (with and without
+ * recomputation). Named test_kernels_* so
  * test_isa_paths.c runs it again on every ISA path. */
 #include "test/t.h"
 #include "test/t_graph.h"
@@ -56,6 +57,12 @@ static void bn_relu_case(int N, int C, int HW)
         k_relu_fwd(T, y, r);
         k_bn_relu_fwd(N, C, HW, x, mean, invstd, NULL, NULL, d);
         CHECK(memcmp(r, d, T * 4) == 0);
+        /* BN -> add -> relu: the BN output first in the sum */
+        k_bn_fwd(N, C, HW, x, mean, invstd, gm, bt, y);
+        k_add(T, y, dy, y);
+        k_relu_fwd(T, y, r);
+        k_bn_add_relu_fwd(N, C, HW, x, mean, invstd, gm, bt, dy, d);
+        CHECKF(memcmp(r, d, T * 4) == 0, "bn_add_relu_fwd %dx%dx%d threads %d", N, C, HW, th);
         /* add -> relu, in place over an input */
         k_add(T, x, dy, y);
         k_relu_fwd(T, y, r);
@@ -90,11 +97,15 @@ static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse,
     return 0;
 }
 
+/* ReLUs fused with a BN (bn 1) or an add (bn 0); bn 2: BNs fused through an add. */
 static int fused(const nn_graph *g, int bn)
 {
     int k = 0;
-    for (int i = 1; i < g->nn; i++)
-        if (g->nodes[i].fuse_from && nn_relu_bwd_fused(g->nodes, &g->nodes[i]) == bn) k++;
+    for (int i = 1; i < g->nn; i++) {
+        const nn_node *n = &g->nodes[i];
+        if (bn == 2) k += n->fused_into && g->nodes[n->fused_into].fuse_from != i;
+        else k += n->fuse_from && nn_relu_bwd_fused(g->nodes, n) == bn;
+    }
     return k;
 }
 
@@ -105,7 +116,8 @@ static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
     char err[256];
     CHECKF(build(&m, c, B, macs, 0, err, sizeof err) == 0, "%s", err);
     CHECKF(build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
-    CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0);
+    CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&m.g, 2) > 0);
+    CHECK(fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0 && fused(&r.g, 2) == 0);
     /* no BN or add output, no BN dy: never more memory */
     CHECKF(m.g.act_bytes <= r.g.act_bytes, "%s macs %d: %zu fused, %zu not", m.g.model, macs, m.g.act_bytes,
            r.g.act_bytes);

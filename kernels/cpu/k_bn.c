@@ -280,7 +280,7 @@ static void stats2(size_t n, const float *a, float ash, const float *b, float bs
 
 typedef struct bn_job {
     int n, c, hw, parts;
-    const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma_in, *dbeta_in;
+    const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma_in, *dbeta_in, *add;
     float *y, *o1, *o2;
     double m;
     int relu; /* ReLU fused after the BatchNorm (k_bn_relu_fwd / _bwd_sums / _bwd_dx) */
@@ -348,8 +348,11 @@ static void fwd_task(void *ctx, int task)
     for (long pl = lo; pl < hi; pl++) {
         int ch = (int)(pl % j->c);
         float a = j->invstd[ch] * (j->gamma ? j->gamma[ch] : 1.0f);
-        (j->relu ? k_affine_relu_span : k_affine_span)((size_t)j->hw, -j->mean[ch], a, j->beta ? j->beta[ch] : 0.0f,
-                                                       j->x + pl * j->hw, j->y + pl * j->hw);
+        float b = j->beta ? j->beta[ch] : 0.0f;
+        if (j->add) k_affine_add_relu_span((size_t)j->hw, -j->mean[ch], a, b, j->x + pl * j->hw, j->add + pl * j->hw,
+                                           j->y + pl * j->hw);
+        else (j->relu ? k_affine_relu_span : k_affine_span)((size_t)j->hw, -j->mean[ch], a, b, j->x + pl * j->hw,
+                                                            j->y + pl * j->hw);
     }
 }
 
@@ -367,6 +370,15 @@ void k_bn_relu_fwd(int n, int c, int hw, const float *x, const float *mean, cons
 {
     bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
                 .beta = beta, .y = y, .relu = 1};
+    j.parts = bn_parts(n * c, (long)n * c * hw);
+    k_parallel_for(j.parts, fwd_task, &j);
+}
+
+void k_bn_add_relu_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
+                       const float *gamma, const float *beta, const float *s, float *y)
+{
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .mean = mean, .invstd = invstd, .gamma = gamma,
+                .beta = beta, .y = y, .relu = 1, .add = s};
     j.parts = bn_parts(n * c, (long)n * c * hw);
     k_parallel_for(j.parts, fwd_task, &j);
 }

@@ -84,6 +84,7 @@ void k_affine_relu_span(size_t n, float m, float a, float b, const float *x, flo
 void k_affine2_relu_span(size_t n, float a, const float *x, float b, const float *y, float ym, float c, float ra,
                          float rb, float *z);
 void k_add_relu_span(size_t n, const float *a, const float *b, float *y);
+void k_affine_add_relu_span(size_t n, float m, float a, float b, const float *x, const float *s, float *y);
 void k_fill_span(size_t n, float v, float *y);
 /* y[0..n) += sum_j a[j] * x[j][0..n), j = 0..cnt in order. */
 void k_axpy_rows(int cnt, const float *a, const float *const *x, size_t n, float *y);

@@ -42,6 +42,10 @@ void k_affine2_relu_span(size_t n, float a, const float *x, float b, const float
 {
     K_SPAN(affine2_relu_span, n, a, x, b, y, ym, c, ra, rb, z);
 }
+void k_affine_add_relu_span(size_t n, float m, float a, float b, const float *x, const float *s, float *y)
+{
+    K_SPAN(affine_add_relu_span, n, m, a, b, x, s, y);
+}
 void k_add_relu_span(size_t n, const float *a, const float *b, float *y) { K_SPAN(add_relu_span, n, a, b, y); }
 void k_add_span(size_t n, const float *a, const float *b, float *y) { K_SPAN(add_span, n, a, b, y); }
 void k_fill_span(size_t n, float v, float *y) { K_SPAN(fill_span, n, v, y); }

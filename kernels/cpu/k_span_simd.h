@@ -142,6 +142,21 @@ ISA_TARGET static void ISA_FN(affine2_relu_span)(size_t n, float a, const float 
     }
 }
 
+/* y = max(0, ((x + m)*a + b) + s): affine_span, add_span (BN output first) and
+ * relu_span in one pass (a BatchNorm, the residual add, then ReLU). */
+ISA_TARGET static void ISA_FN(affine_add_relu_span)(size_t n, float m, float a, float b, const float *x,
+                                               const float *s, float *y)
+{
+    kv vm = kv_set1(m), va = kv_set1(a), vb = kv_set1(b), z = kv_zero();
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W)
+        kv_store(y + i, kv_max(z, kv_add(kv_fma(kv_add(kv_load(x + i), vm), va, vb), kv_load(s + i))));
+    if (i < n) {
+        int t = (int)(n - i);
+        kv_storen(y + i, kv_max(z, kv_add(kv_fma(kv_add(kv_loadn(x + i, t), vm), va, vb), kv_loadn(s + i, t))), t);
+    }
+}
+
 /* y = max(0, a + b): add_span then relu_span in one pass (a residual add, then ReLU). */
 ISA_TARGET static void ISA_FN(add_relu_span)(size_t n, const float *a, const float *b, float *y)
 {

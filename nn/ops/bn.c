@@ -86,7 +86,7 @@ static void bn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
             invstd[k] = 1.0f / sqrtf(rv[k] + eps);
         }
     }
-    if (n->fused_into) return; /* the ReLU after it applies BN and itself in one pass (relu.c) */
+    if (n->fused_into) return; /* the ReLU after it (or after the add) applies it in its pass (relu.c) */
     k_bn_fwd(r->n, c, hw, nn_x(g, n, 0), mean, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1), n->y);
 }
 
@@ -119,13 +119,15 @@ static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     int c = n->out.c, hw = n->out.h * n->out.w;
     const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c, *gm = nn_pw(g, n, 0), *bt = nn_pw(g, n, 1);
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
-    /* Fused with the ReLU after it: that ReLU's dy, masked here (its own backward is empty). */
-    const float *dy = n->fused_into ? g->nodes[n->fused_into].dy : n->dy;
-    if (n->fused_into) k_bn_relu_bwd_sums(r->n, c, hw, x, mean, invstd, gm, bt, dy, dg, db);
+    /* Fused with the ReLU right after it: that ReLU's dy, masked here (its own backward
+     * is empty). Fused through an add: the add's gradient, as unfused. */
+    int rl = n->fused_into && g->nodes[n->fused_into].fuse_from == (int)(n - g->nodes);
+    const float *dy = rl ? g->nodes[n->fused_into].dy : n->dy;
+    if (rl) k_bn_relu_bwd_sums(r->n, c, hw, x, mean, invstd, gm, bt, dy, dg, db);
     else k_bn_bwd_sums(r->n, c, hw, x, mean, invstd, dy, dg, db);
     if (!dx) return;
     if (!g->sync_sum) {
-        if (n->fused_into) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx);
+        if (rl) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx);
         else k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, gm, dg, db, (double)r->n * hw, dy, dx);
         return;
     }
@@ -137,7 +139,7 @@ static void bn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     s[2 * c] = (double)r->n * hw;
     g->sync_sum(g->sync_ctx, s, 2 * c + 1);
     for (int k = 0; k < 2 * c; k++) f[k] = (float)s[k];
-    if (n->fused_into) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, f, f + c, s[2 * c], dy, dx);
+    if (rl) k_bn_relu_bwd_dx(r->n, c, hw, x, mean, invstd, gm, bt, f, f + c, s[2 * c], dy, dx);
     else k_bn_bwd_dx(r->n, c, hw, x, mean, invstd, gm, f, f + c, s[2 * c], dy, dx);
 }
 

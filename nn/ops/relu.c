@@ -12,7 +12,12 @@ static void relu_fwd(nn_graph *g, nn_node *n, const nn_run *r)
         if (p->op->flags & NN_RECT_MASK_SOURCE) /* BN: aux = mean, invstd (its fwd ran first) */
             k_bn_relu_fwd(r->n, n->out.c, n->out.h * n->out.w, nn_x(g, p, 0), mean, mean + n->out.c, nn_pw(g, p, 0),
                           nn_pw(g, p, 1), n->y);
-        else /* the residual add */
+        else if (g->nodes[p->in[0]].fused_into == (int)(n - g->nodes)) { /* BN -> add: that BN too */
+            const nn_node *b = nn_in(g, p, 0);
+            mean = b->aux;
+            k_bn_add_relu_fwd(r->n, n->out.c, n->out.h * n->out.w, nn_x(g, b, 0), mean, mean + n->out.c,
+                              nn_pw(g, b, 0), nn_pw(g, b, 1), nn_x(g, p, 1), n->y);
+        } else /* the residual add */
             k_add_relu(nn_out_numel(n, r), nn_x(g, p, 0), nn_x(g, p, 1), n->y);
         return;
     }

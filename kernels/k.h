@@ -78,6 +78,8 @@ void k_linear_bwd(int n, int in, int out, const float *x, const float *w, const 
 void k_relu_fwd(size_t n, const float *x, float *y);
 /* dx = dy where y > 0 (y is the relu output) */
 void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
+/* k_add(dy, a) then k_relu_bwd in one pass (the same bits); dx may be dy. */
+void k_relu_bwd_add(size_t n, const float *y, const float *dy, const float *a, float *dx);
 /* Leaky relu: y = x > 0 ? x : slope * x; dx = x > 0 ? dy : slope * dy (from the
  * input x, so any slope works). dx may be dy. */
 void k_leaky_relu_fwd(size_t n, float slope, const float *x, float *y);

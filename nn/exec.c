@@ -91,6 +91,7 @@ float *nn_dx(nn_graph *g, const nn_node *n, int i)
  * to the input's gradient (a value with several consumers, e.g. a residual input). */
 static void accumulate(nn_graph *g, const nn_node *n, int n_batch)
 {
+    if (n->acc_defer) return; /* the rectifier it reads adds acc in its backward (nn/plan.c) */
     for (int k = 0; k < n->nin; k++) {
         nn_node *v = &g->nodes[n->in[k]];
         if (v->needs_grad && v->dy_first != (int)(n - g->nodes))

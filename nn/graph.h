@@ -195,6 +195,11 @@ typedef struct nn_node {
      * does nothing and BN's reads the rectifier's dy, masked where BN(x) <= 0 (no dy of
      * the BN's own). 0 / 0 when not fused. */
     int fuse_from, fused_into;
+    /* A residual's gradient added inside the ReLU's backward (nn/plan.c): the node
+     * right after a rectifier whose output it reads without being its first gradient
+     * writer leaves its dx in acc (acc_defer) and the rectifier's backward adds it to
+     * its dy on the way (acc_from = that node): one pass instead of two. */
+    int acc_defer, acc_from;
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;

@@ -327,10 +327,14 @@ static void pass_inplace(pl *P)
 }
 
 /* accumulation: values read by a consumer other than the first writer accumulate
- * through an accumulation buffer (at most one such input per node). */
+ * through an accumulation buffer (at most one such input per node). When that value
+ * is a rectifier's output and the consumer comes right after it (a residual block's
+ * first conv), the rectifier's backward, next in line, adds the buffer in its own
+ * pass (acc_defer / acc_from; the same sum, then the same mask). */
 static int pass_accumulation(pl *P)
 {
     nn_graph *g = P->g;
+    for (int i = 0; i < P->N; i++) g->nodes[i].acc_defer = g->nodes[i].acc_from = 0;
     for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i];
         int uses = 0;
@@ -339,6 +343,11 @@ static int pass_accumulation(pl *P)
             if (v->needs_grad && v->dy_first != i) {
                 uses++;
                 if (nn_shape_numel(v->out) > P->acc) P->acc = nn_shape_numel(v->out);
+                if (n->in[k] == i - 1 && n->storage == i && !n->folded && (flags(v) & NN_RECTIFIER) && v->storage == i - 1 && !v->folded &&
+                    !v->mask_from_bn && !nn_relu_bwd_fused(g->nodes, v) && !g->no_fuse && !g->on_device) {
+                    n->acc_defer = 1;
+                    v->acc_from = i;
+                }
             }
         }
         if (uses > 1) {
@@ -413,9 +422,9 @@ static void pass_scratch(pl *P)
         nn_node *n = &g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
             nn_node *v = &g->nodes[n->in[k]];
-            if (v->needs_grad && v->dy_first != i)
-                P->it[P->ni++] = (item){r64(B * nn_shape_numel(v->out) * sizeof(float)), 0, bw(P, i), bw(P, i), i,
-                                        NN_PL_ACC};
+            if (v->needs_grad && v->dy_first != i) /* deferred: to the rectifier's backward */
+                P->it[P->ni++] = (item){r64(B * nn_shape_numel(v->out) * sizeof(float)), 0, bw(P, i),
+                                        n->acc_defer ? bw(P, n->in[k]) : bw(P, i), i, NN_PL_ACC};
         }
     }
 }

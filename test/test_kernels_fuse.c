@@ -1,5 +1,6 @@
 /* BN -> ReLU, add -> ReLU and BN -> add -> ReLU fused into one pass (nn/plan.c
- * pass_fuse_relu; the k_bn_relu_*, k_bn_add_relu_fwd and k_add_relu kernels): the very
+ * pass_fuse_relu; the k_bn_relu_*, k_bn_add_relu_fwd and k_add_relu kernels), and a
+ * residual's gradient added inside ReLU's backward (k_relu_bwd_add): the very
  * bits of the ops apart, on the kernels (plane sizes with and without a vector tail,
  * in place, 1 and 2 threads) and on whole ResNet graphs (with and without
  * recomputation). Named test_kernels_* so
@@ -63,6 +64,12 @@ static void bn_relu_case(int N, int C, int HW)
         k_relu_fwd(T, y, r);
         k_bn_add_relu_fwd(N, C, HW, x, mean, invstd, gm, bt, dy, d);
         CHECKF(memcmp(r, d, T * 4) == 0, "bn_add_relu_fwd %dx%dx%d threads %d", N, C, HW, th);
+        /* a gradient accumulated, then relu's backward: in place over dy */
+        k_add(T, dy, x, y);
+        k_relu_bwd(T, r, y, e);
+        memcpy(f, dy, T * 4);
+        k_relu_bwd_add(T, r, f, x, f);
+        CHECKF(memcmp(e, f, T * 4) == 0, "relu_bwd_add %zu threads %d", T, th);
         /* add -> relu, in place over an input */
         k_add(T, x, dy, y);
         k_relu_fwd(T, y, r);
@@ -97,13 +104,15 @@ static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse,
     return 0;
 }
 
-/* ReLUs fused with a BN (bn 1) or an add (bn 0); bn 2: BNs fused through an add. */
+/* ReLUs fused with a BN (bn 1) or an add (bn 0); bn 2: BNs fused through an add;
+ * bn 3: ReLUs whose backward adds a residual gradient. */
 static int fused(const nn_graph *g, int bn)
 {
     int k = 0;
     for (int i = 1; i < g->nn; i++) {
         const nn_node *n = &g->nodes[i];
-        if (bn == 2) k += n->fused_into && g->nodes[n->fused_into].fuse_from != i;
+        if (bn == 3) k += n->acc_from > 0 && g->nodes[n->acc_from].acc_defer;
+        else if (bn == 2) k += n->fused_into && g->nodes[n->fused_into].fuse_from != i;
         else k += n->fuse_from && nn_relu_bwd_fused(g->nodes, n) == bn;
     }
     return k;
@@ -116,8 +125,8 @@ static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
     char err[256];
     CHECKF(build(&m, c, B, macs, 0, err, sizeof err) == 0, "%s", err);
     CHECKF(build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
-    CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&m.g, 2) > 0);
-    CHECK(fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0 && fused(&r.g, 2) == 0);
+    CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&m.g, 2) > 0 && fused(&m.g, 3) > 0);
+    CHECK(fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0 && fused(&r.g, 2) == 0 && fused(&r.g, 3) == 0);
     /* no BN or add output, no BN dy: never more memory */
     CHECKF(m.g.act_bytes <= r.g.act_bytes, "%s macs %d: %zu fused, %zu not", m.g.model, macs, m.g.act_bytes,
            r.g.act_bytes);

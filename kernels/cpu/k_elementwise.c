@@ -60,6 +60,17 @@ void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
     span_run(&j);
 }
 
+static void relu_bwd_add_part(const span_job *j, size_t lo, size_t hi)
+{
+    k_relu_bwd_add_span(hi - lo, j->a + lo, j->b + lo, j->out2 + lo, j->out + lo);
+}
+
+void k_relu_bwd_add(size_t n, const float *y, const float *dy, const float *a, float *dx)
+{
+    span_job j = {.n = n, .fn = relu_bwd_add_part, .a = y, .b = dy, .out2 = (float *)a, .out = dx};
+    span_run(&j);
+}
+
 /* ---- leaky relu (the comparison and product PyTorch's CPU kernel does) */
 static void leaky_fwd_part(const span_job *j, size_t lo, size_t hi)
 {

@@ -67,6 +67,7 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
 /* Elementwise loops that the compiler does not vectorise at -O2. */
 void k_relu_span(size_t n, const float *x, float *y);
 void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx);
+void k_relu_bwd_add_span(size_t n, const float *y, const float *dy, const float *a, float *dx);
 void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y);
 void k_scale_span(size_t n, float scale, const float *x, float *y);
 float k_sum_span(size_t n, const float *x);

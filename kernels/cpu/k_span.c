@@ -11,6 +11,10 @@
 
 void k_relu_span(size_t n, const float *x, float *y) { K_SPAN(relu_span, n, x, y); }
 void k_relu_bwd_span(size_t n, const float *y, const float *dy, float *dx) { K_SPAN(relu_bwd_span, n, y, dy, dx); }
+void k_relu_bwd_add_span(size_t n, const float *y, const float *dy, const float *a, float *dx)
+{
+    K_SPAN(relu_bwd_add_span, n, y, dy, a, dx);
+}
 void k_scale_mask_span(size_t n, float scale, const uint8_t *mask, const float *x, float *y)
 {
     K_SPAN(scale_mask_span, n, scale, mask, x, y);

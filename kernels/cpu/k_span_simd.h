@@ -19,6 +19,19 @@ ISA_TARGET static void ISA_FN(relu_bwd_span)(size_t n, const float *y, const flo
     for (; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* relu_bwd_span of dy + a (add_span's sum): a gradient accumulated and masked at once. */
+ISA_TARGET static void ISA_FN(relu_bwd_add_span)(size_t n, const float *y, const float *dy, const float *a,
+                                            float *dx)
+{
+    size_t i = 0;
+    for (; i + KV_W <= n; i += KV_W)
+        kv_store(dx + i, kv_gtz_select(kv_load(y + i), kv_add(kv_load(dy + i), kv_load(a + i))));
+    for (; i < n; i++) {
+        float s = dy[i] + a[i];
+        dx[i] = y[i] > 0.0f ? s : 0.0f;
+    }
+}
+
 ISA_TARGET static void ISA_FN(scale_mask_span)(size_t n, float scale, const uint8_t *mask,
                                           const float *x, float *y)
 {

@@ -35,7 +35,10 @@ static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
                       nn_pw(g, b, 1), n->dy, dx);
         return;
     }
-    k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
+    if (n->acc_from) /* dy + the residual's gradient the next node left in its acc, then the mask */
+        k_relu_bwd_add(nn_out_numel(n, r), n->y, n->dy, g->nodes[n->acc_from].acc, dx);
+    else
+        k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
 }
 
 #if DDPRT_CUDA

@@ -69,8 +69,9 @@ static const env_var vars[RT_ENV_COUNT] = {
     V(ISA, E_ENUM, RT_ISA_CHOICES, "the best this CPU has",
       "a lower SIMD path for the CPU kernels and the reductions (`avx512bf16`: `avx512` plus `vdpbf16ps` for "
       "`--amp bf16`; the reductions run it as `avx512`)"),
-    V(CONV, E_ENUM, "auto|direct|winograd", "auto",
-      "the fp32 CPU 3x3 stride-1 pad-1 convs: `winograd` (F(2x2,3x3): fewer multiplies, other rounding), `direct` "
+    V(CONV, E_ENUM, "auto|direct|winograd|winograd4", "auto",
+      "the fp32 CPU 3x3 stride-1 pad-1 convs: `winograd` (F(2x2,3x3): fewer multiplies, other rounding), "
+      "`winograd4` (F(4x4,3x3) forward and dX, F(2x2,3x3) dW), `direct` "
       "(the shifted-row GEMMs, the bits of ddprt before Winograd), `auto` (Winograd where measured faster: see "
       "[models.md](models.md)); `ddprt-train --conv-algo` sets it too"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),

@@ -1,5 +1,6 @@
-/* Winograd F(2x2,3x3) convs (kernels/cpu/k_conv_wino.c), forced on with
- * k_conv_set_algo("winograd"): forward, dX and dW against naive double loops on
+/* Winograd convs (kernels/cpu/k_conv_wino.c), forced on with k_conv_set_algo:
+ * "winograd" (F(2x2,3x3)) and "winograd4" (F(4x4,3x3) forward and dX, F(2x2) dW):
+ * forward, dX and dW against naive double loops on
  * ResNet-like and awkward shapes (planes not a multiple of the 2x2 tile, 7x7, 5x9,
  * channel counts not multiples of 8/16, batches not a multiple of the image group),
  * the same bits for 1 and 2 threads, and "direct" giving the direct kernel's bits.
@@ -97,27 +98,30 @@ static const int cases[][5] = {
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
+static const char *const algos[] = {"winograd", "winograd4"};
+
 TEST(kernels_wino_matches_naive)
 {
-    for (int ci = 0; ci < NCASES; ci++) {
+    for (int ci = 0; ci < NCASES; ci++)
+    for (int ai = 0; ai < 2; ai++) {
         k_conv_shape sh = shape(cases[ci][0], cases[ci][1], cases[ci][2], cases[ci][3], cases[ci][4]);
         size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, ny = (size_t)sh.n * sh.k * sh.p * sh.q;
         size_t nw = (size_t)sh.k * sh.c * 9;
         float *x = rnd(nx), *w = rnd(nw), *b = rnd(sh.k), *dy = rnd(ny);
         double *y = malloc(ny * 8), *dx = malloc(nx * 8), *dw = malloc(nw * 8), *db = malloc(sh.k * 8);
         naive(&sh, x, w, b, dy, y, dx, dw, db);
-        CHECK(k_conv_set_algo("winograd") == 0);
+        CHECK(k_conv_set_algo(algos[ai]) == 0);
         outs o = run(&sh, x, w, b, dy);
         char what[96];
-        /* normwise relative error (t_check_close); measured F(2x2,3x3) on these shapes:
-         * fwd/dX <= ~1e-6, dW (sums over the batch's tiles) <= ~2e-6 */
-        snprintf(what, sizeof what, "wino case %d fwd", ci);
+        /* normwise relative error (t_check_close): F(2x2) < 1e-6; F(4x4) (its
+         * transforms' 1/6, 1/24, 4, 8 round) ~3e-6 at 32 channels, 1.2e-5 at 256 */
+        snprintf(what, sizeof what, "%s case %d fwd", algos[ai], ci);
         CHECK_CLOSE(what, o.y, y, ny, 1e-5);
-        snprintf(what, sizeof what, "wino case %d dx", ci);
+        snprintf(what, sizeof what, "%s case %d dx", algos[ai], ci);
         CHECK_CLOSE(what, o.dx, dx, nx, 1e-5);
-        snprintf(what, sizeof what, "wino case %d dw", ci);
+        snprintf(what, sizeof what, "%s case %d dw", algos[ai], ci);
         CHECK_CLOSE(what, o.dw, dw, nw, 1e-5);
-        snprintf(what, sizeof what, "wino case %d db", ci);
+        snprintf(what, sizeof what, "%s case %d db", algos[ai], ci);
         CHECK_CLOSE(what, o.db, db, sh.k, 1e-5);
         /* the direct path stays right and is another computation (the switch is live) */
         CHECK(k_conv_set_algo("direct") == 0);
@@ -135,9 +139,9 @@ TEST(kernels_wino_matches_naive)
 TEST(kernels_wino_threads_bitwise)
 {
     k_conv_shape shs[2] = {shape(13, 16, 7, 7, 20), shape(10, 32, 14, 14, 32)};
-    CHECK(k_conv_set_algo("winograd") == 0);
-    for (int si = 0; si < 2; si++) {
-        k_conv_shape *sh = &shs[si];
+    for (int si = 0; si < 4; si++) {
+        k_conv_shape *sh = &shs[si / 2];
+        CHECK(k_conv_set_algo(algos[si % 2]) == 0);
         size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->p * sh->q;
         size_t nw = (size_t)sh->k * sh->c * 9;
         float *x = rnd(nx), *w = rnd(nw), *b = rnd(sh->k), *dy = rnd(ny);
@@ -147,7 +151,7 @@ TEST(kernels_wino_threads_bitwise)
         outs c = run(sh, x, w, b, dy);
         k_set_threads(1);
         CHECKF(same(a.y, c.y, ny) && same(a.dx, c.dx, nx) && same(a.dw, c.dw, nw) && same(a.db, c.db, sh->k),
-               "shape %d: 1 and 2 threads differ", si);
+               "shape %d %s: 1 and 2 threads differ", si / 2, algos[si % 2]);
         outs_free(&a), outs_free(&c);
         free(x), free(w), free(b), free(dy);
     }

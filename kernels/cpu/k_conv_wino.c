@@ -1,5 +1,6 @@
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 pad-1 convs (ResNet's): 16 multiplies per
- * 2x2 outputs and channel pair instead of 36.
+ * 2x2 outputs and channel pair instead of 36; the forward and dX also as F(4x4, 3x3)
+ * (36 per 4x4 outputs, 6x6 tiles: wino_m).
  *   forward: per tile, V = B^T d B (4x4 input tile d), M[xi] = U[xi] V[xi] for the
  *            16 positions xi (U = G w G^T per filter and channel), y = A^T M A;
  *            the 16 products are GEMMs [K x C] x [C x tiles] over a block of tiles
@@ -13,8 +14,9 @@
  * dW takes a whole slot of images at once, sums S over its blocks in order (longer
  * blocks: the NT GEMMs' sums run over the tiles), then transforms back once per
  * chunk of filters (k_conv_drv.h's slots: any thread count, the same bits). The
- * transforms are k_conv_wino_simd.h's, per ISA level. Measured error (normwise, vs
- * double, ResNet shapes): ~2-4e-7 for all three, below the direct path's fwd/dX. */
+ * transforms are k_conv_wino_simd.h's (and k_conv_wino4_simd.h's), per ISA level.
+ * Measured error (max error / max value vs double, ResNet shapes, fwd and dX): F(2x2)
+ * 2-7e-7, F(4x4) 3e-6 (c32) to 1.2e-5 (c256), the direct path 6e-7 to 2.6e-6. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_conv_drv.h"
 #include "kernels/cpu/k_conv_wino.h"
@@ -33,16 +35,16 @@
 #define WINO_S_FLOATS (1L << 20)       /* dW's sums S: up to 4 MiB a slot */
 
 /* ---- which convs (k_conv_set_algo, DDPRT_CONV) */
-static int conv_algo = -1; /* K_CONV_AUTO / _DIRECT / _WINOGRAD; -1: DDPRT_CONV not read yet */
+static int conv_algo = -1; /* auto, direct, winograd, winograd4 (names[]); -1: DDPRT_CONV not read yet */
 
 int k_conv_set_algo(const char *name)
 {
-    static const char *const names[] = {"auto", "direct", "winograd"};
+    static const char *const names[] = {"auto", "direct", "winograd", "winograd4"};
     if (!name) {
         __atomic_store_n(&conv_algo, -1, __ATOMIC_RELAXED);
         return 0;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(name, names[i])) {
             __atomic_store_n(&conv_algo, i, __ATOMIC_RELAXED);
             return 0;
@@ -75,7 +77,7 @@ int k_conv_wino_use(const k_conv_shape *sh, int part)
 {
     if (!k_conv_wino_shape(sh)) return 0;
     int a = algo();
-    if (a != 0) return a == 2;
+    if (a != 0) return a >= 2;
     /* auto: where measured faster than the direct convs (k_conv.c), Sapphire Rapids,
      * batch 128 / 32: ResNet-18's 56x56 c64, 28x28 c128, 14x14 c256 (fwd 1.1-1.45x,
      * dW 1.1-1.4x on both levels); on AVX2 also ResNet-20's 14x14 c32 fwd and dX
@@ -88,6 +90,7 @@ int k_conv_wino_use(const k_conv_shape *sh, int part)
 
 /* ---- geometry and workspace */
 typedef struct wino_dims {
+    int m, nxi;           /* tile: m x m outputs (2 or 4), (m + 2)^2 positions xi */
     int ty, tx;           /* tile rows and columns of a plane */
     int ng, rows;         /* images per group; tile rows per block */
     int rows_dw;          /* dW's tile rows per block (across a slot's images): longer sums */
@@ -102,17 +105,19 @@ typedef struct wino_dims {
 static long round64(long b) { return (b + 63) & ~63L; }
 static long roundn(long v, long n) { return (v + n - 1) / n * n; }
 
-static wino_dims wino_dims_of(const k_conv_shape *sh)
+static wino_dims wino_dims_of(const k_conv_shape *sh, int m)
 {
     wino_dims d;
     k_conv_geo g = k_conv_geo_of(sh);
     int mc = sh->c > sh->k ? sh->c : sh->k;
-    d.ty = (sh->p + 1) / 2;
-    d.tx = (sh->q + 1) / 2;
+    d.m = m;
+    d.nxi = (m + 2) * (m + 2);
+    d.ty = (sh->p + m - 1) / m;
+    d.tx = (sh->q + m - 1) / m;
     /* dW partials as k_conv.c's: fewer slots where they are large */
     long dwb = 4L * sh->k * sh->c * 9, cap = (24L << 20) / dwb;
     d.slots = g.slots < cap ? g.slots : (int)(cap < 2 ? 2 : cap);
-    long t = (long)d.ty * d.tx, want = wino_tuned(sh, K_WINO_FWD) ? WINO_BLOCK_FLOATS / (32L * mc) : 0;
+    long t = (long)d.ty * d.tx, want = wino_tuned(sh, K_WINO_FWD) ? WINO_BLOCK_FLOATS / (2L * d.nxi * mc) : 0;
     long slot_tiles = (sh->n + d.slots - 1) / d.slots * t; /* no block longer than a slot's tiles */
     if (want < WINO_MIN_COLS) want = WINO_MIN_COLS;
     if (want > slot_tiles) want = slot_tiles;
@@ -134,12 +139,12 @@ static wino_dims wino_dims_of(const k_conv_shape *sh)
     /* dW's S in chunks of filters where it is large (16 K x C matrices) */
     d.kc = 16L * sh->k * sh->c <= WINO_S_FLOATS ? sh->k : (int)(WINO_S_FLOATS / (16L * sh->c));
     if (d.kc < 1) d.kc = 1;
-    long vm = 4L * (16L * mc * d.ldv + 16);
+    long vm = 4L * ((long)d.nxi * mc * d.ldv + 16);
     d.r_v = 0;
     d.r_m = d.r_v + round64(vm);
     d.r_s = d.r_m + round64(vm);
     d.r_tmp = d.r_s + round64(4L * 16 * d.kc * sh->c);
-    d.r_dw = d.r_tmp + round64(4L * (2 * (2 * d.ty + 2) * d.ld + 32));
+    d.r_dw = d.r_tmp + round64(4L * m * ((m * d.ty + 2) * d.ld + 16));
     d.r_db = d.r_dw + round64(dwb);
     d.slot = d.r_db + round64(4L * sh->k);
     /* and fewer slots where they are large: the workspace stays near 48 MiB */
@@ -148,24 +153,66 @@ static wino_dims wino_dims_of(const k_conv_shape *sh)
     size_t p1 = k_gemm_pack_floats(sh->k, sh->c), p2 = k_gemm_pack_floats(sh->c, sh->k);
     d.pu = (long)(p1 > p2 ? p1 : p2);
     /* U before packing: in the slots' regions (not in use yet) where they hold it */
-    long ub = round64(4L * 16 * sh->k * sh->c), sl = d.slot * d.slots;
+    long ub = round64(4L * d.nxi * sh->k * sh->c), sl = d.slot * d.slots;
     d.r_u = ub <= sl ? 0 : sl;
     d.r_up = ub <= sl ? sl : sl + ub;
-    d.r_boff = d.r_up + round64(4L * 16 * d.pu);
+    d.r_boff = d.r_up + round64(4L * d.nxi * d.pu);
     d.end = d.r_boff + round64((long)sizeof(long) * mc);
     return d;
 }
 
+/* The tile of the forward and dX (dW: always 2x2): 4x4 (F(4x4,3x3): 36 multiplies per
+ * 16 outputs, transforms of 6x6 tiles) where measured faster than 2x2, AVX2 on
+ * ResNet-18's 56x56 c64, 28x28 c128, 14x14 c256 (fwd 1.4-1.45x the direct convs,
+ * F(2x2) 1.2x); on AVX-512 it lost as often as it won. */
+static int wino_m(const k_conv_shape *sh)
+{
+    int a = algo();
+    if (a >= 2) return a == 3 ? 4 : 2;
+    return k_isa_level() == K_ISA_AVX2 && wino_tuned(sh, K_WINO_DW) ? 4 : 2;
+}
+
 size_t k_conv_wino_workspace(const k_conv_shape *sh)
 {
-    return k_conv_wino_shape(sh) ? (size_t)wino_dims_of(sh).end : 0;
+    if (!k_conv_wino_shape(sh)) return 0;
+    long a = wino_dims_of(sh, 2).end, b = wino_dims_of(sh, 4).end;
+    return (size_t)(a > b ? a : b);
 }
 
 /* U[xi][ko][ci] = (G w G^T)[xi] for the ko x ci matrix of 3x3 filters at w (filter
  * (ko, ci) at w + ko*ks + ci*cs, taps flipped when `flip`: the dX conv's W^T),
  * G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]; then each U[xi] packed as a GEMM's A. */
-static void wino_weights(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up, long pu)
+static void wino_weights4(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up, long pu)
 {
+    /* G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] */
+    static const float G[6][3] = {{0.25f, 0, 0},
+                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                                  {0, 0, 1}};
+    long kc = (long)ko * ci;
+    for (int k = 0; k < ko; k++)
+        for (int c = 0; c < ci; c++) {
+            const float *f = w + k * ks + c * cs;
+            float g[9], t[6][3];
+            for (int e = 0; e < 9; e++) g[e] = f[flip ? 8 - e : e];
+            for (int i = 0; i < 6; i++)
+                for (int s = 0; s < 3; s++) t[i][s] = G[i][0] * g[s] + G[i][1] * g[3 + s] + G[i][2] * g[6 + s];
+            float *o = u + (long)k * ci + c;
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 6; j++) o[(6 * i + j) * kc] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+        }
+    for (int xi = 0; xi < 36; xi++) k_gemm_pack_a(ko, ci, u + xi * kc, ci, 1, up + xi * pu);
+}
+
+static void wino_weights(int m, int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up,
+                         long pu)
+{
+    if (m == 4) {
+        wino_weights4(ko, ci, w, ks, cs, flip, u, up, pu);
+        return;
+    }
     long kc = (long)ko * ci;
     for (int k = 0; k < ko; k++)
         for (int c = 0; c < ci; c++) {
@@ -206,14 +253,18 @@ static void wino_tiles(const wino_dims *d, const float *in, int ch, int c, int h
                        int dy, float *tmp, float *v, long vs)
 {
     const int lvl = k_isa_level();
-    float *e = tmp, *o = tmp + (2 * d->ty + 2) * d->ld + 16; /* 16: k_wino_split's slack */
+    long pld = (d->m * d->ty + 2) * d->ld + 16; /* 16: k_wino_split's slack */
+    float *e = tmp, *o = tmp + pld;
     for (long r = r0; r < r0 + nr;) {
         long img = i0 + r / d->ty;
         int ty0 = (int)(r % d->ty), n = d->ty - ty0;
         if (n > r0 + nr - r) n = (int)(r0 + nr - r);
         const float *xp = in + (img * ch + c) * (long)h * w;
         float *vp = v + (r - r0) * d->tx;
-        if (dy) {
+        if (d->m == 4) {
+            RT_ISA_CALL(lvl, k_wino4_split, xp, h, w, 1, 4 * ty0, 4 * (ty0 + n) + 2, d->ld, e, pld);
+            RT_ISA_CALL(lvl, k_wino4_in_tiles, e, pld, d->ld, n, d->tx, vp, vs);
+        } else if (dy) {
             RT_ISA_CALL(lvl, k_wino_split, xp, h, w, 0, 2 * ty0, 2 * (ty0 + n), d->ld, e, o);
             RT_ISA_CALL(lvl, k_wino_dy_tiles, e, o, d->ld, n, d->tx, vp, vs);
         } else {
@@ -236,14 +287,18 @@ static void wino_conv(const wino_job *j, char *base, int ci, int ko, const float
     for (long r0 = 0; r0 < total; r0 += d->rows) {
         long nr = total - r0 < d->rows ? total - r0 : d->rows, cols = nr * d->tx;
         for (int c = 0; c < ci; c++) wino_tiles(d, in, ci, c, h, w, i0, r0, nr, 0, tmp, v + c * ldv, ci * ldv);
-        for (int xi = 0; xi < 16; xi++)
+        for (int xi = 0; xi < d->nxi; xi++)
             k_gemm_nn_packed(ko, (int)cols, ci, j->up + xi * d->pu, v + xi * ci * ldv, ldv, NULL, m + xi * ko * ldv,
                              ldv, NULL, 0);
         for (int k = 0; k < ko; k++)
             for (long r = r0; r < r0 + nr; r++) {
                 float *yp = out + ((i0 + r / d->ty) * ko + k) * plane;
-                RT_ISA_CALL(lvl, k_wino_out_row, m + k * ldv + (r - r0) * d->tx, ko * ldv, bias ? bias[k] : 0.0f, yp,
-                            h, w, (int)(r % d->ty), d->tx);
+                if (d->m == 4)
+                    RT_ISA_CALL(lvl, k_wino4_out_row, m + k * ldv + (r - r0) * d->tx, ko * ldv, bias ? bias[k] : 0.0f,
+                                yp, h, w, (int)(r % d->ty), d->tx);
+                else
+                    RT_ISA_CALL(lvl, k_wino_out_row, m + k * ldv + (r - r0) * d->tx, ko * ldv, bias ? bias[k] : 0.0f,
+                                yp, h, w, (int)(r % d->ty), d->tx);
             }
     }
 }
@@ -322,9 +377,9 @@ static k_conv_slots wino_slots(wino_job *j)
 
 void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws)
 {
-    wino_job j = {.sh = sh, .d = wino_dims_of(sh), .ws = ws, .x = x, .b = b, .y = y};
+    wino_job j = {.sh = sh, .d = wino_dims_of(sh, wino_m(sh)), .ws = ws, .x = x, .b = b, .y = y};
     float *u = (float *)((char *)ws + j.d.r_u), *up = (float *)((char *)ws + j.d.r_up);
-    wino_weights(sh->k, sh->c, w, (long)sh->c * 9, 9, 0, u, up, j.d.pu);
+    wino_weights(j.d.m, sh->k, sh->c, w, (long)sh->c * 9, 9, 0, u, up, j.d.pu);
     j.up = up;
     k_conv_slots s = wino_slots(&j);
     s.fwd_n = wino_fwd_n;
@@ -332,14 +387,20 @@ void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, con
     k_conv_slots_fwd(&s);
 }
 
+/* dW (F(2x2)) and dX (the forward's tile), one after the other where the tiles differ. */
 void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
                      float *db, void *ws)
 {
-    wino_job j = {.sh = sh, .d = wino_dims_of(sh), .ws = ws, .x = x, .dy = dy, .dx = dx, .dw = dw};
+    int mx = wino_m(sh);
+    if (dx && dw && mx != 2) {
+        k_conv_wino_bwd(sh, x, w, dy, NULL, dw, db, ws);
+        dw = NULL, db = NULL;
+    }
+    wino_job j = {.sh = sh, .d = wino_dims_of(sh, dx ? mx : 2), .ws = ws, .x = x, .dy = dy, .dx = dx, .dw = dw};
     float *u = (float *)((char *)ws + j.d.r_u), *up = (float *)((char *)ws + j.d.r_up);
     long *boff = (long *)((char *)ws + j.d.r_boff);
     if (dx) { /* the dX conv's filters: W^T (c x k), taps flipped */
-        wino_weights(sh->c, sh->k, w, 9, (long)sh->c * 9, 1, u, up, j.d.pu);
+        wino_weights(j.d.m, sh->c, sh->k, w, 9, (long)sh->c * 9, 1, u, up, j.d.pu);
         j.up = up;
     }
     for (int c = 0; c < sh->c; c++) boff[c] = c * j.d.ldv;

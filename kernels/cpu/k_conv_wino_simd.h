@@ -190,6 +190,8 @@ static ISA_TARGET void ISA_FN(k_wino_out_row)(const float *m, long ms, float bia
     }
 }
 
+#include "kernels/cpu/k_conv_wino4_simd.h"
+
 #undef KW_
 #undef KW
 #undef KW_EV

@@ -286,7 +286,8 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
 
 int k_conv2d_winograd_parts(const k_conv_shape *sh)
 {
-    return k_conv_wino_use(sh, K_WINO_FWD) | k_conv_wino_use(sh, K_WINO_DX) << 1 | k_conv_wino_use(sh, K_WINO_DW) << 2;
+    int p = k_conv_wino_use(sh, K_WINO_FWD) | k_conv_wino_use(sh, K_WINO_DX) << 1 | k_conv_wino_use(sh, K_WINO_DW) << 2;
+    return p & 3 && k_conv_wino_tile(sh) == 4 ? p | 8 : p;
 }
 
 /* The conv's output only feeds relu -> max over time (p == 1; nn/plan.c): each image's

@@ -172,6 +172,8 @@ static int wino_m(const k_conv_shape *sh)
     return k_isa_level() == K_ISA_AVX2 && wino_tuned(sh, K_WINO_DW) ? 4 : 2;
 }
 
+int k_conv_wino_tile(const k_conv_shape *sh) { return wino_m(sh); }
+
 size_t k_conv_wino_workspace(const k_conv_shape *sh)
 {
     if (!k_conv_wino_shape(sh)) return 0;

@@ -11,6 +11,8 @@ int k_conv_wino_shape(const k_conv_shape *sh);
  * k_conv_set_algo / DDPRT_CONV. */
 enum { K_WINO_FWD, K_WINO_DX, K_WINO_DW };
 int k_conv_wino_use(const k_conv_shape *sh, int part);
+/* The forward's and dX's tile when they run it: 2 (F(2x2,3x3)) or 4 (F(4x4,3x3)). */
+int k_conv_wino_tile(const k_conv_shape *sh);
 /* Its workspace (0 for other shapes): a function of the shape only. */
 size_t k_conv_wino_workspace(const k_conv_shape *sh);
 void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws);

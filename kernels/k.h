@@ -23,7 +23,8 @@ const char *k_isa(void);
 int k_set_isa(const char *name);
 /* The fp32 CPU 3x3 stride-1 pad-1 convs' algorithm: "auto" (Winograd F(2x2,3x3) where
  * measured faster on this ISA path), "direct", "winograd" (F(2x2,3x3) on every such conv),
- * "winograd4" (F(4x4,3x3) forward and dX, F(2x2,3x3) dW); NULL: DDPRT_CONV's (read at
+ * "winograd4" (F(4x4,3x3) forward and dX on 14x14+ planes with 64+ channels, else
+ * F(2x2,3x3)); NULL: DDPRT_CONV's (read at
  * the next conv). -1 (nothing changed) for another name. Not thread-safe with kernels
  * running. The workspace sizes do not depend on it. */
 int k_conv_set_algo(const char *name);

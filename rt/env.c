@@ -71,7 +71,7 @@ static const env_var vars[RT_ENV_COUNT] = {
       "`--amp bf16`; the reductions run it as `avx512`)"),
     V(CONV, E_ENUM, "auto|direct|winograd|winograd4", "auto",
       "the fp32 CPU 3x3 stride-1 pad-1 convs: `winograd` (F(2x2,3x3): fewer multiplies, other rounding), "
-      "`winograd4` (F(4x4,3x3) forward and dX, F(2x2,3x3) dW), `direct` "
+      "`winograd4` (F(4x4,3x3) forward and dX on 14x14+ planes with 64+ channels, else F(2x2,3x3)), `direct` "
       "(the shifted-row GEMMs, the bits of ddprt before Winograd), `auto` (Winograd where measured faster: see "
       "[models.md](models.md)); `ddprt-train --conv-algo` sets it too"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),

@@ -91,10 +91,12 @@ static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b,
 
 /* n c h w k: ResNet-20's 14x14 c32 and ResNet-18-like 28x28 (small batch); 7x7 with a
  * batch that is not a multiple of the image group (13 images, 8 slots); 5x9; odd
- * planes and channel counts; a plane wider than one vector of tiles. */
+ * planes and channel counts; a plane wider than one vector of tiles. F(4x4) runs only
+ * where the workspace covers it (14x14+ planes, 64+ channels; elsewhere winograd4
+ * runs F(2x2)): 28x28, and 15x18 (neither a multiple of the 4x4 tile) on 3 images. */
 static const int cases[][5] = {
     {3, 32, 14, 14, 32}, {2, 64, 28, 28, 64}, {13, 16, 7, 7, 20}, {3, 17, 5, 9, 9},
-    {2, 19, 11, 6, 13},  {1, 5, 3, 3, 4},     {2, 8, 9, 37, 24},
+    {2, 19, 11, 6, 13},  {1, 5, 3, 3, 4},     {2, 8, 9, 37, 24},  {3, 64, 15, 18, 65},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -138,7 +140,7 @@ TEST(kernels_wino_matches_naive)
 
 TEST(kernels_wino_threads_bitwise)
 {
-    k_conv_shape shs[2] = {shape(13, 16, 7, 7, 20), shape(10, 32, 14, 14, 32)};
+    k_conv_shape shs[2] = {shape(13, 16, 7, 7, 20), shape(10, 64, 14, 14, 64)};
     for (int si = 0; si < 4; si++) {
         k_conv_shape *sh = &shs[si / 2];
         CHECK(k_conv_set_algo(algos[si % 2]) == 0);

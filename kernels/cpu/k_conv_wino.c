@@ -167,9 +167,10 @@ static wino_dims wino_dims_of(const k_conv_shape *sh, int m)
  * F(2x2) 1.2x); on AVX-512 it lost as often as it won. */
 static int wino_m(const k_conv_shape *sh)
 {
+    if (!wino_tuned(sh, K_WINO_DW)) return 2; /* nor does the workspace cover F(4x4) there */
     int a = algo();
     if (a >= 2) return a == 3 ? 4 : 2;
-    return k_isa_level() == K_ISA_AVX2 && wino_tuned(sh, K_WINO_DW) ? 4 : 2;
+    return k_isa_level() == K_ISA_AVX2 ? 4 : 2;
 }
 
 int k_conv_wino_tile(const k_conv_shape *sh) { return wino_m(sh); }
@@ -177,7 +178,7 @@ int k_conv_wino_tile(const k_conv_shape *sh) { return wino_m(sh); }
 size_t k_conv_wino_workspace(const k_conv_shape *sh)
 {
     if (!k_conv_wino_shape(sh)) return 0;
-    long a = wino_dims_of(sh, 2).end, b = wino_dims_of(sh, 4).end;
+    long a = wino_dims_of(sh, 2).end, b = wino_tuned(sh, K_WINO_DW) ? wino_dims_of(sh, 4).end : 0;
     return (size_t)(a > b ? a : b);
 }
 

@@ -192,12 +192,12 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
                 float *o = ap + (long)k * KT_MR + r0;
                 if (nr == 8)
                     for (int q = 0; q < 8; q++) _mm256_storeu_ps(o + q * KT_MR, v[q]);
-                else
-                    for (int q = 0; q < 8; q++) {
-                        float t[8];
-                        _mm256_storeu_ps(t, v[q]);
-                        for (int i = 0; i < nr; i++) o[q * KT_MR + i] = t[i];
-                    }
+                else {
+                    /* part of 8 rows (every second block of AVX-512's 12-row panels):
+                     * masked stores rather than a spill and nr scalar copies per k */
+                    __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    for (int q = 0; q < 8; q++) _mm256_maskstore_ps(o + q * KT_MR, lanes, v[q]);
+                }
             }
     } else if (ars == 1) {
         /* one masked vector per k (KT_MR <= KV_W): the plain loop became a memcpy call */

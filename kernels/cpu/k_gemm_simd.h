@@ -270,6 +270,11 @@ ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a
  * workers (ports/posix, default attributes) and callers' threads have glibc's default
  * stack (RLIMIT_STACK, 8 MiB). */
 #define KT_NC 512
+/* Row group gi of ngr for super-block js: every second super-block walks the groups
+ * backwards, so it starts on the A rows packed last, still in L2 (a forward GEMM's K
+ * chunk of A, 2048 x 256 floats, is larger than L2: each super-block re-read it all
+ * from memory). The order of the groups does not change any element's sums. */
+#define KT_GSERP(gi, ngr, js) ((((js) / KT_NC) & 1 ? (ngr) - 1 - (gi) : (gi)) * KT_GB)
 __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n, int kk, const float *a,
                                                                long ars, long acs, const float *b, long ldb,
                                                                float *c, long ldc, const float *bias, int acc)
@@ -277,15 +282,15 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n
     _Alignas(64) float ap[KT_GB * KT_KC * KT_MR];
     _Alignas(64) float bp[KT_KC * KT_NC];
     const int cw = KT_NV * KV_W;
-    int nmb = (m + KT_MR - 1) / KT_MR;
+    int nmb = (m + KT_MR - 1) / KT_MR, ngr = (nmb + KT_GB - 1) / KT_GB;
     for (int k0 = 0; k0 < kk; k0 += KT_KC) {
         int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC, acc_k = acc || k0 > 0;
         const float *bias_k = k0 > 0 ? NULL : bias;
         for (int js = 0; js < n; js += KT_NC) {
             int jn = n - js < KT_NC ? n - js : KT_NC;
             ISA_FN(pack_b)(kc, jn, b + (long)k0 * ldb + js, ldb, bp);
-            for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
-                int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+            for (int gi = 0; gi < ngr; gi++) {
+                int g0 = KT_GSERP(gi, ngr, js), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
                 ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, ars, acs, ap);
                 for (int jb = js; jb < js + jn; jb += KT_NB) {
                     int je = js + jn - jb < KT_NB ? js + jn : jb + KT_NB;
@@ -378,7 +383,7 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n
     _Alignas(64) float ap[KT_TRB * KT_KC];
     _Alignas(64) float bp[KT_KC * KT_NC];
     const int cw = KT_NV * KV_W;
-    int nmb = (m + KT_MR - 1) / KT_MR;
+    int nmb = (m + KT_MR - 1) / KT_MR, ngr = (nmb + KT_GB - 1) / KT_GB;
     if (nmb * KT_MR <= KT_TRB) {
         /* Up to KT_TRB rows: A packed once per K chunk, and each B^T panel (kc x cw,
          * in L1) packed just before every row block reads it. */
@@ -405,8 +410,8 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n
         for (int js = 0; js < n; js += KT_NC) {
             int jn = n - js < KT_NC ? n - js : KT_NC;
             ISA_FN(pack_bt)(kc, jn, 0, b + (long)js * ldb + k0, ldb, bp);
-            for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
-                int g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+            for (int gi = 0; gi < ngr; gi++) {
+                int g0 = KT_GSERP(gi, ngr, js), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
                 int r0 = (int)((long)g0 * m / nmb), r1 = (int)((long)g1 * m / nmb);
                 ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, lda, 1, ap);
                 if (k0 == 0 && !acc)

@@ -121,6 +121,10 @@ PTEST(invariant_lenet_resnet20_textcnn_same_bits_on_1_2_4_ranks)
     const char *r20[] = {"--invariant", "4", "--model", "resnet20", "--batch-size", "4", "--epochs", "1", "--max-steps",
                          "4", "--test-batch-size", "50", NULL};
     same_bits("resnet20", img_dir, r20, jobs, 3);
+    /* Winograd's dW sums tiles per slot of images: a shard's sums must not see the others */
+    const char *r20w[] = {"--invariant", "4", "--model", "resnet20", "--conv-algo", "winograd", "--batch-size", "4",
+                          "--epochs", "1", "--max-steps", "3", "--test-batch-size", "50", NULL};
+    same_bits("resnet20 --conv-algo winograd", img_dir, r20w, jobs, 3);
     const char *tc[] = {"--invariant", "4", "--model", "textcnn", "--seq-len", "12", "--embed-dim", "16", "--batch-size",
                         "8", "--epochs", "2", "--lr", "0.1", "--momentum", "0.9", NULL};
     same_bits("textcnn 2 epochs", text_dir, tc, jobs, 3);
@@ -147,6 +151,9 @@ PTEST(invariant_every_model_same_bits_on_1_2_3_threads)
     const char *r20[] = {"--invariant", "2", "--model", "resnet20", "--batch-size", "8", "--epochs", "1",
                          "--max-steps", "3", "--test-batch-size", "50", NULL};
     same_bits("resnet20 threads", img_dir, r20, jobs, 3);
+    const char *r20w[] = {"--invariant", "2", "--model", "resnet20", "--conv-algo", "winograd", "--batch-size", "8",
+                          "--epochs", "1", "--max-steps", "3", "--test-batch-size", "50", NULL};
+    same_bits("resnet20 --conv-algo winograd threads", img_dir, r20w, jobs, 3);
     const char *r20b[] = {"--invariant", "2", "--model", "resnet20", "--amp", "bf16", "--batch-size", "8", "--epochs",
                           "1", "--max-steps", "3", "--test-batch-size", "50", NULL};
     same_bits("resnet20 --amp bf16 threads", img_dir, r20b, jobs, 3);

@@ -162,15 +162,18 @@ static wino_dims wino_dims_of(const k_conv_shape *sh, int m)
 }
 
 /* The tile of the forward and dX (dW: always 2x2): 4x4 (F(4x4,3x3): 36 multiplies per
- * 16 outputs, transforms of 6x6 tiles) where measured faster than 2x2, AVX2 on
- * ResNet-18's 56x56 c64, 28x28 c128, 14x14 c256 (fwd 1.4-1.45x the direct convs,
- * F(2x2) 1.2x); on AVX-512 it lost as often as it won. */
+ * 16 outputs, transforms of 6x6 tiles) where measured faster than 2x2: AVX2 on
+ * ResNet-18's 56x56 c64, 28x28 c128, 14x14 c256 (fwd 1.6-1.7x the direct convs, F(2x2)
+ * 1.2x); AVX-512 on 56x56 c64 (46 vs 54 ms, batch 32) and 14x14 c256 (47-51 vs 52-55),
+ * not 28x28 c128 (7 tiles a row fill 7 of 16 lanes: 54-57 vs 46-53). */
 static int wino_m(const k_conv_shape *sh)
 {
     if (!wino_tuned(sh, K_WINO_DW)) return 2; /* nor does the workspace cover F(4x4) there */
     int a = algo();
     if (a >= 2) return a == 3 ? 4 : 2;
-    return k_isa_level() == K_ISA_AVX2 ? 4 : 2;
+    if (k_isa_level() == K_ISA_AVX2) return 4;
+    int tx = (sh->q + 3) / 4, ch = sh->c < sh->k ? sh->c : sh->k;
+    return ch >= 256 || 4 * tx >= 3 * ((tx + 15) / 16 * 16) ? 4 : 2;
 }
 
 int k_conv_wino_tile(const k_conv_shape *sh) { return wino_m(sh); }

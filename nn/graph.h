@@ -99,7 +99,8 @@ enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of 
        NN_RECT_MASK_SOURCE = 2048,
        /* a rectifier reading only this node may compute relu(this node's fwd) itself
         * in one pass (nn_node.fuse_from): BN's affine, add's sum (CPU fp32 graphs) */
-       NN_FUSES_RELU = 4096 };
+       NN_FUSES_RELU = 4096,
+       NN_BWD_IDENTITY = 8192 /* every input's gradient is dy itself (the add): planned in place */ };
 
 /* Named attributes: an op keeps its attributes in a struct of its own (nn/ops/X.c),
  * stored in nn_node.attr; the table maps each cfg key to a field. Values are set by

@@ -311,18 +311,46 @@ static void pass_reruns(pl *P)
     }
 }
 
-/* inplace: input 0's dy is the node's dy when the node writes it first. */
+/* A gradient sharing root r with node i's that is still read after i's backward
+ * (a sibling through an NN_BWD_IDENTITY node): i must not write over r then. */
+static int read_later(const pl *P, int r, int i)
+{
+    for (int m = 1; m < P->N; m++)
+        if (m != i && P->dyroot[m] == r && P->d1[m] > bw(P, i)) return 1;
+    return 0;
+}
+
+/* Nothing but the identity node and the value's own backward writes its gradient:
+ * no other reader, or one whose accumulation the rectifier's backward takes
+ * (pass_defer). */
+static int only_own_writes(const pl *P, int v)
+{
+    const nn_graph *g = P->g;
+    if (P->ncons[v] == 1) return 1;
+    return P->ncons[v] == 2 && g->nodes[v].acc_from && g->nodes[g->nodes[v].acc_from].acc_defer;
+}
+
+/* inplace: input 0's dy is the node's dy when the node writes it first, unless a
+ * sibling sharing that buffer is read later. An NN_BWD_IDENTITY node (the add) hands
+ * its dy to its other inputs too, when only they write them (the add, then their own
+ * backward): a residual block's gradient is then never copied. */
 static void pass_inplace(pl *P)
 {
     nn_graph *g = P->g;
     for (int i = P->N - 1; P->rc && i >= 1; i--) {
         nn_node *n = &g->nodes[i];
-        if (!(flags(n) & NN_BWD_INPLACE) || n->storage != i || !n->needs_grad || n->folded) continue;
-        int v = n->in[0];
-        nn_node *vn = &g->nodes[v];
-        if (v != 0 && vn->needs_grad && vn->storage == v && vn->dy_first == i &&
-            nn_shape_numel(vn->out) == nn_shape_numel(n->out))
-            P->dyroot[v] = P->dyroot[i];
+        if (!(flags(n) & (NN_BWD_INPLACE | NN_BWD_IDENTITY)) || n->storage != i || !n->needs_grad || n->folded)
+            continue;
+        int ident = (flags(n) & NN_BWD_IDENTITY) != 0;
+        if (!ident && read_later(P, P->dyroot[i], i)) continue;
+        for (int k = 0; k < (ident ? n->nin : 1); k++) {
+            int v = n->in[k];
+            nn_node *vn = &g->nodes[v];
+            if (v != 0 && vn->needs_grad && vn->storage == v && vn->dy_first == i &&
+                nn_shape_numel(vn->out) == nn_shape_numel(n->out) && (k == 0 || (only_own_writes(P, v) &&
+                P->ncons[n->in[0]] == 1)))
+                P->dyroot[v] = P->dyroot[i];
+        }
     }
 }
 
@@ -331,10 +359,27 @@ static void pass_inplace(pl *P)
  * is a rectifier's output and the consumer comes right after it (a residual block's
  * first conv), the rectifier's backward, next in line, adds the buffer in its own
  * pass (acc_defer / acc_from; the same sum, then the same mask). */
-static int pass_accumulation(pl *P)
+static void pass_defer(pl *P)
 {
     nn_graph *g = P->g;
     for (int i = 0; i < P->N; i++) g->nodes[i].acc_defer = g->nodes[i].acc_from = 0;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            nn_node *v = &g->nodes[n->in[k]];
+            if (v->needs_grad && v->dy_first != i && n->in[k] == i - 1 && n->storage == i && !n->folded &&
+                (flags(v) & NN_RECTIFIER) && v->storage == i - 1 && !v->folded && !v->mask_from_bn &&
+                !nn_relu_bwd_fused(g->nodes, v) && !g->no_fuse && !g->on_device) {
+                n->acc_defer = 1;
+                v->acc_from = i;
+            }
+        }
+    }
+}
+
+static int pass_accumulation(pl *P)
+{
+    nn_graph *g = P->g;
     for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i];
         int uses = 0;
@@ -343,11 +388,6 @@ static int pass_accumulation(pl *P)
             if (v->needs_grad && v->dy_first != i) {
                 uses++;
                 if (nn_shape_numel(v->out) > P->acc) P->acc = nn_shape_numel(v->out);
-                if (n->in[k] == i - 1 && n->storage == i && !n->folded && (flags(v) & NN_RECTIFIER) && v->storage == i - 1 && !v->folded &&
-                    !v->mask_from_bn && !nn_relu_bwd_fused(g->nodes, v) && !g->no_fuse && !g->on_device) {
-                    n->acc_defer = 1;
-                    v->acc_from = i;
-                }
             }
         }
         if (uses > 1) {
@@ -443,6 +483,7 @@ int nn_plan_items(nn_graph *g, int rc, item **items, int **roots, char *err, siz
         pass_recompute(&P);
         pass_lifetimes(&P);
         pass_reruns(&P);
+        pass_defer(&P);
         pass_inplace(&P);
         rcode = pass_accumulation(&P);
     }

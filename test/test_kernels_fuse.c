@@ -105,13 +105,15 @@ static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse,
 }
 
 /* ReLUs fused with a BN (bn 1) or an add (bn 0); bn 2: BNs fused through an add;
- * bn 3: ReLUs whose backward adds a residual gradient. */
+ * bn 3: ReLUs whose backward adds a residual gradient; bn 4: adds whose second input's
+ * gradient is their own (no copy). */
 static int fused(const nn_graph *g, int bn)
 {
     int k = 0;
     for (int i = 1; i < g->nn; i++) {
         const nn_node *n = &g->nodes[i];
-        if (bn == 3) k += n->acc_from > 0 && g->nodes[n->acc_from].acc_defer;
+        if (bn == 4) k += (n->op->flags & NN_BWD_IDENTITY) && n->dy && g->nodes[n->in[1]].dy == n->dy;
+        else if (bn == 3) k += n->acc_from > 0 && g->nodes[n->acc_from].acc_defer;
         else if (bn == 2) k += n->fused_into && g->nodes[n->fused_into].fuse_from != i;
         else k += n->fuse_from && nn_relu_bwd_fused(g->nodes, n) == bn;
     }
@@ -127,6 +129,8 @@ static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
     CHECKF(build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
     CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&m.g, 2) > 0 && fused(&m.g, 3) > 0);
     CHECK(fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0 && fused(&r.g, 2) == 0 && fused(&r.g, 3) == 0);
+    /* the residual gradient handed on in place: with the memory savers only */
+    CHECKF((fused(&m.g, 4) > 0) == (macs >= 0), "macs %d: %d adds in place", macs, fused(&m.g, 4));
     /* no BN or add output, no BN dy: never more memory */
     CHECKF(m.g.act_bytes <= r.g.act_bytes, "%s macs %d: %zu fused, %zu not", m.g.model, macs, m.g.act_bytes,
            r.g.act_bytes);

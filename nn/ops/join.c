@@ -21,7 +21,7 @@ static void add_fwd(nn_graph *g, nn_node *n, const nn_run *r)
 
 static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    for (int i = 0; i < 2; i++) { /* input 0's may be dy itself (NN_BWD_INPLACE) */
+    for (int i = 0; i < 2; i++) { /* an input's may be dy itself (NN_BWD_IDENTITY) */
         float *dx = nn_dx(g, n, i);
         if (dx && dx != n->dy) memcpy(dx, n->dy, nn_out_numel(n, r) * sizeof(float));
     }
@@ -44,7 +44,7 @@ static int add_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 }
 #endif
 
-const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_INPLACE, .min_in = 2, .max_in = 2,
+const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_IDENTITY, .min_in = 2, .max_in = 2,
                          .infer = add_infer, .fwd = add_fwd, .bwd = add_bwd,
                          NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda)};
 

@@ -41,34 +41,36 @@ summary() { # TABLE FILE
 }
 
 builds=("$A"); [[ -n $B ]] && builds+=("$B")
+# Each build's files and lines by its role: two builds are often both called "build".
+tag() { if [[ $1 == "$A" ]]; then echo after; else echo before; fi; }
 for isa in ${ISAS:-avx2 best}; do
   for t in ${TABLES:-resnet20 resnet18 linear lenet}; do
-    for b in "${builds[@]}"; do : >"$OUT/$isa.$t.$(basename "$b").sum"; done
+    for b in "${builds[@]}"; do : >"$OUT/$isa.$t.$(tag "$b").sum"; done
     for round in $(seq "$rounds"); do
       for b in "${builds[@]}"; do
-        f="$OUT/$isa.$t.$(basename "$b").txt"
+        f="$OUT/$isa.$t.$(tag "$b").txt"
         # An older build may lack a table (--model linear): its line then shows "-".
         run_table "$b" "$isa" "$t" >"$f" 2>&1 || continue
-        summary "$t" "$f" >>"$OUT/$isa.$t.$(basename "$b").sum"
+        summary "$t" "$f" >>"$OUT/$isa.$t.$(tag "$b").sum"
       done
     done
     for b in "${builds[@]}"; do
-      s="$OUT/$isa.$t.$(basename "$b").sum"
+      s="$OUT/$isa.$t.$(tag "$b").sum"
       case $t in
         resnet*) what="convs fwd+bwd GFLOP/s (% of peak)"; v="$(cut -d' ' -f1 "$s" | med) ($(cut -d' ' -f2 "$s" | med)%)" ;;
         lenet) what="LeNet step us (sum of kernel medians)"; v=$(med <"$s") ;;
         linear) what="square 512 fwd GFLOP/s (% of peak)"; v="$(cut -d' ' -f1 "$s" | med) ($(cut -d' ' -f2 "$s" | med)%)" ;;
       esac
-      printf "%-6s %-9s %-10s %-40s %s   [median of %s rounds]\n" "$isa" "$t" "$(basename "$b")" "$what" "$v" "$rounds"
+      printf "%-6s %-9s %-10s %-40s %s   [median of %s rounds]\n" "$isa" "$t" "$(tag "$b")" "$what" "$v" "$rounds"
     done
   done
 done
 echo
-echo "# last round's tables ($A):"
+echo "# last round's tables (after: $A):"
 for isa in ${ISAS:-avx2 best}; do
   for t in ${TABLES:-resnet20 resnet18 linear lenet}; do
     echo "## $t, path $isa"
-    cat "$OUT/$isa.$t.$(basename "$A").txt"
+    cat "$OUT/$isa.$t.after.txt"
   done
 done
 load_line after

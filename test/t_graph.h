@@ -3,6 +3,7 @@
 #ifndef T_GRAPH_H
 #define T_GRAPH_H
 #include "nn/graph.h"
+#include "nn/models/models.h"
 #include "rt/arena.h"
 
 typedef struct mg {
@@ -12,4 +13,9 @@ typedef struct mg {
     nn_buf b[NN_MAX_BUFS];
     rt_arena a;
 } mg;
+
+/* Builds model c into m and plans it for batch in m's own arena (a sizing pass first).
+ * macs: the recomputation threshold (< 0: no recomputation at all); no_fuse: keep BN,
+ * ReLU and add as separate passes. Returns 0 or -1 with err set. */
+int t_graph_build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen);
 #endif

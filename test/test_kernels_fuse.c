@@ -89,20 +89,6 @@ TEST(kernels_fuse_bn_relu_and_add_relu_match_the_ops_apart)
     bn_relu_case(4, 5, 3136);  /* resnet18's 56x56, over the parallel threshold */
 }
 
-static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen)
-{
-    rt_arena plan;
-    rt_arena_plan(&plan, "plan");
-    for (int pass = 0; pass < 2; pass++) {
-        if (nn_model_build(&m->g, m->nodes, m->p, m->b, c, err, errlen)) return -1;
-        m->g.no_recompute = macs < 0;
-        m->g.recompute_macs = macs;
-        m->g.no_fuse = no_fuse;
-        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, batch, err, errlen)) return -1;
-        if (!pass && rt_arena_init(&m->a, "model", plan.high)) return -1;
-    }
-    return 0;
-}
 
 /* ReLUs fused with a BN (bn 1) or an add (bn 0); bn 2: BNs fused through an add;
  * bn 3: ReLUs whose backward adds a residual gradient; bn 4: adds whose second input's
@@ -125,8 +111,8 @@ static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
 {
     static mg m, r;
     char err[256];
-    CHECKF(build(&m, c, B, macs, 0, err, sizeof err) == 0, "%s", err);
-    CHECKF(build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
+    CHECKF(t_graph_build(&m, c, B, macs, 0, err, sizeof err) == 0, "%s", err);
+    CHECKF(t_graph_build(&r, c, B, macs, 1, err, sizeof err) == 0, "%s", err);
     CHECK(fused(&m.g, 1) > 0 && fused(&m.g, 0) > 0 && fused(&m.g, 2) > 0 && fused(&m.g, 3) > 0);
     CHECK(fused(&r.g, 1) == 0 && fused(&r.g, 0) == 0 && fused(&r.g, 2) == 0 && fused(&r.g, 3) == 0);
     /* the residual gradient handed on in place: with the memory savers only */

@@ -14,21 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* macs < 0: no recomputation at all (the reference). */
-static int build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen)
-{
-    rt_arena plan;
-    rt_arena_plan(&plan, "plan");
-    for (int pass = 0; pass < 2; pass++) {
-        if (nn_model_build(&m->g, m->nodes, m->p, m->b, c, err, errlen)) return -1;
-        m->g.no_recompute = macs < 0;
-        m->g.recompute_macs = macs;
-        m->g.no_fuse = no_fuse;
-        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, batch, err, errlen)) return -1;
-        if (!pass && rt_arena_init(&m->a, "model", plan.high)) return -1;
-    }
-    return 0;
-}
 
 static int count(const nn_graph *g, const char *kind, int mask)
 {
@@ -44,8 +29,8 @@ static void same_bits(const nn_model_cfg *c, int B, int macs, int no_fuse)
 {
     static mg m, r;
     char err[256];
-    CHECKF(build(&m, c, B, macs, no_fuse, err, sizeof err) == 0, "%s", err);
-    CHECKF(build(&r, c, B, -1, no_fuse, err, sizeof err) == 0, "%s", err);
+    CHECKF(t_graph_build(&m, c, B, macs, no_fuse, err, sizeof err) == 0, "%s", err);
+    CHECKF(t_graph_build(&r, c, B, -1, no_fuse, err, sizeof err) == 0, "%s", err);
     size_t pm = m.g.act_bytes + (m.g.ws ? m.g.ws_bytes : 0), pr = r.g.act_bytes + r.g.ws_bytes;
     CHECKF(pm < pr, "%s: planned %zu with recomputation, %zu without", m.g.model, pm, pr);
     CHECK(m.g.act_bytes_keep == r.g.act_bytes);

@@ -58,36 +58,26 @@ void k_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx)
     k_parallel_for(j.parts, gap_bwd_task, &j);
 }
 
-/* ---- residual add (y may alias a or b: elementwise, same index read then written) */
+/* ---- residual add, and add -> ReLU in one pass (y may alias a or b: elementwise, same
+ * index read then written) */
 static void add_task(void *ctx, int task)
 {
     const g_job *j = ctx;
     long lo, hi;
     k_split((long)j->n, j->parts, task, &lo, &hi);
-    k_add_span((size_t)(hi - lo), j->a + lo, j->b + lo, j->y + lo);
+    (j->relu ? k_add_relu_span : k_add_span)((size_t)(hi - lo), j->a + lo, j->b + lo, j->y + lo);
 }
 
-void k_add(size_t n, const float *a, const float *b, float *y)
+static void add_run(size_t n, const float *a, const float *b, float *y, int relu)
 {
-    g_job j = {.n = n, .a = a, .b = b, .y = y};
+    g_job j = {.n = n, .a = a, .b = b, .y = y, .relu = relu};
     j.parts = g_parts((long)n, (long)n);
     k_parallel_for(j.parts, add_task, &j);
 }
 
-static void add_relu_task(void *ctx, int task)
-{
-    const g_job *j = ctx;
-    long lo, hi;
-    k_split((long)j->n, j->parts, task, &lo, &hi);
-    k_add_relu_span((size_t)(hi - lo), j->a + lo, j->b + lo, j->y + lo);
-}
+void k_add(size_t n, const float *a, const float *b, float *y) { add_run(n, a, b, y, 0); }
 
-void k_add_relu(size_t n, const float *a, const float *b, float *y)
-{
-    g_job j = {.n = n, .a = a, .b = b, .y = y};
-    j.parts = g_parts((long)n, (long)n);
-    k_parallel_for(j.parts, add_relu_task, &j);
-}
+void k_add_relu(size_t n, const float *a, const float *b, float *y) { add_run(n, a, b, y, 1); }
 
 /* ---- embedding. Forward is a gather plus a transpose ([len, dim] rows -> [dim, len]):
  * blocks of 16 tokens keep the written lines in cache while the rows are read. */

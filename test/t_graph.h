@@ -18,4 +18,9 @@ typedef struct mg {
  * macs: the recomputation threshold (< 0: no recomputation at all); no_fuse: keep BN,
  * ReLU and add as separate passes. Returns 0 or -1 with err set. */
 int t_graph_build(mg *m, const nn_model_cfg *c, int batch, int macs, int no_fuse, char *err, size_t errlen);
+/* Trains built graphs m (on th_m threads) and r (th_r) side by side from the same
+ * parameters: 3 SGD steps on fixed inputs, then an evaluation forward. Every loss,
+ * gradient, buffer (running statistics; num_batches_tracked = steps) and the evaluation
+ * output must be bitwise equal; what names the comparison in failures. */
+void t_graph_same_training(mg *m, int th_m, mg *r, int th_r, const nn_model_cfg *c, int batch, const char *what);
 #endif

@@ -120,34 +120,9 @@ static void graph_same_bits(const nn_model_cfg *c, int B, int macs, int th)
     /* no BN or add output, no BN dy: never more memory */
     CHECKF(m.g.act_bytes <= r.g.act_bytes, "%s macs %d: %zu fused, %zu not", m.g.model, macs, m.g.act_bytes,
            r.g.act_bytes);
-    size_t per = nn_shape_numel(c->in);
-    float *x = malloc(per * (size_t)B * sizeof(float));
-    int32_t y[16];
-    for (size_t i = 0; i < per * (size_t)B; i++) x[i] = sinf((float)i * 0.37f) + 0.1f;
-    for (int i = 0; i < B; i++) y[i] = i % c->num_classes;
-    nn_graph_init(&m.g, 5);
-    nn_graph_init(&r.g, 5);
-    for (int step = 0; step < 3; step++) {
-        k_set_threads(th);
-        nn_forward(&m.g, x, B, 1, 3, (uint64_t)step);
-        double la = nn_loss(&m.g, y, B, NULL);
-        nn_backward(&m.g, y, B, B);
-        k_set_threads(1);
-        nn_forward(&r.g, x, B, 1, 3, (uint64_t)step);
-        double lb = nn_loss(&r.g, y, B, NULL);
-        nn_backward(&r.g, y, B, B);
-        CHECKF(la == lb, "%s step %d: loss %.17g vs %.17g", m.g.model, step, la, lb);
-        for (int i = 0; i < m.g.np; i++)
-            CHECKF(memcmp(m.g.grads + m.g.p[i].offset, r.g.grads + r.g.p[i].offset, m.g.p[i].numel * sizeof(float)) == 0,
-                   "%s macs %d threads %d step %d: gradient of %s differs fused", m.g.model, macs, th, step,
-                   m.g.p[i].name);
-        CHECK(memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0);
-        for (size_t k = 0; k < m.g.nparams; k++) m.g.params[k] -= 0.05f * m.g.grads[k];
-        for (size_t k = 0; k < r.g.nparams; k++) r.g.params[k] -= 0.05f * r.g.grads[k];
-    }
-    const float *a = nn_forward(&m.g, x, B, 0, 3, 9), *b = nn_forward(&r.g, x, B, 0, 3, 9);
-    CHECK(memcmp(a, b, sizeof(float) * (size_t)B * (size_t)c->num_classes) == 0);
-    free(x);
+    char what[96];
+    snprintf(what, sizeof what, "%s macs %d, fused on %d threads vs apart", m.g.model, macs, th);
+    t_graph_same_training(&m, th, &r, 1, c, B, what);
     rt_arena_free(&m.a);
     rt_arena_free(&r.a);
 }

@@ -38,34 +38,9 @@ static void same_bits(const nn_model_cfg *c, int B, int macs, int no_fuse)
     CHECK(count(&m.g, "relu", 0) > 0 && (no_fuse ? count(&m.g, "batchnorm2d", 0) > 0 : 1));
     if (macs > 1000) CHECK(count(&m.g, "conv2d", 0) > 0 && (count(&m.g, "relu", 1) > 0) == no_fuse);
     if (macs == 0) CHECK(count(&m.g, "conv2d", 0) == 0);
-    size_t per = nn_shape_numel(c->in);
-    float *x = malloc(per * (size_t)B * sizeof(float));
-    int32_t y[16];
-    for (size_t i = 0; i < per * (size_t)B; i++) x[i] = sinf((float)i * 0.37f) + 0.1f;
-    for (int i = 0; i < B; i++) y[i] = i % c->num_classes;
-    nn_graph_init(&m.g, 5);
-    nn_graph_init(&r.g, 5);
-    for (int step = 0; step < 3; step++) {
-        nn_forward(&m.g, x, B, 1, 3, (uint64_t)step);
-        nn_forward(&r.g, x, B, 1, 3, (uint64_t)step);
-        double la = nn_loss(&m.g, y, B, NULL), lb = nn_loss(&r.g, y, B, NULL);
-        CHECKF(la == lb, "%s step %d: loss %.17g vs %.17g", m.g.model, step, la, lb);
-        nn_backward(&m.g, y, B, B);
-        nn_backward(&r.g, y, B, B);
-        for (int i = 0; i < m.g.np; i++)
-            CHECKF(memcmp(m.g.grads + m.g.p[i].offset, r.g.grads + r.g.p[i].offset, m.g.p[i].numel * sizeof(float)) == 0,
-                   "%s step %d: gradient of %s differs with recomputation", m.g.model, step, m.g.p[i].name);
-        /* Running statistics: updated by the forward only (num_batches_tracked = steps). */
-        CHECK(memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0);
-        for (int i = 0; i < m.g.nb; i++)
-            if (m.g.b[i].dtype == RT_I64) CHECK_EQ(*(int64_t *)nn_buf_data(&m.g, i), (int64_t)step + 1);
-        for (size_t k = 0; k < m.g.nparams; k++) m.g.params[k] -= 0.05f * m.g.grads[k];
-        for (size_t k = 0; k < r.g.nparams; k++) r.g.params[k] -= 0.05f * r.g.grads[k];
-    }
-    /* An evaluation forward after a backward reads the forward buffers again. */
-    const float *a = nn_forward(&m.g, x, B, 0, 3, 9), *b = nn_forward(&r.g, x, B, 0, 3, 9);
-    CHECK(memcmp(a, b, sizeof(float) * (size_t)B * (size_t)c->num_classes) == 0);
-    free(x);
+    char what[96];
+    snprintf(what, sizeof what, "%s macs %d%s, recomputed vs kept", m.g.model, macs, no_fuse ? " (no fusion)" : "");
+    t_graph_same_training(&m, 1, &r, 1, c, B, what);
     rt_arena_free(&m.a);
     rt_arena_free(&r.a);
 }

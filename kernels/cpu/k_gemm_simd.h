@@ -228,6 +228,11 @@ ISA_TARGET static void ISA_FN(pack_group)(int m, int nmb, int g0, int g1, int k0
  * quarter of GPT's training time. Per element the same FMAs in the same order: the
  * bits do not depend on the blocking. B is read in place (rows ldb apart). */
 #define KT_KC 256
+/* The next micro-tile's C rows (mr x KT_NV vectors; C is megabytes, its tiles come cold
+ * from L3 or memory): asked for while this tile's FMAs run, not stalled on at its start. */
+#define KT_PF_C(cp, mr, ldc)                                                             \
+    for (int r_ = 0; r_ < (mr); r_++)                                                     \
+        for (int v_ = 0; v_ < KT_NV * KV_W; v_ += 16) __builtin_prefetch((cp) + (long)r_ * (ldc) + v_, 1, 3)
 #define KT_GB 8
 ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a, long ars, long acs,
                                        const float *b, long ldb, float *c, long ldc,
@@ -251,6 +256,8 @@ ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a
                     const float *apk = ap + (long)(ib - g0) * kc * KT_MR;
                     for (int j0 = jb; j0 < je; j0 += cw) {
                         int nc = je - j0 < cw ? je - j0 : cw;
+                        if (j0 + cw < je) KT_PF_C(c + (long)i0 * ldc + j0 + cw, mr, ldc);
+                        else if (ib + 1 < g1) KT_PF_C(c + (long)i1 * ldc + jb, mr, ldc);
                         ISA_FN(ukr_nn_any)(mr, nc, kc, apk, b + (long)k0 * ldb + j0, ldb, NULL,
                                        c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL, acc_k);
                     }
@@ -297,10 +304,13 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n
                     for (int ib = g0; ib < g1; ib++) {
                         int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
                         const float *apk = ap + (long)(ib - g0) * kc * KT_MR;
-                        for (int j0 = jb; j0 < je; j0 += cw) /* panel (j0-js)/cw: (j0-js)*kc floats in */
+                        for (int j0 = jb; j0 < je; j0 += cw) { /* panel (j0-js)/cw: (j0-js)*kc floats in */
+                            if (j0 + cw < je) KT_PF_C(c + (long)i0 * ldc + j0 + cw, mr, ldc);
+                            else if (ib + 1 < g1) KT_PF_C(c + (long)(ib + 1) * m / nmb * ldc + jb, mr, ldc);
                             ISA_FN(ukr_nn_any)(mr, je - j0 < cw ? je - j0 : cw, kc, apk, bp + (long)(j0 - js) * kc,
                                            cw, NULL, c + (long)i0 * ldc + j0, ldc, bias_k ? bias_k + i0 : NULL,
                                            acc_k);
+                        }
                     }
                 }
             }
@@ -642,3 +652,4 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
 #undef KT_NTO_CASE
 #undef KT_NTO_ROW
 #undef KT_PF_STEP
+#undef KT_PF_C

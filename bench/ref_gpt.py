@@ -2,7 +2,9 @@
 """PyTorch reference for bench/bench_gpt.sh: training tokens/s and peak RSS of a GPT-2
 (test/py/gpt_torch.py's module: Hugging Face's layout, tied classifier, naive stored
 attention as GPT2LMHeadModel computes it) on random tokens, 1 thread, AdamW. Prints one
-line: tokens/s peak_rss_mib.
+line: tokens/s peak_rss_mib. AMP=bf16 in the environment runs forward and loss under
+torch.autocast("cpu", torch.bfloat16) (PyTorch's CPU mixed precision, fp32 weights), the
+counterpart of ddprt's --amp bf16.
 
     bench/ref_gpt.py LAYERS DIM HEADS VOCAB T BATCH STEPS
 """
@@ -32,9 +34,13 @@ def main():
     x = torch.randint(0, g.V, (B, T))
     y = torch.randint(0, g.V, (B, T))
 
+    amp = os.environ.get("AMP", "none") == "bf16"
+
     def step():
         opt.zero_grad()
-        m(x, y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = m(x, y)
+        loss.backward()
         opt.step()
     dt, rss = timed(step, steps)
     print("%.1f %.0f" % (B * T * steps / dt, rss))

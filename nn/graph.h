@@ -70,6 +70,9 @@ typedef struct nn_buf {
 struct nn_graph;
 struct nn_node;
 
+/* nn_graph.recompute_macs: recompute convs only when the activations would not fit. */
+#define NN_RECOMPUTE_FIT (-2)
+
 /* What an op's fwd/bwd get besides the node. */
 typedef struct nn_run {
     int n;                 /* batch size of this call */
@@ -254,8 +257,10 @@ typedef struct nn_graph {
     int no_fuse;           /* no BN/add -> ReLU fusion (tests compare; the same bits) */
     size_t act_bytes_keep; /* the planned activations without recomputation / in-place */
     int recompute_macs;    /* convs with at most this many multiply-adds per output element
-                            * are recomputed in backward too (0: none; < 0: the smallest
-                            * bound that halves the planned activations, set by the plan) */
+                            * are recomputed in backward too (0: none; -1: the smallest
+                            * bound that halves the planned activations, set by the plan;
+                            * NN_RECOMPUTE_FIT: 0 when they fit in mem_budget, else as -1) */
+    size_t mem_budget;     /* bytes the activations may take without conv recompute (0: unknown) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
     /* Gradients from outside the arena (set between building and nn_graph_finish; DDP:

@@ -41,8 +41,9 @@ static const rt_arg flags[] = {
     F("mem-report", RT_ARG_FLAG, mem_report, RANK, RT_ARG_ANY, "print the memory plan at start-up and the peak RSS at the end"),
     F("recompute-macs", RT_ARG_INT, recompute_macs, RANK, RT_ARG_ANY,
       "recompute in backward the convs with at most N multiply-adds per output, trading time for memory, same results "
-      "(default -1: the fewest that halve the planned activations or bring them under 32 MiB; no recomputation at all "
-      "when they are under 32 MiB anyway; 0: BN/ReLU/add only)"),
+      "(default -2: none while the planned activations fit in a quarter of this rank's share of the host's memory "
+      "(RAM or cgroup limit), else as -1; -1: the fewest that halve the planned activations or bring them under 32 MiB; "
+      "no recomputation at all when they are under 32 MiB anyway; 0: BN/ReLU/add only)"),
     F("drop-last", RT_ARG_FLAG, drop_last, JOB, RT_ARG_ANY, "drop the tail of the dataset instead of padding"),
     F("init-method", RT_ARG_STR, init_method, RANK, RT_ARG_ANY, "rendezvous: tcp://HOST:PORT, file:///path or env://"),
     FC("backend", backend, JOB, "tcp|verbs|auto", "transport: tcp, verbs or auto (default: auto)"),
@@ -133,7 +134,7 @@ void nn_opts_default(nn_opts *o)
     o->lr_step = 30;
     o->lr_gamma = 0.1;
     o->accum_steps = 1;
-    o->recompute_macs = -1;
+    o->recompute_macs = -2;
 }
 
 void nn_opts_usage(void)

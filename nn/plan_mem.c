@@ -71,6 +71,15 @@ static int plan(nn_graph *g, rt_arena *a, char *err, size_t errlen)
         /* auto on a small plan (LeNet, TextCNN): time matters more, keep everything */
         if (g->recompute_macs < 0 && g->act_bytes_keep <= (32u << 20)) rc = 0;
     }
+    if (rc && g->recompute_macs == NN_RECOMPUTE_FIT) { /* keep the convs when that fits: re-running them
+                                                         * costs ResNets 7-8 % of a step */
+        g->recompute_macs = 0;
+        if ((ni = nn_plan_items(g, rc, &it, &roots, err, errlen)) < 0) return -1;
+        size_t peak = place_all(g, it, ni);
+        free(it);
+        free(roots);
+        if (!g->mem_budget || peak > g->mem_budget) g->recompute_macs = -1;
+    }
     if (rc && g->recompute_macs < 0) { /* auto: the ops with the fewest multiply-adds that halve the plan (or
                                         * bring it under 32 MiB, where time matters more) */
         long best = 0;

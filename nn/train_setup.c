@@ -12,6 +12,7 @@
 #include "nn/graph_cuda.h"
 #include "nn/lm.h"
 #include "ports/cuda/port_cuda.h"
+#include "ports/posix/port.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,9 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
     t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
     t->g.recompute_macs = o->recompute_macs;
+    /* A quarter of this rank's share of the host's memory: the rest for data, parameters
+     * and whatever else the machine runs. */
+    t->g.mem_budget = port_mem_total() / 4 / (size_t)(t->ddp ? nn_ddp_local_world(t->ddp) : 1);
     if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
     nn_optim_shard(&t->opt, t->g.nparams, o->zero ? t->rank : 0, o->zero ? t->world : 1);
     nn_optim_plan(&t->opt, a, t->g.nparams);
@@ -205,6 +209,10 @@ static int plan_memory(nn_trainer *t, char *err, size_t errlen)
                "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,
                t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
                t->g.ws ? "" : ", planned inside the activations");
+    if (o->mem_report && t->rank == 0 && !t->cuda)
+        printf("recompute: convs with at most %d multiply-adds per output (0: none); budget for the activations "
+               "%.0f MiB (a quarter of this rank's share of the host's memory; --recompute-macs)\n",
+               t->g.recompute_macs > 0 ? t->g.recompute_macs : 0, t->g.mem_budget / 1048576.0);
     if (o->mem_report && t->rank == 0 && t->ddp && nn_ddp_get_stats(t->ddp).reg_bytes)
         printf("gradients: %.2f MiB outside the arena, in memory the ranks of a host reduce in place\n",
                nn_ddp_get_stats(t->ddp).reg_bytes / 1048576.0);

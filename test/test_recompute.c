@@ -73,6 +73,41 @@ TEST(recompute_cfg_resnet_and_auto_policy)
     CHECK(m.g.ws == NULL); /* the workspace lives inside the activations */
 }
 
+/* The default (NN_RECOMPUTE_FIT): the convs are kept while the activations fit in the
+ * budget (a quarter of the rank's memory share, set by the trainer), and recomputed as
+ * with -1 when they do not or the budget is unknown. */
+static size_t fit_plan(size_t budget, int *macs)
+{
+    static mg m;
+    char err[256];
+    nn_model_cfg r20 = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
+    rt_arena plan;
+    rt_arena_plan(&plan, "plan");
+    CHECK(nn_model_build(&m.g, m.nodes, m.p, m.b, &r20, err, sizeof err) == 0);
+    m.g.recompute_macs = NN_RECOMPUTE_FIT;
+    m.g.mem_budget = budget;
+    CHECKF(nn_graph_finish(&m.g, &plan, 128, err, sizeof err) == 0, "%s", err);
+    *macs = m.g.recompute_macs;
+    CHECK(m.g.act_bytes < m.g.act_bytes_keep); /* BN/ReLU/add are recomputed in every case */
+    return m.g.act_bytes;
+}
+
+TEST(recompute_fit_keeps_convs_within_the_memory_budget)
+{
+    int macs;
+    size_t roomy = fit_plan((size_t)8 << 30, &macs);
+    CHECK_EQ(macs, 0); /* 123 MiB fit in 8 GiB: no conv is recomputed */
+    size_t tight = fit_plan((size_t)64 << 20, &macs);
+    CHECK_EQ(macs, 144); /* over 64 MiB: as -1, the stem and stage 1 convs go */
+    CHECK(tight < roomy);
+    size_t unknown = fit_plan(0, &macs);
+    CHECK(macs == 144 && unknown == tight);
+    size_t edge = fit_plan(roomy, &macs); /* exactly the plan: it fits */
+    CHECK(macs == 0 && edge == roomy);
+    edge = fit_plan(roomy - 1, &macs);
+    CHECK(macs == 144 && edge == tight);
+}
+
 TEST(recompute_bn_relu_mask_matches_bn_then_relu)
 {
     enum { N = 2, C = 3, HW = 1500 }; /* > one 1024-float chunk, with a tail */

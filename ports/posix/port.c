@@ -1,6 +1,7 @@
 #include "ports/posix/port.h"
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,6 +30,19 @@ int port_ncpus(void)
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+size_t port_mem_total(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    size_t total = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" when unlimited */
+    unsigned long long lim;
+    if (f) {
+        if (fscanf(f, "%llu", &lim) == 1 && lim > 0 && (!total || lim < total)) total = (size_t)lim;
+        fclose(f);
+    }
+    return total;
 }
 
 void port_cpu_relax(void)

@@ -11,6 +11,9 @@ double port_now_s(void);
 void port_sleep_ns(int64_t ns);
 int port_ncpus(void);                   /* CPUs this process may run on */
 void port_cpu_relax(void);              /* pause instruction for spin loops */
+/* Memory this process may use, in bytes: the machine's RAM, or the cgroup's limit
+ * (cgroup v2 memory.max: containers, Slurm's --mem) where that is lower; 0 if unknown. */
+size_t port_mem_total(void);
 /* Zeroed memory for large buffers read at random rows (the --invariant fold's
  * accumulators): 2 MiB aligned and, where the kernel allows, on transparent huge pages,
  * so a row's first touch is not a TLB miss. NULL if out of memory; free() frees it. */

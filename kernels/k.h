@@ -32,6 +32,16 @@ int k_conv_set_algo(const char *name);
  * core's FMA peak in GFLOP/s and its copy bandwidth (read + written bytes per second,
  * GB/s) between two buffers of `bytes` each, both by the calling thread's CPU time. */
 double k_probe_fma_gflops(void);
+/* The same with vdpbf16ps (bf16 pairs, fp32 sums); 0 without AVX512-BF16. */
+double k_probe_bf16_gflops(void);
+/* --amp bf16's linear layers on AVX512-BF16: "dpbf16" (vdpbf16ps GEMMs), "fma" (bf16-
+ * rounded operands through the fp32 GEMMs), "auto" (fma on Intel, else dpbf16); NULL:
+ * DDPRT_BF16_GEMM's. -1 (nothing changed) for another name. Not thread-safe with
+ * kernels running; workspace sizes do not depend on it. */
+int k_bf16_set_gemm(const char *name);
+/* 1: the linear layers run the vdpbf16ps GEMMs now (AVX512-BF16 path and the choice
+ * above), 0: bf16-rounded operands through the fp32 GEMMs. */
+int k_bf16_linear_dot(void);
 double k_probe_copy_gbps(size_t bytes);
 
 typedef struct k_conv_shape {

@@ -22,7 +22,21 @@ void k_bf16_from_f32_span(size_t n, const float *x, uint16_t *y);
 void k_bf16_operand_span(size_t n, const float *x, uint16_t *y);
 size_t k_bf16_pack_a_elems(int m, int kk);
 void k_bf16_pack_a(int m, int kk, const float *a, long ars, long acs, uint16_t *ap);
+/* Row blocks [b0, b1) of the same (callers' tasks pack disjoint blocks). */
+void k_bf16_pack_a_blocks(int m, int kk, const float *a, long ars, long acs, int b0, int b1, uint16_t *ap);
 size_t k_bf16_panel_elems(int kk);
+/* Cache-blocked NN form (k_bf16_gemm.c; native only): C[m x n] = (acc ? C : cbias[j]
+ * or 0) + A B, A packed by k_bf16_pack_a (whole K), B fp32 kk x n read as
+ * B(k, j) = b[k*ldb + j], or with bt b[j*ldb + k] (nn.Linear's weight as W^T). Each C
+ * element one fp32 sum in k order: the bits do not depend on n or on where a caller's
+ * column split falls. Uses 512 KiB of stack. */
+void k_bf16_gemm_blk(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb, int bt, float *c, long ldc,
+                     const float *cbias, int acc);
+/* C[m x n] = (cbias[j] or 0) + A B on the above, A(i, k) = a[i*ars + k*acs] packed
+ * into pa (k_bf16_pack_a_elems(m, kk)) first; threads split the packing by row blocks
+ * and the product by 32-column units (k_linear_bf16.c). Native only. */
+void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                   float *c, long ldc, const float *cbias, uint16_t *pa);
 /* C[m x n] = (acc ? C : 0) + bias[i] + A B (bias per row, may be NULL). */
 void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
                     const long *boff, float *c, long ldc, const float *bias, int acc,

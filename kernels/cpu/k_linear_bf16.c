@@ -1,33 +1,76 @@
 /* Linear with bf16 operands and fp32 accumulation (--amp bf16).
- * Native path (vdpbf16ps):
- *   y  = x w^T + b   x and w converted to bf16, dot products along `in` (NT form)
- *   dx = dy w        NN form: A = dy packed to bf16, B = w converted panel by panel
- *   dW = dy^T x      NN form: A = dy^T, B = x
- * Tasks split the rows of y, or the 32-column blocks of dx / dW; each output element
- * is one task's fixed-order sum, so results do not depend on the thread count.
- * Portable path: rounded copies of x, w, dy through k_linear_fwd/bwd. db is the fp32
- * column sum of dy on both paths. */
+ * Native path (vdpbf16ps), every product a cache-blocked NN GEMM (k_bf16_gemm_blk) on
+ * A packed once into the workspace (k_bf16_matmul):
+ *   y  = x w^T + b   A = x, B = W^T packed by transposing w's rows (bias per column);
+ *                    very narrow outputs (< 32) keep the dot-product form (NT)
+ *   dx = dy w        A = dy, B = w
+ *   dW = dy^T x      A = dy^T, B = x
+ * Tasks split the columns of C in units of 32; each output element is one fixed-order
+ * sum, so results do not depend on the thread count.
+ * Otherwise (no AVX512-BF16, or where vdpbf16ps is slower than the FMAs:
+ * k_bf16_linear_dot): rounded copies of x, w, dy through k_linear_fwd/bwd, the same
+ * products summed in k order. db is the fp32 column sum of dy on both paths. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "rt/env.h"
+#include <string.h>
 
 #define LB_PARTS 8
 
-typedef struct lb_dims { long x16, w16, pa, panels, panel_elems, total, px, pw, pdy, ptotal; } lb_dims;
+/* ---- which GEMMs (k_bf16_set_gemm, DDPRT_BF16_GEMM): 0 auto, 1 dpbf16, 2 fma; -1 unread */
+static int gemm_form = -1;
+
+int k_bf16_set_gemm(const char *name)
+{
+    static const char *const names[] = {"auto", "dpbf16", "fma"};
+    if (!name) {
+        __atomic_store_n(&gemm_form, -1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            __atomic_store_n(&gemm_form, i, __ATOMIC_RELAXED);
+            return 0;
+        }
+    return -1;
+}
+
+/* vdpbf16ps for the linear layers? Intel's (Sapphire Rapids: one 512-bit vdpbf16ps per
+ * two cycles, 112 GFLOP/s against 224 for vfmadd231ps) loses to the fp32 GEMMs on
+ * bf16-rounded operands; AMD's Zen 4/5 run it at twice the FMA rate. By vendor, not by
+ * a timing, so that a run's bits do not depend on the machine's load. */
+int k_bf16_linear_dot(void)
+{
+    if (!k_isa_bf16()) return 0;
+    int f = __atomic_load_n(&gemm_form, __ATOMIC_RELAXED);
+    if (f < 0) __atomic_store_n(&gemm_form, f = rt_env_choice(RT_ENV_BF16_GEMM, 0), __ATOMIC_RELAXED);
+    if (f) return f == 1;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return !__builtin_cpu_is("intel");
+#else
+    return 1;
+#endif
+}
+
+typedef struct lb_dims { long x16, w16, pa, total, px, pw, pdy, ptotal; } lb_dims;
 
 static long r64(long b) { return (b + 63) & ~63L; }
+static long packed(int m, int kk) { return 2 * (long)k_bf16_pack_a_elems(m, kk); }
 
 static lb_dims lb_dims_of(int n, int in, int out)
 {
     lb_dims d;
-    long pa = (long)k_bf16_pack_a_elems(n, out), pb = (long)k_bf16_pack_a_elems(out, n);
-    d.panel_elems = (long)k_bf16_panel_elems(n > out ? n : out);
+    long pa = packed(n, in), t;
+    if ((t = packed(n, out)) > pa) pa = t;
+    if ((t = packed(out, n)) > pa) pa = t;
+    if ((t = packed(in, n)) > pa) pa = t; /* Conv1D's dW (k_linear_t.c): A = x^T */
     d.x16 = 0;
     d.w16 = r64(2L * n * in);
     d.pa = d.w16 + r64(2L * out * in);
-    d.panels = d.pa + r64(2 * (pa > pb ? pa : pb));
-    d.total = d.panels + LB_PARTS * r64(2 * d.panel_elems);
+    d.total = d.pa + r64(pa);
     d.px = 0;
     d.pw = r64(4L * n * in);
     d.pdy = d.pw + r64(4L * out * in);
@@ -41,15 +84,6 @@ size_t k_linear_bf16_workspace(int n, int in, int out)
     return (size_t)(d.total > d.ptotal ? d.total : d.ptotal);
 }
 
-typedef struct lb_job {
-    int n, in, out, parts, m, kk;
-    const uint16_t *x16, *w16, *pa;
-    const float *b, *bsrc;
-    float *y, *c;
-    char *panels;
-    long panel_bytes;
-} lb_job;
-
 static int lb_parts(long units, long flops)
 {
     int t = k_threads();
@@ -57,6 +91,53 @@ static int lb_parts(long units, long flops)
     long p = units < 4L * t ? units : 4L * t;
     return (int)(p < LB_PARTS ? p : LB_PARTS);
 }
+
+typedef struct lb_mm {
+    int m, n, kk, bt, parts;
+    const float *a, *b, *cbias;
+    long ars, acs, ldb, ldc;
+    float *c;
+    uint16_t *pa;
+} lb_mm;
+
+static void lb_pack_task(void *ctx, int task)
+{
+    const lb_mm *j = ctx;
+    long lo, hi;
+    k_split((j->m + K_BF16_MR - 1) / K_BF16_MR, j->parts, task, &lo, &hi);
+    k_bf16_pack_a_blocks(j->m, j->kk, j->a, j->ars, j->acs, (int)lo, (int)hi, j->pa);
+}
+
+static void lb_mm_task(void *ctx, int task)
+{
+    const lb_mm *j = ctx;
+    long lo, hi;
+    k_split((j->n + 31) / 32, j->parts, task, &lo, &hi);
+    long c0 = lo * 32, c1 = hi * 32 < j->n ? hi * 32 : j->n;
+    if (c0 >= c1) return;
+    k_bf16_gemm_blk(j->m, (int)(c1 - c0), j->kk, j->pa, j->bt ? j->b + c0 * j->ldb : j->b + c0, j->ldb, j->bt,
+                    j->c + c0, j->ldc, j->cbias ? j->cbias + c0 : NULL, 0);
+}
+
+void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                   float *c, long ldc, const float *cbias, uint16_t *pa)
+{
+    if (m <= 0 || n <= 0) return;
+    lb_mm j = {.m = m, .n = n, .kk = kk, .bt = bt, .a = a, .b = b, .cbias = cbias, .ars = ars, .acs = acs,
+               .ldb = ldb, .ldc = ldc, .c = c, .pa = pa};
+    long flops = 2L * m * n * kk;
+    j.parts = lb_parts((m + K_BF16_MR - 1) / K_BF16_MR, flops);
+    k_parallel_for(j.parts, lb_pack_task, &j);
+    j.parts = lb_parts((n + 31) / 32, flops);
+    k_parallel_for(j.parts, lb_mm_task, &j);
+}
+
+typedef struct lb_job {
+    int n, in, out, parts;
+    const uint16_t *x16, *w16;
+    const float *b;
+    float *y;
+} lb_job;
 
 static void lb_fwd_task(void *ctx, int task)
 {
@@ -70,11 +151,15 @@ static void lb_fwd_task(void *ctx, int task)
 void k_linear_fwd_bf16(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws)
 {
     lb_dims d = lb_dims_of(n, in, out);
-    if (!k_isa_bf16()) {
+    if (!k_bf16_linear_dot()) {
         float *xr = (float *)((char *)ws + d.px), *wr = (float *)((char *)ws + d.pw);
         k_bf16_round_span((size_t)n * in, x, xr);
         k_bf16_round_span((size_t)out * in, w, wr);
         k_linear_fwd(n, in, out, xr, wr, b, y);
+        return;
+    }
+    if (out >= 32) {
+        k_bf16_matmul(n, out, in, x, in, 1, w, in, 1, y, out, b, (uint16_t *)((char *)ws + d.pa));
         return;
     }
     uint16_t *x16 = (uint16_t *)((char *)ws + d.x16), *w16 = (uint16_t *)((char *)ws + d.w16);
@@ -85,23 +170,11 @@ void k_linear_fwd_bf16(int n, int in, int out, const float *x, const float *w, c
     k_parallel_for(j.parts, lb_fwd_task, &j);
 }
 
-/* C[m x in] = A (packed, m x kk) B[kk x in], columns split in 32-wide blocks. */
-static void lb_nn_task(void *ctx, int task)
-{
-    const lb_job *j = ctx;
-    long lo, hi, units = (j->in + 31) / 32;
-    k_split(units, j->parts, task, &lo, &hi);
-    long c0 = lo * 32, c1 = hi * 32 < j->in ? hi * 32 : j->in;
-    if (c0 >= c1) return;
-    k_bf16_gemm_nn(j->m, (int)(c1 - c0), j->kk, j->pa, j->bsrc + c0, j->in, NULL, j->c + c0, j->in, NULL, 0,
-                   (uint16_t *)(j->panels + task * j->panel_bytes));
-}
-
 void k_linear_bwd_bf16(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                        float *dw, float *db, void *ws)
 {
     lb_dims d = lb_dims_of(n, in, out);
-    if (!k_isa_bf16()) {
+    if (!k_bf16_linear_dot()) {
         float *xr = (float *)((char *)ws + d.px), *wr = (float *)((char *)ws + d.pw);
         float *dyr = (float *)((char *)ws + d.pdy);
         k_bf16_round_span((size_t)n * in, x, xr);
@@ -110,19 +183,8 @@ void k_linear_bwd_bf16(int n, int in, int out, const float *x, const float *w, c
         k_linear_bwd(n, in, out, xr, wr, dyr, dx, dw, NULL);
     } else {
         uint16_t *pa = (uint16_t *)((char *)ws + d.pa);
-        lb_job j = {.n = n, .in = in, .out = out, .pa = pa, .panels = (char *)ws + d.panels,
-                    .panel_bytes = r64(2 * d.panel_elems)};
-        j.parts = lb_parts((in + 31) / 32, 2L * n * in * out);
-        if (dx) {
-            k_bf16_pack_a(n, out, dy, out, 1, pa);
-            j.m = n, j.kk = out, j.bsrc = w, j.c = dx;
-            k_parallel_for(j.parts, lb_nn_task, &j);
-        }
-        if (dw) {
-            k_bf16_pack_a(out, n, dy, 1, out, pa);
-            j.m = out, j.kk = n, j.bsrc = x, j.c = dw;
-            k_parallel_for(j.parts, lb_nn_task, &j);
-        }
+        if (dx) k_bf16_matmul(n, in, out, dy, out, 1, w, in, 0, dx, in, NULL, pa);
+        if (dw) k_bf16_matmul(out, in, n, dy, 1, out, x, in, 0, dw, in, NULL, pa);
     }
     if (db) {
         for (int o = 0; o < out; o++) db[o] = 0.0f;

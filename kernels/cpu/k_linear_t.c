@@ -7,10 +7,13 @@
  *   dW = x^T dy       NN form with A = x^T (strided), rows of dW split
  *   db = column sums of dy, rows added in order
  * Each output element is computed by one task in a fixed order: the same bits for any
- * thread count. Under --amp bf16 the bf16 linear kernels (k.h) run on w transposed to
- * nn.Linear's [out, in] in the workspace (and dW transposed back). */
+ * thread count. Under --amp bf16 with vdpbf16ps (k_bf16_linear_dot) the blocked bf16
+ * GEMMs read w in place (k_bf16_matmul: y = x w, dx = dy w^T with W^T packed by
+ * transposing w's rows, dW = x^T dy); otherwise bf16-rounded copies of x, w, dy go
+ * through the fp32 kernels above. */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
+#include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 #include "kernels/cpu/k_tr8.h"
@@ -143,18 +146,39 @@ size_t k_conv1d_hf_bf16_workspace(int n, int in, int out)
     return 2 * wt_bytes(in, out) + k_linear_bf16_workspace(n, in, out);
 }
 
+/* The rounded copies of x, w, dy after w^T's two slots (inside k_linear_bf16_workspace,
+ * which holds n*in + out*in + n*out floats). */
+static float *rounded(void *ws, int in, int out, long off) { return (float *)(void *)((char *)ws + 2 * wt_bytes(in, out) + off); }
+static long r64(long b) { return (b + 63) & ~63L; }
+
 void k_conv1d_hf_fwd_bf16(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws)
 {
-    float *wt = ws;
-    k_transpose(in, out, w, wt);
-    k_linear_fwd_bf16(n, in, out, x, wt, b, y, (char *)ws + 2 * wt_bytes(in, out));
+    if (k_bf16_linear_dot()) {
+        k_bf16_matmul(n, out, in, x, in, 1, w, out, 0, y, out, b, ws);
+        return;
+    }
+    float *xr = rounded(ws, in, out, 0), *wr = rounded(ws, in, out, r64(4L * n * in));
+    k_bf16_round_span((size_t)n * in, x, xr);
+    k_bf16_round_span((size_t)in * out, w, wr);
+    k_conv1d_hf_fwd(n, in, out, xr, wr, b, y);
 }
 
 void k_conv1d_hf_bwd_bf16(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                           float *dw, float *db, void *ws)
 {
-    float *wt = ws, *dwt = (float *)(void *)((char *)ws + wt_bytes(in, out));
-    k_transpose(in, out, w, wt);
-    k_linear_bwd_bf16(n, in, out, x, wt, dy, dx, dw ? dwt : NULL, db, (char *)ws + 2 * wt_bytes(in, out));
-    if (dw) k_transpose(out, in, dwt, dw);
+    if (k_bf16_linear_dot()) {
+        if (dw) k_bf16_matmul(in, out, n, x, 1, in, dy, out, 0, dw, out, NULL, ws);
+        if (dx) k_bf16_matmul(n, in, out, dy, out, 1, w, out, 1, dx, in, NULL, ws);
+    } else {
+        long ow = r64(4L * n * in), ody = ow + r64(4L * out * in);
+        float *xr = rounded(ws, in, out, 0), *wr = rounded(ws, in, out, ow), *dyr = rounded(ws, in, out, ody);
+        if (dw) k_bf16_round_span((size_t)n * in, x, xr);
+        if (dx) k_bf16_round_span((size_t)in * out, w, wr);
+        k_bf16_round_span((size_t)n * out, dy, dyr);
+        k_conv1d_hf_bwd(n, in, out, xr, wr, dyr, dx, dw, NULL, ws);
+    }
+    if (db) {
+        memcpy(db, dy, sizeof(float) * (size_t)out);
+        for (long r = 1; r < n; r++) k_add_span((size_t)out, db, dy + r * out, db);
+    }
 }

@@ -4,6 +4,8 @@
  *             use (vfmadd on AVX2 / AVX-512; mul + add on the generic path), enough to
  *             cover two FMA pipes' latency on every x86-64 so far. The best of a few
  *             short runs: a boosting clock makes the peak, not the average.
+ *   bf16 peak: the same with vdpbf16ps (16 lanes x 2 multiply-adds); on Sapphire
+ *             Rapids half the FMA peak, on Zen 4 twice it.
  *   copy:     one buffer copied to another of the same size with the ISA's plain
  *             vector loads and stores (what the memory-bound kernels use; no streaming
  *             stores), bytes read + written per second, median of a few runs.
@@ -111,6 +113,37 @@ static double chains_generic(long it)
 #define FG(a) a = a * x + y; __asm__("" : "+x"(a));
     for (long i = 0; i < it; i++) { CH10(FG) }
     return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
+}
+
+#ifdef K_PROBE_X86
+/* a += 1*0 + 1*0 (bf16 pairs of 1.0 and 0): exact, no denormals. */
+__attribute__((target("avx512f,avx512bf16"))) static double chains_bf16(long it)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_setzero_si512();
+#define FB(a) a = _mm512_dpbf16_ps(a, x, y); __asm__("" : "+v"(a));
+    for (long i = 0; i < it; i++) { CH10(FB) }
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(_mm512_add_ps(a6, a7), _mm512_add_ps(a8, a9))));
+    return _mm512_reduce_add_ps(s);
+}
+#endif
+
+double k_probe_bf16_gflops(void)
+{
+    double best = 0, sink = 0;
+#ifdef K_PROBE_X86
+    if (!k_isa_bf16()) return 0;
+    long it = 12500000L / 2;
+    for (int r = 0; r < 5; r++) {
+        double t0 = cpu_now();
+        sink += chains_bf16(it);
+        double t = cpu_now() - t0, g = t > 0 ? 4.0 * 10 * 16 * it / t * 1e-9 : 0;
+        if (g > best) best = g;
+    }
+#endif
+    if (sink == 12345.0) best += 0;
+    return best;
 }
 
 double k_probe_fma_gflops(void)

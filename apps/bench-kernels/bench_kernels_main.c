@@ -430,40 +430,63 @@ out:
 
 /* ---- linear layers (k_linear_*: y = x w^T + b; bwd = dx and dW, as in training but
  * the first layer's dx) on the models' shapes, and square GEMMs. */
-typedef struct lin_arg { int n, in, out; float *x, *w, *b, *y, *dy, *dx, *dw, *db; } lin_arg;
+typedef struct lin_arg { int n, in, out, bf16; float *x, *w, *b, *y, *dy, *dx, *dw, *db; void *ws; } lin_arg;
 static void lin_fwd(void *p)
 {
     lin_arg *l = p;
-    k_linear_fwd(l->n, l->in, l->out, l->x, l->w, l->b, l->y);
+    if (l->bf16) k_linear_fwd_bf16(l->n, l->in, l->out, l->x, l->w, l->b, l->y, l->ws);
+    else k_linear_fwd(l->n, l->in, l->out, l->x, l->w, l->b, l->y);
 }
 static void lin_bwd(void *p)
 {
     lin_arg *l = p;
-    k_linear_bwd(l->n, l->in, l->out, l->x, l->w, l->dy, l->dx, l->dw, l->db);
+    if (l->bf16) k_linear_bwd_bf16(l->n, l->in, l->out, l->x, l->w, l->dy, l->dx, l->dw, l->db, l->ws);
+    else k_linear_bwd(l->n, l->in, l->out, l->x, l->w, l->dy, l->dx, l->dw, l->db);
 }
 
+/* The bf16 columns (--amp bf16's kernels: bf16 operands, fp32 sums) as a share of the
+ * peak of the unit they run on: the measured vdpbf16ps peak (two multiply-adds per
+ * fp32 lane, yet half the FMA rate on Sapphire Rapids), or the FMA peak where the
+ * linear layers round operands and run the fp32 GEMMs (k_bf16_linear_dot). */
 static void bench_linear(int batch, int iters)
 {
     static const struct { const char *name; int n, in, out; } L[] = {
         {"lenet fc1", 64, 320, 50},      {"lenet fc2", 64, 50, 10},     {"resnet20 fc", 128, 64, 10},
         {"resnet18 fc", 32, 512, 1000},  {"textcnn fc", 64, 300, 2},    {"square 256", 256, 256, 256},
         {"square 512", 512, 512, 512},   {"square 1024", 1024, 1024, 1024}, {"wide 64x4096->1024", 64, 4096, 1024},
+        {"gpt qkv 384->1152", 2048, 384, 1152}, {"gpt proj 384->384", 2048, 384, 384},
+        {"gpt fc 384->1536", 2048, 384, 1536}, {"gpt fc2 1536->384", 2048, 1536, 384},
     };
-    printf("\nlinear (median of %d, %s; bwd = dx + dW + db; %% = of the FMA peak)\n", iters,
-           use_cpu_clock ? "thread CPU time" : "wall time");
-    printf("%-22s %-20s %10s %8s %4s %10s %8s %4s\n", "layer", "n x in -> out", "fwd_us", "GFLOP/s", "%", "bwd_us",
-           "GFLOP/s", "%");
+    double bpk = k_probe_bf16_gflops(), top = k_bf16_linear_dot() ? bpk : fma_peak;
+    const char *form = rt_env_str(RT_ENV_BF16_GEMM);
+    printf("\nlinear (median of %d, %s; bwd = dx + dW + db; %% = of the FMA peak; bf16 = --amp bf16's kernels on "
+           "%s, DDPRT_BF16_GEMM=%s (%s): %% = of the peak of the unit in use, FMA or vdpbf16ps (measured "
+           "%.1f GFLOP/s per thread)%s)\n", iters, use_cpu_clock ? "thread CPU time" : "wall time", k_isa(),
+           form && *form ? form : "auto", k_bf16_linear_dot() ? "vdpbf16ps" : "fp32 FMAs on bf16-rounded operands", bpk, with_bf16 ? "" : "; --bf16 off: not run");
+    printf("%-22s %-20s %10s %8s %4s %10s %8s %4s | %9s %8s %4s %9s %8s %4s\n", "layer", "n x in -> out", "fwd_us",
+           "GFLOP/s", "%", "bwd_us", "GFLOP/s", "%", "bf16 fwd", "GFLOP/s", "%", "bf16 bwd", "GFLOP/s", "%");
     for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
         lin_arg l = {.n = batch ? batch : L[i].n, .in = L[i].in, .out = L[i].out};
         size_t nx = (size_t)l.n * l.in, nw = (size_t)l.out * l.in, ny = (size_t)l.n * l.out;
         l.x = fbuf(nx); l.w = fbuf(nw); l.b = fbuf(l.out); l.y = fbuf(ny); l.dy = fbuf(ny);
         l.dx = fbuf(nx); l.dw = fbuf(nw); l.db = fbuf(l.out);
+        l.ws = malloc(k_linear_bf16_workspace(l.n, l.in, l.out));
         double fl = 2.0 * l.n * l.in * l.out, uf = median_us(iters, lin_fwd, &l), ub = median_us(iters, lin_bwd, &l);
+        double uf16 = 0, ub16 = 0;
+        if (with_bf16) {
+            l.bf16 = 1;
+            uf16 = median_us(iters, lin_fwd, &l), ub16 = median_us(iters, lin_bwd, &l);
+        }
         char shape[48];
         snprintf(shape, sizeof shape, "%dx%d -> %d", l.n, l.in, l.out);
-        printf("%-22s %-20s %10.1f %8.1f %4.0f %10.1f %8.1f %4.0f\n", L[i].name, shape, uf, fl / (uf * 1e3),
+        printf("%-22s %-20s %10.1f %8.1f %4.0f %10.1f %8.1f %4.0f", L[i].name, shape, uf, fl / (uf * 1e3),
                pct_flop(fl / (uf * 1e3)), ub, 2 * fl / (ub * 1e3), pct_flop(2 * fl / (ub * 1e3)));
-        free(l.x); free(l.w); free(l.b); free(l.y); free(l.dy); free(l.dx); free(l.dw); free(l.db);
+        if (with_bf16)
+            printf(" | %9.1f %8.1f %4.0f %9.1f %8.1f %4.0f", uf16, fl / (uf16 * 1e3),
+                   pct_flop(fl / (uf16 * 1e3)) * fma_peak / top, ub16, 2 * fl / (ub16 * 1e3),
+                   pct_flop(2 * fl / (ub16 * 1e3)) * fma_peak / top);
+        printf("\n");
+        free(l.x); free(l.w); free(l.b); free(l.y); free(l.dy); free(l.dx); free(l.dw); free(l.db); free(l.ws);
     }
 }
 
@@ -483,7 +506,7 @@ static const rt_arg flags[] = {
     K("iters", RT_ARG_INT, RT_ARG_RANGE, iters, 1, 1 << 20, NULL, "repeats per kernel, the median is shown"),
     K("isa", RT_ARG_STR, RT_ARG_ANY, isa, 0, 0, NULL, "generic, avx2, avx512, ...: the kernels' instruction set"),
     K("conv", RT_ARG_STR, RT_ARG_ANY, conv, 0, 0, NULL, "resnet: only the convs whose name contains this"),
-    K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet: the bf16 columns (default: on)"),
+    K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet, linear: the bf16 columns (default: on)"),
     K("convs", RT_ARG_STR, RT_ARG_ANY, convs, 0, 0, "on|off", "resnet: the conv table (off: the layer table only)"),
 };
 static const rt_args spec = {"ddprt-bench-kernels", flags, sizeof flags / sizeof flags[0], 0, 0};

@@ -179,3 +179,67 @@ TEST(kernels_linear_fwd_packed_threads_agree)
     k_set_threads(1);
     k_set_isa(NULL);
 }
+
+/* k_gemm_nt_off (conv dW: C[i][j] (+)= sum over ng images of A_g row i . B_g row at
+ * boff[j]) against the AVX2 order: per element 8 lane sums (column x in lane x % 8,
+ * the masked tail adding 0*0 in the empty lanes), image after image, then the
+ * horizontal sum ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)). Rows of 2048+ columns
+ * (the stem's dW) take the column-chunked form, shorter ones one pass: the same bits
+ * either way. Other ISAs: within the error bound of a double sum. */
+static float ref_nt_off_avx2(int l, int ng, const float *a, long a_img, const float *b, long b_img, float c, int acc)
+{
+    float s[8] = {0};
+    for (int g = 0; g < ng; g++, a += a_img, b += b_img) {
+        int x = 0, xe = l / 8 * 8;
+        for (; x < xe; x++) s[x % 8] = fmaf(a[x], b[x], s[x % 8]);
+        if (xe < l)
+            for (int u = 0; u < 8; u++, x++) s[u] = x < l ? fmaf(a[x], b[x], s[u]) : fmaf(0.0f, 0.0f, s[u]);
+    }
+    float h[4];
+    for (int u = 0; u < 4; u++) h[u] = s[u] + s[u + 4];
+    float v = (h[0] + h[2]) + (h[1] + h[3]);
+    return acc ? c + v : v;
+}
+
+TEST(kernels_gemm_nt_off_bits_as_reference)
+{
+    /* m, n, l, ng: chunked (l >= 2048: tails, exact chunks, images), one-pass */
+    static const int shapes[][4] = {{13, 11, 2600, 2}, {64, 19, 2053, 1}, {5, 7, 4096, 1},
+                                    {9, 10, 2049, 3},  {7, 6, 777, 2},    {4, 3, 2047, 1}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(61, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < MAXB; i++) b[i] = 2.0f * k_rand_uniform(62, (uint64_t)i) - 1.0f;
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int m = shapes[h][0], n = shapes[h][1], l = shapes[h][2], ng = shapes[h][3];
+            long lda = l + 5, a_img = (long)m * lda, b_img = 3L * l + 17;
+            if (ng * a_img > MAXA || ng * b_img > MAXB) continue;
+            /* B's rows at offsets within an image: out of order, overlapping (taps) */
+            for (int j = 0; j < n; j++) boff[j] = (long)((j * 5) % 3) * l + j % 7;
+            for (int acc = 0; acc < 2; acc++) {
+                for (int i = 0; i < m * n; i++) c0[i] = c1[i] = k_rand_uniform(63, (uint64_t)i);
+                k_gemm_nt_off(m, n, l, ng, a, lda, a_img, b, boff, b_img, c1, n, acc);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        float want = ref_nt_off_avx2(l, ng, a + (long)i * lda, a_img, b + boff[j], b_img,
+                                                     c0[i * n + j], acc);
+                        double d = acc ? c0[i * n + j] : 0.0, mag = fabs(d);
+                        for (int g = 0; g < ng; g++)
+                            for (int x = 0; x < l; x++) {
+                                double t = (double)a[g * a_img + (long)i * lda + x] * b[g * b_img + boff[j] + x];
+                                d += t;
+                                mag += fabs(t);
+                            }
+                        float got = c1[i * n + j];
+                        if (s == 1)
+                            CHECKF(!memcmp(&got, &want, sizeof got), "nt_off avx2 %dx%dx%d ng %d acc %d (%d,%d): %.9g want %.9g",
+                                   m, n, l, ng, acc, i, j, got, want);
+                        CHECKF(fabs(got - d) <= (ng * l + 2) * 0x1p-24 * mag, "nt_off isa %s %dx%dx%d ng %d acc %d (%d,%d): %.9g vs %.9g",
+                               isas[s], m, n, l, ng, acc, i, j, got, d);
+                    }
+            }
+        }
+    }
+    k_set_isa(NULL);
+}

@@ -88,7 +88,9 @@ static k_conv_shape shp(int n, int c, int h, int w, int k, int r, int s, int st,
  * small batch: 3x3 "same" (dX as a conv), 7x7 planes with many outputs (dW as NN
  * GEMM; batch 10 > the 8 slots, so slots sum images), 3x3 stride 2, the 1x1 stride-2
  * projection, the 7x7/2 pad-3 stem, 5x5 same, 12x12 planes (dW in image groups of 4),
- * 7x7 "same" planes with 3 images a slot (AVX2: interleaved groups, fwd, dW and dX). */
+ * 7x7 "same" planes with 3 images a slot (AVX2: interleaved groups, fwd, dW and dX),
+ * a stem-like 7x7/2 on an odd 93x93 plane whose 47x47 outputs (2209 >= 2048) take
+ * AVX2's column-chunked dW. */
 static const int conv_cases[][9] = {
     {2, 1, 28, 28, 10, 5, 5, 1, 0},  {2, 10, 12, 12, 20, 5, 5, 1, 0}, {2, 3, 9, 7, 5, 3, 3, 2, 1},
     {3, 2, 8, 11, 4, 3, 2, 1, 1},    {2, 4, 6, 6, 3, 1, 1, 1, 0},    {11, 2, 5, 5, 3, 3, 3, 1, 0},
@@ -96,6 +98,7 @@ static const int conv_cases[][9] = {
     {2, 17, 9, 9, 6, 3, 3, 1, 1},    {10, 3, 7, 7, 128, 3, 3, 1, 1}, {10, 2, 9, 9, 130, 3, 3, 2, 1},
     {2, 5, 11, 11, 7, 3, 3, 2, 1},   {2, 6, 8, 9, 10, 1, 1, 2, 0},   {2, 3, 17, 16, 8, 7, 7, 2, 3},
     {2, 16, 10, 10, 6, 5, 5, 1, 2},   {18, 2, 12, 12, 4, 3, 3, 1, 1},  {24, 16, 7, 7, 8, 3, 3, 1, 1},
+    {1, 3, 93, 93, 3, 7, 7, 2, 3},
 };
 #define NCASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 

@@ -42,7 +42,8 @@ void k_conv_shape_init(k_conv_shape *sh)
 typedef struct conv_dims {
     k_conv_geo g;
     int group;                /* images per dW pass */
-    int dw_nn;                /* dW as NN GEMM on im2row columns */
+    int dw_nn;                /* dW as NN GEMM on im2row columns ... */
+    int nn_group;             /* ... of this many images at once */
     int ilv;                  /* stride 1, group > 1: the interleaved layout may be used */
     long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, slot; /* slot region offsets (bytes) */
     long r_pack, r_off, r_off2, r_wt;   /* shared regions after the slots (bytes) */
@@ -70,6 +71,16 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
      * vectors along crs instead (measured: 7x7 k512 75 -> 120, 14x14/2 k256 95 -> 125
      * GFLOP/s; at 14x14 k <= 256 stride 1 the two are even). */
     d.dw_nn = (g->pq < 128 && sh->k >= 128) || (g->pq < 256 && sh->k >= 256);
+    /* One NN GEMM over several images' columns (K = images x pq, the images' steps in
+     * order: each dW element the same FMAs as image by image) rather than one per
+     * image, where dW is large: a K of 49 (7x7 planes) read and wrote all of dW per
+     * image (ResNet-18's layer4: 9 MiB). Up to 8 MiB of columns over all slots. */
+    long colb = (long)sizeof(float) * g->crs * g->pq;
+    d.nn_group = 1;
+    if (d.dw_nn && (long)sizeof(float) * sh->k * g->crs > (2L << 20)) {
+        long ng = (8L << 20) / ((long)g->slots * colb);
+        d.nn_group = ng < 1 ? 1 : ng > K_CONV_GROUP ? K_CONV_GROUP : (int)ng;
+    }
     long xs = g->xssz * (d.dw_nn ? 1 : d.group) + K_SLACK;
     if (g->dxssz + K_SLACK > xs) xs = g->dxssz + K_SLACK;
     /* Small planes on AVX2 (conv_ilv_use): ng = group images interleaved by row, one
@@ -86,8 +97,9 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
         dyg = d.group * g->ysz;
         offi = g->crs > (long)sh->k * sh->r * sh->s ? g->crs : (long)sh->k * sh->r * sh->s;
     }
+    if (d.nn_group > 1 && d.nn_group * g->ysz > dyg) dyg = d.nn_group * g->ysz;
     d.r_col = 0;
-    d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !g->dxc ? g->crs * g->pq : 0) + 2 * K_SLACK));
+    d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !g->dxc ? d.nn_group * g->crs * g->pq : 0) + 2 * K_SLACK));
     d.r_dw = d.r_xs + round64(sizeof(float) * xs);
     d.r_db = d.r_dw + round64(sizeof(float) * sh->k * g->crs);
     d.r_tmp = d.r_db + round64(sizeof(float) * sh->k);
@@ -321,17 +333,26 @@ static void conv_dw_nt(void *ctx, char *base, long i0, int ng, float *dwp, int a
                      dwp, d->crs, acc, j->x + (i0 + ng) * d->xsz, next_bytes(sh, i0 + ng, ng, d->xsz));
 }
 
-/* dW for one image as an NN GEMM on its im2row columns (j->d.dw_nn; group 1). */
+/* dW for images [i, i+ng) (ng <= nn_group) as one NN GEMM on their im2row columns
+ * stacked (j->d.dw_nn), dy's rows of the images side by side. */
 static void conv_dw_nn(void *ctx, char *base, long i, int ng, float *dwp, int acc)
 {
     const conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *col = (float *)(base + j->d.r_col) + K_SLACK;
+    const float *a = j->dy + i * d->ysz;
+    long pq = d->pq, lda = ng * pq;
     k_im2col_geo g = k_conv_im2col(sh);
-    (void)ng;
-    k_im2row(&g, j->x + i * d->xsz, col);
-    k_gemm_nn(sh->k, (int)d->crs, (int)d->pq, j->dy + i * d->ysz, d->pq, 1, col, d->crs, dwp, d->crs, NULL, acc);
+    for (int t = 0; t < ng; t++) k_im2row(&g, j->x + (i + t) * d->xsz, col + t * pq * d->crs);
+    if (ng > 1) {
+        float *dyg = (float *)(base + j->d.r_dyg);
+        for (int k = 0; k < sh->k; k++)
+            for (int t = 0; t < ng; t++)
+                memcpy(dyg + k * lda + t * pq, a + t * d->ysz + k * pq, sizeof(float) * (size_t)pq);
+        a = dyg;
+    }
+    k_gemm_nn(sh->k, (int)d->crs, (int)lda, a, lda, 1, col, d->crs, dwp, d->crs, NULL, acc);
 }
 
 static void conv_dx_image(void *ctx, char *base, long i)
@@ -384,7 +405,7 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
     j.boff2 = boff2;
     k_conv_slots s = conv_slots(&j);
     if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
-    if (j.d.dw_nn) s.group = 1;
+    if (j.d.dw_nn) s.group = j.d.nn_group;
     if (dx) s.dx = conv_dx_image;
     if (dx && d->dxc && conv_ilv_use(&j)) s.dx_n = conv_dx_ilv, s.ng_dx = j.d.group;
     k_conv_slots_bwd(&s);

@@ -185,6 +185,57 @@ TEST(kernels_conv_bwd_finite_diff)
     }
 }
 
+/* dW over 2 MiB (ResNet-18's layer4 kind: small planes, many channels) is one NN GEMM
+ * over several images' columns: whole groups, a group cut by the slot's end (48 images
+ * in 8 slots of 6, groups of 5), odd planes and stride 2, channel counts off the vector
+ * width. Sampled dW elements and db against double sums, every ISA level. */
+TEST(kernels_conv_dw_image_groups)
+{
+    static const int cases[][9] = {{48, 203, 9, 9, 301, 3, 3, 2, 1}, {20, 113, 7, 7, 520, 3, 3, 1, 1}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (int ci = 0; ci < 2; ci++) {
+        const int *a = cases[ci];
+        k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+        long nx = (long)sh.n * sh.c * sh.h * sh.w, nw = (long)sh.k * sh.c * sh.r * sh.s;
+        long ny = (long)sh.n * sh.k * sh.p * sh.q, pq = (long)sh.p * sh.q, crs = (long)sh.c * sh.r * sh.s;
+        float *x = rnd(nx), *w = rnd(nw), *g = rnd(ny), *dw = zeros(nw), *db = zeros(sh.k);
+        void *ws = malloc(k_conv2d_workspace(&sh));
+        for (int s = 0; s < 3; s++) {
+            if (k_set_isa(isas[s]) != 0) continue;
+            for (long i = 0; i < nw; i++) dw[i] = 7.0f;
+            k_conv2d_bwd(&sh, x, w, g, NULL, dw, db, ws);
+            double maxerr = 0, maxref = 1e-30;
+            long at = 0;
+            for (long e = 0; e < nw; e += 97) {
+                int k = (int)(e / crs), c = (int)(e % crs / (sh.r * sh.s)), r = (int)(e % (sh.r * sh.s) / sh.s),
+                    sc = (int)(e % sh.s);
+                double ref = 0;
+                for (int n = 0; n < sh.n; n++)
+                    for (int p = 0; p < sh.p; p++)
+                        for (int q = 0; q < sh.q; q++) {
+                            int ih = p * sh.stride - sh.pad + r, iw = q * sh.stride - sh.pad + sc;
+                            if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) continue;
+                            ref += (double)g[((long)n * sh.k + k) * pq + (long)p * sh.q + q] *
+                                   x[(((long)n * sh.c + c) * sh.h + ih) * sh.w + iw];
+                        }
+                if (fabs(ref) > maxref) maxref = fabs(ref);
+                if (fabs(ref - dw[e]) > maxerr) maxerr = fabs(ref - dw[e]), at = e;
+            }
+            CHECKF(maxerr / maxref <= 1e-5, "dw groups case %d isa %s: element %ld off by %g of %g", ci, isas[s], at,
+                   maxerr, maxref);
+            for (int k = 0; k < sh.k; k += 7) {
+                double ref = 0;
+                for (int n = 0; n < sh.n; n++)
+                    for (long j = 0; j < pq; j++) ref += g[((long)n * sh.k + k) * pq + j];
+                CHECKF(fabs(ref - db[k]) <= 1e-5 * (1 + fabs(ref)) * sh.n, "db case %d isa %s k %d: %g vs %g", ci,
+                       isas[s], k, db[k], ref);
+            }
+        }
+        k_set_isa(NULL);
+        free(x); free(w); free(g); free(dw); free(db); free(ws);
+    }
+}
+
 /* ---------------------------------------------------------------- linear */
 static void naive_linear(int n, int in, int out, const float *x, const float *w, const float *b, double *y)
 {

@@ -47,20 +47,33 @@ KT_INL void ISA_FN(ukr_nn)(const int mr, const int full, int nc, int kk, const f
             else s[i][v] = bias ? kv_set1(bias[i]) : kv_zero();
         }
     }
-    for (int k = 0; k < kk; k++) {
-        kv bv[2];
-        if (boff) b = b0 + boff[k]; /* row k of B at an arbitrary offset (conv taps) */
+    /* One k step: B's row at bk. Two loops (rows at tap offsets, rows ldb apart), each
+     * unrolled by 2 on AVX2, rather than testing boff in the loop: the loop's integer
+     * work shares ports 0/1 with the FMAs (16 ymm leave no room for a wider tile). */
+#define KT_NN_STEP(bk)                                                                                          \
+    do {                                                                                                        \
+        kv bv[2];                                                                                               \
+        _Pragma("GCC unroll 2") for (int v = 0; v < KT_NV; v++) bv[v] =                                         \
+            full ? kv_load((bk) + v * KV_W) : kv_loadn((bk) + v * KV_W, cnt[v]);                                \
+        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++)                                                   \
+        {                                                                                                       \
+            kv a = kv_set1(ap[i]);                                                                              \
+            _Pragma("GCC unroll 2") for (int v = 0; v < KT_NV; v++) s[i][v] = kv_fma(a, bv[v], s[i][v]);        \
+        }                                                                                                       \
+        ap += KT_MR;                                                                                            \
+    } while (0)
+    if (boff) {
+#if ISA_X86 && ISA_VB == 32
 #pragma GCC unroll 2
-        for (int v = 0; v < KT_NV; v++) bv[v] = full ? kv_load(b + v * KV_W) : kv_loadn(b + v * KV_W, cnt[v]);
-#pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            kv a = kv_set1(ap[i]);
+#endif
+        for (int k = 0; k < kk; k++) KT_NN_STEP(b0 + boff[k]); /* row k of B at an arbitrary offset (conv taps) */
+    } else {
+#if ISA_X86 && ISA_VB == 32
 #pragma GCC unroll 2
-            for (int v = 0; v < KT_NV; v++) s[i][v] = kv_fma(a, bv[v], s[i][v]);
-        }
-        ap += KT_MR;
-        b += ldb;
+#endif
+        for (int k = 0; k < kk; k++, b += ldb) KT_NN_STEP(b);
     }
+#undef KT_NN_STEP
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++) {
 #pragma GCC unroll 2

@@ -602,7 +602,7 @@ KT_INL void ISA_FN(ukr_nt_off)(const int mr, const int nr, int l, int ng, const 
         }
 }
 
-#if ISA_X86 && ISA_VB == 32
+#if ISA_X86 && ISA_VB >= 32
 /* ukr_nt_off over columns [x0, x1) of one image (the tail, if any, only where x1 = l),
  * its vector sums kept in st (mr*nr vectors) between calls: loaded unless `first`,
  * summed horizontally into C if `last`, else stored back. The same FMAs per lane in the
@@ -616,19 +616,19 @@ KT_INL void ISA_FN(ukr_nt_off_ch)(const int mr, const int nr, int x0, int x1, in
     const float *bp[KT_TN];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
-#pragma GCC unroll 3
+#pragma GCC unroll 6
         for (int j = 0; j < nr; j++) s[i][j] = first ? kv_zero() : kv_load(st + (i * KT_TN + j) * KV_W);
-#pragma GCC unroll 3
+#pragma GCC unroll 6
     for (int j = 0; j < nr; j++) bp[j] = b + boff[j];
     int x = x0;
     for (; x + KV_W <= x1; x += KV_W) {
         kv bv[KT_TN];
-#pragma GCC unroll 3
+#pragma GCC unroll 6
         for (int j = 0; j < nr; j++) bv[j] = kv_load(bp[j] + x);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             kv av = kv_load(a + i * lda + x);
-#pragma GCC unroll 3
+#pragma GCC unroll 6
             for (int j = 0; j < nr; j++) s[i][j] = kv_fma(av, bv[j], s[i][j]);
         }
     }
@@ -637,7 +637,7 @@ KT_INL void ISA_FN(ukr_nt_off_ch)(const int mr, const int nr, int x0, int x1, in
         kv av[KT_TM];
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) av[i] = kv_loadn(a + i * lda + x, t);
-#pragma GCC unroll 3
+#pragma GCC unroll 6
         for (int j = 0; j < nr; j++) {
             kv bv = kv_loadn(bp[j] + x, t);
 #pragma GCC unroll 4
@@ -646,7 +646,7 @@ KT_INL void ISA_FN(ukr_nt_off_ch)(const int mr, const int nr, int x0, int x1, in
     }
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
-#pragma GCC unroll 3
+#pragma GCC unroll 6
         for (int j = 0; j < nr; j++) {
             if (!last) {
                 kv_store(st + (i * KT_TN + j) * KV_W, s[i][j]);
@@ -667,7 +667,7 @@ KT_INL void ISA_FN(ukr_nt_off_ch)(const int mr, const int nr, int x0, int x1, in
  * 512 the same, 256 no gain (the sums' traffic). */
 #define KT_NTL 1024
 #define KT_NTL_MIN 2048                          /* columns an image from which it pays */
-#define KT_NTL_ST (1024L * KT_TM * KT_TN * KV_W) /* sums' floats (stack): up to 1024 tiles, 384 KiB */
+#define KT_NTL_ST (256L << 10) /* sums' floats (1 MiB of stack): AVX2 2730 tiles, AVX-512 682 */
 __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_off_ch)(int m, int n, int l, int ng, const float *a,
                                                                    long lda, long a_img, const float *b,
                                                                    const long *boff, long b_img, float *c, long ldc,
@@ -694,6 +694,11 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_off_ch)(int m, i
                         KT_NTC_CASE(1, 1) KT_NTC_CASE(1, 2) KT_NTC_CASE(1, 3) KT_NTC_CASE(2, 1) KT_NTC_CASE(2, 2)
                         KT_NTC_CASE(2, 3) KT_NTC_CASE(3, 1) KT_NTC_CASE(3, 2) KT_NTC_CASE(3, 3) KT_NTC_CASE(4, 1)
                         KT_NTC_CASE(4, 2) KT_NTC_CASE(4, 3)
+#if KT_TN > 3
+                        KT_NTC_CASE(1, 4) KT_NTC_CASE(1, 5) KT_NTC_CASE(1, 6) KT_NTC_CASE(2, 4) KT_NTC_CASE(2, 5)
+                        KT_NTC_CASE(2, 6) KT_NTC_CASE(3, 4) KT_NTC_CASE(3, 5) KT_NTC_CASE(3, 6) KT_NTC_CASE(4, 4)
+                        KT_NTC_CASE(4, 5) KT_NTC_CASE(4, 6)
+#endif
 #undef KT_NTC_CASE
                     default: break;
                     }
@@ -714,7 +719,7 @@ ISA_TARGET static void ISA_FN(gemm_nt_off)(int m, int n, int l, int ng, const fl
                                       long pfn)
 {
     int nmb = (m + KT_TM - 1) / KT_TM, nnb = (n + KT_TN - 1) / KT_TN;
-#if ISA_X86 && ISA_VB == 32
+#if ISA_X86 && ISA_VB >= 32
     if (l >= KT_NTL_MIN && (long)nmb * nnb * KT_TM * KT_TN * KV_W <= KT_NTL_ST) {
         ISA_FN(gemm_nt_off_ch)(m, n, l, ng, a, lda, a_img, b, boff, b_img, c, ldc, acc, pf, pfn);
         return;

@@ -76,7 +76,7 @@ int port_cond_wait_until(port_cond *c, port_mutex *m, int64_t deadline_ns)
     return pthread_cond_timedwait(c, m, &ts);
 }
 
-void *port_alloc_large(size_t bytes)
+void *port_alloc_huge(size_t bytes)
 {
     const size_t huge = (size_t)2 << 20;
     size_t n = (bytes + huge - 1) & ~(huge - 1);
@@ -86,6 +86,13 @@ void *port_alloc_large(size_t bytes)
 #ifdef MADV_HUGEPAGE
     madvise(p, n, MADV_HUGEPAGE); /* advice: without THP it is a no-op */
 #endif
-    memset(p, 0, n);
+    return p;
+}
+
+void *port_alloc_large(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = port_alloc_huge(bytes);
+    if (p) memset(p, 0, (bytes + huge - 1) & ~(huge - 1));
     return p;
 }

@@ -18,6 +18,9 @@ size_t port_mem_total(void);
  * accumulators): 2 MiB aligned and, where the kernel allows, on transparent huge pages,
  * so a row's first touch is not a TLB miss. NULL if out of memory; free() frees it. */
 void *port_alloc_large(size_t bytes);
+/* The same without zeroing (pages are touched, and counted in RSS, as they are used):
+ * the arenas. free() frees it. */
+void *port_alloc_huge(size_t bytes);
 
 typedef pthread_t port_thread;
 typedef pthread_mutex_t port_mutex;

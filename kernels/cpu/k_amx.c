@@ -1,0 +1,263 @@
+/* bf16 GEMM on AMX tiles (k_amx.h). Blocking: N super-blocks whose B (all of K, or K
+ * chunks of up to AX_KMAX) is packed once (16-column tiles, K pairs interleaved:
+ * tdpbf16ps's B layout; at most AX_BP bf16 on the stack, as k_gemm_simd.h's gemm_nn_pb),
+ * then for each 32-row block of A (packed row-major, K contiguous: the A tile layout)
+ * every 32-column group of the super-block: 2 x 2 C tiles loaded from C (or zeroed),
+ * 2 A + 2 B tiles per 32 K steps over the whole chunk, stored back to C once: C is
+ * megabytes at GPT's shapes and going back to it every few hundred K steps made the
+ * kernel memory-bound. Partial blocks go through a 32 x 32 scratch. Tiles are configured
+ * on entry and released on exit, so a thread holds no tile state between calls. */
+#include "kernels/cpu/k_amx.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define K_AMX 1
+#endif
+
+#ifdef K_AMX
+#define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define AX_KMAX 4096      /* K steps per chunk at most (the A block: 32 x K bf16, 256 KiB) */
+#define AX_BP (384 * 1024) /* bf16 of packed B (768 KiB: stays in L2) */
+
+int k_amx_ok(void)
+{
+    static int ok = -1; /* threads may race to the same answer: atomics keep TSan quiet */
+    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
+    unsigned a, b, c, d;
+    v = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) && (b >> 16 & 1))
+        v = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+    __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } ax_cfg;
+
+/* 16 fp32 -> bf16 (round to nearest even), lanes past cnt read as 0. */
+AX_TARGET static inline __m256i cvt16(const float *x, int cnt)
+{
+    __m512 v = cnt >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), x);
+    return (__m256i)_mm512_cvtneps_pbh(v);
+}
+
+/* Word permutation interleaving two 16-word halves: (e0, f0, e1, f1, ...). */
+AX_TARGET static inline __m512i pair_idx(void)
+{
+    return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+                            19, 3, 18, 2, 17, 1, 16, 0);
+}
+
+/* 16 x 16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i. */
+AX_TARGET static inline void tr16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+            t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+
+/* A rows [i0, i0+32) x K [k0, k0+kc) into o[i*kp + k] (kp = kc rounded up to 32; rows past
+ * m and K past kc zero). */
+AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float *a, long ars, long acs, uint16_t *o)
+{
+    int mr = m - i0 < 32 ? m - i0 : 32;
+    if (acs == 1) {
+        for (int i = 0; i < 32; i++) {
+            uint16_t *oi = o + (long)i * kp;
+            if (i >= mr) { memset(oi, 0, 2 * (size_t)kp); continue; }
+            const float *ai = a + (long)(i0 + i) * ars + k0;
+            for (int k = 0; k < kp; k += 16) {
+                int cnt = kc - k < 0 ? 0 : kc - k;
+                _mm256_storeu_si256((__m256i *)(oi + k), cvt16(ai + k, cnt > 16 ? 16 : cnt));
+            }
+        }
+        return;
+    }
+    /* ars == 1: A(i, k) = a[i + k*acs] (dy^T of dW): the 16 rows of one k are contiguous.
+     * Pairs (k, k+1) of 16 rows interleaved as for B, then 16 x 16 transposed (32-bit units)
+     * so each row's 16 pairs are one 64-byte store (element stores 2*kp bytes apart
+     * fell into one L1 set). */
+    const __m512i idx = pair_idx();
+    for (int h = 0; h < 2; h++) {
+        int cnt = mr - 16 * h < 0 ? 0 : mr - 16 * h > 16 ? 16 : mr - 16 * h;
+        for (int k = 0; k < kp; k += 32) {
+            __m512i r[16];
+            for (int p = 0; p < 16; p++) {
+                const float *ak = a + (long)(k0 + k + 2 * p) * acs + i0 + 16 * h;
+                __m256i e = cnt && k + 2 * p < kc ? cvt16(ak, cnt) : _mm256_setzero_si256();
+                __m256i f = cnt && k + 2 * p + 1 < kc ? cvt16(ak + acs, cnt) : _mm256_setzero_si256();
+                r[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(e), f, 1));
+            }
+            tr16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(o + (long)(16 * h + i) * kp + k), r[i]);
+        }
+    }
+}
+
+/* B rows K [k0, k0+kc) x columns [j0, j0+nc) into tiles of 16 columns: tile t, pair p at
+ * o[(t*(kp/2) + p)*32 + j*2 + h] = B(k0 + 2p + h, j0 + 16t + j); zero past kc and nc. */
+AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float *b, long ldb, int bt, uint16_t *o)
+{
+    int nt = (nc + 15) / 16, pp = kp / 2;
+    if (!bt) { /* rows 2p and 2p+1 interleaved */
+        const __m512i idx = pair_idx();
+        for (int t = 0; t < nt; t++) {
+            int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
+            for (int p = 0; p < pp; p++) {
+                int k = 2 * p;
+                const float *r0 = b + (long)(k0 + k) * ldb + j0 + 16 * t;
+                __m256i e = k < kc ? cvt16(r0, cnt) : _mm256_setzero_si256();
+                __m256i f = k + 1 < kc ? cvt16(r0 + ldb, cnt) : _mm256_setzero_si256();
+                __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(e), f, 1);
+                _mm512_storeu_si512((void *)(o + ((long)t * pp + p) * 32), _mm512_permutexvar_epi16(idx, v));
+            }
+        }
+        return;
+    }
+    /* bt: column j contiguous along K (w's rows): pairs are adjacent, one 32-bit unit each */
+    for (int t = 0; t < nt; t++) {
+        int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
+        for (int p0 = 0; p0 < pp; p0 += 16) {
+            uint32_t blk[16][16]; /* [column][pair] */
+            for (int j = 0; j < 16; j++) {
+                if (j >= cnt) { memset(blk[j], 0, sizeof blk[j]); continue; }
+                const float *col = b + (long)(j0 + 16 * t + j) * ldb + k0 + 2 * p0;
+                int left = kc - 2 * p0;
+                __m256i lo = left > 0 ? cvt16(col, left > 16 ? 16 : left) : _mm256_setzero_si256();
+                __m256i hi = left > 16 ? cvt16(col + 16, left - 16 > 16 ? 16 : left - 16) : _mm256_setzero_si256();
+                _mm256_storeu_si256((__m256i *)blk[j], lo);
+                _mm256_storeu_si256((__m256i *)&blk[j][8], hi);
+            }
+            for (int p = 0; p < 16 && p0 + p < pp; p++) {
+                uint32_t *d = (uint32_t *)(o + ((long)t * pp + p0 + p) * 32);
+                for (int j = 0; j < 16; j++) d[j] = blk[j][p];
+            }
+        }
+    }
+}
+
+/* One 32 x 32 block of C (mr x nc valid) over a K chunk: ap 32 rows of kp, bp two tiles
+ * (second at bp + kp*16), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. */
+AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c, long ldc,
+                            const float *cbias, int init)
+{
+    _Alignas(64) float s[32][32];
+    int full = mr == 32 && nc == 32;
+    float *cc = full ? c : &s[0][0];
+    long ld = full ? ldc : 32;
+    if (init) {
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+    } else {
+        if (!full)
+            for (int i = 0; i < 32; i++)
+                for (int j = 0; j < 32; j++) s[i][j] = i < mr && j < nc ? c[(long)i * ldc + j] : 0.0f;
+        _tile_loadd(4, cc, ld * 4);
+        _tile_loadd(5, cc + 16, ld * 4);
+        _tile_loadd(6, cc + 16 * ld, ld * 4);
+        _tile_loadd(7, cc + 16 * ld + 16, ld * 4);
+    }
+    const uint16_t *b1 = bp + (long)kp * 16;
+    for (int k = 0; k < kp; k += 32) {
+        _tile_loadd(0, ap + k, kp * 2);
+        _tile_loadd(1, ap + 16L * kp + k, kp * 2);
+        _tile_loadd(2, bp + (long)k * 16, 64);
+        _tile_loadd(3, b1 + (long)k * 16, 64);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+    }
+    _tile_stored(4, cc, ld * 4);
+    _tile_stored(5, cc + 16, ld * 4);
+    _tile_stored(6, cc + 16 * ld, ld * 4);
+    _tile_stored(7, cc + 16 * ld + 16, ld * 4);
+    if (init && cbias) { /* the bias after the sums: one rounding, as nn.Linear's addmm */
+        __m512 b0 = _mm512_maskz_loadu_ps((__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1), cbias);
+        __m512 b1v = nc > 16 ? _mm512_maskz_loadu_ps((__mmask16)(nc >= 32 ? 0xffff : (1u << (nc - 16)) - 1), cbias + 16)
+                             : _mm512_setzero_ps();
+        for (int i = 0; i < mr; i++) {
+            float *r = cc + (long)i * ld;
+            _mm512_storeu_ps(r, _mm512_add_ps(_mm512_loadu_ps(r), b0));
+            _mm512_storeu_ps(r + 16, _mm512_add_ps(_mm512_loadu_ps(r + 16), b1v));
+        }
+    }
+    if (!full)
+        for (int i = 0; i < mr; i++) memcpy(c + (long)i * ldc, s[i], sizeof(float) * (size_t)nc);
+}
+
+__attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const float *a, long ars, long acs,
+                                                     const float *b, long ldb, int bt, float *c, long ldc,
+                                                     const float *cbias, int acc)
+{
+    _Alignas(64) uint16_t bp[AX_BP];
+    _Alignas(64) uint16_t ap[32 * AX_KMAX];
+    ax_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+    for (int k0 = 0; k0 < kk; k0 += AX_KMAX) {
+        int kc = kk - k0 < AX_KMAX ? kk - k0 : AX_KMAX, kp = (kc + 31) & ~31, init = !acc && k0 == 0;
+        int nc = AX_BP / kp / 32 * 32; /* super-block width: its B fits bp */
+        for (int js = 0; js < n; js += nc) {
+            int jn = n - js < nc ? n - js : nc;
+            for (int j0 = 0; j0 < jn; j0 += 32) /* two tiles per 32 columns, kp*16 bf16 each */
+                pack_b(k0, kc, kp, js + j0, jn - j0 < 32 ? jn - j0 : 32, b, ldb, bt, bp + (long)j0 * kp);
+            for (int i0 = 0; i0 < m; i0 += 32) {
+                int mr = m - i0 < 32 ? m - i0 : 32;
+                pack_a(m, i0, k0, kc, kp, a, ars, acs, ap);
+                for (int j0 = 0; j0 < jn; j0 += 32)
+                    block(mr, jn - j0 < 32 ? jn - j0 : 32, kp, ap, bp + (long)j0 * kp, c + (long)i0 * ldc + js + j0,
+                          ldc, init ? (cbias ? cbias + js + j0 : NULL) : NULL, init);
+            }
+        }
+    }
+    _tile_release();
+}
+
+void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt, float *c,
+                long ldc, const float *cbias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (kk <= 0) {
+        if (!acc)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(long)i * ldc + j] = cbias ? cbias[j] : 0.0f;
+        return;
+    }
+    gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc);
+}
+#else
+int k_amx_ok(void) { return 0; }
+void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt, float *c,
+                long ldc, const float *cbias, int acc)
+{
+    (void)m; (void)n; (void)kk; (void)a; (void)ars; (void)acs; (void)b; (void)ldb; (void)bt; (void)c; (void)ldc;
+    (void)cbias; (void)acc;
+}
+#endif

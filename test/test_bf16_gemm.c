@@ -5,6 +5,7 @@
  * row groups and column super-blocks), the vectorised packing against the scalar one,
  * and the bits against the column split and the thread count. */
 #include "test/t.h"
+#include "kernels/cpu/k_amx.h"
 #include "kernels/k.h"
 #include "kernels/k_tfm.h"
 #include "kernels/cpu/k_bf16.h"
@@ -144,9 +145,11 @@ TEST(bf16_linear_forms_match_reference_and_agree_across_threads)
         float *y[2], *dx[2], *dw[2], *db[2];
         for (int t = 0; t < 2; t++)
             y[t] = malloc(4L * n * out), dx[t] = malloc(4L * n * in), dw[t] = malloc(4L * out * in), db[t] = malloc(4L * out);
-        for (int form = 0; form < 2; form++)
+        static const char *const forms[] = {"dpbf16", "fma", "amx"};
+        for (int form = 0; form < 3; form++)
             for (int hf = 0; hf < 2; hf++) {
-                CHECK(k_bf16_set_gemm(form ? "fma" : "dpbf16") == 0);
+                if (form == 2 && !k_amx_ok()) continue; /* AMX (Sapphire Rapids on): where the CPU has it */
+                CHECK(k_bf16_set_gemm(forms[form]) == 0);
                 for (int t = 0; t < 2; t++) {
                     k_set_threads(t ? 3 : 1);
                     if (hf) {
@@ -165,10 +168,10 @@ TEST(bf16_linear_forms_match_reference_and_agree_across_threads)
                     for (int k = 0; k < in; k++) /* Conv1D's dW is [in][out] */
                         bad += !close_to(dw[0][hf ? (long)k * out + o : (long)o * in + k], rdw[o * in + k], mdw[o * in + k]);
                 CHECKF(!bad, "case %d %s %s: %d elements off the reference", ci, hf ? "conv1d_hf" : "linear",
-                       form ? "fma" : "dpbf16", bad);
+                       forms[form], bad);
                 CHECKF(!memcmp(y[0], y[1], 4L * n * out) && !memcmp(dx[0], dx[1], 4L * n * in) &&
                            !memcmp(dw[0], dw[1], 4L * out * in) && !memcmp(db[0], db[1], 4L * out),
-                       "case %d %s %s: 1 and 3 threads differ", ci, hf ? "conv1d_hf" : "linear", form ? "fma" : "dpbf16");
+                       "case %d %s %s: 1 and 3 threads differ", ci, hf ? "conv1d_hf" : "linear", forms[form]);
             }
         k_bf16_set_gemm(NULL);
         for (int t = 0; t < 2; t++) { free(y[t]); free(dx[t]); free(dw[t]); free(db[t]); }

@@ -6,11 +6,14 @@
  *   dx = dy w        A = dy, B = w
  *   dW = dy^T x      A = dy^T, B = x
  * Tasks split the columns of C in units of 32; each output element is one fixed-order
- * sum, so results do not depend on the thread count.
+ * sum, so results do not depend on the thread count. With AMX (k_amx.c: DDPRT_BF16_GEMM
+ * amx, or auto where the CPU has it) the same three products run on tiles instead,
+ * each part packing its own operands.
  * Otherwise (no AVX512-BF16, or where vdpbf16ps is slower than the FMAs:
  * k_bf16_linear_dot): rounded copies of x, w, dy through k_linear_fwd/bwd, the same
  * products summed in k order. db is the fp32 column sum of dy on both paths. */
 #include "kernels/k.h"
+#include "kernels/cpu/k_amx.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
@@ -19,17 +22,17 @@
 
 #define LB_PARTS 8
 
-/* ---- which GEMMs (k_bf16_set_gemm, DDPRT_BF16_GEMM): 0 auto, 1 dpbf16, 2 fma; -1 unread */
+/* ---- which GEMMs (k_bf16_set_gemm, DDPRT_BF16_GEMM): 0 auto, 1 dpbf16, 2 fma, 3 amx; -1 unread */
 static int gemm_form = -1;
 
 int k_bf16_set_gemm(const char *name)
 {
-    static const char *const names[] = {"auto", "dpbf16", "fma"};
+    static const char *const names[] = {"auto", "dpbf16", "fma", "amx"};
     if (!name) {
         __atomic_store_n(&gemm_form, -1, __ATOMIC_RELAXED);
         return 0;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(name, names[i])) {
             __atomic_store_n(&gemm_form, i, __ATOMIC_RELAXED);
             return 0;
@@ -41,11 +44,25 @@ int k_bf16_set_gemm(const char *name)
  * two cycles, 112 GFLOP/s against 224 for vfmadd231ps) loses to the fp32 GEMMs on
  * bf16-rounded operands; AMD's Zen 4/5 run it at twice the FMA rate. By vendor, not by
  * a timing, so that a run's bits do not depend on the machine's load. */
+static int form(void)
+{
+    int f = __atomic_load_n(&gemm_form, __ATOMIC_RELAXED);
+    if (f < 0) __atomic_store_n(&gemm_form, f = rt_env_choice(RT_ENV_BF16_GEMM, 0), __ATOMIC_RELAXED);
+    return f;
+}
+
+/* AMX tiles (k_amx.c) for k_bf16_matmul: asked for, or auto where the CPU has them. */
+static int use_amx(void)
+{
+    int f = form();
+    return (f == 3 || f == 0) && k_amx_ok();
+}
+
 int k_bf16_linear_dot(void)
 {
     if (!k_isa_bf16()) return 0;
-    int f = __atomic_load_n(&gemm_form, __ATOMIC_RELAXED);
-    if (f < 0) __atomic_store_n(&gemm_form, f = rt_env_choice(RT_ENV_BF16_GEMM, 0), __ATOMIC_RELAXED);
+    int f = form();
+    if (f == 3 || (f == 0 && k_amx_ok())) return k_amx_ok(); /* amx where there is none: fma */
     if (f) return f == 1;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
@@ -119,6 +136,19 @@ static void lb_mm_task(void *ctx, int task)
                     j->c + c0, j->ldc, j->cbias ? j->cbias + c0 : NULL, 0);
 }
 
+/* The AMX form packs its own operands, per 32-column part of C (k_amx_gemm's bits do not
+ * depend on such a split). */
+static void lb_amx_task(void *ctx, int task)
+{
+    const lb_mm *j = ctx;
+    long lo, hi;
+    k_split((j->n + 31) / 32, j->parts, task, &lo, &hi);
+    long c0 = lo * 32, c1 = hi * 32 < j->n ? hi * 32 : j->n;
+    if (c0 < c1)
+        k_amx_gemm(j->m, (int)(c1 - c0), j->kk, j->a, j->ars, j->acs, j->bt ? j->b + c0 * j->ldb : j->b + c0, j->ldb,
+                   j->bt, j->c + c0, j->ldc, j->cbias ? j->cbias + c0 : NULL, 0);
+}
+
 void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
                    float *c, long ldc, const float *cbias, uint16_t *pa)
 {
@@ -126,6 +156,11 @@ void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, con
     lb_mm j = {.m = m, .n = n, .kk = kk, .bt = bt, .a = a, .b = b, .cbias = cbias, .ars = ars, .acs = acs,
                .ldb = ldb, .ldc = ldc, .c = c, .pa = pa};
     long flops = 2L * m * n * kk;
+    if (use_amx()) {
+        j.parts = lb_parts((n + 31) / 32, flops);
+        k_parallel_for(j.parts, lb_amx_task, &j);
+        return;
+    }
     j.parts = lb_parts((m + K_BF16_MR - 1) / K_BF16_MR, flops);
     k_parallel_for(j.parts, lb_pack_task, &j);
     j.parts = lb_parts((n + 31) / 32, flops);

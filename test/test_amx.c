@@ -57,7 +57,7 @@ TEST(amx_gemm_matches_double_sums)
         t_note("skipped: no AMX-BF16 on this CPU (or the kernel refused the tile state)");
         return;
     }
-    static const int sz[][3] = {{1, 1, 1}, {16, 16, 32}, {33, 17, 45}, {32, 64, 256}, {70, 100, 257},
+    static const int sz[][3] = {{1, 1, 1}, {3, 40, 0}, {16, 16, 32}, {33, 17, 45}, {32, 64, 256}, {70, 100, 257},
                                 {5, 1600, 40}, {40, 33, 600}};
     for (int s = 0; s < (int)(sizeof sz / sizeof *sz); s++)
         for (int v = 0; v < 8; v++)

@@ -54,23 +54,31 @@ TEST(recompute_resnet20_gives_the_same_bits_as_keeping_outputs)
     same_bits(&c, 8, 1 << 20, 1);
 }
 
-TEST(recompute_cfg_resnet_and_auto_policy)
+/* ResNet-20's plan at batch 128 (not trained) under a recompute policy and memory budget. */
+static const nn_graph *r20_plan(int macs, size_t budget)
 {
-    nn_model_cfg c = {.file = "nn/models/resnet8.cfg", .in = {3, 32, 32, 0}, .num_classes = 4};
-    same_bits(&c, 8, 1 << 20, 0);
-    /* auto (-1) resolves to the smallest bound that halves the plan */
     static mg m;
     char err[256];
     nn_model_cfg r20 = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
     rt_arena plan;
     rt_arena_plan(&plan, "plan");
     CHECK(nn_model_build(&m.g, m.nodes, m.p, m.b, &r20, err, sizeof err) == 0);
-    m.g.recompute_macs = -1;
+    m.g.recompute_macs = macs;
+    m.g.mem_budget = budget;
     CHECKF(nn_graph_finish(&m.g, &plan, 128, err, sizeof err) == 0, "%s", err);
+    return &m.g;
+}
+
+TEST(recompute_cfg_resnet_and_auto_policy)
+{
+    nn_model_cfg c = {.file = "nn/models/resnet8.cfg", .in = {3, 32, 32, 0}, .num_classes = 4};
+    same_bits(&c, 8, 1 << 20, 0);
+    /* auto (-1) resolves to the smallest bound that halves the plan */
+    const nn_graph *g = r20_plan(-1, 0);
     /* 155 MiB when kept: the stem and stage 1 convs (9 and 144 MACs per output) go */
-    CHECK_EQ(m.g.recompute_macs, 144);
-    CHECK(m.g.act_bytes <= m.g.act_bytes_keep / 2);
-    CHECK(m.g.ws == NULL); /* the workspace lives inside the activations */
+    CHECK_EQ(g->recompute_macs, 144);
+    CHECK(g->act_bytes <= g->act_bytes_keep / 2);
+    CHECK(g->ws == NULL); /* the workspace lives inside the activations */
 }
 
 /* The default (NN_RECOMPUTE_FIT): the convs are kept while the activations fit in the
@@ -78,18 +86,10 @@ TEST(recompute_cfg_resnet_and_auto_policy)
  * with -1 when they do not or the budget is unknown. */
 static size_t fit_plan(size_t budget, int *macs)
 {
-    static mg m;
-    char err[256];
-    nn_model_cfg r20 = {.name = "resnet20", .in = {1, 28, 28, 0}, .num_classes = 10};
-    rt_arena plan;
-    rt_arena_plan(&plan, "plan");
-    CHECK(nn_model_build(&m.g, m.nodes, m.p, m.b, &r20, err, sizeof err) == 0);
-    m.g.recompute_macs = NN_RECOMPUTE_FIT;
-    m.g.mem_budget = budget;
-    CHECKF(nn_graph_finish(&m.g, &plan, 128, err, sizeof err) == 0, "%s", err);
-    *macs = m.g.recompute_macs;
-    CHECK(m.g.act_bytes < m.g.act_bytes_keep); /* BN/ReLU/add are recomputed in every case */
-    return m.g.act_bytes;
+    const nn_graph *g = r20_plan(NN_RECOMPUTE_FIT, budget);
+    *macs = g->recompute_macs;
+    CHECK(g->act_bytes < g->act_bytes_keep); /* BN/ReLU/add are recomputed in every case */
+    return g->act_bytes;
 }
 
 TEST(recompute_fit_keeps_convs_within_the_memory_budget)

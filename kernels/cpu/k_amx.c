@@ -8,6 +8,7 @@
  * kernel memory-bound. Partial blocks go through a 32 x 32 scratch. Tiles are configured
  * on entry and released on exit, so a thread holds no tile state between calls. */
 #include "kernels/cpu/k_amx.h"
+#include "kernels/cpu/k_bf16.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -244,13 +245,8 @@ void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const 
                 long ldc, const float *cbias, int acc)
 {
     if (m <= 0 || n <= 0) return;
-    if (kk <= 0) {
-        if (!acc)
-            for (int i = 0; i < m; i++)
-                for (int j = 0; j < n; j++) c[(long)i * ldc + j] = cbias ? cbias[j] : 0.0f;
-        return;
-    }
-    gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc);
+    if (kk <= 0) k_bf16_gemm_blk(m, n, kk, NULL, b, ldb, bt, c, ldc, cbias, acc); /* C = bias or kept */
+    else gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc);
 }
 #else
 int k_amx_ok(void) { return 0; }

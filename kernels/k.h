@@ -34,14 +34,17 @@ int k_conv_set_algo(const char *name);
 double k_probe_fma_gflops(void);
 /* The same with vdpbf16ps (bf16 pairs, fp32 sums); 0 without AVX512-BF16. */
 double k_probe_bf16_gflops(void);
-/* --amp bf16's linear layers on AVX512-BF16: "dpbf16" (vdpbf16ps GEMMs), "fma" (bf16-
- * rounded operands through the fp32 GEMMs), "auto" (fma on Intel, else dpbf16); NULL:
- * DDPRT_BF16_GEMM's. -1 (nothing changed) for another name. Not thread-safe with
- * kernels running; workspace sizes do not depend on it. */
+/* --amp bf16's linear layers and convs on AVX512-BF16: "dpbf16" (vdpbf16ps GEMMs), "fma"
+ * (bf16-rounded operands through the fp32 kernels), "amx" (the linear layers on AMX
+ * tiles where the CPU has them; convs as fma), "auto" (amx where there, else fma on
+ * Intel, else dpbf16); NULL: DDPRT_BF16_GEMM's. -1 (nothing changed) for another name.
+ * Not thread-safe with kernels running; workspace sizes do not depend on it. */
 int k_bf16_set_gemm(const char *name);
-/* 1: the linear layers run the vdpbf16ps GEMMs now (AVX512-BF16 path and the choice
- * above), 0: bf16-rounded operands through the fp32 GEMMs. */
+/* 1: the linear layers run the native bf16 GEMMs now (vdpbf16ps or AMX: AVX512-BF16 path
+ * and the choice above), 0: bf16-rounded operands through the fp32 GEMMs. */
 int k_bf16_linear_dot(void);
+/* The same for the convs (vdpbf16ps kernels or rounded operands through the fp32 ones). */
+int k_bf16_conv_dot(void);
 double k_probe_copy_gbps(size_t bytes);
 
 typedef struct k_conv_shape {

@@ -34,6 +34,13 @@ static int carve_data(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     return 0;
 }
 
+static int has_conv(const nn_graph *g)
+{
+    for (int i = 1; i < g->nn; i++)
+        if (!strcmp(g->nodes[i].op->kind, "conv2d") || !strcmp(g->nodes[i].op->kind, "conv1d")) return 1;
+    return 0;
+}
+
 static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
@@ -204,6 +211,9 @@ static int plan_memory(nn_trainer *t, char *err, size_t errlen)
     if (t->g.amp == NN_AMP_BF16 && !t->cuda && strcmp(k_isa(), "avx512bf16") && t->rank == 0)
         rt_warn("--amp bf16: this CPU path (%s kernels) has no bf16 dot product (AVX512-BF16): bf16 operands are "
                 "emulated on fp32 kernels, slower than --amp none", k_isa());
+    else if (t->g.amp == NN_AMP_BF16 && !t->cuda && !k_bf16_conv_dot() && has_conv(&t->g) && t->rank == 0)
+        rt_warn("--amp bf16: this CPU's vdpbf16ps runs at half its FMA rate (Intel): the convs take bf16-rounded "
+                "operands through the fp32 kernels, slower than --amp none (DDPRT_BF16_GEMM=dpbf16 forces it)");
     if (o->mem_report && t->rank == 0)
         printf("activations: planned %.2f MiB (%.2f MiB keeping every output), %.2f MiB without reuse; "
                "workspace %.2f MiB at most per node%s\n", t->g.act_bytes / 1048576.0,

@@ -75,11 +75,12 @@ static const env_var vars[RT_ENV_COUNT] = {
       "(the shifted-row GEMMs, the bits of ddprt before Winograd), `auto` (Winograd where measured faster: see "
       "[models.md](models.md)); `ddprt-train --conv-algo` sets it too"),
     V(BF16_GEMM, E_ENUM, "auto|dpbf16|fma|amx", "auto",
-      "`--amp bf16`'s linear layers on AVX512-BF16 CPUs: `dpbf16` (`vdpbf16ps`: the blocked bf16 GEMMs), `fma` "
-      "(operands rounded to bf16, then the fp32 FMA GEMMs: the same products, summed in another order), `amx` "
-      "(Intel AMX tiles, `tdpbf16ps`: 3-6x the fp32 GEMMs on Sapphire Rapids; where the CPU has AMX-BF16), "
-      "`auto` (`amx` where the CPU has it, else `fma` on Intel, whose `vdpbf16ps` ran at half the FMA rate here "
-      "(Sapphire Rapids: 112 vs 224 GFLOP/s a thread), else `dpbf16`)"),
+      "`--amp bf16`'s linear layers and convs on AVX512-BF16 CPUs: `dpbf16` (`vdpbf16ps`: the blocked bf16 "
+      "GEMMs and conv kernels), `fma` (operands rounded to bf16, then the fp32 FMA kernels: the same products, "
+      "summed in another order), `amx` (the linear layers on Intel AMX tiles, `tdpbf16ps`: 2-6x the fp32 GEMMs "
+      "on Sapphire Rapids, where the CPU has AMX-BF16; convs as `fma`), `auto` (`amx` where the CPU has it, else "
+      "`fma` on Intel, whose `vdpbf16ps` ran at half the FMA rate here (Sapphire Rapids: 112 vs 224 GFLOP/s a "
+      "thread; ResNets at 0.58-0.66x fp32), else `dpbf16`)"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),
     V(SIMT_SCHED, E_ENUM, "forward|reversed|random", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "

@@ -123,6 +123,7 @@ static cout run_conv(const k_conv_shape *sh, const float *x, const float *w, con
 
 TEST(bf16_conv_matches_reference_on_every_isa)
 {
+    k_bf16_set_gemm("dpbf16"); /* the vdpbf16ps kernels on avx512bf16, even where auto avoids them */
     for (int ci = 0; ci < NCASES; ci++) {
         const int *a = cases[ci];
         k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
@@ -166,6 +167,7 @@ TEST(bf16_conv_matches_reference_on_every_isa)
         free(x); free(w); free(b); free(g);
         free(ry); free(rdx); free(rdw); free(rdb); free(fy); free(fdx); free(fdw); free(fdb);
     }
+    k_bf16_set_gemm(NULL);
 }
 
 static void naive_linear(int n, int in, int out, const float *x, const float *w, const float *b,
@@ -219,6 +221,7 @@ TEST(bf16_linear_matches_reference_on_every_isa)
 
 TEST(bf16_threads_agree_bitwise)
 {
+    k_bf16_set_gemm("dpbf16");
     for (int pass = 0; pass < 2; pass++) {
         k_set_isa(pass ? "avx2" : NULL); /* the native path, then the portable one */
         for (int ci = 0; ci < NCASES; ci++) {
@@ -253,6 +256,7 @@ TEST(bf16_threads_agree_bitwise)
         k_set_threads(1);
     }
     k_set_isa(NULL);
+    k_bf16_set_gemm(NULL);
 }
 
 TEST(bf16_amp_training_learns_and_flag_is_validated)

@@ -324,7 +324,7 @@ void k_conv2d_fwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
                        void *ws)
 {
     cb_job j = {.sh = sh, .d = cb_dims_of(sh), .x = x, .b = b, .y = y, .ws = ws};
-    if (!k_isa_bf16()) {
+    if (!k_bf16_conv_dot()) {
         const float *xr = cb_round(&j.d, ws, j.d.p_x, (size_t)(sh->n * j.d.xsz), x);
         const float *wr = cb_round(&j.d, ws, j.d.p_w, (size_t)(sh->k * j.d.crs), w);
         k_conv2d_fwd(sh, xr, wr, b, y, ws);
@@ -407,7 +407,7 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
                        float *dw, float *db, void *ws)
 {
     cb_job j = {.sh = sh, .d = cb_dims_of(sh), .x = x, .dy = dy, .dx = dx, .dw = dw, .db = db, .ws = ws};
-    if (!k_isa_bf16()) {
+    if (!k_bf16_conv_dot()) {
         const float *xr = cb_round(&j.d, ws, j.d.p_x, (size_t)(sh->n * j.d.xsz), x);
         const float *wr = cb_round(&j.d, ws, j.d.p_w, (size_t)(sh->k * j.d.crs), w);
         const float *dyr = cb_round(&j.d, ws, j.d.p_dy, (size_t)(sh->n * j.d.ysz), dy);

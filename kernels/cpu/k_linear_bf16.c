@@ -58,18 +58,32 @@ static int use_amx(void)
     return (f == 3 || f == 0) && k_amx_ok();
 }
 
-int k_bf16_linear_dot(void)
+static int not_intel(void)
 {
-    if (!k_isa_bf16()) return 0;
-    int f = form();
-    if (f == 3 || (f == 0 && k_amx_ok())) return k_amx_ok(); /* amx where there is none: fma */
-    if (f) return f == 1;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
     return !__builtin_cpu_is("intel");
 #else
     return 1;
 #endif
+}
+
+int k_bf16_linear_dot(void)
+{
+    if (!k_isa_bf16()) return 0;
+    int f = form();
+    if (f == 3 || (f == 0 && k_amx_ok())) return k_amx_ok(); /* amx where there is none: fma */
+    return f ? f == 1 : not_intel();
+}
+
+/* Convs have no AMX form: vdpbf16ps where it runs at twice the FMA rate (or asked for),
+ * else the fp32 kernels on rounded operands (on Intel, --amp bf16 ResNets ran at
+ * 0.58-0.66x fp32 with vdpbf16ps). */
+int k_bf16_conv_dot(void)
+{
+    if (!k_isa_bf16()) return 0;
+    int f = form();
+    return f == 1 || (f == 0 && not_intel());
 }
 
 typedef struct lb_dims { long x16, w16, pa, total, px, pw, pdy, ptotal; } lb_dims;

@@ -9,6 +9,7 @@
  * on entry and released on exit, so a thread holds no tile state between calls. */
 #include "kernels/cpu/k_amx.h"
 #include "kernels/cpu/k_bf16.h"
+#include "kernels/cpu/k_bf16_simd.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@
 #endif
 
 #ifdef K_AMX
-#define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi2,amx-tile,amx-bf16")))
 #define AX_KMAX 4096      /* K steps per chunk at most (the A block: 32 x K bf16, 256 KiB) */
 #define AX_BP (384 * 1024) /* bf16 of packed B (768 KiB: stays in L2) */
 
@@ -32,7 +33,7 @@ int k_amx_ok(void)
     if (v >= 0) return v;
     unsigned a, b, c, d;
     v = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) && (b >> 16 & 1))
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) && (b >> 16 & 1) && (c >> 6 & 1))
         v = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
     __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
     return v;
@@ -45,38 +46,6 @@ AX_TARGET static inline __m256i cvt16(const float *x, int cnt)
 {
     __m512 v = cnt >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), x);
     return (__m256i)_mm512_cvtneps_pbh(v);
-}
-
-/* Word permutation interleaving two 16-word halves: (e0, f0, e1, f1, ...). */
-AX_TARGET static inline __m512i pair_idx(void)
-{
-    return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
-                            19, 3, 18, 2, 17, 1, 16, 0);
-}
-
-/* 16 x 16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i. */
-AX_TARGET static inline void tr16(__m512i r[16])
-{
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++) {
-            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
-            t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-    }
 }
 
 /* A rows [i0, i0+32) x K [k0, k0+kc) into o[i*kp + k] (kp = kc rounded up to 32; rows past
@@ -100,7 +69,7 @@ AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float 
      * Pairs (k, k+1) of 16 rows interleaved as for B, then 16 x 16 transposed (32-bit units)
      * so each row's 16 pairs are one 64-byte store (element stores 2*kp bytes apart
      * fell into one L1 set). */
-    const __m512i idx = pair_idx();
+    const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
     for (int h = 0; h < 2; h++) {
         int cnt = mr - 16 * h < 0 ? 0 : mr - 16 * h > 16 ? 16 : mr - 16 * h;
         for (int k = 0; k < kp; k += 32) {
@@ -123,7 +92,7 @@ AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float
 {
     int nt = (nc + 15) / 16, pp = kp / 2;
     if (!bt) { /* rows 2p and 2p+1 interleaved */
-        const __m512i idx = pair_idx();
+        const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
         for (int t = 0; t < nt; t++) {
             int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
             for (int p = 0; p < pp; p++) {
@@ -137,24 +106,22 @@ AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float
         }
         return;
     }
-    /* bt: column j contiguous along K (w's rows): pairs are adjacent, one 32-bit unit each */
+    /* bt: column j contiguous along K (w's rows): pairs are adjacent, one 32-bit unit each;
+     * 16 columns x 16 pairs transposed so that each pair row is one 64-byte store */
     for (int t = 0; t < nt; t++) {
         int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
         for (int p0 = 0; p0 < pp; p0 += 16) {
-            uint32_t blk[16][16]; /* [column][pair] */
+            __m512i r[16];
+            int left = kc - 2 * p0;
             for (int j = 0; j < 16; j++) {
-                if (j >= cnt) { memset(blk[j], 0, sizeof blk[j]); continue; }
                 const float *col = b + (long)(j0 + 16 * t + j) * ldb + k0 + 2 * p0;
-                int left = kc - 2 * p0;
-                __m256i lo = left > 0 ? cvt16(col, left > 16 ? 16 : left) : _mm256_setzero_si256();
-                __m256i hi = left > 16 ? cvt16(col + 16, left - 16 > 16 ? 16 : left - 16) : _mm256_setzero_si256();
-                _mm256_storeu_si256((__m256i *)blk[j], lo);
-                _mm256_storeu_si256((__m256i *)&blk[j][8], hi);
+                __m256i lo = j < cnt && left > 0 ? cvt16(col, left > 16 ? 16 : left) : _mm256_setzero_si256();
+                __m256i hi = j < cnt && left > 16 ? cvt16(col + 16, left - 16 > 16 ? 16 : left - 16)
+                                                   : _mm256_setzero_si256();
+                r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             }
-            for (int p = 0; p < 16 && p0 + p < pp; p++) {
-                uint32_t *d = (uint32_t *)(o + ((long)t * pp + p0 + p) * 32);
-                for (int j = 0; j < 16; j++) d[j] = blk[j][p];
-            }
+            tr16(r);
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512((void *)(o + ((long)t * pp + p0 + p) * 32), r[p]);
         }
     }
 }

@@ -33,33 +33,6 @@ static void pack_block_scalar(int mr, int kk, const float *a, long ars, long acs
 }
 
 #ifdef K_BF16_X86
-/* 16 x 16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i. */
-BF_INL void tr16(__m512i *r)
-{
-    __m512i t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) { /* u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c */
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        __m512i a0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
-        __m512i b0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
-        r[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
-        r[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
-    }
-}
-
 /* Up to 32 floats from x (cnt of them) as 16 bf16 pairs, pair p in 32-bit lane p. Full
  * loads unless at the tail (masked loads are slow on Zen 5). */
 BF_INL __m512i pairs32(const float *x, int cnt)

@@ -1,6 +1,6 @@
 /* The AVX512-BF16 pieces that k_bf16.c (conv layouts) and k_bf16_gemm.c (the blocked
- * GEMM of the linear layers) share: B panels of 32 columns with K pairs interleaved,
- * and the 12 x 32 micro-kernel (vdpbf16ps, fp32 sums). Internal to kernels/cpu; only
+ * GEMM of the linear layers) share, and k_amx.c too: B panels of 32 columns with K pairs
+ * interleaved, the 12 x 32 micro-kernel (vdpbf16ps, fp32 sums), a 16 x 16 transpose. Internal to kernels/cpu; only
  * for translation units that test k_isa_bf16() before calling. */
 #ifndef K_BF16_SIMD_H
 #define K_BF16_SIMD_H
@@ -121,6 +121,32 @@ BF_INL void ukr_nn(const int mr, int nc, int kp, const uint16_t *ap, const uint1
             _mm512_mask_storeu_ps(c + i * ldc, m0, s[i][0]);
             if (m1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, s[i][1]);
         }
+    }
+}
+/* 16 x 16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i. */
+BF_INL void tr16(__m512i *r)
+{
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* u[4i + c], 128-bit lane L: rows 4i..4i+3 of column 4L + c */
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i a0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+        __m512i b0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(a0, b0, 0xDD);
+        r[4 + c] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(a1, b1, 0xDD);
     }
 }
 #endif /* K_BF16_X86 */

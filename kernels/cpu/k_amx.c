@@ -1,6 +1,7 @@
 /* bf16 GEMM on AMX tiles (k_amx.h). Blocking: N super-blocks whose B (all of K, or K
- * chunks of up to AX_KMAX) is packed once (16-column tiles, K pairs interleaved:
- * tdpbf16ps's B layout; at most AX_BP bf16 on the stack, as k_gemm_simd.h's gemm_nn_pb),
+ * chunks of up to AX_KMAX) is packed once into the vdpbf16ps GEMMs' 32-column panels
+ * (k_bf16_simd.h: K pairs interleaved, which is tdpbf16ps's B layout, two 16-column tiles
+ * side by side; at most AX_BP bf16 on the stack, as k_gemm_simd.h's gemm_nn_pb),
  * then for each 32-row block of A (packed row-major, K contiguous: the A tile layout)
  * every 32-column group of the super-block: 2 x 2 C tiles loaded from C (or zeroed),
  * 2 A + 2 B tiles per 32 K steps over the whole chunk, stored back to C once: C is
@@ -86,48 +87,20 @@ AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float 
     }
 }
 
-/* B rows K [k0, k0+kc) x columns [j0, j0+nc) into tiles of 16 columns: tile t, pair p at
- * o[(t*(kp/2) + p)*32 + j*2 + h] = B(k0 + 2p + h, j0 + 16t + j); zero past kc and nc. */
+/* B rows K [k0, k0+kc) x columns [j0, j0+nc) as k_bf16_simd.h's 32-column panel (pair p's
+ * 64 words: columns 0-15 then 16-31, each (k, k+1) interleaved): each half is one tile
+ * read with a 128-byte stride. Zero past kc (to kp) and past nc. */
 AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float *b, long ldb, int bt, uint16_t *o)
 {
-    int nt = (nc + 15) / 16, pp = kp / 2;
-    if (!bt) { /* rows 2p and 2p+1 interleaved */
-        const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
-        for (int t = 0; t < nt; t++) {
-            int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
-            for (int p = 0; p < pp; p++) {
-                int k = 2 * p;
-                const float *r0 = b + (long)(k0 + k) * ldb + j0 + 16 * t;
-                __m256i e = k < kc ? cvt16(r0, cnt) : _mm256_setzero_si256();
-                __m256i f = k + 1 < kc ? cvt16(r0 + ldb, cnt) : _mm256_setzero_si256();
-                __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(e), f, 1);
-                _mm512_storeu_si512((void *)(o + ((long)t * pp + p) * 32), _mm512_permutexvar_epi16(idx, v));
-            }
-        }
-        return;
-    }
-    /* bt: column j contiguous along K (w's rows): pairs are adjacent, one 32-bit unit each;
-     * 16 columns x 16 pairs transposed so that each pair row is one 64-byte store */
-    for (int t = 0; t < nt; t++) {
-        int cnt = nc - 16 * t < 16 ? nc - 16 * t : 16;
-        for (int p0 = 0; p0 < pp; p0 += 16) {
-            __m512i r[16];
-            int left = kc - 2 * p0;
-            for (int j = 0; j < 16; j++) {
-                const float *col = b + (long)(j0 + 16 * t + j) * ldb + k0 + 2 * p0;
-                __m256i lo = j < cnt && left > 0 ? cvt16(col, left > 16 ? 16 : left) : _mm256_setzero_si256();
-                __m256i hi = j < cnt && left > 16 ? cvt16(col + 16, left - 16 > 16 ? 16 : left - 16)
-                                                   : _mm256_setzero_si256();
-                r[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            }
-            tr16(r);
-            for (int p = 0; p < 16; p++) _mm512_storeu_si512((void *)(o + ((long)t * pp + p0 + p) * 32), r[p]);
-        }
-    }
+    if (nc < 32) memset(o, 0, sizeof(uint16_t) * 32 * (size_t)kp);
+    if (bt) pack_panel_t(kc, nc, b + (long)j0 * ldb + k0, ldb, o);
+    else pack_panel(kc, nc, b + (long)k0 * ldb + j0, ldb, NULL, o);
+    int p0 = (kc + 1) / 2;
+    memset(o + (long)p0 * 64, 0, sizeof(uint16_t) * 64 * (size_t)(kp / 2 - p0));
 }
 
-/* One 32 x 32 block of C (mr x nc valid) over a K chunk: ap 32 rows of kp, bp two tiles
- * (second at bp + kp*16), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. */
+/* One 32 x 32 block of C (mr x nc valid) over a K chunk: ap 32 rows of kp, bp a 32-column
+ * panel (pack_b), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. */
 AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c, long ldc,
                             const float *cbias, int init)
 {
@@ -149,12 +122,11 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
         _tile_loadd(6, cc + 16 * ld, ld * 4);
         _tile_loadd(7, cc + 16 * ld + 16, ld * 4);
     }
-    const uint16_t *b1 = bp + (long)kp * 16;
     for (int k = 0; k < kp; k += 32) {
         _tile_loadd(0, ap + k, kp * 2);
         _tile_loadd(1, ap + 16L * kp + k, kp * 2);
-        _tile_loadd(2, bp + (long)k * 16, 64);
-        _tile_loadd(3, b1 + (long)k * 16, 64);
+        _tile_loadd(2, bp + (long)k * 32, 128);
+        _tile_loadd(3, bp + (long)k * 32 + 32, 128);
         _tile_dpbf16ps(4, 0, 2);
         _tile_dpbf16ps(5, 0, 3);
         _tile_dpbf16ps(6, 1, 2);
@@ -194,7 +166,7 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
         int nc = AX_BP / kp / 32 * 32; /* super-block width: its B fits bp */
         for (int js = 0; js < n; js += nc) {
             int jn = n - js < nc ? n - js : nc;
-            for (int j0 = 0; j0 < jn; j0 += 32) /* two tiles per 32 columns, kp*16 bf16 each */
+            for (int j0 = 0; j0 < jn; j0 += 32) /* a panel of kp*32 bf16 per 32 columns */
                 pack_b(k0, kc, kp, js + j0, jn - j0 < 32 ? jn - j0 : 32, b, ldb, bt, bp + (long)j0 * kp);
             for (int i0 = 0; i0 < m; i0 += 32) {
                 int mr = m - i0 < 32 ? m - i0 : 32;

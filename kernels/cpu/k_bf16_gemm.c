@@ -33,16 +33,6 @@ static void pack_block_scalar(int mr, int kk, const float *a, long ars, long acs
 }
 
 #ifdef K_BF16_X86
-/* Up to 32 floats from x (cnt of them) as 16 bf16 pairs, pair p in 32-bit lane p. Full
- * loads unless at the tail (masked loads are slow on Zen 5). */
-BF_INL __m512i pairs32(const float *x, int cnt)
-{
-    if (cnt >= 32) return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
-    __mmask16 m0 = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-    __mmask16 m1 = (__mmask16)(cnt > 16 ? (1u << (cnt - 16)) - 1 : 0);
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + 16), _mm512_maskz_loadu_ps(m0, x));
-}
-
 /* A block with rows contiguous along K (acs == 1): 32 K steps of the block's rows,
  * transposed so that pair p of all 12 rows is one vector (12 of its 16 lanes stored). */
 BF_TARGET static void pack_block_rows(int mr, int kk, const float *a, long ars, uint16_t *o)
@@ -79,24 +69,6 @@ BF_TARGET static void pack_block_cols(int mr, int kk, int full, const float *a, 
     }
 }
 
-/* B(k, j) = b[j*ldb + k] (W^T of nn.Linear's w[out][in]): 16 columns' runs of 32 K steps
- * transposed into 16 pair rows of the panel; lanes past nc left unset (never stored). */
-BF_INL void pack_panel_t(int kk, int nc, const float *b, long ldb, uint16_t *panel)
-{
-    for (int h = 0; h < 2 && 16 * h < nc; h++) {
-        int nr = nc - 16 * h < 16 ? nc - 16 * h : 16;
-        const float *bh0 = b + (long)(16 * h) * ldb;
-        for (int k = 0; k < kk; k += 32) {
-            __m512i v[16];
-            int cnt = kk - k;
-#pragma GCC unroll 16
-            for (int j = 0; j < 16; j++) v[j] = j < nr ? pairs32(bh0 + (long)j * ldb + k, cnt) : _mm512_setzero_si512();
-            tr16(v);
-            int np = cnt >= 32 ? 16 : (cnt + 1) / 2;
-            for (int q = 0; q < np; q++) _mm512_storeu_si512((void *)(panel + (size_t)(k / 2 + q) * 64 + 32 * h), v[q]);
-        }
-    }
-}
 #endif
 
 void k_bf16_pack_a_blocks(int m, int kk, const float *a, long ars, long acs, int b0, int b1, uint16_t *ap)

@@ -205,6 +205,10 @@ static void launch(nn_ddp *d, nn_bucket *bk)
         tp_iallreduce_device(d->comm, d->dev->grads + bk->off, bk->count, RT_F32, TP_AVG, d->st, &bk->h);
         return;
     }
+    if (d->zero && d->wire == RT_F32) {
+        nn_ddp_zero_launch(d, bk);
+        return;
+    }
     float *g = d->m->grads + bk->off;
     if (d->wire == RT_F32) {
         tp_iallreduce(d->comm, g, g, bk->count, RT_F32, TP_AVG, &bk->h);
@@ -307,23 +311,13 @@ void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb)
     d->m = m;
     d->nbuckets = 0;
     if (!d->comm) return;
-    size_t cap = (size_t)(bucket_mb * 1048576.0), bytes = 0;
-    nn_bucket *bk = NULL;
-    /* Reverse order of use: the last layer's gradients are final first. */
-    for (int p = m->np - 1; p >= 0; p--) {
-        if (!bk || bytes >= cap) {
-            bk = &d->b[d->nbuckets++];
-            bk->last_param = p;
-            bytes = 0;
-        }
-        bk->first_param = p;
-        bytes += m->p[p].numel * sizeof(float);
-    }
+    static nn_bucket_span sp[NN_MAX_PARAMS]; /* start-up only */
+    d->nbuckets = nn_buckets(m, bucket_mb, sp);
     for (int i = 0; i < d->nbuckets; i++) {
         nn_bucket *b = &d->b[i];
-        size_t end = b->last_param + 1 < m->np ? m->p[b->last_param + 1].offset : m->nparams;
-        b->off = m->p[b->first_param].offset;
-        b->count = end - b->off;
+        b->first_param = sp[i].first_param, b->last_param = sp[i].last_param;
+        b->off = sp[i].f.lo;
+        b->count = sp[i].f.hi - sp[i].f.lo;
         rt_debug("bucket %d: %s..%s, %zu floats", i, m->p[b->first_param].name, m->p[b->last_param].name,
                  b->count);
     }
@@ -362,6 +356,11 @@ int nn_ddp_finish_grads(nn_ddp *d)
         if (!d->b[i].launched) launch(d, &d->b[i]);
     for (int i = 0; i < d->nbuckets; i++) {
         int r = tp_wait(d->comm, &d->b[i].h);
+        if (d->b[i].tail) {
+            int r2 = tp_wait(d->comm, &d->b[i].h2);
+            r = r ? r : r2;
+            d->b[i].tail = 0;
+        }
         if (r && !rc) rc = r;
         if (!r && d->wire != RT_F32 && !d->tree) unpack(d, &d->b[i]);
         d->b[i].launched = 0;

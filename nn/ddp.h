@@ -28,6 +28,7 @@ typedef struct nn_ddp_stats {
     uint64_t rounds, launches;   /* gradient allreduce rounds (optimizer steps) and buckets */
     uint64_t wire_bytes;         /* gradient bytes handed to the allreduce, per rank */
     uint64_t sync_calls;         /* SyncBatchNorm allreduces */
+    uint64_t zero_rs, zero_ag;   /* --zero 1: reduce-scatters (buckets) and parameter allgathers */
     double wait_s;               /* time spent waiting for buckets after backward */
     int last_from_hook;          /* buckets of the last round launched while backward ran */
     int nbuckets;
@@ -102,7 +103,17 @@ int nn_ddp_broadcast_params(nn_ddp *d);
  * broadcast_buffers=True: every rank then evaluates with the same statistics. On the
  * device graph's buffers after nn_ddp_set_device. */
 int nn_ddp_sync_buffers(nn_ddp *d);
-/* Waits for every bucket (launching any the hook did not); grads are then averaged. */
+/* --zero 1 (after attach): buckets reduce-scatter into the ranks' parts and all-reduce
+ * their tails (nn/shard.h, blocks of blk floats) where they would all-reduce (plain f32 gradients; under
+ * --grad-compress and --invariant they still all-reduce); nn_ddp_zero_gather starts
+ * the parameters' allgather after the step, and the graph's forward waits for each
+ * bucket before its first node (nn_ddp_zero_wait: buckets holding parameters below
+ * end_param; INT_MAX: all). 0, or a transport code. */
+void nn_ddp_set_zero(nn_ddp *d, size_t blk);
+int nn_ddp_zero_gather(nn_ddp *d, float *params);
+int nn_ddp_zero_wait(nn_ddp *d, int end_param);
+/* Waits for every bucket (launching any the hook did not); grads are then averaged
+ * (under --zero 1: the rank's parts and the tails only). */
 int nn_ddp_finish_grads(nn_ddp *d);
 /* Checks all ranks hold bit-identical parameters; err names rank and parameter. */
 int nn_ddp_check_sync(nn_ddp *d, uint64_t step, char *err, size_t errlen);

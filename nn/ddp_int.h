@@ -4,6 +4,7 @@
 #define NN_DDP_INT_H
 #include "nn/ddp.h"
 #include "nn/vshard.h"
+#include "nn/shard.h"
 #include "transport/tp_staged.h"
 
 typedef struct nn_bucket {
@@ -11,6 +12,12 @@ typedef struct nn_bucket {
     size_t off, count;           /* floats in the gradient block */
     int launched;
     tp_handle h;
+    /* --zero 1 (nn/ddp_zero.c): each rank's part (0: the bucket is all tail, one
+     * allreduce in h); the tail's allreduce in h2 (tail set); the parameters'
+     * allgather after the step in hg (ag set until waited for). */
+    size_t q;
+    int tail, ag;
+    tp_handle h2, hg;
 } nn_bucket;
 
 struct nn_ddp {
@@ -39,11 +46,14 @@ struct nn_ddp {
     int tree, K, shard;
     nn_fold fold, sums;          /* the gradients (wire dtype); f64 sums (max_sums each) */
     int max_sums;
+    int zero;                    /* --zero 1: buckets reduce-scatter (nn/ddp_zero.c) */
 };
 
 /* ddp_tree.c's part of the launch path and of nn_ddp_finish_grads. */
 void nn_ddp_tree_launch(nn_ddp *d, nn_bucket *bk);
 int nn_ddp_tree_finish(nn_ddp *d);
 void nn_ddp_tree_free(nn_ddp *d);
+/* ddp_zero.c's part of the launch path. */
+void nn_ddp_zero_launch(nn_ddp *d, nn_bucket *bk);
 
 #endif

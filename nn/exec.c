@@ -50,6 +50,7 @@ static void forward(nn_graph *g, const void *x, int n, int train, uint64_t seed,
     nn_run r = {.n = n, .train = train, .seed = seed, .step = step, .ws = g->ws};
     for (int i = 1; i <= last; i++) {
         nn_node *nd = &g->nodes[i];
+        if (nd->np && g->on_param_need) g->on_param_need(g->on_param_ctx, nd->p0 + nd->np);
         if (nd->storage != i || nd->folded) continue; /* a view: same bytes as its input; a relu
                                                         * and max_time the conv below does */
         if (nd->recompute) nd->y = nd->y_fwd; /* backward moved it to y_bwd */

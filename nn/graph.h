@@ -263,6 +263,10 @@ typedef struct nn_graph {
     size_t mem_budget;     /* bytes the activations may take without conv recompute (0: unknown) */
     nn_grad_ready_fn on_grad_ready;
     void *on_grad_ctx;
+    /* Forward, before a node with parameters runs (ZeRO-1 waits there for the
+     * parameters' allgather): it reads parameters below end_param (by index). */
+    void (*on_param_need)(void *ctx, int end_param);
+    void *on_param_ctx;
     /* Gradients from outside the arena (set between building and nn_graph_finish; DDP:
      * memory the ranks of a host read in place); NULL: the arena. Called once per
      * real carve with the bytes; NULL back is an error. */

@@ -112,21 +112,17 @@ int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *v
     return k;
 }
 
-void nn_optim_shard_range(size_t nparams, int rank, int world, size_t *lo, size_t *hi)
+void nn_optim_shard(nn_optim *o, const nn_span *seg, int n)
 {
-    *lo = rank <= 0 ? 0 : (size_t)((double)nparams * rank / world) & ~(size_t)15;
-    *hi = rank >= world - 1 ? nparams : (size_t)((double)nparams * (rank + 1) / world) & ~(size_t)15;
-}
-
-void nn_optim_shard(nn_optim *o, size_t nparams, int rank, int world)
-{
-    nn_optim_shard_range(nparams, rank, world > 0 ? world : 1, &o->lo, &o->hi);
+    o->seg = seg;
+    o->nseg = n;
+    o->nstate = 0;
+    for (int i = 0; i < n; i++) o->nstate += seg[i].hi - seg[i].lo;
 }
 
 void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
 {
-    if (o->hi == 0) o->lo = 0, o->hi = nparams;
-    size_t n = o->hi - o->lo;
+    size_t n = o->nseg ? o->nstate : nparams;
     o->n = nparams;
     o->m = rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, o->c.kind == NN_OPT_SGD ? "momentum" : "Adam exp_avg");
     o->v = o->c.kind == NN_OPT_SGD ? NULL : rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, "Adam exp_avg_sq");
@@ -134,7 +130,7 @@ void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
 
 void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch)
 {
-    size_t n = o->hi ? o->hi - o->lo : o->n;
+    size_t n = o->nseg ? o->nstate : o->n;
     if (o->m) memset(o->m, 0, n * sizeof(float));
     if (o->v) memset(o->v, 0, n * sizeof(float));
     o->t = 0;
@@ -173,30 +169,23 @@ double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step)
     return lr;
 }
 
-double nn_optim_clip(nn_optim *o, nn_graph *g, double max)
+void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max)
 {
-    /* Parameter by parameter: the padding between them is not guaranteed to be zero. */
-    double ss = 0;
-    for (int i = 0; i < g->np; i++) ss += k_sumsq(g->p[i].numel, g->grads + g->p[i].offset);
-    double norm = sqrt(ss);
     float coef = (float)(max / (norm + 1e-6));
-    if (coef < 1.0f) k_scale_inplace(g->nparams, coef, g->grads);
     o->grad_norm = norm;
-    return norm;
+    if (coef >= 1.0f) return;
+    if (!o->nseg) k_scale_inplace(g->nparams, coef, g->grads);
+    for (int i = 0; i < o->nseg; i++) k_scale_inplace(o->seg[i].hi - o->seg[i].lo, coef, g->grads + o->seg[i].lo);
 }
 
 /* Runs of parameters that share their decay setting: [lo, hi) floats, cut to this
- * rank's shard (ZeRO-1; every element's update is the same arithmetic wherever the
+ * rank's segments (ZeRO-1; every element's update is the same arithmetic wherever the
  * span starts, so the sharded step gives the unsharded bits). */
-static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
+static void update_span(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, double lr, int decay)
 {
     const nn_optim_cfg *c = &o->c;
-    size_t shi = o->hi ? o->hi : (size_t)-1; /* hi 0: not sharded (state set up by hand) */
-    if (lo < o->lo) lo = o->lo;
-    if (hi > shi) hi = shi;
-    if (hi <= lo) return;
     size_t n = hi - lo;
-    float *m = o->m + (lo - o->lo), *v = o->v ? o->v + (lo - o->lo) : NULL; /* the state of float lo */
+    float *m = o->m + at, *v = o->v ? o->v + at : NULL; /* the state of float lo */
     double wd = decay ? c->weight_decay : 0.0;
     if (c->kind == NN_OPT_SGD) {
         k_sgd_cfg s = {.lr = (float)lr, .momentum = (float)c->momentum, .weight_decay = (float)wd,
@@ -211,6 +200,19 @@ static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, in
                     .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
                     .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
     k_adam_step(n, &a, g->params + lo, g->grads + lo, m, v);
+}
+
+static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
+{
+    if (!o->nseg) {
+        if (hi > lo) update_span(o, g, lo, hi, lo, lr, decay);
+        return;
+    }
+    size_t at = 0;
+    for (int i = 0; i < o->nseg; at += o->seg[i].hi - o->seg[i].lo, i++) {
+        size_t a = lo > o->seg[i].lo ? lo : o->seg[i].lo, b = hi < o->seg[i].hi ? hi : o->seg[i].hi;
+        if (b > a) update_span(o, g, a, b, at + (a - o->seg[i].lo), lr, decay);
+    }
 }
 
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr)

@@ -7,6 +7,7 @@
 #ifndef NN_OPTIM_H
 #define NN_OPTIM_H
 #include "nn/graph.h"
+#include "nn/shard.h"
 #include "nn/opts.h"
 #include <stdint.h>
 
@@ -32,7 +33,11 @@ typedef struct nn_optim {
     double grad_norm;      /* the total norm of the last clipped step */
     float *m, *v;          /* SGD: m = momentum; Adam: m, v = exp_avg, exp_avg_sq */
     size_t n;
-    size_t lo, hi;         /* ZeRO-1: the floats whose state this rank keeps (m, v start at lo) */
+    /* ZeRO-1: the floats whose state this rank keeps (nn/shard.h), ascending, their
+     * state back to back in m and v (nstate floats); nseg 0: every float's. */
+    const nn_span *seg;
+    int nseg;
+    size_t nstate;
     uint64_t t;            /* optimizer steps taken (Adam's bias correction; SGD's first step) */
     long steps_per_epoch;  /* optimizer steps (for the warmup length) */
 } nn_optim;
@@ -42,20 +47,19 @@ int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen);
 /* Names and values of the settings for nn_ddp_check_config; returns how many
  * (at most 16). */
 int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *vals);
-/* ZeRO-1 (--zero 1): this rank keeps the state of its shard only, floats [lo, hi) of
- * nparams (world near-equal ranges on 16-float boundaries; world 1: all) and updates
- * only those parameters; the trainer all-gathers the rest. Before nn_optim_plan. */
-void nn_optim_shard(nn_optim *o, size_t nparams, int rank, int world);
-void nn_optim_shard_range(size_t nparams, int rank, int world, size_t *lo, size_t *hi);
+/* ZeRO-1 (--zero 1): this rank keeps the state of the n segments only (kept by the
+ * caller; nn_shard_segments) and updates only those parameters; the trainer
+ * all-gathers the rest. Before nn_optim_plan. */
+void nn_optim_shard(nn_optim *o, const nn_span *seg, int n);
 /* Carves the state (run on the planning arena, then on the real one). */
 void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams);
 /* Zeroes the state; base_lr from the world size. */
 void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch);
 /* The learning rate of optimizer step `step` (0-based, global) in epoch (1-based). */
 double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step);
-/* clip_grad_norm_: scales the gradients when their global L2 norm exceeds max;
- * returns the norm (before clipping). */
-double nn_optim_clip(nn_optim *o, nn_graph *g, double max);
+/* clip_grad_norm_'s scaling, given the global L2 norm of the gradients: scales this
+ * rank's (the segments', or all) when it exceeds max. */
+void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max);
 /* One update of every parameter with learning rate lr (weight decay skipped on
  * no_decay parameters under --no-decay-bn-bias). */
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr);

@@ -26,12 +26,16 @@ void nn_trainer_nan_guard(nn_trainer *t, double loss)
     if (t->o.nan_check && !strcmp(t->o.nan_check, "off")) return;
     /* With several ranks only the averaged gradients count: they are the same
      * everywhere, so every rank stops at the same step with the same line. The
-     * --invariant loss is the shards' reduced one: the same everywhere too. */
-    int local = t->inv.on || !(t->ddp && nn_ddp_comm(t->ddp));
-    if ((!local || isfinite(loss)) && k_first_nonfinite(g->nparams, g->grads) < 0) return;
-    const char *name = NULL;
-    for (int i = 0; i < g->np && !name; i++)
-        if (k_first_nonfinite(g->p[i].numel, g->grads + g->p[i].offset) >= 0) name = g->p[i].name;
+     * --invariant loss is the shards' reduced one: the same everywhere too. Under
+     * --zero 1 a rank holds its parts averaged only: the ranks agree on the verdict. */
+    int local = t->inv.on || !(t->ddp && nn_ddp_comm(t->ddp)), bad = -1;
+    if (nn_zero_sharded(t)) bad = nn_zero_first_nonfinite(t);
+    else if (k_first_nonfinite(g->nparams, g->grads) >= 0) {
+        for (bad = 0; bad < g->np; bad++)
+            if (k_first_nonfinite(g->p[bad].numel, g->grads + g->p[bad].offset) >= 0) break;
+    }
+    if ((!local || isfinite(loss)) && bad < 0) return;
+    const char *name = bad >= 0 && bad < g->np ? g->p[bad].name : NULL;
     rt_fatal("step %llu: %s%s is not finite (loss %g on rank %d): the training diverged; lower --lr, or "
              "--nan-check off to go on", (unsigned long long)t->step + 1, name ? "the gradient of " : "the loss",
              name ? name : "", loss, t->rank);
@@ -52,9 +56,10 @@ static void optimizer_step(nn_trainer *t)
 void nn_trainer_update(nn_trainer *t)
 {
     nn_graph *g = &t->g;
-    if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, t->opt.c.clip);
+    nn_zero_params_ready(t); /* a parameter no node read may still be gathering */
+    if (t->opt.c.clip > 0) nn_optim_clip(&t->opt, g, nn_trainer_grad_norm(t), t->opt.c.clip);
     nn_optim_step(&t->opt, g, nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step));
-    if (nn_zero_sharded(t)) nn_zero_gather(t, g->params, g->nparams, "parameters");
+    nn_zero_gather_params(t); /* the next forward waits for each bucket's */
     t->micro = 0;
     t->step++;
 }
@@ -148,6 +153,7 @@ static void save_checkpoint(nn_trainer *t, int epoch, int epoch_steps)
     const nn_opts *o = &t->o;
     char err[512];
     if (!o->save) return;
+    nn_zero_params_ready(t);
     float *full[2] = {NULL, NULL};
     if (nn_zero_sharded(t)) nn_zero_full_state(t, full); /* every rank takes part */
     if (t->rank == 0) {
@@ -203,6 +209,7 @@ static double train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         if (o->check_sync > 0 && t->micro == 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
             if (t->cuda && nn_cuda_download(t->cuda, NULL)) rt_fatal("cuda: %s", port_cuda_errmsg());
+            nn_zero_params_ready(t);
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
         }
         if (batch_idx % o->log_interval == 0) {
@@ -306,7 +313,7 @@ int nn_trainer_run(nn_trainer *t)
     if (nothing_to_do(t)) return 0;
     if (nn_metrics_open(&mx, t->rank == 0 ? o->metrics : NULL, err, sizeof err)) rt_fatal("%s", err);
     if (t->g.lm && t->rank == 0) nn_lm_sample(t, &t->lm, o->sample_len, "sample before training: ");
-    uint64_t c0[4] = {0};
+    uint64_t c0[6] = {0};
     for (int epoch = t->start_epoch; epoch <= o->epochs; epoch++) {
         double dt = train_epoch(t, epoch, &mx);
         if (dt < 0) return data_failed(t);
@@ -351,7 +358,11 @@ int nn_trainer_run(nn_trainer *t)
                     (unsigned long long)(ds.wire_bytes - c0[2]), rt_dtype_names[ds.wire],
                     (unsigned long long)(ds.sync_calls - c0[3]), (unsigned long long)(t->step - t->epoch_step0),
                     (unsigned long long)t->step);
+        if (nn_zero_sharded(t) && t->rank == 0)
+            rt_info("epoch %d: --zero 1: %llu bucket reduce-scatters, %llu parameter allgathers", epoch,
+                    (unsigned long long)(ds.zero_rs - c0[4]), (unsigned long long)(ds.zero_ag - c0[5]));
         c0[0] = ds.rounds, c0[1] = ds.launches, c0[2] = ds.wire_bytes, c0[3] = ds.sync_calls;
+        c0[4] = ds.zero_rs, c0[5] = ds.zero_ag;
         if (t->ddp) nn_ddp_compress_report(t->ddp, epoch);
         fflush(stdout);
         nn_metrics_row(&mx, "epoch", t->step, epoch, o->no_eval ? -1 : loss / count,
@@ -363,6 +374,7 @@ int nn_trainer_run(nn_trainer *t)
             break;
         }
     }
+    nn_zero_params_ready(t);
     if (t->g.lm && t->rank == 0) nn_lm_sample(t, &t->lm, o->sample_len, "sample after training: ");
     nn_metrics_close(&mx);
     if (o->plot && t->rank == 0 && nn_metrics_plot(o->metrics, o->plot, err, sizeof err)) rt_fatal("%s", err);

@@ -59,6 +59,15 @@ typedef struct nn_trainer {
      * its next restart point (a node waits to join); NULL: not elastic. */
     const char *restart_file;
     nn_lm lm;              /* token windows (g.lm) */
+    /* The gradient buckets (nn/shard.h: the norm's blocks, ZeRO-1's parts), this
+     * rank's ZeRO-1 segments (opt.seg) and, sharded with clipping, the norm's block
+     * sums. */
+    nn_bucket_span bk[NN_MAX_PARAMS];
+    int nbk;
+    size_t blk;
+    nn_span zseg[2 * NN_MAX_PARAMS];
+    double *norm_part;
+    size_t nnorm;
 } nn_trainer;
 
 /* nn_trainer_run's status after stopping at a restart point (EX_TEMPFAIL): the
@@ -94,12 +103,21 @@ double nn_peak_rss_mib(void);
 /* What a checkpoint of the trainer holds besides the graph (nn/ckpt.h): the optimizer
  * state and the position after `epoch`. */
 nn_ckpt_state nn_trainer_ckpt_state(nn_trainer *t, int epoch);
-/* --zero 1 (nn/train_zero.c): whether this rank's optimizer holds a shard only; every
- * rank's shard of the n floats at base sent to all (parameters after the step); the
- * whole optimizer state gathered into full[] (malloc'd) for a checkpoint, and a
- * checkpoint's whole state read into this rank's shard. */
+/* The L2 norm of the gradients (clip_grad_norm_'s), summed in nn/shard.h's blocks: the
+ * same bits with and without --zero 1 (nn/train_zero.c). */
+double nn_trainer_grad_norm(nn_trainer *t);
+/* --zero 1 (nn/train_zero.c): the buckets and this rank's segments, set in the
+ * optimizer (at carve time, before its state is planned; no segments: not sharded);
+ * whether this rank's optimizer holds a shard only; the first parameter (index; np:
+ * the padding) with a non-finite averaged gradient on any rank, -1 if none; the parameters' allgather after the step, and the wait for it
+ * before anything but the forward reads the parameters; the whole optimizer state
+ * gathered into full[] (malloc'd) for a checkpoint, and a checkpoint's whole state
+ * read into this rank's shard. */
+void nn_zero_plan(nn_trainer *t, rt_arena *a);
 int nn_zero_sharded(const nn_trainer *t);
-void nn_zero_gather(nn_trainer *t, float *base, size_t n, const char *what);
+int nn_zero_first_nonfinite(nn_trainer *t);
+void nn_zero_gather_params(nn_trainer *t);
+void nn_zero_params_ready(nn_trainer *t);
 void nn_zero_full_state(nn_trainer *t, float **full);
 int nn_zero_load(nn_trainer *t, const char *path, nn_ckpt_state *st, char *err, size_t errlen);
 #endif

@@ -188,6 +188,7 @@ double nn_inv_train_epoch(nn_trainer *t, int epoch, nn_metrics *mx)
         samples += in;
         if (o->check_sync > 0 && t->step % (uint64_t)o->check_sync == 0) {
             char err[512];
+            nn_zero_params_ready(t);
             if (nn_ddp_check_sync(t->ddp, t->step, err, sizeof err)) rt_fatal("%s", err);
         }
         if (s % o->log_interval == 0) {

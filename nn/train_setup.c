@@ -60,7 +60,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
      * and whatever else the machine runs. */
     t->g.mem_budget = port_mem_total() / 4 / (size_t)(t->ddp ? nn_ddp_local_world(t->ddp) : 1);
     if (nn_graph_finish(&t->g, a, max_batch, err, errlen)) return -1;
-    nn_optim_shard(&t->opt, t->g.nparams, o->zero ? t->rank : 0, o->zero ? t->world : 1);
+    nn_zero_plan(t, a);
     nn_optim_plan(&t->opt, a, t->g.nparams);
     t->momentum = t->opt.m;
     t->g.grad_sum = t->opt.c.accum > 1 ? rt_arena_alloc(a, t->g.nparams * sizeof(float), RT_MEM_OPTIM,
@@ -353,6 +353,7 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
         if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
+        if (nn_zero_sharded(t)) nn_ddp_set_zero(ddp, t->blk);
         static const rt_dtype wire[] = {RT_F32, RT_F16, RT_BF16};
         if (nn_ddp_set_compress(ddp, wire[t->opt.c.compress])) {
             snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);

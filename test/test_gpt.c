@@ -256,11 +256,12 @@ PTEST(gpt_no_allocations_in_the_loop)
     CHECKF(sscanf(line, "allocations: %d over %d steps", &a, &s) == 2 && a == 0 && s > 0, "%s", line);
 }
 
-/* --zero 1 on 2 ranks: each keeps half the AdamW state, and the run (clipping and
- * decay included) ends with the checkpoint bytes of the unsharded run; the checkpoint
- * holds the whole state, so one rank resumes it. */
-/* --save-every too: mid-epoch checkpoints gather the sharded state on every rank (a
- * rank left out would hang the job) */
+/* --zero 1 on 2 and 3 ranks: each keeps its share of the AdamW state, buckets
+ * reduce-scatter during backward (several buckets: --bucket-mb), and the run (clipping
+ * and decay included) ends with the checkpoint bytes of the unsharded run; the
+ * checkpoint holds the whole state, so one rank resumes it. --save-every too:
+ * mid-epoch checkpoints gather the sharded state on every rank (a rank left out would
+ * hang the job). */
 PTEST(gpt_zero1_bit_identical_to_unsharded)
 {
     t_clean_env();
@@ -268,33 +269,40 @@ PTEST(gpt_zero1_bit_identical_to_unsharded)
     const char *data = lm_data(dir, 16);
     const char *cfg = cfg_file(dir, "[gpt]\nlayers=1\ndim=32\nheads=2\nctx=16\n");
     char ck[2][700], rs[700];
-    const char *mem[2] = {NULL, NULL};
-    for (int z = 0; z < 2; z++) {
-        snprintf(ck[z], sizeof ck[z], "%s/z%d.st", dir, z);
-        const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--model-file",
-                              cfg, "--data", data, "--seq-len", "16", "--batch-size", "2", "--optimizer", "adamw",
-                              "--weight-decay", "0.1", "--no-decay-bn-bias", "--clip-grad-norm", "0.5", "--epochs", "2",
-                              "--threads", "1", "--check-sync", "1", "--sample-len", "4", "--mem-report", "--zero",
-                              z ? "1" : "0", "--save", ck[z], "--save-every", "3", NULL};
-        t_proc l;
-        CHECKF(run(z ? "zero1" : "zero0", argv, 180, &l) == 0, "%s", t_slurp(l.err));
-        mem[z] = strstr(t_slurp(l.out), "optimizer state");
-        CHECKF(mem[z] != NULL, "%s", t_slurp(l.out));
-        if (mem[z]) mem[z] = strdup(mem[z]);
+    for (int w = 2; w <= 3; w++) {
+        double mem[2] = {0, 0};
+        for (int z = 0; z < 2; z++) {
+            char ws[8], name[16];
+            snprintf(ws, sizeof ws, "%d", w);
+            snprintf(name, sizeof name, "zero%d_w%d", z, w);
+            snprintf(ck[z], sizeof ck[z], "%s/z%d_w%d.st", dir, z, w);
+            const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", ws, "--", t_prog("ddprt-train"),
+                                  "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "2",
+                                  "--optimizer", "adamw", "--weight-decay", "0.1", "--no-decay-bn-bias",
+                                  "--clip-grad-norm", "0.5", "--epochs", "2", "--threads", "1", "--check-sync", "1",
+                                  "--sample-len", "4", "--mem-report", "--bucket-mb", "0.03", "--zero", z ? "1" : "0",
+                                  "--save", ck[z], "--save-every", "3", NULL};
+            t_proc l;
+            CHECKF(run(name, argv, 180, &l) == 0, "%s", t_slurp(l.err));
+            const char *m = strstr(t_slurp(l.out), "optimizer state");
+            CHECKF(m != NULL, "%s", t_slurp(l.out));
+            if (!m) return;
+            mem[z] = atof(m + strcspn(m, "0123456789"));
+            if (!z) continue;
+            const char *r = strstr(t_slurp(l.err), "--zero 1: ");
+            CHECKF(r && atoi(r + 10) > 0, "no bucket reduce-scatters with --zero 1 on %d ranks: %s", w, t_slurp(l.err));
+        }
+        CHECKF(mem[1] < (w == 2 ? 0.55 : 0.4) * mem[0], "optimizer state per rank %g MiB with --zero 1 on %d ranks, %g without",
+               mem[1], w, mem[0]);
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", ck[0], ck[1]);
+        CHECKF(system(cmd) == 0, "--zero 1 on %d ranks ended with other checkpoint bytes than the unsharded run", w);
     }
-    if (!mem[0] || !mem[1]) return;
-    double m0 = atof(mem[0] + strcspn(mem[0], "0123456789")), m1 = atof(mem[1] + strcspn(mem[1], "0123456789"));
-    CHECKF(m1 < 0.55 * m0, "optimizer state per rank %g MiB with --zero 1, %g without", m1, m0);
-    char cmd[1500];
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", ck[0], ck[1]);
-    CHECKF(system(cmd) == 0, "--zero 1 ended with other checkpoint bytes than the unsharded run");
     snprintf(rs, sizeof rs, "%s/rs.st", dir);
     const char *r1[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "4",
                         "--optimizer", "adamw", "--epochs", "3", "--resume", ck[1], "--save", rs, "--sample-len", "4", NULL};
     t_proc p;
     CHECKF(run("resume1", r1, 120, &p) == 0, "%s", t_slurp(p.err));
-    free((void *)mem[0]);
-    free((void *)mem[1]);
 }
 
 PTEST(gpt_corrupt_shard_is_one_line)

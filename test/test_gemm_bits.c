@@ -244,3 +244,73 @@ TEST(kernels_gemm_nt_off_bits_as_reference)
     }
     k_set_isa(NULL);
 }
+
+/* k_gemm_tb_off (conv dW with the taps broadcast): per element C (acc) or 0, then one
+ * FMA per (image, column) in order (fused on AVX2/AVX-512, a product and a sum on the
+ * generic level): the same bits as that chain, whatever the tap tiles, the filter
+ * vectors (masked tails: n off the vector width), the column chunks (l * n past 4096
+ * floats: several chunks) or the images. Tap rows at out-of-order, overlapping
+ * offsets; C rows wider than n (padding left alone). Then k_transpose_ld against the
+ * scalar copy, odd sizes around its 8x8 blocks. */
+TEST(kernels_gemm_tb_off_bits_as_reference)
+{
+    /* m taps, n filters, l columns, ng images */
+    static const int shapes[][4] = {{144, 16, 784, 1}, {29, 33, 196, 3}, {13, 64, 49, 4},
+                                    {7, 5, 300, 2},   {1, 24, 9, 1},    {6, 1, 1, 2}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(71, (uint64_t)i) - 1.0f;
+    for (long i = 0; i < MAXB; i++) b[i] = 2.0f * k_rand_uniform(72, (uint64_t)i) - 1.0f;
+    for (int s = 0; s < 3; s++) {
+        if (k_set_isa(isas[s]) != 0) continue;
+        for (size_t h = 0; h < sizeof shapes / sizeof shapes[0]; h++) {
+            int m = shapes[h][0], n = shapes[h][1], l = shapes[h][2], ng = shapes[h][3];
+            long ldd = n + 3, ldc = n + 2, b_img = 3L * l + 17;
+            if ((long)ng * l * ldd > MAXA || ng * b_img > MAXB || m > MK || m * ldc > MAXC) continue;
+            for (int t = 0; t < m; t++) boff[t] = (long)((t * 5) % 3) * l + t % 7;
+            for (int acc = 0; acc < 2; acc++) {
+                for (int i = 0; i < m * ldc; i++) c0[i] = c1[i] = k_rand_uniform(73, (uint64_t)i);
+                k_gemm_tb_off(m, n, l, ng, b, boff, b_img, a, ldd, c1, ldc, acc);
+                for (int t = 0; t < m; t++)
+                    for (int k = 0; k < ldc; k++) {
+                        float got = c1[t * ldc + k];
+                        if (k >= n) { /* the padding of C's rows: untouched */
+                            CHECKF(!memcmp(&got, &c0[t * ldc + k], sizeof got), "tb_off %s wrote C[%d][%d] past n %d",
+                                   isas[s], t, k, n);
+                            continue;
+                        }
+                        float want = acc ? c0[t * ldc + k] : 0.0f;
+                        double d = want, mag = fabs(d);
+                        for (int g = 0; g < ng; g++)
+                            for (int j = 0; j < l; j++) {
+                                float x = b[g * b_img + boff[t] + j], y = a[((long)g * l + j) * ldd + k];
+                                if (s > 0) want = fmaf(x, y, want);
+                                else {
+                                    float p = x * y;
+                                    want = p + want;
+                                }
+                                d += (double)x * y;
+                                mag += fabs((double)x * y);
+                            }
+                        CHECKF(!memcmp(&got, &want, sizeof got), "tb_off %s %dx%dx%d ng %d acc %d (%d,%d): %.9g want %.9g",
+                               isas[s], m, n, l, ng, acc, t, k, got, want);
+                        CHECKF(fabs(got - d) <= (ng * l + 2) * 0x1p-24 * mag, "tb_off %s (%d,%d): %.9g vs %.9g", isas[s],
+                               t, k, got, d);
+                    }
+            }
+        }
+        static const int tr[][2] = {{16, 784}, {9, 17}, {1, 5}, {33, 8}, {8, 1}, {64, 49}};
+        for (size_t h = 0; h < sizeof tr / sizeof tr[0]; h++) {
+            int rows = tr[h][0], cols = tr[h][1];
+            long lds = cols + 1, ldt = rows + 5;
+            for (long i = 0; i < cols * ldt; i++) c1[i] = -1.0f;
+            k_transpose_ld(rows, cols, a, lds, c1, ldt);
+            for (int j = 0; j < cols; j++)
+                for (int i = 0; i < ldt; i++) {
+                    float want = i < rows ? a[(long)i * lds + j] : -1.0f;
+                    CHECKF(!memcmp(&c1[(long)j * ldt + i], &want, sizeof want), "transpose %s %dx%d: [%d][%d]", isas[s],
+                           rows, cols, j, i);
+                }
+        }
+    }
+    k_set_isa(NULL);
+}

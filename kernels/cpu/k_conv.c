@@ -9,7 +9,8 @@
  *   dW:      dW[k][tap] = sum_j dy[k][j] xs[tap + j], NT form, summed in registers
  *            over a group of images (one horizontal sum per group); small planes
  *            with many channels (pq < 128 and k >= 128, or pq < 256 and k >= 256)
- *            use NN on im2row columns instead
+ *            use NN on im2row columns instead; on AVX2 (32+ taps) the taps are
+ *            broadcast against dy^T's rows instead (conv_dw_tb)
  *   dX:      "same" convs (pad = (r-1)/2): dx = conv(dy, W flipped and transposed),
  *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
  *            dx row summed in registers (col2im_s1)
@@ -45,7 +46,7 @@ typedef struct conv_dims {
     int dw_nn;                /* dW as NN GEMM on im2row columns ... */
     int nn_group;             /* ... of this many images at once */
     int ilv;                  /* stride 1, group > 1: the interleaved layout may be used */
-    long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, slot; /* slot region offsets (bytes) */
+    long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, r_dyt, r_dwt, slot; /* slot region offsets (bytes) */
     long r_pack, r_off, r_off2, r_wt;   /* shared regions after the slots (bytes) */
 } conv_dims;
 
@@ -105,7 +106,10 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.r_tmp = d.r_db + round64(sizeof(float) * sh->k);
     d.r_dyg = d.r_tmp + round64(sizeof(float) * tmp);
     d.r_offi = d.r_dyg + round64(sizeof(float) * dyg);
-    d.slot = d.r_offi + round64(sizeof(long) * offi);
+    /* dW with the taps broadcast (conv_dw_tb): a group's dy^T and the slot's dW^T */
+    d.r_dyt = d.r_offi + round64(sizeof(long) * offi);
+    d.r_dwt = d.r_dyt + round64(sizeof(float) * (d.dw_nn ? 0 : d.group * g->ysz));
+    d.slot = d.r_dwt + round64(sizeof(float) * (d.dw_nn ? 0 : sh->k * g->crs));
     size_t pa = k_gemm_pack_floats(sh->k, (int)g->crs), pb = k_gemm_pack_floats((int)g->crs, sh->k);
     size_t pc = k_gemm_pack_floats(sh->c, sh->k * sh->r * sh->s);
     pa = pa > pb ? pa : pb;
@@ -333,6 +337,45 @@ static void conv_dw_nt(void *ctx, char *base, long i0, int ng, float *dwp, int a
                      dwp, d->crs, acc, j->x + (i0 + ng) * d->xsz, next_bytes(sh, i0 + ng, ng, d->xsz));
 }
 
+/* dW for images [i0, i0+ng) (the whole slot: j->d.group images at a time) with the
+ * taps broadcast (k_gemm_tb_off): each group's xs and dy^T, the sums in dW^T [crs x K],
+ * transposed into dwp at the end. Per dW element one FMA chain over the slot's images
+ * and columns in order (the NT form's per-lane sums and horizontal adds: other bits).
+ * Measured on AVX2 where the NT tiles ran at 64-68 % of the FMA peak (see
+ * conv_tb_use). */
+static void conv_dw_tb(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
+{
+    const conv_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const k_conv_geo *d = &j->d.g;
+    float *xs = (float *)(base + j->d.r_xs), *dyt = (float *)(base + j->d.r_dyt), *dwt = (float *)(base + j->d.r_dwt);
+    k_im2col_geo g = k_conv_im2col(sh);
+    for (long i = i0; i < i0 + ng; i += j->d.group) {
+        int n = i0 + ng - i < j->d.group ? (int)(i0 + ng - i) : j->d.group;
+        for (int t = 0; t < n; t++) {
+            k_conv_rows(&g, d, j->x + (i + t) * d->xsz, xs + t * d->xssz);
+            k_transpose_ld(sh->k, (int)d->pq, j->dy + (i + t) * d->ysz, d->pq, dyt + t * d->ysz, sh->k);
+        }
+        long e = i + n, nn = i0 + ng - e < j->d.group ? i0 + ng - e : j->d.group; /* the next group, in this slot */
+        const void *pf[2] = {j->x + e * d->xsz, j->dy + e * d->ysz};
+        long pfn[2] = {(long)sizeof(float) * nn * d->xsz, (long)sizeof(float) * nn * d->ysz};
+        k_gemm_tb_off_pf((int)d->crs, sh->k, (int)d->pq, n, xs, j->boff, d->xssz, dyt, sh->k, dwt, sh->k, i > i0, pf,
+                         pfn);
+    }
+    if (!acc) k_transpose_ld((int)d->crs, sh->k, dwt, sh->k, dwp, d->crs);
+    else
+        for (int k = 0; k < sh->k; k++)
+            for (long t = 0; t < d->crs; t++) dwp[k * d->crs + t] += dwt[t * sh->k + k];
+}
+
+/* The broadcast-tap dW (conv_dw_tb) on AVX2, where there are 32 taps or more: dy's
+ * transpose costs as much as 1/crs of the FMAs, and a few taps fill few tiles (ResNet-20's
+ * stem, 9 taps: 2x slower; its 1x1 stride-2 projection with 16 taps: 5-8 % slower). */
+static int conv_tb_use(const conv_job *j)
+{
+    return !j->d.dw_nn && j->d.g.crs >= 32 && k_isa_level() == K_ISA_AVX2;
+}
+
 /* dW for images [i, i+ng) (ng <= nn_group) as one NN GEMM on their im2row columns
  * stacked (j->d.dw_nn), dy's rows of the images side by side. */
 static void conv_dw_nn(void *ctx, char *base, long i, int ng, float *dwp, int acc)
@@ -404,8 +447,9 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
     j.boff = boff;
     j.boff2 = boff2;
     k_conv_slots s = conv_slots(&j);
-    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
+    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_tb_use(&j) ? conv_dw_tb : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
     if (j.d.dw_nn) s.group = j.d.nn_group;
+    if (s.dw_pass == conv_dw_tb) s.group = sh->n; /* one pass per slot: dW^T transposed once */
     if (dx) s.dx = conv_dx_image;
     if (dx && d->dxc && conv_ilv_use(&j)) s.dx_n = conv_dx_ilv, s.ng_dx = j.d.group;
     k_conv_slots_bwd(&s);

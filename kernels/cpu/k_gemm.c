@@ -82,3 +82,28 @@ void k_gemm_nt_pb(int m, int n, int l, const float *a, long lda, const float *b,
     }
     RT_ISA_CALL(k_isa_level(), gemm_nt_pb, m, n, l, a, lda, b, ldb, c, ldc, bias, acc);
 }
+
+void k_gemm_tb_off(int m, int n, int l, int ng, const float *b, const long *boff, long b_img, const float *d,
+                   long ldd, float *c, long ldc, int acc)
+{
+    k_gemm_tb_off_pf(m, n, l, ng, b, boff, b_img, d, ldd, c, ldc, acc, NULL, NULL);
+}
+
+void k_gemm_tb_off_pf(int m, int n, int l, int ng, const float *b, const long *boff, long b_img, const float *d,
+                      long ldd, float *c, long ldc, int acc, const void *const pf[2], const long pfn[2])
+{
+    if (m <= 0 || n <= 0) return;
+    if (l <= 0 || ng <= 0) {
+        if (!acc)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(long)i * ldc + j] = 0.0f;
+        return;
+    }
+    RT_ISA_CALL(k_isa_level(), gemm_tb_off, m, n, l, ng, b, boff, b_img, d, ldd, c, ldc, acc, pf, pfn);
+}
+
+void k_transpose_ld(int rows, int cols, const float *src, long lds, float *dst, long ldd)
+{
+    if (rows <= 0 || cols <= 0) return;
+    RT_ISA_CALL(k_isa_level(), transpose, rows, cols, src, lds, dst, ldd);
+}

@@ -40,6 +40,18 @@ void k_gemm_nt(int m, int n, int l, const float *a, long lda, const float *b, lo
  * order, whatever m, n or the ISA's blocking: callers may split rows or columns. */
 void k_gemm_nt_pb(int m, int n, int l, const float *a, long lda, const float *b, long ldb,
                   float *c, long ldc, const float *bias, int acc);
+/* Conv dW with the taps as rows: C[t][k] (+)= sum over ng images g and j < l of
+ * B_g[boff[t] + j] * D_g[j][k], B_g = b + g*b_img, D_g = d + g*l*ldd (dy^T of image g:
+ * l rows of n, ldd apart), C m x n (ldc). Per element: C (acc) or 0, then one FMA per
+ * (g, j) in that order, however the ISA blocks it. */
+void k_gemm_tb_off(int m, int n, int l, int ng, const float *b, const long *boff, long b_img, const float *d,
+                   long ldd, float *c, long ldc, int acc);
+/* The same, also fetching the two regions [pf[i], pf[i] + pfn[i] bytes) into L2 a few
+ * lines per tile (pure hints; pf may be NULL). */
+void k_gemm_tb_off_pf(int m, int n, int l, int ng, const float *b, const long *boff, long b_img, const float *d,
+                      long ldd, float *c, long ldc, int acc, const void *const pf[2], const long pfn[2]);
+/* dst[j*ldd + i] = src[i*lds + j] for i < rows, j < cols. */
+void k_transpose_ld(int rows, int cols, const float *src, long lds, float *dst, long ldd);
 
 /* Geometry of one image's im2col, shared by the helpers below. */
 typedef struct k_im2col_geo { int c, h, w, r, s, stride, pad, p, q; } k_im2col_geo;

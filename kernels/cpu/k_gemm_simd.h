@@ -349,6 +349,7 @@ ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, lon
 }
 
 
+#include "kernels/cpu/k_gemm_tb_simd.h"
 #include "kernels/cpu/k_gemm_nt_simd.h"
 
 #undef KT_MR
@@ -376,3 +377,5 @@ ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, lon
 #undef KT_NTL
 #undef KT_NTL_MIN
 #undef KT_NTL_ST
+#undef KT_TB_CASE
+#undef KT_TB_CH

@@ -90,7 +90,9 @@ static k_conv_shape shp(int n, int c, int h, int w, int k, int r, int s, int st,
  * projection, the 7x7/2 pad-3 stem, 5x5 same, 12x12 planes (dW in image groups of 4),
  * 7x7 "same" planes with 3 images a slot (AVX2: interleaved groups, fwd, dW and dX),
  * a stem-like 7x7/2 on an odd 93x93 plane whose 47x47 outputs (2209 >= 2048) take
- * AVX2's column-chunked dW. */
+ * AVX2's column-chunked dW. Then stride 2 on even planes (AVX2: dX as 4 phase convs):
+ * 3x3 on a 10x12 plane, 3x3 on 6x6 planes in interleaved groups of 8 images (9 a
+ * slot: a whole group and a cut one), 1x1 on an 8x16 plane. */
 static const int conv_cases[][9] = {
     {2, 1, 28, 28, 10, 5, 5, 1, 0},  {2, 10, 12, 12, 20, 5, 5, 1, 0}, {2, 3, 9, 7, 5, 3, 3, 2, 1},
     {3, 2, 8, 11, 4, 3, 2, 1, 1},    {2, 4, 6, 6, 3, 1, 1, 1, 0},    {11, 2, 5, 5, 3, 3, 3, 1, 0},
@@ -98,7 +100,8 @@ static const int conv_cases[][9] = {
     {2, 17, 9, 9, 6, 3, 3, 1, 1},    {10, 3, 7, 7, 128, 3, 3, 1, 1}, {10, 2, 9, 9, 130, 3, 3, 2, 1},
     {2, 5, 11, 11, 7, 3, 3, 2, 1},   {2, 6, 8, 9, 10, 1, 1, 2, 0},   {2, 3, 17, 16, 8, 7, 7, 2, 3},
     {2, 16, 10, 10, 6, 5, 5, 1, 2},   {18, 2, 12, 12, 4, 3, 3, 1, 1},  {24, 16, 7, 7, 8, 3, 3, 1, 1},
-    {1, 3, 93, 93, 3, 7, 7, 2, 3},
+    {1, 3, 93, 93, 3, 7, 7, 2, 3},   {3, 6, 10, 12, 9, 3, 3, 2, 1},  {72, 3, 6, 6, 5, 3, 3, 2, 1},
+    {3, 6, 8, 16, 11, 1, 1, 2, 0},
 };
 #define NCASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
@@ -233,6 +236,64 @@ TEST(kernels_conv_dw_image_groups)
         }
         k_set_isa(NULL);
         free(x); free(w); free(g); free(dw); free(db); free(ws);
+    }
+}
+
+/* Every element of dX and dW against double sums, on every ISA level: AVX2's dX of
+ * stride-2 convs as 4 phase convs (3x3 on 10x12 planes; 6x6 planes in interleaved
+ * groups of 8, 9 images a slot; 1x1 on 8x16) and its dW with the taps broadcast
+ * (filters off the vector width, groups cut by the slot's end); finite differences
+ * sample only ~40 elements. */
+TEST(kernels_conv_bwd_all_elements)
+{
+    static const int cases[][9] = {{3, 6, 10, 12, 9, 3, 3, 2, 1}, {72, 3, 6, 6, 5, 3, 3, 2, 1},
+                                   {3, 6, 8, 16, 11, 1, 1, 2, 0}, {80, 7, 9, 9, 13, 3, 3, 1, 1},
+                                   {10, 40, 7, 7, 17, 1, 1, 1, 0}};
+    static const char *isas[] = {"generic", "avx2", "avx512"};
+    for (int ci = 0; ci < 5; ci++) {
+        const int *a = cases[ci];
+        k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+        long nx = (long)sh.n * sh.c * sh.h * sh.w, nw = (long)sh.k * sh.c * sh.r * sh.s;
+        long ny = (long)sh.n * sh.k * sh.p * sh.q;
+        float *x = rnd(nx), *w = rnd(nw), *g = rnd(ny), *dx = zeros(nx), *dw = zeros(nw);
+        double *rx = calloc((size_t)nx, sizeof(double)), *rw = calloc((size_t)nw, sizeof(double));
+        void *ws = malloc(k_conv2d_workspace(&sh));
+        for (int n = 0; n < sh.n; n++)
+            for (int k = 0; k < sh.k; k++)
+                for (int p = 0; p < sh.p; p++)
+                    for (int q = 0; q < sh.q; q++) {
+                        double gv = g[(((long)n * sh.k + k) * sh.p + p) * sh.q + q];
+                        for (int c = 0; c < sh.c; c++)
+                            for (int r = 0; r < sh.r; r++)
+                                for (int t = 0; t < sh.s; t++) {
+                                    int ih = p * sh.stride - sh.pad + r, iw = q * sh.stride - sh.pad + t;
+                                    if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) continue;
+                                    long xi = (((long)n * sh.c + c) * sh.h + ih) * sh.w + iw;
+                                    long wi = (((long)k * sh.c + c) * sh.r + r) * sh.s + t;
+                                    rx[xi] += gv * w[wi];
+                                    rw[wi] += gv * x[xi];
+                                }
+                    }
+        for (int s = 0; s < 3; s++) {
+            if (k_set_isa(isas[s]) != 0) continue;
+            for (long i = 0; i < nx; i++) dx[i] = 7.0f;
+            for (long i = 0; i < nw; i++) dw[i] = 7.0f;
+            k_conv2d_bwd(&sh, x, w, g, dx, dw, NULL, ws);
+            for (int which = 0; which < 2; which++) {
+                const float *got = which ? dw : dx;
+                const double *ref = which ? rw : rx;
+                long cnt = which ? nw : nx, at = 0;
+                double maxerr = 0, maxref = 1.0;
+                for (long i = 0; i < cnt; i++) {
+                    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+                    if (fabs(ref[i] - got[i]) > maxerr) maxerr = fabs(ref[i] - got[i]), at = i;
+                }
+                CHECKF(maxerr / maxref <= 1e-5, "case %d isa %s %s: element %ld got %.7g want %.7g", ci, isas[s],
+                       which ? "dw" : "dx", at, got[at], ref[at]);
+            }
+        }
+        k_set_isa(NULL);
+        free(x); free(w); free(g); free(dx); free(dw); free(rx); free(rw); free(ws);
     }
 }
 

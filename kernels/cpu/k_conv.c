@@ -15,8 +15,9 @@
  *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
  *            dx row summed in registers (col2im_s1)
  * Strides > 1 use the same scheme on a phase-split layout (k_conv_rows.c): forward and
- * dW through tap offsets, dX through the general col2im; 1x1 strided forwards read
- * plain im2col columns (the subsampled image).
+ * dW through tap offsets, dX through the general col2im (on AVX2, stride 2 on even
+ * planes: 4 phase convs of dy, conv_dx_ph); 1x1 strided forwards read plain im2col
+ * columns (the subsampled image).
  *
  * The geometry, the layouts' builders and the slots of consecutive images (results
  * bitwise the same for any thread count) are k_conv_drv.c's, shared with the bf16
@@ -46,8 +47,11 @@ typedef struct conv_dims {
     int dw_nn;                /* dW as NN GEMM on im2row columns ... */
     int nn_group;             /* ... of this many images at once */
     int ilv;                  /* stride 1, group > 1: the interleaved layout may be used */
+    int ph, ph_ng;            /* stride 2: dX as 4 phase convs (conv_dx_ph), ph_ng images a group */
+    int ph_nt[4];             /* taps per phase (a, b) = (row, column) parity of dX */
+    long r_ph, r_wph, r_wtmp; /* its phase outputs (slot); packed and unpacked phase weights */
     long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, r_dyt, r_dwt, slot; /* slot region offsets (bytes) */
-    long r_pack, r_off, r_off2, r_wt;   /* shared regions after the slots (bytes) */
+    long r_pack, r_off, r_off2, r_wt, end; /* shared regions after the slots (bytes) */
 } conv_dims;
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
@@ -99,6 +103,28 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
         offi = g->crs > (long)sh->k * sh->r * sh->s ? g->crs : (long)sh->k * sh->r * sh->s;
     }
     if (d.nn_group > 1 && d.nn_group * g->ysz > dyg) dyg = d.nn_group * g->ysz;
+    /* Stride 2, 3x3 pad 1 or 1x1 pad 0, even planes (ResNet's downsampling convs): dX
+     * row/column parity (a, b) takes the taps r = a + pad (mod 2), s = b + pad (mod 2),
+     * each at dy row u + (a + pad - r)/2, column v + (b + pad - s)/2: a stride-1 conv of
+     * dy's "same" shifted rows (offsets -1..1). 3x3: d.group images interleaved by row
+     * (k_shift_rows_ilv), one wide GEMM per phase (14x14 outputs in groups of 4: 6296 vs
+     * 6433 us a batch, 7x7 in groups of 8). */
+    d.ph = sh->stride == 2 && sh->r == sh->s && (sh->r == 1 || sh->r == 3) && 2 * sh->pad == sh->r - 1 &&
+           sh->h == 2 * sh->p && sh->w == 2 * sh->q && (sh->r == 3 || sh->q >= 8);
+    d.ph_ng = d.ph && sh->r == 3 && d.group > 1 ? d.group : 1;
+    long phx = 0, phw = 0;
+    for (int ph = 0; ph < 4; ph++) {
+        int nr = 0, ns = 0;
+        for (int r = 0; r < sh->r; r++) nr += (ph / 2 + sh->pad - r) % 2 == 0;
+        for (int t = 0; t < sh->s; t++) ns += (ph % 2 + sh->pad - t) % 2 == 0;
+        d.ph_nt[ph] = d.ph ? nr * ns : 0;
+        if (d.ph_nt[ph]) phw += round64(sizeof(float) * k_gemm_pack_floats(sh->c, sh->k * d.ph_nt[ph]));
+    }
+    if (d.ph) {
+        phx = (long)d.ph_ng * sh->k * 3 * (sh->p + 2) * sh->q + K_SLACK;
+        if (phx > xs) xs = phx;
+        if (sh->k * 9 > offi) offi = sh->k * 9;
+    }
     d.r_col = 0;
     d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !g->dxc ? d.nn_group * g->crs * g->pq : 0) + 2 * K_SLACK));
     d.r_dw = d.r_xs + round64(sizeof(float) * xs);
@@ -109,7 +135,8 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     /* dW with the taps broadcast (conv_dw_tb): a group's dy^T and the slot's dW^T */
     d.r_dyt = d.r_offi + round64(sizeof(long) * offi);
     d.r_dwt = d.r_dyt + round64(sizeof(float) * (d.dw_nn ? 0 : d.group * g->ysz));
-    d.slot = d.r_dwt + round64(sizeof(float) * (d.dw_nn ? 0 : sh->k * g->crs));
+    d.r_ph = d.r_dwt + round64(sizeof(float) * (d.dw_nn ? 0 : sh->k * g->crs));
+    d.slot = d.r_ph + round64(sizeof(float) * (d.ph ? d.ph_ng * g->xsz : 0));
     size_t pa = k_gemm_pack_floats(sh->k, (int)g->crs), pb = k_gemm_pack_floats((int)g->crs, sh->k);
     size_t pc = k_gemm_pack_floats(sh->c, sh->k * sh->r * sh->s);
     pa = pa > pb ? pa : pb;
@@ -118,14 +145,16 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
     d.r_off = d.r_pack + round64(sizeof(float) * pa);
     d.r_off2 = d.r_off + round64(sizeof(long) * g->crs);
     d.r_wt = d.r_off2 + round64(sizeof(long) * (g->dxc ? sh->k * sh->r * sh->s : 0));
+    d.r_wph = d.r_wt + round64(sizeof(float) * (g->dxc ? sh->k * g->crs : 0));
+    d.r_wtmp = d.r_wph + phw;
+    d.end = d.r_wtmp + round64(sizeof(float) * (d.ph ? sh->k * g->crs : 0));
     return d;
 }
 
 /* The direct path's bytes; the Winograd path (k_conv_wino.c) may need more. */
 static size_t direct_workspace(const k_conv_shape *sh)
 {
-    conv_dims d = conv_dims_of(sh);
-    return (size_t)d.r_wt + round64(sizeof(float) * (d.g.dxc ? sh->k * d.g.crs : 0));
+    return (size_t)conv_dims_of(sh).end;
 }
 
 size_t k_conv2d_workspace(const k_conv_shape *sh)
@@ -144,6 +173,7 @@ typedef struct conv_job {
     char *ws;
     const float *wpack;
     const long *boff, *boff2;
+    const float *wph[4]; /* conv_dx_ph: the phases' packed weights */
 } conv_job;
 
 /* Bytes of images [i, i + ng) of a batch-major tensor (sz floats an image) clipped to
@@ -419,6 +449,124 @@ static void conv_dx_image(void *ctx, char *base, long i)
     else k_col2im(&g, col, dxi);
 }
 
+/* ---- stride-2 dX as 4 phase convs (d.ph): phase ph = (a, b) holds dx rows 2u + a,
+ * columns 2v + b. Its taps (k, r, s) in this order, each at dy row u + dr, column
+ * v + ds (|dr|, |ds| <= 1). */
+static int ph_taps(const k_conv_shape *sh, int ph, int *dr, int *ds, int *rr, int *ss)
+{
+    int n = 0;
+    for (int r = 0; r < sh->r; r++)
+        for (int t = 0; t < sh->s; t++)
+            if ((ph / 2 + sh->pad - r) % 2 == 0 && (ph % 2 + sh->pad - t) % 2 == 0) {
+                dr[n] = (ph / 2 + sh->pad - r) / 2, ds[n] = (ph % 2 + sh->pad - t) / 2;
+                rr[n] = r, ss[n++] = t;
+            }
+    return n;
+}
+
+/* The phases' A: wt[c][(k, tap)] = w[k][c][r][s], packed per phase. */
+static void ph_pack(conv_job *j, char *ws)
+{
+    const k_conv_shape *sh = j->sh;
+    float *wt = (float *)(ws + j->d.r_wtmp), *wp = (float *)(ws + j->d.r_wph);
+    int dr[9], ds[9], rr[9], ss[9];
+    for (int ph = 0; ph < 4; ph++) {
+        int nt = ph_taps(sh, ph, dr, ds, rr, ss);
+        j->wph[ph] = wp;
+        if (!nt) continue;
+        long kk = (long)sh->k * nt;
+        for (int c = 0; c < sh->c; c++)
+            for (int k = 0; k < sh->k; k++)
+                for (int t = 0; t < nt; t++)
+                    wt[c * kk + k * nt + t] = j->w[(((long)k * sh->c + c) * sh->r + rr[t]) * sh->s + ss[t]];
+        k_gemm_pack_a(sh->c, (int)kk, wt, kk, 1, wp);
+        wp += round64(sizeof(float) * k_gemm_pack_floats(sh->c, (int)kk)) / sizeof(float);
+    }
+}
+
+/* o[2v] = e[v], o[2v + 1] = f[v] for v < q (NULL: zeros). */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static void interleave2_avx2(float *o, const float *e, const float *f, int q)
+{
+    int v = 0;
+    for (; v + 8 <= q; v += 8) {
+        __m256 a = e ? _mm256_loadu_ps(e + v) : _mm256_setzero_ps(), b = f ? _mm256_loadu_ps(f + v) : _mm256_setzero_ps();
+        __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+        _mm256_storeu_ps(o + 2 * v, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(o + 2 * v + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    if (v < q) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        int t = q - v;
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(t), lane);
+        __m256 a = e ? _mm256_maskload_ps(e + v, m) : _mm256_setzero_ps();
+        __m256 b = f ? _mm256_maskload_ps(f + v, m) : _mm256_setzero_ps();
+        __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+        _mm256_maskstore_ps(o + 2 * v, _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * t), lane),
+                            _mm256_permute2f128_ps(lo, hi, 0x20));
+        if (t > 4)
+            _mm256_maskstore_ps(o + 2 * v + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * t - 8), lane),
+                                _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+}
+#define K_CONV_IL2 1
+#endif
+
+/* dX of images [i0, i0+ng): dy's shifted rows (ng images interleaved by row), one GEMM
+ * per phase into o[ph][c][(u*ng + t)*Q + v], then every dx element from its phase. No
+ * column matrix and no col2im (which read 9 columns per dx element). */
+static void conv_dx_ph(void *ctx, char *base, long i0, int ng)
+{
+    const conv_job *j = ctx;
+    const k_conv_shape *sh = j->sh;
+    const k_conv_geo *d = &j->d.g;
+    float *xs = (float *)(base + j->d.r_xs), *o = (float *)(base + j->d.r_ph);
+    long *off = (long *)(base + j->d.r_offi), hp = sh->p + 2, n = (long)sh->p * ng * sh->q, row = (long)ng * sh->q;
+    int dr[9], ds[9], rr[9], ss[9];
+    if (sh->r == 3) {
+        k_im2col_geo gd = {sh->k, sh->p, sh->q, 3, 3, 1, 1, sh->p, sh->q};
+        if (ng == 1) k_shift_rows(&gd, hp, j->dy + i0 * d->ysz, xs);
+        else k_shift_rows_ilv(&gd, hp, ng, j->dy + i0 * d->ysz, d->ysz, xs);
+    }
+    for (int ph = 0; ph < 4; ph++) {
+        int nt = ph_taps(sh, ph, dr, ds, rr, ss);
+        float *oph = o + ph * sh->c * n;
+        if (!nt) continue;
+        if (sh->r == 1) { /* 1x1 pad 0: phase (0, 0) reads dy itself (ng == 1) */
+            k_gemm_nn_packed(sh->c, (int)n, sh->k, j->wph[ph], j->dy + i0 * d->ysz, d->pq, NULL, oph, n, NULL, 0);
+            continue;
+        }
+        for (int k = 0; k < sh->k; k++)
+            for (int t = 0; t < nt; t++) off[k * nt + t] = (((long)k * 3 + ds[t] + 1) * hp + dr[t] + 1) * row;
+        k_gemm_nn_packed(sh->c, (int)n, sh->k * nt, j->wph[ph], xs, 0, off, oph, n, NULL, 0);
+    }
+    for (int t = 0; t < ng; t++)
+        for (int c = 0; c < sh->c; c++)
+            for (int a = 0; a < 2; a++) {
+                const float *e = j->d.ph_nt[2 * a] ? o + ((long)(2 * a) * sh->c + c) * n + t * sh->q : NULL;
+                const float *f = j->d.ph_nt[2 * a + 1] ? o + ((long)(2 * a + 1) * sh->c + c) * n + t * sh->q : NULL;
+                float *dxr = j->dx + (i0 + t) * d->xsz + ((long)c * sh->h + a) * sh->w;
+                for (int u = 0; u < sh->p; u++, dxr += 2 * sh->w) {
+                    long at = (long)u * row;
+#ifdef K_CONV_IL2
+                    interleave2_avx2(dxr, e ? e + at : NULL, f ? f + at : NULL, sh->q); /* conv_ph_use: AVX2 */
+                    continue;
+#endif
+                    for (int v = 0; v < sh->q; v++) {
+                        dxr[2 * v] = e ? e[at + v] : 0.0f;
+                        dxr[2 * v + 1] = f ? f[at + v] : 0.0f;
+                    }
+                }
+            }
+}
+
+/* The phase dX on AVX2, measured against the column matrix and col2im (ResNet-20,
+ * batch 128, Sapphire Rapids, bwd = dW + dX): 3x3 14x14 -> 7x7 6218 -> 5746 us, 28x28
+ * -> 14x14 6576 -> 6295; 1x1 28x28 -> 14x14 1303 -> 1229, but 1x1 14x14 -> 7x7 (dX
+ * alone) 15 % slower (d.ph: the 1x1 ones only with 8+ output columns). */
+static int conv_ph_use(const conv_job *j) { return j->d.ph && k_isa_level() == K_ISA_AVX2; }
+
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws)
 {
@@ -441,7 +589,8 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
         k_conv_flip_weights(sh, w, wt);
         k_gemm_pack_a(sh->c, sh->k * sh->r * sh->s, wt, (long)sh->k * sh->r * sh->s, 1, wpack);
         k_conv_dx_offsets(sh, d, boff2);
-    } else if (dx) k_gemm_pack_a((int)d->crs, sh->k, w, 1, d->crs, wpack); /* W^T */
+    } else if (dx && conv_ph_use(&j)) ph_pack(&j, ws);
+    else if (dx) k_gemm_pack_a((int)d->crs, sh->k, w, 1, d->crs, wpack); /* W^T */
     k_conv_tap_offsets(sh, d, boff);
     j.wpack = wpack;
     j.boff = boff;
@@ -452,5 +601,6 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
     if (s.dw_pass == conv_dw_tb) s.group = sh->n; /* one pass per slot: dW^T transposed once */
     if (dx) s.dx = conv_dx_image;
     if (dx && d->dxc && conv_ilv_use(&j)) s.dx_n = conv_dx_ilv, s.ng_dx = j.d.group;
+    if (dx && conv_ph_use(&j)) s.dx_n = conv_dx_ph, s.ng_dx = j.d.ph_ng;
     k_conv_slots_bwd(&s);
 }

@@ -5,12 +5,14 @@
 # attention probabilities kept (the stored version) and not (online softmax), and the
 # attention kernels' times (ddprt-bench-kernels --model transformer). Not part of make test.
 #   bench/bench_gpt.sh [ROUNDS]      (BUILD=build by default; CASES="small" for the first row only;
-#                                    AMP=bf16: ddprt --amp bf16 against PyTorch under torch.autocast bf16)
+#                                    AMP=bf16: ddprt --amp bf16 against PyTorch under torch.autocast bf16;
+#                                    OPT=adamw8bit: ddprt's moments in 8 bits, PyTorch's AdamW as always)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 rounds=${1:-3}
 amp=${AMP:-none}
+opt=${OPT:-adamw}
 . bench/lib.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -28,7 +30,7 @@ for c in "${cases[@]}"; do
   : >"$tmp/d"; : >"$tmp/p"; : >"$tmp/dr"; : >"$tmp/pr"
   for _ in $(seq "$rounds"); do
     out=$("$B/ddprt-train" --data synthetic --model-file "$tmp/m.cfg" --seq-len "$T" --batch-size "$Bt" \
-          --optimizer adamw --lr 3e-4 --weight-decay 0.1 --max-steps "$((sd + 2))" --epochs 1 --threads 1 --no-eval \
+          --optimizer "$opt" --lr 3e-4 --weight-decay 0.1 --max-steps "$((sd + 2))" --epochs 1 --threads 1 --no-eval \
           --mem-report --log-interval 1000 --sample-len 1 --amp "$amp" 2>&1)
     echo "$out" | sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p' | awk -v n="$(((sd + 2) * Bt * T))" '{ print n / $1 }' >>"$tmp/d"
     echo "$out" | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' >>"$tmp/dr"
@@ -39,7 +41,7 @@ for c in "${cases[@]}"; do
   printf "%-6s %-26s %12.1f %12.1f %7s %10.0f %10.0f %7s\n" "$name" "$L,$C,$H,$V,$T,$Bt" "$d" "$p" "$(ratio "$d" "$p")" \
     "$dr" "$pr" "$(ratio "$dr" "$pr")"
 done
-echo "# ddprt's tokens/s include its 2 warm-up steps; PyTorch's exclude them; amp $amp on both sides"
+echo "# ddprt's tokens/s include its 2 warm-up steps; PyTorch's exclude them; amp $amp on both sides; ddprt --optimizer $opt"
 # planned activations, GPT-2 at T 1024, batch 1 (the plan only: one step runs)
 for a in flash stored; do
   printf "[gpt]\nlayers=12\ndim=768\nheads=12\nctx=1024\nvocab=50257\nattention=%s\n" "$a" >"$tmp/a.cfg"

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const opt_names[] = {"sgd", "adam", "adamw"};
+/* The flag's names; the last two are Adam / AdamW with 8-bit state (bitsandbytes'
+ * Adam8bit / AdamW8bit), whose kind is adam / adamw (the checkpoint holds fp32 state). */
+static const char *const opt_names[] = {"sgd", "adam", "adamw", "adam8bit", "adamw8bit"};
 static const char *const sched_names[] = {"none", "step", "multistep", "cosine", "cosine-step"};
 static const char *const comp_names[] = {"none", "fp16", "bf16"};
 
@@ -64,7 +66,7 @@ int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen)
     c->eps = 1e-8;
     int scale = 0;
     static const char *const scale_names[] = {"none", "world"};
-    if (pick("optimizer", o->optimizer, opt_names, 3, &c->kind, err, errlen) ||
+    if (pick("optimizer", o->optimizer, opt_names, 5, &c->kind, err, errlen) ||
         pick("lr-schedule", o->lr_schedule, sched_names, 5, &c->sched, err, errlen) ||
         pick("grad-compress", o->grad_compress, comp_names, 3, &c->compress, err, errlen) ||
         pick("lr-scale", o->lr_scale, scale_names, 2, &scale, err, errlen) ||
@@ -72,6 +74,7 @@ int nn_optim_parse(const nn_opts *o, nn_optim_cfg *c, char *err, size_t errlen)
         int_list("topk", o->topk, c->topk, NN_MAX_TOPK, &c->ntopk, err, errlen))
         return -1;
     c->scale_world = scale;
+    if (c->kind > NN_OPT_ADAMW) c->kind -= 2, c->q8 = 1;
     if (!(c->gamma > 0 && c->gamma <= 1)) { snprintf(err, errlen, "--lr-gamma: expected a number in (0, 1], got %g", c->gamma); return -1; }
     if (c->lr_step <= 0) { snprintf(err, errlen, "--lr-step: expected a positive integer, got %d", c->lr_step); return -1; }
     if (!(c->warmup_epochs >= 0 && c->warmup_epochs <= 1e6)) {
@@ -124,6 +127,15 @@ void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams)
 {
     size_t n = o->nseg ? o->nstate : nparams;
     o->n = nparams;
+    if (o->c.q8) { /* a scale per block of each run: at most n / K_Q8_BLOCK + one per run */
+        o->nscale = n / K_Q8_BLOCK + 3 * NN_MAX_PARAMS + 2;
+        o->m8 = rt_arena_alloc(a, n, RT_MEM_OPTIM, "Adam exp_avg (8-bit)");
+        o->v8 = rt_arena_alloc(a, n, RT_MEM_OPTIM, "Adam exp_avg_sq (8-bit)");
+        o->sm = rt_arena_alloc(a, 2 * o->nscale, RT_MEM_OPTIM, "8-bit state scales");
+        o->sv = o->sm ? o->sm + o->nscale : NULL;
+        o->m = o->v = NULL;
+        return;
+    }
     o->m = rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, o->c.kind == NN_OPT_SGD ? "momentum" : "Adam exp_avg");
     o->v = o->c.kind == NN_OPT_SGD ? NULL : rt_arena_alloc(a, n * sizeof(float), RT_MEM_OPTIM, "Adam exp_avg_sq");
 }
@@ -133,6 +145,7 @@ void nn_optim_reset(nn_optim *o, int world, long steps_per_epoch)
     size_t n = o->nseg ? o->nstate : o->n;
     if (o->m) memset(o->m, 0, n * sizeof(float));
     if (o->v) memset(o->v, 0, n * sizeof(float));
+    if (o->m8) memset(o->m8, 0, n), memset(o->v8, 0, n), memset(o->sm, 0, 2 * o->nscale); /* code 0 is 0 */
     o->t = 0;
     o->base_lr = o->c.lr * (o->c.scale_world ? world : 1);
     o->lr = o->base_lr;
@@ -178,19 +191,55 @@ void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max)
     for (int i = 0; i < o->nseg; i++) k_scale_inplace(o->seg[i].hi - o->seg[i].lo, coef, g->grads + o->seg[i].lo);
 }
 
-/* Runs of parameters that share their decay setting: [lo, hi) floats, cut to this
- * rank's segments (ZeRO-1; every element's update is the same arithmetic wherever the
- * span starts, so the sharded step gives the unsharded bits). */
-static void update_span(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, double lr, int decay)
+/* This rank's floats in runs that share their decay setting, cut to its segments
+ * (ZeRO-1), ascending: [lo, hi) with the state of float lo at index at. Every
+ * element's update is the same arithmetic wherever its run starts, so the sharded
+ * step gives the unsharded bits (fp32 state; 8-bit blocks start at each run). */
+typedef struct run_ctx {
+    double lr;
+    size_t blk;           /* 8-bit: the next run's first block */
+    int slot;             /* state export / import: 0 m, 1 v */
+    float *x;             /* its fp32 values, back to back as the state */
+} run_ctx;
+typedef void (*run_fn)(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, int decay, run_ctx *r);
+
+static void each_seg(nn_optim *o, nn_graph *g, size_t lo, size_t hi, int decay, run_fn f, run_ctx *r)
+{
+    if (!o->nseg) {
+        if (hi > lo) f(o, g, lo, hi, lo, decay, r);
+        return;
+    }
+    size_t at = 0;
+    for (int i = 0; i < o->nseg; at += o->seg[i].hi - o->seg[i].lo, i++) {
+        size_t a = lo > o->seg[i].lo ? lo : o->seg[i].lo, b = hi < o->seg[i].hi ? hi : o->seg[i].hi;
+        if (b > a) f(o, g, a, b, at + (a - o->seg[i].lo), decay, r);
+    }
+}
+
+static void each_run(nn_optim *o, nn_graph *g, run_fn f, run_ctx *r)
+{
+    if (!o->c.no_decay) {
+        each_seg(o, g, 0, g->nparams, 1, f, r);
+        return;
+    }
+    for (int i = 0; i < g->np;) {
+        int j = i + 1, d = !g->p[i].no_decay;
+        while (j < g->np && (!g->p[j].no_decay) == d) j++;
+        size_t lo = i ? g->p[i].offset : 0, hi = j < g->np ? g->p[j].offset : g->nparams;
+        each_seg(o, g, lo, hi, d, f, r);
+        i = j;
+    }
+}
+
+static void update_run(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, int decay, run_ctx *r)
 {
     const nn_optim_cfg *c = &o->c;
     size_t n = hi - lo;
-    float *m = o->m + at, *v = o->v ? o->v + at : NULL; /* the state of float lo */
-    double wd = decay ? c->weight_decay : 0.0;
+    double wd = decay ? c->weight_decay : 0.0, lr = r->lr;
     if (c->kind == NN_OPT_SGD) {
         k_sgd_cfg s = {.lr = (float)lr, .momentum = (float)c->momentum, .weight_decay = (float)wd,
                        .nesterov = c->nesterov};
-        k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, m);
+        k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, o->m + at);
         return;
     }
     double t = (double)(o->t + 1);
@@ -199,37 +248,57 @@ static void update_span(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t a
                     .step_size = (float)(lr / (1 - pow(c->beta1, t))),
                     .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
                     .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
-    k_adam_step(n, &a, g->params + lo, g->grads + lo, m, v);
-}
-
-static void update(nn_optim *o, nn_graph *g, size_t lo, size_t hi, double lr, int decay)
-{
-    if (!o->nseg) {
-        if (hi > lo) update_span(o, g, lo, hi, lo, lr, decay);
+    if (!c->q8) {
+        k_adam_step(n, &a, g->params + lo, g->grads + lo, o->m + at, o->v + at);
         return;
     }
-    size_t at = 0;
-    for (int i = 0; i < o->nseg; at += o->seg[i].hi - o->seg[i].lo, i++) {
-        size_t a = lo > o->seg[i].lo ? lo : o->seg[i].lo, b = hi < o->seg[i].hi ? hi : o->seg[i].hi;
-        if (b > a) update_span(o, g, a, b, at + (a - o->seg[i].lo), lr, decay);
-    }
+    /* the stream of step t, element at + i: reproducible on any thread count and resume */
+    k_adam8_step(n, &a, g->params + lo, g->grads + lo, o->m8 + at, o->v8 + at, o->sm + r->blk, o->sv + r->blk,
+                 (uint32_t)at, (uint32_t)o->t + 1);
+    r->blk += (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
 }
 
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr)
 {
     o->lr = lr;
-    if (!o->c.no_decay) {
-        update(o, g, 0, g->nparams, lr, 1);
-    } else {
-        for (int i = 0; i < g->np;) {
-            int j = i + 1, d = !g->p[i].no_decay;
-            while (j < g->np && (!g->p[j].no_decay) == d) j++;
-            size_t lo = i ? g->p[i].offset : 0, hi = j < g->np ? g->p[j].offset : g->nparams;
-            update(o, g, lo, hi, lr, d);
-            i = j;
-        }
-    }
+    run_ctx r = {.lr = lr};
+    each_run(o, g, update_run, &r);
     o->t++;
+}
+
+static void export_run(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, int decay, run_ctx *r)
+{
+    (void)g, (void)decay;
+    size_t n = hi - lo;
+    int8_t *s = (r->slot ? o->sv : o->sm) + r->blk;
+    k_q8_decode(n, (r->slot ? o->v8 : o->m8) + at, s, r->slot, r->x + at);
+    r->blk += (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+}
+
+static void import_run(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, int decay, run_ctx *r)
+{
+    (void)g, (void)decay;
+    size_t n = hi - lo;
+    int8_t *s = (r->slot ? o->sv : o->sm) + r->blk;
+    k_q8_encode(n, r->x + at, (r->slot ? o->v8 : o->m8) + at, s, r->slot, (uint32_t)at, (uint32_t)o->t);
+    r->blk += (n + K_Q8_BLOCK - 1) / K_Q8_BLOCK;
+}
+
+size_t nn_optim_nstate(const nn_optim *o) { return o->nseg ? o->nstate : o->n; }
+
+void nn_optim_get_state(nn_optim *o, nn_graph *g, int slot, float *x)
+{
+    run_ctx r = {.slot = slot, .x = x};
+    if (o->c.q8) each_run(o, g, export_run, &r);
+    else memcpy(x, slot ? o->v : o->m, nn_optim_nstate(o) * sizeof(float));
+}
+
+void nn_optim_set_state(nn_optim *o, nn_graph *g, int slot, const float *x)
+{
+    run_ctx r = {.slot = slot, .x = (float *)x};
+    float *dst = slot ? o->v : o->m;
+    if (o->c.q8) each_run(o, g, import_run, &r);
+    else if (dst != x) memcpy(dst, x, nn_optim_nstate(o) * sizeof(float));
 }
 
 void nn_topk_count(const float *out, const int32_t *labels, int n, int classes, const int *ks, int nk, long *counts)

@@ -23,6 +23,7 @@ typedef struct nn_optim_cfg {
     double lr, momentum, weight_decay, gamma, warmup_epochs, clip;
     double beta1, beta2, eps;
     int nesterov;
+    int q8;                /* --optimizer adam8bit / adamw8bit: the moments in 8 bits (k_optim.h) */
     int topk[NN_MAX_TOPK], ntopk;
 } nn_optim_cfg;
 
@@ -31,7 +32,10 @@ typedef struct nn_optim {
     double base_lr;        /* --lr, times the world size under --lr-scale world */
     double lr;             /* the learning rate of the last step */
     double grad_norm;      /* the total norm of the last clipped step */
-    float *m, *v;          /* SGD: m = momentum; Adam: m, v = exp_avg, exp_avg_sq */
+    float *m, *v;          /* SGD: m = momentum; Adam: m, v = exp_avg, exp_avg_sq (NULL with q8) */
+    uint8_t *m8, *v8;      /* q8: their codes, and a scale per block (of each run: nn/optim.c) */
+    int8_t *sm, *sv;
+    size_t nscale;
     size_t n;
     /* ZeRO-1: the floats whose state this rank keeps (nn/shard.h), ascending, their
      * state back to back in m and v (nstate floats); nseg 0: every float's. */
@@ -63,6 +67,12 @@ void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max);
 /* One update of every parameter with learning rate lr (weight decay skipped on
  * no_decay parameters under --no-decay-bn-bias). */
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr);
+/* The state as fp32 (slot 0: m, 1: v), back to back as the segments (all floats when
+ * not sharded: nn_optim_nstate of them): read out, or set (8-bit: decoded / encoded;
+ * decode + encode is exact). For checkpoints. */
+size_t nn_optim_nstate(const nn_optim *o);
+void nn_optim_get_state(nn_optim *o, nn_graph *g, int slot, float *x);
+void nn_optim_set_state(nn_optim *o, nn_graph *g, int slot, const float *x);
 /* Number of float arrays of state (1 for SGD, 2 for Adam/AdamW). */
 static inline int nn_optim_slots(const nn_optim *o) { return o->c.kind == NN_OPT_SGD ? 1 : 2; }
 const char *nn_optim_name(int kind);

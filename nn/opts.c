@@ -80,7 +80,7 @@ static const rt_arg flags[] = {
     F("seq-len", RT_ARG_INT, seq_len, JOB, RT_ARG_POS, "text: tokens per sample, padded or truncated (default: 64); language models: T (default: the model's context, cfg models 64)"),
     F("min-freq", RT_ARG_INT, min_freq, JOB, RT_ARG_POS, "text: minimum count of a word in the vocabulary (default: 1)"),
     F("max-vocab", RT_ARG_INT, max_vocab, JOB, RT_ARG_POS, "text: vocabulary size limit incl. <pad> and <unk> (default: none)"),
-    FC("optimizer", optimizer, JOB, "sgd|adam|adamw", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8) (default: sgd)"),
+    FC("optimizer", optimizer, JOB, "sgd|adam|adamw|adam8bit|adamw8bit", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8); adam8bit, adamw8bit: their moments in 8 bits (a quarter of the memory; bitsandbytes' Adam8bit) (default: sgd)"),
     F("no-decay-bn-bias", RT_ARG_FLAG, no_decay_bn_bias, JOB, RT_ARG_ANY, "no weight decay on biases and BatchNorm parameters"),
     FC("lr-schedule", lr_schedule, JOB, "none|step|multistep|cosine|cosine-step", "none, step, multistep or cosine, per epoch; cosine-step: cosine stepped every optimizer step, reaching 0 at the end (default: none)"),
     F("lr-step", RT_ARG_INT, lr_step, JOB, RT_ARG_POS, "step schedule: epochs between decays (default: 30)"),

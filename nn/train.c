@@ -155,7 +155,7 @@ static void save_checkpoint(nn_trainer *t, int epoch, int epoch_steps)
     if (!o->save) return;
     nn_zero_params_ready(t);
     float *full[2] = {NULL, NULL};
-    if (nn_zero_sharded(t)) nn_zero_full_state(t, full); /* every rank takes part */
+    if (nn_zero_sharded(t) || t->opt.c.q8) nn_zero_full_state(t, full); /* sharded: every rank takes part */
     if (t->rank == 0) {
         if (t->cuda && nn_cuda_download(t->cuda, t->momentum)) rt_fatal("cuda: %s", port_cuda_errmsg());
         nn_ckpt_state st = nn_trainer_ckpt_state(t, epoch);

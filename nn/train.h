@@ -110,9 +110,9 @@ double nn_trainer_grad_norm(nn_trainer *t);
  * optimizer (at carve time, before its state is planned; no segments: not sharded);
  * whether this rank's optimizer holds a shard only; the first parameter (index; np:
  * the padding) with a non-finite averaged gradient on any rank, -1 if none; the parameters' allgather after the step, and the wait for it
- * before anything but the forward reads the parameters; the whole optimizer state
- * gathered into full[] (malloc'd) for a checkpoint, and a checkpoint's whole state
- * read into this rank's shard. */
+ * before anything but the forward reads the parameters; the whole optimizer state in
+ * fp32 gathered into full[] (malloc'd) for a checkpoint, and a checkpoint's whole
+ * state read into this rank's shard (both also for the 8-bit state, unsharded). */
 void nn_zero_plan(nn_trainer *t, rt_arena *a);
 int nn_zero_sharded(const nn_trainer *t);
 int nn_zero_first_nonfinite(nn_trainer *t);

@@ -279,7 +279,7 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
     if (!o->resume) return 0;
     nn_ckpt_state st = nn_trainer_ckpt_state(t, 0);
     /* ZeRO-1: the file holds the whole state (any world size), the rank keeps its shard. */
-    if (nn_zero_sharded(t) ? nn_zero_load(t, o->resume, &st, err, errlen) : nn_ckpt_load(o->resume, &t->g, &st, err, errlen))
+    if (nn_zero_sharded(t) || t->opt.c.q8 ? nn_zero_load(t, o->resume, &st, err, errlen) : nn_ckpt_load(o->resume, &t->g, &st, err, errlen))
         return -1;
     if (st.epoch > o->epochs && !o->generate) { /* --generate samples, whatever --epochs says */
         snprintf(err, errlen, "--resume %s: the checkpoint has trained %d epochs, more than --epochs %d (raise --epochs "

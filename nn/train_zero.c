@@ -97,22 +97,27 @@ static void seg_copy(const nn_trainer *t, float *full, float *state, int to_full
     for (int i = 0; i < t->opt.nseg; i++) {
         size_t n = t->zseg[i].hi - t->zseg[i].lo;
         if (to_full) memcpy(full + t->zseg[i].lo, state + at, n * sizeof(float));
-        else memcpy(state + at, full + t->zseg[i].lo, n * sizeof(float));
+        else memmove(state + at, full + t->zseg[i].lo, n * sizeof(float)); /* may be in place */
         at += n;
     }
 }
 
-/* Checkpoints are rare (between epochs, or every --save-every steps) and every rank
- * takes part; malloc is fine here. The tails every rank holds; the parts gather. */
+/* The whole optimizer state in fp32 (full[], malloc'd) for a checkpoint, where it is
+ * not the optimizer's own arrays: sharded (the tails every rank holds, the parts
+ * gather: every rank takes part) or 8-bit (decoded). Checkpoints are rare (between
+ * epochs, or every --save-every steps); malloc is fine here. */
 void nn_zero_full_state(nn_trainer *t, float **full)
 {
-    int k = nn_optim_slots(&t->opt);
-    float *src[2] = {t->opt.m, t->opt.v};
-    tp_comm *c = nn_ddp_comm(t->ddp);
+    int k = nn_optim_slots(&t->opt), sharded = nn_zero_sharded(t);
+    tp_comm *c = sharded ? nn_ddp_comm(t->ddp) : NULL;
     for (int i = 0; i < k; i++) {
-        full[i] = calloc(t->g.nparams, sizeof(float));
-        if (!full[i]) rt_fatal("rank %d: out of memory gathering the optimizer state", t->rank);
-        seg_copy(t, full[i], src[i], 1);
+        float *mine = malloc(nn_optim_nstate(&t->opt) * sizeof(float));
+        full[i] = sharded ? calloc(t->g.nparams, sizeof(float)) : mine;
+        if (!mine || !full[i]) rt_fatal("rank %d: out of memory gathering the optimizer state", t->rank);
+        nn_optim_get_state(&t->opt, &t->g, i, mine);
+        if (!sharded) continue;
+        seg_copy(t, full[i], mine, 1);
+        free(mine);
         for (int b = 0; b < t->nbk; b++) {
             size_t lo = t->bk[b].f.lo, q = nn_shard_q(t->bk[b].f.hi - lo, t->world, t->blk);
             if (q && tp_allgather(c, full[i] + lo + (size_t)t->rank * q, full[i] + lo, q, RT_F32))
@@ -121,7 +126,8 @@ void nn_zero_full_state(nn_trainer *t, float **full)
     }
 }
 
-/* The file holds the whole state (written on any world size): read it, keep the shard. */
+/* The file holds the whole state in fp32 (written on any world size, sharded or not,
+ * 8-bit or not): read it, keep this rank's segments, in the optimizer's format. */
 int nn_zero_load(nn_trainer *t, const char *path, nn_ckpt_state *st, char *err, size_t errlen)
 {
     float *full[2] = {NULL, NULL};
@@ -132,9 +138,11 @@ int nn_zero_load(nn_trainer *t, const char *path, nn_ckpt_state *st, char *err, 
             return -1;
         }
     int rc = nn_ckpt_load(path, &t->g, st, err, errlen);
-    float *mine[2] = {t->opt.m, t->opt.v};
     for (int i = 0; i < 2; i++) {
-        if (full[i] && !rc) seg_copy(t, full[i], mine[i], 0);
+        if (full[i] && !rc) {
+            if (nn_zero_sharded(t)) seg_copy(t, full[i], full[i], 0); /* the segments, back to back: in place, ascending */
+            nn_optim_set_state(&t->opt, &t->g, i, full[i]);
+        }
         free(full[i]);
     }
     return rc;

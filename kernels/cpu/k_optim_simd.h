@@ -41,3 +41,5 @@ ISA_TARGET static void ISA_FN(adam_vec)(size_t n, const k_adam_cfg *c, float *p,
     }
     adam_generic(n - i, c, p + i, g + i, m + i, v + i);
 }
+
+#include "kernels/cpu/k_optim8_simd.h"

@@ -1,4 +1,5 @@
 #include "test/t_data.h"
+#include "nn/data/tokens.h"
 #include "test/t.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,4 +141,22 @@ const char *t_st_header(const char *path)
     hdr[n] = 0;
     if (n >= 8) memset(hdr, ' ', 8); /* the binary header length */
     return hdr;
+}
+
+const char *t_lm_data(const char *dir, int ntrain, int nval)
+{
+    static char d[700];
+    char p[800], err[512];
+    snprintf(d, sizeof d, "%s/data", dir);
+    snprintf(p, sizeof p, "mkdir -p %s", d);
+    CHECK(system(p) == 0);
+    int n = ntrain * 16 + 1;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) t[i] = (i * 7 + i / 5) % 23;
+    snprintf(p, sizeof p, "%s/lm_train.bin", d);
+    CHECK(nn_tokens_write(p, t, (size_t)n, 64, err, sizeof err) == 0);
+    snprintf(p, sizeof p, "%s/lm_val.bin", d);
+    CHECK(nn_tokens_write(p, t, (size_t)nval, 64, err, sizeof err) == 0);
+    free(t);
+    return d;
 }

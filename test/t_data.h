@@ -30,4 +30,7 @@ const char *t_st_header(const char *path);
 /* A keyword task for textcnn in dir: train.tsv (256 lines) and test.tsv (64),
  * "pos|neg<TAB>seven words", one of them a label word at a varying place. */
 void t_write_text_dataset(const char *dir);
+/* Token shards in DIR/data (returned; static): ntrain windows of 16 (+1) tokens of a
+ * repeating pattern (learnable) as lm_train.bin, its first nval tokens as lm_val.bin. */
+const char *t_lm_data(const char *dir, int ntrain, int nval);
 #endif

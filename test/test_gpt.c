@@ -21,24 +21,7 @@ static const char *cfg_file(const char *dir, const char *body)
     return p;
 }
 
-/* token shards: NTRAIN windows of 16 (+1) tokens of a repeating pattern (learnable) */
-static const char *lm_data(const char *dir, int ntrain)
-{
-    static char d[700];
-    char p[800], err[512];
-    snprintf(d, sizeof d, "%s/data", dir);
-    snprintf(p, sizeof p, "mkdir -p %s", d);
-    CHECK(system(p) == 0);
-    int n = ntrain * 16 + 1;
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
-    for (int i = 0; i < n; i++) t[i] = (i * 7 + i / 5) % 23;
-    snprintf(p, sizeof p, "%s/lm_train.bin", d);
-    CHECK(nn_tokens_write(p, t, (size_t)n, 64, err, sizeof err) == 0);
-    snprintf(p, sizeof p, "%s/lm_val.bin", d);
-    CHECK(nn_tokens_write(p, t, 33, 64, err, sizeof err) == 0);
-    free(t);
-    return d;
-}
+static const char *lm_data(const char *dir, int ntrain) { return t_lm_data(dir, ntrain, 33); }
 
 static int run(const char *name, const char *const *argv, double secs, t_proc *p)
 {

@@ -2,7 +2,6 @@
  * state's memory, a loss that tracks fp32 AdamW's, a resumed run that ends with the
  * uninterrupted run's checkpoint bytes, checkpoints (fp32 state) that fp32 AdamW
  * resumes and back, and --zero 1 over 2 ranks. */
-#include "nn/data/tokens.h"
 #include "test/t.h"
 #include "test/t_data.h"
 #include "test/t_proc.h"
@@ -14,24 +13,12 @@
 /* 64 windows of 16 (+1) tokens of a repeating pattern, and a model file. */
 static const char *setup(const char *dir, const char **cfg)
 {
-    static char d[700], c[700];
-    char p[800], err[512];
-    snprintf(d, sizeof d, "%s/data", dir);
-    snprintf(p, sizeof p, "mkdir -p %s", d);
-    CHECK(system(p) == 0);
-    int n = 64 * 16 + 1;
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
-    for (int i = 0; i < n; i++) t[i] = (i * 7 + i / 5) % 23;
-    snprintf(p, sizeof p, "%s/lm_train.bin", d);
-    CHECK(nn_tokens_write(p, t, (size_t)n, 64, err, sizeof err) == 0);
-    snprintf(p, sizeof p, "%s/lm_val.bin", d);
-    CHECK(nn_tokens_write(p, t, 65, 64, err, sizeof err) == 0);
-    free(t);
+    static char c[700];
     const char *body = "[gpt]\nlayers=2\ndim=64\nheads=4\nctx=16\n";
     t_write_file(dir, "gpt.cfg", body, strlen(body), 0);
     snprintf(c, sizeof c, "%s/gpt.cfg", dir);
     *cfg = c;
-    return d;
+    return t_lm_data(dir, 64, 65);
 }
 
 /* ddprt-train on the data: epochs, optimizer, then extra flags; the run's stdout. */

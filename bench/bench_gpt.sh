@@ -20,28 +20,36 @@ trap 'rm -rf "$tmp"' EXIT
 cases=("small 6 384 6 256 256 8 6 4" "gpt2 12 768 12 50257 64 4 4 3")
 cpu_line
 load_line before
-printf "%-6s %-26s %12s %12s %7s %10s %10s %7s\n" model "layers,dim,heads,V,T,batch" "ddprt tok/s" "torch tok/s" ratio \
-  "ddprt MiB" "torch MiB" "RSS x"
+printf "%-6s %-26s %12s %12s %7s %10s %10s %7s %10s\n" model "layers,dim,heads,V,T,batch" "ddprt tok/s" "torch tok/s" ratio \
+  "ddprt MiB" "torch MiB" "RSS x" "ddprt all"
 for c in "${cases[@]}"; do
   read -r name L C H V T Bt sd sp <<<"$c"
   [[ -z "${CASES:-}" || " $CASES " == *" $name "* ]] || continue
   printf "[gpt]\nlayers=%s\ndim=%s\nheads=%s\nctx=%s\nvocab=%s\n" "$L" "$C" "$H" "$((T > 1024 ? T : (V > 256 ? 1024 : T)))" \
     "$V" >"$tmp/m.cfg"
-  : >"$tmp/d"; : >"$tmp/p"; : >"$tmp/dr"; : >"$tmp/pr"
+  : >"$tmp/d"; : >"$tmp/p"; : >"$tmp/dr"; : >"$tmp/pr"; : >"$tmp/da"
+  run_d() { "$B/ddprt-train" --data synthetic --model-file "$tmp/m.cfg" --seq-len "$T" --batch-size "$Bt" \
+          --optimizer "$opt" --lr 3e-4 --weight-decay 0.1 --max-steps "$1" --epochs 1 --threads 1 --no-eval \
+          --mem-report --log-interval 1000 --sample-len 1 --amp "$amp" 2>&1; }
+  took() { sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p'; }
   for _ in $(seq "$rounds"); do
-    out=$("$B/ddprt-train" --data synthetic --model-file "$tmp/m.cfg" --seq-len "$T" --batch-size "$Bt" \
-          --optimizer "$opt" --lr 3e-4 --weight-decay 0.1 --max-steps "$((sd + 2))" --epochs 1 --threads 1 --no-eval \
-          --mem-report --log-interval 1000 --sample-len 1 --amp "$amp" 2>&1)
-    echo "$out" | sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p' | awk -v n="$(((sd + 2) * Bt * T))" '{ print n / $1 }' >>"$tmp/d"
+    # steady tokens/s, as PyTorch's are taken: the sd steps after 2 warm-up steps, the
+    # difference of a run of sd + 2 steps and one of 2 (both with the arena's first touch)
+    out=$(run_d "$((sd + 2))")
+    t2=$(run_d 2 | took)
+    tl=$(echo "$out" | took)
+    awk -v n="$((sd * Bt * T))" -v a="$tl" -v b="$t2" 'BEGIN { print n / (a - b) }' >>"$tmp/d"
+    awk -v n="$(((sd + 2) * Bt * T))" -v a="$tl" 'BEGIN { print n / a }' >>"$tmp/da"
     echo "$out" | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' >>"$tmp/dr"
     read -r tps rss < <(AMP=$amp /usr/bin/python3 bench/ref_gpt.py "$L" "$C" "$H" "$V" "$T" "$Bt" "$sp")
     echo "$tps" >>"$tmp/p"; echo "$rss" >>"$tmp/pr"
   done
-  d=$(med <"$tmp/d"); p=$(med <"$tmp/p"); dr=$(med <"$tmp/dr"); pr=$(med <"$tmp/pr")
-  printf "%-6s %-26s %12.1f %12.1f %7s %10.0f %10.0f %7s\n" "$name" "$L,$C,$H,$V,$T,$Bt" "$d" "$p" "$(ratio "$d" "$p")" \
-    "$dr" "$pr" "$(ratio "$dr" "$pr")"
+  d=$(med <"$tmp/d"); p=$(med <"$tmp/p"); dr=$(med <"$tmp/dr"); pr=$(med <"$tmp/pr"); da=$(med <"$tmp/da")
+  printf "%-6s %-26s %12.1f %12.1f %7s %10.0f %10.0f %7s %10.1f\n" "$name" "$L,$C,$H,$V,$T,$Bt" "$d" "$p" "$(ratio "$d" "$p")" \
+    "$dr" "$pr" "$(ratio "$dr" "$pr")" "$da"
 done
-echo "# ddprt's tokens/s include its 2 warm-up steps; PyTorch's exclude them; amp $amp on both sides; ddprt --optimizer $opt"
+echo "# tokens/s after 2 warm-up steps on both sides (ddprt: a run of $((sd + 2)) steps less one of 2); ddprt all: its"
+echo "# whole epoch, warm-up and the arena's first touch included; amp $amp on both sides; ddprt --optimizer $opt"
 # planned activations, GPT-2 at T 1024, batch 1 (the plan only: one step runs)
 for a in flash stored; do
   printf "[gpt]\nlayers=12\ndim=768\nheads=12\nctx=1024\nvocab=50257\nattention=%s\n" "$a" >"$tmp/a.cfg"

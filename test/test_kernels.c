@@ -241,16 +241,17 @@ TEST(kernels_conv_dw_image_groups)
 
 /* Every element of dX and dW against double sums, on every ISA level: AVX2's dX of
  * stride-2 convs as 4 phase convs (3x3 on 10x12 planes; 6x6 planes in interleaved
- * groups of 8, 9 images a slot; 1x1 on 8x16) and its dW with the taps broadcast
- * (filters off the vector width, groups cut by the slot's end); finite differences
- * sample only ~40 elements. */
+ * groups of 8, 9 images a slot; 1x1 on 8x16) and the dW with the taps broadcast
+ * (AVX2 and AVX-512: 32 filters in groups of 8 images cut by the slot's end, AVX2: 48
+ * filters of a 1x1; 20 filters: the NT form); finite differences sample only ~40
+ * elements. */
 TEST(kernels_conv_bwd_all_elements)
 {
     static const int cases[][9] = {{3, 6, 10, 12, 9, 3, 3, 2, 1}, {72, 3, 6, 6, 5, 3, 3, 2, 1},
-                                   {3, 6, 8, 16, 11, 1, 1, 2, 0}, {80, 7, 9, 9, 13, 3, 3, 1, 1},
-                                   {10, 40, 7, 7, 17, 1, 1, 1, 0}};
+                                   {3, 6, 8, 16, 11, 1, 1, 2, 0}, {80, 7, 9, 9, 32, 3, 3, 1, 1},
+                                   {10, 40, 7, 7, 48, 1, 1, 1, 0},  {3, 5, 6, 6, 20, 3, 3, 1, 1}};
     static const char *isas[] = {"generic", "avx2", "avx512"};
-    for (int ci = 0; ci < 5; ci++) {
+    for (int ci = 0; ci < 6; ci++) {
         const int *a = cases[ci];
         k_conv_shape sh = shp(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
         long nx = (long)sh.n * sh.c * sh.h * sh.w, nw = (long)sh.k * sh.c * sh.r * sh.s;

@@ -110,7 +110,7 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
      * (k_shift_rows_ilv), one wide GEMM per phase (14x14 outputs in groups of 4: 6296 vs
      * 6433 us a batch, 7x7 in groups of 8). */
     d.ph = sh->stride == 2 && sh->r == sh->s && (sh->r == 1 || sh->r == 3) && 2 * sh->pad == sh->r - 1 &&
-           sh->h == 2 * sh->p && sh->w == 2 * sh->q && (sh->r == 3 || sh->q >= 8);
+           sh->h == 2 * sh->p && sh->w == 2 * sh->q && (sh->r == 3 || sh->q >= 8) && sh->k <= 128;
     d.ph_ng = d.ph && sh->r == 3 && d.group > 1 ? d.group : 1;
     long phx = 0, phw = 0;
     for (int ph = 0; ph < 4; ph++) {
@@ -398,12 +398,24 @@ static void conv_dw_tb(void *ctx, char *base, long i0, int ng, float *dwp, int a
             for (long t = 0; t < d->crs; t++) dwp[k * d->crs + t] += dwt[t * sh->k + k];
 }
 
-/* The broadcast-tap dW (conv_dw_tb) on AVX2, where there are 32 taps or more: dy's
- * transpose costs as much as 1/crs of the FMAs, and a few taps fill few tiles (ResNet-20's
- * stem, 9 taps: 2x slower; its 1x1 stride-2 projection with 16 taps: 5-8 % slower). */
+/* The broadcast-tap dW (conv_dw_tb) where there are 32 taps or more and the filters
+ * fill whole tiles (2 vectors: 16 on AVX2, 32 on AVX-512). dy's transpose costs as much
+ * as 1/crs of the FMAs, and a few taps fill few tiles (ResNet-20's stem, 9 taps: 2x
+ * slower; its 1x1 stride-2 projection with 16 taps: 5-8 % slower); a part tile
+ * computes its masked lanes all the same (LeNet's conv2, 20 filters on AVX2: bwd 25 %
+ * slower; ResNet-20's layer1, 16 filters on AVX-512: 30 %). Measured faster, batch 128,
+ * Sapphire Rapids: AVX2 ResNet-20's 3x3 and 1x1 s2 (32+ taps) dW 5-20 %; AVX-512
+ * layer2/layer3 bwd 13-27 %, but ResNet-18's 1x1 64 -> 128 18 % slower (12-row tiles
+ * of 12 tap pointers; AVX-512 only up to 64 filters). */
 static int conv_tb_use(const conv_job *j)
 {
-    return !j->d.dw_nn && j->d.g.crs >= 32 && k_isa_level() == K_ISA_AVX2;
+    int lvl = k_isa_level(), k = j->sh->k;
+    /* Many filters make dy^T's chunks short (256 filters: 16 columns between C's loads
+     * and stores: ResNet-18's layer3.0 3x3 s2 bwd 8 % slower); long rows are
+     * gemm_nt_off's column-chunked case (ResNet-18's stem: 12544 columns, tb 42 %
+     * slower). */
+    if (j->d.dw_nn || j->d.g.crs < 32 || k > 128 || j->d.g.pq >= 2048) return 0;
+    return lvl == K_ISA_AVX2 ? k % 16 == 0 : lvl >= K_ISA_AVX512 && k % 32 == 0 && k <= 64;
 }
 
 /* dW for images [i, i+ng) (ng <= nn_group) as one NN GEMM on their im2row columns
@@ -564,7 +576,9 @@ static void conv_dx_ph(void *ctx, char *base, long i0, int ng)
 /* The phase dX on AVX2, measured against the column matrix and col2im (ResNet-20,
  * batch 128, Sapphire Rapids, bwd = dW + dX): 3x3 14x14 -> 7x7 6218 -> 5746 us, 28x28
  * -> 14x14 6576 -> 6295; 1x1 28x28 -> 14x14 1303 -> 1229, but 1x1 14x14 -> 7x7 (dX
- * alone) 15 % slower (d.ph: the 1x1 ones only with 8+ output columns). */
+ * alone) 15 % slower (d.ph: the 1x1 ones only with 8+ output columns); ResNet-18
+ * (batch 32): 64 -> 128 filters 86.4 -> 82.4 ms, but 256 and 512 filters 4-9 % slower
+ * (dy's rows past L2: d.ph only up to 128 filters). */
 static int conv_ph_use(const conv_job *j) { return j->d.ph && k_isa_level() == K_ISA_AVX2; }
 
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,

@@ -60,7 +60,9 @@ static int shm_run(tp_comm *c, tp_handle *h)
     int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER || tree;
     tp_shm_bufhdr d = {.seq = h->seq, .bytes = h->count * rt_dtype_size((rt_dtype)h->dt), .kind = h->kind,
                        .dt = h->dt, .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};
-    if (c->shm->map && (h->kind == TP_K_ALLREDUCE || tree) && (rc = tp_shm_map_run(c, h, &d)) <= 0) return rc;
+    if (c->shm->map && (h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER || tree) &&
+        (rc = tp_shm_map_run(c, h, &d)) <= 0)
+        return rc;
     if (c->shm->cma && h->kind != TP_K_BARRIER && !tree && (rc = tp_shm_cma_run(c, h, &d)) <= 0) return rc;
     return tp_shm_copy_run(c, h, &d);
 }

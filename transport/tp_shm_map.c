@@ -204,7 +204,7 @@ void tp_shm_map_free(tp_comm *c)
 
 uint64_t tp_shm_map_ops(const tp_comm *c) { return c->shm_state > 0 ? c->shm->map_ops : 0; }
 
-/* ---- allreduce ---------------------------------------------------------------------- */
+/* ---- allreduce and reduce-scatter ----------------------------------------------------- */
 
 int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
 {
@@ -212,13 +212,17 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     int n = c->world, me = c->rank, rc;
     rt_dtype dt = (rt_dtype)h->dt;
     tp_op op = (tp_op)h->op;
-    size_t es = rt_dtype_size(dt), count = h->count, bytes = count * es;
-    if (!s->map || (h->kind != TP_K_ALLREDUCE && h->kind != TP_K_TREE) || bytes < s->map_min)
+    /* Reduce-scatter (ZeRO-1's buckets): block b of every rank's send reduced into rank
+     * b's recv (count elements each); recv may be the rank's own block of send. */
+    int rs = h->kind == TP_K_REDUCE_SCATTER;
+    size_t es = rt_dtype_size(dt), count = h->count, bytes = count * es, sbytes = rs ? bytes * (size_t)n : bytes;
+    if (!s->map || (h->kind != TP_K_ALLREDUCE && h->kind != TP_K_TREE && !rs) || sbytes < s->map_min)
         return 1; /* the same on every rank */
     const unsigned char *send = h->send;
     unsigned char *recv = h->recv;
-    int mine = s->pm && s->mtmp && s->pid && registered(c, send, bytes) && registered(c, recv, bytes) &&
-               (send == recv || !tp_shm_overlap(send, bytes, recv, bytes));
+    int own = rs && recv == send + (size_t)me * bytes;
+    int mine = s->pm && s->mtmp && s->pid && registered(c, send, sbytes) && registered(c, recv, bytes) &&
+               (send == recv || own || !tp_shm_overlap(send, sbytes, recv, bytes));
     tp_shm_bufhdr dm = *d;
     dm.kind |= TP_SHM_MAP_KIND;
     uint64_t st = s->step++, a[2] = {mine ? (uint64_t)(uintptr_t)send : 0, mine ? (uint64_t)(uintptr_t)recv : 0};
@@ -238,7 +242,7 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
     for (int q = 0; q < n && ok; q++) {
         if (q == me) { ps[q] = send, pr[q] = recv; continue; }
         memcpy(a, tp_shm_buf(s, q, st)->pad, sizeof a);
-        ps[q] = peer_ptr(c, q, a[0], bytes);
+        ps[q] = peer_ptr(c, q, a[0], sbytes);
         pr[q] = peer_ptr(c, q, a[1], bytes);
         ok = ps[q] && pr[q];
     }
@@ -253,11 +257,22 @@ int tp_shm_map_run(tp_comm *c, tp_handle *h, const tp_shm_bufhdr *d)
         raise(SIGKILL);
     }
 
-    size_t per = TP_SHM_MAP_CHUNK / es, nch = (count + per - 1) / per;
+    size_t per = TP_SHM_MAP_CHUNK / es, nch = (count + per - 1) / per, nall = rs ? nch * (size_t)n : nch;
     const void *in[TP_SHM_MAX_WORLD];
     for (;;) {
         uint64_t k = __atomic_fetch_add(&s->seg->claim, 1, __ATOMIC_RELAXED);
-        if (k >= nch) break;
+        if (k >= nall) break;
+        if (rs) { /* chunk k % nch of block k / nch: reduced into its owner's recv only */
+            int b = (int)(k / nch);
+            size_t base = (size_t)(k % nch) * per, m = count - base < per ? count - base : per;
+            size_t off = base * es, soff = (size_t)b * bytes + off;
+            for (int q = 0; q < n; q++) in[q] = ps[q] + soff;
+            /* the owner's recv may be its send block: every input read before it is written */
+            tp_shm_reduce(c, h->kind, s->mtmp, in, m, dt, op);
+            tp_avg_finish(s->mtmp, m, dt, tp_op_div(h, n));
+            memcpy(pr[b] + off, s->mtmp, m * es);
+            continue;
+        }
         size_t base = (size_t)k * per, m = count - base < per ? count - base : per, off = base * es;
         for (int q = 0; q < n; q++) in[q] = ps[q] + off;
         /* In place, the chain from rank 2 on would overwrite an input it reads later. */

@@ -159,11 +159,13 @@ static void matrix(void)
                 checks++;
                 if (!inplace && ((unsigned char *)r)[n * es] != 0x5a && bad++ < 5)
                     fprintf(stderr, "rank %d: allreduce wrote past the end (n=%zu)\n", rank_, n);
-                /* reduce_scatter: block rank_ of every rank's world_ * n vector. */
+                /* reduce_scatter: block rank_ of every rank's world_ * n vector, into r or
+                 * (ZeRO-1's buckets) into the rank's own block of s. */
                 for (size_t i = 0; i < n * (size_t)world_; i++) sput(s, i, dt, (double)sval(op, dt, rank_, i));
-                if (tp_reduce_scatter(comm, s, r, n, dt, (tp_op)op)) die("reduce_scatter");
+                unsigned char *rr = inplace ? s + (size_t)rank_ * n * es : r;
+                if (tp_reduce_scatter(comm, s, rr, n, dt, (tp_op)op)) die("reduce_scatter");
                 for (size_t i = 0; i < n; i++)
-                    scheck("reduce_scatter", dt, op, n, i, sget(r, i, dt), swant(op, dt, (size_t)rank_ * n + i));
+                    scheck("reduce_scatter", dt, op, n, i, sget(rr, i, dt), swant(op, dt, (size_t)rank_ * n + i));
                 checks++;
             }
             int root = (int)(k + d) % world_;
@@ -217,6 +219,15 @@ static void bitwise(void)
                                                tp_op_names[op], q);
         if (op == TP_SUM && tp_shm_mode(comm) && memcmp(out, want, n * 4) && bad++ < 5)
             fprintf(stderr, "rank %d: allreduce sum is not the rank-order chain\n", rank_);
+        checks++;
+        /* reduce_scatter in place (ZeRO-1): this rank's block has the allreduce's bits */
+        size_t q = n / (size_t)world_;
+        memcpy(want, out, n * 4);
+        for (size_t i = 0; i < n; i++)
+            s[i] = rank_ ? sinf((float)i * 0.37f + (float)rank_) * 1000.0f / (float)(rank_ + 2) : sinf((float)i * 0.37f) * 1000.0f;
+        if (tp_reduce_scatter(comm, s, s + (size_t)rank_ * q, q, RT_F32, op)) die("reduce_scatter (bitwise)");
+        if (memcmp(s + (size_t)rank_ * q, want + (size_t)rank_ * q, q * 4) && bad++ < 5)
+            fprintf(stderr, "rank %d: reduce_scatter %s has other bits than the allreduce\n", rank_, tp_op_names[op]);
         checks++;
     }
     bfree(s), bfree(r), free(want), free(hs);

@@ -341,6 +341,9 @@ run_launch "bench 2x2 ddprt-launch --nnodes 2" 2 "${BENCH[@]}" --init-method env
 if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${DDPRT_DATA:-}" ]; then
     run_grid "train 2x1 tcp://" 2 1 tcp "${TRAIN[@]}" --backend tcp
     run_launch "train 2x2 ddprt-launch --nnodes 2" 2 "${TRAIN[@]}" --backend tcp
+    # ZeRO-1 across hosts: bucket reduce-scatters and parameter allgathers on the TCP ring
+    run_launch "train 2x2 --zero 1 (reduce-scatter over TCP, --check-sync)" 2 "${TRAIN[@]}" --backend tcp \
+        --optimizer adamw --clip-grad-norm 1 --zero 1 --check-sync 1
     elastic
     invariant_hosts
     elastic_grow

@@ -10,27 +10,24 @@
  *            over a group of images (one horizontal sum per group); small planes
  *            with many channels (pq < 128 and k >= 128, or pq < 256 and k >= 256)
  *            use NN on im2row columns instead; on AVX2 (32+ taps) the taps are
- *            broadcast against dy^T's rows instead (conv_dw_tb)
+ *            broadcast against dy^T's rows instead (k_conv_dw_tb)
  *   dX:      "same" convs (pad = (r-1)/2): dx = conv(dy, W flipped and transposed),
  *            i.e. the forward path again; others: dcol = W^T dy [CRS x PQ], then each
  *            dx row summed in registers (col2im_s1)
  * Strides > 1 use the same scheme on a phase-split layout (k_conv_rows.c): forward and
  * dW through tap offsets, dX through the general col2im (on AVX2, stride 2 on even
- * planes: 4 phase convs of dy, conv_dx_ph); 1x1 strided forwards read plain im2col
+ * planes: 4 phase convs of dy, k_conv_dx_ph); 1x1 strided forwards read plain im2col
  * columns (the subsampled image).
  *
  * The geometry, the layouts' builders and the slots of consecutive images (results
  * bitwise the same for any thread count) are k_conv_drv.c's, shared with the bf16
  * kernels. */
 #include "kernels/k.h"
-#include "kernels/cpu/k_conv_drv.h"
+#include "kernels/cpu/k_conv_int.h"
 #include "kernels/cpu/k_conv_wino.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 #include <string.h>
-
-#define K_CONV_GROUP 8 /* images whose dW sums share one set of registers */
-#define K_SLACK 16     /* floats of slack around the column buffer (masked loads) */
 
 void k_conv_shape_init(k_conv_shape *sh)
 {
@@ -40,25 +37,9 @@ void k_conv_shape_init(k_conv_shape *sh)
     sh->q = (sh->w + 2 * sh->pad - sh->s) / sh->stride + 1;
 }
 
-/* The driver's geometry plus this kernel's choices and scratch regions. */
-typedef struct conv_dims {
-    k_conv_geo g;
-    int group;                /* images per dW pass */
-    int dw_nn;                /* dW as NN GEMM on im2row columns ... */
-    int nn_group;             /* ... of this many images at once */
-    int ilv;                  /* stride 1, group > 1: the interleaved layout may be used */
-    int ph, ph_ng;            /* stride 2: dX as 4 phase convs (conv_dx_ph), ph_ng images a group */
-    int ph_nt[4];             /* taps per phase (a, b) = (row, column) parity of dX */
-    long r_ph, r_wph, r_wtmp; /* its phase outputs (slot); packed and unpacked phase weights */
-    long r_col, r_xs, r_dw, r_db, r_tmp, r_dyg, r_offi, r_dyt, r_dwt, slot; /* slot region offsets (bytes) */
-    long r_pack, r_off, r_off2, r_wt, end; /* shared regions after the slots (bytes) */
-} conv_dims;
-
-static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
-
-static conv_dims conv_dims_of(const k_conv_shape *sh)
+static k_conv_dims k_conv_dims_of(const k_conv_shape *sh)
 {
-    conv_dims d;
+    k_conv_dims d;
     d.g = k_conv_geo_of(sh);
     const k_conv_geo *g = &d.g;
     /* Each slot keeps a partial dW: for large kernels (ResNet-18's layer4: 9 MiB each)
@@ -118,7 +99,7 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
         for (int r = 0; r < sh->r; r++) nr += (ph / 2 + sh->pad - r) % 2 == 0;
         for (int t = 0; t < sh->s; t++) ns += (ph % 2 + sh->pad - t) % 2 == 0;
         d.ph_nt[ph] = d.ph ? nr * ns : 0;
-        if (d.ph_nt[ph]) phw += round64(sizeof(float) * k_gemm_pack_floats(sh->c, sh->k * d.ph_nt[ph]));
+        if (d.ph_nt[ph]) phw += k_round64(sizeof(float) * k_gemm_pack_floats(sh->c, sh->k * d.ph_nt[ph]));
     }
     if (d.ph) {
         phx = (long)d.ph_ng * sh->k * 3 * (sh->p + 2) * sh->q + K_SLACK;
@@ -126,35 +107,35 @@ static conv_dims conv_dims_of(const k_conv_shape *sh)
         if (sh->k * 9 > offi) offi = sh->k * 9;
     }
     d.r_col = 0;
-    d.r_xs = d.r_col + round64(sizeof(float) * ((d.dw_nn || !g->dxc ? d.nn_group * g->crs * g->pq : 0) + 2 * K_SLACK));
-    d.r_dw = d.r_xs + round64(sizeof(float) * xs);
-    d.r_db = d.r_dw + round64(sizeof(float) * sh->k * g->crs);
-    d.r_tmp = d.r_db + round64(sizeof(float) * sh->k);
-    d.r_dyg = d.r_tmp + round64(sizeof(float) * tmp);
-    d.r_offi = d.r_dyg + round64(sizeof(float) * dyg);
-    /* dW with the taps broadcast (conv_dw_tb): a group's dy^T and the slot's dW^T */
-    d.r_dyt = d.r_offi + round64(sizeof(long) * offi);
-    d.r_dwt = d.r_dyt + round64(sizeof(float) * (d.dw_nn ? 0 : d.group * g->ysz));
-    d.r_ph = d.r_dwt + round64(sizeof(float) * (d.dw_nn ? 0 : sh->k * g->crs));
-    d.slot = d.r_ph + round64(sizeof(float) * (d.ph ? d.ph_ng * g->xsz : 0));
+    d.r_xs = d.r_col + k_round64(sizeof(float) * ((d.dw_nn || !g->dxc ? d.nn_group * g->crs * g->pq : 0) + 2 * K_SLACK));
+    d.r_dw = d.r_xs + k_round64(sizeof(float) * xs);
+    d.r_db = d.r_dw + k_round64(sizeof(float) * sh->k * g->crs);
+    d.r_tmp = d.r_db + k_round64(sizeof(float) * sh->k);
+    d.r_dyg = d.r_tmp + k_round64(sizeof(float) * tmp);
+    d.r_offi = d.r_dyg + k_round64(sizeof(float) * dyg);
+    /* dW with the taps broadcast (k_conv_dw_tb): a group's dy^T and the slot's dW^T */
+    d.r_dyt = d.r_offi + k_round64(sizeof(long) * offi);
+    d.r_dwt = d.r_dyt + k_round64(sizeof(float) * (d.dw_nn ? 0 : d.group * g->ysz));
+    d.r_ph = d.r_dwt + k_round64(sizeof(float) * (d.dw_nn ? 0 : sh->k * g->crs));
+    d.slot = d.r_ph + k_round64(sizeof(float) * (d.ph ? d.ph_ng * g->xsz : 0));
     size_t pa = k_gemm_pack_floats(sh->k, (int)g->crs), pb = k_gemm_pack_floats((int)g->crs, sh->k);
     size_t pc = k_gemm_pack_floats(sh->c, sh->k * sh->r * sh->s);
     pa = pa > pb ? pa : pb;
     pa = pa > pc ? pa : pc;
     d.r_pack = d.slot * g->slots;
-    d.r_off = d.r_pack + round64(sizeof(float) * pa);
-    d.r_off2 = d.r_off + round64(sizeof(long) * g->crs);
-    d.r_wt = d.r_off2 + round64(sizeof(long) * (g->dxc ? sh->k * sh->r * sh->s : 0));
-    d.r_wph = d.r_wt + round64(sizeof(float) * (g->dxc ? sh->k * g->crs : 0));
+    d.r_off = d.r_pack + k_round64(sizeof(float) * pa);
+    d.r_off2 = d.r_off + k_round64(sizeof(long) * g->crs);
+    d.r_wt = d.r_off2 + k_round64(sizeof(long) * (g->dxc ? sh->k * sh->r * sh->s : 0));
+    d.r_wph = d.r_wt + k_round64(sizeof(float) * (g->dxc ? sh->k * g->crs : 0));
     d.r_wtmp = d.r_wph + phw;
-    d.end = d.r_wtmp + round64(sizeof(float) * (d.ph ? sh->k * g->crs : 0));
+    d.end = d.r_wtmp + k_round64(sizeof(float) * (d.ph ? sh->k * g->crs : 0));
     return d;
 }
 
 /* The direct path's bytes; the Winograd path (k_conv_wino.c) may need more. */
 static size_t direct_workspace(const k_conv_shape *sh)
 {
-    return (size_t)conv_dims_of(sh).end;
+    return (size_t)k_conv_dims_of(sh).end;
 }
 
 size_t k_conv2d_workspace(const k_conv_shape *sh)
@@ -163,31 +144,9 @@ size_t k_conv2d_workspace(const k_conv_shape *sh)
     return a > b ? a : b;
 }
 
-typedef struct conv_job {
-    const k_conv_shape *sh;
-    conv_dims d;
-    const float *x, *w, *b, *dy;
-    float *y, *dx, *dw, *db;
-    float *ym;     /* k_conv2d_fwd_maxt: relu(max over q) per image and filter ... */
-    int32_t *idx;  /* ... and its argmax; y is then one image's scratch per slot */
-    char *ws;
-    const float *wpack;
-    const long *boff, *boff2;
-    const float *wph[4]; /* conv_dx_ph: the phases' packed weights */
-} conv_job;
-
-/* Bytes of images [i, i + ng) of a batch-major tensor (sz floats an image) clipped to
- * the batch: what a GEMM fetches for the next step (k_gemm_nn_packed_pf). The layouts'
- * builders otherwise wait on these cold reads (x was last touched a whole batch ago). */
-static long next_bytes(const k_conv_shape *sh, long i, int ng, long sz)
-{
-    long e = i + ng < sh->n ? i + ng : sh->n;
-    return e > i ? (e - i) * sz * (long)sizeof(float) : 0;
-}
-
 static void conv_fwd_image(void *ctx, int slot, char *base, long i)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *xs = (float *)(base + j->d.r_xs);
@@ -201,11 +160,11 @@ static void conv_fwd_image(void *ctx, int slot, char *base, long i)
         /* The next x only where the GEMM is long enough to hide it (ResNet-18's k >= 128:
          * fwd 5-25 % faster; ResNet-20's k 32-64: up to 15 % slower on AVX-512). */
         k_gemm_nn_packed_pf(sh->k, (int)d->pq, (int)d->crs, j->wpack, col, d->pq, NULL, yi, d->pq, j->b, 0,
-                            j->x + (i + 1) * d->xsz, sh->k >= 128 ? next_bytes(sh, i + 1, 1, d->xsz) : 0);
+                            j->x + (i + 1) * d->xsz, sh->k >= 128 ? k_next_bytes(sh, i + 1, 1, d->xsz) : 0);
     } else {
         k_conv_rows(&g, d, j->x + i * d->xsz, xs);
         k_gemm_nn_packed_pf(sh->k, (int)d->pq, (int)d->crs, j->wpack, xs, 0, j->boff, yi, d->pq, j->b, 0,
-                            j->x + (i + 1) * d->xsz, next_bytes(sh, i + 1, 1, d->xsz));
+                            j->x + (i + 1) * d->xsz, k_next_bytes(sh, i + 1, 1, d->xsz));
     }
     if (j->ym) k_max_time_relu_fwd(1, sh->k, (int)d->pq, yi, j->ym + i * sh->k, j->idx + i * sh->k);
 }
@@ -213,7 +172,7 @@ static void conv_fwd_image(void *ctx, int slot, char *base, long i)
 /* ---- the interleaved layout (k_shift_rows_ilv), AVX2 only: where 16-column tiles
  * are few per image. Per-element sums as per image (one GEMM row per output), only
  * the columns of several images share tiles. */
-static int conv_ilv_use(const conv_job *j)
+static int conv_ilv_use(const k_conv_job *j)
 {
     /* d.ilv: only where a plane wastes over 1/8 of its 16-column tiles (7x7: 64 for
      * 49): the row-by-row interleaving costs more than it saves elsewhere (measured,
@@ -246,7 +205,7 @@ static void ilv_scatter(int m, int rows, int q, int ng, const float *tmp, float 
 
 static void conv_fwd_ilv(void *ctx, int slot, char *base, long i0, int ng)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *xs = (float *)(base + j->d.r_xs), *tmp = (float *)(base + j->d.r_tmp);
@@ -262,7 +221,7 @@ static void conv_fwd_ilv(void *ctx, int slot, char *base, long i0, int ng)
 /* dX of a "same" conv for images [i0, i0+ng): the dX conv on interleaved dy rows. */
 static void conv_dx_ilv(void *ctx, char *base, long i0, int ng)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *xs = (float *)(base + j->d.r_xs), *tmp = (float *)(base + j->d.r_tmp);
@@ -278,7 +237,7 @@ static void conv_dx_ilv(void *ctx, char *base, long i0, int ng)
  * p*ng*q (whole vectors where each image alone had a tail). */
 static void conv_dw_ilv(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *xs = (float *)(base + j->d.r_xs), *dyg = (float *)(base + j->d.r_dyg);
@@ -296,7 +255,7 @@ static void conv_dw_ilv(void *ctx, char *base, long i0, int ng, float *dwp, int 
     k_gemm_nt_off(sh->k, (int)d->crs, (int)n, 1, dyg, n, 0, xs, off, 0, dwp, d->crs, acc);
 }
 
-static k_conv_slots conv_slots(conv_job *j)
+static k_conv_slots conv_slots(k_conv_job *j)
 {
     k_conv_slots s = {.sh = j->sh, .slots = j->d.g.slots, .ws = j->ws, .slot_bytes = j->d.slot,
                       .r_dw = j->d.r_dw, .r_db = j->d.r_db, .group = j->d.group, .ysz = j->d.g.ysz,
@@ -305,7 +264,7 @@ static k_conv_slots conv_slots(conv_job *j)
 }
 
 /* Packs W and the input offsets into the workspace, then runs the slots. */
-static void conv_fwd_run(conv_job *j)
+static void conv_fwd_run(k_conv_job *j)
 {
     float *wpack = (float *)((char *)j->ws + j->d.r_pack);
     long *boff = (long *)((char *)j->ws + j->d.r_off);
@@ -326,7 +285,7 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
         k_conv_wino_fwd(sh, x, w, b, y, ws);
         return;
     }
-    conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .y = y, .ws = ws};
+    k_conv_job j = {.sh = sh, .d = k_conv_dims_of(sh), .x = x, .w = w, .b = b, .y = y, .ws = ws};
     conv_fwd_run(&j);
 }
 
@@ -342,14 +301,14 @@ int k_conv2d_winograd_parts(const k_conv_shape *sh)
  * would write (the same GEMM: the same bits). */
 size_t k_conv2d_fwd_maxt_workspace(const k_conv_shape *sh)
 {
-    conv_dims d = conv_dims_of(sh);
-    return direct_workspace(sh) + round64(sizeof(float) * (size_t)d.g.slots * d.g.ysz);
+    k_conv_dims d = k_conv_dims_of(sh);
+    return direct_workspace(sh) + k_round64(sizeof(float) * (size_t)d.g.slots * d.g.ysz);
 }
 
 void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *ym,
                        int32_t *idx, void *ws)
 {
-    conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .b = b, .ym = ym, .idx = idx, .ws = ws};
+    k_conv_job j = {.sh = sh, .d = k_conv_dims_of(sh), .x = x, .w = w, .b = b, .ym = ym, .idx = idx, .ws = ws};
     j.y = (float *)((char *)ws + direct_workspace(sh));
     conv_fwd_run(&j);
 }
@@ -357,72 +316,21 @@ void k_conv2d_fwd_maxt(const k_conv_shape *sh, const float *x, const float *w, c
 /* dW for images [i0, i0+ng): their xs side by side, then one NT pass. */
 static void conv_dw_nt(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *xs = (float *)(base + j->d.r_xs);
     k_im2col_geo g = k_conv_im2col(sh);
     for (int t = 0; t < ng; t++) k_conv_rows(&g, d, j->x + (i0 + t) * d->xsz, xs + t * d->xssz);
     k_gemm_nt_off_pf(sh->k, (int)d->crs, (int)d->pq, ng, j->dy + i0 * d->ysz, d->pq, d->ysz, xs, j->boff, d->xssz,
-                     dwp, d->crs, acc, j->x + (i0 + ng) * d->xsz, next_bytes(sh, i0 + ng, ng, d->xsz));
-}
-
-/* dW for images [i0, i0+ng) (the whole slot: j->d.group images at a time) with the
- * taps broadcast (k_gemm_tb_off): each group's xs and dy^T, the sums in dW^T [crs x K],
- * transposed into dwp at the end. Per dW element one FMA chain over the slot's images
- * and columns in order (the NT form's per-lane sums and horizontal adds: other bits).
- * Measured on AVX2 where the NT tiles ran at 64-68 % of the FMA peak (see
- * conv_tb_use). */
-static void conv_dw_tb(void *ctx, char *base, long i0, int ng, float *dwp, int acc)
-{
-    const conv_job *j = ctx;
-    const k_conv_shape *sh = j->sh;
-    const k_conv_geo *d = &j->d.g;
-    float *xs = (float *)(base + j->d.r_xs), *dyt = (float *)(base + j->d.r_dyt), *dwt = (float *)(base + j->d.r_dwt);
-    k_im2col_geo g = k_conv_im2col(sh);
-    for (long i = i0; i < i0 + ng; i += j->d.group) {
-        int n = i0 + ng - i < j->d.group ? (int)(i0 + ng - i) : j->d.group;
-        for (int t = 0; t < n; t++) {
-            k_conv_rows(&g, d, j->x + (i + t) * d->xsz, xs + t * d->xssz);
-            k_transpose_ld(sh->k, (int)d->pq, j->dy + (i + t) * d->ysz, d->pq, dyt + t * d->ysz, sh->k);
-        }
-        long e = i + n, nn = i0 + ng - e < j->d.group ? i0 + ng - e : j->d.group; /* the next group, in this slot */
-        const void *pf[2] = {j->x + e * d->xsz, j->dy + e * d->ysz};
-        long pfn[2] = {(long)sizeof(float) * nn * d->xsz, (long)sizeof(float) * nn * d->ysz};
-        k_gemm_tb_off_pf((int)d->crs, sh->k, (int)d->pq, n, xs, j->boff, d->xssz, dyt, sh->k, dwt, sh->k, i > i0, pf,
-                         pfn);
-    }
-    if (!acc) k_transpose_ld((int)d->crs, sh->k, dwt, sh->k, dwp, d->crs);
-    else
-        for (int k = 0; k < sh->k; k++)
-            for (long t = 0; t < d->crs; t++) dwp[k * d->crs + t] += dwt[t * sh->k + k];
-}
-
-/* The broadcast-tap dW (conv_dw_tb) where there are 32 taps or more and the filters
- * fill whole tiles (2 vectors: 16 on AVX2, 32 on AVX-512). dy's transpose costs as much
- * as 1/crs of the FMAs, and a few taps fill few tiles (ResNet-20's stem, 9 taps: 2x
- * slower; its 1x1 stride-2 projection with 16 taps: 5-8 % slower); a part tile
- * computes its masked lanes all the same (LeNet's conv2, 20 filters on AVX2: bwd 25 %
- * slower; ResNet-20's layer1, 16 filters on AVX-512: 30 %). Measured faster, batch 128,
- * Sapphire Rapids: AVX2 ResNet-20's 3x3 and 1x1 s2 (32+ taps) dW 5-20 %; AVX-512
- * layer2/layer3 bwd 13-27 %, but ResNet-18's 1x1 64 -> 128 18 % slower (12-row tiles
- * of 12 tap pointers; AVX-512 only up to 64 filters). */
-static int conv_tb_use(const conv_job *j)
-{
-    int lvl = k_isa_level(), k = j->sh->k;
-    /* Many filters make dy^T's chunks short (256 filters: 16 columns between C's loads
-     * and stores: ResNet-18's layer3.0 3x3 s2 bwd 8 % slower); long rows are
-     * gemm_nt_off's column-chunked case (ResNet-18's stem: 12544 columns, tb 42 %
-     * slower). */
-    if (j->d.dw_nn || j->d.g.crs < 32 || k > 128 || j->d.g.pq >= 2048) return 0;
-    return lvl == K_ISA_AVX2 ? k % 16 == 0 : lvl >= K_ISA_AVX512 && k % 32 == 0 && k <= 64;
+                     dwp, d->crs, acc, j->x + (i0 + ng) * d->xsz, k_next_bytes(sh, i0 + ng, ng, d->xsz));
 }
 
 /* dW for images [i, i+ng) (ng <= nn_group) as one NN GEMM on their im2row columns
  * stacked (j->d.dw_nn), dy's rows of the images side by side. */
 static void conv_dw_nn(void *ctx, char *base, long i, int ng, float *dwp, int acc)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     float *col = (float *)(base + j->d.r_col) + K_SLACK;
@@ -442,7 +350,7 @@ static void conv_dw_nn(void *ctx, char *base, long i, int ng, float *dwp, int ac
 
 static void conv_dx_image(void *ctx, char *base, long i)
 {
-    const conv_job *j = ctx;
+    const k_conv_job *j = ctx;
     const k_conv_shape *sh = j->sh;
     const k_conv_geo *d = &j->d.g;
     const float *dyi = j->dy + i * d->ysz;
@@ -461,126 +369,6 @@ static void conv_dx_image(void *ctx, char *base, long i)
     else k_col2im(&g, col, dxi);
 }
 
-/* ---- stride-2 dX as 4 phase convs (d.ph): phase ph = (a, b) holds dx rows 2u + a,
- * columns 2v + b. Its taps (k, r, s) in this order, each at dy row u + dr, column
- * v + ds (|dr|, |ds| <= 1). */
-static int ph_taps(const k_conv_shape *sh, int ph, int *dr, int *ds, int *rr, int *ss)
-{
-    int n = 0;
-    for (int r = 0; r < sh->r; r++)
-        for (int t = 0; t < sh->s; t++)
-            if ((ph / 2 + sh->pad - r) % 2 == 0 && (ph % 2 + sh->pad - t) % 2 == 0) {
-                dr[n] = (ph / 2 + sh->pad - r) / 2, ds[n] = (ph % 2 + sh->pad - t) / 2;
-                rr[n] = r, ss[n++] = t;
-            }
-    return n;
-}
-
-/* The phases' A: wt[c][(k, tap)] = w[k][c][r][s], packed per phase. */
-static void ph_pack(conv_job *j, char *ws)
-{
-    const k_conv_shape *sh = j->sh;
-    float *wt = (float *)(ws + j->d.r_wtmp), *wp = (float *)(ws + j->d.r_wph);
-    int dr[9], ds[9], rr[9], ss[9];
-    for (int ph = 0; ph < 4; ph++) {
-        int nt = ph_taps(sh, ph, dr, ds, rr, ss);
-        j->wph[ph] = wp;
-        if (!nt) continue;
-        long kk = (long)sh->k * nt;
-        for (int c = 0; c < sh->c; c++)
-            for (int k = 0; k < sh->k; k++)
-                for (int t = 0; t < nt; t++)
-                    wt[c * kk + k * nt + t] = j->w[(((long)k * sh->c + c) * sh->r + rr[t]) * sh->s + ss[t]];
-        k_gemm_pack_a(sh->c, (int)kk, wt, kk, 1, wp);
-        wp += round64(sizeof(float) * k_gemm_pack_floats(sh->c, (int)kk)) / sizeof(float);
-    }
-}
-
-/* o[2v] = e[v], o[2v + 1] = f[v] for v < q (NULL: zeros). */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static void interleave2_avx2(float *o, const float *e, const float *f, int q)
-{
-    int v = 0;
-    for (; v + 8 <= q; v += 8) {
-        __m256 a = e ? _mm256_loadu_ps(e + v) : _mm256_setzero_ps(), b = f ? _mm256_loadu_ps(f + v) : _mm256_setzero_ps();
-        __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
-        _mm256_storeu_ps(o + 2 * v, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_storeu_ps(o + 2 * v + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-    if (v < q) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        int t = q - v;
-        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(t), lane);
-        __m256 a = e ? _mm256_maskload_ps(e + v, m) : _mm256_setzero_ps();
-        __m256 b = f ? _mm256_maskload_ps(f + v, m) : _mm256_setzero_ps();
-        __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
-        _mm256_maskstore_ps(o + 2 * v, _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * t), lane),
-                            _mm256_permute2f128_ps(lo, hi, 0x20));
-        if (t > 4)
-            _mm256_maskstore_ps(o + 2 * v + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * t - 8), lane),
-                                _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-}
-#define K_CONV_IL2 1
-#endif
-
-/* dX of images [i0, i0+ng): dy's shifted rows (ng images interleaved by row), one GEMM
- * per phase into o[ph][c][(u*ng + t)*Q + v], then every dx element from its phase. No
- * column matrix and no col2im (which read 9 columns per dx element). */
-static void conv_dx_ph(void *ctx, char *base, long i0, int ng)
-{
-    const conv_job *j = ctx;
-    const k_conv_shape *sh = j->sh;
-    const k_conv_geo *d = &j->d.g;
-    float *xs = (float *)(base + j->d.r_xs), *o = (float *)(base + j->d.r_ph);
-    long *off = (long *)(base + j->d.r_offi), hp = sh->p + 2, n = (long)sh->p * ng * sh->q, row = (long)ng * sh->q;
-    int dr[9], ds[9], rr[9], ss[9];
-    if (sh->r == 3) {
-        k_im2col_geo gd = {sh->k, sh->p, sh->q, 3, 3, 1, 1, sh->p, sh->q};
-        if (ng == 1) k_shift_rows(&gd, hp, j->dy + i0 * d->ysz, xs);
-        else k_shift_rows_ilv(&gd, hp, ng, j->dy + i0 * d->ysz, d->ysz, xs);
-    }
-    for (int ph = 0; ph < 4; ph++) {
-        int nt = ph_taps(sh, ph, dr, ds, rr, ss);
-        float *oph = o + ph * sh->c * n;
-        if (!nt) continue;
-        if (sh->r == 1) { /* 1x1 pad 0: phase (0, 0) reads dy itself (ng == 1) */
-            k_gemm_nn_packed(sh->c, (int)n, sh->k, j->wph[ph], j->dy + i0 * d->ysz, d->pq, NULL, oph, n, NULL, 0);
-            continue;
-        }
-        for (int k = 0; k < sh->k; k++)
-            for (int t = 0; t < nt; t++) off[k * nt + t] = (((long)k * 3 + ds[t] + 1) * hp + dr[t] + 1) * row;
-        k_gemm_nn_packed(sh->c, (int)n, sh->k * nt, j->wph[ph], xs, 0, off, oph, n, NULL, 0);
-    }
-    for (int t = 0; t < ng; t++)
-        for (int c = 0; c < sh->c; c++)
-            for (int a = 0; a < 2; a++) {
-                const float *e = j->d.ph_nt[2 * a] ? o + ((long)(2 * a) * sh->c + c) * n + t * sh->q : NULL;
-                const float *f = j->d.ph_nt[2 * a + 1] ? o + ((long)(2 * a + 1) * sh->c + c) * n + t * sh->q : NULL;
-                float *dxr = j->dx + (i0 + t) * d->xsz + ((long)c * sh->h + a) * sh->w;
-                for (int u = 0; u < sh->p; u++, dxr += 2 * sh->w) {
-                    long at = (long)u * row;
-#ifdef K_CONV_IL2
-                    interleave2_avx2(dxr, e ? e + at : NULL, f ? f + at : NULL, sh->q); /* conv_ph_use: AVX2 */
-                    continue;
-#endif
-                    for (int v = 0; v < sh->q; v++) {
-                        dxr[2 * v] = e ? e[at + v] : 0.0f;
-                        dxr[2 * v + 1] = f ? f[at + v] : 0.0f;
-                    }
-                }
-            }
-}
-
-/* The phase dX on AVX2, measured against the column matrix and col2im (ResNet-20,
- * batch 128, Sapphire Rapids, bwd = dW + dX): 3x3 14x14 -> 7x7 6218 -> 5746 us, 28x28
- * -> 14x14 6576 -> 6295; 1x1 28x28 -> 14x14 1303 -> 1229, but 1x1 14x14 -> 7x7 (dX
- * alone) 15 % slower (d.ph: the 1x1 ones only with 8+ output columns); ResNet-18
- * (batch 32): 64 -> 128 filters 86.4 -> 82.4 ms, but 256 and 512 filters 4-9 % slower
- * (dy's rows past L2: d.ph only up to 128 filters). */
-static int conv_ph_use(const conv_job *j) { return j->d.ph && k_isa_level() == K_ISA_AVX2; }
-
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws)
 {
@@ -593,7 +381,7 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
         if (ww) dw = NULL, db = NULL;
         if (!dx && !dw && !db) return;
     }
-    conv_job j = {.sh = sh, .d = conv_dims_of(sh), .x = x, .w = w, .dy = dy, .dx = dx,
+    k_conv_job j = {.sh = sh, .d = k_conv_dims_of(sh), .x = x, .w = w, .dy = dy, .dx = dx,
                   .dw = dw, .db = db, .ws = ws};
     const k_conv_geo *d = &j.d.g;
     float *wpack = (float *)((char *)ws + j.d.r_pack);
@@ -603,18 +391,18 @@ void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const 
         k_conv_flip_weights(sh, w, wt);
         k_gemm_pack_a(sh->c, sh->k * sh->r * sh->s, wt, (long)sh->k * sh->r * sh->s, 1, wpack);
         k_conv_dx_offsets(sh, d, boff2);
-    } else if (dx && conv_ph_use(&j)) ph_pack(&j, ws);
+    } else if (dx && k_conv_ph_use(&j)) k_conv_ph_pack(&j, ws);
     else if (dx) k_gemm_pack_a((int)d->crs, sh->k, w, 1, d->crs, wpack); /* W^T */
     k_conv_tap_offsets(sh, d, boff);
     j.wpack = wpack;
     j.boff = boff;
     j.boff2 = boff2;
     k_conv_slots s = conv_slots(&j);
-    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : conv_tb_use(&j) ? conv_dw_tb : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
+    if (dw) s.dw_pass = j.d.dw_nn ? conv_dw_nn : k_conv_tb_use(&j) ? k_conv_dw_tb : conv_ilv_use(&j) ? conv_dw_ilv : conv_dw_nt;
     if (j.d.dw_nn) s.group = j.d.nn_group;
-    if (s.dw_pass == conv_dw_tb) s.group = sh->n; /* one pass per slot: dW^T transposed once */
+    if (s.dw_pass == k_conv_dw_tb) s.group = sh->n; /* one pass per slot: dW^T transposed once */
     if (dx) s.dx = conv_dx_image;
     if (dx && d->dxc && conv_ilv_use(&j)) s.dx_n = conv_dx_ilv, s.ng_dx = j.d.group;
-    if (dx && conv_ph_use(&j)) s.dx_n = conv_dx_ph, s.ng_dx = j.d.ph_ng;
+    if (dx && k_conv_ph_use(&j)) s.dx_n = k_conv_dx_ph, s.ng_dx = j.d.ph_ng;
     k_conv_slots_bwd(&s);
 }

@@ -5,10 +5,45 @@
 typedef float ISA_FN(q8_vf) __attribute__((vector_size(ISA_VB)));
 typedef uint32_t ISA_FN(q8_vu) __attribute__((vector_size(ISA_VB)));
 typedef int32_t ISA_FN(q8_vi) __attribute__((vector_size(ISA_VB)));
-typedef uint8_t ISA_FN(q8_vb) __attribute__((vector_size(ISA_VB / 4)));
 
 #define Q8_L (ISA_VB / 4)
 #define Q8_SEL(m, a, b) (((a) & (m)) | ((b) & ~(m))) /* lanes of a where the mask m is set, else b */
+
+/* Codes to lanes and back: the widening / narrowing instruction where the level has one
+ * (GCC's vector conversions of bytes came out one byte at a time). */
+ISA_TARGET static inline ISA_FN(q8_vu) ISA_FN(q8_ld8)(const uint8_t *c)
+{
+#if ISA_X86 && ISA_VB == 64
+    return (ISA_FN(q8_vu))_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+#elif ISA_X86 && ISA_VB == 32
+    return (ISA_FN(q8_vu))_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+#elif ISA_X86
+    int32_t w;
+    memcpy(&w, c, 4);
+    __m128i z = _mm_setzero_si128();
+    return (ISA_FN(q8_vu))_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(w), z), z);
+#else
+    ISA_FN(q8_vu) u;
+    for (int k = 0; k < ISA_VB / 4; k++) u[k] = c[k];
+    return u;
+#endif
+}
+
+ISA_TARGET static inline void ISA_FN(q8_st8)(uint8_t *c, ISA_FN(q8_vu) u)
+{
+#if ISA_X86 && ISA_VB == 64
+    _mm_storeu_si128((__m128i *)c, _mm512_cvtepi32_epi8((__m512i)u));
+#elif ISA_X86 && ISA_VB == 32
+    __m128i w = _mm_packus_epi32(_mm256_castsi256_si128((__m256i)u), _mm256_extracti128_si256((__m256i)u, 1));
+    _mm_storel_epi64((__m128i *)c, _mm_packus_epi16(w, w));
+#elif ISA_X86
+    __m128i w = _mm_packs_epi32((__m128i)u, (__m128i)u); /* codes < 256: no saturation */
+    int32_t b = _mm_cvtsi128_si32(_mm_packus_epi16(w, w));
+    memcpy(c, &b, 4);
+#else
+    for (int k = 0; k < ISA_VB / 4; k++) c[k] = (uint8_t)u[k];
+#endif
+}
 
 ISA_TARGET static inline ISA_FN(q8_vu) ISA_FN(q8_hashv)(ISA_FN(q8_vu) i, uint32_t tk)
 {
@@ -77,7 +112,7 @@ ISA_TARGET static void ISA_FN(q8_enc_blk)(size_t n, const float *x, uint8_t *c, 
         /* v rounds up to the smallest code, never to 0 (a zero v would blow m / v up) */
         vu least = sq ? (vu)((vi)((vu)y) > 0) & (1u << 4) : (vu){0};
         code = Q8_SEL(small, least, code);
-        for (int k = 0; k < Q8_L; k++) c[i + (size_t)k] = (uint8_t)code[k];
+        ISA_FN(q8_st8)(c + i, code);
     }
     for (; i < n; i++) c[i] = q8_enc1(x[i], mul, sq, q8_hash(idx0 + (uint32_t)i, tk));
 }
@@ -87,7 +122,6 @@ ISA_TARGET static void ISA_FN(q8_dec_blk)(size_t n, const uint8_t *c, int8_t s, 
     typedef ISA_FN(q8_vf) vf;
     typedef ISA_FN(q8_vu) vu;
     typedef ISA_FN(q8_vi) vi;
-    typedef ISA_FN(q8_vb) vb;
     if (s == Q8_ZERO) {
         memset(x, 0, n * sizeof(float));
         return;
@@ -96,9 +130,7 @@ ISA_TARGET static void ISA_FN(q8_dec_blk)(size_t n, const uint8_t *c, int8_t s, 
     const int mb = sq ? 4 : 3;
     size_t i = 0;
     for (; i + Q8_L <= n; i += Q8_L) {
-        vb b;
-        memcpy(&b, c + i, Q8_L);
-        vu cu = __builtin_convertvector(b, vu);
+        vu cu = ISA_FN(q8_ld8)(c + i);
         vu e = sq ? cu >> 4 : (cu >> 3) & 15u, mant = cu & ((1u << mb) - 1);
         vf y = (vf)(((e + 127u) << 23) | (mant << (23 - mb)));
         y = y * scl;

@@ -2,7 +2,7 @@
 """Loads a ddprt checkpoint into the equivalent PyTorch module with
 load_state_dict(strict=True) and evaluates it on the Fashion-MNIST test set, so the
 figures can be compared with ddprt's "Test set:" line. Not part of make test (it needs
-Debian's python3-torch and python3-torchvision).
+Debian's python3-torch, and python3-torchvision for resnet18).
 
     tools/torch_check.py CKPT.safetensors MODEL [DATA_DIR]
     MODEL: lenet | resnet20 | resnet18 (resnet18: 3 input channels, the image is repeated)
@@ -12,7 +12,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
 
 def load_safetensors(path):
     # safetensors without the package: 8-byte header length, JSON header, raw data.
@@ -43,6 +42,12 @@ class Net(nn.Module):  # the seed script's LeNet
         x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
         x = F.relu(self.fc1(x.view(-1, 320)))
         return F.log_softmax(self.fc2(F.dropout(x, training=self.training)), dim=1)
+
+def resnet18(classes):
+    # Imported here: the tests import this file for LeNet, ResNet-20 and TextCNN, and CI
+    # installs python3-torch without python3-torchvision (deps/debian.txt: bench only).
+    import torchvision
+    return torchvision.models.resnet18(num_classes=classes)
 
 class Block(nn.Module):  # torchvision's BasicBlock with a 1x1 projection shortcut
     def __init__(self, cin, cout, stride):
@@ -103,7 +108,7 @@ def main():
     sd = {k: v for k, v in load_safetensors(ckpt).items() if not k.startswith("optim.")}
     classes = sd["fc2.bias" if model == "lenet" else "fc.bias"].shape[0]
     net = {"lenet": lambda: Net(classes), "resnet20": lambda: ResNet20(sd["conv1.weight"].shape[1], classes),
-           "resnet18": lambda: torchvision.models.resnet18(num_classes=classes)}[model]()
+           "resnet18": lambda: resnet18(classes)}[model]()
     net.load_state_dict(sd, strict=True)
     net.eval()
     torch.set_num_threads(1)

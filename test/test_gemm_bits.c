@@ -3,7 +3,7 @@
  * s = acc ? C : bias (or 0), then s = A[i][k]*B[k][j] + s for k = 0, 1, ... (fused on
  * AVX2/AVX-512, a product and a sum on the generic level). The same bits, on every
  * ISA, over shapes with partial row blocks, panels, N blocks and super-blocks, K
- * chunks, several row-block groups, and shapes too small to pack B. */
+ * chunks (cut evenly), several row-block groups, and shapes too small to pack B. */
 #include "test/t.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
@@ -32,13 +32,13 @@ static void ref_nn(int fused, int m, int n, int kk, const float *a, long ars, lo
         }
 }
 
-enum { MM = 150, MN = 1030, MK = 300, MAXA = MM * (2 * MK + 1) + 2 * MK + 64, MAXB = MK * MN + 64, MAXC = MM * MN };
+enum { MM = 150, MN = 1630, MK = 300, MAXA = MM * (2 * MK + 1) + 2 * MK + 64, MAXB = MK * MN + 64, MAXC = MM * MN };
 static float a[MAXA], b[MAXB], bias[MM], c0[MAXC], c1[MAXC], c2[MAXC], ap[(MM + 11) * MK];
 static long boff[MK];
 
 TEST(kernels_gemm_nn_bits_as_reference)
 {
-    static const int shapes[][3] = {{150, 600, 300}, {50, 1030, 130}, {97, 130, 257}, {40, 33, 140},
+    static const int shapes[][3] = {{150, 600, 300}, {50, 1630, 130}, {97, 130, 257}, {40, 33, 140},
                                     {25, 33, 15},    {13, 70, 40},   {7, 5, 9},      {1, 40, 3}};
     static const char *isas[] = {"generic", "avx2", "avx512"};
     for (long i = 0; i < MAXA; i++) a[i] = 2.0f * k_rand_uniform(91, (uint64_t)i) - 1.0f;

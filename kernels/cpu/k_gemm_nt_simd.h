@@ -87,7 +87,7 @@ __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nt_pb)(int m, int n
             int jn = n - js < KT_NC ? n - js : KT_NC;
             ISA_FN(pack_bt)(kc, jn, 0, b + (long)js * ldb + k0, ldb, bp);
             for (int gi = 0; gi < ngr; gi++) {
-                int g0 = KT_GSERP(gi, ngr, js), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+                int g0 = KT_GSERP(gi, ngr, js / KT_NC), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
                 int r0 = (int)((long)g0 * m / nmb), r1 = (int)((long)g1 * m / nmb);
                 ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, lda, 1, ap);
                 if (k0 == 0 && !acc)

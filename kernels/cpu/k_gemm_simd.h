@@ -198,6 +198,21 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
         for (; k + 8 <= kc; k += 8)
             for (int r0 = 0; r0 < mr; r0 += 8) {
                 int nr = mr - r0 < 8 ? mr - r0 : 8;
+                if (nr == 4) { /* rows 8-11 of AVX-512's full 12-row panels: a 4x8 transpose */
+                    const float *s0 = a + (long)r0 * ars + k;
+                    __m256 r8 = _mm256_loadu_ps(s0), r9 = _mm256_loadu_ps(s0 + ars),
+                           r10 = _mm256_loadu_ps(s0 + 2 * ars), r11 = _mm256_loadu_ps(s0 + 3 * ars);
+                    __m256 t0 = _mm256_unpacklo_ps(r8, r9), t1 = _mm256_unpackhi_ps(r8, r9),
+                           t2 = _mm256_unpacklo_ps(r10, r11), t3 = _mm256_unpackhi_ps(r10, r11);
+                    __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
+                                   _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
+                    float *o = ap + (long)k * KT_MR + r0;
+                    for (int q = 0; q < 4; q++) {
+                        _mm_storeu_ps(o + q * KT_MR, _mm256_castps256_ps128(u[q]));
+                        _mm_storeu_ps(o + (q + 4) * KT_MR, _mm256_extractf128_ps(u[q], 1));
+                    }
+                    continue;
+                }
                 __m256 v[8];
                 for (int i = 0; i < 8; i++)
                     v[i] = i < nr ? _mm256_loadu_ps(a + (long)(r0 + i) * ars + k) : _mm256_setzero_ps();
@@ -241,6 +256,9 @@ ISA_TARGET static void ISA_FN(pack_group)(int m, int nmb, int g0, int g1, int k0
  * quarter of GPT's training time. Per element the same FMAs in the same order: the
  * bits do not depend on the blocking. B is read in place (rows ldb apart). */
 #define KT_KC 256
+/* K chunks of even length (a multiple of 8, <= KT_KC): K 384 as 192 + 192 rather than
+ * 256 + 128, whose short chunk paid the tiles' C loads and stores for half the FMAs. */
+#define KT_KSTEP(kk) ((((kk) + ((kk) + KT_KC - 1) / KT_KC - 1) / (((kk) + KT_KC - 1) / KT_KC) + 7) & ~7)
 /* The next micro-tile's C rows (mr x KT_NV vectors; C is megabytes, its tiles come cold
  * from L3 or memory): asked for while this tile's FMAs run, not stalled on at its start. */
 #define KT_PF_C(cp, mr, ldc)                                                             \
@@ -254,8 +272,9 @@ ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a
     float ap[KT_GB * KT_KC * KT_MR];
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR;
-    for (int k0 = 0; k0 < kk; k0 += KT_KC) {
-        int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC;
+    const int ks = KT_KSTEP(kk);
+    for (int k0 = 0; k0 < kk; k0 += ks) {
+        int kc = kk - k0 < ks ? kk - k0 : ks;
         int acc_k = acc || k0 > 0;
         const float *bias_k = k0 > 0 ? NULL : bias;
         for (int g0 = 0; g0 < nmb; g0 += KT_GB) {
@@ -281,36 +300,40 @@ ISA_TARGET static void ISA_FN(gemm_nn_rows)(int m, int n, int kk, const float *a
 }
 
 /* gemm_nn_rows with B packed too (pack_b: contiguous panels instead of rows ldb apart),
- * per K chunk and N super-block of KT_NC columns; A's panels are then packed once per
- * K chunk, row group and super-block. The same FMAs in the same order: same bits.
- * Buffers on the stack (KT_GB*KT_KC*KT_MR + KT_KC*KT_NC floats: 96 + 512 KiB for
- * AVX-512), in a frame of their own so small GEMMs do not probe it: no malloc here,
- * and a large _Thread_local would sit in the static TLS of every thread of a program
- * linking libddprt.a (glibc carves it from each thread's stack); k_parallel_for's
+ * per K chunk and N super-block of at most KT_NCB columns (N cut evenly: GPT's 1152 and
+ * 1536 are one super-block, so A is packed once per K chunk and row group; at 512
+ * columns the forward GEMMs packed A three times: 2048x1152x384 164 -> 176 GFLOP/s
+ * with the 4-row transpose of pack_panel, AVX-512). The same FMAs in the same order:
+ * same bits. Buffers on the stack (KT_GB*KT_KC*KT_MR + KT_KC*KT_NCB floats: 96 KiB +
+ * 1.5 MiB for AVX-512), in a frame of their own so small GEMMs do not probe it: no
+ * malloc here, and a large _Thread_local would sit in the static TLS of every thread of
+ * a program linking libddprt.a (glibc carves it from each thread's stack); k_parallel_for's
  * workers (ports/posix, default attributes) and callers' threads have glibc's default
- * stack (RLIMIT_STACK, 8 MiB). */
+ * stack (RLIMIT_STACK, 8 MiB). KT_NC: k_gemm_nt_pb's super-blocks. */
 #define KT_NC 512
-/* Row group gi of ngr for super-block js: every second super-block walks the groups
+#define KT_NCB 1536
+/* Row group gi of ngr in super-block si: every second super-block walks the groups
  * backwards, so it starts on the A rows packed last, still in L2 (a forward GEMM's K
  * chunk of A, 2048 x 256 floats, is larger than L2: each super-block re-read it all
  * from memory). The order of the groups does not change any element's sums. */
-#define KT_GSERP(gi, ngr, js) ((((js) / KT_NC) & 1 ? (ngr) - 1 - (gi) : (gi)) * KT_GB)
+#define KT_GSERP(gi, ngr, si) (((si) & 1 ? (ngr) - 1 - (gi) : (gi)) * KT_GB)
 __attribute__((noinline)) ISA_TARGET static void ISA_FN(gemm_nn_pb)(int m, int n, int kk, const float *a,
                                                                long ars, long acs, const float *b, long ldb,
                                                                float *c, long ldc, const float *bias, int acc)
 {
     _Alignas(64) float ap[KT_GB * KT_KC * KT_MR];
-    _Alignas(64) float bp[KT_KC * KT_NC];
+    _Alignas(64) float bp[KT_KC * KT_NCB];
     const int cw = KT_NV * KV_W;
     int nmb = (m + KT_MR - 1) / KT_MR, ngr = (nmb + KT_GB - 1) / KT_GB;
-    for (int k0 = 0; k0 < kk; k0 += KT_KC) {
-        int kc = kk - k0 < KT_KC ? kk - k0 : KT_KC, acc_k = acc || k0 > 0;
+    const int ks = KT_KSTEP(kk), nsb = (n + KT_NCB - 1) / KT_NCB, ns = ((n + nsb - 1) / nsb + cw - 1) / cw * cw;
+    for (int k0 = 0; k0 < kk; k0 += ks) {
+        int kc = kk - k0 < ks ? kk - k0 : ks, acc_k = acc || k0 > 0;
         const float *bias_k = k0 > 0 ? NULL : bias;
-        for (int js = 0; js < n; js += KT_NC) {
-            int jn = n - js < KT_NC ? n - js : KT_NC;
+        for (int js = 0, si = 0; js < n; js += ns, si++) {
+            int jn = n - js < ns ? n - js : ns;
             ISA_FN(pack_b)(kc, jn, b + (long)k0 * ldb + js, ldb, bp);
             for (int gi = 0; gi < ngr; gi++) {
-                int g0 = KT_GSERP(gi, ngr, js), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
+                int g0 = KT_GSERP(gi, ngr, si), g1 = nmb - g0 < KT_GB ? nmb : g0 + KT_GB;
                 ISA_FN(pack_group)(m, nmb, g0, g1, k0, kc, a, ars, acs, ap);
                 for (int jb = js; jb < js + jn; jb += KT_NB) {
                     int je = js + jn - jb < KT_NB ? js + jn : jb + KT_NB;
@@ -362,7 +385,9 @@ ISA_TARGET static void ISA_FN(gemm_nn)(int m, int n, int kk, const float *a, lon
 #undef KT_KB
 #undef KT_NB
 #undef KT_KC
+#undef KT_KSTEP
 #undef KT_NC
+#undef KT_NCB
 #undef KT_TRB
 #undef KT_PB_MB
 #undef KT_PB_KC

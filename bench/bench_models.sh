@@ -16,21 +16,31 @@ bench_deps
 if [[ ${DDPRT_ISA:-} == avx2 ]]; then export ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2; fi
 cpu_line
 load_line before
-printf "%-10s %6s %14s %14s %8s %12s %12s %8s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" "RSS x"
+printf "%-10s %6s %14s %14s %8s %12s %12s %8s %12s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" \
+  "RSS x" "ddprt all"
+run_d() { "$B/ddprt-train" --data synthetic --model "$1" --batch-size "$2" --max-steps "$3" --epochs 1 \
+          --threads 1 --no-eval --mem-report --log-interval 1000 --lr 0.01 --momentum 0.9 2>&1; }
+took() { sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p'; }
 for c in "${cases[@]}"; do
   read -r m b sd sp <<<"$c"
   [[ -z "${MODELS:-}" || " $MODELS " == *" $m "* ]] || continue
-  : >/tmp/bm.d; : >/tmp/bm.p; : >/tmp/bm.dr; : >/tmp/bm.pr
+  : >/tmp/bm.d; : >/tmp/bm.p; : >/tmp/bm.dr; : >/tmp/bm.pr; : >/tmp/bm.da
   for _ in $(seq "$rounds"); do
-    out=$("$B/ddprt-train" --data synthetic --model "$m" --batch-size "$b" --max-steps $((sd + 2)) --epochs 1 \
-          --threads 1 --no-eval --mem-report --log-interval 1 --lr 0.01 --momentum 0.9 2>&1)
-    echo "$out" | sed -n 's/.*epoch 1: \([0-9.]*\) samples\/s.*/\1/p' >>/tmp/bm.d
+    # steady samples/s, as PyTorch's are taken (after 2 untimed steps): a run of sd + 2
+    # steps less one of 2 (both with the start-up and the arena's first touch)
+    out=$(run_d "$m" "$b" $((sd + 2)))
+    t2=$(run_d "$m" "$b" 2 | took)
+    tl=$(echo "$out" | took)
+    awk -v n="$((sd * b))" -v a="$tl" -v c="$t2" 'BEGIN { print n / (a - c) }' >>/tmp/bm.d
+    echo "$out" | sed -n 's/.*epoch 1: \([0-9.]*\) samples\/s.*/\1/p' >>/tmp/bm.da
     echo "$out" | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' >>/tmp/bm.dr
     read -r _ sps rss < <(/usr/bin/python3 bench/ref_models.py "$m" "$b" "$sp")
     echo "$sps" >>/tmp/bm.p; echo "$rss" >>/tmp/bm.pr
   done
-  d=$(med </tmp/bm.d); p=$(med </tmp/bm.p); dr=$(med </tmp/bm.dr); pr=$(med </tmp/bm.pr)
-  printf "%-10s %6s %14.1f %14.1f %7.2fx %12.0f %12.0f %7.2fx\n" "$m" "$b" "$d" "$p" \
-    "$(echo "$d / $p" | bc -l)" "$dr" "$pr" "$(echo "$dr / $pr" | bc -l)"
+  d=$(med </tmp/bm.d); p=$(med </tmp/bm.p); dr=$(med </tmp/bm.dr); pr=$(med </tmp/bm.pr); da=$(med </tmp/bm.da)
+  printf "%-10s %6s %14.1f %14.1f %7.2fx %12.0f %12.0f %7.2fx %12.1f\n" "$m" "$b" "$d" "$p" \
+    "$(echo "$d / $p" | bc -l)" "$dr" "$pr" "$(echo "$dr / $pr" | bc -l)" "$da"
 done
+echo "# samples/s after 2 untimed steps on both sides (ddprt: a run of steps + 2 less one of 2); ddprt all:"
+echo "# its whole epoch line (warm-up steps and the arena's first touch included)"
 load_line after

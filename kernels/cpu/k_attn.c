@@ -12,7 +12,7 @@
  *   dK_j += dS^T Q_i,  dQ_i += dS K_j,   D_i = rowsum(dO_i * O_i).
  * One task owns a head's dQ, dK, dV, so every sum runs in one fixed order: the bits do
  * not depend on the thread count (FlashAttention-2 instead adds dQ atomically).
- * Tiles live on the stack (at most 2 BR*BC + 2 BC*K_ATTN_MAX_HD floats, 192 KiB). */
+ * Tiles live on the stack (at most 2 BR*BC + 2 BC*K_ATTN_MAX_HD + BWD_DKEEP floats, 224 KiB). */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
@@ -23,6 +23,7 @@
 
 #define BR 64
 #define BC 64
+#define BWD_DKEEP 8192 /* rows whose D the backward keeps on the stack (32 KiB) */
 
 typedef struct attn_job {
     const k_tfm_vt *vt;
@@ -104,8 +105,12 @@ static void bwd_task(void *ctx, int bh)
     const float *o = jb->y + ooff, *dout = jb->dy + ooff, *lse = jb->lse_in + (long)bh * T;
     float *dq = jb->dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
     const float scale = 1.0f / sqrtf((float)hd);
-    float p[BR * BC], dp[BR * BC], kt[K_ATTN_MAX_HD * BC], vt[K_ATTN_MAX_HD * BC], d[BR];
+    float p[BR * BC], dp[BR * BC], kt[K_ATTN_MAX_HD * BC], vt[K_ATTN_MAX_HD * BC], d[BR], dall[BWD_DKEEP];
     for (int i = 0; i < T; i++) memset(dq + (long)i * C3, 0, sizeof(float) * (size_t)hd);
+    /* D_i depends on the query row only: once per row rather than once per key tile (a
+     * twelfth of the backward at T 256); past BWD_DKEEP rows, once per tile as before */
+    const int dkeep = T <= BWD_DKEEP;
+    for (int i = 0; dkeep && i < T; i++) dall[i] = jb->vt->dot(hd, dout + (long)i * C, o + (long)i * C);
     for (int j0 = 0; j0 < T; j0 += BC) {
         int bc = T - j0 < BC ? T - j0 : BC;
         transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
@@ -119,7 +124,7 @@ static void bwd_task(void *ctx, int bh)
                 int nv = i0 + r - j0 + 1;
                 nv = nv > bc ? bc : nv < 0 ? 0 : nv;
                 jb->vt->exp_shift(nv, bc - nv, p + r * BC, scale, lse[i0 + r]);
-                d[r] = jb->vt->dot(hd, dout + (long)(i0 + r) * C, o + (long)(i0 + r) * C);
+                d[r] = dkeep ? dall[i0 + r] : jb->vt->dot(hd, dout + (long)(i0 + r) * C, o + (long)(i0 + r) * C);
             }
             k_gemm_nn(bc, hd, br, p, 1, BC, dout + (long)i0 * C, C, dv + (long)j0 * C3, C3, NULL, !first);
             k_gemm_nn(br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, NULL, 0);

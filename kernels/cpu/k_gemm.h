@@ -1,7 +1,8 @@
 /* GEMM and convolution helpers, dispatched once per call to the AVX-512, AVX2+FMA or
  * generic instantiation of k_gemm_simd.h, k_layout_simd.h and k_span_simd.h (k_gemm.c,
  * k_layout.c, k_span.c). All matrices are float32 with explicit
- * strides; none of these allocate (A panels live on the stack, <= 12 KiB). */
+ * strides; none of these allocate: packed panels live on the stack (large NN GEMMs up to
+ * 1.6 MiB on AVX-512, NT 608 KiB; callers' threads need glibc's default stack). */
 #ifndef K_GEMM_H
 #define K_GEMM_H
 #include <stddef.h>

@@ -77,14 +77,19 @@ TEST(amx_gemm_bits_do_not_depend_on_the_split)
     float *c1 = calloc((size_t)M * N, sizeof(float)), *c2 = calloc((size_t)M * N, sizeof(float));
     for (int i = 0; i < M * K; i++) a[i] = sinf((float)i * 0.11f);
     for (int i = 0; i < K * N; i++) b[i] = cosf((float)i * 0.07f);
-    for (int bt = 0; bt < 2; bt++) {
-        k_amx_gemm(M, N, K, a, K, 1, b, bt ? K : N, bt, c1, N, NULL, 0);
+    /* A as [M][K] or [K][M] (at: a dW's x^T, whose K chunks follow N: 3 chunks for all
+     * 1600 columns, 2 for 1536, 1 for 64), B as [K][N] or [N][K] */
+    for (int v = 0; v < 4; v++) {
+        int at = v >> 1, bt = v & 1;
+        long ars = at ? 1 : K, acs = at ? M : 1;
+        const float *a32 = at ? a + 32 : a + 32 * K;
+        k_amx_gemm(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
         /* rows 0-31 and 32-95; columns 0-63 and 64-N of the second part */
-        k_amx_gemm(32, N, K, a, K, 1, b, bt ? K : N, bt, c2, N, NULL, 0);
-        k_amx_gemm(M - 32, 64, K, a + 32 * K, K, 1, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
-        k_amx_gemm(M - 32, N - 64, K, a + 32 * K, K, 1, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64, N,
+        k_amx_gemm(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
+        k_amx_gemm(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
+        k_amx_gemm(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64, N,
                    NULL, 0);
-        CHECK(memcmp(c1, c2, sizeof(float) * M * N) == 0);
+        CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "at %d bt %d", at, bt);
     }
     free(a), free(b), free(c1), free(c2);
 }

@@ -26,6 +26,7 @@
 #define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi2,amx-tile,amx-bf16")))
 #define AX_KMAX 4096      /* K steps per chunk at most (the A block: 32 x K bf16, 256 KiB) */
 #define AX_BP (384 * 1024) /* bf16 of packed B (768 KiB: stays in L2) */
+#define AX_KMIN 256       /* K steps per chunk at least where A's pack sets the chunks */
 
 int k_amx_ok(void)
 {
@@ -161,8 +162,16 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
     _tile_loadconfig(&cfg);
-    for (int k0 = 0; k0 < kk; k0 += AX_KMAX) {
-        int kc = kk - k0 < AX_KMAX ? kk - k0 : AX_KMAX, kp = (kc + 31) & ~31, init = !acc && k0 == 0;
+    /* A with its rows strided (ars == 1: x^T of a dW) packs through 16 x 16 transposes, once
+     * per super-block: its K chunks are cut so that one super-block holds all of N (down to
+     * AX_KMIN), which packs A once instead of n / nc times (GPT's 384 x 1152 x 2048 dW: 6). */
+    int kmax = AX_KMAX;
+    if (ars == 1 && acs != 1) {
+        int n32 = (n + 31) & ~31, fit = AX_BP / n32 / 32 * 32;
+        kmax = fit < AX_KMIN ? AX_KMIN : fit < AX_KMAX ? fit : AX_KMAX;
+    }
+    for (int k0 = 0; k0 < kk; k0 += kmax) {
+        int kc = kk - k0 < kmax ? kk - k0 : kmax, kp = (kc + 31) & ~31, init = !acc && k0 == 0;
         int nc = AX_BP / kp / 32 * 32; /* super-block width: its B fits bp */
         for (int js = 0; js < n; js += nc) {
             int jn = n - js < nc ? n - js : nc;

@@ -105,21 +105,6 @@ ISA_TARGET static void ISA_FN(ukr_nn_any)(int mr, int nc, int kk, const float *a
     }
 }
 
-/* Packed A: for each row block ib (rows split evenly into ceil(m/KT_MR) blocks), the
- * whole K as kk x KT_MR floats: ap[(ib*kk + k)*KT_MR + i]. Callers that reuse A (conv
- * weights, once per call) pack once; k_gemm_nn packs chunks of K on the stack. */
-ISA_TARGET static void ISA_FN(pack_a)(int m, int kk, const float *a, long ars, long acs, float *ap)
-{
-    int nmb = (m + KT_MR - 1) / KT_MR;
-    for (int ib = 0; ib < nmb; ib++) {
-        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
-        float *o = ap + (long)ib * kk * KT_MR;
-        for (int k = 0; k < kk; k++)
-            for (int i = 0; i < KT_MR; i++)
-                o[(long)k * KT_MR + i] = i < mr ? a[(long)(i0 + i) * ars + (long)k * acs] : 0.0f;
-    }
-}
-
 /* B's kc rows (ldb floats apart) x columns [0, n) into panels of
  * cw = KT_NV*KV_W columns, bp[(j0/cw)*kc*cw + k*cw + j] (lanes past n left as they are:
  * the micro-kernel's masks never read them), so that the micro-kernel reads a panel
@@ -246,6 +231,21 @@ ISA_TARGET static void ISA_FN(pack_group)(int m, int nmb, int g0, int g1, int k0
         int i0 = (int)((long)ib * m / nmb), i1 = (int)((long)(ib + 1) * m / nmb);
         ISA_FN(pack_panel)(i1 - i0, kc, a + (long)i0 * ars + (long)k0 * acs, ars, acs,
                            ap + (long)(ib - g0) * kc * KT_MR);
+    }
+}
+
+/* Packed A: for each row block ib (rows split evenly into ceil(m/KT_MR) blocks), the
+ * whole K as kk x KT_MR floats: ap[(ib*kk + k)*KT_MR + i]. Callers that reuse A (conv
+ * weights, once per call) pack once; k_gemm_nn packs chunks of K on the stack. */
+ISA_TARGET static void ISA_FN(pack_a)(int m, int kk, const float *a, long ars, long acs, float *ap)
+{
+    int nmb = (m + KT_MR - 1) / KT_MR;
+    for (int ib = 0; ib < nmb; ib++) {
+        int i0 = (int)((long)ib * m / nmb), mr = (int)((long)(ib + 1) * m / nmb) - i0;
+        float *o = ap + (long)ib * kk * KT_MR;
+        ISA_FN(pack_panel)(mr, kk, a + (long)i0 * ars, ars, acs, o); /* vector moves (was per element) */
+        for (int k = 0; mr < KT_MR && k < kk; k++)
+            for (int i = mr; i < KT_MR; i++) o[(long)k * KT_MR + i] = 0.0f;
     }
 }
 

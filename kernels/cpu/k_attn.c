@@ -12,7 +12,8 @@
  *   dK_j += dS^T Q_i,  dQ_i += dS K_j,   D_i = rowsum(dO_i * O_i).
  * One task owns a head's dQ, dK, dV, so every sum runs in one fixed order: the bits do
  * not depend on the thread count (FlashAttention-2 instead adds dQ atomically).
- * Tiles live on the stack (at most 2 BR*BC + 2 BC*K_ATTN_MAX_HD + BWD_DKEEP floats, 224 KiB). */
+ * Tiles live on the stack (forward: Q's packed tile, at most (BR + 11) * K_ATTN_MAX_HD floats,
+ * beside S and K^T: 155 KiB; backward: 2 BR*BC + 2 BC*K_ATTN_MAX_HD + BWD_DKEEP floats, 224 KiB). */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_gemm.h"
@@ -35,8 +36,8 @@ typedef struct attn_job {
 /* dst[k][j] = src[j*ld + k] for j < rows, k < hd (a key or value tile, transposed) */
 static void transpose_tile(int rows, int hd, const float *src, long ld, float *dst)
 {
-    for (int j = 0; j < rows; j++)
-        for (int k = 0; k < hd; k++) dst[(long)k * BC + j] = src[(long)j * ld + k];
+    k_transpose_ld(rows, hd, src, ld, dst, BC); /* 8x8 in registers: the element loop's
+                                                   stores 256 bytes apart were 7 % of it */
 }
 
 static void fwd_task(void *ctx, int task)
@@ -50,7 +51,8 @@ static void fwd_task(void *ctx, int task)
     const float *q = base + (long)i0 * C3, *k = base + C, *v = base + 2 * C;
     float *o = jb->out + ((long)bb * T + i0) * C + (long)hh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float s[BR * BC], kt[K_ATTN_MAX_HD * BC], m[BR], l[BR], corr[BR];
+    float s[BR * BC], kt[K_ATTN_MAX_HD * BC], m[BR], l[BR], corr[BR], qp[(BR + 11) * K_ATTN_MAX_HD];
+    k_gemm_pack_a(br, hd, q, C3, 1, qp); /* once for all key tiles (the same bits as k_gemm_nn) */
     for (int r = 0; r < br; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -59,7 +61,7 @@ static void fwd_task(void *ctx, int task)
     for (int j0 = 0; j0 < i0 + br; j0 += BC) {
         int bc = i0 + br - j0 < BC ? i0 + br - j0 : BC;
         transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
-        k_gemm_nn(br, bc, hd, q, C3, 1, kt, BC, s, BC, NULL, 0);
+        k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
         for (int r = 0; r < br; r++) {
             float *sr = s + r * BC;
             int nv = i0 + r - j0 + 1; /* keys allowed for this row */

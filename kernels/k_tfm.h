@@ -63,6 +63,12 @@ void k_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, fl
 /* dqkv[b, t, 3*h*hd] from dy and the forward's y and lse (overwritten). */
 void k_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y,
                      const float *lse, const float *dy, float *dqkv);
+/* --amp bf16's: the tiles' products (Q K^T, P V and backward's five) on bf16-rounded
+ * operands with fp32 sums, on AMX tiles where the CPU has them (k_amx.h); elsewhere the
+ * fp32 kernels above. Softmax, its running max and sums, and lse stay fp32. */
+void k_attention_fwd_bf16(int b, int t, int h, int hd, const float *qkv, float *y, float *lse);
+void k_attention_bwd_bf16(int b, int t, int h, int hd, const float *qkv, const float *y,
+                          const float *lse, const float *dy, float *dqkv);
 /* The stored version (the comparison point for time and memory): the probabilities
  * att[b, h, t, t] are kept by forward and read by backward (rows above the diagonal
  * are zero). The same maths; summation order differs. t <= K_ATTN_STORED_MAX_T. */

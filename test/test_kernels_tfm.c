@@ -7,6 +7,7 @@
 #include "test/t_util.h"
 #include "kernels/k.h"
 #include "kernels/k_tfm.h"
+#include "kernels/cpu/k_amx.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,6 +373,42 @@ TEST(kernels_attention_vs_naive)
                                    {1, 200, 1, 64}, {1, 129, 4, 33}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         attn_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], i == 4 ? 3.0 : 1.0, 0);
+}
+
+/* --amp bf16's attention (AMX tiles where the CPU has them): against the double
+ * reference at bf16's accuracy (products of bf16-rounded operands, fp32 sums), across
+ * the 64-row tiles; on an AMX CPU it must not be the fp32 kernel's result. */
+#define BF16_FWD_TOL 1e-2 /* observed 2-3e-3 (bf16 operands); fp32 kernels: 2e-6 */
+#define BF16_BWD_TOL 1e-2
+static void attn_bf16_case(int B, int T, int H, int hd, double fwd_tol, double bwd_tol)
+{
+    int C = H * hd;
+    size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * H * T * T;
+    float *qkv = rnd(nq, 1.0), *g = rnd(ny, 1.0), *y = fz(ny), *lse = fz((size_t)B * H * T), *dq = fz(nq);
+    float *y32 = fz(ny), *lse32 = fz((size_t)B * H * T);
+    double *qd = todbl(qkv, nq), *yr = dbuf(ny), *pr = dbuf(na), *dr = dbuf(nq);
+    char what[96];
+    attn_ref_fwd(B, T, H, hd, qd, yr, pr);
+    attn_ref_bwd(B, T, H, hd, qd, pr, g, dr);
+    for (size_t i = 0; i < nq; i++) dq[i] = 5.0f; /* overwritten */
+    k_attention_fwd_bf16(B, T, H, hd, qkv, y, lse);
+    k_attention_bwd_bf16(B, T, H, hd, qkv, y, lse, g, dq);
+    snprintf(what, sizeof what, "bf16 flash fwd b%d t%d h%d hd%d", B, T, H, hd);
+    CHECK_CLOSE(what, y, yr, ny, fwd_tol);
+    snprintf(what, sizeof what, "bf16 flash bwd b%d t%d h%d hd%d", B, T, H, hd);
+    CHECK_CLOSE(what, dq, dr, nq, bwd_tol);
+    k_attention_fwd(B, T, H, hd, qkv, y32, lse32);
+    if (k_amx_ok()) CHECKF(memcmp(y, y32, ny * sizeof(float)) != 0, "bf16 attention gave fp32's bits (t %d)", T);
+    free(qkv); free(g); free(y); free(lse); free(dq); free(y32); free(lse32);
+    free(qd); free(yr); free(pr); free(dr);
+}
+
+TEST(kernels_attention_bf16_vs_naive)
+{
+    if (!k_amx_ok()) t_note("no AMX-BF16: --amp bf16's attention runs the fp32 kernels here");
+    static const int cases[][4] = {{2, 63, 2, 16}, {1, 130, 2, 64}, {1, 129, 3, 33}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        attn_bf16_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], BF16_FWD_TOL, BF16_BWD_TOL);
 }
 
 /* ---------------------------------------------------------------- classifier */

@@ -16,6 +16,7 @@
  * beside S and K^T: 155 KiB; backward: 2 BR*BC + 2 BC*K_ATTN_MAX_HD + BWD_DKEEP floats, 224 KiB). */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
+#include "kernels/cpu/k_amx.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 #include "kernels/cpu/k_tfm_int.h"
@@ -28,7 +29,7 @@
 
 typedef struct attn_job {
     const k_tfm_vt *vt;
-    int b, t, h, hd, nq;
+    int b, t, h, hd, nq, amx;
     const float *qkv, *y, *lse_in, *dy;
     float *out, *lse, *dqkv;
 } attn_job;
@@ -38,6 +39,15 @@ static void transpose_tile(int rows, int hd, const float *src, long ld, float *d
 {
     k_transpose_ld(rows, hd, src, ld, dst, BC); /* 8x8 in registers: the element loop's
                                                    stores 256 bytes apart were 7 % of it */
+}
+
+/* C (+)= A B of one pair of tiles: the fp32 GEMM, or (--amp bf16 where the CPU has AMX)
+ * the AMX tiles on bf16-rounded operands with fp32 sums, 5-6x faster at 64 x 64 x 64. */
+static void mm(const attn_job *jb, int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb,
+               float *c, long ldc, int acc)
+{
+    if (jb->amx) k_amx_gemm(m, n, kk, a, ars, acs, b, ldb, 0, c, ldc, NULL, acc);
+    else k_gemm_nn(m, n, kk, a, ars, acs, b, ldb, c, ldc, NULL, acc);
 }
 
 static void fwd_task(void *ctx, int task)
@@ -52,7 +62,7 @@ static void fwd_task(void *ctx, int task)
     float *o = jb->out + ((long)bb * T + i0) * C + (long)hh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float s[BR * BC], kt[K_ATTN_MAX_HD * BC], m[BR], l[BR], corr[BR], qp[(BR + 11) * K_ATTN_MAX_HD];
-    k_gemm_pack_a(br, hd, q, C3, 1, qp); /* once for all key tiles (the same bits as k_gemm_nn) */
+    if (!jb->amx) k_gemm_pack_a(br, hd, q, C3, 1, qp); /* once for all key tiles (the bits of k_gemm_nn) */
     for (int r = 0; r < br; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -61,7 +71,8 @@ static void fwd_task(void *ctx, int task)
     for (int j0 = 0; j0 < i0 + br; j0 += BC) {
         int bc = i0 + br - j0 < BC ? i0 + br - j0 : BC;
         transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
-        k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
+        if (jb->amx) mm(jb, br, bc, hd, q, C3, 1, kt, BC, s, BC, 0);
+        else k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
         for (int r = 0; r < br; r++) {
             float *sr = s + r * BC;
             int nv = i0 + r - j0 + 1; /* keys allowed for this row */
@@ -80,7 +91,7 @@ static void fwd_task(void *ctx, int task)
         if (j0)
             for (int r = 0; r < br; r++)
                 if (corr[r] != 1.0f) jb->vt->scale(hd, corr[r], o + (long)r * C);
-        k_gemm_nn(br, hd, bc, s, BC, 1, v + (long)j0 * C3, C3, o, C, NULL, j0 > 0);
+        mm(jb, br, hd, bc, s, BC, 1, v + (long)j0 * C3, C3, o, C, j0 > 0);
     }
     float *lse = jb->lse + ((long)bh * T + i0);
     for (int r = 0; r < br; r++) {
@@ -89,11 +100,21 @@ static void fwd_task(void *ctx, int task)
     }
 }
 
-void k_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse)
+static void attn_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, int amx)
 {
-    attn_job j = {.vt = k_tfm_vt_cur(), .b = b, .t = t, .h = h, .hd = hd, .qkv = qkv, .out = y, .lse = lse};
+    attn_job j = {.vt = k_tfm_vt_cur(), .b = b, .t = t, .h = h, .hd = hd, .qkv = qkv, .out = y, .lse = lse, .amx = amx};
     j.nq = (t + BR - 1) / BR;
     k_parallel_for(b * h * j.nq, fwd_task, &j);
+}
+
+void k_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse)
+{
+    attn_fwd(b, t, h, hd, qkv, y, lse, 0);
+}
+
+void k_attention_fwd_bf16(int b, int t, int h, int hd, const float *qkv, float *y, float *lse)
+{
+    attn_fwd(b, t, h, hd, qkv, y, lse, k_amx_ok());
 }
 
 static void bwd_task(void *ctx, int bh)
@@ -121,27 +142,39 @@ static void bwd_task(void *ctx, int bh)
         /* query tiles with a row at or after j0 */
         for (int i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int br = T - i0 < BR ? T - i0 : BR;
-            k_gemm_nn(br, bc, hd, q + (long)i0 * C3, C3, 1, kt, BC, p, BC, NULL, 0);
+            mm(jb, br, bc, hd, q + (long)i0 * C3, C3, 1, kt, BC, p, BC, 0);
             for (int r = 0; r < br; r++) {
                 int nv = i0 + r - j0 + 1;
                 nv = nv > bc ? bc : nv < 0 ? 0 : nv;
                 jb->vt->exp_shift(nv, bc - nv, p + r * BC, scale, lse[i0 + r]);
                 d[r] = dkeep ? dall[i0 + r] : jb->vt->dot(hd, dout + (long)(i0 + r) * C, o + (long)(i0 + r) * C);
             }
-            k_gemm_nn(bc, hd, br, p, 1, BC, dout + (long)i0 * C, C, dv + (long)j0 * C3, C3, NULL, !first);
-            k_gemm_nn(br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, NULL, 0);
+            mm(jb, bc, hd, br, p, 1, BC, dout + (long)i0 * C, C, dv + (long)j0 * C3, C3, !first);
+            mm(jb, br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, 0);
             for (int r = 0; r < br; r++) jb->vt->ds_row(bc, p + r * BC, dp + r * BC, d[r], scale);
-            k_gemm_nn(bc, hd, br, dp, 1, BC, q + (long)i0 * C3, C3, dk + (long)j0 * C3, C3, NULL, !first);
-            k_gemm_nn(br, hd, bc, dp, BC, 1, k + (long)j0 * C3, C3, dq + (long)i0 * C3, C3, NULL, 1);
+            mm(jb, bc, hd, br, dp, 1, BC, q + (long)i0 * C3, C3, dk + (long)j0 * C3, C3, !first);
+            mm(jb, br, hd, bc, dp, BC, 1, k + (long)j0 * C3, C3, dq + (long)i0 * C3, C3, 1);
             first = 0;
         }
     }
 }
 
+static void attn_bwd(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
+                     const float *dy, float *dqkv, int amx)
+{
+    attn_job j = {.vt = k_tfm_vt_cur(), .b = b, .t = t, .h = h, .hd = hd, .qkv = qkv, .y = y,
+                  .lse_in = lse, .dy = dy, .dqkv = dqkv, .amx = amx};
+    k_parallel_for(b * h, bwd_task, &j);
+}
+
 void k_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y,
                      const float *lse, const float *dy, float *dqkv)
 {
-    attn_job j = {.vt = k_tfm_vt_cur(), .b = b, .t = t, .h = h, .hd = hd, .qkv = qkv, .y = y,
-                  .lse_in = lse, .dy = dy, .dqkv = dqkv};
-    k_parallel_for(b * h, bwd_task, &j);
+    attn_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, 0);
+}
+
+void k_attention_bwd_bf16(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
+                          const float *dy, float *dqkv)
+{
+    attn_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, k_amx_ok());
 }

@@ -2,8 +2,9 @@
  * (q, k, v side by side, heads at columns j * C/heads of each) -> [T, C]. The default
  * (attention=flash) streams key tiles through an online softmax and keeps only the
  * log-sum-exp of each score row (aux: heads x T floats per sample), recomputing the
- * probabilities in backward: O(T C) memory, not O(heads T^2). attention=stored keeps
- * the probabilities (heads x T x T per sample): the comparison point. */
+ * probabilities in backward: O(T C) memory, not O(heads T^2); under --amp bf16 its
+ * products run on bf16 operands (AMX tiles where the CPU has them). attention=stored keeps
+ * the probabilities (heads x T x T per sample, fp32): the comparison point. */
 #include "nn/ops/op_def.h"
 #include "kernels/k_tfm.h"
 
@@ -32,6 +33,7 @@ static void attn_fwd(nn_graph *g, nn_node *n, const nn_run *r)
     attn_attr a = attn_attr_of(n);
     int hd = n->out.w / a.heads;
     if (a.mode == ATTN_STORED) k_attention_stored_fwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux);
+    else if (g->amp == NN_AMP_BF16) k_attention_fwd_bf16(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux);
     else k_attention_fwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux);
 }
 
@@ -42,6 +44,8 @@ static void attn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
     float *dx = nn_dx(g, n, 0);
     if (!dx) return;
     if (a.mode == ATTN_STORED) k_attention_stored_bwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->aux, n->dy, dx);
+    else if (g->amp == NN_AMP_BF16)
+        k_attention_bwd_bf16(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
     else k_attention_bwd(r->n, n->out.c, a.heads, hd, nn_x(g, n, 0), n->y, n->aux, n->dy, dx);
 }
 

@@ -50,6 +50,12 @@ static void mm(const attn_job *jb, int m, int n, int kk, const float *a, long ar
     else k_gemm_nn(m, n, kk, a, ars, acs, b, ldb, c, ldc, NULL, acc);
 }
 
+/* C = A R^T on AMX, R's rows (keys or values) read in place as B^T: no transposed tile */
+static void mm_kt(int m, int n, int kk, const float *a, long lda, const float *r, long ldr, float *c, long ldc)
+{
+    k_amx_gemm(m, n, kk, a, lda, 1, r, ldr, 1, c, ldc, NULL, 0);
+}
+
 static void fwd_task(void *ctx, int task)
 {
     const attn_job *jb = ctx;
@@ -70,9 +76,11 @@ static void fwd_task(void *ctx, int task)
     /* keys j <= i0 + br - 1 */
     for (int j0 = 0; j0 < i0 + br; j0 += BC) {
         int bc = i0 + br - j0 < BC ? i0 + br - j0 : BC;
-        transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
-        if (jb->amx) mm(jb, br, bc, hd, q, C3, 1, kt, BC, s, BC, 0);
-        else k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
+        if (jb->amx) mm_kt(br, bc, hd, q, C3, k + (long)j0 * C3, C3, s, BC);
+        else {
+            transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
+            k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
+        }
         for (int r = 0; r < br; r++) {
             float *sr = s + r * BC;
             int nv = i0 + r - j0 + 1; /* keys allowed for this row */
@@ -136,13 +144,16 @@ static void bwd_task(void *ctx, int bh)
     for (int i = 0; dkeep && i < T; i++) dall[i] = jb->vt->dot(hd, dout + (long)i * C, o + (long)i * C);
     for (int j0 = 0; j0 < T; j0 += BC) {
         int bc = T - j0 < BC ? T - j0 : BC;
-        transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
-        transpose_tile(bc, hd, v + (long)j0 * C3, C3, vt);
+        if (!jb->amx) { /* AMX packs K and V rows as B^T itself */
+            transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
+            transpose_tile(bc, hd, v + (long)j0 * C3, C3, vt);
+        }
         int first = 1;
         /* query tiles with a row at or after j0 */
         for (int i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int br = T - i0 < BR ? T - i0 : BR;
-            mm(jb, br, bc, hd, q + (long)i0 * C3, C3, 1, kt, BC, p, BC, 0);
+            if (jb->amx) mm_kt(br, bc, hd, q + (long)i0 * C3, C3, k + (long)j0 * C3, C3, p, BC);
+            else mm(jb, br, bc, hd, q + (long)i0 * C3, C3, 1, kt, BC, p, BC, 0);
             for (int r = 0; r < br; r++) {
                 int nv = i0 + r - j0 + 1;
                 nv = nv > bc ? bc : nv < 0 ? 0 : nv;
@@ -150,7 +161,8 @@ static void bwd_task(void *ctx, int bh)
                 d[r] = dkeep ? dall[i0 + r] : jb->vt->dot(hd, dout + (long)(i0 + r) * C, o + (long)(i0 + r) * C);
             }
             mm(jb, bc, hd, br, p, 1, BC, dout + (long)i0 * C, C, dv + (long)j0 * C3, C3, !first);
-            mm(jb, br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, 0);
+            if (jb->amx) mm_kt(br, bc, hd, dout + (long)i0 * C, C, v + (long)j0 * C3, C3, dp, BC);
+            else mm(jb, br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, 0);
             for (int r = 0; r < br; r++) jb->vt->ds_row(bc, p + r * BC, dp + r * BC, d[r], scale);
             mm(jb, bc, hd, br, dp, 1, BC, q + (long)i0 * C3, C3, dk + (long)j0 * C3, C3, !first);
             mm(jb, br, hd, bc, dp, BC, 1, k + (long)j0 * C3, C3, dq + (long)i0 * C3, C3, 1);

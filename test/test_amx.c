@@ -72,24 +72,30 @@ TEST(amx_gemm_bits_do_not_depend_on_the_split)
         t_note("skipped: no AMX-BF16 on this CPU");
         return;
     }
-    enum { M = 96, N = 1600, K = 520 };
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *c1 = calloc((size_t)M * N, sizeof(float)), *c2 = calloc((size_t)M * N, sizeof(float));
-    for (int i = 0; i < M * K; i++) a[i] = sinf((float)i * 0.11f);
-    for (int i = 0; i < K * N; i++) b[i] = cosf((float)i * 0.07f);
-    /* A as [M][K] or [K][M] (at: a dW's x^T, whose K chunks follow N: 3 chunks for all
-     * 1600 columns, 2 for 1536, 1 for 64), B as [K][N] or [N][K] */
-    for (int v = 0; v < 4; v++) {
-        int at = v >> 1, bt = v & 1;
-        long ars = at ? 1 : K, acs = at ? M : 1;
-        const float *a32 = at ? a + 32 : a + 32 * K;
-        k_amx_gemm(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
-        /* rows 0-31 and 32-95; columns 0-63 and 64-N of the second part */
-        k_amx_gemm(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
-        k_amx_gemm(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
-        k_amx_gemm(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64, N,
-                   NULL, 0);
-        CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "at %d bt %d", at, bt);
+    /* N 1600, K 520: N in super-blocks; N 300, K 1500: K in chunks that fit all of N in
+     * one (C narrower than half of K), the 64-column part in one K chunk */
+    static const int nk[][2] = {{1600, 520}, {300, 1500}};
+    enum { M = 96 };
+    for (int s = 0; s < 2; s++) {
+        const int N = nk[s][0], K = nk[s][1];
+        float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+        float *c1 = calloc((size_t)M * N, sizeof(float)), *c2 = calloc((size_t)M * N, sizeof(float));
+        for (int i = 0; i < M * K; i++) a[i] = sinf((float)i * 0.11f);
+        for (int i = 0; i < K * N; i++) b[i] = cosf((float)i * 0.07f);
+        /* A as [M][K] or [K][M] (at: a dW's x^T, whose K chunks follow N: 3 chunks for all
+         * 1600 columns, 2 for 1536, 1 for 64), B as [K][N] or [N][K] */
+        for (int v = 0; v < 4; v++) {
+            int at = v >> 1, bt = v & 1;
+            long ars = at ? 1 : K, acs = at ? M : 1;
+            const float *a32 = at ? a + 32 : a + 32 * K;
+            k_amx_gemm(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
+            /* rows 0-31 and 32-95; columns 0-63 and 64-N of the second part */
+            k_amx_gemm(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
+            k_amx_gemm(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
+            k_amx_gemm(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64,
+                       N, NULL, 0);
+            CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "n %d k %d at %d bt %d", N, K, at, bt);
+        }
+        free(a), free(b), free(c1), free(c2);
     }
-    free(a), free(b), free(c1), free(c2);
 }

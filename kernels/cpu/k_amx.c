@@ -162,13 +162,18 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
     _tile_loadconfig(&cfg);
-    /* A with its rows strided (ars == 1: x^T of a dW) packs through 16 x 16 transposes, once
-     * per super-block: its K chunks are cut so that one super-block holds all of N (down to
-     * AX_KMIN), which packs A once instead of n / nc times (GPT's 384 x 1152 x 2048 dW: 6). */
-    int kmax = AX_KMAX;
-    if (ars == 1 && acs != 1) {
-        int n32 = (n + 31) & ~31, fit = AX_BP / n32 / 32 * 32;
+    /* K chunks cut so that one super-block holds all of N (down to AX_KMIN steps, in even
+     * chunks), which packs A once instead of n / nc times, where that costs less than the
+     * extra passes over C it brings: always when A's rows are strided (ars == 1: a dW's x^T,
+     * packed through 16 x 16 transposes; GPT small's qkv dW packed A 6 times), and where C
+     * is narrower than half of K (a pass over C, stored and reloaded, against one over A:
+     * GPT's dx and fc2 forward, N 384 against K 1152 / 1536, packed A twice). */
+    int kmax = AX_KMAX, n32 = (n + 31) & ~31;
+    if ((ars == 1 && acs != 1) || (kk > AX_BP / n32 && 2 * n < kk)) {
+        int fit = AX_BP / n32 / 32 * 32;
         kmax = fit < AX_KMIN ? AX_KMIN : fit < AX_KMAX ? fit : AX_KMAX;
+        int nk = (kk + kmax - 1) / kmax;
+        kmax = ((kk + nk - 1) / nk + 31) & ~31; /* even chunks, still whole 32-step tiles */
     }
     for (int k0 = 0; k0 < kk; k0 += kmax) {
         int kc = kk - k0 < kmax ? kk - k0 : kmax, kp = (kc + 31) & ~31, init = !acc && k0 == 0;

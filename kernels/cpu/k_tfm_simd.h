@@ -264,9 +264,17 @@ static ISA_TARGET float F(exp_shift)(int n, int nz, float *x, float scale, float
         F(st)(x + i, e);
     }
     float t = F(hsum)(s);
-    for (; i < n; i++) {
-        x[i] = F(sexp)(x[i] * scale - shift);
-        t += x[i];
+    if (i < n) { /* the tail as one vector (the same bits as sexp, summed in the same order):
+                  * the attention's diagonal tiles have a tail in most rows, and exp one
+                  * lane at a time cost as much as the vectors */
+        float tmp[VW];
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, x + i, sizeof(float) * (size_t)(n - i));
+        F(vf) e = F(vexp)(F(ld)(tmp) * scale - shift);
+        for (int l = 0; l < n - i; l++) {
+            x[i + l] = e[l];
+            t += e[l];
+        }
     }
     memset(x + n, 0, sizeof(float) * (size_t)(nz > 0 ? nz : 0));
     return t;

@@ -1,6 +1,9 @@
 #include "test/t.h"
 #include "rt/arena.h"
 #include "rt/tensor.h"
+#include "ports/posix/port.h"
+#include <pthread.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -77,4 +80,47 @@ TEST(arena_overflow_names_request)
     CHECK(n > 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     CHECKF(strstr(buf, "conv2.out") && strstr(buf, "4096") && strstr(buf, "512 of 1024"), "got: %s", buf);
+}
+
+/* port threads get PORT_THREAD_STACK even where the default is smaller (`ulimit -s
+ * unlimited` gives glibc's 2 MiB), and port_stack_at_least raises a lower soft limit:
+ * in a child, with the default thread stack and the soft limit set to 1 MiB. */
+static void *stack_probe(void *arg)
+{
+    pthread_attr_t a;
+    size_t *sz = arg;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        pthread_attr_getstacksize(&a, sz);
+        pthread_attr_destroy(&a);
+    }
+    return NULL;
+}
+
+TEST(port_threads_and_the_main_stack_get_8_mib)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, (size_t)1 << 20);
+        pthread_setattr_default_np(&a);
+        struct rlimit r;
+        getrlimit(RLIMIT_STACK, &r);
+        int lowered = r.rlim_max == RLIM_INFINITY || r.rlim_max >= PORT_THREAD_STACK;
+        if (lowered) {
+            r.rlim_cur = (rlim_t)1 << 20;
+            setrlimit(RLIMIT_STACK, &r);
+        }
+        size_t got = 0;
+        port_thread t;
+        if (port_thread_start(&t, stack_probe, &got)) _exit(2);
+        port_thread_join(t);
+        if (got < PORT_THREAD_STACK) _exit(3);
+        if (lowered && port_stack_at_least(PORT_THREAD_STACK)) _exit(4);
+        getrlimit(RLIMIT_STACK, &r);
+        _exit(lowered && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < PORT_THREAD_STACK ? 5 : 0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 }

@@ -82,6 +82,10 @@ void k_set_threads(int n)
         port_cond_init(&pool.done);
         pthread_atfork(NULL, NULL, pool_after_fork);
         pool_inited = 1;
+        /* the calling thread runs tasks too: its stack as the workers' (port.h) */
+        if (port_stack_at_least(PORT_THREAD_STACK))
+            fprintf(stderr, "ddprt: kernels: the stack limit is under 8 MiB and cannot be raised (ulimit -s): "
+                            "large GEMMs may overflow it\n");
     }
     if (n == pool.n) return;
     while (atomic_flag_test_and_set(&pool.busy)) port_cpu_relax();

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,7 +55,27 @@ void port_cpu_relax(void)
 
 int port_thread_start(port_thread *t, void *(*fn)(void *), void *arg)
 {
-    return pthread_create(t, NULL, fn, arg);
+    pthread_attr_t at;
+    size_t sz = 0;
+    if (pthread_attr_init(&at)) return pthread_create(t, NULL, fn, arg);
+    if (pthread_attr_getstacksize(&at, &sz) == 0 && sz < PORT_THREAD_STACK) pthread_attr_setstacksize(&at, PORT_THREAD_STACK);
+    int rc = pthread_create(t, &at, fn, arg);
+    pthread_attr_destroy(&at);
+    return rc;
+}
+
+int port_stack_at_least(size_t bytes)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_STACK, &r)) return -1;
+    if (r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= bytes) return 0;
+    rlim_t want = bytes;
+    if (r.rlim_max != RLIM_INFINITY && r.rlim_max < want) want = r.rlim_max;
+    if (want > r.rlim_cur) {
+        r.rlim_cur = want;
+        if (setrlimit(RLIMIT_STACK, &r)) return -1;
+    }
+    return want >= bytes ? 0 : -1;
 }
 
 void port_thread_join(port_thread t) { pthread_join(t, NULL); }

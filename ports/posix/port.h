@@ -25,7 +25,15 @@ void *port_alloc_huge(size_t bytes);
 typedef pthread_t port_thread;
 typedef pthread_mutex_t port_mutex;
 typedef pthread_cond_t port_cond;
+/* Threads start with at least PORT_THREAD_STACK bytes of stack: a GEMM's packed panels take
+ * up to 1.6 MiB of one frame (kernels/cpu/k_gemm.h, k_amx.c), and glibc's default is 2 MiB
+ * under `ulimit -s unlimited` (reserved address space: pages are touched as used). */
+#define PORT_THREAD_STACK ((size_t)8 << 20)
 int port_thread_start(port_thread *t, void *(*fn)(void *), void *arg);
+/* Raises this process's soft stack limit (the main thread's stack, which runs kernels too)
+ * to at least `bytes` where the hard limit allows: 0 when it is now at least that (or
+ * unlimited), -1 when not. */
+int port_stack_at_least(size_t bytes);
 void port_thread_join(port_thread t);
 void port_mutex_init(port_mutex *m);
 void port_cond_init(port_cond *c);      /* uses CLOCK_MONOTONIC */

@@ -150,6 +150,11 @@ static int conv_bwd(void *c_)
     conv_ctx *c = c_;
     return k_cuda_conv2d_bwd(&c->sh, c->x, c->w, c->dy, c->dx, c->dw, c->db, c->ws, S);
 }
+static int conv_bwd_w(void *c_) /* the first layer's: its input (the data) takes no gradient */
+{
+    conv_ctx *c = c_;
+    return k_cuda_conv2d_bwd(&c->sh, c->x, c->w, c->dy, NULL, c->dw, c->db, c->ws, S);
+}
 static int dnn_fwd(void *c_)
 {
     conv_ctx *c = c_;
@@ -179,7 +184,8 @@ static int dnn_setup(conv_ctx *c)
     return port_dev_malloc(&c->ref_ws, c->ref_ws_bytes + 256, "cuDNN workspace");
 }
 
-static void bench_conv(const char *name, int n, int ci, int h, int co, int r, int st, int pad)
+/* first: the network's first layer (backward without the input gradient, as trained) */
+static void bench_conv_at(const char *name, int n, int ci, int h, int co, int r, int st, int pad, int first)
 {
     conv_ctx c = {.sh = {.n = n, .c = ci, .h = h, .w = h, .k = co, .r = r, .s = r, .stride = st, .pad = pad}};
     k_conv_shape_init(&c.sh);
@@ -196,11 +202,19 @@ static void bench_conv(const char *name, int n, int ci, int h, int co, int r, in
     row(nm, shape, time_us(conv_fwd, &c), flop, 0, have_ref ? time_us(dnn_fwd, &c) : -1);
     snprintf(nm, sizeof nm, "%s bwd", name);
     /* Our bwd is input grad + weight grad + bias grad (2x the forward's FLOPs); cuDNN's
-     * column is the weight gradient alone, times 2 (the input grad costs the same). */
+     * column is the weight gradient alone, times 2 (the input grad costs the same). A
+     * first layer's is the weight gradient alone on both sides. */
     double rb = have_ref ? time_us(dnn_bwdf, &c) : -1;
-    row(nm, shape, time_us(conv_bwd, &c), 2 * flop, 0, rb > 0 ? 2 * rb : -1);
+    if (first) snprintf(nm, sizeof nm, "%s bwd dW", name);
+    row(nm, shape, time_us(first ? conv_bwd_w : conv_bwd, &c), (first ? 1 : 2) * flop, 0,
+        rb > 0 ? (first ? 1 : 2) * rb : -1);
     port_dev_free(c.x); port_dev_free(c.w); port_dev_free(c.b); port_dev_free(c.y); port_dev_free(c.dy);
     port_dev_free(c.dx); port_dev_free(c.dw); port_dev_free(c.db); port_dev_free(c.ws); port_dev_free(c.ref_ws);
+}
+
+static void bench_conv(const char *name, int n, int ci, int h, int co, int r, int st, int pad)
+{
+    bench_conv_at(name, n, ci, h, co, r, st, pad, 0);
 }
 
 typedef struct lin_ctx { int n, in, out; float *x, *w, *b, *y, *dy, *dx, *dw, *db; void *ws; } lin_ctx;
@@ -341,6 +355,48 @@ static void bench_graph_ops(void)
     row("max over time fwd", "n64 c100 len62", time_us(go_mt, &t), 4.0 * 64 * 100 * 62, 1, -1);
 }
 
+/* The transformer's kernels at GPT small's (6x384, T 256, batch 8) and GPT-2's
+ * attention (T 1024, 12 heads, batch 4). Attention FLOPs: the causal half of QK^T and
+ * PV (forward), twice that again for backward's four products. */
+typedef struct tf_ctx { int b, t, h, hd, n, c; float *qkv, *y, *lse, *dy, *dq, *x, *w, *mean, *rstd, *dw, *db; void *ws; } tf_ctx;
+static int tf_attn_f(void *c_) { tf_ctx *c = c_; return k_cuda_attention_fwd(c->b, c->t, c->h, c->hd, c->qkv, c->y, c->lse, S); }
+static int tf_attn_b(void *c_)
+{
+    tf_ctx *c = c_;
+    return k_cuda_attention_bwd(c->b, c->t, c->h, c->hd, c->qkv, c->y, c->lse, c->dy, c->dq, c->ws, S);
+}
+static int tf_ln_b(void *c_)
+{
+    tf_ctx *c = c_;
+    return k_cuda_layernorm_bwd(c->n, c->c, c->x, c->w, c->mean, c->rstd, c->dy, c->dq, c->dw, c->db, S);
+}
+
+static void bench_attention(int b, int t, int h, int hd)
+{
+    size_t nq = (size_t)b * t * 3 * h * hd, ny = (size_t)b * t * h * hd, nl = (size_t)b * h * t;
+    tf_ctx c = {.b = b, .t = t, .h = h, .hd = hd, .qkv = dbuf(nq), .y = dbuf(ny), .lse = dbuf(nl), .dy = dbuf(ny),
+                .dq = dbuf(nq)};
+    if (port_dev_malloc(&c.ws, k_cuda_attention_workspace(b, t, h) + 256, "workspace")) return;
+    char shape[64];
+    snprintf(shape, sizeof shape, "b%d t%d h%d hd%d", b, t, h, hd);
+    double flop = 2.0 * 2 * b * h * ((double)t * (t + 1) / 2) * hd;
+    row("attention fwd", shape, time_us(tf_attn_f, &c), flop, 0, -1);
+    row("attention bwd", shape, time_us(tf_attn_b, &c), 2 * flop, 0, -1);
+    port_dev_free(c.qkv); port_dev_free(c.y); port_dev_free(c.lse); port_dev_free(c.dy); port_dev_free(c.dq);
+    port_dev_free(c.ws);
+}
+
+static void bench_transformer(void)
+{
+    bench_attention(8, 256, 6, 64);
+    bench_attention(4, 1024, 12, 64);
+    tf_ctx c = {.n = 2048, .c = 384};
+    size_t e = (size_t)c.n * c.c;
+    c.x = dbuf(e); c.dy = dbuf(e); c.dq = dbuf(e); c.w = dbuf(c.c); c.dw = dbuf(c.c); c.db = dbuf(c.c);
+    c.mean = dbuf(c.n); c.rstd = dbuf(c.n);
+    row("layernorm bwd", "n2048 c384", time_us(tf_ln_b, &c), 4.0 * 3 * e, 1, -1);
+}
+
 int k_cuda_bench_run(int batch, int n_iters)
 {
     int B = batch > 0 ? batch : 64;
@@ -365,9 +421,10 @@ int k_cuda_bench_run(int batch, int n_iters)
     bench_conv("resnet 14x14", 32, 256, 14, 256, 3, 1, 1);
     bench_conv("resnet 7x7", 32, 256, 7, 256, 3, 1, 1);
     bench_linear("resnet fc", 256, 2048, 1000);
-    bench_conv("resnet stem 7x7/2", 32, 3, 224, 64, 7, 2, 3);
+    bench_conv_at("resnet stem 7x7/2", 32, 3, 224, 64, 7, 2, 3, 1);
     bench_conv("resnet 1x1/2", 32, 64, 56, 128, 1, 2, 0);
     bench_graph_ops();
+    bench_transformer();
     if (port_cuda_errmsg()[0]) {
         fprintf(stderr, "ddprt-bench-kernels: %s\n", port_cuda_errmsg());
         return 1;

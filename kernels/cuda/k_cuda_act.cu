@@ -1,7 +1,8 @@
 // Activation kernels beyond relu: leaky relu. Plain grid-stride kernels, one thread
 // per element, launched with K_LAUNCH (nvcc on a GPU, the SIMT executor in make test);
 // each result depends only on its index and is the CPU kernel's (one compare, one
-// rounded product), bit for bit.
+// rounded product), bit for bit; a NaN input gives the GPU's canonical NaN where x86
+// keeps its payload (test_gpu_op_leaky_relu.c compares NaNs as NaNs).
 #include "kernels/cuda/k_cuda_common.cuh"
 
 __global__ void leaky_relu_fwd(size_t n, float slope, const float *x, float *y)

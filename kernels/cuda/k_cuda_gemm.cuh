@@ -4,20 +4,22 @@
 // memory (no im2col buffer), and the epilogue functor writes the result in the
 // layout the caller wants (adding a bias, scattering to NCHW).
 //
-// Tiles: 64x64 outputs per 256-thread block, 16-deep k slices in shared memory, each
-// thread accumulating a 4x4 register block (rows ty + 16i, columns tx + 16j: the
-// shared-memory reads are broadcasts for A and consecutive words for B).
+// Tiles: BM x BN outputs per 256-thread block, 16-deep k slices in shared memory, each
+// thread accumulating a (BM/16) x (BN/16) register block (rows ty + 16i, columns
+// tx + 16j: the shared-memory reads are broadcasts for A and consecutive words for B).
+// 128x128 (8x8 a thread: 4 FMAs per shared-memory read) where both sides have 128, else
+// 64x64 (4x4: half that; the ResNet-20 and LeNet shapes, whose 16-64 rows would leave
+// most of a 128-row tile idle). On an H200 the 64x64 kernel ran ResNet's 3x3 convolutions
+// at about half cuDNN's FP32 rate.
 //
 // Split-K: when the output has too few tiles to fill the GPU and k is long (the
 // weight gradients: k = batch * pixels), blockIdx.z takes a slice of k and writes its
 // partial sums to a workspace; k_cuda_gemm_finish then adds the slices in order.
-// The split count depends only on the shapes (k_cuda_gemm_splits), so results are
-// deterministic and the same on every GPU.
+// The tile and the split count depend only on the shapes (k_cuda_gemm_tile,
+// k_cuda_gemm_splits), so results are deterministic and the same on every GPU.
 #pragma once
 #include "kernels/cuda/k_cuda_common.cuh"
 
-#define KG_BM 64
-#define KG_BN 64
 #define KG_BK 16
 #define KG_THREADS 256
 
@@ -49,57 +51,58 @@ struct KgColB { // b(k, n) = b[n * ld + k]
 };
 } // namespace
 
-template <class LA, class LB, class ST>
+template <int BM, int BN, class LA, class LB, class ST>
 __global__ void __launch_bounds__(KG_THREADS)
 k_cuda_gemm_kernel(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
-    __shared__ float As[KG_BK][KG_BM + 4];
-    __shared__ float Bs[KG_BK][KG_BN + 4];
+    constexpr int TM = BM / 16, TN = BN / 16;
+    __shared__ float As[KG_BK][BM + 4];
+    __shared__ float Bs[KG_BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int m0 = blockIdx.y * KG_BM, n0 = blockIdx.x * KG_BN;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk);
-    float acc[4][4];
+    float acc[TM][TN];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < TM; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
 
     for (int k0 = kbeg; k0 < kend; k0 += KG_BK) {
 #pragma unroll
-        for (int i = 0; i < KG_BM * KG_BK / KG_THREADS; i++) {
+        for (int i = 0; i < BM * KG_BK / KG_THREADS; i++) {
             int e = tid + i * KG_THREADS, mm, kk;
             if (LA::k_fast) { kk = e % KG_BK; mm = e / KG_BK; }
-            else { mm = e % KG_BM; kk = e / KG_BM; }
+            else { mm = e % BM; kk = e / BM; }
             int gm = m0 + mm, gk = k0 + kk;
             As[kk][mm] = (gm < M && gk < kend) ? la(gm, gk) : 0.0f;
         }
 #pragma unroll
-        for (int i = 0; i < KG_BN * KG_BK / KG_THREADS; i++) {
+        for (int i = 0; i < BN * KG_BK / KG_THREADS; i++) {
             int e = tid + i * KG_THREADS, nn, kk;
             if (LB::k_fast) { kk = e % KG_BK; nn = e / KG_BK; }
-            else { nn = e % KG_BN; kk = e / KG_BN; }
+            else { nn = e % BN; kk = e / BN; }
             int gn = n0 + nn, gk = k0 + kk;
             Bs[kk][nn] = (gn < N && gk < kend) ? lb(gk, gn) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < KG_BK; kk++) {
-            float a[4], b[4];
+            float a[TM], b[TN];
 #pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+            for (int i = 0; i < TM; i++) a[i] = As[kk][ty + 16 * i];
 #pragma unroll
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+            for (int j = 0; j < TN; j++) b[j] = Bs[kk][tx + 16 * j];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < TM; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < TM; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < TN; j++) {
             int gm = m0 + ty + 16 * i, gn = n0 + tx + 16 * j;
             if (gm < M && gn < N) st(blockIdx.z, gm, gn, acc[i][j]);
         }
@@ -126,14 +129,20 @@ __global__ void k_cuda_gemm_finish(int M, int N, int splits, const float *ws, ST
     }
 }
 
-// How many k slices: enough blocks for a large GPU (~2 waves of 132 SMs), each slice
-// at least 8 tiles of k deep, at most 32 slices. Shapes only: deterministic.
+// The tile's side: 128 where both M and N have 128, else 64.
+static inline int k_cuda_gemm_tile(int M, int N) { return M >= 128 && N >= 128 ? 128 : 64; }
+
+// How many k slices: enough blocks to fill a large GPU's 132 SMs (2 blocks each of the
+// 128 tile, whose 8x8 accumulators take about 128 registers a thread; 4 of the 64), each
+// slice at least 8 tiles of k deep, at most 128 slices (ResNet-20's weight gradients:
+// 16 x 144 outputs, k = 100352). Shapes only: deterministic.
 static inline int k_cuda_gemm_splits(int M, int N, int K)
 {
-    long tiles = (long)((M + KG_BM - 1) / KG_BM) * ((N + KG_BN - 1) / KG_BN);
-    long want = 264 / tiles, maxk = K / (8 * KG_BK);
+    int t = k_cuda_gemm_tile(M, N);
+    long tiles = (long)((M + t - 1) / t) * ((N + t - 1) / t);
+    long want = (t == 128 ? 264 : 528) / tiles, maxk = K / (8 * KG_BK);
     long s = want < maxk ? want : maxk;
-    return s < 1 ? 1 : s > 32 ? 32 : (int)s;
+    return s < 1 ? 1 : s > 128 ? 128 : (int)s;
 }
 
 static inline size_t k_cuda_gemm_ws_bytes(int M, int N, int K)
@@ -142,16 +151,14 @@ static inline size_t k_cuda_gemm_ws_bytes(int M, int N, int K)
     return s > 1 ? (size_t)s * M * N * sizeof(float) : 0;
 }
 
-// Runs C = A B through st; ws must hold k_cuda_gemm_ws_bytes(M, N, K) (may be NULL
-// when that is 0). Returns 0 or -1 (the launch check names `kernel` and `shapes`).
-template <class LA, class LB, class ST>
-static int k_cuda_gemm(const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
-                       void *ws, cudaStream_t s)
+template <int T, class LA, class LB, class ST>
+static int k_cuda_gemm_t(const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
+                         void *ws, cudaStream_t s)
 {
     int splits = k_cuda_gemm_splits(M, N, K);
-    dim3 grid((N + KG_BN - 1) / KG_BN, (M + KG_BM - 1) / KG_BM, splits);
+    dim3 grid((N + T - 1) / T, (M + T - 1) / T, splits);
     if (splits == 1) {
-        K_LAUNCH((k_cuda_gemm_kernel<LA, LB, ST>), grid, KG_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        K_LAUNCH((k_cuda_gemm_kernel<T, T, LA, LB, ST>), grid, KG_THREADS, 0, s)(M, N, K, K, la, lb, st);
         return k_cuda_check_launch(kernel, "%s", shapes);
     }
     if (!ws) {
@@ -163,9 +170,19 @@ static int k_cuda_gemm(const char *kernel, const char *shapes, int M, int N, int
     int kchunk = ((K + splits - 1) / splits + KG_BK - 1) / KG_BK * KG_BK;
     grid.z = (K + kchunk - 1) / kchunk;
     KgPartial part = {(float *)ws, M, N};
-    K_LAUNCH((k_cuda_gemm_kernel<LA, LB, KgPartial>), grid, KG_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    K_LAUNCH((k_cuda_gemm_kernel<T, T, LA, LB, KgPartial>), grid, KG_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     if (k_cuda_check_launch(kernel, "%s (split-K %u)", shapes, grid.z)) return -1;
     K_LAUNCH((k_cuda_gemm_finish<ST>), k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s)(M, N, (int)grid.z,
                                                                                         (const float *)ws, st);
     return k_cuda_check_launch(kernel, "%s (split-K finish)", shapes);
+}
+
+// Runs C = A B through st; ws must hold k_cuda_gemm_ws_bytes(M, N, K) (may be NULL
+// when that is 0). Returns 0 or -1 (the launch check names `kernel` and `shapes`).
+template <class LA, class LB, class ST>
+static int k_cuda_gemm(const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st, void *ws,
+                       cudaStream_t s)
+{
+    if (k_cuda_gemm_tile(M, N) == 128) return k_cuda_gemm_t<128>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    return k_cuda_gemm_t<64>(kernel, shapes, M, N, K, la, lb, st, ws, s);
 }

@@ -84,6 +84,28 @@ static inline size_t g_ndiff(const void *a, const void *b, size_t n, size_t esz)
     return k;
 }
 
+/* g_ndiff, but two NaNs are equal whatever their bits (fmt 'f' f32, 'h' f16, 'b' bf16):
+ * a GPU's float unit returns its canonical NaN (0x7fffffff) where x86 keeps the first
+ * NaN operand's payload, so a kernel that lets NaN through matches the CPU only up to
+ * which NaN. Where neither side is NaN the bits must agree. */
+static inline int g_isnan_bits(const void *p, char fmt)
+{
+    uint32_t u = 0;
+    memcpy(&u, p, fmt == 'f' ? 4 : 2);
+    return fmt == 'f' ? (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)
+         : fmt == 'h' ? (u & 0x7c00u) == 0x7c00u && (u & 0x03ffu)
+                      : (u & 0x7f80u) == 0x7f80u && (u & 0x007fu);
+}
+static inline size_t g_ndiff_nan(const void *a, const void *b, size_t n, char fmt)
+{
+    size_t esz = fmt == 'f' ? 4 : 2, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *x = (const char *)a + i * esz, *y = (const char *)b + i * esz;
+        k += memcmp(x, y, esz) != 0 && !(g_isnan_bits(x, fmt) && g_isnan_bits(y, fmt));
+    }
+    return k;
+}
+
 /* Device copy of the result of a kernel into a fresh host array. */
 static inline float *g_result(const float *d, size_t n)
 {

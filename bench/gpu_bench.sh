@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Training throughput on one CUDA GPU, ddprt --device cuda (hand-written kernels, no
+# cuBLAS/cuDNN) vs PyTorch (bench/ref_gpu.py: cuBLAS/cuDNN, fp32, TF32 off), synthetic data
+# of the model's shape, SGD with momentum (the device path's optimizer), alternating runs,
+# medians. Not part of make test; needs a GPU (bench/gpu_device.sh runs it on a lent one).
+#   bench/gpu_bench.sh [ROUNDS]     (BUILD=build; MODELS="lenet gpt" for a subset; PY=python3;
+#                                    BEFORE=dir: a second ddprt-train's rate in a column of its own)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}
+rounds=${1:-2}
+py=${PY:-python3}
+. bench/lib.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf "[gpt]\nlayers=6\ndim=384\nheads=6\nctx=256\nvocab=256\n" >"$tmp/gpt.cfg"
+# model batch steps(ddprt) steps(pytorch); gpt: 6x384, T 256, rates in tokens/s
+cases=("lenet 64 200 200" "resnet20 128 30 50" "textcnn 64 100 100" "resnet18 32 15 20" "gpt 8 20 20")
+echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+printf "%-9s %6s %14s %14s %8s %10s %12s\n" model batch "ddprt /s" "torch /s" ratio "ddprt all" "before /s"
+run_d() {
+  local T=${TRAIN:-$B/ddprt-train}
+  local m=(--model "$1")
+  [[ $1 == gpt ]] && m=(--model-file "$tmp/gpt.cfg" --seq-len 256 --sample-len 1)
+  timeout 120 "$T" --device cuda --data synthetic "${m[@]}" --batch-size "$2" --max-steps "$3" \
+    --epochs 1 --no-eval --log-interval 1000 --lr 0.01 --momentum 0.9 2>&1
+}
+took() { sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p'; }
+for c in "${cases[@]}"; do
+  read -r m b sd sp <<<"$c"
+  [[ -z "${MODELS:-}" || " $MODELS " == *" $m "* ]] || continue
+  : >"$tmp/d"; : >"$tmp/p"; : >"$tmp/da"; : >"$tmp/o"
+  per=$b; [[ $m == gpt ]] && per=$((b * 256))
+  for _ in $(seq "$rounds"); do
+    # steady rate: a run of sd + 2 steps less one of 2 (start-up and first touch in both)
+    out=$(run_d "$m" "$b" $((sd + 2)))
+    t2=$(run_d "$m" "$b" 2 | took)
+    tl=$(echo "$out" | took)
+    if [[ -n $tl && -n $t2 ]]; then
+      awk -v n="$((sd * per))" -v a="$tl" -v c="$t2" 'BEGIN { if (a > c) print n / (a - c) }' >>"$tmp/d"
+      echo "$out" | sed -n 's/.*epoch 1: \([0-9.]*\) samples\/s.*/\1/p' >>"$tmp/da"
+    else
+      echo "$out" | tail -3 | sed "s/^/# $m ddprt: /"
+    fi
+    if [[ -n ${BEFORE:-} ]]; then
+      tl=$(TRAIN=$BEFORE/ddprt-train run_d "$m" "$b" $((sd + 2)) | took)
+      t2=$(TRAIN=$BEFORE/ddprt-train run_d "$m" "$b" 2 | took)
+      [[ -n $tl && -n $t2 ]] && awk -v n="$((sd * per))" -v a="$tl" -v c="$t2" 'BEGIN { if (a > c) print n / (a - c) }' >>"$tmp/o"
+    fi
+    r=$(timeout 120 "$py" bench/ref_gpu.py "$m" "$b" "$sp" 2>"$tmp/pe") && echo "$r" | awk '{ print $2 }' >>"$tmp/p" ||
+      tail -2 "$tmp/pe" | sed "s/^/# $m torch: /"
+  done
+  d=$(med <"$tmp/d"); p=$(med <"$tmp/p"); da=$(med <"$tmp/da"); o=$(med <"$tmp/o")
+  printf "%-9s %6s %14s %14s %8s %10s %12s\n" "$m" "$b" "$d" "$p" "$(ratio "$d" "$p")" "$da" "$o"
+done
+echo "# rates after 2 untimed steps on both sides (ddprt: a run of steps + 2 less one of 2); gpt in tokens/s"
+echo "# (6x384, 6 heads, vocab 256, T 256), the rest samples/s; ddprt all: its epoch line, start-up included"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine should run, in one call (device time is short): the
+# device suite (make test-gpu's runner), the kernel table against cuBLAS/cuDNN, the
+# training table (bench/gpu_bench.sh), per-kernel profiles of one step
+# (bench/gpu_profile.sh), then compute-sanitizer memcheck over the kernel tests. Built
+# here and carried: the binaries link this machine's libjpeg/libpng/libibverbs, so
+# .gpu/lib holds copies of those (docs/build.md, "On a lent GPU"). Each step has its own
+# time cap and writes its log into $OUT at once.
+#   bash bench/gpu_device.sh   (OUT=folder for the logs; BUILD=build; BEFORE=dir of an older
+#                               ddprt-train for the table; PROFILE="gpt:8 resnet18:32"; CAP_*)
+set -u
+cd "$(dirname "$0")/.."
+O=${OUT:-/tmp/gpu-out}
+mkdir -p "$O"
+export DDPRT_BUILD=${BUILD:-build} LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+B=$DDPRT_BUILD
+step() { local cap=$1 log=$2; shift 2; local t=$SECONDS
+  timeout "$cap" "$@" >"$O/$log" 2>&1; echo "# rc $? after $((SECONDS - t)) s (cap $cap)" >>"$O/$log"; }
+{ nvidia-smi; nproc; uname -r; ldd "$B/ddprt-train" | grep 'not found'; } >"$O/machine.txt" 2>&1
+step "${CAP_TEST:-180}" test-gpu.log "$B/test-gpu-runner" ${TESTS:-}
+# cuBLAS / cuDNN for the kernel table's reference columns (PyTorch's wheels hold them)
+refs=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcublas.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
+       xargs -r -n1 dirname | sort -u | tr '\n' ':')
+LD_LIBRARY_PATH=$refs$LD_LIBRARY_PATH step "${CAP_KERNELS:-60}" kernels.log stdbuf -oL "$B/ddprt-bench-kernels" --device cuda
+BUILD=$B step "${CAP_TRAIN:-150}" train.log bash bench/gpu_bench.sh "${ROUNDS:-1}"
+for p in ${PROFILE:-}; do
+  BUILD=$B step "${CAP_PROF:-60}" "prof-${p%%:*}.txt" bash bench/gpu_profile.sh "${p%%:*}" "${p##*:}"
+done
+[[ ${CAP_MEMCHECK:-50} -gt 0 ]] &&
+  step "${CAP_MEMCHECK:-50}" memcheck.log compute-sanitizer --tool memcheck "$B/test-gpu-runner" gpu_kernels gpu_tfm
+tail -n 3 "$O"/*.log "$O"/*.txt

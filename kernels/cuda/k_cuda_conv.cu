@@ -14,8 +14,35 @@
 
 namespace {
 
-struct Geo { // the shape, with the products the index maths needs
+// x / d and x % d for 0 <= x < 2^31 by a multiply and a shift (CUTLASS's FastDivmod:
+// m = ceil(2^p / d), p = 31 + ceil(log2 d)). The loaders split every index they
+// gather into 4-6 coordinates; a division by a runtime divisor is some 20 instructions,
+// so the 64x64 tile's gathers took more instructions than its FMAs. Exact for every
+// such x (checked against / for 3e8 pairs).
+struct Div {
+    unsigned d, m, s;
+    __host__ __device__ int q(int x) const
+    {
+        return d == 1 ? x : (int)((unsigned)(((unsigned long long)(unsigned)x * m) >> 32) >> s);
+    }
+    __host__ __device__ void qr(int x, int &quo, int &rem) const { quo = q(x), rem = x - quo * (int)d; }
+};
+
+static Div mkdiv(int d)
+{
+    Div v = {(unsigned)d, 0, 0};
+    if (d > 1) {
+        int l = 0;
+        while ((1u << l) < (unsigned)d) l++;
+        unsigned p = 31 + l;
+        v.m = (unsigned)(((1ull << p) + d - 1) / d), v.s = p - 32;
+    }
+    return v;
+}
+
+struct Geo { // the shape, with the products and divisors the index maths needs
     int N, C, H, W, K, R, S, st, pad, P, Q;
+    Div dRS, dS, dPQ, dQ, dHW, dW, dst;
     __host__ __device__ int RS() const { return R * S; }
     __host__ __device__ int PQ() const { return P * Q; }
     __host__ __device__ int HW() const { return H * W; }
@@ -23,7 +50,9 @@ struct Geo { // the shape, with the products the index maths needs
 
 static Geo geo(const k_conv_shape *sh)
 {
-    Geo g = {sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, sh->stride, sh->pad, sh->p, sh->q};
+    Geo g = {sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, sh->stride, sh->pad, sh->p, sh->q,
+             mkdiv(sh->r * sh->s), mkdiv(sh->s), mkdiv(sh->p * sh->q), mkdiv(sh->q), mkdiv(sh->h * sh->w),
+             mkdiv(sh->w), mkdiv(sh->stride)};
     return g;
 }
 
@@ -44,8 +73,8 @@ struct FwdB {
     Geo g; const float *x;
     __host__ __device__ float operator()(int k, int j) const
     {
-        int c = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
-        int n = j / g.PQ(), pq = j % g.PQ(), p = pq / g.Q, q = pq % g.Q;
+        int c, rs, r, s, n, pq, p, q;
+        g.dRS.qr(k, c, rs), g.dS.qr(rs, r, s), g.dPQ.qr(j, n, pq), g.dQ.qr(pq, p, q);
         return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
     }
 };
@@ -53,7 +82,8 @@ struct FwdStore {
     Geo g; const float *b; float *y;
     __host__ __device__ void operator()(int, int m, int j, float v) const
     {
-        int n = j / g.PQ(), pq = j % g.PQ();
+        int n, pq;
+        g.dPQ.qr(j, n, pq);
         y[((size_t)n * g.K + m) * g.PQ() + pq] = v + (b ? b[m] : 0.0f);
     }
 };
@@ -64,7 +94,8 @@ struct DxA {
     Geo g; const float *w;
     __host__ __device__ float operator()(int c, int k) const
     {
-        int kk = k / g.RS(), rs = k % g.RS();
+        int kk, rs;
+        g.dRS.qr(k, kk, rs);
         return w[((size_t)kk * g.C + c) * g.RS() + rs];
     }
 };
@@ -73,12 +104,12 @@ struct DxB {
     Geo g; const float *dy;
     __host__ __device__ float operator()(int k, int j) const
     {
-        int kk = k / g.RS(), rs = k % g.RS(), r = rs / g.S, s = rs % g.S;
-        int n = j / g.HW(), hw = j % g.HW(), h = hw / g.W, w = hw % g.W;
+        int kk, rs, r, s, n, hw, h, w, p, q, pr, qr;
+        g.dRS.qr(k, kk, rs), g.dS.qr(rs, r, s), g.dHW.qr(j, n, hw), g.dW.qr(hw, h, w);
         int ph = h + g.pad - r, qw = w + g.pad - s;
-        if (ph < 0 || qw < 0 || ph % g.st || qw % g.st) return 0.0f;
-        int p = ph / g.st, q = qw / g.st;
-        if (p >= g.P || q >= g.Q) return 0.0f;
+        if (ph < 0 || qw < 0) return 0.0f;
+        g.dst.qr(ph, p, pr), g.dst.qr(qw, q, qr);
+        if (pr || qr || p >= g.P || q >= g.Q) return 0.0f;
         return dy[(((size_t)n * g.K + kk) * g.P + p) * g.Q + q];
     }
 };
@@ -86,7 +117,8 @@ struct DxStore {
     Geo g; float *dx;
     __host__ __device__ void operator()(int, int c, int j, float v) const
     {
-        int n = j / g.HW(), hw = j % g.HW();
+        int n, hw;
+        g.dHW.qr(j, n, hw);
         dx[((size_t)n * g.C + c) * g.HW() + hw] = v;
     }
 };
@@ -97,7 +129,8 @@ struct DwA {
     Geo g; const float *dy;
     __host__ __device__ float operator()(int m, int k) const
     {
-        int n = k / g.PQ(), pq = k % g.PQ();
+        int n, pq;
+        g.dPQ.qr(k, n, pq);
         return dy[((size_t)n * g.K + m) * g.PQ() + pq];
     }
 };
@@ -106,8 +139,8 @@ struct DwB {
     Geo g; const float *x;
     __host__ __device__ float operator()(int k, int j) const
     {
-        int n = k / g.PQ(), pq = k % g.PQ(), p = pq / g.Q, q = pq % g.Q;
-        int c = j / g.RS(), rs = j % g.RS(), r = rs / g.S, s = rs % g.S;
+        int n, pq, p, q, c, rs, r, s;
+        g.dPQ.qr(k, n, pq), g.dQ.qr(pq, p, q), g.dRS.qr(j, c, rs), g.dS.qr(rs, r, s);
         return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
     }
 };

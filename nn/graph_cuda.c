@@ -17,7 +17,9 @@ struct nn_cuda {
     nn_node *nodes;             /* dg's nodes (NN_MAX_NODES, allocated at open) */
     rt_arena dev, pin;
     void *dev_base;
-    float *mom;
+    float *mom;                 /* SGD's momentum, or Adam's exp_avg */
+    float *v;                   /* Adam's exp_avg_sq (nn_cuda_use_optim) */
+    nn_optim *opt;              /* Adam / AdamW: the trainer's optimizer (settings, step count, host state) */
     void *x[2], *hx[2];         /* batch: device and pinned, double-buffered */
     int32_t *y[2], *hy[2];
     double *sums, *hsums;       /* loss sum and correct count: device, pinned */
@@ -72,7 +74,8 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     c->dg.on_device = 1;
     c->dg.on_grad_ready = NULL;
     if (nn_graph_carve(&c->dg, a, err, errlen)) return -1;
-    c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+    c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, c->opt ? "exp_avg" : "momentum");
+    c->v = c->opt ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "exp_avg_sq") : NULL;
     for (int i = 0; i < 2; i++) {
         c->x[i] = rt_arena_alloc(a, (size_t)B * c->in_bytes, RT_MEM_DATA, "batch inputs");
         c->y[i] = rt_arena_alloc(a, (size_t)B * sizeof(int32_t), RT_MEM_DATA, "batch labels");
@@ -134,12 +137,15 @@ fail:
     return -1;
 }
 
+void nn_cuda_use_optim(nn_cuda *c, nn_optim *o) { c->opt = o; }
+
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum)
 {
     size_t b = c->dg.nparams * sizeof(float);
     if (port_memcpy_h2d(c->dg.params, c->host->params, b, c->compute, "upload parameters") ||
         port_memcpy_h2d(c->mom, momentum, b, c->compute, "upload momentum") ||
+        (c->opt && port_memcpy_h2d(c->v, c->opt->v, b, c->compute, "upload exp_avg_sq")) ||
         (c->dg.buf_bytes && port_memcpy_h2d(c->dg.bufs, c->host->bufs, c->dg.buf_bytes, c->compute, "upload buffers")) ||
         port_memset_dev(c->dg.grads, 0, b, c->compute, "zero gradients") || port_stream_sync(c->compute, "upload"))
         return -1;
@@ -153,6 +159,7 @@ int nn_cuda_download(nn_cuda *c, float *momentum)
         (c->dg.buf_bytes &&
          port_memcpy_d2h(c->host->bufs, c->dg.bufs, c->dg.buf_bytes, c->compute, "download buffers")) ||
         (momentum && port_memcpy_d2h(momentum, c->mom, b, c->compute, "download momentum")) ||
+        (momentum && c->opt && port_memcpy_d2h(c->opt->v, c->v, b, c->compute, "download exp_avg_sq")) ||
         port_stream_sync(c->compute, "download"))
         return -1;
     return 0;
@@ -172,6 +179,32 @@ static void put_batch(nn_cuda *c, const void *x, const int32_t *y, int n)
     KC(port_memcpy_h2d(c->y[s], c->hy[s], (size_t)n * sizeof(int32_t), c->copy, "batch labels"));
     KC(port_event_record(c->copied[s], c->copy));
     KC(port_stream_wait_event(c->compute, c->copied[s]));
+}
+
+/* Adam / AdamW on the device: the CPU's settings (nn_optim_adam_cfg) over the same runs
+ * of weight decay, one launch a run; the host's step count advances as nn_optim_step's. */
+typedef struct adam_ctx { nn_cuda *c; double lr; } adam_ctx;
+static void adam_run(void *ctx, size_t lo, size_t hi, int decay)
+{
+    adam_ctx *a = ctx;
+    nn_cuda *c = a->c;
+    if (hi <= lo) return;
+    k_adam_cfg k = nn_optim_adam_cfg(c->opt, a->lr, decay);
+    nn_graph *g = &c->dg;
+    KC(k_cuda_adam_step(hi - lo, &k, g->params + lo, g->grads + lo, c->mom + lo, c->v + lo, c->compute));
+}
+
+static void optim_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
+{
+    nn_graph *g = &c->dg;
+    if (!c->opt) {
+        KC(k_cuda_sgd_step(g->nparams, sgd, step == 0, g->params, g->grads, c->mom, c->compute));
+        return;
+    }
+    adam_ctx a = {c, sgd->lr};
+    nn_optim_decay_runs(c->opt, c->host, adam_run, &a);
+    c->opt->lr = sgd->lr;
+    c->opt->t++;
 }
 
 /* The loss sums come back with the step's one synchronisation. */
@@ -197,7 +230,7 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
     /* The staging's end event orders SGD after the last copy back. */
     if (ddp_on(c) && nn_ddp_finish_grads(c->ddp))
         rt_fatal("rank %d: GPU gradient allreduce: %s", nn_ddp_rank(c->ddp), nn_ddp_errmsg(c->ddp));
-    KC(k_cuda_sgd_step(g->nparams, sgd, step == 0, g->params, g->grads, c->mom, c->compute));
+    optim_step(c, sgd, step);
     return read_sums(c, NULL) / n;
 }
 
@@ -245,6 +278,7 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
     snprintf(err, errlen, "%s", nocuda);
     return -1;
 }
+void nn_cuda_use_optim(nn_cuda *c, nn_optim *o) { (void)c; (void)o; }
 int nn_cuda_upload(nn_cuda *c, const float *momentum) { (void)c; (void)momentum; return -1; }
 int nn_cuda_download(nn_cuda *c, float *momentum) { (void)c; (void)momentum; return -1; }
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,

@@ -1,9 +1,9 @@
 /* Training any graph on a GPU (--device cuda). The device graph is a copy of the host
  * graph's nodes, parameters and buffers planned by nn_plan into one device arena (one
  * cudaMalloc): parameters, gradients, buffers, activations, the ops' CUDA workspace,
- * momentum and double-buffered batches; batches and the loss come through one pinned
- * arena (one cudaHostAlloc), on their own stream, so the next batch's copy overlaps
- * the current step. The ops' CUDA halves (nn/ops/cuda.c) run through nn_forward_cuda /
+ * momentum (or Adam's two moments) and double-buffered batches; batches and the loss
+ * come through one pinned arena (one cudaHostAlloc), on their own stream, so the next
+ * batch's copy overlaps the current step. The ops' CUDA halves (nn/ops/cuda.c) run through nn_forward_cuda /
  * nn_backward_cuda (nn/exec_cuda.c).
  *
  * DDP is nn_ddp's, the same code as on the host: nn_cuda_setup hands it the device
@@ -22,6 +22,7 @@
 #include "kernels/k.h"
 #include "nn/ddp.h"
 #include "nn/graph.h"
+#include "nn/optim.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,12 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
  * ddp (may be NULL, or without a comm for one rank) averages the gradients
  * (nn_ddp_set_device; nn_ddp_attach may come later). mem_report prints the plans. */
 int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen);
+/* Adam / AdamW (o: the trainer's nn_optim, kind adam or adamw, fp32 state, unsharded)
+ * instead of SGD: its exp_avg_sq is planned on the device beside exp_avg (the momentum
+ * slot), every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs
+ * at sgd->lr and advances o->t, and upload / download with a momentum move o->v too.
+ * Before nn_cuda_setup. */
+void nn_cuda_use_optim(nn_cuda *c, nn_optim *o);
 /* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum);
 /* Parameters and buffers into the host graph, and momentum when not NULL. */

@@ -216,19 +216,45 @@ static void each_seg(nn_optim *o, nn_graph *g, size_t lo, size_t hi, int decay, 
     }
 }
 
-static void each_run(nn_optim *o, nn_graph *g, run_fn f, run_ctx *r)
+void nn_optim_decay_runs(const nn_optim *o, const nn_graph *g, void (*f)(void *ctx, size_t lo, size_t hi, int decay),
+                         void *ctx)
 {
     if (!o->c.no_decay) {
-        each_seg(o, g, 0, g->nparams, 1, f, r);
+        f(ctx, 0, g->nparams, 1);
         return;
     }
     for (int i = 0; i < g->np;) {
         int j = i + 1, d = !g->p[i].no_decay;
         while (j < g->np && (!g->p[j].no_decay) == d) j++;
         size_t lo = i ? g->p[i].offset : 0, hi = j < g->np ? g->p[j].offset : g->nparams;
-        each_seg(o, g, lo, hi, d, f, r);
+        f(ctx, lo, hi, d);
         i = j;
     }
+}
+
+typedef struct seg_ctx { nn_optim *o; nn_graph *g; run_fn f; run_ctx *r; } seg_ctx;
+static void seg_run(void *ctx, size_t lo, size_t hi, int decay)
+{
+    seg_ctx *s = ctx;
+    each_seg(s->o, s->g, lo, hi, decay, s->f, s->r);
+}
+
+static void each_run(nn_optim *o, nn_graph *g, run_fn f, run_ctx *r)
+{
+    seg_ctx s = {o, g, f, r};
+    nn_optim_decay_runs(o, g, seg_run, &s);
+}
+
+k_adam_cfg nn_optim_adam_cfg(const nn_optim *o, double lr, int decay)
+{
+    const nn_optim_cfg *c = &o->c;
+    double t = (double)(o->t + 1), wd = decay ? c->weight_decay : 0.0;
+    k_adam_cfg a = {.beta1 = (float)c->beta1, .beta2 = (float)c->beta2, .eps = (float)c->eps,
+                    .weight_decay = (float)wd, .decoupled = c->kind == NN_OPT_ADAMW,
+                    .step_size = (float)(lr / (1 - pow(c->beta1, t))),
+                    .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
+                    .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
+    return a;
 }
 
 static void update_run(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at, int decay, run_ctx *r)
@@ -242,12 +268,7 @@ static void update_run(nn_optim *o, nn_graph *g, size_t lo, size_t hi, size_t at
         k_sgd_step(n, &s, o->t == 0, g->params + lo, g->grads + lo, o->m + at);
         return;
     }
-    double t = (double)(o->t + 1);
-    k_adam_cfg a = {.beta1 = (float)c->beta1, .beta2 = (float)c->beta2, .eps = (float)c->eps,
-                    .weight_decay = (float)wd, .decoupled = c->kind == NN_OPT_ADAMW,
-                    .step_size = (float)(lr / (1 - pow(c->beta1, t))),
-                    .bc2_sqrt = (float)sqrt(1 - pow(c->beta2, t)),
-                    .decay_mul = c->kind == NN_OPT_ADAMW ? (float)(1 - lr * wd) : 1.0f};
+    k_adam_cfg a = nn_optim_adam_cfg(o, lr, decay);
     if (!c->q8) {
         k_adam_step(n, &a, g->params + lo, g->grads + lo, o->m + at, o->v + at);
         return;

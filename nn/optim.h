@@ -9,6 +9,7 @@
 #include "nn/graph.h"
 #include "nn/shard.h"
 #include "nn/opts.h"
+#include "kernels/k_optim.h"
 #include <stdint.h>
 
 enum { NN_OPT_SGD, NN_OPT_ADAM, NN_OPT_ADAMW };
@@ -55,6 +56,14 @@ int nn_optim_config_fields(const nn_optim_cfg *c, const char **names, int64_t *v
  * caller; nn_shard_segments) and updates only those parameters; the trainer
  * all-gathers the rest. Before nn_optim_plan. */
 void nn_optim_shard(nn_optim *o, const nn_span *seg, int n);
+/* Adam's settings for step o->t + 1 at lr, with or without weight decay (a run of
+ * parameters: nn_optim_decay_runs); the CPU update and the GPU's (nn/graph_cuda.c) share it. */
+k_adam_cfg nn_optim_adam_cfg(const nn_optim *o, double lr, int decay);
+/* f(ctx, lo, hi, decay) over the graph's parameter floats [0, nparams) in runs of the
+ * same weight-decay setting (--no-decay-bn-bias: biases and BatchNorm / LayerNorm
+ * parameters take none), in order. */
+void nn_optim_decay_runs(const nn_optim *o, const nn_graph *g, void (*f)(void *ctx, size_t lo, size_t hi, int decay),
+                         void *ctx);
 /* Carves the state (run on the planning arena, then on the real one). */
 void nn_optim_plan(nn_optim *o, rt_arena *a, size_t nparams);
 /* Zeroes the state; base_lr from the world size. */

@@ -141,4 +141,64 @@ TEST(train_device_cuda_simt_ddp_2_processes_resnet20_match_cpu)
     int n = same_ckpt(pd, pc, 2e-5, why, sizeof why);
     CHECKF(n > 60, "resnet20, 2 processes, after 1 step: %d tensors agree; %s", n, why);
 }
+
+/* The lines of out that start with prefix, concatenated (the epoch-2 loss lines). */
+static void lines_with(const char *out, const char *prefix, char *buf, size_t len)
+{
+    size_t k = 0, pl = strlen(prefix);
+    buf[0] = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        /* the rate and ETA at the end of a progress line are the clock's */
+        const char *r = memchr(l, '(', n);
+        if (r) n = (size_t)(r - l);
+        if (!strncmp(l, prefix, pl) && k + n + 2 < len) memcpy(buf + k, l, n), k += n, buf[k++] = '\n', buf[k] = 0;
+    }
+}
+
+/* AdamW on the device through the trainer: after an epoch the parameters and both
+ * moments (PATH.state's exp_avg, exp_avg_sq, downloaded for the save) agree with the
+ * CPU's; and a device run resumed from that checkpoint (the moments uploaded) gives the
+ * epoch-2 loss lines of an uninterrupted device run, digit for digit. */
+TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
+{
+    const char *dir = t_tmpdir("simtadam");
+    t_write_synthetic_dataset(dir, 64, 24, 0);
+    const char *args = "--model lenet --optimizer adamw --lr 1e-2 --weight-decay 0.1 --no-decay-bn-bias "
+                       "--batch-size 16 --test-batch-size 8 --log-interval 1 --seed 3";
+    char cmd[2048], out[65536], out2[65536], why[256] = "", pd[600], pc[600], sd[640], sc[640];
+    snprintf(pd, sizeof pd, "%s/adev.st", dir);
+    snprintf(pc, sizeof pc, "%s/acpu.st", dir);
+    for (int dev = 0; dev < 2; dev++) {
+        snprintf(cmd, sizeof cmd, "%s --device %s %s --epochs 1 --data %s --save %s 2>&1", t_prog("t-train-simt"),
+                 dev ? "cpu" : "cuda", args, dir, dev ? pc : pd);
+        CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
+    }
+    int n = same_ckpt(pd, pc, 1e-4, why, sizeof why);
+    CHECKF(n > 4, "lenet, AdamW, after an epoch: %d tensors agree; %s", n, why);
+    snprintf(sd, sizeof sd, "%s.state", pd);
+    snprintf(sc, sizeof sc, "%s.state", pc);
+    n = same_ckpt(sd, sc, 1e-4, why, sizeof why);
+    CHECKF(n >= 16, "lenet, AdamW state after an epoch: %d tensors agree; %s", n, why);
+
+    snprintf(cmd, sizeof cmd, "%s --device cuda %s --epochs 2 --data %s 2>&1", t_prog("t-train-simt"), args, dir);
+    CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s --device cuda %s --epochs 2 --data %s --resume %s 2>&1", t_prog("t-train-simt"),
+             args, dir, pd);
+    CHECKF(t_sh(cmd, out2, sizeof out2) == 0, "%s", out2);
+    static char a[8192], b[8192];
+    lines_with(out, "Train Epoch: 2", a, sizeof a);
+    lines_with(out2, "Train Epoch: 2", b, sizeof b);
+    CHECKF(a[0] && !strcmp(a, b), "epoch 2, straight:\n%s\nresumed:\n%s", a, b);
+    /* what the device does not run yet is refused in one line, before training */
+    static const char *const no[] = {"--clip-grad-norm 1", "--accum-steps 2", "--optimizer adamw8bit"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s --device cuda %s %s --epochs 1 --data %s 2>&1", t_prog("t-train-simt"), args,
+                 no[i], dir);
+        CHECKF(t_sh(cmd, out, sizeof out) != 0 && strstr(out, "--device cuda: the GPU runs SGD, Adam and AdamW") &&
+                   !strstr(out, "Train Epoch"),
+               "%s: %s", no[i], out);
+    }
+}
 #endif

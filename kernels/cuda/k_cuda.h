@@ -22,6 +22,7 @@
 extern "C" {
 #endif
 #include "kernels/k.h"
+#include "kernels/k_optim.h"
 #include "ports/cuda/port_cuda.h"
 
 /* Scratch bytes the conv / linear kernels need (split-K partial sums when the output
@@ -71,6 +72,9 @@ int k_cuda_log_softmax_nll_bwd(int n, int classes, const float *logp, const int3
 /* The whole optimizer update in one pass over p, g, v (cfg is read on the host). */
 int k_cuda_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, const float *g, float *v,
                     port_stream s);
+/* Adam / AdamW (kernels/k_optim.h's k_adam_step: each operation rounded on its own, the
+ * same bits as every CPU path) over p, g, m, v. */
+int k_cuda_adam_step(size_t n, const k_adam_cfg *cfg, float *p, const float *g, float *m, float *v, port_stream s);
 int k_cuda_init_uniform(size_t n, float bound, uint64_t seed, uint64_t offset, float *out, port_stream s);
 /* The RNG itself (tests): out[i] = k_rand_uniform(seed, offset + i). */
 int k_cuda_rand_uniform(size_t n, uint64_t seed, uint64_t offset, float *out, port_stream s);

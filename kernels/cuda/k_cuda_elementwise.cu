@@ -108,6 +108,28 @@ int k_cuda_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, co
     return k_cuda_check_launch("k_cuda_sgd_step", "n=%zu", n);
 }
 
+// ---- Adam / AdamW: k_adam_step's order (kernels/cpu/k_optim.c), nothing contracted.
+__global__ void adam_step(size_t n, k_adam_cfg c, float *p, const float *g, float *m, float *v)
+{
+    GRID_STRIDE(i, n) {
+        float gi = g[i], pi = p[i], mo = m[i];
+        if (c.decoupled) pi = __fmul_rn(pi, c.decay_mul);
+        else if (c.weight_decay != 0.0f) gi = __fadd_rn(gi, __fmul_rn(c.weight_decay, pi));
+        float mi = __fadd_rn(mo, __fmul_rn(1.0f - c.beta1, __fsub_rn(gi, mo)));
+        float vi = __fadd_rn(__fmul_rn(v[i], c.beta2), __fmul_rn(__fmul_rn(1.0f - c.beta2, gi), gi));
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = __fadd_rn(pi, __fmul_rn(-c.step_size, __fdiv_rn(mi, den)));
+    }
+}
+
+int k_cuda_adam_step(size_t n, const k_adam_cfg *cfg, float *p, const float *g, float *m, float *v, port_stream s)
+{
+    LAUNCH(adam_step, n, s, n, *cfg, p, g, m, v);
+    return k_cuda_check_launch("k_cuda_adam_step", "n=%zu", n);
+}
+
 // ---- init and the RNG itself
 __global__ void init_uniform(size_t n, float bound, uint64_t key, uint64_t offset, float *out)
 {

@@ -46,13 +46,14 @@ static int same_losses(const char *a, const char *b, double tol, char *why, size
  * (the host graph, 2 batches) runs on the executor too and must agree (a large step
  * size and no --check-sync, which downloads the parameters every step: validating the
  * device's initial parameters would show). */
-static void model_vs_cpu(const char *model, const char *launch, int lm)
+static void model_vs_cpu_opt(const char *model, const char *launch, int lm, const char *extra)
 {
-    char cmd[1024], out_g[32768], out_c[32768], why[128] = "";
-    char args[200];
+    char cmd[1400], out_g[32768], out_c[32768], why[128] = "";
+    char args[400];
     /* The executor runs the losses only: the synthetic test set is 10000 samples. */
-    snprintf(args, sizeof args, "--data synthetic --epochs 1 --max-steps %d --log-interval 1 --batch-size %d%s",
-             G_STEPS, G_BIG(16, 4), lm ? " --eval-batches 2 --lr 3" : G_SIMT ? " --check-sync 1 --no-eval" : " --check-sync 1");
+    snprintf(args, sizeof args, "--data synthetic --epochs 1 --max-steps %d --log-interval 1 --batch-size %d%s %s",
+             G_STEPS, G_BIG(16, 4),
+             lm ? " --eval-batches 2 --lr 3" : G_SIMT ? " --check-sync 1 --no-eval" : " --check-sync 1", extra);
     snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), model, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
     snprintf(cmd, sizeof cmd, "%s %s --device cpu %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
@@ -65,6 +66,8 @@ static void model_vs_cpu(const char *model, const char *launch, int lm)
                "validation: %.20s vs %.20s\n%s", vg ? vg : "none", vc ? vc : "none", out_g);
     }
 }
+
+static void model_vs_cpu(const char *model, const char *launch, int lm) { model_vs_cpu_opt(model, launch, lm, ""); }
 
 TEST(gpu_train_resnet20_textcnn_match_cpu)
 {
@@ -82,6 +85,21 @@ TEST(gpu_train_gpt_matches_cpu)
     char model[700];
     snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 8", dir);
     model_vs_cpu(model, "", 1);
+}
+
+/* AdamW on the device (k_cuda_adam_step over the weight-decay runs), with a per-step
+ * cosine schedule (GPT-2's recipe, less the warm-up, whose first steps barely move);
+ * and Adam on a conv net. */
+TEST(gpu_train_gpt_adamw_and_resnet20_adam_match_cpu)
+{
+    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    const char *dir = t_tmpdir("gpugpta");
+    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
+    char model[700];
+    snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 8", dir);
+    model_vs_cpu_opt(model, "", 1, "--optimizer adamw --lr 1e-2 --weight-decay 0.1 --no-decay-bn-bias "
+                                   "--lr-schedule cosine-step");
+    model_vs_cpu_opt("--model resnet20", "", 0, "--optimizer adam --lr 1e-3 --weight-decay 1e-4");
 }
 
 TEST(gpu_ddp_resnet20_2_processes_share_gpu)

@@ -3,6 +3,7 @@
  * shapes. Elementwise kernels, the RNG and conversions must match bit for bit; GEMM-
  * based ones to rounding (a different summation order). */
 #include "test/gpu/g.h"
+#include "kernels/k_optim.h"
 #include "transport/tp_reduce.h"
 #include <math.h>
 
@@ -268,6 +269,31 @@ TEST(gpu_sgd_bit_exact)
             CHECKF(g_ndiff(g_result(gp, n), p, n, 4) == 0 && g_ndiff(g_result(gv, n), v, n, 4) == 0,
                    "sgd cfg %zu first %d", c, first);
         }
+}
+
+/* Adam and AdamW (with and without weight decay), three steps on the same state: the
+ * CPU's bits (k_adam_step: every ISA path gives the reference's). v starts >= 0. */
+TEST(gpu_adam_bit_exact)
+{
+    g_init();
+    size_t n = 100001;
+    for (int c = 0; c < 3; c++) {
+        float *p = g_rand(n, 41), *g = g_rand(n, 42), *m = g_rand(n, 43), *v = g_rand(n, 44);
+        for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+        float *gp = g_up(p, n * 4), *gg = g_up(g, n * 4), *gm = g_up(m, n * 4), *gv = g_up(v, n * 4);
+        for (int t = 1; t <= 3; t++) {
+            double lr = 1e-3 * t, wd = c == 0 ? 0.0 : 0.1;
+            k_adam_cfg a = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = (float)wd,
+                            .decoupled = c == 2, .step_size = (float)(lr / (1 - pow(0.9, t))),
+                            .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)), .decay_mul = c == 2 ? (float)(1 - lr * wd) : 1};
+            k_adam_step(n, &a, p, g, m, v);
+            g_need(k_cuda_adam_step(n, &a, gp, gg, gm, gv, NULL) == 0, "adam");
+        }
+        CHECKF(g_ndiff(g_result(gp, n), p, n, 4) == 0 && g_ndiff(g_result(gm, n), m, n, 4) == 0 &&
+                   g_ndiff(g_result(gv, n), v, n, 4) == 0,
+               "%s: %zu parameters differ", c == 0 ? "adam" : c == 1 ? "adam wd" : "adamw",
+               g_ndiff(g_result(gp, n), p, n, 4));
+    }
 }
 
 TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)

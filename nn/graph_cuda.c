@@ -10,6 +10,7 @@
 #include "rt/arena.h"
 #include "rt/log.h"
 #include "transport/tp_staged.h"
+#include <math.h>
 #include <stdlib.h>
 
 struct nn_cuda {
@@ -20,6 +21,9 @@ struct nn_cuda {
     float *mom;                 /* SGD's momentum, or Adam's exp_avg */
     float *v;                   /* Adam's exp_avg_sq (nn_cuda_use_optim) */
     nn_optim *opt;              /* Adam / AdamW: the trainer's optimizer (settings, step count, host state) */
+    nn_optim *clip;             /* --clip-grad-norm: its settings (nn_cuda_use_optim) */
+    double *norm;               /* the gradients' sum of squares (device), and its chunks' */
+    void *norm_ws;
     void *x[2], *hx[2];         /* batch: device and pinned, double-buffered */
     int32_t *y[2], *hy[2];
     double *sums, *hsums;       /* loss sum and correct count: device, pinned */
@@ -76,6 +80,10 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     if (nn_graph_carve(&c->dg, a, err, errlen)) return -1;
     c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, c->opt ? "exp_avg" : "momentum");
     c->v = c->opt ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "exp_avg_sq") : NULL;
+    c->norm = c->clip ? rt_arena_alloc(a, sizeof(double), RT_MEM_OPTIM, "gradient norm") : NULL;
+    c->norm_ws = c->clip ? rt_arena_alloc(a, k_cuda_sumsq_workspace(c->dg.nparams), RT_MEM_OPTIM,
+                                          "gradient norm chunks")
+                         : NULL;
     for (int i = 0; i < 2; i++) {
         c->x[i] = rt_arena_alloc(a, (size_t)B * c->in_bytes, RT_MEM_DATA, "batch inputs");
         c->y[i] = rt_arena_alloc(a, (size_t)B * sizeof(int32_t), RT_MEM_DATA, "batch labels");
@@ -137,7 +145,11 @@ fail:
     return -1;
 }
 
-void nn_cuda_use_optim(nn_cuda *c, nn_optim *o) { c->opt = o; }
+void nn_cuda_use_optim(nn_cuda *c, nn_optim *o)
+{
+    c->opt = o->c.kind != NN_OPT_SGD ? o : NULL;
+    c->clip = o->c.clip > 0 ? o : NULL;
+}
 
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum)
@@ -194,9 +206,23 @@ static void adam_run(void *ctx, size_t lo, size_t hi, int decay)
     KC(k_cuda_adam_step(hi - lo, &k, g->params + lo, g->grads + lo, c->mom + lo, c->v + lo, c->compute));
 }
 
+/* clip_grad_norm_: the norm comes back to the host (one more synchronisation a step),
+ * which scales the averaged gradients as nn_optim_clip does. */
+static void clip_grads(nn_cuda *c)
+{
+    nn_graph *g = &c->dg;
+    double ss;
+    KC(k_cuda_sumsq(g->nparams, g->grads, c->norm, c->norm_ws, c->compute));
+    KC(port_memcpy_d2h(&ss, c->norm, sizeof ss, c->compute, "gradient norm"));
+    KC(port_stream_sync(c->compute, "gradient norm"));
+    float coef = nn_optim_clip_coef(c->clip, sqrt(ss), c->clip->c.clip);
+    if (coef < 1.0f) KC(k_cuda_scale(g->nparams, coef, g->grads, c->compute));
+}
+
 static void optim_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
 {
     nn_graph *g = &c->dg;
+    if (c->clip) clip_grads(c);
     if (!c->opt) {
         KC(k_cuda_sgd_step(g->nparams, sgd, step == 0, g->params, g->grads, c->mom, c->compute));
         return;

@@ -34,11 +34,12 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
  * ddp (may be NULL, or without a comm for one rank) averages the gradients
  * (nn_ddp_set_device; nn_ddp_attach may come later). mem_report prints the plans. */
 int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen);
-/* Adam / AdamW (o: the trainer's nn_optim, kind adam or adamw, fp32 state, unsharded)
- * instead of SGD: its exp_avg_sq is planned on the device beside exp_avg (the momentum
- * slot), every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs
- * at sgd->lr and advances o->t, and upload / download with a momentum move o->v too.
- * Before nn_cuda_setup. */
+/* The trainer's optimizer settings (o: fp32 state, unsharded). Adam / AdamW instead of
+ * SGD: its exp_avg_sq is planned on the device beside exp_avg (the momentum slot),
+ * every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs at
+ * sgd->lr and advances o->t, and upload / download with a momentum move o->v too.
+ * --clip-grad-norm: the averaged gradients' norm (k_cuda_sumsq) scales them first, as
+ * nn_optim_clip. Before nn_cuda_setup. */
 void nn_cuda_use_optim(nn_cuda *c, nn_optim *o);
 /* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum);

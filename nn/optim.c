@@ -182,10 +182,15 @@ double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step)
     return lr;
 }
 
+float nn_optim_clip_coef(nn_optim *o, double norm, double max)
+{
+    o->grad_norm = norm;
+    return (float)(max / (norm + 1e-6));
+}
+
 void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max)
 {
-    float coef = (float)(max / (norm + 1e-6));
-    o->grad_norm = norm;
+    float coef = nn_optim_clip_coef(o, norm, max);
     if (coef >= 1.0f) return;
     if (!o->nseg) k_scale_inplace(g->nparams, coef, g->grads);
     for (int i = 0; i < o->nseg; i++) k_scale_inplace(o->seg[i].hi - o->seg[i].lo, coef, g->grads + o->seg[i].lo);

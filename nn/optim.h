@@ -73,6 +73,8 @@ double nn_optim_lr(const nn_optim *o, int epoch, uint64_t step);
 /* clip_grad_norm_'s scaling, given the global L2 norm of the gradients: scales this
  * rank's (the segments', or all) when it exceeds max. */
 void nn_optim_clip(nn_optim *o, nn_graph *g, double norm, double max);
+/* Its factor (the gradients scale when it is below 1); records the norm as it does. */
+float nn_optim_clip_coef(nn_optim *o, double norm, double max);
 /* One update of every parameter with learning rate lr (weight decay skipped on
  * no_decay parameters under --no-decay-bn-bias). */
 void nn_optim_step(nn_optim *o, nn_graph *g, double lr);

@@ -115,12 +115,13 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
     const nn_optim_cfg *c = &t->opt.c;
-    if (t->cuda && (c->q8 || c->accum > 1 || c->clip > 0 || c->sync_bn || c->compress || o->zero)) {
-        snprintf(err, errlen, "--device cuda: the GPU runs SGD, Adam and AdamW with their schedules in this version "
-                 "(no --accum-steps, --clip-grad-norm, --sync-bn, --grad-compress, --zero, 8-bit optimizers)");
+    if (t->cuda && (c->q8 || c->accum > 1 || c->sync_bn || c->compress || o->zero)) {
+        snprintf(err, errlen, "--device cuda: the GPU runs SGD, Adam and AdamW with their schedules and "
+                 "--clip-grad-norm in this version (no --accum-steps, --sync-bn, --grad-compress, --zero, "
+                 "8-bit optimizers)");
         return -1;
     }
-    if (t->cuda && c->kind != NN_OPT_SGD) nn_cuda_use_optim(t->cuda, &t->opt);
+    if (t->cuda) nn_cuda_use_optim(t->cuda, &t->opt);
     return 0;
 }
 

@@ -157,16 +157,16 @@ static void lines_with(const char *out, const char *prefix, char *buf, size_t le
     }
 }
 
-/* AdamW on the device through the trainer: after an epoch the parameters and both
- * moments (PATH.state's exp_avg, exp_avg_sq, downloaded for the save) agree with the
- * CPU's; and a device run resumed from that checkpoint (the moments uploaded) gives the
- * epoch-2 loss lines of an uninterrupted device run, digit for digit. */
+/* AdamW with clipping on the device through the trainer: after an epoch the parameters
+ * and both moments (PATH.state's exp_avg, exp_avg_sq, downloaded for the save) agree
+ * with the CPU's; and a device run resumed from that checkpoint (the moments uploaded)
+ * gives the epoch-2 loss lines of an uninterrupted device run, digit for digit. */
 TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
 {
     const char *dir = t_tmpdir("simtadam");
     t_write_synthetic_dataset(dir, 64, 24, 0);
     const char *args = "--model lenet --optimizer adamw --lr 1e-2 --weight-decay 0.1 --no-decay-bn-bias "
-                       "--batch-size 16 --test-batch-size 8 --log-interval 1 --seed 3";
+                       "--clip-grad-norm 0.5 --batch-size 16 --test-batch-size 8 --log-interval 1 --seed 3";
     char cmd[2048], out[65536], out2[65536], why[256] = "", pd[600], pc[600], sd[640], sc[640];
     snprintf(pd, sizeof pd, "%s/adev.st", dir);
     snprintf(pc, sizeof pc, "%s/acpu.st", dir);
@@ -176,7 +176,7 @@ TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
         CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
     }
     int n = same_ckpt(pd, pc, 1e-4, why, sizeof why);
-    CHECKF(n > 4, "lenet, AdamW, after an epoch: %d tensors agree; %s", n, why);
+    CHECKF(n > 4, "lenet, AdamW, clipped, after an epoch: %d tensors agree; %s", n, why);
     snprintf(sd, sizeof sd, "%s.state", pd);
     snprintf(sc, sizeof sc, "%s.state", pc);
     n = same_ckpt(sd, sc, 1e-4, why, sizeof why);
@@ -192,7 +192,7 @@ TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
     lines_with(out2, "Train Epoch: 2", b, sizeof b);
     CHECKF(a[0] && !strcmp(a, b), "epoch 2, straight:\n%s\nresumed:\n%s", a, b);
     /* what the device does not run yet is refused in one line, before training */
-    static const char *const no[] = {"--clip-grad-norm 1", "--accum-steps 2", "--optimizer adamw8bit"};
+    static const char *const no[] = {"--sync-bn", "--accum-steps 2", "--optimizer adamw8bit"};
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s --device cuda %s %s --epochs 1 --data %s 2>&1", t_prog("t-train-simt"), args,
                  no[i], dir);

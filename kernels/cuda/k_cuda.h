@@ -75,6 +75,10 @@ int k_cuda_sgd_step(size_t n, const k_sgd_cfg *cfg, int first_step, float *p, co
 /* Adam / AdamW (kernels/k_optim.h's k_adam_step: each operation rounded on its own, the
  * same bits as every CPU path) over p, g, m, v. */
 int k_cuda_adam_step(size_t n, const k_adam_cfg *cfg, float *p, const float *g, float *m, float *v, port_stream s);
+/* *out (device) = sum of x[i]^2 in double, in a fixed order (the same bits every run;
+ * the CPU's k_sumsq to rounding); ws: k_cuda_sumsq_workspace(n) bytes of device memory. */
+size_t k_cuda_sumsq_workspace(size_t n);
+int k_cuda_sumsq(size_t n, const float *x, double *out, void *ws, port_stream s);
 int k_cuda_init_uniform(size_t n, float bound, uint64_t seed, uint64_t offset, float *out, port_stream s);
 /* The RNG itself (tests): out[i] = k_rand_uniform(seed, offset + i). */
 int k_cuda_rand_uniform(size_t n, uint64_t seed, uint64_t offset, float *out, port_stream s);

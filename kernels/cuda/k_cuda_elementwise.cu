@@ -190,6 +190,42 @@ int k_cuda_scale(size_t n, float f, float *x, port_stream s)
     return k_cuda_check_launch("k_cuda_scale", "n=%zu", n);
 }
 
+// ---- sum of squares (the clipping norm): chunks of SS_CHUNK floats, one block each, a
+// fixed tree in double; then one block adds the chunks' sums, again a fixed tree.
+#define SS_CHUNK 65536
+__global__ void __launch_bounds__(K_CUDA_THREADS) sumsq_chunks(size_t n, const float *x, double *part)
+{
+    __shared__ double sh[K_CUDA_THREADS];
+    size_t lo = (size_t)blockIdx.x * SS_CHUNK, hi = n < lo + SS_CHUNK ? n : lo + SS_CHUNK;
+    double acc = 0.0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        double v = x[i];
+        acc += v * v;
+    }
+    acc = k_cuda_block_sum(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+__global__ void __launch_bounds__(K_CUDA_THREADS) sum_chunks(unsigned np, const double *part, double *out)
+{
+    __shared__ double sh[K_CUDA_THREADS];
+    double acc = 0.0;
+    for (unsigned i = threadIdx.x; i < np; i += blockDim.x) acc += part[i];
+    acc = k_cuda_block_sum(acc, sh);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+static unsigned ss_chunks(size_t n) { return n ? (unsigned)((n + SS_CHUNK - 1) / SS_CHUNK) : 1; }
+size_t k_cuda_sumsq_workspace(size_t n) { return ss_chunks(n) * sizeof(double); }
+
+int k_cuda_sumsq(size_t n, const float *x, double *out, void *ws, port_stream s)
+{
+    unsigned nb = ss_chunks(n);
+    K_LAUNCH(sumsq_chunks, nb, K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, (double *)ws);
+    if (k_cuda_check_launch("k_cuda_sumsq (chunks)", "n=%zu", n)) return -1;
+    K_LAUNCH(sum_chunks, 1, K_CUDA_THREADS, 0, (cudaStream_t)s)(nb, (const double *)ws, out);
+    return k_cuda_check_launch("k_cuda_sumsq", "n=%zu", n);
+}
+
 __global__ void to_f16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = rt_f32_to_f16(x[i]); }
 __global__ void from_f16(size_t n, const uint16_t *x, float *y) { GRID_STRIDE(i, n) y[i] = rt_f16_to_f32(x[i]); }
 __global__ void to_bf16(size_t n, const float *x, uint16_t *y) { GRID_STRIDE(i, n) y[i] = rt_f32_to_bf16(x[i]); }

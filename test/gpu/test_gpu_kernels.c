@@ -296,6 +296,28 @@ TEST(gpu_adam_bit_exact)
     }
 }
 
+/* The clipping norm's sum of squares against the CPU's (another order: to 1e-12), and
+ * the same bits on a second run; sizes below, at and across the 65536-float chunks. */
+TEST(gpu_sumsq_matches_cpu)
+{
+    g_init();
+    static const size_t sizes[] = {1, 1000, 65536, 3 * 65536 + 5};
+    for (int k = 0; k < 4; k++) {
+        size_t n = sizes[k];
+        float *x = g_rand(n, 51 + k);
+        double want = k_sumsq(n, x), got[2];
+        float *gx = g_up(x, n * 4);
+        double *gout = (double *)g_dev(16);
+        void *ws = g_dev(k_cuda_sumsq_workspace(n));
+        for (int r = 0; r < 2; r++) {
+            g_need(k_cuda_sumsq(n, gx, gout, ws, NULL) == 0, "sumsq");
+            g_down(&got[r], gout, 8);
+        }
+        CHECKF(fabs(got[0] - want) <= 1e-12 * want && !memcmp(&got[0], &got[1], 8), "n %zu: %.17g vs %.17g (%.17g)", n,
+               got[0], want, got[1]);
+    }
+}
+
 TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
 {
     g_init();

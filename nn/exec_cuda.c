@@ -43,6 +43,17 @@ static int accumulate(nn_graph *g, const nn_node *n, int n_batch, port_stream s)
     return 0;
 }
 
+/* --accum-steps: exec.c's merge_grads on the device (the same additions). */
+static int merge_grads(nn_graph *g, const nn_node *nd, port_stream s)
+{
+    const nn_param *a = &g->p[nd->p0], *b = &g->p[nd->p0 + nd->np - 1];
+    size_t lo = a->offset, len = b->offset + b->numel - lo;
+    float *gr = g->grads + lo, *sum = g->grad_sum + lo;
+    if (g->grad_mode == NN_GRAD_STASH_FIRST) return port_memcpy_d2d(sum, gr, len * sizeof(float), s, "stash gradients");
+    if (g->grad_mode == NN_GRAD_STASH) return k_cuda_add(len, sum, gr, sum, s);
+    return k_cuda_add(len, gr, sum, gr, s);
+}
+
 /* Needs the loss's log-probabilities (nn_loss_cuda before, for a logits output). */
 int nn_backward_cuda(nn_graph *g, const int32_t *labels, int n, int n_total, port_stream s)
 {
@@ -65,7 +76,9 @@ int nn_backward_cuda(nn_graph *g, const int32_t *labels, int n, int n_total, por
         nn_node *nd = &g->nodes[i];
         if (!nd->needs_grad) continue;
         if (nd->storage == i && (nd->op->bwd_cuda(g, nd, &r) || accumulate(g, nd, n, s))) return -1;
-        if (nd->np && g->on_grad_ready) g->on_grad_ready(g->on_grad_ctx, nd->p0);
+        if (nd->np && g->grad_mode != NN_GRAD_SET && merge_grads(g, nd, s)) return -1;
+        if (nd->np && g->on_grad_ready && g->grad_mode != NN_GRAD_STASH_FIRST && g->grad_mode != NN_GRAD_STASH)
+            g->on_grad_ready(g->on_grad_ctx, nd->p0);
     }
     return 0;
 }

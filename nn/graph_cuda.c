@@ -22,6 +22,7 @@ struct nn_cuda {
     float *v;                   /* Adam's exp_avg_sq (nn_cuda_use_optim) */
     nn_optim *opt;              /* Adam / AdamW: the trainer's optimizer (settings, step count, host state) */
     nn_optim *clip;             /* --clip-grad-norm: its settings (nn_cuda_use_optim) */
+    int accum;                  /* --accum-steps: micro-batches a step (grads summed in dg.grad_sum) */
     double *norm;               /* the gradients' sum of squares (device), and its chunks' */
     void *norm_ws;
     void *x[2], *hx[2];         /* batch: device and pinned, double-buffered */
@@ -80,6 +81,9 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     if (nn_graph_carve(&c->dg, a, err, errlen)) return -1;
     c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, c->opt ? "exp_avg" : "momentum");
     c->v = c->opt ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "exp_avg_sq") : NULL;
+    c->dg.grad_sum = c->accum > 1 ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM,
+                                                   "gradient accumulation (--accum-steps)")
+                                  : NULL;
     c->norm = c->clip ? rt_arena_alloc(a, sizeof(double), RT_MEM_OPTIM, "gradient norm") : NULL;
     c->norm_ws = c->clip ? rt_arena_alloc(a, k_cuda_sumsq_workspace(c->dg.nparams), RT_MEM_OPTIM,
                                           "gradient norm chunks")
@@ -149,6 +153,7 @@ void nn_cuda_use_optim(nn_cuda *c, nn_optim *o)
 {
     c->opt = o->c.kind != NN_OPT_SGD ? o : NULL;
     c->clip = o->c.clip > 0 ? o : NULL;
+    c->accum = o->c.accum;
 }
 
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
@@ -242,22 +247,40 @@ static double read_sums(nn_cuda *c, long *correct)
     return c->hsums[0];
 }
 
-double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
-                    uint64_t step)
+/* The averaged gradients, then the update. The staging's end event orders it after the
+ * last copy back. */
+static void finish_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
 {
-    nn_graph *g = &c->dg;
-    if (ddp_on(c) && nn_ddp_sync_buffers(c->ddp)) rt_fatal("%s", nn_ddp_errmsg(c->ddp));
-    put_batch(c, x, y, n);
-    int s = c->slot;
-    KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step, c->compute));
-    KC(nn_loss_cuda(g, c->y[s], n, c->sums, c->compute));
-    KC(nn_backward_cuda(g, c->y[s], n, n, c->compute));
-    KC(port_event_record(c->consumed[s], c->compute));
-    /* The staging's end event orders SGD after the last copy back. */
     if (ddp_on(c) && nn_ddp_finish_grads(c->ddp))
         rt_fatal("rank %d: GPU gradient allreduce: %s", nn_ddp_rank(c->ddp), nn_ddp_errmsg(c->ddp));
     optim_step(c, sgd, step);
+}
+
+double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
+                    uint64_t step, int micro)
+{
+    nn_graph *g = &c->dg;
+    int N = c->accum > 1 ? c->accum : 1;
+    /* DDP's no_sync on micro-batches 0..N-2, as nn_trainer_step on the CPU */
+    g->grad_mode = N == 1 ? NN_GRAD_SET : micro == 0 ? NN_GRAD_STASH_FIRST : micro < N - 1 ? NN_GRAD_STASH
+                                                                                          : NN_GRAD_FINAL;
+    if (ddp_on(c) && nn_ddp_sync_buffers(c->ddp)) rt_fatal("%s", nn_ddp_errmsg(c->ddp));
+    put_batch(c, x, y, n);
+    int s = c->slot;
+    KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step * (uint64_t)N + (uint64_t)micro, c->compute));
+    KC(nn_loss_cuda(g, c->y[s], n, c->sums, c->compute));
+    KC(nn_backward_cuda(g, c->y[s], n, n * N, c->compute)); /* PyTorch's loss / accum_steps */
+    KC(port_event_record(c->consumed[s], c->compute));
+    if (micro == N - 1) finish_step(c, sgd, step);
     return read_sums(c, NULL) / n;
+}
+
+void nn_cuda_flush(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
+{
+    nn_graph *g = &c->dg;
+    KC(port_memcpy_d2d(g->grads, g->grad_sum, g->nparams * sizeof(float), c->compute, "accumulated gradients"));
+    finish_step(c, sgd, step); /* every bucket goes now */
+    KC(port_stream_sync(c->compute, "flush"));
 }
 
 double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct)
@@ -308,11 +331,12 @@ void nn_cuda_use_optim(nn_cuda *c, nn_optim *o) { (void)c; (void)o; }
 int nn_cuda_upload(nn_cuda *c, const float *momentum) { (void)c; (void)momentum; return -1; }
 int nn_cuda_download(nn_cuda *c, float *momentum) { (void)c; (void)momentum; return -1; }
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
-                    uint64_t step)
+                    uint64_t step, int micro)
 {
-    (void)c; (void)x; (void)y; (void)n; (void)sgd; (void)seed; (void)step;
+    (void)c; (void)x; (void)y; (void)n; (void)sgd; (void)seed; (void)step; (void)micro;
     return 0;
 }
+void nn_cuda_flush(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step) { (void)c; (void)sgd; (void)step; }
 double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct)
 {
     (void)c; (void)x; (void)y; (void)n;

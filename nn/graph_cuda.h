@@ -39,17 +39,22 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
  * every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs at
  * sgd->lr and advances o->t, and upload / download with a momentum move o->v too.
  * --clip-grad-norm: the averaged gradients' norm (k_cuda_sumsq) scales them first, as
- * nn_optim_clip. Before nn_cuda_setup. */
+ * nn_optim_clip. --accum-steps: a device grad_sum (nn_cuda_step). Before nn_cuda_setup. */
 void nn_cuda_use_optim(nn_cuda *c, nn_optim *o);
 /* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum);
 /* Parameters and buffers into the host graph, and momentum when not NULL. */
 int nn_cuda_download(nn_cuda *c, float *momentum);
-/* One optimizer step on a host batch (floats, or int32 ids for token models); returns
- * the mean loss. Fatal (one line naming the kernel and shapes) on a device or network
- * error. */
+/* Micro-batch `micro` of optimizer step `step` on a host batch (floats, or int32 ids
+ * for token models); returns its mean loss. With --accum-steps N (nn_cuda_use_optim)
+ * micro-batches 0..N-2 only stash their gradients and the update follows micro-batch
+ * N-1, as on the CPU; else micro is 0 and every call updates. Fatal (one line naming
+ * the kernel and shapes) on a device or network error. */
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,
-                    uint64_t step);
+                    uint64_t step, int micro);
+/* An accumulation the epoch's end cut short: its sum becomes the gradient, then the
+ * update (nn_trainer_flush's device half). */
+void nn_cuda_flush(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step);
 /* Evaluation forward of n samples: the NLL sum, and the correct count in *correct. */
 double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *correct);
 /* The device graph (tests: its pointers are device memory). */

@@ -70,8 +70,8 @@ double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
     uint64_t seed = (uint64_t)t->o.seed * 1000003u + (uint64_t)t->rank;
     if (t->cuda) {
         t->sgd.lr = (float)nn_optim_lr(&t->opt, t->epoch ? t->epoch : t->start_epoch, t->step);
-        double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step);
-        t->step++;
+        double loss = nn_cuda_step(t->cuda, x, y, n, &t->sgd, seed, t->step, t->micro);
+        if (++t->micro == t->opt.c.accum) t->micro = 0, t->step++;
         return loss;
     }
     /* DDP's broadcast_buffers: every rank runs with rank 0's BatchNorm statistics. */
@@ -91,7 +91,12 @@ double nn_trainer_step(nn_trainer *t, const void *x, const int32_t *y, int n)
 
 void nn_trainer_flush(nn_trainer *t)
 {
-    if (!t->micro || t->cuda) return;
+    if (!t->micro) return;
+    if (t->cuda) {
+        nn_cuda_flush(t->cuda, &t->sgd, t->step);
+        t->micro = 0, t->step++;
+        return;
+    }
     /* The last backward only stashed: the sum becomes the gradient, every bucket goes. */
     memcpy(t->g.grads, t->g.grad_sum, t->g.nparams * sizeof(float));
     optimizer_step(t);

@@ -55,8 +55,12 @@ static void device_vs_cpu(const char *dir, const char *model, int nproc, const c
 }
 
 /* Tensor by tensor, two checkpoints agree to tol relative to each tensor's largest
- * magnitude; returns the tensors compared (-1 with why on a difference). */
-static int same_ckpt(const char *pa, const char *pb, double tol, char *why, size_t len)
+ * magnitude, but for at most frac of a tensor's elements (floor: none in a small one);
+ * returns the tensors compared (-1 with why on a difference). Adam needs frac: an
+ * element whose gradient is rounding noise moves by about lr either way (m / sqrt(v)
+ * is its sign), so the CPU's AVX-512 and AVX2 paths differ there too (1 of fc1's 16000
+ * weights after a lenet epoch). */
+static int same_ckpt_frac(const char *pa, const char *pb, double tol, double frac, char *why, size_t len)
 {
     stio_file *fa = NULL, *fb = NULL;
     char err[256];
@@ -80,13 +84,15 @@ static int same_ckpt(const char *pa, const char *pb, double tol, char *why, size
             cmp = -1;
         } else {
             double mx = 0, worst = 0;
-            size_t at = 0;
+            size_t at = 0, over = 0;
             for (size_t k = 0; k < numel; k++) mx = fmax(mx, fabs(b[k]));
-            for (size_t k = 0; k < numel; k++)
-                if (fabs(a[k] - b[k]) > worst) worst = fabs(a[k] - b[k]), at = k;
-            if (!(worst <= tol * mx)) {
-                snprintf(why, len, "%s[%zu]: %.9g on the device, %.9g on the CPU (largest |value| %.3g)", t.name, at,
-                         a[at], b[at], mx);
+            for (size_t k = 0; k < numel; k++) {
+                over += !(fabs(a[k] - b[k]) <= tol * mx);
+                if (!(fabs(a[k] - b[k]) <= worst)) worst = fabs(a[k] - b[k]), at = k;
+            }
+            if (over > (size_t)(frac * (double)numel)) {
+                snprintf(why, len, "%s[%zu]: %.9g on the device, %.9g on the CPU (largest |value| %.3g; %zu of %zu over)",
+                         t.name, at, a[at], b[at], mx, over, numel);
                 cmp = -1;
             } else {
                 cmp++;
@@ -96,6 +102,10 @@ static int same_ckpt(const char *pa, const char *pb, double tol, char *why, size
     }
     stio_close(fa), stio_close(fb);
     return cmp;
+}
+static int same_ckpt(const char *pa, const char *pb, double tol, char *why, size_t len)
+{
+    return same_ckpt_frac(pa, pb, tol, 0, why, len);
 }
 
 /* 2 processes on the device against 2 on the CPU: lenet, textcnn and resnet20 for 4
@@ -175,11 +185,11 @@ TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
                  dev ? "cpu" : "cuda", args, dir, dev ? pc : pd);
         CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
     }
-    int n = same_ckpt(pd, pc, 1e-4, why, sizeof why);
+    int n = same_ckpt_frac(pd, pc, 1e-4, 1e-3, why, sizeof why);
     CHECKF(n > 4, "lenet, AdamW, clipped, after an epoch: %d tensors agree; %s", n, why);
     snprintf(sd, sizeof sd, "%s.state", pd);
     snprintf(sc, sizeof sc, "%s.state", pc);
-    n = same_ckpt(sd, sc, 1e-4, why, sizeof why);
+    n = same_ckpt_frac(sd, sc, 1e-4, 1e-3, why, sizeof why);
     CHECKF(n >= 16, "lenet, AdamW state after an epoch: %d tensors agree; %s", n, why);
 
     snprintf(cmd, sizeof cmd, "%s --device cuda %s --epochs 2 --data %s 2>&1", t_prog("t-train-simt"), args, dir);
@@ -192,7 +202,7 @@ TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
     lines_with(out2, "Train Epoch: 2", b, sizeof b);
     CHECKF(a[0] && !strcmp(a, b), "epoch 2, straight:\n%s\nresumed:\n%s", a, b);
     /* what the device does not run yet is refused in one line, before training */
-    static const char *const no[] = {"--sync-bn", "--accum-steps 2", "--optimizer adamw8bit"};
+    static const char *const no[] = {"--sync-bn", "--grad-compress bf16", "--optimizer adamw8bit"};
     for (int i = 0; i < 3; i++) {
         snprintf(cmd, sizeof cmd, "%s --device cuda %s %s --epochs 1 --data %s 2>&1", t_prog("t-train-simt"), args,
                  no[i], dir);
@@ -200,5 +210,39 @@ TEST(train_device_cuda_simt_adamw_checkpoint_and_resume)
                    !strstr(out, "Train Epoch"),
                "%s: %s", no[i], out);
     }
+}
+
+/* One epoch of lenet on the device and on the CPU (nproc processes, `extra` flags), each
+ * saved: every parameter tensor agrees to 1e-4 of its largest magnitude (Adam: but for
+ * 0.1 % of its elements, same_ckpt_frac). */
+static void epoch_ckpt_vs_cpu(const char *dir, int nproc, const char *extra)
+{
+    char cmd[2048], out[65536], why[256] = "", p[2][600], launch[512] = "";
+    if (nproc > 1) snprintf(launch, sizeof launch, "%s --nproc-per-node %d --", t_prog("ddprt-launch"), nproc);
+    for (int dev = 0; dev < 2; dev++) {
+        snprintf(p[dev], sizeof p[dev], "%s/e%d%s.st", dir, nproc, dev ? "cpu" : "dev");
+        snprintf(cmd, sizeof cmd, "%s %s --device %s --model lenet --batch-size 16 --test-batch-size 8 --epochs 1 "
+                 "--seed 4 %s --data %s --save %s 2>&1", launch, t_prog("t-train-simt"), dev ? "cpu" : "cuda", extra,
+                 dir, p[dev]);
+        CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
+    }
+    int n = same_ckpt_frac(p[0], p[1], 1e-4, 1e-3, why, sizeof why);
+    CHECKF(n > 4, "%d process(es), %s: %d tensors agree; %s", nproc, extra, n, why);
+}
+
+/* --accum-steps on the device: micro-batches stash into the device's grad_sum (no
+ * bucket launched, DDP's no_sync), the last adds it back before the buckets go; an
+ * epoch that ends mid-accumulation flushes what it has. 64 samples, batch 16: one
+ * process with 3 micro-batches a step (a step, then a flush of one), two processes
+ * with 2 (a step each) and with 3 (a flush only: every bucket from the flush). */
+TEST(train_device_cuda_simt_accum_steps_match_cpu)
+{
+    const char *dir = t_tmpdir("simtacc");
+    t_write_synthetic_dataset(dir, 64, 24, 0);
+    epoch_ckpt_vs_cpu(dir, 1, "--accum-steps 3 --momentum 0.9 --lr 0.05");
+    epoch_ckpt_vs_cpu(dir, 2, "--accum-steps 2 --momentum 0.9 --lr 0.05");
+    epoch_ckpt_vs_cpu(dir, 2, "--accum-steps 3 --momentum 0.9 --lr 0.05");
+    epoch_ckpt_vs_cpu(dir, 1, "--accum-steps 3 --optimizer adam --lr 1e-2");
+    epoch_ckpt_vs_cpu(dir, 2, "--accum-steps 3 --optimizer adam --lr 1e-2");
 }
 #endif

@@ -46,7 +46,7 @@ static void rank_main(tp_comm *c, void *arg)
         k->fail[r] = 1;
         return;
     }
-    (void)nn_cuda_step(cu, k->x[r], k->y[r], B, &sgd, 1000 + r, 0);
+    (void)nn_cuda_step(cu, k->x[r], k->y[r], B, &sgd, 1000 + r, 0, 0);
     nn_ddp_stats ds = nn_ddp_get_stats(d);
     k->nbuckets[r] = ds.nbuckets;
     k->from_hook[r] = ds.last_from_hook;

@@ -146,7 +146,7 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
         double lc = nn_loss(&cpu.g, y, n, NULL) / n;
         nn_backward(&cpu.g, y, n, n);
         k_sgd_step(cpu.g.nparams, &sgd, step == 0, cpu.g.params, cpu.g.grads, cpu.mom);
-        double ld = nn_cuda_step(cu, x, y, n, &sgd, seed, step);
+        double ld = nn_cuda_step(cu, x, y, n, &sgd, seed, step, 0);
         if (!(fabs(ld - lc) <= 1e-5 * gm_slack * (1 + fabs(lc)))) {
             printf("FAIL %s step %d: loss %.8f on the device, %.8f on the CPU\n", name, step, ld, lc);
             bad = 1;

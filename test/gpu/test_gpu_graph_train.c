@@ -75,16 +75,22 @@ TEST(gpu_train_resnet20_textcnn_match_cpu)
     model_vs_cpu("--model textcnn", "", 0);
 }
 
+/* A 2-layer GPT's cfg file in a fresh folder, and the flags that train it. */
+static const char *tiny_gpt(char *model, size_t len)
+{
+    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    const char *dir = t_tmpdir("gpugpt");
+    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
+    snprintf(model, len, "--model-file %s/gpt.cfg --seq-len 8", dir);
+    return model;
+}
+
 /* GPT-2's ops on the device in the trainer: losses, then the validation loss, which the
  * host graph computes from the parameters it takes back from the device. */
 TEST(gpu_train_gpt_matches_cpu)
 {
-    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
-    const char *dir = t_tmpdir("gpugptt");
-    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
     char model[700];
-    snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 8", dir);
-    model_vs_cpu(model, "", 1);
+    model_vs_cpu(tiny_gpt(model, sizeof model), "", 1);
 }
 
 /* AdamW on the device (k_cuda_adam_step over the weight-decay runs), with a per-step
@@ -92,12 +98,8 @@ TEST(gpu_train_gpt_matches_cpu)
  * and Adam on a conv net. */
 TEST(gpu_train_gpt_adamw_and_resnet20_adam_match_cpu)
 {
-    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
-    const char *dir = t_tmpdir("gpugpta");
-    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
     char model[700];
-    snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 8", dir);
-    model_vs_cpu_opt(model, "", 1, "--optimizer adamw --lr 1e-2 --weight-decay 0.1 --no-decay-bn-bias "
+    model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--optimizer adamw --lr 1e-2 --weight-decay 0.1 --no-decay-bn-bias "
                                    "--lr-schedule cosine-step");
     model_vs_cpu_opt("--model resnet20", "", 0, "--optimizer adam --lr 1e-3 --weight-decay 1e-4");
 }

@@ -282,6 +282,9 @@ typedef struct nn_graph {
      * NULL: batch statistics are this rank's). Keeps nn/ops free of the transport. */
     void (*sync_sum)(void *ctx, double *v, int n);
     void *sync_ctx;
+    /* The device graph's SyncBatchNorm (nn/graph_cuda.c): pinned host scratch for the
+     * sums that go round the ranks ((4 C + 2) doubles, C the widest node's channels). */
+    double *sync_host;
     /* Ghost BatchNorm (--invariant, nn/vshard.h): when set, a training forward leaves
      * the running statistics alone and appends each BatchNorm's batch mean and
      * unbiased variance (2 * channels doubles, in node order) at bn_stats[bn_pos..];

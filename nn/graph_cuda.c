@@ -23,6 +23,7 @@ struct nn_cuda {
     nn_optim *opt;              /* Adam / AdamW: the trainer's optimizer (settings, step count, host state) */
     nn_optim *clip;             /* --clip-grad-norm: its settings (nn_cuda_use_optim) */
     int accum;                  /* --accum-steps: micro-batches a step (grads summed in dg.grad_sum) */
+    int sync_bn;                /* --sync-bn: dg.sync_host planned, the host's sync_sum taken at upload */
     double *norm;               /* the gradients' sum of squares (device), and its chunks' */
     void *norm_ws;
     void *x[2], *hx[2];         /* batch: device and pinned, double-buffered */
@@ -104,6 +105,11 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
         c->hy[i] = rt_arena_alloc(a, (size_t)B * sizeof(int32_t), RT_MEM_DATA, "batch labels (pinned)");
     }
     c->hsums = rt_arena_alloc(a, 2 * sizeof(double), RT_MEM_OTHER, "loss sums (pinned)");
+    int wide = 1;
+    for (int i = 1; i < c->dg.nn; i++) wide = c->dg.nodes[i].out.c > wide ? c->dg.nodes[i].out.c : wide;
+    c->dg.sync_host = c->sync_bn ? rt_arena_alloc(a, (4 * (size_t)wide + 2) * sizeof(double), RT_MEM_OTHER,
+                                                  "SyncBatchNorm sums (pinned)")
+                                 : NULL;
     c->stage = ddp_on(c) ? rt_arena_alloc(a, tp_staging_bytes(TP_STAGE_DEFAULT_CHUNK, TP_STAGE_DEFAULT_SLOTS),
                                           RT_MEM_COMM, "allreduce staging")
                          : NULL;
@@ -154,12 +160,17 @@ void nn_cuda_use_optim(nn_cuda *c, nn_optim *o)
     c->opt = o->c.kind != NN_OPT_SGD ? o : NULL;
     c->clip = o->c.clip > 0 ? o : NULL;
     c->accum = o->c.accum;
+    c->sync_bn = o->c.sync_bn;
 }
 
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum)
 {
     size_t b = c->dg.nparams * sizeof(float);
+    if (c->sync_bn) { /* DDP set the host graph's (nn_ddp_enable_sync_bn, after nn_cuda_setup) */
+        c->dg.sync_sum = c->host->sync_sum;
+        c->dg.sync_ctx = c->host->sync_ctx;
+    }
     if (port_memcpy_h2d(c->dg.params, c->host->params, b, c->compute, "upload parameters") ||
         port_memcpy_h2d(c->mom, momentum, b, c->compute, "upload momentum") ||
         (c->opt && port_memcpy_h2d(c->v, c->opt->v, b, c->compute, "upload exp_avg_sq")) ||

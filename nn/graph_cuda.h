@@ -39,7 +39,9 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
  * every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs at
  * sgd->lr and advances o->t, and upload / download with a momentum move o->v too.
  * --clip-grad-norm: the averaged gradients' norm (k_cuda_sumsq) scales them first, as
- * nn_optim_clip. --accum-steps: a device grad_sum (nn_cuda_step). Before nn_cuda_setup. */
+ * nn_optim_clip. --accum-steps: a device grad_sum (nn_cuda_step). --sync-bn: pinned
+ * scratch for BatchNorm's sums, which go round the ranks through the host graph's
+ * sync_sum (set by DDP before nn_cuda_upload). Before nn_cuda_setup. */
 void nn_cuda_use_optim(nn_cuda *c, nn_optim *o);
 /* Host graph's parameters and buffers, and momentum, to the device; gradients zeroed. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum);

@@ -115,9 +115,9 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
     const nn_optim_cfg *c = &t->opt.c;
-    if (t->cuda && (c->q8 || c->sync_bn || c->compress || o->zero)) {
+    if (t->cuda && (c->q8 || c->compress || o->zero)) {
         snprintf(err, errlen, "--device cuda: the GPU runs SGD, Adam and AdamW with their schedules, "
-                 "--clip-grad-norm and --accum-steps in this version (no --sync-bn, --grad-compress, --zero, "
+                 "--clip-grad-norm, --accum-steps and --sync-bn in this version (no --grad-compress, --zero, "
                  "8-bit optimizers)");
         return -1;
     }

@@ -154,6 +154,17 @@ static size_t bn_ws(const nn_graph *g, const nn_node *n, int max_batch)
 /* aux holds mean, invstd and the batch variance (bn_finish reads the variance while it
  * writes invstd, so they cannot share floats); the running statistics and
  * num_batches_tracked are updated on the device. */
+/* SyncBatchNorm on the device: the c-float device vectors a and b come to the host
+ * (g->sync_host, after its 2c + 1 doubles of sums), and back once summed over the ranks
+ * (the host waits for the device here: the sums are the step's barrier, as on the CPU). */
+static int bn_sync_down(nn_graph *g, int c, const float *a, const float *b, port_stream s, float **ha)
+{
+    *ha = (float *)(g->sync_host + 2 * c + 1);
+    return port_memcpy_d2h(*ha, a, c * sizeof(float), s, "SyncBatchNorm sums") ||
+           port_memcpy_d2h(*ha + c, b, c * sizeof(float), s, "SyncBatchNorm sums") ||
+           port_stream_sync(s, "SyncBatchNorm");
+}
+
 static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int c = n->out.c, hw = n->out.h * n->out.w;
@@ -163,8 +174,17 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     port_stream s = r->stream;
     const float *m = mean;
     if (r->train) {
-        if (k_cuda_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, var, s) ||
-            k_cuda_bn_finish(c, mean, var, a.eps, a.momentum, (double)r->n * hw, invstd, rm, rv, s) ||
+        double cnt = (double)r->n * hw;
+        if (k_cuda_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, var, s)) return -1;
+        if (g->sync_sum) { /* the CPU's bn_sync_stats on host copies: the global mean and variance */
+            float *h;
+            if (bn_sync_down(g, c, mean, var, s, &h)) return -1;
+            cnt = bn_sync_stats(g, c, cnt, h, h + c, g->sync_host);
+            if (port_memcpy_h2d(mean, h, c * sizeof(float), s, "SyncBatchNorm mean") ||
+                port_memcpy_h2d(var, h + c, c * sizeof(float), s, "SyncBatchNorm variance"))
+                return -1;
+        }
+        if (k_cuda_bn_finish(c, mean, var, a.eps, a.momentum, cnt, invstd, rm, rv, s) ||
             k_cuda_add_i64(nn_buf_data(g, n->b0 + 2), 1, s))
             return -1;
     } else {
@@ -181,8 +201,27 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
     if (k_cuda_bn_bwd_sums(r->n, c, hw, x, mean, invstd, n->dy, dg, db, r->stream)) return -1;
     if (!dx) return 0;
-    return k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
-                            r->stream);
+    if (!g->sync_sum)
+        return k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
+                                r->stream);
+    /* as bn_bwd: dx from every rank's sums (in the device workspace), dgamma and dbeta
+     * stay this rank's */
+    double *sum = g->sync_host;
+    float *h, *f = r->ws;
+    if (bn_sync_down(g, c, dg, db, r->stream, &h)) return -1;
+    for (int k = 0; k < 2 * c; k++) sum[k] = h[k];
+    sum[2 * c] = (double)r->n * hw;
+    g->sync_sum(g->sync_ctx, sum, 2 * c + 1);
+    for (int k = 0; k < 2 * c; k++) h[k] = (float)sum[k];
+    return port_memcpy_h2d(f, h, 2 * c * sizeof(float), r->stream, "SyncBatchNorm gradient sums") ||
+           k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), f, f + c, sum[2 * c], n->dy, dx, r->stream);
+}
+
+/* the global dgamma and dbeta of SyncBatchNorm's backward */
+static size_t bn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
+{
+    (void)g, (void)max_batch;
+    return 2 * (size_t)n->out.c * sizeof(float);
 }
 #endif
 
@@ -190,7 +229,7 @@ const nn_op nn_op_batchnorm2d = {
     .kind = "batchnorm2d", .alias = "batchnorm",
     .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE | NN_FUSES_RELU, .attrs = bn_attrs,
     .attr_size = sizeof(bn_attr), .infer = bn_infer, .workspace = bn_ws, .fwd = bn_fwd, .bwd = bn_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda, .workspace_cuda = bn_ws_cuda)};
 
 int nn_batchnorm(nn_graph *g, const char *name, int x)
 {

@@ -2,10 +2,10 @@
 # Everything a lent GPU machine should run, in one call (device time is short): the
 # device suite (make test-gpu's runner), the kernel table against cuBLAS/cuDNN, the
 # training table (bench/gpu_bench.sh), per-kernel profiles of one step
-# (bench/gpu_profile.sh), then compute-sanitizer memcheck over the kernel tests. Built
-# here and carried: the binaries link this machine's libjpeg/libpng/libibverbs, so
-# .gpu/lib holds copies of those (docs/build.md, "On a lent GPU"). Each step has its own
-# time cap and writes its log into $OUT at once.
+# (bench/gpu_profile.sh), then compute-sanitizer memcheck over the kernel tests
+# (racecheck with CAP_RACE). Built here and carried: the binaries link this machine's
+# libjpeg/libpng/libibverbs, so .gpu/lib holds copies of those (docs/build.md, "On a
+# lent GPU"). Each step has its own time cap and writes its log into $OUT at once.
 #   bash bench/gpu_device.sh   (OUT=folder for the logs; BUILD=build; BEFORE=dir of an older
 #                               ddprt-train for the table; PROFILE="gpt:8 resnet18:32"; CAP_*)
 set -u
@@ -28,4 +28,7 @@ for p in ${PROFILE:-}; do
 done
 [[ ${CAP_MEMCHECK:-50} -gt 0 ]] &&
   step "${CAP_MEMCHECK:-50}" memcheck.log compute-sanitizer --tool memcheck "$B/test-gpu-runner" gpu_kernels gpu_tfm
+# racecheck is slow (two tests did not finish in 30-40 s on the H200): opt in with a cap of 90 s or more
+[[ ${CAP_RACE:-0} -gt 0 ]] &&
+  step "$CAP_RACE" racecheck.log compute-sanitizer --tool racecheck "$B/test-gpu-runner" ${RACE_TESTS:-gpu_tfm_attention}
 tail -n 3 "$O"/*.log "$O"/*.txt

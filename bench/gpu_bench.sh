@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Training throughput on one CUDA GPU, ddprt --device cuda (hand-written kernels, no
 # cuBLAS/cuDNN) vs PyTorch (bench/ref_gpu.py: cuBLAS/cuDNN, fp32, TF32 off), synthetic data
-# of the model's shape, SGD with momentum (the device path's optimizer), alternating runs,
-# medians. Not part of make test; needs a GPU (bench/gpu_device.sh runs it on a lent one).
+# of the model's shape, SGD with momentum (OPT=adamw: AdamW, weight decay 0.1, on both
+# sides), alternating runs, medians. Not part of make test; needs a GPU
+# (bench/gpu_device.sh runs it on a lent one).
 #   bench/gpu_bench.sh [ROUNDS]     (BUILD=build; MODELS="lenet gpt" for a subset; PY=python3;
 #                                    BEFORE=dir: a second ddprt-train's rate in a column of its own)
 set -uo pipefail
@@ -23,8 +24,11 @@ run_d() {
   local m=(--model "$1")
   [[ $1 == gpt ]] && m=(--model-file "$tmp/gpt.cfg" --seq-len 256 --sample-len 1)
   timeout 120 "$T" --device cuda --data synthetic "${m[@]}" --batch-size "$2" --max-steps "$3" \
-    --epochs 1 --no-eval --log-interval 1000 --lr 0.01 --momentum 0.9 2>&1
+    --epochs 1 --no-eval --log-interval 1000 "${optf[@]}" 2>&1
 }
+optf=(--lr 0.01 --momentum 0.9)
+[[ ${OPT:-sgd} == adamw ]] && optf=(--optimizer adamw --lr 3e-4 --weight-decay 0.1)
+export OPT=${OPT:-sgd}
 took() { sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p'; }
 for c in "${cases[@]}"; do
   read -r m b sd sp <<<"$c"

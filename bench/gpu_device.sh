@@ -7,7 +7,8 @@
 # libjpeg/libpng/libibverbs, so .gpu/lib holds copies of those (docs/build.md, "On a
 # lent GPU"). Each step has its own time cap and writes its log into $OUT at once.
 #   bash bench/gpu_device.sh   (OUT=folder for the logs; BUILD=build; BEFORE=dir of an older
-#                               ddprt-train for the table; PROFILE="gpt:8 resnet18:32"; CAP_*)
+#                               ddprt-train for the table; OPT=adamw: the table with AdamW;
+#                               PROFILE="gpt:8 resnet18:32"; CAP_*)
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/gpu-out}

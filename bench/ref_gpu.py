@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """PyTorch reference for bench/gpu_bench.sh: training samples/s (GPT: tokens/s) of the
 zoo models and a small GPT on one CUDA GPU, synthetic data of the model's shape, SGD with
-momentum (the device path's optimizer), fp32 with TF32 off (ddprt's CUDA kernels are
-plain fp32 FMA), cuDNN's autotuner on. Two untimed steps, then `steps` timed to a device
+momentum (OPT=adamw in the environment: AdamW, weight decay 0.1, as bench/gpu_bench.sh's),
+fp32 with TF32 off (ddprt's CUDA kernels are plain fp32 FMA), cuDNN's autotuner on. Two untimed steps, then `steps` timed to a device
 synchronize. Prints one line: MODEL rate.
 
     bench/ref_gpu.py MODEL BATCH STEPS      (MODEL: lenet resnet20 textcnn resnet18 gpt)
@@ -47,7 +47,10 @@ def main():
     sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
     net, shape, classes = build(name)
     net = net.to(dev).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    if os.environ.get("OPT", "sgd") == "adamw":
+        opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     T = 256 if shape == "gpt" else 1
     if shape == "gpt":
         x = torch.randint(0, classes, (batch, T), device=dev)

@@ -102,10 +102,10 @@ TEST(gpu_tfm_embedding_and_conv1d_hf)
 TEST(gpu_tfm_attention_and_classifier)
 {
     g_init();
-    /* tiled up to head size 64 (T across 32-row tiles), one thread per row above it */
+    /* T across 32-row tiles; heads of 1 to 4 chunks of 64 (K_ATTN_MAX_HD 256), tails too */
     static const int sh[][4] = {{1, 1, 1, 3}, {2, 70, 2, 5}, {1, 130, 3, 16}, {2, 9, 4, 64}, {1, 100, 2, 64},
-                                {1, 40, 2, 80}};
-    for (int k = 0; k < 6; k++) {
+                                {1, 40, 2, 80}, {1, 37, 1, 130}, {1, 33, 1, 256}};
+    for (int k = 0; k < 8; k++) {
         int B = sh[k][0], T = sh[k][1], H = sh[k][2], HD = sh[k][3], C = H * HD;
         size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
         float *qkv = g_rand(nq, 100 + k), *dy = g_rand(ny, 110 + k), *y = malloc(ny * 4), *lse = malloc(nl * 4);

@@ -45,6 +45,22 @@ __device__ __forceinline__ void at_load(float (*sm)[AT_LD], const float *src, si
     }
 }
 
+// a[0], a[1] (head dimensions lane and lane + 32 of a chunk) += the sum over the tile's
+// rows jj of lane jj's x times tile[jj][those dimensions], in row order.
+__device__ __forceinline__ void at_rows(float x, const float (*tile)[AT_LD], int lane, float *a)
+{
+    float a0 = a[0], a1 = a[1];
+    for (int jj = 0; jj < AT_R; jj++) {
+        float xj = __shfl_sync(AT_FULL, x, jj);
+        a0 = fmaf(xj, tile[jj][lane], a0);
+        a1 = fmaf(xj, tile[jj][lane + 32], a1);
+    }
+    a[0] = a0, a[1] = a1;
+}
+
+// The head column of a lane's accumulator u (chunk u / 2, then lane or lane + 32).
+__device__ __forceinline__ int at_col(int u, int lane) { return (u / 2) * AT_HD + lane + 32 * (u % 2); }
+
 // Forward: block (query tile, head, sequence).
 template <int NC>
 __global__ void __launch_bounds__(AT_W * 32)
@@ -103,13 +119,7 @@ at_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse
             for (int r = 0; r < 4; r++) {
                 const int i = q0 + w + 8 * r;
                 if (i >= t || k0 > i) continue;
-                float a0 = acc[r][2 * ch], a1 = acc[r][2 * ch + 1];
-                for (int jj = 0; jj < AT_R; jj++) {
-                    float pj = __shfl_sync(AT_FULL, p[r], jj);
-                    a0 = fmaf(pj, vs[jj][lane], a0);
-                    a1 = fmaf(pj, vs[jj][lane + 32], a1);
-                }
-                acc[r][2 * ch] = a0, acc[r][2 * ch + 1] = a1;
+                at_rows(p[r], vs, lane, &acc[r][2 * ch]);
             }
         }
     }
@@ -120,7 +130,7 @@ at_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse
         float *yr = y + ((size_t)s * t + i) * C + (size_t)hh * hd;
 #pragma unroll
         for (int u = 0; u < 2 * NC; u++) {
-            int col = (u / 2) * AT_HD + lane + 32 * (u % 2);
+            int col = at_col(u, lane);
             if (col < hd) yr[col] = acc[r][u] / l[r];
         }
         if (lane == 0) lse[((size_t)s * h + hh) * t + i] = m[r] + logf(l[r]);
@@ -183,13 +193,7 @@ at_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
             for (int r = 0; r < 4; r++) {
                 const int i = q0 + w + 8 * r;
                 if (i >= t || k0 > i) continue; // warp-uniform
-                float a0 = acc[r][2 * ch], a1 = acc[r][2 * ch + 1];
-                for (int jj = 0; jj < AT_R; jj++) {
-                    float dj = __shfl_sync(AT_FULL, ds[r], jj);
-                    a0 = fmaf(dj, ks[jj][lane], a0);
-                    a1 = fmaf(dj, ks[jj][lane + 32], a1);
-                }
-                acc[r][2 * ch] = a0, acc[r][2 * ch + 1] = a1;
+                at_rows(ds[r], ks, lane, &acc[r][2 * ch]);
             }
         }
     }
@@ -200,7 +204,7 @@ at_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
         float *dq = dqkv + ((size_t)s * t + i) * 3 * C + (size_t)hh * hd;
 #pragma unroll
         for (int u = 0; u < 2 * NC; u++) {
-            int col = (u / 2) * AT_HD + lane + 32 * (u % 2);
+            int col = at_col(u, lane);
             if (col < hd) dq[col] = acc[r][u];
         }
     }
@@ -266,15 +270,8 @@ at_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy,
             for (int r = 0; r < 4; r++) {
                 const int j = j0 + w + 8 * r;
                 if (j >= t || q0 + AT_R - 1 < j) continue; // warp-uniform: no query of the tile sees key j
-                float k0v = ak[r][2 * ch], k1v = ak[r][2 * ch + 1], v0 = av[r][2 * ch], v1 = av[r][2 * ch + 1];
-                for (int ii = 0; ii < AT_R; ii++) {
-                    float pi = __shfl_sync(AT_FULL, p[r], ii), di = __shfl_sync(AT_FULL, ds[r], ii);
-                    k0v = fmaf(di, qs[ii][lane], k0v);
-                    k1v = fmaf(di, qs[ii][lane + 32], k1v);
-                    v0 = fmaf(pi, gs[ii][lane], v0);
-                    v1 = fmaf(pi, gs[ii][lane + 32], v1);
-                }
-                ak[r][2 * ch] = k0v, ak[r][2 * ch + 1] = k1v, av[r][2 * ch] = v0, av[r][2 * ch + 1] = v1;
+                at_rows(ds[r], qs, lane, &ak[r][2 * ch]);
+                at_rows(p[r], gs, lane, &av[r][2 * ch]);
             }
         }
     }
@@ -285,7 +282,7 @@ at_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy,
         float *dk = dqkv + ((size_t)s * t + j) * 3 * C + (size_t)C + (size_t)hh * hd, *dv = dk + C;
 #pragma unroll
         for (int u = 0; u < 2 * NC; u++) {
-            int col = (u / 2) * AT_HD + lane + 32 * (u % 2);
+            int col = at_col(u, lane);
             if (col < hd) dk[col] = ak[r][u], dv[col] = av[r][u];
         }
     }

@@ -125,8 +125,7 @@ void nn_backward(nn_graph *g, const int32_t *labels, int n, int n_total)
 /* --accum-steps: a node's parameter gradients are final for this micro-batch. */
 static void merge_grads(nn_graph *g, const nn_node *nd)
 {
-    const nn_param *a = &g->p[nd->p0], *b = &g->p[nd->p0 + nd->np - 1];
-    size_t lo = a->offset, len = b->offset + b->numel - lo;
+    size_t len, lo = nn_node_params(g, nd, &len);
     float *gr = g->grads + lo, *s = g->grad_sum + lo;
     if (g->grad_mode == NN_GRAD_STASH_FIRST) memcpy(s, gr, len * sizeof(float));
     else if (g->grad_mode == NN_GRAD_STASH) k_add(len, s, gr, s);

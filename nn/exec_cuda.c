@@ -46,8 +46,7 @@ static int accumulate(nn_graph *g, const nn_node *n, int n_batch, port_stream s)
 /* --accum-steps: exec.c's merge_grads on the device (the same additions). */
 static int merge_grads(nn_graph *g, const nn_node *nd, port_stream s)
 {
-    const nn_param *a = &g->p[nd->p0], *b = &g->p[nd->p0 + nd->np - 1];
-    size_t lo = a->offset, len = b->offset + b->numel - lo;
+    size_t len, lo = nn_node_params(g, nd, &len);
     float *gr = g->grads + lo, *sum = g->grad_sum + lo;
     if (g->grad_mode == NN_GRAD_STASH_FIRST) return port_memcpy_d2d(sum, gr, len * sizeof(float), s, "stash gradients");
     if (g->grad_mode == NN_GRAD_STASH) return k_cuda_add(len, sum, gr, sum, s);

@@ -360,6 +360,13 @@ const nn_param *nn_param_find(const nn_graph *g, const char *name);
 static inline void *nn_buf_data(const nn_graph *g, int i) { return g->bufs + g->b[i].offset; }
 static inline const nn_node *nn_in(const nn_graph *g, const nn_node *n, int i) { return &g->nodes[n->in[i]]; }
 static inline float *nn_x(const nn_graph *g, const nn_node *n, int i) { return g->nodes[n->in[i]].y; }
+/* The floats of node n's parameters (n->np > 0): back to back from the returned offset. */
+static inline size_t nn_node_params(const nn_graph *g, const nn_node *n, size_t *len)
+{
+    const nn_param *a = &g->p[n->p0], *b = &g->p[n->p0 + n->np - 1];
+    *len = b->offset + b->numel - a->offset;
+    return a->offset;
+}
 /* Where input i's gradient goes (NULL: not needed); see nn/exec.c for accumulation. */
 float *nn_dx(nn_graph *g, const nn_node *n, int i);
 static inline float *nn_pw(const nn_graph *g, const nn_node *n, int k) { return g->params + g->p[n->p0 + k].offset; }

@@ -64,8 +64,8 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
 void k_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy,
                   float *dx, float *dw, float *db, void *ws);
 /* Which parts of this conv k_conv2d_fwd / _bwd run now as Winograd (benchmarks' tables):
- * 1 forward, 2 dX, 4 dW, 8: the forward and dX as F(4x4,3x3) (else F(2x2,3x3)); 0: all
- * direct. */
+ * 1 forward, 2 dX, 4 dW, 8: the forward and dX as F(4x4,3x3) (else F(2x2,3x3)), 16: they
+ * run channels-last (k_conv_winoc.c); 0: all direct. */
 int k_conv2d_winograd_parts(const k_conv_shape *sh);
 
 /* Mixed precision (--amp bf16): the same convolution and linear with bf16 operands

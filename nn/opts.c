@@ -93,9 +93,10 @@ static const rt_arg flags[] = {
     F("sync-bn", RT_ARG_FLAG, sync_bn, JOB, RT_ARG_ANY, "SyncBatchNorm: batch statistics over all ranks"),
     FC("grad-compress", grad_compress, JOB, "none|fp16|bf16", "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
     F("topk", RT_ARG_STR, topk, JOB, RT_ARG_ANY, "report top-k test accuracy for these k, e.g. 1,5"),
-    FC("conv-algo", conv_algo, JOB, "auto|direct|winograd|winograd4",
+    FC("conv-algo", conv_algo, JOB, "auto|direct|winograd|winograd4|winograd4c",
        "fp32 CPU 3x3 stride-1 pad-1 convs: auto (Winograd where measured faster), direct (the shifted-row GEMMs' "
-       "bits), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3) fwd/dX) (default: auto, or $DDPRT_CONV)"),
+       "bits), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3) fwd/dX), winograd4c (the same channels-last) "
+       "(default: auto, or $DDPRT_CONV)"),
     FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "

@@ -1,6 +1,7 @@
 /* Winograd convs (kernels/cpu/k_conv_wino.c), forced on with k_conv_set_algo:
  * "winograd" (F(2x2,3x3)) and "winograd4" (F(4x4,3x3) forward and dX, F(2x2) dW):
  * forward, dX and dW against naive double loops on
+ * "winograd4c" (F(4x4) forward and dX channels-last, k_conv_winoc.c):
  * ResNet-like and awkward shapes (planes not a multiple of the 2x2 tile, 7x7, 5x9,
  * channel counts not multiples of 8/16, batches not a multiple of the image group),
  * the same bits for 1 and 2 threads, and "direct" giving the direct kernel's bits.
@@ -79,6 +80,7 @@ static outs run(const k_conv_shape *sh, const float *x, const float *w, const fl
     size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->p * sh->q;
     outs o = {malloc(ny * 4), malloc(nx * 4), malloc((size_t)sh->k * sh->c * 36), malloc((size_t)sh->k * 4)};
     void *ws = malloc(k_conv2d_workspace(sh));
+    memset(ws, 0xff, k_conv2d_workspace(sh)); /* NaNs: scratch the kernels read before writing shows */
     k_conv2d_fwd(sh, x, w, b, o.y, ws);
     k_conv2d_bwd(sh, x, w, dy, o.dx, o.dw, o.db, ws);
     free(ws);
@@ -97,15 +99,20 @@ static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b,
 static const int cases[][5] = {
     {3, 32, 14, 14, 32}, {2, 64, 28, 28, 64}, {13, 16, 7, 7, 20}, {3, 17, 5, 9, 9},
     {2, 19, 11, 6, 13},  {1, 5, 3, 3, 4},     {2, 8, 9, 37, 24},  {3, 64, 15, 18, 65},
+    /* winograd4c's channels-last path (channels a multiple of the level's vector;
+     * kernels_winoc_per_image checks that it ran): ResNet-20's 28x28 c16, 7x7 c64 on
+     * 13 images (groups of 5), planes not a multiple of 4 with c != k */
+    {2, 16, 28, 28, 16}, {13, 64, 7, 7, 64},  {2, 16, 9, 37, 32}, {2, 48, 15, 18, 16},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
-static const char *const algos[] = {"winograd", "winograd4"};
+static const char *const algos[] = {"winograd", "winograd4", "winograd4c"};
+#define NALGOS (int)(sizeof algos / sizeof algos[0])
 
 TEST(kernels_wino_matches_naive)
 {
     for (int ci = 0; ci < NCASES; ci++)
-    for (int ai = 0; ai < 2; ai++) {
+    for (int ai = 0; ai < NALGOS; ai++) {
         k_conv_shape sh = shape(cases[ci][0], cases[ci][1], cases[ci][2], cases[ci][3], cases[ci][4]);
         size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, ny = (size_t)sh.n * sh.k * sh.p * sh.q;
         size_t nw = (size_t)sh.k * sh.c * 9;
@@ -140,10 +147,10 @@ TEST(kernels_wino_matches_naive)
 
 TEST(kernels_wino_threads_bitwise)
 {
-    k_conv_shape shs[2] = {shape(13, 16, 7, 7, 20), shape(10, 64, 14, 14, 64)};
-    for (int si = 0; si < 4; si++) {
-        k_conv_shape *sh = &shs[si / 2];
-        CHECK(k_conv_set_algo(algos[si % 2]) == 0);
+    k_conv_shape shs[2] = {shape(13, 16, 7, 7, 32), shape(10, 64, 14, 14, 64)};
+    for (int si = 0; si < 2 * NALGOS; si++) {
+        k_conv_shape *sh = &shs[si / NALGOS];
+        CHECK(k_conv_set_algo(algos[si % NALGOS]) == 0);
         size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->p * sh->q;
         size_t nw = (size_t)sh->k * sh->c * 9;
         float *x = rnd(nx), *w = rnd(nw), *b = rnd(sh->k), *dy = rnd(ny);
@@ -153,7 +160,7 @@ TEST(kernels_wino_threads_bitwise)
         outs c = run(sh, x, w, b, dy);
         k_set_threads(1);
         CHECKF(same(a.y, c.y, ny) && same(a.dx, c.dx, nx) && same(a.dw, c.dw, nw) && same(a.db, c.db, sh->k),
-               "shape %d %s: 1 and 2 threads differ", si / 2, algos[si % 2]);
+               "shape %d %s: 1 and 2 threads differ", si / NALGOS, algos[si % NALGOS]);
         outs_free(&a), outs_free(&c);
         free(x), free(w), free(b), free(dy);
     }
@@ -187,4 +194,33 @@ TEST(kernels_wino_direct_switch_keeps_the_direct_bits)
     CHECK(!same(y, yw, ny));
     k_conv_set_algo(NULL);
     free(x), free(w), free(b), free(xp), free(y), free(yp), free(yw), free(ws);
+}
+
+/* winograd4c runs the channels-last kernels where the channels fit the level's vector
+ * (parts bit 16), not elsewhere; and each image's forward and dX are its own bits:
+ * the same in a batch of 13 (image groups of 5 on 7x7 c64, slots) as alone. */
+TEST(kernels_winoc_per_image)
+{
+    k_conv_shape sh = shape(13, 64, 7, 7, 64), one = shape(1, 64, 7, 7, 64), odd = shape(2, 18, 7, 7, 18);
+    CHECK(k_conv_set_algo("winograd4c") == 0);
+    CHECK((k_conv2d_winograd_parts(&sh) & 27) == 27);
+    CHECK(!(k_conv2d_winograd_parts(&odd) & 16));
+    CHECK(k_conv_set_algo("winograd4") == 0);
+    CHECK(!(k_conv2d_winograd_parts(&sh) & 16));
+    CHECK(k_conv_set_algo("winograd4c") == 0);
+    size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+    size_t ix = nx / sh.n, iy = ny / sh.n;
+    float *x = rnd(nx), *w = rnd((size_t)sh.k * sh.c * 9), *b = rnd(sh.k), *dy = rnd(ny);
+    float *y = malloc(ny * 4), *dx = malloc(nx * 4), *y1 = malloc(iy * 4), *dx1 = malloc(ix * 4);
+    void *ws = malloc(k_conv2d_workspace(&sh));
+    memset(ws, 0xff, k_conv2d_workspace(&sh));
+    k_conv2d_fwd(&sh, x, w, b, y, ws);
+    k_conv2d_bwd(&sh, x, w, dy, dx, NULL, NULL, ws);
+    for (int i = 0; i < sh.n; i += 4) {
+        k_conv2d_fwd(&one, x + i * ix, w, b, y1, ws);
+        k_conv2d_bwd(&one, x + i * ix, w, dy + i * iy, dx1, NULL, NULL, ws);
+        CHECKF(same(y1, y + i * iy, iy) && same(dx1, dx + i * ix, ix), "image %d: alone and in the batch differ", i);
+    }
+    k_conv_set_algo(NULL);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(y1), free(dx1), free(ws);
 }

@@ -351,7 +351,7 @@ static void bench_resnet(const char *model, int b, int iters)
     a.ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
     if (with_convs) {
         printf("\n%s convs, batch %d (median of %d, %s; bwd = dx + dw, stem dw only; GFLOP/s effective: the direct "
-               "conv's FLOPs / time; %% = of the FMA peak; alg: the parts run as Winograd F(2x2,3x3), f fwd x dX w dW, F X: F(4x4,3x3), - direct)\n",
+               "conv's FLOPs / time; %% = of the FMA peak; alg: the parts run as Winograd F(2x2,3x3), f fwd x dX w dW, F X: F(4x4,3x3), C D: F(4x4,3x3) channels-last, - direct)\n",
                model, b, iters, use_cpu_clock ? "thread CPU time" : "wall time");
         printf("%-22s %-24s %3s %3s %10s %8s %4s %10s %8s %4s | %8s %8s %6s %6s\n", "conv", "shape", "x", "alg", "fwd_us",
                "GFLOP/s", "%", "bwd_us", "GFLOP/s", "%", "bf16 fwd", "bf16 bwd", "fwd x", "bwd x");
@@ -373,7 +373,8 @@ static void bench_resnet(const char *model, int b, int iters)
         snprintf(shape, sizeof shape, "%dx%d->%d %dx%d s%d p%d", a.sh.c, a.sh.h, a.sh.k, a.sh.r,
                  a.sh.s, a.sh.stride, a.sh.pad);
         int wp = k_conv2d_winograd_parts(&a.sh);
-        char alg[4] = {wp & 1 ? (wp & 8 ? 'F' : 'f') : '-', wp & 2 ? (wp & 8 ? 'X' : 'x') : '-', wp & 4 ? 'w' : '-', 0};
+        char alg[4] = {wp & 1 ? (wp & 16 ? 'C' : wp & 8 ? 'F' : 'f') : '-', wp & 2 ? (wp & 16 ? 'D' : wp & 8 ? 'X' : 'x') : '-',
+                       wp & 4 ? 'w' : '-', 0};
         printf("%-22s %-24s %3d %3s %10.0f %8.1f %4.0f %10.0f %8.1f %4.0f | %8.0f %8.0f %6.2f %6.2f\n", L[i].name, shape,
                L[i].count, alg, uf, fl / (uf * 1e3), pct_flop(fl / (uf * 1e3)), ub, blf / (ub * 1e3),
                pct_flop(blf / (ub * 1e3)), uf16, ub16, uf16 > 0 ? uf / uf16 : 0, ub16 > 0 ? ub / ub16 : 0);

@@ -292,6 +292,7 @@ void k_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const 
 int k_conv2d_winograd_parts(const k_conv_shape *sh)
 {
     int p = k_conv_wino_use(sh, K_WINO_FWD) | k_conv_wino_use(sh, K_WINO_DX) << 1 | k_conv_wino_use(sh, K_WINO_DW) << 2;
+    if (p & 3 && k_conv_winoc_use(sh)) p |= 16;
     return p & 3 && k_conv_wino_tile(sh) == 4 ? p | 8 : p;
 }
 

@@ -28,6 +28,12 @@
 #define RT_ISA_TEMPLATE "kernels/cpu/k_conv_wino_simd.h"
 #include "rt/isa_each.h"
 
+#ifndef WT_P
+#define WT_P 14
+#endif
+#ifndef WT_C
+#define WT_C 64
+#endif
 #define WINO_BLOCK_FLOATS (96L << 10) /* V + M of a block: 384 KiB */
 #define WINO_MIN_COLS 32               /* fewer tiles leave the GEMMs' columns short */
 #define WINO_DW_FLOATS (1L << 20)      /* dW's blocks: up to 4 MiB, */
@@ -35,16 +41,16 @@
 #define WINO_S_FLOATS (1L << 20)       /* dW's sums S: up to 4 MiB a slot */
 
 /* ---- which convs (k_conv_set_algo, DDPRT_CONV) */
-static int conv_algo = -1; /* auto, direct, winograd, winograd4 (names[]); -1: DDPRT_CONV not read yet */
+static int conv_algo = -1; /* auto, direct, winograd, winograd4, winograd4c (names[]); -1: not read yet */
 
 int k_conv_set_algo(const char *name)
 {
-    static const char *const names[] = {"auto", "direct", "winograd", "winograd4"};
+    static const char *const names[] = {"auto", "direct", "winograd", "winograd4", "winograd4c"};
     if (!name) {
         __atomic_store_n(&conv_algo, -1, __ATOMIC_RELAXED);
         return 0;
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(name, names[i])) {
             __atomic_store_n(&conv_algo, i, __ATOMIC_RELAXED);
             return 0;
@@ -70,12 +76,33 @@ int k_conv_wino_shape(const k_conv_shape *sh)
 static int wino_tuned(const k_conv_shape *sh, int part)
 {
     int ch = sh->c < sh->k ? sh->c : sh->k;
-    return k_conv_wino_shape(sh) && sh->p >= 14 && sh->q >= 14 && ch >= (part == K_WINO_DW ? 64 : 32);
+    return k_conv_wino_shape(sh) && sh->p >= WT_P && sh->q >= WT_P && ch >= (part == K_WINO_DW ? WT_C : 32 * WT_C / 64);
+}
+
+/* auto's channels-last F(4x4): up to 64 channels each way, on AVX2 and AVX-512
+ * (Sapphire Rapids, fwd per conv vs what auto ran before: ResNet-20's 28x28 c16 4.45 ->
+ * 3.4 ms on AVX2 and 3.1 -> 2.9 on AVX-512, 14x14 c32 3.95 -> 3.5 / 2.95 -> 2.55, 7x7
+ * c64 4.5 -> 2.7 / 3.4 -> 1.95; ResNet-18's 56x56 c64 41 -> 36.5 / 27.3 -> 26.6). At
+ * 128+ channels U[xi] (c x k) outgrows the caches for the few tiles of a block: 14x14
+ * c256 54 vs the planar 40.5 ms, 7x7 c512 149 vs the direct 70. */
+static int winoc_auto(const k_conv_shape *sh)
+{
+    return k_isa_level() >= K_ISA_AVX2 && sh->c <= 64 && sh->k <= 64;
+}
+
+/* The channels-last F(4x4) (k_conv_winoc.c) for the forward and dX: winograd4c, or
+ * auto where measured faster (WINOC_AUTO). */
+int k_conv_winoc_use(const k_conv_shape *sh)
+{
+    if (!k_conv_winoc_fits(sh)) return 0;
+    int a = algo();
+    return a == 4 || (a == 0 && winoc_auto(sh));
 }
 
 int k_conv_wino_use(const k_conv_shape *sh, int part)
 {
     if (!k_conv_wino_shape(sh)) return 0;
+    if (part != K_WINO_DW && k_conv_winoc_use(sh)) return 1;
     int a = algo();
     if (a != 0) return a >= 2;
     /* auto: where measured faster than the direct convs (k_conv.c), Sapphire Rapids,
@@ -170,34 +197,27 @@ static int wino_m(const k_conv_shape *sh)
 {
     if (!wino_tuned(sh, K_WINO_DW)) return 2; /* nor does the workspace cover F(4x4) there */
     int a = algo();
-    if (a >= 2) return a == 3 ? 4 : 2;
+    if (a >= 2) return a >= 3 ? 4 : 2;
     if (k_isa_level() == K_ISA_AVX2) return 4;
     int tx = (sh->q + 3) / 4, ch = sh->c < sh->k ? sh->c : sh->k;
     return ch >= 256 || 4 * tx >= 3 * ((tx + 15) / 16 * 16) ? 4 : 2;
 }
 
-int k_conv_wino_tile(const k_conv_shape *sh) { return wino_m(sh); }
+int k_conv_wino_tile(const k_conv_shape *sh) { return k_conv_winoc_use(sh) ? 4 : wino_m(sh); }
 
 size_t k_conv_wino_workspace(const k_conv_shape *sh)
 {
     if (!k_conv_wino_shape(sh)) return 0;
     long a = wino_dims_of(sh, 2).end, b = wino_tuned(sh, K_WINO_DW) ? wino_dims_of(sh, 4).end : 0;
-    return (size_t)(a > b ? a : b);
+    long c = (long)k_conv_winoc_workspace(sh);
+    return (size_t)(a > b ? (a > c ? a : c) : (b > c ? b : c));
 }
 
-/* U[xi][ko][ci] = (G w G^T)[xi] for the ko x ci matrix of 3x3 filters at w (filter
- * (ko, ci) at w + ko*ks + ci*cs, taps flipped when `flip`: the dX conv's W^T),
- * G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]; then each U[xi] packed as a GEMM's A. */
-static void wino_weights4(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up, long pu)
+/* F(4x4)'s U[xi][k][c] = (G w G^T)[xi] at u + xi*ux + k*uk + c*uc for the ko x ci
+ * filters at w (k_conv_wino.h). */
+void k_wino4_weights(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, long ux, long uk, long uc)
 {
-    /* G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1] */
-    static const float G[6][3] = {{0.25f, 0, 0},
-                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
-                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
-                                  {0, 0, 1}};
-    long kc = (long)ko * ci;
+    static const float G[6][3] = K4_G_INIT;
     for (int k = 0; k < ko; k++)
         for (int c = 0; c < ci; c++) {
             const float *f = w + k * ks + c * cs;
@@ -205,18 +225,23 @@ static void wino_weights4(int ko, int ci, const float *w, long ks, long cs, int 
             for (int e = 0; e < 9; e++) g[e] = f[flip ? 8 - e : e];
             for (int i = 0; i < 6; i++)
                 for (int s = 0; s < 3; s++) t[i][s] = G[i][0] * g[s] + G[i][1] * g[3 + s] + G[i][2] * g[6 + s];
-            float *o = u + (long)k * ci + c;
+            float *o = u + k * uk + c * uc;
             for (int i = 0; i < 6; i++)
-                for (int j = 0; j < 6; j++) o[(6 * i + j) * kc] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+                for (int j = 0; j < 6; j++) o[(6 * i + j) * ux] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
         }
-    for (int xi = 0; xi < 36; xi++) k_gemm_pack_a(ko, ci, u + xi * kc, ci, 1, up + xi * pu);
 }
 
+/* U[xi][ko][ci] = (G w G^T)[xi] for the ko x ci matrix of 3x3 filters at w (filter
+ * (ko, ci) at w + ko*ks + ci*cs, taps flipped when `flip`: the dX conv's W^T),
+ * G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1] (F(4x4): k_wino4_weights); then each U[xi]
+ * packed as a GEMM's A. */
 static void wino_weights(int m, int ko, int ci, const float *w, long ks, long cs, int flip, float *u, float *up,
                          long pu)
 {
     if (m == 4) {
-        wino_weights4(ko, ci, w, ks, cs, flip, u, up, pu);
+        long kc = (long)ko * ci;
+        k_wino4_weights(ko, ci, w, ks, cs, flip, u, kc, ci, 1);
+        for (int xi = 0; xi < 36; xi++) k_gemm_pack_a(ko, ci, u + xi * kc, ci, 1, up + xi * pu);
         return;
     }
     long kc = (long)ko * ci;
@@ -383,6 +408,10 @@ static k_conv_slots wino_slots(wino_job *j)
 
 void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws)
 {
+    if (k_conv_winoc_use(sh)) {
+        k_conv_winoc_fwd(sh, x, w, b, y, ws);
+        return;
+    }
     wino_job j = {.sh = sh, .d = wino_dims_of(sh, wino_m(sh)), .ws = ws, .x = x, .b = b, .y = y};
     float *u = (float *)((char *)ws + j.d.r_u), *up = (float *)((char *)ws + j.d.r_up);
     wino_weights(j.d.m, sh->k, sh->c, w, (long)sh->c * 9, 9, 0, u, up, j.d.pu);
@@ -397,6 +426,11 @@ void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, con
 void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
                      float *db, void *ws)
 {
+    if (dx && k_conv_winoc_use(sh)) {
+        if (dw) k_conv_wino_bwd(sh, x, w, dy, NULL, dw, db, ws);
+        k_conv_winoc_dx(sh, w, dy, dx, ws);
+        return;
+    }
     int mx = wino_m(sh);
     if (dx && dw && mx != 2) {
         k_conv_wino_bwd(sh, x, w, dy, NULL, dw, db, ws);

@@ -18,4 +18,16 @@ size_t k_conv_wino_workspace(const k_conv_shape *sh);
 void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws);
 void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
                      float *db, void *ws);
+/* F(4x4)'s filter transform: u[xi*ux + k*uk + c*uc] = (G g G^T)[xi] for filter (k, c)
+ * g at w + k*ks + c*cs (k < ko, c < ci), its taps flipped when `flip` (the dX conv's
+ * W^T). Shared with the channels-last kernels (k_conv_winoc.c). */
+void k_wino4_weights(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, long ux, long uk, long uc);
+/* Channels-last F(4x4,3x3) for the forward and dX (k_conv_winoc.c): whether it runs
+ * this shape's forward and dX (the shape, the ISA level, DDPRT_CONV), its workspace,
+ * and the two convs. */
+int k_conv_winoc_use(const k_conv_shape *sh);
+int k_conv_winoc_fits(const k_conv_shape *sh);
+size_t k_conv_winoc_workspace(const k_conv_shape *sh);
+void k_conv_winoc_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws);
+void k_conv_winoc_dx(const k_conv_shape *sh, const float *w, const float *dy, float *dx, void *ws);
 #endif

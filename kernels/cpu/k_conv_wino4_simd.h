@@ -68,17 +68,7 @@ static ISA_TARGET void ISA_FN(k_wino4_split)(const float *x, int h, int w, int l
     }
 }
 
-/* B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0;
- * 0 4 0 -5 0 1] applied to d0..d5. */
-#define K4_BT(d, r)                                                                                                  \
-    do {                                                                                                             \
-        r[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];                                                                     \
-        r[1] = (d[3] + d[4]) - 4.0f * (d[1] + d[2]);                                                                 \
-        r[2] = (d[4] - d[3]) + 4.0f * (d[1] - d[2]);                                                                 \
-        r[3] = (d[4] - d[2]) + 2.0f * (d[3] - d[1]);                                                                 \
-        r[4] = (d[4] - d[2]) + 2.0f * (d[1] - d[3]);                                                                 \
-        r[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];                                                                     \
-    } while (0)
+#include "kernels/cpu/k_wino4_math.h"
 
 /* Input tiles of tile rows [0, nty) of split phases p (lpad 1, from padded row 4*ty0):
  * v[xi*vs + ty*ntx + tx] = (B^T d B)[xi], xi = 6i + j, for the 6x6 tile d at padded
@@ -104,16 +94,6 @@ static ISA_TARGET void ISA_FN(k_wino4_in_tiles)(const float *p, long pld, long l
             }
         }
 }
-
-/* A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1] applied to m0..m5. */
-#define K4_AT(m, o)                                                                                                  \
-    do {                                                                                                             \
-        K4_(k4_vf) s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];                       \
-        o[0] = m[0] + s12 + s34;                                                                                     \
-        o[1] = d12 + 2.0f * d34;                                                                                     \
-        o[2] = s12 + 4.0f * s34;                                                                                     \
-        o[3] = d12 + 8.0f * d34 + m[5];                                                                              \
-    } while (0)
 
 /* Output tile row ty of plane y (p x q): y = A^T m A + bias, m[xi] at m + xi*ms + tx. */
 static ISA_TARGET void ISA_FN(k_wino4_out_row)(const float *m, long ms, float bias, float *y, int p, int q, int ty,

@@ -56,7 +56,7 @@ static void model_vs_cpu_opt(const char *model, const char *launch, int lm, cons
              lm ? " --eval-batches 2 --lr 3" : G_SIMT ? " --check-sync 1 --no-eval" : " --check-sync 1", extra);
     snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), model, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
-    snprintf(cmd, sizeof cmd, "%s %s --device cpu %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --conv-algo direct %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
     CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
     int n = same_losses(out_g, out_c, 2e-3, why, sizeof why);
     CHECKF(n == G_STEPS, "%s (%s): %d loss lines agree; %s\n%s", model, launch, n, why, out_g);

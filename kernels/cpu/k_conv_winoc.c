@@ -1,0 +1,205 @@
+/* Channels-last Winograd F(4x4, 3x3) for the forward and dX of 3x3 stride-1 pad-1
+ * convs whose channel counts are multiples of the ISA level's vector (ResNet-20's 16,
+ * 32, 64 channels on 28x28, 14x14, 7x7 planes). k_conv_wino.c's planar kernels run a
+ * vector along a tile row (2 of 8 lanes on 7x7) and split every row per channel; here
+ * an image is transposed once into pixels of c channels, and the transforms run on
+ * vectors of channels:
+ *   X   = the image channels-last, zero-padded to (4*ty + 2) x (4*tx + 2) pixels
+ *   V   = B^T d B per tile: V[xi][tile][c], a GEMM's A with rows of c floats
+ *   M   = V[xi] U[xi] (36 GEMMs [tiles x c] x [c x k], U[xi][c][k] = G w G^T)
+ *   Y   = A^T M A (+ bias) per tile, channels-last, then transposed into the planes
+ * A block is a run of tiles of the images of one group (ng images: ng*tiles fill
+ * about WC_BLOCK_FLOATS of V + M); every GEMM row is computed alone in a fixed order,
+ * so each image's bits are its own, whatever the group, the slot or the thread count.
+ * The transforms' arithmetic is the planar F(4x4)'s (k_wino4_math.h); only the
+ * summation of the GEMMs may group differently, so the bits differ from it. */
+#include "kernels/k.h"
+#include "kernels/cpu/k_conv_drv.h"
+#include "kernels/cpu/k_conv_wino.h"
+#include "kernels/cpu/k_gemm.h"
+#include "kernels/cpu/k_int.h"
+#include <string.h>
+
+#define RT_ISA_TEMPLATE "kernels/cpu/k_conv_winoc_simd.h"
+#include "rt/isa_each.h"
+
+#define WC_BLOCK_FLOATS (96L << 10) /* V + M of a block: 384 KiB */
+#define WC_MIN_TILES 16
+
+typedef struct wc_dims {
+    int ty, tx;            /* tile rows and columns of a plane */
+    int ph, pw;            /* X's padded rows and pixels a row */
+    int ng;                /* images per group */
+    long rows;             /* tiles per block (GEMM rows) */
+    long xsz, ysz, tsz;    /* floats of one image's X, Y and the transpose buffer */
+    int slots;
+    long r_x, r_y, r_t, r_v, r_m, slot; /* slot regions (bytes) */
+    long r_u, end;                      /* U after the slots */
+} wc_dims;
+
+static long round64(long b) { return (b + 63) & ~63L; }
+
+/* The geometry of a conv of ci -> ko channels on h x w planes (the forward: c -> k; dX:
+ * k -> c). The workspace covers both directions: wc_dims_of(sh) takes the larger. */
+static wc_dims wc_dims_dir(const k_conv_shape *sh, int ci, int ko)
+{
+    wc_dims d;
+    int h = sh->h, w = sh->w;
+    d.ty = (h + 3) / 4, d.tx = (w + 3) / 4;
+    d.ph = 4 * d.ty + 2, d.pw = 4 * d.tx + 2;
+    long t = (long)d.ty * d.tx, want = WC_BLOCK_FLOATS / (36L * (ci + ko));
+    if (want < WC_MIN_TILES) want = WC_MIN_TILES;
+    d.ng = t >= want ? 1 : (int)(want / t);
+    if (d.ng > sh->n) d.ng = sh->n < 1 ? 1 : sh->n;
+    long nb = (d.ng * t + want - 1) / want; /* blocks of a group, of even length */
+    d.rows = (d.ng * t + nb - 1) / nb;
+    d.xsz = (long)d.ph * d.pw * ci;
+    d.ysz = 16L * t * ko;
+    d.tsz = (long)h * w * (ci > ko ? ci : ko);
+    k_conv_geo g = k_conv_geo_of(sh);
+    d.slots = g.slots;
+    d.r_x = 0;
+    d.r_y = d.r_x + round64(4L * d.ng * d.xsz);
+    d.r_t = d.r_y + round64(4L * d.ng * d.ysz);
+    d.r_v = d.r_t + round64(4L * d.tsz);
+    d.r_m = d.r_v + round64(4L * 36 * d.rows * ci);
+    d.slot = d.r_m + round64(4L * 36 * d.rows * ko);
+    long cap = (48L << 20) / d.slot; /* the workspace stays near 48 MiB */
+    if (d.slots > cap) d.slots = (int)(cap < 1 ? 1 : cap);
+    d.r_u = d.slot * d.slots;
+    d.end = d.r_u + round64(4L * 36 * ci * ko);
+    return d;
+}
+
+static int kc_of_level(int lvl) { return lvl >= K_ISA_AVX512 ? 16 : lvl >= K_ISA_AVX2 ? 8 : 4; }
+
+int k_conv_winoc_fits(const k_conv_shape *sh)
+{
+    int kc = kc_of_level(k_isa_level());
+    return k_conv_wino_shape(sh) && sh->c % kc == 0 && sh->k % kc == 0;
+}
+
+size_t k_conv_winoc_workspace(const k_conv_shape *sh)
+{
+    /* any level may run it (the smallest vector: 4 channels) */
+    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4) return 0;
+    long a = wc_dims_dir(sh, sh->c, sh->k).end, b = wc_dims_dir(sh, sh->k, sh->c).end;
+    return (size_t)(a > b ? a : b);
+}
+
+typedef struct wc_job {
+    const k_conv_shape *sh;
+    wc_dims d;
+    int ci, ko;
+    const float *in, *bias, *u;
+    float *out;
+    char *ws;
+} wc_job;
+
+/* Image g's planes (ci x h x w) into X: transposed to pixels, then row by row into the
+ * padded frame, whose border is zeroed (the workspace is shared with other kernels). */
+static void wc_load(const wc_job *j, const float *img, float *x, float *t)
+{
+    const wc_dims *d = &j->d;
+    const int h = j->sh->h, w = j->sh->w, ci = j->ci;
+    long prow = (long)d->pw * ci;
+    k_transpose_ld(ci, h * w, img, (long)h * w, t, ci);
+    memset(x, 0, sizeof(float) * prow);
+    for (int r = 0; r < h; r++) {
+        float *xr = x + (r + 1) * prow;
+        memset(xr, 0, sizeof(float) * ci);
+        memcpy(xr + ci, t + (long)r * w * ci, sizeof(float) * w * ci);
+        memset(xr + (long)(w + 1) * ci, 0, sizeof(float) * (d->pw - w - 1) * ci);
+    }
+    memset(x + (h + 1) * prow, 0, sizeof(float) * (d->ph - h - 1) * prow);
+}
+
+/* Y (4*ty x 4*tx pixels of ko channels) -> the image's planes ko x p x q. */
+static void wc_store(const wc_job *j, const float *y, float *img, float *t)
+{
+    const int p = j->sh->p, q = j->sh->q, ko = j->ko, yw = 4 * j->d.tx;
+    const float *src = y;
+    if (yw != q) { /* the rows' first q pixels, packed */
+        for (int r = 0; r < p; r++) memcpy(t + (long)r * q * ko, y + (long)r * yw * ko, sizeof(float) * q * ko);
+        src = t;
+    }
+    k_transpose_ld(p * q, ko, src, ko, img, (long)p * q);
+}
+
+static void wc_group(void *ctx, char *base, long i0, int ng)
+{
+    const wc_job *j = ctx;
+    const wc_dims *d = &j->d;
+    const int ci = j->ci, ko = j->ko, lvl = k_isa_level();
+    float *x = (float *)(base + d->r_x), *y = (float *)(base + d->r_y), *t = (float *)(base + d->r_t);
+    float *v = (float *)(base + d->r_v), *m = (float *)(base + d->r_m);
+    long isz = (long)ci * j->sh->h * j->sh->w, osz = (long)ko * j->sh->p * j->sh->q;
+    long per = (long)d->ty * d->tx, total = per * ng, xrow = (long)d->pw * ci, yrow = 4L * d->tx * ko;
+    long vs = d->rows * ci, ms = d->rows * ko;
+    for (int g = 0; g < ng; g++) wc_load(j, j->in + (i0 + g) * isz, x + g * d->xsz, t);
+    for (long b0 = 0; b0 < total; b0 += d->rows) {
+        long nr = total - b0 < d->rows ? total - b0 : d->rows;
+        /* input tiles: runs along a tile row */
+        for (long e = b0; e < b0 + nr;) {
+            long g = e / per, r = e % per;
+            int ty = (int)(r / d->tx), tx = (int)(r % d->tx), n = d->tx - tx;
+            if (n > b0 + nr - e) n = (int)(b0 + nr - e);
+            const float *xp = x + g * d->xsz + (4L * ty) * xrow + (4L * tx) * ci;
+            RT_ISA_CALL(lvl, k_winoc_in, xp, xrow, ci, n, v + (e - b0) * ci, vs);
+            e += n;
+        }
+        for (int xi = 0; xi < 36; xi++)
+            RT_ISA_CALL(lvl, k_winoc_gemm, (int)nr, ko, ci, v + xi * vs, ci, j->u + (long)xi * ci * ko, ko, m + xi * ms,
+                        ko);
+        for (long e = b0; e < b0 + nr;) {
+            long g = e / per, r = e % per;
+            int ty = (int)(r / d->tx), tx = (int)(r % d->tx), n = d->tx - tx;
+            if (n > b0 + nr - e) n = (int)(b0 + nr - e);
+            float *yp = y + g * d->ysz + (4L * ty) * yrow + (4L * tx) * ko;
+            RT_ISA_CALL(lvl, k_winoc_out, m + (e - b0) * ko, ms, ko, j->bias, n, yp, yrow);
+            e += n;
+        }
+    }
+    for (int g = 0; g < ng; g++) wc_store(j, y + g * d->ysz, j->out + (i0 + g) * osz, t);
+}
+
+static void wc_fwd_n(void *ctx, int slot, char *base, long i0, int ng)
+{
+    (void)slot;
+    wc_group(ctx, base, i0, ng);
+}
+
+static k_conv_slots wc_slots(wc_job *j)
+{
+    k_conv_slots s = {.sh = j->sh, .slots = j->d.slots, .ws = j->ws, .slot_bytes = j->d.slot, .group = j->d.ng,
+                      .ysz = (long)j->sh->k * j->sh->p * j->sh->q, .pq = (long)j->sh->p * j->sh->q, .job = j};
+    return s;
+}
+
+void k_conv_winoc_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y, void *ws)
+{
+    wc_job j = {.sh = sh, .d = wc_dims_dir(sh, sh->c, sh->k), .ci = sh->c, .ko = sh->k, .in = x, .bias = b, .out = y,
+                .ws = ws};
+    float *u = (float *)((char *)ws + j.d.r_u);
+    RT_ISA_CALL(k_isa_level(), k_winoc_weights, sh->k, sh->c, w, (long)sh->c * 9, 9, 0, u, (long)sh->c * sh->k);
+    j.u = u;
+    k_conv_slots s = wc_slots(&j);
+    s.fwd_n = wc_fwd_n;
+    s.ng_fwd = j.d.ng;
+    k_conv_slots_fwd(&s);
+}
+
+/* dX = conv(dy, W flipped and transposed): the forward's kernels on k -> c channels. */
+void k_conv_winoc_dx(const k_conv_shape *sh, const float *w, const float *dy, float *dx, void *ws)
+{
+    wc_job j = {.sh = sh, .d = wc_dims_dir(sh, sh->k, sh->c), .ci = sh->k, .ko = sh->c, .in = dy, .out = dx,
+                .ws = ws};
+    float *u = (float *)((char *)ws + j.d.r_u);
+    RT_ISA_CALL(k_isa_level(), k_winoc_weights, sh->c, sh->k, w, 9, (long)sh->c * 9, 1, u, (long)sh->c * sh->k);
+    j.u = u;
+    k_conv_slots s = wc_slots(&j);
+    s.dy = dy;
+    s.dx_n = wc_group;
+    s.ng_dx = j.d.ng;
+    k_conv_slots_bwd(&s);
+}

@@ -1,0 +1,161 @@
+/* k_conv_winoc.c's F(4x4, 3x3) transforms on channels-last planes, one template per
+ * ISA level (rt/isa_each.h): a vector holds KC consecutive channels of one pixel, so
+ * every lane is used whatever the plane's size (the planar kernels' vectors run along
+ * a tile row: 2 of 8 lanes on a 7x7 plane). Channel counts are multiples of KC. The
+ * arithmetic is k_wino4_math.h's, per lane, as in k_conv_wino4_simd.h. */
+#include "kernels/cpu/k_kv.h"
+#include "kernels/cpu/k_wino4_math.h"
+#include <string.h>
+
+#define KC_(x) ISA_FN(x)
+#define KC (ISA_VB / 4)
+typedef float KC_(kc_vf) __attribute__((vector_size(ISA_VB)));
+
+static inline ISA_TARGET KC_(kc_vf) KC_(kc_ld)(const float *p)
+{
+    KC_(kc_vf) v;
+    memcpy(&v, p, ISA_VB);
+    return v;
+}
+static inline ISA_TARGET void KC_(kc_st)(float *p, KC_(kc_vf) v) { memcpy(p, &v, ISA_VB); }
+
+/* nt tiles side by side: tile t's 6x6 input at x + 4t*c (pixels c floats apart, rows
+ * xrow apart) -> v[xi*vs + t*c + channel] = (B^T d B)[xi]. The row pass goes through
+ * tm (36 vectors, in L1) rather than registers: 16 ymm cannot hold it. */
+static ISA_TARGET void ISA_FN(k_winoc_in)(const float *x, long xrow, int c, int nt, float *v, long vs)
+{
+    KC_(kc_vf) tm[6][6];
+    for (int t = 0; t < nt; t++)
+        for (int c0 = 0; c0 < c; c0 += KC) {
+            const float *src = x + (long)(4 * t) * c + c0;
+            for (int j = 0; j < 6; j++) {
+                KC_(kc_vf) d[6], r[6];
+                for (int i = 0; i < 6; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
+                K4_BT(d, r);
+                for (int i = 0; i < 6; i++) tm[i][j] = r[i];
+            }
+            float *out = v + (long)t * c + c0;
+            for (int i = 0; i < 6; i++) {
+                KC_(kc_vf) r[6];
+                K4_BT(tm[i], r);
+                for (int j = 0; j < 6; j++) KC_(kc_st)(out + (6 * i + j) * vs, r[j]);
+            }
+        }
+}
+
+/* nt tiles side by side: m[xi*ms + t*k + channel] -> the 4x4 outputs A^T m A + bias
+ * (bias: k floats or NULL) at y + 4t*k (pixels k floats apart, rows yrow apart). */
+static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const float *bias, int nt, float *y,
+                                           long yrow)
+{
+    KC_(kc_vf) tm[4][6];
+    for (int t = 0; t < nt; t++)
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const float *src = m + (long)t * k + k0;
+            KC_(kc_vf) b = {0};
+            if (bias) b = KC_(kc_ld)(bias + k0);
+            for (int j = 0; j < 6; j++) {
+                KC_(kc_vf) c6[6], o[4];
+                for (int i = 0; i < 6; i++) c6[i] = KC_(kc_ld)(src + (6 * i + j) * ms);
+                K4_AT(c6, o);
+                for (int i = 0; i < 4; i++) tm[i][j] = o[i];
+            }
+            float *dst = y + (long)(4 * t) * k + k0;
+            for (int i = 0; i < 4; i++) {
+                KC_(kc_vf) o[4];
+                K4_AT(tm[i], o);
+                for (int jj = 0; jj < 4; jj++) KC_(kc_st)(dst + i * yrow + (long)jj * k, o[jj] + b);
+            }
+        }
+}
+
+
+/* U[xi][c][k] = (G g G^T)[xi] at u + xi*ux + c*ko + k for the filters g (k, c) at w +
+ * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KC filters k a vector:
+ * k_wino4_weights' arithmetic, a multiple of KC filters k. */
+static ISA_TARGET void ISA_FN(k_winoc_weights)(int ko, int ci, const float *w, long ks, long cs, int flip, float *u,
+                                               long ux)
+{
+    static const float G[6][3] = K4_G_INIT;
+    for (int c = 0; c < ci; c++)
+        for (int k0 = 0; k0 < ko; k0 += KC) {
+            KC_(kc_vf) g[9], t[6][3];
+            for (int e = 0; e < 9; e++)
+                for (int l = 0; l < KC; l++) g[e][l] = w[(k0 + l) * ks + c * cs + (flip ? 8 - e : e)];
+            for (int i = 0; i < 6; i++)
+                for (int s = 0; s < 3; s++) t[i][s] = G[i][0] * g[s] + G[i][1] * g[3 + s] + G[i][2] * g[6 + s];
+            float *o = u + (long)c * ko + k0;
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 6; j++)
+                    KC_(kc_st)(o + (6 * i + j) * ux, t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+        }
+}
+
+/* ---- M[xi] = V[xi] U[xi]: C[m x n] = A[m x kk] B[kk x n], A's rows lda apart read
+ * in place (the transform's tiles: no packing; a packed copy cost more than the
+ * FMAs at 16-64 channels), B and C row-major, n a multiple of KV_W. Per element one
+ * FMA per k in k order from zero, whatever the blocking. Micro-tile: WC_MR rows x
+ * WC_NV vectors (AVX2 6 x 2: 12 sums of 16 ymm; AVX-512 12 x 2; generic 6 x 2). */
+#if ISA_X86 && ISA_VB == 64
+#define WC_MR 12
+#else
+#define WC_MR 6
+#endif
+KT_INL void ISA_FN(wc_ukr)(const int mr, const int nv, int kk, const float *a, long lda, const float *b, long ldb,
+                           float *c, long ldc)
+{
+    kv s[WC_MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) s[i][v] = kv_zero();
+    for (int k = 0; k < kk; k++, b += ldb) {
+        kv b0 = kv_load(b), b1 = nv > 1 ? kv_load(b + KV_W) : b0;
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            kv ai = kv_set1(a[i * lda + k]);
+            s[i][0] = kv_fma(ai, b0, s[i][0]);
+            if (nv > 1) s[i][1] = kv_fma(ai, b1, s[i][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) kv_store(c + i * ldc + v * KV_W, s[i][v]);
+}
+
+#define WC_CASE(M)                                                                                                   \
+    case M:                                                                                                          \
+        if (nv == 2) ISA_FN(wc_ukr)(M, 2, kk, ai, lda, bj, ldb, ci, ldc);                                            \
+        else ISA_FN(wc_ukr)(M, 1, kk, ai, lda, bj, ldb, ci, ldc);                                                    \
+        break;
+
+static ISA_TARGET void ISA_FN(k_winoc_gemm)(int m, int n, int kk, const float *a, long lda, const float *b, long ldb,
+                                            float *c, long ldc)
+{
+    for (int j0 = 0; j0 < n;) {
+        int nv = n - j0 >= 2 * KV_W ? 2 : 1;
+        for (int i0 = 0; i0 < m; i0 += WC_MR) {
+            int mr = m - i0 < WC_MR ? m - i0 : WC_MR;
+            const float *ai = a + (long)i0 * lda;
+            float *ci = c + (long)i0 * ldc + j0;
+            const float *bj = b + j0;
+            switch (mr) {
+                WC_CASE(1) WC_CASE(2) WC_CASE(3) WC_CASE(4) WC_CASE(5) WC_CASE(6)
+#if WC_MR > 6
+                WC_CASE(7) WC_CASE(8) WC_CASE(9) WC_CASE(10) WC_CASE(11) WC_CASE(12)
+#endif
+            default: break;
+            }
+        }
+        j0 += nv * KV_W;
+    }
+}
+
+#undef WC_CASE
+#undef WC_MR
+#undef KC_
+#undef KC
+#undef K4_BT
+#undef K4_AT
+#include "kernels/cpu/k_kv_undef.h"

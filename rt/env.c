@@ -72,8 +72,8 @@ static const env_var vars[RT_ENV_COUNT] = {
     V(CONV, E_ENUM, "auto|direct|winograd|winograd4|winograd4c", "auto",
       "the fp32 CPU 3x3 stride-1 pad-1 convs: `winograd` (F(2x2,3x3): fewer multiplies, other rounding), "
       "`winograd4` (F(4x4,3x3) forward and dX on 14x14+ planes with 64+ channels, else F(2x2,3x3)), "
-      "`winograd4c` (F(4x4,3x3) forward and dX channels-last where the channel counts are multiples of the SIMD "
-      "vector's floats, else as `winograd4`), `direct` "
+      "`winograd4c` (F(4x4,3x3) forward and dX, F(2x2,3x3) dW, channels-last where the channel counts are "
+      "multiples of the SIMD vector's floats, else as `winograd4`), `direct` "
       "(the shifted-row GEMMs, the bits of ddprt before Winograd), `auto` (Winograd where measured faster: see "
       "[models.md](models.md)); `ddprt-train --conv-algo` sets it too"),
     V(BF16_GEMM, E_ENUM, "auto|dpbf16|fma|amx", "auto",

@@ -99,10 +99,30 @@ int k_conv_winoc_use(const k_conv_shape *sh)
     return a == 4 || (a == 0 && winoc_auto(sh));
 }
 
+/* And its F(2x2) dW (k_conv_winoc.c): winograd4c, or auto where measured faster
+ * (Sapphire Rapids, dX + dW per conv vs the planar F(2x2) dW or the direct one:
+ * ResNet-18's 56x56 c64 113 -> 81 ms on AVX2, 79.5 -> 58 on AVX-512; 28x28 c128 111 ->
+ * 84 / 81 -> 63; 14x14 c256 112 -> 118 / 95 -> 89; ResNet-20's 14x14 c32 8.0 -> 6.85 /
+ * 5.4 -> 5.1). Not on 7x7 planes (16 tiles for 49 outputs: 148 -> 190 ms at c512, 7.0 ->
+ * 7.4 at c64) nor at 16 channels (28x28 c16: 8.1 -> 8.0-8.7 / 6.5 -> 7.0: the 4x4 tiles'
+ * transforms cost what the GEMMs save). */
+static int winoc_dw_auto(const k_conv_shape *sh)
+{
+    int lo = sh->c < sh->k ? sh->c : sh->k, hi = sh->c > sh->k ? sh->c : sh->k, lvl = k_isa_level();
+    return lvl >= K_ISA_AVX2 && sh->p >= 14 && sh->q >= 14 && lo >= 32 && (hi <= 128 || lvl >= K_ISA_AVX512);
+}
+
+int k_conv_winoc_dw_use(const k_conv_shape *sh)
+{
+    if (!k_conv_winoc_fits(sh)) return 0;
+    int a = algo();
+    return a == 4 || (a == 0 && winoc_dw_auto(sh));
+}
+
 int k_conv_wino_use(const k_conv_shape *sh, int part)
 {
     if (!k_conv_wino_shape(sh)) return 0;
-    if (part != K_WINO_DW && k_conv_winoc_use(sh)) return 1;
+    if (part != K_WINO_DW ? k_conv_winoc_use(sh) : k_conv_winoc_dw_use(sh)) return 1;
     int a = algo();
     if (a != 0) return a >= 2;
     /* auto: where measured faster than the direct convs (k_conv.c), Sapphire Rapids,
@@ -348,7 +368,7 @@ static void wino_dx_n(void *ctx, char *base, long i0, int ng)
 }
 
 /* dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G, G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1]. */
-static void wino_dw_out(int K, int C, const float *s, float *dwp, int acc)
+void k_wino_dw_out(int K, int C, const float *s, float *dwp, int acc)
 {
     long kc = (long)K * C;
     for (long e = 0; e < kc; e++) {
@@ -394,7 +414,7 @@ static void wino_dw_pass(void *ctx, char *base, long i0, int ng, float *dwp, int
                 k_gemm_nt_off(kc, C, (int)cols, 1, g + xi * kc * ldv, ldv, 0, v + xi * C * ldv, j->boff, 0,
                               s + (long)xi * kc * C, C, r0 > 0);
         }
-        wino_dw_out(kc, C, s, dwp + (long)k0 * C * 9, acc);
+        k_wino_dw_out(kc, C, s, dwp + (long)k0 * C * 9, acc);
     }
 }
 
@@ -426,6 +446,11 @@ void k_conv_wino_fwd(const k_conv_shape *sh, const float *x, const float *w, con
 void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx, float *dw,
                      float *db, void *ws)
 {
+    if (dw && k_conv_winoc_dw_use(sh)) {
+        k_conv_winoc_dw(sh, x, dy, dw, db, ws);
+        dw = NULL, db = NULL;
+        if (!dx) return;
+    }
     if (dx && k_conv_winoc_use(sh)) {
         if (dw) k_conv_wino_bwd(sh, x, w, dy, NULL, dw, db, ws);
         k_conv_winoc_dx(sh, w, dy, dx, ws);

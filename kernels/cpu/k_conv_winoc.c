@@ -1,4 +1,5 @@
-/* Channels-last Winograd F(4x4, 3x3) for the forward and dX of 3x3 stride-1 pad-1
+/* Channels-last Winograd for 3x3 stride-1 pad-1 convs: F(4x4, 3x3) forward and dX,
+ * F(2x2, 3x3) dW (its section at the end), for those
  * convs whose channel counts are multiples of the ISA level's vector (ResNet-20's 16,
  * 32, 64 channels on 28x28, 14x14, 7x7 planes). k_conv_wino.c's planar kernels run a
  * vector along a tile row (2 of 8 lanes on 7x7) and split every row per channel; here
@@ -25,6 +26,9 @@
 
 #define WC_BLOCK_FLOATS (96L << 10) /* V + M of a block: 384 KiB */
 #define WC_MIN_TILES 16
+#define WD_BLOCK_FLOATS (96L << 10) /* dW: V + D of a block */
+
+size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh);
 
 typedef struct wc_dims {
     int ty, tx;            /* tile rows and columns of a plane */
@@ -84,7 +88,9 @@ size_t k_conv_winoc_workspace(const k_conv_shape *sh)
     /* any level may run it (the smallest vector: 4 channels) */
     if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4) return 0;
     long a = wc_dims_dir(sh, sh->c, sh->k).end, b = wc_dims_dir(sh, sh->k, sh->c).end;
-    return (size_t)(a > b ? a : b);
+    long c = (long)k_conv_winoc_dw_workspace(sh);
+    a = a > b ? a : b;
+    return (size_t)(a > c ? a : c);
 }
 
 typedef struct wc_job {
@@ -96,22 +102,21 @@ typedef struct wc_job {
     char *ws;
 } wc_job;
 
-/* Image g's planes (ci x h x w) into X: transposed to pixels, then row by row into the
- * padded frame, whose border is zeroed (the workspace is shared with other kernels). */
-static void wc_load(const wc_job *j, const float *img, float *x, float *t)
+/* An image's planes (ch x h x w) into x: transposed to pixels, then row by row into a
+ * frame of ph x pw pixels at (pad, pad), whose border is zeroed (the workspace is
+ * shared with other kernels). */
+static void wc_load(const float *img, int ch, int h, int w, int pad, int ph, int pw, float *x, float *t)
 {
-    const wc_dims *d = &j->d;
-    const int h = j->sh->h, w = j->sh->w, ci = j->ci;
-    long prow = (long)d->pw * ci;
-    k_transpose_ld(ci, h * w, img, (long)h * w, t, ci);
-    memset(x, 0, sizeof(float) * prow);
+    long prow = (long)pw * ch;
+    k_transpose_ld(ch, h * w, img, (long)h * w, t, ch);
+    memset(x, 0, sizeof(float) * pad * prow);
     for (int r = 0; r < h; r++) {
-        float *xr = x + (r + 1) * prow;
-        memset(xr, 0, sizeof(float) * ci);
-        memcpy(xr + ci, t + (long)r * w * ci, sizeof(float) * w * ci);
-        memset(xr + (long)(w + 1) * ci, 0, sizeof(float) * (d->pw - w - 1) * ci);
+        float *xr = x + (r + pad) * prow;
+        memset(xr, 0, sizeof(float) * pad * ch);
+        memcpy(xr + (long)pad * ch, t + (long)r * w * ch, sizeof(float) * w * ch);
+        memset(xr + (long)(w + pad) * ch, 0, sizeof(float) * (pw - w - pad) * ch);
     }
-    memset(x + (h + 1) * prow, 0, sizeof(float) * (d->ph - h - 1) * prow);
+    memset(x + (h + pad) * prow, 0, sizeof(float) * (ph - h - pad) * prow);
 }
 
 /* Y (4*ty x 4*tx pixels of ko channels) -> the image's planes ko x p x q. */
@@ -136,7 +141,8 @@ static void wc_group(void *ctx, char *base, long i0, int ng)
     long isz = (long)ci * j->sh->h * j->sh->w, osz = (long)ko * j->sh->p * j->sh->q;
     long per = (long)d->ty * d->tx, total = per * ng, xrow = (long)d->pw * ci, yrow = 4L * d->tx * ko;
     long vs = d->rows * ci, ms = d->rows * ko;
-    for (int g = 0; g < ng; g++) wc_load(j, j->in + (i0 + g) * isz, x + g * d->xsz, t);
+    for (int g = 0; g < ng; g++)
+        wc_load(j->in + (i0 + g) * isz, ci, j->sh->h, j->sh->w, 1, d->ph, d->pw, x + g * d->xsz, t);
     for (long b0 = 0; b0 < total; b0 += d->rows) {
         long nr = total - b0 < d->rows ? total - b0 : d->rows;
         /* input tiles: runs along a tile row */
@@ -201,5 +207,108 @@ void k_conv_winoc_dx(const k_conv_shape *sh, const float *w, const float *dy, fl
     s.dy = dy;
     s.dx_n = wc_group;
     s.ng_dx = j.d.ng;
+    k_conv_slots_bwd(&s);
+}
+
+/* ---- dW: F(2x2,3x3) channels-last. Per slot (the driver's images of one slot at
+ * once): S[xi][k][c] = sum over the slot's tiles of D[xi][tile][k] V[xi][tile][c]
+ * (D = A g A^T of a tile's 2x2 dy, V = B^T d B of its 4x4 input), summed block by
+ * block in tile order, then dW = G^T S G (k_wino_dw_out). The planar F(2x2) dW's
+ * transforms per lane; its sums run over the same tiles in another grouping. */
+typedef struct wd_dims {
+    int ty, tx, ph, pw; /* tiles of a plane; X's frame (pad 1) */
+    int ng;             /* images per group (X and DY) */
+    long rows;          /* tiles per block */
+    long xsz, dsz, tsz;
+    int slots;
+    long r_x, r_dy, r_t, r_v, r_d, r_s, r_dw, r_db, slot, end;
+} wd_dims;
+
+static wd_dims wd_dims_of(const k_conv_shape *sh)
+{
+    wd_dims d;
+    const int C = sh->c, K = sh->k;
+    d.ty = (sh->p + 1) / 2, d.tx = (sh->q + 1) / 2;
+    d.ph = 2 * d.ty + 2, d.pw = 2 * d.tx + 2;
+    long t = (long)d.ty * d.tx, want = WD_BLOCK_FLOATS / (16L * (C + K));
+    if (want < WC_MIN_TILES) want = WC_MIN_TILES;
+    d.ng = t >= want ? 1 : (int)(want / t);
+    if (d.ng > sh->n) d.ng = sh->n < 1 ? 1 : sh->n;
+    long nb = (d.ng * t + want - 1) / want;
+    d.rows = (d.ng * t + nb - 1) / nb;
+    d.xsz = (long)d.ph * d.pw * C;
+    d.dsz = 4L * t * K;
+    d.tsz = (long)sh->h * sh->w * (C > K ? C : K);
+    d.slots = k_conv_geo_of(sh).slots;
+    d.r_x = 0;
+    d.r_dy = d.r_x + round64(4L * d.ng * d.xsz);
+    d.r_t = d.r_dy + round64(4L * d.ng * d.dsz);
+    d.r_v = d.r_t + round64(4L * d.tsz);
+    d.r_d = d.r_v + round64(4L * 16 * d.rows * C);
+    d.r_s = d.r_d + round64(4L * 16 * d.rows * K);
+    d.r_dw = d.r_s + round64(4L * 16 * K * C);
+    d.r_db = d.r_dw + round64(4L * 9 * K * C);
+    d.slot = d.r_db + round64(4L * K);
+    long cap = (48L << 20) / d.slot;
+    if (d.slots > cap) d.slots = (int)(cap < 2 ? 2 : cap);
+    d.end = d.slot * d.slots;
+    return d;
+}
+
+typedef struct wd_job {
+    const k_conv_shape *sh;
+    wd_dims d;
+    const float *x, *dy;
+} wd_job;
+
+static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
+{
+    const wd_job *j = ctx;
+    const wd_dims *d = &j->d;
+    const k_conv_shape *sh = j->sh;
+    const int C = sh->c, K = sh->k, lvl = k_isa_level();
+    float *x = (float *)(base + d->r_x), *g = (float *)(base + d->r_dy), *t = (float *)(base + d->r_t);
+    float *v = (float *)(base + d->r_v), *dd = (float *)(base + d->r_d), *s = (float *)(base + d->r_s);
+    long isz = (long)C * sh->h * sh->w, osz = (long)K * sh->p * sh->q, per = (long)d->ty * d->tx;
+    long xrow = (long)d->pw * C, grow = 2L * d->tx * K, vs = d->rows * C, ds = d->rows * K;
+    int first = 1;
+    for (long i = i0; i < i0 + n; i += d->ng) {
+        int ng = i0 + n - i < d->ng ? (int)(i0 + n - i) : d->ng;
+        for (int e = 0; e < ng; e++) {
+            wc_load(j->x + (i + e) * isz, C, sh->h, sh->w, 1, d->ph, d->pw, x + e * d->xsz, t);
+            wc_load(j->dy + (i + e) * osz, K, sh->p, sh->q, 0, 2 * d->ty, 2 * d->tx, g + e * d->dsz, t);
+        }
+        long total = per * ng;
+        for (long b0 = 0; b0 < total; b0 += d->rows, first = 0) {
+            long nr = total - b0 < d->rows ? total - b0 : d->rows;
+            for (long e = b0; e < b0 + nr;) {
+                long im = e / per, r = e % per;
+                int ty = (int)(r / d->tx), tx = (int)(r % d->tx), cnt = d->tx - tx;
+                if (cnt > b0 + nr - e) cnt = (int)(b0 + nr - e);
+                RT_ISA_CALL(lvl, k_winoc_in2, x + im * d->xsz + (2L * ty) * xrow + (2L * tx) * C, xrow, C, cnt,
+                            v + (e - b0) * C, vs);
+                RT_ISA_CALL(lvl, k_winoc_dy2, g + im * d->dsz + (2L * ty) * grow + (2L * tx) * K, grow, K, cnt,
+                            dd + (e - b0) * K, ds);
+                e += cnt;
+            }
+            for (int xi = 0; xi < 16; xi++)
+                RT_ISA_CALL(lvl, k_winoc_gemm_tn, K, C, (int)nr, dd + xi * ds, K, v + xi * vs, C,
+                            s + (long)xi * K * C, C, !first);
+        }
+    }
+    k_wino_dw_out(K, C, s, dwp, acc);
+}
+
+size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh)
+{
+    return !k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4 ? 0 : (size_t)wd_dims_of(sh).end;
+}
+
+void k_conv_winoc_dw(const k_conv_shape *sh, const float *x, const float *dy, float *dw, float *db, void *ws)
+{
+    wd_job j = {.sh = sh, .d = wd_dims_of(sh), .x = x, .dy = dy};
+    k_conv_slots s = {.sh = sh, .slots = j.d.slots, .ws = ws, .slot_bytes = j.d.slot, .r_dw = j.d.r_dw,
+                      .r_db = j.d.r_db, .group = sh->n < 1 ? 1 : sh->n, .ysz = (long)sh->k * sh->p * sh->q,
+                      .pq = (long)sh->p * sh->q, .dy = dy, .dw = dw, .db = db, .job = &j, .dw_pass = wd_pass};
     k_conv_slots_bwd(&s);
 }

@@ -70,6 +70,57 @@ static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const
 }
 
 
+/* dW's F(2x2) input tiles: nt tiles side by side, tile t's 4x4 input at x + 2t*c ->
+ * v[xi*vs + t*c + channel] = (B^T d B)[xi], B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0;
+ * 0 1 0 -1] (k_conv_wino_simd.h's in_tiles per lane). */
+#define K2_BT(d, r)                                                                                                  \
+    do {                                                                                                             \
+        r[0] = d[0] - d[2];                                                                                          \
+        r[1] = d[1] + d[2];                                                                                          \
+        r[2] = d[2] - d[1];                                                                                          \
+        r[3] = d[1] - d[3];                                                                                          \
+    } while (0)
+static ISA_TARGET void ISA_FN(k_winoc_in2)(const float *x, long xrow, int c, int nt, float *v, long vs)
+{
+    KC_(kc_vf) tm[4][4];
+    for (int t = 0; t < nt; t++)
+        for (int c0 = 0; c0 < c; c0 += KC) {
+            const float *src = x + (long)(2 * t) * c + c0;
+            for (int j = 0; j < 4; j++) {
+                KC_(kc_vf) d[4], r[4];
+                for (int i = 0; i < 4; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
+                K2_BT(d, r);
+                for (int i = 0; i < 4; i++) tm[i][j] = r[i];
+            }
+            float *out = v + (long)t * c + c0;
+            for (int i = 0; i < 4; i++) {
+                KC_(kc_vf) r[4];
+                K2_BT(tm[i], r);
+                for (int j = 0; j < 4; j++) KC_(kc_st)(out + (4 * i + j) * vs, r[j]);
+            }
+        }
+}
+
+/* dW's output-gradient tiles: tile t's 2x2 dy at g + 2t*k -> d[xi*ds + t*k + channel] =
+ * (A g A^T)[xi], A = [1 0; 1 1; 1 -1; 0 -1] (k_conv_wino_simd.h's dy_tiles per lane). */
+static ISA_TARGET void ISA_FN(k_winoc_dy2)(const float *g, long grow, int k, int nt, float *d, long ds)
+{
+    for (int t = 0; t < nt; t++)
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const float *src = g + (long)(2 * t) * k + k0;
+            KC_(kc_vf) e0 = KC_(kc_ld)(src), o0 = KC_(kc_ld)(src + k), e1 = KC_(kc_ld)(src + grow),
+                       o1 = KC_(kc_ld)(src + grow + k);
+            KC_(kc_vf) ue[4] = {e0, e0 + e1, e0 - e1, -e1}, uo[4] = {o0, o0 + o1, o0 - o1, -o1};
+            float *out = d + (long)t * k + k0;
+            for (int i = 0; i < 4; i++) {
+                KC_(kc_st)(out + (4 * i + 0) * ds, ue[i]);
+                KC_(kc_st)(out + (4 * i + 1) * ds, ue[i] + uo[i]);
+                KC_(kc_st)(out + (4 * i + 2) * ds, ue[i] - uo[i]);
+                KC_(kc_st)(out + (4 * i + 3) * ds, -uo[i]);
+            }
+        }
+}
+
 /* U[xi][c][k] = (G g G^T)[xi] at u + xi*ux + c*ko + k for the filters g (k, c) at w +
  * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KC filters k a vector:
  * k_wino4_weights' arithmetic, a multiple of KC filters k. */
@@ -152,6 +203,58 @@ static ISA_TARGET void ISA_FN(k_winoc_gemm)(int m, int n, int kk, const float *a
     }
 }
 
+/* dW's sums: S[m x n] (acc: +=) sum over t < kk of A[t][i] B[t][j], A's rows lda apart
+ * (i contiguous: broadcast), B's ldb apart (j contiguous, n a multiple of KV_W), S
+ * row-major. Per element S (or 0), then one FMA per t in t order. */
+KT_INL void ISA_FN(wc_ukr_tn)(const int mr, const int nv, int kk, const float *a, long lda, const float *b, long ldb,
+                              float *s, long lds, int acc)
+{
+    kv c[WC_MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) c[i][v] = acc ? kv_load(s + i * lds + v * KV_W) : kv_zero();
+    for (int t = 0; t < kk; t++, a += lda, b += ldb) {
+        kv b0 = kv_load(b), b1 = nv > 1 ? kv_load(b + KV_W) : b0;
+#pragma GCC unroll 12
+        for (int i = 0; i < mr; i++) {
+            kv ai = kv_set1(a[i]);
+            c[i][0] = kv_fma(ai, b0, c[i][0]);
+            if (nv > 1) c[i][1] = kv_fma(ai, b1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) kv_store(s + i * lds + v * KV_W, c[i][v]);
+}
+
+#define WC_TN_CASE(M)                                                                                                \
+    case M:                                                                                                          \
+        if (nv == 2) ISA_FN(wc_ukr_tn)(M, 2, kk, a + i0, lda, b + j0, ldb, s + (long)i0 * lds + j0, lds, acc);       \
+        else ISA_FN(wc_ukr_tn)(M, 1, kk, a + i0, lda, b + j0, ldb, s + (long)i0 * lds + j0, lds, acc);               \
+        break;
+
+static ISA_TARGET void ISA_FN(k_winoc_gemm_tn)(int m, int n, int kk, const float *a, long lda, const float *b,
+                                               long ldb, float *s, long lds, int acc)
+{
+    for (int j0 = 0; j0 < n;) {
+        int nv = n - j0 >= 2 * KV_W ? 2 : 1;
+        for (int i0 = 0; i0 < m; i0 += WC_MR) {
+            switch (m - i0 < WC_MR ? m - i0 : WC_MR) {
+                WC_TN_CASE(1) WC_TN_CASE(2) WC_TN_CASE(3) WC_TN_CASE(4) WC_TN_CASE(5) WC_TN_CASE(6)
+#if WC_MR > 6
+                WC_TN_CASE(7) WC_TN_CASE(8) WC_TN_CASE(9) WC_TN_CASE(10) WC_TN_CASE(11) WC_TN_CASE(12)
+#endif
+            default: break;
+            }
+        }
+        j0 += nv * KV_W;
+    }
+}
+
+#undef WC_TN_CASE
+#undef K2_BT
 #undef WC_CASE
 #undef WC_MR
 #undef KC_

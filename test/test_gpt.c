@@ -255,7 +255,7 @@ PTEST(gpt_zero1_bit_identical_to_unsharded)
     for (int w = 2; w <= 3; w++) {
         double mem[2] = {0, 0};
         for (int z = 0; z < 2; z++) {
-            char ws[8], name[16];
+            char ws[16], name[32];
             snprintf(ws, sizeof ws, "%d", w);
             snprintf(name, sizeof name, "zero%d_w%d", z, w);
             snprintf(ck[z], sizeof ck[z], "%s/z%d_w%d.st", dir, z, w);

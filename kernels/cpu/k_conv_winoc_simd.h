@@ -20,15 +20,18 @@ static inline ISA_TARGET KC_(kc_vf) KC_(kc_ld)(const float *p)
 static inline ISA_TARGET void KC_(kc_st)(float *p, KC_(kc_vf) v) { memcpy(p, &v, ISA_VB); }
 
 /* nt tiles side by side: tile t's 6x6 input at x + 4t*c (pixels c floats apart, rows
- * xrow apart) -> v[xi*vs + t*c + channel] = (B^T d B)[xi]. The row pass goes through
- * tm (36 vectors, in L1) rather than registers: 16 ymm cannot hold it. */
+ * xrow apart) -> v[xi*vs + t*c + channel] = (B^T d B)[xi]. The row pass (B^T d, a
+ * column at a time) goes through tm (36 vectors, in L1) rather than registers: 16 ymm
+ * cannot hold it; a tile's last two columns are the next one's first two, passed once. */
 static ISA_TARGET void ISA_FN(k_winoc_in)(const float *x, long xrow, int c, int nt, float *v, long vs)
 {
     KC_(kc_vf) tm[6][6];
-    for (int t = 0; t < nt; t++)
-        for (int c0 = 0; c0 < c; c0 += KC) {
+    for (int c0 = 0; c0 < c; c0 += KC)
+        for (int t = 0; t < nt; t++) {
             const float *src = x + (long)(4 * t) * c + c0;
-            for (int j = 0; j < 6; j++) {
+            if (t > 0)
+                for (int i = 0; i < 6; i++) tm[i][0] = tm[i][4], tm[i][1] = tm[i][5];
+            for (int j = t > 0 ? 2 : 0; j < 6; j++) {
                 KC_(kc_vf) d[6], r[6];
                 for (int i = 0; i < 6; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
                 K4_BT(d, r);

@@ -155,8 +155,8 @@ static void wc_group(void *ctx, char *base, long i0, int ng)
             e += n;
         }
         for (int xi = 0; xi < 36; xi++)
-            RT_ISA_CALL(lvl, k_winoc_gemm, (int)nr, ko, ci, v + xi * vs, ci, j->u + (long)xi * ci * ko, ko, m + xi * ms,
-                        ko);
+            RT_ISA_CALL(lvl, k_winoc_gemm, 0, (int)nr, ko, ci, v + xi * vs, ci, j->u + (long)xi * ci * ko, ko,
+                        m + xi * ms, ko, 0);
         for (long e = b0; e < b0 + nr;) {
             long g = e / per, r = e % per;
             int ty = (int)(r / d->tx), tx = (int)(r % d->tx), n = d->tx - tx;
@@ -292,7 +292,7 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
                 e += cnt;
             }
             for (int xi = 0; xi < 16; xi++)
-                RT_ISA_CALL(lvl, k_winoc_gemm_tn, K, C, (int)nr, dd + xi * ds, K, v + xi * vs, C,
+                RT_ISA_CALL(lvl, k_winoc_gemm, 1, K, C, (int)nr, dd + xi * ds, K, v + xi * vs, C,
                             s + (long)xi * K * C, C, !first);
         }
     }

@@ -145,29 +145,31 @@ static ISA_TARGET void ISA_FN(k_winoc_weights)(int ko, int ci, const float *w, l
         }
 }
 
-/* ---- M[xi] = V[xi] U[xi]: C[m x n] = A[m x kk] B[kk x n], A's rows lda apart read
- * in place (the transform's tiles: no packing; a packed copy cost more than the
- * FMAs at 16-64 channels), B and C row-major, n a multiple of KV_W. Per element one
- * FMA per k in k order from zero, whatever the blocking. Micro-tile: WC_MR rows x
- * WC_NV vectors (AVX2 6 x 2: 12 sums of 16 ymm; AVX-512 12 x 2; generic 6 x 2). */
+/* ---- The GEMMs, on operands read in place (no packing: a packed copy cost more than
+ * the FMAs at 16-64 channels). C[m x n] (acc: +=) A B with B and C row-major (n a
+ * multiple of KV_W) and A(i, k) = a[i*lda + k] (tn 0: the forward's and dX's M[xi] =
+ * V[xi] U[xi], A the tiles' rows) or a[k*lda + i] (tn 1: dW's S[xi] += D[xi]^T V[xi],
+ * summed over the tiles k). Per element C (or 0), then one FMA per k in k order,
+ * whatever the blocking. Micro-tile: WC_MR rows x WC_NV vectors (AVX2 6 x 2: 12 sums
+ * of 16 ymm; AVX-512 12 x 2; generic 6 x 2). */
 #if ISA_X86 && ISA_VB == 64
 #define WC_MR 12
 #else
 #define WC_MR 6
 #endif
-KT_INL void ISA_FN(wc_ukr)(const int mr, const int nv, int kk, const float *a, long lda, const float *b, long ldb,
-                           float *c, long ldc)
+KT_INL void ISA_FN(wc_ukr)(const int mr, const int nv, const int tn, int kk, const float *a, long lda, const float *b,
+                           long ldb, float *c, long ldc, int acc)
 {
     kv s[WC_MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
-        for (int v = 0; v < nv; v++) s[i][v] = kv_zero();
+        for (int v = 0; v < nv; v++) s[i][v] = acc ? kv_load(c + i * ldc + v * KV_W) : kv_zero();
     for (int k = 0; k < kk; k++, b += ldb) {
         kv b0 = kv_load(b), b1 = nv > 1 ? kv_load(b + KV_W) : b0;
 #pragma GCC unroll 12
         for (int i = 0; i < mr; i++) {
-            kv ai = kv_set1(a[i * lda + k]);
+            kv ai = kv_set1(tn ? a[k * lda + i] : a[i * lda + k]);
             s[i][0] = kv_fma(ai, b0, s[i][0]);
             if (nv > 1) s[i][1] = kv_fma(ai, b1, s[i][1]);
         }
@@ -180,21 +182,22 @@ KT_INL void ISA_FN(wc_ukr)(const int mr, const int nv, int kk, const float *a, l
 
 #define WC_CASE(M)                                                                                                   \
     case M:                                                                                                          \
-        if (nv == 2) ISA_FN(wc_ukr)(M, 2, kk, ai, lda, bj, ldb, ci, ldc);                                            \
-        else ISA_FN(wc_ukr)(M, 1, kk, ai, lda, bj, ldb, ci, ldc);                                                    \
+        if (tn) {                                                                                                    \
+            if (nv == 2) ISA_FN(wc_ukr)(M, 2, 1, kk, ai, lda, bj, ldb, ci, ldc, acc);                                \
+            else ISA_FN(wc_ukr)(M, 1, 1, kk, ai, lda, bj, ldb, ci, ldc, acc);                                        \
+        } else if (nv == 2) ISA_FN(wc_ukr)(M, 2, 0, kk, ai, lda, bj, ldb, ci, ldc, acc);                             \
+        else ISA_FN(wc_ukr)(M, 1, 0, kk, ai, lda, bj, ldb, ci, ldc, acc);                                            \
         break;
 
-static ISA_TARGET void ISA_FN(k_winoc_gemm)(int m, int n, int kk, const float *a, long lda, const float *b, long ldb,
-                                            float *c, long ldc)
+static ISA_TARGET void ISA_FN(k_winoc_gemm)(int tn, int m, int n, int kk, const float *a, long lda, const float *b,
+                                            long ldb, float *c, long ldc, int acc)
 {
     for (int j0 = 0; j0 < n;) {
         int nv = n - j0 >= 2 * KV_W ? 2 : 1;
         for (int i0 = 0; i0 < m; i0 += WC_MR) {
-            int mr = m - i0 < WC_MR ? m - i0 : WC_MR;
-            const float *ai = a + (long)i0 * lda;
+            const float *ai = tn ? a + i0 : a + (long)i0 * lda, *bj = b + j0;
             float *ci = c + (long)i0 * ldc + j0;
-            const float *bj = b + j0;
-            switch (mr) {
+            switch (m - i0 < WC_MR ? m - i0 : WC_MR) {
                 WC_CASE(1) WC_CASE(2) WC_CASE(3) WC_CASE(4) WC_CASE(5) WC_CASE(6)
 #if WC_MR > 6
                 WC_CASE(7) WC_CASE(8) WC_CASE(9) WC_CASE(10) WC_CASE(11) WC_CASE(12)
@@ -206,57 +209,6 @@ static ISA_TARGET void ISA_FN(k_winoc_gemm)(int m, int n, int kk, const float *a
     }
 }
 
-/* dW's sums: S[m x n] (acc: +=) sum over t < kk of A[t][i] B[t][j], A's rows lda apart
- * (i contiguous: broadcast), B's ldb apart (j contiguous, n a multiple of KV_W), S
- * row-major. Per element S (or 0), then one FMA per t in t order. */
-KT_INL void ISA_FN(wc_ukr_tn)(const int mr, const int nv, int kk, const float *a, long lda, const float *b, long ldb,
-                              float *s, long lds, int acc)
-{
-    kv c[WC_MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 2
-        for (int v = 0; v < nv; v++) c[i][v] = acc ? kv_load(s + i * lds + v * KV_W) : kv_zero();
-    for (int t = 0; t < kk; t++, a += lda, b += ldb) {
-        kv b0 = kv_load(b), b1 = nv > 1 ? kv_load(b + KV_W) : b0;
-#pragma GCC unroll 12
-        for (int i = 0; i < mr; i++) {
-            kv ai = kv_set1(a[i]);
-            c[i][0] = kv_fma(ai, b0, c[i][0]);
-            if (nv > 1) c[i][1] = kv_fma(ai, b1, c[i][1]);
-        }
-    }
-#pragma GCC unroll 12
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 2
-        for (int v = 0; v < nv; v++) kv_store(s + i * lds + v * KV_W, c[i][v]);
-}
-
-#define WC_TN_CASE(M)                                                                                                \
-    case M:                                                                                                          \
-        if (nv == 2) ISA_FN(wc_ukr_tn)(M, 2, kk, a + i0, lda, b + j0, ldb, s + (long)i0 * lds + j0, lds, acc);       \
-        else ISA_FN(wc_ukr_tn)(M, 1, kk, a + i0, lda, b + j0, ldb, s + (long)i0 * lds + j0, lds, acc);               \
-        break;
-
-static ISA_TARGET void ISA_FN(k_winoc_gemm_tn)(int m, int n, int kk, const float *a, long lda, const float *b,
-                                               long ldb, float *s, long lds, int acc)
-{
-    for (int j0 = 0; j0 < n;) {
-        int nv = n - j0 >= 2 * KV_W ? 2 : 1;
-        for (int i0 = 0; i0 < m; i0 += WC_MR) {
-            switch (m - i0 < WC_MR ? m - i0 : WC_MR) {
-                WC_TN_CASE(1) WC_TN_CASE(2) WC_TN_CASE(3) WC_TN_CASE(4) WC_TN_CASE(5) WC_TN_CASE(6)
-#if WC_MR > 6
-                WC_TN_CASE(7) WC_TN_CASE(8) WC_TN_CASE(9) WC_TN_CASE(10) WC_TN_CASE(11) WC_TN_CASE(12)
-#endif
-            default: break;
-            }
-        }
-        j0 += nv * KV_W;
-    }
-}
-
-#undef WC_TN_CASE
 #undef K2_BT
 #undef WC_CASE
 #undef WC_MR

@@ -53,7 +53,9 @@ static wc_dims wc_dims_dir(const k_conv_shape *sh, int ci, int ko)
     d.ph = 4 * d.ty + 2, d.pw = 4 * d.tx + 2;
     long t = (long)d.ty * d.tx, want = WC_BLOCK_FLOATS / (36L * (ci + ko));
     if (want < WC_MIN_TILES) want = WC_MIN_TILES;
-    d.ng = t >= want ? 1 : (int)(want / t);
+    /* whole images covering a block (rounded up: ResNet-20's 14x14 c32 3 images, 2 blocks
+     * of 24 tiles, fwd 3.4 -> 3.0 ms on AVX2; 7x7 c64 6 images, 2 x 12: 2.4 -> 2.25) */
+    d.ng = t >= want ? 1 : (int)((want + t - 1) / t);
     if (d.ng > sh->n) d.ng = sh->n < 1 ? 1 : sh->n;
     long nb = (d.ng * t + want - 1) / want; /* blocks of a group, of even length */
     d.rows = (d.ng * t + nb - 1) / nb;

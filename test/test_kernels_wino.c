@@ -147,8 +147,8 @@ TEST(kernels_wino_matches_naive)
 
 TEST(kernels_wino_threads_bitwise)
 {
-    k_conv_shape shs[2] = {shape(13, 16, 7, 7, 32), shape(10, 64, 14, 14, 64)};
-    for (int si = 0; si < 2 * NALGOS; si++) {
+    k_conv_shape shs[3] = {shape(13, 16, 7, 7, 32), shape(10, 64, 14, 14, 64), shape(11, 16, 28, 28, 16)};
+    for (int si = 0; si < 3 * NALGOS; si++) {
         k_conv_shape *sh = &shs[si / NALGOS];
         CHECK(k_conv_set_algo(algos[si % NALGOS]) == 0);
         size_t nx = (size_t)sh->n * sh->c * sh->h * sh->w, ny = (size_t)sh->n * sh->k * sh->p * sh->q;

@@ -99,17 +99,19 @@ int k_conv_winoc_use(const k_conv_shape *sh)
     return a == 4 || (a == 0 && winoc_auto(sh));
 }
 
-/* And its F(2x2) dW (k_conv_winoc.c): winograd4c, or auto where measured faster
- * (Sapphire Rapids, dX + dW per conv vs the planar F(2x2) dW or the direct one:
- * ResNet-18's 56x56 c64 113 -> 81 ms on AVX2, 79.5 -> 58 on AVX-512; 28x28 c128 111 ->
- * 84 / 81 -> 63; 14x14 c256 112 -> 118 / 95 -> 89; ResNet-20's 14x14 c32 8.0 -> 6.85 /
- * 5.4 -> 5.1). Not on 7x7 planes (16 tiles for 49 outputs: 148 -> 190 ms at c512, 7.0 ->
- * 7.4 at c64) nor at 16 channels (28x28 c16: 8.1 -> 8.0-8.7 / 6.5 -> 7.0: the 4x4 tiles'
- * transforms cost what the GEMMs save). */
+/* And its dW (k_conv_winoc.c, F(4x4) or F(2x2): its wd_tile): winograd4c, or auto
+ * where measured faster (Sapphire Rapids, dX + dW per conv vs the planar F(2x2) dW or
+ * the direct one: ResNet-18's 56x56 c64 113 -> 78 ms on AVX2, 79.5 -> 59 on AVX-512;
+ * 28x28 c128 111 -> 84 / 81 -> 63; 14x14 c256 112 -> 118 / 95 -> 89; ResNet-20's 28x28
+ * c16 8.1 -> 7.2 / 6.3 -> 6.0, 14x14 c32 8.0 -> 6.85 / 5.4 -> 5.1). Not on 7x7 planes
+ * (16 tiles for 49 outputs: 148 -> 190 ms at c512, 7.0 -> 7.4 at c64), nor at 16
+ * channels on smaller planes (the transforms cost what the GEMMs save). */
 static int winoc_dw_auto(const k_conv_shape *sh)
 {
     int lo = sh->c < sh->k ? sh->c : sh->k, hi = sh->c > sh->k ? sh->c : sh->k, lvl = k_isa_level();
-    return lvl >= K_ISA_AVX2 && sh->p >= 14 && sh->q >= 14 && lo >= 32 && (hi <= 128 || lvl >= K_ISA_AVX512);
+    if (lvl < K_ISA_AVX2 || sh->p < 14 || sh->q < 14) return 0;
+    if (sh->p >= 28 && sh->q >= 28 && hi <= 64) return 1; /* F(4x4) */
+    return lo >= 32 && (hi <= 128 || lvl >= K_ISA_AVX512);
 }
 
 int k_conv_winoc_dw_use(const k_conv_shape *sh)

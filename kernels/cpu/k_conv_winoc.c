@@ -212,12 +212,14 @@ void k_conv_winoc_dx(const k_conv_shape *sh, const float *w, const float *dy, fl
     k_conv_slots_bwd(&s);
 }
 
-/* ---- dW: F(2x2,3x3) channels-last. Per slot (the driver's images of one slot at
- * once): S[xi][k][c] = sum over the slot's tiles of D[xi][tile][k] V[xi][tile][c]
- * (D = A g A^T of a tile's 2x2 dy, V = B^T d B of its 4x4 input), summed block by
- * block in tile order, then dW = G^T S G (k_wino_dw_out). The planar F(2x2) dW's
- * transforms per lane; its sums run over the same tiles in another grouping. */
+/* ---- dW: F(2x2,3x3) or F(4x4,3x3) channels-last (wd_tile). Per slot (the driver's
+ * images of one slot at once): S[xi][k][c] = sum over the slot's tiles of
+ * D[xi][tile][k] V[xi][tile][c] (D = A g A^T of a tile's m x m dy, V = B^T d B of its
+ * (m+2) x (m+2) input), summed block by block in tile order, then dW = G^T S G
+ * (k_wino_dw_out, wd_out4). F(2x2): the planar F(2x2) dW's transforms per lane; its
+ * sums run over the same tiles in another grouping. */
 typedef struct wd_dims {
+    int m, nxi;         /* tile: m x m outputs (2 or 4), (m + 2)^2 positions */
     int ty, tx, ph, pw; /* tiles of a plane; X's frame (pad 1) */
     int ng;             /* images per group (X and DY) */
     long rows;          /* tiles per block */
@@ -226,29 +228,30 @@ typedef struct wd_dims {
     long r_x, r_dy, r_t, r_v, r_d, r_s, r_dw, r_db, slot, end;
 } wd_dims;
 
-static wd_dims wd_dims_of(const k_conv_shape *sh)
+static wd_dims wd_dims_of(const k_conv_shape *sh, int m)
 {
     wd_dims d;
     const int C = sh->c, K = sh->k;
-    d.ty = (sh->p + 1) / 2, d.tx = (sh->q + 1) / 2;
-    d.ph = 2 * d.ty + 2, d.pw = 2 * d.tx + 2;
-    long t = (long)d.ty * d.tx, want = WD_BLOCK_FLOATS / (16L * (C + K));
+    d.m = m, d.nxi = (m + 2) * (m + 2);
+    d.ty = (sh->p + m - 1) / m, d.tx = (sh->q + m - 1) / m;
+    d.ph = m * d.ty + 2, d.pw = m * d.tx + 2;
+    long t = (long)d.ty * d.tx, want = WD_BLOCK_FLOATS / (d.nxi * (long)(C + K));
     if (want < WC_MIN_TILES) want = WC_MIN_TILES;
     d.ng = t >= want ? 1 : (int)(want / t);
     if (d.ng > sh->n) d.ng = sh->n < 1 ? 1 : sh->n;
     long nb = (d.ng * t + want - 1) / want;
     d.rows = (d.ng * t + nb - 1) / nb;
     d.xsz = (long)d.ph * d.pw * C;
-    d.dsz = 4L * t * K;
+    d.dsz = (long)m * m * t * K;
     d.tsz = (long)sh->h * sh->w * (C > K ? C : K);
     d.slots = k_conv_geo_of(sh).slots;
     d.r_x = 0;
     d.r_dy = d.r_x + round64(4L * d.ng * d.xsz);
     d.r_t = d.r_dy + round64(4L * d.ng * d.dsz);
     d.r_v = d.r_t + round64(4L * d.tsz);
-    d.r_d = d.r_v + round64(4L * 16 * d.rows * C);
-    d.r_s = d.r_d + round64(4L * 16 * d.rows * K);
-    d.r_dw = d.r_s + round64(4L * 16 * K * C);
+    d.r_d = d.r_v + round64(4L * d.nxi * d.rows * C);
+    d.r_s = d.r_d + round64(4L * d.nxi * d.rows * K);
+    d.r_dw = d.r_s + round64(4L * d.nxi * K * C);
     d.r_db = d.r_dw + round64(4L * 9 * K * C);
     d.slot = d.r_db + round64(4L * K);
     long cap = (48L << 20) / d.slot;
@@ -263,6 +266,47 @@ typedef struct wd_job {
     const float *x, *dy;
 } wd_job;
 
+/* dW's tile: F(4x4) (36 positions per 16 outputs) on planes of 28x28 and up with up
+ * to 64 channels (Sapphire Rapids, dX + dW per conv: ResNet-20's 28x28 c16 8.1 -> 7.2 ms
+ * on AVX2 (the direct dW before), 6.3 -> 6.0 on AVX-512; ResNet-18's 56x56 c64 84 -> 78
+ * / 59 -> 59); else F(2x2): smaller planes waste more of the 4x4 tiles (14x14 c32 6.5 ->
+ * 7.8, 7x7 c64 7.1 -> 7.8 ms), and at 128 channels the 36 sums S outgrow the caches
+ * (28x28 c128 85 -> 91). Its error is the F(4x4) forward's class (test_kernels_wino.c:
+ * 1.6e-6 and 5.4e-6 of the largest at c32 14x14 and c64 28x28, F(2x2) 3e-7 and 5e-7). */
+static int wd_tile(const k_conv_shape *sh)
+{
+    int hi = sh->c > sh->k ? sh->c : sh->k;
+    return sh->p >= 28 && sh->q >= 28 && hi <= 64 ? 4 : 2;
+}
+
+/* F(4x4)'s back-transform: dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G for the 36
+ * K x C matrices S[xi] at s + xi*K*C. */
+static void wd_out4(int K, int C, const float *s, float *dwp, int acc)
+{
+    static const float G[6][3] = K4_G_INIT;
+    long kc = (long)K * C;
+    for (long e = 0; e < kc; e++) {
+        float t[3][6], o[9];
+        for (int i = 0; i < 3; i++)
+            for (int b = 0; b < 6; b++) {
+                float v = 0.0f;
+                for (int a = 0; a < 6; a++) v += G[a][i] * s[(6 * a + b) * kc + e];
+                t[i][b] = v;
+            }
+        for (int i = 0; i < 3; i++)
+            for (int jj = 0; jj < 3; jj++) {
+                float v = 0.0f;
+                for (int b = 0; b < 6; b++) v += t[i][b] * G[b][jj];
+                o[3 * i + jj] = v;
+            }
+        float *dst = dwp + e * 9;
+        if (acc)
+            for (int q = 0; q < 9; q++) dst[q] += o[q];
+        else
+            memcpy(dst, o, sizeof o);
+    }
+}
+
 static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
 {
     const wd_job *j = ctx;
@@ -272,13 +316,14 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
     float *x = (float *)(base + d->r_x), *g = (float *)(base + d->r_dy), *t = (float *)(base + d->r_t);
     float *v = (float *)(base + d->r_v), *dd = (float *)(base + d->r_d), *s = (float *)(base + d->r_s);
     long isz = (long)C * sh->h * sh->w, osz = (long)K * sh->p * sh->q, per = (long)d->ty * d->tx;
-    long xrow = (long)d->pw * C, grow = 2L * d->tx * K, vs = d->rows * C, ds = d->rows * K;
+    const int m = d->m;
+    long xrow = (long)d->pw * C, grow = (long)m * d->tx * K, vs = d->rows * C, ds = d->rows * K;
     int first = 1;
     for (long i = i0; i < i0 + n; i += d->ng) {
         int ng = i0 + n - i < d->ng ? (int)(i0 + n - i) : d->ng;
         for (int e = 0; e < ng; e++) {
             wc_load(j->x + (i + e) * isz, C, sh->h, sh->w, 1, d->ph, d->pw, x + e * d->xsz, t);
-            wc_load(j->dy + (i + e) * osz, K, sh->p, sh->q, 0, 2 * d->ty, 2 * d->tx, g + e * d->dsz, t);
+            wc_load(j->dy + (i + e) * osz, K, sh->p, sh->q, 0, m * d->ty, m * d->tx, g + e * d->dsz, t);
         }
         long total = per * ng;
         for (long b0 = 0; b0 < total; b0 += d->rows, first = 0) {
@@ -287,28 +332,36 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
                 long im = e / per, r = e % per;
                 int ty = (int)(r / d->tx), tx = (int)(r % d->tx), cnt = d->tx - tx;
                 if (cnt > b0 + nr - e) cnt = (int)(b0 + nr - e);
-                RT_ISA_CALL(lvl, k_winoc_in2, x + im * d->xsz + (2L * ty) * xrow + (2L * tx) * C, xrow, C, cnt,
-                            v + (e - b0) * C, vs);
-                RT_ISA_CALL(lvl, k_winoc_dy2, g + im * d->dsz + (2L * ty) * grow + (2L * tx) * K, grow, K, cnt,
-                            dd + (e - b0) * K, ds);
+                const float *xp = x + im * d->xsz + ((long)m * ty) * xrow + ((long)m * tx) * C;
+                const float *gp = g + im * d->dsz + ((long)m * ty) * grow + ((long)m * tx) * K;
+                if (m == 4) {
+                    RT_ISA_CALL(lvl, k_winoc_in, xp, xrow, C, cnt, v + (e - b0) * C, vs);
+                    RT_ISA_CALL(lvl, k_winoc_dy4, gp, grow, K, cnt, dd + (e - b0) * K, ds);
+                } else {
+                    RT_ISA_CALL(lvl, k_winoc_in2, xp, xrow, C, cnt, v + (e - b0) * C, vs);
+                    RT_ISA_CALL(lvl, k_winoc_dy2, gp, grow, K, cnt, dd + (e - b0) * K, ds);
+                }
                 e += cnt;
             }
-            for (int xi = 0; xi < 16; xi++)
+            for (int xi = 0; xi < d->nxi; xi++)
                 RT_ISA_CALL(lvl, k_winoc_gemm, 1, K, C, (int)nr, dd + xi * ds, K, v + xi * vs, C,
                             s + (long)xi * K * C, C, !first);
         }
     }
-    k_wino_dw_out(K, C, s, dwp, acc);
+    if (m == 4) wd_out4(K, C, s, dwp, acc);
+    else k_wino_dw_out(K, C, s, dwp, acc);
 }
 
 size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh)
 {
-    return !k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4 ? 0 : (size_t)wd_dims_of(sh).end;
+    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4) return 0;
+    long a = wd_dims_of(sh, 2).end, b = wd_dims_of(sh, 4).end;
+    return (size_t)(a > b ? a : b);
 }
 
 void k_conv_winoc_dw(const k_conv_shape *sh, const float *x, const float *dy, float *dw, float *db, void *ws)
 {
-    wd_job j = {.sh = sh, .d = wd_dims_of(sh), .x = x, .dy = dy};
+    wd_job j = {.sh = sh, .d = wd_dims_of(sh, wd_tile(sh)), .x = x, .dy = dy};
     k_conv_slots s = {.sh = sh, .slots = j.d.slots, .ws = ws, .slot_bytes = j.d.slot, .r_dw = j.d.r_dw,
                       .r_db = j.d.r_db, .group = sh->n < 1 ? 1 : sh->n, .ysz = (long)sh->k * sh->p * sh->q,
                       .pq = (long)sh->p * sh->q, .dy = dy, .dw = dw, .db = db, .job = &j, .dw_pass = wd_pass};

@@ -124,6 +124,40 @@ static ISA_TARGET void ISA_FN(k_winoc_dy2)(const float *g, long grow, int k, int
         }
 }
 
+/* dW's F(4x4) output-gradient tiles: tile t's 4x4 dy at g + 4t*k -> d[xi*ds + t*k +
+ * channel] = (A g A^T)[xi], A = [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8;
+ * 0 0 0 1] (the transpose of F(4x4)'s output transform). */
+#define K4_AG(g, r)                                                                                                  \
+    do {                                                                                                             \
+        __typeof__(g[0]) e02 = g[0] + g[2], o13 = g[1] + g[3], e4 = g[0] + 4.0f * g[2], o8 = 2.0f * g[1] + 8.0f * g[3]; \
+        r[0] = g[0];                                                                                                 \
+        r[1] = e02 + o13;                                                                                            \
+        r[2] = e02 - o13;                                                                                            \
+        r[3] = e4 + o8;                                                                                              \
+        r[4] = e4 - o8;                                                                                              \
+        r[5] = g[3];                                                                                                 \
+    } while (0)
+static ISA_TARGET void ISA_FN(k_winoc_dy4)(const float *g, long grow, int k, int nt, float *d, long ds)
+{
+    KC_(kc_vf) tm[6][4];
+    for (int t = 0; t < nt; t++)
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const float *src = g + (long)(4 * t) * k + k0;
+            for (int j = 0; j < 4; j++) {
+                KC_(kc_vf) c4[4], r[6];
+                for (int i = 0; i < 4; i++) c4[i] = KC_(kc_ld)(src + i * grow + (long)j * k);
+                K4_AG(c4, r);
+                for (int i = 0; i < 6; i++) tm[i][j] = r[i];
+            }
+            float *out = d + (long)t * k + k0;
+            for (int i = 0; i < 6; i++) {
+                KC_(kc_vf) r[6];
+                K4_AG(tm[i], r);
+                for (int j = 0; j < 6; j++) KC_(kc_st)(out + (6 * i + j) * ds, r[j]);
+            }
+        }
+}
+
 /* U[xi][c][k] = (G g G^T)[xi] at u + xi*ux + c*ko + k for the filters g (k, c) at w +
  * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KC filters k a vector:
  * k_wino4_weights' arithmetic, a multiple of KC filters k. */
@@ -210,6 +244,7 @@ static ISA_TARGET void ISA_FN(k_winoc_gemm)(int tn, int m, int n, int kk, const 
 }
 
 #undef K2_BT
+#undef K4_AG
 #undef WC_CASE
 #undef WC_MR
 #undef KC_

@@ -79,16 +79,19 @@ static wc_dims wc_dims_dir(const k_conv_shape *sh, int ci, int ko)
 
 static int kc_of_level(int lvl) { return lvl >= K_ISA_AVX512 ? 16 : lvl >= K_ISA_AVX2 ? 8 : 4; }
 
+/* Channel counts a multiple of the level's vector, and at most 256 (beyond, even
+ * winograd4c leaves them to the other kernels: their 36 K x C matrices alone would
+ * take 38 MiB at 512 channels, the workspace of every conv). */
 int k_conv_winoc_fits(const k_conv_shape *sh)
 {
     int kc = kc_of_level(k_isa_level());
-    return k_conv_wino_shape(sh) && sh->c % kc == 0 && sh->k % kc == 0;
+    return k_conv_wino_shape(sh) && sh->c % kc == 0 && sh->k % kc == 0 && sh->c <= 256 && sh->k <= 256;
 }
 
 size_t k_conv_winoc_workspace(const k_conv_shape *sh)
 {
     /* any level may run it (the smallest vector: 4 channels) */
-    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4) return 0;
+    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4 || sh->c > 256 || sh->k > 256) return 0;
     long a = wc_dims_dir(sh, sh->c, sh->k).end, b = wc_dims_dir(sh, sh->k, sh->c).end;
     long c = (long)k_conv_winoc_dw_workspace(sh);
     a = a > b ? a : b;
@@ -354,9 +357,8 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
 
 size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh)
 {
-    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4) return 0;
-    long a = wd_dims_of(sh, 2).end, b = wd_dims_of(sh, 4).end;
-    return (size_t)(a > b ? a : b);
+    if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4 || sh->c > 256 || sh->k > 256) return 0;
+    return (size_t)wd_dims_of(sh, wd_tile(sh)).end;
 }
 
 void k_conv_winoc_dw(const k_conv_shape *sh, const float *x, const float *dy, float *dw, float *db, void *ws)

@@ -369,23 +369,49 @@ static void wino_dx_n(void *ctx, char *base, long i0, int ng)
     wino_conv(j, base, j->sh->k, j->sh->c, j->dy, j->dx, NULL, i0, ng);
 }
 
-/* dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G, G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1]. */
-void k_wino_dw_out(int K, int C, const float *s, float *dwp, int acc)
+/* One filter pair's 3x3 dW o = G^T S G from its S[xi] at s + xi*kc: F(2x2), G^T = [1 .5
+ * .5 0; 0 .5 -.5 0; 0 .5 .5 1]; F(4x4), G = K4_G_INIT. */
+static void dw_back2(const float *s, long kc, float o[9])
+{
+    float a[4][4], t[3][4];
+    for (int xi = 0; xi < 16; xi++) a[xi / 4][xi % 4] = s[xi * kc];
+    for (int j = 0; j < 4; j++) {
+        t[0][j] = a[0][j] + 0.5f * (a[1][j] + a[2][j]);
+        t[1][j] = 0.5f * (a[1][j] - a[2][j]);
+        t[2][j] = a[3][j] + 0.5f * (a[1][j] + a[2][j]);
+    }
+    for (int i = 0; i < 3; i++) {
+        o[3 * i + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
+        o[3 * i + 1] = 0.5f * (t[i][1] - t[i][2]);
+        o[3 * i + 2] = t[i][3] + 0.5f * (t[i][1] + t[i][2]);
+    }
+}
+
+static void dw_back4(const float *s, long kc, float o[9])
+{
+    static const float G[6][3] = K4_G_INIT;
+    float t[3][6];
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 6; b++) {
+            float v = 0.0f;
+            for (int a = 0; a < 6; a++) v += G[a][i] * s[(6 * a + b) * kc];
+            t[i][b] = v;
+        }
+    for (int i = 0; i < 3; i++)
+        for (int jj = 0; jj < 3; jj++) {
+            float v = 0.0f;
+            for (int b = 0; b < 6; b++) v += t[i][b] * G[b][jj];
+            o[3 * i + jj] = v;
+        }
+}
+
+void k_wino_dw_out(int m, int K, int C, const float *s, float *dwp, int acc)
 {
     long kc = (long)K * C;
     for (long e = 0; e < kc; e++) {
-        float a[4][4], t[3][4], o[9];
-        for (int xi = 0; xi < 16; xi++) a[xi / 4][xi % 4] = s[xi * kc + e];
-        for (int j = 0; j < 4; j++) {
-            t[0][j] = a[0][j] + 0.5f * (a[1][j] + a[2][j]);
-            t[1][j] = 0.5f * (a[1][j] - a[2][j]);
-            t[2][j] = a[3][j] + 0.5f * (a[1][j] + a[2][j]);
-        }
-        for (int i = 0; i < 3; i++) {
-            o[3 * i + 0] = t[i][0] + 0.5f * (t[i][1] + t[i][2]);
-            o[3 * i + 1] = 0.5f * (t[i][1] - t[i][2]);
-            o[3 * i + 2] = t[i][3] + 0.5f * (t[i][1] + t[i][2]);
-        }
+        float o[9];
+        if (m == 4) dw_back4(s + e, kc, o);
+        else dw_back2(s + e, kc, o);
         float *dst = dwp + e * 9;
         if (acc)
             for (int q = 0; q < 9; q++) dst[q] += o[q];
@@ -416,7 +442,7 @@ static void wino_dw_pass(void *ctx, char *base, long i0, int ng, float *dwp, int
                 k_gemm_nt_off(kc, C, (int)cols, 1, g + xi * kc * ldv, ldv, 0, v + xi * C * ldv, j->boff, 0,
                               s + (long)xi * kc * C, C, r0 > 0);
         }
-        k_wino_dw_out(kc, C, s, dwp + (long)k0 * C * 9, acc);
+        k_wino_dw_out(2, kc, C, s, dwp + (long)k0 * C * 9, acc);
     }
 }
 

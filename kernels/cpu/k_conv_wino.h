@@ -22,9 +22,9 @@ void k_conv_wino_bwd(const k_conv_shape *sh, const float *x, const float *w, con
  * g at w + k*ks + c*cs (k < ko, c < ci), its taps flipped when `flip` (the dX conv's
  * W^T). Shared with the channels-last kernels (k_conv_winoc.c). */
 void k_wino4_weights(int ko, int ci, const float *w, long ks, long cs, int flip, float *u, long ux, long uk, long uc);
-/* F(2x2) dW's back-transform: dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G for the 16
- * K x C matrices S[xi] at s + xi*K*C. */
-void k_wino_dw_out(int K, int C, const float *s, float *dwp, int acc);
+/* dW's back-transform: dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G for the (m + 2)^2
+ * K x C matrices S[xi] at s + xi*K*C (m: 2 for F(2x2), 4 for F(4x4)). */
+void k_wino_dw_out(int m, int K, int C, const float *s, float *dwp, int acc);
 /* Channels-last F(4x4,3x3) for the forward and dX (k_conv_winoc.c): whether it runs
  * this shape's forward and dX (the shape, the ISA level, DDPRT_CONV), its workspace,
  * and the two convs. */

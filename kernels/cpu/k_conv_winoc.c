@@ -28,7 +28,7 @@
 #define WC_MIN_TILES 16
 #define WD_BLOCK_FLOATS (96L << 10) /* dW: V + D of a block */
 
-size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh);
+static size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh);
 
 typedef struct wc_dims {
     int ty, tx;            /* tile rows and columns of a plane */
@@ -219,7 +219,7 @@ void k_conv_winoc_dx(const k_conv_shape *sh, const float *w, const float *dy, fl
  * images of one slot at once): S[xi][k][c] = sum over the slot's tiles of
  * D[xi][tile][k] V[xi][tile][c] (D = A g A^T of a tile's m x m dy, V = B^T d B of its
  * (m+2) x (m+2) input), summed block by block in tile order, then dW = G^T S G
- * (k_wino_dw_out, wd_out4). F(2x2): the planar F(2x2) dW's transforms per lane; its
+ * (k_wino_dw_out). F(2x2): the planar F(2x2) dW's transforms per lane; its
  * sums run over the same tiles in another grouping. */
 typedef struct wd_dims {
     int m, nxi;         /* tile: m x m outputs (2 or 4), (m + 2)^2 positions */
@@ -282,34 +282,6 @@ static int wd_tile(const k_conv_shape *sh)
     return sh->p >= 28 && sh->q >= 28 && hi <= 64 ? 4 : 2;
 }
 
-/* F(4x4)'s back-transform: dwp[k][c][3x3] (acc: +=) = G^T S[.][k][c] G for the 36
- * K x C matrices S[xi] at s + xi*K*C. */
-static void wd_out4(int K, int C, const float *s, float *dwp, int acc)
-{
-    static const float G[6][3] = K4_G_INIT;
-    long kc = (long)K * C;
-    for (long e = 0; e < kc; e++) {
-        float t[3][6], o[9];
-        for (int i = 0; i < 3; i++)
-            for (int b = 0; b < 6; b++) {
-                float v = 0.0f;
-                for (int a = 0; a < 6; a++) v += G[a][i] * s[(6 * a + b) * kc + e];
-                t[i][b] = v;
-            }
-        for (int i = 0; i < 3; i++)
-            for (int jj = 0; jj < 3; jj++) {
-                float v = 0.0f;
-                for (int b = 0; b < 6; b++) v += t[i][b] * G[b][jj];
-                o[3 * i + jj] = v;
-            }
-        float *dst = dwp + e * 9;
-        if (acc)
-            for (int q = 0; q < 9; q++) dst[q] += o[q];
-        else
-            memcpy(dst, o, sizeof o);
-    }
-}
-
 static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
 {
     const wd_job *j = ctx;
@@ -351,11 +323,10 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
                             s + (long)xi * K * C, C, !first);
         }
     }
-    if (m == 4) wd_out4(K, C, s, dwp, acc);
-    else k_wino_dw_out(K, C, s, dwp, acc);
+    k_wino_dw_out(m, K, C, s, dwp, acc);
 }
 
-size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh)
+static size_t k_conv_winoc_dw_workspace(const k_conv_shape *sh)
 {
     if (!k_conv_wino_shape(sh) || sh->c % 4 || sh->k % 4 || sh->c > 256 || sh->k > 256) return 0;
     return (size_t)wd_dims_of(sh, wd_tile(sh)).end;

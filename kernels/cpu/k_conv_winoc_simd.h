@@ -19,31 +19,109 @@ static inline ISA_TARGET KC_(kc_vf) KC_(kc_ld)(const float *p)
 }
 static inline ISA_TARGET void KC_(kc_st)(float *p, KC_(kc_vf) v) { memcpy(p, &v, ISA_VB); }
 
-/* nt tiles side by side: tile t's 6x6 input at x + 4t*c (pixels c floats apart, rows
- * xrow apart) -> v[xi*vs + t*c + channel] = (B^T d B)[xi]. The row pass (B^T d, a
- * column at a time) goes through tm (36 vectors, in L1) rather than registers: 16 ymm
- * cannot hold it; a tile's last two columns are the next one's first two, passed once. */
-static ISA_TARGET void ISA_FN(k_winoc_in)(const float *x, long xrow, int c, int nt, float *v, long vs)
+/* ---- The tile transforms, separable: T d T^T per tile for a 1-D transform T of NI
+ * values into NO (wc_t1's kinds):
+ *   0 K4_BT  6 -> 6  F(4x4)'s input (forward, dX; dW's input at F(4x4))
+ *   1 K2_BT  4 -> 4  F(2x2)'s input (dW), B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+ *   2 K2_AG  2 -> 4  F(2x2) dW's output gradient, A = [1 0; 1 1; 1 -1; 0 -1] (k_winoc_dy2)
+ *   3 K4_AG  4 -> 6  F(4x4) dW's output gradient, A = [1 0 0 0; 1 1 1 1; 1 -1 1 -1;
+ *                    1 2 4 8; 1 -2 4 -8; 0 0 0 1] (the transpose of the output transform)
+ * Per lane the planar kernels' arithmetic (k_conv_wino_simd.h, k_conv_wino4_simd.h). */
+#define K2_BT(d, r)                                                                                                  \
+    do {                                                                                                             \
+        r[0] = d[0] - d[2];                                                                                          \
+        r[1] = d[1] + d[2];                                                                                          \
+        r[2] = d[2] - d[1];                                                                                          \
+        r[3] = d[1] - d[3];                                                                                          \
+    } while (0)
+#define K2_AG(g, r)                                                                                                  \
+    do {                                                                                                             \
+        r[0] = g[0];                                                                                                 \
+        r[1] = g[0] + g[1];                                                                                          \
+        r[2] = g[0] - g[1];                                                                                          \
+        r[3] = -g[1];                                                                                                \
+    } while (0)
+#define K4_AG(g, r)                                                                                                  \
+    do {                                                                                                             \
+        __typeof__(g[0]) e02 = g[0] + g[2], o13 = g[1] + g[3], e4 = g[0] + 4.0f * g[2], o8 = 2.0f * g[1] + 8.0f * g[3]; \
+        r[0] = g[0];                                                                                                 \
+        r[1] = e02 + o13;                                                                                            \
+        r[2] = e02 - o13;                                                                                            \
+        r[3] = e4 + o8;                                                                                              \
+        r[4] = e4 - o8;                                                                                              \
+        r[5] = g[3];                                                                                                 \
+    } while (0)
+static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_t1)(const int kind, const KC_(kc_vf) *d,
+                                                                        KC_(kc_vf) *r)
+{
+    switch (kind) {
+    case 0: K4_BT(d, r); break;
+    case 1: K2_BT(d, r); break;
+    case 2: K2_AG(d, r); break;
+    default: K4_AG(d, r); break;
+    }
+}
+
+/* nt tiles side by side: tile t's ni x ni block at x + step*t*c (pixels c floats apart,
+ * rows xrow apart) -> v[xi*vs + t*c + channel] = (T d T^T)[xi], xi = no*i + j. The row
+ * pass (T d, a column at a time) goes through tm (in L1: 16 ymm cannot hold 36 vectors);
+ * where tiles overlap (step < ni) a tile's last ni - step columns are the next one's
+ * first, passed once. */
+static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_tiles)(const int kind, const int ni, const int no,
+                                                                           const int step, const float *x, long xrow,
+                                                                           int c, int nt, float *v, long vs)
 {
     KC_(kc_vf) tm[6][6];
     for (int c0 = 0; c0 < c; c0 += KC)
         for (int t = 0; t < nt; t++) {
-            const float *src = x + (long)(4 * t) * c + c0;
-            if (t > 0)
-                for (int i = 0; i < 6; i++) tm[i][0] = tm[i][4], tm[i][1] = tm[i][5];
-            for (int j = t > 0 ? 2 : 0; j < 6; j++) {
+            const float *src = x + (long)(step * t) * c + c0;
+            int j0 = t > 0 ? ni - step : 0;
+            for (int i = 0; i < no; i++)
+                for (int j = 0; j < j0; j++) tm[i][j] = tm[i][j + step];
+            for (int j = j0; j < ni; j++) {
                 KC_(kc_vf) d[6], r[6];
-                for (int i = 0; i < 6; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
-                K4_BT(d, r);
-                for (int i = 0; i < 6; i++) tm[i][j] = r[i];
+                for (int i = 0; i < ni; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
+                KC_(wc_t1)(kind, d, r);
+                for (int i = 0; i < no; i++) tm[i][j] = r[i];
             }
             float *out = v + (long)t * c + c0;
-            for (int i = 0; i < 6; i++) {
+            for (int i = 0; i < no; i++) {
                 KC_(kc_vf) r[6];
-                K4_BT(tm[i], r);
-                for (int j = 0; j < 6; j++) KC_(kc_st)(out + (6 * i + j) * vs, r[j]);
+                KC_(wc_t1)(kind, tm[i], r);
+                for (int j = 0; j < no; j++) KC_(kc_st)(out + (no * i + j) * vs, r[j]);
             }
         }
+}
+
+static ISA_TARGET void ISA_FN(k_winoc_in)(const float *x, long xrow, int c, int nt, float *v, long vs)
+{
+    KC_(wc_tiles)(0, 6, 6, 4, x, xrow, c, nt, v, vs);
+}
+static ISA_TARGET void ISA_FN(k_winoc_in2)(const float *x, long xrow, int c, int nt, float *v, long vs)
+{
+    KC_(wc_tiles)(1, 4, 4, 2, x, xrow, c, nt, v, vs);
+}
+/* (T: K2_AG; in registers, 2x2 in: faster than wc_tiles' staging, the same bits) */
+static ISA_TARGET void ISA_FN(k_winoc_dy2)(const float *g, long grow, int k, int nt, float *d, long ds)
+{
+    for (int t = 0; t < nt; t++)
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const float *src = g + (long)(2 * t) * k + k0;
+            KC_(kc_vf) c0[2] = {KC_(kc_ld)(src), KC_(kc_ld)(src + grow)};
+            KC_(kc_vf) c1[2] = {KC_(kc_ld)(src + k), KC_(kc_ld)(src + grow + k)}, ue[4], uo[4];
+            K2_AG(c0, ue);
+            K2_AG(c1, uo);
+            float *out = d + (long)t * k + k0;
+            for (int i = 0; i < 4; i++) {
+                KC_(kc_vf) pr[2] = {ue[i], uo[i]}, r[4];
+                K2_AG(pr, r);
+                for (int j = 0; j < 4; j++) KC_(kc_st)(out + (4 * i + j) * ds, r[j]);
+            }
+        }
+}
+static ISA_TARGET void ISA_FN(k_winoc_dy4)(const float *g, long grow, int k, int nt, float *d, long ds)
+{
+    KC_(wc_tiles)(3, 4, 6, 4, g, grow, k, nt, d, ds);
 }
 
 /* nt tiles side by side: m[xi*ms + t*k + channel] -> the 4x4 outputs A^T m A + bias
@@ -72,91 +150,6 @@ static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const
         }
 }
 
-
-/* dW's F(2x2) input tiles: nt tiles side by side, tile t's 4x4 input at x + 2t*c ->
- * v[xi*vs + t*c + channel] = (B^T d B)[xi], B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0;
- * 0 1 0 -1] (k_conv_wino_simd.h's in_tiles per lane). */
-#define K2_BT(d, r)                                                                                                  \
-    do {                                                                                                             \
-        r[0] = d[0] - d[2];                                                                                          \
-        r[1] = d[1] + d[2];                                                                                          \
-        r[2] = d[2] - d[1];                                                                                          \
-        r[3] = d[1] - d[3];                                                                                          \
-    } while (0)
-static ISA_TARGET void ISA_FN(k_winoc_in2)(const float *x, long xrow, int c, int nt, float *v, long vs)
-{
-    KC_(kc_vf) tm[4][4];
-    for (int t = 0; t < nt; t++)
-        for (int c0 = 0; c0 < c; c0 += KC) {
-            const float *src = x + (long)(2 * t) * c + c0;
-            for (int j = 0; j < 4; j++) {
-                KC_(kc_vf) d[4], r[4];
-                for (int i = 0; i < 4; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
-                K2_BT(d, r);
-                for (int i = 0; i < 4; i++) tm[i][j] = r[i];
-            }
-            float *out = v + (long)t * c + c0;
-            for (int i = 0; i < 4; i++) {
-                KC_(kc_vf) r[4];
-                K2_BT(tm[i], r);
-                for (int j = 0; j < 4; j++) KC_(kc_st)(out + (4 * i + j) * vs, r[j]);
-            }
-        }
-}
-
-/* dW's output-gradient tiles: tile t's 2x2 dy at g + 2t*k -> d[xi*ds + t*k + channel] =
- * (A g A^T)[xi], A = [1 0; 1 1; 1 -1; 0 -1] (k_conv_wino_simd.h's dy_tiles per lane). */
-static ISA_TARGET void ISA_FN(k_winoc_dy2)(const float *g, long grow, int k, int nt, float *d, long ds)
-{
-    for (int t = 0; t < nt; t++)
-        for (int k0 = 0; k0 < k; k0 += KC) {
-            const float *src = g + (long)(2 * t) * k + k0;
-            KC_(kc_vf) e0 = KC_(kc_ld)(src), o0 = KC_(kc_ld)(src + k), e1 = KC_(kc_ld)(src + grow),
-                       o1 = KC_(kc_ld)(src + grow + k);
-            KC_(kc_vf) ue[4] = {e0, e0 + e1, e0 - e1, -e1}, uo[4] = {o0, o0 + o1, o0 - o1, -o1};
-            float *out = d + (long)t * k + k0;
-            for (int i = 0; i < 4; i++) {
-                KC_(kc_st)(out + (4 * i + 0) * ds, ue[i]);
-                KC_(kc_st)(out + (4 * i + 1) * ds, ue[i] + uo[i]);
-                KC_(kc_st)(out + (4 * i + 2) * ds, ue[i] - uo[i]);
-                KC_(kc_st)(out + (4 * i + 3) * ds, -uo[i]);
-            }
-        }
-}
-
-/* dW's F(4x4) output-gradient tiles: tile t's 4x4 dy at g + 4t*k -> d[xi*ds + t*k +
- * channel] = (A g A^T)[xi], A = [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8;
- * 0 0 0 1] (the transpose of F(4x4)'s output transform). */
-#define K4_AG(g, r)                                                                                                  \
-    do {                                                                                                             \
-        __typeof__(g[0]) e02 = g[0] + g[2], o13 = g[1] + g[3], e4 = g[0] + 4.0f * g[2], o8 = 2.0f * g[1] + 8.0f * g[3]; \
-        r[0] = g[0];                                                                                                 \
-        r[1] = e02 + o13;                                                                                            \
-        r[2] = e02 - o13;                                                                                            \
-        r[3] = e4 + o8;                                                                                              \
-        r[4] = e4 - o8;                                                                                              \
-        r[5] = g[3];                                                                                                 \
-    } while (0)
-static ISA_TARGET void ISA_FN(k_winoc_dy4)(const float *g, long grow, int k, int nt, float *d, long ds)
-{
-    KC_(kc_vf) tm[6][4];
-    for (int t = 0; t < nt; t++)
-        for (int k0 = 0; k0 < k; k0 += KC) {
-            const float *src = g + (long)(4 * t) * k + k0;
-            for (int j = 0; j < 4; j++) {
-                KC_(kc_vf) c4[4], r[6];
-                for (int i = 0; i < 4; i++) c4[i] = KC_(kc_ld)(src + i * grow + (long)j * k);
-                K4_AG(c4, r);
-                for (int i = 0; i < 6; i++) tm[i][j] = r[i];
-            }
-            float *out = d + (long)t * k + k0;
-            for (int i = 0; i < 6; i++) {
-                KC_(kc_vf) r[6];
-                K4_AG(tm[i], r);
-                for (int j = 0; j < 6; j++) KC_(kc_st)(out + (6 * i + j) * ds, r[j]);
-            }
-        }
-}
 
 /* U[xi][c][k] = (G g G^T)[xi] at u + xi*ux + c*ko + k for the filters g (k, c) at w +
  * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KC filters k a vector:
@@ -244,6 +237,7 @@ static ISA_TARGET void ISA_FN(k_winoc_gemm)(int tn, int m, int n, int kk, const 
 }
 
 #undef K2_BT
+#undef K2_AG
 #undef K4_AG
 #undef WC_CASE
 #undef WC_MR

@@ -76,18 +76,25 @@ static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_tiles)(const
         for (int t = 0; t < nt; t++) {
             const float *src = x + (long)(step * t) * c + c0;
             int j0 = t > 0 ? ni - step : 0;
+#pragma GCC unroll 6
             for (int i = 0; i < no; i++)
+#pragma GCC unroll 6
                 for (int j = 0; j < j0; j++) tm[i][j] = tm[i][j + step];
+#pragma GCC unroll 6
             for (int j = j0; j < ni; j++) {
                 KC_(kc_vf) d[6], r[6];
+#pragma GCC unroll 6
                 for (int i = 0; i < ni; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
                 KC_(wc_t1)(kind, d, r);
+#pragma GCC unroll 6
                 for (int i = 0; i < no; i++) tm[i][j] = r[i];
             }
             float *out = v + (long)t * c + c0;
+#pragma GCC unroll 6
             for (int i = 0; i < no; i++) {
                 KC_(kc_vf) r[6];
                 KC_(wc_t1)(kind, tm[i], r);
+#pragma GCC unroll 6
                 for (int j = 0; j < no; j++) KC_(kc_st)(out + (no * i + j) * vs, r[j]);
             }
         }
@@ -135,16 +142,21 @@ static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const
             const float *src = m + (long)t * k + k0;
             KC_(kc_vf) b = {0};
             if (bias) b = KC_(kc_ld)(bias + k0);
+#pragma GCC unroll 6
             for (int j = 0; j < 6; j++) {
                 KC_(kc_vf) c6[6], o[4];
+#pragma GCC unroll 6
                 for (int i = 0; i < 6; i++) c6[i] = KC_(kc_ld)(src + (6 * i + j) * ms);
                 K4_AT(c6, o);
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) tm[i][j] = o[i];
             }
             float *dst = y + (long)(4 * t) * k + k0;
+#pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 KC_(kc_vf) o[4];
                 K4_AT(tm[i], o);
+#pragma GCC unroll 4
                 for (int jj = 0; jj < 4; jj++) KC_(kc_st)(dst + i * yrow + (long)jj * k, o[jj] + b);
             }
         }

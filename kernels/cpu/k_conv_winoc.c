@@ -19,6 +19,7 @@
 #include "kernels/cpu/k_conv_wino.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
+#include "kernels/cpu/k_tr8.h"
 #include <string.h>
 
 #define RT_ISA_TEMPLATE "kernels/cpu/k_conv_winoc_simd.h"
@@ -35,9 +36,9 @@ typedef struct wc_dims {
     int ph, pw;            /* X's padded rows and pixels a row */
     int ng;                /* images per group */
     long rows;             /* tiles per block (GEMM rows) */
-    long xsz, ysz, tsz;    /* floats of one image's X, Y and the transpose buffer */
+    long xsz, ysz;         /* floats of one image's X and Y */
     int slots;
-    long r_x, r_y, r_t, r_v, r_m, slot; /* slot regions (bytes) */
+    long r_x, r_y, r_v, r_m, slot; /* slot regions (bytes) */
     long r_u, end;                      /* U after the slots */
 } wc_dims;
 
@@ -61,13 +62,11 @@ static wc_dims wc_dims_dir(const k_conv_shape *sh, int ci, int ko)
     d.rows = (d.ng * t + nb - 1) / nb;
     d.xsz = (long)d.ph * d.pw * ci;
     d.ysz = 16L * t * ko;
-    d.tsz = (long)h * w * (ci > ko ? ci : ko);
     k_conv_geo g = k_conv_geo_of(sh);
     d.slots = g.slots;
     d.r_x = 0;
     d.r_y = d.r_x + round64(4L * d.ng * d.xsz);
-    d.r_t = d.r_y + round64(4L * d.ng * d.ysz);
-    d.r_v = d.r_t + round64(4L * d.tsz);
+    d.r_v = d.r_y + round64(4L * d.ng * d.ysz);
     d.r_m = d.r_v + round64(4L * 36 * d.rows * ci);
     d.slot = d.r_m + round64(4L * 36 * d.rows * ko);
     long cap = (48L << 20) / d.slot; /* the workspace stays near 48 MiB */
@@ -107,33 +106,25 @@ typedef struct wc_job {
     char *ws;
 } wc_job;
 
-/* An image's planes (ch x h x w) into x: transposed to pixels, then row by row into a
- * frame of ph x pw pixels at (pad, pad), whose border is zeroed (the workspace is
- * shared with other kernels). */
-static void wc_load(const float *img, int ch, int h, int w, int pad, int ph, int pw, float *x, float *t)
+/* An image's planes (ch x h x w) into x: a frame of ph x pw pixels with the image at
+ * (pad, pad), whose border is zeroed (the workspace is shared with other kernels). */
+static void wc_load(const float *img, int ch, int h, int w, int pad, int ph, int pw, float *x)
 {
     long prow = (long)pw * ch;
-    k_transpose_ld(ch, h * w, img, (long)h * w, t, ch);
+    RT_ISA_CALL(k_isa_level(), k_winoc_frame, 1, ch, h, w, (float *)img, x, pw, pad);
     memset(x, 0, sizeof(float) * pad * prow);
     for (int r = 0; r < h; r++) {
         float *xr = x + (r + pad) * prow;
         memset(xr, 0, sizeof(float) * pad * ch);
-        memcpy(xr + (long)pad * ch, t + (long)r * w * ch, sizeof(float) * w * ch);
         memset(xr + (long)(w + pad) * ch, 0, sizeof(float) * (pw - w - pad) * ch);
     }
     memset(x + (h + pad) * prow, 0, sizeof(float) * (ph - h - pad) * prow);
 }
 
 /* Y (4*ty x 4*tx pixels of ko channels) -> the image's planes ko x p x q. */
-static void wc_store(const wc_job *j, const float *y, float *img, float *t)
+static void wc_store(const wc_job *j, float *y, float *img)
 {
-    const int p = j->sh->p, q = j->sh->q, ko = j->ko, yw = 4 * j->d.tx;
-    const float *src = y;
-    if (yw != q) { /* the rows' first q pixels, packed */
-        for (int r = 0; r < p; r++) memcpy(t + (long)r * q * ko, y + (long)r * yw * ko, sizeof(float) * q * ko);
-        src = t;
-    }
-    k_transpose_ld(p * q, ko, src, ko, img, (long)p * q);
+    RT_ISA_CALL(k_isa_level(), k_winoc_frame, 0, j->ko, j->sh->p, j->sh->q, img, y, 4 * j->d.tx, 0);
 }
 
 static void wc_group(void *ctx, char *base, long i0, int ng)
@@ -141,13 +132,13 @@ static void wc_group(void *ctx, char *base, long i0, int ng)
     const wc_job *j = ctx;
     const wc_dims *d = &j->d;
     const int ci = j->ci, ko = j->ko, lvl = k_isa_level();
-    float *x = (float *)(base + d->r_x), *y = (float *)(base + d->r_y), *t = (float *)(base + d->r_t);
+    float *x = (float *)(base + d->r_x), *y = (float *)(base + d->r_y);
     float *v = (float *)(base + d->r_v), *m = (float *)(base + d->r_m);
     long isz = (long)ci * j->sh->h * j->sh->w, osz = (long)ko * j->sh->p * j->sh->q;
     long per = (long)d->ty * d->tx, total = per * ng, xrow = (long)d->pw * ci, yrow = 4L * d->tx * ko;
     long vs = d->rows * ci, ms = d->rows * ko;
     for (int g = 0; g < ng; g++)
-        wc_load(j->in + (i0 + g) * isz, ci, j->sh->h, j->sh->w, 1, d->ph, d->pw, x + g * d->xsz, t);
+        wc_load(j->in + (i0 + g) * isz, ci, j->sh->h, j->sh->w, 1, d->ph, d->pw, x + g * d->xsz);
     for (long b0 = 0; b0 < total; b0 += d->rows) {
         long nr = total - b0 < d->rows ? total - b0 : d->rows;
         /* input tiles: runs along a tile row */
@@ -171,7 +162,7 @@ static void wc_group(void *ctx, char *base, long i0, int ng)
             e += n;
         }
     }
-    for (int g = 0; g < ng; g++) wc_store(j, y + g * d->ysz, j->out + (i0 + g) * osz, t);
+    for (int g = 0; g < ng; g++) wc_store(j, y + g * d->ysz, j->out + (i0 + g) * osz);
 }
 
 static void wc_fwd_n(void *ctx, int slot, char *base, long i0, int ng)
@@ -226,9 +217,9 @@ typedef struct wd_dims {
     int ty, tx, ph, pw; /* tiles of a plane; X's frame (pad 1) */
     int ng;             /* images per group (X and DY) */
     long rows;          /* tiles per block */
-    long xsz, dsz, tsz;
+    long xsz, dsz;
     int slots;
-    long r_x, r_dy, r_t, r_v, r_d, r_s, r_dw, r_db, slot, end;
+    long r_x, r_dy, r_v, r_d, r_s, r_dw, r_db, slot, end;
 } wd_dims;
 
 static wd_dims wd_dims_of(const k_conv_shape *sh, int m)
@@ -246,12 +237,10 @@ static wd_dims wd_dims_of(const k_conv_shape *sh, int m)
     d.rows = (d.ng * t + nb - 1) / nb;
     d.xsz = (long)d.ph * d.pw * C;
     d.dsz = (long)m * m * t * K;
-    d.tsz = (long)sh->h * sh->w * (C > K ? C : K);
     d.slots = k_conv_geo_of(sh).slots;
     d.r_x = 0;
     d.r_dy = d.r_x + round64(4L * d.ng * d.xsz);
-    d.r_t = d.r_dy + round64(4L * d.ng * d.dsz);
-    d.r_v = d.r_t + round64(4L * d.tsz);
+    d.r_v = d.r_dy + round64(4L * d.ng * d.dsz);
     d.r_d = d.r_v + round64(4L * d.nxi * d.rows * C);
     d.r_s = d.r_d + round64(4L * d.nxi * d.rows * K);
     d.r_dw = d.r_s + round64(4L * d.nxi * K * C);
@@ -288,7 +277,7 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
     const wd_dims *d = &j->d;
     const k_conv_shape *sh = j->sh;
     const int C = sh->c, K = sh->k, lvl = k_isa_level();
-    float *x = (float *)(base + d->r_x), *g = (float *)(base + d->r_dy), *t = (float *)(base + d->r_t);
+    float *x = (float *)(base + d->r_x), *g = (float *)(base + d->r_dy);
     float *v = (float *)(base + d->r_v), *dd = (float *)(base + d->r_d), *s = (float *)(base + d->r_s);
     long isz = (long)C * sh->h * sh->w, osz = (long)K * sh->p * sh->q, per = (long)d->ty * d->tx;
     const int m = d->m;
@@ -297,8 +286,8 @@ static void wd_pass(void *ctx, char *base, long i0, int n, float *dwp, int acc)
     for (long i = i0; i < i0 + n; i += d->ng) {
         int ng = i0 + n - i < d->ng ? (int)(i0 + n - i) : d->ng;
         for (int e = 0; e < ng; e++) {
-            wc_load(j->x + (i + e) * isz, C, sh->h, sh->w, 1, d->ph, d->pw, x + e * d->xsz, t);
-            wc_load(j->dy + (i + e) * osz, K, sh->p, sh->q, 0, m * d->ty, m * d->tx, g + e * d->dsz, t);
+            wc_load(j->x + (i + e) * isz, C, sh->h, sh->w, 1, d->ph, d->pw, x + e * d->xsz);
+            wc_load(j->dy + (i + e) * osz, K, sh->p, sh->q, 0, m * d->ty, m * d->tx, g + e * d->dsz);
         }
         long total = per * ng;
         for (long b0 = 0; b0 < total; b0 += d->rows, first = 0) {

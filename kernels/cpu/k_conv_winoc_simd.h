@@ -19,6 +19,63 @@ static inline ISA_TARGET KC_(kc_vf) KC_(kc_ld)(const float *p)
 }
 static inline ISA_TARGET void KC_(kc_st)(float *p, KC_(kc_vf) v) { memcpy(p, &v, ISA_VB); }
 
+/* Planes <-> a frame of pixels: pixel (r, c) of an h x w image at x + ((r + pad) * pw + c +
+ * pad) * ch, its ch channels contiguous; img: ch planes of h * w. to_frame: img -> x, else
+ * x -> img (the frame's other pixels are neither read nor written). One pass, 8x8 register
+ * transposes where the ISA has them (the transpose into a packed buffer, then row copies
+ * into the frame, took two). Pure data movement: the bits of a scalar copy. */
+static ISA_TARGET void ISA_FN(k_winoc_frame)(const int to_frame, int ch, int h, int w, float *img, float *x, int pw,
+                                             int pad)
+{
+    const long hw = (long)h * w;
+    int i0 = 0;
+#if ISA_X86 && ISA_VB >= 32 && defined(K_TR8)
+    for (; i0 + 8 <= ch; i0 += 8) {
+        long j0 = 0;
+        int r = 0, c = 0; /* pixel j0's row and column */
+        float *pl = img + (long)i0 * hw;
+        for (; j0 + 8 <= hw; j0 += 8) {
+            float *px[8];
+            __m256 v[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                px[j] = x + ((long)(r + pad) * pw + c + pad) * ch + i0;
+                if (++c == w) c = 0, r++;
+            }
+            if (to_frame) {
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(pl + i * hw + j0);
+                k_tr8(v);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) _mm256_storeu_ps(px[j], v[j]);
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_ps(px[j]);
+                k_tr8(v);
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) _mm256_storeu_ps(pl + i * hw + j0, v[i]);
+            }
+        }
+        for (; j0 < hw; j0++) {
+            float *p = x + ((long)(r + pad) * pw + c + pad) * ch + i0;
+            for (int i = 0; i < 8; i++) {
+                if (to_frame) p[i] = pl[i * hw + j0];
+                else pl[i * hw + j0] = p[i];
+            }
+            if (++c == w) c = 0, r++;
+        }
+    }
+#endif
+    for (int r = 0; r < h; r++)
+        for (int c = 0; c < w; c++) {
+            float *p = x + ((long)(r + pad) * pw + c + pad) * ch;
+            for (int i = i0; i < ch; i++) {
+                if (to_frame) p[i] = img[i * hw + (long)r * w + c];
+                else img[i * hw + (long)r * w + c] = p[i];
+            }
+        }
+}
+
 /* ---- The tile transforms, separable: T d T^T per tile for a 1-D transform T of NI
  * values into NO (wc_t1's kinds):
  *   0 K4_BT  6 -> 6  F(4x4)'s input (forward, dX; dW's input at F(4x4))

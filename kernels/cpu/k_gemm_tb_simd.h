@@ -114,8 +114,10 @@ ISA_TARGET static void ISA_FN(transpose)(int rows, int cols, const float *src, l
         int j0 = 0;
         for (; j0 + 8 <= cols; j0 += 8) {
             __m256 v[8];
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(src + (long)(i0 + i) * lds + j0);
             k_tr8(v);
+#pragma GCC unroll 8
             for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (long)(j0 + j) * ldd + i0, v[j]);
         }
         for (; j0 < cols; j0++)

@@ -199,11 +199,13 @@ ISA_TARGET static void ISA_FN(pack_panel)(int mr, int kc, const float *a, long a
                     continue;
                 }
                 __m256 v[8];
+#pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
                     v[i] = i < nr ? _mm256_loadu_ps(a + (long)(r0 + i) * ars + k) : _mm256_setzero_ps();
                 k_tr8(v);
                 float *o = ap + (long)k * KT_MR + r0;
                 if (nr == 8)
+#pragma GCC unroll 8
                     for (int q = 0; q < 8; q++) _mm256_storeu_ps(o + q * KT_MR, v[q]);
                 else {
                     /* part of 8 rows (every second block of AVX-512's 12-row panels):

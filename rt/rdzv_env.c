@@ -19,6 +19,11 @@ struct flavour {
 };
 
 /* 1 = set to a valid integer, 0 = unset/empty, -1 = set but not an integer (err set). */
+/* The port derived from a job's id, the same on every rank: 20000-32767, below Linux's
+ * ephemeral range (32768-60999 by default), where a connection of anything on the node
+ * may already hold it (seen: rank 0 "Address already in use" at 38359). */
+static int port_of_job(uint32_t id) { return 20000 + (int)(id % 12768u); }
+
 static int env_int(const char *name, int *v, char *err, size_t errlen)
 {
     const char *s = name ? getenv(name) : NULL;
@@ -117,7 +122,7 @@ static int slurm_master(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p
             snprintf(err, errlen, "Slurm: neither MASTER_PORT nor SLURM_JOB_ID is set");
             return -1;
         }
-        port = 20000 + id % 20000;
+        port = port_of_job((uint32_t)id);
     }
     if (port < 1 || port > 65535) { snprintf(err, errlen, "MASTER_PORT=%d is not a port (1-65535)", port); return -1; }
     p->port = port;
@@ -137,13 +142,13 @@ static const char *ompi_job_id(void)
     return NULL;
 }
 
-/* A port every rank of the job computes alone, as 20000 + SLURM_JOB_ID % 20000 does
- * under Slurm: FNV-1a of the job id, since Open MPI 5's id is not a number. */
+/* A port every rank of the job computes alone, as port_of_job(SLURM_JOB_ID) does under
+ * Slurm: FNV-1a of the job id, since Open MPI 5's id is not a number. */
 static int port_from_id(const char *id)
 {
     uint32_t h = 2166136261u;
     for (const unsigned char *c = (const unsigned char *)id; *c; c++) h = (h ^ *c) * 16777619u;
-    return 20000 + (int)(h % 20000u);
+    return port_of_job(h);
 }
 
 /* mpirun with no variables: when every rank is on this node (local size == world size)

@@ -50,6 +50,11 @@ $(BUILD)/obj/gen/nn_op_table.o: $(BUILD)/gen/nn_op_table.c
 # (PIE objects' TLS cannot go into a shared library) with hidden symbols, so the .so
 # exports the C API of include/ddprt.h (DDPRT_API) and nothing else.
 $(LIB_OBJ): CFLAGS += -fPIC -fvisibility=hidden
+# The CPU kernels at -O3 when the build is the default -O2 (sanitizer builds keep their
+# -O1): GCC -O2 leaves the short fixed loops of the SIMD templates rolled; -O3 measured
+# ResNet-20 +3-5 % a step on AVX2 and AVX-512, with the same bits (checkpoints compared).
+KOPT     ?= $(if $(filter -O2,$(OPT)),-O3)
+$(BUILD)/obj/kernels/cpu/%.o: CFLAGS += $(KOPT)
 # A build folder from before that rebuilds its library objects once (the stamp is new).
 $(LIB_OBJ): $(BUILD)/obj/.pic
 $(BUILD)/obj/.pic:

@@ -88,7 +88,7 @@ static int master_from_env(rt_rdzv_plan *p, const char *who, char *err, size_t e
                  !strcmp(who, "Open MPI") ? "; pass them with mpirun -x MASTER_ADDR -x MASTER_PORT" : "");
         return -1;
     }
-    int port;
+    int port = 0; /* set: MASTER_PORT is non-empty (GCC -O3 cannot tell) */
     if (env_int("MASTER_PORT", &port, err, errlen) < 0) return -1;
     if (port < 1 || port > 65535) { snprintf(err, errlen, "MASTER_PORT=%s is not a port (1-65535)", ps); return -1; }
     snprintf(p->host, sizeof p->host, "%s", a);

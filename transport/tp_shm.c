@@ -231,7 +231,7 @@ static void publish_abort(tp_comm *c, const char *why)
     tp_shm_seg *g = c->shm->seg;
     int32_t z = 0;
     if (!__atomic_compare_exchange_n(&g->abort_by, &z, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return;
-    snprintf(g->why, sizeof g->why, "%s", why);
+    snprintf(g->why, sizeof g->why, "%.*s", (int)sizeof g->why - 1, why); /* cut to fit */
     __atomic_store_n(&g->abort_by, c->rank + 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&g->bell, 1, __ATOMIC_SEQ_CST);
     futex_wake_all(&g->bell);

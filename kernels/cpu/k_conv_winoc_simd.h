@@ -230,8 +230,11 @@ static ISA_TARGET void ISA_FN(k_winoc_weights)(int ko, int ci, const float *w, l
     for (int c = 0; c < ci; c++)
         for (int k0 = 0; k0 < ko; k0 += KC) {
             KC_(kc_vf) g[9], t[6][3];
-            for (int e = 0; e < 9; e++)
-                for (int l = 0; l < KC; l++) g[e][l] = w[(k0 + l) * ks + c * cs + (flip ? 8 - e : e)];
+            for (int e = 0; e < 9; e++) {
+                float lane[KC];
+                for (int l = 0; l < KC; l++) lane[l] = w[(k0 + l) * ks + c * cs + (flip ? 8 - e : e)];
+                g[e] = KC_(kc_ld)(lane);
+            }
             for (int i = 0; i < 6; i++)
                 for (int s = 0; s < 3; s++) t[i][s] = G[i][0] * g[s] + G[i][1] * g[3 + s] + G[i][2] * g[6 + s];
             float *o = u + (long)c * ko + k0;

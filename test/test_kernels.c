@@ -88,7 +88,7 @@ static k_conv_shape shp(int n, int c, int h, int w, int k, int r, int s, int st,
  * small batch: 3x3 "same" (dX as a conv), 7x7 planes with many outputs (dW as NN
  * GEMM; batch 10 > the 8 slots, so slots sum images), 3x3 stride 2, the 1x1 stride-2
  * projection, the 7x7/2 pad-3 stem, 5x5 same, 12x12 planes (dW in image groups of 4),
- * 7x7 "same" planes with 3 images a slot (AVX2: interleaved groups, fwd, dW and dX),
+ * 7x7 "same" planes with 3 images a slot (AVX2, AVX-512: interleaved groups, fwd, dW, dX),
  * a stem-like 7x7/2 on an odd 93x93 plane whose 47x47 outputs (2209 >= 2048) take
  * AVX2's column-chunked dW. Then stride 2 on even planes (AVX2: dX as 4 phase convs):
  * 3x3 on a 10x12 plane, 3x3 on 6x6 planes in interleaved groups of 8 images (9 a

@@ -39,7 +39,7 @@ typedef struct wc_dims {
     long xsz, ysz;         /* floats of one image's X and Y */
     int slots;
     long r_x, r_y, r_v, r_m, slot; /* slot regions (bytes) */
-    long r_u, end;                      /* U after the slots */
+    long r_u, end;                 /* U after the slots */
 } wc_dims;
 
 static long round64(long b) { return (b + 63) & ~63L; }

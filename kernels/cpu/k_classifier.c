@@ -29,11 +29,15 @@ static int block_rows(int n, int v)
     return (int)(n < r ? n : r);
 }
 
+/* The row block's losses (doubles) after its logits, at a multiple of 64 bytes: an odd
+ * rows x vocabulary left them misaligned (UBSan, test kernels_classifier_fused). */
+static size_t loss_offset(int nr, int v) { return ((size_t)nr * (size_t)v * sizeof(float) + 63) & ~(size_t)63; }
+
 size_t k_classifier_workspace(int n, int c, int v)
 {
     (void)c;
     int nr = block_rows(n > 0 ? n : 1, v);
-    return (size_t)nr * (size_t)v * sizeof(float) + (size_t)nr * sizeof(double) + 64;
+    return loss_offset(nr, v) + (size_t)nr * sizeof(double) + 64;
 }
 
 typedef struct cl_job {
@@ -93,7 +97,7 @@ double k_classifier_fwd_bwd(int n, int c, int v, const float *x, const float *w,
     int nrmax = block_rows(n > 0 ? n : 1, v);
     cl_job j = {.vt = k_tfm_vt_cur(), .c = c, .v = v, .w = w, .scale = scale,
                 .grads = dx != NULL || dw != NULL, .l = ws};
-    j.loss = (double *)(void *)((char *)ws + (size_t)nrmax * (size_t)v * sizeof(float));
+    j.loss = (double *)(void *)((char *)ws + loss_offset(nrmax, v));
     int nvc = (v + VC - 1) / VC, ncb = (c + CB - 1) / CB;
     double total = 0.0;
     for (int r0 = 0; r0 < n; r0 += nrmax) {

@@ -156,7 +156,7 @@ static void model_checks(const nn_model_cfg *c, int B, int smooth, double tol)
         for (int i = 0; i < m.g.np; i++)
             CHECKF(memcmp(m.g.grads + m.g.p[i].offset, r.g.grads + r.g.p[i].offset, m.g.p[i].numel * sizeof(float)) == 0,
                    "%s: step %d: gradient of %s differs with memory reuse (%g vs %g)", m.g.model, step, m.g.p[i].name, m.g.grads[m.g.p[i].offset], r.g.grads[m.g.p[i].offset]);
-        CHECK(memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0);
+        CHECK(!m.g.buf_bytes || memcmp(m.g.bufs, r.g.bufs, m.g.buf_bytes) == 0); /* no buffers: NULL */
     }
     /* Gradients of the mean loss against central differences. Per element where the
      * network is smooth (no relu/max: kinks make single-element differences noisy),

@@ -92,7 +92,8 @@ static k_conv_shape shp(int n, int c, int h, int w, int k, int r, int s, int st,
  * a stem-like 7x7/2 on an odd 93x93 plane whose 47x47 outputs (2209 >= 2048) take
  * AVX2's column-chunked dW. Then stride 2 on even planes (AVX2: dX as 4 phase convs):
  * 3x3 on a 10x12 plane, 3x3 on 6x6 planes in interleaved groups of 8 images (9 a
- * slot: a whole group and a cut one), 1x1 on an 8x16 plane. */
+ * slot: a whole group and a cut one), 1x1 on an 8x16 plane, and stride 2 on 299-wide rows
+ * (150 outputs: the plane builders' masks past 128 columns). */
 static const int conv_cases[][9] = {
     {2, 1, 28, 28, 10, 5, 5, 1, 0},  {2, 10, 12, 12, 20, 5, 5, 1, 0}, {2, 3, 9, 7, 5, 3, 3, 2, 1},
     {3, 2, 8, 11, 4, 3, 2, 1, 1},    {2, 4, 6, 6, 3, 1, 1, 1, 0},    {11, 2, 5, 5, 3, 3, 3, 1, 0},
@@ -101,7 +102,7 @@ static const int conv_cases[][9] = {
     {2, 5, 11, 11, 7, 3, 3, 2, 1},   {2, 6, 8, 9, 10, 1, 1, 2, 0},   {2, 3, 17, 16, 8, 7, 7, 2, 3},
     {2, 16, 10, 10, 6, 5, 5, 1, 2},   {18, 2, 12, 12, 4, 3, 3, 1, 1},  {24, 16, 7, 7, 8, 3, 3, 1, 1},
     {1, 3, 93, 93, 3, 7, 7, 2, 3},   {3, 6, 10, 12, 9, 3, 3, 2, 1},  {72, 3, 6, 6, 5, 3, 3, 2, 1},
-    {3, 6, 8, 16, 11, 1, 1, 2, 0},
+    {3, 6, 8, 16, 11, 1, 1, 2, 0},   {1, 2, 5, 299, 4, 3, 3, 2, 1},
 };
 #define NCASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 

@@ -23,41 +23,22 @@ static void col_range(const k_im2col_geo *g, int s, int *lo, int *hi)
 }
 
 #ifdef K_ROWS_AVX512
-/* Stride 2: o[t] = src[2t] for t in [lo, hi), 0 elsewhere in [0, q), 16 outputs per
- * step from two plain 16-float loads and an even-lane permute. The loads may run past
- * the row (never past [xbeg, xend): checked, else scalar); whole 16-float stores may
- * run past q into the next row of xs, which is written later (xs has slack at its
- * end). Masked loads instead measured 2x slower than scalar code on this Zen 5. */
-__attribute__((target("avx512f"))) static void row_s2_avx512(float *o, const float *src, int q, int lo,
-                                                             int hi, const float *xbeg, const float *xend)
-{
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    for (int t = 0; t < q; t += 16) {
-        const float *p = src + 2 * t;
-        int l = lo - t, u = hi - t;
-        l = l < 0 ? 0 : l;
-        u = u > 16 ? 16 : u;
-        if (l >= u) { _mm512_storeu_ps(o + t, _mm512_setzero_ps()); continue; }
-        if (p < xbeg || p + 32 > xend) {
-            for (int i = 0; i < 16; i++) o[t + i] = i >= l && i < u ? p[2 * i] : 0.0f;
-            continue;
-        }
-        __m512 v = _mm512_permutex2var_ps(_mm512_loadu_ps(p), ev, _mm512_loadu_ps(p + 16));
-        __mmask16 m = (__mmask16)(((1u << u) - 1) & ~((1u << l) - 1));
-        _mm512_storeu_ps(o + t, _mm512_maskz_mov_ps(m, v));
-    }
-}
-/* All hps rows of one (c, s, rp) plane, as plane_s2_avx2 below: the lane masks once per
- * plane and no call per row (row_s2_avx512 per row: ResNet-20's stride-2 convs spent a
- * quarter of their time building rows). Returns 0 (nothing done) for rows over 128 wide. */
+/* Stride 2, all hps rows of one (c, s, rp) plane (x0 = channel c's first row):
+ * o[t] = src[2t] for t in [lo, hi), 0 elsewhere in [0, Q), 16 outputs per step from two
+ * plain 16-float loads and an even-lane permute, the lane masks computed once per plane
+ * (a call per row, as before, cost a quarter of ResNet-20's stride-2 convs on AVX-512).
+ * The loads may run past the row (never past [xbeg, xend): checked, else scalar); whole
+ * 16-float stores may run past Q into the next row of xs, which is written later (xs has
+ * slack at its end). Masked loads instead measured 2x slower than scalar code on a Zen 5.
+ * Returns 0 (nothing done) for rows over 512 wide. */
 __attribute__((target("avx512f"))) static int plane_s2_avx512(float *o, const float *x0, const k_im2col_geo *g,
                                                               long hps, int rp, int s, int lo, int hi,
                                                               const float *xbeg, const float *xend)
 {
     const int Q = g->q, nq = (Q + 15) / 16;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    __mmask16 mk[8];
-    if (nq > 8) return 0;
+    __mmask16 mk[32];
+    if (nq > 32) return 0;
     for (int v = 0; v < nq; v++) {
         int l = lo - 16 * v, u = hi - 16 * v;
         l = l < 0 ? 0 : l > 16 ? 16 : l;
@@ -84,41 +65,17 @@ __attribute__((target("avx512f"))) static int plane_s2_avx512(float *o, const fl
     return 1;
 }
 /* The AVX2 twin: 8 outputs per step from two 8-float loads (even lanes: a shuffle in
- * each 128-bit half, then a cross-half permute); the lanes outside [lo, hi) zeroed by
- * an and-mask. Loads checked against [xbeg, xend) as above. */
-__attribute__((target("avx2"))) static void row_s2_avx2(float *o, const float *src, int q, int lo, int hi,
-                                                       const float *xbeg, const float *xend)
-{
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int t = 0; t < q; t += 8) {
-        const float *p = src + 2 * t;
-        int l = lo - t, u = hi - t;
-        l = l < 0 ? 0 : l;
-        u = u > 8 ? 8 : u;
-        if (l >= u) { _mm256_storeu_ps(o + t, _mm256_setzero_ps()); continue; }
-        if (p < xbeg || p + 16 > xend) {
-            for (int i = 0; i < 8; i++) o[t + i] = i >= l && i < u ? p[2 * i] : 0.0f;
-            continue;
-        }
-        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
-        e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8));
-        __m256i m = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(l), lane),
-                                        _mm256_cmpgt_epi32(_mm256_set1_epi32(u), lane));
-        _mm256_storeu_ps(o + t, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
-    }
-}
-
-/* All hps rows of one (c, s, rp) plane (x0 = channel c's first row): the lane masks
- * once per plane and no call per row, which cost more than the copies on the 14-wide
- * rows of ResNet's stride-2 convs. Returns 0 (nothing done) for rows over 128 wide. */
+ * each 128-bit half, then a cross-half permute), the lanes outside [lo, hi) zeroed by
+ * an and-mask; no call per row, which cost more than the copies on the 14-wide rows of
+ * ResNet's stride-2 convs. Returns 0 (nothing done) for rows over 512 wide. */
 __attribute__((target("avx2"))) static int plane_s2_avx2(float *o, const float *x0, const k_im2col_geo *g, long hps,
                                                         int rp, int s, int lo, int hi, const float *xbeg,
                                                         const float *xend)
 {
     const int Q = g->q, nq = (Q + 7) / 8;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i mk[16];
-    if (nq > 16) return 0;
+    __m256i mk[64];
+    if (nq > 64) return 0;
     for (int v = 0; v < nq; v++)
         mk[v] = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo - 8 * v), lane),
                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(hi - 8 * v), lane));
@@ -172,16 +129,6 @@ void k_shift_rows_st(const k_im2col_geo *g, long hps, int rpn, const float *x, f
                         continue;
                     }
                     const float *src = x + ((long)c * g->h + ih) * g->w + s - g->pad;
-#ifdef K_ROWS_AVX512
-                    if (fast == K_ISA_AVX512) {
-                        row_s2_avx512(o, src, Q, lo, hi, x, xend);
-                        continue;
-                    }
-                    if (fast == K_ISA_AVX2) {
-                        row_s2_avx2(o, src, Q, lo, hi, x, xend);
-                        continue;
-                    }
-#endif
                     for (int t = 0; t < lo; t++) o[t] = 0.0f;
                     for (int t = lo; t < hi; t++) o[t] = src[(long)t * st];
                     for (int t = hi; t < Q; t++) o[t] = 0.0f;

@@ -29,6 +29,7 @@ typedef struct nn_opts {
     double lr_gamma, warmup_epochs, clip_grad_norm;
     const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
     const char *conv_algo; /* k_conv_set_algo's name; NULL: DDPRT_CONV or auto */
+    const char *matmul_precision; /* k_set_matmul_precision's name; NULL: highest */
     const char *invariant; /* --invariant K[:radices]: world-size-invariant training (nn/vshard.h) */
     /* language models (token windows) */
     int eval_every, eval_batches, sample_every, sample_len, top_k, generate;

@@ -23,13 +23,14 @@
 #endif
 
 #ifdef K_AMX
-#define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi2,amx-tile,amx-bf16")))
+#define AX_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi2,amx-tile,amx-bf16")))
 #define AX_KMAX 4096      /* K steps per chunk at most (the A block: 32 x K bf16, 256 KiB) */
 #define AX_BP (576 * 1024) /* bf16 of packed B (1.1 MiB: stays in L2; GPT small's 1152 forward columns
                             * in one super-block: 2048x1152x384 1340 -> 1500-1570 GFLOP/s) */
 #define AX_BP_K (384 * 1024) /* the B that K chunks are cut to (768 KiB: a dW's 16 x 16 transposed A
                               * packs ran 20 % slower with chunks as long as AX_BP allows) */
 #define AX_KMIN 256       /* K steps per chunk at least where A's pack sets the chunks */
+#define AX_KMAX3 2048     /* the same for bf16x3, whose packed K is two sections of the chunk */
 
 int k_amx_ok(void)
 {
@@ -46,26 +47,37 @@ int k_amx_ok(void)
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } ax_cfg;
 
-/* 16 fp32 -> bf16 (round to nearest even), lanes past cnt read as 0. */
-AX_TARGET static inline __m256i cvt16(const float *x, int cnt)
+/* bf16x3's low part: what rounding v to bf16 left over (exact in fp32), 0 where v's
+ * bf16 is not finite (inf - inf would make a NaN of an infinite operand). */
+AX_TARGET static inline __m512 resid16(__m512 v)
 {
-    __m512 v = cnt >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), x);
-    return (__m256i)_mm512_cvtneps_pbh(v);
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_maskz_sub_ps((__mmask16)~_mm512_fpclass_ps_mask(hf, 0x99 /* NaN, +-inf */), v, hf);
 }
 
-/* A rows [i0, i0+32) x K [k0, k0+kc) into o[i*kp + k] (kp = kc rounded up to 32; rows past
- * m and K past kc zero). */
-AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float *a, long ars, long acs, uint16_t *o)
+/* 16 fp32 -> bf16 (round to nearest even), lanes past cnt read as 0; lo: the bf16 of
+ * the residual instead (bf16x3's second part). */
+AX_TARGET static inline __m256i cvt16(const float *x, int cnt, int lo)
+{
+    __m512 v = cnt >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), x);
+    return (__m256i)_mm512_cvtneps_pbh(lo ? resid16(v) : v);
+}
+
+/* A rows [i0, i0+32) x K [k0, k0+kc) into o[i*ld + k] (kp = kc rounded up to 32; rows past
+ * m and K past kc zero); lo: bf16x3's low parts. */
+AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float *a, long ars, long acs, int lo,
+                             long ld, uint16_t *o)
 {
     int mr = m - i0 < 32 ? m - i0 : 32;
     if (acs == 1) {
         for (int i = 0; i < 32; i++) {
-            uint16_t *oi = o + (long)i * kp;
+            uint16_t *oi = o + (long)i * ld;
             if (i >= mr) { memset(oi, 0, 2 * (size_t)kp); continue; }
             const float *ai = a + (long)(i0 + i) * ars + k0;
             for (int k = 0; k < kp; k += 16) {
                 int cnt = kc - k < 0 ? 0 : kc - k;
-                _mm256_storeu_si256((__m256i *)(oi + k), cvt16(ai + k, cnt > 16 ? 16 : cnt));
+                _mm256_storeu_si256((__m256i *)(oi + k), cvt16(ai + k, cnt > 16 ? 16 : cnt, lo));
             }
         }
         return;
@@ -81,12 +93,12 @@ AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float 
             __m512i r[16];
             for (int p = 0; p < 16; p++) {
                 const float *ak = a + (long)(k0 + k + 2 * p) * acs + i0 + 16 * h;
-                __m256i e = cnt && k + 2 * p < kc ? cvt16(ak, cnt) : _mm256_setzero_si256();
-                __m256i f = cnt && k + 2 * p + 1 < kc ? cvt16(ak + acs, cnt) : _mm256_setzero_si256();
+                __m256i e = cnt && k + 2 * p < kc ? cvt16(ak, cnt, lo) : _mm256_setzero_si256();
+                __m256i f = cnt && k + 2 * p + 1 < kc ? cvt16(ak + acs, cnt, lo) : _mm256_setzero_si256();
                 r[p] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(e), f, 1));
             }
             tr16(r);
-            for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(o + (long)(16 * h + i) * kp + k), r[i]);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512((void *)(o + (long)(16 * h + i) * ld + k), r[i]);
         }
     }
 }
@@ -103,10 +115,29 @@ AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float
     memset(o + (long)p0 * 64, 0, sizeof(uint16_t) * 64 * (size_t)(kp / 2 - p0));
 }
 
+/* bf16x3: the residuals of B's block (kc x nc; bt: nc rows of kc) into t, then packed as
+ * pack_b packs B, so that the panel holds their bf16s. t: at least 32 * kc floats. */
+AX_TARGET static void pack_b_lo(int k0, int kc, int kp, int j0, int nc, const float *b, long ldb, int bt, float *t,
+                                uint16_t *o)
+{
+    int rows = bt ? nc : kc, cols = bt ? kc : nc;
+    long ld = bt ? kc : 32;
+    const float *s = bt ? b + (long)j0 * ldb + k0 : b + (long)k0 * ldb + j0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c += 16) {
+            __mmask16 mk = (__mmask16)(cols - c >= 16 ? 0xffff : (1u << (cols - c)) - 1);
+            _mm512_mask_storeu_ps(t + r * ld + c, mk, resid16(_mm512_maskz_loadu_ps(mk, s + r * ldb + c)));
+        }
+    pack_b(0, kc, kp, 0, nc, t, ld, bt, o);
+}
+
 /* One 32 x 32 block of C (mr x nc valid) over a K chunk: ap 32 rows of kp, bp a 32-column
- * panel (pack_b), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. */
+ * panel (pack_b), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. x3: ap's rows
+ * are [hi | lo] (2 kp long), bp's panel hi then lo (kp * 32 each); per 32 K steps A hi B lo,
+ * A hi B hi, A lo B hi: 8 tile loads for 12 products (the tiles come from L2 at these
+ * shapes, so the loads set the pace). */
 AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c, long ldc,
-                            const float *cbias, int init)
+                            const float *cbias, int init, int x3)
 {
     _Alignas(64) float s[32][32];
     int full = mr == 32 && nc == 32;
@@ -126,16 +157,42 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
         _tile_loadd(6, cc + 16 * ld, ld * 4);
         _tile_loadd(7, cc + 16 * ld + 16, ld * 4);
     }
-    for (int k = 0; k < kp; k += 32) {
-        _tile_loadd(0, ap + k, kp * 2);
-        _tile_loadd(1, ap + 16L * kp + k, kp * 2);
-        _tile_loadd(2, bp + (long)k * 32, 128);
-        _tile_loadd(3, bp + (long)k * 32 + 32, 128);
-        _tile_dpbf16ps(4, 0, 2);
-        _tile_dpbf16ps(5, 0, 3);
-        _tile_dpbf16ps(6, 1, 2);
-        _tile_dpbf16ps(7, 1, 3);
-    }
+    if (x3) {
+        const long lda = 2L * kp;
+        const uint16_t *blo = bp + (long)kp * 32;
+        for (int k = 0; k < kp; k += 32) {
+            _tile_loadd(0, ap + k, lda * 2);
+            _tile_loadd(1, ap + 16 * lda + k, lda * 2);
+            _tile_loadd(2, blo + (long)k * 32, 128);
+            _tile_loadd(3, blo + (long)k * 32 + 32, 128);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+            _tile_loadd(2, bp + (long)k * 32, 128);
+            _tile_loadd(3, bp + (long)k * 32 + 32, 128);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+            _tile_loadd(0, ap + kp + k, lda * 2);
+            _tile_loadd(1, ap + 16 * lda + kp + k, lda * 2);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+        }
+    } else
+        for (int k = 0; k < kp; k += 32) {
+            _tile_loadd(0, ap + k, kp * 2);
+            _tile_loadd(1, ap + 16L * kp + k, kp * 2);
+            _tile_loadd(2, bp + (long)k * 32, 128);
+            _tile_loadd(3, bp + (long)k * 32 + 32, 128);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+        }
     _tile_stored(4, cc, ld * 4);
     _tile_stored(5, cc + 16, ld * 4);
     _tile_stored(6, cc + 16 * ld, ld * 4);
@@ -154,12 +211,18 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
         for (int i = 0; i < mr; i++) memcpy(c + (long)i * ldc, s[i], sizeof(float) * (size_t)nc);
 }
 
+/* x3 (bf16x3, PyTorch's "high" float32 matmul precision): each operand is split into
+ * hi = bf16(v) and lo = bf16(v - hi), packed as two K sections of the chunk, and C sums
+ * A hi B lo + A hi B hi + A lo B hi (block): ~2^-16 relative per product (the dropped
+ * lo lo and the residuals' rounding) instead of bf16's 2^-8. */
 __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const float *a, long ars, long acs,
                                                      const float *b, long ldb, int bt, float *c, long ldc,
-                                                     const float *cbias, int acc)
+                                                     const float *cbias, int acc, int x3)
 {
     _Alignas(64) uint16_t bp[AX_BP];
     _Alignas(64) uint16_t ap[32 * AX_KMAX];
+    _Alignas(64) float bt_lo[32 * AX_KMAX3];
+    int ns = x3 ? 2 : 1; /* K sections in the packed operands */
     ax_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -171,26 +234,34 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
      * packed through 16 x 16 transposes; GPT small's qkv dW packed A 6 times), and where C
      * is narrower than half of K (a pass over C, stored and reloaded, against one over A:
      * GPT's dx and fc2 forward, N 384 against K 1152 / 1536, packed A twice). */
-    int kmax = AX_KMAX, n32 = (n + 31) & ~31;
-    if ((ars == 1 && acs != 1) || (kk > AX_BP / n32 && 2 * n < kk)) {
-        int fit = AX_BP_K / n32 / 32 * 32;
-        kmax = fit < AX_KMIN ? AX_KMIN : fit < AX_KMAX ? fit : AX_KMAX;
+    int kcap = x3 ? AX_KMAX3 : AX_KMAX, kmax = kcap, n32 = (n + 31) & ~31, even = x3;
+    if ((ars == 1 && acs != 1) || (kk > AX_BP / ns / n32 && 2 * n < kk)) {
+        int fit = AX_BP_K / ns / n32 / 32 * 32;
+        kmax = fit < AX_KMIN ? AX_KMIN : fit < kcap ? fit : kcap;
+        even = 1;
+    }
+    if (even) {
         int nk = (kk + kmax - 1) / kmax;
         kmax = ((kk + nk - 1) / nk + 31) & ~31; /* even chunks, still whole 32-step tiles */
     }
     for (int k0 = 0; k0 < kk; k0 += kmax) {
-        int kc = kk - k0 < kmax ? kk - k0 : kmax, kp = (kc + 31) & ~31, init = !acc && k0 == 0;
-        int nc = AX_BP / kp / 32 * 32; /* super-block width: its B fits bp */
+        int kc = kk - k0 < kmax ? kk - k0 : kmax, kp = (kc + 31) & ~31, kt = ns * kp, init = !acc && k0 == 0;
+        int nc = AX_BP / kt / 32 * 32; /* super-block width: its B fits bp */
         for (int js = 0; js < n; js += nc) {
             int jn = n - js < nc ? n - js : nc;
-            for (int j0 = 0; j0 < jn; j0 += 32) /* a panel of kp*32 bf16 per 32 columns */
-                pack_b(k0, kc, kp, js + j0, jn - j0 < 32 ? jn - j0 : 32, b, ldb, bt, bp + (long)j0 * kp);
+            for (int j0 = 0; j0 < jn; j0 += 32) { /* a panel of kt*32 bf16 per 32 columns */
+                int w = jn - j0 < 32 ? jn - j0 : 32;
+                uint16_t *pj = bp + (long)j0 * kt;
+                pack_b(k0, kc, kp, js + j0, w, b, ldb, bt, pj);
+                if (x3) pack_b_lo(k0, kc, kp, js + j0, w, b, ldb, bt, bt_lo, pj + (long)kp * 32);
+            }
             for (int i0 = 0; i0 < m; i0 += 32) {
                 int mr = m - i0 < 32 ? m - i0 : 32;
-                pack_a(m, i0, k0, kc, kp, a, ars, acs, ap);
+                pack_a(m, i0, k0, kc, kp, a, ars, acs, 0, kt, ap);
+                if (x3) pack_a(m, i0, k0, kc, kp, a, ars, acs, 1, kt, ap + kp);
                 for (int j0 = 0; j0 < jn; j0 += 32)
-                    block(mr, jn - j0 < 32 ? jn - j0 : 32, kp, ap, bp + (long)j0 * kp, c + (long)i0 * ldc + js + j0,
-                          ldc, init ? (cbias ? cbias + js + j0 : NULL) : NULL, init);
+                    block(mr, jn - j0 < 32 ? jn - j0 : 32, x3 ? kp : kt, ap, bp + (long)j0 * kt,
+                          c + (long)i0 * ldc + js + j0, ldc, init ? (cbias ? cbias + js + j0 : NULL) : NULL, init, x3);
             }
         }
     }
@@ -202,7 +273,15 @@ void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const 
 {
     if (m <= 0 || n <= 0) return;
     if (kk <= 0) k_bf16_gemm_blk(m, n, kk, NULL, b, ldb, bt, c, ldc, cbias, acc); /* C = bias or kept */
-    else gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc);
+    else gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc, 0);
+}
+
+void k_amx_gemm_x3(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                   float *c, long ldc, const float *cbias, int acc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (kk <= 0) k_bf16_gemm_blk(m, n, kk, NULL, b, ldb, bt, c, ldc, cbias, acc);
+    else gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc, 1);
 }
 #else
 int k_amx_ok(void) { return 0; }
@@ -211,5 +290,10 @@ void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const 
 {
     (void)m; (void)n; (void)kk; (void)a; (void)ars; (void)acs; (void)b; (void)ldb; (void)bt; (void)c; (void)ldc;
     (void)cbias; (void)acc;
+}
+void k_amx_gemm_x3(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                   float *c, long ldc, const float *cbias, int acc)
+{
+    k_amx_gemm(m, n, kk, a, ars, acs, b, ldb, bt, c, ldc, cbias, acc);
 }
 #endif

@@ -14,4 +14,8 @@ int k_amx_ok(void);
  * on whole 32-row / 32-column blocks. */
 void k_amx_gemm(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt, float *c,
                 long ldc, const float *cbias, int acc);
+/* The same product to ~2^-16 relative (bf16x3: PyTorch's "high" float32 matmul
+ * precision), three tile products per C tile; only when k_amx_ok(). */
+void k_amx_gemm_x3(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                   float *c, long ldc, const float *cbias, int acc);
 #endif

@@ -37,6 +37,13 @@ void k_bf16_gemm_blk(int m, int n, int kk, const uint16_t *ap, const float *b, l
  * and the product by 32-column units (k_linear_bf16.c). Native only. */
 void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
                    float *c, long ldc, const float *cbias, uint16_t *pa);
+/* fp32 products at "high" precision (k_set_matmul_precision): 1 when this m x n x kk
+ * product runs as k_f32_matmul_x3 (AMX present, every dimension >= 32). */
+int k_f32_matmul_x3_ok(int m, int n, int kk);
+/* C[m x n] = (cbias[j] or 0) + A B as k_bf16_matmul's operands, in bf16x3 on AMX tiles
+ * (k_amx_gemm_x3), threads over 32-column units: bits independent of the thread count. */
+void k_f32_matmul_x3(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                     float *c, long ldc, const float *cbias);
 /* C[m x n] = (acc ? C : 0) + bias[i] + A B (bias per row, may be NULL). */
 void k_bf16_gemm_nn(int m, int n, int kk, const uint16_t *ap, const float *b, long ldb,
                     const long *boff, float *c, long ldc, const float *bias, int acc,

@@ -8,6 +8,7 @@
  * Every output element is computed by one task in a fixed order, so results do not
  * depend on the thread count. */
 #include "kernels/k.h"
+#include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_gemm.h"
 #include "kernels/cpu/k_int.h"
 
@@ -79,6 +80,10 @@ static int lin_use_pb(int n, int in, int out)
 void k_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y)
 {
     lin_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y};
+    if (k_f32_matmul_x3_ok(n, out, in)) {
+        k_f32_matmul_x3(n, out, in, x, in, 1, w, in, 1, y, out, b);
+        return;
+    }
     if (n > 0 && out > 0 && lin_use_pb(n, in, out)) {
         long units = n >= out ? n : (out + LIN_PB_CU - 1) / LIN_PB_CU;
         j.parts = lin_parts(units, 2L * n * in * out);
@@ -112,6 +117,14 @@ void k_linear_bwd(int n, int in, int out, const float *x, const float *w, const 
 {
     lin_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw};
     long flops = 2L * n * in * out;
+    if (dx && k_f32_matmul_x3_ok(n, in, out)) {
+        k_f32_matmul_x3(n, in, out, dy, out, 1, w, in, 0, dx, in, NULL);
+        dx = NULL;
+    }
+    if (dw && k_f32_matmul_x3_ok(out, in, n)) {
+        k_f32_matmul_x3(out, in, n, dy, 1, out, x, in, 0, dw, in, NULL);
+        dw = NULL;
+    }
     if (dx) {
         j.parts = lin_parts(n, flops);
         k_parallel_for(j.parts, lin_dx_task, &j);

@@ -124,7 +124,7 @@ static int lb_parts(long units, long flops)
 }
 
 typedef struct lb_mm {
-    int m, n, kk, bt, parts;
+    int m, n, kk, bt, parts, x3;
     const float *a, *b, *cbias;
     long ars, acs, ldb, ldc;
     float *c;
@@ -159,8 +159,38 @@ static void lb_amx_task(void *ctx, int task)
     k_split((j->n + 31) / 32, j->parts, task, &lo, &hi);
     long c0 = lo * 32, c1 = hi * 32 < j->n ? hi * 32 : j->n;
     if (c0 < c1)
-        k_amx_gemm(j->m, (int)(c1 - c0), j->kk, j->a, j->ars, j->acs, j->bt ? j->b + c0 * j->ldb : j->b + c0, j->ldb,
-                   j->bt, j->c + c0, j->ldc, j->cbias ? j->cbias + c0 : NULL, 0);
+        (j->x3 ? k_amx_gemm_x3 : k_amx_gemm)(j->m, (int)(c1 - c0), j->kk, j->a, j->ars, j->acs,
+                                             j->bt ? j->b + c0 * j->ldb : j->b + c0, j->ldb, j->bt, j->c + c0, j->ldc,
+                                             j->cbias ? j->cbias + c0 : NULL, 0);
+}
+
+/* ---- fp32 matmul precision (k_set_matmul_precision): 0 highest, 1 high */
+static int mm_high;
+
+int k_set_matmul_precision(const char *name)
+{
+    if (!name || !strcmp(name, "highest")) __atomic_store_n(&mm_high, 0, __ATOMIC_RELAXED);
+    else if (!strcmp(name, "high")) __atomic_store_n(&mm_high, 1, __ATOMIC_RELAXED);
+    else return -1;
+    return 0;
+}
+
+int k_f32_matmul_high(void) { return __atomic_load_n(&mm_high, __ATOMIC_RELAXED) && k_amx_ok(); }
+
+/* Products of at least 32 in every dimension: below that the tiles run mostly empty and
+ * the fp32 kernels are as fast. */
+int k_f32_matmul_x3_ok(int m, int n, int kk)
+{
+    return m >= 32 && n >= 32 && kk >= 32 && k_f32_matmul_high();
+}
+
+void k_f32_matmul_x3(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,
+                     float *c, long ldc, const float *cbias)
+{
+    lb_mm j = {.m = m, .n = n, .kk = kk, .bt = bt, .a = a, .b = b, .cbias = cbias, .ars = ars, .acs = acs,
+               .ldb = ldb, .ldc = ldc, .c = c, .x3 = 1};
+    j.parts = lb_parts((n + 31) / 32, 6L * m * n * kk);
+    k_parallel_for(j.parts, lb_amx_task, &j);
 }
 
 void k_bf16_matmul(int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb, int bt,

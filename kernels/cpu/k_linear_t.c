@@ -47,6 +47,10 @@ static void fwd_task(void *ctx, int task)
 
 void k_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y)
 {
+    if (k_f32_matmul_x3_ok(n, out, in)) {
+        k_f32_matmul_x3(n, out, in, x, in, 1, w, out, 0, y, out, b);
+        return;
+    }
     lt_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .b = b, .y = y};
     j.parts = lt_parts(n, 2L * n * in * out);
     k_parallel_for(j.parts, fwd_task, &j);
@@ -115,6 +119,14 @@ void k_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, con
 {
     lt_job j = {.n = n, .in = in, .out = out, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .wt = ws};
     long flops = 2L * n * in * out;
+    if (dw && k_f32_matmul_x3_ok(in, out, n)) {
+        k_f32_matmul_x3(in, out, n, x, 1, in, dy, out, 0, dw, out, NULL);
+        dw = NULL;
+    }
+    if (dx && k_f32_matmul_x3_ok(n, in, out)) {
+        k_f32_matmul_x3(n, in, out, dy, out, 1, w, out, 1, dx, in, NULL);
+        dx = NULL;
+    }
     if (dw) {
         j.parts = lt_parts(in, flops);
         k_parallel_for(j.parts, dw_task, &j);

@@ -5,7 +5,7 @@
 #include "nn/ops/op_def.h"
 #include "kernels/k_tfm.h"
 
-typedef struct c1_attr { int out; float init_std; } c1_attr;
+typedef struct c1_attr { int out; float init_std; int in; /* set by infer */ } c1_attr;
 NN_ATTR_ACCESS(c1_attr)
 static const nn_attr c1_attrs[] = {NN_INT(c1_attr, out, "out", NN_ATTR_REQUIRED),
                                    NN_FLOAT(c1_attr, init_std, "init_std", 0.02), {NULL}};
@@ -18,12 +18,17 @@ static int c1_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
     if (a.out <= 0) NN_BAD("bad width %d", a.out);
     if (!(a.init_std > 0)) NN_BAD("init_std=%g must be above 0", (double)a.init_std);
     n->out = (nn_shape){x.c, x.h, a.out, 0};
+    a.in = x.w;
+    c1_attr_set(n, &a);
     int ws[2] = {x.w, a.out};
     int w = nn_param_add(g, n, "weight", 2, ws, NN_INIT_NORMAL, 0, 0);
     nn_param_add(g, n, "bias", 1, &a.out, NN_INIT_ZEROS, 0, 1);
     if (w >= 0) g->p[w].init_std = a.init_std;
     return 0;
 }
+
+/* multiply-adds per output element (--recompute-macs): the input width */
+static long c1_macs(const nn_node *n) { return c1_attr_of(n).in; }
 
 static int c1_rows(const nn_node *n, const nn_run *r) { return r->n * n->out.c * n->out.h; }
 
@@ -84,11 +89,11 @@ static size_t c1_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 
 const nn_op nn_op_conv1d_hf = {
     .kind = "conv1d_hf", .flags = NN_BWD_INPUT, .attrs = c1_attrs, .attr_size = sizeof(c1_attr),
-    .infer = c1_infer, .workspace = c1_ws, .fwd = c1_fwd, .bwd = c1_bwd,
+    .macs = c1_macs, .infer = c1_infer, .workspace = c1_ws, .fwd = c1_fwd, .bwd = c1_bwd,
     NN_CUDA_ONLY(.fwd_cuda = c1_fwd_cuda, .bwd_cuda = c1_bwd_cuda, .workspace_cuda = c1_ws_cuda)};
 
 int nn_conv1d_hf(nn_graph *g, const char *name, int x, int out, float init_std)
 {
-    c1_attr a = {out, init_std};
+    c1_attr a = {out, init_std, 0};
     return nn_add(g, &nn_op_conv1d_hf, name, &x, 1, &a, sizeof a);
 }

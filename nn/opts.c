@@ -40,7 +40,7 @@ static const rt_arg flags[] = {
     F("threads", RT_ARG_INT, threads, RANK, RT_ARG_POS, "compute threads (default: the cores available to this rank)"),
     F("mem-report", RT_ARG_FLAG, mem_report, RANK, RT_ARG_ANY, "print the memory plan at start-up and the peak RSS at the end"),
     F("recompute-macs", RT_ARG_INT, recompute_macs, RANK, RT_ARG_ANY,
-      "recompute in backward the convs with at most N multiply-adds per output, trading time for memory, same results "
+      "recompute in backward the convs and GPT's Conv1D layers with at most N multiply-adds per output, trading time for memory, same results "
       "(default -2: none while the planned activations fit in a quarter of this rank's share of the host's memory "
       "(RAM or cgroup limit), else as -1; -1: the fewest that halve the planned activations or bring them under 32 MiB; "
       "no recomputation at all when they are under 32 MiB anyway; 0: BN/ReLU/add only)"),

@@ -220,7 +220,7 @@ static int plan_memory(nn_trainer *t, char *err, size_t errlen)
                t->g.act_bytes_keep / 1048576.0, t->g.act_bytes_noreuse / 1048576.0, t->g.ws_bytes / 1048576.0,
                t->g.ws ? "" : ", planned inside the activations");
     if (o->mem_report && t->rank == 0 && !t->cuda)
-        printf("recompute: convs with at most %d multiply-adds per output (0: none); budget for the activations "
+        printf("recompute: convs / Conv1D layers with at most %d multiply-adds per output (0: none); budget for the activations "
                "%.0f MiB (a quarter of this rank's share of the host's memory; --recompute-macs)\n",
                t->g.recompute_macs > 0 ? t->g.recompute_macs : 0, t->g.mem_budget / 1048576.0);
     if (o->mem_report && t->rank == 0 && t->ddp && nn_ddp_get_stats(t->ddp).reg_bytes)

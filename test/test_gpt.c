@@ -364,3 +364,36 @@ PTEST(gpt_ddp_check_sync_and_resume_bit_identical)
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
     CHECKF(system(cmd) == 0, "the resumed run's checkpoint differs from the uninterrupted one");
 }
+
+/* --recompute-macs on a GPT: Conv1D outputs (c_attn, c_fc: 32 multiply-adds per output
+ * here; c_proj: 128) dropped after the forward and re-run in backward; the checkpoint is
+ * the same bits as keeping them, in fp32, at --matmul-precision high and under bf16,
+ * and the plan is smaller. */
+PTEST(gpt_recompute_linear_layers_same_bits)
+{
+    const char *dir = t_tmpdir("gptrc");
+    const char *data = lm_data(dir, 16);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=2\ndim=32\nheads=2\nctx=32\n");
+    static const char *const mode[][2] = {{"--amp", "none"}, {"--matmul-precision", "high"}, {"--amp", "bf16"}};
+    for (int m = 0; m < 3; m++) {
+        char ck[3][700];
+        double act[3] = {0, 0, 0};
+        static const char *const macs[] = {"0", "32", "1000"};
+        for (int r = 0; r < 3; r++) {
+            snprintf(ck[r], sizeof ck[r], "%s/m%d_r%d.st", dir, m, r);
+            const char *argv[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "32",
+                                  "--batch-size", "4", "--optimizer", "adamw", "--epochs", "2", "--threads", "2",
+                                  "--no-eval", "--sample-len", "4", "--mem-report", "--recompute-macs", macs[r],
+                                  mode[m][0], mode[m][1], "--save", ck[r], NULL};
+            t_proc p;
+            CHECKF(run("rc", argv, 60, &p) == 0, "%s", t_slurp(p.err));
+            const char *a = strstr(t_slurp(p.out), "activations: planned ");
+            CHECKF(a != NULL, "%s", t_slurp(p.out));
+            act[r] = a ? atof(a + 21) : 0;
+            if (r) CHECKF(t_same_checkpoint(ck[0], ck[r]), "%s %s: --recompute-macs %s changed the checkpoint", mode[m][0],
+                          mode[m][1], macs[r]);
+        }
+        CHECKF(act[2] <= act[1] && act[1] < act[0], "%s %s: planned %g, %g, %g MiB", mode[m][0], mode[m][1], act[0], act[1],
+               act[2]);
+    }
+}

@@ -8,7 +8,8 @@
 #                                    AMP=bf16: ddprt --amp bf16 against PyTorch under torch.autocast bf16;
 #                                    OPT=adamw8bit: ddprt's moments in 8 bits, PyTorch's AdamW as always;
 #                                    MATMUL=high: ddprt --matmul-precision high, PyTorch 1.13's CPU matmuls
-#                                    stay fp32 whatever its own setting)
+#                                    stay fp32 whatever its own setting;
+#                                    RECOMPUTE=N: ddprt --recompute-macs N, -2 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -16,6 +17,7 @@ rounds=${1:-3}
 amp=${AMP:-none}
 opt=${OPT:-adamw}
 mm=${MATMUL:-highest}
+rc=${RECOMPUTE:--2}
 . bench/lib.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,7 +35,7 @@ for c in "${cases[@]}"; do
   : >"$tmp/d"; : >"$tmp/p"; : >"$tmp/dr"; : >"$tmp/pr"; : >"$tmp/da"
   run_d() { "$B/ddprt-train" --data synthetic --model-file "$tmp/m.cfg" --seq-len "$T" --batch-size "$Bt" \
           --optimizer "$opt" --lr 3e-4 --weight-decay 0.1 --max-steps "$1" --epochs 1 --threads 1 --no-eval \
-          --mem-report --log-interval 1000 --sample-len 1 --amp "$amp" --matmul-precision "$mm" 2>&1; }
+          --mem-report --log-interval 1000 --sample-len 1 --amp "$amp" --matmul-precision "$mm" --recompute-macs "$rc" 2>&1; }
   took() { sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p'; }
   for _ in $(seq "$rounds"); do
     # steady tokens/s, as PyTorch's are taken: the sd steps after 2 warm-up steps, the
@@ -53,7 +55,7 @@ for c in "${cases[@]}"; do
 done
 echo "# tokens/s after 2 warm-up steps on both sides (ddprt: a run of $((sd + 2)) steps less one of 2); ddprt all: its"
 echo "# whole epoch, warm-up and the arena's first touch included; amp $amp on both sides; ddprt --optimizer $opt"
-echo "# --matmul-precision $mm"
+echo "# --matmul-precision $mm --recompute-macs $rc"
 # planned activations, GPT-2 at T 1024, batch 1 (the plan only: one step runs)
 for a in flash stored; do
   printf "[gpt]\nlayers=12\ndim=768\nheads=12\nctx=1024\nvocab=50257\nattention=%s\n" "$a" >"$tmp/a.cfg"

@@ -45,7 +45,7 @@ int k_bf16_set_gemm(const char *name);
 int k_bf16_linear_dot(void);
 /* The same for the convs (vdpbf16ps kernels or rounded operands through the fp32 ones). */
 int k_bf16_conv_dot(void);
-/* fp32 linear layers' and attention's matmul precision, as PyTorch's
+/* fp32 linear layers' matmul precision, as PyTorch's
  * torch.set_float32_matmul_precision: "highest" (NULL too: fp32 FMAs, the default) or
  * "high" (each operand split into two bf16 parts, three products summed in fp32 on Intel
  * AMX tiles: ~2^-16 relative per product, about 2x the fp32 GEMMs at GPT's shapes; where

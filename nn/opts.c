@@ -98,7 +98,7 @@ static const rt_arg flags[] = {
        "bits), winograd (F(2x2,3x3)), winograd4 (F(4x4,3x3) fwd/dX), winograd4c (the same channels-last) "
        "(default: auto, or $DDPRT_CONV)"),
     FC("matmul-precision", matmul_precision, JOB, "highest|high",
-       "fp32 linear layers' and attention's products, as torch.set_float32_matmul_precision: highest (fp32 FMAs) or high "
+       "fp32 linear layers' products, as torch.set_float32_matmul_precision: highest (fp32 FMAs) or high "
        "(bf16x3 on Intel AMX tiles: each operand as two bf16 parts, ~2^-16 relative per product, about 2x the fp32 GEMMs; "
        "as highest without AMX) (default: highest)"),
     FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),

@@ -42,20 +42,18 @@ static void transpose_tile(int rows, int hd, const float *src, long ld, float *d
 }
 
 /* C (+)= A B of one pair of tiles: the fp32 GEMM, or (--amp bf16 where the CPU has AMX)
- * the AMX tiles on bf16-rounded operands with fp32 sums, 5-6x faster at 64 x 64 x 64,
- * or (fp32 at --matmul-precision high, amx == 2) AMX's bf16x3. */
+ * the AMX tiles on bf16-rounded operands with fp32 sums, 5-6x faster at 64 x 64 x 64. */
 static void mm(const attn_job *jb, int m, int n, int kk, const float *a, long ars, long acs, const float *b, long ldb,
                float *c, long ldc, int acc)
 {
-    if (jb->amx) (jb->amx == 2 ? k_amx_gemm_x3 : k_amx_gemm)(m, n, kk, a, ars, acs, b, ldb, 0, c, ldc, NULL, acc);
+    if (jb->amx) k_amx_gemm(m, n, kk, a, ars, acs, b, ldb, 0, c, ldc, NULL, acc);
     else k_gemm_nn(m, n, kk, a, ars, acs, b, ldb, c, ldc, NULL, acc);
 }
 
 /* C = A R^T on AMX, R's rows (keys or values) read in place as B^T: no transposed tile */
-static void mm_kt(const attn_job *jb, int m, int n, int kk, const float *a, long lda, const float *r, long ldr,
-                  float *c, long ldc)
+static void mm_kt(int m, int n, int kk, const float *a, long lda, const float *r, long ldr, float *c, long ldc)
 {
-    (jb->amx == 2 ? k_amx_gemm_x3 : k_amx_gemm)(m, n, kk, a, lda, 1, r, ldr, 1, c, ldc, NULL, 0);
+    k_amx_gemm(m, n, kk, a, lda, 1, r, ldr, 1, c, ldc, NULL, 0);
 }
 
 static void fwd_task(void *ctx, int task)
@@ -78,7 +76,7 @@ static void fwd_task(void *ctx, int task)
     /* keys j <= i0 + br - 1 */
     for (int j0 = 0; j0 < i0 + br; j0 += BC) {
         int bc = i0 + br - j0 < BC ? i0 + br - j0 : BC;
-        if (jb->amx) mm_kt(jb, br, bc, hd, q, C3, k + (long)j0 * C3, C3, s, BC);
+        if (jb->amx) mm_kt(br, bc, hd, q, C3, k + (long)j0 * C3, C3, s, BC);
         else {
             transpose_tile(bc, hd, k + (long)j0 * C3, C3, kt);
             k_gemm_nn_packed(br, bc, hd, qp, kt, BC, NULL, s, BC, NULL, 0);
@@ -119,7 +117,7 @@ static void attn_fwd(int b, int t, int h, int hd, const float *qkv, float *y, fl
 
 void k_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse)
 {
-    attn_fwd(b, t, h, hd, qkv, y, lse, k_f32_matmul_high() ? 2 : 0);
+    attn_fwd(b, t, h, hd, qkv, y, lse, 0);
 }
 
 void k_attention_fwd_bf16(int b, int t, int h, int hd, const float *qkv, float *y, float *lse)
@@ -154,7 +152,7 @@ static void bwd_task(void *ctx, int bh)
         /* query tiles with a row at or after j0 */
         for (int i0 = j0 / BR * BR; i0 < T; i0 += BR) {
             int br = T - i0 < BR ? T - i0 : BR;
-            if (jb->amx) mm_kt(jb, br, bc, hd, q + (long)i0 * C3, C3, k + (long)j0 * C3, C3, p, BC);
+            if (jb->amx) mm_kt(br, bc, hd, q + (long)i0 * C3, C3, k + (long)j0 * C3, C3, p, BC);
             else mm(jb, br, bc, hd, q + (long)i0 * C3, C3, 1, kt, BC, p, BC, 0);
             for (int r = 0; r < br; r++) {
                 int nv = i0 + r - j0 + 1;
@@ -163,7 +161,7 @@ static void bwd_task(void *ctx, int bh)
                 d[r] = dkeep ? dall[i0 + r] : jb->vt->dot(hd, dout + (long)(i0 + r) * C, o + (long)(i0 + r) * C);
             }
             mm(jb, bc, hd, br, p, 1, BC, dout + (long)i0 * C, C, dv + (long)j0 * C3, C3, !first);
-            if (jb->amx) mm_kt(jb, br, bc, hd, dout + (long)i0 * C, C, v + (long)j0 * C3, C3, dp, BC);
+            if (jb->amx) mm_kt(br, bc, hd, dout + (long)i0 * C, C, v + (long)j0 * C3, C3, dp, BC);
             else mm(jb, br, bc, hd, dout + (long)i0 * C, C, 1, vt, BC, dp, BC, 0);
             for (int r = 0; r < br; r++) jb->vt->ds_row(bc, p + r * BC, dp + r * BC, d[r], scale);
             mm(jb, bc, hd, br, dp, 1, BC, q + (long)i0 * C3, C3, dk + (long)j0 * C3, C3, !first);
@@ -184,7 +182,7 @@ static void attn_bwd(int b, int t, int h, int hd, const float *qkv, const float 
 void k_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y,
                      const float *lse, const float *dy, float *dqkv)
 {
-    attn_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, k_f32_matmul_high() ? 2 : 0);
+    attn_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, 0);
 }
 
 void k_attention_bwd_bf16(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,

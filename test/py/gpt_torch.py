@@ -9,14 +9,7 @@ GPT2LMHeadModel names and layouts (Conv1D weights [in, out], lm_head tied to wte
                             against ddprt's DIR/out.st (loaded with strict=True), and the
                             validation loss of ddprt's checkpoint against VAL
 Exit 0 when within the tolerances (loss 1e-5 relative, parameters 1e-4, validation
-1e-4 + the 4 printed decimals).
-  gpt_torch.py check DIR LOSSES VAL high
-                            the same for ddprt's --matmul-precision high, except for the
-                            key biases (c_attn.bias[C:2C]): softmax does not change when a
-                            constant is added to every key's score, so their gradient is 0,
-                            and both sides hold only rounding noise there (checked: below
-                            1e-8 in PyTorch). AdamW steps on that noise's sign, and its lr is
-                            1e-3, so the two sides drift apart there by noise alone."""
+1e-4 + the 4 printed decimals)."""
 import json
 import math
 import struct
@@ -148,35 +141,24 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": other, "weight_decay": 0.0}],
                             lr=LR, betas=(0.9, 0.999), eps=1e-8)
     x, y = windows(tokens(1, B * T + 1), B)
-    high = len(sys.argv) > 5 and sys.argv[5] == "high"
-    worst, noise = 0.0, 0.0
+    worst = 0.0
     for step in range(STEPS):
         opt.zero_grad()
         loss = m(x, y)
         loss.backward()
-        for n, p in m.named_parameters():
-            if n.endswith("c_attn.bias"):
-                noise = max(noise, p.grad[C:2 * C].abs().max().item())
         opt.step()
         worst = max(worst, abs(loss.item() - want[step]) / abs(loss.item()))
         print("step %d: torch %.6f ddprt %.6f" % (step + 1, loss.item(), want[step]))
     m2 = GPT()
     sd = {k: v for k, v in load_st(d + "/out.st").items() if not k.startswith("optim.")}  # ddprt's optimizer state
     m2.load_state_dict(sd, strict=True)
-    pdiff = 0.0
-    for (n, a), b in zip(m.state_dict().items(), m2.state_dict().values()):
-        d = (a - b).abs()
-        if high and n.endswith("c_attn.bias"):
-            d[C:2 * C] = 0
-        pdiff = max(pdiff, d.max().item())
-    if high:
-        print("key biases' gradient (rounding noise) at most %.3g" % noise)
+    pdiff = max((a - b).abs().max().item() for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
     xv, yv = windows(tokens(2, 2 * T + 1), 2)
     with torch.no_grad():
         val = m2(xv, yv).item()
     print("loss rel diff %.3g, param max diff %.3g, val loss of ddprt's checkpoint %.6f (ddprt %.4f)"
           % (worst, pdiff, val, val_ddprt))
-    ok = worst <= 1e-5 and pdiff <= 1e-4 and abs(val - val_ddprt) <= 1.5e-4 and noise <= 1e-8
+    ok = worst <= 1e-5 and pdiff <= 1e-4 and abs(val - val_ddprt) <= 1.5e-4
     return 0 if ok else 1
 
 

@@ -47,14 +47,15 @@ int k_amx_ok(void)
 
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } ax_cfg;
 
-/* bf16x3's low part: what rounding v to bf16 left over (exact in fp32), 0 where v's
- * bf16 is not finite (inf - inf would make a NaN of an infinite operand). */
-AX_TARGET static inline __m512 resid16(__m512 v)
+/* bf16x3's low part: what rounding v to h = bf16(v) left over (exact in fp32), 0 where h
+ * is not finite (inf - inf would make a NaN of an infinite operand). */
+AX_TARGET static inline __m512 resid_of(__m512 v, __m256i h)
 {
-    __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
     __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     return _mm512_maskz_sub_ps((__mmask16)~_mm512_fpclass_ps_mask(hf, 0x99 /* NaN, +-inf */), v, hf);
 }
+
+AX_TARGET static inline __m512 resid16(__m512 v) { return resid_of(v, (__m256i)_mm512_cvtneps_pbh(v)); }
 
 /* 16 fp32 -> bf16 (round to nearest even), lanes past cnt read as 0; lo: the bf16 of
  * the residual instead (bf16x3's second part). */
@@ -64,24 +65,41 @@ AX_TARGET static inline __m256i cvt16(const float *x, int cnt, int lo)
     return (__m256i)_mm512_cvtneps_pbh(lo ? resid16(v) : v);
 }
 
+AX_TARGET static void pack_a_t(int mr, int i0, int k0, int kc, int kp, const float *a, long acs, int lo, long ld,
+                               uint16_t *o);
+
 /* A rows [i0, i0+32) x K [k0, k0+kc) into o[i*ld + k] (kp = kc rounded up to 32; rows past
- * m and K past kc zero); lo: bf16x3's low parts. */
-AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float *a, long ars, long acs, int lo,
+ * m and K past kc zero); x3: bf16x3's low parts too, at o[i*ld + kp + k]. */
+AX_TARGET static void pack_a(int m, int i0, int k0, int kc, int kp, const float *a, long ars, long acs, int x3,
                              long ld, uint16_t *o)
 {
     int mr = m - i0 < 32 ? m - i0 : 32;
-    if (acs == 1) {
+    if (acs == 1) { /* both parts from one load */
         for (int i = 0; i < 32; i++) {
             uint16_t *oi = o + (long)i * ld;
-            if (i >= mr) { memset(oi, 0, 2 * (size_t)kp); continue; }
+            if (i >= mr) {
+                memset(oi, 0, 2 * (size_t)kp * (x3 ? 2 : 1));
+                continue;
+            }
             const float *ai = a + (long)(i0 + i) * ars + k0;
             for (int k = 0; k < kp; k += 16) {
-                int cnt = kc - k < 0 ? 0 : kc - k;
-                _mm256_storeu_si256((__m256i *)(oi + k), cvt16(ai + k, cnt > 16 ? 16 : cnt, lo));
+                int cnt = kc - k < 0 ? 0 : kc - k > 16 ? 16 : kc - k;
+                __m512 v = cnt >= 16 ? _mm512_loadu_ps(ai + k) : _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), ai + k);
+                __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+                _mm256_storeu_si256((__m256i *)(oi + k), h);
+                if (x3) _mm256_storeu_si256((__m256i *)(oi + kp + k), (__m256i)_mm512_cvtneps_pbh(resid_of(v, h)));
             }
         }
         return;
     }
+    for (int lo = 0; lo <= x3; lo++, o += kp)
+        pack_a_t(mr, i0, k0, kc, kp, a, acs, lo, ld, o);
+}
+
+/* pack_a's ars == 1 form, one part (lo: the low parts) at a time. */
+AX_TARGET static void pack_a_t(int mr, int i0, int k0, int kc, int kp, const float *a, long acs, int lo, long ld,
+                               uint16_t *o)
+{
     /* ars == 1: A(i, k) = a[i + k*acs] (dy^T of dW): the 16 rows of one k are contiguous.
      * Pairs (k, k+1) of 16 rows interleaved as for B, then 16 x 16 transposed (32-bit units)
      * so each row's 16 pairs are one 64-byte store (element stores 2*kp bytes apart
@@ -115,8 +133,29 @@ AX_TARGET static void pack_b(int k0, int kc, int kp, int j0, int nc, const float
     memset(o + (long)p0 * 64, 0, sizeof(uint16_t) * 64 * (size_t)(kp / 2 - p0));
 }
 
-/* bf16x3: the residuals of B's block (kc x nc; bt: nc rows of kc) into t, then packed as
- * pack_b packs B, so that the panel holds their bf16s. t: at least 32 * kc floats. */
+/* bf16x3, B as [K][N]: both parts of a panel from one load of each row pair, the low
+ * parts kp * 32 after the high ones (pack_b's layout for each). */
+AX_TARGET static void pack_b_x3(int k0, int kc, int kp, int j0, int nc, const float *b, long ldb, uint16_t *o)
+{
+    const __m512i idx = _mm512_loadu_si512((const void *)pair_idx);
+    __mmask16 m[2] = {(__mmask16)((1u << (nc > 16 ? 16 : nc)) - 1), (__mmask16)(nc > 16 ? (1u << (nc - 16)) - 1 : 0)};
+    uint16_t *lo = o + (long)kp * 32;
+    for (int p = 0; p < kp / 2; p++) {
+        const float *r0 = b + (long)(k0 + 2 * p) * ldb + j0, *r1 = r0 + ldb;
+        for (int v = 0; v < 2; v++) {
+            __m512 x0 = 2 * p < kc ? _mm512_maskz_loadu_ps(m[v], r0 + 16 * v) : _mm512_setzero_ps();
+            __m512 x1 = 2 * p + 1 < kc ? _mm512_maskz_loadu_ps(m[v], r1 + 16 * v) : _mm512_setzero_ps();
+            __m256i h0 = (__m256i)_mm512_cvtneps_pbh(x0), h1 = (__m256i)_mm512_cvtneps_pbh(x1);
+            __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
+            __m512i lw = (__m512i)_mm512_cvtne2ps_pbh(resid_of(x1, h1), resid_of(x0, h0));
+            _mm512_storeu_si512((void *)(o + (size_t)p * 64 + 32 * v), _mm512_permutexvar_epi16(idx, hi));
+            _mm512_storeu_si512((void *)(lo + (size_t)p * 64 + 32 * v), _mm512_permutexvar_epi16(idx, lw));
+        }
+    }
+}
+
+/* bf16x3, B as [N][K] (bt): the residuals of B's block (nc rows of kc) into t, then packed
+ * as pack_b packs B, so that the panel holds their bf16s. t: at least 32 * kc floats. */
 AX_TARGET static void pack_b_lo(int k0, int kc, int kp, int j0, int nc, const float *b, long ldb, int bt, float *t,
                                 uint16_t *o)
 {
@@ -252,13 +291,16 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
             for (int j0 = 0; j0 < jn; j0 += 32) { /* a panel of kt*32 bf16 per 32 columns */
                 int w = jn - j0 < 32 ? jn - j0 : 32;
                 uint16_t *pj = bp + (long)j0 * kt;
+                if (x3 && !bt) {
+                    pack_b_x3(k0, kc, kp, js + j0, w, b, ldb, pj);
+                    continue;
+                }
                 pack_b(k0, kc, kp, js + j0, w, b, ldb, bt, pj);
                 if (x3) pack_b_lo(k0, kc, kp, js + j0, w, b, ldb, bt, bt_lo, pj + (long)kp * 32);
             }
             for (int i0 = 0; i0 < m; i0 += 32) {
                 int mr = m - i0 < 32 ? m - i0 : 32;
-                pack_a(m, i0, k0, kc, kp, a, ars, acs, 0, kt, ap);
-                if (x3) pack_a(m, i0, k0, kc, kp, a, ars, acs, 1, kt, ap + kp);
+                pack_a(m, i0, k0, kc, kp, a, ars, acs, x3, kt, ap);
                 for (int j0 = 0; j0 < jn; j0 += 32)
                     block(mr, jn - j0 < 32 ? jn - j0 : 32, x3 ? kp : kt, ap, bp + (long)j0 * kt,
                           c + (long)i0 * ldc + js + j0, ldc, init ? (cbias ? cbias + js + j0 : NULL) : NULL, init, x3);

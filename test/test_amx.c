@@ -1,7 +1,9 @@
-/* The AMX bf16 GEMM (kernels/cpu/k_amx.c) against double sums of bf16-rounded operands:
+/* The AMX bf16 GEMM (kernels/cpu/k_amx.c) against double sums of bf16-rounded operands,
+ * and its bf16x3 form (--matmul-precision high) against those of the fp32 operands:
  * sizes off the 16/32 tiles, K odd and over several chunks, N over several super-blocks,
  * both layouts of A and of B, bias and accumulation; the bits of a whole GEMM equal those
- * of calls on 32-row / 32-column parts. Skipped (with a note) without AMX. */
+ * of calls on 32-row / 32-column parts; the linear layers at high. Skipped (with a note)
+ * without AMX. */
 #include "test/t.h"
 #include "kernels/cpu/k_amx.h"
 #include "kernels/k.h"
@@ -13,14 +15,19 @@
 
 static float bf(float x) { return rt_bf16_to_f32(rt_f32_to_bf16(x)); }
 
-/* A as [m][kk] (acs == 1) or [kk][m] (ars == 1); B as [kk][n] or, bt, [n][kk]. */
-static int one(int m, int n, int kk, int at, int bt, int bias, int acc)
+/* A as [m][kk] (acs == 1) or [kk][m] (ars == 1); B as [kk][n] or, bt, [n][kk]. mode 0:
+ * k_amx_gemm against double sums of the bf16-rounded operands (fp32 summation's bound);
+ * mode 1: k_amx_gemm_x3 against those of the fp32 operands, within 2^-15 of the
+ * products' magnitudes plus fp32 summation; mode 2: k_amx_gemm against the fp32
+ * operands' sums, no bound (bf16's own error, for comparison). *worst (may be NULL):
+ * the largest error relative to the products' magnitudes. Returns the failures. */
+static int gemm_case(int m, int n, int kk, int at, int bt, int bias, int acc, int mode, double *worst)
 {
     long lda = at ? m : kk, ldb = bt ? kk : n, ldc = n + 3;
     float *a = malloc(sizeof(float) * (size_t)m * kk), *b = malloc(sizeof(float) * (size_t)kk * n);
     float *c = malloc(sizeof(float) * (size_t)m * ldc), *cb = malloc(sizeof(float) * (size_t)n);
-    double *r = malloc(sizeof(double) * (size_t)m * n);
-    for (long i = 0; i < (long)m * kk; i++) a[i] = sinf((float)i * 0.37f + 0.2f);
+    double *r = malloc(sizeof(double) * (size_t)m * n), *mg = malloc(sizeof(double) * (size_t)m * n);
+    for (long i = 0; i < (long)m * kk; i++) a[i] = sinf((float)i * 0.37f + 0.2f) * (1.0f + (float)(i % 3));
     for (long i = 0; i < (long)kk * n; i++) b[i] = cosf((float)i * 0.53f - 0.1f);
     for (int j = 0; j < n; j++) cb[j] = 0.25f * (float)(j % 7) - 0.5f;
     for (long i = 0; i < (long)m * ldc; i++) c[i] = 0.125f * (float)(i % 5);
@@ -29,27 +36,30 @@ static int one(int m, int n, int kk, int at, int bt, int bias, int acc)
         for (int j = 0; j < n; j++) {
             double s = acc ? c[(long)i * ldc + j] : bias ? cb[j] : 0.0, mag = fabs(s);
             for (int k = 0; k < kk; k++) {
-                double p = (double)bf(at ? a[(long)k * lda + i] : a[(long)i * lda + k]) *
-                           (double)bf(bt ? b[(long)j * ldb + k] : b[(long)k * ldb + j]);
+                float x = at ? a[(long)k * lda + i] : a[(long)i * lda + k], y = bt ? b[(long)j * ldb + k] : b[(long)k * ldb + j];
+                double p = mode ? (double)x * y : (double)bf(x) * bf(y);
                 s += p, mag += fabs(p);
             }
             r[(long)i * n + j] = s;
-            (void)mag;
+            mg[(long)i * n + j] = mag;
         }
-    k_amx_gemm(m, n, kk, a, at ? 1 : lda, at ? lda : 1, b, ldb, bt, c, ldc, bias ? cb : NULL, acc);
-    for (int i = 0; i < m && bad < 3; i++)
-        for (int j = 0; j < n && bad < 3; j++) {
-            double want = r[(long)i * n + j], got = c[(long)i * ldc + j];
-            /* fp32 sums of kk products of magnitude <= 1 */
-            if (!(fabs(got - want) <= 1e-6 * (kk + 8) + 1e-5 * fabs(want))) {
-                t_fail(__FILE__, __LINE__, "m %d n %d k %d at %d bt %d bias %d acc %d: C(%d,%d) %.9g vs %.9g", m, n,
-                       kk, at, bt, bias, acc, i, j, got, want);
-                bad++;
-            }
+    (mode == 1 ? k_amx_gemm_x3 : k_amx_gemm)(m, n, kk, a, at ? 1 : lda, at ? lda : 1, b, ldb, bt, c, ldc,
+                                             bias ? cb : NULL, acc);
+    double w = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double want = r[(long)i * n + j], got = c[(long)i * ldc + j], mag = mg[(long)i * n + j];
+            double e = fabs(got - want), tol = mode == 1 ? mag / 32768.0 + 1e-6 * (kk + 8) /* kk sums of |p| <= 2 */
+                                                         : 2e-6 * (kk + 8) + 1e-5 * fabs(want);
+            if (mag > 0 && e / mag > w) w = e / mag;
+            if (mode < 2 && !(e <= tol) && bad++ < 3)
+                t_fail(__FILE__, __LINE__, "mode %d m %d n %d k %d at %d bt %d bias %d acc %d: C(%d,%d) %.9g vs %.9g",
+                       mode, m, n, kk, at, bt, bias, acc, i, j, got, want);
         }
     for (int i = 0; i < m; i++) /* the padding columns of C are not written */
         for (int j = n; j < ldc; j++) CHECK(c[(long)i * ldc + j] == 0.125f * (float)(((long)i * ldc + j) % 5));
-    free(a), free(b), free(c), free(cb), free(r);
+    if (worst) *worst = w;
+    free(a), free(b), free(c), free(cb), free(r), free(mg);
     return bad;
 }
 
@@ -63,9 +73,9 @@ TEST(amx_gemm_matches_double_sums)
                                 {5, 1600, 40}, {40, 33, 600}};
     for (int s = 0; s < (int)(sizeof sz / sizeof *sz); s++)
         for (int v = 0; v < 8; v++)
-            if (one(sz[s][0], sz[s][1], sz[s][2], v & 1, v >> 1 & 1, v >> 2 & 1, 0)) return;
-    CHECK(one(33, 40, 70, 0, 1, 0, 1) == 0);
-    CHECK(one(50, 1540, 300, 1, 0, 0, 1) == 0);
+            if (gemm_case(sz[s][0], sz[s][1], sz[s][2], v & 1, v >> 1 & 1, v >> 2 & 1, 0, 0, NULL)) return;
+    CHECK(gemm_case(33, 40, 70, 0, 1, 0, 1, 0, NULL) == 0);
+    CHECK(gemm_case(50, 1540, 300, 1, 0, 0, 1, 0, NULL) == 0);
 }
 
 TEST(amx_gemm_bits_do_not_depend_on_the_split)
@@ -86,64 +96,26 @@ TEST(amx_gemm_bits_do_not_depend_on_the_split)
         for (int i = 0; i < K * N; i++) b[i] = cosf((float)i * 0.07f);
         /* A as [M][K] or [K][M] (at: a dW's x^T, whose K chunks follow N: 3 chunks for all
          * 1600 columns, 2 for 1536, 1 for 64), B as [K][N] or [N][K] */
-        for (int v = 0; v < 4; v++) {
-            int at = v >> 1, bt = v & 1;
+        for (int v = 0; v < 8; v++) { /* v & 4: bf16x3 */
+            int at = v >> 1 & 1, bt = v & 1;
             long ars = at ? 1 : K, acs = at ? M : 1;
             const float *a32 = at ? a + 32 : a + 32 * K;
-            k_amx_gemm(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
+            void (*mm)(int, int, int, const float *, long, long, const float *, long, int, float *, long,
+                       const float *, int) = v & 4 ? k_amx_gemm_x3 : k_amx_gemm;
+            mm(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
             /* rows 0-31 and 32-95; columns 0-63 and 64-N of the second part */
-            k_amx_gemm(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
-            k_amx_gemm(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
-            k_amx_gemm(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64,
-                       N, NULL, 0);
-            CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "n %d k %d at %d bt %d", N, K, at, bt);
+            mm(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
+            mm(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
+            mm(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64, N, NULL, 0);
+            CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "n %d k %d at %d bt %d x3 %d", N, K, at, bt, v >> 2);
         }
         free(a), free(b), free(c1), free(c2);
     }
 }
 
-/* bf16x3 (k_amx_gemm_x3, --matmul-precision high) against double sums of the fp32
- * operands themselves: within 2^-15 of the products' magnitudes (the split keeps ~16
- * bits of each operand) plus fp32 summation, and at least 50x closer than one bf16
- * product (a lost low part would leave bf16's 2^-8). */
-static double x3_err(int m, int n, int kk, int at, int bt, int x3, int bias, int acc, int *bad)
-{
-    long lda = at ? m : kk, ldb = bt ? kk : n, ldc = n + 1;
-    float *a = malloc(sizeof(float) * (size_t)m * kk), *b = malloc(sizeof(float) * (size_t)kk * n);
-    float *c = malloc(sizeof(float) * (size_t)m * ldc), *cb = malloc(sizeof(float) * (size_t)n);
-    for (long i = 0; i < (long)m * kk; i++) a[i] = sinf((float)i * 0.37f + 0.2f) * (1.0f + (float)(i % 3));
-    for (long i = 0; i < (long)kk * n; i++) b[i] = cosf((float)i * 0.53f - 0.1f);
-    for (int j = 0; j < n; j++) cb[j] = 0.25f * (float)(j % 7) - 0.5f;
-    for (long i = 0; i < (long)m * ldc; i++) c[i] = 0.125f * (float)(i % 5);
-    double worst = 0;
-    const float *c0 = acc ? NULL : c;
-    float *keep = acc ? malloc(sizeof(float) * (size_t)m * ldc) : NULL;
-    if (keep) memcpy(keep, c, sizeof(float) * (size_t)m * ldc);
-    (void)c0;
-    (x3 ? k_amx_gemm_x3 : k_amx_gemm)(m, n, kk, a, at ? 1 : lda, at ? lda : 1, b, ldb, bt, c, ldc, bias ? cb : NULL,
-                                      acc);
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double s = acc ? keep[(long)i * ldc + j] : bias ? cb[j] : 0.0, mag = fabs(s);
-            for (int k = 0; k < kk; k++) {
-                double p = (double)(at ? a[(long)k * lda + i] : a[(long)i * lda + k]) *
-                           (double)(bt ? b[(long)j * ldb + k] : b[(long)k * ldb + j]);
-                s += p, mag += fabs(p);
-            }
-            double e = fabs(c[(long)i * ldc + j] - s);
-            if (x3 && !(e <= mag / 32768.0 + 1e-6 * (kk + 8)) && (*bad)++ < 3)
-                t_fail(__FILE__, __LINE__, "x3 m %d n %d k %d at %d bt %d bias %d acc %d: C(%d,%d) %.9g vs %.9g", m, n,
-                       kk, at, bt, bias, acc, i, j, c[(long)i * ldc + j], s);
-            if (mag > 0 && e / mag > worst) worst = e / mag;
-        }
-    for (int i = 0; i < m; i++) /* the padding column of C is not written */
-        if (c[(long)i * ldc + n] != (keep ? keep : c)[(long)i * ldc + n] ||
-            c[(long)i * ldc + n] != 0.125f * (float)(((long)i * ldc + n) % 5))
-            (*bad)++;
-    free(a), free(b), free(c), free(cb), free(keep);
-    return worst;
-}
-
+/* bf16x3 (k_amx_gemm_x3, --matmul-precision high) within its bound of the fp32
+ * operands' sums (gemm_case mode 1), and at least 50x closer than one bf16 product (a
+ * lost low part would leave bf16's 2^-8). */
 TEST(amx_gemm_x3_holds_fp32_operands_to_2e_minus_15)
 {
     if (!k_amx_ok()) {
@@ -156,42 +128,16 @@ TEST(amx_gemm_x3_holds_fp32_operands_to_2e_minus_15)
     for (int s = 0; s < (int)(sizeof sz / sizeof *sz); s++)
         for (int v = 0; v < 8; v++) {
             int bad = 0, at = v & 1, bt = v >> 1 & 1, bias = v >> 2 & 1;
-            double e3 = x3_err(sz[s][0], sz[s][1], sz[s][2], at, bt, 1, bias, 0, &bad);
-            double e1 = x3_err(sz[s][0], sz[s][1], sz[s][2], at, bt, 0, bias, 0, &bad);
+            double e3, e1;
+            bad += gemm_case(sz[s][0], sz[s][1], sz[s][2], at, bt, bias, 0, 1, &e3);
+            bad += gemm_case(sz[s][0], sz[s][1], sz[s][2], at, bt, bias, 0, 2, &e1);
             CHECKF(bad == 0, "m %d n %d k %d v %d", sz[s][0], sz[s][1], sz[s][2], v);
             CHECKF(e3 * 50 < e1, "m %d n %d k %d v %d: x3 %.3g of the magnitude, bf16 %.3g", sz[s][0], sz[s][1],
                    sz[s][2], v, e3, e1);
             if (bad) return;
         }
-    int bad = 0;
-    x3_err(50, 70, 300, 1, 0, 1, 0, 1, &bad); /* C += */
-    x3_err(33, 40, 2100, 0, 1, 1, 0, 1, &bad);
-    CHECK(bad == 0);
-}
-
-TEST(amx_gemm_x3_bits_do_not_depend_on_the_split)
-{
-    if (!k_amx_ok()) {
-        t_note("skipped: no AMX-BF16 on this CPU");
-        return;
-    }
-    enum { M = 96, N = 1300, K = 700 };
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *c1 = calloc((size_t)M * N, sizeof(float)), *c2 = calloc((size_t)M * N, sizeof(float));
-    for (int i = 0; i < M * K; i++) a[i] = sinf((float)i * 0.11f);
-    for (int i = 0; i < K * N; i++) b[i] = cosf((float)i * 0.07f);
-    for (int v = 0; v < 4; v++) {
-        int at = v >> 1, bt = v & 1;
-        long ars = at ? 1 : K, acs = at ? M : 1;
-        const float *a32 = at ? a + 32 : a + 32 * K;
-        k_amx_gemm_x3(M, N, K, a, ars, acs, b, bt ? K : N, bt, c1, N, NULL, 0);
-        k_amx_gemm_x3(32, N, K, a, ars, acs, b, bt ? K : N, bt, c2, N, NULL, 0);
-        k_amx_gemm_x3(M - 32, 64, K, a32, ars, acs, b, bt ? K : N, bt, c2 + 32 * N, N, NULL, 0);
-        k_amx_gemm_x3(M - 32, N - 64, K, a32, ars, acs, bt ? b + 64 * K : b + 64, bt ? K : N, bt, c2 + 32 * N + 64, N,
-                      NULL, 0);
-        CHECKF(memcmp(c1, c2, sizeof(float) * M * N) == 0, "at %d bt %d", at, bt);
-    }
-    free(a), free(b), free(c1), free(c2);
+    CHECK(gemm_case(50, 70, 300, 1, 0, 0, 1, 1, NULL) == 0); /* C += */
+    CHECK(gemm_case(33, 40, 2100, 0, 1, 0, 1, 1, NULL) == 0);
 }
 
 /* The layers at --matmul-precision high: nn.Linear's and Conv1D's three products on

@@ -196,6 +196,8 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
         _tile_loadd(6, cc + 16 * ld, ld * 4);
         _tile_loadd(7, cc + 16 * ld + 16, ld * 4);
     }
+/* C tiles 4-7 (2 x 2) += A tiles 0, 1 times B tiles 2, 3 (immediate tile numbers) */
+#define AX_DP4() do { _tile_dpbf16ps(4, 0, 2); _tile_dpbf16ps(5, 0, 3); _tile_dpbf16ps(6, 1, 2); _tile_dpbf16ps(7, 1, 3); } while (0)
     if (x3) {
         const long lda = 2L * kp;
         const uint16_t *blo = bp + (long)kp * 32;
@@ -204,22 +206,13 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
             _tile_loadd(1, ap + 16 * lda + k, lda * 2);
             _tile_loadd(2, blo + (long)k * 32, 128);
             _tile_loadd(3, blo + (long)k * 32 + 32, 128);
-            _tile_dpbf16ps(4, 0, 2);
-            _tile_dpbf16ps(5, 0, 3);
-            _tile_dpbf16ps(6, 1, 2);
-            _tile_dpbf16ps(7, 1, 3);
+            AX_DP4();
             _tile_loadd(2, bp + (long)k * 32, 128);
             _tile_loadd(3, bp + (long)k * 32 + 32, 128);
-            _tile_dpbf16ps(4, 0, 2);
-            _tile_dpbf16ps(5, 0, 3);
-            _tile_dpbf16ps(6, 1, 2);
-            _tile_dpbf16ps(7, 1, 3);
+            AX_DP4();
             _tile_loadd(0, ap + kp + k, lda * 2);
             _tile_loadd(1, ap + 16 * lda + kp + k, lda * 2);
-            _tile_dpbf16ps(4, 0, 2);
-            _tile_dpbf16ps(5, 0, 3);
-            _tile_dpbf16ps(6, 1, 2);
-            _tile_dpbf16ps(7, 1, 3);
+            AX_DP4();
         }
     } else
         for (int k = 0; k < kp; k += 32) {
@@ -227,11 +220,9 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
             _tile_loadd(1, ap + 16L * kp + k, kp * 2);
             _tile_loadd(2, bp + (long)k * 32, 128);
             _tile_loadd(3, bp + (long)k * 32 + 32, 128);
-            _tile_dpbf16ps(4, 0, 2);
-            _tile_dpbf16ps(5, 0, 3);
-            _tile_dpbf16ps(6, 1, 2);
-            _tile_dpbf16ps(7, 1, 3);
+            AX_DP4();
         }
+#undef AX_DP4
     _tile_stored(4, cc, ld * 4);
     _tile_stored(5, cc + 16, ld * 4);
     _tile_stored(6, cc + 16 * ld, ld * 4);

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     if (o.conv_algo) k_conv_set_algo(o.conv_algo); /* FC checked the name */
     k_set_matmul_precision(o.matmul_precision);
     if (o.matmul_precision && !strcmp(o.matmul_precision, "high") && !k_f32_matmul_high() && (!o.amp || !strcmp(o.amp, "none")))
-        rt_info("--matmul-precision high: this CPU has no AMX-BF16, the fp32 products stay at highest");
+        rt_info("--matmul-precision high: no AMX-BF16 here (CPU or DDPRT_ISA), the fp32 products stay at highest");
     if (nn_trainer_setup(&t, &o, ddp, err, sizeof err)) {
         nn_ddp_close(ddp, 1);
         rt_fatal("%s", err);

@@ -175,7 +175,8 @@ int k_set_matmul_precision(const char *name)
     return 0;
 }
 
-int k_f32_matmul_high(void) { return __atomic_load_n(&mm_high, __ATOMIC_RELAXED) && k_amx_ok(); }
+/* DDPRT_ISA below avx512bf16 stands for a CPU without AMX too */
+int k_f32_matmul_high(void) { return __atomic_load_n(&mm_high, __ATOMIC_RELAXED) && k_isa_bf16() && k_amx_ok(); }
 
 /* Products of at least 32 in every dimension: below that the tiles run mostly empty and
  * the fp32 kernels are as fast. */

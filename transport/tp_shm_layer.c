@@ -57,6 +57,10 @@ static int shm_run(tp_comm *c, tp_handle *h)
     if (h->kind > TP_K_BARRIER && !(tree && h->root == TP_TREE_ALL)) return TP_PASS;
     if (!c->shm_state && (rc = shm_setup(c))) return rc;
     if (c->shm_state < 0) return TP_PASS;
+    /* A rank that failed while this one was away (its deadline ran out waiting here) may
+     * have left its part of this op in the segment already; its waits would then pass
+     * and the op succeed without it. Fail at the op's start, as the sockets would. */
+    if ((rc = tp_shm_others_failed(c))) return rc;
     int red = h->kind == TP_K_ALLREDUCE || h->kind == TP_K_REDUCE_SCATTER || tree;
     tp_shm_bufhdr d = {.seq = h->seq, .bytes = h->count * rt_dtype_size((rt_dtype)h->dt), .kind = h->kind,
                        .dt = h->dt, .op = red ? h->op : 0, .root = h->kind == TP_K_BROADCAST ? h->root : 0};

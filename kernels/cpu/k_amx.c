@@ -31,6 +31,9 @@
                               * packs ran 20 % slower with chunks as long as AX_BP allows) */
 #define AX_KMIN 256       /* K steps per chunk at least where A's pack sets the chunks */
 #define AX_KMAX3 2048     /* the same for bf16x3, whose packed K is two sections of the chunk */
+#ifndef AX_KSUB
+#define AX_KSUB 128       /* K steps of A's tiles kept in L1 while a row block's panels pass */
+#endif
 
 int k_amx_ok(void)
 {
@@ -170,19 +173,19 @@ AX_TARGET static void pack_b_lo(int k0, int kc, int kp, int j0, int nc, const fl
     pack_b(0, kc, kp, 0, nc, t, ld, bt, o);
 }
 
-/* One 32 x 32 block of C (mr x nc valid) over a K chunk: ap 32 rows of kp, bp a 32-column
- * panel (pack_b), c at C(i0, j0). init: C = cbias (or 0) + the chunk's sums. x3: ap's rows
- * are [hi | lo] (2 kp long), bp's panel hi then lo (kp * 32 each); per 32 K steps A hi B lo,
- * A hi B hi, A lo B hi: 8 tile loads for 12 products (the tiles come from L2 at these
- * shapes, so the loads set the pace). */
-AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const uint16_t *bp, float *c, long ldc,
-                            const float *cbias, int init, int x3)
+/* One 32 x 32 block of C (mr x nc valid) over klen K steps: ah 32 rows lda apart, bh a
+ * 32-column panel (pack_b) from the same K step, c at C(i0, j0). zero: the sums start at 0,
+ * else at C; cbias: added after the sums (one rounding, as nn.Linear's addmm). x3 (al, bl:
+ * the low parts): per 32 K steps A hi B lo, A hi B hi, A lo B hi: 8 tile loads for 12
+ * products (the tiles come from L2 at these shapes, so the loads set the pace). */
+AX_TARGET static void block(int mr, int nc, int klen, const uint16_t *ah, const uint16_t *al, long lda,
+                            const uint16_t *bh, const uint16_t *bl, float *c, long ldc, const float *cbias, int zero)
 {
     _Alignas(64) float s[32][32];
     int full = mr == 32 && nc == 32;
     float *cc = full ? c : &s[0][0];
     long ld = full ? ldc : 32;
-    if (init) {
+    if (zero) {
         _tile_zero(4);
         _tile_zero(5);
         _tile_zero(6);
@@ -198,28 +201,26 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
     }
 /* C tiles 4-7 (2 x 2) += A tiles 0, 1 times B tiles 2, 3 (immediate tile numbers) */
 #define AX_DP4() do { _tile_dpbf16ps(4, 0, 2); _tile_dpbf16ps(5, 0, 3); _tile_dpbf16ps(6, 1, 2); _tile_dpbf16ps(7, 1, 3); } while (0)
-    if (x3) {
-        const long lda = 2L * kp;
-        const uint16_t *blo = bp + (long)kp * 32;
-        for (int k = 0; k < kp; k += 32) {
-            _tile_loadd(0, ap + k, lda * 2);
-            _tile_loadd(1, ap + 16 * lda + k, lda * 2);
-            _tile_loadd(2, blo + (long)k * 32, 128);
-            _tile_loadd(3, blo + (long)k * 32 + 32, 128);
+    if (al) {
+        for (int k = 0; k < klen; k += 32) {
+            _tile_loadd(0, ah + k, lda * 2);
+            _tile_loadd(1, ah + 16 * lda + k, lda * 2);
+            _tile_loadd(2, bl + (long)k * 32, 128);
+            _tile_loadd(3, bl + (long)k * 32 + 32, 128);
             AX_DP4();
-            _tile_loadd(2, bp + (long)k * 32, 128);
-            _tile_loadd(3, bp + (long)k * 32 + 32, 128);
+            _tile_loadd(2, bh + (long)k * 32, 128);
+            _tile_loadd(3, bh + (long)k * 32 + 32, 128);
             AX_DP4();
-            _tile_loadd(0, ap + kp + k, lda * 2);
-            _tile_loadd(1, ap + 16 * lda + kp + k, lda * 2);
+            _tile_loadd(0, al + k, lda * 2);
+            _tile_loadd(1, al + 16 * lda + k, lda * 2);
             AX_DP4();
         }
     } else
-        for (int k = 0; k < kp; k += 32) {
-            _tile_loadd(0, ap + k, kp * 2);
-            _tile_loadd(1, ap + 16L * kp + k, kp * 2);
-            _tile_loadd(2, bp + (long)k * 32, 128);
-            _tile_loadd(3, bp + (long)k * 32 + 32, 128);
+        for (int k = 0; k < klen; k += 32) {
+            _tile_loadd(0, ah + k, lda * 2);
+            _tile_loadd(1, ah + 16 * lda + k, lda * 2);
+            _tile_loadd(2, bh + (long)k * 32, 128);
+            _tile_loadd(3, bh + (long)k * 32 + 32, 128);
             AX_DP4();
         }
 #undef AX_DP4
@@ -227,7 +228,7 @@ AX_TARGET static void block(int mr, int nc, int kp, const uint16_t *ap, const ui
     _tile_stored(5, cc + 16, ld * 4);
     _tile_stored(6, cc + 16 * ld, ld * 4);
     _tile_stored(7, cc + 16 * ld + 16, ld * 4);
-    if (init && cbias) { /* the bias after the sums: one rounding, as nn.Linear's addmm */
+    if (cbias) {
         __m512 b0 = _mm512_maskz_loadu_ps((__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1), cbias);
         __m512 b1v = nc > 16 ? _mm512_maskz_loadu_ps((__mmask16)(nc >= 32 ? 0xffff : (1u << (nc - 16)) - 1), cbias + 16)
                              : _mm512_setzero_ps();
@@ -292,9 +293,16 @@ __attribute__((noinline)) AX_TARGET static void gemm(int m, int n, int kk, const
             for (int i0 = 0; i0 < m; i0 += 32) {
                 int mr = m - i0 < 32 ? m - i0 : 32;
                 pack_a(m, i0, k0, kc, kp, a, ars, acs, x3, kt, ap);
-                for (int j0 = 0; j0 < jn; j0 += 32)
-                    block(mr, jn - j0 < 32 ? jn - j0 : 32, x3 ? kp : kt, ap, bp + (long)j0 * kt,
-                          c + (long)i0 * ldc + js + j0, ldc, init ? (cbias ? cbias + js + j0 : NULL) : NULL, init, x3);
+                /* K in sub-blocks whose A tiles stay in L1 while the panels pass over them */
+                for (int ks = 0; ks < kp; ks += AX_KSUB) {
+                    int kl = kp - ks < AX_KSUB ? kp - ks : AX_KSUB, last = ks + kl == kp;
+                    for (int j0 = 0; j0 < jn; j0 += 32) {
+                        const uint16_t *pj = bp + (long)j0 * kt;
+                        block(mr, jn - j0 < 32 ? jn - j0 : 32, kl, ap + ks, x3 ? ap + kp + ks : NULL, kt,
+                              pj + (long)ks * 32, x3 ? pj + (long)(kp + ks) * 32 : NULL, c + (long)i0 * ldc + js + j0,
+                              ldc, init && last && cbias ? cbias + js + j0 : NULL, init && ks == 0);
+                    }
+                }
             }
         }
     }

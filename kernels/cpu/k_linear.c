@@ -6,7 +6,8 @@
  *   dW = dy^T x         NN form with A = dy^T (strided), rows of dW split across threads
  *   db = column sums of dy, rows added in order
  * Every output element is computed by one task in a fixed order, so results do not
- * depend on the thread count. */
+ * depend on the thread count. At --matmul-precision high (k_f32_matmul_x3_ok) the three
+ * products run as bf16x3 on AMX tiles instead (k_linear_bf16.c), db as here. */
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"
 #include "kernels/cpu/k_gemm.h"

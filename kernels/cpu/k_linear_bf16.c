@@ -8,7 +8,8 @@
  * Tasks split the columns of C in units of 32; each output element is one fixed-order
  * sum, so results do not depend on the thread count. With AMX (k_amx.c: DDPRT_BF16_GEMM
  * amx, or auto where the CPU has it) the same three products run on tiles instead,
- * each part packing its own operands.
+ * each part packing its own operands. The fp32 layers' products at --matmul-precision
+ * high go through the same AMX tasks in bf16x3 (k_f32_matmul_x3).
  * Otherwise (no AVX512-BF16, or where vdpbf16ps is slower than the FMAs:
  * k_bf16_linear_dot): rounded copies of x, w, dy through k_linear_fwd/bwd, the same
  * products summed in k order. db is the fp32 column sum of dy on both paths. */

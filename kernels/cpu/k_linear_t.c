@@ -10,7 +10,8 @@
  * thread count. Under --amp bf16 with vdpbf16ps (k_bf16_linear_dot) the blocked bf16
  * GEMMs read w in place (k_bf16_matmul: y = x w, dx = dy w^T with W^T packed by
  * transposing w's rows, dW = x^T dy); otherwise bf16-rounded copies of x, w, dy go
- * through the fp32 kernels above. */
+ * through the fp32 kernels above. At --matmul-precision high (k_f32_matmul_x3_ok) the
+ * fp32 products run as bf16x3 on AMX tiles (k_f32_matmul_x3), db as here. */
 #include "kernels/k_tfm.h"
 #include "kernels/k.h"
 #include "kernels/cpu/k_bf16.h"

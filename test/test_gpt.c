@@ -33,7 +33,7 @@ static int run(const char *name, const char *const *argv, double secs, t_proc *p
 /* prec: --matmul-precision (high: bf16x3 on AMX, within the same tolerances) */
 static void parity(const char *prec)
 {
-    const char *dir = t_tmpdir(prec[4] ? "gptpt" : "gptph");
+    const char *dir = t_tmpdir(strcmp(prec, "high") ? "gptpt" : "gptph");
     char cmd[1200], init[700], out[700], data[700];
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p %s && /usr/bin/python3 test/py/gpt_torch.py prep %s", data, dir);

@@ -198,28 +198,23 @@ AX_TARGET static void block(int mr, int nc, int klen, const uint16_t *ah, const 
     }
 /* C tiles 4-7 (2 x 2) += A tiles 0, 1 times B tiles 2, 3 (immediate tile numbers) */
 #define AX_DP4() do { _tile_dpbf16ps(4, 0, 2); _tile_dpbf16ps(5, 0, 3); _tile_dpbf16ps(6, 1, 2); _tile_dpbf16ps(7, 1, 3); } while (0)
-    if (al) {
-        for (int k = 0; k < klen; k += 32) {
-            _tile_loadd(0, ah + k, lda * 2);
-            _tile_loadd(1, ah + 16 * lda + k, lda * 2);
+    for (int k = 0; k < klen; k += 32) { /* x3 (al): A hi B lo, A hi B hi, A lo B hi */
+        _tile_loadd(0, ah + k, lda * 2);
+        _tile_loadd(1, ah + 16 * lda + k, lda * 2);
+        if (al) {
             _tile_loadd(2, bl + (long)k * 32, 128);
             _tile_loadd(3, bl + (long)k * 32 + 32, 128);
             AX_DP4();
-            _tile_loadd(2, bh + (long)k * 32, 128);
-            _tile_loadd(3, bh + (long)k * 32 + 32, 128);
-            AX_DP4();
+        }
+        _tile_loadd(2, bh + (long)k * 32, 128);
+        _tile_loadd(3, bh + (long)k * 32 + 32, 128);
+        AX_DP4();
+        if (al) {
             _tile_loadd(0, al + k, lda * 2);
             _tile_loadd(1, al + 16 * lda + k, lda * 2);
             AX_DP4();
         }
-    } else
-        for (int k = 0; k < klen; k += 32) {
-            _tile_loadd(0, ah + k, lda * 2);
-            _tile_loadd(1, ah + 16 * lda + k, lda * 2);
-            _tile_loadd(2, bh + (long)k * 32, 128);
-            _tile_loadd(3, bh + (long)k * 32 + 32, 128);
-            AX_DP4();
-        }
+    }
 #undef AX_DP4
     _tile_stored(4, cc, ld * 4);
     _tile_stored(5, cc + 16, ld * 4);

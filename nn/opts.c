@@ -238,19 +238,5 @@ int nn_opts_check_paths(const nn_opts *o, char *err, size_t errlen)
             return -1;
         }
     }
-    if (o->amp && strcmp(o->amp, "none") && strcmp(o->amp, "bf16") && strcmp(o->amp, "fp16")) {
-        snprintf(err, errlen, "--amp: expected none, bf16 or fp16, got '%s'", o->amp);
-        return -1;
-    }
-    int cuda = o->device && !strcmp(o->device, "cuda");
-    if (o->amp && !strcmp(o->amp, "fp16") && !cuda) {
-        snprintf(err, errlen, "--amp fp16 needs the CUDA build and a GPU (--device cuda); on the CPU use --amp bf16");
-        return -1;
-    }
-    if (o->amp && strcmp(o->amp, "none") && cuda) {
-        snprintf(err, errlen, "--amp %s: mixed precision on --device cuda is not implemented yet (CPU: --amp bf16)",
-                 o->amp);
-        return -1;
-    }
     return 0;
 }

@@ -11,6 +11,7 @@
 #include "nn/opts.h"
 #include "nn/optim.h"
 #include "nn/sampler.h"
+#include "nn/settings.h"
 #include "nn/train_inv.h"
 
 /* Language models (nn/lm.c): validation windows, sampling state. */
@@ -23,6 +24,7 @@ typedef struct nn_lm {
 
 typedef struct nn_trainer {
     nn_opts o;
+    nn_settings set;       /* threads, ISA, conv algorithm, matmul precision, device (nn/settings.h) */
     char data_dir[512];
     rt_arena host, data;   /* the model and optimizer; the data and its loader */
     nn_dataset train, test;

@@ -13,6 +13,7 @@
 #include "nn/lm.h"
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,7 @@ static int check_optimizer(nn_trainer *t, char *err, size_t errlen)
 static int open_device(nn_trainer *t, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
-    if (o->device && !strcmp(o->device, "cuda") && !o->no_cuda &&
+    if (t->set.device == NN_DEVICE_CUDA &&
         !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
     const nn_optim_cfg *c = &t->opt.c;
@@ -296,6 +297,9 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
 /* Data and memory: everything that can fail because of this rank's files. */
 static int setup_local(nn_trainer *t, char *err, size_t errlen)
 {
+    int local_world = t->ddp ? nn_ddp_local_world(t->ddp) : 1;
+    if (nn_settings_build(&t->set, &t->o, local_world, err, errlen) || nn_settings_apply(&t->set, err, errlen))
+        return -1;
     if (check_optimizer(t, err, errlen) || open_device(t, err, errlen) || open_data(t, err, errlen) ||
         describe_model(t, err, errlen) || plan_memory(t, err, errlen) || check_model(t, err, errlen))
         return -1;
@@ -371,6 +375,11 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         return -1;
     }
     nn_loader_start_thread(&t->loader);
+    t->restart_file = rt_env_str(RT_ENV_ELASTIC); /* ddprt-launch --nnodes MIN:MAX */
+    char how[160];
+    nn_settings_describe(&t->set, how, sizeof how);
+    rt_info("training %s on %s: %d train / %d test samples, %d rank(s), %s", o->model_file ? o->model_file : o->model,
+            t->data_dir, t->train.n, t->test.n, t->world, how);
     return 0;
 }
 

@@ -8,6 +8,7 @@
  * GFLOP/s of the FMA peak of the ISA in use, GB/s of the copy bandwidth between two
  * buffers of the kernel's size (x threads when more than one runs). */
 #include "kernels/k.h"
+#include "rt/isa.h"
 #include "apps/bench-kernels/bench_tfm.h"
 #if DDPRT_CUDA
 #include "apps/bench-kernels/bench_kernels.h"
@@ -548,11 +549,16 @@ int main(int argc, char **argv)
     conv_filter = o.conv;
     with_bf16 = !o.bf16 || strcmp(o.bf16, "off");
     with_convs = !o.convs || strcmp(o.convs, "off");
-    if (o.isa && k_set_isa(o.isa) != 0) {
+    /* The kernels' settings from the flags, applied once (kernels/k.h). */
+    k_settings ks;
+    char kerr[256];
+    k_settings_default(&ks);
+    ks.threads = o.threads;
+    if (o.isa) ks.isa = rt_isa_parse(o.isa);
+    if ((o.isa && ks.isa < 0) || k_settings_apply(&ks, kerr, sizeof kerr)) {
         fprintf(stderr, "ddprt-bench-kernels: error: --isa %s: unknown or not supported by this CPU\n", o.isa);
         return 2;
     }
-    k_set_threads(o.threads);
     use_cpu_clock = k_threads() == 1 && !force_wall;
     fma_peak = k_probe_fma_gflops();
     printf("ddprt kernels: isa %s, threads %d; measured FMA peak %.1f GFLOP/s per thread (10 independent chains, "

@@ -40,30 +40,8 @@
 #define WINO_DW_COLS 512               /* up to 512 tiles: its NT GEMMs sum over them */
 #define WINO_S_FLOATS (1L << 20)       /* dW's sums S: up to 4 MiB a slot */
 
-/* ---- which convs (k_conv_set_algo, DDPRT_CONV) */
-static int conv_algo = -1; /* auto, direct, winograd, winograd4, winograd4c (names[]); -1: not read yet */
-
-int k_conv_set_algo(const char *name)
-{
-    static const char *const names[] = {"auto", "direct", "winograd", "winograd4", "winograd4c"};
-    if (!name) {
-        __atomic_store_n(&conv_algo, -1, __ATOMIC_RELAXED);
-        return 0;
-    }
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(name, names[i])) {
-            __atomic_store_n(&conv_algo, i, __ATOMIC_RELAXED);
-            return 0;
-        }
-    return -1;
-}
-
-static int algo(void)
-{
-    int a = __atomic_load_n(&conv_algo, __ATOMIC_RELAXED);
-    if (a < 0) __atomic_store_n(&conv_algo, a = rt_env_choice(RT_ENV_CONV, 0), __ATOMIC_RELAXED);
-    return a;
-}
+/* ---- which convs: kernels/cpu/k_settings.c (auto, direct, winograd, winograd4, winograd4c) */
+static int algo(void) { return k_conv_algo_now(); }
 
 int k_conv_wino_shape(const k_conv_shape *sh)
 {

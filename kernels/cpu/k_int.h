@@ -14,6 +14,13 @@ enum { K_ISA_GENERIC = RT_ISA_GENERIC, K_ISA_AVX2 = RT_ISA_AVX2, K_ISA_AVX512 = 
  * the fp32 kernels run as K_ISA_AVX512. */
 int k_isa_level(void);
 int k_isa_bf16(void);                   /* the bf16 kernels may use vdpbf16ps */
+/* The settings in force (k_settings.c), each resolved from the environment on first
+ * read when no program set it: the ISA level (bf16 included), the conv algorithm, the
+ * bf16 GEMM form, fp32 matmul precision high (1) or highest (0). */
+int k_isa_raw(void);
+int k_conv_algo_now(void);
+int k_bf16_gemm_now(void);
+int k_matmul_high_now(void);
 
 /* Runs fn(ctx, task) for task in [0, ntasks) on the pool (the caller takes part).
  * Tasks must be independent; which thread runs a task never changes a result. */

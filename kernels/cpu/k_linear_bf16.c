@@ -23,34 +23,13 @@
 
 #define LB_PARTS 8
 
-/* ---- which GEMMs (k_bf16_set_gemm, DDPRT_BF16_GEMM): 0 auto, 1 dpbf16, 2 fma, 3 amx; -1 unread */
-static int gemm_form = -1;
-
-int k_bf16_set_gemm(const char *name)
-{
-    static const char *const names[] = {"auto", "dpbf16", "fma", "amx"};
-    if (!name) {
-        __atomic_store_n(&gemm_form, -1, __ATOMIC_RELAXED);
-        return 0;
-    }
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(name, names[i])) {
-            __atomic_store_n(&gemm_form, i, __ATOMIC_RELAXED);
-            return 0;
-        }
-    return -1;
-}
+/* ---- which GEMMs (kernels/cpu/k_settings.c): 0 auto, 1 dpbf16, 2 fma, 3 amx */
 
 /* vdpbf16ps for the linear layers? Intel's (Sapphire Rapids: one 512-bit vdpbf16ps per
  * two cycles, 112 GFLOP/s against 224 for vfmadd231ps) loses to the fp32 GEMMs on
  * bf16-rounded operands; AMD's Zen 4/5 run it at twice the FMA rate. By vendor, not by
  * a timing, so that a run's bits do not depend on the machine's load. */
-static int form(void)
-{
-    int f = __atomic_load_n(&gemm_form, __ATOMIC_RELAXED);
-    if (f < 0) __atomic_store_n(&gemm_form, f = rt_env_choice(RT_ENV_BF16_GEMM, 0), __ATOMIC_RELAXED);
-    return f;
-}
+static int form(void) { return k_bf16_gemm_now(); }
 
 /* AMX tiles (k_amx.c) for k_bf16_matmul: asked for, or auto where the CPU has them. */
 static int use_amx(void)
@@ -165,19 +144,9 @@ static void lb_amx_task(void *ctx, int task)
                                              j->cbias ? j->cbias + c0 : NULL, 0);
 }
 
-/* ---- fp32 matmul precision (k_set_matmul_precision): 0 highest, 1 high */
-static int mm_high;
-
-int k_set_matmul_precision(const char *name)
-{
-    if (!name || !strcmp(name, "highest")) __atomic_store_n(&mm_high, 0, __ATOMIC_RELAXED);
-    else if (!strcmp(name, "high")) __atomic_store_n(&mm_high, 1, __ATOMIC_RELAXED);
-    else return -1;
-    return 0;
-}
-
+/* ---- fp32 matmul precision (kernels/cpu/k_settings.c): "high" where this CPU runs it */
 /* DDPRT_ISA below avx512bf16 stands for a CPU without AMX too */
-int k_f32_matmul_high(void) { return __atomic_load_n(&mm_high, __ATOMIC_RELAXED) && k_isa_bf16() && k_amx_ok(); }
+int k_f32_matmul_high(void) { return k_matmul_high_now() && k_isa_bf16() && k_amx_ok(); }
 
 /* Products of at least 32 in every dimension: below that the tiles run mostly empty and
  * the fp32 kernels are as fast. */

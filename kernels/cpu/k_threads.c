@@ -135,25 +135,11 @@ void k_parallel_for(int ntasks, k_task_fn fn, void *ctx)
     atomic_flag_clear(&pool.busy);
 }
 
-/* ---- ISA: rt/isa.c's level (detected once, DDPRT_ISA may lower it); k_set_isa may
+/* ---- ISA: rt/isa.c's level (detected once, DDPRT_ISA may lower it); the settings may
  * pick another for the kernels alone (tests, benchmarks). "avx512bf16" is the AVX-512
  * path plus vdpbf16ps for the bf16 (--amp) kernels; the fp32 kernels see it as avx512
  * (k_isa_level), so naming avx512 only turns bf16's native path off. ---- */
-static _Atomic int isa_cur = -1;
-
-int k_set_isa(const char *name)
-{
-    int want = name ? rt_isa_parse(name) : rt_isa_best();
-    if (want < 0 || want > rt_isa_best()) return -1;
-    isa_cur = want;
-    return 0;
-}
-
-static int isa_raw(void)
-{
-    int l = isa_cur;
-    return l >= 0 ? l : (isa_cur = rt_isa_env());
-}
+static int isa_raw(void) { return k_isa_raw(); }
 
 int k_isa_level(void)
 {

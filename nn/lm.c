@@ -1,7 +1,9 @@
-/* Language-model evaluation and sampling (nn/lm.h). */
+/* Language-model evaluation and sampling, and the language-model mode (nn/lm.h). */
 #include "nn/lm.h"
 #include "nn/graph_cuda.h"
 #include "nn/ops/ops.h"
+#include "nn/metrics.h"
+#include "ports/posix/port.h"
 #include "rt/log.h"
 #include <math.h>
 #include <stdio.h>
@@ -122,3 +124,52 @@ void nn_lm_sample(nn_trainer *t, nn_lm *l, int n, const char *label)
     printf("\n");
     fflush(stdout);
 }
+
+/* ---- the language-model mode (nn/train_mode.h) */
+static int lm_start(nn_trainer *t)
+{
+    if (t->rank == 0) nn_lm_open_tokenizer(&t->lm, t);
+    if (t->o.generate <= 0) return 0;
+    /* sampling from a checkpoint, no training */
+    if (t->rank == 0) nn_lm_sample(t, &t->lm, t->o.generate, "");
+    return 1;
+}
+
+static void lm_begin(nn_trainer *t)
+{
+    if (t->rank == 0) nn_lm_sample(t, &t->lm, t->o.sample_len, "sample before training: ");
+}
+
+static void lm_end(nn_trainer *t)
+{
+    if (t->rank == 0) nn_lm_sample(t, &t->lm, t->o.sample_len, "sample after training: ");
+}
+
+/* --eval-every's validation loss and --sample-every's text between steps. */
+static double lm_after_step(nn_trainer *t, int epoch, nn_metrics *mx)
+{
+    const nn_opts *o = &t->o;
+    double e0 = port_now_s();
+    if (o->eval_every > 0 && t->step % (uint64_t)o->eval_every == 0 && !o->no_eval) {
+        double vl = nn_lm_eval(t, &t->lm);
+        if (t->rank == 0) printf("step %llu: val loss %.4f\n", (unsigned long long)t->step, vl);
+        nn_metrics_row(mx, "val", t->step, epoch, vl, -1, 0, 0, 0, 0);
+    }
+    if (o->sample_every > 0 && t->step % (uint64_t)o->sample_every == 0 && t->rank == 0) {
+        char label[64];
+        snprintf(label, sizeof label, "step %llu sample: ", (unsigned long long)t->step);
+        nn_lm_sample(t, &t->lm, o->sample_len, label);
+    }
+    return port_now_s() - e0;
+}
+
+static int lm_evaluate(nn_trainer *t, nn_eval_result *r)
+{
+    r->loss = nn_lm_eval(t, &t->lm), r->correct = 0, r->count = 1;
+    if (t->rank == 0) printf("\nTest set: Average loss: %.4f (perplexity %.2f)\n\n", r->loss, exp(r->loss));
+    return 0;
+}
+
+const nn_train_mode nn_mode_lm = {.name = "language model", .start = lm_start, .begin = lm_begin, .end = lm_end,
+                                  .train_epoch = nn_trainer_epoch, .after_step = lm_after_step,
+                                  .evaluate = lm_evaluate};

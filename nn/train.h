@@ -13,6 +13,7 @@
 #include "nn/sampler.h"
 #include "nn/settings.h"
 #include "nn/train_inv.h"
+#include "nn/train_mode.h"
 
 /* Language models (nn/lm.c): validation windows, sampling state. */
 typedef struct nn_lm {
@@ -25,6 +26,7 @@ typedef struct nn_lm {
 typedef struct nn_trainer {
     nn_opts o;
     nn_settings set;       /* threads, ISA, conv algorithm, matmul precision, device (nn/settings.h) */
+    const nn_train_mode *mode; /* classifier, language model or --invariant (nn/train_mode.h) */
     char data_dir[512];
     rt_arena host, data;   /* the model and optimizer; the data and its loader */
     nn_dataset train, test;
@@ -76,6 +78,10 @@ typedef struct nn_trainer {
  * launchers start the next round with the new membership, resuming. */
 #define NN_EXIT_RESTART_POINT 75
 
+/* The files, bottom up: train_zero.c (ZeRO-1's state) < train_step.c (the step,
+ * checkpoints) < train_epoch.c (the classifier mode), lm.c, train_inv.c (the other
+ * modes) < train.c (the epochs loop) and train_setup.c (set-up, which picks the mode). */
+
 /* Everything up to the first step (nn/train_setup.c): data located and validated,
  * memory planned and carved, data loaded, parameters initialised or resumed, every
  * flag that depends on them checked. 0, or -1 with a one-line error. */
@@ -98,6 +104,17 @@ void nn_trainer_free(nn_trainer *t);
 void nn_trainer_nan_guard(nn_trainer *t, double loss);
 void nn_trainer_update(nn_trainer *t);
 void nn_trainer_log_line(nn_trainer *t, int epoch, long done, double pct, double loss, double rate, double eta);
+/* The generic epoch (nn/train_epoch.c: the classifier's and the language model's): its
+ * wall time, or -1 when a bad sample stopped it. */
+double nn_trainer_epoch(nn_trainer *t, int epoch, struct nn_metrics *mx);
+/* A classifier evaluation's sums (loss, correct, count, top-k counts) into r and
+ * t->topk_correct, and rank 0's "Test set" and "Acc@k" lines. */
+void nn_trainer_report_eval(nn_trainer *t, const double *sums, nn_eval_result *r);
+/* Rank 0 writes the checkpoint after `epoch` epochs and epoch_steps steps of the next
+ * (--save; every rank takes part under ZeRO-1). */
+void nn_trainer_save(nn_trainer *t, int epoch, int epoch_steps);
+/* An elastic launcher's stop request, agreed by all ranks at a checkpoint: 1 stops. */
+int nn_trainer_restart_point(nn_trainer *t, int epoch, int epoch_steps);
 /* After an optimizer step inside epoch `epoch` (more: steps remain in it): --save-every's
  * checkpoint and, under an elastic launcher, a restart point. 1: stop here (t->stop). */
 int nn_trainer_step_done(nn_trainer *t, int epoch, int more);

@@ -26,7 +26,8 @@
  * same momentum step a forward takes; every rank then holds the same buffers, so no
  * broadcast_buffers is needed.
  *
- * Part of the trainer module with train.c and train_setup.c (they call each other). */
+ * The --invariant mode (nn/train_mode.h): it calls down into the step machinery
+ * (nn/train_step.c) and the classifier's report (nn/train_epoch.c). */
 #include "nn/train.h"
 #include "nn/metrics.h"
 #include "ports/posix/port.h"
@@ -235,3 +236,14 @@ int nn_inv_eval(nn_trainer *t, double *sums, int nsums)
     if (nn_ddp_tree_sum_f64(t->ddp, v->rows, v->ne, nsums, sums)) rt_fatal("%s", nn_ddp_errmsg(t->ddp));
     return 0;
 }
+
+static int inv_evaluate(nn_trainer *t, nn_eval_result *r)
+{
+    double sums[3 + NN_MAX_TOPK] = {0};
+    if (nn_inv_eval(t, sums, 3 + t->opt.c.ntopk)) return -1;
+    nn_trainer_report_eval(t, sums, r);
+    return 0;
+}
+
+const nn_train_mode nn_mode_invariant = {.name = "invariant", .train_epoch = nn_inv_train_epoch,
+                                         .evaluate = inv_evaluate};

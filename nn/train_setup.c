@@ -85,18 +85,6 @@ static int carve_all(nn_trainer *t, rt_arena *arena, const char *name, int (*car
     return carve(t, arena, err, errlen);
 }
 
-nn_ckpt_state nn_trainer_ckpt_state(nn_trainer *t, int epoch)
-{
-    nn_ckpt_state st = {.epoch = epoch, .step = t->step, .optimizer = nn_optim_name(t->opt.c.kind),
-                        .optimizer_step = t->opt.t, .nblocks = nn_optim_slots(&t->opt)};
-    /* PyTorch's names for the state: SGD's momentum_buffer, Adam's exp_avg(_sq). */
-    st.block_names[0] = st.nblocks == 1 ? "momentum" : "exp_avg";
-    st.block_names[1] = "exp_avg_sq";
-    st.blocks[0] = t->opt.m;
-    st.blocks[1] = t->opt.v;
-    return st;
-}
-
 /* The steps of setup_local, in order. Each either succeeds or returns -1 with one line
  * in err; together they check everything the run needs before its first step. */
 
@@ -304,6 +292,7 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         describe_model(t, err, errlen) || plan_memory(t, err, errlen) || check_model(t, err, errlen))
         return -1;
     log_classes(t);
+    t->mode = t->inv.on ? &nn_mode_invariant : t->g.lm ? &nn_mode_lm : &nn_mode_classifier;
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (init_weights(t, err, errlen) || resume(t, err, errlen)) return -1;
     return t->cuda ? nn_cuda_setup(t->cuda, &t->g, t->ddp, t->o.mem_report && t->rank == 0, err, errlen) : 0;
@@ -383,3 +372,14 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
     return 0;
 }
 
+void nn_trainer_free(nn_trainer *t)
+{
+    nn_bpe_free(t->lm.bpe);
+    nn_loader_stop(&t->loader);
+    nn_cuda_close(t->cuda);
+    rt_arena_free(&t->host);
+    rt_arena_free(&t->data);
+    free(t->nodes);
+    free(t->pmeta);
+    free(t->bmeta);
+}

@@ -73,6 +73,13 @@ void nn_ddp_attach(nn_ddp *d, nn_graph *m, double bucket_mb);
  * go through the staging (tp_staged.h): the same buckets, hook and launch path as on
  * the host, with tp_iallreduce_device for tp_iallreduce. Before or after attach. */
 void nn_ddp_set_device(nn_ddp *d, nn_graph *dev, struct tp_staging *st);
+/* --device cuda (nn/ddp_cuda.c): the pinned bytes the device graph plans for the
+ * staging (0 without a comm), then the wiring: the device graph's buckets through a
+ * staging on its stream (nn_ddp_set_device) and the step's hooks (nn_cuda_set_dp). c
+ * NULL unwires (before nn_cuda_close). 0, or -1 with a one-line error. */
+struct nn_cuda;
+size_t nn_ddp_cuda_stage_bytes(const nn_ddp *d);
+int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, char *err, size_t errlen);
 /* --grad-compress: buckets go through the allreduce as RT_F16 or RT_BF16 (Horovod's
  * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
  * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */

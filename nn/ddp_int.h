@@ -28,6 +28,9 @@ struct nn_ddp {
     nn_graph *m;                 /* the reference (host) graph */
     nn_graph *dev;               /* the device graph after nn_ddp_set_device, else NULL */
     tp_staging *st;              /* its staging */
+    tp_staging cuda_st;          /* nn_ddp_use_cuda's staging and device ops (nn/ddp_cuda.c) */
+    tp_dev_cuda cuda_dc;
+    int have_dc;
     nn_bucket b[NN_MAX_PARAMS];
     int nbuckets;
     int from_hook;               /* buckets the hook launched this round */

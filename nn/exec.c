@@ -1,5 +1,6 @@
 /* Running a graph on the CPU: initialisation, forward, loss, backward. */
 #include "nn/graph.h"
+#include "kernels/k.h"
 #include "rt/log.h"
 #include <math.h>
 #include <string.h>

@@ -13,12 +13,15 @@
  * appears outside nn/models/. */
 #ifndef NN_GRAPH_H
 #define NN_GRAPH_H
-#include "kernels/k.h"
-#include "ports/cuda/port_cuda.h"
 #include "rt/arena.h"
 #include "rt/tensor.h"
 #include <stddef.h>
 #include <stdint.h>
+
+/* Device graphs name their stream (ports/cuda/port_cuda.h's type, C11 allows the
+ * repeat): the graph needs no CUDA and no kernel header, so an edit to kernels/k.h
+ * rebuilds only the files that call kernels. */
+typedef struct CUstream_st *port_stream;
 
 #define NN_MAX_NODES 512
 #define NN_MAX_PARAMS 400

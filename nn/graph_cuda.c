@@ -9,7 +9,6 @@
 #include "ports/posix/port.h"
 #include "rt/arena.h"
 #include "rt/log.h"
-#include "transport/tp_staged.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -33,12 +32,11 @@ struct nn_cuda {
     int slot;
     port_stream compute, copy;
     port_event copied[2], consumed[2];
-    /* DDP: nn_ddp launches the device graph's buckets through this staging. */
-    nn_ddp *ddp;
+    /* Data parallelism as the trainer wired it (nn_ddp_use_cuda): its hooks, and the
+     * pinned memory planned here for its staging. */
+    nn_cuda_dp dp;
     void *stage;
-    tp_staging st;
-    tp_dev_cuda dc;
-    int have_dc;
+    size_t stage_bytes;
     int device;                 /* the comm thread makes it current too */
     char desc[400];
 };
@@ -64,11 +62,14 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
 const char *nn_cuda_desc(const nn_cuda *c) { return c->desc; }
 const char *nn_cuda_errmsg(const nn_cuda *c)
 {
-    const char *t = c->have_dc ? tp_staging_errmsg(&c->st) : "";
+    const char *t = c->dp.errmsg ? c->dp.errmsg(c->dp.ctx) : "";
     return t && t[0] ? t : port_cuda_errmsg();
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { return &c->dg; }
-static int ddp_on(const nn_cuda *c) { return c->ddp && nn_ddp_comm(c->ddp); }
+int nn_cuda_device(const nn_cuda *c) { return c->device; }
+port_stream nn_cuda_stream(const nn_cuda *c) { return c->compute; }
+void *nn_cuda_stage(const nn_cuda *c) { return c->stage; }
+void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp) { c->dp = dp ? *dp : (nn_cuda_dp){0}; }
 
 /* Run on a planning arena, then on the real one. */
 static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
@@ -110,15 +111,13 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
     c->dg.sync_host = c->sync_bn ? rt_arena_alloc(a, (4 * (size_t)wide + 2) * sizeof(double), RT_MEM_OTHER,
                                                   "SyncBatchNorm sums (pinned)")
                                  : NULL;
-    c->stage = ddp_on(c) ? rt_arena_alloc(a, tp_staging_bytes(TP_STAGE_DEFAULT_CHUNK, TP_STAGE_DEFAULT_SLOTS),
-                                          RT_MEM_COMM, "allreduce staging")
-                         : NULL;
+    c->stage = c->stage_bytes ? rt_arena_alloc(a, c->stage_bytes, RT_MEM_COMM, "allreduce staging") : NULL;
 }
 
-int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen)
+int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report, char *err, size_t errlen)
 {
     c->host = host;
-    c->ddp = ddp;
+    c->stage_bytes = stage_bytes;
     c->in_bytes = nn_shape_numel(host->nodes[0].out) * 4; /* f32 values or int32 ids */
     rt_arena plan;
     rt_arena_plan(&plan, "device");
@@ -141,14 +140,6 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char 
     for (int i = 0; i < 2; i++)
         if (port_event_create(&c->copied[i], 0, "batch event") || port_event_create(&c->consumed[i], 0, "batch event"))
             goto fail;
-    if (ddp_on(c)) {
-        if (tp_dev_cuda_init(&c->dc, c->device, c->compute, TP_STAGE_DEFAULT_SLOTS)) goto fail;
-        c->have_dc = 1;
-        if (tp_staging_init(&c->st, &tp_dev_cuda_ops, &c->dc, c->stage, TP_STAGE_DEFAULT_CHUNK,
-                            TP_STAGE_DEFAULT_SLOTS))
-            goto fail;
-        nn_ddp_set_device(c->ddp, &c->dg, &c->st); /* the same buckets and hook as the host's */
-    }
     return 0;
 fail:
     snprintf(err, errlen, "--device cuda: %s", port_cuda_errmsg());
@@ -262,8 +253,8 @@ static double read_sums(nn_cuda *c, long *correct)
  * last copy back. */
 static void finish_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
 {
-    if (ddp_on(c) && nn_ddp_finish_grads(c->ddp))
-        rt_fatal("rank %d: GPU gradient allreduce: %s", nn_ddp_rank(c->ddp), nn_ddp_errmsg(c->ddp));
+    if (c->dp.finish_grads && c->dp.finish_grads(c->dp.ctx))
+        rt_fatal("rank %d: GPU gradient allreduce: %s", c->dp.rank, c->dp.errmsg(c->dp.ctx));
     optim_step(c, sgd, step);
 }
 
@@ -275,7 +266,7 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
     /* DDP's no_sync on micro-batches 0..N-2, as nn_trainer_step on the CPU */
     g->grad_mode = N == 1 ? NN_GRAD_SET : micro == 0 ? NN_GRAD_STASH_FIRST : micro < N - 1 ? NN_GRAD_STASH
                                                                                           : NN_GRAD_FINAL;
-    if (ddp_on(c) && nn_ddp_sync_buffers(c->ddp)) rt_fatal("%s", nn_ddp_errmsg(c->ddp));
+    if (c->dp.sync_buffers && c->dp.sync_buffers(c->dp.ctx)) rt_fatal("%s", c->dp.errmsg(c->dp.ctx));
     put_batch(c, x, y, n);
     int s = c->slot;
     KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step * (uint64_t)N + (uint64_t)micro, c->compute));
@@ -308,7 +299,6 @@ void nn_cuda_close(nn_cuda *c)
 {
     if (!c) return;
     if (c->compute) (void)port_stream_sync(c->compute, "shutdown");
-    if (c->have_dc) tp_dev_cuda_destroy(&c->dc);
     for (int i = 0; i < 2; i++) {
         port_event_destroy(c->copied[i]);
         port_event_destroy(c->consumed[i]);
@@ -332,9 +322,9 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
     snprintf(err, errlen, "%s", nocuda);
     return NULL;
 }
-int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen)
+int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report, char *err, size_t errlen)
 {
-    (void)c; (void)host; (void)ddp; (void)mem_report;
+    (void)c; (void)host; (void)stage_bytes; (void)mem_report;
     snprintf(err, errlen, "%s", nocuda);
     return -1;
 }
@@ -355,6 +345,10 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
     return 0;
 }
 nn_graph *nn_cuda_graph(nn_cuda *c) { (void)c; return NULL; }
+int nn_cuda_device(const nn_cuda *c) { (void)c; return -1; }
+port_stream nn_cuda_stream(const nn_cuda *c) { (void)c; return NULL; }
+void *nn_cuda_stage(const nn_cuda *c) { (void)c; return NULL; }
+void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp) { (void)c; (void)dp; }
 const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
 void nn_cuda_close(nn_cuda *c) { (void)c; }

@@ -6,8 +6,10 @@
  * batch's copy overlaps the current step. The ops' CUDA halves (nn/ops/cuda.c) run through nn_forward_cuda /
  * nn_backward_cuda (nn/exec_cuda.c).
  *
- * DDP is nn_ddp's, the same code as on the host: nn_cuda_setup hands it the device
- * graph and a pinned staging (nn_ddp_set_device); its backward hook launches each
+ * DDP is nn_ddp's, the same code as on the host, wired by the trainer
+ * (nn_ddp_use_cuda): it takes the device graph, stream and the pinned staging memory
+ * planned here, and hands back the hooks the step calls (nn_cuda_dp); this file knows
+ * neither DDP nor the transport. nn_ddp's backward hook launches each
  * bucket as soon as it is final (tp_iallreduce_device, run by the comm's thread while
  * backward goes on); SGD waits for the last bucket. Buffers (BatchNorm statistics)
  * are broadcast from rank 0 on the device before every training forward and
@@ -20,7 +22,6 @@
 #ifndef NN_GRAPH_CUDA_H
 #define NN_GRAPH_CUDA_H
 #include "kernels/k.h"
-#include "nn/ddp.h"
 #include "nn/graph.h"
 #include "nn/optim.h"
 #include <stddef.h>
@@ -30,10 +31,25 @@ typedef struct nn_cuda nn_cuda;
 
 /* Checks for a GPU (ranks beyond the GPU count share them); NULL with a one-line reason. */
 nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
-/* Plans and carves device and pinned memory for `host` (finished, max_batch planned);
- * ddp (may be NULL, or without a comm for one rank) averages the gradients
- * (nn_ddp_set_device; nn_ddp_attach may come later). mem_report prints the plans. */
-int nn_cuda_setup(nn_cuda *c, nn_graph *host, nn_ddp *ddp, int mem_report, char *err, size_t errlen);
+/* Plans and carves device and pinned memory for `host` (finished, max_batch planned),
+ * with stage_bytes of pinned memory for the gradients' staging (nn_ddp_cuda_stage_bytes;
+ * 0: one rank). mem_report prints the plans. */
+int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report, char *err, size_t errlen);
+/* Data parallelism as the device step sees it (nn_ddp_use_cuda sets it; unset: one
+ * rank): rank 0's buffers before each training forward, the averaged gradients before
+ * the update; each 0 or -1 with errmsg's line. */
+typedef struct nn_cuda_dp {
+    void *ctx;
+    int (*sync_buffers)(void *ctx);
+    int (*finish_grads)(void *ctx);
+    const char *(*errmsg)(void *ctx);
+    int rank;
+} nn_cuda_dp;
+void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp);
+/* What the wiring needs: the device index, the compute stream, the staging memory. */
+int nn_cuda_device(const nn_cuda *c);
+port_stream nn_cuda_stream(const nn_cuda *c);
+void *nn_cuda_stage(const nn_cuda *c);
 /* The trainer's optimizer settings (o: fp32 state, unsharded). Adam / AdamW instead of
  * SGD: its exp_avg_sq is planned on the device beside exp_avg (the momentum slot),
  * every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs at

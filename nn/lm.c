@@ -1,6 +1,7 @@
 /* Language-model evaluation and sampling, and the language-model mode (nn/lm.h). */
 #include "nn/lm.h"
 #include "nn/graph_cuda.h"
+#include "ports/cuda/port_cuda.h"
 #include "nn/ops/ops.h"
 #include "nn/metrics.h"
 #include "ports/posix/port.h"

@@ -295,7 +295,10 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     t->mode = t->inv.on ? &nn_mode_invariant : t->g.lm ? &nn_mode_lm : &nn_mode_classifier;
     /* A checkpoint this rank cannot read is this rank's failure, reported to all. */
     if (init_weights(t, err, errlen) || resume(t, err, errlen)) return -1;
-    return t->cuda ? nn_cuda_setup(t->cuda, &t->g, t->ddp, t->o.mem_report && t->rank == 0, err, errlen) : 0;
+    if (!t->cuda) return 0;
+    /* the device graph, then DDP wired to it (nn_ddp_attach comes later, for both graphs) */
+    return nn_cuda_setup(t->cuda, &t->g, nn_ddp_cuda_stage_bytes(t->ddp), t->o.mem_report && t->rank == 0, err,
+                         errlen) || nn_ddp_use_cuda(t->ddp, t->cuda, err, errlen) ? -1 : 0;
 }
 
 /* Node i as the ranks compare it (nn_ddp_check_lines). */
@@ -376,6 +379,7 @@ void nn_trainer_free(nn_trainer *t)
 {
     nn_bpe_free(t->lm.bpe);
     nn_loader_stop(&t->loader);
+    if (t->cuda) nn_ddp_use_cuda(t->ddp, NULL, NULL, 0);
     nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);
     rt_arena_free(&t->data);

@@ -4,7 +4,9 @@
  * there are many and they go out while backward runs (every one from the hook). Rank 1 starts with wrong BatchNorm statistics: the device
  * broadcast_buffers must replace them with rank 0's before the forward. Reference:
  * the CPU executor on each rank's batch, the two gradients averaged, then SGD. */
+#include "nn/ddp.h"
 #include "nn/graph_cuda.h"
+#include "ports/cuda/port_cuda.h"
 #include "test/gpu/gpu_models.h"
 #include "test/tp_harness.h"
 #include <math.h>
@@ -32,7 +34,8 @@ static void rank_main(tp_comm *c, void *arg)
     char err[400] = "";
     nn_cuda *cu = NULL;
     if (!d || gm_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
-        nn_cuda_setup(cu, &host.g, d, 0, err, sizeof err)) {
+        nn_cuda_setup(cu, &host.g, nn_ddp_cuda_stage_bytes(d), 0, err, sizeof err) ||
+        nn_ddp_use_cuda(d, cu, err, sizeof err)) {
         snprintf(k->msg[r], sizeof k->msg[r], "setup: %s", err);
         k->fail[r] = 1;
         return;
@@ -56,6 +59,7 @@ static void rank_main(tp_comm *c, void *arg)
     k->bufs[r] = malloc(host.g.buf_bytes);
     memcpy(k->params[r], host.g.params, host.g.nparams * sizeof(float));
     memcpy(k->bufs[r], host.g.bufs, host.g.buf_bytes);
+    nn_ddp_use_cuda(d, NULL, NULL, 0);
     nn_cuda_close(cu);
     nn_ddp_close(d, 0);
     gm_drop(&host);

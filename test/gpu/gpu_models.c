@@ -7,6 +7,7 @@
  * the order of the gradient-ready hooks. */
 #include "nn/graph_cuda.h"
 #include "nn/models/models.h"
+#include "ports/cuda/port_cuda.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +120,7 @@ static int model_case(const char *name, nn_shape in, int classes, int vocab, int
     if (gm_build(&cpu, name, in, classes, vocab, B) || gm_build(&host, name, in, classes, vocab, B)) return 1;
     char err[512];
     nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
-    if (!cu || nn_cuda_setup(cu, &host.g, NULL, 0, err, sizeof err) || nn_cuda_upload(cu, host.mom)) {
+    if (!cu || nn_cuda_setup(cu, &host.g, 0, 0, err, sizeof err) || nn_cuda_upload(cu, host.mom)) {
         printf("FAIL %s: device setup: %s %s\n", name, err, port_cuda_errmsg());
         return 1;
     }

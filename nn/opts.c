@@ -20,23 +20,25 @@
  * threads, logging). A new flag is a JOB flag unless marked otherwise, so the agreement
  * covers it without a second list. */
 enum { JOB = 0, RANK = 1 };
-#define F(n, t, field, sc, d, h) {n, 0, t, d, offsetof(nn_opts, field), 0, 0, NULL, NULL, h, sc}
-#define FR(n, field, sc, lo, hi, h) {n, 0, RT_ARG_INT, RT_ARG_RANGE, offsetof(nn_opts, field), lo, hi, NULL, NULL, h, sc}
-#define FC(n, field, sc, ch, h) {n, 0, RT_ARG_STR, RT_ARG_ANY, offsetof(nn_opts, field), 0, 0, ch, NULL, h, sc}
+#define F(n, t, field, sc, d, h) {n, 0, t, d, offsetof(nn_opts, field), 0, 0, NULL, NULL, h, sc, NULL}
+/* A flag with its default, written here once: nn_opts_default sets it, --help prints it. */
+#define FD(n, t, field, sc, d, dflt, h) {n, 0, t, d, offsetof(nn_opts, field), 0, 0, NULL, NULL, h, sc, dflt}
+#define FR(n, field, sc, lo, hi, h) {n, 0, RT_ARG_INT, RT_ARG_RANGE, offsetof(nn_opts, field), lo, hi, NULL, NULL, h, sc, NULL}
+#define FC(n, field, sc, ch, h) {n, 0, RT_ARG_STR, RT_ARG_ANY, offsetof(nn_opts, field), 0, 0, ch, NULL, h, sc, NULL}
 static const rt_arg flags[] = {
-    F("batch-size", RT_ARG_INT, batch_size, JOB, RT_ARG_POS, "input batch size per rank for training (default: 64)"),
-    F("test-batch-size", RT_ARG_INT, test_batch_size, JOB, RT_ARG_POS, "input batch size for testing (default: 1000)"),
-    F("epochs", RT_ARG_INT, epochs, JOB, RT_ARG_POS, "number of epochs to train (default: 10)"),
-    F("lr", RT_ARG_DOUBLE, lr, JOB, RT_ARG_POS, "learning rate (default: 0.01)"),
-    F("momentum", RT_ARG_DOUBLE, momentum, JOB, RT_ARG_UNIT, "SGD momentum, in [0, 1) (default: 0.5)"),
-    F("weight-decay", RT_ARG_DOUBLE, weight_decay, JOB, RT_ARG_NONNEG, "SGD weight decay (default: 0)"),
+    FD("batch-size", RT_ARG_INT, batch_size, JOB, RT_ARG_POS, "64", "input batch size per rank for training"),
+    FD("test-batch-size", RT_ARG_INT, test_batch_size, JOB, RT_ARG_POS, "1000", "input batch size for testing"),
+    FD("epochs", RT_ARG_INT, epochs, JOB, RT_ARG_POS, "10", "number of epochs to train"),
+    FD("lr", RT_ARG_DOUBLE, lr, JOB, RT_ARG_POS, "0.01", "learning rate"),
+    FD("momentum", RT_ARG_DOUBLE, momentum, JOB, RT_ARG_UNIT, "0.5", "SGD momentum, in [0, 1)"),
+    FD("weight-decay", RT_ARG_DOUBLE, weight_decay, JOB, RT_ARG_NONNEG, "0", "SGD weight decay"),
     F("nesterov", RT_ARG_FLAG, nesterov, JOB, RT_ARG_ANY, "Nesterov momentum"),
     F("no-cuda", RT_ARG_FLAG, no_cuda, JOB, RT_ARG_ANY, "disables CUDA training"),
     FC("device", device, JOB, "cpu|cuda", "cpu or cuda (default: cpu; cuda needs a CUDA build and a GPU)"),
-    F("seed", RT_ARG_INT, seed, JOB, RT_ARG_ANY, "random seed (default: 1)"),
-    F("log-interval", RT_ARG_INT, log_interval, RANK, RT_ARG_POS, "how many batches to wait before logging training status (default: 10)"),
+    FD("seed", RT_ARG_INT, seed, JOB, RT_ARG_ANY, "1", "random seed"),
+    FD("log-interval", RT_ARG_INT, log_interval, RANK, RT_ARG_POS, "10", "how many batches to wait before logging training status"),
     F("data", RT_ARG_STR, data, RANK, RT_ARG_ANY, "dataset directory (default: $DDPRT_DATA, ./data, /usr/share/datasets/fashion-mnist)"),
-    F("model", RT_ARG_STR, model, JOB, RT_ARG_ANY, "model (default: lenet)"),
+    FD("model", RT_ARG_STR, model, JOB, RT_ARG_ANY, "lenet", "model"),
     F("threads", RT_ARG_INT, threads, RANK, RT_ARG_POS, "compute threads (default: the cores available to this rank)"),
     F("mem-report", RT_ARG_FLAG, mem_report, RANK, RT_ARG_ANY, "print the memory plan at start-up and the peak RSS at the end"),
     F("recompute-macs", RT_ARG_INT, recompute_macs, RANK, RT_ARG_ANY,
@@ -49,7 +51,7 @@ static const rt_arg flags[] = {
     FC("backend", backend, JOB, "tcp|verbs|auto", "transport: tcp, verbs or auto (default: auto)"),
     F("rank", RT_ARG_INT, rank, RANK, RT_ARG_NONNEG, "rank of this process"),
     F("world-size", RT_ARG_INT, world_size, JOB, RT_ARG_POS, "number of processes"),
-    F("bucket-mb", RT_ARG_DOUBLE, bucket_mb, JOB, RT_ARG_POS, "gradient bucket size in MiB (default: 25)"),
+    FD("bucket-mb", RT_ARG_DOUBLE, bucket_mb, JOB, RT_ARG_POS, "25", "gradient bucket size in MiB"),
     F("check-sync", RT_ARG_INT, check_sync, JOB, RT_ARG_NONNEG, "check every N steps that all ranks hold identical parameters"),
     F("metrics", RT_ARG_STR, metrics, RANK, RT_ARG_ANY, "write a CSV row per log interval and epoch to FILE"),
     F("plot", RT_ARG_STR, plot, RANK, RT_ARG_ANY, "draw loss/accuracy curves into FILE.svg"),
@@ -75,7 +77,7 @@ static const rt_arg flags[] = {
        "data format: idx, cifar10, cifar100, imagefolder, text, synthetic, tokens (default: detect)"),
     F("image-size", RT_ARG_INT, image_size, JOB, RT_ARG_POS, "image side after transforms (default: the data's own; image folders 224)"),
     FC("augment", augment, JOB, "none|cifar|imagenet", "none, cifar or imagenet (default: cifar for CIFAR, imagenet for folders)"),
-    F("workers", RT_ARG_INT, workers, RANK, RT_ARG_POS, "data loader threads per rank (default: 1)"),
+    FD("workers", RT_ARG_INT, workers, RANK, RT_ARG_POS, "1", "data loader threads per rank"),
     FC("bad-sample", bad_sample, JOB, "fail|skip", "fail or skip: what a corrupt image or bad text line does (default: fail)"),
     F("seq-len", RT_ARG_INT, seq_len, JOB, RT_ARG_POS, "text: tokens per sample, padded or truncated (default: 64); language models: T (default: the model's context, cfg models 64)"),
     F("min-freq", RT_ARG_INT, min_freq, JOB, RT_ARG_POS, "text: minimum count of a word in the vocabulary (default: 1)"),
@@ -83,12 +85,12 @@ static const rt_arg flags[] = {
     FC("optimizer", optimizer, JOB, "sgd|adam|adamw|adam8bit|adamw8bit", "sgd, adam or adamw (PyTorch's; betas 0.9/0.999, eps 1e-8); adam8bit, adamw8bit: their moments in 8 bits (a quarter of the memory; bitsandbytes' Adam8bit) (default: sgd)"),
     F("no-decay-bn-bias", RT_ARG_FLAG, no_decay_bn_bias, JOB, RT_ARG_ANY, "no weight decay on biases and BatchNorm parameters"),
     FC("lr-schedule", lr_schedule, JOB, "none|step|multistep|cosine|cosine-step", "none, step, multistep or cosine, per epoch; cosine-step: cosine stepped every optimizer step, reaching 0 at the end (default: none)"),
-    F("lr-step", RT_ARG_INT, lr_step, JOB, RT_ARG_POS, "step schedule: epochs between decays (default: 30)"),
-    F("lr-gamma", RT_ARG_DOUBLE, lr_gamma, JOB, RT_ARG_POS, "step/multistep: decay factor (default: 0.1)"),
+    FD("lr-step", RT_ARG_INT, lr_step, JOB, RT_ARG_POS, "30", "step schedule: epochs between decays"),
+    FD("lr-gamma", RT_ARG_DOUBLE, lr_gamma, JOB, RT_ARG_POS, "0.1", "step/multistep: decay factor"),
     F("lr-milestones", RT_ARG_STR, lr_milestones, JOB, RT_ARG_ANY, "multistep: epochs at which to decay, e.g. 30,60,90"),
-    F("warmup-epochs", RT_ARG_DOUBLE, warmup_epochs, JOB, RT_ARG_NONNEG, "linear learning-rate warmup over X epochs, per step (default: 0)"),
+    FD("warmup-epochs", RT_ARG_DOUBLE, warmup_epochs, JOB, RT_ARG_NONNEG, "0", "linear learning-rate warmup over X epochs, per step"),
     FC("lr-scale", lr_scale, JOB, "none|world", "none or world (multiply --lr by the world size, Goyal et al.)"),
-    F("accum-steps", RT_ARG_INT, accum_steps, JOB, RT_ARG_POS, "micro-batches per optimizer step, one allreduce each step (default: 1)"),
+    FD("accum-steps", RT_ARG_INT, accum_steps, JOB, RT_ARG_POS, "1", "micro-batches per optimizer step, one allreduce each step"),
     F("clip-grad-norm", RT_ARG_DOUBLE, clip_grad_norm, JOB, RT_ARG_NONNEG, "clip the global gradient L2 norm to X (default: off)"),
     F("sync-bn", RT_ARG_FLAG, sync_bn, JOB, RT_ARG_ANY, "SyncBatchNorm: batch statistics over all ranks"),
     FC("grad-compress", grad_compress, JOB, "none|fp16|bf16", "none, fp16 or bf16: gradient buckets sent in 16 bits (default: none)"),
@@ -107,10 +109,10 @@ static const rt_arg flags[] = {
       "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
     FR("zero", zero, JOB, 0, 1, "ZeRO stage: 1 keeps each rank's shard of the optimizer state only (parameters all-gathered after the step; results as without) (default: 0)"),
     F("eval-every", RT_ARG_INT, eval_every, JOB, RT_ARG_NONNEG, "language models: validation loss every N steps too (default: 0, per epoch)"),
-    F("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "language models: validation batches per evaluation (default: 20; 0: all)"),
+    FD("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "20", "language models: validation batches per evaluation (0: all)"),
     F("sample-every", RT_ARG_INT, sample_every, JOB, RT_ARG_NONNEG, "language models: print generated text every N steps (default: 0, at the start and end)"),
-    F("sample-len", RT_ARG_INT, sample_len, RANK, RT_ARG_POS, "language models: tokens per printed sample (default: 64)"),
-    F("temperature", RT_ARG_DOUBLE, temperature, RANK, RT_ARG_POS, "language models: sampling temperature (default: 1.0)"),
+    FD("sample-len", RT_ARG_INT, sample_len, RANK, RT_ARG_POS, "64", "language models: tokens per printed sample"),
+    FD("temperature", RT_ARG_DOUBLE, temperature, RANK, RT_ARG_POS, "1.0", "language models: sampling temperature"),
     F("top-k", RT_ARG_INT, top_k, RANK, RT_ARG_NONNEG, "language models: sample among the k likeliest tokens (default: 0, all)"),
     F("generate", RT_ARG_INT, generate, RANK, RT_ARG_NONNEG, "language models: print N generated tokens (after --init-from or --resume) and exit"),
     F("tokenizer", RT_ARG_STR, tokenizer, RANK, RT_ARG_ANY, "language models: a directory with encoder.json + vocab.bpe to print samples as text (default: the data's)"),
@@ -120,26 +122,13 @@ static const rt_args spec = {"ddprt-train", flags, NFLAGS, 0, 0};
 
 void nn_opts_default(nn_opts *o)
 {
+    char err[256];
     memset(o, 0, sizeof *o);
-    o->batch_size = 64;
-    o->test_batch_size = 1000;
-    o->epochs = 10;
-    o->lr = 0.01;
-    o->momentum = 0.5;
-    o->seed = 1;
-    o->log_interval = 10;
-    o->model = "lenet";
-    o->sample_len = 64;
-    o->eval_batches = 20;
-    o->temperature = 1.0;
-    o->rank = -1;
+    /* the table's defaults (FD), each checked against its flag's domain */
+    if (rt_args_defaults(&spec, o, err, sizeof err)) rt_fatal("ddprt-train's option table: %s", err);
+    o->rank = -1;       /* not given: the launcher's environment, or the rendezvous's */
     o->world_size = -1;
-    o->bucket_mb = 25;
-    o->workers = 1;
-    o->lr_step = 30;
-    o->lr_gamma = 0.1;
-    o->accum_steps = 1;
-    o->recompute_macs = -2;
+    o->recompute_macs = -2; /* its help text explains -2 */
 }
 
 void nn_opts_usage(void)

@@ -234,6 +234,13 @@ int rt_args_parse(const rt_args *a, void *opts, int argc, char **argv, char **po
     return rc;
 }
 
+int rt_args_defaults(const rt_args *a, void *opts, char *err, size_t errlen)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->tab[i].dflt && set_value(&a->tab[i], opts, a->tab[i].dflt, err, errlen)) return -1;
+    return 0;
+}
+
 void rt_args_usage(const rt_args *a, FILE *f)
 {
     for (int i = 0; i < a->n; i++) {
@@ -243,7 +250,8 @@ void rt_args_usage(const rt_args *a, FILE *f)
         char left[64];
         if (x->short_name) snprintf(left, sizeof left, "-%c, --%s%s", x->short_name, x->name, meta);
         else snprintf(left, sizeof left, "--%s%s", x->name, meta);
-        fprintf(f, "  %-24s %s\n", left, x->help);
+        if (x->dflt) fprintf(f, "  %-24s %s (default: %s)\n", left, x->help, x->dflt);
+        else fprintf(f, "  %-24s %s\n", left, x->help);
     }
     fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
     fprintf(f, "  %-24s %s\n", "--version", "print the version and exit");

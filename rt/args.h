@@ -32,6 +32,8 @@ typedef struct rt_arg {
     rt_arg_fn fn;        /* RT_ARG_FN */
     const char *help;
     int tag;             /* the program's own mark (ddprt-train: per-rank flags) */
+    const char *dflt;    /* the default, as it would be typed; NULL: none (or a default the
+                          * help text explains). rt_args_defaults sets it, the usage prints it. */
 } rt_arg;
 
 typedef struct rt_args {
@@ -43,6 +45,9 @@ typedef struct rt_args {
                           * positional, flags or not (ddprt-launch's PROGRAM ARGS...) */
 } rt_args;
 
+/* A table's length, counted by the compiler (never written by hand). */
+#define RT_NARGS(tab) ((int)(sizeof(tab) / sizeof((tab)[0])))
+
 enum { RT_ARGS_OK = 0, RT_ARGS_HELP = 1, RT_ARGS_VERSION = 2, RT_ARGS_ERROR = -1 };
 /* Parses argv[1..argc) into opts. pos (room for argc entries) receives the positional
  * arguments in order and *npos their count (both may be NULL when max_pos is 0).
@@ -50,7 +55,10 @@ enum { RT_ARGS_OK = 0, RT_ARGS_HELP = 1, RT_ARGS_VERSION = 2, RT_ARGS_ERROR = -1
  * RT_ARGS_ERROR with one line in err (no prefix, no newline). */
 int rt_args_parse(const rt_args *a, void *opts, int argc, char **argv, char **pos, int *npos, char *err,
                   size_t errlen);
-/* The flag lines of the usage: "  --name N   help", one per flag, then --help. */
+/* Every flag's dflt into opts, through the same parser and domain checks as a typed
+ * value: a default is written once, in the table. 0, or -1 with the flag in err. */
+int rt_args_defaults(const rt_args *a, void *opts, char *err, size_t errlen);
+/* The flag lines of the usage: "  --name N   help (default: D)", one per flag, then --help. */
 void rt_args_usage(const rt_args *a, FILE *f);
 /* Parses argv and handles the outcomes every program handles alike: --help prints
  * head (the lines before the flag list; may be NULL), the flag list and tail (may be

@@ -204,6 +204,11 @@ double rt_env_num(rt_env v, double dflt)
     return *end || !isfinite(x) ? dflt : x;
 }
 
+double rt_env_number(rt_env v)
+{
+    return rt_env_num(v, strtod(vars[v].dflt, NULL));
+}
+
 int rt_env_flag(rt_env v, int dflt)
 {
     const char *s = rt_env_str(v);

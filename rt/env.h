@@ -39,6 +39,9 @@ int rt_env_check_one(rt_env v, char *err, size_t errlen);
 const char *rt_env_name(rt_env v);           /* "DDPRT_TIMEOUT" */
 const char *rt_env_str(rt_env v);            /* the value; NULL when unset */
 double rt_env_num(rt_env v, double dflt);    /* the number, else dflt */
+/* The number, else the table's default (its one written place: the doc and the code
+ * read the same string). For the variables whose default is a number. */
+double rt_env_number(rt_env v);
 int rt_env_flag(rt_env v, int dflt);         /* a 0|1 variable: 0 for "0", 1 for "1", else dflt */
 /* The value's index among the variable's '|'-separated choices, else dflt. */
 int rt_env_choice(rt_env v, int dflt);

@@ -157,7 +157,7 @@ uint64_t rt_rdzv_token_hash_of(const char *token)
  * rt/rdzv_door.c after it). */
 int64_t rt_rdzv_hello_timeout_ns(const rt_rdzv *r)
 {
-    double t = rt_env_num(RT_ENV_RDZV_HELLO_TIMEOUT, 5.0);
+    double t = rt_env_number(RT_ENV_RDZV_HELLO_TIMEOUT);
     if (!(t > 0)) t = 5.0;
     if (t > r->timeout_s) t = r->timeout_s;
     return (int64_t)(t * 1e9);

@@ -12,12 +12,12 @@
 
 typedef struct topts { int n, flag; double x; const char *s, *c; size_t sz; } topts;
 static const rt_arg tab[] = {
-    {"count", 'n', RT_ARG_INT, RT_ARG_RANGE, offsetof(topts, n), 1, 10, NULL, NULL, "a count", 0},
-    {"verbose", 'v', RT_ARG_FLAG, RT_ARG_ANY, offsetof(topts, flag), 0, 0, NULL, NULL, "a flag", 0},
-    {"ratio", 0, RT_ARG_DOUBLE, RT_ARG_UNIT, offsetof(topts, x), 0, 0, NULL, NULL, "a ratio", 0},
-    {"name", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, s), 0, 0, NULL, NULL, "a name", 0},
-    {"color", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, c), 0, 0, "red|green", NULL, "a choice", 0},
-    {"bytes", 'b', RT_ARG_SIZE, RT_ARG_RANGE, offsetof(topts, sz), 0, 1099511627776.0, NULL, NULL, "a size", 0},
+    {"count", 'n', RT_ARG_INT, RT_ARG_RANGE, offsetof(topts, n), 1, 10, NULL, NULL, "a count", 0, NULL},
+    {"verbose", 'v', RT_ARG_FLAG, RT_ARG_ANY, offsetof(topts, flag), 0, 0, NULL, NULL, "a flag", 0, NULL},
+    {"ratio", 0, RT_ARG_DOUBLE, RT_ARG_UNIT, offsetof(topts, x), 0, 0, NULL, NULL, "a ratio", 0, NULL},
+    {"name", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, s), 0, 0, NULL, NULL, "a name", 0, NULL},
+    {"color", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, c), 0, 0, "red|green", NULL, "a choice", 0, NULL},
+    {"bytes", 'b', RT_ARG_SIZE, RT_ARG_RANGE, offsetof(topts, sz), 0, 1099511627776.0, NULL, NULL, "a size", 0, NULL},
 };
 
 static int parse(int max_pos, int stop, const char *const *args, topts *o, char **pos, int *np, char *err)
@@ -28,6 +28,38 @@ static int parse(int max_pos, int stop, const char *const *args, topts *o, char 
     rt_args a = {"prog", tab, 6, max_pos, stop};
     memset(o, 0, sizeof *o);
     return rt_args_parse(&a, o, argc, argv, pos, np, err, 256);
+}
+
+/* A default is written once, in the table: set through the parser (its domain checked),
+ * printed by the usage. */
+TEST(args_defaults_come_from_the_table)
+{
+    rt_arg d[] = {
+        {"count", 'n', RT_ARG_INT, RT_ARG_RANGE, offsetof(topts, n), 1, 10, NULL, NULL, "a count", 0, "7"},
+        {"ratio", 0, RT_ARG_DOUBLE, RT_ARG_UNIT, offsetof(topts, x), 0, 0, NULL, NULL, "a ratio", 0, "0.25"},
+        {"color", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, c), 0, 0, "red|green", NULL, "a choice", 0, "green"},
+        {"name", 0, RT_ARG_STR, RT_ARG_ANY, offsetof(topts, s), 0, 0, NULL, NULL, "a name", 0, NULL},
+    };
+    rt_args a = {"prog", d, 4, 0, 0};
+    topts o;
+    char err[256] = "", text[2048] = "";
+    memset(&o, 0, sizeof o);
+    CHECKF(rt_args_defaults(&a, &o, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(o.n, 7);
+    CHECK(o.x == 0.25);
+    CHECK(o.c && !strcmp(o.c, "green"));
+    CHECK(o.s == NULL);
+    FILE *f = fmemopen(text, sizeof text - 1, "w");
+    rt_args_usage(&a, f);
+    fclose(f);
+    CHECKF(strstr(text, "a count (default: 7)") && strstr(text, "a choice (default: green)") &&
+           !strstr(text, "a name (default"), "%s", text);
+    d[0].dflt = "11"; /* outside [1, 10]: the table is wrong, and says where */
+    CHECK(rt_args_defaults(&a, &o, err, sizeof err) != 0);
+    CHECKF(strstr(err, "--count") != NULL, "%s", err);
+    d[0].dflt = "7", d[2].dflt = "blue";
+    CHECK(rt_args_defaults(&a, &o, err, sizeof err) != 0);
+    CHECKF(strstr(err, "--color: expected one of red|green, got 'blue'") != NULL, "%s", err);
 }
 
 TEST(args_forms)

@@ -109,6 +109,15 @@ TEST(env_accessors_read_the_table)
     setenv("DDPRT_TCP_BUFSIZE", "0", 1);
     CHECK(rt_env_num(RT_ENV_TCP_BUFSIZE, 42) == 0);
     unsetenv("DDPRT_TCP_BUFSIZE");
+    /* a number's default is written once, in the table (the doc reads the same string) */
+    unsetenv("DDPRT_TCP_SPIN_US");
+    CHECK(rt_env_number(RT_ENV_TCP_SPIN_US) == 200);
+    CHECK(rt_env_number(RT_ENV_TRACE_ENTRIES) == 2000);
+    setenv("DDPRT_TCP_SPIN_US", "7", 1);
+    CHECK(rt_env_number(RT_ENV_TCP_SPIN_US) == 7);
+    setenv("DDPRT_TCP_SPIN_US", "x", 1);
+    CHECK(rt_env_number(RT_ENV_TCP_SPIN_US) == 200);
+    unsetenv("DDPRT_TCP_SPIN_US");
     CHECK(rt_env_flag(RT_ENV_SHM, 1) == 1);
     setenv("DDPRT_SHM", "0", 1);
     CHECK(rt_env_flag(RT_ENV_SHM, 1) == 0);

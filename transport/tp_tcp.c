@@ -495,7 +495,7 @@ int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t er
     t->b.rank = bs->rank;
     t->b.world = bs->world;
     t->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
-    t->spin_ns = (int64_t)rt_env_num(RT_ENV_TCP_SPIN_US, 200) * 1000;
+    t->spin_ns = (int64_t)rt_env_number(RT_ENV_TCP_SPIN_US) * 1000;
     t->spin_cur = t->spin_ns;
     if (tcp_nsocks_env(&t->nsocks, err, errlen)) {
         free(t);

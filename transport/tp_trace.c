@@ -15,7 +15,7 @@ static const char *const state_names[] = {"-", "issued", "running", "done", "fai
 
 int tp_trace_init(tp_comm *c, char *err, size_t errlen)
 {
-    double n = rt_env_num(RT_ENV_TRACE_ENTRIES, 2000);
+    double n = rt_env_number(RT_ENV_TRACE_ENTRIES);
     c->ntrace = !rt_env_flag(RT_ENV_STALL_WATCH, 1) ? 0 : n < 16 ? 16 : n > (1 << 24) ? (1 << 24) : (uint32_t)n;
     c->trace = c->ntrace ? calloc(c->ntrace, sizeof *c->trace) : NULL;
     if (c->ntrace && !c->trace) {

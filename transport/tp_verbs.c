@@ -416,7 +416,7 @@ int tp_verbs_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t 
     v->b.rank = bs->rank;
     v->b.world = bs->world;
     v->timeout_s = bs->timeout_s > 0 ? bs->timeout_s : 300;
-    v->spin_ns = (int64_t)rt_env_num(RT_ENV_VERBS_SPIN_US, 50) * 1000;
+    v->spin_ns = (int64_t)rt_env_number(RT_ENV_VERBS_SPIN_US) * 1000;
     v->peers = calloc((size_t)bs->world, sizeof *v->peers);
     v->pfds = calloc((size_t)bs->world + 2, sizeof *v->pfds);
     v->pfd_peer = calloc((size_t)bs->world + 2, sizeof *v->pfd_peer);

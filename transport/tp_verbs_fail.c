@@ -19,7 +19,7 @@ static int64_t close_grace_ns(void)
 {
     /* A peer that finished its last op closes right away; the completions of what it
      * sent us may still be in our CQ (or the ACKs of what we sent it on the wire). */
-    return (int64_t)rt_env_num(RT_ENV_VERBS_CLOSE_GRACE_MS, 1000) * 1000000LL;
+    return (int64_t)rt_env_number(RT_ENV_VERBS_CLOSE_GRACE_MS) * 1000000LL;
 }
 
 int tp_verbs_side_fd(verbs_backend *v, int j)

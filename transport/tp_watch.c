@@ -484,7 +484,7 @@ fail:
 static void set_times(tp_watch *w, double timeout_s)
 {
     w->timeout_s = timeout_s;
-    w->warn_s = rt_env_num(RT_ENV_STALL_WARN, 10);
+    w->warn_s = rt_env_number(RT_ENV_STALL_WARN);
     if (w->warn_s > w->timeout_s) w->warn_s = w->timeout_s;
     w->interval_s = w->warn_s / 10 < 0.05 ? 0.05 : w->warn_s / 10 > 1 ? 1 : w->warn_s / 10;
     w->silent_s = 0.5 * w->warn_s;

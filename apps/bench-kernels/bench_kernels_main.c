@@ -497,7 +497,7 @@ typedef struct bk_opts {
     int threads, batch, iters;
 } bk_opts;
 
-#define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0}
+#define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0, NULL}
 static const rt_arg flags[] = {
     K("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu or cuda (the GPU table; CUDA builds) (default: cpu)"),
     K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear|transformer",
@@ -511,7 +511,7 @@ static const rt_arg flags[] = {
     K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet, linear: the bf16 columns (default: on)"),
     K("convs", RT_ARG_STR, RT_ARG_ANY, convs, 0, 0, "on|off", "resnet: the conv table (off: the layer table only)"),
 };
-static const rt_args spec = {"ddprt-bench-kernels", flags, sizeof flags / sizeof flags[0], 0, 0};
+static const rt_args spec = {"ddprt-bench-kernels", flags, RT_NARGS(flags), 0, 0};
 
 static const char head[] =
     "usage: ddprt-bench-kernels [flags]\n\n"

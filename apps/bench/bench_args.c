@@ -57,8 +57,8 @@ static int parse_algo(const char *v, void *field, char *err, size_t errlen)
     return 0;
 }
 
-#define B(n, s, t, dom, field, lo, hi, ch, h) {n, s, t, dom, offsetof(bench_opts, field), lo, hi, ch, NULL, h, 0}
-#define BF(n, s, field, fn, h) {n, s, RT_ARG_FN, RT_ARG_ANY, offsetof(bench_opts, field), 0, 0, NULL, fn, h, 0}
+#define B(n, s, t, dom, field, lo, hi, ch, h) {n, s, t, dom, offsetof(bench_opts, field), lo, hi, ch, NULL, h, 0, NULL}
+#define BF(n, s, field, fn, h) {n, s, RT_ARG_FN, RT_ARG_ANY, offsetof(bench_opts, field), 0, 0, NULL, fn, h, 0, NULL}
 static const rt_arg bench_flags[] = {
     B("min-bytes", 'b', RT_ARG_SIZE, RT_ARG_RANGE, min_bytes, 0, MAX_BYTES, NULL, "smallest size (default 4; suffixes K M G)"),
     B("max-bytes", 'e', RT_ARG_SIZE, RT_ARG_RANGE, max_bytes, 0, MAX_BYTES, NULL, "largest size (default 64M)"),
@@ -86,7 +86,7 @@ static const rt_arg bench_flags[] = {
     B("predict", 0, RT_ARG_FLAG, RT_ARG_ANY, predict, 0, 0, NULL, "the alpha-beta cost model (ddprt-bench --predict --help)"),
     B("fit", 0, RT_ARG_STR, RT_ARG_ANY, fit, 0, 0, NULL, "fit the cost model to measured rows (ddprt-bench --fit - --help)"),
 };
-static const rt_args bench_spec = {"ddprt-bench", bench_flags, sizeof bench_flags / sizeof bench_flags[0], 1, 0};
+static const rt_args bench_spec = {"ddprt-bench", bench_flags, RT_NARGS(bench_flags), 1, 0};
 
 void bench_usage(FILE *f)
 {
@@ -154,8 +154,8 @@ static int parse_gpus(const char *v, void *field, char *err, size_t errlen)
     return 0;
 }
 
-#define P(n, s, t, dom, field, lo, hi, ch, h) {n, s, t, dom, offsetof(bp_opts, field), lo, hi, ch, NULL, h, 0}
-#define PF(n, s, field, fn, h) {n, s, RT_ARG_FN, RT_ARG_ANY, offsetof(bp_opts, field), 0, 0, NULL, fn, h, 0}
+#define P(n, s, t, dom, field, lo, hi, ch, h) {n, s, t, dom, offsetof(bp_opts, field), lo, hi, ch, NULL, h, 0, NULL}
+#define PF(n, s, field, fn, h) {n, s, RT_ARG_FN, RT_ARG_ANY, offsetof(bp_opts, field), 0, 0, NULL, fn, h, 0, NULL}
 static const rt_arg predict_flags[] = {
     P("predict", 0, RT_ARG_FLAG, RT_ARG_ANY, predict, 0, 0, NULL, "predicted allreduce table or DDP step time"),
     P("fit", 0, RT_ARG_STR, RT_ARG_ANY, fit, 0, 0, NULL, "fit alpha and beta to the ddprt-bench rows in FILE (- = stdin)"),
@@ -176,7 +176,7 @@ static const rt_arg predict_flags[] = {
     PF("max-bytes", 'e', hi_bytes, parse_bytes, "largest size (default 64M; --fit: all)"),
     P("step-factor", 'f', RT_ARG_INT, RT_ARG_RANGE, factor, 2, 1024, NULL, "size multiplier (default 2)"),
 };
-static const rt_args predict_spec = {"ddprt-bench", predict_flags, sizeof predict_flags / sizeof predict_flags[0], 1, 0};
+static const rt_args predict_spec = {"ddprt-bench", predict_flags, RT_NARGS(predict_flags), 1, 0};
 
 void bench_predict_usage(FILE *f)
 {

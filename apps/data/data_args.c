@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define D(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(data_opts, field), lo, hi, ch, NULL, h, 0}
+#define D(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(data_opts, field), lo, hi, ch, NULL, h, 0, NULL}
 
 /* "WxH": two integers in 1..DATA_MAX_SIDE whose product is at most DATA_MAX_PIXELS. */
 static int parse_wxh(const char *v, void *field, char *err, size_t errlen)
@@ -35,7 +35,7 @@ static const rt_arg synth_flags[] = {
     D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
     D("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "number of images (default: 200)"),
     {"size", 0, RT_ARG_FN, RT_ARG_ANY, offsetof(data_opts, size), 0, 0, NULL, parse_wxh,
-     "image size WxH (default: 500x375)", 0},
+     "image size WxH (default: 500x375)", 0, NULL},
     D("classes", RT_ARG_INT, RT_ARG_RANGE, classes, 1, 10000, NULL, "class folders (default: 4)"),
     D("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "JPEG quality 1-100 (default: 90)"),
     D("noise", RT_ARG_INT, RT_ARG_RANGE, noise, 0, 127, NULL, "noise amplitude 0-127 (default: 24)"),
@@ -61,16 +61,16 @@ static const rt_arg tokenize_flags[] = {
 
 typedef struct command { const char *name; rt_args spec; const char *line, *about; } command;
 static const command cmds[DATA_NCMD] = {
-    {"convert", {"ddprt-data convert", convert_flags, 5, 0, 0}, "convert --to OUT [--from IDXDIR] [--format png|jpeg|cifar] [--limit N] [--quality Q]",
+    {"convert", {"ddprt-data convert", convert_flags, RT_NARGS(convert_flags), 0, 0}, "convert --to OUT [--from IDXDIR] [--format png|jpeg|cifar] [--limit N] [--quality Q]",
      "Fashion-MNIST (IDX; default: the located data set) as an image folder OUT/{train,val}/CLASS\n"
      "of PNG or JPEG files (class folders 0-tshirt-top ... 9-ankle-boot, so the sorted ids equal the\n"
      "IDX labels), or as CIFAR-10-style binary (images up to 32x32, centred; gray copied to R, G, B).\n"},
-    {"synth", {"ddprt-data synth", synth_flags, 6, 0, 0}, "synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]",
+    {"synth", {"ddprt-data synth", synth_flags, RT_NARGS(synth_flags), 0, 0}, "synth --to OUT [--n N] [--size WxH] [--classes K] [--quality Q] [--noise A]",
      "N JPEGs with smooth colour fields, shapes and sensor-like noise in OUT/train/classKK:\n"
      "benchmark input of ImageNet-like size.\n"},
-    {"bench", {"ddprt-data bench", bench_flags, 6, 1, 0}, "bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T] [--libjpeg-huffman]",
+    {"bench", {"ddprt-data bench", bench_flags, RT_NARGS(bench_flags), 1, 0}, "bench DIR [--image-size S] [--augment A] [--eval] [--n N] [--threads T] [--libjpeg-huffman]",
      "decode + transform throughput per thread (CPU time) on DIR/train.\n"},
-    {"tokenize", {"ddprt-data tokenize", tokenize_flags, 6, -1, 0},
+    {"tokenize", {"ddprt-data tokenize", tokenize_flags, RT_NARGS(tokenize_flags), -1, 0},
      "tokenize [FILE|DIR ...] --to OUT [--bpe DIR] [--name NAME] [--val-fraction F] [--doc-sep LINE] [--shard-tokens N]",
      "Text to llm.c token shards OUT/NAME_{train,val}.bin: bytes (vocabulary 256), or GPT-2's BPE from\n"
      "a user's encoder.json + vocab.bpe (copied to OUT, so samples print as text). Directories: their\n"

@@ -407,7 +407,7 @@ static void random_token(char *out)
  * DDPRT_ELASTIC_WAIT more seconds for the rest, whom it names. 0, or -1 (printed). */
 static int gather(lc *c, int64_t deadline)
 {
-    double grace = rt_env_num(RT_ENV_ELASTIC_WAIT, 10);
+    double grace = rt_env_number(RT_ENV_ELASTIC_WAIT);
     int got = 0, fatal = 0;
     int64_t join_by = elastic(c) && c->min_nodes <= 1 ? port_now_ns() + (int64_t)(grace * SEC) : 0;
     while (got < c->npeers) {

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define L(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(launch_opts, field), lo, hi, ch, NULL, h, 0}
+#define L(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(launch_opts, field), lo, hi, ch, NULL, h, 0, NULL}
 static const rt_arg flags[] = {
     L("nproc-per-node", RT_ARG_INT, RT_ARG_RANGE, nproc, 1, 4096, NULL, "ranks to start on this node (required)"),
     L("nnodes", RT_ARG_STR, RT_ARG_ANY, nnodes_arg, 0, 0, NULL,
@@ -40,7 +40,7 @@ static const rt_arg flags[] = {
       "with --nnodes > 1 and --max-restarts: node 0's restart channel (default: master port + 1)"),
     L("bind-to", RT_ARG_STR, RT_ARG_ANY, bind_to, 0, 0, "core|none", "core: each local rank on its own CPUs (default: none)"),
 };
-static const rt_args spec = {"ddprt-launch", flags, sizeof flags / sizeof flags[0], -1, 1};
+static const rt_args spec = {"ddprt-launch", flags, RT_NARGS(flags), -1, 1};
 
 static const char head[] =
     "usage: ddprt-launch --nproc-per-node N [flags] [--] PROGRAM [ARGS...]\n\n"

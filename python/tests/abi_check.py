@@ -4,8 +4,8 @@ usage: abi_check.py LAYOUT HEADER [load]
 LAYOUT: what the C compiler says, one fact a line (test/test_api_abi.c writes it):
     api_version 2 / sizeof ddprt_opts 72 / offsetof ddprt_opts.rank 16 / enum DDPRT_SUM 0
 HEADER: include/ddprt.h, read for what LAYOUT must cover (every enum constant, every
-field of ddprt_opts) and for the calls (every DDPRT_API function declared to ctypes
-with its number of arguments).
+field of ddprt_opts) and for the calls (every DDPRT_API function declared to ctypes,
+each argument and the result of the same kind: pointer, size_t, int or enum, double).
 load: also load the library and check that get() refuses another API version with one
 line naming both versions and the library's path.
 Prints "abi ok (N checks)", or every mismatch and exits 1."""
@@ -26,8 +26,26 @@ def expect(cond, msg):
         bad.append(msg)
 
 
+def c_kind(decl):
+    """The kind of a C parameter or return type: "ptr", "size", "int", "double", "void"."""
+    if "*" in decl:
+        return "ptr"
+    words = decl.replace("const", " ").split()
+    base = words[0] if words else "void"
+    return {"size_t": "size", "int": "int", "ddprt_dtype": "int", "ddprt_op": "int", "double": "double",
+            "void": "void"}.get(base, "unknown " + base)
+
+
+def ctypes_kind(t):
+    if t is None:
+        return "void"
+    if t in (ctypes.c_void_p, ctypes.c_char_p) or issubclass(t, ctypes._Pointer):
+        return "ptr"
+    return {ctypes.c_size_t: "size", ctypes.c_int: "int", ctypes.c_double: "double"}.get(t, "unknown " + t.__name__)
+
+
 def header_facts(text):
-    """(enum constant names, ddprt_opts field names, {function: number of arguments})."""
+    """(enum constant names, ddprt_opts field names, {function: (result kind, [argument kinds])})."""
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
     enums = []
@@ -43,9 +61,9 @@ def header_facts(text):
             fields.append(re.findall(r"(\w+)\s*$", parts[0])[0])
             fields += [p.strip().lstrip("*").strip() for p in parts[1:]]
     calls = {}
-    for name, args in re.findall(r"DDPRT_API\s+[\w\s\*]*?\b(ddprt_\w+)\s*\(([^)]*)\)\s*;", text):
+    for ret, name, args in re.findall(r"DDPRT_API\s+([\w\s\*]*?)\b(ddprt_\w+)\s*\(([^)]*)\)\s*;", text):
         args = args.strip()
-        calls[name] = 0 if args in ("", "void") else args.count(",") + 1
+        calls[name] = (c_kind(ret), [] if args in ("", "void") else [c_kind(a) for a in args.split(",")])
     return enums, fields, calls
 
 
@@ -87,9 +105,9 @@ def main():
 
     # The calls: every one declared, with as many arguments.
     sigs = _lib.signatures()
-    for name, n in sorted(calls.items()):
-        expect(name in sigs and len(sigs[name][1]) == n, "%s: the header takes %d arguments, _lib declares %s" % (
-            name, n, len(sigs[name][1]) if name in sigs else "none"))
+    for name, want in sorted(calls.items()):
+        got = (ctypes_kind(sigs[name][0]), [ctypes_kind(t) for t in sigs[name][1]]) if name in sigs else None
+        expect(got == want, "%s: the header has %s %s, _lib declares %s" % (name, want[0], want[1], got))
     expect(sorted(sigs) == sorted(calls), "_lib declares calls the header lacks: %s" % sorted(set(sigs) - set(calls)))
 
     if len(sys.argv) > 3 and sys.argv[3] == "load":

@@ -180,7 +180,7 @@ $(BUILD)/libddprt.a: $(LIB_OBJ)
 
 # The shared library: the C API's objects and what they need from the archive;
 # versioned soname (libddprt.so.MAJOR), only ddprt_* exported (api/api.map).
-API_OBJ  := $(BUILD)/obj/api/api.o $(BUILD)/obj/api/api_coll.o
+API_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard api/*.c))
 $(BUILD)/libddprt.so.$(VERSION): $(API_OBJ) $(BUILD)/libddprt.a api/api.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=api/api.map -Wl,--as-needed \
 	  $(if $(SAN),,-Wl,--no-undefined) $(LDFLAGS) -o $@ $(API_OBJ) $(BUILD)/libddprt.a $(LDLIBS)

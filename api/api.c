@@ -48,14 +48,25 @@ int api_comm_fail(const ddprt_comm *c, int code)
 const char *ddprt_last_error(void) { return last_err; }
 const char *ddprt_comm_error(const ddprt_comm *c) { return c && c->tc ? tp_errmsg(c->tc) : ""; }
 const char *ddprt_version(void) { return DDPRT_VERSION; }
+int ddprt_api_version(void) { return DDPRT_API_VERSION; }
 size_t ddprt_dtype_size(ddprt_dtype dt) { return (unsigned)dt < RT_NDTYPE ? rt_dtype_size((rt_dtype)dt) : 0; }
-int ddprt_rank(const ddprt_comm *c) { return c->rank; }
-int ddprt_size(const ddprt_comm *c) { return c->world; }
-int ddprt_local_rank(const ddprt_comm *c) { return c->local_rank; }
-int ddprt_local_size(const ddprt_comm *c) { return c->local_size; }
+
+int api_null_comm(const char *who)
+{
+    return api_fail(DDPRT_EINVAL, "%s: the communicator is NULL (call ddprt_init first)", who);
+}
+
+/* A NULL comm is an error like any call's, not a crash: a rank is never negative. */
+#define COMM_FIELD(fn, field) \
+    int fn(const ddprt_comm *c) { return c ? c->field : api_null_comm(#fn); }
+COMM_FIELD(ddprt_rank, rank)
+COMM_FIELD(ddprt_size, world)
+COMM_FIELD(ddprt_local_rank, local_rank)
+COMM_FIELD(ddprt_local_size, local_size)
 
 void ddprt_opts_default(ddprt_opts *o)
 {
+    if (!o) return;
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
     o->rank = o->world_size = o->local_rank = -1;
@@ -195,6 +206,7 @@ void ddprt_abort(ddprt_comm *c, const char *why)
 void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes)
 {
     void *p = NULL;
+    if (!c) return api_null_comm("ddprt_mem_alloc"), NULL;
     if (c->tc) p = tp_mem_alloc(c->tc, bytes);
     else if (posix_memalign(&p, 4096, bytes ? bytes : 1)) p = NULL;
     if (!p) api_fail(DDPRT_ENOMEM, "ddprt_mem_alloc: out of memory (%zu bytes)", bytes);
@@ -203,6 +215,8 @@ void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes)
 
 void ddprt_mem_free(ddprt_comm *c, void *p)
 {
+    /* Whose block p is cannot be known without c: leave it (finalize frees it). */
+    if (!c) return (void)api_null_comm("ddprt_mem_free");
     if (c->tc) tp_mem_free(c->tc, p);
     else free(p);
 }
@@ -235,7 +249,17 @@ void api_req_put(ddprt_request *r)
     port_mutex_unlock(&c->mu);
 }
 
-static int req_check(ddprt_request *r, const char *who)
+int ddprt_wait(ddprt_request *r)
+{
+    int rc = api_req_check(r, "ddprt_wait");
+    if (rc) return rc;
+    ddprt_comm *c = r->c;
+    rc = r->local_rc <= 0 ? r->local_rc : tp_wait(c->tc, &r->h);
+    api_req_put(r);
+    return rc ? api_comm_fail(c, rc) : DDPRT_OK;
+}
+
+int api_req_check(ddprt_request *r, const char *who)
 {
     /* in_use is read without the lock: waiting for a released request is the caller's
      * bug, caught here when it is plainly so, not a race to arbitrate. */
@@ -244,23 +268,21 @@ static int req_check(ddprt_request *r, const char *who)
     return 0;
 }
 
-int ddprt_wait(ddprt_request *r)
+int api_test(ddprt_request *r)
 {
-    int rc = req_check(r, "ddprt_wait");
-    if (rc) return rc;
     ddprt_comm *c = r->c;
-    rc = r->local_rc <= 0 ? r->local_rc : tp_wait(c->tc, &r->h);
-    api_req_put(r);
-    return rc ? api_comm_fail(c, rc) : DDPRT_OK;
-}
-
-int ddprt_test(ddprt_request *r)
-{
-    int rc = req_check(r, "ddprt_test");
-    if (rc) return rc;
-    ddprt_comm *c = r->c;
-    rc = r->local_rc <= 0 ? (r->local_rc ? r->local_rc : 1) : tp_test(c->tc, &r->h);
+    int rc = r->local_rc <= 0 ? (r->local_rc ? r->local_rc : 1) : tp_test(c->tc, &r->h);
     if (!rc) return 0;
     api_req_put(r);
     return rc < 0 ? api_comm_fail(c, rc) : 1;
+}
+
+int ddprt_test(ddprt_request **req, int *done)
+{
+    if (done) *done = 0;
+    if (!req || !done) return api_fail(DDPRT_EINVAL, "ddprt_test: %s is NULL", req ? "done" : "req");
+    int rc = api_req_check(*req, "ddprt_test");
+    if (rc || !(rc = api_test(*req))) return rc;
+    *done = 1, *req = NULL; /* released: ok or failed */
+    return rc < 0 ? rc : DDPRT_OK;
 }

@@ -12,7 +12,7 @@ enum { NO_OP = -1, NO_ROOT = -1 };
 static int check(const ddprt_comm *c, const char *who, const void *a, const void *b, size_t n, int dt, int op,
                  int root)
 {
-    if (!c) return api_fail(DDPRT_EINVAL, "%s: the communicator is NULL (call ddprt_init first)", who);
+    if (!c) return api_null_comm(who);
     if ((unsigned)dt >= 7) return api_fail(DDPRT_EINVAL, "%s: unknown dtype %d", who, dt);
     if (op != NO_OP && (unsigned)op >= 5) return api_fail(DDPRT_EINVAL, "%s: unknown op %d", who, op);
     if (root != NO_ROOT && (root < 0 || root >= c->world))
@@ -53,7 +53,7 @@ int ddprt_allgather(ddprt_comm *c, const void *send, void *recv, size_t sendcoun
 
 /* One broadcast per rank's block: no scratch sized by the largest block, and every
  * block still travels once per link (chain broadcast). */
-int ddprt_allgatherv(ddprt_comm *c, const void *send, size_t sendcount, void *recv, const size_t *recvcounts,
+int ddprt_allgatherv(ddprt_comm *c, const void *send, void *recv, size_t sendcount, const size_t *recvcounts,
                      const size_t *displs, ddprt_dtype dt)
 {
     int rc = check(c, "ddprt_allgatherv", send, recv, sendcount, dt, NO_OP, NO_ROOT);

@@ -29,4 +29,10 @@ int api_comm_fail(const ddprt_comm *c, int code);
 /* A free request slot (NULL and EBUSY's line when none), released by api_req_put. */
 ddprt_request *api_req_get(ddprt_comm *c);
 void api_req_put(ddprt_request *r);
+/* 0, or EINVAL with the line "WHO: the request is NULL or already completed". */
+int api_req_check(ddprt_request *r, const char *who);
+/* A checked request: 0 running; 1 done and ok, < 0 failed (both release it). */
+int api_test(ddprt_request *r);
+/* EINVAL with "WHO: the communicator is NULL (call ddprt_init first)". */
+int api_null_comm(const char *who);
 #endif

@@ -19,6 +19,20 @@
  *    by one thread and waited for by another is the intended use: a progress thread).
  *    Ops run in issue order, one at a time.
  *  - Buffers are the caller's and must stay untouched while an op on them runs.
+ *  - Argument order, every call: the communicator, send, recv, counts, dtype, op or
+ *    root, and last the request of an asynchronous call (NCCL's order).
+ *
+ * Versions: DDPRT_API_VERSION is the API this header declares; ddprt_api_version()
+ * the one the loaded library implements (a caller or binding that mirrors the API by
+ * hand, as the Python package does, compares the two and refuses a mismatch).
+ * Binaries built against an older API keep running on a newer libddprt.so.0: a call
+ * whose signature or meaning changed keeps its old form under its old symbol version
+ * (api/api.map: ddprt_test@DDPRT_0, ddprt_allgatherv@DDPRT_0), and a rebuild gets
+ * the new one (the compiler flags each changed call: its argument types differ). So
+ * the good names stay the only names: no deprecated aliases to carry in this header.
+ *   API 1 -> 2: ddprt_allgatherv(c, send, sendcount, recv, ...) became
+ *   ddprt_allgatherv(c, send, recv, sendcount, ...); ddprt_test(req) (0 running,
+ *   1 done, < 0 failed) became ddprt_test(&req, &done); ddprt_api_version() added.
  *
  * dtypes: f32 f64 f16 bf16 i32 i64 u8. f16/bf16 are reduced in f32, rounded to
  * nearest-even after each pairwise step. Integer SUM/PROD wrap around. AVG = SUM
@@ -38,7 +52,7 @@ extern "C" {
 #define DDPRT_API
 #endif
 
-#define DDPRT_API_VERSION 1 /* bumped with every change a caller can see */
+#define DDPRT_API_VERSION 2 /* bumped with every change a caller can see */
 
 typedef enum ddprt_dtype {
     DDPRT_FLOAT32 = 0, DDPRT_FLOAT64 = 1, DDPRT_FLOAT16 = 2, DDPRT_BFLOAT16 = 3,
@@ -93,6 +107,7 @@ DDPRT_API void ddprt_finalize(ddprt_comm *c);
  * this rank. */
 DDPRT_API void ddprt_abort(ddprt_comm *c, const char *why);
 
+/* These four with a NULL c: DDPRT_EINVAL ("ddprt_rank: the communicator is NULL"). */
 DDPRT_API int ddprt_rank(const ddprt_comm *c);
 DDPRT_API int ddprt_size(const ddprt_comm *c);
 DDPRT_API int ddprt_local_rank(const ddprt_comm *c);
@@ -102,14 +117,15 @@ DDPRT_API int ddprt_local_size(const ddprt_comm *c); /* ranks on this host */
 DDPRT_API const char *ddprt_last_error(void);
 /* The communicator's first failure ("" while healthy). */
 DDPRT_API const char *ddprt_comm_error(const ddprt_comm *c);
-DDPRT_API const char *ddprt_version(void); /* "0.1.0" */
+DDPRT_API const char *ddprt_version(void); /* the library's release, "0.1.0" */
+DDPRT_API int ddprt_api_version(void);     /* the library's DDPRT_API_VERSION */
 DDPRT_API size_t ddprt_dtype_size(ddprt_dtype dt); /* 0 for an unknown dtype */
 
 /* Memory the other ranks of this host can map: an allreduce whose send and recv lie
  * in it on every rank reads the peers' buffers in place (single copy). Plain memory
  * where that cannot be (no memfd; more than 8 blocks alive in this comm), so always
- * usable; NULL only when out of memory. Page aligned. Free with ddprt_mem_free while
- * no op uses it; ddprt_finalize frees what is left. */
+ * usable; NULL only when out of memory (or c is NULL). Page aligned. Free with
+ * ddprt_mem_free while no op uses it; ddprt_finalize frees what is left. */
 DDPRT_API void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes);
 DDPRT_API void ddprt_mem_free(ddprt_comm *c, void *p);
 
@@ -120,15 +136,15 @@ DDPRT_API int ddprt_broadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtyp
 DDPRT_API int ddprt_allgather(ddprt_comm *c, const void *send, void *recv, size_t sendcount, ddprt_dtype dt);
 /* Rank r gives recvcounts[r] elements (sendcount must equal recvcounts[rank]); they land
  * at recv + displs[r] elements (displs NULL: packed in rank order). */
-DDPRT_API int ddprt_allgatherv(ddprt_comm *c, const void *send, size_t sendcount, void *recv,
+DDPRT_API int ddprt_allgatherv(ddprt_comm *c, const void *send, void *recv, size_t sendcount,
                                const size_t *recvcounts, const size_t *displs, ddprt_dtype dt);
 /* send: size * recvcount elements; rank r's recv gets the reduction of block r. */
 DDPRT_API int ddprt_reduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount, ddprt_dtype dt,
                                    ddprt_op op);
 DDPRT_API int ddprt_barrier(ddprt_comm *c);
 
-/* Asynchronous forms: *req is set (NULL on failure). Complete each request exactly once
- * with ddprt_wait, or with a ddprt_test that returns non-zero. */
+/* Asynchronous forms: *req is set (NULL on failure). Complete each request exactly once:
+ * with ddprt_wait, or with ddprt_test until it reports done. */
 DDPRT_API int ddprt_iallreduce(ddprt_comm *c, const void *send, void *recv, size_t count, ddprt_dtype dt,
                                ddprt_op op, ddprt_request **req);
 DDPRT_API int ddprt_ibroadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root,
@@ -139,9 +155,14 @@ DDPRT_API int ddprt_ireduce_scatter(ddprt_comm *c, const void *send, void *recv,
                                     ddprt_dtype dt, ddprt_op op, ddprt_request **req);
 /* Blocks until the op is done (bounded by its deadline) and releases req: 0 or a code. */
 DDPRT_API int ddprt_wait(ddprt_request *req);
-/* Never blocks: 0 still running (req stays valid), 1 done and ok, < 0 failed; on a
- * non-zero return req is released. */
-DDPRT_API int ddprt_test(ddprt_request *req);
+/* Never blocks (MPI_Test). The return value is only the error: 0 (running, or done
+ * and ok) or a code. *done = 1 exactly when the op has finished, ok or failed: then
+ * the request is released and *req set to NULL. *done = 0: still running, *req stays
+ * valid. A NULL or released request, or done NULL: DDPRT_EINVAL with *done = 0 where
+ * done is given, nothing released.
+ *     int done = 0, rc = 0;
+ *     while (!(rc = ddprt_test(&req, &done)) && !done) compute_a_little();  */
+DDPRT_API int ddprt_test(ddprt_request **req, int *done);
 
 #ifdef __cplusplus
 }

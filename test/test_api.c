@@ -70,22 +70,33 @@ static void spawn_env(t_proc *p, int world, int port, const char *mode, const ch
     }
 }
 
-PTEST(api_sigkilled_rank_is_an_error_naming_it)
+/* victim: the rank that SIGKILLs itself; async: the others poll with ddprt_test, whose
+ * failure must come with done set and the request released. */
+static void killed(int victim, const char *async)
 {
     t_clean_env();
     t_proc p[MAXW];
-    spawn_env(p, 3, t_free_port(), "kill", "victim=1", "timeout=30", "10");
+    char v[32];
+    snprintf(v, sizeof v, "victim=%d", victim);
+    spawn_env(p, 3, t_free_port(), "kill", v, async, "10");
     int rc[MAXW];
     for (int r = 0; r < 3; r++) rc[r] = t_wait(&p[r], 60);
-    CHECKF(rc[1] == 128 + 9, "victim exited %d: %s", rc[1], t_slurp(p[1].err));
-    for (int r = 0; r < 3; r += 2) {
+    CHECKF(rc[victim] == 128 + 9, "victim exited %d: %s", rc[victim], t_slurp(p[victim].err));
+    char who[16];
+    snprintf(who, sizeof who, "rank %d", victim);
+    for (int r = 0; r < 3; r++) {
+        if (r == victim) continue;
         const char *out = t_slurp(p[r].out);
         double t = 99;
         CHECKF(rc[r] == 3 && sscanf(out, "failed after %lf", &t) == 1, "rank %d exited %d: %s%s", r, rc[r], out,
                t_slurp(p[r].err));
-        CHECKF(strstr(out, "rank 1") && t < 25, "rank %d: %s", r, out);
+        CHECKF(strstr(out, who) && t < 25, "rank %d: %s", r, out);
+        if (strcmp(async, "timeout=30")) CHECKF(strstr(out, "(test: done, released)"), "rank %d: %s", r, out);
     }
 }
+
+PTEST(api_sigkilled_rank_is_an_error_naming_it) { killed(1, "timeout=30"); }
+PTEST(api_sigkilled_rank_fails_ddprt_test_with_done_set) { killed(2, "async=1"); }
 
 /* Rank 0 computes (sleeps) past the others' deadline: they fail naming it, and rank 0
  * gets the failure from its next op instead of the process ending (the programs' stall

@@ -2,9 +2,11 @@
  * dtype and op against numpy at 1, 2 and 3 ranks (python/tests/core_check.py); DDP with
  * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
  * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
- * names it (fail_check.py); `pip install` of the package. Skipped with a note where the
- * Python (DDPRT_PYTHON, default /usr/bin/python3) lacks numpy or torch, or under a
- * sanitizer (an uninstrumented interpreter cannot load an instrumented library). */
+ * names it (fail_check.py); sum vs average defaults (defaults_check.py); `pip install`
+ * of the package. Skipped with a note where the Python (DDPRT_PYTHON, default
+ * /usr/bin/python3) lacks numpy or torch, or under a sanitizer (an uninstrumented
+ * interpreter cannot load an instrumented library). The ctypes mirror of the C header:
+ * test/test_api_abi.c. */
 #include "test/t.h"
 #include "test/t_proc.h"
 #include <stdio.h>
@@ -65,6 +67,16 @@ static void core(int world)
 PTEST(python_core_calls_vs_numpy_one_process) { core(1); }
 PTEST(python_core_calls_vs_numpy_2_ranks) { core(2); }
 PTEST(python_core_calls_vs_numpy_3_ranks) { core(3); }
+
+/* ddprt.allreduce sums by default (MPI, NCCL), ddprt.torch.allreduce averages
+ * (Horovod): both defaults, and each asked for the other (defaults_check.py). */
+PTEST(python_core_allreduce_sums_horovod_allreduce_averages_2_ranks)
+{
+    if (!have("numpy")) return;
+    char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)python(),
+                    "python/tests/defaults_check.py", NULL};
+    t_launch_ok(argv, env_for(NULL), 2, "rank %d of %d ok", 180);
+}
 
 /* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes
  * MASTER_PORT, under torchrun the agent's does. */

@@ -9,12 +9,15 @@ import threading
 
 from . import _lib
 
-Sum, Product, Min, Max, Average = 0, 1, 2, 3, 4
+_E = _lib.ENUMS
+Sum, Product, Min, Max, Average = _E["DDPRT_SUM"], _E["DDPRT_PROD"], _E["DDPRT_MIN"], _E["DDPRT_MAX"], _E["DDPRT_AVG"]
 _OPS = {"sum": Sum, "prod": Product, "product": Product, "min": Min, "max": Max, "avg": Average,
         "average": Average, "mean": Average}
-_DTYPES = {"float32": 0, "float": 0, "f32": 0, "float64": 1, "double": 1, "f64": 1, "float16": 2, "half": 2,
-           "f16": 2, "bfloat16": 3, "bf16": 3, "int32": 4, "i32": 4, "int64": 5, "i64": 5, "uint8": 6, "u8": 6}
-_DTYPE_NAMES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
+_DTYPE_NAMES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]  # by code
+_DTYPES = {n: _E["DDPRT_" + n.upper()] for n in _DTYPE_NAMES}
+_DTYPES.update({a: _DTYPES[n] for a, n in (("float", "float32"), ("f32", "float32"), ("double", "float64"),
+                                           ("f64", "float64"), ("half", "float16"), ("f16", "float16"),
+                                           ("bf16", "bfloat16"), ("i32", "int32"), ("i64", "int64"), ("u8", "uint8"))})
 _ESIZE = [4, 8, 2, 2, 4, 8, 1]
 _LOG = {"silent": -1, "error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
 
@@ -238,10 +241,11 @@ class Handle:
 
     def test(self):
         if self._state == 0 and self._alive():
-            rc = _lib.get().ddprt_test(self._req)
-            if rc == 0:
+            done = ctypes.c_int(0)
+            rc = _lib.get().ddprt_test(ctypes.byref(self._req), ctypes.byref(done))
+            if rc == 0 and not done.value:
                 return False
-            self._finish(rc)
+            self._finish(rc)  # done: the library released the request (ok or failed)
         return True
 
     def done(self):
@@ -258,14 +262,18 @@ def _issue(fn, args, result, keep):
 # ---- the collectives ---------------------------------------------------------------------
 
 def allreduce_(x, op=Sum, dtype=None):
-    """Reduces x across the ranks in place (sum in rank order: the same bits everywhere)."""
+    """Reduces x across the ranks in place. op defaults to Sum, as in MPI, NCCL and
+    torch.distributed.all_reduce (ddprt.torch.allreduce, Horovod's, averages by default);
+    sums are taken in rank order: the same bits everywhere."""
     p, n, dt = _desc(x, dtype, writable=True)
     _check(_lib.get().ddprt_allreduce(_c(), p, p, n, dt, _op(op)))
     return x
 
 
 def allreduce(x, op=Sum, dtype=None):
-    """The reduction of x across the ranks, in a new array or tensor."""
+    """The reduction of x across the ranks, in a new array or tensor: the sum unless op
+    says otherwise (MPI's and NCCL's default; ddprt.torch.allreduce follows Horovod and
+    averages)."""
     x = _contig(x)
     out = _empty_like(x)
     p, n, dt = _desc(x, dtype)
@@ -349,7 +357,7 @@ def allgather(x, dtype=None):
         for d in tail:
             per *= d
         counts = (ctypes.c_size_t * len(rows))(*[r * per for r in rows])
-        _check(lib.ddprt_allgatherv(_c(), p, n, q, counts, None, dt))
+        _check(lib.ddprt_allgatherv(_c(), p, q, n, counts, None, dt))
     return out
 
 
@@ -388,7 +396,7 @@ class _Block:
         self.comm = _c()
         self.ptr = _lib.get().ddprt_mem_alloc(self.comm, max(1, nbytes))
         if not self.ptr:
-            raise _err(-5)
+            raise _err(_E["DDPRT_ENOMEM"])
         self.nbytes = nbytes
 
     def __del__(self):

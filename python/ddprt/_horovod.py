@@ -100,7 +100,9 @@ def poll(handle):
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
-    """A new tensor: tensor averaged (default) or op-reduced over the ranks."""
+    """A new tensor: tensor averaged over the ranks (Horovod's default, op=Average), or
+    reduced by op (average=False: summed). ddprt.allreduce, the core call, sums by
+    default as MPI and NCCL do: the two are Horovod's and MPI's names, kept apart."""
     c, ctx = compression.compress(tensor)
     c = c.clone(memory_format=torch.contiguous_format) if c is tensor else c.contiguous()
     return compression.decompress(synchronize(allreduce_async_(c, average, name, op, prescale_factor,
@@ -109,6 +111,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None):
+    """In place; averaged by default, as allreduce."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
 
 

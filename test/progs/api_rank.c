@@ -3,15 +3,18 @@
  * installed libddprt.so with pkg-config.
  * usage: t-api_rank MODE [key=value...]   (rank, world, master: from the environment)
  *   check: every collective on f32 f64 i32 i64 u8 with every op (small integers:
- *          exact in any order), async ops waited for by another thread, ddprt_test,
- *          allgatherv with unequal blocks, registered memory, argument errors;
+ *          exact in any order), async ops waited for by another thread, ddprt_test
+ *          and its done flag, allgatherv with unequal blocks, registered memory,
+ *          argument errors, a NULL communicator, the API version;
  *          prints "rank R of W ok (N checks)".
  *   kill:  allreduce of 4 MiB in a loop; rank victim= (default world-1) SIGKILLs
  *          itself after 3 iterations; the others print "failed after T s: MSG", exit 3.
+ *          async=1: iallreduce and ddprt_test until done instead (the failure must
+ *          come with done set and the request released: "released" in the line).
  *   late:  rank 0 sleeps sleep= s (default 6) outside any op while the others wait in
  *          an allreduce; they fail naming it; rank 0 must then fail its next op (not
  *          exit): "rank 0 failed: MSG", exit 3.
- * keys: timeout=S, init=URL, offset=N (port_offset). */
+ * keys: timeout=S, init=URL, offset=N (port_offset), victim=R, sleep=S, async=1. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, kill: built outside the tree too */
 #endif
@@ -135,7 +138,7 @@ static void movers(float *s, float *r, size_t n)
     size_t counts[64], total = 0;
     for (int q = 0; q < world_; q++) total += counts[q] = (size_t)q;
     for (size_t i = 0; i < total; i++) r[i] = -1;
-    EXPECT(!ddprt_allgatherv(c, s, (size_t)rank_, r, counts, NULL, DDPRT_FLOAT32), "allgatherv");
+    EXPECT(!ddprt_allgatherv(c, s, r, (size_t)rank_, counts, NULL, DDPRT_FLOAT32), "allgatherv");
     size_t at = 0;
     for (int q = 0; q < world_; q++)
         for (size_t i = 0; i < counts[q]; i++, at++) EXPECT(r[at] == (float)(q * 1000 + (int)i), "allgatherv [%zu]", at);
@@ -155,11 +158,19 @@ static void async_ops(float *s, float *r, size_t n)
     EXPECT(w.rc == 0, "wait from another thread: %d", w.rc);
     for (size_t i = 0; i < n; i++) EXPECT(r[i] == (float)(world_ * (world_ + 1) / 2), "iallreduce [%zu]", i);
     EXPECT(ddprt_wait(req) == DDPRT_EINVAL && strstr(ddprt_last_error(), "already completed"), "second wait");
-    /* ddprt_test until done; then ibroadcast, iallgather, ireduce_scatter in a row. */
+    /* ddprt_test until done: 0 returned every time, the request released (NULL) with
+     * done; testing it again is an argument error that reports not done. Then
+     * ibroadcast, iallgather, ireduce_scatter in a row. */
     EXPECT(!ddprt_iallreduce(c, s, r, n, DDPRT_FLOAT32, DDPRT_MAX, &req), "iallreduce max");
-    int t;
-    while (!(t = ddprt_test(req))) sleep_s(1e-4);
-    EXPECT(t == 1 && r[0] == (float)world_, "test: %d, %g", t, r[0]);
+    int t, done = 0;
+    while (!(t = ddprt_test(&req, &done)) && !done) sleep_s(1e-4);
+    EXPECT(t == 0 && done == 1 && req == NULL && r[0] == (float)world_, "test: %d done %d req %p, %g", t, done,
+           (void *)req, r[0]);
+    EXPECT(ddprt_test(&req, &done) == DDPRT_EINVAL && done == 0 && strstr(ddprt_last_error(), "already completed"),
+           "test of a released request");
+    EXPECT(ddprt_test(NULL, &done) == DDPRT_EINVAL && done == 0, "test NULL");
+    EXPECT(!ddprt_iallreduce(c, s, r, n, DDPRT_FLOAT32, DDPRT_MAX, &req), "iallreduce max");
+    EXPECT(ddprt_test(&req, NULL) == DDPRT_EINVAL && req != NULL && !ddprt_wait(req), "test without done");
     ddprt_request *q[3];
     EXPECT(!ddprt_ibroadcast(c, s, n, DDPRT_FLOAT32, 0, &q[0]), "ibroadcast");
     EXPECT(!ddprt_iallgather(c, s, r, 1, DDPRT_FLOAT32, &q[1]), "iallgather");
@@ -191,6 +202,23 @@ static void errors(float *s)
            "bad root");
     EXPECT(ddprt_allreduce(c, NULL, s, 4, DDPRT_FLOAT32, DDPRT_SUM) == DDPRT_EINVAL, "NULL buffer");
     EXPECT(ddprt_wait(NULL) == DDPRT_EINVAL, "wait NULL");
+    /* A NULL communicator: an error with its line, never a crash. */
+    EXPECT(ddprt_rank(NULL) == DDPRT_EINVAL && strstr(ddprt_last_error(), "ddprt_rank: the communicator is NULL"),
+           "rank NULL");
+    EXPECT(ddprt_size(NULL) == DDPRT_EINVAL && strstr(ddprt_last_error(), "ddprt_size: the communicator is NULL"),
+           "size NULL");
+    EXPECT(ddprt_local_rank(NULL) == DDPRT_EINVAL && ddprt_local_size(NULL) == DDPRT_EINVAL &&
+               strstr(ddprt_last_error(), "ddprt_local_size: the communicator is NULL"), "local rank/size NULL");
+    EXPECT(ddprt_mem_alloc(NULL, 64) == NULL && strstr(ddprt_last_error(), "ddprt_mem_alloc: the communicator"),
+           "mem_alloc NULL");
+    ddprt_mem_free(NULL, s);
+    EXPECT(strstr(ddprt_last_error(), "ddprt_mem_free: the communicator is NULL"), "mem_free NULL");
+    ddprt_request *q = NULL;
+    EXPECT(ddprt_allgatherv(NULL, s, s, 1, NULL, NULL, DDPRT_FLOAT32) == DDPRT_EINVAL &&
+               ddprt_iallreduce(NULL, s, s, 1, DDPRT_FLOAT32, DDPRT_SUM, &q) == DDPRT_EINVAL && !q &&
+               strstr(ddprt_last_error(), "ddprt_iallreduce: the communicator is NULL"), "collectives NULL");
+    EXPECT(!strcmp(ddprt_comm_error(NULL), "") && ddprt_api_version() == DDPRT_API_VERSION && *ddprt_version(),
+           "comm_error NULL, version %d (header %d) '%s'", ddprt_api_version(), DDPRT_API_VERSION, ddprt_version());
     /* Nothing was sent: the comm is still healthy. */
     EXPECT(!ddprt_barrier(c) && !*ddprt_comm_error(c), "healthy after argument errors");
 }
@@ -211,18 +239,33 @@ static int mode_check(void)
     return 0;
 }
 
-static int mode_kill(int victim)
+/* One allreduce, blocking or (async) by ddprt_test until done: 0 or a code; *how says
+ * whether a failed request came back released. */
+static int kill_step(float *x, size_t n, int async, const char **how)
+{
+    *how = "";
+    if (!async) return ddprt_allreduce(c, x, x, n, DDPRT_FLOAT32, DDPRT_SUM);
+    ddprt_request *req;
+    int rc = ddprt_iallreduce(c, x, x, n, DDPRT_FLOAT32, DDPRT_SUM, &req), done = 0;
+    if (rc) return rc;
+    while (!(rc = ddprt_test(&req, &done)) && !done) sleep_s(1e-4);
+    *how = done && !req ? " (test: done, released)" : " (test: NOT released)";
+    return rc;
+}
+
+static int mode_kill(int victim, int async)
 {
     size_t n = 1 << 20;
     float *x = calloc(n, sizeof *x);
     double t0 = now_s();
+    const char *how;
     for (int it = 0; it < 1000000; it++) {
         if (rank_ == victim && it == 3) {
             fflush(stdout);
             kill(getpid(), SIGKILL);
         }
-        if (ddprt_allreduce(c, x, x, n, DDPRT_FLOAT32, DDPRT_SUM)) {
-            printf("failed after %.1f s: %s\n", now_s() - t0, ddprt_last_error());
+        if (kill_step(x, n, async, &how)) {
+            printf("failed after %.1f s: %s%s\n", now_s() - t0, ddprt_last_error(), how);
             fflush(stdout);
             ddprt_finalize(c); /* a failed comm: returns at once */
             free(x);
@@ -255,7 +298,7 @@ int main(int argc, char **argv)
     }
     ddprt_opts o;
     ddprt_opts_default(&o);
-    int victim = -1;
+    int victim = -1, async = 0;
     double nap = 6;
     for (int i = 2; i < argc; i++) {
         char *v = strchr(argv[i], '=');
@@ -265,6 +308,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "init")) o.init_method = v;
         else if (!strcmp(argv[i], "offset")) o.port_offset = atoi(v);
         else if (!strcmp(argv[i], "victim")) victim = atoi(v);
+        else if (!strcmp(argv[i], "async")) async = atoi(v);
         else if (!strcmp(argv[i], "sleep")) nap = atof(v);
     }
     if (ddprt_init(&c, &o)) {
@@ -272,7 +316,7 @@ int main(int argc, char **argv)
         return 3;
     }
     rank_ = ddprt_rank(c), world_ = ddprt_size(c);
-    if (!strcmp(argv[1], "kill")) return mode_kill(victim < 0 ? world_ - 1 : victim);
+    if (!strcmp(argv[1], "kill")) return mode_kill(victim < 0 ? world_ - 1 : victim, async);
     if (!strcmp(argv[1], "late")) return mode_late(nap);
     return mode_check();
 }

@@ -63,6 +63,10 @@ static void run_ok2(int world, const char *mode, char **env, char **env1, int wa
         CHECKF(rc == 0 && strstr(out, want) && strstr(out, shm) && (want_cma < 0 || strstr(out, cma)),
                "%s world %d: rank %d exited %d\nstdout: %s\nstderr: %s", mode, world, r, rc, out, t_slurp(p[r].err));
     }
+    /* Rank 0 names the pairs' transport (tp_transport.h), the last pair too. */
+    char pair[96];
+    snprintf(pair, sizeof pair, "rank %d <-> %d: %s", world - 2, world - 1, want_shm ? "shm (same host)" : "tcp (same host; no shm: ");
+    CHECKF(strstr(t_slurp(p[0].err), pair), "rank 0 does not log '%s':\n%s", pair, t_slurp(p[0].err));
     CHECKF(segments_of(p[0].pid) == 0, "a segment of rank 0 (pid %d) is left in /dev/shm", (int)p[0].pid);
 }
 
@@ -121,7 +125,8 @@ static void run_kill(int world, int victim, int cma_kill)
     for (int r = 0; r < world; r++) rc[r] = t_wait(&p[r], 90);
     CHECKF(rc[victim] == 128 + 9, "victim exited %d: %s", rc[victim], t_slurp(p[victim].err));
     double tk = 0, tf = 0;
-    CHECK(sscanf(t_slurp(cma_kill ? p[victim].err : p[victim].out), "killed at %lf", &tk) == 1);
+    const char *kl = strstr(t_slurp(cma_kill ? p[victim].err : p[victim].out), "killed at "); /* after log lines */
+    CHECK(kl && sscanf(kl, "killed at %lf", &tk) == 1);
     char want[32];
     snprintf(want, sizeof want, "rank %d ", victim);
     for (int r = 0; r < world; r++) {

@@ -50,6 +50,10 @@ typedef struct tp_backend_ops {
     /* Fails the backend on purpose (another rank reported an error); wakes waiters. */
     void (*abort)(tp_backend *b, const char *why);
     void (*destroy)(tp_backend *b);
+    /* Optional (may be NULL): a descriptor that reports peer's death as a hang-up
+     * (POLLRDHUP), or -1. Shared memory (tp_transport.h) needs it: its waits look there,
+     * then irecv names the peer as the backend would. */
+    int (*peer_fd)(tp_backend *b, int peer);
 } tp_backend_ops;
 
 struct tp_backend {

@@ -113,6 +113,7 @@ void tp_comm_destroy(tp_comm *c)
     rt_arena_free(&c->arena);
     tp_hier_free(c);
     if (c->layer) c->layer->free(c);
+    free(c->peer_tp);
     free(c);
 }
 
@@ -231,7 +232,8 @@ static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
     __atomic_store_n(&c->p_cur_start, t0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
-    rc = c->layer ? c->layer->run(c, h) : TP_PASS;
+    if (!c->connected && tp_connects_at(h)) rc = tp_connect(c);
+    if (!rc) rc = c->layer ? c->layer->run(c, h) : TP_PASS;
     if (rc == TP_PASS) rc = run_algo(c, h);
     if (rc) comm_fail(c, h, rc);
     int64_t t1 = port_now_ns(); /* one clock read per end: the recorder's and the watch's */

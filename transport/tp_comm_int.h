@@ -81,6 +81,10 @@ struct tp_comm {
     int nlocal, lidx, nhosts, hidx;
     /* The tree collectives' levels above the ranks (tp_tree.c); ntree 0: not set. */
     int tree[TP_TREE_MAX_LEVELS], ntree;
+    /* The transport of each peer (tp_transport.h; peer_tp[rank] unused), chosen at the
+     * first collective (tp_connect); NULL before, and in a world of one. */
+    int connected;
+    uint8_t *peer_tp;
     /* The layer asked first for every op (NULL: none), and the shared-memory layer's
      * state (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
     const tp_layer *layer;
@@ -126,6 +130,16 @@ int tp_ring_half_begin(tp_ring_pass *p, tp_comm *c, const tp_group *g, int lane,
 /* Completes the next unit: block 0 only if it is done already. 2 the pass is over,
  * 1 one unit completed, 0 nothing yet (block 0), < 0 a backend code. */
 int tp_ring_advance(tp_ring_pass *p, int block);
+
+/* The connect step (tp_connect.c), collective: the transport of every peer pair, and
+ * the shared-memory segment when every pair took it. 0 or a backend code. */
+int tp_connect(tp_comm *c);
+/* Whether h is an op at which every rank connects (a whole collective: every rank runs
+ * it at the same point; point-to-point and the tree's halves are not). */
+static inline int tp_connects_at(const tp_handle *h)
+{
+    return h->kind <= TP_K_BARRIER || (h->kind == TP_K_TREE && h->root == TP_TREE_ALL);
+}
 
 /* One host op, run by whoever drives the backend (a calling thread or the comm
  * thread); a staged op's chunks come through here too. */

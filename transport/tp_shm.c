@@ -7,7 +7,6 @@
 #include "transport/tp_shm.h"
 #include "transport/tp_reduce.h"
 #include "rt/env.h"
-#include "transport/tp_tcp_int.h"
 #include "rt/log.h"
 #include <dirent.h>
 #include <errno.h>
@@ -109,19 +108,21 @@ static void *open_seg(const char *name, size_t bytes, int world)
     return p;
 }
 
-/* The peers' sockets, watched for hang-ups while waiting (tcp backend internals: the
- * backend interface has no such call, and shm is used only over tcp). */
+/* The peers' descriptors, watched for hang-ups while waiting (the backend's peer_fd:
+ * shm is chosen only over a backend that has it, tp_transport.c). */
 static int peer_fds(tp_comm *c, tp_shm *s)
 {
-    tcp_backend *t = (tcp_backend *)c->b;
+    tp_backend *b = c->b;
     s->pfd = calloc((size_t)c->world, sizeof *s->pfd);
     s->pfd_rank = calloc((size_t)c->world, sizeof *s->pfd_rank);
     if (!s->pfd || !s->pfd_rank) return -1;
-    for (int q = 0; q < c->world; q++)
-        if (q != c->rank && t->peers[q].lane[0].fd >= 0) { /* lane 0 carries control frames */
-            s->pfd[s->npfd] = (struct pollfd){.fd = t->peers[q].lane[0].fd, .events = POLLRDHUP};
+    for (int q = 0; q < c->world; q++) {
+        int fd = q != c->rank && b->ops->peer_fd ? b->ops->peer_fd(b, q) : -1;
+        if (fd >= 0) {
+            s->pfd[s->npfd] = (struct pollfd){.fd = fd, .events = POLLRDHUP};
             s->pfd_rank[s->npfd++] = q;
         }
+    }
     return 0;
 }
 

@@ -457,6 +457,13 @@ static void tcp_destroy(tp_backend *b)
     free(t);
 }
 
+/* Lane 0 carries the control frames (an abort's reason), so its hang-up is the peer's. */
+static int tcp_peer_fd(tp_backend *b, int peer)
+{
+    tcp_backend *t = (tcp_backend *)b;
+    return peer >= 0 && peer < b->world && peer != b->rank ? t->peers[peer].lane[0].fd : -1;
+}
+
 /* DDPRT_TCP_NSOCKS: sockets per peer, 1..TCP_MAX_NSOCKS (default TCP_DEFAULT_NSOCKS). */
 int tcp_nsocks_env(int *n, char *err, size_t errlen)
 {
@@ -480,6 +487,7 @@ static const tp_backend_ops tcp_ops = {
     .register_mem = NULL,
     .abort = tcp_abort,
     .destroy = tcp_destroy,
+    .peer_fd = tcp_peer_fd,
 };
 
 int tp_tcp_create(const tp_bootstrap *bs, tp_backend **out, char *err, size_t errlen)

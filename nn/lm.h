@@ -5,9 +5,11 @@
 #ifndef NN_LM_H
 #define NN_LM_H
 #include "nn/data/bpe.h"
-#include "nn/train.h"
+#include "nn/trainer.h"
 
 void nn_lm_plan(nn_lm *l, rt_arena *a, const nn_trainer *t);
+/* The model's vocabulary: the rows of its (tied) token embedding. */
+int nn_lm_vocab(const nn_graph *g);
 /* The tokenizer for printing: --tokenizer, else the data directory's encoder.json. */
 void nn_lm_open_tokenizer(nn_lm *l, const nn_trainer *t);
 /* Mean token loss over this rank's share of the first --eval-batches chunks of the

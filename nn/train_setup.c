@@ -3,10 +3,10 @@
  * resumed, the ranks agreed. Each step of setup_local either succeeds or returns -1
  * with one line; the loop itself is in train.c.
  *
- * train.c, train_setup.c and train_inv.c are one module (the trainer, nn/train.h)
+ * train.c, train_setup.c and train_inv.c are one module (the trainer, nn/trainer.h)
  * in three files for size: they call each other by design (a circle of files, not of
  * layers). */
-#include "nn/train.h"
+#include "nn/trainer.h"
 #include "kernels/k.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"
@@ -229,6 +229,17 @@ static int check_model(nn_trainer *t, char *err, size_t errlen)
                      t->g.num_classes);
             return -1;
         }
+    /* A language model reads its token ids as rows of its embedding: the data's ids
+     * (checked against the shards' vocabulary as they are read) must be rows of the
+     * model's, or the embedding and the sampler read and write past their tables. */
+    int mv = t->g.lm ? nn_lm_vocab(&t->g) : 0;
+    const nn_dataset *big = t->test.vocab > t->train.vocab ? &t->test : &t->train;
+    if (t->g.lm && big->vocab > mv) {
+        snprintf(err, errlen, "%s: token ids up to %d (a vocabulary of %d) but the model's vocabulary is %d: give the "
+                 "model vocab=%d or more (a [gpt] cfg's vocab=0 takes the data's)", big->dir, big->vocab - 1,
+                 big->vocab, mv, big->vocab);
+        return -1;
+    }
     return t->o.save ? nn_ckpt_check_names(&t->g, err, errlen) : 0;
 }
 

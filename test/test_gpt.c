@@ -329,6 +329,26 @@ PTEST(gpt_corrupt_shard_is_one_line)
     CHECKF(strstr(e, "lm_train.bin: offset 1104: token 9999 outside the vocabulary of 64"), "%s", e);
 }
 
+/* A model whose vocabulary is smaller than the data's token ids is refused at start-up,
+ * naming both (before: the embedding and the sampler read and wrote past their tables,
+ * or it trained to a loss below ln V). Equal, or larger, trains. */
+PTEST(gpt_model_vocabulary_below_the_data_is_refused)
+{
+    const char *dir = t_tmpdir("gptvocab");
+    const char *data = lm_data(dir, 8); /* token ids in [0, 64) */
+    const char *small = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=40\n");
+    const char *argv[] = {t_prog("ddprt-train"), "--model-file", small, "--data", data, "--seq-len", "16", "--batch-size",
+                          "2", "--epochs", "1", "--max-steps", "2", "--sample-len", "2", NULL};
+    t_proc pr;
+    CHECK(run("small", argv, 60, &pr) != 0);
+    const char *e = t_slurp(pr.err);
+    CHECKF(strstr(e, "token ids up to 63 (a vocabulary of 64) but the model's vocabulary is 40: give the model vocab=64 or "
+                     "more") && !strstr(t_slurp(pr.out), "Train Epoch"), "%s", e);
+    const char *big = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=80\n");
+    argv[2] = big;
+    CHECKF(run("big", argv, 60, &pr) == 0, "%s", t_slurp(pr.err));
+}
+
 PTEST(gpt_ddp_check_sync_and_resume_bit_identical)
 {
     t_clean_env();

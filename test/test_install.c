@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static const char hello[] =
-    "#include \"nn/train.h\"\n"
+    "#include \"nn/trainer.h\"\n"
     "#include \"transport/tp.h\"\n"
     "#include \"rt/version.h\"\n"
     "#include <stdio.h>\n"
@@ -49,7 +49,7 @@ PTEST(install_into_a_prefix_and_build_against_it_with_pkg_config)
         "\"$P/pfx/bin/ddprt-launch\" --nproc-per-node 2 -- \"$P/api\" check\n"
         "nm -D --defined-only \"$P/pfx/lib/libddprt.so\" | awk '$3 !~ /^ddprt_|^DDPRT_/ {print \"exported: \" $3}'\n"
         "for p in \"$P\"/pfx/bin/*; do \"$p\" --version; done\n"
-        "ls \"$P/pfx/lib/libddprt.a\" \"$P/pfx/include/ddprt/nn/train.h\" \"$P/pfx/include/ddprt.h\"\n";
+        "ls \"$P/pfx/lib/libddprt.a\" \"$P/pfx/include/ddprt/nn/trainer.h\" \"$P/pfx/include/ddprt.h\"\n";
     const char *b = getenv("DDPRT_BUILD"), *san = getenv("DDPRT_SAN");
     char cwd[512];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);

@@ -1,7 +1,7 @@
 /* The trainer: plans all memory, loads the data, and runs the seed script's loop
  * (train epochs, "Train Epoch" / "Test set" lines, timing). */
-#ifndef NN_TRAIN_H
-#define NN_TRAIN_H
+#ifndef NN_TRAINER_H
+#define NN_TRAINER_H
 #include "nn/ckpt.h"
 #include "nn/data/dataset.h"
 #include "nn/data/loader.h"

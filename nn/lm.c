@@ -1,5 +1,6 @@
 /* Language-model evaluation and sampling, and the language-model mode (nn/lm.h). */
 #include "nn/lm.h"
+#include "nn/train_epoch.h"
 #include "nn/graph_cuda.h"
 #include "ports/cuda/port_cuda.h"
 #include "nn/ops/ops.h"

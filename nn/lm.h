@@ -18,4 +18,6 @@ double nn_lm_eval(nn_trainer *t, nn_lm *l);
 /* Generates n tokens after <|endoftext|> (or a newline for byte vocabularies) and
  * prints them as text on stdout, prefixed by `label`. */
 void nn_lm_sample(nn_trainer *t, nn_lm *l, int n, const char *label);
+/* The language-model mode (nn/train_mode.h). */
+extern const nn_train_mode nn_mode_lm;
 #endif

@@ -2,7 +2,9 @@
  * model, --invariant), calling down into the mode for what differs; the per-epoch
  * lines (timing, time split, the gradient allreduces' counts) and the checkpoint at
  * each epoch's end are the same for all. */
-#include "nn/trainer.h"
+#include "nn/train.h"
+#include "nn/train_step.h"
+#include "nn/train_zero.h"
 #include "nn/metrics.h"
 #include "rt/log.h"
 #include <stdio.h>

@@ -2,7 +2,9 @@
  * mode shares: the sampler's batches through nn_trainer_step, the seed's log lines,
  * the per-epoch time split; evaluation over this rank's shard of the test set, summed
  * over the ranks, printed as the seed script prints it. */
-#include "nn/trainer.h"
+#include "nn/train_epoch.h"
+#include "nn/train_step.h"
+#include "nn/train_zero.h"
 #include "nn/graph_cuda.h"
 #include "nn/metrics.h"
 #include "ports/cuda/port_cuda.h"

@@ -28,7 +28,10 @@
  *
  * The --invariant mode (nn/train_mode.h): it calls down into the step machinery
  * (nn/train_step.c) and the classifier's report (nn/train_epoch.c). */
-#include "nn/trainer.h"
+#include "nn/train_epoch.h"
+#include "nn/train_inv.h"
+#include "nn/train_step.h"
+#include "nn/train_zero.h"
 #include "nn/metrics.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"

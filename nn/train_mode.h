@@ -35,7 +35,6 @@ typedef struct nn_train_mode {
     int (*evaluate)(struct nn_trainer *t, nn_eval_result *r);
 } nn_train_mode;
 
-extern const nn_train_mode nn_mode_classifier; /* nn/train_epoch.c */
-extern const nn_train_mode nn_mode_lm;         /* nn/lm.c */
-extern const nn_train_mode nn_mode_invariant;  /* nn/train_inv.c */
+/* The modes: nn_mode_classifier (nn/train_epoch.h), nn_mode_lm (nn/lm.h),
+ * nn_mode_invariant (nn/train_inv.h). */
 #endif

@@ -6,7 +6,11 @@
  * train.c, train_setup.c and train_inv.c are one module (the trainer, nn/trainer.h)
  * in three files for size: they call each other by design (a circle of files, not of
  * layers). */
-#include "nn/trainer.h"
+#include "nn/train_setup.h"
+#include "nn/train_epoch.h"
+#include "nn/train_inv.h"
+#include "nn/train_step.h"
+#include "nn/train_zero.h"
 #include "kernels/k.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"

@@ -2,7 +2,8 @@
  * micro-batch forward and backward, the optimizer step on the averaged gradients
  * (clipping, schedule, the NaN guard), the seed's log line, checkpoints and elastic
  * restart points. The modes call down into it; it calls no mode. */
-#include "nn/trainer.h"
+#include "nn/train_step.h"
+#include "nn/train_zero.h"
 #include "nn/ckpt.h"
 #include "nn/graph_cuda.h"
 #include "nn/metrics.h"

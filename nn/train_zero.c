@@ -4,7 +4,7 @@
  * parameters all-gather after the step (nn/ddp_zero.c). The gradient norm is summed in
  * blocks the same way with or without sharding. Checkpoints hold the whole state, so
  * a run resumes on another world size. */
-#include "nn/trainer.h"
+#include "nn/train_zero.h"
 #include "kernels/k.h"
 #include "rt/log.h"
 #include <limits.h>

@@ -1,7 +1,8 @@
 /* ddprt-train: the seed article's mnsit.py (with DistributedDataParallel) as a C
  * program. One process per rank: --init-method tcp://HOST:PORT --rank R
  * --world-size N, or the environment of ddprt-launch / torchrun / Slurm / mpirun. */
-#include "nn/trainer.h"
+#include "nn/train.h"
+#include "nn/train_setup.h"
 #include "rt/env.h"
 #include "rt/log.h"
 #include "rt/version.h"

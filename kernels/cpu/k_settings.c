@@ -74,6 +74,18 @@ int k_isa_raw(void)
     return l >= 0 ? l : (cur.isa = rt_isa_env());
 }
 
+/* The ISA: rt/isa.c's level (detected once, DDPRT_ISA may lower it) unless the settings
+ * pick another. "avx512bf16" is the AVX-512 path plus vdpbf16ps for the bf16 (--amp)
+ * kernels; the fp32 kernels see it as avx512 (k_isa_level), so naming avx512 only turns
+ * bf16's native path off. */
+int k_isa_level(void)
+{
+    int l = k_isa_raw();
+    return l > K_ISA_AVX512 ? K_ISA_AVX512 : l;
+}
+int k_isa_bf16(void) { return k_isa_raw() == K_ISA_AVX512BF16; }
+const char *k_isa(void) { return rt_isa_name(k_isa_raw()); }
+
 int k_conv_algo_now(void)
 {
     int a = cur.conv_algo;

@@ -1,4 +1,4 @@
-/* The kernel thread pool and the ISA switch.
+/* The kernel thread pool (the ISA switch and the other settings: k_settings.c).
  *
  * Pool: k_set_threads(n) starts n-1 workers once; k_parallel_for hands them a job
  * (fn, ctx, ntasks) and the caller works too. Tasks are claimed from an atomic counter,
@@ -134,18 +134,3 @@ void k_parallel_for(int ntasks, k_task_fn fn, void *ctx)
     port_mutex_unlock(&pool.mu);
     atomic_flag_clear(&pool.busy);
 }
-
-/* ---- ISA: rt/isa.c's level (detected once, DDPRT_ISA may lower it); the settings may
- * pick another for the kernels alone (tests, benchmarks). "avx512bf16" is the AVX-512
- * path plus vdpbf16ps for the bf16 (--amp) kernels; the fp32 kernels see it as avx512
- * (k_isa_level), so naming avx512 only turns bf16's native path off. ---- */
-static int isa_raw(void) { return k_isa_raw(); }
-
-int k_isa_level(void)
-{
-    int l = isa_raw();
-    return l > K_ISA_AVX512 ? K_ISA_AVX512 : l;
-}
-int k_isa_bf16(void) { return isa_raw() == K_ISA_AVX512BF16; }
-
-const char *k_isa(void) { return rt_isa_name(isa_raw()); }

@@ -2,7 +2,9 @@
  * (forwarding to glibc) and counted only between start and stop. Prints
  * "allocations: N over S steps". Args: DATA THREADS [MODEL|FILE.cfg [RECOMPUTE_MACS]]. Sanitizer builds replace malloc themselves: skip. */
 #include "kernels/k.h"
-#include "nn/trainer.h"
+#include "nn/train_epoch.h"
+#include "nn/train_setup.h"
+#include "nn/train_step.h"
 #include "nn/lm.h"
 #include "rt/log.h"
 #include <stdatomic.h>

@@ -244,6 +244,11 @@ static int check_model(nn_trainer *t, char *err, size_t errlen)
                  big->vocab, mv, big->vocab);
         return -1;
     }
+    if (t->g.lm && t->o.generate > 0 && !t->o.init_from && !t->o.resume) {
+        snprintf(err, errlen, "--generate %d samples from trained weights: give them with --init-from FILE or "
+                 "--resume FILE (without, it would print random tokens)", t->o.generate);
+        return -1;
+    }
     return t->o.save ? nn_ckpt_check_names(&t->g, err, errlen) : 0;
 }
 

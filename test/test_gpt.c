@@ -347,6 +347,17 @@ PTEST(gpt_model_vocabulary_below_the_data_is_refused)
     const char *big = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=80\n");
     argv[2] = big;
     CHECKF(run("big", argv, 60, &pr) == 0, "%s", t_slurp(pr.err));
+    /* a negative vocabulary is refused, not taken as the data's (issue 41 point 8) */
+    argv[2] = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=-5\n");
+    CHECK(run("negative", argv, 60, &pr) != 0);
+    CHECKF(strstr(t_slurp(pr.err), "[gpt] vocab=-5: 0 (the data's) or at least 2"), "%s", t_slurp(pr.err));
+    /* --generate without weights would sample a random model */
+    big = cfg_file(dir, "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=80\n");
+    const char *gen[] = {t_prog("ddprt-train"), "--model-file", big, "--data", data, "--seq-len", "16", "--generate", "5",
+                         NULL};
+    CHECK(run("generate", gen, 60, &pr) != 0);
+    CHECKF(strstr(t_slurp(pr.err), "--generate 5 samples from trained weights: give them with --init-from FILE or "
+                                    "--resume FILE"), "%s", t_slurp(pr.err));
 }
 
 PTEST(gpt_ddp_check_sync_and_resume_bit_identical)

@@ -167,6 +167,7 @@ static int build(ctx *x, const sect *s)
         if (m.layers < 1 || m.dim < 1 || m.heads < 1 || m.dim % m.heads)
             CFG_ERR(x, s, "needs layers, dim, heads >= 1 and dim a multiple of heads");
         if (!(m.dropout >= 0 && m.dropout < 1)) CFG_ERR(x, s, "dropout=%g is not in [0, 1)", (double)m.dropout);
+        if (m.vocab < 0 || m.vocab == 1) CFG_ERR(x, s, "vocab=%d: 0 (the data's) or at least 2", m.vocab);
         nn_build_gpt(g, x->c, &m);
         node = g->nn - 1;
     } else {

@@ -6,6 +6,7 @@
  * keeps the compiler from fusing them into FMAs, whatever the target allows), so every
  * ISA gives the same bits. Sums (dot, max/exp-sum) run in ISA_VB/4 lanes and differ
  * across ISAs by rounding only. No header guard: included once per level. */
+#include "kernels/k_math.h"
 #include <string.h>
 
 #define F(x) ISA_FN(x)
@@ -30,63 +31,22 @@ static inline ISA_TARGET float F(hsum)(F(vf) v)
     return s;
 }
 
-/* exp as Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times
- * 2^n built in the exponent bits. Below -87 the result is 0 (exp(-87) ~ FLT_MIN; the
- * softmax shifts by its max first, so only negligible terms are flushed); above 88 it
- * saturates at exp(88). NaN stays NaN. About 1 ulp. */
+/* exp as k_exp (kernels/k_math.h, the device's too): the same steps lane by lane. */
 static inline ISA_TARGET F(vf) F(vexp)(F(vf) x)
 {
-    F(vi) big = x > 88.0f, under = x < -87.0f;
-    F(vf) xc = KF_SEL(big, F(bc)(88.0f), KF_SEL(under, F(bc)(-87.0f), x));
-    F(vf) t = xc * 1.44269504088896341f + 12582912.0f;
-    F(vf) nf = t - 12582912.0f;
-    F(vf) r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    F(vf) p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    F(vi) e = (((F(vi))t - 0x4B400000) + 127) << 23;
-    return (F(vf))((F(vi))(p * (F(vf))e) & ~under);
+    F(vi) big = x > K_EXP_HI, under = x < K_EXP_LO;
+    F(vf) xc = KF_SEL(big, F(bc)(K_EXP_HI), KF_SEL(under, F(bc)(K_EXP_LO), x));
+    F(vf) t = K_EXP_T(xc), nf = K_SUB(t, 12582912.0f);
+    F(vf) p = K_EXP_POLY(K_EXP_R_(xc, nf));
+    F(vi) e = (((F(vi))t - K_EXP_MAGIC) + 127) << 23;
+    return (F(vf))((F(vi))K_MUL(p, (F(vf))e) & ~under);
 }
 
-/* The same operations on one float. */
-static inline float F(sexp)(float x)
-{
-    int under = x < -87.0f;
-    float xc = x > 88.0f ? 88.0f : under ? -87.0f : x;
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float nf = t - 12582912.0f;
-    float r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t ti;
-    memcpy(&ti, &t, 4);
-    int32_t ei = ((ti - 0x4B400000) + 127) * (1 << 23);
-    float e;
-    memcpy(&e, &ei, 4);
-    return under ? 0.0f : p * e;
-}
-
-/* ---- GELU (tanh form), as x sigmoid(2u): 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), which
- * keeps its relative accuracy in the negative tail where 1 + tanh u cancels. With
- * e = exp(-2u), s = 1 / (1 + e): y = x s, and since 1 - tanh^2 u = 4 s (1 - s) and
- * 1 - s = e s, dy/dx = s (1 + 2 x e s u'), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); e s <= 1 is
- * formed first (exp saturates at exp(88): far in the negative tail y and dy/dx are
- * below 1e-30 instead of 0). */
+/* ---- GELU and SiLU: k_math.h's steps (the scalar tail is k_math.h's own function) */
 /* The loops below run ~50 instructions a vector: too few of their loads are in flight for
  * inputs coming from memory (GPT's MLP activations are megabytes); fetch 2 KiB ahead, a
  * line per 16 floats. */
 #define KF_PF(p) __builtin_prefetch((const char *)(p) + 2048, 0, 3)
-#define KF_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
-#define KF_GELU_K1 0.044715f
 
 static ISA_TARGET void F(gelu_fwd)(size_t n, const float *x, float *y)
 {
@@ -94,13 +54,9 @@ static ISA_TARGET void F(gelu_fwd)(size_t n, const float *x, float *y)
     for (; i + VW <= n; i += VW) {
         KF_PF(x + i);
         F(vf) v = F(ld)(x + i);
-        F(vf) e = F(vexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
-        F(st)(y + i, v / (1.0f + e));
+        F(st)(y + i, K_GELU_Y(v, F(vexp)(K_GELU_ARG(v))));
     }
-    for (; i < n; i++) {
-        float v = x[i], e = F(sexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
-        y[i] = v / (1.0f + e);
-    }
+    for (; i < n; i++) y[i] = k_gelu(x[i]);
 }
 
 static ISA_TARGET void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx)
@@ -109,17 +65,34 @@ static ISA_TARGET void F(gelu_bwd)(size_t n, const float *x, const float *dy, fl
     for (; i + VW <= n; i += VW) {
         KF_PF(x + i);
         KF_PF(dy + i);
-        F(vf) v = F(ld)(x + i), v2 = v * v;
-        F(vf) e = F(vexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
-        F(vf) du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
-        F(st)(dx + i, F(ld)(dy + i) * (s * (1.0f + (e * s) * (2.0f * v * du))));
+        F(vf) v = F(ld)(x + i), v2 = K_MUL(v, v);
+        F(vf) e = F(vexp)(K_GELU_ARG2(v, v2));
+        F(st)(dx + i, K_MUL(F(ld)(dy + i), K_GELU_DYDX(v, v2, e, K_RECIP1P(e))));
     }
-    for (; i < n; i++) {
-        float v = x[i], v2 = v * v;
-        float e = F(sexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
-        float du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
-        dx[i] = dy[i] * (s * (1.0f + (e * s) * (2.0f * v * du)));
+    for (; i < n; i++) dx[i] = k_gelu_grad(x[i], dy[i]);
+}
+
+static ISA_TARGET void F(silu_fwd)(size_t n, const float *x, float *y)
+{
+    size_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        KF_PF(x + i);
+        F(vf) v = F(ld)(x + i);
+        F(st)(y + i, K_SILU_Y(v, F(vexp)(-v)));
     }
+    for (; i < n; i++) y[i] = k_silu(x[i]);
+}
+
+static ISA_TARGET void F(silu_bwd)(size_t n, const float *x, const float *dy, float *dx)
+{
+    size_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        KF_PF(x + i);
+        KF_PF(dy + i);
+        F(vf) v = F(ld)(x + i), e = F(vexp)(-v);
+        F(st)(dx + i, K_MUL(F(ld)(dy + i), K_SILU_DYDX(v, e, K_RECIP1P(e))));
+    }
+    for (; i < n; i++) dx[i] = k_silu_grad(x[i], dy[i]);
 }
 
 /* ---- reductions over a row (two accumulators for throughput) */
@@ -264,7 +237,7 @@ static ISA_TARGET float F(exp_shift)(int n, int nz, float *x, float scale, float
         F(st)(x + i, e);
     }
     float t = F(hsum)(s);
-    if (i < n) { /* the tail as one vector (the same bits as sexp, summed in the same order):
+    if (i < n) { /* the tail as one vector (the same bits as k_exp, summed in the same order):
                   * most rows of the attention's diagonal tiles have one (3-5 % of its time
                   * lane by lane) */
         float tmp[VW];
@@ -314,13 +287,11 @@ static ISA_TARGET void F(add)(int n, const float *a, const float *b, float *y)
 }
 
 static const k_tfm_vt F(k_tfm_vt) = {
-    F(gelu_fwd), F(gelu_bwd), F(ln_fwd_row), F(ln_bwd_row), F(ln_wb_acc), F(max),
+    F(gelu_fwd), F(gelu_bwd), F(silu_fwd), F(silu_bwd), F(ln_fwd_row), F(ln_bwd_row), F(ln_wb_acc), F(max),
     F(exp_shift), F(exp_sumd), F(ds_row), F(dot), F(scale), F(add),
 };
 
 #undef F
 #undef VW
 #undef KF_SEL
-#undef KF_GELU_K0
-#undef KF_GELU_K1
 #undef KF_PF

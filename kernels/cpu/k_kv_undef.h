@@ -8,6 +8,7 @@
 #undef kv_set1
 #undef kv_fma
 #undef kv_add
+#undef kv_sub
 #undef kv_mul
 #undef kv_max
 #undef kv_hsum

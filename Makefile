@@ -128,8 +128,9 @@ SIMT_CXXFLAGS := -std=c++17 $(OPT) -g -I. -Itest/simt/include -DDDPRT_CUDA=1 -DD
 # ordered only by CUDA's synchronisation (test/simt/simt_exec.cc).
 SIMT_CORE_SAN := $(if $(findstring thread,$(SAN)),-DSIMT_TSAN=1,$(SAN))
 # The library sources whose code depends on DDPRT_CUDA (the device halves of the ops,
-# the device graph) again with it, and the real port on the executor's runtime.
-SIMT_CUDA_RE := ^.if.*DDPRT_CUDA|NN_CUDA[(]
+# the device graph) again with it, and the real port on the executor's runtime. An op
+# file's device half may come from nn/ops/op_def.h's macros only (NN_UNARY).
+SIMT_CUDA_RE := ^.if.*DDPRT_CUDA|NN_CUDA_ONLY[(]|NN_UNARY
 SIMT_C_SRC := $(shell grep -l -E '$(SIMT_CUDA_RE)' $(LIB_SRC)) ports/cuda/port_cuda.c
 SIMT_OBJ := $(patsubst %.cu,$(SIMT_DIR)/%.o,$(wildcard kernels/cuda/*.cu)) \
             $(patsubst %.cc,$(SIMT_DIR)/%.o,$(wildcard test/simt/*.cc)) $(patsubst %.c,$(SIMT_DIR)/%.o,$(SIMT_C_SRC))

@@ -41,6 +41,10 @@ void k_transpose(int rows, int cols, const float *a, float *t);
  * The same bits on every ISA path. */
 void k_gelu_fwd(size_t n, const float *x, float *y);
 void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx);
+/* SiLU (nn.SiLU): y = x sigmoid(x), as k_silu of kernels/k_math.h (the device's too);
+ * backward from x; dx may be dy. The same bits on every ISA path. */
+void k_silu_fwd(size_t n, const float *x, float *y);
+void k_silu_bwd(size_t n, const float *x, const float *dy, float *dx);
 
 /* Token + position embedding: y[b, t, :] = wte[ids[b*ld + t], :] + wpe[t, :] (ld: the
  * row stride of ids, len or more: a language-model window holds one token more).

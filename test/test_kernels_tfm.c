@@ -6,6 +6,7 @@
 #include "test/t.h"
 #include "test/t_util.h"
 #include "kernels/k.h"
+#include "kernels/k_math.h"
 #include "kernels/k_tfm.h"
 #include "kernels/cpu/k_amx.h"
 #include <stdint.h>
@@ -147,6 +148,56 @@ TEST(kernels_gelu_fwd_bwd)
     }
     k_set_isa(NULL);
     free(x); free(y); free(g); free(dx); free(ref); free(fd); free(y2); free(d2);
+}
+
+/* ---------------------------------------------------------------- SiLU */
+static double silu_ref(double x) { return x / (1 + exp(-x)); }
+
+/* Against the definition and finite differences; on every ISA path the same bits as
+ * kernels/k_math.h's scalar k_silu / k_silu_grad (the device's math: the vector lanes
+ * run its steps), GELU's likewise, over sizes that leave vector tails. */
+TEST(kernels_silu_fwd_bwd_and_shared_math)
+{
+    enum { N = 1003 };
+    float *x = rnd(N, 12.0), *y = fz(N), *g = rnd(N, 1.0), *dx = fz(N), *want = fz(N), *wd = fz(N);
+    static const float edge[] = {0.0f, -0.0f, 1e-6f, -1e-6f, 30.0f, -30.0f, 86.9f, -86.9f, 87.5f, -87.5f,
+                                 88.5f, -88.5f, 200.0f, -200.0f, INFINITY, -INFINITY};
+    memcpy(x, edge, sizeof edge);
+    double *ref = dbuf(N), *fd = dbuf(N);
+    for (int i = 0; i < N; i++) ref[i] = silu_ref(x[i]);
+    k_silu_fwd(N, x, y);
+    for (int i = 16; i < N; i++) /* the finite ones away from exp's clamp */
+        CHECKF(fabs(y[i] - ref[i]) <= 1e-6 * fabs(ref[i]) + 1e-30, "silu(%g) = %.9g want %.9g", x[i], y[i], ref[i]);
+    CHECK(y[0] == 0.0f && y[4] == 30.0f && y[12] == 200.0f && isinf(y[14]) && y[14] > 0);
+    k_silu_bwd(N, x, g, dx);
+    for (int i = 16; i < N; i++) {
+        double h = 1e-4 * (fabs(x[i]) > 1 ? fabs(x[i]) : 1);
+        fd[i] = g[i] * (silu_ref(x[i] + h) - silu_ref(x[i] - h)) / (2 * h);
+    }
+    CHECK_CLOSE("silu bwd", dx + 16, fd + 16, N - 16, 1e-6);
+    float *y2 = fz(N), *d2 = fz(N);
+    const char *isas[] = {"generic", "avx2", "avx512"};
+    for (int f = 0; f < 2; f++) { /* SiLU, GELU */
+        for (int i = 0; i < N; i++) {
+            want[i] = f ? k_gelu(x[i]) : k_silu(x[i]);
+            wd[i] = f ? k_gelu_grad(x[i], g[i]) : k_silu_grad(x[i], g[i]);
+        }
+        for (int k = 0; k < 3; k++) {
+            if (k_set_isa(isas[k]) != 0) continue;
+            for (int n = N; n >= N - 17; n -= 17) { /* vector tails of every length */
+                memcpy(y2, x, (size_t)n * sizeof(float)); /* in place */
+                (f ? k_gelu_fwd : k_silu_fwd)((size_t)n, y2, y2);
+                CHECKF(memcmp(y2, want, (size_t)n * sizeof(float)) == 0, "%s fwd n=%d on %s: not k_math.h's bits",
+                       f ? "gelu" : "silu", n, isas[k]);
+                memcpy(d2, g, (size_t)n * sizeof(float));
+                (f ? k_gelu_bwd : k_silu_bwd)((size_t)n, x, d2, d2);
+                CHECKF(memcmp(d2, wd, (size_t)n * sizeof(float)) == 0, "%s bwd n=%d on %s: not k_math.h's bits",
+                       f ? "gelu" : "silu", n, isas[k]);
+            }
+        }
+    }
+    k_set_isa(NULL);
+    free(x); free(y); free(g); free(dx); free(want); free(wd); free(ref); free(fd); free(y2); free(d2);
 }
 
 /* ---------------------------------------------------------------- embedding */

@@ -1,24 +1,13 @@
 /* k_conv_winoc.c's F(4x4, 3x3) transforms on channels-last planes, one template per
- * ISA level (rt/isa_each.h): a vector holds KC consecutive channels of one pixel, so
+ * ISA level (rt/isa_each.h): a vector holds KVF_W consecutive channels of one pixel, so
  * every lane is used whatever the plane's size (the planar kernels' vectors run along
- * a tile row: 2 of 8 lanes on a 7x7 plane). Channel counts are multiples of KC. The
+ * a tile row: 2 of 8 lanes on a 7x7 plane). Channel counts are multiples of KVF_W. The
  * arithmetic is k_wino4_math.h's, per lane, as in k_conv_wino4_simd.h. */
 #include "kernels/cpu/k_kv.h"
 #include "kernels/cpu/k_wino4_math.h"
 #include <string.h>
 
 #define KC_(x) ISA_FN(x)
-#define KC (ISA_VB / 4)
-typedef float KC_(kc_vf) __attribute__((vector_size(ISA_VB)));
-
-static inline ISA_TARGET KC_(kc_vf) KC_(kc_ld)(const float *p)
-{
-    KC_(kc_vf) v;
-    memcpy(&v, p, ISA_VB);
-    return v;
-}
-static inline ISA_TARGET void KC_(kc_st)(float *p, KC_(kc_vf) v) { memcpy(p, &v, ISA_VB); }
-
 /* Planes <-> a frame of pixels: pixel (r, c) of an h x w image at x + ((r + pad) * pw + c +
  * pad) * ch, its ch channels contiguous; img: ch planes of h * w. to_frame: img -> x, else
  * x -> img (the frame's other pixels are neither read nor written). One pass, 8x8 register
@@ -108,8 +97,8 @@ static ISA_TARGET void ISA_FN(k_winoc_frame)(const int to_frame, int ch, int h, 
         r[4] = e4 - o8;                                                                                              \
         r[5] = g[3];                                                                                                 \
     } while (0)
-static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_t1)(const int kind, const KC_(kc_vf) *d,
-                                                                        KC_(kc_vf) *r)
+static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_t1)(const int kind, const kvf *d,
+                                                                        kvf *r)
 {
     switch (kind) {
     case 0: K4_BT(d, r); break;
@@ -128,8 +117,8 @@ static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_tiles)(const
                                                                            const int step, const float *x, long xrow,
                                                                            int c, int nt, float *v, long vs)
 {
-    KC_(kc_vf) tm[6][6];
-    for (int c0 = 0; c0 < c; c0 += KC)
+    kvf tm[6][6];
+    for (int c0 = 0; c0 < c; c0 += KVF_W)
         for (int t = 0; t < nt; t++) {
             const float *src = x + (long)(step * t) * c + c0;
             int j0 = t > 0 ? ni - step : 0;
@@ -139,9 +128,9 @@ static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_tiles)(const
                 for (int j = 0; j < j0; j++) tm[i][j] = tm[i][j + step];
 #pragma GCC unroll 6
             for (int j = j0; j < ni; j++) {
-                KC_(kc_vf) d[6], r[6];
+                kvf d[6], r[6];
 #pragma GCC unroll 6
-                for (int i = 0; i < ni; i++) d[i] = KC_(kc_ld)(src + i * xrow + (long)j * c);
+                for (int i = 0; i < ni; i++) d[i] = kvf_ld(src + i * xrow + (long)j * c);
                 KC_(wc_t1)(kind, d, r);
 #pragma GCC unroll 6
                 for (int i = 0; i < no; i++) tm[i][j] = r[i];
@@ -149,10 +138,10 @@ static inline __attribute__((always_inline)) ISA_TARGET void KC_(wc_tiles)(const
             float *out = v + (long)t * c + c0;
 #pragma GCC unroll 6
             for (int i = 0; i < no; i++) {
-                KC_(kc_vf) r[6];
+                kvf r[6];
                 KC_(wc_t1)(kind, tm[i], r);
 #pragma GCC unroll 6
-                for (int j = 0; j < no; j++) KC_(kc_st)(out + (no * i + j) * vs, r[j]);
+                for (int j = 0; j < no; j++) kvf_st(out + (no * i + j) * vs, r[j]);
             }
         }
 }
@@ -169,17 +158,17 @@ static ISA_TARGET void ISA_FN(k_winoc_in2)(const float *x, long xrow, int c, int
 static ISA_TARGET void ISA_FN(k_winoc_dy2)(const float *g, long grow, int k, int nt, float *d, long ds)
 {
     for (int t = 0; t < nt; t++)
-        for (int k0 = 0; k0 < k; k0 += KC) {
+        for (int k0 = 0; k0 < k; k0 += KVF_W) {
             const float *src = g + (long)(2 * t) * k + k0;
-            KC_(kc_vf) c0[2] = {KC_(kc_ld)(src), KC_(kc_ld)(src + grow)};
-            KC_(kc_vf) c1[2] = {KC_(kc_ld)(src + k), KC_(kc_ld)(src + grow + k)}, ue[4], uo[4];
+            kvf c0[2] = {kvf_ld(src), kvf_ld(src + grow)};
+            kvf c1[2] = {kvf_ld(src + k), kvf_ld(src + grow + k)}, ue[4], uo[4];
             K2_AG(c0, ue);
             K2_AG(c1, uo);
             float *out = d + (long)t * k + k0;
             for (int i = 0; i < 4; i++) {
-                KC_(kc_vf) pr[2] = {ue[i], uo[i]}, r[4];
+                kvf pr[2] = {ue[i], uo[i]}, r[4];
                 K2_AG(pr, r);
-                for (int j = 0; j < 4; j++) KC_(kc_st)(out + (4 * i + j) * ds, r[j]);
+                for (int j = 0; j < 4; j++) kvf_st(out + (4 * i + j) * ds, r[j]);
             }
         }
 }
@@ -193,17 +182,17 @@ static ISA_TARGET void ISA_FN(k_winoc_dy4)(const float *g, long grow, int k, int
 static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const float *bias, int nt, float *y,
                                            long yrow)
 {
-    KC_(kc_vf) tm[4][6];
+    kvf tm[4][6];
     for (int t = 0; t < nt; t++)
-        for (int k0 = 0; k0 < k; k0 += KC) {
+        for (int k0 = 0; k0 < k; k0 += KVF_W) {
             const float *src = m + (long)t * k + k0;
-            KC_(kc_vf) b = {0};
-            if (bias) b = KC_(kc_ld)(bias + k0);
+            kvf b = {0};
+            if (bias) b = kvf_ld(bias + k0);
 #pragma GCC unroll 6
             for (int j = 0; j < 6; j++) {
-                KC_(kc_vf) c6[6], o[4];
+                kvf c6[6], o[4];
 #pragma GCC unroll 6
-                for (int i = 0; i < 6; i++) c6[i] = KC_(kc_ld)(src + (6 * i + j) * ms);
+                for (int i = 0; i < 6; i++) c6[i] = kvf_ld(src + (6 * i + j) * ms);
                 K4_AT(c6, o);
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) tm[i][j] = o[i];
@@ -211,36 +200,36 @@ static ISA_TARGET void ISA_FN(k_winoc_out)(const float *m, long ms, int k, const
             float *dst = y + (long)(4 * t) * k + k0;
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                KC_(kc_vf) o[4];
+                kvf o[4];
                 K4_AT(tm[i], o);
 #pragma GCC unroll 4
-                for (int jj = 0; jj < 4; jj++) KC_(kc_st)(dst + i * yrow + (long)jj * k, o[jj] + b);
+                for (int jj = 0; jj < 4; jj++) kvf_st(dst + i * yrow + (long)jj * k, o[jj] + b);
             }
         }
 }
 
 
 /* U[xi][c][k] = (G g G^T)[xi] at u + xi*ux + c*ko + k for the filters g (k, c) at w +
- * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KC filters k a vector:
- * k_wino4_weights' arithmetic, a multiple of KC filters k. */
+ * k*ks + c*cs (taps flipped when `flip`: the dX conv's W^T), KVF_W filters k a vector:
+ * k_wino4_weights' arithmetic, a multiple of KVF_W filters k. */
 static ISA_TARGET void ISA_FN(k_winoc_weights)(int ko, int ci, const float *w, long ks, long cs, int flip, float *u,
                                                long ux)
 {
     static const float G[6][3] = K4_G_INIT;
     for (int c = 0; c < ci; c++)
-        for (int k0 = 0; k0 < ko; k0 += KC) {
-            KC_(kc_vf) g[9], t[6][3];
+        for (int k0 = 0; k0 < ko; k0 += KVF_W) {
+            kvf g[9], t[6][3];
             for (int e = 0; e < 9; e++) {
-                float lane[KC];
-                for (int l = 0; l < KC; l++) lane[l] = w[(k0 + l) * ks + c * cs + (flip ? 8 - e : e)];
-                g[e] = KC_(kc_ld)(lane);
+                float lane[KVF_W];
+                for (int l = 0; l < KVF_W; l++) lane[l] = w[(k0 + l) * ks + c * cs + (flip ? 8 - e : e)];
+                g[e] = kvf_ld(lane);
             }
             for (int i = 0; i < 6; i++)
                 for (int s = 0; s < 3; s++) t[i][s] = G[i][0] * g[s] + G[i][1] * g[3 + s] + G[i][2] * g[6 + s];
             float *o = u + (long)c * ko + k0;
             for (int i = 0; i < 6; i++)
                 for (int j = 0; j < 6; j++)
-                    KC_(kc_st)(o + (6 * i + j) * ux, t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+                    kvf_st(o + (6 * i + j) * ux, t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
 }
 
@@ -314,7 +303,6 @@ static ISA_TARGET void ISA_FN(k_winoc_gemm)(int tn, int m, int n, int kk, const 
 #undef WC_CASE
 #undef WC_MR
 #undef KC_
-#undef KC
 #undef K4_BT
 #undef K4_AT
 #include "kernels/cpu/k_kv_undef.h"

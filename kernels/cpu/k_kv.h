@@ -1,18 +1,71 @@
-/* The vector operations of the fp32 kernel templates (k_gemm_simd.h, k_layout_simd.h,
- * k_span_simd.h), one set per ISA level of rt/isa_each.h: a template includes this
- * at its top and k_kv_undef.h at its end (one template per translation unit).
+/* The vector helpers of the kernel templates (every kernels/cpu/..._simd.h), one set per
+ * ISA level of rt/isa_each.h: a template includes this at its top and k_kv_undef.h at
+ * its end (one template per translation unit; one that includes another includes
+ * them once).
  *   kv, KV_W          the vector type and its floats: __m512 16, __m256 8, __m128 4
  *                     (generic on x86-64: SSE2), float 1 (generic elsewhere)
  *   kv_zero() kv_load(p) kv_store(p,v) kv_set1(x) kv_fma(a,b,c) = a*b+c (generic:
- *   a multiply then an add) kv_add kv_mul kv_max kv_hsum(v)
+ *   a multiply then an add) kv_add kv_sub kv_mul kv_max kv_hsum(v)
  *   kv_loadn(p,n) / kv_storen(p,v,n)   the first n < KV_W lanes (the rest 0 / untouched)
  *   kv_load_lanes(p,lo,hi)             lanes [lo, hi) loaded, the rest 0
  *   kv_lmask, kv_lmask_make(lo,hi), kv_load_lmask(p,m)   the same with the mask made once
  *   kv_gtz_select(y,d)                 y > 0 ? d : 0 per lane
  *   kv_mask_u8(m,sc)                   m[i] != 0 ? sc : 0 per lane (bytes)
  *   kv_copy8(d,s)                      8 floats, one 256-bit load/store where there is one
- *   KT_INL                             an always-inlined helper of the level */
+ *   KT_INL                             an always-inlined helper of the level
+ * and, for templates written with GCC's vector extensions (operators on whole vectors,
+ * every level ISA_VB bytes, also where kv is a float):
+ *   kvf, kvi, kvu, KVF_W               float / int32 / uint32 vectors and their lanes
+ *   kvf_ld(p) kvf_st(p,v) kvi_ld(p)    unaligned loads and stores
+ *   kvf_set1(x)                        x in every lane
+ *   kvf_sel(m,p,q)                     lanes of p where the int mask m is set, else q
+ *   KVF_EV KVF_OD                      __builtin_shuffle indices: even / odd lanes of a pair
+ *   KVF_ILO KVF_IHI                    the interleaving of two vectors: low / high halves */
+#include <stdint.h>
+#include <string.h>
 #define KT_INL static inline __attribute__((always_inline)) ISA_TARGET
+
+#define KVF_W (ISA_VB / 4)
+typedef float ISA_FN(kvf_t) __attribute__((vector_size(ISA_VB)));
+typedef int32_t ISA_FN(kvi_t) __attribute__((vector_size(ISA_VB)));
+typedef uint32_t ISA_FN(kvu_t) __attribute__((vector_size(ISA_VB)));
+#define kvf ISA_FN(kvf_t)
+#define kvi ISA_FN(kvi_t)
+#define kvu ISA_FN(kvu_t)
+static inline ISA_TARGET kvf ISA_FN(kvf_ld_)(const float *p)
+{
+    kvf v;
+    memcpy(&v, p, ISA_VB);
+    return v;
+}
+static inline ISA_TARGET void ISA_FN(kvf_st_)(float *p, kvf v) { memcpy(p, &v, ISA_VB); }
+static inline ISA_TARGET kvi ISA_FN(kvi_ld_)(const int32_t *p)
+{
+    kvi v;
+    memcpy(&v, p, ISA_VB);
+    return v;
+}
+#define kvf_ld(p) ISA_FN(kvf_ld_)(p)
+#define kvf_st(p, v) ISA_FN(kvf_st_)(p, v)
+#define kvi_ld(p) ISA_FN(kvi_ld_)(p)
+#define kvf_set1(x) ((kvf){0} + (x))
+#define kvf_sel(m, p, q) ((kvf)((((kvi)(p)) & (m)) | (((kvi)(q)) & ~(m))))
+#if KVF_W == 4
+#define KVF_EV {0, 2, 4, 6}
+#define KVF_OD {1, 3, 5, 7}
+#define KVF_ILO {0, 4, 1, 5}
+#define KVF_IHI {2, 6, 3, 7}
+#elif KVF_W == 8
+#define KVF_EV {0, 2, 4, 6, 8, 10, 12, 14}
+#define KVF_OD {1, 3, 5, 7, 9, 11, 13, 15}
+#define KVF_ILO {0, 8, 1, 9, 2, 10, 3, 11}
+#define KVF_IHI {4, 12, 5, 13, 6, 14, 7, 15}
+#else
+#define KVF_EV {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}
+#define KVF_OD {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}
+#define KVF_ILO {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23}
+#define KVF_IHI {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}
+#endif
 
 #if ISA_X86 && ISA_VB == 64
 #define KV_W 16
@@ -23,6 +76,7 @@
 #define kv_set1(x) _mm512_set1_ps(x)
 #define kv_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define kv_add(a, b) _mm512_add_ps(a, b)
+#define kv_sub(a, b) _mm512_sub_ps(a, b)
 #define kv_mul(a, b) _mm512_mul_ps(a, b)
 #define kv_max(a, b) _mm512_max_ps(a, b)
 #define kv_hsum(v) _mm512_reduce_add_ps(v)
@@ -51,6 +105,7 @@
 #define kv_set1(x) _mm256_set1_ps(x)
 #define kv_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define kv_add(a, b) _mm256_add_ps(a, b)
+#define kv_sub(a, b) _mm256_sub_ps(a, b)
 #define kv_mul(a, b) _mm256_mul_ps(a, b)
 #define kv_max(a, b) _mm256_max_ps(a, b)
 KT_INL float ISA_FN(kv_hsum_)(__m256 v)
@@ -88,6 +143,7 @@ KT_INL __m256i ISA_FN(kv_lanes_)(int lo, int hi)
 #define kv_set1(x) _mm_set1_ps(x)
 #define kv_fma(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
 #define kv_add(a, b) _mm_add_ps(a, b)
+#define kv_sub(a, b) _mm_sub_ps(a, b)
 #define kv_mul(a, b) _mm_mul_ps(a, b)
 #define kv_max(a, b) _mm_max_ps(a, b)
 static inline float ISA_FN(kv_hsum_)(__m128 v)
@@ -129,6 +185,7 @@ static inline __m128 ISA_FN(kv_mask_u8_)(const uint8_t *m, __m128 sc)
 #define kv_set1(x) (x)
 #define kv_fma(a, b, c) ((a) * (b) + (c))
 #define kv_add(a, b) ((a) + (b))
+#define kv_sub(a, b) ((a) - (b))
 #define kv_mul(a, b) ((a) * (b))
 #define kv_max(a, b) ((a) > (b) ? (a) : (b))
 #define kv_hsum(v) (v)

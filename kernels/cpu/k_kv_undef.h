@@ -8,6 +8,7 @@
 #undef kv_set1
 #undef kv_fma
 #undef kv_add
+#undef kv_sub
 #undef kv_mul
 #undef kv_max
 #undef kv_hsum
@@ -20,3 +21,16 @@
 #undef kv_lmask_make
 #undef kv_load_lmask
 #undef kv_copy8
+#undef KVF_W
+#undef kvf
+#undef kvi
+#undef kvu
+#undef kvf_ld
+#undef kvf_st
+#undef kvi_ld
+#undef kvf_set1
+#undef kvf_sel
+#undef KVF_EV
+#undef KVF_OD
+#undef KVF_ILO
+#undef KVF_IHI

@@ -2,34 +2,29 @@
  * state's codes for a block of at most K_Q8_BLOCK floats, lane for lane the scalar
  * reference's integer operations (q8_enc1 / q8_dec1), so every path gives its bits. */
 
-typedef float ISA_FN(q8_vf) __attribute__((vector_size(ISA_VB)));
-typedef uint32_t ISA_FN(q8_vu) __attribute__((vector_size(ISA_VB)));
-typedef int32_t ISA_FN(q8_vi) __attribute__((vector_size(ISA_VB)));
-
-#define Q8_L (ISA_VB / 4)
 #define Q8_SEL(m, a, b) (((a) & (m)) | ((b) & ~(m))) /* lanes of a where the mask m is set, else b */
 
 /* Codes to lanes and back: the widening / narrowing instruction where the level has one
  * (GCC's vector conversions of bytes came out one byte at a time). */
-ISA_TARGET static inline ISA_FN(q8_vu) ISA_FN(q8_ld8)(const uint8_t *c)
+ISA_TARGET static inline kvu ISA_FN(q8_ld8)(const uint8_t *c)
 {
 #if ISA_X86 && ISA_VB == 64
-    return (ISA_FN(q8_vu))_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+    return (kvu)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
 #elif ISA_X86 && ISA_VB == 32
-    return (ISA_FN(q8_vu))_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
+    return (kvu)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c));
 #elif ISA_X86
     int32_t w;
     memcpy(&w, c, 4);
     __m128i z = _mm_setzero_si128();
-    return (ISA_FN(q8_vu))_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(w), z), z);
+    return (kvu)_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(w), z), z);
 #else
-    ISA_FN(q8_vu) u;
+    kvu u;
     for (int k = 0; k < ISA_VB / 4; k++) u[k] = c[k];
     return u;
 #endif
 }
 
-ISA_TARGET static inline void ISA_FN(q8_st8)(uint8_t *c, ISA_FN(q8_vu) u)
+ISA_TARGET static inline void ISA_FN(q8_st8)(uint8_t *c, kvu u)
 {
 #if ISA_X86 && ISA_VB == 64
     _mm_storeu_si128((__m128i *)c, _mm512_cvtepi32_epi8((__m512i)u));
@@ -45,9 +40,9 @@ ISA_TARGET static inline void ISA_FN(q8_st8)(uint8_t *c, ISA_FN(q8_vu) u)
 #endif
 }
 
-ISA_TARGET static inline ISA_FN(q8_vu) ISA_FN(q8_hashv)(ISA_FN(q8_vu) i, uint32_t tk)
+ISA_TARGET static inline kvu ISA_FN(q8_hashv)(kvu i, uint32_t tk)
 {
-    ISA_FN(q8_vu) x = (i * 0x9E3779B1u) ^ tk;
+    kvu x = (i * 0x9E3779B1u) ^ tk;
     x ^= x >> 16;
     x *= 0x7FEB352Du;
     x ^= x >> 15;
@@ -59,14 +54,14 @@ ISA_TARGET static inline ISA_FN(q8_vu) ISA_FN(q8_hashv)(ISA_FN(q8_vu) i, uint32_
 ISA_TARGET static void ISA_FN(q8_enc_blk)(size_t n, const float *x, uint8_t *c, int8_t *s, int sq, uint32_t idx0,
                                           uint32_t tk)
 {
-    typedef ISA_FN(q8_vf) vf;
-    typedef ISA_FN(q8_vu) vu;
-    typedef ISA_FN(q8_vi) vi;
+    typedef kvf vf;
+    typedef kvu vu;
+    typedef kvi vi;
     float amax = 0.0f;
     size_t i = 0;
     {
         vu am = {0};
-        for (; i + Q8_L <= n; i += Q8_L) {
+        for (; i + KVF_W <= n; i += KVF_W) {
             vu u;
             memcpy(&u, x + i, ISA_VB);
             u &= 0x7FFFFFFFu;
@@ -74,7 +69,7 @@ ISA_TARGET static void ISA_FN(q8_enc_blk)(size_t n, const float *x, uint8_t *c, 
             am = Q8_SEL(gt, u, am);
         }
         uint32_t a = 0;
-        for (int k = 0; k < Q8_L; k++) a = am[k] > a ? am[k] : a;
+        for (int k = 0; k < KVF_W; k++) a = am[k] > a ? am[k] : a;
         for (; i < n; i++) {
             uint32_t u;
             memcpy(&u, x + i, 4);
@@ -93,9 +88,9 @@ ISA_TARGET static void ISA_FN(q8_enc_blk)(size_t n, const float *x, uint8_t *c, 
     const int mb = sq ? 4 : 3;
     const uint32_t low = (1u << (23 - mb)) - 1, mmax = (1u << mb) - 1;
     vu iota;
-    for (int k = 0; k < Q8_L; k++) iota[k] = (uint32_t)k;
+    for (int k = 0; k < KVF_W; k++) iota[k] = (uint32_t)k;
     i = 0;
-    for (; i + Q8_L <= n; i += Q8_L) {
+    for (; i + KVF_W <= n; i += KVF_W) {
         vf xv, y;
         memcpy(&xv, x + i, ISA_VB);
         vu sign = ((vu)xv) >> 31;
@@ -119,9 +114,9 @@ ISA_TARGET static void ISA_FN(q8_enc_blk)(size_t n, const float *x, uint8_t *c, 
 
 ISA_TARGET static void ISA_FN(q8_dec_blk)(size_t n, const uint8_t *c, int8_t s, int sq, float *x)
 {
-    typedef ISA_FN(q8_vf) vf;
-    typedef ISA_FN(q8_vu) vu;
-    typedef ISA_FN(q8_vi) vi;
+    typedef kvf vf;
+    typedef kvu vu;
+    typedef kvi vi;
     if (s == Q8_ZERO) {
         memset(x, 0, n * sizeof(float));
         return;
@@ -129,7 +124,7 @@ ISA_TARGET static void ISA_FN(q8_dec_blk)(size_t n, const uint8_t *c, int8_t s, 
     float scl = q8_pow2(s - 15);
     const int mb = sq ? 4 : 3;
     size_t i = 0;
-    for (; i + Q8_L <= n; i += Q8_L) {
+    for (; i + KVF_W <= n; i += KVF_W) {
         vu cu = ISA_FN(q8_ld8)(c + i);
         vu e = sq ? cu >> 4 : (cu >> 3) & 15u, mant = cu & ((1u << mb) - 1);
         vf y = (vf)(((e + 127u) << 23) | (mant << (23 - mb)));
@@ -142,5 +137,4 @@ ISA_TARGET static void ISA_FN(q8_dec_blk)(size_t n, const uint8_t *c, int8_t s, 
     for (; i < n; i++) x[i] = q8_dec1(c[i], scl, sq);
 }
 
-#undef Q8_L
 #undef Q8_SEL

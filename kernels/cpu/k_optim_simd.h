@@ -1,16 +1,16 @@
 /* k_optim.c's vector kernels, one template per ISA level (rt/isa_each.h). */
 
-typedef float ISA_FN(ko_vf) __attribute__((vector_size(ISA_VB)));
+#include "kernels/cpu/k_kv.h"
 
 /* Lane-wise square root: the instruction where the level has one (IEEE, as sqrtf). */
-ISA_TARGET static inline ISA_FN(ko_vf) ISA_FN(ko_sqrt)(ISA_FN(ko_vf) x)
+ISA_TARGET static inline kvf ISA_FN(ko_sqrt)(kvf x)
 {
 #if ISA_X86 && ISA_VB == 64
-    return (ISA_FN(ko_vf))_mm512_sqrt_ps((__m512)x);
+    return (kvf)_mm512_sqrt_ps((__m512)x);
 #elif ISA_X86 && ISA_VB == 32
-    return (ISA_FN(ko_vf))_mm256_sqrt_ps((__m256)x);
+    return (kvf)_mm256_sqrt_ps((__m256)x);
 #elif ISA_X86
-    return (ISA_FN(ko_vf))_mm_sqrt_ps((__m128)x);
+    return (kvf)_mm_sqrt_ps((__m128)x);
 #else
     for (int k = 0; k < ISA_VB / 4; k++) x[k] = sqrtf(x[k]);
     return x;
@@ -21,7 +21,7 @@ ISA_TARGET static inline ISA_FN(ko_vf) ISA_FN(ko_sqrt)(ISA_FN(ko_vf) x)
  * and adds: no FMA), then adam_generic for the tail. */
 ISA_TARGET static void ISA_FN(adam_vec)(size_t n, const k_adam_cfg *c, float *p, const float *g, float *m, float *v)
 {
-    typedef ISA_FN(ko_vf) vf;
+    typedef kvf vf;
     const vf z = {0};
     vf b1c = z + (1.0f - c->beta1), b2 = z + c->beta2, b2c = z + (1.0f - c->beta2), wd = z + c->weight_decay;
     vf dm = z + c->decay_mul, bc2 = z + c->bc2_sqrt, eps = z + c->eps, nss = z + -c->step_size;
@@ -43,3 +43,4 @@ ISA_TARGET static void ISA_FN(adam_vec)(size_t n, const k_adam_cfg *c, float *p,
 }
 
 #include "kernels/cpu/k_optim8_simd.h"
+#include "kernels/cpu/k_kv_undef.h"

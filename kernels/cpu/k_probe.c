@@ -1,7 +1,8 @@
 /* The machine's own limits, measured the way the kernel tables are timed (the calling
  * thread's CPU time, so a busy shared machine preempting us does not count):
  *   FMA peak: 10 independent multiply-add chains in the vector width of the ISA in
- *             use (vfmadd on AVX2 / AVX-512; mul + add on the generic path), enough to
+ *             use (vfmadd on AVX2 / AVX-512; on the generic path SSE2 mul + add, kv_fma:
+ *             before the template it was scalar, a quarter of that), enough to
  *             cover two FMA pipes' latency on every x86-64 so far. The best of a few
  *             short runs: a boosting clock makes the peak, not the average.
  *   bf16 peak: the same with vdpbf16ps (16 lanes x 2 multiply-adds); on Sapphire
@@ -19,9 +20,6 @@
 #include <immintrin.h>
 #define K_PROBE_X86 1
 #endif
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 static double cpu_now(void)
 {
@@ -30,93 +28,15 @@ static double cpu_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* a = a*x + y converges to y/(1-x) = 1: no overflow, no denormals. The empty asm
- * keeps each chain a real dependency the compiler cannot fold or reorder away. */
+/* a = a*x + y converges to y/(1-x) = 1: no overflow, no denormals. The chains and the
+ * copy per ISA level: k_probe_simd.h (chains, copy). */
 #define CH10(OP) OP(a0) OP(a1) OP(a2) OP(a3) OP(a4) OP(a5) OP(a6) OP(a7) OP(a8) OP(a9)
-#ifdef K_PROBE_X86
-__attribute__((target("avx512f"))) static double chains_avx512(long it)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
-    __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
-#define F5(a) a = _mm512_fmadd_ps(a, x, y); __asm__("" : "+v"(a));
-    for (long i = 0; i < it; i++) { CH10(F5) }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(_mm512_add_ps(a6, a7), _mm512_add_ps(a8, a9))));
-    return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma"))) static double chains_avx2(long it)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
-    __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
-#define F2(a) a = _mm256_fmadd_ps(a, x, y); __asm__("" : "+x"(a));
-    for (long i = 0; i < it; i++) { CH10(F2) }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(_mm256_add_ps(a6, a7), _mm256_add_ps(a8, a9))));
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    return t[0];
-}
-
-__attribute__((target("avx2"))) static void copy_avx2(float *d, const float *s, size_t n)
-{
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8), v2 = _mm256_loadu_ps(s + i + 16),
-               v3 = _mm256_loadu_ps(s + i + 24);
-        _mm256_storeu_ps(d + i, v0);
-        _mm256_storeu_ps(d + i + 8, v1);
-        _mm256_storeu_ps(d + i + 16, v2);
-        _mm256_storeu_ps(d + i + 24, v3);
-    }
-    for (; i < n; i++) d[i] = s[i];
-}
-
-__attribute__((target("avx512f"))) static void copy_avx512(float *d, const float *s, size_t n)
-{
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16), v2 = _mm512_loadu_ps(s + i + 32),
-               v3 = _mm512_loadu_ps(s + i + 48);
-        _mm512_storeu_ps(d + i, v0);
-        _mm512_storeu_ps(d + i + 16, v1);
-        _mm512_storeu_ps(d + i + 32, v2);
-        _mm512_storeu_ps(d + i + 48, v3);
-    }
-    for (; i < n; i++) d[i] = s[i];
-}
-#endif
-
-/* The generic path's plain copy (SSE2 on x86-64; a loop GCC may not turn into memcpy,
- * whose large copies use streaming stores no kernel uses). */
-static void copy_generic(float *d, const float *s, size_t n)
-{
-    size_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 8 <= n; i += 8) {
-        __m128 v0 = _mm_loadu_ps(s + i), v1 = _mm_loadu_ps(s + i + 4);
-        _mm_storeu_ps(d + i, v0);
-        _mm_storeu_ps(d + i + 4, v1);
-    }
-#endif
-    for (; i < n; i++) {
-        d[i] = s[i];
-        __asm__("" ::: "memory");
-    }
-}
-
-/* The generic path's "FMA" is a multiply and an add (kv_fma in k_gemm.c). */
-static double chains_generic(long it)
-{
-    volatile float vx = 0.999999f, vy = 1e-6f;
-    float x = vx, y = vy, a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0, a8 = 0, a9 = 0;
-#define FG(a) a = a * x + y; __asm__("" : "+x"(a));
-    for (long i = 0; i < it; i++) { CH10(FG) }
-    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9;
-}
+#define RT_ISA_TEMPLATE "kernels/cpu/k_probe_simd.h"
+#include "rt/isa_each.h"
 
 #ifdef K_PROBE_X86
-/* a += 1*0 + 1*0 (bf16 pairs of 1.0 and 0): exact, no denormals. */
+/* a += 1*0 + 1*0 (bf16 pairs of 1.0 and 0): exact, no denormals. vdpbf16ps has no level
+ * in rt/isa_each.h: one target, as the bf16 kernels (k_bf16_simd.h). */
 __attribute__((target("avx512f,avx512bf16"))) static double chains_bf16(long it)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
@@ -149,17 +69,13 @@ double k_probe_bf16_gflops(void)
 double k_probe_fma_gflops(void)
 {
     int isa = k_isa_level(), lanes = 1;
-    double (*fn)(long) = chains_generic;
-#ifdef K_PROBE_X86
-    if (isa == K_ISA_AVX512) fn = chains_avx512, lanes = 16;
-    else if (isa == K_ISA_AVX2) fn = chains_avx2, lanes = 8;
-#endif
+    (void)RT_ISA_CALL(isa, chains, 1, &lanes);
     /* One run ~20 ms at 100 GFLOP/s. */
-    long it = lanes == 1 ? 10000000L : 12500000L * 8 / lanes;
+    long it = 12500000L * 8 / lanes;
     double best = 0, sink = 0;
     for (int r = 0; r < 5; r++) {
         double t0 = cpu_now();
-        sink += fn(it);
+        sink += RT_ISA_CALL(isa, chains, it, &lanes);
         double t = cpu_now() - t0, g = t > 0 ? 2.0 * 10 * lanes * it / t * 1e-9 : 0;
         if (g > best) best = g;
     }
@@ -191,16 +107,10 @@ double k_probe_copy_gbps(size_t bytes)
     for (int r = 0; r < 7; r++) {
         double t0 = cpu_now();
         for (int k = 0; k < reps; k++) {
-#ifdef K_PROBE_X86
-            if (isa == K_ISA_AVX512) copy_avx512(d, s, n);
-            else if (isa == K_ISA_AVX2) copy_avx2(d, s, n);
-            else
-#endif
-                copy_generic(d, s, n);
+            RT_ISA_CALL(isa, copy, d, s, n);
         }
         t[r] = (cpu_now() - t0) / reps;
     }
-    (void)isa;
     qsort(t, 7, sizeof t[0], cmp_d);
     free(s);
     free(d);

@@ -1,4 +1,4 @@
-/* LayerNorm, GELU and the token + position embedding (kernels/k_tfm.h). Rows are split
+/* LayerNorm, GELU, SiLU and the token + position embedding (kernels/k_tfm.h). Rows are split
  * across threads for the per-row work; sums over rows (LayerNorm's dw and db, the
  * embeddings' gradients) are split by column blocks instead, each block summing every
  * row in order: no partial sums, and the same bits for any thread count. */
@@ -13,7 +13,7 @@
 typedef struct el_job {
     const k_tfm_vt *vt;
     long n;
-    int c, parts, len, vocab, acc, ld;
+    int c, parts, len, vocab, acc, ld, silu;
     float eps;
     const float *x, *w, *b, *dy, *mean, *rstd, *wpe;
     const int32_t *ids;
@@ -83,26 +83,29 @@ void k_layernorm_bwd(int n, int c, const float *x, const float *w, const float *
     }
 }
 
-/* ---- GELU */
-static void gelu_task(void *ctx, int task)
+/* ---- GELU and SiLU */
+static void act_task(void *ctx, int task)
 {
     const el_job *j = ctx;
     long lo, hi;
     k_split(j->n, j->parts, task, &lo, &hi);
-    if (j->dy) j->vt->gelu_bwd((size_t)(hi - lo), j->x + lo, j->dy + lo, j->dx + lo);
-    else j->vt->gelu_fwd((size_t)(hi - lo), j->x + lo, j->y + lo);
+    size_t m = (size_t)(hi - lo);
+    if (j->dy) (j->silu ? j->vt->silu_bwd : j->vt->gelu_bwd)(m, j->x + lo, j->dy + lo, j->dx + lo);
+    else (j->silu ? j->vt->silu_fwd : j->vt->gelu_fwd)(m, j->x + lo, j->y + lo);
 }
 
-/* Any split gives the same bits: vector and scalar code compute GELU identically. */
-static void gelu_run(size_t n, const float *x, const float *dy, float *out)
+/* Any split gives the same bits: vector and scalar code compute them identically. */
+static void act_run(int silu, size_t n, const float *x, const float *dy, float *out)
 {
-    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)n, .x = x, .dy = dy, .y = out, .dx = out};
+    el_job j = {.vt = k_tfm_vt_cur(), .n = (long)n, .silu = silu, .x = x, .dy = dy, .y = out, .dx = out};
     j.parts = el_parts((long)n, (long)n);
-    k_parallel_for(j.parts, gelu_task, &j);
+    k_parallel_for(j.parts, act_task, &j);
 }
 
-void k_gelu_fwd(size_t n, const float *x, float *y) { gelu_run(n, x, NULL, y); }
-void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx) { gelu_run(n, x, dy, dx); }
+void k_gelu_fwd(size_t n, const float *x, float *y) { act_run(0, n, x, NULL, y); }
+void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx) { act_run(0, n, x, dy, dx); }
+void k_silu_fwd(size_t n, const float *x, float *y) { act_run(1, n, x, NULL, y); }
+void k_silu_bwd(size_t n, const float *x, const float *dy, float *dx) { act_run(1, n, x, dy, dx); }
 
 /* ---- token + position embedding */
 static void emb_fwd_task(void *ctx, int task)

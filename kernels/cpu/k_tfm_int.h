@@ -7,6 +7,8 @@
 typedef struct k_tfm_vt {
     void (*gelu_fwd)(size_t n, const float *x, float *y);
     void (*gelu_bwd)(size_t n, const float *x, const float *dy, float *dx);
+    void (*silu_fwd)(size_t n, const float *x, float *y);
+    void (*silu_bwd)(size_t n, const float *x, const float *dy, float *dx);
     void (*ln_fwd_row)(int c, const float *x, const float *w, const float *b, float eps, float *y,
                        float *mean, float *rstd);
     void (*ln_bwd_row)(int c, const float *x, const float *w, float mean, float rstd, const float *dy,

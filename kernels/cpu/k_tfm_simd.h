@@ -6,132 +6,93 @@
  * keeps the compiler from fusing them into FMAs, whatever the target allows), so every
  * ISA gives the same bits. Sums (dot, max/exp-sum) run in ISA_VB/4 lanes and differ
  * across ISAs by rounding only. No header guard: included once per level. */
+#include "kernels/cpu/k_kv.h"
+#include "kernels/k_math.h"
 #include <string.h>
 
 #define F(x) ISA_FN(x)
-#define VW (ISA_VB / 4)
-#define KF_SEL(m, p, q) ((F(vf))((((F(vi))(p)) & (m)) | (((F(vi))(q)) & ~(m))))
 
-typedef float F(vf) __attribute__((vector_size(ISA_VB)));
-typedef int32_t F(vi) __attribute__((vector_size(ISA_VB)));
-
-static inline ISA_TARGET F(vf) F(ld)(const float *p)
-{
-    F(vf) v;
-    memcpy(&v, p, ISA_VB);
-    return v;
-}
-static inline ISA_TARGET void F(st)(float *p, F(vf) v) { memcpy(p, &v, ISA_VB); }
-static inline ISA_TARGET F(vf) F(bc)(float x) { return (F(vf)){0} + x; }
-static inline ISA_TARGET float F(hsum)(F(vf) v)
+static inline ISA_TARGET float F(hsum)(kvf v)
 {
     float s = v[0];
-    for (int i = 1; i < VW; i++) s += v[i];
+    for (int i = 1; i < KVF_W; i++) s += v[i];
     return s;
 }
 
-/* exp as Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial in r, times
- * 2^n built in the exponent bits. Below -87 the result is 0 (exp(-87) ~ FLT_MIN; the
- * softmax shifts by its max first, so only negligible terms are flushed); above 88 it
- * saturates at exp(88). NaN stays NaN. About 1 ulp. */
-static inline ISA_TARGET F(vf) F(vexp)(F(vf) x)
+/* exp as k_exp (kernels/k_math.h, the device's too): the same steps lane by lane. */
+static inline ISA_TARGET kvf F(vexp)(kvf x)
 {
-    F(vi) big = x > 88.0f, under = x < -87.0f;
-    F(vf) xc = KF_SEL(big, F(bc)(88.0f), KF_SEL(under, F(bc)(-87.0f), x));
-    F(vf) t = xc * 1.44269504088896341f + 12582912.0f;
-    F(vf) nf = t - 12582912.0f;
-    F(vf) r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    F(vf) p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    F(vi) e = (((F(vi))t - 0x4B400000) + 127) << 23;
-    return (F(vf))((F(vi))(p * (F(vf))e) & ~under);
+    kvi big = x > K_EXP_HI, under = x < K_EXP_LO;
+    kvf xc = kvf_sel(big, kvf_set1(K_EXP_HI), kvf_sel(under, kvf_set1(K_EXP_LO), x));
+    kvf t = K_EXP_T(xc), nf = K_SUB(t, 12582912.0f);
+    kvf p = K_EXP_POLY(K_EXP_R_(xc, nf));
+    kvi e = (((kvi)t - K_EXP_MAGIC) + 127) << 23;
+    return (kvf)((kvi)K_MUL(p, (kvf)e) & ~under);
 }
 
-/* The same operations on one float. */
-static inline float F(sexp)(float x)
-{
-    int under = x < -87.0f;
-    float xc = x > 88.0f ? 88.0f : under ? -87.0f : x;
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float nf = t - 12582912.0f;
-    float r = xc - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t ti;
-    memcpy(&ti, &t, 4);
-    int32_t ei = ((ti - 0x4B400000) + 127) * (1 << 23);
-    float e;
-    memcpy(&e, &ei, 4);
-    return under ? 0.0f : p * e;
-}
-
-/* ---- GELU (tanh form), as x sigmoid(2u): 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), which
- * keeps its relative accuracy in the negative tail where 1 + tanh u cancels. With
- * e = exp(-2u), s = 1 / (1 + e): y = x s, and since 1 - tanh^2 u = 4 s (1 - s) and
- * 1 - s = e s, dy/dx = s (1 + 2 x e s u'), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2); e s <= 1 is
- * formed first (exp saturates at exp(88): far in the negative tail y and dy/dx are
- * below 1e-30 instead of 0). */
+/* ---- GELU and SiLU: k_math.h's steps (the scalar tail is k_math.h's own function) */
 /* The loops below run ~50 instructions a vector: too few of their loads are in flight for
  * inputs coming from memory (GPT's MLP activations are megabytes); fetch 2 KiB ahead, a
  * line per 16 floats. */
 #define KF_PF(p) __builtin_prefetch((const char *)(p) + 2048, 0, 3)
-#define KF_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
-#define KF_GELU_K1 0.044715f
 
 static ISA_TARGET void F(gelu_fwd)(size_t n, const float *x, float *y)
 {
     size_t i = 0;
-    for (; i + VW <= n; i += VW) {
+    for (; i + KVF_W <= n; i += KVF_W) {
         KF_PF(x + i);
-        F(vf) v = F(ld)(x + i);
-        F(vf) e = F(vexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
-        F(st)(y + i, v / (1.0f + e));
+        kvf v = kvf_ld(x + i);
+        kvf_st(y + i, K_GELU_Y(v, F(vexp)(K_GELU_ARG(v))));
     }
-    for (; i < n; i++) {
-        float v = x[i], e = F(sexp)((v + KF_GELU_K1 * v * v * v) * (-2.0f * KF_GELU_K0));
-        y[i] = v / (1.0f + e);
-    }
+    for (; i < n; i++) y[i] = k_gelu(x[i]);
 }
 
 static ISA_TARGET void F(gelu_bwd)(size_t n, const float *x, const float *dy, float *dx)
 {
     size_t i = 0;
-    for (; i + VW <= n; i += VW) {
+    for (; i + KVF_W <= n; i += KVF_W) {
         KF_PF(x + i);
         KF_PF(dy + i);
-        F(vf) v = F(ld)(x + i), v2 = v * v;
-        F(vf) e = F(vexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
-        F(vf) du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
-        F(st)(dx + i, F(ld)(dy + i) * (s * (1.0f + (e * s) * (2.0f * v * du))));
+        kvf v = kvf_ld(x + i), v2 = K_MUL(v, v);
+        kvf e = F(vexp)(K_GELU_ARG2(v, v2));
+        kvf_st(dx + i, K_MUL(kvf_ld(dy + i), K_GELU_DYDX(v, v2, e, K_RECIP1P(e))));
     }
-    for (; i < n; i++) {
-        float v = x[i], v2 = v * v;
-        float e = F(sexp)((v + KF_GELU_K1 * v2 * v) * (-2.0f * KF_GELU_K0)), s = 1.0f / (1.0f + e);
-        float du = KF_GELU_K0 * (1.0f + (3.0f * KF_GELU_K1) * v2);
-        dx[i] = dy[i] * (s * (1.0f + (e * s) * (2.0f * v * du)));
+    for (; i < n; i++) dx[i] = k_gelu_grad(x[i], dy[i]);
+}
+
+static ISA_TARGET void F(silu_fwd)(size_t n, const float *x, float *y)
+{
+    size_t i = 0;
+    for (; i + KVF_W <= n; i += KVF_W) {
+        KF_PF(x + i);
+        kvf v = kvf_ld(x + i);
+        kvf_st(y + i, K_SILU_Y(v, F(vexp)(-v)));
     }
+    for (; i < n; i++) y[i] = k_silu(x[i]);
+}
+
+static ISA_TARGET void F(silu_bwd)(size_t n, const float *x, const float *dy, float *dx)
+{
+    size_t i = 0;
+    for (; i + KVF_W <= n; i += KVF_W) {
+        KF_PF(x + i);
+        KF_PF(dy + i);
+        kvf v = kvf_ld(x + i), e = F(vexp)(-v);
+        kvf_st(dx + i, K_MUL(kvf_ld(dy + i), K_SILU_DYDX(v, e, K_RECIP1P(e))));
+    }
+    for (; i < n; i++) dx[i] = k_silu_grad(x[i], dy[i]);
 }
 
 /* ---- reductions over a row (two accumulators for throughput) */
 static ISA_TARGET float F(sum)(int n, const float *x)
 {
-    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    kvf s0 = kvf_set1(0.0f), s1 = s0;
     int i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        s0 += F(ld)(x + i);
-        s1 += F(ld)(x + i + VW);
+    for (; i + 2 * KVF_W <= n; i += 2 * KVF_W) {
+        s0 += kvf_ld(x + i);
+        s1 += kvf_ld(x + i + KVF_W);
     }
-    for (; i + VW <= n; i += VW) s0 += F(ld)(x + i);
+    for (; i + KVF_W <= n; i += KVF_W) s0 += kvf_ld(x + i);
     float s = F(hsum)(s0 + s1);
     for (; i < n; i++) s += x[i];
     return s;
@@ -139,13 +100,13 @@ static ISA_TARGET float F(sum)(int n, const float *x)
 
 static ISA_TARGET float F(dot)(int n, const float *a, const float *b)
 {
-    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    kvf s0 = kvf_set1(0.0f), s1 = s0;
     int i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        s0 += F(ld)(a + i) * F(ld)(b + i);
-        s1 += F(ld)(a + i + VW) * F(ld)(b + i + VW);
+    for (; i + 2 * KVF_W <= n; i += 2 * KVF_W) {
+        s0 += kvf_ld(a + i) * kvf_ld(b + i);
+        s1 += kvf_ld(a + i + KVF_W) * kvf_ld(b + i + KVF_W);
     }
-    for (; i + VW <= n; i += VW) s0 += F(ld)(a + i) * F(ld)(b + i);
+    for (; i + KVF_W <= n; i += KVF_W) s0 += kvf_ld(a + i) * kvf_ld(b + i);
     float s = F(hsum)(s0 + s1);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -154,15 +115,15 @@ static ISA_TARGET float F(dot)(int n, const float *a, const float *b)
 /* sum (x - m)^2 */
 static ISA_TARGET float F(sqdev)(int n, const float *x, float m)
 {
-    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    kvf s0 = kvf_set1(0.0f), s1 = s0;
     int i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        F(vf) d0 = F(ld)(x + i) - m, d1 = F(ld)(x + i + VW) - m;
+    for (; i + 2 * KVF_W <= n; i += 2 * KVF_W) {
+        kvf d0 = kvf_ld(x + i) - m, d1 = kvf_ld(x + i + KVF_W) - m;
         s0 += d0 * d0;
         s1 += d1 * d1;
     }
-    for (; i + VW <= n; i += VW) {
-        F(vf) d = F(ld)(x + i) - m;
+    for (; i + KVF_W <= n; i += KVF_W) {
+        kvf d = kvf_ld(x + i) - m;
         s0 += d * d;
     }
     float s = F(hsum)(s0 + s1);
@@ -175,14 +136,14 @@ static ISA_TARGET float F(max)(int n, const float *x)
 {
     float m = x[0];
     int i = 0;
-    if (n >= VW) {
-        F(vf) v = F(ld)(x);
-        for (i = VW; i + VW <= n; i += VW) {
-            F(vf) w = F(ld)(x + i);
-            v = KF_SEL(w > v, w, v);
+    if (n >= KVF_W) {
+        kvf v = kvf_ld(x);
+        for (i = KVF_W; i + KVF_W <= n; i += KVF_W) {
+            kvf w = kvf_ld(x + i);
+            v = kvf_sel(w > v, w, v);
         }
         m = v[0];
-        for (int l = 1; l < VW; l++) m = v[l] > m ? v[l] : m;
+        for (int l = 1; l < KVF_W; l++) m = v[l] > m ? v[l] : m;
     }
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
@@ -195,9 +156,9 @@ static ISA_TARGET void F(ln_fwd_row)(int c, const float *x, const float *w, cons
     float m = F(sum)(c, x) / (float)c;
     float rs = 1.0f / sqrtf(F(sqdev)(c, x, m) / (float)c + eps);
     int i = 0;
-    for (; i + VW <= c; i += VW) {
-        F(vf) v = (F(ld)(x + i) - m) * rs * F(ld)(w + i);
-        F(st)(y + i, b ? v + F(ld)(b + i) : v);
+    for (; i + KVF_W <= c; i += KVF_W) {
+        kvf v = (kvf_ld(x + i) - m) * rs * kvf_ld(w + i);
+        kvf_st(y + i, b ? v + kvf_ld(b + i) : v);
     }
     for (; i < c; i++) {
         float v = (x[i] - m) * rs * w[i];
@@ -212,10 +173,10 @@ static ISA_TARGET void F(ln_fwd_row)(int c, const float *x, const float *w, cons
 static ISA_TARGET void F(ln_bwd_row)(int c, const float *x, const float *w, float m, float rs,
                               const float *dy, float *dx)
 {
-    F(vf) s0 = F(bc)(0.0f), s1 = s0;
+    kvf s0 = kvf_set1(0.0f), s1 = s0;
     int i = 0;
-    for (; i + VW <= c; i += VW) {
-        F(vf) g = F(ld)(dy + i) * F(ld)(w + i), xh = (F(ld)(x + i) - m) * rs;
+    for (; i + KVF_W <= c; i += KVF_W) {
+        kvf g = kvf_ld(dy + i) * kvf_ld(w + i), xh = (kvf_ld(x + i) - m) * rs;
         s0 += g;
         s1 += g * xh;
     }
@@ -226,9 +187,9 @@ static ISA_TARGET void F(ln_bwd_row)(int c, const float *x, const float *w, floa
         sgx += g * xh;
     }
     float mg = sg / (float)c, mgx = sgx / (float)c;
-    for (i = 0; i + VW <= c; i += VW) {
-        F(vf) g = F(ld)(dy + i) * F(ld)(w + i), xh = (F(ld)(x + i) - m) * rs;
-        F(st)(dx + i, (g - mg - xh * mgx) * rs);
+    for (i = 0; i + KVF_W <= c; i += KVF_W) {
+        kvf g = kvf_ld(dy + i) * kvf_ld(w + i), xh = (kvf_ld(x + i) - m) * rs;
+        kvf_st(dx + i, (g - mg - xh * mgx) * rs);
     }
     for (; i < c; i++) {
         float g = dy[i] * w[i], xh = (x[i] - m) * rs;
@@ -241,10 +202,10 @@ static ISA_TARGET void F(ln_wb_acc)(int c, const float *x, const float *dy, floa
                              float *db)
 {
     int i = 0;
-    for (; i + VW <= c; i += VW) {
-        F(vf) d = F(ld)(dy + i);
-        if (dw) F(st)(dw + i, F(ld)(dw + i) + d * ((F(ld)(x + i) - m) * rs));
-        if (db) F(st)(db + i, F(ld)(db + i) + d);
+    for (; i + KVF_W <= c; i += KVF_W) {
+        kvf d = kvf_ld(dy + i);
+        if (dw) kvf_st(dw + i, kvf_ld(dw + i) + d * ((kvf_ld(x + i) - m) * rs));
+        if (db) kvf_st(db + i, kvf_ld(db + i) + d);
     }
     for (; i < c; i++) {
         if (dw) dw[i] += dy[i] * ((x[i] - m) * rs);
@@ -256,21 +217,21 @@ static ISA_TARGET void F(ln_wb_acc)(int c, const float *x, const float *dy, floa
 /* x = exp(scale x - shift) for n entries, 0 for the next nz; returns the sum (lanes). */
 static ISA_TARGET float F(exp_shift)(int n, int nz, float *x, float scale, float shift)
 {
-    F(vf) s = F(bc)(0.0f);
+    kvf s = kvf_set1(0.0f);
     int i = 0;
-    for (; i + VW <= n; i += VW) {
-        F(vf) e = F(vexp)(F(ld)(x + i) * scale - shift);
+    for (; i + KVF_W <= n; i += KVF_W) {
+        kvf e = F(vexp)(kvf_ld(x + i) * scale - shift);
         s += e;
-        F(st)(x + i, e);
+        kvf_st(x + i, e);
     }
     float t = F(hsum)(s);
-    if (i < n) { /* the tail as one vector (the same bits as sexp, summed in the same order):
+    if (i < n) { /* the tail as one vector (the same bits as k_exp, summed in the same order):
                   * most rows of the attention's diagonal tiles have one (3-5 % of its time
                   * lane by lane) */
-        float tmp[VW];
+        float tmp[KVF_W];
         memset(tmp, 0, sizeof tmp);
         memcpy(tmp, x + i, sizeof(float) * (size_t)(n - i));
-        F(vf) e = F(vexp)(F(ld)(tmp) * scale - shift);
+        kvf e = F(vexp)(kvf_ld(tmp) * scale - shift);
         for (int l = 0; l < n - i; l++) {
             x[i + l] = e[l];
             t += e[l];
@@ -293,7 +254,7 @@ static ISA_TARGET double F(exp_sumd)(int n, float *x, float shift)
 static ISA_TARGET void F(ds_row)(int n, const float *p, float *dp, float d, float scale)
 {
     int i = 0;
-    for (; i + VW <= n; i += VW) F(st)(dp + i, F(ld)(p + i) * (F(ld)(dp + i) - d) * scale);
+    for (; i + KVF_W <= n; i += KVF_W) kvf_st(dp + i, kvf_ld(p + i) * (kvf_ld(dp + i) - d) * scale);
     for (; i < n; i++) dp[i] = p[i] * (dp[i] - d) * scale;
 }
 
@@ -301,7 +262,7 @@ static ISA_TARGET void F(ds_row)(int n, const float *p, float *dp, float d, floa
 static ISA_TARGET void F(scale)(int n, float s, float *x)
 {
     int i = 0;
-    for (; i + VW <= n; i += VW) F(st)(x + i, F(ld)(x + i) * s);
+    for (; i + KVF_W <= n; i += KVF_W) kvf_st(x + i, kvf_ld(x + i) * s);
     for (; i < n; i++) x[i] *= s;
 }
 
@@ -309,18 +270,15 @@ static ISA_TARGET void F(scale)(int n, float s, float *x)
 static ISA_TARGET void F(add)(int n, const float *a, const float *b, float *y)
 {
     int i = 0;
-    for (; i + VW <= n; i += VW) F(st)(y + i, F(ld)(a + i) + F(ld)(b + i));
+    for (; i + KVF_W <= n; i += KVF_W) kvf_st(y + i, kvf_ld(a + i) + kvf_ld(b + i));
     for (; i < n; i++) y[i] = a[i] + b[i];
 }
 
 static const k_tfm_vt F(k_tfm_vt) = {
-    F(gelu_fwd), F(gelu_bwd), F(ln_fwd_row), F(ln_bwd_row), F(ln_wb_acc), F(max),
+    F(gelu_fwd), F(gelu_bwd), F(silu_fwd), F(silu_bwd), F(ln_fwd_row), F(ln_bwd_row), F(ln_wb_acc), F(max),
     F(exp_shift), F(exp_sumd), F(ds_row), F(dot), F(scale), F(add),
 };
 
 #undef F
-#undef VW
-#undef KF_SEL
-#undef KF_GELU_K0
-#undef KF_GELU_K1
 #undef KF_PF
+#include "kernels/cpu/k_kv_undef.h"

@@ -46,6 +46,9 @@ int k_cuda_relu_fwd(size_t n, const float *x, float *y, port_stream s);
 int k_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, port_stream s);
 int k_cuda_leaky_relu_fwd(size_t n, float slope, const float *x, float *y, port_stream s);
 int k_cuda_leaky_relu_bwd(size_t n, float slope, const float *x, const float *dy, float *dx, port_stream s);
+/* SiLU: k_silu_fwd/_bwd's device twins (kernels/k_math.h: the same bits); dx may be dy. */
+int k_cuda_silu_fwd(size_t n, const float *x, float *y, port_stream s);
+int k_cuda_silu_bwd(size_t n, const float *x, const float *dy, float *dx, port_stream s);
 
 int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
                          port_stream s);

@@ -3,57 +3,25 @@
 // and the tied classifier with softmax cross-entropy fused a block of rows at a time.
 // Launched with K_LAUNCH (nvcc on a GPU, the SIMT executor in make test). No atomics:
 // every sum has one owner and a fixed order (the same bits on every run and GPU).
-// GELU is the CPU's bit for bit (its Cephes exp written with rounded operations); the
-// rest matches the CPU to rounding (sums in another order).
+// GELU is the CPU's bit for bit (both are kernels/k_math.h's k_gelu); the rest matches the CPU to rounding (sums in another order).
 #include "kernels/cuda/k_cuda_gemm.cuh"
+#include "kernels/k_math.h"
 #include "kernels/k_tfm.h"
 #include <stdio.h>
 
 namespace {
 
-// ---- GELU as x sigmoid(2u) with the CPU's exp (k_tfm_simd.h): same operations, each
-// rounded as the CPU rounds it (no contraction), so the same bits.
-__device__ __forceinline__ float cephes_exp(float x)
-{
-    int under = x < -87.0f;
-    float xc = x > 88.0f ? 88.0f : under ? -87.0f : x;
-    float t = __fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.0f);
-    float nf = __fsub_rn(t, 12582912.0f);
-    float r = __fsub_rn(xc, __fmul_rn(nf, 0.693359375f));
-    r = __fsub_rn(r, __fmul_rn(nf, -2.12194440e-4f));
-    float p = __fadd_rn(__fmul_rn(1.9875691500e-4f, r), 1.3981999507e-3f);
-    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-    p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
-    int e = ((__float_as_int(t) - 0x4B400000) + 127) * (1 << 23);
-    return under ? 0.0f : __fmul_rn(p, __int_as_float(e));
-}
-
-#define GELU_K0 0.7978845608028654f
-#define GELU_K1 0.044715f
-
+// ---- GELU: kernels/k_math.h's, the CPU's own math (so the same bits).
 __global__ void gelu_fwd(size_t n, const float *x, float *y)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = x[i];
-        float u = __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(GELU_K1, v), v), v));
-        float e = cephes_exp(__fmul_rn(u, -2.0f * GELU_K0));
-        y[i] = __fdiv_rn(v, __fadd_rn(1.0f, e));
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = k_gelu(x[i]);
 }
 
 __global__ void gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = x[i], v2 = __fmul_rn(v, v);
-        float u = __fadd_rn(v, __fmul_rn(__fmul_rn(GELU_K1, v2), v));
-        float e = cephes_exp(__fmul_rn(u, -2.0f * GELU_K0)), s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
-        float du = __fmul_rn(GELU_K0, __fadd_rn(1.0f, __fmul_rn(3.0f * GELU_K1, v2)));
-        float inner = __fmul_rn(__fmul_rn(e, s), __fmul_rn(__fmul_rn(2.0f, v), du));
-        dx[i] = __fmul_rn(dy[i], __fmul_rn(s, __fadd_rn(1.0f, inner)));
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = k_gelu_grad(x[i], dy[i]);
 }
 
 // ---- LayerNorm: one block per row, sums in double over a fixed tree.

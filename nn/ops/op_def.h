@@ -43,6 +43,23 @@ static inline const char *nn_node_desc(const nn_graph *g, const nn_node *n, char
 #define NN_BAD(...) do { char d_[96]; int k_ = snprintf(err, errlen, "model %s: %s: ", g->model, \
     nn_node_desc(g, n, d_, sizeof d_)); if (k_ > 0 && (size_t)k_ < errlen) snprintf(err + k_, errlen - (size_t)k_, __VA_ARGS__); \
     return -1; } while (0)
+/* An elementwise op's entry points, NAME_fwd and NAME_bwd (and on CUDA builds
+ * NAME_fwd_cuda, NAME_bwd_cuda), from its kernels k_K_fwd(n, ARGS x, y) and
+ * k_K_bwd(n, ARGS src, dy, dx) and their k_cuda_K twins (a stream last). SRC is what
+ * backward reads: NN_X0 (the input) or NN_Y (the output); ARGS, in parentheses, the
+ * kernel's leading arguments from the node, each with a comma after it: () or
+ * (leaky_attr_of(n).slope,). NN_UNARY_FNS(NAME) fills the descriptor's entries. */
+#define NN_X0 nn_x(g, n, 0)
+#define NN_Y n->y
+#define NN_ARGS_(...) __VA_ARGS__
+#define NN_UNARY(NAME, K, SRC, ARGS)                                                                             static void NAME##_fwd(nn_graph *g, nn_node *n, const nn_run *r)                                          {                                                                                                             k_##K##_fwd(nn_out_numel(n, r), NN_ARGS_ ARGS nn_x(g, n, 0), n->y);                                   }                                                                                                         static void NAME##_bwd(nn_graph *g, nn_node *n, const nn_run *r)                                          {                                                                                                             float *dx_ = nn_dx(g, n, 0);                                                                              if (dx_) k_##K##_bwd(nn_out_numel(n, r), NN_ARGS_ ARGS SRC, n->dy, dx_);                              }                                                                                                         NN_UNARY_CUDA(NAME, K, SRC, ARGS)
+#if DDPRT_CUDA
+#define NN_UNARY_CUDA(NAME, K, SRC, ARGS)                                                                        static int NAME##_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)                                      {                                                                                                             return k_cuda_##K##_fwd(nn_out_numel(n, r), NN_ARGS_ ARGS nn_x(g, n, 0), n->y, r->stream);            }                                                                                                         static int NAME##_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)                                      {                                                                                                             float *dx_ = nn_dx(g, n, 0);                                                                              return dx_ ? k_cuda_##K##_bwd(nn_out_numel(n, r), NN_ARGS_ ARGS SRC, n->dy, dx_, r->stream) : 0;      }
+#else
+#define NN_UNARY_CUDA(NAME, K, SRC, ARGS)
+#endif
+#define NN_UNARY_FNS(NAME)                                                                                       .infer = nn_infer_same, .fwd = NAME##_fwd, .bwd = NAME##_bwd,                                             NN_CUDA_ONLY(.fwd_cuda = NAME##_fwd_cuda, .bwd_cuda = NAME##_bwd_cuda)
+
 /* Inputs must be float activations (not token ids) for most ops. */
 #define NN_NEED_FLOAT(i) do { if (nn_in(g, n, i)->out.tokens) NN_BAD("needs float input, got token ids (add an embedding)"); } while (0)
 static inline size_t nn_numel_in(const nn_graph *g, const nn_node *n, int i) { return nn_shape_numel(nn_in(g, n, i)->out); }

@@ -41,18 +41,8 @@ static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
         k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
 }
 
-#if DDPRT_CUDA
-static int relu_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
-{
-    return k_cuda_relu_fwd(nn_out_numel(n, r), nn_x(g, n, 0), n->y, r->stream);
-}
-
-static int relu_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
-{
-    float *dx = nn_dx(g, n, 0);
-    return dx ? k_cuda_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx, r->stream) : 0;
-}
-#endif
+/* The device half: plain kernels (the planner's fusions are the CPU's). */
+NN_UNARY_CUDA(relu, relu, NN_Y, ())
 
 const nn_op nn_op_relu = {
     .kind = "relu", .flags = NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE | NN_RECTIFIER,

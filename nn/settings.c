@@ -1,4 +1,5 @@
 #include "nn/settings.h"
+#include "kernels/k.h"
 #include "ports/posix/port.h"
 #include "rt/isa.h"
 #include "rt/log.h"

@@ -6,7 +6,7 @@
  * package, a test) builds the same object. */
 #ifndef NN_SETTINGS_H
 #define NN_SETTINGS_H
-#include "kernels/k.h"
+#include "kernels/k_settings.h"
 #include "nn/opts.h"
 #include <stddef.h>
 

@@ -2,6 +2,7 @@
  * (train epochs, "Train Epoch" / "Test set" lines, timing). */
 #ifndef NN_TRAINER_H
 #define NN_TRAINER_H
+#include "kernels/k.h"
 #include "nn/ckpt.h"
 #include "nn/data/dataset.h"
 #include "nn/data/loader.h"

@@ -3,6 +3,7 @@
  * device half's headers in CUDA builds. docs/adding-an-op.md walks through one. */
 #ifndef NN_OP_DEF_H
 #define NN_OP_DEF_H
+#include "kernels/k.h"
 #include "nn/ops/ops.h"
 #include <stddef.h>
 #include <stdio.h>

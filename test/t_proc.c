@@ -41,6 +41,18 @@ const char *t_proc_tmpdir(void)
     return dir;
 }
 
+void t_setenv_list(const char *vars)
+{
+    char buf[1024], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", vars);
+    for (char *a = strtok_r(buf, " ", &save); a; a = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(a, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(a, eq + 1, 1);
+    }
+}
+
 void t_clean_env(void)
 {
     static const char *const prefixes[] = {"SLURM_", "OMPI_", "PMI_", "PMIX_", "DDPRT_JOB", "DDPRT_TIMEOUT", "DDPRT_RDZV", NULL};

@@ -26,6 +26,8 @@ const char *t_proc_tmpdir(void);
 /* Unsets every launcher variable (torchrun, Slurm, Open MPI, PMI, DDPRT_*) so a test run
  * under a launcher sees a clean environment. */
 void t_clean_env(void);
+/* setenv of each NAME=VALUE assignment in vars (separated by spaces). */
+void t_setenv_list(const char *vars);
 /* Starts argv[0] (a path) with "NAME=VALUE" entries of env (NULL-terminated, may be
  * NULL) added; name labels the output files. */
 void t_spawn(t_proc *p, const char *name, char *const argv[], char *const env[]);

@@ -55,13 +55,7 @@ static const rt_rdzv_opts NOOPTS = {NULL, -1, -1, -1, 0, NULL, 0};
 static void clean_env(const char *vars)
 {
     t_clean_env();
-    char buf[512], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", vars);
-    for (char *a = strtok_r(buf, " ", &save); a; a = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(a, '=');
-        *eq = 0;
-        setenv(a, eq + 1, 1);
-    }
+    t_setenv_list(vars);
 }
 
 PTEST(rdzv_env_torchrun)

@@ -30,6 +30,16 @@ void t_write_file(const char *dir, const char *name, const void *buf, size_t n, 
     }
 }
 
+const char *t_write_text(const char *dir, const char *name, const char *text)
+{
+    static char p[4][700];
+    static int next;
+    char *path = p[next++ % 4];
+    t_write_file(dir, name, text, strlen(text), 0);
+    snprintf(path, sizeof p[0], "%s/%s", dir, name);
+    return path;
+}
+
 static void put32(uint8_t *p, uint32_t v)
 {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;

@@ -10,6 +10,9 @@
 const char *t_tmpdir(const char *tag);
 /* Writes raw bytes to dir/name (gzip-compressed when gz). */
 void t_write_file(const char *dir, const char *name, const void *buf, size_t n, int gz);
+/* Writes the string text to dir/name; returns the file's path (static storage, rotated
+ * among 4 calls). */
+const char *t_write_text(const char *dir, const char *name, const char *text);
 /* Writes a well-formed IDX images (3-D) or labels (1-D) file. */
 void t_write_idx_images(const char *dir, const char *name, int n, int rows, int cols, const uint8_t *px, int gz);
 void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t *labels, int gz);

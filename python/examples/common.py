@@ -1,8 +1,7 @@
 """What the example scripts share, so that each script shows only how it trains in
 parallel (gloo, gloo with ddprt's hook, the Horovod API): the seed 001 MNIST script's
 options (its flags, defaults and help), LeNet, data, training and test functions, as that
-script wrote them; and the
-ResNet-18 scripts' options and timed loop. Data: fmnist.py."""
+script wrote them; and the ResNet-18 scripts' options and timed loop. Data: fmnist.py."""
 from __future__ import print_function
 import argparse
 import statistics

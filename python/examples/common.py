@@ -8,10 +8,21 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data.distributed
 from fmnist import FashionMNIST
+
+
+def init_gloo(args, threads):
+    """torch on `threads` threads, and the gloo process group: at args.tcp (the seed's
+    --tcp, --rank, --world-size), else from the launcher's variables."""
+    torch.set_num_threads(threads)
+    if args.tcp:
+        dist.init_process_group(init_method=args.tcp, backend="gloo", rank=args.rank, world_size=args.world_size)
+    else:
+        dist.init_process_group(backend="gloo")
 
 
 def rendezvous_args(parser):

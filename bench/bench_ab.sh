@@ -15,8 +15,7 @@ MODELS=${MODELS:-"resnet20 resnet18 textcnn lenet"}
 ISAS=${ISAS:-"avx2 best"}
 # model batch steps
 declare -A cases=([lenet]="64 300" [resnet20]="128 10" [textcnn]="64 120" [resnet18]="32 4")
-cpu_line
-load_line before
+report_head
 run() { # build isa model -> "samples/s activations-MiB"
     local env=() b s
     [[ $2 == best ]] || env=(env DDPRT_ISA="$2")

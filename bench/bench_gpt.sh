@@ -19,12 +19,10 @@ opt=${OPT:-adamw}
 mm=${MATMUL:-highest}
 rc=${RECOMPUTE:--2}
 . bench/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch tmp
 # name layers dim heads vocab T batch steps(ddprt) steps(torch)
 cases=("small 6 384 6 256 256 8 6 4" "gpt2 12 768 12 50257 64 4 4 3")
-cpu_line
-load_line before
+report_head
 printf "%-6s %-26s %12s %12s %7s %10s %10s %7s %10s\n" model "layers,dim,heads,V,T,batch" "ddprt tok/s" "torch tok/s" ratio \
   "ddprt MiB" "torch MiB" "RSS x" "ddprt all"
 for c in "${cases[@]}"; do

@@ -12,10 +12,8 @@ rounds=${1:-5}
 G=${GLOBAL:-128}
 steps=${STEPS:-30}
 . bench/lib.sh
-cpu_line
-load_line before
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+report_head
+scratch tmp
 
 # run MODEL TAG ARGS...: one 2-rank job; appends rank 0's samples/s to $tmp/MODEL.TAG
 run() {

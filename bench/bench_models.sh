@@ -14,8 +14,7 @@ bench_deps
 # DDPRT_ISA=avx2 on a CPU with more: PyTorch on the same level (ATen's kernels and
 # OpenBLAS's Haswell kernels, oneDNN's convolutions), so both sides run as on an AVX2 machine.
 if [[ ${DDPRT_ISA:-} == avx2 ]]; then export ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2; fi
-cpu_line
-load_line before
+report_head
 printf "%-10s %6s %14s %14s %8s %12s %12s %8s %12s\n" model batch "ddprt smp/s" "torch smp/s" ratio "ddprt MiB" "torch MiB" \
   "RSS x" "ddprt all"
 run_d() { "$B/ddprt-train" --data synthetic --model "$1" --batch-size "$2" --max-steps "$3" --epochs 1 \

@@ -11,11 +11,9 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 B=${BUILD:-build}
 rounds=${1:-3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch tmp
 printf "[gpt]\nlayers=6\ndim=384\nheads=6\nctx=256\nvocab=256\n" >"$tmp/small.cfg"
-cpu_line
-load_line before
+report_head
 run() { # name build amp form
     local out
     out=$( { DDPRT_BF16_GEMM=$4 /usr/bin/time -f "CPU %U %S" "$2/ddprt-train" --data synthetic \

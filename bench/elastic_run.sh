@@ -16,10 +16,8 @@ epochs=${EPOCHS:-6}
 n=${N:-6000}
 src=${DDPRT_DATA:-/usr/share/datasets/fashion-mnist}
 . bench/lib.sh
-cpu_line
-load_line before
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
+report_head
+scratch d
 be32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
 idx_head() { local s=$1 out=$2 k=$3 item=$4 magic=$5; shift 5
     { be32 "$magic"; be32 "$k"; for dim in "$@"; do be32 "$dim"; done

@@ -12,8 +12,7 @@ B=${BUILD:-build}
 rounds=${1:-2}
 py=${PY:-python3}
 . bench/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch tmp
 printf "[gpt]\nlayers=6\ndim=384\nheads=6\nctx=256\nvocab=256\n" >"$tmp/gpt.cfg"
 # model batch steps(ddprt) steps(pytorch); gpt: 6x384, T 256, rates in tokens/s
 cases=("lenet 64 200 200" "resnet20 128 30 50" "textcnn 64 100 100" "resnet18 32 15 20" "gpt 8 20 20")

@@ -15,10 +15,8 @@ seeds=${1:-3}
 epochs=${EPOCHS:-3}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 . bench/lib.sh
-cpu_line
-load_line before
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+report_head
+scratch tmp
 common=(--data "$data" --model resnet20 --epochs "$epochs" --lr 0.05 --momentum 0.9 --threads 1 --log-interval 1000
         --test-batch-size 500)
 run() { # TAG SEED ARGS...: the last "Accuracy: c/n" as a percentage into $tmp/TAG

@@ -13,10 +13,8 @@ K=${K:-8}
 steps=${STEPS:-20}
 models=${MODELS:-lenet resnet20 textcnn}
 . bench/lib.sh
-cpu_line
-load_line before
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+report_head
+scratch tmp
 src=${DDPRT_DATA:-/usr/share/datasets/fashion-mnist}
 be32() { printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)))"; }
 idx_head() { # SRC_GZ OUT N ITEM_BYTES MAGIC [DIMS...]

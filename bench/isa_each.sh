@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 REV=${1:-799fbe3}
 B=${2:-build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+scratch T
 mkdir -p "$T/old/transport"
 for f in kernels/cpu/k_optim.c kernels/cpu/k_graph.c transport/tp_reduce.c transport/tp_reduce_x86.c \
          transport/tp_reduce_simd.h transport/tp_reduce.h; do

@@ -16,8 +16,7 @@ rounds=${1:-3}
 A=${AFTER:-build/ddprt-bench-kernels}
 B=${BEFORE:-}
 OUT=$(mktemp -d /tmp/ddprt-layers.XXXXXX)
-cpu_line
-load_line before
+report_head
 
 run() { # BIN ISA MODEL -> the layer rows
   local isa=$2

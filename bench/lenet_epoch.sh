@@ -14,10 +14,8 @@ rounds=${1:-3}
 bench_deps
 if [[ ${DDPRT_ISA:-} == avx2 ]]; then export ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2; fi
 export OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cpu_line
-load_line before
+scratch tmp
+report_head
 for r in $(seq "$rounds"); do
   "$B/ddprt-train" --epochs 1 --threads 1 --seed "$r" >"$tmp/d.log" 2>&1
   sed -n 's/.*Epoch 1 of 1 took \([0-9.]*\)s.*/\1/p' "$tmp/d.log" >>"$tmp/d"

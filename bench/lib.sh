@@ -12,6 +12,14 @@ med() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2)
 # med_file FILE: the median of FILE's numbers.
 med_file() { med <"$1"; }
 
+# scratch NAME: a fresh temporary folder in $NAME, removed when the script exits.
+scratch() {
+    local dir
+    dir=$(mktemp -d)
+    printf -v "$1" %s "$dir"
+    trap "rm -rf '$dir'" EXIT
+}
+
 # load1: the 1-minute load average; load_line LABEL: "# LABEL: load 1.23 (uptime ...)".
 load1() { cut -d' ' -f1 /proc/loadavg; }
 load_line() { echo "# $1: load $(load1) ($(uptime | sed 's/.*load average: //'))"; }
@@ -36,6 +44,9 @@ cpu_line() {
     echo "# cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus," \
          "isa: $(grep -o 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')${DDPRT_ISA:+(DDPRT_ISA=$DDPRT_ISA)}"
 }
+
+# report_head: the lines that head every report (the CPU, and the load before the runs).
+report_head() { cpu_line; load_line before; }
 
 # bench_deps: the Debian packages of the PyTorch-side references (deps/debian.txt kinds
 # ci and bench), installed when missing (as root; otherwise the command to run is printed).

@@ -18,8 +18,7 @@ WHAT=${1:-all}
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-30}
 [ -x "$B/ddprt-launch" ] && [ -e "$B/libddprt.so" ] || { echo "python_bench: build first (make)" >&2; exit 2; }
 "$PY" -c 'import torch, torchvision' 2>/dev/null || { echo "python_bench: $PY lacks torch/torchvision" >&2; exit 2; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+scratch T
 export PYTHONPATH=$PWD/python:$PWD/python/examples DDPRT_TRACE_DIR=$T
 launch() { "$B/ddprt-launch" --nproc-per-node 2 --bind-to core --no-prefix -- "$PY" "$@"; }
 cpu_line

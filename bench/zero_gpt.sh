@@ -10,11 +10,9 @@ cd "$(dirname "$0")/.."
 B=${BUILD:-build}
 rounds=${1:-3}
 . bench/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch tmp
 printf "[gpt]\nlayers=6\ndim=384\nheads=6\nctx=256\nvocab=256\n" >"$tmp/m.cfg"
-cpu_line
-load_line before
+report_head
 variants=("zero0 $B 0" "zero1 $B 1")
 [[ -n "${OLD:-}" ]] && variants+=("zero1-old $OLD 1")
 for v in "${variants[@]}"; do : >"$tmp/${v%% *}"; done

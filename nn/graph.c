@@ -129,21 +129,30 @@ static void name_taken(nn_graph *g, const nn_node *n, const char *full)
                  "must be unique", g->model, (int)(n - g->nodes), n->op->kind, n->name, full, owner, ok);
 }
 
+/* A new tensor's name (the node's name and suffix, checked unique) and shape: -1 on a
+ * bad name (g->err says why). */
+static int tensor_init(nn_graph *g, nn_node *n, const char *suffix, char *name, int *ndim, int *dims, size_t *numel,
+                       int rank, const int *shape)
+{
+    char full[NN_NAME];
+    if (full_name(g, full, n, suffix)) return -1;
+    name_taken(g, n, full);
+    memcpy(name, full, sizeof full);
+    *ndim = rank;
+    *numel = 1;
+    for (int i = 0; i < rank; i++) {
+        dims[i] = shape[i];
+        *numel *= (size_t)shape[i];
+    }
+    return 0;
+}
+
 int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const int *shape, int init, int fan,
                  int no_decay)
 {
-    char full[NN_NAME];
-    if (table_full(g, g->np, NN_MAX_PARAMS, "parameter tensors") || full_name(g, full, n, suffix)) return -1;
-    nn_param *p = &g->p[g->np];
-    name_taken(g, n, full);
-    memset(p, 0, sizeof *p);
-    memcpy(p->name, full, sizeof full);
-    p->ndim = ndim;
-    p->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        p->shape[i] = shape[i];
-        p->numel *= (size_t)shape[i];
-    }
+    if (table_full(g, g->np, NN_MAX_PARAMS, "parameter tensors")) return -1;
+    nn_param *p = memset(&g->p[g->np], 0, sizeof *p);
+    if (tensor_init(g, n, suffix, p->name, &p->ndim, p->shape, &p->numel, ndim, shape)) return -1;
     p->init = init;
     p->fan = fan;
     p->no_decay = no_decay;
@@ -155,19 +164,10 @@ int nn_param_add(nn_graph *g, nn_node *n, const char *suffix, int ndim, const in
 
 int nn_buf_add(nn_graph *g, nn_node *n, const char *suffix, rt_dtype dt, int ndim, const int *shape, int init)
 {
-    char full[NN_NAME];
-    if (table_full(g, g->nb, NN_MAX_BUFS, "buffers") || full_name(g, full, n, suffix)) return -1;
-    nn_buf *b = &g->b[g->nb];
-    name_taken(g, n, full);
-    memset(b, 0, sizeof *b);
-    memcpy(b->name, full, sizeof full);
+    if (table_full(g, g->nb, NN_MAX_BUFS, "buffers")) return -1;
+    nn_buf *b = memset(&g->b[g->nb], 0, sizeof *b);
+    if (tensor_init(g, n, suffix, b->name, &b->ndim, b->shape, &b->numel, ndim, shape)) return -1;
     b->dtype = dt;
-    b->ndim = ndim;
-    b->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        b->shape[i] = shape[i];
-        b->numel *= (size_t)shape[i];
-    }
     b->init = init;
     if (!n->nb) n->b0 = g->nb;
     n->nb++;

@@ -101,8 +101,7 @@ static const env_var vars[RT_ENV_COUNT] = {
 };
 #undef V
 
-/* v's index among the '|'-separated choices; -1 when it is none of them. */
-static int choice_index(const char *v, const char *choices)
+int rt_choice_index(const char *v, const char *choices)
 {
     size_t n = strlen(v);
     int i = 0;
@@ -114,7 +113,7 @@ static int choice_index(const char *v, const char *choices)
     return -1;
 }
 
-int rt_in_choices(const char *v, const char *choices) { return choice_index(v, choices) >= 0; }
+int rt_in_choices(const char *v, const char *choices) { return rt_choice_index(v, choices) >= 0; }
 
 static int check_one(const env_var *e, const char *v, char *err, size_t errlen)
 {
@@ -218,7 +217,7 @@ int rt_env_flag(rt_env v, int dflt)
 int rt_env_choice(rt_env v, int dflt)
 {
     const char *s = rt_env_str(v);
-    int i = s && vars[v].choices ? choice_index(s, vars[v].choices) : -1;
+    int i = s && vars[v].choices ? rt_choice_index(s, vars[v].choices) : -1;
     return i >= 0 ? i : dflt;
 }
 

@@ -50,8 +50,10 @@ double rt_env_timeout_s(void);               /* DDPRT_TIMEOUT, or RT_DEFAULT_TIM
 /* docs/env.md: the table as Markdown. */
 void rt_env_doc(FILE *f);
 
-/* Whether v is one of the '|'-separated choices ("ring|rd|hier"). */
+/* Whether v is one of the '|'-separated choices ("ring|rd|hier"); its index there (-1:
+ * none of them). */
 int rt_in_choices(const char *v, const char *choices);
+int rt_choice_index(const char *v, const char *choices);
 /* Levenshtein distance (names up to 62 characters; 99 beyond): "did you mean" hints. */
 int rt_edit_distance(const char *a, const char *b);
 #ifdef __cplusplus

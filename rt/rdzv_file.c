@@ -110,13 +110,6 @@ int rt_rdzv_open_file(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errle
             rc = rt_rdzv_try_join(r, f.host, f.port, deadline, last, sizeof last, err, errlen);
             if (rc <= 0) return rc;
         }
-        int64_t left = deadline - port_now_ns();
-        if (left <= 0) {
-            snprintf(err, errlen, "rank %d: no rendezvous through %s after %g s: %s", r->rank, r->where, r->timeout_s,
-                     last);
-            return -1;
-        }
-        port_sleep_ns(backoff < left ? backoff : left);
-        backoff = backoff * 2 > 500000000LL ? 500000000LL : backoff * 2;
+        if (rt_rdzv_backoff(r, deadline, &backoff, 500000000LL, "through", last, err, errlen)) return -1;
     }
 }

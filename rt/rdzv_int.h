@@ -102,6 +102,11 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen);
  * -1 definitive failure (err set). */
 int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns,
                      char *last, size_t lastlen, char *err, size_t errlen);
+/* Rank > 0, between attempts: once deadline_ns has passed, -1 with err ("no rendezvous
+ * VIA <where> after T s: LAST"); else sleeps *backoff (not past the deadline), doubles
+ * it up to cap_ns and returns 0. */
+int rt_rdzv_backoff(const rt_rdzv *r, int64_t deadline_ns, int64_t *backoff, int64_t cap_ns, const char *via,
+                    const char *last, char *err, size_t errlen);
 int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen);
 int rt_rdzv_open_file(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen);
 /* Rank 0's per-connection deadline for a hello (DDPRT_RDZV_HELLO_TIMEOUT, default 5 s). */

@@ -346,6 +346,19 @@ int rt_rdzv_try_join(rt_rdzv *r, const char *host, int port, int64_t deadline_ns
     return 0;
 }
 
+int rt_rdzv_backoff(const rt_rdzv *r, int64_t deadline_ns, int64_t *backoff, int64_t cap_ns, const char *via,
+                    const char *last, char *err, size_t errlen)
+{
+    int64_t left = deadline_ns - port_now_ns();
+    if (left <= 0) {
+        snprintf(err, errlen, "rank %d: no rendezvous %s %s after %g s: %s", r->rank, via, r->where, r->timeout_s, last);
+        return -1;
+    }
+    port_sleep_ns(*backoff < left ? *backoff : left);
+    *backoff = *backoff * 2 > cap_ns ? cap_ns : *backoff * 2;
+    return 0;
+}
+
 int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen)
 {
     char e[256];
@@ -370,13 +383,6 @@ int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen
     for (;;) {
         int rc = rt_rdzv_try_join(r, p->host, p->port, deadline, last, sizeof last, err, errlen);
         if (rc <= 0) return rc;
-        int64_t left = deadline - port_now_ns();
-        if (left <= 0) {
-            snprintf(err, errlen, "rank %d: no rendezvous with %s after %g s: %s", r->rank, r->where, r->timeout_s,
-                     last);
-            return -1;
-        }
-        port_sleep_ns(backoff < left ? backoff : left);
-        backoff = backoff * 2 > 1000000000LL ? 1000000000LL : backoff * 2;
+        if (rt_rdzv_backoff(r, deadline, &backoff, 1000000000LL, "with", last, err, errlen)) return -1;
     }
 }

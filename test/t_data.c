@@ -30,6 +30,34 @@ void t_write_file(const char *dir, const char *name, const void *buf, size_t n, 
     }
 }
 
+void t_patch_file(const char *path, const char *find, long skip, const char *with, int x)
+{
+    FILE *f = fopen(path, "r+b");
+    char hdr[4096];
+    size_t n = f ? fread(hdr, 1, sizeof hdr, f) : 0;
+    char *at = memmem(hdr, n, find, strlen(find));
+    if (!at) {
+        t_fail(__FILE__, __LINE__, "%s: no '%s' in its first %zu bytes", path, find, n);
+        if (f) fclose(f);
+        return;
+    }
+    long off = (long)(at - hdr) + skip;
+    fseek(f, off, SEEK_SET);
+    if (with) fputs(with, f);
+    else fputc(hdr[off] ^ x, f);
+    fclose(f);
+}
+
+const char *t_write_text(const char *dir, const char *name, const char *text)
+{
+    static char p[4][700];
+    static int next;
+    char *path = p[next++ % 4];
+    t_write_file(dir, name, text, strlen(text), 0);
+    snprintf(path, sizeof p[0], "%s/%s", dir, name);
+    return path;
+}
+
 static void put32(uint8_t *p, uint32_t v)
 {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;

@@ -10,6 +10,13 @@
 const char *t_tmpdir(const char *tag);
 /* Writes raw bytes to dir/name (gzip-compressed when gz). */
 void t_write_file(const char *dir, const char *name, const void *buf, size_t n, int gz);
+/* In the first 4 KiB of file path, finds `find` and, skip bytes after its start,
+ * writes the string `with` or, when with is NULL, XORs that byte with x (a damaged
+ * header); t_fail when find is not there. */
+void t_patch_file(const char *path, const char *find, long skip, const char *with, int x);
+/* Writes the string text to dir/name; returns the file's path (static storage, rotated
+ * among 4 calls). */
+const char *t_write_text(const char *dir, const char *name, const char *text);
 /* Writes a well-formed IDX images (3-D) or labels (1-D) file. */
 void t_write_idx_images(const char *dir, const char *name, int n, int rows, int cols, const uint8_t *px, int gz);
 void t_write_idx_labels(const char *dir, const char *name, int n, const uint8_t *labels, int gz);

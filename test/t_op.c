@@ -129,3 +129,22 @@ float t_op_at(const nn_node *n, int s, int c, int y, int x)
 {
     return n->y[(((size_t)s * n->out.c + c) * n->out.h + y) * n->out.w + x];
 }
+
+int t_op_begin1(t_op *h, int batch, nn_shape s)
+{
+    t_op_begin(h, batch);
+    return t_op_source(h, s);
+}
+
+int t_op_run(t_op *h, int op)
+{
+    t_op_finish(h, op);
+    t_op_objective(h);
+    return op;
+}
+
+void t_op_end(t_op *h, double tol)
+{
+    t_op_check_grads(h, tol);
+    t_op_done(h);
+}

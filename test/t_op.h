@@ -34,6 +34,11 @@ double t_op_objective(t_op *h);
 void t_op_check_grads_eps(t_op *h, double tol, float eps);
 void t_op_check_grads(t_op *h, double tol);
 void t_op_done(t_op *h);
+/* The usual sequence in three calls: t_op_begin with one source of shape s (returned);
+ * t_op_finish(h, op) and t_op_objective (returns op); t_op_check_grads and t_op_done. */
+int t_op_begin1(t_op *h, int batch, nn_shape s);
+int t_op_run(t_op *h, int op);
+void t_op_end(t_op *h, double tol);
 /* Element [s, c, y, x] of a node's output. */
 float t_op_at(const nn_node *n, int s, int c, int y, int x);
 /* Uniform in [-1, 1) from the harness's generator. */

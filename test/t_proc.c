@@ -1,5 +1,6 @@
 #include "test/t_proc.h"
 #include "test/t.h"
+#include "test/t_data.h"
 #include "ports/posix/port.h"
 #include "ports/posix/port_sock.h"
 #include <dirent.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +41,28 @@ const char *t_proc_tmpdir(void)
         if (!mkdtemp(dir)) snprintf(dir, sizeof dir, "/tmp");
     }
     return dir;
+}
+
+void t_restart_files(t_restart *f, int ntrain, int gz)
+{
+    snprintf(f->dir, sizeof f->dir, "%s", t_proc_tmpdir());
+    snprintf(f->data, sizeof f->data, "%s/data", f->dir);
+    mkdir(f->data, 0755);
+    t_write_synthetic_dataset(f->data, ntrain, 200, gz);
+    snprintf(f->full, sizeof f->full, "%s/full.st", f->dir);
+    snprintf(f->el, sizeof f->el, "%s/el.st", f->dir);
+}
+
+void t_setenv_list(const char *vars)
+{
+    char buf[1024], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", vars);
+    for (char *a = strtok_r(buf, " ", &save); a; a = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(a, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(a, eq + 1, 1);
+    }
 }
 
 void t_clean_env(void)

@@ -26,6 +26,13 @@ const char *t_proc_tmpdir(void);
 /* Unsets every launcher variable (torchrun, Slurm, Open MPI, PMI, DDPRT_*) so a test run
  * under a launcher sees a clean environment. */
 void t_clean_env(void);
+/* A restart test's files in t_proc_tmpdir(): dir; the data set dir/data (ntrain
+ * synthetic training images and 200 test ones, gzip when gz); the paths of the
+ * uninterrupted and the restarted run's checkpoints, dir/full.st and dir/el.st. */
+typedef struct t_restart { char dir[400], data[420], full[450], el[450]; } t_restart;
+void t_restart_files(t_restart *f, int ntrain, int gz);
+/* setenv of each NAME=VALUE assignment in vars (separated by spaces). */
+void t_setenv_list(const char *vars);
 /* Starts argv[0] (a path) with "NAME=VALUE" entries of env (NULL-terminated, may be
  * NULL) added; name labels the output files. */
 void t_spawn(t_proc *p, const char *name, char *const argv[], char *const env[]);

@@ -1,8 +1,10 @@
 #include "test/t_util.h"
 #include "test/t.h"
+#include "test/t_data.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 float t_uniform(uint64_t *s)
@@ -43,4 +45,27 @@ int t_sh(const char *cmd, char *out, size_t len)
     out[n] = 0;
     int st = pclose(f);
     return st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int t_train_synthetic(const char *tag, int gz, int epochs, const char *args, char *out, size_t len, const char **dir)
+{
+    *dir = t_tmpdir(tag);
+    t_write_synthetic_dataset(*dir, 1200, 300, gz);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --data %s --epochs %d --batch-size 32 --lr 0.05 --threads 1 %s 2>&1",
+             t_prog("ddprt-train"), *dir, epochs, args);
+    return t_sh(cmd, out, len);
+}
+
+void t_check_accuracy(const char *out, int total, int min_correct, const char *what)
+{
+    const char *last = NULL;
+    for (const char *p = out; (p = strstr(p, "Test set: Average loss: ")); p++) last = p;
+    CHECKF(last != NULL, "%s: no test line in %s", what, out);
+    if (!last) return;
+    double loss;
+    int correct, n;
+    CHECK(sscanf(last, "Test set: Average loss: %lf, Accuracy: %d/%d", &loss, &correct, &n) == 3);
+    CHECK_EQ(n, total);
+    CHECKF(correct >= min_correct, "only %d/%d correct %s", correct, n, what);
 }

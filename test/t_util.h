@@ -17,4 +17,11 @@ void t_check_close(const char *file, int line, const char *what, const float *go
 /* Runs cmd with /bin/sh, its stdout into out (NUL-terminated, cut at len - 1 bytes):
  * the exit status, 128 + the signal that ended it, or -1 when it could not start. */
 int t_sh(const char *cmd, char *out, size_t len);
+/* ddprt-train on a fresh synthetic data set (1200 training images, 300 test; gzip when
+ * gz) in t_tmpdir(tag), `--epochs E --batch-size 32 --lr 0.05 --threads 1` and args: its
+ * exit status (t_sh), its output with stderr in out; the data folder in *dir. */
+int t_train_synthetic(const char *tag, int gz, int epochs, const char *args, char *out, size_t len, const char **dir);
+/* The last "Test set: Average loss: L, Accuracy: C/T" line of out is there, with T ==
+ * total and C >= min_correct; a failure names `what`. */
+void t_check_accuracy(const char *out, int total, int min_correct, const char *what);
 #endif

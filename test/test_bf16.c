@@ -261,21 +261,10 @@ TEST(bf16_threads_agree_bitwise)
 
 TEST(bf16_amp_training_learns_and_flag_is_validated)
 {
-    const char *dir = t_tmpdir("amp");
-    t_write_synthetic_dataset(dir, 1200, 300, 0);
+    const char *dir;
     char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd, "%s --data %s --epochs 1 --batch-size 32 --lr 0.05 --threads 1 --amp bf16 2>&1",
-             t_prog("ddprt-train"), dir);
-    CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
-    const char *last = strstr(out, "Test set: Average loss: ");
-    CHECKF(last != NULL, "%s", out);
-    if (last) {
-        double loss;
-        int correct, total;
-        CHECK(sscanf(last, "Test set: Average loss: %lf, Accuracy: %d/%d", &loss, &correct, &total) == 3);
-        CHECK_EQ(total, 300);
-        CHECKF(correct >= 270, "only %d/300 correct with --amp bf16", correct);
-    }
+    CHECKF(t_train_synthetic("amp", 0, 1, "--amp bf16", out, sizeof out, &dir) == 0, "%s", out);
+    t_check_accuracy(out, 300, 270, "with --amp bf16");
     snprintf(cmd, sizeof cmd, "%s --data %s --amp fp16 2>&1", t_prog("ddprt-train"), dir);
     CHECK(t_sh(cmd, out, sizeof out) != 0);
     CHECKF(strstr(out, "--amp fp16 needs the CUDA build and a GPU") != NULL, "%s", out);

@@ -198,15 +198,7 @@ PTEST(ckpt_metadata_is_range_checked_and_crc_protected)
         copy_file(ck, bad);
         copy_file(sp, bsp);
         const char *target = k ? bsp : bad;
-        FILE *f = fopen(target, "r+b");
-        char hdr[4096];
-        size_t n = fread(hdr, 1, sizeof hdr, f);
-        char *at = memmem(hdr, n, k ? "\"optimizer_step\":\"2\"" : "\"epoch\":\"1\"", k ? 20 : 11);
-        CHECK(at != NULL);
-        long off = (long)(at - hdr) + (k ? 18 : 9);
-        fseek(f, off, SEEK_SET);
-        fputc(hdr[off] ^ 1, f);
-        fclose(f);
+        t_patch_file(target, k ? "\"optimizer_step\":\"2\"" : "\"epoch\":\"1\"", k ? 18 : 9, NULL, 1);
         const char *r[] = {"--epochs", "3", "--resume", bad, NULL};
         int rc = train(&out, r);
         CHECKF(rc == 1 && strstr(out, "header checksum mismatch") && strstr(out, target), "%d: %s", rc, out);
@@ -215,14 +207,7 @@ PTEST(ckpt_metadata_is_range_checked_and_crc_protected)
      * was empty): named. */
     copy_file(ck, bad);
     copy_file(sp, bsp);
-    FILE *f = fopen(bsp, "r+b");
-    char hdr[4096];
-    size_t hn = fread(hdr, 1, sizeof hdr, f);
-    char *at = memmem(hdr, hn, "crc32.__header__", 16);
-    CHECK(at != NULL);
-    fseek(f, (long)(at - hdr) + 3, SEEK_SET);
-    fputs("64", f);
-    fclose(f);
+    t_patch_file(bsp, "crc32.__header__", 3, "64", 0);
     const char *r0[] = {"--epochs", "3", "--resume", bad, NULL};
     int rc0 = train(&out, r0);
     CHECKF(rc0 == 1 && strstr(out, "bad.st.state: no header checksum"), "%d: %s", rc0, out);

@@ -251,10 +251,7 @@ TEST(conv_maxt_cfg_pattern_only_where_it_holds)
         "[conv1d]\nname=f\nfilters=2\nsize=2\nfrom=e\n[max_time]\nid=pf\n"
         "[concat]\nfrom=pa,pb,pc,qc\nid=k1\n[concat]\nfrom=pd,qd,pf\n[concat]\nfrom=k1,-1\n"
         "[flatten]\n[linear]\nname=fc\nout=classes\n";
-    t_write_file(dir, "maxt.cfg", net, sizeof net - 1, 0);
-    char path[600];
-    snprintf(path, sizeof path, "%s/maxt.cfg", dir);
-    nn_model_cfg c = {.file = path, .in = {1, 1, 10, 1}, .num_classes = 4, .vocab = 25};
+    nn_model_cfg c = {.file = t_write_text(dir, "maxt.cfg", net), .in = {1, 1, 10, 1}, .num_classes = 4, .vocab = 25};
     graph_case(&c, 5, 2);
 }
 

@@ -70,34 +70,25 @@ static void trailing(const char *dir, int gz)
     memcpy(b, "\0\0\x08\x01\0\0\0\5", 8);
     raw(dir, gz, "labels", b, sizeof b);
 }
-/* Chops the compressed stream in half: a truncated download. */
-static void gz_cut(const char *dir, int gz)
+/* Damages the gzip images file: chops the compressed stream in half (a truncated
+ * download) or flips bytes inside the deflate data (a corrupt one). */
+static void gz_damage(const char *dir, int flip)
 {
-    (void)gz;
-    char p[512];
-    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dir);
-    FILE *f = fopen(p, "rb");
-    static uint8_t b[1 << 16];
-    size_t n = fread(b, 1, sizeof b, f);
-    fclose(f);
-    f = fopen(p, "wb");
-    fwrite(b, 1, n / 2, f);
-    fclose(f);
-}
-/* Flips bytes inside the deflate data: a corrupt download. */
-static void gz_flip(const char *dir, int gz)
-{
-    (void)gz;
     char p[512];
     snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dir);
     FILE *f = fopen(p, "r+b");
     static uint8_t b[1 << 16];
     size_t n = fread(b, 1, sizeof b, f);
-    for (size_t i = 20; i < n - 10; i += 7) b[i] ^= 0x5a;
+    if (flip)
+        for (size_t i = 20; i < n - 10; i += 7) b[i] ^= 0x5a;
+    else
+        f = freopen(p, "wb", f), n /= 2;
     rewind(f);
     fwrite(b, 1, n, f);
     fclose(f);
 }
+static void gz_cut(const char *dir, int gz) { (void)gz, gz_damage(dir, 0); }
+static void gz_flip(const char *dir, int gz) { (void)gz, gz_damage(dir, 1); }
 
 #define EXPECT_ERR(gz, fn, what)                                                         \
     do {                                                                                 \

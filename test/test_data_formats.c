@@ -74,18 +74,27 @@ static const char *text_err(const char *train, const char *test, const char *spl
     return err;
 }
 
+/* text_err of each case holds its message (an "ok n=N" case: exactly). */
+typedef struct { const char *train, *test, *split, *want; } text_case;
+static void text_errs(const text_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++, c++) {
+        const char *e = text_err(c->train, c->test, c->split, 0);
+        CHECKF(!strncmp(c->want, "ok ", 3) ? !strcmp(e, c->want) : strstr(e, c->want) != NULL, "%s: %s", c->want, e);
+    }
+}
+
 TEST(text_errors_name_file_and_line)
 {
-    const char *e = text_err("a\tx\nno tab here\n", "a\tx\n", "train", 0);
-    CHECKF(strstr(e, "train.tsv:2: no tab"), "%s", e);
-    e = text_err("a\tx\nb\tbad \xc3\x28 byte\n", "a\tx\n", "train", 0);
-    CHECKF(strstr(e, "train.tsv:2: invalid UTF-8 at byte offset 10"), "%s", e);
-    e = text_err("a\tx\nb\ty\n", "a\tx\nzzz\ty\n", "test", 0);
-    CHECKF(strstr(e, "test.tsv:2: unknown label 'zzz'"), "%s", e);
-    e = text_err("0\tx\n1\ty\n", "5\tx\n", "test", 0);
-    CHECKF(strstr(e, "test.tsv:1: unknown label '5'"), "%s", e);
+    static const text_case cases[] = {
+        {"a\tx\nno tab here\n", "a\tx\n", "train", "train.tsv:2: no tab"},
+        {"a\tx\nb\tbad \xc3\x28 byte\n", "a\tx\n", "train", "train.tsv:2: invalid UTF-8 at byte offset 10"},
+        {"a\tx\nb\ty\n", "a\tx\nzzz\ty\n", "test", "test.tsv:2: unknown label 'zzz'"},
+        {"0\tx\n1\ty\n", "5\tx\n", "test", "test.tsv:1: unknown label '5'"},
+    };
+    text_errs(cases, sizeof cases / sizeof cases[0]);
     rt_log_set_level(RT_LOG_ERROR); /* the skip warning */
-    e = text_err("a\tx\nno tab\nb\ty\n", "a\tx\n", "train", 1);
+    const char *e = text_err("a\tx\nno tab\nb\ty\n", "a\tx\n", "train", 1);
     CHECKF(!strcmp(e, "ok n=2"), "%s", e);
     e = text_err("", "a\tx\n", "train", 0);
     CHECKF(strstr(e, "train.tsv: no samples"), "%s", e);
@@ -286,17 +295,16 @@ TEST(text_bom_and_mixed_labels)
     CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
     CHECK(d.num_classes == 2 && !strcmp(nn_data_class_name(&d, 0), "neg") && !strcmp(nn_data_class_name(&d, 1), "pos"));
     rt_arena_free(&a);
-    const char *e = text_err("\xef\xbb\xbf" "0\ta\n1\tb\n", "1\tb\n", "train", 0);
-    CHECKF(!strcmp(e, "ok n=2"), "%s", e);
-    e = text_err("0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n", "train", 0);
-    CHECKF(strstr(e, "train.tsv:3: label '-1' is not a class id (a non-negative integer) as the other labels are "
-                     "(line 1: '0')"), "%s", e);
-    e = text_err("0\ta\npos\tb\n1\tc\n", "1\tb\n", "test", 0);
-    CHECKF(strstr(e, "train.tsv:2: label 'pos' is not a class id"), "%s", e);
-    e = text_err("pos\ta\nneg\tb\n7\tc\n", "pos\tb\n", "train", 0);
-    CHECKF(strstr(e, "train.tsv:3: label '7' is a number among named labels (line 1: 'pos')"), "%s", e);
-    e = text_err("0\ta\n5000000\tb\n", "0\tb\n", "train", 0);
-    CHECKF(strstr(e, "train.tsv:2: label 5000000: class ids are 0..N-1 with N at most 1000000"), "%s", e);
+    static const text_case cases[] = {
+        {"\xef\xbb\xbf" "0\ta\n1\tb\n", "1\tb\n", "train", "ok n=2"},
+        {"0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n", "train",
+         "train.tsv:3: label '-1' is not a class id (a non-negative integer) as the other labels are (line 1: '0')"},
+        {"0\ta\npos\tb\n1\tc\n", "1\tb\n", "test", "train.tsv:2: label 'pos' is not a class id"},
+        {"pos\ta\nneg\tb\n7\tc\n", "pos\tb\n", "train",
+         "train.tsv:3: label '7' is a number among named labels (line 1: 'pos')"},
+        {"0\ta\n5000000\tb\n", "0\tb\n", "train", "train.tsv:2: label 5000000: class ids are 0..N-1 with N at most 1000000"},
+    };
+    text_errs(cases, sizeof cases / sizeof cases[0]);
     rt_log_set_level(RT_LOG_ERROR); /* the skip warning */
     nn_data_cfg c2 = {.dir = text_dir("0\ta\n1\tb\n-1\tc\n2\td\n", "1\tb\n"), .bad_skip = 1, .seed = 1};
     CHECKF(t_open_load(&d, &a, &c2, "train", err, sizeof err) == 0, "%s", err);

@@ -201,24 +201,33 @@ PTEST(bpe_merges_pretokens_and_decode)
     CHECKF(strstr(err, "vocab.bpe: line 2"), "%s", err);
 }
 
+/* Runs `ddprt-data tokenize` (av) to exit 0 within secs and probes the shards it wrote,
+ * DIR/NAME_train.bin into *it and, when iv is not NULL, DIR/NAME_val.bin into *iv. */
+static void tokenize_ok(char *const av[], const char *tag, double secs, const char *dir, const char *name,
+                        nn_tok_info *it, nn_tok_info *iv)
+{
+    t_proc pr;
+    char p[800], err[1024];
+    t_spawn(&pr, tag, av, NULL);
+    CHECKF(t_wait(&pr, secs) == 0, "%s", t_slurp(pr.err));
+    for (int v = 0; v < (iv ? 2 : 1); v++) {
+        snprintf(p, sizeof p, "%s/%s_%s.bin", dir, name, v ? "val" : "train");
+        CHECKF(nn_tokens_probe(p, v ? iv : it, err, sizeof err) == 0, "%s", err);
+    }
+}
+
 PTEST(data_tokenize_bytes_and_bpe)
 {
     const char *dir = t_tmpdir("tokz");
-    char in[700], out[700], p[800], err[1024];
+    char in[700], out[700], p[800];
     snprintf(in, sizeof in, "%s/in.txt", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     const char *text = "the cat\n%\n the\n";
     t_write_file(dir, "in.txt", text, strlen(text), 0);
     /* bytes, a quarter for validation */
-    t_proc pr;
     char *av[] = {(char *)t_prog("ddprt-data"), "tokenize", in, "--to", out, "--name", "t", "--val-fraction", "0.25", NULL};
-    t_spawn(&pr, "tok1", av, NULL);
-    CHECKF(t_wait(&pr, 60) == 0, "%s", t_slurp(pr.err));
     nn_tok_info iv, it;
-    snprintf(p, sizeof p, "%s/t_val.bin", out);
-    CHECKF(nn_tokens_probe(p, &iv, err, sizeof err) == 0, "%s", err);
-    snprintf(p, sizeof p, "%s/t_train.bin", out);
-    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
+    tokenize_ok(av, "tok1", 60, out, "t", &it, &iv);
     CHECK_EQ(iv.ntok, 3); /* 15 bytes: 3 + 12 */
     CHECK_EQ(it.ntok, 12);
     CHECK_EQ(it.vocab, 256);
@@ -226,10 +235,8 @@ PTEST(data_tokenize_bytes_and_bpe)
     write_bpe(dir);
     char *av2[] = {(char *)t_prog("ddprt-data"), "tokenize", in, "--to", out, "--name", "b", "--bpe", (char *)dir,
                    "--doc-sep", "%", "--val-fraction", "0", NULL};
-    t_spawn(&pr, "tok2", av2, NULL);
-    CHECKF(t_wait(&pr, 60) == 0, "%s", t_slurp(pr.err));
+    tokenize_ok(av2, "tok2", 60, out, "b", &it, NULL);
     snprintf(p, sizeof p, "%s/b_train.bin", out);
-    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
     CHECK_EQ(it.vocab, M_EOT + 1);
     int32_t want[] = {M_EOT, 't', M_HE, ' ', M_CAT, '\n', M_EOT, M_GTHE, '\n'};
     CHECK_EQ(it.ntok, 9);
@@ -240,6 +247,7 @@ PTEST(data_tokenize_bytes_and_bpe)
     snprintf(p, sizeof p, "%s/encoder.json", out);
     CHECK(t_slurp(p)[0] == '{');
     /* bad input: one line, exit non-zero */
+    t_proc pr;
     char *av3[] = {(char *)t_prog("ddprt-data"), "tokenize", "/nonexistent/file", "--to", out, NULL};
     t_spawn(&pr, "tok3", av3, NULL);
     CHECK(t_wait(&pr, 60) != 0);
@@ -256,16 +264,9 @@ PTEST(data_tokenize_default_corpus)
     }
     fclose(f);
     const char *dir = t_tmpdir("tokf");
-    char p[800], err[1024];
-    t_proc pr;
     char *av[] = {(char *)t_prog("ddprt-data"), "tokenize", "--to", (char *)dir, NULL};
-    t_spawn(&pr, "tokf", av, NULL);
-    CHECKF(t_wait(&pr, 120) == 0, "%s", t_slurp(pr.err));
     nn_tok_info it, iv;
-    snprintf(p, sizeof p, "%s/fortunes_train.bin", dir);
-    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
-    snprintf(p, sizeof p, "%s/fortunes_val.bin", dir);
-    CHECKF(nn_tokens_probe(p, &iv, err, sizeof err) == 0, "%s", err);
+    tokenize_ok(av, "tokf", 120, dir, "fortunes", &it, &iv);
     CHECK(it.ntok > 1000000 && iv.ntok > 100000);
     CHECK_EQ(it.vocab, 256);
 }

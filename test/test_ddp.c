@@ -17,8 +17,10 @@
 #define MAXW 4
 static char data_dir[512];
 
-static const char *make_data(void)
+/* A new job: a clean environment (t_clean_env) and the data set in the test's folder. */
+static const char *new_job(void)
 {
+    t_clean_env();
     const char *d = t_proc_tmpdir();
     snprintf(data_dir, sizeof data_dir, "%s/data", d);
     mkdir(data_dir, 0755);
@@ -46,6 +48,38 @@ static void start_rank_env(t_proc *p, int port, int r, int world, const char *co
 static void start_rank(t_proc *p, int port, int r, int world, const char *const *extra)
 {
     start_rank_env(p, port, r, world, extra, NULL);
+}
+
+/* Both ranks of a job of two fail (non-zero; killed at the 60 s deadline counts unless
+ * no_hang), each naming w1 and, when not NULL, w2 on stderr. */
+static void both_fail(t_proc p[2], int no_hang, const char *w1, const char *w2)
+{
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], 60);
+        const char *err = t_slurp(p[r].err);
+        CHECKF(rc != 0 && !(no_hang && rc == -1) && strstr(err, w1) && (!w2 || strstr(err, w2)), "rank %d rc %d: %s",
+               r, rc, err);
+    }
+}
+
+/* A job of two ranks with the arguments e (run k of a test): both exit 0 within secs. */
+static void pair_ok(const char *const *e, double secs, int k)
+{
+    t_proc p[2];
+    int port = t_free_port();
+    for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, e);
+    for (int r = 0; r < 2; r++) {
+        int rc = t_wait(&p[r], secs);
+        CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
+    }
+}
+
+/* A job of two ranks on a fresh port, with the arguments e0 and e1. */
+static void start_pair(t_proc p[2], const char *const *e0, const char *const *e1)
+{
+    int port = t_free_port();
+    start_rank(&p[0], port, 0, 2, e0);
+    start_rank(&p[1], port, 1, 2, e1);
 }
 
 static int count(const char *s, const char *sub)
@@ -78,8 +112,7 @@ static int rates_have_3_digits(const char *s, const char *tail, int *bad)
 
 PTEST(ddp_two_and_three_ranks_stay_in_sync_any_start_order)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     for (int world = 2; world <= 3; world++) {
         t_proc p[MAXW];
         int port = t_free_port();
@@ -109,43 +142,32 @@ PTEST(ddp_two_and_three_ranks_stay_in_sync_any_start_order)
     }
 }
 
+/* Rank 1 started with the arguments e1 (rank 0 with one epoch): both refuse the job,
+ * saying why. */
+static void refused(const char *const *e1, const char *why)
+{
+    new_job();
+    t_proc p[2];
+    const char *e0[] = {"--epochs", "1", NULL};
+    start_pair(p, e0, e1);
+    both_fail(p, 0, why, NULL);
+}
+
 PTEST(ddp_config_mismatch_is_refused_on_every_rank)
 {
-    t_clean_env();
-    make_data();
-    t_proc p[2];
-    int port = t_free_port();
-    const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--seed", "7", NULL};
-    start_rank(&p[0], port, 0, 2, e0);
-    start_rank(&p[1], port, 1, 2, e1);
-    for (int r = 0; r < 2; r++) {
-        int rc = t_wait(&p[r], 60);
-        const char *err = t_slurp(p[r].err);
-        CHECKF(rc != 0 && strstr(err, "seed is 7 on rank 1 but 1 on rank 0"), "rank %d rc %d: %s", r, rc, err);
-    }
+    const char *e1[] = {"--epochs", "1", "--seed", "7", NULL};
+    refused(e1, "seed is 7 on rank 1 but 1 on rank 0");
 }
 
 PTEST(ddp_amp_mismatch_is_refused)
 {
-    t_clean_env();
-    make_data();
-    t_proc p[2];
-    int port = t_free_port();
-    const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--amp", "bf16", NULL};
-    start_rank(&p[0], port, 0, 2, e0);
-    start_rank(&p[1], port, 1, 2, e1);
-    for (int r = 0; r < 2; r++) {
-        int rc = t_wait(&p[r], 60);
-        const char *err = t_slurp(p[r].err);
-        CHECKF(rc != 0 && strstr(err, "configuration differs: amp is not the same on rank 1 as on rank 0"), "rank %d rc %d: %s", r,
-               rc, err);
-    }
+    const char *e1[] = {"--epochs", "1", "--amp", "bf16", NULL};
+    refused(e1, "configuration differs: amp is not the same on rank 1 as on rank 0");
 }
 
 PTEST(ddp_corrupt_data_on_one_rank_stops_the_job)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     /* Rank 1 reads its own copy of the data, with a damaged label file. */
     char bad[600];
     snprintf(bad, sizeof bad, "%s/bad", t_proc_tmpdir());
@@ -156,22 +178,14 @@ PTEST(ddp_corrupt_data_on_one_rank_stops_the_job)
     lb[17] = 42;
     t_write_idx_labels(bad, "t10k-labels-idx1-ubyte.gz", 200, lb, 1);
     t_proc p[2];
-    int port = t_free_port();
     const char *e0[] = {"--epochs", "1", NULL}, *e1[] = {"--epochs", "1", "--data", bad, NULL};
-    start_rank(&p[0], port, 0, 2, e0);
-    start_rank(&p[1], port, 1, 2, e1);
-    for (int r = 0; r < 2; r++) {
-        int rc = t_wait(&p[r], 60);
-        const char *err = t_slurp(p[r].err);
-        CHECKF(rc != 0 && strstr(err, "rank 1:") && strstr(err, "t10k-labels-idx1-ubyte.gz: label 42"),
-               "rank %d rc %d: %s", r, rc, err);
-    }
+    start_pair(p, e0, e1);
+    both_fail(p, 0, "rank 1:", "t10k-labels-idx1-ubyte.gz: label 42");
 }
 
 PTEST(ddp_killed_rank_stops_the_others)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     t_proc p[3];
     int port = t_free_port();
     const char *extra[] = {"--epochs", "1000", NULL};
@@ -193,8 +207,7 @@ PTEST(ddp_killed_rank_stops_the_others)
 /* A run resumed after epoch 1 ends bit-identical to an uninterrupted one. */
 PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     char full[600], part[600], csv[600], svg[600];
     const char *d = t_proc_tmpdir();
     snprintf(full, sizeof full, "%s/full.safetensors", d);
@@ -205,15 +218,7 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
         {"--epochs", "2", "--save", full, "--metrics", csv, "--plot", svg, NULL},
         {"--epochs", "1", "--save", part, NULL},
         {"--epochs", "2", "--save", part, "--resume", part, NULL}};
-    for (int k = 0; k < 3; k++) {
-        t_proc p[2];
-        int port = t_free_port();
-        for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, runs[k]);
-        for (int r = 0; r < 2; r++) {
-            int rc = t_wait(&p[r], 120);
-            CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
-        }
-    }
+    for (int k = 0; k < 3; k++) pair_ok(runs[k], 120, k);
     CHECK(t_same_checkpoint(full, part)); /* parameters, momentum, epoch and step (and PATH.state) */
     CHECK(strstr(t_slurp(csv), "kind,step,epoch,loss,accuracy") && strstr(t_slurp(csv), "\nepoch,"));
     CHECK(strstr(t_slurp(svg), "<svg") && strstr(t_slurp(svg), "polyline"));
@@ -241,8 +246,7 @@ PTEST(ddp_resume_is_bit_identical_and_corrupt_checkpoints_are_refused)
  * run through the shared segment's copies (DDPRT_SHM_MAP=0). */
 PTEST(ddp_gradients_reduce_in_place_on_one_host)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     char out[2][600];
     static char *env[2][3] = {{"DDPRT_LOG=debug", NULL}, {"DDPRT_LOG=debug", "DDPRT_SHM_MAP=0", NULL}};
     for (int k = 0; k < 2; k++) {
@@ -264,11 +268,33 @@ PTEST(ddp_gradients_reduce_in_place_on_one_host)
     CHECK(t_same_checkpoint(out[0], out[1]));
 }
 
+/* Two ddprt-train ranks (one epoch) started with the environment vars (NAME=VALUE,
+ * separated by spaces; '@' is the rank), as a launcher would set it: both exit 0 and
+ * rank 0 prints the test line. */
+static void env_job(const char *how, const char *vars)
+{
+    t_proc p[2];
+    static char envs[2][256];
+    for (int r = 0; r < 2; r++) {
+        char *env[8], *save = NULL;
+        int n = 0;
+        for (size_t i = 0; i < sizeof envs[r] && (i == 0 || vars[i - 1]); i++)
+            envs[r][i] = vars[i] == '@' ? (char)('0' + r) : vars[i];
+        for (char *a = strtok_r(envs[r], " ", &save); a && n < 7; a = strtok_r(NULL, " ", &save)) env[n++] = a;
+        env[n] = NULL;
+        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
+        char name[32];
+        snprintf(name, sizeof name, "%.4s%d", how, r);
+        t_spawn(&p[r], name, (char *const *)a, env);
+    }
+    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "%s rank %d: %s", how, r, t_slurp(p[r].err));
+    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+}
+
 /* ddprt-launch (torchrun variables), Slurm and Open MPI variables, as a cluster would set them. */
 PTEST(ddp_launch_slurm_and_mpirun_environments)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--data",
                           data_dir, "--epochs", "1", "--threads", "1", "--check-sync", "3", NULL};
     t_proc l;
@@ -276,59 +302,18 @@ PTEST(ddp_launch_slurm_and_mpirun_environments)
     CHECKF(t_wait(&l, 120) == 0, "%s", t_slurp(l.err));
     CHECKF(strstr(t_slurp(l.out), "[rank 0] Test set: Average loss"), "%s", t_slurp(l.out));
 
-    t_proc p[2];
-    static char envs[2][6][64];
-    int port = t_free_port();
-    for (int r = 0; r < 2; r++) {
-        snprintf(envs[r][0], 64, "SLURM_PROCID=%d", r);
-        snprintf(envs[r][1], 64, "SLURM_NTASKS=2");
-        snprintf(envs[r][2], 64, "SLURM_LOCALID=%d", r);
-        snprintf(envs[r][3], 64, "SLURM_JOB_NODELIST=localhost");
-        snprintf(envs[r][4], 64, "SLURM_JOB_ID=4242");
-        snprintf(envs[r][5], 64, "MASTER_PORT=%d", port);
-        char *env[] = {envs[r][0], envs[r][1], envs[r][2], envs[r][3], envs[r][4], envs[r][5], NULL};
-        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
-        char name[32];
-        snprintf(name, sizeof name, "slurm%d", r);
-        t_spawn(&p[r], name, (char *const *)a, env);
-    }
-    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "slurm rank %d: %s", r, t_slurp(p[r].err));
-    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
-
+    char vars[256];
+    snprintf(vars, sizeof vars, "SLURM_PROCID=@ SLURM_NTASKS=2 SLURM_LOCALID=@ SLURM_JOB_NODELIST=localhost "
+             "SLURM_JOB_ID=4242 MASTER_PORT=%d", t_free_port());
+    env_job("slurm", vars);
     /* mpirun (Open MPI) with -x MASTER_ADDR -x MASTER_PORT, as the README shows. */
-    static char menv[2][5][64];
-    port = t_free_port();
-    for (int r = 0; r < 2; r++) {
-        snprintf(menv[r][0], 64, "OMPI_COMM_WORLD_RANK=%d", r);
-        snprintf(menv[r][1], 64, "OMPI_COMM_WORLD_SIZE=2");
-        snprintf(menv[r][2], 64, "OMPI_COMM_WORLD_LOCAL_RANK=%d", r);
-        snprintf(menv[r][3], 64, "MASTER_ADDR=127.0.0.1");
-        snprintf(menv[r][4], 64, "MASTER_PORT=%d", port);
-        char *env[] = {menv[r][0], menv[r][1], menv[r][2], menv[r][3], menv[r][4], NULL};
-        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
-        char name[32];
-        snprintf(name, sizeof name, "mpi%d", r);
-        t_spawn(&p[r], name, (char *const *)a, env);
-    }
-    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "mpirun rank %d: %s", r, t_slurp(p[r].err));
-    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
-
+    snprintf(vars, sizeof vars, "OMPI_COMM_WORLD_RANK=@ OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=@ "
+             "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d", t_free_port());
+    env_job("mpirun", vars);
     /* Plain mpirun on one node: no MASTER_*; rank 0 on 127.0.0.1, port from the job id. */
-    static char oenv[2][5][64];
-    for (int r = 0; r < 2; r++) {
-        snprintf(oenv[r][0], 64, "OMPI_COMM_WORLD_RANK=%d", r);
-        snprintf(oenv[r][1], 64, "OMPI_COMM_WORLD_SIZE=2");
-        snprintf(oenv[r][2], 64, "OMPI_COMM_WORLD_LOCAL_RANK=%d", r);
-        snprintf(oenv[r][3], 64, "OMPI_COMM_WORLD_LOCAL_SIZE=2");
-        snprintf(oenv[r][4], 64, "OMPI_MCA_ess_base_jobid=%d", (int)getpid());
-        char *env[] = {oenv[r][0], oenv[r][1], oenv[r][2], oenv[r][3], oenv[r][4], NULL};
-        const char *a[] = {t_prog("ddprt-train"), "--data", data_dir, "--epochs", "1", "--threads", "1", NULL};
-        char name[32];
-        snprintf(name, sizeof name, "ompi%d", r);
-        t_spawn(&p[r], name, (char *const *)a, env);
-    }
-    for (int r = 0; r < 2; r++) CHECKF(t_wait(&p[r], 120) == 0, "plain mpirun rank %d: %s", r, t_slurp(p[r].err));
-    CHECK(strstr(t_slurp(p[0].out), "Test set: Average loss") != NULL);
+    snprintf(vars, sizeof vars, "OMPI_COMM_WORLD_RANK=@ OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=@ "
+             "OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_MCA_ess_base_jobid=%d", (int)getpid());
+    env_job("plain mpirun", vars);
 }
 
 /* The real thing: `mpirun -np 2 ddprt-train` with no variables (Open MPI's own
@@ -340,7 +325,7 @@ PTEST(ddp_real_mpirun_on_one_node_needs_no_variables)
         t_note("skipped: no mpirun here (apt-get install openmpi-bin)");
         return;
     }
-    make_data();
+    new_job();
     /* Root needs Open MPI's explicit consent; --oversubscribe: fewer cores than ranks is fine here. */
     const char *argv[] = {"/bin/sh", "-c", "exec mpirun $0 --oversubscribe -np 2 \"$@\"",
                           geteuid() == 0 ? "--allow-run-as-root" : "--quiet", t_prog("ddprt-train"), "--data", data_dir,
@@ -357,8 +342,7 @@ PTEST(ddp_real_mpirun_on_one_node_needs_no_variables)
 /* Ctrl-C on ddprt-launch stops every rank: the launcher exits non-zero promptly. */
 PTEST(ddp_ctrl_c_on_the_launcher_stops_all_ranks)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     const char *argv[] = {t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", t_prog("ddprt-train"), "--data",
                           data_dir, "--epochs", "100000", "--threads", "1", NULL};
     t_proc l;
@@ -376,8 +360,7 @@ PTEST(ddp_ctrl_c_on_the_launcher_stops_all_ranks)
  * rendezvous: the job is refused before training starts. */
 PTEST(ddp_protocol_mismatch_is_refused_at_rendezvous)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     t_proc p[2];
     int port = t_free_port();
     const char *e[] = {"--epochs", "1", NULL};
@@ -385,19 +368,13 @@ PTEST(ddp_protocol_mismatch_is_refused_at_rendezvous)
     setenv("DDPRT_ALGO", "ring", 1);
     start_rank(&p[1], port, 1, 2, e);
     unsetenv("DDPRT_ALGO");
-    for (int r = 0; r < 2; r++) {
-        int rc = t_wait(&p[r], 60);
-        const char *err = t_slurp(p[r].err);
-        CHECKF(rc != 0 && rc != -1 && strstr(err, "configuration mismatch") && strstr(err, "rank 1"),
-               "rank %d rc %d: %s", r, rc, err);
-    }
+    both_fail(p, 1, "configuration mismatch", "rank 1");
 }
 
 /* A checkpoint one rank cannot read stops every rank with that rank's reason. */
 PTEST(ddp_unreadable_checkpoint_on_one_rank_stops_the_job)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     char ck[600], missing[600];
     snprintf(ck, sizeof ck, "%s/ck.safetensors", t_proc_tmpdir());
     snprintf(missing, sizeof missing, "%s/nope.safetensors", t_proc_tmpdir());
@@ -407,15 +384,8 @@ PTEST(ddp_unreadable_checkpoint_on_one_rank_stops_the_job)
     for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, first);
     for (int r = 0; r < 2; r++) CHECK(t_wait(&p[r], 120) == 0);
     const char *e0[] = {"--epochs", "2", "--resume", ck, NULL}, *e1[] = {"--epochs", "2", "--resume", missing, NULL};
-    port = t_free_port();
-    start_rank(&p[0], port, 0, 2, e0);
-    start_rank(&p[1], port, 1, 2, e1);
-    for (int r = 0; r < 2; r++) {
-        int rc = t_wait(&p[r], 60);
-        const char *err = t_slurp(p[r].err);
-        CHECKF(rc != 0 && rc != -1 && strstr(err, "rank 1: --resume") && strstr(err, "nope.safetensors"),
-               "rank %d rc %d: %s", r, rc, err);
-    }
+    start_pair(p, e0, e1);
+    both_fail(p, 1, "rank 1: --resume", "nope.safetensors");
 }
 
 /* A BatchNorm network under DDP: parameters identical on both ranks after every step,
@@ -423,8 +393,7 @@ PTEST(ddp_unreadable_checkpoint_on_one_rank_stops_the_job)
  * resumed run is bit-identical, and --init-from checks names and shapes. */
 PTEST(ddp_resnet20_in_sync_resume_and_init_from)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     char full[600], part[600];
     const char *d = t_proc_tmpdir();
     snprintf(full, sizeof full, "%s/full.safetensors", d);
@@ -433,15 +402,7 @@ PTEST(ddp_resnet20_in_sync_resume_and_init_from)
         {"--model", "resnet20", "--epochs", "2", "--check-sync", "1", "--lr", "0.05", "--save", full, NULL},
         {"--model", "resnet20", "--epochs", "1", "--lr", "0.05", "--save", part, NULL},
         {"--model", "resnet20", "--epochs", "2", "--lr", "0.05", "--save", part, "--resume", part, NULL}};
-    for (int k = 0; k < 3; k++) {
-        t_proc p[2];
-        int port = t_free_port();
-        for (int r = 0; r < 2; r++) start_rank(&p[r], port, r, 2, runs[k]);
-        for (int r = 0; r < 2; r++) {
-            int rc = t_wait(&p[r], 300);
-            CHECKF(rc == 0, "run %d rank %d: %s", k, r, t_slurp(p[r].err));
-        }
-    }
+    for (int k = 0; k < 3; k++) pair_ok(runs[k], 300, k);
     CHECK(t_same_checkpoint(full, part));
     const char *hdr = t_st_header(full);
     CHECK(strstr(hdr, "\"layer3.2.bn2.running_var\":{\"dtype\":\"F32\",\"shape\":[64]") != NULL);
@@ -494,8 +455,7 @@ PTEST(ddp_textcnn_learns_text_and_stays_in_sync)
  * averaged, so every rank sees the same non-finite value); --nan-check off trains on. */
 PTEST(ddp_divergence_stops_every_rank_at_the_same_step)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     /* --zero 1: each rank holds its parts of the averaged gradients only; the ranks
      * agree on the first bad parameter, and it is the one the unsharded run names. */
     char line[4][200] = {"", "", "", ""};
@@ -524,8 +484,7 @@ PTEST(ddp_divergence_stops_every_rank_at_the_same_step)
  * --check-sync differing, or --save on a rank other than 0 only, stop the start. */
 PTEST(ddp_every_job_option_and_save_on_one_rank_are_checked)
 {
-    t_clean_env();
-    make_data();
+    new_job();
     char ck[600];
     snprintf(ck, sizeof ck, "%s/one.safetensors", t_proc_tmpdir());
     const char *cases[][2][6] = {

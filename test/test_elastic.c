@@ -78,13 +78,10 @@ PTEST(elastic_lose_a_node_mid_epoch_grow_back_same_checkpoint)
      * least 300 s), so that a failure shows what the launchers said and kills them. */
     const char *tl = getenv("DDPRT_TEST_TIMEOUT");
     int64_t end = port_now_ns() + (int64_t)(((tl && atoi(tl) > 60 ? atoi(tl) : 300) - 30) * 1e9);
-    static char d[400], data[420], full[450], el[450], wrap[450], cmd[4000], ck_env[480], train_env[480];
-    snprintf(d, sizeof d, "%s", t_proc_tmpdir());
-    snprintf(data, sizeof data, "%s/data", d);
-    mkdir(data, 0755);
-    t_write_synthetic_dataset(data, 3000, 200, 0);
-    snprintf(full, sizeof full, "%s/full.st", d);
-    snprintf(el, sizeof el, "%s/el.st", d);
+    static t_restart f;
+    static char wrap[450], cmd[4000], ck_env[480], train_env[480];
+    t_restart_files(&f, 3000, 0);
+    const char *d = f.dir, *data = f.data, *full = f.full, *el = f.el;
     /* 94 steps an epoch; a checkpoint (and a restart point) every 20 steps inside it. */
     const char *train[] = {"--data", data, "--invariant", "4", "--batch-size", "8", "--epochs", "12", "--threads",
                            "1", "--log-interval", "1000", "--lr", "0.05", "--save-every", "20"};

@@ -124,6 +124,8 @@ TEST(env_accessors_read_the_table)
     unsetenv("DDPRT_SHM");
     CHECK(rt_in_choices("rd", "ring|rd|hier") && !rt_in_choices("r", "ring|rd|hier") &&
           !rt_in_choices("", "ring|rd|hier"));
+    CHECK(rt_choice_index("ring", "ring|rd|hier") == 0 && rt_choice_index("hier", "ring|rd|hier") == 2 &&
+          rt_choice_index("rin", "ring|rd|hier") == -1 && rt_choice_index("hie", "ring|rd|hier") == -1);
 }
 
 /* One list: the kernels and the reductions accept every name the check accepts

@@ -14,13 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *cfg_file(const char *dir, const char *body)
-{
-    static char p[700];
-    snprintf(p, sizeof p, "%s/gpt.cfg", dir);
-    t_write_file(dir, "gpt.cfg", body, strlen(body), 0);
-    return p;
-}
+static const char *cfg_file(const char *dir, const char *body) { return t_write_text(dir, "gpt.cfg", body); }
 
 static const char *lm_data(const char *dir, int ntrain) { return t_lm_data(dir, ntrain, 33); }
 
@@ -156,8 +150,7 @@ PTEST(gpt_cfg_of_op_sections_is_the_gpt_section)
         "[layernorm] name=transformer.ln_f\n"
         "[lm_loss] name=lm_head from=-1,input\n";
     char path[2][700], out[2][4096];
-    t_write_file(dir, "ops.cfg", ops, sizeof ops - 1, 0);
-    snprintf(path[0], sizeof path[0], "%s/ops.cfg", dir);
+    snprintf(path[0], sizeof path[0], "%s", t_write_text(dir, "ops.cfg", ops));
     snprintf(path[1], sizeof path[1], "%s", cfg_file(dir, "[gpt] layers=1 dim=32 heads=2 ctx=16\n"));
     for (int k = 0; k < 2; k++) {
         const char *argv[] = {t_prog("ddprt-train"), "--model-file", path[k], "--data", data, "--seq-len", "16",
@@ -169,9 +162,7 @@ PTEST(gpt_cfg_of_op_sections_is_the_gpt_section)
     }
     CHECKF(strlen(out[0]) > 60 && !strcmp(out[0], out[1]), "op sections: %s\n[gpt]: %s", out[0], out[1]);
     static const char bad[] = "[tok_pos_embed] name=t dim=8 ctx=16\n[layernorm] name=ln\n";
-    t_write_file(dir, "bad.cfg", bad, sizeof bad - 1, 0);
-    char bp[700];
-    snprintf(bp, sizeof bp, "%s/bad.cfg", dir);
+    const char *bp = t_write_text(dir, "bad.cfg", bad);
     const char *argv[] = {t_prog("ddprt-train"), "--model-file", bp, "--data", data, "--seq-len", "16", "--epochs", "1",
                           NULL};
     t_proc p;

@@ -13,11 +13,7 @@
 /* 64 windows of 16 (+1) tokens of a repeating pattern, and a model file. */
 static const char *setup(const char *dir, const char **cfg)
 {
-    static char c[700];
-    const char *body = "[gpt]\nlayers=2\ndim=64\nheads=4\nctx=16\n";
-    t_write_file(dir, "gpt.cfg", body, strlen(body), 0);
-    snprintf(c, sizeof c, "%s/gpt.cfg", dir);
-    *cfg = c;
+    *cfg = t_write_text(dir, "gpt.cfg", "[gpt]\nlayers=2\ndim=64\nheads=4\nctx=16\n");
     return t_lm_data(dir, 64, 65);
 }
 

@@ -23,11 +23,8 @@ TEST(op_conv2d)
         const int *c = cfg[t];
         for (int bias = 0; bias <= 1; bias++) {
             t_op h;
-            t_op_begin(&h, 2);
-            int x = t_op_source(&h, (nn_shape){c[0], c[1], c[2], 0});
-            int y = nn_conv2d(&h.g, "conv", x, c[3], c[4], c[5], c[6], bias);
-            t_op_finish(&h, y);
-            t_op_objective(&h);
+            int x = t_op_begin1(&h, 2, (nn_shape){c[0], c[1], c[2], 0});
+            int y = t_op_run(&h, nn_conv2d(&h.g, "conv", x, c[3], c[4], c[5], c[6], bias));
             nn_node *X = &h.g.nodes[x], *Y = &h.g.nodes[y];
             const float *w = nn_pw(&h.g, Y, 0), *b = bias ? nn_pw(&h.g, Y, 1) : NULL;
             for (int s = 0; s < 2; s++)
@@ -44,8 +41,7 @@ TEST(op_conv2d)
                                     }
                             CHECK_NEAR(t_op_at(Y, s, k, p, q), acc, 1e-4);
                         }
-            t_op_check_grads(&h, 2e-2);
-            t_op_done(&h);
+            t_op_end(&h, 2e-2);
         }
     }
 }
@@ -53,45 +49,35 @@ TEST(op_conv2d)
 TEST(op_conv1d)
 {
     t_op h; /* [c, 1, len] with a [k, c, w] weight */
-    t_op_begin(&h, 3);
-    int x = t_op_source(&h, (nn_shape){5, 1, 9, 0});
+    int x = t_op_begin1(&h, 3, (nn_shape){5, 1, 9, 0});
     int y = nn_conv1d(&h.g, "convs.0", x, 4, 3);
     t_op_finish(&h, y);
     CHECK_EQ(h.g.p[0].ndim, 3);
     CHECK_EQ(h.g.nodes[y].out.w, 7);
-    t_op_check_grads(&h, 2e-2);
-    t_op_done(&h);
+    t_op_end(&h, 2e-2);
 }
 
 TEST(op_linear)
 {
     t_op h;
-    t_op_begin(&h, 3);
-    int x = t_op_source(&h, (nn_shape){7, 1, 1, 0});
-    int y = nn_linear(&h.g, "fc", x, 5);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int x = t_op_begin1(&h, 3, (nn_shape){7, 1, 1, 0});
+    int y = t_op_run(&h, nn_linear(&h.g, "fc", x, 5));
     for (int s = 0; s < 3; s++)
         for (int o = 0; o < 5; o++) {
             double acc = nn_pw(&h.g, &h.g.nodes[y], 1)[o];
             for (int i = 0; i < 7; i++) acc += (double)nn_pw(&h.g, &h.g.nodes[y], 0)[o * 7 + i] * h.g.nodes[x].y[s * 7 + i];
             CHECK_NEAR(h.g.nodes[y].y[s * 5 + o], acc, 1e-5);
         }
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_relu)
 {
     t_op h;
-    t_op_begin(&h, 2);
-    int x = t_op_source(&h, (nn_shape){3, 4, 5, 0});
-    int y = nn_relu(&h.g, x);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int x = t_op_begin1(&h, 2, (nn_shape){3, 4, 5, 0});
+    int y = t_op_run(&h, nn_relu(&h.g, x));
     for (int k = 0; k < 120; k++) CHECK(h.g.nodes[y].y[k] == fmaxf(h.g.nodes[x].y[k], 0));
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_add)
@@ -99,12 +85,9 @@ TEST(op_add)
     t_op h;
     t_op_begin(&h, 2);
     int a = t_op_source(&h, (nn_shape){3, 2, 5, 0}), b = t_op_source(&h, (nn_shape){3, 2, 5, 0});
-    int y = nn_add2(&h.g, a, b);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int y = t_op_run(&h, nn_add2(&h.g, a, b));
     for (int k = 0; k < 60; k++) CHECK(h.g.nodes[y].y[k] == h.g.nodes[a].y[k] + h.g.nodes[b].y[k]);
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_concat)
@@ -113,27 +96,22 @@ TEST(op_concat)
     t_op_begin(&h, 2);
     int parts[3] = {t_op_source(&h, (nn_shape){2, 1, 1, 0}), t_op_source(&h, (nn_shape){3, 1, 1, 0}),
                     t_op_source(&h, (nn_shape){1, 1, 1, 0})};
-    int y = nn_concat(&h.g, parts, 3);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int y = t_op_run(&h, nn_concat(&h.g, parts, 3));
     CHECK_EQ(h.g.nodes[y].out.c, 6);
     CHECK(h.g.nodes[y].y[6 + 2] == h.g.nodes[parts[1]].y[3]); /* sample 1, channel 2 = part 1's first */
     CHECK(h.g.nodes[y].y[5] == h.g.nodes[parts[2]].y[0]);
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_flatten)
 {
     t_op h;
-    t_op_begin(&h, 2);
-    int x = t_op_source(&h, (nn_shape){2, 3, 2, 0});
+    int x = t_op_begin1(&h, 2, (nn_shape){2, 3, 2, 0});
     int y = nn_flatten(&h.g, nn_relu(&h.g, x));
     t_op_finish(&h, y);
     CHECK_EQ(h.g.nodes[y].out.c, 12);
     CHECK(h.g.nodes[y].y == h.g.nodes[y - 1].y); /* a view */
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_batchnorm2d)
@@ -141,8 +119,7 @@ TEST(op_batchnorm2d)
     static const int cfg[][3] = {{3, 4, 5}, {2, 1, 1}, {5, 7, 3}};
     for (int t = 0; t < 3; t++) {
         t_op h;
-        t_op_begin(&h, 4);
-        int x = t_op_source(&h, (nn_shape){cfg[t][0], cfg[t][1], cfg[t][2], 0});
+        int x = t_op_begin1(&h, 4, (nn_shape){cfg[t][0], cfg[t][1], cfg[t][2], 0});
         int y = nn_batchnorm(&h.g, "bn", x);
         t_op_finish(&h, y);
         CHECK_EQ(h.g.nb, 3);
@@ -173,8 +150,7 @@ TEST(op_batchnorm2d)
         nn_forward(&h.g, NULL, 4, 0, 0, 0);
         for (int c = 0; c < C; c++)
             CHECK_NEAR(Y->y[c * hw], (X->y[c * hw] - rm[c]) / sqrt(rv[c] + 1e-5) * gm[c] + bt[c], 1e-4);
-        t_op_check_grads(&h, 3e-2);
-        t_op_done(&h);
+        t_op_end(&h, 3e-2);
     }
 }
 
@@ -183,11 +159,8 @@ TEST(op_maxpool2d)
     static const int cfg[][5] = {/* h w k stride pad */ {6, 6, 2, 2, 0}, {7, 9, 3, 2, 1}, {5, 5, 3, 1, 1}};
     for (int t = 0; t < 3; t++) {
         t_op h;
-        t_op_begin(&h, 2);
-        int x = t_op_source(&h, (nn_shape){3, cfg[t][0], cfg[t][1], 0});
-        int y = nn_maxpool(&h.g, x, cfg[t][2], cfg[t][3], cfg[t][4]);
-        t_op_finish(&h, y);
-        t_op_objective(&h);
+        int x = t_op_begin1(&h, 2, (nn_shape){3, cfg[t][0], cfg[t][1], 0});
+        int y = t_op_run(&h, nn_maxpool(&h.g, x, cfg[t][2], cfg[t][3], cfg[t][4]));
         nn_node *X = &h.g.nodes[x], *Y = &h.g.nodes[y];
         for (int s = 0; s < 2; s++)
             for (int c = 0; c < 3; c++)
@@ -201,35 +174,27 @@ TEST(op_maxpool2d)
                             }
                         CHECK(t_op_at(Y, s, c, p, q) == m);
                     }
-        t_op_check_grads(&h, 1e-2);
-        t_op_done(&h);
+        t_op_end(&h, 1e-2);
     }
 }
 
 TEST(op_avgpool1x1)
 {
     t_op h;
-    t_op_begin(&h, 3);
-    int x = t_op_source(&h, (nn_shape){4, 3, 5, 0});
-    int y = nn_avgpool_1x1(&h.g, x);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int x = t_op_begin1(&h, 3, (nn_shape){4, 3, 5, 0});
+    int y = t_op_run(&h, nn_avgpool_1x1(&h.g, x));
     double s = 0;
     for (int k = 0; k < 15; k++) s += h.g.nodes[x].y[15 * 5 + k]; /* sample 1, channel 1 */
     CHECK_NEAR(h.g.nodes[y].y[4 + 1], s / 15, 1e-5);
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_dropout)
 {
     t_op h;
     for (int two_d = 0; two_d <= 1; two_d++) {
-        t_op_begin(&h, 4);
-        int x = t_op_source(&h, (nn_shape){6, 2, 3, 0});
-        int y = nn_dropout(&h.g, x, 0.4f, two_d);
-        t_op_finish(&h, y);
-        t_op_objective(&h);
+        int x = t_op_begin1(&h, 4, (nn_shape){6, 2, 3, 0});
+        int y = t_op_run(&h, nn_dropout(&h.g, x, 0.4f, two_d));
         int kept = 0;
         for (int k = 0; k < 4 * 36; k++) {
             float xv = h.g.nodes[x].y[k], yv = h.g.nodes[y].y[k];
@@ -238,60 +203,47 @@ TEST(op_dropout)
             if (two_d && k % 6) CHECK((yv == 0.0f) == (h.g.nodes[y].y[k - 1] == 0.0f) || xv == 0.0f);
         }
         CHECK(kept > 20 && kept < 4 * 36 - 20);
-        t_op_check_grads(&h, 1e-2);
-        t_op_done(&h);
+        t_op_end(&h, 1e-2);
     }
 }
 
 TEST(op_embedding)
 {
     t_op h;
-    t_op_begin(&h, 2);
-    int ids = t_op_source(&h, (nn_shape){1, 1, 6, 1});
-    int y = nn_embedding(&h.g, "embedding", ids, 7, 5);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int ids = t_op_begin1(&h, 2, (nn_shape){1, 1, 6, 1});
+    int y = t_op_run(&h, nn_embedding(&h.g, "embedding", ids, 7, 5));
     const int32_t *tok = (const int32_t *)h.g.nodes[ids].y;
     for (int s2 = 0; s2 < 2; s2++)
         for (int d = 0; d < 5; d++)
             for (int t = 0; t < 6; t++)
                 CHECK(h.g.nodes[y].y[(s2 * 5 + d) * 6 + t] == nn_pw(&h.g, &h.g.nodes[y], 0)[tok[s2 * 6 + t] * 5 + d]);
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_max_time)
 {
     t_op h;
-    t_op_begin(&h, 3);
-    int x = t_op_source(&h, (nn_shape){4, 1, 7, 0});
-    int y = nn_max_time(&h.g, x);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int x = t_op_begin1(&h, 3, (nn_shape){4, 1, 7, 0});
+    int y = t_op_run(&h, nn_max_time(&h.g, x));
     for (int k = 0; k < 12; k++) {
         float m = -INFINITY;
         for (int t = 0; t < 7; t++) m = fmaxf(m, h.g.nodes[x].y[k * 7 + t]);
         CHECK(h.g.nodes[y].y[k] == m);
     }
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(op_log_softmax)
 {
     t_op h;
-    t_op_begin(&h, 3);
-    int x = t_op_source(&h, (nn_shape){6, 1, 1, 0});
-    int y = nn_log_softmax(&h.g, x);
-    t_op_finish(&h, y);
-    t_op_objective(&h);
+    int x = t_op_begin1(&h, 3, (nn_shape){6, 1, 1, 0});
+    int y = t_op_run(&h, nn_log_softmax(&h.g, x));
     for (int s2 = 0; s2 < 3; s2++) {
         double z = 0;
         for (int k = 0; k < 6; k++) z += exp(h.g.nodes[x].y[s2 * 6 + k]);
         for (int k = 0; k < 6; k++) CHECK_NEAR(h.g.nodes[y].y[s2 * 6 + k], h.g.nodes[x].y[s2 * 6 + k] - log(z), 1e-5);
     }
-    t_op_check_grads(&h, 1e-2);
-    t_op_done(&h);
+    t_op_end(&h, 1e-2);
 }
 
 TEST(graph_every_op_has_a_test_and_bad_graphs_fail_clearly)

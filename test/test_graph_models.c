@@ -220,10 +220,7 @@ TEST(graph_resnet20_textcnn_and_cfg_gradients_and_planning)
                               "[add]\nfrom=-1,x\nid=s\n[avgpool]\nfrom=x\nid=p1\n[avgpool]\nfrom=s\nid=p2\n"
                               "[conv2d]\nname=c\nfilters=2\nsize=1\nfrom=x\n[avgpool]\n[concat]\nfrom=p1,p2,-1\n"
                               "[flatten]\n[linear]\nname=fc\nout=classes\n";
-    t_write_file(dir, "smooth.cfg", net, sizeof net - 1, 0);
-    char path[600];
-    snprintf(path, sizeof path, "%s/smooth.cfg", dir);
-    nn_model_cfg sm = {.file = path, .in = {2, 5, 5, 0}, .num_classes = 3};
+    nn_model_cfg sm = {.file = t_write_text(dir, "smooth.cfg", net), .in = {2, 5, 5, 0}, .num_classes = 3};
     model_checks(&sm, 3, 1, 0.03);
 }
 
@@ -277,9 +274,7 @@ TEST(graph_cfg_lenet_is_the_zoo_lenet_and_cfg_errors_name_the_line)
         {"[gpt] layers=2\n", "net.cfg:1: [gpt] needs token windows"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[600];
-        t_write_file(dir, "net.cfg", cases[i].text, strlen(cases[i].text), 0);
-        snprintf(path, sizeof path, "%s/net.cfg", dir);
+        const char *path = t_write_text(dir, "net.cfg", cases[i].text);
         nn_model_cfg c = {.file = path, .in = {1, 28, 28, 0}, .num_classes = 10};
         CHECK(build(&a, &c, 4, 0, 0, err, sizeof err) == -1);
         char want[300];
@@ -288,10 +283,7 @@ TEST(graph_cfg_lenet_is_the_zoo_lenet_and_cfg_errors_name_the_line)
     }
     /* Attributes are set before the shape rule runs: init=kaiming takes effect. */
     static const char kaiming[] = "[conv2d] name=c filters=6\nsize=3\ninit=kaiming\n[flatten]\n[linear] name=fc out=10\n";
-    char path[600];
-    t_write_file(dir, "net.cfg", kaiming, sizeof kaiming - 1, 0);
-    snprintf(path, sizeof path, "%s/net.cfg", dir);
-    nn_model_cfg k = {.file = path, .in = {1, 28, 28, 0}, .num_classes = 10};
+    nn_model_cfg k = {.file = t_write_text(dir, "net.cfg", kaiming), .in = {1, 28, 28, 0}, .num_classes = 10};
     CHECKF(build(&a, &k, 4, 0, 0, err, sizeof err) == 0, "%s", err);
     CHECK(a.g.p[0].init == NN_INIT_KAIMING_NORMAL_OUT && a.g.p[0].fan == 6 * 9);
 }

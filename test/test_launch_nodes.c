@@ -124,13 +124,10 @@ PTEST(launch_nodes_refuse_differing_flags)
 PTEST(launch_nodes_restart_resumes_training_to_the_same_checkpoint)
 {
     t_clean_env();
-    char d[400], cmd[12000], full[450], el[450], data[420];
-    snprintf(d, sizeof d, "%s", t_proc_tmpdir());
-    snprintf(data, sizeof data, "%s/data", d);
-    mkdir(data, 0755);
-    t_write_synthetic_dataset(data, 12000, 200, 1);
-    snprintf(full, sizeof full, "%s/full.st", d);
-    snprintf(el, sizeof el, "%s/el.st", d);
+    char cmd[12000];
+    t_restart f;
+    t_restart_files(&f, 12000, 1);
+    const char *d = f.dir, *data = f.data, *full = f.full, *el = f.el;
     snprintf(cmd, sizeof cmd, "%s --nproc-per-node 2 -- %s --data %s --epochs 3 --threads 1 --save %s > %s/full.log 2>&1",
              t_prog("ddprt-launch"), t_prog("ddprt-train"), data, full, d);
     CHECK(system(cmd) == 0);

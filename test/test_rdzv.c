@@ -51,11 +51,16 @@ PTEST(rdzv_hostlist_expands_slurm_lists)
 /* ---- environments ---- */
 static const rt_rdzv_opts NOOPTS = {NULL, -1, -1, -1, 0, NULL, 0};
 
-PTEST(rdzv_env_torchrun)
+/* t_clean_env, then the space-separated NAME=VALUE assignments of vars. */
+static void clean_env(const char *vars)
 {
     t_clean_env();
-    setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1), setenv("LOCAL_RANK", "1", 1);
-    setenv("MASTER_ADDR", "10.0.0.1", 1), setenv("MASTER_PORT", "23456", 1);
+    t_setenv_list(vars);
+}
+
+PTEST(rdzv_env_torchrun)
+{
+    clean_env("RANK=2 WORLD_SIZE=4 LOCAL_RANK=1 MASTER_ADDR=10.0.0.1 MASTER_PORT=23456");
     rt_rdzv_plan p;
     char err[512];
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
@@ -75,9 +80,7 @@ PTEST(rdzv_env_torchrun)
 
 PTEST(rdzv_env_slurm)
 {
-    t_clean_env();
-    setenv("SLURM_PROCID", "3", 1), setenv("SLURM_NTASKS", "8", 1), setenv("SLURM_LOCALID", "1", 1);
-    setenv("SLURM_JOB_NODELIST", "gpu[07-08,11]", 1), setenv("SLURM_JOB_ID", "123456", 1);
+    clean_env("SLURM_PROCID=3 SLURM_NTASKS=8 SLURM_LOCALID=1 SLURM_JOB_NODELIST=gpu[07-08,11] SLURM_JOB_ID=123456");
     rt_rdzv_plan p;
     char err[512];
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
@@ -96,9 +99,7 @@ PTEST(rdzv_env_slurm)
 
 PTEST(rdzv_env_open_mpi_and_pmi)
 {
-    t_clean_env();
-    setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    clean_env("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1");
     rt_rdzv_plan p;
     char err[512];
     CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
@@ -106,10 +107,8 @@ PTEST(rdzv_env_open_mpi_and_pmi)
     setenv("MASTER_ADDR", "host0", 1), setenv("MASTER_PORT", "29500", 1);
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
     CHECK(p.rank == 1 && p.world == 2 && p.local_rank == 1 && !strcmp(p.host, "host0") && p.port == 29500);
-    t_clean_env();
     /* Plain mpirun on one node: 127.0.0.1, port and token from the job id. */
-    setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1), setenv("OMPI_MCA_ess_base_jobid", "1397096449", 1);
+    clean_env("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_MCA_ess_base_jobid=1397096449");
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
     CHECK(!strcmp(p.host, "127.0.0.1") && p.port >= 20000 && p.port < 32768 && !strcmp(p.source, "Open MPI"));
     CHECKF(!strcmp(p.token, "ompi-job-1397096449"), "%s", p.token);
@@ -134,17 +133,14 @@ PTEST(rdzv_env_open_mpi_and_pmi)
     setenv("MASTER_ADDR", "node01", 1);
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
     CHECK(!strcmp(p.host, "node01") && p.port >= 20000 && p.port < 32768);
-    t_clean_env();
-    setenv("PMI_RANK", "2", 1), setenv("PMI_SIZE", "3", 1), setenv("MPI_LOCALRANKID", "0", 1);
-    setenv("MASTER_ADDR", "h", 1), setenv("MASTER_PORT", "29501", 1);
+    clean_env("PMI_RANK=2 PMI_SIZE=3 MPI_LOCALRANKID=0 MASTER_ADDR=h MASTER_PORT=29501");
     CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0, "%s", err);
     CHECK(p.rank == 2 && p.world == 3 && p.local_rank == 0 && !strcmp(p.source, "MPICH/PMI"));
 }
 
 PTEST(rdzv_env_explicit_options_win_and_errors)
 {
-    t_clean_env();
-    setenv("RANK", "2", 1), setenv("WORLD_SIZE", "4", 1);
+    clean_env("RANK=2 WORLD_SIZE=4");
     rt_rdzv_opts o = {"tcp://127.0.0.1:5000", 1, 3, 0, 2.5, "tok", 0};
     rt_rdzv_plan p;
     char err[512];
@@ -228,12 +224,16 @@ static t_proc P[8];
 #define rank_proc(i, ...) t_rank_proc(&P[i], "p" #i, __VA_ARGS__)
 #define expect_ok(i, world) t_rank_ok(&P[i], world)
 static char URL[64];
-static void new_url(void) { snprintf(URL, sizeof URL, "tcp://127.0.0.1:%d", t_free_port()); }
+/* A job of its own: a clean environment and a fresh tcp:// URL. */
+static void new_job(void)
+{
+    t_clean_env();
+    snprintf(URL, sizeof URL, "tcp://127.0.0.1:%d", t_free_port());
+}
 
 PTEST(rdzv_tcp_two_ranks)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "token=t1", NULL);
     rank_proc(1, URL, 1, 2, "timeout=20", "token=t1", NULL);
     expect_ok(0, 2);
@@ -245,8 +245,7 @@ PTEST(rdzv_tcp_two_ranks)
 
 PTEST(rdzv_tcp_four_ranks_rank0_last)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(3, URL, 3, 4, "timeout=20", "len=1000", NULL);
     rank_proc(2, URL, 2, 4, "timeout=20", "len=1000", NULL);
     rank_proc(1, URL, 1, 4, "timeout=20", "len=1000", NULL);

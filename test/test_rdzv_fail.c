@@ -17,8 +17,10 @@
 static t_proc P[8];
 static char URL[64];
 static int PORT;
-static void new_url(void)
+/* A job of its own: a clean environment and a fresh tcp:// URL (rank 0 at PORT). */
+static void new_job(void)
 {
+    t_clean_env();
     PORT = t_free_port();
     snprintf(URL, sizeof URL, "tcp://127.0.0.1:%d", PORT);
 }
@@ -57,8 +59,7 @@ static int half_hello(void)
 
 PTEST(rdzv_stranger_with_wrong_token_does_not_disturb_the_job)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "token=job-a", NULL);
     rank_proc(1, URL, 1, 2, "timeout=10", "token=job-b", NULL); /* another job's rank 1 */
     const char *e = expect_fail(1);
@@ -70,28 +71,33 @@ PTEST(rdzv_stranger_with_wrong_token_does_not_disturb_the_job)
     CHECKF(strstr(e, "rank 0: refused a connection from 127.0.0.1:") && strstr(e, "wrong job token"), "%s", e);
 }
 
+/* Rank 0 closes fd (its connection, refused) within secs; then rank 1 joins and the
+ * job of two finishes. */
+static void closed_then_job_ok(int fd, int secs)
+{
+    char b[64];
+    CHECK(port_sock_read_full(fd, b, sizeof b, port_now_ns() + secs * 1000000000LL) == PORT_CLOSED);
+    port_sock_close(fd);
+    rank_proc(1, URL, 1, 2, "timeout=20", NULL, NULL);
+    t_rank_ok(&P[0], 2);
+    t_rank_ok(&P[1], 2);
+}
+
 PTEST(rdzv_garbage_bytes_are_refused)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", NULL, NULL);
     int fd = connect_master();
     CHECK(fd >= 0);
     const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
     CHECK(port_sock_write_full(fd, http, strlen(http), port_now_ns() + 5000000000LL) == 0);
-    char b[64];
-    CHECK(port_sock_read_full(fd, b, sizeof b, port_now_ns() + 10000000000LL) == PORT_CLOSED);
-    port_sock_close(fd);
-    rank_proc(1, URL, 1, 2, "timeout=20", NULL, NULL);
-    t_rank_ok(&P[0], 2);
-    t_rank_ok(&P[1], 2);
+    closed_then_job_ok(fd, 10);
     CHECKF(strstr(t_slurp(P[0].err), "bad magic"), "%s", t_slurp(P[0].err));
 }
 
 PTEST(rdzv_stalled_connection_does_not_block_others)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     /* The stalled connection's own deadline (60 s) is longer than the test waits (20 s):
      * the job can only finish if rank 0 serves the real rank beside it. */
     char *env[] = {"DDPRT_RDZV_HELLO_TIMEOUT=60", NULL};
@@ -105,17 +111,11 @@ PTEST(rdzv_stalled_connection_does_not_block_others)
 
 PTEST(rdzv_half_header_is_dropped_at_its_deadline)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     char *env[] = {"DDPRT_RDZV_HELLO_TIMEOUT=1", NULL};
     rank_proc(0, URL, 0, 2, "timeout=20", NULL, env);
     int fd = half_hello();
-    char b[64];
-    CHECK(port_sock_read_full(fd, b, sizeof b, port_now_ns() + 15000000000LL) == PORT_CLOSED);
-    port_sock_close(fd);
-    rank_proc(1, URL, 1, 2, "timeout=20", NULL, NULL);
-    t_rank_ok(&P[0], 2);
-    t_rank_ok(&P[1], 2);
+    closed_then_job_ok(fd, 15);
     const char *e = t_slurp(P[0].err);
     CHECKF(strstr(e, "dropped a connection") && strstr(e, "sent only 7 of 16 hello bytes in 1 s"), "%s", e);
 }
@@ -144,8 +144,7 @@ static const char *raw_hello(int rank, int world, const char *token)
 
 PTEST(rdzv_rank_zero_refuses_bad_ranks_and_keeps_waiting)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "token=job", NULL);
     const char *t = raw_hello(5, 2, "job");
     CHECKF(!strcmp(t, "rank 5 is out of range for world size 2"), "%s", t);
@@ -162,8 +161,7 @@ PTEST(rdzv_rank_zero_refuses_bad_ranks_and_keeps_waiting)
 
 PTEST(rdzv_duplicate_rank_is_refused)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 3, "timeout=20", NULL, NULL);
     rank_proc(1, URL, 1, 3, "timeout=20", NULL, NULL);
     rank_proc(2, URL, 1, 3, "timeout=20", NULL, NULL);
@@ -190,8 +188,7 @@ PTEST(rdzv_duplicate_rank_is_refused)
 PTEST(rdzv_token_on_one_side_fails_both_sides_fast)
 {
     for (int dir = 0; dir < 2; dir++) {
-        t_clean_env();
-        new_url();
+        new_job();
         double t0 = port_now_s();
         rank_proc(0, URL, 0, 3, "timeout=30", dir ? NULL : "token=job", NULL);
         rank_proc(1, URL, 1, 3, "timeout=30", dir ? "token=job" : NULL, NULL);
@@ -207,8 +204,7 @@ PTEST(rdzv_token_on_one_side_fails_both_sides_fast)
  * came) is refused at once by rank 0's door, not left retrying until its timeout. */
 PTEST(rdzv_second_copy_after_the_meeting_is_refused_at_once)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "hold_ms=6000", NULL);
     rank_proc(1, URL, 1, 2, "timeout=20", "hold_ms=6000", NULL);
     double t0 = port_now_s();
@@ -281,8 +277,7 @@ PTEST(rdzv_port_in_use_names_the_port)
 
 PTEST(rdzv_master_never_comes)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rt_rdzv_opts o = {URL, 1, 2, -1, 1, NULL, 0};
     rt_rdzv *r;
     char err[512], want[200];
@@ -295,8 +290,7 @@ PTEST(rdzv_master_never_comes)
 
 PTEST(rdzv_missing_rank_times_out_naming_it)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 3, "timeout=1", NULL, NULL);
     rank_proc(1, URL, 1, 3, "timeout=20", NULL, NULL);
     const char *e0 = expect_fail(0), *e1 = expect_fail(1);
@@ -307,8 +301,7 @@ PTEST(rdzv_missing_rank_times_out_naming_it)
 
 PTEST(rdzv_rank_killed_after_meeting_fails_the_others)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 3, "timeout=20", NULL, NULL);
     rank_proc(1, URL, 1, 3, "timeout=20", NULL, NULL);
     rank_proc(2, URL, 2, 3, "timeout=20", "die=1", NULL);
@@ -320,8 +313,7 @@ PTEST(rdzv_rank_killed_after_meeting_fails_the_others)
 
 PTEST(rdzv_master_killed_after_meeting_fails_the_others)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "die=1", NULL);
     rank_proc(1, URL, 1, 2, "timeout=20", NULL, NULL);
     const char *e = expect_fail(1);
@@ -330,8 +322,7 @@ PTEST(rdzv_master_killed_after_meeting_fails_the_others)
 
 PTEST(rdzv_config_mismatch_names_the_rank_everywhere)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 3, "timeout=20", "config=aa", NULL);
     rank_proc(1, URL, 1, 3, "timeout=20", "config=aa", NULL);
     rank_proc(2, URL, 2, 3, "timeout=20", "config=bb", NULL);
@@ -344,8 +335,7 @@ PTEST(rdzv_config_mismatch_names_the_rank_everywhere)
 
 PTEST(rdzv_allgather_length_mismatch_fails_every_rank)
 {
-    t_clean_env();
-    new_url();
+    new_job();
     rank_proc(0, URL, 0, 2, "timeout=20", "len=8", NULL);
     rank_proc(1, URL, 1, 2, "timeout=20", "len=16", NULL);
     const char *e0 = expect_fail(0), *e1 = expect_fail(1);

@@ -2,6 +2,7 @@
 #include "nn/stio.h"
 #include "test/t.h"
 #include "test/t_proc.h"
+#include "test/t_data.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,14 +248,7 @@ PTEST(stio_header_crc_catches_a_flipped_bit)
     char err[512];
     setup();
     CHECKF(save3(PATH, 1, err) == 0, "%s", err);
-    FILE *f = fopen(PATH, "r+b");
-    char hdr[2048];
-    size_t n = fread(hdr, 1, sizeof hdr, f);
-    char *at = memmem(hdr, n, "\"epoch\":\"7\"", 11);
-    CHECK(at != NULL);
-    fseek(f, (long)(at - hdr) + 9, SEEK_SET);
-    fputc('7' ^ 2, f);
-    fclose(f);
+    t_patch_file(PATH, "\"epoch\":\"7\"", 9, NULL, 2); /* '7' ^ 2 */
     stio_file *sf;
     CHECK(stio_open(&sf, PATH, err, sizeof err) == -1);
     CHECKF(strstr(err, "header checksum mismatch") && strstr(err, "m.st"), "%s", err);

@@ -92,38 +92,20 @@ PTEST(tcp_matrix_tcp_init_4) { run_tcp_url(4, 2); }
 PTEST(tcp_matrix_file_init_2) { run_file_url(2, 0); }
 PTEST(tcp_matrix_file_init_4) { run_file_url(4, 1); }
 
+/* run_env with the NAME=VALUE settings of vars (space-separated) in the environment. */
+static void run_env_with(const char *vars, int world, int order)
+{
+    t_setenv_list(vars);
+    run_env(world, order);
+}
+
 /* Over TCP on 127.0.0.1 instead of the same-machine unix sockets. */
-PTEST(tcp_matrix_env_4_loopback_tcp)
-{
-    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
-    run_env(4, 0);
-}
-
-PTEST(tcp_matrix_ring_only_3)
-{
-    setenv("DDPRT_ALGO", "ring", 1);
-    run_env(3, 0);
-}
-
-PTEST(tcp_matrix_rd_only_3)
-{
-    setenv("DDPRT_ALGO", "rd", 1);
-    run_env(3, 1);
-}
-
+PTEST(tcp_matrix_env_4_loopback_tcp) { run_env_with("DDPRT_TCP_LOCAL=tcp", 4, 0); }
+PTEST(tcp_matrix_ring_only_3) { run_env_with("DDPRT_ALGO=ring", 3, 0); }
+PTEST(tcp_matrix_rd_only_3) { run_env_with("DDPRT_ALGO=rd", 3, 1); }
 /* Several sockets per peer (large messages striped over them), over real TCP. */
-PTEST(tcp_matrix_nsocks_3)
-{
-    setenv("DDPRT_TCP_NSOCKS", "3", 1);
-    setenv("DDPRT_TCP_LOCAL", "tcp", 1);
-    run_env(3, 1);
-}
-
-PTEST(tcp_matrix_nsocks_2_unix_4)
-{
-    setenv("DDPRT_TCP_NSOCKS", "2", 1);
-    run_env(4, 2);
-}
+PTEST(tcp_matrix_nsocks_3) { run_env_with("DDPRT_TCP_NSOCKS=3 DDPRT_TCP_LOCAL=tcp", 3, 1); }
+PTEST(tcp_matrix_nsocks_2_unix_4) { run_env_with("DDPRT_TCP_NSOCKS=2", 4, 2); }
 
 /* Ranks that disagree on DDPRT_TCP_NSOCKS: both fail at setup, saying so. */
 PTEST(tcp_nsocks_differ_is_a_clear_error)

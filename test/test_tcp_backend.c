@@ -81,32 +81,25 @@ TEST(tcp_bad_nsocks_is_a_clear_error)
                "rank %d: %d %s", r, res[r].code, res[r].msg);
 }
 
-/* Rank 0 sends 10 bytes, rank 1 expects 12: a protocol error naming rank 0 on rank 1,
- * and rank 0 learns it from rank 1's abort frame instead of waiting out its timeout. */
-static int body_mismatch(tp_backend *b, int rank, int world, char *msg, size_t n)
+/* Rank 0 sends `send` bytes, rank 1 expects `recv`: a protocol error naming rank 0 (and
+ * the length) on rank 1, and rank 0 learns it from rank 1's abort frame instead of
+ * waiting out its timeout. */
+static void expect_mismatch(size_t send, size_t recv, tcpf_result res[2])
 {
-    (void)world;
-    char buf[12] = {0};
-    tp_req r, *rp = &r;
-    if (rank == 0) b->ops->isend(b, 1, buf, 10, &r);
-    else b->ops->irecv(b, 0, buf, 12, &r);
-    int rc = b->ops->waitall(b, &rp, 1, dl(10));
-    if (rank == 0 && rc == 0) { /* the send went out; the failure shows on the next recv */
-        b->ops->irecv(b, 1, buf, 4, &r);
-        rc = b->ops->waitall(b, &rp, 1, dl(10));
-    }
-    snprintf(msg, n, "%d %s", rc, b->err);
-    return rc ? 2 : 0;
+    tcpf_mm = (tcpf_mismatch){0, send, recv, 10};
+    CHECK(tcpf_run(2, 10, 0, tcpf_body_mismatch, NULL, NULL, res) == 0);
+    char sent[96], expects[48];
+    snprintf(sent, sizeof sent, "-1 protocol error: rank 0 sent a message of %zu bytes", send);
+    snprintf(expects, sizeof expects, "expects %zu", recv);
+    CHECKF(res[1].code == 2 && strstr(res[1].msg, sent) && strstr(res[1].msg, expects), "rank 1: %s", res[1].msg);
+    CHECKF(res[0].code == 2 && strstr(res[0].msg, "protocol error") && strstr(res[0].msg, "reported by rank 1"),
+           "rank 0: %s", res[0].msg);
 }
 
 TEST(tcp_length_mismatch_is_protocol_error)
 {
     tcpf_result res[2];
-    CHECK(tcpf_run(2, 10, 0, body_mismatch, NULL, NULL, res) == 0);
-    CHECKF(res[1].code == 2 && strstr(res[1].msg, "-1 protocol error: rank 0 sent a message of 10 bytes") &&
-           strstr(res[1].msg, "expects 12"), "rank 1: %s", res[1].msg);
-    CHECKF(res[0].code == 2 && strstr(res[0].msg, "protocol error") && strstr(res[0].msg, "reported by rank 1"),
-           "rank 0: %s", res[0].msg);
+    expect_mismatch(10, 12, res);
     CHECK(res[0].exit_s < 8 && res[1].exit_s < 8);
 }
 
@@ -131,33 +124,11 @@ static int body_ring_until_death(tp_backend *b, int rank, int world, char *msg, 
 }
 
 /* A striped message whose length differs: the error names the sender on both sides. */
-static int body_mismatch_big(tp_backend *b, int rank, int world, char *msg, size_t n)
-{
-    (void)world;
-    size_t len = 1u << 20;
-    char *buf = calloc(1, len + 64);
-    tp_req r, *rp = &r;
-    if (rank == 0) b->ops->isend(b, 1, buf, len, &r);
-    else b->ops->irecv(b, 0, buf, len + 64, &r);
-    int rc = b->ops->waitall(b, &rp, 1, dl(10));
-    if (rank == 0 && rc == 0) {
-        b->ops->irecv(b, 1, buf, 4, &r);
-        rc = b->ops->waitall(b, &rp, 1, dl(10));
-    }
-    snprintf(msg, n, "%d %s", rc, b->err);
-    free(buf);
-    return rc ? 2 : 0;
-}
-
 TEST(tcp_nsocks_length_mismatch_is_protocol_error)
 {
     setenv("DDPRT_TCP_NSOCKS", "4", 1);
     tcpf_result res[2];
-    CHECK(tcpf_run(2, 10, 0, body_mismatch_big, NULL, NULL, res) == 0);
-    CHECKF(res[1].code == 2 && strstr(res[1].msg, "-1 protocol error: rank 0 sent a message of 1048576 bytes") &&
-           strstr(res[1].msg, "expects 1048640"), "rank 1: %s", res[1].msg);
-    CHECKF(res[0].code == 2 && strstr(res[0].msg, "protocol error") && strstr(res[0].msg, "reported by rank 1"),
-           "rank 0: %s", res[0].msg);
+    expect_mismatch(1u << 20, (1u << 20) + 64, res);
 }
 
 /* The same with 3 sockets per peer over TCP: the dead rank is still named. */

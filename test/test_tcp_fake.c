@@ -159,3 +159,31 @@ int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_h
     if (f) fclose(f);
     return 0;
 }
+
+static int64_t dl(double s) { return port_now_ns() + (int64_t)(s * 1e9); }
+tcpf_mismatch tcpf_mm;
+int tcpf_body_mismatch(tp_backend *b, int rank, int world, char *msg, size_t n)
+{
+    (void)world;
+    size_t len = tcpf_mm.slen > tcpf_mm.rlen ? tcpf_mm.slen : tcpf_mm.rlen;
+    char *buf = calloc(1, len + 8);
+    tp_req r, *rp = &r;
+    int rc = 0;
+    for (int i = 0; i < tcpf_mm.pre && !rc; i++) {
+        if (rank == 0) b->ops->isend(b, 1, buf, 8, &r);
+        else b->ops->irecv(b, 0, buf, 8, &r);
+        rc = b->ops->waitall(b, &rp, 1, dl(tcpf_mm.wait_s));
+    }
+    if (!rc) {
+        if (rank == 0) b->ops->isend(b, 1, buf, tcpf_mm.slen, &r);
+        else b->ops->irecv(b, 0, buf, tcpf_mm.rlen, &r);
+        rc = b->ops->waitall(b, &rp, 1, dl(tcpf_mm.wait_s));
+    }
+    if (rank == 0 && rc == 0) { /* the send went out; the failure shows on the next recv */
+        b->ops->irecv(b, 1, buf, 4, &r);
+        rc = b->ops->waitall(b, &rp, 1, dl(tcpf_mm.wait_s));
+    }
+    snprintf(msg, n, "%d %s", rc, b->err);
+    free(buf);
+    return rc ? 2 : 0;
+}

@@ -25,6 +25,12 @@ extern int tcpf_die_rank;
 /* 0 when every rank ran and exited (any code), -1 when the harness itself broke. */
 int tcpf_run(int world, double timeout_s, uint64_t token, tcpf_body body, tcpf_hook hook, void *arg,
              tcpf_result *res);
+/* A body for tcpf_run, set through tcpf_mm before it (the ranks are forked): `pre`
+ * matching 8-byte messages, then rank 0 sends slen bytes where rank 1 posts a recv of
+ * rlen; each wait has wait_s. Exit 2 and "RC ERROR" in msg on a failure, else 0. */
+typedef struct { int pre; size_t slen, rlen; double wait_s; } tcpf_mismatch;
+extern tcpf_mismatch tcpf_mm;
+int tcpf_body_mismatch(tp_backend *b, int rank, int world, char *msg, size_t n);
 /* Fills buf with a pattern that depends on (seed, i); checks it; returns mismatches. */
 void tcpf_fill(void *buf, size_t n, unsigned seed);
 size_t tcpf_check(const void *buf, size_t n, unsigned seed);

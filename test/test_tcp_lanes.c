@@ -12,46 +12,15 @@
 
 static int64_t dl(double s) { return port_now_ns() + (int64_t)(s * 1e9); }
 
-/* Set before tcpf_run (the ranks are forked): `pre` matching 8-byte messages, then
- * rank 0 sends slen bytes where rank 1 expects rlen. */
-static int pre;
-static size_t slen, rlen;
-
-static int body_lane_mismatch(tp_backend *b, int rank, int world, char *msg, size_t n)
-{
-    (void)world;
-    size_t len = slen > rlen ? slen : rlen;
-    char *buf = calloc(1, len + 8);
-    tp_req r, *rp = &r;
-    int rc = 0;
-    for (int i = 0; i < pre && !rc; i++) {
-        if (rank == 0) b->ops->isend(b, 1, buf, 8, &r);
-        else b->ops->irecv(b, 0, buf, 8, &r);
-        rc = b->ops->waitall(b, &rp, 1, dl(20));
-    }
-    if (!rc) {
-        if (rank == 0) b->ops->isend(b, 1, buf, slen, &r);
-        else b->ops->irecv(b, 0, buf, rlen, &r);
-        rc = b->ops->waitall(b, &rp, 1, dl(20));
-    }
-    if (rank == 0 && rc == 0) { /* the send went out; the failure shows on the next recv */
-        b->ops->irecv(b, 1, buf, 4, &r);
-        rc = b->ops->waitall(b, &rp, 1, dl(20));
-    }
-    snprintf(msg, n, "%d %s", rc, b->err);
-    free(buf);
-    return rc ? 2 : 0;
-}
-
 static void mismatch(const char *nsocks, int npre, size_t s, size_t r)
 {
     setenv("DDPRT_TCP_NSOCKS", nsocks, 1);
-    pre = npre, slen = s, rlen = r;
+    tcpf_mm = (tcpf_mismatch){npre, s, r, 20};
     tcpf_result res[2];
     char want[160];
     snprintf(want, sizeof want, "-1 protocol error: rank 0 sent a message of %zu bytes, the posted recv expects %zu",
              s, r);
-    CHECK(tcpf_run(2, 30, 0, body_lane_mismatch, NULL, NULL, res) == 0);
+    CHECK(tcpf_run(2, 30, 0, tcpf_body_mismatch, NULL, NULL, res) == 0);
     CHECKF(res[1].code == 2 && strstr(res[1].msg, want), "nsocks %s, %d before, %zu vs %zu: rank 1: %s", nsocks, npre,
            s, r, res[1].msg);
     CHECKF(res[0].code == 2 && strstr(res[0].msg, "reported by rank 1"), "rank 0: %s", res[0].msg);

@@ -35,27 +35,15 @@ TEST(train_no_heap_allocation_in_the_loop)
 
 TEST(train_learns_synthetic_data_and_prints_seed_lines)
 {
-    const char *dir = t_tmpdir("train");
-    t_write_synthetic_dataset(dir, 1200, 300, 1);
-    char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd, "%s --data %s --epochs 2 --batch-size 32 --lr 0.05 --threads 1 --mem-report 2>&1",
-             t_prog("ddprt-train"), dir);
-    CHECK(t_sh(cmd, out, sizeof out) == 0);
+    const char *dir;
+    char out[16384];
+    CHECK(t_train_synthetic("train", 1, 2, "--mem-report", out, sizeof out, &dir) == 0);
     CHECKF(strstr(out, "Train Epoch: 1 [0/1200 (0%)]\tLoss: "), "%s", out);
     CHECKF(strstr(out, "Train Epoch: 2 [320/1200 (26%)]"), "%s", out);
     CHECK(strstr(out, "Epoch 1 of 2 took ") != NULL);
     CHECK(strstr(out, "memory plan (host arena)") != NULL);
     CHECK(strstr(out, "Total time= ") != NULL);
-    const char *last = NULL, *p = out;
-    while ((p = strstr(p, "Test set: Average loss: "))) last = p++;
-    CHECK(last != NULL);
-    if (last) {
-        double loss;
-        int correct, total;
-        CHECK(sscanf(last, "Test set: Average loss: %lf, Accuracy: %d/%d", &loss, &correct, &total) == 3);
-        CHECK_EQ(total, 300);
-        CHECKF(correct >= 270, "only %d/300 correct on an easy synthetic task", correct);
-    }
+    t_check_accuracy(out, 300, 270, "on an easy synthetic task");
 }
 
 TEST(train_bad_flags_and_missing_data_fail_clearly)

@@ -1,6 +1,7 @@
 /* ddprt-bench runner: sizes loop, timing, the result check, and the two ways to get
  * a communicator (tcp through the rendezvous; loopback threads in one process). */
 #include "apps/bench/bench.h"
+#include "apps/bench/bench_values.h"
 #include "rt/env.h"
 #include "ports/posix/port.h"
 #include "rt/log.h"
@@ -13,63 +14,9 @@
 
 /* ---- inputs and expected results: small integers, exact in every dtype ----------- */
 
-static int64_t ival(int op, int dt, int r, size_t i)
-{
-    if (op == TP_PROD) {
-        size_t k = (i + (size_t)r) % 7;
-        return k == 3 ? 2 : (k == 5 && dt != RT_U8) ? -1 : 1;
-    }
-    if (op == TP_MIN || op == TP_MAX) return (int64_t)((i * 31 + (size_t)r * 17) % 101) - (dt == RT_U8 ? 0 : 50);
-    return (int64_t)((i * 7 + (size_t)r * 13) % 17) - (dt == RT_U8 ? 0 : 8);
-}
-
-static void put(void *buf, size_t i, int dt, double v)
-{
-    switch (dt) {
-    case RT_F32: ((float *)buf)[i] = (float)v; break;
-    case RT_F64: ((double *)buf)[i] = v; break;
-    case RT_F16: ((uint16_t *)buf)[i] = rt_f32_to_f16((float)v); break;
-    case RT_BF16: ((uint16_t *)buf)[i] = rt_f32_to_bf16((float)v); break;
-    case RT_I32: ((int32_t *)buf)[i] = (int32_t)(int64_t)v; break;
-    case RT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case RT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
-    }
-}
-
-static double get(const void *buf, size_t i, int dt)
-{
-    switch (dt) {
-    case RT_F32: return ((const float *)buf)[i];
-    case RT_F64: return ((const double *)buf)[i];
-    case RT_F16: return rt_f16_to_f32(((const uint16_t *)buf)[i]);
-    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case RT_I32: return ((const int32_t *)buf)[i];
-    case RT_I64: return (double)((const int64_t *)buf)[i];
-    default: return ((const uint8_t *)buf)[i];
-    }
-}
-
 static void fill(void *buf, size_t n, int op, int dt, int r, size_t first)
 {
-    for (size_t i = 0; i < n; i++) put(buf, i, dt, (double)ival(op, dt, r, first + i));
-}
-
-/* The reduction over all ranks of element i, as the dtype would store it. */
-static double expect(int op, int dt, int world, size_t i)
-{
-    int64_t a = ival(op, dt, 0, i);
-    for (int q = 1; q < world; q++) {
-        int64_t v = ival(op, dt, q, i);
-        a = op == TP_PROD ? a * v : op == TP_MIN ? (v < a ? v : a) : op == TP_MAX ? (v > a ? v : a) : a + v;
-    }
-    double e = (double)a;
-    if (op == TP_AVG) {
-        int isfloat = dt == RT_F32 || dt == RT_F16 || dt == RT_BF16;
-        e = dt == RT_F64 ? (double)a / world : isfloat ? (double)((float)a / (float)world) : (double)(a / world);
-    }
-    unsigned char tmp[8];
-    put(tmp, 0, dt, e);
-    return get(tmp, 0, dt);
+    for (size_t i = 0; i < n; i++) bench_put(buf, i, dt, (double)bench_value(op, dt, r, first + i));
 }
 
 static size_t count_wrong(const void *buf, size_t n, int dt, size_t first, double (*want)(size_t, const void *),
@@ -77,7 +24,7 @@ static size_t count_wrong(const void *buf, size_t n, int dt, size_t first, doubl
 {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        double g = get(buf, i, dt), w = want(first + i, arg);
+        double g = bench_get(buf, i, dt), w = want(first + i, arg);
         if (g != w && !(fabs(g - w) <= 1e-2 * fabs(w) && (dt == RT_F16 || dt == RT_BF16 || dt == RT_F32)))
             bad++;
     }
@@ -88,14 +35,12 @@ typedef struct { int op, dt, world, root; } want_ctx;
 static double want_reduce(size_t i, const void *a)
 {
     const want_ctx *w = a;
-    return expect(w->op, w->dt, w->world, i);
+    return bench_reduced(w->op, w->dt, w->world, i);
 }
 static double want_rank(size_t i, const void *a) /* element i of rank root's input */
 {
     const want_ctx *w = a;
-    unsigned char tmp[8];
-    put(tmp, 0, w->dt, (double)ival(w->op, w->dt, w->root, i));
-    return get(tmp, 0, w->dt);
+    return bench_as(w->dt, (double)bench_value(w->op, w->dt, w->root, i));
 }
 
 /* ---- one collective call --------------------------------------------------------- */

@@ -391,7 +391,7 @@ int lc_round_end(lc *c, int rank, int code, const char *resume_path, lc_decision
     return 0;
 }
 
-static void random_token(char *out)
+void lc_random_token(char *out)
 {
     unsigned char r[16] = {0};
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -455,7 +455,7 @@ int lc_start(lc *c, const lc_cfg *g, lc_decision *d)
     char err[256];
     if (c->master) {
         if (g->base_token && *g->base_token) snprintf(c->base, sizeof c->base, "%s", g->base_token);
-        else random_token(c->base); /* one random token for every node's ranks */
+        else lc_random_token(c->base); /* one random token for every node's ranks */
         if ((c->lfd = port_sock_listen(NULL, g->port, 64, err, sizeof err)) < 0)
             return fprintf(stderr, "ddprt-launch: node 0: control channel: %s\n", err), -1;
         int rc = gather(c, deadline);

@@ -87,4 +87,7 @@ void lc_local_fail(lc *c, int rank, int code);
 int lc_round_end(lc *c, int rank, int code, const char *resume_path, lc_decision *d);
 /* Closes the channel; node 0 first tells the others to end with code. */
 void lc_close(lc *c, int code);
+/* A random job token: 32 hex digits and a NUL into out (/dev/urandom; the clock and pid
+ * where it cannot be read). */
+void lc_random_token(char *out);
 #endif

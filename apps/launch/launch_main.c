@@ -144,15 +144,8 @@ static int job_environment(launch_opts *o)
     const char *tok = rt_env_str(RT_ENV_JOB_TOKEN);
     if (!tok && o->nnodes == 1) {
         /* A random token per launch: a stray rank of another job cannot join this one. */
-        unsigned char r[16] = {0};
         char hex[40];
-        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || read(fd, r, sizeof r) != (ssize_t)sizeof r) {
-            uint64_t t = (uint64_t)port_now_ns() ^ (uint64_t)getpid() << 40;
-            memcpy(r, &t, sizeof t);
-        }
-        if (fd >= 0) close(fd);
-        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
+        lc_random_token(hex);
         setenv("DDPRT_JOB_TOKEN", hex, 1);
     }
     setenv("MASTER_ADDR", o->addr, 1);

@@ -7,14 +7,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if DDPRT_JPEG || DDPRT_PNG
+static FILE *open_out(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return f;
+}
+
+/* fclose's error is the last write's (a full disk): reported. */
+static int close_out(FILE *f, const char *path, char *err, size_t errlen)
+{
+    if (!fclose(f)) return 0;
+    snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return -1;
+}
+#endif
+#if !DDPRT_JPEG || !DDPRT_PNG
+static int no_support(const char *format, const char *package, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "this build has no %s support: install %s and rebuild", format, package);
+    return -1;
+}
+#endif
+
 int nn_img_write_jpeg(const char *path, const uint8_t *px, int w, int h, int c, int quality, char *err, size_t errlen)
 {
 #if DDPRT_JPEG
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = open_out(path, err, errlen);
+    if (!f) return -1;
     struct jpeg_compress_struct ci;
     struct jpeg_error_mgr je;
     ci.err = jpeg_std_error(&je);
@@ -33,26 +54,18 @@ int nn_img_write_jpeg(const char *path, const uint8_t *px, int w, int h, int c, 
     }
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
-    if (fclose(f)) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return close_out(f, path, err, errlen);
 #else
     (void)path, (void)px, (void)w, (void)h, (void)c, (void)quality;
-    snprintf(err, errlen, "this build has no JPEG support: install libjpeg62-turbo-dev and rebuild");
-    return -1;
+    return no_support("JPEG", "libjpeg62-turbo-dev", err, errlen);
 #endif
 }
 
 int nn_img_write_png(const char *path, const uint8_t *px, int w, int h, int c, int flags, char *err, size_t errlen)
 {
 #if DDPRT_PNG
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = open_out(path, err, errlen);
+    if (!f) return -1;
     png_structp p = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png_create_info_struct(p);
     int depth = flags & NN_PNG_16BIT ? 16 : 8, alpha = (flags & NN_PNG_ALPHA) != 0, oc = c + alpha;
@@ -87,14 +100,9 @@ int nn_img_write_png(const char *path, const uint8_t *px, int w, int h, int c, i
     png_write_end(p, NULL);
     png_destroy_write_struct(&p, &info);
     free(row);
-    if (fclose(f)) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return close_out(f, path, err, errlen);
 #else
     (void)path, (void)px, (void)w, (void)h, (void)c, (void)flags;
-    snprintf(err, errlen, "this build has no PNG support: install libpng-dev and rebuild");
-    return -1;
+    return no_support("PNG", "libpng-dev", err, errlen);
 #endif
 }

@@ -1,17 +1,28 @@
 """What the example scripts share, so that each script shows only how it trains in
 parallel (gloo, gloo with ddprt's hook, the Horovod API): the seed 001 MNIST script's
-options, LeNet, data, training and test functions, as that script wrote them; and the
-ResNet-18 scripts' options and timed loop. Data: fmnist.py."""
+options (its flags, defaults and help), LeNet, data, training and test functions, as that
+script wrote them; and the ResNet-18 scripts' options and timed loop. Data: fmnist.py."""
 from __future__ import print_function
 import argparse
 import statistics
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.data.distributed
 from fmnist import FashionMNIST
+
+
+def init_gloo(args, threads):
+    """torch on `threads` threads, and the gloo process group: at args.tcp (the seed's
+    --tcp, --rank, --world-size), else from the launcher's variables."""
+    torch.set_num_threads(threads)
+    if args.tcp:
+        dist.init_process_group(init_method=args.tcp, backend="gloo", rank=args.rank, world_size=args.world_size)
+    else:
+        dist.init_process_group(backend="gloo")
 
 
 def rendezvous_args(parser):
@@ -27,18 +38,15 @@ def rendezvous_args(parser):
 
 def mnist_parser(description):
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument('--batch-size', type=int, default=64, metavar='N',
-                        help='input batch size for training (default: 64)')
-    parser.add_argument('--test-batch-size', type=int, default=1000, metavar='N',
-                        help='input batch size for testing (default: 1000)')
-    parser.add_argument('--epochs', type=int, default=10, metavar='N',
-                        help='number of epochs to train (default: 10)')
-    parser.add_argument('--lr', type=float, default=0.01, metavar='LR',
-                        help='learning rate (default: 0.01)')
-    parser.add_argument('--momentum', type=float, default=0.5, metavar='M',
-                        help='SGD momentum (default: 0.5)')
-    parser.add_argument('--seed', type=int, default=1, metavar='S',
-                        help='random seed (default: 1)')
+    # The seed's options and help texts, each default written once (argparse prints it).
+    for flag, kind, default, metavar, text in (
+            ('--batch-size', int, 64, 'N', 'input batch size for training'),
+            ('--test-batch-size', int, 1000, 'N', 'input batch size for testing'),
+            ('--epochs', int, 10, 'N', 'number of epochs to train'),
+            ('--lr', float, 0.01, 'LR', 'learning rate'),
+            ('--momentum', float, 0.5, 'M', 'SGD momentum'),
+            ('--seed', int, 1, 'S', 'random seed')):
+        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=text + ' (default: %(default)s)')
     parser.add_argument('--log-interval', type=int, default=10, metavar='N',
                         help='how many batches to wait before logging training status')
     parser.add_argument('--data', type=str, default=None, help='Fashion-MNIST folder, or "synthetic"')

@@ -23,6 +23,7 @@ static void bfree(void *p);
 #define COLL_ALLOC balloc
 #define COLL_FREE bfree
 #include "test/progs/coll_matrix.h"
+#include "apps/bench/bench_values.h"
 #include "rt/hash.h"
 #include "transport/tp_shm.h"
 #include <dirent.h>
@@ -76,61 +77,6 @@ static int memfds(void)
 
 static const rt_dtype all_dt[] = {RT_F32, RT_F64, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8};
 
-/* Rank r's element i for op: small integers, exact in every dtype (u8: non-negative). */
-static int64_t sval(int op, rt_dtype dt, int r, size_t i)
-{
-    if (op == TP_PROD) {
-        size_t k = (i + (size_t)r) % 7;
-        return k == 3 ? 2 : (k == 5 && dt != RT_U8) ? -1 : 1;
-    }
-    if (op == TP_MIN || op == TP_MAX) return (int64_t)((i * 31 + (size_t)r * 17) % 101) - (dt == RT_U8 ? 0 : 50);
-    return (int64_t)((i * 7 + (size_t)r * 13) % 17) - (dt == RT_U8 ? 0 : 8);
-}
-
-static void sput(void *b, size_t i, rt_dtype dt, double v)
-{
-    switch (dt) {
-    case RT_F32: ((float *)b)[i] = (float)v; break;
-    case RT_F64: ((double *)b)[i] = v; break;
-    case RT_F16: ((uint16_t *)b)[i] = rt_f32_to_f16((float)v); break;
-    case RT_BF16: ((uint16_t *)b)[i] = rt_f32_to_bf16((float)v); break;
-    case RT_I32: ((int32_t *)b)[i] = (int32_t)(int64_t)v; break;
-    case RT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-    default: ((uint8_t *)b)[i] = (uint8_t)(int64_t)v;
-    }
-}
-
-static double sget(const void *b, size_t i, rt_dtype dt)
-{
-    switch (dt) {
-    case RT_F32: return ((const float *)b)[i];
-    case RT_F64: return ((const double *)b)[i];
-    case RT_F16: return rt_f16_to_f32(((const uint16_t *)b)[i]);
-    case RT_BF16: return rt_bf16_to_f32(((const uint16_t *)b)[i]);
-    case RT_I32: return ((const int32_t *)b)[i];
-    case RT_I64: return (double)((const int64_t *)b)[i];
-    default: return ((const uint8_t *)b)[i];
-    }
-}
-
-/* Element i reduced with op over every rank, as dt stores it. */
-static double swant(int op, rt_dtype dt, size_t i)
-{
-    int64_t a = sval(op, dt, 0, i);
-    for (int q = 1; q < world_; q++) {
-        int64_t v = sval(op, dt, q, i);
-        a = op == TP_PROD ? a * v : op == TP_MIN ? (v < a ? v : a) : op == TP_MAX ? (v > a ? v : a) : a + v;
-    }
-    double e = (double)a;
-    if (op == TP_AVG)
-        e = dt == RT_F64 ? (double)a / world_
-            : dt == RT_F32 || dt == RT_F16 || dt == RT_BF16 ? (double)((float)a / (float)world_)
-                                                             : (double)(a / world_);
-    unsigned char t[8];
-    sput(t, 0, dt, e);
-    return sget(t, 0, dt);
-}
-
 static void scheck(const char *what, rt_dtype dt, int op, size_t n, size_t i, double got, double want)
 {
     if (got != want && bad++ < 5)
@@ -152,40 +98,35 @@ static void matrix(void)
             for (int op = 0; op < TP_NOPS; op++) {
                 int inplace = (int)(k + d + (size_t)op) % 2;
                 unsigned char *out = inplace ? s : r;
-                for (size_t i = 0; i < n; i++) sput(s, i, dt, (double)sval(op, dt, rank_, i));
+                for (size_t i = 0; i < n; i++) bench_put(s, i, dt, (double)bench_value(op, dt, rank_, i));
                 if (!inplace) memset(r, 0x5a, n * es + 1);
                 if (tp_allreduce(comm, s, out, n, dt, (tp_op)op)) die("allreduce");
-                for (size_t i = 0; i < n; i++) scheck("allreduce", dt, op, n, i, sget(out, i, dt), swant(op, dt, i));
+                for (size_t i = 0; i < n; i++) scheck("allreduce", dt, op, n, i, bench_get(out, i, dt), bench_reduced(op, dt, world_, i));
                 checks++;
                 if (!inplace && ((unsigned char *)r)[n * es] != 0x5a && bad++ < 5)
                     fprintf(stderr, "rank %d: allreduce wrote past the end (n=%zu)\n", rank_, n);
                 /* reduce_scatter: block rank_ of every rank's world_ * n vector, into r or
                  * (ZeRO-1's buckets) into the rank's own block of s. */
-                for (size_t i = 0; i < n * (size_t)world_; i++) sput(s, i, dt, (double)sval(op, dt, rank_, i));
+                for (size_t i = 0; i < n * (size_t)world_; i++) bench_put(s, i, dt, (double)bench_value(op, dt, rank_, i));
                 unsigned char *rr = inplace ? s + (size_t)rank_ * n * es : r;
                 if (tp_reduce_scatter(comm, s, rr, n, dt, (tp_op)op)) die("reduce_scatter");
                 for (size_t i = 0; i < n; i++)
-                    scheck("reduce_scatter", dt, op, n, i, sget(rr, i, dt), swant(op, dt, (size_t)rank_ * n + i));
+                    scheck("reduce_scatter", dt, op, n, i, bench_get(rr, i, dt), bench_reduced(op, dt, world_, (size_t)rank_ * n + i));
                 checks++;
             }
             int root = (int)(k + d) % world_;
-            for (size_t i = 0; i < n; i++) sput(r, i, dt, rank_ == root ? (double)sval(TP_SUM, dt, root, i) : 99);
+            for (size_t i = 0; i < n; i++) bench_put(r, i, dt, rank_ == root ? (double)bench_value(TP_SUM, dt, root, i) : 99);
             if (tp_broadcast(comm, r, n, dt, root)) die("broadcast");
-            for (size_t i = 0; i < n; i++) {
-                unsigned char t[8];
-                sput(t, 0, dt, (double)sval(TP_SUM, dt, root, i));
-                scheck("broadcast", dt, 0, n, i, sget(r, i, dt), sget(t, 0, dt));
-            }
+            for (size_t i = 0; i < n; i++)
+                scheck("broadcast", dt, 0, n, i, bench_get(r, i, dt), bench_as(dt, (double)bench_value(TP_SUM, dt, root, i)));
             checks++;
             /* allgather, from a separate buffer or from recv's own block */
             unsigned char *src = d % 2 ? r + (size_t)rank_ * n * es : s;
-            for (size_t i = 0; i < n; i++) sput(src, i, dt, (double)sval(TP_SUM, dt, rank_, i));
+            for (size_t i = 0; i < n; i++) bench_put(src, i, dt, (double)bench_value(TP_SUM, dt, rank_, i));
             if (tp_allgather(comm, src, r, n, dt)) die("allgather");
-            for (size_t i = 0; i < n * (size_t)world_; i++) {
-                unsigned char t[8];
-                sput(t, 0, dt, (double)sval(TP_SUM, dt, (int)(i / n), i % n));
-                scheck("allgather", dt, 0, n, i, sget(r, i, dt), sget(t, 0, dt));
-            }
+            for (size_t i = 0; i < n * (size_t)world_; i++)
+                scheck("allgather", dt, 0, n, i, bench_get(r, i, dt),
+                       bench_as(dt, (double)bench_value(TP_SUM, dt, (int)(i / n), i % n)));
             checks++;
         }
         if (tp_barrier(comm)) die("barrier");
@@ -247,7 +188,7 @@ static double wild(int r, size_t i)
 
 static void tree_ref(const int *radix, int lev, int first, size_t i, rt_dtype dt, unsigned char *out)
 {
-    if (lev < 0) { sput(out, 0, dt, wild(first, i)); return; }
+    if (lev < 0) { bench_put(out, 0, dt, wild(first, i)); return; }
     int sub = 1;
     for (int l = 0; l < lev; l++) sub *= radix[l];
     unsigned char x[8];
@@ -271,13 +212,13 @@ static void tree(void)
     for (size_t k = 0; k < 4; k++)
         for (int d = 0; d < 3; d++) {
             size_t n = sizes[k], es = rt_dtype_size(dts[d]);
-            for (size_t i = 0; i < n; i++) sput(b, i, dts[d], wild(rank_, i));
+            for (size_t i = 0; i < n; i++) bench_put(b, i, dts[d], wild(rank_, i));
             if (tp_tree_allreduce(comm, b, n, dts[d], TP_SUM)) die("tree allreduce");
             for (size_t i = 0; i < n; i++) {
                 tree_ref(radix, nl - 1, 0, i, dts[d], want);
                 if (memcmp(b + i * es, want, es) && bad++ < 5)
                     fprintf(stderr, "rank %d: tree allreduce %s n=%zu: element %zu is %g, the tree gives %g\n", rank_,
-                            rt_dtype_names[dts[d]], n, i, sget(b, i, dts[d]), sget(want, 0, dts[d]));
+                            rt_dtype_names[dts[d]], n, i, bench_get(b, i, dts[d]), bench_get(want, 0, dts[d]));
             }
             checks++;
         }

@@ -5,6 +5,7 @@
 #include "ports/posix/port.h"
 #include "rt/arena.h"
 #include "transport/tp.h"
+#include "transport/tp_link.h"
 #include "transport/tp_trace.h"
 
 /* TP_K_TREE's phases, in the handle's root field. */

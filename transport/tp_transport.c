@@ -2,6 +2,7 @@
  * pick, and the log of the choice. Pure functions of tp_peers, so a test can give them
  * fake hosts. */
 #include "transport/tp_transport.h"
+#include "transport/tp_link.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <string.h>
@@ -46,9 +47,10 @@ static int net_can_connect(const tp_peers *p, int a, int b, char *why, size_t n)
 }
 
 const tp_transport tp_transports[TP_NTRANSPORTS] = {
-    [TP_TRANSPORT_CUDA_IPC] = {"cuda_ipc", cuda_ipc_can_connect},
-    [TP_TRANSPORT_SHM] = {"shm", shm_can_connect},
-    [TP_TRANSPORT_NET] = {NULL, net_can_connect},
+    [TP_TRANSPORT_CUDA_IPC] = {"cuda_ipc", cuda_ipc_can_connect, NULL},
+    /* The comm-wide segment carries collectives only: its pairs' messages take the net. */
+    [TP_TRANSPORT_SHM] = {"shm", shm_can_connect, NULL},
+    [TP_TRANSPORT_NET] = {NULL, net_can_connect, &tp_link_net},
 };
 
 const char *tp_transport_name(const tp_peers *p, int t)

@@ -17,9 +17,10 @@
  * The ranks swap what the choice needs (host identity, DDPRT_SHM) once, at the comm's
  * first collective (tp_connect), so that every rank computes the same table; the
  * comm's collectives then run through shm when every pair took it, else through the
- * algorithms (ring, tree, hierarchical) over the net backend. Point-to-point messages,
- * the tree's halves and the algorithms always travel on the net backend (tcp uses a
- * unix socket between ranks of one host): a pair's transport names its collective path. */
+ * algorithms (ring, tree, hierarchical). Every message of the algorithms and of
+ * send/recv to peer p goes through the link (tp_link.h: isend, irecv, test, waitall) of
+ * the transport of the pair; the comm-wide shm transport has none (its segment carries
+ * whole collectives), so its pairs' messages take the net backend's link. */
 #ifndef TP_TRANSPORT_H
 #define TP_TRANSPORT_H
 #include <stddef.h>
@@ -52,6 +53,8 @@ typedef struct tp_transport {
     /* Ranks a != b: 1 it connects them, 0 it cannot (why: a reason worth logging),
      * -1 it does not apply to them (why: quiet). why: a short phrase. */
     int (*can_connect)(const tp_peers *p, int a, int b, char *why, size_t n);
+    /* The pair's point-to-point ops (tp_link.h); NULL: the net backend's. */
+    const struct tp_link *link;
 } tp_transport;
 extern const tp_transport tp_transports[TP_NTRANSPORTS];
 

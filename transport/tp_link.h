@@ -20,6 +20,13 @@ typedef struct tp_link {
     int (*test)(tp_comm *c, tp_req *req);
     /* All n requests (every one of this link) by deadline: 0 or a code. */
     int (*waitall)(tp_comm *c, tp_req **r, int n, int64_t deadline_ns);
+    /* Optional (NULL: the link progresses in its own calls, as the backends do): moves
+     * what it can of every posted request; how many are pending, or < 0. A wait on
+     * another link calls it while it has some. */
+    int (*progress)(tp_comm *c);
+    /* Optional: the slow path of a wait on another link (between its naps): 0, or why
+     * req cannot complete (its peer died: named in the backend's err). */
+    int (*check)(tp_comm *c, tp_req *req);
 } tp_link;
 
 /* The comm's backend (tcp, verbs, loopback): what every pair used before. */
@@ -36,7 +43,7 @@ static inline int tp_link_irecv(tp_comm *c, int peer, void *buf, size_t len, tp_
     return tp_link_of(c, peer)->irecv(c, peer, buf, len, req);
 }
 static inline int tp_link_test(tp_comm *c, tp_req *req) { return tp_link_of(c, req->peer)->test(c, req); }
-/* Requests of several links: each link's waitall when they share one, else progress by
+/* Requests of several links, or of one while another has some pending: each link's waitall when they share one, else progress by
  * test until done or the deadline (then the pending link's waitall names the peer). */
 int tp_link_waitall(tp_comm *c, tp_req **r, int n, int64_t deadline_ns);
 #endif

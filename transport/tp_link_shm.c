@@ -28,7 +28,8 @@
 #include <unistd.h>
 
 #define RING_BYTES (1u << 20) /* per direction of a pair: 4 ring chunks of 256 KiB */
-#define SPIN_NS 50000         /* as the shm segment's and tcp's default spin */
+#define SPIN_NS 50000         /* longest spin: as the shm segment's and tcp's default */
+#define SPIN_MIN_NS 2000
 #define SLEEP_NS 1000000      /* futex sleep between looks at sockets and deadline */
 
 typedef struct ring {
@@ -56,6 +57,8 @@ struct tp_link_shm {
     size_t bytes;
     pair *p;                 /* [world]; them NULL: not an shm pair */
     int pending;             /* requests queued on every pair */
+    int64_t spin;            /* adapts as tcp's: doubles when the peer delivered during
+                                it, halves when it ran out (a peer on our core cannot) */
     struct pollfd *pfd;      /* [world]: the net backend's sockets, for hang-ups */
 };
 
@@ -300,14 +303,20 @@ static int shm_waitall(tp_comm *c, tp_req **r, int n, int64_t deadline)
 {
     tp_link_shm *s = c->lshm;
     int64_t idle = port_now_ns();
-    for (int i = 0;;) {
+    if (!s->spin) s->spin = SPIN_NS;
+    for (int i = 0, spun = 0;;) {
         if (c->b->failed) return c->b->failed;
         size_t moved = progress_all(c);
         while (i < n && r[i]->state == 1) i++;
-        if (i == n) return 0;
         int64_t now = port_now_ns();
-        if (moved) idle = now;
-        if (now - idle < SPIN_NS) { port_cpu_relax(); continue; }
+        if (moved) {
+            if (spun && s->spin < SPIN_NS) s->spin *= 2;
+            spun = 0, idle = now;
+        }
+        if (i == n) return 0;
+        if (now - idle < s->spin) { spun = 1, port_cpu_relax(); continue; }
+        if (spun && s->spin > SPIN_MIN_NS) s->spin /= 2;
+        spun = 0;
         int rc = look(c, r, n, deadline);
         if (rc) return rc;
         __atomic_add_fetch(&s->me->sleepers, 1, __ATOMIC_SEQ_CST);

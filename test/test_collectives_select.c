@@ -44,21 +44,28 @@ TEST(tp_select_one_host_takes_shm)
     }
 }
 
-/* Two hosts of two: across them the net (named by the backend); within one, the net
- * too, saying why not shm (its segment spans the whole comm). */
-TEST(tp_select_two_hosts_take_the_net)
+/* Two hosts of two: across them the net (named by the backend); within one, shm's
+ * point-to-point rings (the comm-wide segment needs every rank on one host, so the
+ * plan does not say "every pair shm"). */
+TEST(tp_select_two_hosts_same_host_pairs_take_shm)
 {
     tp_peer_info info[4];
     const uint64_t hosts[] = {1, 1, 2, 2};
     tp_peers p = peers(4, info, hosts, NULL, NULL);
     want(&p, 0, 2, NET, "different hosts");
     want(&p, 1, 3, NET, "different hosts");
-    want(&p, 0, 1, NET, "same host; no shm: not every rank on one host");
-    want(&p, 2, 3, NET, "same host; no shm: not every rank on one host");
+    want(&p, 0, 1, SHM, "same host, point-to-point");
+    want(&p, 2, 3, SHM, "same host, point-to-point");
     CHECK(!strcmp(tp_transport_name(&p, NET), "tcp"));
     uint8_t out[4];
     CHECK(tp_transport_plan(&p, 1, out) == 0);
-    CHECK(out[0] == NET && out[1] == TP_NTRANSPORTS && out[2] == NET && out[3] == NET);
+    CHECK(out[0] == SHM && out[1] == TP_NTRANSPORTS && out[2] == NET && out[3] == NET);
+    CHECK(tp_transport_plan(&p, 2, out) == 0);
+    CHECK(out[0] == NET && out[1] == NET && out[2] == TP_NTRANSPORTS && out[3] == SHM);
+    /* DDPRT_SHM=0 on a rank of the other host still turns shm off for every pair. */
+    const int wish[] = {1, 1, 1, 0};
+    p = peers(4, info, hosts, wish, NULL);
+    want(&p, 0, 1, NET, "same host; no shm: DDPRT_SHM=0 on rank 3");
 }
 
 /* DDPRT_SHM=0 on one rank turns the segment off for all: the reason names it. */

@@ -117,15 +117,20 @@ static void run_kill(int world, int victim, int cma_kill)
      * write the victim's memory: their mappings stay valid after it died). */
     char *mfault[] = {"T_SHM_MEM=1", "DDPRT_SHM_TEST_FAULT=map_kill", NULL}, *map_on[] = {"T_SHM_MEM=1", NULL};
     if (cma_kill == 2) memcpy(fault, mfault, sizeof fault), memcpy(cma_on, map_on, sizeof cma_on);
+    /* cma_kill 3: SIGKILLed by the test program on two fake hosts (its same-host
+     * partner waits on it through the pair's shm ring). */
+    char *hosts[] = {"T_SHM_HOSTS=1,1,2,2", NULL};
+    int lib = cma_kill == 1 || cma_kill == 2;
     url_for(url, sizeof url);
-    snprintf(vs, sizeof vs, "victim=%d", cma_kill ? -2 : victim);
+    snprintf(vs, sizeof vs, "victim=%d", lib ? -2 : victim);
     for (int r = 0; r < world; r++)
-        spawn(&p[r], r, "kill", url, world, !cma_kill ? NULL : r == victim ? fault : cma_on, vs, "timeout=60");
+        spawn(&p[r], r, "kill", url, world, cma_kill == 3 ? hosts : !cma_kill ? NULL : r == victim ? fault : cma_on, vs,
+              "timeout=60");
     int rc[MAXW];
     for (int r = 0; r < world; r++) rc[r] = t_wait(&p[r], 90);
     CHECKF(rc[victim] == 128 + 9, "victim exited %d: %s", rc[victim], t_slurp(p[victim].err));
     double tk = 0, tf = 0;
-    const char *kl = strstr(t_slurp(cma_kill ? p[victim].err : p[victim].out), "killed at "); /* after log lines */
+    const char *kl = strstr(t_slurp(lib ? p[victim].err : p[victim].out), "killed at "); /* after log lines */
     CHECK(kl && sscanf(kl, "killed at %lf", &tk) == 1);
     char want[32];
     snprintf(want, sizeof want, "rank %d ", victim);
@@ -142,6 +147,54 @@ static void run_kill(int world, int victim, int cma_kill)
 }
 
 PTEST(shm_kill_one_rank_2) { run_kill(2, 1, 0); }
+PTEST(shm_kill_on_a_pair_ring_2x2) { run_kill(4, 1, 3); }
+PTEST(shm_kill_on_a_pair_ring_2x2_rank0) { run_kill(4, 0, 3); }
+
+/* Two fake hosts of two ranks (one machine): the same-host pairs take shm's
+ * point-to-point rings (both ranks map two p2p inboxes: theirs and the partner's), the
+ * cross pairs tcp; no comm-wide segment; every collective and send/recv to both
+ * partners correct, and float sums equal bit for bit to a job with DDPRT_SHM=0 (every
+ * pair tcp). */
+/* One job on two fake hosts; out[r]: rank r's stdout (the test's copy). */
+static void pairs_job(char **env, int shm, char out[4][4096])
+{
+    t_clean_env();
+    t_proc p[4];
+    char url[64];
+    url_for(url, sizeof url);
+    for (int r = 0; r < 4; r++) spawn(&p[r], r, "pairs", url, 4, env, "timeout=60", NULL);
+    for (int r = 0; r < 4; r++) {
+        int rc = t_wait(&p[r], 120);
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of 4 ok", r);
+        const char *o = t_slurp(p[r].out);
+        snprintf(out[r], 4096, "%s", o);
+        CHECKF(rc == 0 && strstr(o, want) && strstr(o, "shm 0\n") && strstr(o, "p2p ok") &&
+                   strstr(o, shm ? "p2p inboxes 2\n" : "p2p inboxes 0\n"),
+               "rank %d exited %d\nstdout: %s\nstderr: %s", r, rc, o, t_slurp(p[r].err));
+    }
+    const char *log = t_slurp(p[0].err);
+    static const char *const lines[] = {"rank 0 <-> 1: shm (same host, point-to-point)",
+                                        "rank 2 <-> 3: shm (same host, point-to-point)",
+                                        "rank 0 <-> 2: tcp (different hosts)", "rank 1 <-> 3: tcp (different hosts)"};
+    for (int i = shm ? 0 : 2; i < 4; i++) CHECKF(strstr(log, lines[i]), "rank 0 does not log '%s':\n%s", lines[i], log);
+    CHECKF(!strstr(log, "shm pairs send through"), "the rings were not used:\n%s", log);
+}
+
+PTEST(shm_pairs_on_two_fake_hosts_4)
+{
+    static char with[4][4096], without[4][4096];
+    char *env[] = {"T_SHM_HOSTS=1,1,2,2", "DDPRT_SHM_CMA=0", NULL};
+    char *off[] = {"T_SHM_HOSTS=1,1,2,2", "DDPRT_SHM=0", NULL};
+    pairs_job(env, 1, with);
+    pairs_job(off, 0, without);
+    /* The same sums, bit for bit, on every rank and whatever carried the bytes. */
+    for (int r = 0; r < 4; r++) {
+        const char *a = strstr(with[r], "sums "), *b = strstr(without[r], "sums "), *z = strstr(with[0], "sums ");
+        CHECKF(a && b && z && !strncmp(a, b, 21) && !strncmp(a, z, 21), "rank %d: shm rings '%.21s', tcp '%.21s'", r,
+               a ? a : "-", b ? b : "-");
+    }
+}
 PTEST(shm_kill_one_rank_3) { run_kill(3, 0, 0); }
 PTEST(shm_kill_in_single_copy_2) { run_kill(2, 1, 1); }
 PTEST(shm_kill_in_single_copy_3) { run_kill(3, 2, 1); }

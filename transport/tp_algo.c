@@ -12,7 +12,7 @@ int tp_waitreqs(tp_comm *c, tp_req **r, int n)
     for (int i = 0; i < n; i++)
         if (r[i]->kind == TP_REQ_RECV) { peer = r[i]->peer; break; }
     __atomic_store_n(&c->p_wait_peer, peer, __ATOMIC_RELAXED);
-    int rc = c->b->ops->waitall(c->b, r, n, c->deadline);
+    int rc = tp_link_waitall(c, r, n, c->deadline);
     __atomic_store_n(&c->p_wait_peer, -1, __ATOMIC_RELAXED);
     return rc;
 }
@@ -23,11 +23,11 @@ int tp_xfer(tp_comm *c, const void *sbuf, size_t slen, int to, void *rbuf, size_
     int n = 0, rc = 0;
     /* Receive posted first: a peer's send can then complete at once. */
     if (rlen) {
-        rc = c->b->ops->irecv(c->b, from, rbuf, rlen, &c->req[0]);
+        rc = tp_link_irecv(c, from, rbuf, rlen, &c->req[0]);
         w[n++] = &c->req[0];
     }
     if (slen && !rc) {
-        rc = c->b->ops->isend(c->b, to, sbuf, slen, &c->req[1]);
+        rc = tp_link_isend(c, to, sbuf, slen, &c->req[1]);
         w[n++] = &c->req[1];
     }
     return rc ? rc : n ? tp_waitreqs(c, w, n) : 0;

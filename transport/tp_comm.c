@@ -6,6 +6,7 @@
  * async ops and the comm thread runs it, so ops always run in issue order.
  * `busy` (under mu) says someone is driving the backend. */
 #include "transport/tp_comm_int.h"
+#include "transport/tp_link_shm.h"
 #include "transport/tp_watch.h"
 #include "rt/env.h"
 #include "rt/log.h"
@@ -114,6 +115,8 @@ void tp_comm_destroy(tp_comm *c)
     tp_hier_free(c);
     if (c->layer) c->layer->free(c);
     free(c->peer_tp);
+    free(c->link);
+    tp_link_shm_free(c);
     free(c);
 }
 

@@ -5,6 +5,7 @@
 #include "ports/posix/port.h"
 #include "rt/arena.h"
 #include "transport/tp.h"
+#include "transport/tp_link.h"
 #include "transport/tp_trace.h"
 
 /* TP_K_TREE's phases, in the handle's root field. */
@@ -85,6 +86,10 @@ struct tp_comm {
      * first collective (tp_connect); NULL before, and in a world of one. */
     int connected;
     uint8_t *peer_tp;
+    /* Each peer's link (tp_link.h; NULL before the connect step: the net's), and the
+     * shm transport's point-to-point state (tp_link_shm.c; NULL: no shm pair). */
+    const tp_link **link;
+    struct tp_link_shm *lshm;
     /* The layer asked first for every op (NULL: none), and the shared-memory layer's
      * state (tp_shm.c): 0 not yet decided, 1 in use, -1 sockets. */
     const tp_layer *layer;

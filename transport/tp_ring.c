@@ -57,8 +57,8 @@ static int post_unit(ring_pass *p, int u, int has[2])
      * sides: both ends compute the same length. */
     has[0] = lr > 0;
     has[1] = ls > 0;
-    if (has[0]) rc = c->b->ops->irecv(c->b, left, rb, lr, &p->req[2 * k]);
-    if (!rc && has[1]) rc = c->b->ops->isend(c->b, right, sb, ls, &p->req[2 * k + 1]);
+    if (has[0]) rc = tp_link_irecv(c, left, rb, lr, &p->req[2 * k]);
+    if (!rc && has[1]) rc = tp_link_isend(c, right, sb, ls, &p->req[2 * k + 1]);
     return rc;
 }
 
@@ -83,7 +83,7 @@ int tp_ring_advance(tp_ring_pass *p, int block)
     if (p->has[k][1]) w[n++] = &p->req[2 * k + 1];
     if (block && n && (rc = tp_waitreqs(c, w, n))) return rc;
     for (int i = 0; i < n && !block; i++)
-        if ((rc = c->b->ops->test(c->b, w[i])) <= 0) return rc;
+        if ((rc = tp_link_test(c, w[i])) <= 0) return rc;
     if (p->done) p->done(p, u / p->ncols, u % p->ncols, u);
     if (p->posted < p->total) {
         if ((rc = post_unit(p, p->posted, p->has[p->posted % p->depth]))) return rc;
@@ -315,20 +315,20 @@ int tp_chain_broadcast(tp_comm *c, void *buf, size_t bytes, int root)
     if (n == 1 || bytes == 0) return 0;
     /* Receives run D chunks ahead; chunk j goes right as soon as it has arrived. */
     for (; from_left && posted < nch && posted < D && !rc; posted++)
-        rc = c->b->ops->irecv(c->b, left, p + posted * ch, LEN(posted), &rq[posted % D]);
+        rc = tp_link_irecv(c, left, p + posted * ch, LEN(posted), &rq[posted % D]);
     for (long j = 0; j < nch && !rc; j++) {
         tp_req *w = &rq[j % D];
         if (from_left) {
             if ((rc = tp_waitreqs(c, &w, 1))) break;
             if (posted < nch) {
-                rc = c->b->ops->irecv(c->b, left, p + posted * ch, LEN(posted), &rq[posted % D]);
+                rc = tp_link_irecv(c, left, p + posted * ch, LEN(posted), &rq[posted % D]);
                 posted++;
             }
         }
         if (to_right && !rc) {
             w = &sq[j % D];
             if (j >= D && (rc = tp_waitreqs(c, &w, 1))) break; /* send j - D frees the req */
-            rc = c->b->ops->isend(c->b, right, p + j * ch, LEN(j), w);
+            rc = tp_link_isend(c, right, p + j * ch, LEN(j), w);
         }
     }
     for (long j = nch - D > 0 ? nch - D : 0; to_right && j < nch && !rc; j++) {

@@ -2,6 +2,7 @@
  * pick, and the log of the choice. Pure functions of tp_peers, so a test can give them
  * fake hosts. */
 #include "transport/tp_transport.h"
+#include "transport/tp_link_shm.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <string.h>
@@ -32,9 +33,9 @@ static int shm_can_connect(const tp_peers *p, int a, int b, char *why, size_t n)
     for (int r = 0; off < 0 && !p->shm_all && r < p->world; r++)
         if (!p->info[r].shm_ok) off = r;
     if (off >= 0) { snprintf(why, n, "DDPRT_SHM=0 on rank %d", off); return 0; }
-    /* The protocol maps one segment for the whole comm (tp_shm.h). */
-    if (!p->one_host) { snprintf(why, n, "not every rank on one host"); return 0; }
-    snprintf(why, n, "same host");
+    /* One host: the comm-wide segment runs the collectives (tp_shm.h); else the pair's
+     * ring carries the algorithms' messages (tp_link_shm.c). */
+    snprintf(why, n, "%s", p->one_host ? "same host" : "same host, point-to-point");
     return 1;
 }
 
@@ -46,9 +47,9 @@ static int net_can_connect(const tp_peers *p, int a, int b, char *why, size_t n)
 }
 
 const tp_transport tp_transports[TP_NTRANSPORTS] = {
-    [TP_TRANSPORT_CUDA_IPC] = {"cuda_ipc", cuda_ipc_can_connect},
-    [TP_TRANSPORT_SHM] = {"shm", shm_can_connect},
-    [TP_TRANSPORT_NET] = {NULL, net_can_connect},
+    [TP_TRANSPORT_CUDA_IPC] = {"cuda_ipc", cuda_ipc_can_connect, NULL},
+    [TP_TRANSPORT_SHM] = {"shm", shm_can_connect, &tp_link_shm_ops},
+    [TP_TRANSPORT_NET] = {NULL, net_can_connect, &tp_link_net},
 };
 
 const char *tp_transport_name(const tp_peers *p, int t)

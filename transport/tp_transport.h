@@ -5,21 +5,22 @@
  * The table, in order of preference:
  *   cuda_ipc  device buffers between GPUs of one host: the entry point issue 42 fills;
  *             it never connects yet.
- *   shm       ranks on the same host (port_host_id: machine and network namespace).
- *             Its protocol (tp_shm.h) is comm-wide: it runs the collectives through
- *             one segment mapped by every rank, so it connects a pair only when every
- *             rank of the comm sits on that host and allows it (DDPRT_SHM), and the net
- *             backend can show it a dead peer (tp_backend_ops.peer_fd).
+ *   shm       ranks on the same host (port_host_id: machine and network namespace)
+ *             that both allow it (DDPRT_SHM; 0 on any rank turns it off for all), when
+ *             the algorithm is auto, the comm has at most 64 ranks and the net backend
+ *             can show it a dead peer (tp_backend_ops.peer_fd). Its pairs' messages go
+ *             through a byte ring per direction (tp_link_shm.c); when every rank sits
+ *             on one host the comm-wide segment (tp_shm.h) runs the collectives too.
  *   net       the comm's backend (tcp, verbs, loopback): connects every pair; its name
  *             is the backend's.
  * Capabilities are asked (peer_fd, host identities, the env), never names compared.
  *
  * The ranks swap what the choice needs (host identity, DDPRT_SHM) once, at the comm's
  * first collective (tp_connect), so that every rank computes the same table; the
- * comm's collectives then run through shm when every pair took it, else through the
- * algorithms (ring, tree, hierarchical) over the net backend. Point-to-point messages,
- * the tree's halves and the algorithms always travel on the net backend (tcp uses a
- * unix socket between ranks of one host): a pair's transport names its collective path. */
+ * comm's collectives then run through the shm segment when every pair took shm, else
+ * through the algorithms (ring, tree, hierarchical). Every message of the algorithms
+ * and of send/recv to peer p goes through the link (tp_link.h: isend, irecv, test,
+ * waitall) of the pair's transport: the shm pair's ring or the net backend. */
 #ifndef TP_TRANSPORT_H
 #define TP_TRANSPORT_H
 #include <stddef.h>
@@ -52,6 +53,8 @@ typedef struct tp_transport {
     /* Ranks a != b: 1 it connects them, 0 it cannot (why: a reason worth logging),
      * -1 it does not apply to them (why: quiet). why: a short phrase. */
     int (*can_connect)(const tp_peers *p, int a, int b, char *why, size_t n);
+    /* The pair's point-to-point ops (tp_link.h); NULL: the net backend's. */
+    const struct tp_link *link;
 } tp_transport;
 extern const tp_transport tp_transports[TP_NTRANSPORTS];
 

@@ -7,6 +7,8 @@
  *        mapped: /proc/self/maps), "cma 1|0" (single copy on) then "rank R of W ok (N
  *        checks)"; then tree allreduces checked against the tree written out.
  *   MODE ping: a barrier, "shm 1|0", "rank R of W ok (0 checks)".
+ *   MODE pairs: matrix's checks without the bitwise comparison of reduce_scatter with
+ *        allreduce (on several hosts the allreduce is hierarchical: another order).
  *   MODE kill: coll_matrix.h's allreduce loop (len=, victim=, iters=). With
  *        DDPRT_SHM_TEST_FAULT=cma_kill the library kills the rank inside its second
  *        single copy op instead, after publishing its buffers.
@@ -16,7 +18,10 @@
  * some container runtimes do. T_SHM_MEM=1: the buffers of matrix, bitwise and kill
  * come from tp_mem_alloc (registered: the ranks read and write each other's); matrix
  * and ping then also print "map N" (ops that ran on registered buffers) and "fds N"
- * (the blocks' memfds left open after they were freed). */
+ * (the blocks' memfds left open after they were freed). T_SHM_HOSTS=1,1,2,2: fake host
+ * identities (tp_comm_opts.host_ids), so that one machine plays several hosts; matrix
+ * then also sends 1 MiB + 4099 bytes to its partner on each fake host and prints "p2p ok"
+ * and "p2p inboxes N" (the shm pairs' inboxes mapped). */
 #include <stddef.h>
 static void *balloc(size_t n);
 static void bfree(void *p);
@@ -225,6 +230,51 @@ static void tree(void)
     bfree(b);
 }
 
+/* Point-to-point with rank ^ 1 and rank ^ 2 (a fake host's partner and the other
+ * host's): each sends its pattern (bigger than the shm ring's 1 MiB once) and checks the
+ * partner's; the lower rank sends first. */
+static void p2p(void)
+{
+    size_t n = (1u << 20) + 4099;
+    unsigned char *out = malloc(n), *in = malloc(n);
+    if (!out || !in) die("p2p alloc");
+    for (int k = 1; k <= 2; k++) {
+        int peer = rank_ ^ k;
+        if (peer >= world_) continue;
+        for (size_t i = 0; i < n; i++) out[i] = (unsigned char)(i * 7 + (size_t)rank_), in[i] = 0;
+        int rc = rank_ < peer ? tp_send(comm, out, n, peer) || tp_recv(comm, in, n, peer)
+                              : tp_recv(comm, in, n, peer) || tp_send(comm, out, n, peer);
+        if (rc) die("p2p");
+        for (size_t i = 0; i < n; i++)
+            if (in[i] != (unsigned char)(i * 7 + (size_t)peer)) die("p2p data");
+    }
+    free(out), free(in);
+    /* Rounding-heavy float sums over every algorithm the sizes pick (several hosts:
+     * hierarchical), hashed: a job whose pairs take tcp must print the same. */
+    static const size_t sizes[] = {1, 1000, 70001, (3u << 20) / 4 + 77};
+    uint64_t h = RT_FNV1A_INIT;
+    for (int k = 0; k < 4; k++) {
+        float *v = malloc(sizes[k] * sizeof *v);
+        if (!v) die("p2p alloc");
+        for (size_t i = 0; i < sizes[k]; i++) v[i] = sinf((float)i * 0.37f + (float)rank_) * 1000.0f + 1.0f / (float)(i + 3);
+        if (tp_allreduce(comm, v, v, sizes[k], RT_F32, TP_SUM)) die("p2p allreduce");
+        h = rt_fnv1a(h, v, sizes[k] * sizeof *v);
+        free(v);
+    }
+    printf("p2p ok\nsums %016llx\n", (unsigned long long)h);
+}
+
+/* Mappings of the shm pairs' inboxes (tp_link_shm.c's memfds) in this process. */
+static int p2p_inboxes(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, "/memfd:ddprt-p2p") != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
 /* Whether this process maps a shared segment (unlinked, so "(deleted)" in maps). */
 static int shm_mapped(void)
 {
@@ -249,6 +299,10 @@ int main(int argc, char **argv)
     char err[512];
     tp_backend *b;
     tp_comm_opts co = {.timeout_s = a.o.timeout_s, .algo = TP_ALGO_DEFAULT};
+    static uint64_t hosts[64];
+    const char *hs = getenv("T_SHM_HOSTS");
+    for (int i = 0; hs && *hs && i < 64; i++, hs += *hs == ',') hosts[i] = strtoull(hs, (char **)&hs, 10);
+    if (getenv("T_SHM_HOSTS")) co.host_ids = hosts;
     if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(&comm, b, &co, err, sizeof err)) {
         fprintf(stderr, "ERR %s\n", err);
         return 3;
@@ -266,7 +320,9 @@ int main(int argc, char **argv)
     } else {
         if (tp_barrier(comm)) die("barrier");
         printf("shm %d\ncma %d\n", shm_mapped(), tp_shm_mode(comm) == 2);
-        if (strcmp(argv[1], "ping")) matrix(), bitwise(), tree();
+        if (!strcmp(argv[1], "pairs")) matrix(), tree();
+        else if (strcmp(argv[1], "ping")) matrix(), bitwise(), tree();
+        if (strcmp(argv[1], "ping") && co.host_ids) p2p(), printf("p2p inboxes %d\n", p2p_inboxes());
         if (reg_mem()) printf("map %llu\nfds %d\n", (unsigned long long)tp_shm_map_ops(comm), memfds());
     }
     return coll_leave(rz, rc);

@@ -18,6 +18,7 @@
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/env.h"
+#include "rt/isa.h"
 #include "rt/log.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,10 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     if (t->cuda) nn_cuda_use_optim(t->cuda, &t->opt);
+    /* what of the settings the device path honours (nn_settings_build refused the rest) */
+    if (t->cuda && t->rank == 0)
+        rt_info("--device cuda: %d thread(s) per rank and the %s kernels serve the host's work (data, checkpoints, "
+                "--check-sync); the device runs its own fp32 kernels", t->set.k.threads, rt_isa_name(t->set.k.isa));
     return 0;
 }
 

@@ -498,12 +498,14 @@ typedef struct bk_opts {
 } bk_opts;
 
 #define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0, NULL}
+/* A flag with its default, written once (rt_args_defaults; the usage prints it). */
+#define KD(n, t, dom, field, lo, hi, ch, dflt, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0, dflt}
 static const rt_arg flags[] = {
-    K("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu or cuda (the GPU table; CUDA builds) (default: cpu)"),
-    K("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear|transformer",
-      "lenet, resnet20, resnet18, linear or transformer (default: lenet)"),
+    KD("device", RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda", "cpu", "cpu or cuda (the GPU table; CUDA builds)"),
+    KD("model", RT_ARG_STR, RT_ARG_ANY, model, 0, 0, "lenet|resnet20|resnet18|linear|transformer", "lenet",
+       "lenet, resnet20, resnet18, linear or transformer"),
     K("clock", RT_ARG_STR, RT_ARG_ANY, clock, 0, 0, "cpu|wall", "cpu (the thread's CPU time, 1 thread) or wall"),
-    K("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 1024, NULL, "compute threads (default: 1)"),
+    KD("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 1024, NULL, "1", "compute threads"),
     K("batch", RT_ARG_INT, RT_ARG_RANGE, batch, 1, 1 << 20, NULL, "batch (default: lenet 64 and 1024, resnet20 128, resnet18 32)"),
     K("iters", RT_ARG_INT, RT_ARG_RANGE, iters, 1, 1 << 20, NULL, "repeats per kernel, the median is shown"),
     K("isa", RT_ARG_STR, RT_ARG_ANY, isa, 0, 0, NULL, "generic, avx2, avx512, ...: the kernels' instruction set"),
@@ -527,8 +529,12 @@ static const char head[] =
 
 int main(int argc, char **argv)
 {
-    bk_opts o = {.device = "cpu", .model = "lenet", .threads = 1};
+    bk_opts o = {0};
     char err[512];
+    if (rt_args_defaults(&spec, &o, err, sizeof err)) {
+        fprintf(stderr, "ddprt-bench-kernels: error: the option table: %s\n", err);
+        return 2;
+    }
     int rc = rt_args_main(&spec, &o, argc, argv, NULL, NULL, head, NULL);
     if (rc >= 0) return rc;
     if (rt_env_check(err, sizeof err)) {

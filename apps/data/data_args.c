@@ -7,6 +7,8 @@
 #include <string.h>
 
 #define D(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(data_opts, field), lo, hi, ch, NULL, h, 0, NULL}
+/* A flag with its default, written once: set by rt_args_defaults, printed by the usage. */
+#define DD(n, t, dom, field, lo, hi, ch, dflt, h) {n, 0, t, dom, offsetof(data_opts, field), lo, hi, ch, NULL, h, 0, dflt}
 
 /* "WxH": two integers in 1..DATA_MAX_SIDE whose product is at most DATA_MAX_PIXELS. */
 static int parse_wxh(const char *v, void *field, char *err, size_t errlen)
@@ -27,25 +29,25 @@ static int parse_wxh(const char *v, void *field, char *err, size_t errlen)
 static const rt_arg convert_flags[] = {
     D("from", RT_ARG_STR, RT_ARG_ANY, from, 0, 0, NULL, "IDX directory (default: the located data set)"),
     D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
-    D("format", RT_ARG_STR, RT_ARG_ANY, format, 0, 0, "png|jpeg|jpg|cifar", "png, jpeg or cifar (default: png)"),
+    DD("format", RT_ARG_STR, RT_ARG_ANY, format, 0, 0, "png|jpeg|jpg|cifar", "png", "png, jpeg or cifar"),
     D("limit", RT_ARG_INT, RT_ARG_NONNEG, limit, 0, 0, NULL, "at most N training samples, N/6 test samples (0: all)"),
-    D("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "JPEG quality 1-100 (default: 95)"),
+    DD("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "95", "JPEG quality 1-100"),
 };
 static const rt_arg synth_flags[] = {
     D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
-    D("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "number of images (default: 200)"),
+    DD("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "200", "number of images"),
     {"size", 0, RT_ARG_FN, RT_ARG_ANY, offsetof(data_opts, size), 0, 0, NULL, parse_wxh,
-     "image size WxH (default: 500x375)", 0, NULL},
-    D("classes", RT_ARG_INT, RT_ARG_RANGE, classes, 1, 10000, NULL, "class folders (default: 4)"),
-    D("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "JPEG quality 1-100 (default: 90)"),
-    D("noise", RT_ARG_INT, RT_ARG_RANGE, noise, 0, 127, NULL, "noise amplitude 0-127 (default: 24)"),
+     "image size WxH", 0, "500x375"},
+    DD("classes", RT_ARG_INT, RT_ARG_RANGE, classes, 1, 10000, NULL, "4", "class folders"),
+    DD("quality", RT_ARG_INT, RT_ARG_RANGE, quality, 1, 100, NULL, "90", "JPEG quality 1-100"),
+    DD("noise", RT_ARG_INT, RT_ARG_RANGE, noise, 0, 127, NULL, "24", "noise amplitude 0-127"),
 };
 static const rt_arg bench_flags[] = {
-    D("image-size", RT_ARG_INT, RT_ARG_RANGE, image_size, 1, 4096, NULL, "output side (default: 224)"),
-    D("augment", RT_ARG_STR, RT_ARG_ANY, augment, 0, 0, "none|cifar|imagenet", "none, cifar or imagenet (default: imagenet)"),
+    DD("image-size", RT_ARG_INT, RT_ARG_RANGE, image_size, 1, 4096, NULL, "224", "output side"),
+    DD("augment", RT_ARG_STR, RT_ARG_ANY, augment, 0, 0, "none|cifar|imagenet", "imagenet", "none, cifar or imagenet"),
     D("eval", RT_ARG_FLAG, RT_ARG_ANY, eval, 0, 0, NULL, "the evaluation transform instead of the training one"),
-    D("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "images per thread (default: 200)"),
-    D("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 64, NULL, "decoding threads 1-64 (default: 1)"),
+    DD("n", RT_ARG_INT, RT_ARG_RANGE, n, 1, 10000000, NULL, "200", "images per thread"),
+    DD("threads", RT_ARG_INT, RT_ARG_RANGE, threads, 1, 64, NULL, "1", "decoding threads 1-64"),
     D("libjpeg-huffman", RT_ARG_FLAG, RT_ARG_ANY, libjpeg_huffman, 0, 0, NULL,
       "libjpeg's own entropy decoder instead of ddprt's (for comparison)"),
 };
@@ -54,9 +56,9 @@ static const rt_arg tokenize_flags[] = {
     D("to", RT_ARG_STR, RT_ARG_ANY, to, 0, 0, NULL, "output directory (required)"),
     D("bpe", RT_ARG_STR, RT_ARG_ANY, bpe, 0, 0, NULL, "GPT-2 BPE from DIR/encoder.json + DIR/vocab.bpe (default: bytes)"),
     D("name", RT_ARG_STR, RT_ARG_ANY, name, 0, 0, NULL, "shard names NAME_train.bin, NAME_val.bin (default: tokens; fortunes)"),
-    D("val-fraction", RT_ARG_DOUBLE, RT_ARG_UNIT, val_fraction, 0, 0, NULL, "the first F of the tokens are the validation split (default: 0.1)"),
+    DD("val-fraction", RT_ARG_DOUBLE, RT_ARG_UNIT, val_fraction, 0, 0, NULL, "0.1", "the first F of the tokens are the validation split"),
     D("doc-sep", RT_ARG_STR, RT_ARG_ANY, doc_sep, 0, 0, NULL, "lines equal to this separate documents (BPE: each after <|endoftext|>)"),
-    D("shard-tokens", RT_ARG_INT, RT_ARG_RANGE, shard_tokens, 1, 2147483647, NULL, "tokens per training shard (default: 100000000)"),
+    DD("shard-tokens", RT_ARG_INT, RT_ARG_RANGE, shard_tokens, 1, 2147483647, NULL, "100000000", "tokens per training shard"),
 };
 
 typedef struct command { const char *name; rt_args spec; const char *line, *about; } command;
@@ -103,17 +105,8 @@ int data_parse(int argc, char **argv, data_opts *o, char *err, size_t errlen)
                  argc > 1 ? argv[1] : "");
         return RT_ARGS_ERROR;
     }
-    o->format = "png";
-    o->quality = o->cmd == DATA_SYNTH ? 90 : 95;
-    o->n = 200;
-    o->classes = 4;
-    o->noise = 24;
-    o->size[0] = 500, o->size[1] = 375;
-    o->image_size = 224;
-    o->augment = "imagenet";
-    o->threads = 1;
-    o->val_fraction = 0.1;
-    o->shard_tokens = 100000000;
+    /* the command's defaults, from its table (each checked against its flag's domain) */
+    if (rt_args_defaults(&cmds[o->cmd].spec, o, err, errlen)) return RT_ARGS_ERROR;
     static char *pos[1024]; /* tokenize's inputs */
     int np = 0;
     if (argc > 1024) {

@@ -44,6 +44,46 @@ static int alias_tensors(const nn_graph *g, stio_tensor *t)
     return g->nalias;
 }
 
+/* The second names a file holds are checked, not trusted (issue 41: a flipped byte in
+ * lm_head.weight loaded silently, and PyTorch would take that copy): their CRC, and
+ * that their bytes are the first name's, as read into the model (loaded[0..nl)). */
+static int check_aliases(stio_file *f, const char *path, const nn_graph *g, const stio_tensor *loaded, int nl,
+                         char *err, size_t errlen)
+{
+    stio_tensor a[2];
+    int na = alias_tensors(g, a), rc = 0;
+    for (int i = 0; i < na && !rc; i++) {
+        int at = -1, first = 0;
+        stio_tensor t;
+        for (int j = 0; j < stio_count(f) && at < 0; j++)
+            if (stio_info(f, j, &t), !strcmp(t.name, a[i].name)) at = j;
+        const char *orig = g->p[g->alias[i].param].name;
+        for (int j = 0; j < nl && !first; j++) first = !strcmp(loaded[j].name, orig);
+        if (at < 0) continue; /* a file without the second name (PyTorch's may omit it) */
+        size_t bytes = stio_dtype_size(a[i].dtype);
+        for (int d = 0; d < a[i].ndim; d++) bytes *= (size_t)a[i].shape[d];
+        float *copy = malloc(bytes ? bytes : 1); /* load time, not the training loop */
+        const float *want = a[i].data;
+        stio_tensor r = a[i];
+        r.data = copy;
+        if (!copy) {
+            snprintf(err, errlen, "%s: out of memory reading tensor %s", path, a[i].name);
+            rc = -1;
+        } else if (stio_read(f, &r, 1, err, errlen)) {
+            rc = -1;
+        } else if (first && memcmp(copy, want, bytes)) {
+            size_t k = 0;
+            while (!memcmp(copy + k, want + k, sizeof *copy)) k++;
+            snprintf(err, errlen, "%s: offset %llu: tensor %s (element %zu) differs from %s, whose tied copy it is: "
+                     "the file is corrupt", path, (unsigned long long)(stio_data_offset(f, at) + k * sizeof *copy),
+                     a[i].name, k, orig);
+            rc = -1;
+        }
+        free(copy);
+    }
+    return rc;
+}
+
 /* The optimizer blocks, named into names[] (storage that outlives the call). */
 static int state_tensors(const nn_graph *g, const nn_ckpt_state *s, stio_tensor *t, char (*names)[NN_NAME + 32])
 {
@@ -198,7 +238,8 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
     /* The model's tensors first (a missing one or another shape says "another model"
      * best), then that the files hold nothing else. */
     if (stio_read(f, mt, nm, e2, sizeof e2) || stio_read(sf, st, ns, e2, sizeof e2) ||
-        only_these(f, path, mt, nm + na, "", e2, sizeof e2) || only_these(sf, state_path, st, ns, "", e2, sizeof e2)) {
+        only_these(f, path, mt, nm + na, "", e2, sizeof e2) || only_these(sf, state_path, st, ns, "", e2, sizeof e2) ||
+        check_aliases(f, path, g, mt, nm, e2, sizeof e2)) {
         snprintf(err, errlen, "--resume %s", e2);
         goto out;
     }
@@ -226,7 +267,8 @@ int nn_ckpt_init_from(nn_graph *g, const char *path, int strict, int skipped[2],
     int n = model_tensors(g, mt), na = alias_tensors(g, mt + n);
     if (strict) {
         if (!stio_read(f, mt, n, e2, sizeof e2) &&
-            !only_these(f, path, mt, n + na, "; --init-non-strict loads the tensors that match", e2, sizeof e2))
+            !only_these(f, path, mt, n + na, "; --init-non-strict loads the tensors that match", e2, sizeof e2) &&
+            !check_aliases(f, path, g, mt, n, e2, sizeof e2))
             rc = 0;
     } else {
         /* load_state_dict(strict=False): what matches by name; the rest is counted. */
@@ -247,7 +289,7 @@ int nn_ckpt_init_from(nn_graph *g, const char *path, int strict, int skipped[2],
             for (int j = 0; j < stio_count(f); j++)
                 if (stio_info(f, j, &t), !strcmp(t.name, mt[n + i].name)) skipped[1]--;
         }
-        rc = stio_read(f, mt, k, e2, sizeof e2) ? -1 : 0;
+        rc = stio_read(f, mt, k, e2, sizeof e2) || check_aliases(f, path, g, mt, k, e2, sizeof e2) ? -1 : 0;
     }
     if (rc) snprintf(err, errlen, "--init-from %s", e2);
     stio_close(f);

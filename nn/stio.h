@@ -79,6 +79,8 @@ const char *stio_meta_get(const stio_file *f, const char *key);
 int stio_count(const stio_file *f);
 /* Tensor i of the file (header order): its name, dtype, shape; data is NULL. */
 int stio_info(const stio_file *f, int i, stio_tensor *out);
+/* The byte offset in the file of tensor i's data (0: no such tensor). */
+uint64_t stio_data_offset(const stio_file *f, int i);
 /* Reads each wanted tensor into t[i].data after checking that the file has it with
  * t[i].dtype and t[i].shape and that its CRC matches. Tensors of the file that are
  * not wanted are skipped. 0, or -1 with one line in err. */

@@ -416,6 +416,11 @@ int stio_info(const stio_file *f, int i, stio_tensor *out)
     return 0;
 }
 
+uint64_t stio_data_offset(const stio_file *f, int i)
+{
+    return i < 0 || i >= f->nt ? 0 : 8 + f->hlen + f->t[i].begin;
+}
+
 static void shape_text(char *s, size_t n, const int64_t *shape, int ndim)
 {
     size_t o = (size_t)snprintf(s, n, "[");

@@ -5,6 +5,7 @@
  * run that ends bit-identical to an uninterrupted one. */
 #include "kernels/cpu/k_amx.h"
 #include "nn/data/tokens.h"
+#include "nn/stio.h"
 #include "test/t.h"
 #include "test/t_data.h"
 #include "test/t_proc.h"
@@ -418,4 +419,68 @@ PTEST(gpt_recompute_linear_layers_same_bits)
         CHECKF(act[2] <= act[1] && act[1] < act[0], "%s %s: planned %g, %g, %g MiB", mode[m][0], mode[m][1], act[0], act[1],
                act[2]);
     }
+}
+
+/* issue 41: the tied copy lm_head.weight is checked on load, not trusted: a flipped byte
+ * (its CRC no longer matches) is refused by --resume and --init-from, and a copy that
+ * differs from transformer.wte.weight under a matching CRC by --init-from; each error
+ * names the file, the tensor and the byte offset. */
+PTEST(gpt_tied_copy_checked_on_load)
+{
+    const char *dir = t_tmpdir("gpttie");
+    const char *data = lm_data(dir, 16);
+    const char *cfg = cfg_file(dir, "[gpt]\nlayers=1\ndim=32\nheads=2\nctx=16\n");
+    char ck[700], ck2[700], err[1024], want[800];
+    snprintf(ck, sizeof ck, "%s/m.st", dir);
+    snprintf(ck2, sizeof ck2, "%s/differ.st", dir);
+    const char *tr[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size", "4",
+                        "--optimizer", "adamw", "--epochs", "1", "--max-steps", "2", "--no-eval", "--sample-len", "2",
+                        "--threads", "1", "--save", ck, NULL};
+    t_proc p;
+    CHECKF(run("tie", tr, 60, &p) == 0, "%s", t_slurp(p.err));
+    /* every tensor of the model file; lm_head.weight's element 5 changed, CRCs fresh */
+    stio_file *f = NULL;
+    CHECKF(stio_open(&f, ck, err, sizeof err) == 0, "%s", err);
+    if (!f) return;
+    int n = stio_count(f), lm = -1;
+    stio_tensor t[64];
+    CHECK(n > 2 && n <= 64);
+    for (int i = 0; i < n && i < 64; i++) {
+        stio_info(f, i, &t[i]);
+        size_t b = stio_dtype_size(t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++) b *= (size_t)t[i].shape[d];
+        t[i].data = malloc(b ? b : 1);
+        t[i].name = strdup(t[i].name);
+        if (!strcmp(t[i].name, "lm_head.weight")) lm = i;
+    }
+    CHECKF(lm >= 0 && stio_read(f, t, n, err, sizeof err) == 0, "lm_head.weight %d: %s", lm, err);
+    uint64_t at = stio_data_offset(f, lm);
+    stio_close(f);
+    if (lm < 0) return;
+    ((float *)t[lm].data)[5] += 1.0f;
+    CHECKF(stio_save(ck2, t, n, NULL, 0, 1, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < n; i++) free(t[i].data), free((char *)t[i].name);
+    const char *ini[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--init-from", ck2,
+                         "--generate", "4", NULL};
+    CHECK(run("tie-differ", ini, 60, &p) != 0);
+    CHECKF(strstr(t_slurp(p.err), "tensor lm_head.weight (element 5) differs from transformer.wte.weight"), "%s",
+           t_slurp(p.err));
+    /* a flipped byte in the trained file's lm_head.weight */
+    FILE *w = fopen(ck, "r+b");
+    CHECK(w != NULL);
+    if (!w) return;
+    unsigned char c = 0;
+    CHECK(fseek(w, (long)at + 9, SEEK_SET) == 0 && fread(&c, 1, 1, w) == 1);
+    c ^= 0x10;
+    CHECK(fseek(w, (long)at + 9, SEEK_SET) == 0 && fwrite(&c, 1, 1, w) == 1);
+    fclose(w);
+    snprintf(want, sizeof want, "m.st: offset %llu: tensor lm_head.weight: checksum mismatch", (unsigned long long)at);
+    ini[8] = ck;
+    CHECK(run("tie-init", ini, 60, &p) != 0);
+    CHECKF(strstr(t_slurp(p.err), want), "want %s:\n%s", want, t_slurp(p.err));
+    const char *res[] = {t_prog("ddprt-train"), "--model-file", cfg, "--data", data, "--seq-len", "16", "--batch-size",
+                         "4", "--optimizer", "adamw", "--epochs", "2", "--max-steps", "3", "--no-eval", "--sample-len",
+                         "2", "--threads", "1", "--resume", ck, NULL};
+    CHECK(run("tie-resume", res, 60, &p) != 0);
+    CHECKF(strstr(t_slurp(p.err), want), "want %s:\n%s", want, t_slurp(p.err));
 }

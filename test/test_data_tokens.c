@@ -270,3 +270,81 @@ PTEST(data_tokenize_default_corpus)
     CHECK(it.ntok > 1000000 && iv.ntok > 100000);
     CHECK_EQ(it.vocab, 256);
 }
+
+/* issue 41: malformed BPE files are refused with one line naming the file and the entry
+ * (they were accepted: a duplicate id made merges yield another token, a sparse id a
+ * 10-million-row vocabulary, a repeated merge line was kept at its first rank). */
+PTEST(bpe_malformed_files_refused)
+{
+    const char *dir = t_tmpdir("bpebad");
+    char err[1024], p[700];
+    write_bpe(dir);
+    snprintf(p, sizeof p, "%s/encoder.json", dir);
+    char *enc_ok = strdup(t_slurp(p));
+    size_t n = strlen(enc_ok);
+    char *e = malloc(n + 64);
+    struct { const char *from, *to, *want; } c[] = {
+        {"\"cat\": 260", "\"cat\": 259", "\"cat\": id 259 is already the id of"},  /* two tokens, one id */
+        {"\"cat\": 260", "\"cat\": 9999999", "expected an id in 0 .. "},           /* far beyond any table */
+        {"\"<|endoftext|>\": 261", "\"<|endoftext|>\": 300", "id 261 is missing"}, /* a gap */
+    };
+    for (int k = 0; k < 3; k++) {
+        const char *at = strstr(enc_ok, c[k].from);
+        CHECKF(at != NULL, "case %d: %s not in the test's encoder.json", k, c[k].from);
+        if (!at) continue;
+        size_t pre = (size_t)(at - enc_ok);
+        int m = snprintf(e, n + 64, "%.*s%s%s", (int)pre, enc_ok, c[k].to, at + strlen(c[k].from));
+        t_write_file(dir, "encoder.json", e, (size_t)m, 0);
+        err[0] = 0;
+        nn_bpe *b = nn_bpe_load(dir, err, sizeof err);
+        CHECKF(b == NULL, "case %d: accepted (vocabulary %d)", k, b ? nn_bpe_vocab(b) : 0);
+        nn_bpe_free(b);
+        CHECKF(strstr(err, "encoder.json: offset ") && strstr(err, c[k].want), "case %d: %s", k, err);
+        CHECKF(!strchr(err, '\n'), "case %d: one line: %s", k, err);
+    }
+    CHECKF(strstr(err, "ids up to 300 (the entry at offset "), "%s", err);
+    /* a merge listed twice */
+    write_bpe(dir);
+    const char *m = "#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\nh e\nc a\nca t\n";
+    t_write_file(dir, "vocab.bpe", m, strlen(m), 0);
+    CHECK(nn_bpe_load(dir, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "vocab.bpe: line 5 ") && strstr(err, "\"h e\" repeats line 3"), "%s", err);
+    free(e);
+    free(enc_ok);
+    t_tmp_cleanup();
+}
+
+/* issue 41: a directory of more than 4096 shards is read whole (it stopped at 4096
+ * without a word: 23 % of `tokenize --shard-tokens 40`'s data never trained). */
+PTEST(tokens_more_than_4096_shards_all_read)
+{
+    const char *dir = t_tmpdir("tokmany");
+    enum { NSH = 4100, PER = 40 };
+    char *text = malloc(NSH * PER);
+    for (int i = 0; i < NSH * PER; i++) text[i] = (char)('a' + (i * 7 + i / PER) % 26);
+    t_write_file(dir, "in.txt", text, NSH * PER, 0);
+    char in[700], out[700], p[800], err[1024];
+    snprintf(in, sizeof in, "%s/in.txt", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    char *av[] = {(char *)t_prog("ddprt-data"), "tokenize", in, "--to", out, "--name", "m", "--val-fraction", "0",
+                  "--shard-tokens", "40", NULL};
+    t_proc pr;
+    t_spawn(&pr, "tokmany", av, NULL);
+    CHECKF(t_wait(&pr, 120) == 0, "%s", t_slurp(pr.err));
+    CHECK_EQ(nn_tokens_list(out, "train", NULL, 0), NSH);
+    snprintf(p, sizeof p, "%s/m_train_%06d.bin", out, NSH);
+    nn_tok_info it;
+    CHECKF(nn_tokens_probe(p, &it, err, sizeof err) == 0, "%s", err);
+    nn_data_cfg cfg = {.dir = out, .seq_len = 8, .seed = 1};
+    nn_dataset d;
+    rt_arena a;
+    CHECKF(t_open_load(&d, &a, &cfg, "train", err, sizeof err) == 0, "%s", err);
+    CHECK_EQ(d.nshards, NSH);
+    CHECK_EQ(d.n, NSH * ((PER - 1) / 8)); /* 4 windows a shard: 16400, not 16384 */
+    int32_t x[9], y;
+    CHECK(nn_data_sample(&d, d.n - 1, 0, 1, x, &y, NULL, err, sizeof err) == 0);
+    for (int i = 0; i < 9; i++) CHECKF(x[i] == (unsigned char)text[(NSH - 1) * PER + 24 + i], "last window, token %d", i);
+    rt_arena_free(&a);
+    free(text);
+    t_tmp_cleanup();
+}

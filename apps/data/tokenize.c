@@ -194,10 +194,12 @@ int data_tokenize(const data_opts *o, char *err, size_t errlen)
         else printf("%s: %zu tokens\n", p, nval);
     }
     long nsh = (long)((ntrain + (size_t)shard - 1) / (size_t)shard);
+    int width = 6; /* llm.c's 000001; wider when needed, so that name order stays shard order */
+    for (long m = 1000000; m <= nsh && width < 19; m *= 10) width++;
     for (long s = 0; !rc && s < nsh; s++) {
         size_t lo = nval + (size_t)s * (size_t)shard, k = t.n - lo < (size_t)shard ? t.n - lo : (size_t)shard;
         if (nsh == 1) snprintf(p, sizeof p, "%.600s/%.100s_train.bin", to, name);
-        else snprintf(p, sizeof p, "%.600s/%.100s_train_%06ld.bin", to, name, s + 1);
+        else snprintf(p, sizeof p, "%.600s/%.100s_train_%0*ld.bin", to, name, width, s + 1);
         if (nn_tokens_write(p, t.tok + lo, k, vocab, e2, sizeof e2)) snprintf(err, errlen, "tokenize: %s", e2), rc = -1;
         else printf("%s: %zu tokens\n", p, k);
     }

@@ -14,7 +14,7 @@
 #include <wctype.h>
 
 typedef struct str_ent { uint32_t off, len; int32_t id; } str_ent;
-typedef struct pair_ent { uint64_t key; int32_t rank, id; } pair_ent;
+typedef struct pair_ent { uint64_t key; int32_t rank, id, line; } pair_ent;
 
 struct nn_bpe {
     char *pool;              /* token strings (the unicode stand-ins, UTF-8) */
@@ -104,10 +104,11 @@ static int add_token(nn_bpe *b, const char *s, size_t n, int32_t id)
 static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, char *err, size_t errlen)
 {
     size_t i = 0, count = 0;
-    char *s = malloc(n + 1);
+    char *s = malloc(n + 1), msg[200];
+    uint32_t *at = calloc(b->tok_cap / 2, sizeof *at); /* each id's entry: its offset + 1 */
 #define WS() while (i < n && (j[i] == ' ' || j[i] == '\n' || j[i] == '\r' || j[i] == '\t')) i++
-#define BAD(what) do { snprintf(err, errlen, "%s: offset %zu: %s", path, i, what); free(s); return -1; } while (0)
-    if (!s) BAD("out of memory");
+#define BAD(what) do { snprintf(err, errlen, "%s: offset %zu: %s", path, i, what); free(s); free(at); return -1; } while (0)
+    if (!s || !at) BAD("out of memory");
     WS();
     if (i >= n || j[i] != '{') BAD("expected '{' (a JSON object of \"token\": id)");
     i++;
@@ -142,13 +143,24 @@ static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, c
             }
         }
         if (i++ >= n) BAD("unterminated string");
+        s[k] = 0; /* for messages */
         WS();
         if (i >= n || j[i] != ':') BAD("expected ':'");
         i++;
         WS();
         char *end;
         long id = strtol(j + i, &end, 10);
-        if (end == j + i || id < 0 || id > 10000000) BAD("expected a token id (0 .. 10^7)");
+        if (end == j + i || id < 0 || id >= (long)(b->tok_cap / 2)) {
+            snprintf(msg, sizeof msg, "token \"%.40s\": expected an id in 0 .. %zu (the most tokens this table holds), "
+                     "found '%.12s'", s, b->tok_cap / 2 - 1, j + i);
+            BAD(msg);
+        }
+        if (at[id]) { /* two tokens, one id: a merge's result would be the other token */
+            snprintf(msg, sizeof msg, "token \"%.40s\": id %ld is already the id of the entry at offset %u", s, id,
+                     at[id] - 1);
+            BAD(msg);
+        }
+        at[id] = (uint32_t)i + 1;
         i = (size_t)(end - j);
         if (2 * (count + 1) > b->tok_cap) BAD("more tokens than the table holds");
         int r = add_token(b, s, k, (int32_t)id);
@@ -160,9 +172,19 @@ static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, c
         if (i < n && j[i] == '}') break;
         BAD("expected ',' or '}'");
     }
+    /* ids 0 .. count-1, each once: a gap would be a row of the model no text reaches */
+    if ((size_t)b->vocab != count) {
+        size_t gap = 0;
+        while (at[gap]) gap++;
+        snprintf(msg, sizeof msg, "%zu tokens with ids up to %d (the entry at offset %u): id %zu is missing (the ids "
+                 "must be 0 .. %zu)", count, b->vocab - 1, at[b->vocab - 1] - 1, gap, count - 1);
+        i = at[b->vocab - 1] - 1;
+        BAD(msg);
+    }
 #undef WS
 #undef BAD
     free(s);
+    free(at);
     return 0;
 }
 
@@ -177,6 +199,7 @@ static int parse_merges(nn_bpe *b, const char *path, char *t, size_t n, char *er
         if (l > i && !(line == 1 && t[i] == '#')) {
             char *sp = memchr(t + i, ' ', l - i);
             int32_t a = -1, c = -1, ab = -1;
+            int la = sp ? (int)(sp - t - i) : 0;
             if (sp) {
                 a = tok_find(b, t + i, (size_t)(sp - t - i));
                 c = tok_find(b, sp + 1, (size_t)(t + l - sp - 1));
@@ -196,7 +219,12 @@ static int parse_merges(nn_bpe *b, const char *path, char *t, size_t n, char *er
             }
             size_t h = (k * 0x9E3779B97F4A7C15ull >> 20) & (b->pair_cap - 1);
             while (b->pairs[h].rank >= 0 && b->pairs[h].key != k) h = (h + 1) & (b->pair_cap - 1);
-            if (b->pairs[h].rank < 0) b->pairs[h] = (pair_ent){k, rank, ab}; /* a repeat keeps its first rank */
+            if (b->pairs[h].rank >= 0) { /* its rank would be ambiguous */
+                snprintf(err, errlen, "%s: line %d (offset %zu): the merge \"%.*s %.*s\" repeats line %d", path, line,
+                         i, la, t + i, (int)(l - i - 1) - la, t + i + la, b->pairs[h].line);
+                return -1;
+            }
+            b->pairs[h] = (pair_ent){k, rank, ab, line};
             rank++;
         }
         i = e + 1;

@@ -106,23 +106,53 @@ int nn_tokens_write(const char *path, const int32_t *tok, size_t n, int vocab, c
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
 
-/* train: names with "train" in them; val: "val" (llm.c's NAME_train_000001.bin). */
+/* train: names with "train" in them; val: "val" (llm.c's NAME_train_000001.bin). No
+ * fixed table: a cap dropped the shards beyond it silently (issue 41). -1 when out of
+ * memory. */
 int nn_tokens_list(const char *dir, const char *split, char (*out)[600], int max)
 {
     DIR *d = opendir(dir);
     if (!d) return 0;
     struct dirent *e;
-    static char names[NN_TOK_MAX_SHARDS][256];
-    int n = 0;
-    while ((e = readdir(d)) && n < NN_TOK_MAX_SHARDS) {
+    char (*names)[256] = NULL;
+    int n = 0, cap = 0;
+    while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
         if (l < 5 || l >= 256 || strcmp(e->d_name + l - 4, ".bin") || !strstr(e->d_name, split)) continue;
+        if (n == cap) {
+            void *q = n < INT32_MAX / 2 ? realloc(names, sizeof *names * (size_t)(cap = cap ? 2 * cap : 64)) : NULL;
+            if (!q) {
+                free(names);
+                closedir(d);
+                return -1;
+            }
+            names = q;
+        }
         snprintf(names[n++], 256, "%s", e->d_name);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_names);
+    if (n) qsort(names, (size_t)n, sizeof names[0], cmp_names);
     for (int i = 0; out && i < n && i < max; i++) snprintf(out[i], 600, "%.340s/%.255s", dir, names[i]);
+    free(names);
     return n;
+}
+
+/* The paths of a split's shards (malloc'd; start-up only): NULL with err when there are
+ * none or the listing fails. */
+static char (*shard_paths(const char *dir, const char *split, int *ns, char *err, size_t errlen))[600]
+{
+    int n = nn_tokens_list(dir, split, NULL, 0);
+    char (*p)[600] = n > 0 ? malloc(sizeof *p * (size_t)n) : NULL;
+    int again = p ? nn_tokens_list(dir, split, p, n) : n;
+    if (p && again == n) {
+        *ns = n;
+        return p;
+    }
+    free(p);
+    if (n == 0) snprintf(err, errlen, "%s: no *%s*.bin token shards (make them with: ddprt-data tokenize)", dir, split);
+    else if (n < 0 || !p || again < 0) snprintf(err, errlen, "%s: out of memory listing the token shards", dir);
+    else snprintf(err, errlen, "%s: the shards changed while listing them (%d, then %d)", dir, n, again);
+    return NULL;
 }
 
 /* A directory whose first *train*.bin starts with a shard magic (CIFAR-100's train.bin
@@ -144,21 +174,22 @@ static int seq_of(const nn_dataset *d) { return d->cfg.seq_len > 0 ? d->cfg.seq_
 int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
 {
     const char *split = d->split_train ? "train" : "val";
-    static char paths[NN_TOK_MAX_SHARDS][600];
-    int ns = nn_tokens_list(dir, split, paths, NN_TOK_MAX_SHARDS), T = seq_of(d);
-    if (ns == 0) {
-        snprintf(err, errlen, "%s: no *%s*.bin token shards (make them with: ddprt-data tokenize)", dir, split);
-        return -1;
-    }
+    int ns = 0, T = seq_of(d);
+    char (*paths)[600] = shard_paths(dir, split, &ns, err, errlen);
+    if (!paths) return -1;
     int64_t windows = 0, toks = 0;
     d->vocab = 0;
     for (int i = 0; i < ns; i++) {
         nn_tok_info info;
-        if (nn_tokens_probe(paths[i], &info, err, errlen)) return -1;
+        if (nn_tokens_probe(paths[i], &info, err, errlen)) {
+            free(paths);
+            return -1;
+        }
         if (info.vocab > d->vocab) d->vocab = info.vocab;
         if (info.ntok > T) windows += (info.ntok - 1) / T;
         toks += info.ntok;
     }
+    free(paths);
     if (windows == 0 || windows > INT32_MAX) {
         snprintf(err, errlen, "%s: the %s shards hold %lld tokens: %s", dir, split, (long long)toks,
                  windows ? "more windows than 2^31 (raise --seq-len)" : "not one window of --seq-len + 1 tokens");
@@ -176,24 +207,30 @@ int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
 
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
 {
-    static char paths[NN_TOK_MAX_SHARDS][600];
     nn_tok_shard *sh = rt_arena_alloc(a, sizeof *sh * (size_t)d->nshards, RT_MEM_DATA, "token shards");
     if (a->planning) return 0;
-    int ns = nn_tokens_list(d->path[0], d->split_train ? "train" : "val", paths, NN_TOK_MAX_SHARDS), T = seq_of(d);
+    int ns = 0, T = seq_of(d);
+    char (*paths)[600] = shard_paths(d->path[0], d->split_train ? "train" : "val", &ns, err, errlen);
+    if (!paths) return -1;
     if (ns != d->nshards) {
         snprintf(err, errlen, "%s: the shards changed while starting (%d, now %d)", d->path[0], d->nshards, ns);
+        free(paths);
         return -1;
     }
     int64_t first = 0;
     for (int i = 0; i < ns; i++) {
         nn_tok_info info;
-        if (nn_tokens_probe(paths[i], &info, err, errlen)) return -1;
+        if (nn_tokens_probe(paths[i], &info, err, errlen)) {
+            free(paths);
+            return -1;
+        }
         int fd = open(paths[i], O_RDONLY);
         size_t bytes = NN_TOK_HEADER_BYTES + (size_t)info.ntok * (size_t)info.tbytes;
         void *m = fd < 0 ? MAP_FAILED : mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (fd >= 0) close(fd);
         if (m == MAP_FAILED) {
             snprintf(err, errlen, "%s: cannot map: %s", paths[i], strerror(errno));
+            free(paths);
             return -1;
         }
         const char *base = strrchr(paths[i], '/');
@@ -204,6 +241,7 @@ int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         sh[i].first = first;
         first += info.ntok > T ? (info.ntok - 1) / T : 0;
     }
+    free(paths);
     d->shards = sh;
     return 0;
 }

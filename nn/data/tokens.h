@@ -13,7 +13,6 @@
 #define NN_TOK_MAGIC16 20240520
 #define NN_TOK_MAGIC32 20240801
 #define NN_TOK_HEADER_BYTES 1024
-#define NN_TOK_MAX_SHARDS 4096
 
 /* One shard's header, checked against the file's size. 0, or -1 with "PATH: offset N:
  * problem" in err. */
@@ -22,7 +21,7 @@ int nn_tokens_probe(const char *path, nn_tok_info *info, char *err, size_t errle
 /* Writes a shard atomically (PATH.tmp, then renamed): uint16 tokens when vocab <= 65536,
  * else uint32. 0, or -1 with err. */
 int nn_tokens_write(const char *path, const int32_t *tok, size_t n, int vocab, char *err, size_t errlen);
-/* The shards of a split in dir ("train" or "val"), sorted: count, and their paths in
- * out[0..max) (NULL: count only). */
+/* The shards of a split in dir ("train" or "val"), sorted: count (any number; -1 when
+ * out of memory), and the first max of their paths in out (NULL: count only). */
 int nn_tokens_list(const char *dir, const char *split, char (*out)[600], int max);
 #endif

@@ -2,7 +2,7 @@
  * dtype and op against numpy at 1, 2 and 3 ranks (python/tests/core_check.py); DDP with
  * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
  * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
- * names it (fail_check.py); sum vs average defaults (defaults_check.py); `pip install`
+ * names it (fail_check.py); misuse (misuse_check.py); sum vs average defaults (defaults_check.py); `pip install`
  * of the package. Skipped with a note where the Python (DDPRT_PYTHON, default
  * /usr/bin/python3) lacks numpy or torch, or under a sanitizer (an uninstrumented
  * interpreter cannot load an instrumented library). The ctypes mirror of the C header:
@@ -67,6 +67,18 @@ static void core(int world)
 PTEST(python_core_calls_vs_numpy_one_process) { core(1); }
 PTEST(python_core_calls_vs_numpy_2_ranks) { core(2); }
 PTEST(python_core_calls_vs_numpy_3_ranks) { core(3); }
+
+/* misuse_check.py: arrays and handles outliving finalize(), byte order, integer
+ * ranges and enums refused before any C call, 6000 dropped handles with 16 slots. */
+PTEST(python_misuse_refused_or_defined_one_process)
+{
+    if (!have("numpy")) return;
+    char *argv[] = {(char *)python(), "python/tests/misuse_check.py", NULL};
+    t_proc p;
+    t_spawn(&p, "misuse", argv, env_for(NULL));
+    int rc = t_wait(&p, 120);
+    CHECKF(rc == 0 && strstr(t_slurp(p.out), "misuse ok"), "exit %d: %s%s", rc, t_slurp(p.out), t_slurp(p.err));
+}
 
 /* ddprt.allreduce sums by default (MPI, NCCL), ddprt.torch.allreduce averages
  * (Horovod): both defaults, and each asked for the other (defaults_check.py). */

@@ -1,0 +1,70 @@
+"""The Python package under misuse, in one process (test/test_python.c): arrays from
+ddprt.empty() and handles that outlive finalize(); big-endian arrays, out-of-range
+integers and unknown enums refused before any C call; 3000 async handles dropped
+without wait() (the default 1024 request slots) do not exhaust the slots.
+Prints "misuse ok"; any failure is an exception (exit 1)."""
+import gc
+
+import numpy as np
+
+import ddprt
+
+
+def refused(fn, exc, words):
+    try:
+        fn()
+    except exc as e:
+        assert words in str(e), "%s: %r lacks %r" % (fn, str(e), words)
+        return
+    except Exception as e:  # the wrong kind (KeyError, OverflowError, ...)
+        raise AssertionError("%s raised %s: %s, not %s" % (fn, type(e).__name__, e, exc.__name__))
+    raise AssertionError("%s was accepted" % fn)
+
+
+# Checked before init: nothing reaches the library.
+refused(lambda: ddprt.init(timeout=-1), ValueError, "timeout=-1")
+refused(lambda: ddprt.init(backend="carrier-pigeon"), ValueError, "backend 'carrier-pigeon'")
+refused(lambda: ddprt.init(max_requests=-5), ValueError, "max_requests=-5")
+refused(lambda: ddprt.init(log_level="loud"), ValueError, "log_level 'loud'")
+refused(lambda: ddprt.init(rank=2 ** 40), ValueError, "rank=1099511627776")
+refused(lambda: ddprt.init(rank=0.5), TypeError, "rank must be an integer")
+assert not ddprt.is_initialized()
+
+ddprt.init(max_requests=16)
+x = np.array([1.5, 2.0], np.float32)
+refused(lambda: ddprt.allreduce(x.astype(">f4")), ValueError, "byte order")
+refused(lambda: ddprt.allreduce_(x.astype(">f4")), ValueError, "byte order")
+refused(lambda: ddprt.broadcast_(x, root=2 ** 40), ValueError, "root=1099511627776")
+refused(lambda: ddprt.broadcast_(x, root=0.0), TypeError, "root must be an integer")
+refused(lambda: ddprt.allreduce(x, op=1.9), ValueError, "op 1.9")
+refused(lambda: ddprt.allreduce(x, op=7), ValueError, "op 7")
+refused(lambda: ddprt.empty(4, "complex128"), TypeError, "complex128")
+refused(lambda: ddprt.empty(4, ">f4"), TypeError, ">f4")
+refused(lambda: ddprt.empty(-1), ValueError, "out of range")
+assert list(ddprt.allreduce(x, op=np.int64(0))) == [1.5, 2.0]
+assert list(ddprt.allreduce(x.astype("<f4"))) == [1.5, 2.0]
+
+# Dropped handles give their slots back: 3000 > 16 slots.
+for i in range(3000):
+    ddprt.allreduce_async(x)
+    ddprt.allreduce_async_(np.ones(3, np.float32))
+gc.collect()
+assert list(ddprt.allreduce_async(x).wait()) == [1.5, 2.0]
+ddprt.finalize()
+
+# Outliving finalize: arrays stay writable, a pending handle raises.
+ddprt.init()
+a = ddprt.empty(1000)
+b = ddprt.empty((2, 3), "int64")
+h = ddprt.allreduce_async(x)
+ddprt.finalize()
+ddprt.finalize()
+a[0] = 2
+a[999] = 7
+b[1, 2] = 5
+assert a[0] == 2 and a[999] == 7 and b[1, 2] == 5
+refused(h.wait, ddprt.DdprtError, "finalized")
+refused(lambda: ddprt.allreduce(x), ddprt.DdprtError, "not initialized")
+del a, b
+gc.collect()
+print("misuse ok", flush=True)

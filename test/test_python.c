@@ -69,16 +69,20 @@ PTEST(python_core_calls_vs_numpy_2_ranks) { core(2); }
 PTEST(python_core_calls_vs_numpy_3_ranks) { core(3); }
 
 /* misuse_check.py: arrays and handles outliving finalize(), byte order, integer
- * ranges and enums refused before any C call, 6000 dropped handles with 16 slots. */
-PTEST(python_misuse_refused_or_defined_one_process)
+ * ranges and enums refused before any C call, 2200 dropped handles (1024 slots). */
+static void misuse(int world)
 {
     if (!have("numpy")) return;
-    char *argv[] = {(char *)python(), "python/tests/misuse_check.py", NULL};
-    t_proc p;
-    t_spawn(&p, "misuse", argv, env_for(NULL));
-    int rc = t_wait(&p, 120);
-    CHECKF(rc == 0 && strstr(t_slurp(p.out), "misuse ok"), "exit %d: %s%s", rc, t_slurp(p.out), t_slurp(p.err));
+    char n[16];
+    snprintf(n, sizeof n, "%d", world);
+    char *one[] = {(char *)python(), "python/tests/misuse_check.py", NULL};
+    char *launch[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)python(),
+                      "python/tests/misuse_check.py", NULL};
+    t_launch_ok(world == 1 ? one : launch, env_for(NULL), world, "rank %d of %d misuse ok", 180);
 }
+
+PTEST(python_misuse_refused_or_defined_one_process) { misuse(1); }
+PTEST(python_misuse_refused_or_defined_2_ranks) { misuse(2); }
 
 /* ddprt.allreduce sums by default (MPI, NCCL), ddprt.torch.allreduce averages
  * (Horovod): both defaults, and each asked for the other (defaults_check.py). */

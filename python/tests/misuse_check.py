@@ -53,6 +53,17 @@ for i in range(1100):
     ddprt.allreduce_async_(np.ones(3, np.float32))
 gc.collect()
 assert list(ddprt.allreduce_async(x).wait()) == sx
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:  # the Horovod API's handles are ddprt handles underneath
+    import ddprt.torch as hvd
+    t = torch.ones(3)
+    for i in range(1100):
+        hvd.allreduce_async(t)
+    gc.collect()
+    assert hvd.allreduce(t, op=hvd.Sum).tolist() == [float(W)] * 3
 ddprt.finalize()
 
 # Outliving finalize: arrays stay writable, a pending handle raises.

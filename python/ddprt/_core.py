@@ -54,12 +54,8 @@ def _check(rc):
 
 # ---- arguments: checked here, before any C call (a C int silently truncates) ----------
 
-def _int(v, what, lo=0, hi=(1 << 31) - 1, none=None):
+def _int(v, what, lo=0, hi=(1 << 31) - 1):
     """v as an int in [lo, hi]: integers only (1.9 is not an op, 2**40 is not a rank)."""
-    if v is None and none is not None:
-        return none
-    if v is None:
-        return lo
     if isinstance(v, bool):
         raise TypeError("ddprt: %s must be an integer, not a bool" % what)
     try:
@@ -110,9 +106,9 @@ def init(init_method=None, rank=None, world_size=None, local_rank=None, timeout=
         lib.ddprt_opts_default(ctypes.byref(o))
         enc = lambda s: s.encode() if isinstance(s, str) else s
         o.init_method = enc(_text(init_method, "init_method"))
-        o.rank = _int(rank, "rank", -1)
-        o.world_size = _int(world_size, "world_size", -1)
-        o.local_rank = _int(local_rank, "local_rank", -1)
+        o.rank = -1 if rank is None else _int(rank, "rank", -1)
+        o.world_size = -1 if world_size is None else _int(world_size, "world_size", -1)
+        o.local_rank = -1 if local_rank is None else _int(local_rank, "local_rank", -1)
         o.timeout_s = _seconds(timeout)
         if backend is not None and backend not in _BACKENDS:
             raise ValueError("ddprt.init: backend %r is not one of %s" % (backend, ", ".join(_BACKENDS)))

@@ -5,6 +5,7 @@ without wait() (the default 1024 request slots) do not exhaust the slots. In one
 process or under ddprt-launch: prints "rank R of W misuse ok"; any failure is an
 exception (exit 1)."""
 import gc
+import sys
 
 import numpy as np
 
@@ -29,7 +30,15 @@ refused(lambda: ddprt.init(max_requests=-5), ValueError, "max_requests=-5")
 refused(lambda: ddprt.init(log_level="loud"), ValueError, "log_level 'loud'")
 refused(lambda: ddprt.init(rank=2 ** 40), ValueError, "rank=1099511627776")
 refused(lambda: ddprt.init(rank=0.5), TypeError, "rank must be an integer")
+refused(lambda: ddprt.init(port_offset=None), TypeError, "port_offset must be an integer")
+refused(lambda: ddprt.init(timeout=float("nan")), ValueError, "timeout=nan")
 assert not ddprt.is_initialized()
+# empty() before init: the error, and no "Exception ignored in _Block.__del__" after it.
+unraisable = []
+sys.unraisablehook = unraisable.append
+refused(lambda: ddprt.empty(4), ddprt.DdprtError, "not initialized")
+gc.collect()
+assert not unraisable, unraisable[0].exc_value
 
 ddprt.init()
 W, R = ddprt.size(), ddprt.rank()
@@ -84,4 +93,5 @@ refused(h.wait, ddprt.DdprtError, "finalized")
 refused(lambda: ddprt.allreduce(x), ddprt.DdprtError, "not initialized")
 del a, b
 gc.collect()
+assert not unraisable, unraisable[0].exc_value
 print("rank %d of %d misuse ok" % (R, W), flush=True)

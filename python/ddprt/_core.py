@@ -5,11 +5,10 @@ new one of the same kind without a copy. ctypes releases the GIL during every ca
 other Python threads run while a collective does."""
 import atexit
 import ctypes
-import operator
-import weakref
 import threading
 
 from . import _lib
+from ._args import _int, _seconds, _text
 
 _E = _lib.ENUMS
 Sum, Product, Min, Max, Average = _E["DDPRT_SUM"], _E["DDPRT_PROD"], _E["DDPRT_MIN"], _E["DDPRT_MAX"], _E["DDPRT_AVG"]
@@ -50,35 +49,6 @@ def _err(rc):
 def _check(rc):
     if rc:
         raise _err(rc)
-
-
-# ---- arguments: checked here, before any C call (a C int silently truncates) ----------
-
-def _int(v, what, lo=0, hi=(1 << 31) - 1):
-    """v as an int in [lo, hi]: integers only (1.9 is not an op, 2**40 is not a rank)."""
-    if isinstance(v, bool):
-        raise TypeError("ddprt: %s must be an integer, not a bool" % what)
-    try:
-        i = operator.index(v)
-    except TypeError:
-        raise TypeError("ddprt: %s must be an integer, got %r" % (what, v)) from None
-    if not lo <= i <= hi:
-        raise ValueError("ddprt: %s=%d is out of range [%d, %d]" % (what, i, lo, hi))
-    return i
-
-
-def _seconds(t):
-    if t is None:
-        return 0.0
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e9 or t != t:
-        raise ValueError("ddprt.init: timeout=%r is not a number of seconds >= 0" % (t,))
-    return float(t)
-
-
-def _text(v, what):
-    if v is not None and not isinstance(v, (str, bytes)):
-        raise TypeError("ddprt.init: %s must be a string, got %s" % (what, type(v).__name__))
-    return v
 
 
 def _c():

@@ -215,7 +215,7 @@ int ddprt_init(ddprt_comm **out, const ddprt_opts *opts)
 static void release_tc(ddprt_comm *c)
 {
     port_mutex_lock(&c->mu);
-    tp_comm *tc = c->dead && !c->nblocks ? c->tc : NULL;
+    tp_comm *tc = __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE) && !c->nblocks ? c->tc : NULL;
     if (tc) c->tc = NULL;
     port_mutex_unlock(&c->mu);
     tp_comm_destroy(tc); /* waits for the ops in flight, frees registered blocks */
@@ -224,11 +224,8 @@ static void release_tc(ddprt_comm *c)
 void ddprt_finalize(ddprt_comm *c)
 {
     if (!c) return;
-    port_mutex_lock(&c->mu);
-    int was = c->dead;
-    c->dead = 1;
-    port_mutex_unlock(&c->mu);
-    if (was) return (void)api_fail(DDPRT_EINVAL, "ddprt_finalize: the communicator was finalized already");
+    if (__atomic_exchange_n(&c->dead, 1, __ATOMIC_ACQ_REL))
+        return (void)api_fail(DDPRT_EINVAL, "ddprt_finalize: the communicator was finalized already");
     /* Requests in flight finish here (each op has its deadline) and are left to report
      * "finalized" to a later ddprt_wait/ddprt_test, which releases them. */
     for (int i = 0; i < c->nreq; i++) {
@@ -261,7 +258,7 @@ void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes)
 /* Also after ddprt_finalize: the last block's free closes the transport. */
 void ddprt_mem_free(ddprt_comm *c, void *p)
 {
-    /* Whose block p is cannot be known without c: leave it (finalize frees it). */
+    /* Whose block p is cannot be known without c: it is left alone. */
     if (!c) return (void)api_null_comm("ddprt_mem_free");
     if (!p) return;
     if (c->tc) tp_mem_free(c->tc, p);

@@ -1,8 +1,9 @@
 /* The C API under misuse, in this process (a one-process job: no transport): every
- * call after ddprt_finalize is an error, not a use after free (ASan-clean under `make
- * san`); a request issued before finalize completes with an error and is released; a
- * ddprt_mem_alloc block outlives finalize until ddprt_mem_free; count 0 with NULL
- * buffers is a valid empty op. The same with a transport, at 2 ranks: test_api.c. */
+ * call after ddprt_finalize is an error, not a use after free (ASan-clean: make test
+ * SAN=-fsanitize=address T=api_); a request issued before finalize completes with an
+ * error and is released; a ddprt_mem_alloc block outlives finalize until
+ * ddprt_mem_free; count 0 with NULL buffers is a valid empty op. The same with a
+ * transport, at 2 ranks: test_api.c. */
 #include "test/t.h"
 #include "test/t_proc.h"
 #include "include/ddprt.h"

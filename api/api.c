@@ -46,7 +46,10 @@ int api_comm_fail(const ddprt_comm *c, int code)
 }
 
 const char *ddprt_last_error(void) { return last_err; }
-const char *ddprt_comm_error(const ddprt_comm *c) { return c && c->tc ? tp_errmsg(c->tc) : ""; }
+const char *ddprt_comm_error(const ddprt_comm *c)
+{
+    return c && !__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE) && c->tc ? tp_errmsg(c->tc) : "";
+}
 const char *ddprt_version(void) { return DDPRT_VERSION; }
 int ddprt_api_version(void) { return DDPRT_API_VERSION; }
 size_t ddprt_dtype_size(ddprt_dtype dt) { return (unsigned)dt < RT_NDTYPE ? rt_dtype_size((rt_dtype)dt) : 0; }
@@ -56,9 +59,18 @@ int api_null_comm(const char *who)
     return api_fail(DDPRT_EINVAL, "%s: the communicator is NULL (call ddprt_init first)", who);
 }
 
-/* A NULL comm is an error like any call's, not a crash: a rank is never negative. */
+int api_live(const ddprt_comm *c, const char *who)
+{
+    if (!c) return api_null_comm(who);
+    if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE))
+        return api_fail(DDPRT_EINVAL, "%s: the communicator was finalized", who);
+    return 0;
+}
+
+/* A NULL or finalized comm is an error like any call's, not a crash: a rank is never
+ * negative. */
 #define COMM_FIELD(fn, field) \
-    int fn(const ddprt_comm *c) { return c ? c->field : api_null_comm(#fn); }
+    int fn(const ddprt_comm *c) { int rc = api_live(c, #fn); return rc ? rc : c->field; }
 COMM_FIELD(ddprt_rank, rank)
 COMM_FIELD(ddprt_size, world)
 COMM_FIELD(ddprt_local_rank, local_rank)
@@ -138,6 +150,15 @@ static int requests_init(ddprt_comm *c, int n)
     return 0;
 }
 
+/* ddprt_init's failure path: nothing was handed out, so everything goes. */
+static void comm_free(ddprt_comm *c)
+{
+    tp_comm_destroy(c->tc);
+    if (c->reqs) pthread_mutex_destroy(&c->mu);
+    free(c->reqs);
+    free(c);
+}
+
 int ddprt_init(ddprt_comm **out, const ddprt_opts *opts)
 {
     ddprt_opts o;
@@ -182,43 +203,70 @@ int ddprt_init(ddprt_comm **out, const ddprt_opts *opts)
     rt_rdzv_close(rz);
     if (rc) {
         int r = c->rank;
-        ddprt_finalize(c);
+        comm_free(c);
         return api_fail(DDPRT_EIO, "ddprt_init: rank %d: %s", r, err);
     }
     *out = c;
     return DDPRT_OK;
 }
 
+/* The transport goes when the comm is finalized and no ddprt_mem_alloc block is left:
+ * arrays over such blocks (Python's ddprt.empty) stay valid until they are freed. */
+static void release_tc(ddprt_comm *c)
+{
+    port_mutex_lock(&c->mu);
+    tp_comm *tc = __atomic_load_n(&c->dead, __ATOMIC_ACQUIRE) && !c->nblocks ? c->tc : NULL;
+    if (tc) c->tc = NULL;
+    port_mutex_unlock(&c->mu);
+    tp_comm_destroy(tc); /* waits for the ops in flight, frees registered blocks */
+}
+
 void ddprt_finalize(ddprt_comm *c)
 {
     if (!c) return;
-    tp_comm_destroy(c->tc); /* waits for the ops in flight, frees registered blocks */
-    if (c->reqs) pthread_mutex_destroy(&c->mu);
-    free(c->reqs);
-    free(c);
+    if (__atomic_exchange_n(&c->dead, 1, __ATOMIC_ACQ_REL))
+        return (void)api_fail(DDPRT_EINVAL, "ddprt_finalize: the communicator was finalized already");
+    /* Requests in flight finish here (each op has its deadline) and are left to report
+     * "finalized" to a later ddprt_wait/ddprt_test, which releases them. */
+    for (int i = 0; i < c->nreq; i++) {
+        ddprt_request *r = &c->reqs[i];
+        if (!__atomic_load_n(&r->in_use, __ATOMIC_ACQUIRE)) continue;
+        if (r->local_rc > 0) tp_wait(c->tc, &r->h);
+        r->local_rc = DDPRT_ECLOSED;
+    }
+    release_tc(c);
 }
 
 void ddprt_abort(ddprt_comm *c, const char *why)
 {
-    if (c && c->tc) tp_abort(c->tc, why && *why ? why : "ddprt_abort");
+    if (!api_live(c, "ddprt_abort") && c->tc) tp_abort(c->tc, why && *why ? why : "ddprt_abort");
 }
 
 void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes)
 {
     void *p = NULL;
-    if (!c) return api_null_comm("ddprt_mem_alloc"), NULL;
+    if (api_live(c, "ddprt_mem_alloc")) return NULL;
     if (c->tc) p = tp_mem_alloc(c->tc, bytes);
     else if (posix_memalign(&p, 4096, bytes ? bytes : 1)) p = NULL;
-    if (!p) api_fail(DDPRT_ENOMEM, "ddprt_mem_alloc: out of memory (%zu bytes)", bytes);
+    if (!p) return api_fail(DDPRT_ENOMEM, "ddprt_mem_alloc: out of memory (%zu bytes)", bytes), NULL;
+    port_mutex_lock(&c->mu);
+    c->nblocks++;
+    port_mutex_unlock(&c->mu);
     return p;
 }
 
+/* Also after ddprt_finalize: the last block's free closes the transport. */
 void ddprt_mem_free(ddprt_comm *c, void *p)
 {
-    /* Whose block p is cannot be known without c: leave it (finalize frees it). */
+    /* Whose block p is cannot be known without c: it is left alone. */
     if (!c) return (void)api_null_comm("ddprt_mem_free");
+    if (!p) return;
     if (c->tc) tp_mem_free(c->tc, p);
     else free(p);
+    port_mutex_lock(&c->mu);
+    c->nblocks -= c->nblocks > 0;
+    port_mutex_unlock(&c->mu);
+    release_tc(c);
 }
 
 /* ---- requests ----------------------------------------------------------------------- */
@@ -249,11 +297,19 @@ void api_req_put(ddprt_request *r)
     port_mutex_unlock(&c->mu);
 }
 
+/* A request of a finalized comm: finalize completed it; released with its error. */
+static int finalized(ddprt_request *r, const char *who)
+{
+    api_req_put(r);
+    return api_fail(DDPRT_ECLOSED, "%s: the communicator was finalized before the request was waited for", who);
+}
+
 int ddprt_wait(ddprt_request *r)
 {
     int rc = api_req_check(r, "ddprt_wait");
     if (rc) return rc;
     ddprt_comm *c = r->c;
+    if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return finalized(r, "ddprt_wait");
     rc = r->local_rc <= 0 ? r->local_rc : tp_wait(c->tc, &r->h);
     api_req_put(r);
     return rc ? api_comm_fail(c, rc) : DDPRT_OK;
@@ -271,6 +327,7 @@ int api_req_check(ddprt_request *r, const char *who)
 int api_test(ddprt_request *r)
 {
     ddprt_comm *c = r->c;
+    if (__atomic_load_n(&c->dead, __ATOMIC_ACQUIRE)) return finalized(r, "ddprt_test");
     int rc = r->local_rc <= 0 ? (r->local_rc ? r->local_rc : 1) : tp_test(c->tc, &r->h);
     if (!rc) return 0;
     api_req_put(r);

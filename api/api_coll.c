@@ -12,7 +12,8 @@ enum { NO_OP = -1, NO_ROOT = -1 };
 static int check(const ddprt_comm *c, const char *who, const void *a, const void *b, size_t n, int dt, int op,
                  int root)
 {
-    if (!c) return api_null_comm(who);
+    int rc = api_live(c, who);
+    if (rc) return rc;
     if ((unsigned)dt >= 7) return api_fail(DDPRT_EINVAL, "%s: unknown dtype %d", who, dt);
     if (op != NO_OP && (unsigned)op >= 5) return api_fail(DDPRT_EINVAL, "%s: unknown op %d", who, op);
     if (root != NO_ROOT && (root < 0 || root >= c->world))
@@ -25,6 +26,11 @@ static int check(const ddprt_comm *c, const char *who, const void *a, const void
 
 static size_t es(ddprt_dtype dt) { return ddprt_dtype_size(dt); }
 
+/* A count of 0 may come with NULL buffers: memcpy/memmove get a real (empty) place,
+ * never NULL, which they may not be given even for 0 bytes. */
+static unsigned char nothing[8];
+#define NZ(p) ((p) ? (p) : (void *)nothing)
+
 /* Blocking: the transport's code becomes this thread's line. */
 static int done(const ddprt_comm *c, int rc) { return rc ? api_comm_fail(c, rc) : DDPRT_OK; }
 
@@ -32,23 +38,23 @@ int ddprt_allreduce(ddprt_comm *c, const void *send, void *recv, size_t count, d
 {
     int rc = check(c, "ddprt_allreduce", send, recv, count, dt, op, NO_ROOT);
     if (rc) return rc;
-    if (!c->tc) return memmove(recv, send, count * es(dt)), DDPRT_OK;
-    return done(c, tp_allreduce(c->tc, send, recv, count, (rt_dtype)dt, (tp_op)op));
+    if (!c->tc) return memmove(NZ(recv), NZ(send), count * es(dt)), DDPRT_OK;
+    return done(c, tp_allreduce(c->tc, NZ(send), NZ(recv), count, (rt_dtype)dt, (tp_op)op));
 }
 
 int ddprt_broadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root)
 {
     int rc = check(c, "ddprt_broadcast", buf, buf, count, dt, NO_OP, root);
     if (rc || !c->tc) return rc;
-    return done(c, tp_broadcast(c->tc, buf, count, (rt_dtype)dt, root));
+    return done(c, tp_broadcast(c->tc, NZ(buf), count, (rt_dtype)dt, root));
 }
 
 int ddprt_allgather(ddprt_comm *c, const void *send, void *recv, size_t sendcount, ddprt_dtype dt)
 {
     int rc = check(c, "ddprt_allgather", send, recv, sendcount, dt, NO_OP, NO_ROOT);
     if (rc) return rc;
-    if (!c->tc) return memmove(recv, send, sendcount * es(dt)), DDPRT_OK;
-    return done(c, tp_allgather(c->tc, send, recv, sendcount, (rt_dtype)dt));
+    if (!c->tc) return memmove(NZ(recv), NZ(send), sendcount * es(dt)), DDPRT_OK;
+    return done(c, tp_allgather(c->tc, NZ(send), NZ(recv), sendcount, (rt_dtype)dt));
 }
 
 /* One broadcast per rank's block: no scratch sized by the largest block, and every
@@ -78,7 +84,7 @@ int ddprt_allgatherv(ddprt_comm *c, const void *send, void *recv, size_t sendcou
         size_t at = displs ? displs[r] : off;
         off += recvcounts[r];
         if (!recvcounts[r]) continue;
-        if (r == c->rank) memmove(out + at * e, send, sendcount * e);
+        if (r == c->rank) memmove(out + at * e, NZ(send), sendcount * e);
         if (c->tc && (rc = tp_broadcast(c->tc, out + at * e, recvcounts[r], (rt_dtype)dt, r))) return done(c, rc);
     }
     return DDPRT_OK;
@@ -88,8 +94,8 @@ int ddprt_reduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t rec
 {
     int rc = check(c, "ddprt_reduce_scatter", send, recv, recvcount, dt, op, NO_ROOT);
     if (rc) return rc;
-    if (!c->tc) return memmove(recv, send, recvcount * es(dt)), DDPRT_OK;
-    return done(c, tp_reduce_scatter(c->tc, send, recv, recvcount, (rt_dtype)dt, (tp_op)op));
+    if (!c->tc) return memmove(NZ(recv), NZ(send), recvcount * es(dt)), DDPRT_OK;
+    return done(c, tp_reduce_scatter(c->tc, NZ(send), NZ(recv), recvcount, (rt_dtype)dt, (tp_op)op));
 }
 
 int ddprt_barrier(ddprt_comm *c)
@@ -132,29 +138,29 @@ int ddprt_iallreduce(ddprt_comm *c, const void *send, void *recv, size_t count, 
                      ddprt_request **out)
 {
     ASYNC_BEGIN("ddprt_iallreduce", send, recv, count, dt, op, NO_ROOT);
-    if (!c->tc) return memmove(recv, send, count * es(dt)), local(r, out);
-    return issued(c, r, tp_iallreduce(c->tc, send, recv, count, (rt_dtype)dt, (tp_op)op, &r->h), out);
+    if (!c->tc) return memmove(NZ(recv), NZ(send), count * es(dt)), local(r, out);
+    return issued(c, r, tp_iallreduce(c->tc, NZ(send), NZ(recv), count, (rt_dtype)dt, (tp_op)op, &r->h), out);
 }
 
 int ddprt_ibroadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root, ddprt_request **out)
 {
     ASYNC_BEGIN("ddprt_ibroadcast", buf, buf, count, dt, NO_OP, root);
     if (!c->tc) return local(r, out);
-    return issued(c, r, tp_ibroadcast(c->tc, buf, count, (rt_dtype)dt, root, &r->h), out);
+    return issued(c, r, tp_ibroadcast(c->tc, NZ(buf), count, (rt_dtype)dt, root, &r->h), out);
 }
 
 int ddprt_iallgather(ddprt_comm *c, const void *send, void *recv, size_t sendcount, ddprt_dtype dt,
                      ddprt_request **out)
 {
     ASYNC_BEGIN("ddprt_iallgather", send, recv, sendcount, dt, NO_OP, NO_ROOT);
-    if (!c->tc) return memmove(recv, send, sendcount * es(dt)), local(r, out);
-    return issued(c, r, tp_iallgather(c->tc, send, recv, sendcount, (rt_dtype)dt, &r->h), out);
+    if (!c->tc) return memmove(NZ(recv), NZ(send), sendcount * es(dt)), local(r, out);
+    return issued(c, r, tp_iallgather(c->tc, NZ(send), NZ(recv), sendcount, (rt_dtype)dt, &r->h), out);
 }
 
 int ddprt_ireduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount, ddprt_dtype dt,
                           ddprt_op op, ddprt_request **out)
 {
     ASYNC_BEGIN("ddprt_ireduce_scatter", send, recv, recvcount, dt, op, NO_ROOT);
-    if (!c->tc) return memmove(recv, send, recvcount * es(dt)), local(r, out);
-    return issued(c, r, tp_ireduce_scatter(c->tc, send, recv, recvcount, (rt_dtype)dt, (tp_op)op, &r->h), out);
+    if (!c->tc) return memmove(NZ(recv), NZ(send), recvcount * es(dt)), local(r, out);
+    return issued(c, r, tp_ireduce_scatter(c->tc, NZ(send), NZ(recv), recvcount, (rt_dtype)dt, (tp_op)op, &r->h), out);
 }

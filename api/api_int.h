@@ -20,6 +20,10 @@ struct ddprt_comm {
     port_mutex mu; /* guards the free list */
     ddprt_request *reqs, *free;
     int nreq;
+    /* Set by ddprt_finalize, which keeps this struct and its request slots (a few KiB,
+     * never reused): every later call with c or its requests is an error, not a use
+     * after free. tc stays until the last ddprt_mem_alloc block (nblocks) is freed. */
+    int dead, nblocks;
 };
 
 /* Sets the calling thread's error line; returns code. */
@@ -35,4 +39,7 @@ int api_req_check(ddprt_request *r, const char *who);
 int api_test(ddprt_request *r);
 /* EINVAL with "WHO: the communicator is NULL (call ddprt_init first)". */
 int api_null_comm(const char *who);
+/* api_null_comm for NULL, EINVAL "WHO: the communicator was finalized" for a finalized
+ * c; else 0. */
+int api_live(const ddprt_comm *c, const char *who);
 #endif

@@ -101,13 +101,18 @@ DDPRT_API void ddprt_opts_default(ddprt_opts *o);
 /* Meets the other ranks and connects to them (the first call of a job). opts may be
  * NULL (defaults). 0 and *out, or a code (*out NULL, ddprt_last_error says why). */
 DDPRT_API int ddprt_init(ddprt_comm **out, const ddprt_opts *opts);
-/* Waits for the ops in flight (each bounded by its deadline) and frees everything. */
+/* Waits for the ops in flight (each bounded by its deadline) and closes the connections
+ * (once the last ddprt_mem_alloc block is freed). c stays a valid handle: every later
+ * call with it fails with DDPRT_EINVAL ("the communicator was finalized"), a second
+ * finalize included; a request issued before finalize completes with DDPRT_ECLOSED at
+ * its ddprt_wait/ddprt_test, which releases it. */
 DDPRT_API void ddprt_finalize(ddprt_comm *c);
 /* Fails the communicator on purpose; the peers' next (or current) op fails naming
  * this rank. */
 DDPRT_API void ddprt_abort(ddprt_comm *c, const char *why);
 
-/* These four with a NULL c: DDPRT_EINVAL ("ddprt_rank: the communicator is NULL"). */
+/* These four with a NULL or finalized c: DDPRT_EINVAL ("ddprt_rank: the communicator
+ * is NULL"). */
 DDPRT_API int ddprt_rank(const ddprt_comm *c);
 DDPRT_API int ddprt_size(const ddprt_comm *c);
 DDPRT_API int ddprt_local_rank(const ddprt_comm *c);
@@ -124,12 +129,14 @@ DDPRT_API size_t ddprt_dtype_size(ddprt_dtype dt); /* 0 for an unknown dtype */
 /* Memory the other ranks of this host can map: an allreduce whose send and recv lie
  * in it on every rank reads the peers' buffers in place (single copy). Plain memory
  * where that cannot be (no memfd; more than 8 blocks alive in this comm), so always
- * usable; NULL only when out of memory (or c is NULL). Page aligned. Free with
- * ddprt_mem_free while no op uses it; ddprt_finalize frees what is left. */
+ * usable; NULL only when out of memory (or c is NULL or finalized). Page aligned. Free
+ * with ddprt_mem_free while no op uses it. A block outlives ddprt_finalize (arrays
+ * over it stay valid) until ddprt_mem_free(c, p), which takes a finalized c. */
 DDPRT_API void *ddprt_mem_alloc(ddprt_comm *c, size_t bytes);
 DDPRT_API void ddprt_mem_free(ddprt_comm *c, void *p);
 
-/* Blocking collectives; count is in elements of dt. send == recv is allowed (in place). */
+/* Blocking collectives; count is in elements of dt. send == recv is allowed (in place);
+ * with count 0 the buffers may be NULL. */
 DDPRT_API int ddprt_allreduce(ddprt_comm *c, const void *send, void *recv, size_t count, ddprt_dtype dt, ddprt_op op);
 DDPRT_API int ddprt_broadcast(ddprt_comm *c, void *buf, size_t count, ddprt_dtype dt, int root);
 /* recv: size * sendcount elements in rank order; send may be recv's own block. */

@@ -35,6 +35,15 @@ PTEST(api_collectives_one_process)
 
 PTEST(api_collectives_2_ranks) { launch_check(2, 0); }
 
+/* Over a transport: a request in flight and a registered block alive at finalize. */
+PTEST(api_after_finalize_2_ranks_errors_and_a_live_block)
+{
+    t_clean_env();
+    char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)t_prog("t-api_rank"),
+                    "after", NULL};
+    t_launch_ok(argv, NULL, 2, "rank %d of %d after ok", 120);
+}
+
 /* MASTER_PORT held by someone else for the whole job (torch.distributed's TCPStore
  * under torchrun): ddprt meets on the port + 2 and never touches it. */
 PTEST(api_collectives_3_ranks_beside_a_store_on_the_master_port)

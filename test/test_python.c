@@ -2,7 +2,7 @@
  * dtype and op against numpy at 1, 2 and 3 ranks (python/tests/core_check.py); DDP with
  * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
  * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
- * names it (fail_check.py); sum vs average defaults (defaults_check.py); `pip install`
+ * names it (fail_check.py); misuse (misuse_check.py); sum vs average defaults (defaults_check.py); `pip install`
  * of the package. Skipped with a note where the Python (DDPRT_PYTHON, default
  * /usr/bin/python3) lacks numpy or torch, or under a sanitizer (an uninstrumented
  * interpreter cannot load an instrumented library). The ctypes mirror of the C header:
@@ -67,6 +67,22 @@ static void core(int world)
 PTEST(python_core_calls_vs_numpy_one_process) { core(1); }
 PTEST(python_core_calls_vs_numpy_2_ranks) { core(2); }
 PTEST(python_core_calls_vs_numpy_3_ranks) { core(3); }
+
+/* misuse_check.py: arrays and handles outliving finalize(), byte order, integer
+ * ranges and enums refused before any C call, 2200 dropped handles (1024 slots). */
+static void misuse(int world)
+{
+    if (!have("numpy")) return;
+    char n[16];
+    snprintf(n, sizeof n, "%d", world);
+    char *one[] = {(char *)python(), "python/tests/misuse_check.py", NULL};
+    char *launch[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)python(),
+                      "python/tests/misuse_check.py", NULL};
+    t_launch_ok(world == 1 ? one : launch, env_for(NULL), world, "rank %d of %d misuse ok", 180);
+}
+
+PTEST(python_misuse_refused_or_defined_one_process) { misuse(1); }
+PTEST(python_misuse_refused_or_defined_2_ranks) { misuse(2); }
 
 /* ddprt.allreduce sums by default (MPI, NCCL), ddprt.torch.allreduce averages
  * (Horovod): both defaults, and each asked for the other (defaults_check.py). */

@@ -8,6 +8,7 @@ import ctypes
 import threading
 
 from . import _lib
+from ._args import _int, _seconds, _text
 
 _E = _lib.ENUMS
 Sum, Product, Min, Max, Average = _E["DDPRT_SUM"], _E["DDPRT_PROD"], _E["DDPRT_MIN"], _E["DDPRT_MAX"], _E["DDPRT_AVG"]
@@ -19,6 +20,7 @@ _DTYPES.update({a: _DTYPES[n] for a, n in (("float", "float32"), ("f32", "float3
                                            ("f64", "float64"), ("half", "float16"), ("f16", "float16"),
                                            ("bf16", "bfloat16"), ("i32", "int32"), ("i64", "int64"), ("u8", "uint8"))})
 _ESIZE = [4, 8, 2, 2, 4, 8, 1]
+_BACKENDS = ("auto", "tcp", "verbs")
 _LOG = {"silent": -1, "error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
 
 
@@ -73,17 +75,24 @@ def init(init_method=None, rank=None, world_size=None, local_rank=None, timeout=
         o = _lib.Opts()
         lib.ddprt_opts_default(ctypes.byref(o))
         enc = lambda s: s.encode() if isinstance(s, str) else s
-        o.init_method = enc(init_method)
-        o.rank = -1 if rank is None else int(rank)
-        o.world_size = -1 if world_size is None else int(world_size)
-        o.local_rank = -1 if local_rank is None else int(local_rank)
-        o.timeout_s = float(timeout or 0)
-        o.backend, o.token = enc(backend), enc(token)
-        o.port_offset = int(port_offset)
-        o.max_requests = int(max_requests)
+        o.init_method = enc(_text(init_method, "init_method"))
+        o.rank = -1 if rank is None else _int(rank, "rank", -1)
+        o.world_size = -1 if world_size is None else _int(world_size, "world_size", -1)
+        o.local_rank = -1 if local_rank is None else _int(local_rank, "local_rank", -1)
+        o.timeout_s = _seconds(timeout)
+        if backend is not None and backend not in _BACKENDS:
+            raise ValueError("ddprt.init: backend %r is not one of %s" % (backend, ", ".join(_BACKENDS)))
+        o.backend, o.token = enc(backend), enc(_text(token, "token"))
+        o.port_offset = _int(port_offset, "port_offset", -65535, 65535)
+        o.max_requests = _int(max_requests, "max_requests", 0, 1 << 20)
         if log_level is None:
             log_level = -1 if os.environ.get("DDPRT_LOG") else "warn"
-        o.log_level = _LOG[log_level] if isinstance(log_level, str) else int(log_level)
+        if isinstance(log_level, str):
+            if log_level not in _LOG:
+                raise ValueError("ddprt.init: log_level %r is not one of %s" % (log_level, ", ".join(_LOG)))
+            o.log_level = _LOG[log_level]
+        else:
+            o.log_level = _int(log_level, "log_level", -1, 3)
         c = ctypes.c_void_p()
         rc = lib.ddprt_init(ctypes.byref(c), ctypes.byref(o))
         if rc:
@@ -162,6 +171,10 @@ def _desc(x, dtype=None, writable=False):
             raise ValueError("ddprt: the array is not C-contiguous (numpy.ascontiguousarray)")
         if writable and not x.flags.writeable:
             raise ValueError("ddprt: the array is read-only")
+        if not x.dtype.isnative:
+            # Reduced as native, its bytes would be other numbers.
+            raise ValueError("ddprt: the array's dtype %s is not in this machine's byte order "
+                             "(x.astype(x.dtype.newbyteorder('='))" % x.dtype.str)
         name = x.dtype.name
         ptr, n, item = x.__array_interface__["data"][0], x.size, x.dtype.itemsize
     else:
@@ -182,10 +195,10 @@ def _op(op):
         if op.lower() not in _OPS:
             raise ValueError("ddprt: op %r is not one of sum, avg, min, max, prod" % op)
         return _OPS[op.lower()]
-    op = int(op)
-    if not 0 <= op <= 4:
-        raise ValueError("ddprt: op %d is not one of ddprt.Sum, Average, Min, Max, Product" % op)
-    return op
+    try:
+        return _int(op, "op", 0, 4)
+    except (TypeError, ValueError):
+        raise ValueError("ddprt: op %r is not one of ddprt.Sum, Average, Min, Max, Product" % (op,)) from None
 
 
 def _empty_like(x):
@@ -217,14 +230,6 @@ class Handle:
         self._req, self._gen, self._result, self._keep = req, _gen, result, keep
         self._state, self._error = 0, None  # 0 running, 1 done, 2 failed
 
-    def _alive(self):
-        # finalize() frees the requests: a handle of an earlier comm cannot be waited for.
-        if _comm is None or _gen != self._gen:
-            self._finish(0)
-            self._state, self._error = 2, DdprtError("ddprt: the op's communicator was finalized before it was waited for")
-            return False
-        return True
-
     def _finish(self, rc):
         self._req, self._keep = None, None
         if rc < 0:
@@ -233,14 +238,25 @@ class Handle:
             self._state = 1
 
     def wait(self):
-        if self._state == 0 and self._alive():
+        # A handle of a finalized comm is safe to wait for: the library says so.
+        if self._state == 0:
             self._finish(_lib.get().ddprt_wait(self._req))
         if self._state == 2:
             raise self._error
         return self._result
 
+    def __del__(self):
+        # Dropped without wait(): its request slot comes back, and the buffers it keeps
+        # stay alive until the op is done (bounded by the op's deadline).
+        try:
+            if self._state == 0 and self._req:
+                req, self._req, self._state = self._req, None, 1
+                _lib.get().ddprt_wait(req)
+        except Exception:  # interpreter shutdown: the process is going anyway
+            pass
+
     def test(self):
-        if self._state == 0 and self._alive():
+        if self._state == 0:
             done = ctypes.c_int(0)
             rc = _lib.get().ddprt_test(ctypes.byref(self._req), ctypes.byref(done))
             if rc == 0 and not done.value:
@@ -298,7 +314,7 @@ def allreduce_async(x, op=Sum, dtype=None):
 def broadcast_(x, root=0, dtype=None):
     """Rank root's x, copied into x on every rank."""
     p, n, dt = _desc(x, dtype, writable=True)
-    _check(_lib.get().ddprt_broadcast(_c(), p, n, dt, int(root)))
+    _check(_lib.get().ddprt_broadcast(_c(), p, n, dt, _int(root, "root")))
     return x
 
 
@@ -310,7 +326,7 @@ def broadcast(x, root=0, dtype=None):
 
 def broadcast_async_(x, root=0, dtype=None):
     p, n, dt = _desc(x, dtype, writable=True)
-    return _issue(_lib.get().ddprt_ibroadcast, (_c(), p, n, dt, int(root)), x, x)
+    return _issue(_lib.get().ddprt_ibroadcast, (_c(), p, n, dt, _int(root, "root")), x, x)
 
 
 def _shapes(x):
@@ -390,9 +406,11 @@ def barrier():
 # ---- registered memory -------------------------------------------------------------------
 
 class _Block:
-    """A ddprt_mem_alloc block; freed when the last array over it goes (or at finalize)."""
+    """A ddprt_mem_alloc block; freed when the last array over it goes, also after
+    finalize(): the library keeps such blocks (and a finalized comm's handle) valid."""
 
     def __init__(self, nbytes):
+        self.ptr = None
         self.comm = _c()
         self.ptr = _lib.get().ddprt_mem_alloc(self.comm, max(1, nbytes))
         if not self.ptr:
@@ -400,9 +418,12 @@ class _Block:
         self.nbytes = nbytes
 
     def __del__(self):
-        if self.ptr and _comm is not None and _comm.value == self.comm.value:
-            _lib.get().ddprt_mem_free(self.comm, self.ptr)
-        self.ptr = None
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            try:
+                _lib.get().ddprt_mem_free(self.comm, ptr)
+            except Exception:  # interpreter shutdown: the process is going anyway
+                pass
 
 
 def _raw(nbytes):
@@ -421,11 +442,15 @@ def _slice(blk, offset, nbytes):
 
 def empty(shape, dtype="float32"):
     """A numpy array in memory the other ranks of this host map: allreduces on such
-    arrays (on every rank) reduce in place across processes, without copies. Valid
-    until finalize()."""
+    arrays (on every rank) reduce in place across processes, without copies. The array
+    stays valid after finalize() (its memory goes with the last array over it)."""
     import numpy
     dt = numpy.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if dt.name not in _DTYPES or not dt.isnative:
+        raise TypeError("ddprt.empty: dtype %s (%r) is not one of %s in native byte order"
+                        % (dt.name, dt.str, ", ".join(n for n in _DTYPE_NAMES if n != "bfloat16")))
+    shape = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    shape = tuple(_int(d, "a dimension of the shape", 0, 1 << 48) for d in shape)
     n = 1
     for d in shape:
         n *= d

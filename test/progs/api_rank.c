@@ -14,6 +14,9 @@
  *   late:  rank 0 sleeps sleep= s (default 6) outside any op while the others wait in
  *          an allreduce; they fail naming it; rank 0 must then fail its next op (not
  *          exit): "rank 0 failed: MSG", exit 3.
+ *   after: finalize with a request in flight and a registered block alive: the request
+ *          fails "finalized" and is released, every call is an error, the block stays
+ *          writable until ddprt_mem_free; prints "rank R of W after ok".
  * keys: timeout=S, init=URL, offset=N (port_offset), victim=R, sleep=S, async=1. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep, kill: built outside the tree too */
@@ -290,10 +293,39 @@ static int mode_late(double nap)
     return 0;
 }
 
+static int mode_after(void)
+{
+    size_t n = 1 << 16;
+    float *blk = ddprt_mem_alloc(c, n * sizeof *blk), x = 1, y = 0;
+    EXPECT(blk != NULL, "mem_alloc: %s", ddprt_last_error());
+    if (!blk) return 1;
+    for (size_t i = 0; i < n; i++) blk[i] = (float)(rank_ + 1);
+    EXPECT(!ddprt_allreduce(c, blk, blk, n, DDPRT_FLOAT32, DDPRT_SUM) && blk[n - 1] == world_ * (world_ + 1) / 2.0f,
+           "allreduce in the block: %s", ddprt_last_error());
+    ddprt_request *req = NULL;
+    EXPECT(!ddprt_iallreduce(c, &x, &y, 1, DDPRT_FLOAT32, DDPRT_SUM, &req), "iallreduce: %s", ddprt_last_error());
+    ddprt_finalize(c);
+    int rc = ddprt_wait(req);
+    EXPECT(rc == DDPRT_ECLOSED && strstr(ddprt_last_error(), "finalized"), "wait after finalize: %d %s", rc,
+           ddprt_last_error());
+    EXPECT(ddprt_wait(req) == DDPRT_EINVAL, "a second wait: %s", ddprt_last_error());
+    EXPECT(ddprt_allreduce(c, &x, &y, 1, DDPRT_FLOAT32, DDPRT_SUM) == DDPRT_EINVAL &&
+               strstr(ddprt_last_error(), "finalized"), "allreduce after finalize: %s", ddprt_last_error());
+    EXPECT(ddprt_rank(c) == DDPRT_EINVAL && ddprt_mem_alloc(c, 8) == NULL, "rank/mem_alloc after finalize");
+    ddprt_finalize(c);
+    EXPECT(strstr(ddprt_last_error(), "finalized already") != NULL, "second finalize: %s", ddprt_last_error());
+    for (size_t i = 0; i < n; i++) blk[i] = -1.0f; /* still this process's memory */
+    EXPECT(blk[0] == -1.0f && blk[n - 1] == -1.0f, "the block after finalize");
+    ddprt_mem_free(c, blk); /* the last block: the transport goes now */
+    if (bad) return 1;
+    printf("rank %d of %d after ok (%d checks)\n", rank_, world_, checks);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: t-api_rank check|kill|late [key=value...]\n");
+        fprintf(stderr, "usage: t-api_rank check|kill|late|after [key=value...]\n");
         return 2;
     }
     ddprt_opts o;
@@ -318,5 +350,6 @@ int main(int argc, char **argv)
     rank_ = ddprt_rank(c), world_ = ddprt_size(c);
     if (!strcmp(argv[1], "kill")) return mode_kill(victim < 0 ? world_ - 1 : victim, async);
     if (!strcmp(argv[1], "late")) return mode_late(nap);
+    if (!strcmp(argv[1], "after")) return mode_after();
     return mode_check();
 }

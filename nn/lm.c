@@ -85,7 +85,7 @@ void nn_lm_sample(nn_trainer *t, nn_lm *l, int n, const char *label)
     host_params(t);
     nn_graph *g = &t->g;
     /* the data's tokens (set-up checked that they are rows of the model's embedding) */
-    int T = t->train.w - 1, V = t->train.vocab < nn_lm_vocab(g) ? t->train.vocab : nn_lm_vocab(g), C;
+    int mv = nn_lm_vocab(g), T = t->train.w - 1, V = t->train.vocab < mv ? t->train.vocab : mv, C;
     int eot = l->bpe && nn_bpe_eot(l->bpe) >= 0 ? nn_bpe_eot(l->bpe) : V <= 256 ? '\n' : V == 50257 ? 50256 : 0;
     const nn_node *ln = &g->nodes[g->nodes[g->out].in[0]], *e = &g->nodes[nn_lm_loss_embedding(&g->nodes[g->out])];
     const float *wte = g->params + g->p[e->p0].offset;

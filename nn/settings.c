@@ -26,7 +26,7 @@ static int check_device(const nn_settings *s, const nn_opts *o, char *err, size_
                  "(leave --conv-algo out, or auto)", o->conv_algo);
         return -1;
     }
-    if (s->matmul_high_asked) {
+    if (s->k.matmul_high) {
         snprintf(err, errlen, "--matmul-precision high: not implemented on --device cuda yet (TF32 tensor cores "
                  "are planned); use highest, or run it on the CPU");
         return -1;
@@ -42,9 +42,8 @@ int nn_settings_build(nn_settings *s, const nn_opts *o, int local_world, char *e
     s->k.threads = o->threads ? o->threads : ncpu > 0 ? ncpu : 1;
     /* The option table checked the names (FC choices): an unknown one cannot get here. */
     if (o->conv_algo) s->k.conv_algo = k_conv_algo_parse(o->conv_algo);
-    s->matmul_high_asked = k_matmul_precision_parse(o->matmul_precision) == 1;
     /* high runs on AMX tiles with the bf16 ISA level; elsewhere it is highest (said once) */
-    s->k.matmul_high = s->matmul_high_asked;
+    s->k.matmul_high = k_matmul_precision_parse(o->matmul_precision) == 1;
     static const char *const amps[] = {"none", "bf16", "fp16"};
     for (int i = 0; i < 3; i++)
         if (o->amp && !strcmp(o->amp, amps[i])) s->amp = i;
@@ -55,7 +54,7 @@ int nn_settings_build(nn_settings *s, const nn_opts *o, int local_world, char *e
 int nn_settings_apply(const nn_settings *s, char *err, size_t errlen)
 {
     if (k_settings_apply(&s->k, err, errlen)) return -1;
-    if (s->matmul_high_asked && !k_f32_matmul_high() && s->device == NN_DEVICE_CPU && s->amp == NN_SET_AMP_NONE)
+    if (s->k.matmul_high && !k_f32_matmul_high() && s->device == NN_DEVICE_CPU && s->amp == NN_SET_AMP_NONE)
         rt_info("--matmul-precision high: no AMX-BF16 here (CPU or DDPRT_ISA), the fp32 products stay at highest");
     return 0;
 }

@@ -17,7 +17,6 @@ typedef struct nn_settings {
     k_settings k;     /* the CPU kernels' (under --device cuda: the host's work) */
     nn_device device; /* --device cuda (and not --no-cuda) */
     int amp;          /* --amp: NN_SET_AMP_NONE, _BF16, _FP16 */
-    int matmul_high_asked; /* --matmul-precision high given (k.matmul_high: and this CPU runs it) */
 } nn_settings;
 
 /* From the options and, for what no flag names, the environment (DDPRT_ISA,

@@ -3,6 +3,7 @@
 #include "transport/tp_link.h"
 #include "transport/tp_comm_int.h"
 #include "transport/tp_transport.h"
+#include "ports/posix/port.h"
 #include <time.h>
 
 static int net_isend(tp_comm *c, int peer, const void *buf, size_t len, tp_req *req)
@@ -72,4 +73,12 @@ int tp_link_waitall(tp_comm *c, tp_req **r, int n, int64_t deadline_ns)
         struct timespec ts = {0, MIXED_NAP_NS};
         nanosleep(&ts, NULL);
     }
+}
+
+int tp_backend_read_hangup(tp_backend *b, int q)
+{
+    unsigned char x;
+    tp_req r, *rp = &r;
+    int rc = b->ops->irecv(b, q, &x, 1, &r);
+    return rc ? rc : b->ops->waitall(b, &rp, 1, port_now_ns() + 2000000000LL);
 }

@@ -46,4 +46,8 @@ static inline int tp_link_test(tp_comm *c, tp_req *req) { return tp_link_of(c, r
 /* Requests of several links, or of one while another has some pending: each link's waitall when they share one, else progress by
  * test until done or the deadline (then the pending link's waitall names the peer). */
 int tp_link_waitall(tp_comm *c, tp_req **r, int n, int64_t deadline_ns);
+/* Peer q's socket hung up (a shared-memory wait saw it): the backend reads what is left
+ * (an abort frame with the reason, or the close) and names the rank in b->err as it
+ * does without shm. Its error, or 0 when a byte arrived where none was due. */
+int tp_backend_read_hangup(tp_backend *b, int q);
 #endif

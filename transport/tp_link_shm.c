@@ -255,15 +255,11 @@ static int shm_progress(tp_comm *c)
     return c->lshm->pending;
 }
 
-/* The backend's error for a peer whose socket hung up: it reads what is left (an abort
- * frame with the reason, or the close) and names the rank, as without shm. */
+/* A peer whose socket hung up: the backend's error naming it (tp_backend_read_hangup). */
 static int peer_gone(tp_comm *c, int q)
 {
     tp_backend *b = c->b;
-    unsigned char x;
-    tp_req r, *rp = &r;
-    int rc = b->ops->irecv(b, q, &x, 1, &r);
-    if (!rc) rc = b->ops->waitall(b, &rp, 1, port_now_ns() + 2000000000LL);
+    int rc = tp_backend_read_hangup(b, q);
     if (!rc) { /* a byte where none was due: it is out of step all the same */
         snprintf(b->err, sizeof b->err, "rank %d closed the connection", q);
         b->ops->abort(b, b->err);

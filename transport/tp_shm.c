@@ -4,6 +4,7 @@
  * the protocols (tp_shm_map.c registered buffers, tp_shm_cma.c single copy,
  * tp_shm_coll.c the copy protocol), and on top the comm's layer that decides and picks
  * among them (tp_shm_layer.c). The protocol is described in tp_shm.h. */
+#include "transport/tp_link.h"
 #include "transport/tp_shm.h"
 #include "transport/tp_reduce.h"
 #include "rt/env.h"
@@ -252,17 +253,13 @@ int tp_shm_fail(tp_comm *c, int code, const char *fmt, ...)
     return code;
 }
 
-/* Peer q's socket hung up: let the tcp backend read what is left (an abort frame with
- * the reason, or the close) and name the rank as it does without shm. */
+/* Peer q's socket hung up: the backend names it (tp_backend_read_hangup); the segment's
+ * other ranks learn it from the published abort. */
 static int peer_gone(tp_comm *c, int q)
 {
-    tp_backend *b = c->b;
-    unsigned char x;
-    tp_req r, *rp = &r;
-    int rc = b->ops->irecv(b, q, &x, 1, &r);
-    if (!rc) rc = b->ops->waitall(b, &rp, 1, port_now_ns() + 2000000000LL);
+    int rc = tp_backend_read_hangup(c->b, q);
     if (!rc) return tp_shm_fail(c, TP_ECLOSED, "rank %d closed the connection", q);
-    publish_abort(c, b->err);
+    publish_abort(c, c->b->err);
     return rc;
 }
 

@@ -159,7 +159,7 @@ all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-simt-checks
 # Bugs injected into the real kernels, each rebuilt and run on the executor: the table
 # of what reported each (test/simt/inject_bugs.sh). make asan/tsan-style: SAN=...
 simt-inject: $(BUILD)/test-gpu-simt $(BUILD)/ddprt-train
-	DDPRT_SAN="$(SAN)" ./test/simt/inject_bugs.sh $(BUILD) "$(CXX) -x c++ $(SIMT_CXXFLAGS) $(SAN)" \
+	DDPRT_SAN="$(SAN)" DDPRT_INJECT="$(INJECT)" ./test/simt/inject_bugs.sh $(BUILD) "$(CXX) -x c++ $(SIMT_CXXFLAGS) $(SAN)" \
 	  "$(CXX) $(LDFLAGS)" "$(SIMT_TEST_OBJ) $(SIMT_OBJ) $(BUILD)/libddprt.a" "$(LDLIBS)"
 .PHONY: simt-inject
 -include $(wildcard $(SIMT_DIR)/*/*.d $(SIMT_DIR)/*/*/*.d $(SIMT_DIR)/*/*/*/*.d)

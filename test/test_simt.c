@@ -38,6 +38,9 @@ TEST(simt_device_graph_ops_forward_order) { suite("test_gpu_graph_ops", "forward
 TEST(simt_device_graph_ops_reversed_order) { if (second_order()) suite("test_gpu_graph_ops", "reversed"); }
 TEST(simt_device_transformer_forward_order) { suite("test_gpu_tfm", "forward"); }
 TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu_tfm", "random"); }
+/* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
+TEST(simt_device_tensor_cores_forward_order) { suite("test_gpu_tc", "forward"); }
+TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
 /* One file per op's device test (test/gpu/test_gpu_op_KIND.c, docs/adding-an-op.md). */
 TEST(simt_device_op_files_random_order) { suite("test_gpu_op_", "random"); }
 /* Whole models, DDP, the staged allreduce and the trainer: the kernels above again, in

@@ -3,6 +3,8 @@
  * report that names the check, the kernel and the threads. Plus the intrinsics' results
  * against CUDA's definitions under every thread order. */
 #include "test/t.h"
+#include "test/t_proc.h"
+#include "test/t_util.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +110,58 @@ TEST(simt_intrinsics_match_cuda_in_every_order)
         run_case("intrinsics", orders[i]);
         CHECKF(strstr(out, "report: none") && strstr(out, "result: intrinsics ok"), "%s threads:\n%s", orders[i], out);
     }
+}
+
+/* mma.sync / ldmatrix / cp.async (test/simt/simt_tc.cc): each misuse named, and the
+ * fragment layouts against a plain product under every thread order. */
+TEST(simt_tensor_core_checks)
+{
+    expect("mma_partial_warp", "mma.sync at simt_checks.cu:", "issued by a partial warp: warp 1 has 16 threads", NULL);
+    expect("mma_after_exit", "issued by a partial warp", "lanes 7 exited", NULL);
+    expect("ldmatrix_misaligned", "ldmatrix at simt_checks.cu:", "lane 0 of warp 0 gives row address",
+           "not 16-byte aligned", NULL);
+    expect("ldmatrix_not_shared", "outside the kernel's shared memory", NULL);
+    expect("cp_async_misaligned", "cp.async at simt_checks.cu:", "shared address", "is not 16-byte aligned",
+           "(thread 0)", NULL);
+    expect("cp_async_no_wait", "ldmatrix at simt_checks.cu:", "reads a row that cp.async at simt_checks.cu:",
+           "before that thread's cp.async.wait_group covered it", NULL);
+    expect("cp_async_no_barrier", "its wait_group was not followed by a __syncthreads", NULL);
+    expect("cp_async_ok", "report: none", NULL);
+}
+
+TEST(simt_mma_layouts_match_the_ptx_isa)
+{
+    static const char *orders[] = {"forward", "reversed", "random"};
+    for (int i = 0; i < 3; i++) {
+        run_case("mma_layouts", orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: mma layouts ok"), "%s threads:\n%s", orders[i], out);
+    }
+}
+
+/* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
+ * each): a wrong fragment index fails the comparison with the reference, a missing
+ * cp.async.wait_group and a missing barrier between pipeline stages are named by the
+ * executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
+PTEST(simt_injected_tensor_core_bugs_are_reported)
+{
+    if (asan() || tsan() || t_san("undefined")) {
+        t_note("skipped under a sanitizer (make simt-inject SAN=... INJECT=tensor-core runs it)");
+        return;
+    }
+    unsetenv("MAKEFLAGS"), unsetenv("MFLAGS"), unsetenv("MAKELEVEL");
+    const char *b = getenv("DDPRT_BUILD");
+    char cmd[512];
+    static char o[16384];
+    snprintf(cmd, sizeof cmd, "make -s --no-print-directory simt-inject BUILD='%s' INJECT=tensor-core 2>&1",
+             b ? b : "build");
+    int rc = t_sh(cmd, o, sizeof o);
+    CHECKF(rc == 0, "exit %d:\n%s", rc, o);
+    CHECKF(strstr(o, "| tensor-core GEMM: wrong A fragment rows in ldmatrix | k_cuda_tc_gemm.cu | only the comparison"),
+           "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM: cp.async.wait_group removed | k_cuda_tc_gemm.cu | simt: ") &&
+           strstr(o, "before that thread's cp.async.wait_group covered it"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cu | simt: ") &&
+           strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
 }
 
 TEST(simt_failure_sticks)

@@ -92,6 +92,20 @@ int k_cuda_rand_uniform(size_t n, uint64_t seed, uint64_t offset, float *out, po
 int k_cuda_reduce_sum(void *dst, const void *a, const void *b, size_t n, int dt, port_stream s);
 /* x[i] *= f (AVG after SUM), f32 only. */
 int k_cuda_scale(size_t n, float f, float *x, port_stream s);
+/* The tensor-core GEMM (sm_80 and newer; kernels/cuda/k_cuda_tc_gemm.cu): mma.sync on
+ * bf16 or f16 operands, fp32 accumulation, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n)
+ * (+ bias[n], then ReLU when relu). A(m,k) = a[m*lda + k] when a_kfast, else a[k*lda + m];
+ * B(k,n) = b[n*ldb + k] when b_kfast, else b[k*ldb + n]. Any m, n, k >= 1. */
+enum { K_TC_BF16, K_TC_F16 };
+typedef struct {
+    int type, m, n, k;
+    const uint16_t *a, *b;
+    int lda, ldb, a_kfast, b_kfast;
+    float *c;
+    int ldc, relu;
+    const float *bias;
+} k_tc_gemm;
+int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s);
 int k_cuda_f32_to_f16(size_t n, const float *x, uint16_t *y, port_stream s);
 int k_cuda_f16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
 int k_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, port_stream s);

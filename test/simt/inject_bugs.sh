@@ -6,6 +6,7 @@
 # only the comparison with the CPU). A bug nothing reports makes the script fail.
 #
 # Usage (the Makefile passes its flags): inject_bugs.sh BUILD "CXX FLAGS" "LINK" "OBJS" "LIBS"
+# DDPRT_INJECT=REGEX: only the bugs whose name matches (make simt-inject INJECT=...).
 set -euo pipefail
 build=$1 cxx=$2 link=$3 objs=$4 libs=$5
 tmp=$(mktemp -d)
@@ -21,12 +22,16 @@ bugs=(
 "bounds guard of the linear bias gradient removed|k_cuda_linear.cu|s/    if \(o >= out\) return;\n//|gpu_linear_shapes|forward"
 "block sum reads past its shared array|k_cuda_common.cuh|s/for \(int w = K_CUDA_THREADS \/ 2; w > 0; w >>= 1\)/for (int w = K_CUDA_THREADS; w > 0; w >>= 1)/|gpu_log_softmax|forward"
 "final barrier of the BatchNorm block sum removed|k_cuda_bn.cu|s/(    double r = sh\[0\];\n)    __syncthreads\(\);\n/\$1/|gpu_batchnorm_resnet|forward"
+"tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cu|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cu|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cu|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)        __syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'
 fails=0
 for b in "${bugs[@]}"; do
   IFS='|' read -r name file subst filter order <<<"$b"
+  [[ -z "${DDPRT_INJECT:-}" || "$name" =~ $DDPRT_INJECT ]] || continue
   rm -rf "$tmp/src" && mkdir -p "$tmp/src/kernels/cuda" "$tmp/obj"
   cp kernels/cuda/*.cu kernels/cuda/*.cuh kernels/cuda/*.h "$tmp/src/kernels/cuda/"
   f="$tmp/src/kernels/cuda/$file"
@@ -44,7 +49,7 @@ for b in "${bugs[@]}"; do
   # shellcheck disable=SC2086
   $link -o "$tmp/suite" $link_objs $libs
   out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$tmp/suite" "$filter" 2>&1 || true)
-  what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race.{0,60}|AddressSanitizer: [a-z-]+.{0,40}|simt: .{0,220}' | head -1 || true)
+  what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race.{0,60}|AddressSanitizer: [a-z-]+.{0,40}|simt: .{0,400}' | head -1 || true)
   if [ -z "$what" ]; then
     what=$(printf '%s\n' "$out" | grep -m1 -E '^FAIL ' | cut -c1-160 || true)
     [ -n "$what" ] && what="only the comparison with the CPU: $what"

@@ -53,7 +53,7 @@ extern uint3 block_idx;
 extern dim3 block_dim, grid_dim;
 
 enum { BAR_SYNC, BAR_OR, BAR_AND, BAR_COUNT };
-enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL };
+enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_MMA, W_LDMATRIX };
 // Block barrier and warp intrinsics (simt_exec.cc): the calling fiber waits there
 // until its partners arrive; the result is computed when they all have.
 int barrier(const char *file, int line, int kind, int pred);
@@ -72,6 +72,51 @@ template <class T> inline T shfl(const char *file, int line, int kind, unsigned 
     T r;
     memcpy(&r, &out, sizeof r);
     return r;
+}
+
+// ---- tensor cores and asynchronous copies (simt_tc.cc): what kernels/cuda/k_cuda_tc.cuh
+// calls in place of the PTX instructions mma.sync, ldmatrix and cp.async. The two warp
+// instructions are warp collectives of all 32 lanes (.aligned): each lane hands in its
+// registers; mma's products are computed once the warp has arrived, ldmatrix hands
+// every lane the 32 row addresses and each lane reads its own elements (its own reads,
+// so TSan sees them).
+enum { MMA_BF16, MMA_F16, MMA_TF32 };
+struct mma_lane { const unsigned *a, *b; const float *c; float *d; };
+struct ldm_lane { const void *addr; const void *rows[32]; };
+void warp_coll(const char *file, int line, int kind, void *lane, int arg);
+int lane_id();
+void cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes);
+void cp_async_commit(const char *file, int line);
+void cp_async_wait(const char *file, int line, int n);
+
+// d = a * b + c, m16n8k16 (bf16, f16) or m16n8k8 (tf32), fp32 accumulators.
+inline void mma_sync(const char *file, int line, int kind, float d[4], const unsigned a[4], const unsigned b[2],
+                     const float c[4])
+{
+    mma_lane l = {a, b, c, d};
+    warp_coll(file, line, W_MMA, &l, kind);
+}
+
+// ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16: lanes 8i..8i+7 give the rows of
+// matrix i; lane l receives row l/4, columns 2(l%4) and 2(l%4)+1 of each (transposed:
+// rows 2(l%4) and 2(l%4)+1 of column l/4), the lower column in the low half.
+inline void ldmatrix(const char *file, int line, unsigned *r, const void *addr, int num, int trans)
+{
+    ldm_lane l;
+    l.addr = addr;
+    warp_coll(file, line, W_LDMATRIX, &l, num | trans << 4);
+    int lane = lane_id(), g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < num; i++) {
+        const unsigned char *const *rows = (const unsigned char *const *)l.rows + 8 * i;
+        if (!trans) {
+            memcpy(&r[i], rows[g] + 4 * t, 4);
+        } else {
+            unsigned short lo, hi;
+            memcpy(&lo, rows[2 * t] + 2 * g, 2);
+            memcpy(&hi, rows[2 * t + 1] + 2 * g, 2);
+            r[i] = (unsigned)lo | (unsigned)hi << 16;
+        }
+    }
 }
 } // namespace simt
 

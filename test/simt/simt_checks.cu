@@ -2,7 +2,9 @@
 // of them broken on purpose; prints what the CUDA runtime reports ("report: ...") and
 // what the kernel computed ("result: ..."). test/test_simt_checks.c runs every case
 // and asserts on the words. Built for the executor only (never by nvcc).
+#include "kernels/cuda/k_cuda_tc.cuh"
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,117 @@ __global__ void oob_shared_read(float *out)
     sh[threadIdx.x] = 1.0f;
     __syncthreads();
     out[threadIdx.x] = sh[threadIdx.x + 1]; // thread 63 reads sh[64]
+}
+
+// ---- tensor cores and cp.async (simt_tc.cc), through kernels/cuda/k_cuda_tc.cuh
+__global__ void mma_partial_warp(float *out) // launched with 48 threads: warp 1 has 16
+{
+    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    K_MMA_BF16(d, a, b);
+    out[threadIdx.x] = d[0];
+}
+
+__global__ void mma_after_exit(float *out)
+{
+    if (threadIdx.x == 7) return;
+    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    K_MMA_BF16(d, a, b);
+    out[threadIdx.x] = d[0];
+}
+
+__global__ void ldmatrix_misaligned(float *out)
+{
+    __shared__ unsigned short sh[32 * 8 + 8];
+    for (int i = threadIdx.x; i < 32 * 8 + 8; i += 32) sh[i] = (unsigned short)i;
+    __syncthreads();
+    unsigned r[4];
+    K_LDMATRIX_X4(r, sh + 1 + threadIdx.x * 8); // 2 bytes past a 16-byte boundary
+    out[threadIdx.x] = (float)r[0];
+}
+
+__global__ void ldmatrix_not_shared(float *out)
+{
+    unsigned r[4];
+    K_LDMATRIX_X4(r, out + threadIdx.x * 4); // device memory, not shared
+    out[threadIdx.x] = (float)r[0];
+}
+
+__global__ void cp_async_misaligned(float *out)
+{
+    __shared__ float sh[64];
+    K_CP_ASYNC16(sh + threadIdx.x * 4 + 1, out + threadIdx.x * 4, 16);
+    K_CP_ASYNC_COMMIT();
+    K_CP_ASYNC_WAIT(0);
+    __syncthreads();
+    out[threadIdx.x] = sh[threadIdx.x];
+}
+
+// Each thread copies one 16-byte row; the warp reads them all with ldmatrix.
+template <int WAIT, int BARRIER> __global__ void cp_async_then_ldmatrix(float *out)
+{
+    __shared__ unsigned short sh[32 * 8];
+    K_CP_ASYNC16(sh + threadIdx.x * 8, out + threadIdx.x * 4, 16);
+    K_CP_ASYNC_COMMIT();
+    if (WAIT) K_CP_ASYNC_WAIT(0);
+    if (BARRIER) __syncthreads();
+    unsigned r[4];
+    K_LDMATRIX_X4(r, sh + threadIdx.x * 8);
+    out[threadIdx.x] = (float)r[0];
+}
+
+// The fragment layouts: A (16 x 16), B (16 x 8) from shared memory through ldmatrix
+// (A as stored, B transposed from its k x n rows), one bf16 and one f16 mma, and a tf32
+// mma from registers; D written back by the PTX accumulator layout. The host compares
+// with a plain product.
+__global__ void mma_layouts(const float *in, float *out)
+{
+    __shared__ unsigned short A[16 * 16], B[16 * 8], A16[16 * 16], B16[16 * 8];
+    int l = threadIdx.x, g = l >> 2, t = l & 3;
+    for (int i = l; i < 256; i += 32) A[i] = rt_f32_to_bf16(in[i]), A16[i] = rt_f32_to_f16(in[i]);
+    for (int i = l; i < 128; i += 32) B[i] = rt_f32_to_bf16(in[256 + i]), B16[i] = rt_f32_to_f16(in[256 + i]);
+    __syncthreads();
+    unsigned a[4], b[2], a16[4], b16[2];
+    K_LDMATRIX_X4(a, A + (l & 15) * 16 + (l >> 4) * 8);   // rows of A, k halves
+    K_LDMATRIX_X2_T(b, B + (l & 15) * 8);                 // rows k of B (n contiguous), transposed
+    K_LDMATRIX_X4(a16, A16 + (l & 15) * 16 + (l >> 4) * 8);
+    K_LDMATRIX_X2_T(b16, B16 + (l & 15) * 8);
+    float d[4] = {0, 0, 0, 0}, d16[4] = {0, 0, 0, 0}, d32[4] = {0, 0, 0, 0};
+    K_MMA_BF16(d, a, b);
+    K_MMA_F16(d16, a16, b16);
+    // tf32 m16n8k8: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (t, g), b1 (t + 4, g)
+    unsigned ta[4] = {k_tf32(in[g * 16 + t]), k_tf32(in[(g + 8) * 16 + t]), k_tf32(in[g * 16 + t + 4]),
+                      k_tf32(in[(g + 8) * 16 + t + 4])};
+    unsigned tb[2] = {k_tf32(in[256 + t * 8 + g]), k_tf32(in[256 + (t + 4) * 8 + g])};
+    K_MMA_TF32(d32, ta, tb);
+    for (int e = 0; e < 4; e++) {
+        int m = g + (e >> 1) * 8, n = 2 * t + (e & 1);
+        out[m * 8 + n] = d[e], out[128 + m * 8 + n] = d16[e], out[256 + m * 8 + n] = d32[e];
+    }
+}
+
+static int check_mma_layouts(const float *in, const float *o)
+{
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = 0, s16 = 0, s32 = 0;
+            for (int k = 0; k < 16; k++) {
+                float a = in[m * 16 + k], b = in[256 + k * 8 + n];
+                s += (double)rt_bf16_to_f32(rt_f32_to_bf16(a)) * rt_bf16_to_f32(rt_f32_to_bf16(b));
+                s16 += (double)rt_f16_to_f32(rt_f32_to_f16(a)) * rt_f16_to_f32(rt_f32_to_f16(b));
+                if (k < 8) s32 += (double)__uint_as_float(k_tf32(a)) * __uint_as_float(k_tf32(b));
+            }
+            double got[3] = {o[m * 8 + n], o[128 + m * 8 + n], o[256 + m * 8 + n]}, want[3] = {s, s16, s32};
+            for (int j = 0; j < 3; j++)
+                if (fabs(got[j] - want[j]) > 1e-5 * (1 + fabs(want[j]))) {
+                    printf("result: %s D[%d][%d] is %g, the product %g\n", j == 0 ? "bf16" : j == 1 ? "f16" : "tf32",
+                           m, n, got[j], want[j]);
+                    return 1;
+                }
+        }
+    printf("result: mma layouts ok\n");
+    return 0;
 }
 
 // ---- the intrinsics, correct: their results against what CUDA specifies
@@ -207,6 +320,31 @@ int main(int argc, char **argv)
         report();
         result(d, 64);
         return 0;
+    } else if (!strcmp(c, "mma_partial_warp")) {
+        SIMT_LAUNCH(mma_partial_warp, 1, 48, 0, 0)(d);
+    } else if (!strcmp(c, "mma_after_exit")) {
+        SIMT_LAUNCH(mma_after_exit, 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "ldmatrix_misaligned")) {
+        SIMT_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "ldmatrix_not_shared")) {
+        SIMT_LAUNCH(ldmatrix_not_shared, 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "cp_async_misaligned")) {
+        SIMT_LAUNCH(cp_async_misaligned, 1, 16, 0, 0)(d);
+    } else if (!strcmp(c, "cp_async_no_wait")) {
+        SIMT_LAUNCH((cp_async_then_ldmatrix<0, 1>), 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "cp_async_no_barrier")) {
+        SIMT_LAUNCH((cp_async_then_ldmatrix<1, 0>), 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "cp_async_ok")) {
+        SIMT_LAUNCH((cp_async_then_ldmatrix<1, 1>), 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "mma_layouts")) {
+        float in[384], o[384];
+        for (int i = 0; i < 384; i++) in[i] = (float)((i * 37 % 101) - 50) / 16.0f + (float)i / 4096.0f;
+        float *din = dev(384);
+        if (cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice)) return 1;
+        SIMT_LAUNCH(mma_layouts, 1, 32, 0, 0)(din, d);
+        report();
+        if (cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return 1;
+        return check_mma_layouts(in, o);
     } else if (!strcmp(c, "intrinsics")) {
         SIMT_LAUNCH(intrinsics, 1, 64, 0, 0)((int *)d);
         report();

@@ -88,6 +88,7 @@ stk *cur_stk; // the stack running now
 thr *cur;     // the GPU thread running now (NULL: the scheduler, or an idle stack)
 [[maybe_unused]] void *sched_tsan;
 const simt::launch_rec *cur_L;
+simt::kinfo *cur_k;
 unsigned bar_round, warp_round[MAX_THREADS / 32];
 // TSan sync addresses. A block's threads acquire block_sync (the scheduler's release
 // before the block) and release exit_sync (the scheduler's acquire after it): one object
@@ -95,6 +96,7 @@ unsigned bar_round, warp_round[MAX_THREADS / 32];
 // stopped seeing a missing barrier (test simt_missing_barrier_shows).
 char bar_sync[2], warp_sync[MAX_THREADS / 32][2], block_sync, exit_sync;
 unsigned long long rng;
+std::string thread_why; // a check failed on a thread's own call (cp.async): reported at the round's end
 #if !defined(SIMT_ASAN)
 // simt.h's section of static shared arrays; the tail links after every kernel's.
 extern "C" char __start_simt_shared[] __attribute__((weak)), __stop_simt_shared[] __attribute__((weak));
@@ -257,6 +259,7 @@ extern "C" void simt_stack_main(stk *s)
             enter(t);
             TSAN_ACQUIRE(&block_sync);
             cur_L->invoke(cur_L->kernel, cur_L->args);
+            simt::tc_thread_exit(t->lin);
             TSAN_RELEASE(&exit_sync);
             t->state = T_EXIT, t->st = NULL, nexit++;
             cur = NULL;
@@ -279,7 +282,7 @@ const char *bar_name(int k)
 const char *warp_name(int k)
 {
     static const char *n[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                              "__ballot_sync", "__any_sync", "__all_sync"};
+                              "__ballot_sync", "__any_sync", "__all_sync", "mma.sync", "ldmatrix"};
     return n[k];
 }
 const char *base_name(const char *path)
@@ -322,6 +325,15 @@ int fail(char *why, size_t len, const char *fmt, ...)
 // every participant's result, then they run again.
 int complete_warp(int w, int base, unsigned m, char *why, size_t len)
 {
+    if (T[base].kind == simt::W_MMA || T[base].kind == simt::W_LDMATRIX) {
+        void *lanes[32];
+        for (int j = 0; j < 32; j++) lanes[j] = (void *)T[base + j].val;
+        if (simt::tc_complete(T[base].kind, T[base].arg, lanes, T[base].file, T[base].line, w, why, len)) return -1;
+        for (int j = 0; j < 32; j++) T[base + j].state = T_RUN;
+        nwarp -= 32;
+        warp_round[w]++;
+        return 0;
+    }
     unsigned long long bits = 0;
     for (int j = 0; j < 32; j++)
         if (m >> j & 1 && T[base + j].val) bits |= 1ull << j;
@@ -369,6 +381,15 @@ int resolve_warps(char *why, size_t len)
             if (f->state != T_WARP) continue;
             unsigned m = f->mask;
             const char *op = warp_name(f->kind), *fn = base_name(f->file);
+            if ((f->kind == simt::W_MMA || f->kind == simt::W_LDMATRIX) && lanes < 32)
+                return fail(why, len, "%s at %s:%d issued by a partial warp: warp %d has %d threads (block of %d); "
+                            ".sync.aligned needs all 32 lanes", op, fn, f->line, w, lanes, nthr);
+            if ((f->kind == simt::W_MMA || f->kind == simt::W_LDMATRIX) && thread_set(T_EXIT, NULL, 0, base,
+                                                                                       base + 32).size())
+                return fail(why, len, "%s at %s:%d issued by a partial warp: lanes %s of warp %d reach it, lanes %s "
+                            "exited; .sync.aligned needs all 32 lanes", op, fn, f->line,
+                            thread_set(T_WARP, f->file, f->line, base, base + 32).c_str(), w,
+                            thread_set(T_EXIT, NULL, 0, base, base + 32).c_str());
             if (!(m >> l & 1))
                 return fail(why, len, "%s at %s:%d: lane %d of warp %d passes mask 0x%08x, which does not name it", op,
                             fn, f->line, l, w, m);
@@ -405,6 +426,11 @@ int resolve_warps(char *why, size_t len)
 // threads exited, -1 failure.
 int resolve(char *why, size_t len)
 {
+    if (!thread_why.empty()) {
+        snprintf(why, len, "%s", thread_why.c_str());
+        thread_why.clear();
+        return -1;
+    }
     if (nexit == nthr) return 0;
     if (nwarp) {
         int r = resolve_warps(why, len);
@@ -434,6 +460,7 @@ int resolve(char *why, size_t len)
         for (int i = 0; i < nthr; i++) T[i].res = res, T[i].state = T_RUN;
         nbar = 0;
         bar_round++;
+        simt::tc_barrier_done();
         return 1;
     }
     // Lanes at a warp intrinsic wait for lanes that wait at a barrier.
@@ -532,6 +559,29 @@ unsigned long long simt::warp(const char *file, int line, int kind, unsigned mas
     return t->res;
 }
 
+void simt::warp_coll(const char *file, int line, int kind, void *lane, int arg)
+{
+    warp(file, line, kind, 0xffffffffu, (unsigned long long)(uintptr_t)lane, arg, 32);
+}
+
+int simt::lane_id()
+{
+    if (!cur) die("a warp instruction called outside a kernel");
+    return cur->lin & 31;
+}
+
+int simt::cur_lin() { return cur ? cur->lin : -1; }
+unsigned simt::barrier_round() { return bar_round; }
+simt::kinfo *simt::running_kinfo() { return cur_k; }
+
+void simt::thread_fail(const std::string &what)
+{
+    if (!thread_why.empty()) return; // the first one
+    char b[128];
+    snprintf(b, sizeof b, " (thread %d)", cur ? cur->lin : -1);
+    thread_why = what + b;
+}
+
 unsigned simt::activemask()
 {
     thr *t = cur;
@@ -548,6 +598,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
 {
     std::lock_guard<std::mutex> g(dev_mu);
     kinfo *k = info_of(L->kernel);
+    cur_k = k;
     int mode = sched_order();
     grid_dim = L->c.grid, block_dim = L->c.block;
     nthr = (int)(block_dim.x * block_dim.y * block_dim.z);
@@ -591,6 +642,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
             memset(__start_simt_shared, 0xff, (size_t)(__stop_simt_shared - __start_simt_shared));
 #endif
         TSAN_RELEASE(&block_sync);
+        simt::tc_block_start(nthr);
         char what[768];
         if (run_block(mode, what, sizeof what)) {
             snprintf(why, len, "%s (launched at %s:%d) block (%u,%u,%u) of grid (%u,%u,%u), %d threads: %s",

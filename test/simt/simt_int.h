@@ -44,6 +44,20 @@ int mem_kind(const void *p, size_t bytes);
 int guard_hit(const void *p, const void **base, size_t *bytes);
 // The running kernel's description for a fault report ("" outside kernels).
 const char *running_where();
+// Tensor cores and cp.async (simt_tc.cc) as seen by the scheduler (simt_exec.cc): a warp
+// collective (W_MMA, W_LDMATRIX) whose 32 lanes arrived, with each lane's registers
+// (0, or -1 with the failure in why); the hooks at block start, thread exit and barrier.
+int tc_complete(int kind, int arg, void *const lanes[32], const char *file, int line, int warp, char *why,
+                size_t len);
+void tc_block_start(int nthr);
+void tc_thread_exit(int lin);
+void tc_barrier_done();
+// The running thread (-1: none), barrier rounds completed in this block, the running
+// kernel; a check that fails on a thread's own call (reported when the round ends).
+int cur_lin();
+unsigned barrier_round();
+kinfo *running_kinfo();
+void thread_fail(const std::string &what);
 // Environment: the thread order (0 forward, 1 reversed, 2 random) and its seed.
 int sched_order();
 unsigned long long sched_seed();

@@ -1,0 +1,90 @@
+// Tensor-core building blocks (sm_80 and newer): mma.sync, ldmatrix and cp.async.
+// Under nvcc they are the PTX instructions (inline asm); built for the SIMT executor
+// they are its emulation (test/simt/simt_tc.cc), which checks their use: partial warps,
+// misaligned or non-shared addresses, a cp.async destination read before its
+// wait_group or before the __syncthreads that follows it. Macros, so that a report
+// names the kernel's line.
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 / m16n8k8"): a[4], b[2]
+// 32-bit registers holding two 16-bit elements (bf16, f16) or one tf32 each; d[4]
+// fp32 accumulators, rows lane/4 and lane/4 + 8, columns 2(lane%4) and +1.
+#pragma once
+#include "kernels/cuda/k_cuda_common.cuh"
+
+#ifdef DDPRT_SIMT
+#define K_MMA_BF16(d, a, b) simt::mma_sync(__FILE__, __LINE__, simt::MMA_BF16, d, a, b, d)
+#define K_MMA_F16(d, a, b) simt::mma_sync(__FILE__, __LINE__, simt::MMA_F16, d, a, b, d)
+#define K_MMA_TF32(d, a, b) simt::mma_sync(__FILE__, __LINE__, simt::MMA_TF32, d, a, b, d)
+#define K_LDMATRIX_X4(r, p) simt::ldmatrix(__FILE__, __LINE__, r, p, 4, 0)
+#define K_LDMATRIX_X4_T(r, p) simt::ldmatrix(__FILE__, __LINE__, r, p, 4, 1)
+#define K_LDMATRIX_X2(r, p) simt::ldmatrix(__FILE__, __LINE__, r, p, 2, 0)
+#define K_LDMATRIX_X2_T(r, p) simt::ldmatrix(__FILE__, __LINE__, r, p, 2, 1)
+// 16 bytes from global to shared; only the first src_bytes read, the rest zero-filled.
+#define K_CP_ASYNC16(dst, src, src_bytes) simt::cp_async(__FILE__, __LINE__, dst, src, 16, src_bytes)
+#define K_CP_ASYNC_COMMIT() simt::cp_async_commit(__FILE__, __LINE__)
+#define K_CP_ASYNC_WAIT(n) simt::cp_async_wait(__FILE__, __LINE__, n)
+#else
+__device__ __forceinline__ unsigned k_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+#define K_MMA_16816_(ty)                                                                                           \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "          \
+                 "{%8,%9}, {%0,%1,%2,%3};"                                                                         \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+__device__ __forceinline__ void k_mma_bf16(float d[4], const unsigned a[4], const unsigned b[2]) { K_MMA_16816_("bf16"); }
+__device__ __forceinline__ void k_mma_f16(float d[4], const unsigned a[4], const unsigned b[2]) { K_MMA_16816_("f16"); }
+__device__ __forceinline__ void k_mma_tf32(float d[4], const unsigned a[4], const unsigned b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#define K_LDMATRIX_(n, tr, ...)                                                                                    \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x" #n tr ".shared.b16 " __VA_ARGS__)
+__device__ __forceinline__ void k_ldm_x4(unsigned r[4], const void *p)
+{
+    K_LDMATRIX_(4, "", "{%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(k_smem_addr(p)));
+}
+__device__ __forceinline__ void k_ldm_x4_t(unsigned r[4], const void *p)
+{
+    K_LDMATRIX_(4, ".trans", "{%0,%1,%2,%3}, [%4];"
+                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(k_smem_addr(p)));
+}
+__device__ __forceinline__ void k_ldm_x2(unsigned r[2], const void *p)
+{
+    K_LDMATRIX_(2, "", "{%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(k_smem_addr(p)));
+}
+__device__ __forceinline__ void k_ldm_x2_t(unsigned r[2], const void *p)
+{
+    K_LDMATRIX_(2, ".trans", "{%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(k_smem_addr(p)));
+}
+__device__ __forceinline__ void k_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(k_smem_addr(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+template <int N> __device__ __forceinline__ void k_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#define K_MMA_BF16(d, a, b) k_mma_bf16(d, a, b)
+#define K_MMA_F16(d, a, b) k_mma_f16(d, a, b)
+#define K_MMA_TF32(d, a, b) k_mma_tf32(d, a, b)
+#define K_LDMATRIX_X4(r, p) k_ldm_x4(r, p)
+#define K_LDMATRIX_X4_T(r, p) k_ldm_x4_t(r, p)
+#define K_LDMATRIX_X2(r, p) k_ldm_x2(r, p)
+#define K_LDMATRIX_X2_T(r, p) k_ldm_x2_t(r, p)
+#define K_CP_ASYNC16(dst, src, src_bytes) k_cp_async16(dst, src, src_bytes)
+#define K_CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define K_CP_ASYNC_WAIT(n) k_cp_async_wait<n>()
+#endif
+
+// fp32 -> tf32 as the tensor cores take it (round to nearest, ties away: cvt.rna),
+// the same bits on both builds.
+__device__ __forceinline__ unsigned k_tf32(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u; // inf, NaN as they are
+    return (u + 0x1000u) & 0xffffe000u;
+}

@@ -211,7 +211,7 @@ typedef struct nn_node {
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
  * parameters, gradients, optimizer state and other ops stay fp32. */
-enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1 };
+enum { NN_AMP_NONE = 0, NN_AMP_BF16 = 1, NN_AMP_FP16 = 2 }; /* = NN_SET_AMP_* */
 enum { NN_FOLD_MAXT = 1, NN_FOLD_RELU = 2 }; /* nn_node.folded */
 
 /* A rectifier fused after a BN (NN_RECT_MASK_SOURCE): its backward is the BN's. */

@@ -16,9 +16,9 @@ static int check_device(const nn_settings *s, const nn_opts *o, char *err, size_
         return -1;
     }
     if (s->device != NN_DEVICE_CUDA) return 0;
-    if (s->amp != NN_SET_AMP_NONE) {
-        snprintf(err, errlen, "--amp %s: mixed precision on --device cuda is not implemented yet (CPU: --amp bf16)",
-                 o->amp);
+    if (s->amp == NN_SET_AMP_FP16) {
+        snprintf(err, errlen, "--amp fp16 on --device cuda: the tensor cores take f16, but dynamic loss scaling "
+                 "(PyTorch's GradScaler) is not implemented yet; use --amp bf16");
         return -1;
     }
     if (o->conv_algo && strcmp(o->conv_algo, "auto")) {
@@ -61,7 +61,8 @@ int nn_settings_apply(const nn_settings *s, char *err, size_t errlen)
 
 void nn_settings_describe(const nn_settings *s, char *buf, size_t len)
 {
-    int amp_bf16 = s->amp == NN_SET_AMP_BF16 && s->device == NN_DEVICE_CPU;
+    int amp_bf16 = s->amp == NN_SET_AMP_BF16;
     snprintf(buf, len, "%d thread(s) per rank, %s kernels%s", k_threads(), rt_isa_name(s->k.isa),
-             amp_bf16 ? ", amp bf16" : k_f32_matmul_high() ? ", fp32 matmuls in bf16x3 (AMX)" : "");
+             amp_bf16 ? (s->device == NN_DEVICE_CUDA ? ", amp bf16 (tensor cores)" : ", amp bf16")
+             : k_f32_matmul_high() ? ", fp32 matmuls in bf16x3 (AMX)" : "");
 }

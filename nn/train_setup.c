@@ -60,7 +60,8 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     }
     if (nn_model_build(&t->g, t->nodes, t->pmeta, t->bmeta, &t->mc, err, errlen)) return -1;
     if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
-    t->g.amp = o->amp && !strcmp(o->amp, "bf16") ? NN_AMP_BF16 : NN_AMP_NONE;
+    _Static_assert((int)NN_AMP_BF16 == (int)NN_SET_AMP_BF16 && (int)NN_AMP_FP16 == (int)NN_SET_AMP_FP16, "one numbering");
+    t->g.amp = t->set.amp;
     t->g.recompute_macs = o->recompute_macs;
     /* A quarter of this rank's share of the host's memory: the rest for data, parameters
      * and whatever else the machine runs. */
@@ -119,7 +120,10 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
     /* what of the settings the device path honours (nn_settings_build refused the rest) */
     if (t->cuda && t->rank == 0)
         rt_info("--device cuda: %d thread(s) per rank and the %s kernels serve the host's work (data, checkpoints, "
-                "--check-sync); the device runs its own fp32 kernels", t->set.k.threads, rt_isa_name(t->set.k.isa));
+                "--check-sync); the device runs its own %s", t->set.k.threads, rt_isa_name(t->set.k.isa),
+                t->set.amp == NN_SET_AMP_BF16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with bf16 "
+                "operands (fp32 accumulation and master weights); attention, the norms, softmax and the loss in fp32"
+                : "fp32 kernels");
     return 0;
 }
 

@@ -156,11 +156,11 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
              b ? b : "build");
     int rc = t_sh(cmd, o, sizeof o);
     CHECKF(rc == 0, "exit %d:\n%s", rc, o);
-    CHECKF(strstr(o, "| tensor-core GEMM: wrong A fragment rows in ldmatrix | k_cuda_tc_gemm.cu | only the comparison"),
+    CHECKF(strstr(o, "| tensor-core GEMM: wrong A fragment rows in ldmatrix | k_cuda_tc_gemm.cuh | only the comparison"),
            "%s", o);
-    CHECKF(strstr(o, "| tensor-core GEMM: cp.async.wait_group removed | k_cuda_tc_gemm.cu | simt: ") &&
+    CHECKF(strstr(o, "| tensor-core GEMM: cp.async.wait_group removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "before that thread's cp.async.wait_group covered it"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cu | simt: ") &&
+    CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
 }
 

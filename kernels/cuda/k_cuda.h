@@ -92,11 +92,15 @@ int k_cuda_rand_uniform(size_t n, uint64_t seed, uint64_t offset, float *out, po
 int k_cuda_reduce_sum(void *dst, const void *a, const void *b, size_t n, int dt, port_stream s);
 /* x[i] *= f (AVG after SUM), f32 only. */
 int k_cuda_scale(size_t n, float f, float *x, port_stream s);
-/* The tensor-core GEMM (sm_80 and newer; kernels/cuda/k_cuda_tc_gemm.cu): mma.sync on
- * bf16 or f16 operands, fp32 accumulation, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n)
- * (+ bias[n], then ReLU when relu). A(m,k) = a[m*lda + k] when a_kfast, else a[k*lda + m];
+/* The precision of conv's and linear's products on the device: fp32 on the CUDA cores,
+ * or the tensor cores (sm_80 and newer) with operands rounded to bf16 / f16 as the CPU's
+ * --amp bf16 rounds them (x, w, dy; rt/half.h) and fp32 accumulation. */
+enum { K_CUDA_MM_FP32, K_CUDA_MM_BF16, K_CUDA_MM_F16 };
+
+/* The tensor-core GEMM on 16-bit arrays (kernels/cuda/k_cuda_tc_gemm.cu): mma.sync,
+ * type K_CUDA_MM_BF16 or _F16, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n) (+ bias[n],
+ * then ReLU when relu). A(m,k) = a[m*lda + k] when a_kfast, else a[k*lda + m];
  * B(k,n) = b[n*ldb + k] when b_kfast, else b[k*ldb + n]. Any m, n, k >= 1. */
-enum { K_TC_BF16, K_TC_F16 };
 typedef struct {
     int type, m, n, k;
     const uint16_t *a, *b;
@@ -106,6 +110,15 @@ typedef struct {
     const float *bias;
 } k_tc_gemm;
 int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s);
+/* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32. */
+int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
+                         void *ws, port_stream s);
+int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, void *ws, port_stream s);
+int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                         void *ws, port_stream s);
+int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, void *ws, port_stream s);
 int k_cuda_f32_to_f16(size_t n, const float *x, uint16_t *y, port_stream s);
 int k_cuda_f16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
 int k_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, port_stream s);
@@ -183,6 +196,11 @@ int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w,
                          port_stream s);
 int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, void *ws, port_stream s);
+/* At a precision (K_CUDA_MM_*), as conv and linear. */
+int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                            void *ws, port_stream s);
+int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *db, void *ws, port_stream s);
 /* Causal attention with an online softmax: lse[b, h, t] kept, the probabilities
  * recomputed in backward (workspace: k_cuda_attention_workspace bytes). Tiled (32-row
  * tiles through shared memory, a warp per 4 rows: k_cuda_attn.cu); heads above 64 pass

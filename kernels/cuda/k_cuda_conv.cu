@@ -9,7 +9,7 @@
 //   bias grad:    db[k]         = sum_{n,p,q} dy[n,k,p,q]
 // The input gradient is a gather, not a scatter: each dx element is written once, in a
 // fixed order, with no atomics.
-#include "kernels/cuda/k_cuda_gemm.cuh"
+#include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include <stdio.h>
 
 namespace {
@@ -184,18 +184,30 @@ size_t k_cuda_conv2d_workspace(const k_conv_shape *sh)
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
 {
+    return k_cuda_conv2d_fwd_mm(K_CUDA_MM_FP32, sh, x, w, b, y, ws, s);
+}
+
+int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s)
+{
+    return k_cuda_conv2d_bwd_mm(K_CUDA_MM_FP32, sh, x, w, dy, dx, dw, db, ws, s);
+}
+
+int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
+                         void *ws, port_stream s)
+{
     Geo g = geo(sh);
     char shp[160];
     shape_str(sh, shp, sizeof shp);
     FwdA a = {w, g.C * g.RS()};
     FwdB bb = {g, x};
     FwdStore st = {g, b, y};
-    return k_cuda_gemm("k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
+    return k_cuda_gemm_mm(mm, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
                        (cudaStream_t)s);
 }
 
-int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *db, void *ws, port_stream s)
+int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     Geo g = geo(sh);
     cudaStream_t cs = (cudaStream_t)s;
@@ -205,13 +217,13 @@ int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, co
         DxA a = {g, w};
         DxB b = {g, dy};
         DxStore st = {g, dx};
-        if (k_cuda_gemm("k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
+        if (k_cuda_gemm_mm(mm, "k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
             return -1;
     }
     DwA a = {g, dy};
     DwB b = {g, x};
     DwStore st = {dw, g.C * g.RS()};
-    if (k_cuda_gemm("k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
+    if (k_cuda_gemm_mm(mm, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
         return -1;
     if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
     K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db);

@@ -3,7 +3,7 @@
 //   input grad:   dx[n,in]  = dy[n,out] @ w[out,in]
 //   weight grad:  dw[out,in] = dy^T[out,n] @ x[n,in]   (split-K over the batch)
 //   bias grad:    db[out]   = column sums of dy, rows added in order (as the CPU)
-#include "kernels/cuda/k_cuda_gemm.cuh"
+#include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include <stdio.h>
 
 namespace {
@@ -39,16 +39,28 @@ size_t k_cuda_linear_workspace(int n, int in, int out)
 int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
 {
+    return k_cuda_linear_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, b, y, ws, s);
+}
+
+int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                      float *dw, float *db, void *ws, port_stream s)
+{
+    return k_cuda_linear_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, dy, dx, dw, db, ws, s);
+}
+
+int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                         void *ws, port_stream s)
+{
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     KgRowA a = {x, in};
     KgColB bb = {w, in};
     StoreBias st = {y, b, out};
-    return k_cuda_gemm("k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    return k_cuda_gemm_mm(mm, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
 
-int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
-                      float *dw, float *db, void *ws, port_stream s)
+int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
@@ -57,12 +69,12 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (k_cuda_gemm("k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (k_cuda_gemm_mm(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
     KgColA a = {dy, out};
     KgRowB b = {x, in};
     Store st = {dw, in};
-    if (k_cuda_gemm("k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+    if (k_cuda_gemm_mm(mm, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
     if (!db) return 0; // no bias
     K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);
     return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);

@@ -4,7 +4,7 @@
 // Launched with K_LAUNCH (nvcc on a GPU, the SIMT executor in make test). No atomics:
 // every sum has one owner and a fixed order (the same bits on every run and GPU).
 // GELU is the CPU's bit for bit (both are kernels/k_math.h's k_gelu); the rest matches the CPU to rounding (sums in another order).
-#include "kernels/cuda/k_cuda_gemm.cuh"
+#include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "kernels/k_math.h"
 #include "kernels/k_tfm.h"
 #include <stdio.h>
@@ -306,16 +306,28 @@ size_t k_cuda_conv1d_hf_workspace(int n, int in, int out)
 int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws,
                          port_stream s)
 {
+    return k_cuda_conv1d_hf_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, b, y, ws, s);
+}
+
+int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
+                         float *dw, float *db, void *ws, port_stream s)
+{
+    return k_cuda_conv1d_hf_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, dy, dx, dw, db, ws, s);
+}
+
+int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
+                            void *ws, port_stream s)
+{
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     KgRowA a = {x, in};
     KgRowB bb = {w, out};
     Put st = {y, b, out, 0};
-    return k_cuda_gemm("k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    return k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
 
-int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
-                         float *dw, float *db, void *ws, port_stream s)
+int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
@@ -324,13 +336,13 @@ int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w,
         KgRowA a = {dy, out};
         KgColB b = {w, out};
         Put st = {dx, NULL, in, 0};
-        if (k_cuda_gemm("k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
         KgColA a = {x, in};
         KgRowB b = {dy, out};
         Put st = {dw, NULL, out, 0};
-        if (k_cuda_gemm("k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs)) return -1;
+        if (k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs)) return -1;
     }
     if (!db) return 0;
     DyCols f = {dy, out};

@@ -15,6 +15,12 @@
 #if DDPRT_CUDA
 #include "kernels/cuda/k_cuda.h"
 #define NN_CUDA_ONLY(...) __VA_ARGS__
+/* The device products' precision for the graph's --amp (K_CUDA_MM_*: the tensor cores
+ * under bf16 / fp16, the same operands the CPU's --amp rounds). */
+static inline int nn_cuda_mm(const nn_graph *g)
+{
+    return g->amp == NN_AMP_BF16 ? K_CUDA_MM_BF16 : g->amp == NN_AMP_FP16 ? K_CUDA_MM_F16 : K_CUDA_MM_FP32;
+}
 #else
 #define NN_CUDA_ONLY(...)
 #endif

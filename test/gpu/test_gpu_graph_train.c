@@ -104,6 +104,20 @@ TEST(gpu_train_gpt_adamw_and_resnet20_adam_match_cpu)
     model_vs_cpu_opt("--model resnet20", "", 0, "--optimizer adam --lr 1e-3 --weight-decay 1e-4");
 }
 
+/* --amp bf16 on the device: conv, linear and GPT's Conv1D on the tensor cores with the
+ * operands the CPU's --amp bf16 rounds; 2 processes (the gradients allreduced as on the
+ * CPU), LeNet's and ResNet-20's convs, TextCNN's, and a GPT (whose attention stays fp32
+ * on the device: within the same tolerance at this size). */
+TEST(gpu_amp_bf16_2_processes_match_cpu)
+{
+    char launch[512], model[700];
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    model_vs_cpu_opt("--model resnet20", launch, 0, "--amp bf16");
+    model_vs_cpu_opt("--model lenet", launch, 0, "--amp bf16");
+    model_vs_cpu_opt("--model textcnn", "", 0, "--amp bf16");
+    model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--amp bf16");
+}
+
 TEST(gpu_ddp_resnet20_2_processes_share_gpu)
 {
     char launch[512];

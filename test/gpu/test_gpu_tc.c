@@ -11,8 +11,8 @@
 #include "rt/half.h"
 #include <math.h>
 
-static uint16_t to16(int type, float f) { return type == K_TC_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
-static float from16(int type, uint16_t h) { return type == K_TC_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
+static uint16_t to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
+static float from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
 
 /* One product: A m x k and B k x n in the layouts asked, lda/ldb padded by `pad`
  * elements (a pad that is not a multiple of 8 takes the kernel's unaligned path). */
@@ -54,7 +54,7 @@ static void tc_case(int type, int m, int n, int k, int ak, int bk, int pad, int 
         if (e / (mag[i] + 1e-30) > worst) worst = e / (mag[i] + 1e-30);
     }
     CHECKF(!bad, "%s m=%d n=%d k=%d a %s b %s pad %d bias %d relu %d: %zu of %zu outside the bound, first [%zu][%zu] "
-           "= %.9g, reference %.9g", type == K_TC_BF16 ? "bf16" : "f16", m, n, k, ak ? "k-fast" : "m-fast",
+           "= %.9g, reference %.9g", type == K_CUDA_MM_BF16 ? "bf16" : "f16", m, n, k, ak ? "k-fast" : "m-fast",
            bk ? "k-fast" : "n-fast", pad, bias, relu, bad, nc, first / n, first % n, c[first], ref[first]);
     (void)worst;
     port_dev_free(ga), port_dev_free(gb), port_dev_free(gc);
@@ -68,7 +68,7 @@ static void tc_case(int type, int m, int n, int k, int ak, int bk, int pad, int 
 TEST(gpu_tc_gemm_layouts_odd_shapes)
 {
     static const int shapes[][3] = {{1, 1, 1}, {17, 9, 23}, {64, 64, 32}, {70, 130, 45}, {33, 100, 200}};
-    for (int type = K_TC_BF16; type <= K_TC_F16; type++)
+    for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
         for (int ak = 0; ak < 2; ak++)
             for (int bk = 0; bk < 2; bk++)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -81,6 +81,126 @@ TEST(gpu_tc_gemm_layouts_odd_shapes)
 /* The 128x128 tile (64 or more output tiles), the 3-stage pipeline over many slices. */
 TEST(gpu_tc_gemm_big_tile_pipeline)
 {
-    tc_case(K_TC_BF16, 1030, G_BIG(1100, 1030), 70, 1, 1, 0, 1, 0);
-    tc_case(K_TC_F16, 1024, 1024, G_BIG(512, 96), 0, 0, 0, 0, 1);
+    tc_case(K_CUDA_MM_BF16, 1030, G_BIG(1100, 1030), 70, 1, 1, 0, 1, 0);
+    tc_case(K_CUDA_MM_F16, 1024, 1024, G_BIG(512, 96), 0, 0, 0, 0, 1);
+}
+
+/* conv and linear on the tensor cores against the CPU at the same precision: bf16 the
+ * CPU's --amp bf16 kernels; f16 the fp32 kernels on f16-rounded x, w, dy (the same
+ * operands). Both sides hold the same rounded operands and accumulate in fp32, in
+ * different orders: the bound is the fp32 GEMMs' (relative to the largest value). */
+#define MM_TOL 2e-4
+
+static float *round_copy(int mm, const float *x, size_t n)
+{
+    float *y = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) y[i] = mm == K_CUDA_MM_F16 ? rt_f16_to_f32(rt_f32_to_f16(x[i])) : x[i];
+    return y;
+}
+
+static void mm_check(const char *what, int mm, float *const *gpu, float *const *cpu, const size_t *n, int k)
+{
+    static const char *names[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < k; i++) {
+        if (!cpu[i]) continue;
+        double e = g_relerr(g_result(gpu[i], n[i]), cpu[i], n[i]);
+        CHECKF(e < MM_TOL, "%s %s: %s rel err %.3g", mm == K_CUDA_MM_BF16 ? "bf16" : "f16", what, names[i], e);
+    }
+}
+
+static void linear_mm_case(int mm, int n, int in, int out)
+{
+    g_init();
+    size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
+    float *x0 = g_rand(nx, 5), *w0 = g_rand(nw, 6), *b = g_rand(out, 7), *dy0 = g_rand(ny, 8);
+    float *x = round_copy(mm, x0, nx), *w = round_copy(mm, w0, nw), *dy = round_copy(mm, dy0, ny);
+    float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(out * 4);
+    if (mm == K_CUDA_MM_BF16) {
+        void *ws = malloc(k_linear_bf16_workspace(n, in, out) + 64);
+        k_linear_fwd_bf16(n, in, out, x, w, b, y, ws);
+        k_linear_bwd_bf16(n, in, out, x, w, dy, dx, dw, db, ws);
+        free(ws);
+    } else {
+        k_linear_fwd(n, in, out, x, w, b, y);
+        k_linear_bwd(n, in, out, x, w, dy, dx, dw, db);
+        float *t = malloc(nw * 4);
+        k_linear_bwd(n, in, out, x, w, dy0, NULL, t, db); /* the bias gradient: of dy as it is */
+        free(t);
+    }
+    float *gx = g_up(x0, nx * 4), *gw = g_up(w0, nw * 4), *gb = g_up(b, out * 4), *gdy = g_up(dy0, ny * 4);
+    float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = g_dev(out * 4);
+    void *ws = g_dev(k_cuda_linear_workspace(n, in, out) + 64);
+    g_need(k_cuda_linear_fwd_mm(mm, n, in, out, gx, gw, gb, gy, ws, NULL) == 0, "linear fwd");
+    g_need(k_cuda_linear_bwd_mm(mm, n, in, out, gx, gw, gdy, gdx, gdw, gdb, ws, NULL) == 0, "linear bwd");
+    char what[64];
+    snprintf(what, sizeof what, "linear n=%d in=%d out=%d", n, in, out);
+    float *gpu[] = {gy, gdx, gdw, gdb}, *cpu[] = {y, dx, dw, db};
+    size_t cnt[] = {ny, nx, nw, (size_t)out};
+    mm_check(what, mm, gpu, cpu, cnt, 4);
+    port_dev_free(gx), port_dev_free(gw), port_dev_free(gb), port_dev_free(gdy), port_dev_free(gy);
+    port_dev_free(gdx), port_dev_free(gdw), port_dev_free(gdb), port_dev_free(ws);
+    free(x0), free(w0), free(b), free(dy0), free(x), free(w), free(dy), free(y), free(dx), free(dw), free(db);
+}
+
+static void conv_mm_case(int mm, const int *d)
+{
+    g_init();
+    k_conv_shape sh = {.n = d[0], .c = d[1], .h = d[2], .w = d[3], .k = d[4], .r = d[5], .s = d[6], .stride = d[7],
+                       .pad = d[8]};
+    k_conv_shape_init(&sh);
+    size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+    size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+    float *x0 = g_rand(nx, 1), *w0 = g_rand(nw, 2), *b = g_rand(sh.k, 3), *dy0 = g_rand(ny, 4);
+    float *x = round_copy(mm, x0, nx), *w = round_copy(mm, w0, nw), *dy = round_copy(mm, dy0, ny);
+    float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(sh.k * 4);
+    if (mm == K_CUDA_MM_BF16) {
+        void *ws = aligned_alloc(64, (k_conv2d_bf16_workspace(&sh) + 64) / 64 * 64);
+        k_conv2d_fwd_bf16(&sh, x, w, b, y, ws);
+        k_conv2d_bwd_bf16(&sh, x, w, dy, dx, dw, db, ws);
+        free(ws);
+    } else {
+        void *ws = aligned_alloc(64, (k_conv2d_workspace(&sh) + 64) / 64 * 64);
+        k_conv2d_fwd(&sh, x, w, b, y, ws);
+        k_conv2d_bwd(&sh, x, w, dy, dx, dw, db, ws);
+        float *t = malloc(nw * 4);
+        k_conv2d_bwd(&sh, x, w, dy0, NULL, t, db, ws); /* the bias gradient: of dy as it is */
+        free(t), free(ws);
+    }
+    float *gx = g_up(x0, nx * 4), *gw = g_up(w0, nw * 4), *gb = g_up(b, sh.k * 4), *gdy = g_up(dy0, ny * 4);
+    float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = g_dev(sh.k * 4);
+    void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
+    g_need(k_cuda_conv2d_fwd_mm(mm, &sh, gx, gw, gb, gy, ws, NULL) == 0, "conv fwd");
+    g_need(k_cuda_conv2d_bwd_mm(mm, &sh, gx, gw, gdy, gdx, gdw, gdb, ws, NULL) == 0, "conv bwd");
+    char what[96];
+    snprintf(what, sizeof what, "conv n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d", d[0], d[1], d[2], d[3], d[4], d[5],
+             d[6], d[7], d[8]);
+    float *gpu[] = {gy, gdx, gdw, gdb}, *cpu[] = {y, dx, dw, db};
+    size_t cnt[] = {ny, nx, nw, (size_t)sh.k};
+    mm_check(what, mm, gpu, cpu, cnt, 4);
+    port_dev_free(gx), port_dev_free(gw), port_dev_free(gb), port_dev_free(gdy), port_dev_free(gy);
+    port_dev_free(gdx), port_dev_free(gdw), port_dev_free(gdb), port_dev_free(ws);
+    free(x0), free(w0), free(b), free(dy0), free(x), free(w), free(dy), free(y), free(dx), free(dw), free(db);
+}
+
+/* Linear: LeNet's and odd shapes, a split-K weight gradient (n = 1000). */
+TEST(gpu_tc_linear_matches_cpu_amp)
+{
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++) {
+        linear_mm_case(mm, 64, 320, 50);
+        linear_mm_case(mm, 7, 33, 65);
+        linear_mm_case(mm, 1000, 50, 10);
+        linear_mm_case(mm, G_BIG(256, 40), G_BIG(1024, 136), 130);
+    }
+}
+
+/* conv: LeNet, ResNet-like 3x3 (stride 1 and 2), 1x1 stride 2, odd planes and a 7x7
+ * stride-2 stem; the weight gradients split over k. */
+TEST(gpu_tc_conv_matches_cpu_amp)
+{
+    static const int convs[][9] = {{8, 1, 28, 28, 10, 5, 5, 1, 0},  {7, 10, 12, 12, 20, 5, 5, 1, 0},
+                                   {2, 16, 14, 14, 32, 3, 3, 1, 1}, {2, 16, 15, 15, 24, 3, 3, 2, 1},
+                                   {2, 16, 9, 9, 130, 3, 3, 1, 1},  {2, 8, 15, 15, 16, 1, 1, 2, 0},
+                                   {1, 3, 32, 32, 16, 7, 7, 2, 3}};
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++)
+        for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
 }

@@ -22,9 +22,9 @@ bugs=(
 "bounds guard of the linear bias gradient removed|k_cuda_linear.cu|s/    if \(o >= out\) return;\n//|gpu_linear_shapes|forward"
 "block sum reads past its shared array|k_cuda_common.cuh|s/for \(int w = K_CUDA_THREADS \/ 2; w > 0; w >>= 1\)/for (int w = K_CUDA_THREADS; w > 0; w >>= 1)/|gpu_log_softmax|forward"
 "final barrier of the BatchNorm block sum removed|k_cuda_bn.cu|s/(    double r = sh\[0\];\n)    __syncthreads\(\);\n/\$1/|gpu_batchnorm_resnet|forward"
-"tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cu|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward"
-"tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cu|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward"
-"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cu|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)        __syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cuh|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)        __syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

@@ -1,0 +1,232 @@
+// The tensor-core GEMM (sm_80 path: mma.sync m16n8k16) behind conv, linear and the raw
+// entry k_cuda_tc_gemm: C[m][n] = sum_k A(m,k) B(k,n) with bf16 or f16 operands and fp32
+// accumulation, written through the same epilogue functors as the fp32 SGEMM
+// (k_cuda_gemm.cuh) - bias, NCHW scatter, split-K partials - so conv and linear switch
+// precision by the call, not by their code.
+//
+// Operands come two ways. 16-bit arrays (TcRawK / TcRawMN) are copied into shared memory
+// by cp.async, 16 bytes at a time, when their rows are 16-byte aligned. Any other loader
+// is the fp32 SGEMM's functor (the im2col gathers of an implicit-GEMM convolution, a
+// transposed view): its values are read, rounded to bf16 (f16) exactly as the CPU's --amp
+// bf16 rounds them (rt/half.h) and stored; no converted copy exists in memory.
+//
+// Block: 256 threads, 8 warps as 2 (M) x 4 (N), a BM x BN tile (128x128 or 64x64, as
+// the SGEMM picks); k in 32-deep slices through a 3-stage pipeline in static shared
+// memory (48 KiB at 128x128). Each warp loads its fragments with ldmatrix (.trans for
+// the M/N-contiguous operands) from XOR-swizzled tiles: the 8 rows one ldmatrix phase
+// reads lie in 8 different 16-byte bank groups. Rows or k past the matrix are zero.
+#pragma once
+#include "kernels/cuda/k_cuda_gemm.cuh"
+#include "kernels/cuda/k_cuda_tc.cuh"
+#include <type_traits>
+
+#define TC_BK 32
+#define TC_STAGES 3
+#define TC_THREADS 256
+
+namespace {
+// 16-bit operands in memory: A(m,k) / B(k,n) at p[i * ld + k] (K) or p[k * ld + i] (MN).
+struct TcRaw {
+    const unsigned short *p;
+    int ld, vec; // vec: rows 16-byte aligned, copied by cp.async
+};
+struct TcRawK : TcRaw { static constexpr bool k_fast = true; };
+struct TcRawMN : TcRaw { static constexpr bool k_fast = false; };
+
+// Element offset of 16-byte chunk c of row r. K-contiguous tile: R rows of 32 (four
+// chunks, 64 bytes); M/N-contiguous tile: 32 rows (k) of R.
+template <int R, bool KF> __device__ __forceinline__ int tc_off(int r, int c)
+{
+    if (KF) return r * TC_BK + ((c ^ ((r >> 1) & 3)) << 3);
+    return r * R + ((c ^ (r & 7)) << 3);
+}
+
+struct alignas(16) TcChunk {
+    unsigned w[4];
+};
+
+template <int TY> __device__ __forceinline__ unsigned short tc_round(float f)
+{
+    return TY == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f);
+}
+
+// Slice [k0, min(k0 + 32, kend)) of the operand's rows [r0, r0 + R) into a tile. IS_B:
+// the loader is indexed (k, row) as the SGEMM's B loaders are.
+template <int R, bool IS_B, int TY, class L>
+__device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int rows, int r0, int kend, int k0)
+{
+    constexpr bool KF = L::k_fast, RAW = std::is_base_of<TcRaw, L>::value;
+    constexpr int CH = R * TC_BK / 8;
+#pragma unroll
+    for (int q = threadIdx.x; q < CH; q += TC_THREADS) {
+        int valid, dst, r, k;
+        if (KF) {
+            int c = q & 3;
+            r = r0 + (q >> 2), k = k0 + c * 8;
+            valid = r < rows ? min(8, kend - k) : 0;
+            dst = tc_off<R, true>(q >> 2, c);
+        } else {
+            int kr = q / (R / 8), c = q % (R / 8);
+            r = r0 + c * 8, k = k0 + kr;
+            valid = k < kend ? min(8, rows - r) : 0;
+            dst = tc_off<R, false>(kr, c);
+        }
+        valid = max(valid, 0);
+        unsigned short v[8];
+        if constexpr (RAW) {
+            const unsigned short *src = KF ? l.p + (size_t)r * l.ld + k : l.p + (size_t)k * l.ld + r;
+            if (l.vec) {
+                K_CP_ASYNC16(tile + dst, valid ? src : l.p, valid * 2);
+                continue;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = e < valid ? src[e] : (unsigned short)0;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                int rr = KF ? r : r + e, kk = KF ? k + e : k;
+                v[e] = e < valid ? tc_round<TY>(IS_B ? l(kk, rr) : l(rr, kk)) : (unsigned short)0;
+            }
+        }
+        TcChunk ch;
+#pragma unroll
+        for (int e = 0; e < 4; e++) ch.w[e] = (unsigned)v[2 * e] | (unsigned)v[2 * e + 1] << 16;
+        *(TcChunk *)(tile + dst) = ch;
+    }
+}
+
+// One BM x BN tile of C over k in [blockIdx.z * kchunk, + kchunk), written through st
+// (st(split, m, n, value), as the SGEMM's epilogues).
+template <int BM, int BN, int TY, class LA, class LB, class ST>
+__global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
+{
+    struct alignas(16) Smem {
+        unsigned short a[TC_STAGES][BM * TC_BK], b[TC_STAGES][BN * TC_BK];
+    };
+    __shared__ Smem sm;
+    constexpr int WM = BM / 2, WN = BN / 4, MT = WM / 16, NT = WN / 8;
+    constexpr bool AK = LA::k_fast, BK = LB::k_fast;
+    static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk), kt_n = (kend - kbeg + TC_BK - 1) / TC_BK;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < kt_n) {
+            tc_load<BM, false, TY>(sm.a[s], la, M, m0, kend, kbeg + s * TC_BK);
+            tc_load<BN, true, TY>(sm.b[s], lb, N, n0, kend, kbeg + s * TC_BK);
+        }
+        K_CP_ASYNC_COMMIT();
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        // Slice kt is in; every warp is done with the stage the next load overwrites.
+        K_CP_ASYNC_WAIT(TC_STAGES - 2);
+        __syncthreads();
+        int nx = kt + TC_STAGES - 1;
+        if (nx < kt_n) {
+            tc_load<BM, false, TY>(sm.a[nx % TC_STAGES], la, M, m0, kend, kbeg + nx * TC_BK);
+            tc_load<BN, true, TY>(sm.b[nx % TC_STAGES], lb, N, n0, kend, kbeg + nx * TC_BK);
+        }
+        K_CP_ASYNC_COMMIT();
+        const unsigned short *ta = sm.a[kt % TC_STAGES], *tb = sm.b[kt % TC_STAGES];
+#pragma unroll
+        for (int kk = 0; kk < TC_BK; kk += 16) {
+            unsigned af[MT][4], bf[NT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                // matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+                int mb = wm * WM + i * 16;
+                const unsigned short *p = AK ? ta + tc_off<BM, true>(mb + (lane & 15), kk / 8 + (lane >> 4))
+                                             : ta + tc_off<BM, false>(kk + (lane & 7) + (lane >> 4) * 8,
+                                                                      mb / 8 + ((lane >> 3) & 1));
+                if (AK) K_LDMATRIX_X4(af[i], p);
+                else K_LDMATRIX_X4_T(af[i], p);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+                int nb = wn * WN + j * 8;
+                const unsigned short *p = BK ? tb + tc_off<BN, true>(nb + (lane & 7) + (lane >> 4) * 8,
+                                                                     kk / 8 + ((lane >> 3) & 1))
+                                             : tb + tc_off<BN, false>(kk + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                                      nb / 8 + (lane >> 4));
+                unsigned q[4];
+                if (BK) K_LDMATRIX_X4(q, p);
+                else K_LDMATRIX_X4_T(q, p);
+                bf[j][0] = q[0], bf[j][1] = q[1], bf[j + 1][0] = q[2], bf[j + 1][1] = q[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    if (TY == K_CUDA_MM_BF16) K_MMA_BF16(acc[i][j], af[i], bf[j]);
+                    else K_MMA_F16(acc[i][j], af[i], bf[j]);
+                }
+        }
+    }
+    K_CP_ASYNC_WAIT(0); // the empty trailing groups
+
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int m = m0 + wm * WM + i * 16 + gid + (e >> 1) * 8, n = n0 + wn * WN + j * 8 + 2 * tig + (e & 1);
+                if (m < M && n < N) st(blockIdx.z, m, n, acc[i][j][e]);
+            }
+}
+} // namespace
+
+// C = A B on the tensor cores (TY: K_CUDA_MM_BF16 or _F16) through st, split over k as
+// the SGEMM splits it (the same k_cuda_gemm_ws_bytes workspace; ws NULL: no split).
+template <int T, int TY, class LA, class LB, class ST>
+static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
+                            void *ws, cudaStream_t s)
+{
+    int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
+    dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
+    if (splits == 1) {
+        K_LAUNCH((tc_gemm<T, T, TY, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        return k_cuda_check_launch(kernel, "%s (tensor cores)", shapes);
+    }
+    // Whole 32-deep slices, at most `splits` of them (the workspace's count).
+    int kchunk = ((K + splits - 1) / splits + TC_BK - 1) / TC_BK * TC_BK;
+    grid.z = (K + kchunk - 1) / kchunk;
+    KgPartial part = {(float *)ws, M, N};
+    K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    if (k_cuda_check_launch(kernel, "%s (tensor cores, split-K %u)", shapes, grid.z)) return -1;
+    K_LAUNCH((k_cuda_gemm_finish<ST>), k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s)(M, N, (int)grid.z,
+                                                                                        (const float *)ws, st);
+    return k_cuda_check_launch(kernel, "%s (tensor cores, split-K finish)", shapes);
+}
+
+// k_cuda_gemm at the precision mm (K_CUDA_MM_*): fp32 on the CUDA cores, or the tensor
+// cores with the operands rounded to bf16 / f16.
+template <class LA, class LB, class ST>
+static int k_cuda_gemm_mm(int mm, const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
+                          void *ws, cudaStream_t s)
+{
+    int t = k_cuda_gemm_tile(M, N);
+    if (mm == K_CUDA_MM_BF16)
+        return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_BF16>(kernel, shapes, M, N, K, la, lb, st, ws, s)
+                        : k_cuda_gemm_tc_t<64, K_CUDA_MM_BF16>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    if (mm == K_CUDA_MM_F16)
+        return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s)
+                        : k_cuda_gemm_tc_t<64, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    if constexpr (std::is_base_of<TcRaw, LA>::value || std::is_base_of<TcRaw, LB>::value) {
+        port_cuda_fail("%s(%s): 16-bit operands need the tensor cores (bf16 or f16), not precision %d", kernel, shapes,
+                       mm);
+        return -1;
+    } else {
+        return k_cuda_gemm(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    }
+}

@@ -80,6 +80,32 @@ template <int N> __device__ __forceinline__ void k_cp_async_wait()
 #define K_CP_ASYNC_WAIT(n) k_cp_async_wait<n>()
 #endif
 
+// Two fp32 values into one bf16x2 / f16x2 register (lo in the low half), rounded to
+// nearest even: cvt.rn on the GPU, rt/half.h here; the same bits but for NaN payloads.
+#ifdef DDPRT_SIMT
+__device__ __forceinline__ unsigned k_pack_bf16x2(float lo, float hi)
+{
+    return (unsigned)rt_f32_to_bf16(lo) | (unsigned)rt_f32_to_bf16(hi) << 16;
+}
+__device__ __forceinline__ unsigned k_pack_f16x2(float lo, float hi)
+{
+    return (unsigned)rt_f32_to_f16(lo) | (unsigned)rt_f32_to_f16(hi) << 16;
+}
+#else
+__device__ __forceinline__ unsigned k_pack_bf16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ unsigned k_pack_f16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#endif
+
 // fp32 -> tf32 as the tensor cores take it (round to nearest, ties away: cvt.rna),
 // the same bits on both builds.
 __device__ __forceinline__ unsigned k_tf32(float f)

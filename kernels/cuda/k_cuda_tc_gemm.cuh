@@ -45,9 +45,9 @@ struct alignas(16) TcChunk {
     unsigned w[4];
 };
 
-template <int TY> __device__ __forceinline__ unsigned short tc_round(float f)
+template <int TY> __device__ __forceinline__ unsigned tc_pack(float lo, float hi)
 {
-    return TY == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f);
+    return TY == K_CUDA_MM_BF16 ? k_pack_bf16x2(lo, hi) : k_pack_f16x2(lo, hi);
 }
 
 // Slice [k0, min(k0 + 32, kend)) of the operand's rows [r0, r0 + R) into a tile. IS_B:
@@ -72,7 +72,7 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
             dst = tc_off<R, false>(kr, c);
         }
         valid = max(valid, 0);
-        unsigned short v[8];
+        TcChunk ch;
         if constexpr (RAW) {
             const unsigned short *src = KF ? l.p + (size_t)r * l.ld + k : l.p + (size_t)k * l.ld + r;
             if (l.vec) {
@@ -80,17 +80,18 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
                 continue;
             }
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = e < valid ? src[e] : (unsigned short)0;
+            for (int e = 0; e < 4; e++)
+                ch.w[e] = (2 * e < valid ? (unsigned)src[2 * e] : 0u) | (2 * e + 1 < valid ? (unsigned)src[2 * e + 1] << 16 : 0u);
         } else {
+            float f[8];
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 int rr = KF ? r : r + e, kk = KF ? k + e : k;
-                v[e] = e < valid ? tc_round<TY>(IS_B ? l(kk, rr) : l(rr, kk)) : (unsigned short)0;
+                f[e] = e < valid ? (IS_B ? l(kk, rr) : l(rr, kk)) : 0.0f;
             }
-        }
-        TcChunk ch;
 #pragma unroll
-        for (int e = 0; e < 4; e++) ch.w[e] = (unsigned)v[2 * e] | (unsigned)v[2 * e + 1] << 16;
+            for (int e = 0; e < 4; e++) ch.w[e] = tc_pack<TY>(f[2 * e], f[2 * e + 1]);
+        }
         *(TcChunk *)(tile + dst) = ch;
     }
 }

@@ -1,0 +1,20 @@
+/* What nvcc emits for the tensor-core kernels (bench/tc_ptx.sh): their PTX holds
+ * mma.sync, ldmatrix (.trans too) and cp.async, and ptxas -v reports no spills for any
+ * instance, on sm_80 and sm_90. The raw 16-bit entry (cp.async) and linear's gathering
+ * loaders; the script prints the whole table for every file. Skipped without nvcc. */
+#include "test/t.h"
+#include "test/t_util.h"
+#include <string.h>
+
+TEST(cuda_tensor_core_ptx_has_mma_and_no_spills)
+{
+    static char out[16384];
+    int rc = t_sh("bash bench/tc_ptx.sh kernels/cuda/k_cuda_tc_gemm.cu kernels/cuda/k_cuda_linear.cu 2>&1", out,
+                  sizeof out);
+    if (rc == 2 && strstr(out, "no nvcc")) {
+        t_note("skipped: no nvcc here (the CUDA Toolkit)");
+        return;
+    }
+    CHECKF(rc == 0, "exit %d:\n%s", rc, out);
+    CHECKF(strstr(out, "| k_cuda_tc_gemm.cu | sm_80 |") && strstr(out, "| k_cuda_linear.cu | sm_90 |"), "%s", out);
+}

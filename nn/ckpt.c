@@ -132,11 +132,18 @@ int nn_ckpt_save(const char *path, nn_graph *g, const nn_ckpt_state *s, int keep
     snprintf(esteps, sizeof esteps, "%" PRIu64, s->epoch_steps);
     stio_meta m[6] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch}, {"step", step},
                       {"epoch_steps", esteps}};
-    stio_meta sm[8] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch},
-                       {"step", step}, {"optimizer", s->optimizer}, {"optimizer_step", ostep}, {"epoch_steps", esteps}};
+    stio_meta sm[10] = {{"format", "pt"}, {"producer", "ddprt"}, {"model", g->model}, {"epoch", epoch},
+                        {"step", step}, {"optimizer", s->optimizer}, {"optimizer_step", ostep}, {"epoch_steps", esteps}};
     /* epoch_steps only inside an epoch: an epoch's checkpoint keeps its bytes */
-    int in = s->epoch_steps != 0;
-    stio_part parts[2] = {{"", mt, nm, m, 5 + in}, {NN_CKPT_STATE_SUFFIX, st, ns, sm, 7 + in}};
+    int in = s->epoch_steps != 0, nsm = 7 + in;
+    char scale[32], good[24];
+    if (s->loss_scale > 0) { /* --amp fp16's scaler: GradScaler's state_dict in a checkpoint */
+        snprintf(scale, sizeof scale, "%.17g", s->loss_scale);
+        snprintf(good, sizeof good, "%" PRIu64, s->scale_good);
+        sm[nsm++] = (stio_meta){"amp_loss_scale", scale};
+        sm[nsm++] = (stio_meta){"amp_growth_tracker", good};
+    }
+    stio_part parts[2] = {{"", mt, nm, m, 5 + in}, {NN_CKPT_STATE_SUFFIX, st, ns, sm, nsm}};
     return stio_save_parts(path, parts, 2, keep > 0 ? keep : 1, err, errlen);
 }
 
@@ -243,6 +250,19 @@ int nn_ckpt_load(const char *path, nn_graph *g, nn_ckpt_state *s, char *err, siz
         snprintf(err, errlen, "--resume %s", e2);
         goto out;
     }
+    const char *ls = stio_meta_get(sf, "amp_loss_scale");
+    uint64_t good = 0;
+    char *end = NULL;
+    double scale = ls ? strtod(ls, &end) : 0;
+    if (ls && (!*ls || *end || !(scale > 0) || scale > 3.4e38 ||
+               meta_u64(sf, state_path, "amp_growth_tracker", 0, 2000, &good, err, errlen))) {
+        if (!(scale > 0) || scale > 3.4e38 || *end || !*ls)
+            snprintf(err, errlen, "--resume %s: metadata \"amp_loss_scale\" is '%.32s', expected a positive number up "
+                     "to 3.4e38 (a damaged file?)", state_path, ls);
+        goto out;
+    }
+    s->loss_scale = ls ? scale : 0;
+    s->scale_good = good;
     s->epoch = (int)epoch;
     s->epoch_steps = esteps;
     s->step = step;

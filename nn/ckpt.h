@@ -27,6 +27,8 @@ typedef struct nn_ckpt_state {
     uint64_t step;             /* optimizer steps taken */
     const char *optimizer;     /* "sgd", "adam", "adamw": what wrote the blocks */
     uint64_t optimizer_step;   /* the optimizer's own step count (<= step) */
+    double loss_scale;         /* --amp fp16: the loss scaler (nn/loss_scale.h); 0: none (not written) */
+    uint64_t scale_good;       /* its steps since the scale last changed */
     int nblocks;               /* optimizer state: blocks laid out as the parameters */
     const char *block_names[NN_CKPT_MAX_BLOCKS]; /* "momentum", "exp_avg", ... */
     float *blocks[NN_CKPT_MAX_BLOCKS];

@@ -58,7 +58,7 @@ int nn_backward_cuda(nn_graph *g, const int32_t *labels, int n, int n_total, por
 {
     nn_node *o = &g->nodes[g->out];
     int last = g->out;
-    float scale = 1.0f / (float)n_total;
+    float scale = (g->loss_scale > 0 ? g->loss_scale : 1.0f) / (float)n_total;
     if (g->lm) { /* lm_loss makes its own gradient */
         g->lm_scale = scale;
     } else if (g->out_is_logp) {

@@ -22,6 +22,7 @@ struct nn_cuda {
     nn_optim *opt;              /* Adam / AdamW: the trainer's optimizer (settings, step count, host state) */
     nn_optim *clip;             /* --clip-grad-norm: its settings (nn_cuda_use_optim) */
     int accum;                  /* --accum-steps: micro-batches a step (grads summed in dg.grad_sum) */
+    nn_scaler scaler;           /* --amp fp16: the loss scale (scale 0: none) */
     int sync_bn;                /* --sync-bn: dg.sync_host planned, the host's sync_sum taken at upload */
     double *norm;               /* the gradients' sum of squares (device), and its chunks' */
     void *norm_ws;
@@ -86,10 +87,10 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     c->dg.grad_sum = c->accum > 1 ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM,
                                                    "gradient accumulation (--accum-steps)")
                                   : NULL;
-    c->norm = c->clip ? rt_arena_alloc(a, sizeof(double), RT_MEM_OPTIM, "gradient norm") : NULL;
-    c->norm_ws = c->clip ? rt_arena_alloc(a, k_cuda_sumsq_workspace(c->dg.nparams), RT_MEM_OPTIM,
-                                          "gradient norm chunks")
-                         : NULL;
+    int sumsq = c->clip || c->scaler.scale > 0; /* the norm, or the loss scaler's inf/NaN check */
+    c->norm = sumsq ? rt_arena_alloc(a, sizeof(double), RT_MEM_OPTIM, "gradient norm") : NULL;
+    c->norm_ws = sumsq ? rt_arena_alloc(a, k_cuda_sumsq_workspace(c->dg.nparams), RT_MEM_OPTIM, "gradient norm chunks")
+                       : NULL;
     for (int i = 0; i < 2; i++) {
         c->x[i] = rt_arena_alloc(a, (size_t)B * c->in_bytes, RT_MEM_DATA, "batch inputs");
         c->y[i] = rt_arena_alloc(a, (size_t)B * sizeof(int32_t), RT_MEM_DATA, "batch labels");
@@ -152,6 +153,14 @@ void nn_cuda_use_optim(nn_cuda *c, nn_optim *o)
     c->clip = o->c.clip > 0 ? o : NULL;
     c->accum = o->c.accum;
     c->sync_bn = o->c.sync_bn;
+}
+
+void nn_cuda_use_scaler(nn_cuda *c, const nn_scaler *s) { c->scaler = *s; }
+
+int nn_cuda_scaler(const nn_cuda *c, nn_scaler *s)
+{
+    *s = c->scaler;
+    return c->scaler.scale > 0;
 }
 
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
@@ -249,12 +258,33 @@ static double read_sums(nn_cuda *c, long *correct)
     return c->hsums[0];
 }
 
+/* --amp fp16: the averaged gradients are the loss scale times the true ones. One sum of
+ * squares tells whether any is inf or NaN (every rank's sum is the same after the
+ * allreduce, so every rank decides the same); if none is, they are unscaled (before
+ * clipping, as GradScaler.unscale_). 1: the step goes on. */
+static int unscale_grads(nn_cuda *c, uint64_t step)
+{
+    nn_graph *g = &c->dg;
+    double ss, s = c->scaler.scale;
+    KC(k_cuda_sumsq(g->nparams, g->grads, c->norm, c->norm_ws, c->compute));
+    KC(port_memcpy_d2h(&ss, c->norm, sizeof ss, c->compute, "gradient check (loss scale)"));
+    KC(port_stream_sync(c->compute, "gradient check (loss scale)"));
+    int finite = isfinite(ss);
+    if (finite) KC(k_cuda_scale(g->nparams, (float)(1.0 / s), g->grads, c->compute));
+    nn_scaler_update(&c->scaler, finite);
+    if (!finite)
+        rt_info("rank %d: step %llu: gradients not finite at loss scale %g: step skipped, loss scale now %g",
+                c->dp.rank, (unsigned long long)step + 1, s, c->scaler.scale);
+    return finite;
+}
+
 /* The averaged gradients, then the update. The staging's end event orders it after the
  * last copy back. */
 static void finish_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
 {
     if (c->dp.finish_grads && c->dp.finish_grads(c->dp.ctx))
         rt_fatal("rank %d: GPU gradient allreduce: %s", c->dp.rank, c->dp.errmsg(c->dp.ctx));
+    if (c->scaler.scale > 0 && !unscale_grads(c, step)) return;
     optim_step(c, sgd, step);
 }
 
@@ -271,6 +301,7 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
     int s = c->slot;
     KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step * (uint64_t)N + (uint64_t)micro, c->compute));
     KC(nn_loss_cuda(g, c->y[s], n, c->sums, c->compute));
+    g->loss_scale = (float)c->scaler.scale; /* 0: none */
     KC(nn_backward_cuda(g, c->y[s], n, n * N, c->compute)); /* PyTorch's loss / accum_steps */
     KC(port_event_record(c->consumed[s], c->compute));
     if (micro == N - 1) finish_step(c, sgd, step);
@@ -329,6 +360,8 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report
     return -1;
 }
 void nn_cuda_use_optim(nn_cuda *c, nn_optim *o) { (void)c; (void)o; }
+void nn_cuda_use_scaler(nn_cuda *c, const nn_scaler *s) { (void)c; (void)s; }
+int nn_cuda_scaler(const nn_cuda *c, nn_scaler *s) { (void)c; s->scale = 0, s->good = 0; return 0; }
 int nn_cuda_upload(nn_cuda *c, const float *momentum) { (void)c; (void)momentum; return -1; }
 int nn_cuda_download(nn_cuda *c, float *momentum) { (void)c; (void)momentum; return -1; }
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,

@@ -27,10 +27,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/loss_scale.h"
+
 typedef struct nn_cuda nn_cuda;
 
 /* Checks for a GPU (ranks beyond the GPU count share them); NULL with a one-line reason. */
 nn_cuda *nn_cuda_open(int device, char *err, size_t errlen);
+/* --amp fp16: the loss scaler's state (before nn_cuda_setup; again after --resume);
+ * nn_cuda_scaler reads it back (0: no scaling). */
+void nn_cuda_use_scaler(nn_cuda *c, const nn_scaler *s);
+int nn_cuda_scaler(const nn_cuda *c, nn_scaler *s);
 /* Plans and carves device and pinned memory for `host` (finished, max_batch planned),
  * with stage_bytes of pinned memory for the gradients' staging (nn_ddp_cuda_stage_bytes;
  * 0: one rank). mem_report prints the plans. */

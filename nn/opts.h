@@ -27,6 +27,7 @@ typedef struct nn_opts {
     const char *optimizer, *lr_schedule, *lr_milestones, *lr_scale, *grad_compress, *topk;
     int lr_step, no_decay_bn_bias, accum_steps, sync_bn;
     double lr_gamma, warmup_epochs, clip_grad_norm;
+    double loss_scale; /* --amp fp16: the initial loss scale (2^16) */
     const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
     const char *conv_algo; /* k_conv_set_algo's name; NULL: DDPRT_CONV or auto */
     const char *matmul_precision; /* k_set_matmul_precision's name; NULL: highest */

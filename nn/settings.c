@@ -16,9 +16,8 @@ static int check_device(const nn_settings *s, const nn_opts *o, char *err, size_
         return -1;
     }
     if (s->device != NN_DEVICE_CUDA) return 0;
-    if (s->amp == NN_SET_AMP_FP16) {
-        snprintf(err, errlen, "--amp fp16 on --device cuda: the tensor cores take f16, but dynamic loss scaling "
-                 "(PyTorch's GradScaler) is not implemented yet; use --amp bf16");
+    if (s->amp == NN_SET_AMP_FP16 && !(o->loss_scale <= 3.4e38)) {
+        snprintf(err, errlen, "--loss-scale %g: at most 3.4e38 (fp32's largest)", o->loss_scale);
         return -1;
     }
     if (o->conv_algo && strcmp(o->conv_algo, "auto")) {
@@ -64,5 +63,6 @@ void nn_settings_describe(const nn_settings *s, char *buf, size_t len)
     int amp_bf16 = s->amp == NN_SET_AMP_BF16;
     snprintf(buf, len, "%d thread(s) per rank, %s kernels%s", k_threads(), rt_isa_name(s->k.isa),
              amp_bf16 ? (s->device == NN_DEVICE_CUDA ? ", amp bf16 (tensor cores)" : ", amp bf16")
+             : s->amp == NN_SET_AMP_FP16 ? ", amp fp16 (tensor cores, dynamic loss scaling)"
              : k_f32_matmul_high() ? ", fp32 matmuls in bf16x3 (AMX)" : "");
 }

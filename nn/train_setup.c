@@ -117,12 +117,16 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         return -1;
     }
     if (t->cuda) nn_cuda_use_optim(t->cuda, &t->opt);
+    if (t->cuda && t->set.amp == NN_SET_AMP_FP16) nn_cuda_use_scaler(t->cuda, &(nn_scaler){o->loss_scale, 0});
     /* what of the settings the device path honours (nn_settings_build refused the rest) */
     if (t->cuda && t->rank == 0)
         rt_info("--device cuda: %d thread(s) per rank and the %s kernels serve the host's work (data, checkpoints, "
                 "--check-sync); the device runs its own %s", t->set.k.threads, rt_isa_name(t->set.k.isa),
                 t->set.amp == NN_SET_AMP_BF16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with bf16 "
                 "operands (fp32 accumulation and master weights); attention, the norms, softmax and the loss in fp32"
+                : t->set.amp == NN_SET_AMP_FP16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with f16 "
+                "operands (fp32 accumulation and master weights, dynamic loss scaling); attention, the norms, softmax "
+                "and the loss in fp32"
                 : "fp32 kernels");
     return 0;
 }
@@ -306,6 +310,8 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
     }
     t->step = st.step;
     t->opt.t = st.optimizer_step;
+    if (t->cuda && t->set.amp == NN_SET_AMP_FP16 && st.loss_scale > 0) /* the scaler goes on where it was */
+        nn_cuda_use_scaler(t->cuda, &(nn_scaler){st.loss_scale, st.scale_good});
     t->start_epoch = st.epoch + 1;
     t->skip_steps = (int)st.epoch_steps; /* a --save-every checkpoint: its epoch goes on from there */
     return 0;

@@ -120,6 +120,8 @@ nn_ckpt_state nn_trainer_ckpt_state(nn_trainer *t, int epoch)
     nn_ckpt_state st = {.epoch = epoch, .step = t->step, .optimizer = nn_optim_name(t->opt.c.kind),
                         .optimizer_step = t->opt.t, .nblocks = nn_optim_slots(&t->opt)};
     /* PyTorch's names for the state: SGD's momentum_buffer, Adam's exp_avg(_sq). */
+    nn_scaler sc;
+    if (t->cuda && nn_cuda_scaler(t->cuda, &sc)) st.loss_scale = sc.scale, st.scale_good = sc.good;
     st.block_names[0] = st.nblocks == 1 ? "momentum" : "exp_avg";
     st.block_names[1] = "exp_avg_sq";
     st.blocks[0] = t->opt.m;

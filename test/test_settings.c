@@ -83,10 +83,12 @@ TEST(settings_the_device_refuses_what_it_cannot_honour)
     CHECKF(strstr(err, "--conv-algo winograd: the CPU convs' algorithm") != NULL, "%s", err);
     o.conv_algo = "auto", o.amp = "bf16"; /* the tensor cores */
     CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.amp == NN_SET_AMP_BF16, "%s", err);
-    o.amp = "fp16"; /* the kernels take f16; the loss scaling is not there yet */
+    o.amp = "fp16"; /* the tensor cores with the loss scaler */
+    CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.amp == NN_SET_AMP_FP16, "%s", err);
+    o.loss_scale = 1e39;
     CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
-    CHECKF(strstr(err, "--amp fp16 on --device cuda: the tensor cores take f16, but dynamic loss scaling") != NULL,
-           "%s", err);
+    CHECKF(strstr(err, "--loss-scale 1e+39: at most 3.4e38") != NULL, "%s", err);
+    o.loss_scale = 65536;
     /* --no-cuda wins, as in the seed script: the CPU takes every setting */
     o.no_cuda = 1, o.conv_algo = "winograd", o.matmul_precision = "high", o.amp = "bf16";
     CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0, "%s", err);

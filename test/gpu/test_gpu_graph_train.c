@@ -118,6 +118,46 @@ TEST(gpu_amp_bf16_2_processes_match_cpu)
     model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--amp bf16");
 }
 
+/* --amp fp16 on the device: f16 operands with the loss scale (2^16) against the CPU's fp32
+ * steps (f16 keeps 11 bits: within 1e-2 over these steps), on 2 processes. */
+TEST(gpu_amp_fp16_2_processes_track_fp32)
+{
+    char launch[512], cmd[1400], out_g[32768], out_c[32768], why[128] = "";
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    const char *args = "--model lenet --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
+                       "--no-eval --check-sync 1";
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --amp fp16 %s 2>&1", launch, g_train(), args);
+    CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
+    CHECKF(strstr(out_g, "amp fp16 (tensor cores, dynamic loss scaling)") && !strstr(out_g, "step skipped"), "%s",
+           out_g);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu %s 2>&1", launch, t_prog("ddprt-train"), args);
+    CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
+    int n = same_losses(out_g, out_c, 1e-2, why, sizeof why);
+    CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, out_g, out_c);
+}
+
+/* A forced overflow: a loss scale of 3e38 makes every f16 gradient operand inf, so each
+ * step is skipped and the scale halves (rank 0 says so; --check-sync shows that rank 1
+ * holds the same parameters, so it skipped too); the checkpoint keeps the scale and a
+ * resumed run goes on from it. */
+TEST(gpu_amp_fp16_overflow_skips_the_step_on_every_rank)
+{
+    char launch[512], cmd[1600], out[32768];
+    const char *dir = t_tmpdir("fp16scale");
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    const char *args = "--model lenet --data synthetic --log-interval 1 --batch-size 4 --no-eval --check-sync 1 "
+                       "--device cuda --amp fp16 --loss-scale 3e38";
+    snprintf(cmd, sizeof cmd, "%s %s %s --epochs 1 --max-steps 2 --save %s/ck.st 2>&1", launch, g_train(), args, dir);
+    CHECKF(g_run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(strstr(out, "rank 0: step 1: gradients not finite at loss scale 3e+38: step skipped, loss scale now 1.5e+38") &&
+           strstr(out, "rank 0: step 2: gradients not finite at loss scale 1.5e+38: step skipped, loss scale now "
+                       "7.5e+37"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s %s %s --epochs 2 --max-steps 3 --resume %s/ck.st 2>&1", launch, g_train(), args, dir);
+    CHECKF(g_run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(strstr(out, "rank 0: step 3: gradients not finite at loss scale 7.5e+37: step skipped, loss scale now "
+                       "3.75e+37"), "%s", out);
+}
+
 TEST(gpu_ddp_resnet20_2_processes_share_gpu)
 {
     char launch[512];

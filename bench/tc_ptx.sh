@@ -31,8 +31,8 @@ for f in "${files[@]}"; do
       /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15)
         sm = 0; if (match($0, /[0-9]+ bytes smem/)) sm = substr($0, RSTART, RLENGTH - 11)
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
-    tck=$(grep -c 'tc_gemmILi' "$tmp/kern.tab" || true)
-    spill=$(awk -F'\t' '$1 ~ /tc_gemmILi/ && $4 > 0' "$tmp/kern.tab" | wc -l)
+    tck=$(grep -cE '(tc|tf)_gemmILi' "$tmp/kern.tab" || true)
+    spill=$(awk -F'\t' '$1 ~ /(tc|tf)_gemmILi/ && $4 > 0' "$tmp/kern.tab" | wc -l)
     echo "| $(basename "$f") | $arch | $mma | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
@@ -40,10 +40,10 @@ for f in "${files[@]}"; do
   done
 done
 echo
-echo "| file (sm_80) | tc_gemm instances | registers | static smem (B) | spill stores (B) |"
+echo "| file (sm_80) | tc_gemm + tf_gemm instances | registers | static smem (B) | spill stores (B) |"
 echo "|---|---|---|---|---|"
 for t in "$tmp"/*.sm_80.tab; do
-  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" '$1 ~ /tc_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
+  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" '$1 ~ /(tc|tf)_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
       sm[$3] = 1; if ($4 > sp) sp = $4 }
     END { s = ""; for (k in sm) s = s (s ? ", " : "") k; print "| " f " | " n " | " lo "-" hi " | " s " | " sp + 0 " |" }' "$t"
 done

@@ -297,6 +297,7 @@ typedef struct nn_graph {
     /* bf16 / device hooks live beside this in later issues */
     int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
     float loss_scale;      /* --amp fp16: the loss gradient's factor (nn/loss_scale.h); 0 or 1: none */
+    int tf32;              /* --matmul-precision high on the device: fp32 products on TF32 tensor cores */
     int on_device;         /* a device graph: planned with the ops' workspace_cuda */
 } nn_graph;
 

@@ -25,11 +25,6 @@ static int check_device(const nn_settings *s, const nn_opts *o, char *err, size_
                  "(leave --conv-algo out, or auto)", o->conv_algo);
         return -1;
     }
-    if (s->k.matmul_high) {
-        snprintf(err, errlen, "--matmul-precision high: not implemented on --device cuda yet (TF32 tensor cores "
-                 "are planned); use highest, or run it on the CPU");
-        return -1;
-    }
     return 0;
 }
 
@@ -64,5 +59,6 @@ void nn_settings_describe(const nn_settings *s, char *buf, size_t len)
     snprintf(buf, len, "%d thread(s) per rank, %s kernels%s", k_threads(), rt_isa_name(s->k.isa),
              amp_bf16 ? (s->device == NN_DEVICE_CUDA ? ", amp bf16 (tensor cores)" : ", amp bf16")
              : s->amp == NN_SET_AMP_FP16 ? ", amp fp16 (tensor cores, dynamic loss scaling)"
+             : s->k.matmul_high && s->device == NN_DEVICE_CUDA ? ", fp32 matmuls in TF32 (tensor cores)"
              : k_f32_matmul_high() ? ", fp32 matmuls in bf16x3 (AMX)" : "");
 }

@@ -62,6 +62,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
     _Static_assert((int)NN_AMP_BF16 == (int)NN_SET_AMP_BF16 && (int)NN_AMP_FP16 == (int)NN_SET_AMP_FP16, "one numbering");
     t->g.amp = t->set.amp;
+    t->g.tf32 = t->set.device == NN_DEVICE_CUDA && t->set.k.matmul_high;
     t->g.recompute_macs = o->recompute_macs;
     /* A quarter of this rank's share of the host's memory: the rest for data, parameters
      * and whatever else the machine runs. */
@@ -127,6 +128,8 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
                 : t->set.amp == NN_SET_AMP_FP16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with f16 "
                 "operands (fp32 accumulation and master weights, dynamic loss scaling); attention, the norms, softmax "
                 "and the loss in fp32"
+                : t->set.k.matmul_high ? "kernels: conv, linear and GPT's Conv1D on TF32 tensor cores (--matmul-precision high; "
+                "fp32 accumulation), the rest in fp32"
                 : "fp32 kernels");
     return 0;
 }

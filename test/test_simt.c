@@ -52,6 +52,7 @@ TEST(simt_device_train_resnet20_textcnn_random_order) { suite("gpu_train_resnet2
 TEST(simt_device_train_gpt_random_order) { suite("gpu_train_gpt_matches_cpu", "random"); }
 TEST(simt_device_amp_bf16_random_order) { suite("gpu_amp_bf16_2_processes", "random"); }
 TEST(simt_device_amp_fp16_random_order) { suite("gpu_amp_fp16_", "random"); }
+TEST(simt_device_tf32_random_order) { suite("gpu_tf32_", "random"); }
 TEST(simt_device_ddp_2_processes_random_order) { suite("gpu_ddp_resnet20_2_processes", "random"); }
 TEST(simt_device_staged_train_forward_order) { suite("test_gpu_staged_train", "forward"); }
 #endif

@@ -94,8 +94,9 @@ int k_cuda_reduce_sum(void *dst, const void *a, const void *b, size_t n, int dt,
 int k_cuda_scale(size_t n, float f, float *x, port_stream s);
 /* The precision of conv's and linear's products on the device: fp32 on the CUDA cores,
  * or the tensor cores (sm_80 and newer) with operands rounded to bf16 / f16 as the CPU's
- * --amp bf16 rounds them (x, w, dy; rt/half.h) and fp32 accumulation. */
-enum { K_CUDA_MM_FP32, K_CUDA_MM_BF16, K_CUDA_MM_F16 };
+ * --amp bf16 rounds them (x, w, dy; rt/half.h), or to tf32 (--matmul-precision high:
+ * round to nearest, ties away, 10 mantissa bits), and fp32 accumulation. */
+enum { K_CUDA_MM_FP32, K_CUDA_MM_BF16, K_CUDA_MM_F16, K_CUDA_MM_TF32 };
 
 /* The tensor-core GEMM on 16-bit arrays (kernels/cuda/k_cuda_tc_gemm.cu): mma.sync,
  * type K_CUDA_MM_BF16 or _F16, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n) (+ bias[n],

@@ -186,9 +186,10 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
             }
 }
 } // namespace
+#include "kernels/cuda/k_cuda_tc_tf32.cuh"
 
-// C = A B on the tensor cores (TY: K_CUDA_MM_BF16 or _F16) through st, split over k as
-// the SGEMM splits it (the same k_cuda_gemm_ws_bytes workspace; ws NULL: no split).
+// C = A B on the tensor cores (TY: K_CUDA_MM_BF16, _F16 or _TF32) through st, split over k
+// as the SGEMM splits it (the same k_cuda_gemm_ws_bytes workspace; ws NULL: no split).
 template <int T, int TY, class LA, class LB, class ST>
 static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
                             void *ws, cudaStream_t s)
@@ -196,14 +197,17 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
     dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
     if (splits == 1) {
-        K_LAUNCH((tc_gemm<T, T, TY, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        if constexpr (TY == K_CUDA_MM_TF32) K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        else K_LAUNCH((tc_gemm<T, T, TY, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
         return k_cuda_check_launch(kernel, "%s (tensor cores)", shapes);
     }
     // Whole 32-deep slices, at most `splits` of them (the workspace's count).
     int kchunk = ((K + splits - 1) / splits + TC_BK - 1) / TC_BK * TC_BK;
     grid.z = (K + kchunk - 1) / kchunk;
     KgPartial part = {(float *)ws, M, N};
-    K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    if constexpr (TY == K_CUDA_MM_TF32)
+        K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    else K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     if (k_cuda_check_launch(kernel, "%s (tensor cores, split-K %u)", shapes, grid.z)) return -1;
     K_LAUNCH((k_cuda_gemm_finish<ST>), k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s)(M, N, (int)grid.z,
                                                                                         (const float *)ws, st);
@@ -211,7 +215,7 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
 }
 
 // k_cuda_gemm at the precision mm (K_CUDA_MM_*): fp32 on the CUDA cores, or the tensor
-// cores with the operands rounded to bf16 / f16.
+// cores with the operands rounded to bf16 / f16 / tf32.
 template <class LA, class LB, class ST>
 static int k_cuda_gemm_mm(int mm, const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
                           void *ws, cudaStream_t s)
@@ -223,6 +227,11 @@ static int k_cuda_gemm_mm(int mm, const char *kernel, const char *shapes, int M,
     if (mm == K_CUDA_MM_F16)
         return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s)
                         : k_cuda_gemm_tc_t<64, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    if constexpr (!std::is_base_of<TcRaw, LA>::value && !std::is_base_of<TcRaw, LB>::value) {
+        if (mm == K_CUDA_MM_TF32)
+            return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_TF32>(kernel, shapes, M, N, K, la, lb, st, ws, s)
+                            : k_cuda_gemm_tc_t<64, K_CUDA_MM_TF32>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    }
     if constexpr (std::is_base_of<TcRaw, LA>::value || std::is_base_of<TcRaw, LB>::value) {
         port_cuda_fail("%s(%s): 16-bit operands need the tensor cores (bf16 or f16), not precision %d", kernel, shapes,
                        mm);

@@ -16,10 +16,12 @@
 #include "kernels/cuda/k_cuda.h"
 #define NN_CUDA_ONLY(...) __VA_ARGS__
 /* The device products' precision for the graph's --amp (K_CUDA_MM_*: the tensor cores
- * under bf16 / fp16, the same operands the CPU's --amp rounds). */
+ * under bf16 / fp16, the same operands the CPU's --amp rounds) and --matmul-precision
+ * (high: TF32 tensor cores for what --amp leaves in fp32, as PyTorch's allow_tf32). */
 static inline int nn_cuda_mm(const nn_graph *g)
 {
-    return g->amp == NN_AMP_BF16 ? K_CUDA_MM_BF16 : g->amp == NN_AMP_FP16 ? K_CUDA_MM_F16 : K_CUDA_MM_FP32;
+    return g->amp == NN_AMP_BF16 ? K_CUDA_MM_BF16 : g->amp == NN_AMP_FP16 ? K_CUDA_MM_F16
+           : g->tf32 ? K_CUDA_MM_TF32 : K_CUDA_MM_FP32;
 }
 #else
 #define NN_CUDA_ONLY(...)

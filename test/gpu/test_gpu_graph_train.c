@@ -118,22 +118,34 @@ TEST(gpu_amp_bf16_2_processes_match_cpu)
     model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--amp bf16");
 }
 
-/* --amp fp16 on the device: f16 operands with the loss scale (2^16) against the CPU's fp32
- * steps (f16 keeps 11 bits: within 1e-2 over these steps), on 2 processes. */
-TEST(gpu_amp_fp16_2_processes_track_fp32)
+/* LeNet on 2 processes with `dev` on the device against the CPU's fp32 steps, within tol;
+ * the device's log holds `says`. */
+static void dev_vs_fp32(const char *dev, const char *says, double tol)
 {
     char launch[512], cmd[1400], out_g[32768], out_c[32768], why[128] = "";
     snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
     const char *args = "--model lenet --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
                        "--no-eval --check-sync 1";
-    snprintf(cmd, sizeof cmd, "%s %s --device cuda --amp fp16 %s 2>&1", launch, g_train(), args);
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), dev, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
-    CHECKF(strstr(out_g, "amp fp16 (tensor cores, dynamic loss scaling)") && !strstr(out_g, "step skipped"), "%s",
-           out_g);
+    CHECKF(strstr(out_g, says) && !strstr(out_g, "step skipped"), "%s", out_g);
     snprintf(cmd, sizeof cmd, "%s %s --device cpu %s 2>&1", launch, t_prog("ddprt-train"), args);
     CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
-    int n = same_losses(out_g, out_c, 1e-2, why, sizeof why);
-    CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, out_g, out_c);
+    int n = same_losses(out_g, out_c, tol, why, sizeof why);
+    CHECKF(n == 3, "%s: %d loss lines agree; %s\n%s\n%s", dev, n, why, out_g, out_c);
+}
+
+/* --amp fp16 on the device: f16 operands with the loss scale (2^16) against the CPU's fp32
+ * steps (f16 keeps 11 bits: within 1e-2 over these steps), on 2 processes. */
+TEST(gpu_amp_fp16_2_processes_track_fp32)
+{
+    dev_vs_fp32("--amp fp16", "amp fp16 (tensor cores, dynamic loss scaling)", 1e-2);
+}
+
+/* --matmul-precision high on the device: TF32 tensor cores (10-bit mantissas). */
+TEST(gpu_tf32_2_processes_track_fp32)
+{
+    dev_vs_fp32("--matmul-precision high", "fp32 matmuls in TF32 (tensor cores)", 1e-2);
 }
 
 /* A forced overflow: a loss scale of 3e38 makes every f16 gradient operand inf, so each

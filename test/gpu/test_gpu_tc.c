@@ -86,15 +86,23 @@ TEST(gpu_tc_gemm_big_tile_pipeline)
 }
 
 /* conv and linear on the tensor cores against the CPU at the same precision: bf16 the
- * CPU's --amp bf16 kernels; f16 the fp32 kernels on f16-rounded x, w, dy (the same
+ * CPU's --amp bf16 kernels; f16 and tf32 the fp32 kernels on rounded x, w, dy (the same
  * operands). Both sides hold the same rounded operands and accumulate in fp32, in
  * different orders: the bound is the fp32 GEMMs' (relative to the largest value). */
 #define MM_TOL 2e-4
 
+/* tf32 as the kernels round it (k_cuda_tc.cuh's k_tf32: to nearest, ties away). */
+static float tf32(float f)
+{
+    uint32_t u = rt_f32_bits(f);
+    return (u & 0x7f800000u) == 0x7f800000u ? f : rt_bits_f32((u + 0x1000u) & 0xffffe000u);
+}
+
 static float *round_copy(int mm, const float *x, size_t n)
 {
     float *y = malloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) y[i] = mm == K_CUDA_MM_F16 ? rt_f16_to_f32(rt_f32_to_f16(x[i])) : x[i];
+    for (size_t i = 0; i < n; i++)
+        y[i] = mm == K_CUDA_MM_F16 ? rt_f16_to_f32(rt_f32_to_f16(x[i])) : mm == K_CUDA_MM_TF32 ? tf32(x[i]) : x[i];
     return y;
 }
 
@@ -104,7 +112,8 @@ static void mm_check(const char *what, int mm, float *const *gpu, float *const *
     for (int i = 0; i < k; i++) {
         if (!cpu[i]) continue;
         double e = g_relerr(g_result(gpu[i], n[i]), cpu[i], n[i]);
-        CHECKF(e < MM_TOL, "%s %s: %s rel err %.3g", mm == K_CUDA_MM_BF16 ? "bf16" : "f16", what, names[i], e);
+        CHECKF(e < MM_TOL, "%s %s: %s rel err %.3g", mm == K_CUDA_MM_BF16 ? "bf16" : mm == K_CUDA_MM_F16 ? "f16" : "tf32",
+               what, names[i], e);
     }
 }
 
@@ -185,7 +194,7 @@ static void conv_mm_case(int mm, const int *d)
 /* Linear: LeNet's and odd shapes, a split-K weight gradient (n = 1000). */
 TEST(gpu_tc_linear_matches_cpu_amp)
 {
-    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++) {
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_TF32; mm++) {
         linear_mm_case(mm, 64, 320, 50);
         linear_mm_case(mm, 7, 33, 65);
         linear_mm_case(mm, 1000, 50, 10);
@@ -201,6 +210,6 @@ TEST(gpu_tc_conv_matches_cpu_amp)
                                    {2, 16, 14, 14, 32, 3, 3, 1, 1}, {2, 16, 15, 15, 24, 3, 3, 2, 1},
                                    {2, 16, 9, 9, 130, 3, 3, 1, 1},  {2, 8, 15, 15, 16, 1, 1, 2, 0},
                                    {1, 3, 32, 32, 16, 7, 7, 2, 3}};
-    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++)
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_TF32; mm++)
         for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
 }

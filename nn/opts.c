@@ -41,7 +41,7 @@ static const rt_arg flags[] = {
     FD("model", RT_ARG_STR, model, JOB, RT_ARG_ANY, "lenet", "model"),
     F("threads", RT_ARG_INT, threads, RANK, RT_ARG_POS, "compute threads (default: the cores available to this rank)"),
     F("mem-report", RT_ARG_FLAG, mem_report, RANK, RT_ARG_ANY, "print the memory plan at start-up and the peak RSS at the end"),
-    F("recompute-macs", RT_ARG_INT, recompute_macs, RANK, RT_ARG_ANY,
+    FR("recompute-macs", recompute_macs, RANK, -2, INT_MAX,
       "recompute in backward the convs and GPT's Conv1D layers with at most N multiply-adds per output, trading time for memory, same results "
       "(default -2: none while the planned activations fit in a quarter of this rank's share of the host's memory "
       "(RAM or cgroup limit), else as -1; -1: the fewest that halve the planned activations or bring them under 32 MiB; "
@@ -106,7 +106,7 @@ static const rt_arg flags[] = {
     FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
-      "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
+      "of their reduction tree (K=8: 1, 2, 4, 8 ranks); 0: off, as without the flag"),
     FR("zero", zero, JOB, 0, 1, "ZeRO stage: 1 keeps each rank's shard of the optimizer state only (parameters all-gathered after the step; results as without) (default: 0)"),
     F("eval-every", RT_ARG_INT, eval_every, JOB, RT_ARG_NONNEG, "language models: validation loss every N steps too (default: 0, per epoch)"),
     FD("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "20", "language models: validation batches per evaluation (0: all)"),

@@ -160,6 +160,7 @@ static int open_data(nn_trainer *t, char *err, size_t errlen)
         t->test = t->train;
     }
     snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
+    if (nn_tokens_same_vocab(&t->train, &t->test, err, errlen)) return -1;
     if (t->train.c != t->test.c || t->train.h != t->test.h || t->train.w != t->test.w ||
         t->train.tokens != t->test.tokens) {
         snprintf(err, errlen, "%s: training samples are %dx%dx%d, test samples %dx%dx%d", t->train.dir, t->train.c,
@@ -254,6 +255,18 @@ static int check_model(nn_trainer *t, char *err, size_t errlen)
                  "--resume FILE (without, it would print random tokens)", t->o.generate);
         return -1;
     }
+    /* A tokenizer that cannot print the samples is refused now, not warned about after
+     * the first epoch's sample. */
+    if (t->o.tokenizer) {
+        char e2[512];
+        nn_bpe *b = t->g.lm ? nn_bpe_load(t->o.tokenizer, e2, sizeof e2) : NULL;
+        if (!b) {
+            snprintf(err, errlen, "--tokenizer %s: %s", t->o.tokenizer,
+                     t->g.lm ? e2 : "the model is not a language model (it prints no text)");
+            return -1;
+        }
+        nn_bpe_free(b);
+    }
     return t->o.save ? nn_ckpt_check_names(&t->g, err, errlen) : 0;
 }
 
@@ -291,6 +304,14 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
     if (!o->resume) return 0;
+    if (o->generate > 0) { /* sampling: the weights only, whatever optimizer trained them */
+        char e2[1024];
+        int skipped[2];
+        if (!nn_ckpt_init_from(&t->g, o->resume, 1, skipped, e2, sizeof e2)) return 0;
+        const char *m = strncmp(e2, "--init-from ", 12) ? e2 : e2 + 12;
+        snprintf(err, errlen, "--resume %.700s", m);
+        return -1;
+    }
     nn_ckpt_state st = nn_trainer_ckpt_state(t, 0);
     /* ZeRO-1: the file holds the whole state (any world size), the rank keeps its shard. */
     if (nn_zero_sharded(t) || t->opt.c.q8 ? nn_zero_load(t, o->resume, &st, err, errlen) : nn_ckpt_load(o->resume, &t->g, &st, err, errlen))

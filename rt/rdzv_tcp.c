@@ -362,6 +362,15 @@ int rt_rdzv_backoff(const rt_rdzv *r, int64_t deadline_ns, int64_t *backoff, int
 int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen)
 {
     char e[256];
+    int64_t deadline = port_now_ns() + (int64_t)(r->timeout_s * 1e9), backoff = 20000000;
+    /* A name that does not resolve will not start to: one line now, not after the whole
+     * timeout, on every rank (rank 0 listens on all interfaces, but its peers use the
+     * name). Only a temporary DNS failure is retried, for a short grace. */
+    int64_t grace = port_now_ns() + 3000000000LL;
+    if (p->host[0] && port_sock_resolve_check(p->host, grace < deadline ? grace : deadline, e, sizeof e)) {
+        snprintf(err, errlen, "rank %d: rendezvous %s: %s", r->rank, r->where, e);
+        return -1;
+    }
     if (r->rank == 0) {
         r->lfd = port_sock_listen(NULL, p->port, r->world + MAX_PENDING, e, sizeof e);
         if (r->lfd < 0) {
@@ -370,14 +379,6 @@ int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen
             return -1;
         }
         return rt_rdzv_serve_meeting(r, err, errlen);
-    }
-    int64_t deadline = port_now_ns() + (int64_t)(r->timeout_s * 1e9), backoff = 20000000;
-    /* A name that does not resolve will not start to: one line now, not after the whole
-     * timeout. Only a temporary DNS failure is retried, for a short grace. */
-    int64_t grace = port_now_ns() + 3000000000LL;
-    if (port_sock_resolve_check(p->host, grace < deadline ? grace : deadline, e, sizeof e)) {
-        snprintf(err, errlen, "rank %d: rendezvous %s: %s", r->rank, r->where, e);
-        return -1;
     }
     char last[RT_RDZV_MAX_TEXT + 64] = "no attempt";
     for (;;) {

@@ -117,4 +117,7 @@ int nn_tokens_detect(const char *dir);
 int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen);
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
 int nn_tokens_sample(const nn_dataset *d, int idx, int32_t *x, char *err, size_t errlen);
+/* Token shard sets: the validation split's vocabulary is the training split's (0), or
+ * -1 with err naming a shard of each. Other data sets: 0. */
+int nn_tokens_same_vocab(const nn_dataset *train, const nn_dataset *val, char *err, size_t errlen);
 #endif

@@ -185,7 +185,14 @@ int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
             free(paths);
             return -1;
         }
-        if (info.vocab > d->vocab) d->vocab = info.vocab;
+        /* Shards of two tokenizers in one set: the ids mean different tokens. */
+        if (i && info.vocab != d->vocab) {
+            snprintf(err, errlen, "%s: vocabulary %d, but %s has %d: shards of different tokenizers", paths[i],
+                     info.vocab, paths[0], d->vocab);
+            free(paths);
+            return -1;
+        }
+        d->vocab = info.vocab;
         if (info.ntok > T) windows += (info.ntok - 1) / T;
         toks += info.ntok;
     }
@@ -203,6 +210,17 @@ int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
     d->tokens = d->lm = 1;
     d->num_classes = d->vocab;
     return 0;
+}
+
+int nn_tokens_same_vocab(const nn_dataset *train, const nn_dataset *val, char *err, size_t errlen)
+{
+    if (!train->tokens || !train->nshards || !val->nshards || train->vocab == val->vocab) return 0;
+    char a[1][600], b[1][600];
+    if (nn_tokens_list(train->path[0], "train", a, 1) < 1) snprintf(a[0], sizeof a[0], "%.590s", train->path[0]);
+    if (nn_tokens_list(val->path[0], "val", b, 1) < 1) snprintf(b[0], sizeof b[0], "%.590s", val->path[0]);
+    snprintf(err, errlen, "%s: vocabulary %d, but the training shards (%s) have %d: the validation split comes from "
+             "another tokenizer", b[0], val->vocab, a[0], train->vocab);
+    return -1;
 }
 
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)

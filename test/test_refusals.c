@@ -1,0 +1,159 @@
+/* Issue 41 point 8: options and inputs that were ignored or accepted silently, each now
+ * one line naming what is wrong (or, for --invariant 0, documented), and ddprt-trace's
+ * reader: every field checked, a file cut by a crash used up to its last whole line. */
+#include "nn/data/tokens.h"
+#include "test/t.h"
+#include "test/t_data.h"
+#include "test/t_proc.h"
+#include "test/t_util.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* A command's status with stderr in out. */
+static int run(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int run(char *out, size_t n, const char *fmt, ...)
+{
+    char body[3000], cmd[3100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "{ %s; } 2>&1", body);
+    return t_sh(cmd, out, n);
+}
+
+TEST(refuse_train_flags_recompute_and_invariant)
+{
+    char out[8192];
+    int st = run(out, sizeof out, "%s --recompute-macs -7", t_prog("ddprt-train"));
+    CHECKF(st == 2 && strstr(out, "--recompute-macs: expected an integer in -2..2147483647, got '-7'"), "%d: %s", st, out);
+    /* --invariant 0 is off, as without the flag, and says so in --help */
+    st = run(out, sizeof out, "%s --help", t_prog("ddprt-train"));
+    CHECKF(st == 0 && strstr(out, "0: off, as without the flag"), "%d: %s", st, out);
+}
+
+PTEST(refuse_tokenize_name_and_output_inside_the_input)
+{
+    const char *d = t_tmpdir();
+    char out[4096], in[600];
+    snprintf(in, sizeof in, "%s/in", d);
+    mkdir(in, 0755);
+    t_write_text(in, "a.txt", "some text to tokenize, long enough\n");
+    char tok[4096];
+    CHECK(realpath(t_prog("ddprt-data"), tok) != NULL); /* the commands run in d */
+    int st = run(out, sizeof out, "cd %s && %s tokenize in --to out --name ../../x", d, tok);
+    CHECKF(st != 0 && strstr(out, "--name '../../x': a file name prefix, without '/'"), "%d: %s", st, out);
+    static const char *const tos[] = {"in", "in/", "./in/../in", "in/sub/deeper"};
+    for (int i = 0; i < 4; i++) {
+        st = run(out, sizeof out, "cd %s && %s tokenize in --to %s", d, tok, tos[i]);
+        CHECKF(st != 0 && strstr(out, "is the input directory in or inside it"), "--to %s: %d: %s", tos[i], st, out);
+    }
+    st = run(out, sizeof out, "ls %s/in", d);
+    CHECKF(!strcmp(out, "a.txt\n"), "%s", out);
+    st = run(out, sizeof out, "cd %s && %s tokenize in --to out --name ok", d, tok);
+    CHECKF(st == 0 && strstr(out, "out/ok_train.bin"), "%d: %s", st, out);
+}
+
+TEST(refuse_launch_empty_or_unresolvable_master_addr)
+{
+    char out[4096];
+    int st = run(out, sizeof out, "%s --nproc-per-node 1 --master-addr '' -- true", t_prog("ddprt-launch"));
+    CHECKF(st == 2 && strstr(out, "--master-addr '': give rank 0's host name or address"), "%d: %s", st, out);
+    st = run(out, sizeof out, "%s --nproc-per-node 1 --nnodes 2 --master-addr nosuchhost.invalid -- true",
+             t_prog("ddprt-launch"));
+    CHECKF(st == 2 && strstr(out, "cannot resolve 'nosuchhost.invalid'"), "%d: %s", st, out);
+}
+
+/* The language-model options: a tokenizer that cannot be read, --generate from a
+ * --resume checkpoint that another optimizer wrote, a validation split of another
+ * vocabulary. */
+PTEST(refuse_lm_tokenizer_generate_resume_and_val_vocab)
+{
+    const char *d = t_tmpdir(), *data = t_lm_data(d, 64, 40);
+    char out[8192], cfg[600], base[2000];
+    snprintf(cfg, sizeof cfg, "%s", t_write_text(d, "v.cfg", "[gpt]\nlayers=1\ndim=16\nheads=2\nctx=16\nvocab=0\n"));
+    snprintf(base, sizeof base, "%s --model-file %s --data %s --seq-len 16 --batch-size 4 --threads 1 --epochs 1",
+             t_prog("ddprt-train"), cfg, data);
+    int st = run(out, sizeof out, "%s --max-steps 1 --tokenizer %s/none", base, d);
+    CHECKF(st != 0 && strstr(out, "--tokenizer ") && strstr(out, "/none/encoder.json: cannot read"), "%d: %s", st, out);
+    char garbage[600];
+    snprintf(garbage, sizeof garbage, "%s/garbage", d);
+    mkdir(garbage, 0755);
+    t_write_text(garbage, "encoder.json", "{{{ not json");
+    t_write_text(garbage, "vocab.bpe", "#version: 0.2\n");
+    st = run(out, sizeof out, "%s --max-steps 1 --tokenizer %s", base, garbage);
+    CHECKF(st != 0 && strstr(out, "--tokenizer ") && strstr(out, "garbage/encoder.json"), "%d: %s", st, out);
+    /* --generate with --resume reads the weights only: no --optimizer adamw needed */
+    st = run(out, sizeof out, "%s --max-steps 2 --no-eval --optimizer adamw --save %s/ck.st", base, d);
+    CHECKF(st == 0, "%d: %s", st, out);
+    st = run(out, sizeof out, "%s --resume %s/ck.st --generate 5", base, d);
+    CHECKF(st == 0 && !strstr(out, "--optimizer"), "%d: %s", st, out);
+    st = run(out, sizeof out, "%s --resume %s/ck.st --max-steps 3", base, d); /* training on still needs it */
+    CHECKF(st != 0 && strstr(out, "holds adamw state, but --optimizer is sgd"), "%d: %s", st, out);
+    /* a validation shard of another tokenizer */
+    char p[800], e[512];
+    int32_t toks[40] = {0};
+    snprintf(p, sizeof p, "%s/lm_val.bin", data);
+    CHECKF(nn_tokens_write(p, toks, 40, 50257, e, sizeof e) == 0, "%s", e);
+    st = run(out, sizeof out, "%s --max-steps 1", base);
+    CHECKF(st != 0 && strstr(out, "lm_val.bin: vocabulary 50257, but the training shards (") &&
+           strstr(out, "lm_train.bin) have "), "%d: %s", st, out);
+    /* two training shards of different vocabularies */
+    snprintf(p, sizeof p, "%s/lm_val.bin", data);
+    remove(p);
+    snprintf(p, sizeof p, "%s/lm_train_2.bin", data);
+    CHECKF(nn_tokens_write(p, toks, 40, 50257, e, sizeof e) == 0, "%s", e);
+    st = run(out, sizeof out, "%s --max-steps 1 --no-eval", base);
+    CHECKF(st != 0 && strstr(out, "lm_train_2.bin: vocabulary 50257, but ") && strstr(out, "shards of different tokenizers"),
+           "%d: %s", st, out);
+}
+
+/* A flight-recorder file as tp_trace_dump writes it, with `rows` after the header. */
+static const char *trace_file(const char *dir, const char *name, int rank, int world, const char *version,
+                              const char *rows)
+{
+    char text[4096];
+    snprintf(text, sizeof text, "# ddprt-trace %s\nrank %d\nworld %d\npid 42\nhost h\nnow 100.5\nissued 3\nwhy test\n"
+             "# seq kind dtype redop root bytes state rc t_issue t_start t_end (unix s; 0 = not yet)\n%s",
+             version, rank, world, rows);
+    return t_write_text(dir, name, text);
+}
+
+PTEST(trace_reader_refuses_bad_fields_and_uses_a_cut_file)
+{
+    const char *d = t_tmpdir();
+    const char *ok = "1 allreduce float sum 0 1024 done 0 1.0 1.0 1.5\n2 allreduce float sum 0 1024 done 0 2.0 2.0 2.5\n";
+    char out[8192], f0[700], f1[700];
+    snprintf(f0, sizeof f0, "%s", trace_file(d, "t0", 0, 2, "1", ok));
+    snprintf(f1, sizeof f1, "%s", trace_file(d, "t1", 1, 2, "1", ok));
+    int st = run(out, sizeof out, "%s %s %s", t_prog("ddprt-trace"), f0, f1);
+    CHECKF(st == 0 && strstr(out, "behind: none (every rank with a file reached #2)"), "%d: %s", st, out);
+    static const struct { const char *version, *rows, *msg; int world; } bad[] = {
+        {"1", "1 frobnicate float sum 0 1024 done 0 1.0 1.0 1.5\n", ":10: unknown kind of collective", 2},
+        {"1", "1 allreduce float sum 0 -1024 done 0 1.0 1.0 1.5\n", ":10: bytes: expected a size 0 to 2^62", 2},
+        {"1", "99999999999999999999999 allreduce float sum 0 8 done 0 1 1 1\n", ":10: sequence number: expected", 2},
+        {"1", "9 allreduce float sum 0 8 done 0 1 1 1\n", ":10: sequence number past the header's 'issued'", 2},
+        {"1", "1 allreduce float sum 0 8 done 0 1 1\n", ":10: not a trace line", 2},
+        {"1", "1 allreduce float sum 0 8 done 0 1 nan 1\n", ":10: times: expected seconds >= 0", 2},
+        {"99", "", ":1: version 99; this ddprt-trace reads version 1", 2},
+        {"1", "", ":3: world: more ranks than ddprt-trace merges (65536)", 2000000000},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *b = trace_file(d, "bad", 1, bad[i].world, bad[i].version, bad[i].rows);
+        st = run(out, sizeof out, "%s %s %s", t_prog("ddprt-trace"), f0, b);
+        CHECKF(st == 1 && strstr(out, bad[i].msg) && !strstr(out, "behind:"), "case %zu: %d: %s", i, st, out);
+    }
+    /* the same rank's file twice */
+    st = run(out, sizeof out, "%s %s %s %s", t_prog("ddprt-trace"), f0, f1, f1);
+    CHECKF(st == 1 && strstr(out, "are both rank 1's") && !strstr(out, "behind:"), "%d: %s", st, out);
+    /* rank 1 died while writing its third row: its two whole rows are used, one warning */
+    const char *cut = trace_file(d, "cut", 1, 2, "1", "1 allreduce float sum 0 1024 done 0 1.0 1.0 1.5\n"
+                                                     "2 allreduce float sum 0 1024 done 0 2.0 2.0 2.5\n3 allre");
+    st = run(out, sizeof out, "%s %s %s", t_prog("ddprt-trace"), f0, cut);
+    CHECKF(st == 0 && strstr(out, "warning: ") && strstr(out, "/cut:12: the last line is cut") &&
+           strstr(out, "using the 2 complete rows") && strstr(out, "behind: none (every rank with a file reached #2)"),
+           "%d: %s", st, out);
+}

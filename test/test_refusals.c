@@ -157,3 +157,32 @@ PTEST(trace_reader_refuses_bad_fields_and_uses_a_cut_file)
            strstr(out, "using the 2 complete rows") && strstr(out, "behind: none (every rank with a file reached #2)"),
            "%d: %s", st, out);
 }
+
+/* Point 10's messages: a number out of range says so, a pad that makes the output huge
+ * is named (not a terabyte arena), an arena that cannot be had is one line, and the
+ * argument limit is the real one. */
+PTEST(refuse_messages_name_the_cause_once)
+{
+    const char *d = t_tmpdir();
+    char out[8192], base[1200];
+    const char *lenet = "[conv2d]\nname=conv1\nfilters=%s\nsize=5\npad=%s\n[relu]\n[flatten]\n[linear]\nout=10\n";
+    char cfg[300];
+    snprintf(base, sizeof base, "%s --data synthetic --epochs 1 --max-steps 1 --threads 1 --model-file", t_prog("ddprt-train"));
+    snprintf(cfg, sizeof cfg, lenet, "2000000000", "0");
+    int st = run(out, sizeof out, "%s %s", base, t_write_text(d, "f.cfg", cfg));
+    CHECKF(st != 0 && strstr(out, "filters=2000000000 is out of range (-1000000 to 1000000)"), "%d: %s", st, out);
+    snprintf(cfg, sizeof cfg, lenet, "10", "100000");
+    st = run(out, sizeof out, "%s %s", base, t_write_text(d, "p.cfg", cfg));
+    CHECKF(st != 0 && strstr(out, "pad=100000 makes a 10x200024x200024 output (at most 65536 a side and 2^31 values)") &&
+           !strstr(out, "arena"), "%d: %s", st, out);
+    /* 4 GiB of activations under a 1 GiB address-space limit */
+    snprintf(cfg, sizeof cfg, lenet, "4000", "100");
+    st = run(out, sizeof out, "ulimit -v 1048576; %s %s --batch-size 64", base, t_write_text(d, "a.cfg", cfg));
+    const char *c = strstr(out, "cannot allocate");
+    CHECKF(st != 0 && c && !strstr(c + 1, "cannot allocate") && strstr(out, "cannot allocate the host arena of "),
+           "%d: %s", st, out);
+    st = run(out, sizeof out, "%s tokenize $(seq 1 1025) --to %s/x", t_prog("ddprt-data"), d);
+    CHECKF(st == 2 && strstr(out, "1027 arguments after the command, more than 1024"), "%d: %s", st, out);
+    st = run(out, sizeof out, "%s tokenize $(seq 1 1021) --to %s/x", t_prog("ddprt-data"), d);
+    CHECKF(st != 2 && strstr(out, "tokenize: 1: "), "%d: %s", st, out); /* 1023 arguments: read as files */
+}

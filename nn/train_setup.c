@@ -388,11 +388,15 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
             snprintf(err, errlen, "too many options to compare across ranks");
             return -1;
         }
+        /* The data's content too: the same sizes with other bytes would train silently. */
         const char *derived[] = {"model parameter count", "train samples", "test samples", "resumed step",
-                                 "data classes/vocabulary hash", "--save given"};
+                                 "data classes/vocabulary hash", "--save given",
+                                 "the training data's content (a checksum of the samples read)",
+                                 "the test data's content (a checksum of the samples read)"};
         int64_t dv[] = {(int64_t)t->g.nparams, t->train.n, t->test.n, (int64_t)t->step,
-                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL};
-        for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
+                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL, (int64_t)t->train.data_hash,
+                        (int64_t)t->test.data_hash};
+        for (int i = 0; i < 8; i++) names[nv] = derived[i], v[nv++] = dv[i];
         if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_zero_sharded(t)) nn_ddp_set_zero(ddp, t->blk);

@@ -186,3 +186,44 @@ PTEST(refuse_messages_name_the_cause_once)
     st = run(out, sizeof out, "%s tokenize $(seq 1 1021) --to %s/x", t_prog("ddprt-data"), d);
     CHECKF(st != 2 && strstr(out, "tokenize: 1: "), "%d: %s", st, out); /* 1023 arguments: read as files */
 }
+
+/* Issue 41 point 11: two ranks reading data sets of the same size but other bytes (one
+ * pixel) are refused at start naming both ranks; an identical copy elsewhere is fine. */
+static int pair(const char *d0, const char *d1, char *e, size_t n)
+{
+    int port = t_free_port(), st[2];
+    char init[64];
+    snprintf(init, sizeof init, "tcp://127.0.0.1:%d", port);
+    t_proc p[2];
+    for (int r = 0; r < 2; r++) {
+        const char *argv[] = {t_prog("ddprt-train"), "--data", r ? d1 : d0, "--init-method", init, "--rank", r ? "1" : "0",
+                              "--world-size", "2", "--threads", "1", "--epochs", "1", "--max-steps", "1", "--no-eval",
+                              NULL};
+        t_spawn(&p[r], r ? "r1" : "r0", (char *const *)argv, NULL);
+    }
+    for (int r = 0; r < 2; r++) st[r] = t_wait(&p[r], 60);
+    snprintf(e, n, "%s", t_slurp(p[0].err));
+    return st[0] || st[1];
+}
+
+PTEST(refuse_ranks_reading_different_data_of_one_size)
+{
+    t_clean_env();
+    char a[600], b[600], c[600], e[4096], path[700];
+    snprintf(a, sizeof a, "%s/a", t_tmpdir());
+    snprintf(b, sizeof b, "%s/b", t_tmpdir());
+    snprintf(c, sizeof c, "%s/c", t_tmpdir());
+    mkdir(a, 0755), mkdir(b, 0755), mkdir(c, 0755);
+    t_write_synthetic_dataset(a, 300, 100, 0);
+    t_write_synthetic_dataset(b, 300, 100, 0);
+    t_write_synthetic_dataset(c, 300, 100, 0);
+    CHECKF(pair(a, b, e, sizeof e) == 0, "identical copies refused: %s", e);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", c);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fseek(f, 16 + 5000, SEEK_SET) == 0);
+    int px = f ? fgetc(f) : 0;
+    if (f) fseek(f, 16 + 5000, SEEK_SET), fputc(px ^ 0x40, f), fclose(f);
+    CHECK(pair(a, c, e, sizeof e) != 0);
+    CHECKF(strstr(e, "the training data's content (a checksum of the samples read) is not the same on rank 1 as on "
+                     "rank 0"), "%s", e);
+}

@@ -54,6 +54,9 @@ typedef struct nn_dataset {
                              * and next-token targets [1, T] (token shards, synthetic) */
     int vocab;
     uint64_t meta_hash;     /* FNV-1a of class names / vocabulary: equal on every rank */
+    uint64_t data_hash;     /* the content's fingerprint (CRC-32 of the loaded samples, bit 41 set; token shards:
+                             * of each shard whole up to 16 MiB, else of 16 pieces of 64 KiB): the
+                             * ranks read the same files, so it is equal on every rank; 0 = none */
     /* private */
     int fmt, split_train, aug, bad_skip;
     nn_data_cfg cfg;

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 int nn_tokens_probe(const char *path, nn_tok_info *info, char *err, size_t errlen)
 {
@@ -223,6 +224,17 @@ int nn_tokens_same_vocab(const nn_dataset *train, const nn_dataset *val, char *e
     return -1;
 }
 
+/* A shard's fingerprint folded into crc: whole up to 16 MiB; beyond, 16 pieces of 64 KiB
+ * spread over it (a 100M-token shard is not read through at start). */
+static uint64_t shard_crc(uint64_t crc, const void *map, size_t bytes)
+{
+    const unsigned char *p = map;
+    enum { SMALL = 16 << 20, PIECE = 64 << 10, PIECES = 16 };
+    if (bytes <= SMALL) return crc32_z((uLong)crc, p, bytes);
+    for (size_t k = 0; k < PIECES; k++) crc = crc32_z((uLong)crc, p + k * ((bytes - PIECE) / (PIECES - 1)), PIECE);
+    return crc32_z((uLong)crc, (const Bytef *)&bytes, sizeof bytes);
+}
+
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
 {
     nn_tok_shard *sh = rt_arena_alloc(a, sizeof *sh * (size_t)d->nshards, RT_MEM_DATA, "token shards");
@@ -258,7 +270,9 @@ int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         sh[i].tbytes = info.tbytes;
         sh[i].first = first;
         first += info.ntok > T ? (info.ntok - 1) / T : 0;
+        d->data_hash = shard_crc(d->data_hash, m, bytes);
     }
+    d->data_hash |= 1ull << 41;
     free(paths);
     d->shards = sh;
     return 0;

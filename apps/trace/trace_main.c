@@ -1,7 +1,8 @@
 /* ddprt-trace FILES...: merges the flight-recorder files of a job (ddprt-trace.RANK,
  * written on a failure, SIGUSR1 or a stall warning; see transport/tp_trace.h) and
  * prints where each rank was, who is behind, and ops that differ between ranks at the
- * same sequence number. */
+ * same sequence number. The reader (trace_read.c) checks every field; a file not whole
+ * or of another job stops the merge (docs/reliability.md). */
 #include "apps/trace/trace.h"
 #include "rt/args.h"
 #include "rt/env.h"

@@ -157,6 +157,7 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
         rt_error("--rank %d is out of range for --world-size %d", o->rank, o->world_size);
         return -1;
     }
+    if (o->invariant && !strcmp(o->invariant, "0")) o->invariant = NULL; /* off: as without, for the agreement too */
     if (o->save_every && !o->save) {
         rt_error("--save-every %d: the checkpoints need a path: --save PATH", o->save_every);
         return -1;

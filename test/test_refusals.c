@@ -139,6 +139,8 @@ PTEST(trace_reader_refuses_bad_fields_and_uses_a_cut_file)
         {"1", "1 allreduce float sum 0 8 done 0 1 1\n", ":10: not a trace line", 2},
         {"1", "1 allreduce float sum 0 8 done 0 1 nan 1\n", ":10: times: expected seconds >= 0", 2},
         {"99", "", ":1: version 99; this ddprt-trace reads version 1", 2},
+        {"1", "rank 0\n", ":10: a header line given twice", 2},
+        {"1", "1 allreduce float sum 0 8 done 0 1 1 1\nissued 9\n", ":11: a header line after the rows", 2},
         {"1", "", ":3: world: more ranks than ddprt-trace merges (65536)", 2000000000},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -72,32 +72,43 @@ static const char *row(char *line, const trace_file *f, trace_ent *e)
     return NULL;
 }
 
-/* A header line (KEY VALUE): 1 when it was one, -1 with *why when its value is bad. */
-static int header(const char *line, trace_file *f, const char **why)
+/* A header line (KEY VALUE): 1 when it was one, -1 with *why when its value is bad or
+ * the key came before (seen: a bit per key; rows: rows were read, so the header ended). */
+static int header(const char *line, trace_file *f, unsigned *seen, int rows, const char **why)
 {
+    static const char *const keys[] = {"rank", "world", "pid", "host", "now", "issued", "why"};
     const char *sp = strchr(line, ' ');
     if (!sp) return 0;
     const char *v = sp + 1;
     size_t k = (size_t)(sp - line);
     unsigned long long u;
-    if (k == 4 && !strncmp(line, "rank", 4)) {
+    int key = -1;
+    for (int i = 0; i < 7 && key < 0; i++)
+        if (strlen(keys[i]) == k && !strncmp(line, keys[i], k)) key = i;
+    if (key < 0) return 0;
+    if (rows) return *why = "a header line after the rows", -1;
+    if (*seen >> key & 1) return *why = "a header line given twice", -1;
+    *seen |= 1u << key;
+    switch (key) {
+    case 0:
         if (i32(v, &f->rank) || f->rank < 0) return *why = "rank: expected an integer >= 0", -1;
-    } else if (k == 5 && !strncmp(line, "world", 5)) {
+        break;
+    case 1:
         if (i32(v, &f->world) || f->world < 1) return *why = "world: expected a positive integer", -1;
         if (f->world > TRACE_MAX_WORLD) return *why = "world: more ranks than ddprt-trace merges (65536)", -1;
-    } else if (k == 3 && !strncmp(line, "pid", 3)) {
+        break;
+    case 2:
         if (i32(v, &f->pid)) return *why = "pid: expected an integer", -1;
-    } else if (k == 4 && !strncmp(line, "host", 4)) {
-        snprintf(f->host, sizeof f->host, "%.127s", v);
-    } else if (k == 3 && !strncmp(line, "now", 3)) {
+        break;
+    case 3: snprintf(f->host, sizeof f->host, "%.127s", v); break;
+    case 4:
         if (secs(v, &f->now)) return *why = "now: expected seconds >= 0", -1;
-    } else if (k == 6 && !strncmp(line, "issued", 6)) {
+        break;
+    case 5:
         if (u64(v, &u)) return *why = "issued: expected 0 to 2^64-1", -1;
         f->issued = u;
-    } else if (k == 3 && !strncmp(line, "why", 3)) {
-        snprintf(f->why, sizeof f->why, "%.590s", v);
-    } else {
-        return 0;
+        break;
+    default: snprintf(f->why, sizeof f->why, "%.590s", v); break;
     }
     return 1;
 }
@@ -115,6 +126,7 @@ int trace_parse(const char *text, size_t n, const char *path, trace_file *f, cha
     snprintf(f->file, sizeof f->file, "%s", path);
     f->rank = -1;
     int cap = 0, lineno = 0, version = 0;
+    unsigned seen = 0;
     const char *why = NULL;
     char line[1024], vmsg[120];
     for (size_t at = 0; at < n && !why;) {
@@ -145,7 +157,7 @@ int trace_parse(const char *text, size_t n, const char *path, trace_file *f, cha
             continue;
         }
         if (line[0] == '#' || !line[0]) continue;
-        int h = header(line, f, &why);
+        int h = header(line, f, &seen, f->n > 0, &why);
         if (h) continue;
         if (f->n == cap) {
             trace_ent *ne = f->n < INT_MAX / 2 ? realloc(f->e, sizeof *ne * (size_t)(cap = cap ? 2 * cap : 256)) : NULL;

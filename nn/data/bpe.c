@@ -84,7 +84,7 @@ static char *read_file(const char *path, size_t *n, char *err, size_t errlen)
 
 static int add_token(nn_bpe *b, const char *s, size_t n, int32_t id)
 {
-    if (b->pool_len + n > b->pool_cap) {
+    if (b->pool_len + n > b->pool_cap || !b->pool) { /* a first token of 0 bytes too: no memcpy to NULL */
         size_t cap = (b->pool_len + n) * 2 + 4096;
         char *p = realloc(b->pool, cap);
         if (!p) return -1;
@@ -146,6 +146,7 @@ static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, c
         }
         if (i++ >= n) BAD("unterminated string");
         s[k] = 0; /* for messages */
+        if (!k) BAD("an empty token (every token stands for at least one byte)");
         WS();
         if (i >= n || j[i] != ':') BAD("expected ':'");
         i++;

@@ -322,13 +322,14 @@ run-gpt: deps
 # the checkpoint reader (nn/stio), the IDX reader, the JPEG and PNG decoders with the
 # transforms after them, the text TSV reader/tokenizer, the --resume path (checkpoint
 # and optimizer-state files), ddprt-data's and ddprt-bench's command lines, ddprt-data
-# convert on IDX files and the CIFAR reader, the cfg reader and planner. FUZZ_TIME seconds each, or FUZZ_RUNS=N
+# convert on IDX files and the CIFAR reader, the cfg reader and planner, the token shard
+# reader, GPT-2's BPE files, ddprt-trace's reader. FUZZ_TIME seconds each, or FUZZ_RUNS=N
 # executions each; FUZZ=name1,name2 runs only those. bench/fuzz_table.sh prints the
 # table of a run (target, executions, time, crashes).
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 30
 FUZZ_RUNS ?=
-FUZZ      ?= rdzv,stio,idx,jpeg,png,text,ckpt,args,convert,cfg
+FUZZ      ?= rdzv,stio,idx,jpeg,png,text,ckpt,args,convert,cfg,tokens,bpe,trace
 FUZZ_FLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
              -DDDPRT_JPEG=1 -DDDPRT_PNG=1
 FUZZ_LIMIT = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
@@ -346,6 +347,13 @@ FUZZ_SRC_convert = apps/data/data_convert.c $(FUZZ_DATA) nn/data/image_write.c
 # kernels (only their workspace sizes run) from the normal build's library.
 FUZZ_SRC_cfg  = nn/models/cfg.c nn/models/resnet.c nn/graph.c nn/plan.c nn/plan_mem.c nn/exec.c $(OP_SRC) \
                 $(BUILD)/gen/nn_op_table.c rt/arena.c rt/log.c $(BUILD)/libddprt.a
+FUZZ_SRC_tokens = nn/data/tokens.c rt/arena.c rt/log.c
+FUZZ_SRC_bpe  = nn/data/bpe.c rt/log.c
+# (the names of kinds, dtypes and reductions come from the library in FUZZ_LIBS)
+FUZZ_SRC_trace = apps/trace/trace_read.c
+FUZZ_LEN_tokens = 8192
+FUZZ_LEN_bpe  = 16384
+FUZZ_LEN_trace = 4096
 FUZZ_LEN_rdzv = 4096
 FUZZ_LEN_stio = 8192
 FUZZ_LEN_idx  = 256
@@ -356,11 +364,12 @@ FUZZ_LEN_ckpt = 16384
 FUZZ_LEN_args = 512
 FUZZ_LEN_convert = 8192
 FUZZ_LEN_cfg  = 4096
-FUZZ_LIBS  = -lz -lm -ljpeg -lpng16
+# the library last: what the instrumented sources leave undefined (port_alloc_huge)
+FUZZ_LIBS  = $(BUILD)/libddprt.a -lz -lm -ljpeg -lpng16
 comma     := ,
 FUZZ_LIST  = $(subst $(comma), ,$(FUZZ))
 fuzz: $(BUILD)/gen/nn_op_table.c $(BUILD)/libddprt.a
-	@mkdir -p $(addprefix build-fuzz/corpus-,rdzv stio idx jpeg png text ckpt args convert cfg)
+	@mkdir -p $(addprefix build-fuzz/corpus-,rdzv stio idx jpeg png text ckpt args convert cfg tokens bpe trace)
 	cp nn/models/*.cfg build-fuzz/corpus-cfg/
 	$(CC) -std=c11 -O1 -D_GNU_SOURCE -I. -DDDPRT_JPEG=1 -DDDPRT_PNG=1 test/fuzz/seed_images.c nn/data/image_write.c \
 	  -ljpeg -lpng16 -o build-fuzz/seed_images

@@ -41,7 +41,7 @@ static const rt_arg flags[] = {
     FD("model", RT_ARG_STR, model, JOB, RT_ARG_ANY, "lenet", "model"),
     F("threads", RT_ARG_INT, threads, RANK, RT_ARG_POS, "compute threads (default: the cores available to this rank)"),
     F("mem-report", RT_ARG_FLAG, mem_report, RANK, RT_ARG_ANY, "print the memory plan at start-up and the peak RSS at the end"),
-    F("recompute-macs", RT_ARG_INT, recompute_macs, RANK, RT_ARG_ANY,
+    FR("recompute-macs", recompute_macs, RANK, -2, INT_MAX,
       "recompute in backward the convs and GPT's Conv1D layers with at most N multiply-adds per output, trading time for memory, same results "
       "(default -2: none while the planned activations fit in a quarter of this rank's share of the host's memory "
       "(RAM or cgroup limit), else as -1; -1: the fewest that halve the planned activations or bring them under 32 MiB; "
@@ -108,7 +108,7 @@ static const rt_arg flags[] = {
        "--amp fp16: the initial dynamic loss scale (GradScaler's init_scale; halves on inf/NaN, doubles after 2000 clean steps)"),
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
-      "of their reduction tree (K=8: 1, 2, 4, 8 ranks)"),
+      "of their reduction tree (K=8: 1, 2, 4, 8 ranks); 0: off, as without the flag"),
     FR("zero", zero, JOB, 0, 1, "ZeRO stage: 1 keeps each rank's shard of the optimizer state only (parameters all-gathered after the step; results as without) (default: 0)"),
     F("eval-every", RT_ARG_INT, eval_every, JOB, RT_ARG_NONNEG, "language models: validation loss every N steps too (default: 0, per epoch)"),
     FD("eval-batches", RT_ARG_INT, eval_batches, JOB, RT_ARG_NONNEG, "20", "language models: validation batches per evaluation (0: all)"),
@@ -159,6 +159,7 @@ int nn_opts_parse(nn_opts *o, int argc, char **argv)
         rt_error("--rank %d is out of range for --world-size %d", o->rank, o->world_size);
         return -1;
     }
+    if (o->invariant && !strcmp(o->invariant, "0")) o->invariant = NULL; /* off: as without, for the agreement too */
     if (o->save_every && !o->save) {
         rt_error("--save-every %d: the checkpoints need a path: --save PATH", o->save_every);
         return -1;

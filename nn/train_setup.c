@@ -171,6 +171,7 @@ static int open_data(nn_trainer *t, char *err, size_t errlen)
         t->test = t->train;
     }
     snprintf(t->data_dir, sizeof t->data_dir, "%s", t->train.dir);
+    if (nn_tokens_same_vocab(&t->train, &t->test, err, errlen)) return -1;
     if (t->train.c != t->test.c || t->train.h != t->test.h || t->train.w != t->test.w ||
         t->train.tokens != t->test.tokens) {
         snprintf(err, errlen, "%s: training samples are %dx%dx%d, test samples %dx%dx%d", t->train.dir, t->train.c,
@@ -265,6 +266,18 @@ static int check_model(nn_trainer *t, char *err, size_t errlen)
                  "--resume FILE (without, it would print random tokens)", t->o.generate);
         return -1;
     }
+    /* A tokenizer that cannot print the samples is refused now, not warned about after
+     * the first epoch's sample. */
+    if (t->o.tokenizer) {
+        char e2[512];
+        nn_bpe *b = t->g.lm ? nn_bpe_load(t->o.tokenizer, e2, sizeof e2) : NULL;
+        if (!b) {
+            snprintf(err, errlen, "--tokenizer %s: %s", t->o.tokenizer,
+                     t->g.lm ? e2 : "the model is not a language model (it prints no text)");
+            return -1;
+        }
+        nn_bpe_free(b);
+    }
     return t->o.save ? nn_ckpt_check_names(&t->g, err, errlen) : 0;
 }
 
@@ -302,6 +315,14 @@ static int resume(nn_trainer *t, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;
     if (!o->resume) return 0;
+    if (o->generate > 0) { /* sampling: the weights only, whatever optimizer trained them */
+        char e2[1024];
+        int skipped[2];
+        if (!nn_ckpt_init_from(&t->g, o->resume, 1, skipped, e2, sizeof e2)) return 0;
+        const char *m = strncmp(e2, "--init-from ", 12) ? e2 : e2 + 12;
+        snprintf(err, errlen, "--resume %.700s", m);
+        return -1;
+    }
     nn_ckpt_state st = nn_trainer_ckpt_state(t, 0);
     /* ZeRO-1: the file holds the whole state (any world size), the rank keeps its shard. */
     if (nn_zero_sharded(t) || t->opt.c.q8 ? nn_zero_load(t, o->resume, &st, err, errlen) : nn_ckpt_load(o->resume, &t->g, &st, err, errlen))
@@ -380,11 +401,15 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
             snprintf(err, errlen, "too many options to compare across ranks");
             return -1;
         }
+        /* The data's content too: the same sizes with other bytes would train silently. */
         const char *derived[] = {"model parameter count", "train samples", "test samples", "resumed step",
-                                 "data classes/vocabulary hash", "--save given"};
+                                 "data classes/vocabulary hash", "--save given",
+                                 "the training data's content (a checksum of the samples read)",
+                                 "the test data's content (a checksum of the samples read)"};
         int64_t dv[] = {(int64_t)t->g.nparams, t->train.n, t->test.n, (int64_t)t->step,
-                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL};
-        for (int i = 0; i < 6; i++) names[nv] = derived[i], v[nv++] = dv[i];
+                        (int64_t)(t->train.meta_hash >> 1), o->save != NULL, (int64_t)t->train.data_hash,
+                        (int64_t)t->test.data_hash};
+        for (int i = 0; i < 8; i++) names[nv] = derived[i], v[nv++] = dv[i];
         if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_zero_sharded(t)) nn_ddp_set_zero(ddp, t->blk);

@@ -27,10 +27,7 @@ int rt_arena_init(rt_arena *a, const char *name, size_t size)
     size = round_up(size ? size : RT_ALIGN);
     /* large arenas on transparent huge pages: ResNet-18 2-9 %, GPT 5-8 % faster (TLB) */
     a->base = size >= ((size_t)8 << 20) ? port_alloc_huge(size) : aligned_alloc(RT_ALIGN, size);
-    if (!a->base) {
-        rt_error("arena '%s': cannot allocate %zu bytes", name, size);
-        return -1;
-    }
+    if (!a->base) return -1;
     a->size = size;
     return 0;
 }

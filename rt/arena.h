@@ -23,7 +23,8 @@ typedef struct rt_arena {
 #define RT_ALIGN 64
 
 void rt_arena_plan(rt_arena *a, const char *name);
-/* Allocates `size` bytes (rounded to RT_ALIGN); returns 0, or -1 with a message. */
+/* Allocates `size` bytes (rounded to RT_ALIGN); returns 0, or -1 (the caller says it:
+ * it knows what the arena was for). */
 int rt_arena_init(rt_arena *a, const char *name, size_t size);
 /* Takes an externally owned block (pinned or device memory from ports/). */
 void rt_arena_init_from(rt_arena *a, const char *name, void *base, size_t size);

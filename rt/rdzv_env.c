@@ -14,7 +14,7 @@
 typedef struct flavour flavour;
 typedef int master_fn(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p, char *err, size_t errlen);
 struct flavour {
-    const char *name, *rank, *world, *world2, *local, *local2;
+    const char *name, *rank, *world, *world2, *local, *local2, *lsize; /* lsize: ranks on this node */
     master_fn *master;
 };
 
@@ -54,10 +54,21 @@ static int from_flavour(const flavour *f, rt_rdzv_plan *p, int need, char *err, 
         if (k) p->world = v;
         else if (need) { snprintf(err, errlen, "%s: %s is not set (how many ranks?)", f->name, f->world); return -1; }
     }
+    const char *lname = "the local rank";
     if (p->local_rank < 0) {
         if ((k = env_int(f->local, &v, err, errlen)) < 0) return -1;
-        if (!k && (k = env_int(f->local2, &v, err, errlen)) < 0) return -1;
+        if (k) lname = f->local;
+        else if ((k = env_int(f->local2, &v, err, errlen)) < 0) return -1;
+        else if (k) lname = f->local2;
         if (k) p->local_rank = v;
+    }
+    /* A local rank outside the node's ranks would pick another rank's CPUs and device. */
+    if ((k = env_int(f->lsize, &v, err, errlen)) < 0) return -1;
+    if (k && (v < 1 || p->local_rank >= v)) {
+        if (v < 1) snprintf(err, errlen, "%s: %s=%d: a node runs at least one rank", f->name, f->lsize, v);
+        else snprintf(err, errlen, "%s: %s %d is out of range for %s=%d (local ranks are 0..%d)", f->name, lname,
+                      p->local_rank, f->lsize, v, v - 1);
+        return -1;
     }
     return 0;
 }
@@ -188,11 +199,11 @@ static int ompi_master(const flavour *f, const rt_rdzv_opts *o, rt_rdzv_plan *p,
 /* The launchers whose environment we read, tried in this order. */
 enum { F_TORCH, F_SLURM, F_OMPI, F_PMI, F_COUNT };
 static const flavour FLAVOURS[F_COUNT] = {
-    {"torchrun env", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK", NULL, env_master},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", NULL, slurm_master},
+    {"torchrun env", "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK", NULL, "LOCAL_WORLD_SIZE", env_master},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", NULL, NULL, slurm_master},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL, "OMPI_COMM_WORLD_LOCAL_RANK", NULL,
-     ompi_master},
-    {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", env_master},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", ompi_master},
+    {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", NULL, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "MPI_LOCALNRANKS", env_master},
 };
 
 static int detect_flavour(void)

@@ -87,6 +87,7 @@ struct rt_rdzv {
     uint32_t seq;            /* collective round */
     int failed;
     char err[512];
+    char refused[300];       /* rank 0: the last rank refused for its world or rank, for the timeout's line */
     port_thread door;        /* rank 0 after the meeting: rt/rdzv_door.c */
     int door_on, door_stop;
     /* This rank's IPv4 address on the route to the meeting point (rank > 0: its

@@ -78,13 +78,25 @@ static void admit(rt_rdzv *r, pending *p, rt_rdzv_hello *hello, int *joined)
         drop(p);
         return;
     }
-    if (h.world != r->world) {
-        snprintf(msg, sizeof msg, "world size %d does not match rank 0's world size %d", h.world, r->world);
-        refuse(p, &h, msg, msg);
-        return;
-    }
-    if (h.rank >= r->world) {
-        snprintf(msg, sizeof msg, "rank %d is out of range for world size %d", h.rank, r->world);
+    if (h.world != r->world || h.rank >= r->world) {
+        if (h.world != r->world)
+            snprintf(msg, sizeof msg, "world size %d does not match rank 0's world size %d", h.world, r->world);
+        else
+            snprintf(msg, sizeof msg, "rank %d is out of range for world size %d", h.rank, r->world);
+        if (r->token_hash && h.token_hash == r->token_hash) {
+            /* This job's own token: a rank of this job started with another world (launchers
+             * that disagree on --nproc-per-node or --nnodes). Waiting cannot help. */
+            send_text(p->fd, RZ_REJECT, RZ_REJ_FATAL, msg);
+            drop(p);
+            snprintf(r->err, sizeof r->err, "rank 0: rank %d (pid %u on %.100s): %.*s (do the launchers agree on "
+                     "--nproc-per-node and --nnodes?)", h.rank, h.pid, h.host, (int)(sizeof r->err - 260), msg);
+            r->failed = 1;
+            return;
+        }
+        /* No token, or another's: perhaps a stranger, so the job waits on; its timeout
+         * line names this. */
+        snprintf(r->refused, sizeof r->refused, "rank %d (pid %u on %.60s) with world size %d", h.rank, h.pid, h.host,
+                 h.world);
         refuse(p, &h, msg, msg);
         return;
     }
@@ -195,8 +207,11 @@ int rt_rdzv_serve_meeting(rt_rdzv *r, char *err, size_t errlen)
             for (int q = 1; q < W && n < sizeof missing - 16; q++)
                 if (r->fds[q] < 0) n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", n ? "," : "", q);
             char line[RT_RDZV_MAX_TEXT];
-            snprintf(line, sizeof line, "rendezvous at %.200s timed out after %g s: rank%s %s of %d did not join",
-                     r->where, r->timeout_s, strchr(missing, ',') ? "s" : "", missing, W);
+            int k = snprintf(line, sizeof line, "rendezvous at %.200s timed out after %g s: rank%s %s of %d did not "
+                             "join", r->where, r->timeout_s, strchr(missing, ',') ? "s" : "", missing, W);
+            if (r->refused[0] && k > 0 && (size_t)k < sizeof line)
+                snprintf(line + k, sizeof line - (size_t)k, "; refused meanwhile: %s (do the launchers agree on "
+                         "--nproc-per-node and --nnodes?)", r->refused);
             for (int q = 1; q < W; q++)
                 if (r->fds[q] >= 0) send_text(r->fds[q], RZ_REJECT, RZ_REJ_FATAL, line);
             snprintf(err, errlen, "rank 0: %s", line);
@@ -362,6 +377,15 @@ int rt_rdzv_backoff(const rt_rdzv *r, int64_t deadline_ns, int64_t *backoff, int
 int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen)
 {
     char e[256];
+    int64_t deadline = port_now_ns() + (int64_t)(r->timeout_s * 1e9), backoff = 20000000;
+    /* A name that does not resolve will not start to: one line now, not after the whole
+     * timeout, on every rank (rank 0 listens on all interfaces, but its peers use the
+     * name). Only a temporary DNS failure is retried, for a short grace. */
+    int64_t grace = port_now_ns() + 3000000000LL;
+    if (p->host[0] && port_sock_resolve_check(p->host, grace < deadline ? grace : deadline, e, sizeof e)) {
+        snprintf(err, errlen, "rank %d: rendezvous %s: %s", r->rank, r->where, e);
+        return -1;
+    }
     if (r->rank == 0) {
         r->lfd = port_sock_listen(NULL, p->port, r->world + MAX_PENDING, e, sizeof e);
         if (r->lfd < 0) {
@@ -370,14 +394,6 @@ int rt_rdzv_open_tcp(rt_rdzv *r, const rt_rdzv_plan *p, char *err, size_t errlen
             return -1;
         }
         return rt_rdzv_serve_meeting(r, err, errlen);
-    }
-    int64_t deadline = port_now_ns() + (int64_t)(r->timeout_s * 1e9), backoff = 20000000;
-    /* A name that does not resolve will not start to: one line now, not after the whole
-     * timeout. Only a temporary DNS failure is retried, for a short grace. */
-    int64_t grace = port_now_ns() + 3000000000LL;
-    if (port_sock_resolve_check(p->host, grace < deadline ? grace : deadline, e, sizeof e)) {
-        snprintf(err, errlen, "rank %d: rendezvous %s: %s", r->rank, r->where, e);
-        return -1;
     }
     char last[RT_RDZV_MAX_TEXT + 64] = "no attempt";
     for (;;) {

@@ -286,9 +286,11 @@ PTEST(bpe_malformed_files_refused)
     struct { const char *from, *to, *want; } c[] = {
         {"\"cat\": 260", "\"cat\": 259", "\"cat\": id 259 is already the id of"},  /* two tokens, one id */
         {"\"cat\": 260", "\"cat\": 9999999", "expected an id in 0 .. "},           /* far beyond any table */
-        {"\"<|endoftext|>\": 261", "\"<|endoftext|>\": 300", "id 261 is missing"}, /* a gap */
+        {"\"cat\": 260", "\"\": 260", "an empty token"},                          /* fuzz_bpe's first find */
+        {"\"cat\": 260", "\"cat\": 700", "id 700, but the file has fewer entries"}, /* beyond this file's table */
+        {"\"<|endoftext|>\": 261", "\"<|endoftext|>\": 300", "id 261 is missing"}, /* a gap (last: see below) */
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (int)(sizeof c / sizeof c[0]); k++) {
         const char *at = strstr(enc_ok, c[k].from);
         CHECKF(at != NULL, "case %d: %s not in the test's encoder.json", k, c[k].from);
         if (!at) continue;

@@ -96,6 +96,8 @@ TEST(opts_values_outside_their_domain_are_refused)
     CHECKF(strstr(msg, "--rank 2 is out of range for --world-size 2"), "%s", msg);
     const char *ok[] = {"--momentum", "0", "--lr", "1e-3", "--weight-decay", "0", "--rank", "1", "--world-size", "2"};
     CHECKF(parse(&o, ok, 10, msg, sizeof msg) == 0, "%s", msg);
+    const char *inv0[] = {"--invariant", "0"}; /* off, as without the flag (the ranks' agreement too) */
+    CHECKF(parse(&o, inv0, 2, msg, sizeof msg) == 0 && o.invariant == NULL, "%s", msg);
     const char *every[] = {"--save-every", "20", "--save", "x.st"};
     CHECK(parse(&o, every, 2, msg, sizeof msg) == -1);
     CHECKF(strstr(msg, "--save-every 20: the checkpoints need a path: --save PATH"), "%s", msg);

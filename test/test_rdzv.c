@@ -78,6 +78,24 @@ PTEST(rdzv_env_torchrun)
     CHECK(rt_rdzv_resolve(&o, &p, err, sizeof err) == -1 && strstr(err, "MASTER_PORT"));
 }
 
+/* Issue 41: a local rank outside the node's ranks is refused naming both variables. */
+PTEST(rdzv_env_local_rank_outside_the_node_refused)
+{
+    clean_env("RANK=1 WORLD_SIZE=4 LOCAL_RANK=7 LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=23456");
+    rt_rdzv_plan p;
+    char err[512];
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "LOCAL_RANK 7 is out of range for LOCAL_WORLD_SIZE=2 (local ranks are 0..1)"), "%s", err);
+    setenv("LOCAL_WORLD_SIZE", "0", 1);
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "LOCAL_WORLD_SIZE=0: a node runs at least one rank"), "%s", err);
+    setenv("LOCAL_WORLD_SIZE", "8", 1);
+    CHECKF(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == 0 && p.local_rank == 7, "%s", err);
+    clean_env("OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=3 OMPI_COMM_WORLD_LOCAL_SIZE=2");
+    CHECK(rt_rdzv_resolve(&NOOPTS, &p, err, sizeof err) == -1);
+    CHECKF(strstr(err, "OMPI_COMM_WORLD_LOCAL_RANK 3 is out of range for OMPI_COMM_WORLD_LOCAL_SIZE=2"), "%s", err);
+}
+
 PTEST(rdzv_env_slurm)
 {
     clean_env("SLURM_PROCID=3 SLURM_NTASKS=8 SLURM_LOCALID=1 SLURM_JOB_NODELIST=gpu[07-08,11] SLURM_JOB_ID=123456");

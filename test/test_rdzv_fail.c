@@ -142,21 +142,49 @@ static const char *raw_hello(int rank, int world, const char *token)
     return text;
 }
 
+/* Without a job token a process of another world may be a stranger: refused, and the
+ * job waits on for its own ranks. */
 PTEST(rdzv_rank_zero_refuses_bad_ranks_and_keeps_waiting)
 {
     new_job();
-    rank_proc(0, URL, 0, 2, "timeout=20", "token=job", NULL);
-    const char *t = raw_hello(5, 2, "job");
+    rank_proc(0, URL, 0, 2, "timeout=20", NULL, NULL);
+    const char *t = raw_hello(5, 2, NULL);
     CHECKF(!strcmp(t, "rank 5 is out of range for world size 2"), "%s", t);
-    t = raw_hello(1, 3, "job");
+    t = raw_hello(1, 3, NULL);
     CHECKF(!strcmp(t, "world size 3 does not match rank 0's world size 2"), "%s", t);
-    t = raw_hello(0, 2, "job");
+    t = raw_hello(0, 2, NULL);
     CHECKF(!strcmp(t, "rank 0 is already taken by the rendezvous master"), "%s", t);
+    rank_proc(1, URL, 1, 2, "timeout=20", NULL, NULL);
+    t_rank_ok(&P[0], 2);
+    t_rank_ok(&P[1], 2);
+    new_job();
+    rank_proc(0, URL, 0, 2, "timeout=20", "token=job", NULL);
     t = raw_hello(1, 2, "other-job");
     CHECKF(strstr(t, "wrong job token"), "%s", t);
     rank_proc(1, URL, 1, 2, "timeout=20", "token=job", NULL);
     t_rank_ok(&P[0], 2);
     t_rank_ok(&P[1], 2);
+}
+
+/* Issue 41 point 9: a rank with this job's token but another world (launchers that
+ * disagree on --nproc-per-node) fails rank 0 at once, naming it; without a token rank 0
+ * waits on, and its timeout line names the rank it refused. */
+PTEST(rdzv_rank_zero_names_a_rank_of_another_world)
+{
+    new_job();
+    rank_proc(0, URL, 0, 2, "timeout=20", "token=job", NULL);
+    const char *t = raw_hello(3, 4, "job");
+    CHECKF(!strcmp(t, "world size 4 does not match rank 0's world size 2"), "%s", t);
+    const char *e = expect_fail(0);
+    CHECKF(strstr(e, "rank 0: rank 3 (pid 1 on tester): world size 4 does not match rank 0's world size 2 (do the "
+                     "launchers agree on --nproc-per-node and --nnodes?)"), "%s", e);
+    new_job();
+    rank_proc(0, URL, 0, 2, "timeout=1", NULL, NULL);
+    t = raw_hello(3, 4, NULL);
+    CHECKF(!strcmp(t, "world size 4 does not match rank 0's world size 2"), "%s", t);
+    e = expect_fail(0);
+    CHECKF(strstr(e, "timed out after 1 s: rank 1 of 2 did not join; refused meanwhile: rank 3 (pid 1 on tester) with "
+                     "world size 4 (do the launchers agree on --nproc-per-node and --nnodes?)"), "%s", e);
 }
 
 PTEST(rdzv_duplicate_rank_is_refused)
@@ -379,4 +407,19 @@ PTEST(rdzv_file_meets_despite_stale_files_and_cleans_up)
     char err[1024];
     CHECK(rt_rdzv_open(&r, &o, err, sizeof err) == -1);
     CHECKF(strstr(err, "rank 1: no rendezvous through file://") && strstr(err, "does not exist yet"), "%s", err);
+}
+
+/* Issue 41 point 9: rank 0 too (it listens on every interface, but its peers use the
+ * name): one line at once, not a wait to the timeout. */
+PTEST(rdzv_rank_zero_with_a_host_that_does_not_resolve_fails_at_once)
+{
+    t_clean_env();
+    rt_rdzv_opts o = {"tcp://nosuchhost.invalid:23503", 0, 2, -1, 30, NULL, 0};
+    rt_rdzv *r;
+    char err[512];
+    double t0 = port_now_s();
+    CHECK(rt_rdzv_open(&r, &o, err, sizeof err) == -1);
+    CHECKF(strstr(err, "rank 0: rendezvous tcp://nosuchhost.invalid:23503: cannot resolve 'nosuchhost.invalid'"),
+           "%s", err);
+    CHECK(port_now_s() - t0 < 10);
 }

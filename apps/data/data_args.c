@@ -107,10 +107,11 @@ int data_parse(int argc, char **argv, data_opts *o, char *err, size_t errlen)
     }
     /* the command's defaults, from its table (each checked against its flag's domain) */
     if (rt_args_defaults(&cmds[o->cmd].spec, o, err, errlen)) return RT_ARGS_ERROR;
-    static char *pos[1024]; /* tokenize's inputs */
+    static char *pos[1024]; /* tokenize's inputs: argv less the program and the command */
     int np = 0;
-    if (argc > 1024) {
-        snprintf(err, errlen, "more than 1000 arguments: name directories instead of their files");
+    if (argc - 2 > (int)(sizeof pos / sizeof *pos)) {
+        snprintf(err, errlen, "%d arguments after the command, more than %d: name directories instead of their files",
+                 argc - 2, (int)(sizeof pos / sizeof *pos));
         return RT_ARGS_ERROR;
     }
     int rc = rt_args_parse(&cmds[o->cmd].spec, o, argc - 1, argv + 1, pos, &np, err, errlen);

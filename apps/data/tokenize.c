@@ -13,10 +13,12 @@
 #include "nn/data/tokens.h"
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define FORTUNES "/usr/share/games/fortunes"
 
@@ -149,8 +151,49 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
     return ok ? 0 : -1;
 }
 
+/* 1 when directory `to` (made later if missing) is dir or inside it: its nearest
+ * existing ancestor, resolved, starts with dir resolved. */
+static int inside(const char *to, const char *dir)
+{
+    char rd[PATH_MAX], rt[PATH_MAX], cur[PATH_MAX];
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode) || !realpath(dir, rd)) return 0;
+    snprintf(cur, sizeof cur, "%s", to);
+    while (!realpath(cur, rt)) {
+        char *s = strrchr(cur, '/');
+        if (s == cur) s[1] = 0;
+        else if (s) *s = 0;
+        else if (!getcwd(rt, sizeof rt)) return 0;
+        else break;
+    }
+    size_t l = strlen(rd);
+    return !strncmp(rt, rd, l) && (rt[l] == 0 || rt[l] == '/' || l == 1);
+}
+
+/* --name is a prefix of file names in --to, --to is not an input directory: the shards
+ * land where asked and are never read back as input by a later run. */
+static int check_places(const data_opts *o, char *err, size_t errlen)
+{
+    const char *n = o->name;
+    if (n && (!*n || strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, ".."))) {
+        snprintf(err, errlen, "tokenize: --name '%s': a file name prefix, without '/' (the shards go into --to %s)", n,
+                 o->to);
+        return -1;
+    }
+    for (int i = 0; i <= o->ninputs; i++) {
+        const char *in = i < o->ninputs ? o->inputs[i] : o->ninputs ? NULL : FORTUNES;
+        if (in && inside(o->to, in)) {
+            snprintf(err, errlen, "tokenize: --to %s is the input directory %s or inside it: the shards would be read "
+                     "as input by the next run; write them elsewhere", o->to, in);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int data_tokenize(const data_opts *o, char *err, size_t errlen)
 {
+    if (check_places(o, err, errlen)) return -1;
     const char *to = o->to, *bpe_dir = o->bpe, *name = o->name;
     double frac = o->val_fraction;
     long long shard = o->shard_tokens;

@@ -101,6 +101,7 @@ static int parse_args(int argc, char **argv, launch_opts *o, char **pos)
         }
         o->nnodes = (int)hi, o->min_nodes = (int)lo;
     }
+    if (o->addr && !*o->addr) return usage_error("--master-addr '': give rank 0's host name or address");
     if (!o->min_nodes) o->min_nodes = o->nnodes;
     if (!npos) return usage_error("no program given: ddprt-launch --nproc-per-node N -- PROGRAM [ARGS...]");
     if (o->node_rank >= o->nnodes) {
@@ -122,6 +123,13 @@ static int parse_args(int argc, char **argv, launch_opts *o, char **pos)
 static int job_environment(launch_opts *o)
 {
     if (!o->addr) o->addr = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
+    /* Every node's launcher, node 0's too: a name that does not resolve is one line now,
+     * not a rendezvous that waits out its timeout. */
+    char e[300];
+    if (port_sock_resolve_check(o->addr, port_now_ns() + 3000000000LL, e, sizeof e)) {
+        fprintf(stderr, "ddprt-launch: error: --master-addr: %s\n", e);
+        return 2;
+    }
     const char *penv = getenv("MASTER_PORT");
     if (o->port < 0 && penv && *penv) {
         char *end;

@@ -1,7 +1,9 @@
 /* ddprt-trace FILES...: merges the flight-recorder files of a job (ddprt-trace.RANK,
  * written on a failure, SIGUSR1 or a stall warning; see transport/tp_trace.h) and
  * prints where each rank was, who is behind, and ops that differ between ranks at the
- * same sequence number. */
+ * same sequence number. The reader (trace_read.c) checks every field; a file not whole
+ * or of another job stops the merge (docs/reliability.md). */
+#include "apps/trace/trace.h"
 #include "rt/args.h"
 #include "rt/env.h"
 #include "rt/version.h"
@@ -9,55 +11,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXR 4096
-typedef struct { unsigned long long seq, bytes; char kind[24], dt[12], op[8], state[12]; double t0, t1, t2; } ent;
-typedef struct {
-    int ok, rank, world, pid, n;
-    char host[128], why[600], file[512];
-    double now;
-    unsigned long long issued;
-    ent *e;
-} rank_file;
+typedef trace_ent ent;
+typedef trace_file rank_file;
 
+/* A whole file into memory (start-up sized: the recorder keeps at most 2^24 rows). */
 static int load(const char *path, rank_file *f)
 {
-    FILE *in = fopen(path, "r");
-    char line[1024];
+    FILE *in = fopen(path, "rb");
+    char err[1200];
     if (!in) { fprintf(stderr, "ddprt-trace: cannot read %s\n", path); return -1; }
-    snprintf(f->file, sizeof f->file, "%s", path);
-    f->rank = -1;
-    int cap = 0, lineno = 0;
-    while (fgets(line, sizeof line, in)) {
-        lineno++;
-        line[strcspn(line, "\n")] = 0;
-        if (line[0] == '#' || !line[0]) continue;
-        if (sscanf(line, "rank %d", &f->rank) == 1 || sscanf(line, "world %d", &f->world) == 1 ||
-            sscanf(line, "pid %d", &f->pid) == 1 || sscanf(line, "host %127s", f->host) == 1 ||
-            sscanf(line, "now %lf", &f->now) == 1 || sscanf(line, "issued %llu", &f->issued) == 1)
-            continue;
-        if (!strncmp(line, "why ", 4)) { snprintf(f->why, sizeof f->why, "%.590s", line + 4); continue; }
-        ent e;
-        int root, rc;
-        if (sscanf(line, "%llu %23s %11s %7s %d %llu %11s %d %lf %lf %lf", &e.seq, e.kind, e.dt, e.op, &root, &e.bytes,
-                   e.state, &rc, &e.t0, &e.t1, &e.t2) != 11) {
-            fprintf(stderr, "ddprt-trace: %s:%d: not a trace line\n", path, lineno);
-            fclose(in);
-            return -1;
+    size_t n = 0, cap = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (n == cap) {
+            char *nb = cap < ((size_t)4 << 30) ? realloc(buf, cap = cap ? 2 * cap : 65536) : NULL;
+            if (!nb) { fprintf(stderr, "ddprt-trace: %s: too large to read\n", path); free(buf); fclose(in); return -1; }
+            buf = nb;
         }
-        if (f->n == cap) {
-            cap = cap ? 2 * cap : 256;
-            ent *ne = realloc(f->e, sizeof *ne * (size_t)cap);
-            if (!ne) { fclose(in); return -1; }
-            f->e = ne;
-        }
-        f->e[f->n++] = e;
+        size_t r = fread(buf + n, 1, cap - n, in);
+        if (!r) break;
+        n += r;
     }
+    int bad = ferror(in);
     fclose(in);
-    if (f->rank < 0 || f->world <= 0 || f->rank >= f->world) {
-        fprintf(stderr, "ddprt-trace: %s: no valid rank/world header\n", path);
-        return -1;
-    }
-    f->ok = 1;
+    if (bad) { fprintf(stderr, "ddprt-trace: cannot read %s\n", path); free(buf); return -1; }
+    int rc = trace_parse(buf, n, path, f, err, sizeof err);
+    free(buf);
+    if (rc) { fprintf(stderr, "ddprt-trace: %s\n", err); return -1; }
+    if (f->cut)
+        fprintf(stderr, "ddprt-trace: warning: %s:%d: the last line is cut (the rank died while writing?): using the "
+                "%d complete rows before it\n", path, f->cut, f->n);
     return 0;
 }
 
@@ -71,32 +54,47 @@ static const ent *find(const rank_file *f, unsigned long long seq)
 static const char head[] = "usage: ddprt-trace ddprt-trace.0 ddprt-trace.1 ...\n\nMerges the flight-recorder files "
                            "of one job: where each rank was, who is behind, ops that differ between ranks.\n\n";
 
-static rank_file fs[MAXR];
+static rank_file *fs; /* by rank, nfs = world entries */
+static int nfs;
 
-/* Merges and prints the files; the exit status (1 when one could not be read). */
+/* Merges and prints the files; the exit status (1 when one could not be read). A file
+ * of another world, or a second file of one rank, is refused naming both. */
 static int trace(char **files, int nfiles)
 {
     int world = 0, bad = 0;
+    const char *first = NULL;
     for (int i = 0; i < nfiles; i++) {
-        rank_file f = {0};
+        rank_file f;
         if (load(files[i], &f)) {
-            free(f.e);
             bad = 1;
             continue;
         }
-        if ((world && f.world != world) || f.rank >= MAXR) {
-            fprintf(stderr, "ddprt-trace: %s: world %d, others %d\n", files[i], f.world, world);
-            free(f.e);
+        if (world && f.world != world) {
+            fprintf(stderr, "ddprt-trace: %s: world %d, but %s has world %d (files of two jobs?)\n", files[i], f.world,
+                    first, world);
+            trace_file_free(&f);
             bad = 1;
             continue;
         }
-        world = f.world;
-        free(fs[f.rank].e); /* a rank given twice: the last file */
+        if (!world && !(fs = calloc((size_t)f.world, sizeof *fs))) {
+            fprintf(stderr, "ddprt-trace: out of memory for %d ranks\n", f.world);
+            trace_file_free(&f);
+            return 1;
+        }
+        if (!world) world = nfs = f.world, first = files[i];
+        if (fs[f.rank].ok) {
+            fprintf(stderr, "ddprt-trace: %s and %s are both rank %d's (give each rank's file once)\n", fs[f.rank].file,
+                    files[i], f.rank);
+            trace_file_free(&f);
+            bad = 1;
+            continue;
+        }
         fs[f.rank] = f;
     }
     if (!world) return 1;
+    if (bad) return 1; /* a merge of what was read would blame the wrong ranks */
     printf("%-5s %-16s %-8s %-28s %-28s %s\n", "rank", "host", "pid", "last finished", "running (since, s)", "dumped because");
-    for (int r = 0; r < world && r < MAXR; r++) {
+    for (int r = 0; r < world; r++) {
         rank_file *f = &fs[r];
         if (!f->ok) { printf("%-5d (no file: stopped, killed before it could write, or not given)\n", r); continue; }
         char last[64] = "none", run[64] = "-";
@@ -113,14 +111,15 @@ static int trace(char **files, int nfiles)
         printf("%-5d %-16.16s %-8d %-28s %-28s %.120s\n", r, f->host, f->pid, last, run, f->why);
     }
     /* Reached: the furthest op a rank started. Behind: not yet where others are. */
-    unsigned long long reached[MAXR] = {0}, maxr = 0;
-    for (int r = 0; r < world && r < MAXR; r++)
+    unsigned long long *reached = calloc((size_t)world, sizeof *reached), maxr = 0;
+    if (!reached) return 1;
+    for (int r = 0; r < world; r++)
         for (int i = 0; fs[r].ok && i < fs[r].n; i++)
             if (strcmp(fs[r].e[i].state, "issued") && fs[r].e[i].seq > reached[r]) reached[r] = fs[r].e[i].seq;
-    for (int r = 0; r < world && r < MAXR; r++)
+    for (int r = 0; r < world; r++)
         if (fs[r].ok && reached[r] > maxr) maxr = reached[r];
     int nbehind = 0;
-    for (int r = 0; r < world && r < MAXR; r++) {
+    for (int r = 0; r < world; r++) {
         if (!fs[r].ok) { printf("behind: rank %d (no trace file)\n", r); nbehind++; continue; }
         if (reached[r] < maxr) {
             printf("behind: rank %d reached #%llu, others up to #%llu\n", r, reached[r], maxr);
@@ -129,7 +128,7 @@ static int trace(char **files, int nfiles)
     }
     if (!nbehind) printf("behind: none (every rank with a file reached #%llu)\n", maxr);
     /* Ops that differ between ranks at one sequence number. */
-    for (int r = 1; r < world && r < MAXR; r++) {
+    for (int r = 1; r < world; r++) {
         if (!fs[r].ok || !fs[0].ok) continue;
         for (int i = 0; i < fs[r].n; i++) {
             const ent *a = &fs[r].e[i], *b = find(&fs[0], a->seq);
@@ -140,7 +139,8 @@ static int trace(char **files, int nfiles)
             }
         }
     }
-    return bad;
+    free(reached);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -159,7 +159,8 @@ int main(int argc, char **argv)
     } else if (rc < 0) {
         rc = trace(files, nfiles);
     }
-    for (int r = 0; r < MAXR; r++) free(fs[r].e);
+    for (int r = 0; r < nfs; r++) trace_file_free(&fs[r]);
+    free(fs);
     free(files);
     return rc;
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <wctype.h>
 
+#define BPE_SLOTS (1 << 18) /* hash slots at most: 2^17 tokens, 2^17 merges */
+
 typedef struct str_ent { uint32_t off, len; int32_t id; } str_ent;
 typedef struct pair_ent { uint64_t key; int32_t rank, id, line; } pair_ent;
 
@@ -82,7 +84,7 @@ static char *read_file(const char *path, size_t *n, char *err, size_t errlen)
 
 static int add_token(nn_bpe *b, const char *s, size_t n, int32_t id)
 {
-    if (b->pool_len + n > b->pool_cap) {
+    if (b->pool_len + n > b->pool_cap || !b->pool) { /* a first token of 0 bytes too: no memcpy to NULL */
         size_t cap = (b->pool_len + n) * 2 + 4096;
         char *p = realloc(b->pool, cap);
         if (!p) return -1;
@@ -144,15 +146,21 @@ static int parse_encoder(nn_bpe *b, const char *path, const char *j, size_t n, c
         }
         if (i++ >= n) BAD("unterminated string");
         s[k] = 0; /* for messages */
+        if (!k) BAD("an empty token (every token stands for at least one byte)");
         WS();
         if (i >= n || j[i] != ':') BAD("expected ':'");
         i++;
         WS();
         char *end;
         long id = strtol(j + i, &end, 10);
-        if (end == j + i || id < 0 || id >= (long)(b->tok_cap / 2)) {
-            snprintf(msg, sizeof msg, "token \"%.40s\": expected an id in 0 .. %zu (the most tokens this table holds), "
-                     "found '%.12s'", s, b->tok_cap / 2 - 1, j + i);
+        if (end == j + i || id < 0 || id >= BPE_SLOTS / 2) {
+            snprintf(msg, sizeof msg, "token \"%.40s\": expected an id in 0 .. %d (the most tokens this table holds), "
+                     "found '%.12s'", s, BPE_SLOTS / 2 - 1, j + i);
+            BAD(msg);
+        }
+        if (id >= (long)(b->tok_cap / 2)) { /* ids are 0 .. N-1: one past the entries is a gap */
+            snprintf(msg, sizeof msg, "token \"%.40s\": id %ld, but the file has fewer entries (ids are 0 .. N-1, "
+                     "once each)", s, id);
             BAD(msg);
         }
         if (at[id]) { /* two tokens, one id: a merge's result would be the other token */
@@ -232,6 +240,15 @@ static int parse_merges(nn_bpe *b, const char *path, char *t, size_t n, char *er
     return 0;
 }
 
+/* Slots for up to one entry per c in the text, at half load: 1024 to 2^18. */
+static size_t table_cap(const char *t, size_t n, char c)
+{
+    size_t k = 1, cap = 1024;
+    for (const char *p = t; (p = memchr(p, c, n - (size_t)(p - t))) != NULL; p++) k++;
+    while (cap < 2 * (k + 1) && cap < BPE_SLOTS) cap *= 2;
+    return cap;
+}
+
 nn_bpe *nn_bpe_load(const char *dir, char *err, size_t errlen)
 {
     char pe[600], pm[600];
@@ -241,8 +258,10 @@ nn_bpe *nn_bpe_load(const char *dir, char *err, size_t errlen)
     char *je = read_file(pe, &ne, err, errlen), *jm = je ? read_file(pm, &nm, err, errlen) : NULL;
     nn_bpe *b = calloc(1, sizeof *b);
     if (!je || !jm || !b) goto fail;
-    b->tok_cap = 1u << 18; /* 2^17 tokens at most: GPT-2 has 50257 */
-    b->pair_cap = 1u << 18;
+    /* Tables for what the files can hold (a ':' per token, a line per merge), at most
+     * 2^18 slots (2^17 tokens: GPT-2 has 50257): a small pair loads in microseconds. */
+    b->tok_cap = table_cap(je, ne, ':');
+    b->pair_cap = table_cap(jm, nm, '\n');
     b->tok = calloc(b->tok_cap, sizeof *b->tok);
     b->pairs = malloc(b->pair_cap * sizeof *b->pairs);
     if (!b->tok || !b->pairs) goto fail;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 static void file_name(const nn_dataset *d, int i, char *out, size_t outlen)
 {
@@ -77,5 +78,7 @@ int nn_cifar_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         }
         fclose(f);
     }
+    d->data_hash = crc32_z(crc32_z(0, d->pixels, (size_t)d->n * 3072), (const Bytef *)d->labels,
+                           (size_t)d->n * sizeof(int32_t)) | 1ull << 41;
     return 0;
 }

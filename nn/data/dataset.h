@@ -54,6 +54,9 @@ typedef struct nn_dataset {
                              * and next-token targets [1, T] (token shards, synthetic) */
     int vocab;
     uint64_t meta_hash;     /* FNV-1a of class names / vocabulary: equal on every rank */
+    uint64_t data_hash;     /* the content's fingerprint (CRC-32 of the loaded samples, bit 41 set; token shards:
+                             * of each shard whole up to 16 MiB, else of 16 pieces of 64 KiB): the
+                             * ranks read the same files, so it is equal on every rank; 0 = none */
     /* private */
     int fmt, split_train, aug, bad_skip;
     nn_data_cfg cfg;
@@ -117,4 +120,7 @@ int nn_tokens_detect(const char *dir);
 int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen);
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen);
 int nn_tokens_sample(const nn_dataset *d, int idx, int32_t *x, char *err, size_t errlen);
+/* Token shard sets: the validation split's vocabulary is the training split's (0), or
+ * -1 with err naming a shard of each. Other data sets: 0. */
+int nn_tokens_same_vocab(const nn_dataset *train, const nn_dataset *val, char *err, size_t errlen);
 #endif

@@ -213,5 +213,7 @@ int nn_idx_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         }
         d->labels[i] = lb[i];
     }
+    d->data_hash = crc32_z(crc32_z(0, d->pixels, isz), (const Bytef *)d->labels, (size_t)d->n * sizeof(int32_t)) |
+                   1ull << 41;
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 int nn_tokens_probe(const char *path, nn_tok_info *info, char *err, size_t errlen)
 {
@@ -185,7 +186,14 @@ int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
             free(paths);
             return -1;
         }
-        if (info.vocab > d->vocab) d->vocab = info.vocab;
+        /* Shards of two tokenizers in one set: the ids mean different tokens. */
+        if (i && info.vocab != d->vocab) {
+            snprintf(err, errlen, "%s: vocabulary %d, but %s has %d: shards of different tokenizers", paths[i],
+                     info.vocab, paths[0], d->vocab);
+            free(paths);
+            return -1;
+        }
+        d->vocab = info.vocab;
         if (info.ntok > T) windows += (info.ntok - 1) / T;
         toks += info.ntok;
     }
@@ -203,6 +211,28 @@ int nn_tokens_open(nn_dataset *d, const char *dir, char *err, size_t errlen)
     d->tokens = d->lm = 1;
     d->num_classes = d->vocab;
     return 0;
+}
+
+int nn_tokens_same_vocab(const nn_dataset *train, const nn_dataset *val, char *err, size_t errlen)
+{
+    if (!train->tokens || !train->nshards || !val->nshards || train->vocab == val->vocab) return 0;
+    char a[1][600], b[1][600];
+    if (nn_tokens_list(train->path[0], "train", a, 1) < 1) snprintf(a[0], sizeof a[0], "%.590s", train->path[0]);
+    if (nn_tokens_list(val->path[0], "val", b, 1) < 1) snprintf(b[0], sizeof b[0], "%.590s", val->path[0]);
+    snprintf(err, errlen, "%s: vocabulary %d, but the training shards (%s) have %d: the validation split comes from "
+             "another tokenizer", b[0], val->vocab, a[0], train->vocab);
+    return -1;
+}
+
+/* A shard's fingerprint folded into crc: whole up to 16 MiB; beyond, 16 pieces of 64 KiB
+ * spread over it (a 100M-token shard is not read through at start). */
+static uint64_t shard_crc(uint64_t crc, const void *map, size_t bytes)
+{
+    const unsigned char *p = map;
+    enum { SMALL = 16 << 20, PIECE = 64 << 10, PIECES = 16 };
+    if (bytes <= SMALL) return crc32_z((uLong)crc, p, bytes);
+    for (size_t k = 0; k < PIECES; k++) crc = crc32_z((uLong)crc, p + k * ((bytes - PIECE) / (PIECES - 1)), PIECE);
+    return crc32_z((uLong)crc, (const Bytef *)&bytes, sizeof bytes);
 }
 
 int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
@@ -240,7 +270,9 @@ int nn_tokens_load(nn_dataset *d, rt_arena *a, char *err, size_t errlen)
         sh[i].tbytes = info.tbytes;
         sh[i].first = first;
         first += info.ntok > T ? (info.ntok - 1) / T : 0;
+        d->data_hash = shard_crc(d->data_hash, m, bytes);
     }
+    d->data_hash |= 1ull << 41;
     free(paths);
     d->shards = sh;
     return 0;

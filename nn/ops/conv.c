@@ -34,6 +34,10 @@ static int conv_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
                           .stride = a.stride, .pad = a.pad};
     if (x.h + 2 * a.pad < kh || x.w + 2 * a.pad < kw)
         NN_BAD("kernel %dx%d is larger than the padded input %dx%d", kh, kw, x.h + 2 * a.pad, x.w + 2 * a.pad);
+    /* A pad that makes the output huge is named here, not as an arena of terabytes. */
+    long long oh = ((long long)x.h + 2 * a.pad - kh) / a.stride + 1, ow = ((long long)x.w + 2 * a.pad - kw) / a.stride + 1;
+    if (a.pad && (oh > 65536 || ow > 65536 || oh * ow * K > (1LL << 31)))
+        NN_BAD("pad=%d makes a %dx%lldx%lld output (at most 65536 a side and 2^31 values)", a.pad, K, oh, ow);
     k_conv_shape_init(&a.sh);
     conv_attr_set(n, &a);
     n->out = (nn_shape){K, a.sh.p, a.sh.q, 0};

@@ -29,7 +29,8 @@ static int value(const nn_graph *g, const nn_attr *a, const nn_kv *kv, double *o
     if (!s) {
         double v = kv->v;
         if (a->type != NN_ATTR_FLOAT && (v != floor(v) || fabs(v) > 1e6)) {
-            snprintf(err, errlen, "%s=%g is not an integer", a->key, v);
+            snprintf(err, errlen, v != floor(v) ? "%s=%g is not an integer" : "%s=%g is out of range (-1000000 to 1000000)",
+                     a->key, v);
             return -1;
         }
         *out = v;
@@ -55,7 +56,8 @@ static int value(const nn_graph *g, const nn_attr *a, const nn_kv *kv, double *o
     } else {
         long v = strtol(s, &end, 10);
         if (!*s || *end || v < -1000000 || v > 1000000) {
-            snprintf(err, errlen, "%s=%s is not an integer", a->key, s);
+            snprintf(err, errlen, !*s || *end ? "%s=%s is not an integer" : "%s=%s is out of range (-1000000 to 1000000)",
+                     a->key, s);
             return -1;
         }
         *out = (double)v;

@@ -5,7 +5,9 @@
 # sides), alternating runs, medians. Not part of make test; needs a GPU
 # (bench/gpu_device.sh runs it on a lent one).
 #   bench/gpu_bench.sh [ROUNDS]     (BUILD=build; MODELS="lenet gpt" for a subset; PY=python3;
-#                                    BEFORE=dir: a second ddprt-train's rate in a column of its own)
+#                                    BEFORE=dir: a second ddprt-train's rate in a column of its own;
+#                                    PREC=bf16|fp16|tf32: --amp bf16 / fp16 or --matmul-precision high
+#                                    against PyTorch's autocast (channels_last) or allow_tf32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
@@ -16,14 +18,17 @@ scratch tmp
 printf "[gpt]\nlayers=6\ndim=384\nheads=6\nctx=256\nvocab=256\n" >"$tmp/gpt.cfg"
 # model batch steps(ddprt) steps(pytorch); gpt: 6x384, T 256, rates in tokens/s
 cases=("lenet 64 200 200" "resnet20 128 30 50" "textcnn 64 100 100" "resnet18 32 15 20" "gpt 8 20 20")
-echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); precision ${PREC:-fp32}"
+precf=()
+case ${PREC:-fp32} in bf16|fp16) precf=(--amp "$PREC");; tf32) precf=(--matmul-precision high);; esac
+export PREC=${PREC:-fp32}
 printf "%-9s %6s %14s %14s %8s %10s %12s\n" model batch "ddprt /s" "torch /s" ratio "ddprt all" "before /s"
 run_d() {
   local T=${TRAIN:-$B/ddprt-train}
   local m=(--model "$1")
   [[ $1 == gpt ]] && m=(--model-file "$tmp/gpt.cfg" --seq-len 256 --sample-len 1)
   timeout 120 "$T" --device cuda --data synthetic "${m[@]}" --batch-size "$2" --max-steps "$3" \
-    --epochs 1 --no-eval --log-interval 1000 "${optf[@]}" 2>&1
+    --epochs 1 --no-eval --log-interval 1000 "${optf[@]}" ${precf[@]+"${precf[@]}"} 2>&1
 }
 optf=(--lr 0.01 --momentum 0.9)
 [[ ${OPT:-sgd} == adamw ]] && optf=(--optimizer adamw --lr 3e-4 --weight-decay 0.1)

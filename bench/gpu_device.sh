@@ -2,7 +2,7 @@
 # Everything a lent GPU machine should run, in one call (device time is short): the
 # device suite (make test-gpu's runner), the kernel table against cuBLAS/cuDNN, the
 # training table (bench/gpu_bench.sh), per-kernel profiles of one step
-# (bench/gpu_profile.sh), then compute-sanitizer memcheck over the kernel tests
+# (bench/gpu_profile.sh), the bf16 and TF32 training rows, then compute-sanitizer memcheck over the kernel tests
 # (racecheck with CAP_RACE). Built here and carried: the binaries link this machine's
 # libjpeg/libpng/libibverbs, so .gpu/lib holds copies of those (docs/build.md, "On a
 # lent GPU"). Each step has its own time cap and writes its log into $OUT at once.
@@ -24,6 +24,10 @@ refs=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcublas.so*' -o -name 'li
        xargs -r -n1 dirname | sort -u | tr '\n' ':')
 LD_LIBRARY_PATH=$refs$LD_LIBRARY_PATH step "${CAP_KERNELS:-60}" kernels.log stdbuf -oL "$B/ddprt-bench-kernels" --device cuda
 BUILD=$B step "${CAP_TRAIN:-150}" train.log bash bench/gpu_bench.sh "${ROUNDS:-1}"
+# the tensor cores: --amp bf16 against autocast bf16, TF32 against allow_tf32 (issue 39's goal table)
+BUILD=$B PREC=bf16 MODELS="${TC_MODELS:-resnet20 textcnn lenet resnet18 gpt}" step "${CAP_BF16:-120}" train-bf16.log \
+  bash bench/gpu_bench.sh 1
+BUILD=$B PREC=tf32 MODELS=resnet18 step "${CAP_TF32:-40}" train-tf32.log bash bench/gpu_bench.sh 1
 for p in ${PROFILE:-}; do
   BUILD=$B step "${CAP_PROF:-60}" "prof-${p%%:*}.txt" bash bench/gpu_profile.sh "${p%%:*}" "${p##*:}"
 done

@@ -2,7 +2,10 @@
 """PyTorch reference for bench/gpu_bench.sh: training samples/s (GPT: tokens/s) of the
 zoo models and a small GPT on one CUDA GPU, synthetic data of the model's shape, SGD with
 momentum (OPT=adamw in the environment: AdamW, weight decay 0.1, as bench/gpu_bench.sh's),
-fp32 with TF32 off (ddprt's CUDA kernels are plain fp32 FMA), cuDNN's autotuner on. Two untimed steps, then `steps` timed to a device
+fp32 with TF32 off (ddprt's CUDA kernels are plain fp32 FMA), cuDNN's autotuner on;
+PREC=bf16 / fp16 in the environment: torch.autocast at that type (fp16 with a GradScaler),
+channels_last for the convolutional nets; PREC=tf32: TF32 on (ddprt's --matmul-precision
+high). Two untimed steps, then `steps` timed to a device
 synchronize. Prints one line: MODEL rate.
 
     bench/ref_gpu.py MODEL BATCH STEPS      (MODEL: lenet resnet20 textcnn resnet18 gpt)
@@ -39,14 +42,19 @@ def build(name):
 
 def main():
     name, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    prec = os.environ.get("PREC", "fp32")
+    torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+    torch.backends.cudnn.allow_tf32 = prec == "tf32"
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     dev = torch.device(DEV)
     sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
     net, shape, classes = build(name)
     net = net.to(dev).train()
+    if amp is not None and name.startswith("resnet") and name != "resnet20":  # torchvision nets
+        net = net.to(memory_format=torch.channels_last)
+    scaler = torch.cuda.amp.GradScaler() if prec == "fp16" else None
     if os.environ.get("OPT", "sgd") == "adamw":
         opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
     else:
@@ -64,13 +72,19 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        if shape == "gpt":
-            loss = net(x, y)
+        with torch.autocast(DEV, dtype=amp, enabled=amp is not None):
+            if shape == "gpt":
+                loss = net(x, y)
+            else:
+                out = net(x)
+                loss = F.nll_loss(out, y) if name == "lenet" else F.cross_entropy(out, y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         else:
-            out = net(x)
-            loss = F.nll_loss(out, y) if name == "lenet" else F.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
+            loss.backward()
+            opt.step()
     for _ in range(2):
         step()
     sync()

@@ -17,6 +17,9 @@ typedef int (*fn_cublas_create)(void **);
 typedef int (*fn_cublas_set_stream)(void *, port_stream);
 typedef int (*fn_cublas_sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *,
                                int, const float *, float *, int);
+typedef int (*fn_cublas_gemm_ex)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *,
+                                 int, int, const void *, void *, int, int, int, int);
+typedef int (*fn_cublas_set_math)(void *, int);
 typedef int (*fn_cudnn_create)(void **);
 typedef int (*fn_cudnn_set_stream)(void *, port_stream);
 typedef int (*fn_cudnn_create_desc)(void **);
@@ -33,6 +36,8 @@ typedef int (*fn_cudnn_bwd_filter)(void *, const float *, void *, const void *, 
 static struct {
     void *blas, *h_blas;
     fn_cublas_sgemm sgemm;
+    fn_cublas_gemm_ex gemm_ex;
+    fn_cublas_set_math set_math_blas;
     void *dnn, *h_dnn;
     fn_cudnn_create_desc tensor, filter, conv;
     fn_cudnn_set_tensor4d set_tensor;
@@ -61,6 +66,8 @@ static void load_refs(port_stream s)
         fn_cublas_create create = (fn_cublas_create)dlsym(ref.blas, "cublasCreate_v2");
         fn_cublas_set_stream ss = (fn_cublas_set_stream)dlsym(ref.blas, "cublasSetStream_v2");
         ref.sgemm = (fn_cublas_sgemm)dlsym(ref.blas, "cublasSgemm_v2");
+        ref.gemm_ex = (fn_cublas_gemm_ex)dlsym(ref.blas, "cublasGemmEx");
+        ref.set_math_blas = (fn_cublas_set_math)dlsym(ref.blas, "cublasSetMathMode");
         if (!create || !ss || !ref.sgemm || create(&ref.h_blas) || ss(ref.h_blas, s)) ref.sgemm = NULL;
     }
     if ((ref.dnn = open_any(dnn))) {
@@ -397,6 +404,110 @@ static void bench_transformer(void)
     row("layernorm bwd", "n2048 c384", time_us(tf_ln_b, &c), 4.0 * 3 * e, 1, -1);
 }
 
+/* ---- the tensor cores: the GEMM at 4096^3 (bf16, f16: 16-bit arrays, cp.async; TF32:
+ * linear's fp32 operands) against cuBLAS at the same precision (cublasGemmEx, fp32
+ * compute; TF32 math for the fp32 one), and ResNet's 3x3 convs at bf16 (cuDNN's bf16
+ * path is not wired here: ours only). % of the card's dense tensor-core peak where the
+ * card is known. */
+static double tc_peak_tflops(int mm)
+{
+    const char *d = port_cuda_device_desc();
+    double p = strstr(d, "H200") ? 989.4 : strstr(d, "H100") ? (strstr(d, "PCIe") ? 756.0 : 989.4)
+               : strstr(d, "A100") ? 312.0 : 0; /* bf16 / f16 dense; TF32 is half */
+    return mm == K_CUDA_MM_TF32 ? p / 2 : p;
+}
+
+typedef struct tc_ctx { k_tc_gemm g; int mm; lin_ctx l; } tc_ctx;
+static int tc_ours(void *c_) { tc_ctx *c = c_; return k_cuda_tc_gemm(&c->g, S); }
+static int tc_blas(void *c_)
+{
+    tc_ctx *c = c_;
+    float one = 1, zero = 0;
+    int ty = c->g.type == K_CUDA_MM_BF16 ? 14 /* CUDA_R_16BF */ : 2 /* CUDA_R_16F */;
+    /* row-major C[m][n] = A[m][k] B[n][k]^T is column-major C^T = B^T(T) A^T */
+    return ref.gemm_ex(ref.h_blas, 1, 0, c->g.n, c->g.m, c->g.k, &one, c->g.b, ty, c->g.ldb, c->g.a, ty, c->g.lda,
+                       &zero, c->g.c, 0 /* CUDA_R_32F */, c->g.ldc, 68 /* CUBLAS_COMPUTE_32F */, -1) ? -1 : 0;
+}
+static int tf_ours(void *c_)
+{
+    tc_ctx *c = c_;
+    return k_cuda_linear_fwd_mm(K_CUDA_MM_TF32, c->l.n, c->l.in, c->l.out, c->l.x, c->l.w, NULL, c->l.y, c->l.ws, S);
+}
+static int tf_blas(void *c_)
+{
+    tc_ctx *c = c_;
+    if (ref.set_math_blas(ref.h_blas, 3 /* CUBLAS_TF32_TENSOR_OP_MATH */)) return -1;
+    int rc = blas_fwd(&c->l);
+    return ref.set_math_blas(ref.h_blas, 0) || rc ? -1 : 0;
+}
+
+static void tc_row(const char *name, const char *shape, double us, double flop, double ref_us, int mm)
+{
+    double peak = tc_peak_tflops(mm), tf = us > 0 ? flop / us / 1e6 : 0;
+    char pk[16] = "-";
+    if (peak > 0 && us > 0) snprintf(pk, sizeof pk, "%.0f%%", 100 * tf / peak);
+    row(name, shape, us, flop, 0, ref_us);
+    printf("%-18s %-34s %10s %16.1f TFLOP/s, %s of the dense tensor-core peak\n", "", "", "", tf, pk);
+}
+
+static void bench_tensor_cores(void)
+{
+    const int M = 4096;
+    tc_ctx c = {0};
+    size_t e = (size_t)M * M;
+    void *a, *b;
+    if (port_dev_malloc(&a, e * 2, "tc A") || port_dev_malloc(&b, e * 2, "tc B")) return;
+    float *fa = dbuf(e), *fb = dbuf(e), *cc = dbuf(e);
+    k_cuda_f32_to_bf16(e, fa, a, S), k_cuda_f32_to_bf16(e, fb, b, S);
+    c.g = (k_tc_gemm){.type = K_CUDA_MM_BF16, .m = M, .n = M, .k = M, .a = a, .b = b, .lda = M, .ldb = M,
+                      .a_kfast = 1, .b_kfast = 1, .c = cc, .ldc = M};
+    double flop = 2.0 * M * M * M;
+    int blas = ref.gemm_ex != NULL;
+    tc_row("gemm bf16 (mma)", "4096^3, fp32 accumulate", time_us(tc_ours, &c), flop, blas ? time_us(tc_blas, &c) : -1,
+           K_CUDA_MM_BF16);
+    k_cuda_f32_to_f16(e, fa, a, S), k_cuda_f32_to_f16(e, fb, b, S);
+    c.g.type = K_CUDA_MM_F16;
+    tc_row("gemm f16 (mma)", "4096^3, fp32 accumulate", time_us(tc_ours, &c), flop, blas ? time_us(tc_blas, &c) : -1,
+           K_CUDA_MM_F16);
+    c.l = (lin_ctx){.n = M, .in = M, .out = M, .x = fa, .w = fb, .y = cc};
+    if (port_dev_malloc(&c.l.ws, k_cuda_linear_workspace(M, M, M) + 256, "workspace")) return;
+    tc_row("gemm tf32 (mma)", "4096^3 (linear fwd)", time_us(tf_ours, &c), flop,
+           ref.sgemm && ref.set_math_blas ? time_us(tf_blas, &c) : -1, K_CUDA_MM_TF32);
+    port_dev_free(a), port_dev_free(b), port_dev_free(fa), port_dev_free(fb), port_dev_free(cc), port_dev_free(c.l.ws);
+}
+
+typedef struct tcc_ctx { conv_ctx *c; int mm; } tcc_ctx;
+static int tcc_fwd(void *p)
+{
+    tcc_ctx *t = p;
+    return k_cuda_conv2d_fwd_mm(t->mm, &t->c->sh, t->c->x, t->c->w, t->c->b, t->c->y, t->c->ws, S);
+}
+static int tcc_bwd(void *p)
+{
+    tcc_ctx *t = p;
+    conv_ctx *c = t->c;
+    return k_cuda_conv2d_bwd_mm(t->mm, &c->sh, c->x, c->w, c->dy, c->dx, c->dw, c->db, c->ws, S);
+}
+
+static void bench_conv_tc(const char *name, int n, int ci, int h, int co, int mm)
+{
+    conv_ctx c = {.sh = {.n = n, .c = ci, .h = h, .w = h, .k = co, .r = 3, .s = 3, .stride = 1, .pad = 1}};
+    k_conv_shape_init(&c.sh);
+    size_t nx = (size_t)n * ci * h * h, ny = (size_t)n * co * c.sh.p * c.sh.q, nw = (size_t)co * ci * 9;
+    c.x = dbuf(nx); c.w = dbuf(nw); c.y = dbuf(ny); c.dy = dbuf(ny); c.dx = dbuf(nx); c.dw = dbuf(nw);
+    if (port_dev_malloc(&c.ws, k_cuda_conv2d_workspace(&c.sh) + 256, "workspace")) return;
+    tcc_ctx t = {&c, mm};
+    double flop = 2.0 * ny * ci * 9;
+    char shape[64], nm[40];
+    snprintf(shape, sizeof shape, "n%d c%d %dx%d k%d 3x3 p1", n, ci, h, h, co);
+    snprintf(nm, sizeof nm, "%s fwd", name);
+    tc_row(nm, shape, time_us(tcc_fwd, &t), flop, -1, mm);
+    snprintf(nm, sizeof nm, "%s bwd", name);
+    tc_row(nm, shape, time_us(tcc_bwd, &t), 2 * flop, -1, mm);
+    port_dev_free(c.x), port_dev_free(c.w), port_dev_free(c.y), port_dev_free(c.dy), port_dev_free(c.dx);
+    port_dev_free(c.dw), port_dev_free(c.ws);
+}
+
 int k_cuda_bench_run(int batch, int n_iters)
 {
     int B = batch > 0 ? batch : 64;
@@ -425,6 +536,13 @@ int k_cuda_bench_run(int batch, int n_iters)
     bench_conv("resnet 1x1/2", 32, 64, 56, 128, 1, 2, 0);
     bench_graph_ops();
     bench_transformer();
+    printf("# tensor cores (mma.sync; reference: cuBLAS at the same precision, fp32 compute)\n");
+    bench_tensor_cores();
+    bench_conv_tc("resnet 56x56 bf16", 32, 64, 56, 64, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 28x28 bf16", 32, 128, 28, 128, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 14x14 bf16", 32, 256, 14, 256, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 7x7 bf16", 32, 512, 7, 512, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 28x28 tf32", 32, 128, 28, 128, K_CUDA_MM_TF32);
     if (port_cuda_errmsg()[0]) {
         fprintf(stderr, "ddprt-bench-kernels: %s\n", port_cuda_errmsg());
         return 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What nvcc makes of the tensor-core kernels, per architecture (sm_80: mma.sync; sm_90
-# the same path until the wgmma one lands): the PTX instruction counts and ptxas -v's
+# What nvcc makes of the tensor-core kernels, per architecture (sm_80: mma.sync; sm_90a:
+# the same, plus the wgmma GEMM in k_cuda_tc_gemm.cu): the PTX instruction counts and ptxas -v's
 # registers, shared memory and spills per kernel instance, as two markdown tables.
 # Exit 1 when a tensor-core instruction is missing or a kernel spills; 2 without nvcc.
 #   bash bench/tc_ptx.sh [FILE.cu ...]   (default: the files that include k_cuda_tc_gemm.cuh)
@@ -14,14 +14,15 @@ files=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
-echo "| file | arch | mma.sync | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| file | arch | mma.sync | wgmma | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
-  for arch in sm_80 sm_90; do
+  for arch in sm_80 sm_90a; do
     p="$tmp/$(basename "$f" .cu).$arch.ptx"
     "$NVCC" -std=c++17 -O3 -I. -DDDPRT_CUDA=1 -arch="$arch" -ptx "$f" -o "$p"
     "$PTXAS" -arch="$arch" -v "$p" -o /dev/null 2>"$p.v"
     mma=$(grep -c 'mma.sync.aligned' "$p" || true)
+    wg=$(grep -c 'wgmma.mma_async' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)
     ldt=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.trans' "$p" || true)
     cpa=$(grep -c 'cp.async.cg' "$p" || true)
@@ -31,19 +32,20 @@ for f in "${files[@]}"; do
       /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15)
         sm = 0; if (match($0, /[0-9]+ bytes smem/)) sm = substr($0, RSTART, RLENGTH - 11)
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
-    tck=$(grep -cE '(tc|tf)_gemmILi' "$tmp/kern.tab" || true)
-    spill=$(awk -F'\t' '$1 ~ /(tc|tf)_gemmILi/ && $4 > 0' "$tmp/kern.tab" | wc -l)
-    echo "| $(basename "$f") | $arch | $mma | $ldm | $ldt | $cpa | $tck | $spill |"
+    tck=$(grep -cE '(tc|tf|wg)_gemmILi' "$tmp/kern.tab" || true)
+    spill=$(awk -F'\t' '$1 ~ /(tc|tf|wg)_gemmILi/ && $4 > 0' "$tmp/kern.tab" | wc -l)
+    echo "| $(basename "$f") | $arch | $mma | $wg | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
+    if [[ $(basename "$f") == k_cuda_tc_gemm.cu && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
   done
 done
 echo
-echo "| file (sm_80) | tc_gemm + tf_gemm instances | registers | static smem (B) | spill stores (B) |"
+echo "| file (sm_80) | tc/tf/wg_gemm instances | registers | static smem (B) | spill stores (B) |"
 echo "|---|---|---|---|---|"
 for t in "$tmp"/*.sm_80.tab; do
-  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" '$1 ~ /(tc|tf)_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
+  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" '$1 ~ /(tc|tf|wg)_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
       sm[$3] = 1; if ($4 > sp) sp = $4 }
     END { s = ""; for (k in sm) s = s (s ? ", " : "") k; print "| " f " | " n " | " lo "-" hi " | " s " | " sp + 0 " |" }' "$t"
 done

@@ -127,6 +127,11 @@ TEST(simt_tensor_core_checks)
            "before that thread's cp.async.wait_group covered it", NULL);
     expect("cp_async_no_barrier", "its wait_group was not followed by a __syncthreads", NULL);
     expect("cp_async_ok", "report: none", NULL);
+    expect("wgmma_partial", "wgmma.mma_async at simt_checks.cu:", "issued by a partial warpgroup: threads 0-63 of a "
+           "block of 64", NULL);
+    expect("wgmma_overwritten", "wgmma.wait_group at simt_checks.cu:", "the shared-memory operands of "
+           "wgmma.mma_async at simt_checks.cu:", "were written before this wait_group covered it", NULL);
+    expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
 }
 
 TEST(simt_mma_layouts_match_the_ptx_isa)
@@ -140,8 +145,8 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
 
 /* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
  * each): a wrong fragment index fails the comparison with the reference, a missing
- * cp.async.wait_group and a missing barrier between pipeline stages are named by the
- * executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
+ * cp.async.wait_group, a missing barrier between pipeline stages and a missing
+ * wgmma.fence are named by the executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
 PTEST(simt_injected_tensor_core_bugs_are_reported)
 {
     if (asan() || tsan() || t_san("undefined")) {
@@ -160,6 +165,8 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM: cp.async.wait_group removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "before that thread's cp.async.wait_group covered it"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90): wgmma.fence removed | k_cuda_tc_gemm.cu | simt: ") &&
+           strstr(o, "has not executed wgmma.fence since its accumulators were last its own"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
 }

@@ -111,6 +111,9 @@ typedef struct {
     const float *bias;
 } k_tc_gemm;
 int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s);
+/* The same on wgmma (sm_90a: H100/H200; both operands k-contiguous, rows 16-byte
+ * aligned); k_cuda_tc_gemm takes it on an sm_90 GPU when DDPRT_WGMMA=1. */
+int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s);
 /* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32. */
 int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                          void *ws, port_stream s);

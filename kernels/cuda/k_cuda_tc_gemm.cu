@@ -1,7 +1,9 @@
 // k_cuda_tc_gemm: the tensor-core GEMM (k_cuda_tc_gemm.cuh) on 16-bit arrays, with a
 // bias + ReLU epilogue; the entry the device tests and ddprt-bench-kernels time.
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
+#include "rt/env.h"
 #include <stdio.h>
+#include <string.h>
 
 namespace {
 struct TcStore {
@@ -16,7 +18,94 @@ struct TcStore {
 };
 
 int aligned16(const void *p, int ld) { return !((uintptr_t)p & 15) && ld % 8 == 0; }
+
+// ---- sm_90: wgmma. Two warpgroups, each 64 rows x 128 columns of a 128x128 tile
+// (m64n128k16, 64 fp32 accumulators a thread); k in 32-deep slices through 3 cp.async
+// stages (48 KiB). The tiles are in wgmma's K-major, no-swizzle layout: core matrices of
+// 8 rows x 16 bytes (one cp.async each), the next 8 rows 128 bytes on (SBO), the next 8 k
+// R * 16 bytes on (LBO).
+#define WG_T 128
+#define WG_BK 32
+#define WG_STAGES 3
+struct WgArgs {
+    int m, n, k, lda, ldb, ldc, relu;
+    const unsigned short *a, *b;
+    float *c;
+    const float *bias;
+};
+
+template <int R> __device__ __forceinline__ int wg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
+
+__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const WgArgs &g, int m0, int n0, int k0)
+{
+    for (int q = threadIdx.x; q < 2 * WG_T * 4; q += 256) { // 4 chunks of 8 k a row
+        int isb = q >= WG_T * 4, qq = q - isb * WG_T * 4, r = qq >> 2, kb = qq & 3, k = k0 + kb * 8;
+        int gr = (isb ? n0 : m0) + r, ld = isb ? g.ldb : g.lda;
+        const unsigned short *src = isb ? g.b : g.a;
+        int valid = gr < (isb ? g.n : g.m) ? max(min(8, g.k - k), 0) : 0;
+        K_CP_ASYNC16((isb ? tb : ta) + wg_off<WG_T>(r, kb), valid ? src + (size_t)gr * ld + k : src, valid * 2);
+    }
+}
+
+template <int TY> __global__ void __launch_bounds__(256) wg_gemm(WgArgs g)
+{
+    struct alignas(128) Smem {
+        unsigned short a[WG_STAGES][WG_T * WG_BK], b[WG_STAGES][WG_T * WG_BK];
+    };
+    __shared__ Smem sm;
+    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WG_T, n0 = blockIdx.x * WG_T, kt_n = (g.k + WG_BK - 1) / WG_BK;
+    float acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+    for (int s = 0; s < WG_STAGES - 1; s++) {
+        if (s < kt_n) wg_load(sm.a[s], sm.b[s], g, m0, n0, s * WG_BK);
+        K_CP_ASYNC_COMMIT();
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        K_CP_ASYNC_WAIT(WG_STAGES - 2);
+        K_FENCE_PROXY_ASYNC(); // cp.async's writes, for the async proxy wgmma reads through
+        __syncthreads();
+        const unsigned short *ta = sm.a[kt % WG_STAGES], *tb = sm.b[kt % WG_STAGES];
+        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {
+            unsigned long long da = k_wgmma_desc(ta + wg_off<WG_T>(64 * wg, 2 * kk), WG_T * 16, 128);
+            unsigned long long db = k_wgmma_desc(tb + wg_off<WG_T>(0, 2 * kk), WG_T * 16, 128);
+            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
+            else K_WGMMA_F16_128(acc, da, db, 1);
+        }
+        K_WGMMA_COMMIT();
+        int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
+        if (nx < kt_n) wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], g, m0, n0, nx * WG_BK);
+        K_CP_ASYNC_COMMIT();
+        K_WGMMA_WAIT(0);
+    }
+    K_CP_ASYNC_WAIT(0);
+    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
+#pragma unroll
+    for (int e = 0; e < 64; e++) { // PTX's D layout: warp w rows 16w.., n8 block e / 4
+        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
+        if (m >= g.m || n >= g.n) continue;
+        float v = acc[e] + (g.bias ? g.bias[n] : 0.0f);
+        g.c[(size_t)m * g.ldc + n] = g.relu && v < 0.0f ? 0.0f : v;
+    }
+}
 } // namespace
+
+int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
+{
+    if (g->m <= 0 || g->n <= 0 || g->k <= 0 || (g->type != K_CUDA_MM_BF16 && g->type != K_CUDA_MM_F16) ||
+        !g->a_kfast || !g->b_kfast || !aligned16(g->a, g->lda) || !aligned16(g->b, g->ldb)) {
+        port_cuda_fail("k_cuda_tc_gemm_sm90: m=%d n=%d k=%d type %d: wgmma needs bf16/f16 operands, both k-contiguous "
+                       "with 16-byte aligned rows", g->m, g->n, g->k, g->type);
+        return -1;
+    }
+    WgArgs a = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->relu, g->a, g->b, g->c, g->bias};
+    dim3 grid((unsigned)((g->n + WG_T - 1) / WG_T), (unsigned)((g->m + WG_T - 1) / WG_T));
+    if (g->type == K_CUDA_MM_BF16) K_LAUNCH(wg_gemm<K_CUDA_MM_BF16>, grid, 256, 0, (cudaStream_t)s)(a);
+    else K_LAUNCH(wg_gemm<K_CUDA_MM_F16>, grid, 256, 0, (cudaStream_t)s)(a);
+    return k_cuda_check_launch("k_cuda_tc_gemm_sm90", "m=%d n=%d k=%d (wgmma)", g->m, g->n, g->k);
+}
 
 int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
 {
@@ -28,6 +117,10 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
         port_cuda_fail("k_cuda_tc_gemm: %s: an empty product or a type %d that is not bf16 or f16", shp, g->type);
         return -1;
     }
+    // sm_90 with DDPRT_WGMMA=1: the wgmma kernel (k-contiguous aligned operands only)
+    if (rt_env_flag(RT_ENV_WGMMA, 0) && strstr(port_cuda_device_desc(), "(sm_90,") && g->a_kfast && g->b_kfast &&
+        aligned16(g->a, g->lda) && aligned16(g->b, g->ldb))
+        return k_cuda_tc_gemm_sm90(g, s);
     TcStore st = {g->c, g->bias, g->ldc, g->relu};
     cudaStream_t cs = (cudaStream_t)s;
     TcRawK ak, bk;

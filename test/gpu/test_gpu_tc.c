@@ -16,6 +16,8 @@ static float from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_b
 
 /* One product: A m x k and B k x n in the layouts asked, lda/ldb padded by `pad`
  * elements (a pad that is not a multiple of 8 takes the kernel's unaligned path). */
+static int sm90; /* tc_case: the wgmma entry (k_cuda_tc_gemm_sm90) */
+
 static void tc_case(int type, int m, int n, int k, int ak, int bk, int pad, int bias, int relu)
 {
     g_init();
@@ -42,7 +44,8 @@ static void tc_case(int type, int m, int n, int k, int ak, int bk, int pad, int 
     float *gbias = bias ? g_up(hbias, n * 4) : NULL, *gc = g_dev(nc * 4);
     k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = ak,
                    .b_kfast = bk, .c = gc, .ldc = n, .relu = relu, .bias = gbias};
-    g_need(k_cuda_tc_gemm(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm");
+    g_need((sm90 ? k_cuda_tc_gemm_sm90(&g, NULL) : k_cuda_tc_gemm(&g, NULL)) == 0 && port_dev_sync("tc gemm") == 0,
+           "tc gemm");
     float *c = g_result(gc, nc);
     size_t bad = 0, first = 0;
     double worst = 0;
@@ -76,6 +79,23 @@ TEST(gpu_tc_gemm_layouts_odd_shapes)
                     tc_case(type, d[0], d[1], d[2], ak, bk, 0, 0, 0);
                     if (s == 3) tc_case(type, d[0], d[1], d[2], ak, bk, 8, 1, 1); /* aligned padded rows, epilogue */
                 }
+}
+
+/* The sm_90 wgmma kernel (k-contiguous, aligned rows): odd m and n, k tails, many slices
+ * through its 3 stages. Runs on the executor, and on a GPU only where it is an sm_90. */
+TEST(gpu_tc_gemm_wgmma)
+{
+    g_init();
+    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
+        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
+        return;
+    }
+    static const int shapes[][4] = {{1, 1, 8, 0}, {64, 128, 32, 0}, {130, 200, 96, 0}, {70, 33, 45, 3}, {256, 136, 200, 0}};
+    sm90 = 1;
+    for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            tc_case(type, shapes[s][0], shapes[s][1], shapes[s][2], 1, 1, shapes[s][3], s == 2, s == 2);
+    sm90 = 0;
 }
 
 /* The 128x128 tile (64 or more output tiles), the 3-stage pipeline over many slices. */

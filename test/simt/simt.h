@@ -53,7 +53,7 @@ extern uint3 block_idx;
 extern dim3 block_dim, grid_dim;
 
 enum { BAR_SYNC, BAR_OR, BAR_AND, BAR_COUNT };
-enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_MMA, W_LDMATRIX };
+enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_MMA, W_LDMATRIX, W_WGMMA };
 // Block barrier and warp intrinsics (simt_exec.cc): the calling fiber waits there
 // until its partners arrive; the result is computed when they all have.
 int barrier(const char *file, int line, int kind, int pred);
@@ -88,6 +88,24 @@ int lane_id();
 void cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes);
 void cp_async_commit(const char *file, int line);
 void cp_async_wait(const char *file, int line, int n);
+
+// wgmma (sm_90): a warpgroup collective (128 threads, 4 aligned warps). Each lane hands in
+// its accumulators d (n/2 fp32, the PTX D layout), both operands' shared-memory
+// descriptors (K-major, no swizzle) and scale-d. The product is computed when the
+// warpgroup has arrived; d is NaN until the lane's wgmma.wait_group covers it.
+struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; };
+void wgmma_fence(const char *file, int line);
+void wgmma_commit(const char *file, int line);
+void wgmma_wait(const char *file, int line, int n);
+// The descriptor's start address, leading and stride byte offsets (PTX's encoding; the
+// address is the offset into the running kernel's shared memory).
+unsigned long long smem_desc(const void *p, int lbo, int sbo);
+inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigned long long da,
+                  unsigned long long db, int scale_d)
+{
+    wgmma_lane l = {d, da, db, scale_d};
+    warp_coll(file, line, W_WGMMA, &l, n << 4 | kind);
+}
 
 // d = a * b + c, m16n8k16 (bf16, f16) or m16n8k8 (tf32), fp32 accumulators.
 inline void mma_sync(const char *file, int line, int kind, float d[4], const unsigned a[4], const unsigned b[2],

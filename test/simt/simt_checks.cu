@@ -162,6 +162,50 @@ template <int WAIT, int BARRIER> __global__ void cp_async_then_ldmatrix(float *o
     out[threadIdx.x] = (float)r[0];
 }
 
+// wgmma m64n128k16 on a 64x16 A and 128x16 B (K-major core matrices: 8 rows x 16 bytes,
+// the next 8 rows 128 bytes on, the second 8 k 64 * 16 (A) / 128 * 16 (B) bytes on).
+// OVERWRITE: a thread writes the operand between the mma_async and its wait.
+template <int OVERWRITE> __global__ void wgmma_case(const float *in, float *out)
+{
+    __shared__ __attribute__((aligned(16))) unsigned short A[64 * 16], B[128 * 16];
+    int t = threadIdx.x;
+    for (int i = t; i < 64 * 16; i += blockDim.x) { // element (r, k) of A = in[r * 16 + k]
+        int r = i / 16, k = i % 16;
+        A[(k / 8) * 64 * 8 + (r / 8) * 64 + (r % 8) * 8 + k % 8] = rt_f32_to_bf16(in[i]);
+    }
+    for (int i = t; i < 128 * 16; i += blockDim.x) { // element (k, n) of B = in[1024 + n * 16 + k]
+        int n = i / 16, k = i % 16;
+        B[(k / 8) * 128 * 8 + (n / 8) * 64 + (n % 8) * 8 + k % 8] = rt_f32_to_bf16(in[1024 + i]);
+    }
+    __syncthreads();
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    K_WGMMA_FENCE();
+    K_WGMMA_BF16_128(d, k_wgmma_desc(A, 64 * 16, 128), k_wgmma_desc(B, 128 * 16, 128), 1);
+    K_WGMMA_COMMIT();
+    if (OVERWRITE && t == 5) A[3] = 0;
+    K_WGMMA_WAIT(0);
+    int w = (t & 127) >> 5, g = (t & 31) >> 2, q = t & 3;
+    for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+
+static int check_wgmma(const float *in, const float *o)
+{
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < 128; n++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++)
+                s += (double)rt_bf16_to_f32(rt_f32_to_bf16(in[m * 16 + k])) *
+                     rt_bf16_to_f32(rt_f32_to_bf16(in[1024 + n * 16 + k]));
+            if (fabs(o[m * 128 + n] - s) > 1e-5 * (1 + fabs(s))) {
+                printf("result: wgmma D[%d][%d] is %g, the product %g\n", m, n, o[m * 128 + n], s);
+                return 1;
+            }
+        }
+    printf("result: wgmma ok\n");
+    return 0;
+}
+
 // The fragment layouts: A (16 x 16), B (16 x 8) from shared memory through ldmatrix
 // (A as stored, B transposed from its k x n rows), one bf16 and one f16 mma, and a tf32
 // mma from registers; D written back by the PTX accumulator layout. The host compares
@@ -254,7 +298,7 @@ static int check_intrinsics(const int *o, int n)
 
 // Device buffers stay reachable from here until exit: a failed launch makes every
 // later call fail (cudaFree too), and LeakSanitizer would report them otherwise.
-static float *volatile bufs[4]; /* volatile: stores nothing reads are kept */
+static float *volatile bufs[8]; /* volatile: stores nothing reads are kept */
 static int nbufs;
 static float *dev(size_t n)
 {
@@ -336,6 +380,18 @@ int main(int argc, char **argv)
         SIMT_LAUNCH((cp_async_then_ldmatrix<1, 0>), 1, 32, 0, 0)(d);
     } else if (!strcmp(c, "cp_async_ok")) {
         SIMT_LAUNCH((cp_async_then_ldmatrix<1, 1>), 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "wgmma_partial")) {
+        SIMT_LAUNCH((wgmma_case<0>), 1, 64, 0, 0)(d, d);
+    } else if (!strcmp(c, "wgmma_overwritten") || !strcmp(c, "wgmma_ok")) {
+        static float in[1024 + 2048], o[64 * 128];
+        for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
+        float *din = dev(3072), *dout = dev(64 * 128);
+        if (cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice)) return 1;
+        if (!strcmp(c, "wgmma_ok")) SIMT_LAUNCH((wgmma_case<0>), 1, 128, 0, 0)(din, dout);
+        else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
+        report();
+        if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
+        return !strcmp(c, "wgmma_ok") ? check_wgmma(in, o) : 0;
     } else if (!strcmp(c, "mma_layouts")) {
         float in[384], o[384];
         for (int i = 0; i < 384; i++) in[i] = (float)((i * 37 % 101) - 50) / 16.0f + (float)i / 4096.0f;

@@ -282,7 +282,8 @@ const char *bar_name(int k)
 const char *warp_name(int k)
 {
     static const char *n[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                              "__ballot_sync", "__any_sync", "__all_sync", "mma.sync", "ldmatrix"};
+                              "__ballot_sync", "__any_sync", "__all_sync", "mma.sync", "ldmatrix",
+                              "wgmma.mma_async"};
     return n[k];
 }
 const char *base_name(const char *path)
@@ -369,6 +370,40 @@ int complete_warp(int w, int base, unsigned m, char *why, size_t len)
     return 0;
 }
 
+// wgmma: the 128 threads of warp w's warpgroup all at f's site complete together; a
+// partial warpgroup, an exited thread or another site in it is a failure. 1 completed,
+// 0 not yet, -1 failure.
+int resolve_warpgroup(int w, const thr *f, char *why, size_t len)
+{
+    int base = w / 4 * 128;
+    const char *op = warp_name(f->kind), *fn = base_name(f->file);
+    if (nthr < base + 128)
+        return fail(why, len, "%s at %s:%d issued by a partial warpgroup: threads %d-%d of a block of %d (a warpgroup is "
+                    "128 threads, 4 aligned warps)", op, fn, f->line, base, nthr - 1, nthr);
+    int ready = 1;
+    for (int i = base; i < base + 128; i++) {
+        const thr *g = &T[i];
+        if (g->state == T_EXIT)
+            return fail(why, len, "%s at %s:%d issued by a partial warpgroup: threads %s reach it, threads %s exited",
+                        op, fn, f->line, thread_set(T_WARP, f->file, f->line, base, base + 128).c_str(),
+                        thread_set(T_EXIT, NULL, 0, base, base + 128).c_str());
+        if (g->state == T_WARP && (g->file != f->file || g->line != f->line || g->kind != f->kind))
+            return fail(why, len, "divergent warpgroup: threads %s at %s (%s:%d), threads %s at %s (%s:%d)",
+                        thread_set(T_WARP, f->file, f->line, base, base + 128).c_str(), op, fn, f->line,
+                        thread_set(T_WARP, g->file, g->line, base, base + 128).c_str(), warp_name(g->kind),
+                        base_name(g->file), g->line);
+        if (g->state != T_WARP) ready = 0;
+    }
+    if (!ready) return 0;
+    void *lanes[128];
+    for (int j = 0; j < 128; j++) lanes[j] = (void *)T[base + j].val;
+    if (simt::tc_wgmma(f->arg, lanes, base, f->file, f->line, why, len)) return -1;
+    for (int j = 0; j < 128; j++) T[base + j].state = T_RUN;
+    nwarp -= 128;
+    for (int k = 0; k < 4; k++) warp_round[w / 4 * 4 + k]++;
+    return 1;
+}
+
 // Warp intrinsics whose lanes have all arrived complete; a mask that cannot be met is a
 // failure. 1 some completed, 0 none, -1 failure.
 int resolve_warps(char *why, size_t len)
@@ -381,6 +416,12 @@ int resolve_warps(char *why, size_t len)
             if (f->state != T_WARP) continue;
             unsigned m = f->mask;
             const char *op = warp_name(f->kind), *fn = base_name(f->file);
+            if (f->kind == simt::W_WGMMA) {
+                int r = resolve_warpgroup(w, f, why, len);
+                if (r < 0) return -1;
+                progress |= r;
+                continue;
+            }
             if ((f->kind == simt::W_MMA || f->kind == simt::W_LDMATRIX) && lanes < 32)
                 return fail(why, len, "%s at %s:%d issued by a partial warp: warp %d has %d threads (block of %d); "
                             ".sync.aligned needs all 32 lanes", op, fn, f->line, w, lanes, nthr);

@@ -49,6 +49,7 @@ const char *running_where();
 // (0, or -1 with the failure in why); the hooks at block start, thread exit and barrier.
 int tc_complete(int kind, int arg, void *const lanes[32], const char *file, int line, int warp, char *why,
                 size_t len);
+int tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len);
 void tc_block_start(int nthr);
 void tc_thread_exit(int lin);
 void tc_barrier_done();

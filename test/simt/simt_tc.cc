@@ -14,6 +14,15 @@
 //     or cp.async destination outside the kernel's shared memory, a cp.async source
 //     outside device memory;
 //   - (simt_exec.cc) mma.sync / ldmatrix issued by a partial warp or at different sites.
+//
+// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major, no swizzle)
+// is computed when its warpgroup has arrived, into a shadow copy; each lane's
+// accumulators read NaN until its wgmma.wait_group covers the op (a chained op on the same
+// accumulators starts from the shadow). Its checks: an mma_async by a thread that has not
+// executed wgmma.fence since its accumulators were last its own (the kernel's start or a
+// wait_group); descriptors that differ across the warpgroup, a swizzle mode or an operand
+// outside shared memory; an operand's bytes written between the mma_async and the
+// wait_group that covers it; rows a pending cp.async writes.
 #include "test/simt/simt_int.h"
 #include "rt/half.h"
 #include <stdio.h>
@@ -34,6 +43,23 @@ struct copy {
 };
 std::vector<copy> copies; // this block's copies not yet visible to every thread
 int committed[1024];      // per thread: the groups it has committed
+
+struct wg_op { // one wgmma.mma_async of a warpgroup
+    std::vector<float> res; // 128 lanes x n/2 accumulators
+    int n, base;
+    const char *a, *b; // the operands' first bytes
+    unsigned long long da, db, sum; // descriptors; checksum of the operand bytes read
+    const char *file;
+    int line;
+};
+struct wg_pend { // a lane's part of an op not yet waited for
+    int thr, op, group;
+    float *d;
+};
+std::vector<wg_op> wg_ops;
+std::vector<wg_pend> wg_pending;
+int wg_committed[1024];
+unsigned char wg_fenced[1024];
 
 const char *base_name(const char *path)
 {
@@ -115,7 +141,175 @@ void mma(int kind, void *const lanes[32])
         for (int i = 0; i < 4; i++) x->d[i] = D[g + (i >> 1) * 8][2 * t + (i & 1)];
     }
 }
+// The running kernel's shared memory starts here (descriptor addresses are offsets).
+const char *shared_base()
+{
+    simt::kinfo *k = simt::running_kinfo();
+    const char *b = NULL;
+    if (k)
+        for (auto &v : k->vars)
+            if (!b || v.first < b) b = v.first;
+    return b;
+}
+
+// Byte offset of element (r, k) of a K-major, no-swizzle operand: core matrices of 8
+// rows x 16 bytes, the next 8 rows SBO bytes on, the next 8 k LBO bytes on.
+size_t kmajor_off(int r, int k, size_t lbo, size_t sbo) { return (r % 8) * 16 + (r / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo; }
+
+struct desc { const char *p; size_t lbo, sbo; int swz; };
+desc decode(unsigned long long d)
+{
+    const char *b = shared_base();
+    return {b + ((d & 0x3fff) << 4), (size_t)((d >> 16) & 0x3fff) << 4, (size_t)((d >> 32) & 0x3fff) << 4, (int)(d >> 62)};
+}
+
+unsigned long long operand_sum(const desc &a, const desc &b, int n)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    auto mix = [&](const char *p) { for (int i = 0; i < 2; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL; };
+    for (int r = 0; r < 64; r++)
+        for (int k = 0; k < 16; k++) mix(a.p + kmajor_off(r, k, a.lbo, a.sbo));
+    for (int c = 0; c < n; c++)
+        for (int k = 0; k < 16; k++) mix(b.p + kmajor_off(c, k, b.lbo, b.sbo));
+    return h;
+}
 } // namespace
+
+int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len)
+{
+    int kind = arg & 15, n = arg >> 4;
+    std::string op = where("wgmma.mma_async", file, line);
+    const wgmma_lane *l0 = (const wgmma_lane *)lanes[0];
+    if (n < 8 || n > 256 || n % 8 || (kind != MMA_BF16 && kind != MMA_F16)) {
+        snprintf(why, len, "%s: m64n%dk16 of type %d is not emulated (n: 8..256 by 8; bf16 or f16)", op.c_str(), n, kind);
+        return -1;
+    }
+    for (int j = 0; j < 128; j++) {
+        const wgmma_lane *x = (const wgmma_lane *)lanes[j];
+        if (!wg_fenced[base + j]) {
+            snprintf(why, len, "%s: thread %d has not executed wgmma.fence since its accumulators were last its own "
+                     "(the kernel's start or a wgmma.wait_group): the registers are not fenced", op.c_str(), base + j);
+            return -1;
+        }
+        if (x->da != l0->da || x->db != l0->db || x->scale_d != l0->scale_d) {
+            snprintf(why, len, "%s: thread %d gives other descriptors or scale-d than thread %d (they must be the same "
+                     "across the warpgroup)", op.c_str(), base + j, base);
+            return -1;
+        }
+    }
+    desc a = decode(l0->da), b = decode(l0->db);
+    if (a.swz || b.swz) {
+        snprintf(why, len, "%s: swizzle mode %d is not emulated (no swizzle only)", op.c_str(), a.swz ? a.swz : b.swz);
+        return -1;
+    }
+    // every 16-byte row of both operands: in shared memory, aligned, not a pending cp.async's
+    for (int pass = 0; pass < 2; pass++) {
+        const desc &d = pass ? b : a;
+        int rows = pass ? n : 64;
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < 16; k += 8) {
+                const char *p = d.p + kmajor_off(r, k, d.lbo, d.sbo);
+                if ((uintptr_t)p & 15 || !in_shared(p, 16)) {
+                    snprintf(why, len, "%s: operand %c row %d, k %d-%d at %p: %s", op.c_str(), pass ? 'B' : 'A', r, k,
+                             k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
+                    return -1;
+                }
+                for (const copy &c : copies)
+                    if (overlaps(c, p, 16) && (c.state == PENDING || c.round == barrier_round())) {
+                        snprintf(why, len, "%s: operand %c row %d reads bytes that cp.async at %s:%d (thread %d) writes, "
+                                 "%s", op.c_str(), pass ? 'B' : 'A', r, base_name(c.file), c.line, c.thr,
+                                 c.state == PENDING ? "before that thread's cp.async.wait_group covered it"
+                                                    : "with no __syncthreads after its wait_group");
+                        return -1;
+                    }
+            }
+    }
+    wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, a.p, b.p, l0->da, l0->db, operand_sum(a, b, n), file,
+               line};
+    auto elem = [&](const desc &d, int r, int k) {
+        unsigned short h;
+        memcpy(&h, d.p + kmajor_off(r, k, d.lbo, d.sbo), 2);
+        return operand(kind, h);
+    };
+    for (int j = 0; j < 128; j++) {
+        const wgmma_lane *x = (const wgmma_lane *)lanes[j];
+        // the accumulators' input: the latest pending op on these registers, else the registers
+        const float *in = x->d;
+        for (const wg_pend &p : wg_pending)
+            if (p.thr == base + j && p.d == x->d) in = &wg_ops[p.op].res[(size_t)j * (n / 2)];
+        int w = j / 32, g = (j % 32) >> 2, t = j & 3;
+        for (int e = 0; e < n / 2; e++) {
+            int row = 16 * w + g + 8 * ((e >> 1) & 1), col = 8 * (e / 4) + 2 * t + (e & 1);
+            double s = l0->scale_d ? in[e] : 0.0;
+            for (int k = 0; k < 16; k++) s += (double)elem(a, row, k) * elem(b, col, k);
+            o.res[(size_t)j * (n / 2) + e] = (float)s;
+        }
+    }
+    wg_ops.push_back(std::move(o));
+    for (int j = 0; j < 128; j++) {
+        const wgmma_lane *x = (const wgmma_lane *)lanes[j];
+        for (int e = 0; e < n / 2; e++) x->d[e] = __builtin_nanf(""); // the registers belong to the op now
+        wg_pending.push_back({base + j, (int)wg_ops.size() - 1, 0, x->d});
+    }
+    return 0;
+}
+
+void simt::wgmma_fence(const char *file, int line)
+{
+    int t = cur_lin();
+    if (t < 0) die("wgmma.fence at %s:%d called outside a kernel", base_name(file), line);
+    wg_fenced[t] = 1;
+}
+
+void simt::wgmma_commit(const char *file, int line)
+{
+    int t = cur_lin();
+    if (t < 0) die("wgmma.commit_group at %s:%d called outside a kernel", base_name(file), line);
+    wg_committed[t]++;
+    for (wg_pend &p : wg_pending)
+        if (p.thr == t && !p.group) p.group = wg_committed[t];
+}
+
+void simt::wgmma_wait(const char *file, int line, int n)
+{
+    int t = cur_lin();
+    if (t < 0) die("wgmma.wait_group at %s:%d called outside a kernel", base_name(file), line);
+    size_t keep = 0;
+    for (size_t i = 0; i < wg_pending.size(); i++) {
+        wg_pend p = wg_pending[i];
+        if (p.thr != t || !p.group || p.group > wg_committed[t] - n) {
+            wg_pending[keep++] = p;
+            continue;
+        }
+        const wg_op &o = wg_ops[p.op];
+        desc a = decode(o.da), b = decode(o.db);
+        if (operand_sum(a, b, o.n) != o.sum) {
+            char m[320];
+            snprintf(m, sizeof m, "wgmma.wait_group at %s:%d: the shared-memory operands of wgmma.mma_async at %s:%d "
+                     "were written before this wait_group covered it", base_name(file), line, base_name(o.file), o.line);
+            thread_fail(m);
+        }
+        int j = t - o.base;
+        // the latest op on these registers wins (a chained op's shadow holds the earlier ones)
+        int latest = 1;
+        for (size_t q = i + 1; q < wg_pending.size(); q++)
+            if (wg_pending[q].thr == t && wg_pending[q].d == p.d && wg_pending[q].group && wg_pending[q].group <= wg_committed[t] - n)
+                latest = 0;
+        if (latest) memcpy(p.d, &o.res[(size_t)j * (o.n / 2)], sizeof(float) * (o.n / 2));
+    }
+    wg_pending.resize(keep);
+    wg_fenced[t] = 0; // the accumulators are the thread's again
+}
+
+unsigned long long simt::smem_desc(const void *p, int lbo, int sbo)
+{
+    const char *b = shared_base();
+    size_t off = b ? (size_t)((const char *)p - b) : 0;
+    if (!b || (const char *)p < b || off >= (1u << 18) || (lbo | sbo) & 15 || lbo >= (1 << 18) || sbo >= (1 << 18))
+        die("wgmma descriptor for %p (lbo %d, sbo %d): not 16-byte offsets within the kernel's first 256 KiB of shared "
+            "memory", p, lbo, sbo);
+    return (off >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32;
+}
 
 int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file, int line, int warp, char *why,
                       size_t len)
@@ -172,6 +366,10 @@ void simt::tc_block_start(int nthr)
 {
     copies.clear();
     memset(committed, 0, sizeof(int) * (size_t)nthr);
+    wg_ops.clear();
+    wg_pending.clear();
+    memset(wg_committed, 0, sizeof(int) * (size_t)nthr);
+    memset(wg_fenced, 0, (size_t)nthr);
 }
 
 void simt::tc_thread_exit(int lin)

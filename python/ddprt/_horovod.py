@@ -11,6 +11,7 @@ import pickle
 import torch
 
 from . import _core as core
+from . import _hvd_join as _join
 from ._core import Average, Sum
 
 Adasum = object()  # named for scripts that mention it; ddprt refuses it
@@ -65,22 +66,32 @@ class Compression:
 
 
 class _Hvd:
-    """A Horovod handle: the ddprt handle and what to do with its result."""
-    __slots__ = ("h", "fin")
+    """A Horovod handle: the ddprt handle and what to do with its result; tl: its span
+    on the running timeline (start_timeline)."""
+    __slots__ = ("h", "fin", "tl")
+    timeline = None
 
-    def __init__(self, h, fin=None):
+    def __init__(self, h, fin=None, what=None, nbytes=0):
         self.h, self.fin = h, fin
+        tl = _Hvd.timeline
+        self.tl = tl.begin(what or "op", nbytes) if tl is not None else None
 
 
 def _scale(t, f):
-    return t if f == 1.0 else t.mul_(f)
+    if f == 1.0:
+        return t
+    if t.dtype.is_floating_point:
+        return t.mul_(f)
+    # Horovod scales integers in double and stores the product truncated toward zero.
+    return t.copy_(t.double().mul_(f))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
     _scale(tensor, prescale_factor)
     h = core.allreduce_async_(tensor, op=_op(op, average))
-    return _Hvd(h, (lambda out: _scale(out, postscale_factor)) if postscale_factor != 1.0 else None)
+    return _Hvd(h, (lambda out: _scale(out, postscale_factor)) if postscale_factor != 1.0 else None, "allreduce",
+                tensor.numel() * tensor.element_size())
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -91,22 +102,15 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def synchronize(handle):
     out = handle.h.wait()
-    return handle.fin(out) if handle.fin else out
+    out = handle.fin(out) if handle.fin else out
+    if handle.tl is not None:
+        handle.tl.end()
+        handle.tl = None
+    return out
 
 
 def poll(handle):
     return handle.h.test()
-
-
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=None):
-    """A new tensor: tensor averaged over the ranks (Horovod's default, op=Average), or
-    reduced by op (average=False: summed). ddprt.allreduce, the core call, sums by
-    default as MPI and NCCL do: the two are Horovod's and MPI's names, kept apart."""
-    c, ctx = compression.compress(tensor)
-    c = c.clone(memory_format=torch.contiguous_format) if c is tensor else c.contiguous()
-    return compression.decompress(synchronize(allreduce_async_(c, average, name, op, prescale_factor,
-                                                               postscale_factor)), ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -115,16 +119,12 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
 
 
-def allgather(tensor, name=None, process_set=None):
-    return core.allgather(tensor)
-
-
 def allgather_async(tensor, name=None, process_set=None):
-    return _Hvd(core.allgather_async(tensor))
+    return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _Hvd(core.broadcast_async_(tensor, root_rank))
+    return _Hvd(core.broadcast_async_(tensor, root_rank), None, "broadcast", tensor.numel() * tensor.element_size())
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -133,10 +133,6 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     return synchronize(broadcast_async_(tensor, root_rank))
-
-
-def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank))
 
 
 def broadcast_parameters(params, root_rank=0):
@@ -179,18 +175,38 @@ def allgather_object(obj, name=None, process_set=None):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Rank root_rank's optimizer state (moments, step counts, hyper-parameters)."""
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
+    """Rank root_rank's optimizer state (moments, step counts, hyper-parameters). As
+    Horovod does, a fresh optimizer's state is first made by one step of the wrapped
+    optimizer on zero gradients (Adam: zero moments, step 1), so that every rank has
+    the same keys to receive."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state (as Horovod)")
+    if not optimizer.state_dict()["state"]:
+        for g in optimizer.param_groups:
+            for p in g["params"]:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+        if hasattr(optimizer, "_requires_update"):  # a DistributedOptimizer
+            super(optimizer.__class__, optimizer).step()  # the wrapped step: no allreduce
+        else:
+            optimizer.step()
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if core.rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _split_list(items, n):
+    """Horovod's split of the parameters into num_groups consecutive groups."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Methods of the class DistributedOptimizer derives from the wrapped optimizer's."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0):
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -210,12 +226,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = backward_passes_per_step
         self._op = op
         self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
         self._delay = {}
         self._handles = {}
         self._grad_accs = []
         self._requires_update = []
         self._should_synchronize = True
         self._synchronized = False
+        self._shaken = False     # this step's join handshake is done
+        self._joined_step = False  # some rank has joined: reduce everything at step()
+        self._id = _join.register(self)
         for g in self.param_groups:
             for p in g["params"]:
                 if p.requires_grad:
@@ -226,13 +246,35 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         acc = p.expand_as(p).grad_fn.next_functions[0][0]
                         acc.register_hook(self._make_hook(p))
                         self._grad_accs.append(acc)
+        # Horovod's groups: a group's gradients go out together, once all are ready.
+        self._group_of, self._ready = {}, {}
+        if groups is not None:
+            if isinstance(groups, int):
+                groups = _split_list(self._requires_update, groups)
+            for k, grp in enumerate(groups):
+                for p in grp:
+                    if not torch.is_tensor(p):
+                        raise ValueError("DistributedOptimizer: groups must consist of torch.Tensor")
+                    if p in self._group_of:
+                        raise ValueError("DistributedOptimizer: a parameter can only appear once in groups")
+                    self._group_of[p] = tuple(grp)
 
     def _reduce_async(self, p):
         pre = post = 1.0
         if self._op == Average and self._predivide != 1.0:
             pre, post = 1.0 / self._predivide, self._predivide
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                raise ValueError("DistributedOptimizer: %s has a sparse gradient; ddprt reduces dense tensors: pass "
+                                 "sparse_as_dense=True" % self._names[id(p)])
+            p.grad = p.grad.to_dense()
         t, ctx = self._compression.compress(p.grad)
         return allreduce_async_(t, op=self._op, prescale_factor=pre, postscale_factor=post), ctx
+
+    def _handshake(self):
+        if not self._shaken:
+            self._shaken = True
+            self._joined_step = _join.step_handshake(self._id)
 
     def _make_hook(self, p):
         def hook(*_):
@@ -240,11 +282,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise AssertionError("gradients were computed more than backward_passes_per_step times before "
                                      "step(); raise backward_passes_per_step to accumulate them locally")
             self._delay[p] -= 1
-            self._handles[p] = self._reduce_async(p) if self._delay[p] == 0 else (None, None)
+            self._handles[p] = (None, None)
+            if self._delay[p] != 0:
+                return
+            self._handshake()
+            if self._joined_step:
+                return  # reduced at step(), in name order, as the joined ranks do
+            grp = self._group_of.get(p)
+            if grp is None:
+                self._handles[p] = self._reduce_async(p)
+                return
+            ready = self._ready.setdefault(grp, set())
+            ready.add(p)
+            if len(ready) == len(grp):
+                for q in grp:
+                    self._handles[q] = self._reduce_async(q)
+                del self._ready[grp]
         return hook
 
     def synchronize(self):
         if core.size() > 1:
+            self._handshake()
             missing = [p for p in self._requires_update if p not in self._handles or self._handles[p][0] is None]
             for p in sorted(missing, key=lambda q: self._names[id(q)]):
                 if p.grad is None:
@@ -256,7 +314,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if ctx is not None or out.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(self._compression.decompress(out, ctx))
         self._handles.clear()
+        self._ready.clear()
+        self._shaken = self._joined_step = False
         self._synchronized = True
+
+    def _serve_joined(self):
+        """On a rank waiting in join(): this optimizer's step, with zero gradients."""
+        for p in sorted(self._requires_update, key=lambda q: self._names[id(q)]):
+            p.grad = torch.zeros_like(p)
+            self._handles[p] = self._reduce_async(p)
+        for h, _ in self._handles.values():
+            synchronize(h)
+        self._handles.clear()
 
     def skip_synchronize(self):
         class _Skip:
@@ -284,9 +353,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=None):
     """optimizer, wrapped: each gradient is averaged over the ranks as soon as backward
-    produces it (overlapping the rest of backward), and step() waits for them first."""
+    produces it (overlapping the rest of backward), and step() waits for them first.
+    groups (lists of parameters) or num_groups (consecutive groups): a group's
+    gradients are sent together once all are ready, as Horovod does; sparse_as_dense:
+    sparse gradients are made dense (without it a sparse gradient is refused)."""
     if op is Adasum:
         raise ValueError("ddprt: Adasum is not supported (use Average)")
+    if process_set is not None and not getattr(process_set, "_ddprt_global", False):
+        raise NotImplementedError("ddprt: process sets other than the global one are not supported")
+    if num_groups and groups is None:
+        groups = int(num_groups)
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("DistributedOptimizer: groups should be a positive integer or a list of lists of tensors")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor)
+               gradient_predivide_factor, groups, sparse_as_dense)

@@ -127,6 +127,19 @@ PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
     hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
 }
 
+/* The dynamic-graph probe (hvd_dynamic_check.py): ranks use different layers, in
+ * different orders, of equal sizes; the reduced gradients must equal the exact
+ * averages bitwise (Horovod's zeros for unused ones), and rank 0's changed order be
+ * agreed. */
+PTEST(python_horovod_dynamic_graph_gives_exact_averages_2_ranks)
+{
+    hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 2);
+}
+PTEST(python_horovod_dynamic_graph_gives_exact_averages_3_ranks)
+{
+    hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 3);
+}
+
 /* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes
  * MASTER_PORT, under torchrun the agent's does. */
 PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_ddprt_launch)

@@ -7,7 +7,8 @@ returns on every rank once all have joined; it answers the rank that joined last
 
 ddprt has no coordinator, so the ranks agree once per optimizer step: at the step's
 first gradient (or at step() if none came) every DistributedOptimizer takes part in
-one small allreduce, the handshake, of (joined?, optimizer id, per-rank joined flags).
+one small allreduce, the handshake, of (joined?, optimizer id, rank 0 proposes a new
+gradient order (_hvd_opt), per-rank joined flags).
 While nobody has joined, the step goes on as before. Once some rank has, that step's
 gradients are all reduced at step() in parameter-name order, and each joined rank,
 waiting in join(), reduces zeros of the same shapes in the same order with the same
@@ -31,28 +32,32 @@ def register(opt):
     return len(_optimizers) - 1
 
 
-def _shake(joined, opt_id):
-    """One handshake: (how many ranks have joined, the steppers' optimizer id, flags)."""
+def _shake(joined, opt_id, propose=False):
+    """One handshake: (how many ranks have joined, the steppers' optimizer id, flags,
+    the flags before, rank 0 proposes a new order)."""
     global _prev
     w, me = core.size(), core.rank()
-    v = torch.zeros(w + 2, dtype=torch.int64)
+    v = torch.zeros(w + 3, dtype=torch.int64)
     v[0] = 1 if joined else 0
     v[1] = 0 if joined else opt_id + 1
-    v[2 + me] = 1 if joined else 0
+    v[2] = 1 if propose and me == 0 and not joined else 0
+    v[3 + me] = 1 if joined else 0
     core.allreduce_(v)
     n = int(v[0])
-    flags = v[2:].tolist()
+    flags = v[3:].tolist()
     prev, _prev = _prev or [0] * w, flags
     ids = int(v[1]) // (w - n) - 1 if n < w else -1
     if n < w and int(v[1]) != (ids + 1) * (w - n):
         raise core.DdprtError("ddprt: ranks stepped different DistributedOptimizers in one step (ids sum %d over "
                               "%d ranks)" % (int(v[1]), w - n))
-    return n, ids, flags, prev
+    return n, ids, flags, prev, n == 0 and int(v[2]) > 0
 
 
-def step_handshake(opt_id):
-    """Called by a stepping rank once per step: True when some rank has joined."""
-    return _shake(False, opt_id)[0] > 0
+def step_handshake(opt_id, propose):
+    """Called by a stepping rank once per step: (some rank has joined, every rank takes
+    rank 0's order of gradients at the end of this step: _hvd_opt)."""
+    n, _, _, _, reagree = _shake(False, opt_id, propose)
+    return n > 0, reagree
 
 
 def join(device=-1):
@@ -65,7 +70,7 @@ def join(device=-1):
     if w == 1:
         return core.rank()
     while True:
-        n, opt_id, flags, prev = _shake(True, 0)
+        n, opt_id, flags, prev, _ = _shake(True, 0)
         if n == w:
             newly = [r for r in range(w) if flags[r] and not prev[r]]
             _prev = None  # all joined: the next epoch starts afresh

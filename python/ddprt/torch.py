@@ -18,9 +18,10 @@ from . import _core as core
 from . import _early
 from ._core import (Average, DdprtError, Max, Min, Product, Sum, barrier, finalize, is_initialized,
                     local_rank, local_size, rank, shutdown, size)
-from ._horovod import (Adasum, Compression, DistributedOptimizer, allgather_async, allgather_object, allreduce_,
-                       allreduce_async, allreduce_async_, broadcast_, broadcast_async, broadcast_async_,
-                       broadcast_object, broadcast_optimizer_state, broadcast_parameters, poll, synchronize)
+from ._horovod import (Adasum, Compression, allgather_async, allgather_object, allreduce_, allreduce_async,
+                       allreduce_async_, broadcast_, broadcast_async, broadcast_async_, broadcast_object,
+                       broadcast_parameters, poll, synchronize)
+from ._hvd_opt import DistributedOptimizer, broadcast_optimizer_state
 from ._hvd_coll import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast, HorovodReducescatter,
                         allgather, allreduce, alltoall, alltoall_async, broadcast, grouped_allgather,
                         grouped_allgather_async, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,

@@ -6,7 +6,9 @@ Horovod negotiates the order of ops by tensor name; ddprt has no coordinator, so
 rank must issue the same ops in the same order. DistributedOptimizer does (_hvd_opt.py:
 one agreed order of gradients); raw calls are the script's to order (_hvd_coll.py
 checks each allreduce's name, size and dtype against the other ranks')."""
+import os
 import pickle
+import zlib
 
 import torch
 
@@ -14,6 +16,9 @@ from . import _core as core
 from ._core import Average, Sum
 
 Adasum = object()  # named for scripts that mention it; ddprt refuses it
+
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product"}
 
 
 def _op(op, average):
@@ -85,12 +90,41 @@ def _scale(t, f):
     return t.copy_(t.double().mul_(f))
 
 
+# The pairing check of raw allreduce calls: DDPRT_HVD_CHECK=0 turns it off.
+_CHECK = os.environ.get("DDPRT_HVD_CHECK", "1") != "0"
+
+
+def _check_pairing(tensor, name, op):
+    """Horovod pairs allreduces by name; ddprt pairs them by order. Before the data, one
+    16-byte allreduce (Max of the fingerprint and of its negation) tells every rank
+    whether all issued the same name, shape, dtype and op; if not, every rank raises
+    naming each rank's call, and the communicator stays usable."""
+    if not _CHECK or core.size() == 1:
+        return
+    desc = "%s %s %s %s" % (name if name is not None else "(unnamed)", list(tensor.shape),
+                            str(tensor.dtype).replace("torch.", ""), _OP_NAMES.get(op, op))
+    fp = zlib.crc32(desc.encode())
+    v = torch.tensor([fp, -fp], dtype=torch.int64)
+    core.allreduce_(v, op=core.Max)
+    if int(v[0]) != fp or int(v[1]) != -fp:
+        calls = allgather_object(desc)
+        raise core.DdprtError("ddprt.torch.allreduce: the ranks' calls do not pair (Horovod matches them by name, "
+                              "ddprt by order): " + "; ".join("rank %d: %s" % (r, d) for r, d in enumerate(calls)))
+
+
+def _iallreduce_(tensor, op, pre=1.0, post=1.0):
+    """Unchecked: for calls whose order ddprt itself guarantees (the optimizer's)."""
+    _scale(tensor, pre)
+    h = core.allreduce_async_(tensor, op=op)
+    return _Hvd(h, (lambda out: _scale(out, post)) if post != 1.0 else None, "allreduce",
+                tensor.numel() * tensor.element_size())
+
+
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    _scale(tensor, prescale_factor)
-    h = core.allreduce_async_(tensor, op=_op(op, average))
-    return _Hvd(h, (lambda out: _scale(out, postscale_factor)) if postscale_factor != 1.0 else None, "allreduce",
-                tensor.numel() * tensor.element_size())
+    op = _op(op, average)
+    _check_pairing(tensor, name, op)
+    return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

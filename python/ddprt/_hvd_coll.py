@@ -69,7 +69,7 @@ class HorovodAllreduce(torch.autograd.Function):
         if op in (Min, Max):
             # The extreme before the postscale: the mask in backward compares the same bits.
             x = tensor.contiguous() * pre if pre != 1.0 else tensor.contiguous()
-            z = synchronize(allreduce_async(x, op=op))
+            z = synchronize(allreduce_async(x, name=name, op=op))
             ctx.save_for_backward(x, z)
             return z * post if post != 1.0 else z.clone()
         return synchronize(allreduce_async(tensor, None, name, op, pre, post))

@@ -20,7 +20,7 @@ import torch
 from . import _core as core
 from . import _hvd_join as _join
 from ._core import Average
-from ._horovod import Adasum, Compression, allreduce_async_, broadcast_object, synchronize
+from ._horovod import Adasum, Compression, _iallreduce_, broadcast_object, synchronize
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
@@ -142,7 +142,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  "sparse_as_dense=True" % self._names[id(p)])
             p.grad = p.grad.to_dense()
         t, ctx = self._compression.compress(p.grad)
-        return allreduce_async_(t, op=self._op, prescale_factor=pre, postscale_factor=post), ctx
+        return _iallreduce_(t, self._op, pre, post), ctx
 
     def _handshake(self):
         if not self._shaken:

@@ -3,8 +3,9 @@
 grouped calls (+ async, in place) against numpy references built from every rank's
 data; gradients through allreduce, broadcast, allgather, alltoall and reducescatter
 against Horovod's backward rules computed by hand; integer Average (truncated toward
-zero, as Horovod's sum * (1 / size) stored into an integer); the queries; the
-timeline. Prints "rank R of W hvd ok (N checks)" and, on rank 0, the gradient table."""
+zero, as Horovod's sum * (1 / size) stored into an integer); allreduces issued in
+different orders or sizes refused on every rank, naming each rank's call; the queries;
+the timeline. Prints "rank R of W hvd ok (N checks)" and, on rank 0, the gradient table."""
 import json
 import os
 import sys
@@ -192,6 +193,29 @@ if W == 2:
          "int32 Average [2.5, 5] -> [2, 5]")
 same(hvd.allreduce(torch.tensor(vals[R]), op=hvd.Sum, postscale_factor=0.5),
      np.trunc(s * 0.5).astype(np.int64), "int64 postscale truncated")
+
+# ---- raw allreduces issued in different orders: refused on every rank, naming each call -----
+def refused(calls, want):
+    global checks
+    try:
+        for c in calls:
+            c()
+    except hvd.DdprtError as e:
+        checks += 1
+        for w in want:
+            if w not in str(e):
+                raise AssertionError("rank %d: %r not in: %s" % (R, w, e))
+        return
+    raise AssertionError("rank %d: mispaired calls %s were not refused" % (R, want))
+
+
+a, b = (lambda: hvd.allreduce(torch.ones(4), name="loss")), (lambda: hvd.allreduce(torch.ones(4), name="acc"))
+refused([a, b] if R == 0 else [b, a], ["rank 0: loss [4] float32 Average", "rank 1: acc [4] float32 Average"])
+refused([lambda: hvd.allreduce_(torch.ones(3 + (R == 1), dtype=torch.float64), op=hvd.Sum)],
+        ["rank 0: (unnamed) [3] float64 Sum", "rank 1: (unnamed) [4] float64 Sum"])
+refused([lambda: hvd.synchronize(hvd.allreduce_async(torch.ones(2), op=hvd.Max if R else hvd.Min))],
+        ["rank 0: (unnamed) [2] float32 Min", "rank 1: (unnamed) [2] float32 Max"])
+same(hvd.allreduce(torch.ones(2), op=hvd.Sum), np.full(2, W, np.float32), "allreduce after a refused pairing")
 
 # ---- queries, timeline ----------------------------------------------------------------------
 same(np.array([hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()]), np.array([0, 1, True]),

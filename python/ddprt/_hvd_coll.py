@@ -68,10 +68,10 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.op, ctx.pre, ctx.post = op, pre, post
         if op in (Min, Max):
             # The extreme before the postscale: the mask in backward compares the same bits.
-            x = tensor.contiguous() * pre if pre != 1.0 else tensor.contiguous()
+            x = _scale(tensor.detach().contiguous().clone(), pre)  # integers: truncated, as Horovod
             z = synchronize(allreduce_async(x, name=name, op=op))
             ctx.save_for_backward(x, z)
-            return z * post if post != 1.0 else z.clone()
+            return _scale(z.clone(), post)
         return synchronize(allreduce_async(tensor, None, name, op, pre, post))
 
     @staticmethod
@@ -272,13 +272,15 @@ def _needs_grad(tensors):
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None):
     _check_set(process_set)
-    return _Hvd(_Many([allreduce_async(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]))
+    return _Hvd(_Many([allreduce_async(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]),
+                None, "grouped_allreduce")
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
     _check_set(process_set)
-    return _Hvd(_Many([allreduce_async_(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]))
+    return _Hvd(_Many([allreduce_async_(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]),
+                None, "grouped_allreduce")
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -303,7 +305,8 @@ def grouped_allgather(tensors, name=None, process_set=None):
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Completes at issue (first dimensions may differ between ranks)."""
     _check_set(process_set)
-    return _Hvd(_Done([core.allgather(t.contiguous()) for t in tensors]))
+    with span("grouped_allgather", sum(t.numel() * t.element_size() for t in tensors)):
+        return _Hvd(_Done([core.allgather(t.contiguous()) for t in tensors]))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,
@@ -318,4 +321,4 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
                                 postscale_factor=1.0):
     return _Hvd(_Many([reducescatter_async(t, name, op, process_set, prescale_factor, postscale_factor)
-                       for t in tensors]))
+                       for t in tensors]), None, "grouped_reducescatter")

@@ -57,6 +57,9 @@ x = torch.tensor([float(R), float(-R)], requires_grad=True)
 (hvd.allreduce(x, op=hvd.Max) * (R + 1)).sum().backward()
 tot = W * (W + 1) / 2
 same(x.grad, np.array([tot if R == W - 1 else 0, tot if R == 0 else 0], np.float32), "allreduce Max grad")
+# Min on integers with a prescale: the product truncated before the reduction.
+same(hvd.allreduce(torch.tensor([3 + R, -3 - R]), op=hvd.Min, prescale_factor=0.5), np.array([1, -1 - W // 2]),
+     "int64 Min with prescale 0.5")
 # broadcast from the last rank: upstream r + 1 averaged onto the root, zero elsewhere.
 root = W - 1
 x = torch.full((2, 2), float(R), requires_grad=True)

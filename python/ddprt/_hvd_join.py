@@ -32,17 +32,25 @@ def register(opt):
     return len(_optimizers) - 1
 
 
-def _shake(joined, opt_id, propose=False):
-    """One handshake: (how many ranks have joined, the steppers' optimizer id, flags,
-    the flags before, rank 0 proposes a new order)."""
-    global _prev
+def _issue(joined, opt_id, propose=False):
+    """A handshake in flight: (handle, vector) of (joined?, the steppers' optimizer id,
+    rank 0 proposes a new order, per-rank joined flags)."""
     w, me = core.size(), core.rank()
     v = torch.zeros(w + 3, dtype=torch.int64)
     v[0] = 1 if joined else 0
     v[1] = 0 if joined else opt_id + 1
     v[2] = 1 if propose and me == 0 and not joined else 0
     v[3 + me] = 1 if joined else 0
-    core.allreduce_(v)
+    return core.allreduce_async_(v), v
+
+
+def _finish(pending):
+    """(how many ranks have joined, the steppers' optimizer id, flags, the flags
+    before, take rank 0's order)."""
+    global _prev
+    h, v = pending
+    h.wait()
+    w = core.size()
     n = int(v[0])
     flags = v[3:].tolist()
     prev, _prev = _prev or [0] * w, flags
@@ -53,11 +61,23 @@ def _shake(joined, opt_id, propose=False):
     return n, ids, flags, prev, n == 0 and int(v[2]) > 0
 
 
-def step_handshake(opt_id, propose):
-    """Called by a stepping rank once per step: (some rank has joined, every rank takes
-    rank 0's order of gradients at the end of this step: _hvd_opt)."""
-    n, _, _, _, reagree = _shake(False, opt_id, propose)
-    return n > 0, reagree
+class StepHandshake:
+    """A stepping rank's handshake, once per step, issued at the step's first gradient
+    and not waited for there: backward goes on, and gradients wait (queued) until it is
+    done, since a join changes how they are sent."""
+
+    def __init__(self, opt_id, propose):
+        self.pending, self.result = _issue(False, opt_id, propose), None
+
+    def done(self, block):
+        """None while in flight (block: wait); else (some rank has joined, every rank
+        takes rank 0's order of gradients at the end of this step: _hvd_opt)."""
+        if self.result is None:
+            if not block and not self.pending[0].test():
+                return None
+            n, _, _, _, reagree = _finish(self.pending)
+            self.result = (n > 0, reagree)
+        return self.result
 
 
 def join(device=-1):
@@ -70,7 +90,7 @@ def join(device=-1):
     if w == 1:
         return core.rank()
     while True:
-        n, opt_id, flags, prev, _ = _shake(True, 0)
+        n, opt_id, flags, prev, _ = _finish(_issue(True, 0))
         if n == w:
             newly = [r for r in range(w) if flags[r] and not prev[r]]
             _prev = None  # all joined: the next epoch starts afresh

@@ -12,8 +12,9 @@ on the other ranks, whatever order autograd produced them in:
     the averages are exact;
   - when rank 0's own order is no longer a subsequence of the agreed one (its graph
     changed), it says so in the next step's handshake (_hvd_join: one small allreduce
-    per step, which join needs anyway) and every rank takes rank 0's order at the end of
-    that step (one broadcast). Steady state: nothing beyond the handshake.
+    per step, which join needs anyway, issued at the step's first gradient and not
+    waited for: gradients queue behind it) and every rank takes rank 0's order at the
+    end of that step (one broadcast). Steady state: nothing beyond the handshake.
 groups / num_groups (Horovod's): a group goes out together once all of it is ready."""
 import torch
 
@@ -124,7 +125,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return units
 
     def _begin_step(self):
-        self._shaken = False       # this step's handshake is done
+        self._shake = None         # this step's handshake (_hvd_join.StepHandshake)
         self._joined_step = False  # some rank has joined: everything at step(), by name
         self._reagree = False      # rank 0 asked: take its order at the end of this step
         self._next = 0             # the agreed order's units [0, _next) are sent
@@ -144,10 +145,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         t, ctx = self._compression.compress(p.grad)
         return _iallreduce_(t, self._op, pre, post), ctx
 
-    def _handshake(self):
-        if not self._shaken:
-            self._shaken = True
-            self._joined_step, self._reagree = _join.step_handshake(self._id, self._proposal is not None)
+    def _handshake(self, block):
+        """Issues this step's handshake once; True when its answer is in."""
+        if self._shake is None:
+            self._shake = _join.StepHandshake(self._id, self._proposal is not None)
+        r = self._shake.done(block)
+        if r is None:
+            return False
+        self._joined_step, self._reagree = r
+        return True
 
     def _send_ready(self, flush=False):
         """The agreed order's ready prefix (flush: all the rest)."""
@@ -169,16 +175,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = (None, None)
             if self._delay[p] != 0:
                 return
-            self._handshake()
             self._fired.append(self._unit_of[id(p)])
             self._ready.add(id(p))
-            if not self._joined_step:
+            if self._handshake(block=False) and not self._joined_step:
                 self._send_ready()
         return hook
 
     def synchronize(self):
         if core.size() > 1:
-            self._handshake()
+            self._handshake(block=True)
             if self._joined_step:
                 # As the joined ranks serve it (_serve_joined): every gradient, by name.
                 for p in sorted(self._requires_update, key=lambda q: self._names[id(q)]):

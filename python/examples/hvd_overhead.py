@@ -53,22 +53,6 @@ opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, mome
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 g = torch.Generator().manual_seed(hvd.rank())
 x, y = torch.randn(a.batch, 3, 32, 32, generator=g), torch.randint(0, 10, (a.batch,), generator=g)
-spent = [0.0, 0]
-try:  # the handshake's own time, where the package has one
-    from ddprt import _hvd_join
-
-    shake = _hvd_join.step_handshake
-
-    def timed(*args):
-        t = time.perf_counter()
-        try:
-            return shake(*args)
-        finally:
-            spent[0] += time.perf_counter() - t
-            spent[1] += 1
-    _hvd_join.step_handshake = timed
-except ImportError:
-    pass
 times = []
 for s in range(a.steps):
     t0 = time.perf_counter()
@@ -78,6 +62,5 @@ for s in range(a.steps):
     times.append(time.perf_counter() - t0)
 times = sorted(times[3:])
 if hvd.rank() == 0:
-    print("median step %.1f ms (min %.1f, %d steps, %d ranks); handshakes %d, %.1f us each; order re-agreed %s"
-          % (1e3 * times[len(times) // 2], 1e3 * times[0], len(times), hvd.size(), spent[1],
-             1e6 * spent[0] / max(1, spent[1]), getattr(opt, "reagreed", "-")))
+    print("median step %.1f ms (min %.1f, %d steps, %d ranks); order re-agreed %s"
+          % (1e3 * times[len(times) // 2], 1e3 * times[0], len(times), hvd.size(), getattr(opt, "reagreed", "-")))

@@ -90,6 +90,52 @@ int ddprt_allgatherv(ddprt_comm *c, const void *send, void *recv, size_t sendcou
     return DDPRT_OK;
 }
 
+/* Pairwise exchanges over the transport's ordered send/recv: every rank takes its
+ * pairs in increasing (lower rank, higher rank) order and the lower rank sends first,
+ * so the smallest unfinished pair is always the next one of both its ranks: no
+ * deadlock even where a send waits for its receiver. Counts must agree pairwise
+ * (sendcounts[q] here == recvcounts[rank] at q): the callers exchange them first. */
+int ddprt_alltoallv(ddprt_comm *c, const void *send, const size_t *sendcounts, const size_t *sdispls, void *recv,
+                    const size_t *recvcounts, const size_t *rdispls, ddprt_dtype dt)
+{
+    int rc = check(c, "ddprt_alltoallv", send, recv, 0, dt, NO_OP, NO_ROOT);
+    if (rc) return rc;
+    if (!sendcounts || !recvcounts) return api_fail(DDPRT_EINVAL, "ddprt_alltoallv: sendcounts or recvcounts is NULL");
+    size_t e = es(dt), so = 0, ro = 0, stot = 0, rtot = 0;
+    for (int q = 0; q < c->world; q++) {
+        size_t sa = sdispls ? sdispls[q] : so, ra = rdispls ? rdispls[q] : ro;
+        if (sendcounts[q] > SIZE_MAX / 16 / e || sa > SIZE_MAX / 16 / e - sendcounts[q] ||
+            recvcounts[q] > SIZE_MAX / 16 / e || ra > SIZE_MAX / 16 / e - recvcounts[q])
+            return api_fail(DDPRT_EINVAL, "ddprt_alltoallv: block %d is out of range", q);
+        so += sendcounts[q], ro += recvcounts[q];
+        stot = sa + sendcounts[q] > stot ? sa + sendcounts[q] : stot;
+        rtot = ra + recvcounts[q] > rtot ? ra + recvcounts[q] : rtot;
+    }
+    if ((stot && !send) || (rtot && !recv)) return api_fail(DDPRT_EINVAL, "ddprt_alltoallv: a buffer is NULL");
+    if (sendcounts[c->rank] != recvcounts[c->rank])
+        return api_fail(DDPRT_EINVAL, "ddprt_alltoallv: rank %d sends itself %zu elements but expects %zu", c->rank,
+                        sendcounts[c->rank], recvcounts[c->rank]);
+    const unsigned char *in = send;
+    unsigned char *out = recv;
+    so = ro = 0;
+    for (int q = 0; q < c->world; q++) {
+        size_t sa = sdispls ? sdispls[q] : so, ra = rdispls ? rdispls[q] : ro;
+        so += sendcounts[q], ro += recvcounts[q];
+        const unsigned char *sp = in + sa * e;
+        unsigned char *rp = out + ra * e;
+        if (q == c->rank) {
+            if (sendcounts[q]) memmove(rp, sp, sendcounts[q] * e);
+            continue;
+        }
+        if (!c->tc) continue;
+        int lower = c->rank < q;
+        if (lower && sendcounts[q] && (rc = tp_send(c->tc, sp, sendcounts[q] * e, q))) return done(c, rc);
+        if (recvcounts[q] && (rc = tp_recv(c->tc, rp, recvcounts[q] * e, q))) return done(c, rc);
+        if (!lower && sendcounts[q] && (rc = tp_send(c->tc, sp, sendcounts[q] * e, q))) return done(c, rc);
+    }
+    return DDPRT_OK;
+}
+
 int ddprt_reduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount, ddprt_dtype dt, ddprt_op op)
 {
     int rc = check(c, "ddprt_reduce_scatter", send, recv, recvcount, dt, op, NO_ROOT);

@@ -148,6 +148,11 @@ DDPRT_API int ddprt_allgatherv(ddprt_comm *c, const void *send, void *recv, size
 /* send: size * recvcount elements; rank r's recv gets the reduction of block r. */
 DDPRT_API int ddprt_reduce_scatter(ddprt_comm *c, const void *send, void *recv, size_t recvcount, ddprt_dtype dt,
                                    ddprt_op op);
+/* Rank r's block q (sendcounts[q] elements at send + sdispls[q]) lands in rank q's
+ * recv at rdispls[r]; displs NULL: packed in rank order. Counts must agree pairwise
+ * (rank r's sendcounts[q] == rank q's recvcounts[r]): exchange them first (allgather). */
+DDPRT_API int ddprt_alltoallv(ddprt_comm *c, const void *send, const size_t *sendcounts, const size_t *sdispls,
+                              void *recv, const size_t *recvcounts, const size_t *rdispls, ddprt_dtype dt);
 DDPRT_API int ddprt_barrier(ddprt_comm *c);
 
 /* Asynchronous forms: *req is set (NULL on failure). Complete each request exactly once:

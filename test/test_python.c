@@ -2,7 +2,8 @@
  * dtype and op against numpy at 1, 2 and 3 ranks (python/tests/core_check.py); DDP with
  * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
  * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
- * names it (fail_check.py); misuse (misuse_check.py); sum vs average defaults (defaults_check.py); `pip install`
+ * names it (fail_check.py); misuse (misuse_check.py); sum vs average defaults (defaults_check.py); the
+ * rest of the Horovod API (hvd_check.py, hvd_train_check.py); `pip install`
  * of the package. Skipped with a note where the Python (DDPRT_PYTHON, default
  * /usr/bin/python3) lacks numpy or torch, or under a sanitizer (an uninstrumented
  * interpreter cannot load an instrumented library). The ctypes mirror of the C header:
@@ -92,6 +93,51 @@ PTEST(python_core_allreduce_sums_horovod_allreduce_averages_2_ranks)
     char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", "2", "--", (char *)python(),
                     "python/tests/defaults_check.py", NULL};
     t_launch_ok(argv, env_for(NULL), 2, "rank %d of %d ok", 180);
+}
+
+/* The Horovod API beyond the core calls (hvd_check.py): alltoall, reducescatter, the
+ * grouped calls against numpy; gradients through every collective against Horovod's
+ * backward rules; integer Average; the queries; the timeline. hvd_train_check.py: join
+ * with uneven batches (no hang, Horovod's rule for joined ranks), a fresh Adam's state
+ * broadcast, sparse_as_dense, num_groups. */
+static void hvd(const char *script, const char *want, int world)
+{
+    if (!have("torch")) return;
+    char n[16];
+    snprintf(n, sizeof n, "%d", world);
+    char *argv[] = {(char *)t_prog("ddprt-launch"), "--nproc-per-node", n, "--", (char *)python(), (char *)script,
+                    NULL};
+    t_launch_ok(argv, env_for(NULL), world, want, 240);
+}
+
+PTEST(python_horovod_collectives_and_gradients_vs_numpy_2_ranks)
+{
+    hvd("python/tests/hvd_check.py", "rank %d of %d hvd ok", 2);
+}
+PTEST(python_horovod_collectives_and_gradients_vs_numpy_3_ranks)
+{
+    hvd("python/tests/hvd_check.py", "rank %d of %d hvd ok", 3);
+}
+PTEST(python_horovod_join_uneven_batches_and_optimizer_options_2_ranks)
+{
+    hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 2);
+}
+PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
+{
+    hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
+}
+
+/* The dynamic-graph probe (hvd_dynamic_check.py): ranks use different layers, in
+ * different orders, of equal sizes; the reduced gradients must equal the exact
+ * averages bitwise (Horovod's zeros for unused ones), and rank 0's changed order be
+ * agreed. */
+PTEST(python_horovod_dynamic_graph_gives_exact_averages_2_ranks)
+{
+    hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 2);
+}
+PTEST(python_horovod_dynamic_graph_gives_exact_averages_3_ranks)
+{
+    hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 3);
 }
 
 /* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes

@@ -351,6 +351,11 @@ def _new(x, shape):
 def allgather(x, dtype=None):
     """Every rank's x concatenated along the first dimension, in rank order. The first
     dimension may differ between ranks; the others must agree."""
+    return _allgather_rows(x, dtype)[0]
+
+
+def _allgather_rows(x, dtype=None):
+    """(allgather(x), every rank's number of rows)."""
     x = _contig(x)
     shapes = _shapes(x)
     me = rank()
@@ -374,7 +379,7 @@ def allgather(x, dtype=None):
             per *= d
         counts = (ctypes.c_size_t * len(rows))(*[r * per for r in rows])
         _check(lib.ddprt_allgatherv(_c(), p, q, n, counts, None, dt))
-    return out
+    return out, rows
 
 
 def allgather_async(x, dtype=None):

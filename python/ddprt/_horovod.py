@@ -3,10 +3,12 @@ Horovod script runs after `import horovod.torch as hvd` becomes `import ddprt.to
 hvd`.
 
 Horovod negotiates the order of ops by tensor name; ddprt has no coordinator, so every
-rank must issue the same ops in the same order. DistributedOptimizer does: gradients
-are reduced as autograd produces them (the same order on every rank for the same
-model), and the ones a pass did not produce are reduced in name order at step()."""
+rank must issue the same ops in the same order. DistributedOptimizer does (_hvd_opt.py:
+one agreed order of gradients); raw calls are the script's to order (_hvd_coll.py
+checks each allreduce's name, size and dtype against the other ranks')."""
+import os
 import pickle
+import zlib
 
 import torch
 
@@ -14,6 +16,9 @@ from . import _core as core
 from ._core import Average, Sum
 
 Adasum = object()  # named for scripts that mention it; ddprt refuses it
+
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product"}
 
 
 def _op(op, average):
@@ -65,22 +70,61 @@ class Compression:
 
 
 class _Hvd:
-    """A Horovod handle: the ddprt handle and what to do with its result."""
-    __slots__ = ("h", "fin")
+    """A Horovod handle: the ddprt handle and what to do with its result; tl: its span
+    on the running timeline (start_timeline)."""
+    __slots__ = ("h", "fin", "tl")
+    timeline = None
 
-    def __init__(self, h, fin=None):
+    def __init__(self, h, fin=None, what=None, nbytes=0):
         self.h, self.fin = h, fin
+        tl = _Hvd.timeline
+        self.tl = tl.begin(what or "op", nbytes) if tl is not None else None
 
 
 def _scale(t, f):
-    return t if f == 1.0 else t.mul_(f)
+    if f == 1.0:
+        return t
+    if t.dtype.is_floating_point:
+        return t.mul_(f)
+    # Horovod scales integers in double and stores the product truncated toward zero.
+    return t.copy_(t.double().mul_(f))
+
+
+# The pairing check of raw allreduce calls: DDPRT_HVD_CHECK=0 turns it off.
+_CHECK = os.environ.get("DDPRT_HVD_CHECK", "1") != "0"
+
+
+def _check_pairing(tensor, name, op):
+    """Horovod pairs allreduces by name; ddprt pairs them by order. Before the data, one
+    16-byte allreduce (Max of the fingerprint and of its negation) tells every rank
+    whether all issued the same name, shape, dtype and op; if not, every rank raises
+    naming each rank's call, and the communicator stays usable."""
+    if not _CHECK or core.size() == 1:
+        return
+    desc = "%s %s %s %s" % (name if name is not None else "(unnamed)", list(tensor.shape),
+                            str(tensor.dtype).replace("torch.", ""), _OP_NAMES.get(op, op))
+    fp = zlib.crc32(desc.encode())
+    v = torch.tensor([fp, -fp], dtype=torch.int64)
+    core.allreduce_(v, op=core.Max)
+    if int(v[0]) != fp or int(v[1]) != -fp:
+        calls = allgather_object(desc)
+        raise core.DdprtError("ddprt.torch.allreduce: the ranks' calls do not pair (Horovod matches them by name, "
+                              "ddprt by order): " + "; ".join("rank %d: %s" % (r, d) for r, d in enumerate(calls)))
+
+
+def _iallreduce_(tensor, op, pre=1.0, post=1.0):
+    """Unchecked: for calls whose order ddprt itself guarantees (the optimizer's)."""
+    _scale(tensor, pre)
+    h = core.allreduce_async_(tensor, op=op)
+    return _Hvd(h, (lambda out: _scale(out, post)) if post != 1.0 else None, "allreduce",
+                tensor.numel() * tensor.element_size())
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    _scale(tensor, prescale_factor)
-    h = core.allreduce_async_(tensor, op=_op(op, average))
-    return _Hvd(h, (lambda out: _scale(out, postscale_factor)) if postscale_factor != 1.0 else None)
+    op = _op(op, average)
+    _check_pairing(tensor, name, op)
+    return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -91,22 +135,15 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def synchronize(handle):
     out = handle.h.wait()
-    return handle.fin(out) if handle.fin else out
+    out = handle.fin(out) if handle.fin else out
+    if handle.tl is not None:
+        handle.tl.end()
+        handle.tl = None
+    return out
 
 
 def poll(handle):
     return handle.h.test()
-
-
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=None):
-    """A new tensor: tensor averaged over the ranks (Horovod's default, op=Average), or
-    reduced by op (average=False: summed). ddprt.allreduce, the core call, sums by
-    default as MPI and NCCL do: the two are Horovod's and MPI's names, kept apart."""
-    c, ctx = compression.compress(tensor)
-    c = c.clone(memory_format=torch.contiguous_format) if c is tensor else c.contiguous()
-    return compression.decompress(synchronize(allreduce_async_(c, average, name, op, prescale_factor,
-                                                               postscale_factor)), ctx)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -115,16 +152,12 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
 
 
-def allgather(tensor, name=None, process_set=None):
-    return core.allgather(tensor)
-
-
 def allgather_async(tensor, name=None, process_set=None):
-    return _Hvd(core.allgather_async(tensor))
+    return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _Hvd(core.broadcast_async_(tensor, root_rank))
+    return _Hvd(core.broadcast_async_(tensor, root_rank), None, "broadcast", tensor.numel() * tensor.element_size())
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -133,10 +166,6 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     return synchronize(broadcast_async_(tensor, root_rank))
-
-
-def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank))
 
 
 def broadcast_parameters(params, root_rank=0):
@@ -177,116 +206,3 @@ def allgather_object(obj, name=None, process_set=None):
         out.append(pickle.loads(allb[at:at + s].numpy().tobytes()))
         at += s
     return out
-
-
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Rank root_rank's optimizer state (moments, step counts, hyper-parameters)."""
-    state = broadcast_object(optimizer.state_dict(), root_rank)
-    if core.rank() != root_rank:
-        optimizer.load_state_dict(state)
-
-
-class _DistributedOptimizer(torch.optim.Optimizer):
-    """Methods of the class DistributedOptimizer derives from the wrapped optimizer's."""
-
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0):
-        super(self.__class__, self).__init__(params)
-        self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (g, i), v) for g, group in enumerate(self.param_groups)
-                                for i, v in enumerate(group["params"])]
-        names = [k for k, _ in named_parameters]
-        if len(set(names)) != len(names):
-            raise ValueError("DistributedOptimizer: parameter names are not unique")
-        ids = {id(v) for _, v in named_parameters}
-        unnamed = [v for g in self.param_groups for v in g["params"] if id(v) not in ids]
-        if unnamed:
-            raise ValueError("DistributedOptimizer: named_parameters lacks %d of the optimizer's parameters"
-                             % len(unnamed))
-        self._names = {id(v): k for k, v in named_parameters}
-        self.backward_passes_per_step = backward_passes_per_step
-        self._op = op
-        self._predivide = gradient_predivide_factor
-        self._delay = {}
-        self._handles = {}
-        self._grad_accs = []
-        self._requires_update = []
-        self._should_synchronize = True
-        self._synchronized = False
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.requires_grad:
-                    self._requires_update.append(p)
-                    self._delay[p] = backward_passes_per_step
-                    if core.size() > 1:
-                        # The accumulation node's hook runs once p.grad holds this pass.
-                        acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                        acc.register_hook(self._make_hook(p))
-                        self._grad_accs.append(acc)
-
-    def _reduce_async(self, p):
-        pre = post = 1.0
-        if self._op == Average and self._predivide != 1.0:
-            pre, post = 1.0 / self._predivide, self._predivide
-        t, ctx = self._compression.compress(p.grad)
-        return allreduce_async_(t, op=self._op, prescale_factor=pre, postscale_factor=post), ctx
-
-    def _make_hook(self, p):
-        def hook(*_):
-            if self._handles.get(p, (None,))[0] is not None and self._delay[p] <= 0:
-                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
-                                     "step(); raise backward_passes_per_step to accumulate them locally")
-            self._delay[p] -= 1
-            self._handles[p] = self._reduce_async(p) if self._delay[p] == 0 else (None, None)
-        return hook
-
-    def synchronize(self):
-        if core.size() > 1:
-            missing = [p for p in self._requires_update if p not in self._handles or self._handles[p][0] is None]
-            for p in sorted(missing, key=lambda q: self._names[id(q)]):
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                self._handles[p] = self._reduce_async(p)
-            for p, (h, ctx) in self._handles.items():
-                out = synchronize(h)
-                self._delay[p] = self.backward_passes_per_step
-                if ctx is not None or out.data_ptr() != p.grad.data_ptr():
-                    p.grad.copy_(self._compression.decompress(out, ctx))
-        self._handles.clear()
-        self._synchronized = True
-
-    def skip_synchronize(self):
-        class _Skip:
-            def __enter__(s):
-                self._should_synchronize = False
-
-            def __exit__(s, *a):
-                self._should_synchronize = True
-        return _Skip()
-
-    def step(self, closure=None):
-        if self._should_synchronize:
-            self.synchronize()
-        self._synchronized = False
-        return super(self.__class__, self).step(closure)
-
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("zero_grad() while gradients are being reduced: call step() or synchronize() "
-                                 "first")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
-
-
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=None):
-    """optimizer, wrapped: each gradient is averaged over the ranks as soon as backward
-    produces it (overlapping the rest of backward), and step() waits for them first."""
-    if op is Adasum:
-        raise ValueError("ddprt: Adasum is not supported (use Average)")
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor)

@@ -73,6 +73,8 @@ def signatures():
         "ddprt_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int]),
         "ddprt_allgatherv": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, P(c_size_t), P(c_size_t), c_int]),
         "ddprt_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+        "ddprt_alltoallv": (c_int, [c_void_p, c_void_p, P(c_size_t), P(c_size_t), c_void_p, P(c_size_t), P(c_size_t),
+                                    c_int]),
         "ddprt_barrier": (c_int, [c_void_p]),
         "ddprt_iallreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int, P(c_void_p)]),
         "ddprt_ibroadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, P(c_void_p)]),

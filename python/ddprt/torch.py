@@ -16,12 +16,21 @@ import torch
 
 from . import _core as core
 from . import _early
-from ._core import (Average, DdprtError, Max, Min, Product, Sum, barrier, finalize, init, is_initialized,
+from ._core import (Average, DdprtError, Max, Min, Product, Sum, barrier, finalize, is_initialized,
                     local_rank, local_size, rank, shutdown, size)
-from ._horovod import (Adasum, Compression, DistributedOptimizer, allgather, allgather_async, allgather_object,
-                       allreduce, allreduce_, allreduce_async, allreduce_async_, broadcast, broadcast_,
-                       broadcast_async, broadcast_async_, broadcast_object, broadcast_optimizer_state,
+from ._horovod import (Adasum, Compression, allgather_async, allgather_object, allreduce_, allreduce_async,
+                       allreduce_async_, broadcast_, broadcast_async, broadcast_async_, broadcast_object,
                        broadcast_parameters, poll, synchronize)
+from ._hvd_opt import DistributedOptimizer, broadcast_optimizer_state
+from ._hvd_coll import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast, HorovodReducescatter,
+                        allgather, allreduce, alltoall, alltoall_async, broadcast, grouped_allgather,
+                        grouped_allgather_async, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                        grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+                        reducescatter_async)
+from ._hvd_join import join
+from ._hvd_misc import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
+                        gloo_built, gloo_enabled, init, is_homogeneous, mpi_built, mpi_enabled,
+                        mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 from ._progress import progress
 
 _ALIGN = 64

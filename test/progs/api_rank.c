@@ -4,7 +4,7 @@
  * usage: t-api_rank MODE [key=value...]   (rank, world, master: from the environment)
  *   check: every collective on f32 f64 i32 i64 u8 with every op (small integers:
  *          exact in any order), async ops waited for by another thread, ddprt_test
- *          and its done flag, allgatherv with unequal blocks, registered memory,
+ *          and its done flag, allgatherv with unequal blocks, alltoallv, registered memory,
  *          argument errors, a NULL communicator, the API version;
  *          prints "rank R of W ok (N checks)".
  *   kill:  allreduce of 4 MiB in a loop; rank victim= (default world-1) SIGKILLs
@@ -145,6 +145,29 @@ static void movers(float *s, float *r, size_t n)
     size_t at = 0;
     for (int q = 0; q < world_; q++)
         for (size_t i = 0; i < counts[q]; i++, at++) EXPECT(r[at] == (float)(q * 1000 + (int)i), "allgatherv [%zu]", at);
+    /* alltoallv: rank r sends q the block of (r + 2q) % 4 elements r*1000 + q*100 + i
+     * (some empty), packed; then the same blocks at displacements with gaps. */
+    size_t sc[64], rc[64], sd[64], rd[64], so = 0, ro = 0;
+    for (int q = 0; q < world_; q++) {
+        sc[q] = (size_t)(rank_ + 2 * q) % 4, rc[q] = (size_t)(q + 2 * rank_) % 4;
+        sd[q] = 512 + 2 * so, rd[q] = 3 * ro + 2;
+        for (size_t i = 0; i < sc[q]; i++) s[so + i] = s[sd[q] + i] = (float)(rank_ * 1000 + q * 100 + (int)i);
+        so += sc[q], ro += rc[q];
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < 3 * ro + 8; i++) r[i] = -1;
+        EXPECT(!ddprt_alltoallv(c, s, sc, pass ? sd : NULL, r, rc, pass ? rd : NULL, DDPRT_FLOAT32), "alltoallv %d",
+               pass);
+        size_t at = 0;
+        for (int q = 0; q < world_; q++, at += rc[q - 1])
+            for (size_t i = 0; i < rc[q]; i++) {
+                float got = r[(pass ? rd[q] : at) + i], w = (float)(q * 1000 + rank_ * 100 + (int)i);
+                EXPECT(got == w, "alltoallv %d: from %d [%zu] = %g, want %g", pass, q, i, got, w);
+            }
+    }
+    sc[rank_]++;
+    EXPECT(ddprt_alltoallv(c, s, sc, NULL, r, rc, NULL, DDPRT_FLOAT32) == DDPRT_EINVAL &&
+               strstr(ddprt_last_error(), "sends itself"), "alltoallv self-count mismatch refused");
     EXPECT(!ddprt_barrier(c), "barrier");
 }
 

@@ -52,7 +52,7 @@ extern "C" {
 #define DDPRT_API
 #endif
 
-#define DDPRT_API_VERSION 2 /* bumped with every change a caller can see */
+#define DDPRT_API_VERSION 3 /* bumped with every change a caller can see (3: ddprt_alltoallv) */
 
 typedef enum ddprt_dtype {
     DDPRT_FLOAT32 = 0, DDPRT_FLOAT64 = 1, DDPRT_FLOAT16 = 2, DDPRT_BFLOAT16 = 3,

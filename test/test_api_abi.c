@@ -113,6 +113,8 @@ TEST(api_1_forms_stay_in_the_shared_library_at_ddprt_0)
     CHECK(init && fin && iar && test1 && test2 && agv1 && agv2 && apiv);
     CHECK((void *)test1 != (void *)test2 && (void *)agv1 != (void *)agv2);
     CHECK(dlvsym(h, "ddprt_test", "DDPRT_1") == (void *)test2 && dlvsym(h, "ddprt_api_version", "DDPRT_0") == NULL);
+    /* API 3's call at its own node: a binary using it does not load an API 2 library */
+    CHECK(dlvsym(h, "ddprt_alltoallv", "DDPRT_2") != NULL && dlvsym(h, "ddprt_alltoallv", "DDPRT_1") == NULL);
     ddprt_comm *c = NULL;
     if (!init || !test1 || !test2 || !agv1 || !agv2 || !apiv || init(&c, NULL)) {
         CHECKF(0, "init: comm %p", (void *)c);

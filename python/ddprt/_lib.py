@@ -15,7 +15,7 @@ import os
 
 c_int, c_size_t, c_double, c_char_p, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_char_p, ctypes.c_void_p
 SONAME = "libddprt.so.0"
-API_VERSION = 2  # include/ddprt.h's DDPRT_API_VERSION that this file mirrors
+API_VERSION = 3  # include/ddprt.h's DDPRT_API_VERSION that this file mirrors
 
 # include/ddprt.h's enum constants, by their C names.
 ENUMS = {

@@ -2,7 +2,7 @@
 
 usage: abi_check.py LAYOUT HEADER [load]
 LAYOUT: what the C compiler says, one fact a line (test/test_api_abi.c writes it):
-    api_version 2 / sizeof ddprt_opts 72 / offsetof ddprt_opts.rank 16 / enum DDPRT_SUM 0
+    api_version 3 / sizeof ddprt_opts 72 / offsetof ddprt_opts.rank 16 / enum DDPRT_SUM 0
 HEADER: include/ddprt.h, read for what LAYOUT must cover (every enum constant, every
 field of ddprt_opts) and for the calls (every DDPRT_API function declared to ctypes,
 each argument and the result of the same kind: pointer, size_t, int or enum, double).

@@ -11,8 +11,9 @@
 // bf16 rounds them (rt/half.h) and stored; no converted copy exists in memory.
 //
 // Block: 256 threads, 8 warps as 2 (M) x 4 (N), a BM x BN tile (128x128 or 64x64, as
-// the SGEMM picks); k in 32-deep slices through a 3-stage pipeline in static shared
-// memory (48 KiB at 128x128). Each warp loads its fragments with ldmatrix (.trans for
+// the SGEMM picks); k in 32-deep slices through static shared memory (48 KiB at 128x128):
+// 3 cp.async stages for 16-bit arrays, 2 stages with the next slice prefetched into
+// registers for the gathering loaders. Each warp loads its fragments with ldmatrix (.trans for
 // the M/N-contiguous operands) from XOR-swizzled tiles: the 8 rows one ldmatrix phase
 // reads lie in 8 different 16-byte bank groups. Rows or k past the matrix are zero.
 #pragma once
@@ -96,8 +97,85 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
     }
 }
 
+// The gathering loaders' chunks of one slice, held in registers (fetched before the
+// slice before it is multiplied, stored after): the global loads overlap the MMAs.
+template <int R, bool IS_B, int TY, class L> struct TcPrefetch {
+    static constexpr int CH = R * TC_BK / 8 / TC_THREADS; // 16-byte chunks a thread
+    TcChunk c[CH];
+    __device__ __forceinline__ void fetch(const L &l, int rows, int r0, int kend, int k0)
+    {
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            int q = threadIdx.x + i * TC_THREADS, r, k, valid;
+            if (L::k_fast) r = r0 + (q >> 2), k = k0 + (q & 3) * 8, valid = r < rows ? min(8, kend - k) : 0;
+            else r = r0 + q % (R / 8) * 8, k = k0 + q / (R / 8), valid = k < kend ? min(8, rows - r) : 0;
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                int rr = L::k_fast ? r : r + e, kk = L::k_fast ? k + e : k;
+                f[e] = e < valid ? (IS_B ? l(kk, rr) : l(rr, kk)) : 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) c[i].w[e] = tc_pack<TY>(f[2 * e], f[2 * e + 1]);
+        }
+    }
+    __device__ __forceinline__ void store(unsigned short *tile) const
+    {
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            int q = threadIdx.x + i * TC_THREADS;
+            int dst = L::k_fast ? tc_off<R, true>(q >> 2, q & 3) : tc_off<R, false>(q / (R / 8), q % (R / 8));
+            *(TcChunk *)(tile + dst) = c[i];
+        }
+    }
+};
+
+// One 32-deep slice from the tiles into the warp's accumulators.
+template <int BM, int BN, int TY, bool AK, bool BK, int MT, int NT>
+__device__ __forceinline__ void tc_slice(const unsigned short *ta, const unsigned short *tb, float (&acc)[MT][NT][4],
+                                         int lane, int wm, int wn)
+{
+    constexpr int WM = BM / 2, WN = BN / 4;
+#pragma unroll
+    for (int kk = 0; kk < TC_BK; kk += 16) {
+        unsigned af[MT][4], bf[NT][2];
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            // matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+            int mb = wm * WM + i * 16;
+            const unsigned short *p = AK ? ta + tc_off<BM, true>(mb + (lane & 15), kk / 8 + (lane >> 4))
+                                         : ta + tc_off<BM, false>(kk + (lane & 7) + (lane >> 4) * 8,
+                                                                  mb / 8 + ((lane >> 3) & 1));
+            if (AK) K_LDMATRIX_X4(af[i], p);
+            else K_LDMATRIX_X4_T(af[i], p);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+            int nb = wn * WN + j * 8;
+            const unsigned short *p = BK ? tb + tc_off<BN, true>(nb + (lane & 7) + (lane >> 4) * 8,
+                                                                 kk / 8 + ((lane >> 3) & 1))
+                                         : tb + tc_off<BN, false>(kk + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                                  nb / 8 + (lane >> 4));
+            unsigned q[4];
+            if (BK) K_LDMATRIX_X4(q, p);
+            else K_LDMATRIX_X4_T(q, p);
+            bf[j][0] = q[0], bf[j][1] = q[1], bf[j + 1][0] = q[2], bf[j + 1][1] = q[3];
+        }
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (TY == K_CUDA_MM_BF16) K_MMA_BF16(acc[i][j], af[i], bf[j]);
+                else K_MMA_F16(acc[i][j], af[i], bf[j]);
+            }
+    }
+}
+
 // One BM x BN tile of C over k in [blockIdx.z * kchunk, + kchunk), written through st
-// (st(split, m, n, value), as the SGEMM's epilogues).
+// (st(split, m, n, value), as the SGEMM's epilogues). 16-bit arrays: 3 cp.async stages;
+// gathering loaders: 2 stages, the next slice fetched into registers while this one is
+// multiplied.
 template <int BM, int BN, int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
@@ -107,6 +185,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     __shared__ Smem sm;
     constexpr int WM = BM / 2, WN = BN / 4, MT = WM / 16, NT = WN / 8;
     constexpr bool AK = LA::k_fast, BK = LB::k_fast;
+    constexpr bool RAW = std::is_base_of<TcRaw, LA>::value || std::is_base_of<TcRaw, LB>::value;
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -119,60 +198,42 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
-    for (int s = 0; s < TC_STAGES - 1; s++) {
-        if (s < kt_n) {
-            tc_load<BM, false, TY>(sm.a[s], la, M, m0, kend, kbeg + s * TC_BK);
-            tc_load<BN, true, TY>(sm.b[s], lb, N, n0, kend, kbeg + s * TC_BK);
+    if constexpr (!RAW) {
+        TcPrefetch<BM, false, TY, LA> pa;
+        TcPrefetch<BN, true, TY, LB> pb;
+        if (kt_n > 0) {
+            pa.fetch(la, M, m0, kend, kbeg), pb.fetch(lb, N, n0, kend, kbeg);
+            pa.store(sm.a[0]), pb.store(sm.b[0]);
         }
-        K_CP_ASYNC_COMMIT();
-    }
-    for (int kt = 0; kt < kt_n; kt++) {
-        // Slice kt is in; every warp is done with the stage the next load overwrites.
-        K_CP_ASYNC_WAIT(TC_STAGES - 2);
-        __syncthreads();
-        int nx = kt + TC_STAGES - 1;
-        if (nx < kt_n) {
-            tc_load<BM, false, TY>(sm.a[nx % TC_STAGES], la, M, m0, kend, kbeg + nx * TC_BK);
-            tc_load<BN, true, TY>(sm.b[nx % TC_STAGES], lb, N, n0, kend, kbeg + nx * TC_BK);
+        for (int kt = 0; kt < kt_n; kt++) {
+            __syncthreads(); // slice kt stored; every warp done with slice kt - 1's stage
+            if (kt + 1 < kt_n)
+                pa.fetch(la, M, m0, kend, kbeg + (kt + 1) * TC_BK), pb.fetch(lb, N, n0, kend, kbeg + (kt + 1) * TC_BK);
+            tc_slice<BM, BN, TY, AK, BK>(sm.a[kt & 1], sm.b[kt & 1], acc, lane, wm, wn);
+            if (kt + 1 < kt_n) pa.store(sm.a[(kt + 1) & 1]), pb.store(sm.b[(kt + 1) & 1]);
         }
-        K_CP_ASYNC_COMMIT();
-        const unsigned short *ta = sm.a[kt % TC_STAGES], *tb = sm.b[kt % TC_STAGES];
-#pragma unroll
-        for (int kk = 0; kk < TC_BK; kk += 16) {
-            unsigned af[MT][4], bf[NT][2];
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                // matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
-                int mb = wm * WM + i * 16;
-                const unsigned short *p = AK ? ta + tc_off<BM, true>(mb + (lane & 15), kk / 8 + (lane >> 4))
-                                             : ta + tc_off<BM, false>(kk + (lane & 7) + (lane >> 4) * 8,
-                                                                      mb / 8 + ((lane >> 3) & 1));
-                if (AK) K_LDMATRIX_X4(af[i], p);
-                else K_LDMATRIX_X4_T(af[i], p);
+    } else {
+        for (int s = 0; s < TC_STAGES - 1; s++) {
+            if (s < kt_n) {
+                tc_load<BM, false, TY>(sm.a[s], la, M, m0, kend, kbeg + s * TC_BK);
+                tc_load<BN, true, TY>(sm.b[s], lb, N, n0, kend, kbeg + s * TC_BK);
             }
-#pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-                int nb = wn * WN + j * 8;
-                const unsigned short *p = BK ? tb + tc_off<BN, true>(nb + (lane & 7) + (lane >> 4) * 8,
-                                                                     kk / 8 + ((lane >> 3) & 1))
-                                             : tb + tc_off<BN, false>(kk + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                                      nb / 8 + (lane >> 4));
-                unsigned q[4];
-                if (BK) K_LDMATRIX_X4(q, p);
-                else K_LDMATRIX_X4_T(q, p);
-                bf[j][0] = q[0], bf[j][1] = q[1], bf[j + 1][0] = q[2], bf[j + 1][1] = q[3];
-            }
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    if (TY == K_CUDA_MM_BF16) K_MMA_BF16(acc[i][j], af[i], bf[j]);
-                    else K_MMA_F16(acc[i][j], af[i], bf[j]);
-                }
+            K_CP_ASYNC_COMMIT();
         }
+        for (int kt = 0; kt < kt_n; kt++) {
+            // Slice kt is in; every warp is done with the stage the next load overwrites.
+            K_CP_ASYNC_WAIT(TC_STAGES - 2);
+            __syncthreads();
+            int nx = kt + TC_STAGES - 1;
+            if (nx < kt_n) {
+                tc_load<BM, false, TY>(sm.a[nx % TC_STAGES], la, M, m0, kend, kbeg + nx * TC_BK);
+                tc_load<BN, true, TY>(sm.b[nx % TC_STAGES], lb, N, n0, kend, kbeg + nx * TC_BK);
+            }
+            K_CP_ASYNC_COMMIT();
+            tc_slice<BM, BN, TY, AK, BK>(sm.a[kt % TC_STAGES], sm.b[kt % TC_STAGES], acc, lane, wm, wn);
+        }
+        K_CP_ASYNC_WAIT(0); // the empty trailing groups
     }
-    K_CP_ASYNC_WAIT(0); // the empty trailing groups
 
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll

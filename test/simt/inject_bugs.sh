@@ -25,7 +25,7 @@ bugs=(
 "tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cuh|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward"
 "tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward"
 "tensor-core GEMM (sm_90): wgmma.fence removed|k_cuda_tc_gemm.cu|s/        K_WGMMA_FENCE\(\); \/\/ the accumulators/        \/\/ the accumulators/|gpu_tc_gemm_wgmma|forward"
-"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)        __syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)\s*__syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

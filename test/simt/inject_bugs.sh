@@ -14,6 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 san="${DDPRT_SAN:-}"
 
 # name | file | perl substitution (must match exactly once) | device-suite filter | thread order
+#   [| the .cu files to rebuild: default every one that includes the file; the rest keep
+#    the unmutated objects, which is sound where the filter's tests call only these]
 bugs=(
 "GEMM barrier after the tile loads removed|k_cuda_gemm.cuh|s/(Bs\[kk\]\[nn\] = .*\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
 "GEMM barrier after the tile's products removed|k_cuda_gemm.cuh|s/(acc\[i\]\[j\] = fmaf\(a\[i\], b\[j\], acc\[i\]\[j\]\);\n        \}\n)        __syncthreads\(\);\n/\$1/|gpu_linear_shapes|forward"
@@ -22,16 +24,16 @@ bugs=(
 "bounds guard of the linear bias gradient removed|k_cuda_linear.cu|s/    if \(o >= out\) return;\n//|gpu_linear_shapes|forward"
 "block sum reads past its shared array|k_cuda_common.cuh|s/for \(int w = K_CUDA_THREADS \/ 2; w > 0; w >>= 1\)/for (int w = K_CUDA_THREADS; w > 0; w >>= 1)/|gpu_log_softmax|forward"
 "final barrier of the BatchNorm block sum removed|k_cuda_bn.cu|s/(    double r = sh\[0\];\n)    __syncthreads\(\);\n/\$1/|gpu_batchnorm_resnet|forward"
-"tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cuh|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward"
-"tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: wrong A fragment rows in ldmatrix|k_cuda_tc_gemm.cuh|s/tc_off<BM, true>\(mb \+ \(lane & 15\)/tc_off<BM, true>(mb + (lane \& 7)/|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
+"tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90): wgmma.fence removed|k_cuda_tc_gemm.cu|s/        K_WGMMA_FENCE\(\); \/\/ the accumulators/        \/\/ the accumulators/|gpu_tc_gemm_wgmma|forward"
-"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)\s*__syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward"
+"tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)\s*__syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'
 fails=0
 for b in "${bugs[@]}"; do
-  IFS='|' read -r name file subst filter order <<<"$b"
+  IFS='|' read -r name file subst filter order only <<<"$b"
   [[ -z "${DDPRT_INJECT:-}" || "$name" =~ $DDPRT_INJECT ]] || continue
   rm -rf "$tmp/src" && mkdir -p "$tmp/src/kernels/cuda" "$tmp/obj"
   cp kernels/cuda/*.cu kernels/cuda/*.cuh kernels/cuda/*.h "$tmp/src/kernels/cuda/"
@@ -40,6 +42,7 @@ for b in "${bugs[@]}"; do
   # The .cu files that include the mutated one (or are it), rebuilt; the rest as built.
   cus=$(cd kernels/cuda && { [ "${file##*.}" != cu ] || echo "$file"; { grep -l "$file" *.cuh || true; } |
         while read -r h; do grep -l "$h" *.cu || true; done; grep -l "$file" *.cu || true; } | sort -u)
+  [[ -n ${only:-} ]] && cus=$only
   link_objs=$objs
   for cu in $cus; do
     o="$tmp/obj/${cu%.cu}.o"

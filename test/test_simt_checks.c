@@ -134,6 +134,31 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
 }
 
+/* CUDA IPC across processes (issue 42's first step): the owner's device buffer, filled
+ * by its kernel, is mapped by a peer process through cudaIpcOpenMemHandle, whose kernel
+ * writes it; the owner sees the writes. cudaFree of the mapping is refused, a handle of
+ * a process that has exited is named as gone. */
+PTEST(simt_cuda_ipc_between_processes)
+{
+    const char *d = t_proc_tmpdir(), *p = t_prog("t-simt-checks");
+    char cmd[2048];
+    static char o[8192];
+    if (asan()) {
+        snprintf(cmd, sizeof cmd, "%s ipc_owner %s/h 2>&1", p, d);
+        t_sh(cmd, o, sizeof o);
+        CHECKF(strstr(o, "only outside ASan builds"), "%s", o);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s ipc_owner %s/h >%s/o 2>&1 & %s ipc_peer %s/h 2>&1; wait; cat %s/o", p, d, d, p, d, d);
+    int rc = t_sh(cmd, o, sizeof o);
+    CHECKF(rc == 0 && strstr(o, "report: cudaFree on it: invalid argument") &&
+           strstr(o, "result: peer kernel no error, close no error") &&
+           strstr(o, "result: owner sees the peer's writes: 0 of 1000 wrong"), "exit %d:\n%s", rc, o);
+    snprintf(cmd, sizeof cmd, "%s ipc_owner_gone %s/g && %s ipc_peer %s/g 2>&1", p, d, p, d);
+    rc = t_sh(cmd, o, sizeof o);
+    CHECKF(strstr(o, "cudaIpcOpenMemHandle: the allocation of process") && strstr(o, "is gone"), "exit %d:\n%s", rc, o);
+}
+
 TEST(simt_mma_layouts_match_the_ptx_isa)
 {
     static const char *orders[] = {"forward", "reversed", "random"};

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FULL 0xffffffffu
 
@@ -73,6 +74,12 @@ __global__ void big_shared(float *out)
     big[threadIdx.x] = 1;
     __syncthreads();
     out[threadIdx.x] = big[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void add_half(float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += 0.5f;
 }
 
 __global__ void plain(float *out, int n)
@@ -392,6 +399,50 @@ int main(int argc, char **argv)
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
         return !strcmp(c, "wgmma_ok") ? check_wgmma(in, o) : 0;
+    } else if (!strcmp(c, "ipc_owner_gone") && argc > 2) { // the handle, then exit
+        float *buf;
+        cudaIpcMemHandle_t h;
+        if (cudaMalloc((void **)&buf, 4096) || cudaIpcGetMemHandle(&h, buf)) return 1;
+        FILE *f = fopen(argv[2], "wb");
+        return !f || fwrite(&h, sizeof h, 1, f) != 1 || fclose(f);
+    } else if (!strcmp(c, "ipc_owner") && argc > 2) {
+        // A device buffer (a kernel fills it with its indices), its IPC handle to argv[2];
+        // then, once argv[2].done exists, the peer's additions must be there.
+        int n = 1000, bad = 0;
+        float *buf, host[1000];
+        if (cudaMalloc((void **)&buf, n * sizeof(float))) return 1;
+        SIMT_LAUNCH(plain, 4, 256, 0, 0)(buf, n);
+        cudaIpcMemHandle_t h;
+        cudaError_t e = cudaIpcGetMemHandle(&h, buf);
+        if (e) { printf("report: %s\n", cudaGetErrorString(e)); return 0; }
+        char tmp[600], done[600];
+        snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]), snprintf(done, sizeof done, "%s.done", argv[2]);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(&h, sizeof h, 1, f) != 1 || fclose(f) || rename(tmp, argv[2])) return 1;
+        for (int i = 0; i < 3000 && access(done, F_OK); i++) usleep(10000); // 30 s deadline
+        if (access(done, F_OK)) { printf("result: the peer did not finish within 30 s\n"); return 1; }
+        if (cudaMemcpy(host, buf, sizeof host, cudaMemcpyDeviceToHost)) return 1;
+        for (int i = 0; i < n; i++) bad += host[i] != (float)i + 0.5f;
+        printf("result: owner sees the peer's writes: %d of %d wrong\n", bad, n);
+        return cudaFree(buf) != cudaSuccess;
+    } else if (!strcmp(c, "ipc_peer") && argc > 2) {
+        cudaIpcMemHandle_t h;
+        FILE *f = NULL;
+        for (int i = 0; i < 3000 && !(f = fopen(argv[2], "rb")); i++) usleep(10000);
+        if (!f || fread(&h, sizeof h, 1, f) != 1) return 1;
+        fclose(f);
+        float *p;
+        cudaError_t e = cudaIpcOpenMemHandle((void **)&p, h, cudaIpcMemLazyEnablePeerAccess);
+        if (e) { printf("report: %s\n", cudaGetErrorString(e)); return 0; }
+        printf("report: cudaFree on it: %s\n", cudaGetErrorString(cudaFree(p)));
+        cudaGetLastError();
+        SIMT_LAUNCH(add_half, 4, 256, 0, 0)(p, 1000); // the owner's buffer, through this process's mapping
+        e = cudaDeviceSynchronize();
+        printf("result: peer kernel %s, close %s\n", cudaGetErrorString(e), cudaGetErrorString(cudaIpcCloseMemHandle(p)));
+        char done[600];
+        snprintf(done, sizeof done, "%s.done", argv[2]);
+        fclose(fopen(done, "w"));
+        return 0;
     } else if (!strcmp(c, "mma_layouts")) {
         float in[384], o[384];
         for (int i = 0; i < 384; i++) in[i] = (float)((i * 37 % 101) - 50) / 16.0f + (float)i / 4096.0f;

@@ -13,6 +13,8 @@
 // kernel argument can be checked to be device-reachable.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,6 +104,8 @@ struct alloc {
     char *map;       // the mapping (guard pages included); NULL when malloc'd
     size_t map_len;
     int kind;        // 1 device, 2 pinned
+    int memfd1;      // memfd + 1 once an IPC handle was taken (the pages are shared); 0 none
+    int ipc;         // 1: a peer's allocation mapped by cudaIpcOpenMemHandle
 };
 std::mutex mem_mu;
 std::map<uintptr_t, alloc> allocs; // by base
@@ -211,6 +215,9 @@ cudaError_t mem_free(void *p, int kind)
         if (it == allocs.end() || it->second.kind != kind)
             return set_last(cudaErrorInvalidValue, "%s(%p): not a pointer that %s returned", kind == 1 ? "cudaFree" : "cudaFreeHost", p,
                             kind == 1 ? "cudaMalloc" : "cudaHostAlloc");
+        if (it->second.ipc)
+            return set_last(cudaErrorInvalidValue, "cudaFree(%p): another process's allocation, opened by "
+                            "cudaIpcOpenMemHandle (close it with cudaIpcCloseMemHandle)", p);
         a = it->second;
         allocs.erase(it);
     }
@@ -219,6 +226,97 @@ cudaError_t mem_free(void *p, int kind)
                    "overwritten (a kernel or copy wrote out of bounds)", (void *)a.base, a.bytes);
     if (a.map) munmap(a.map, a.map_len);
     else free(a.base);
+    if (a.memfd1) close(a.memfd1 - 1);
+    return cudaSuccess;
+}
+
+// ---- IPC: the handle names the owner's process and memfd; a peer maps the same pages
+// (data region, whole pages) between guard pages of its own, as cudaMalloc does.
+struct ipc_handle {
+    char magic[8];
+    int pid, fd;
+    unsigned long long data, off, bytes; // mapped length, base's offset in it, the allocation's size
+};
+static_assert(sizeof(ipc_handle) <= 64, "an IPC handle is 64 bytes");
+
+cudaError_t ipc_get(cudaIpcMemHandle_t *h, void *p)
+{
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = allocs.find((uintptr_t)p);
+    if (!h || it == allocs.end() || it->second.kind != 1 || it->second.ipc)
+        return set_last(cudaErrorInvalidValue, "cudaIpcGetMemHandle(%p): not the base of a cudaMalloc allocation of "
+                        "this process", p);
+    alloc &a = it->second;
+    if (!a.map)
+        return set_last(cudaErrorNotSupported, "cudaIpcGetMemHandle(%p): the executor shares device memory between "
+                        "processes only outside ASan builds (their allocations are malloc'd)", p);
+    size_t ps = page(), data = a.map_len - 2 * ps;
+    if (!a.memfd1) { // the private pages become a memfd's, content kept
+        int fd = memfd_create("simt-ipc", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)data) || pwrite(fd, a.map + ps, data, 0) != (ssize_t)data ||
+            mmap(a.map + ps, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            if (fd >= 0) close(fd);
+            return set_last(cudaErrorMemoryAllocation, "cudaIpcGetMemHandle(%p): cannot move %zu bytes into shared "
+                            "memory", p, data);
+        }
+        a.memfd1 = fd + 1;
+    }
+    ipc_handle x = {{'S', 'I', 'M', 'T', 'I', 'P', 'C', '1'}, (int)getpid(), a.memfd1 - 1, data,
+                    (unsigned long long)(a.base - (a.map + ps)), a.bytes};
+    memset(h, 0, sizeof *h);
+    memcpy(h, &x, sizeof x);
+    return cudaSuccess;
+}
+
+cudaError_t ipc_open(void **p, const cudaIpcMemHandle_t *h)
+{
+    ipc_handle x;
+    memcpy(&x, h, sizeof x);
+    *p = NULL;
+    if (memcmp(x.magic, "SIMTIPC1", 8) || x.off >= x.data || x.off + x.bytes > x.data)
+        return set_last(cudaErrorInvalidValue, "cudaIpcOpenMemHandle: not a handle cudaIpcGetMemHandle made");
+    if (x.pid == (int)getpid())
+        return set_last(cudaErrorInvalidValue, "cudaIpcOpenMemHandle: the handle is this process's own allocation "
+                        "(CUDA opens handles of other processes only)");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", x.pid, x.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return set_last(cudaErrorMapBufferObjectFailed, "cudaIpcOpenMemHandle: the allocation of process %d is gone "
+                        "(%s: %s)", x.pid, path, strerror(errno));
+    install_segv();
+    size_t ps = page();
+    alloc a = {};
+    a.kind = 1, a.ipc = 1, a.bytes = (size_t)x.bytes, a.map_len = (size_t)x.data + 2 * ps;
+    a.map = (char *)mmap(NULL, a.map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a.map == MAP_FAILED ||
+        mmap(a.map + ps, (size_t)x.data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        close(fd);
+        return set_last(cudaErrorMapBufferObjectFailed, "cudaIpcOpenMemHandle: cannot map %llu bytes of process %d",
+                        x.data, x.pid);
+    }
+    close(fd); // the mapping holds the pages
+    a.base = a.map + ps + x.off;
+    std::lock_guard<std::mutex> g(mem_mu);
+    a.seq = ++alloc_seq;
+    allocs[(uintptr_t)a.base] = a;
+    *p = a.base;
+    return cudaSuccess;
+}
+
+cudaError_t ipc_close(void *p)
+{
+    alloc a;
+    {
+        std::lock_guard<std::mutex> g(mem_mu);
+        auto it = allocs.find((uintptr_t)p);
+        if (it == allocs.end() || !it->second.ipc)
+            return set_last(cudaErrorInvalidValue, "cudaIpcCloseMemHandle(%p): not a pointer cudaIpcOpenMemHandle "
+                            "returned", p);
+        a = it->second;
+        allocs.erase(it);
+    }
+    munmap(a.map, a.map_len);
     return cudaSuccess;
 }
 
@@ -568,6 +666,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     return mem_alloc(p, bytes, 1);
 }
 cudaError_t cudaFree(void *p) { return mem_free(p, 1); }
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) { return ipc_get(h, p); }
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned) { return ipc_open(p, &h); }
+cudaError_t cudaIpcCloseMemHandle(void *p) { return ipc_close(p); }
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
 {
     (void)flags;

@@ -92,6 +92,25 @@ int port_dev_malloc(void **p, size_t bytes, const char *what)
     return CK(cudaMalloc(p, bytes ? bytes : 1), what, bytes);
 }
 
+int port_ipc_get(void *handle, void *dev_base, const char *what)
+{
+    _Static_assert(sizeof(cudaIpcMemHandle_t) == PORT_IPC_HANDLE_BYTES, "the handle's size");
+    cudaIpcMemHandle_t h;
+    if (CK(cudaIpcGetMemHandle(&h, dev_base), what, 0)) return -1;
+    memcpy(handle, &h, sizeof h);
+    return 0;
+}
+
+int port_ipc_open(void **p, const void *handle, const char *what)
+{
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    *p = NULL;
+    return CK(cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess), what, 0);
+}
+
+int port_ipc_close(void *p, const char *what) { return CK(cudaIpcCloseMemHandle(p), what, 0); }
+
 void port_dev_free(void *p)
 {
     if (p) (void)cudaFree(p);

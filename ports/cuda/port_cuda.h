@@ -40,6 +40,13 @@ void port_cuda_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * cudaHostAlloc. `what` names the arena in errors. */
 int port_dev_malloc(void **p, size_t bytes, const char *what);
 void port_dev_free(void *p);
+/* CUDA IPC between the processes of one node: the handle (PORT_IPC_HANDLE_BYTES, opaque)
+ * of a port_dev_malloc allocation's base, mapped by another process with port_ipc_open
+ * (not by the owner) and unmapped with port_ipc_close. 0, or -1 with the port's line. */
+#define PORT_IPC_HANDLE_BYTES 64
+int port_ipc_get(void *handle, void *dev_base, const char *what);
+int port_ipc_open(void **p, const void *handle, const char *what);
+int port_ipc_close(void *p, const char *what);
 int port_pinned_malloc(void **p, size_t bytes, const char *what);
 void port_pinned_free(void *p);
 

@@ -42,6 +42,9 @@ static int nocuda(const char *what)
 
 int port_dev_malloc(void **p, size_t bytes, const char *what) { (void)bytes; *p = NULL; return nocuda(what); }
 void port_dev_free(void *p) { (void)p; }
+int port_ipc_get(void *handle, void *dev_base, const char *what) { (void)handle, (void)dev_base; return nocuda(what); }
+int port_ipc_open(void **p, const void *handle, const char *what) { (void)handle; *p = NULL; return nocuda(what); }
+int port_ipc_close(void *p, const char *what) { (void)p; return nocuda(what); }
 int port_pinned_malloc(void **p, size_t bytes, const char *what) { (void)bytes; *p = NULL; return nocuda(what); }
 void port_pinned_free(void *p) { (void)p; }
 int port_stream_create(port_stream *s, const char *what) { *s = NULL; return nocuda(what); }

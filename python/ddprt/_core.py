@@ -358,13 +358,12 @@ def _allgather_rows(x, dtype=None):
     """(allgather(x), every rank's number of rows)."""
     x = _contig(x)
     shapes = _shapes(x)
-    me = rank()
     rows = []
     for r, s in enumerate(shapes):
         s = s or (1,)
-        if tuple(s[1:]) != tuple((tuple(x.shape) or (1,))[1:]):
-            raise ValueError("ddprt.allgather: rank %d's shape %s and rank %d's %s differ beyond the first "
-                             "dimension" % (r, s, me, tuple(x.shape)))
+        if tuple(s[1:]) != tuple((shapes[0] or (1,))[1:]):  # against rank 0's: the same line on every rank
+            raise ValueError("ddprt.allgather: rank 0's shape %s and rank %d's %s differ beyond the first "
+                             "dimension" % (shapes[0], r, s))
         rows.append(s[0])
     tail = tuple((tuple(x.shape) or (1,))[1:])
     out = _new(x, (sum(rows),) + tail)

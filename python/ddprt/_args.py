@@ -1,5 +1,6 @@
 """Argument checks of the Python package, done before any C call: a C int or enum
 would silently truncate or reinterpret what it is given (2**40 -> 0, 1.9 -> 1)."""
+import numbers
 import operator
 
 
@@ -20,7 +21,8 @@ def _int(v, what, lo=0, hi=(1 << 31) - 1):
 def _seconds(t):
     if t is None:
         return 0.0
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e9 or t != t:
+    # numbers.Real: numpy.float32(30) is a number of seconds too (it is not a float).
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 <= t < 1e9 or t != t:
         raise ValueError("ddprt.init: timeout=%r is not a number of seconds >= 0" % (t,))
     return float(t)
 

@@ -107,6 +107,9 @@ class Fake:
     def ddprt_wait(self, req):
         return 0
 
+    def ddprt_finalize(self, c):
+        self.calls.append(("ddprt_finalize",))
+
     def ddprt_mem_alloc(self, c, n):
         self.calls.append(("ddprt_mem_alloc", n))
         if n > 1 << 16:
@@ -342,7 +345,8 @@ def case_init(rng, fake, P):
     if rng.random() < 0.4:
         t = rng.choice(P["ints"] + [0.5, 30, 299.9, 1e9, 1e9 - 1, -1e-9])
         kw["timeout"] = t
-        ok = t is None or (not isinstance(t, (bool, np.bool_)) and isinstance(t, (int, float)) and t == t and 0 <= t < 1e9)
+        ok = t is None or (not isinstance(t, (bool, np.bool_)) and isinstance(t, (int, float, np.floating, np.integer))
+                           and t == t and 0 <= t < 1e9)
         if not ok:
             bad.append("timeout")
     for k, pool in (("backend", ["auto", "tcp", "verbs", "ibverbs", "", None, 3, b"tcp"]),
@@ -386,7 +390,7 @@ def case_init(rng, fake, P):
         want = -1 if kw.get(k) is None and k in ("rank", "world_size", "local_rank") else kw.get(k, 2 if k == "port_offset" else 0)
         if o[k] != operator.index(want):
             raise Bad("init: %s=%r reached C as %r" % (k, kw.get(k), o[k]))
-    if "timeout" in kw and o["timeout_s"] != float(kw["timeout"] or 0):
+    if "timeout" in kw and o["timeout_s"] != float(kw["timeout"] or 0):  # numpy.float32: exact in a double
         raise Bad("init: timeout=%r reached C as %r" % (kw["timeout"], o["timeout_s"]))
     for k in ("backend", "token", "init_method"):
         v = kw.get(k)
@@ -467,6 +471,7 @@ def main():
         count[key] = count.get(key, 0) + 1
         fake.blocks.clear() if len(fake.blocks) > 1000 else None
     dt = time.time() - t0
+    core._comm = core._info = None  # nothing for finalize() at exit
     if failed:
         sys.exit(1)
     print("args fuzz ok: %d cases (seed %d) in %.1f s: %s" % (cases, seed, dt,

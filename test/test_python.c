@@ -3,7 +3,8 @@
  * ddprt's hook against gloo, the Horovod API, overlap, the compressed hooks, under
  * ddprt-launch and torchrun (ddp_check.py); a SIGKILLed rank raising an exception that
  * names it (fail_check.py); misuse (misuse_check.py); sum vs average defaults (defaults_check.py); the
- * rest of the Horovod API (hvd_check.py, hvd_train_check.py); `pip install`
+ * rest of the Horovod API (hvd_check.py, hvd_train_check.py); the argument checks'
+ * property test (args_fuzz.py); `pip install`
  * of the package. Skipped with a note where the Python (DDPRT_PYTHON, default
  * /usr/bin/python3) lacks numpy or torch, or under a sanitizer (an uninstrumented
  * interpreter cannot load an instrumented library). The ctypes mirror of the C header:
@@ -84,6 +85,24 @@ static void misuse(int world)
 
 PTEST(python_misuse_refused_or_defined_one_process) { misuse(1); }
 PTEST(python_misuse_refused_or_defined_2_ranks) { misuse(2); }
+
+/* The property test of the argument checks (args_fuzz.py), short and seeded: 20000
+ * random calls (dtypes and byte orders, non-contiguous, 0-d and empty arrays, roots,
+ * ops, init's options) each refused cleanly before any C call, naming the argument, or
+ * accepted with its values intact. `python3 python/tests/args_fuzz.py 1000000 SEED`
+ * is the long run. */
+PTEST(python_argument_checks_fuzz_20000_cases)
+{
+    if (!have("numpy")) return;
+    t_clean_env();
+    char *argv[] = {(char *)python(), "python/tests/args_fuzz.py", "20000", "41", NULL};
+    t_proc p;
+    t_spawn(&p, "args_fuzz", argv, env_for(NULL));
+    int rc = t_wait(&p, 300);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0 && strstr(out, "args fuzz ok: 20000 cases") && strstr(out, "collective accepted") &&
+               strstr(out, "init refused"), "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
+}
 
 /* ddprt.allreduce sums by default (MPI, NCCL), ddprt.torch.allreduce averages
  * (Horovod): both defaults, and each asked for the other (defaults_check.py). */

@@ -135,6 +135,35 @@ PTEST(stall_mismatched_collectives_fail_every_rank_naming_both)
     CHECK(port_now_s() - t0 < 5.5); /* before the 6 s timeout */
 }
 
+/* Rank 0 allgathers 4 floats, rank 1 6 at op 20: both ranks print the same line,
+ * naming each rank's size per rank, over shared memory (its own descriptor check) and
+ * over TCP (the watch; the first rank to fail waits for the other's beat). */
+static void ag_mismatch(int j, const char *xenv)
+{
+    XENV = (char *)xenv;
+    job(j, 2, "ag=1", "at=20", NULL);
+    XENV = NULL;
+    char line[2][400];
+    for (int r = 0; r < 2; r++) {
+        int st = t_wait(&P[j][r], 30);
+        const char *e = t_slurp(P[j][r].err), *m = strstr(e, "collective mismatch");
+        const char *end = m ? strstr(m, " (every rank") : NULL;
+        CHECKF((st == 3 || st == 1) && m && end, "job %d rank %d: status %d: %s", j, r, st, e);
+        if (!m || !end) return;
+        snprintf(line[r], sizeof line[r], "%.*s", (int)(end - m), m);
+    }
+    CHECKF(!strcmp(line[0], line[1]), "job %d: the ranks disagree:\n  rank 0: %s\n  rank 1: %s", j, line[0], line[1]);
+    CHECKF(!strcmp(line[0], "collective mismatch at #21: rank 0 issued allgather float - 16 B per rank, "
+                            "rank 1 issued allgather float - 24 B per rank"), "job %d: %s", j, line[0]);
+}
+
+PTEST(stall_allgather_size_mismatch_same_line_on_both_ranks)
+{
+    t_clean_env();
+    ag_mismatch(0, NULL);
+    ag_mismatch(1, "DDPRT_SHM=0");
+}
+
 /* DDPRT_STALL_WATCH=0 (the switch for measuring the watch's cost) really turns it off:
  * the same mismatch goes unnamed (the messages have equal sizes, so the ranks drift one
  * op apart until rank 0 waits for a message that never comes) and no flight recorder

@@ -154,7 +154,8 @@ static void comm_fail(tp_comm *c, const tp_handle *h, int rc)
     /* The watch knows more than this rank's backend: who the others wait on (a timeout
      * here names only the peer this rank was reading from), or a mismatched op. */
     char why[440];
-    if (c->watch && tp_watch_on_fail(c->watch, h->seq, rc == TP_ETIMEOUT, why, sizeof why)) {
+    if (c->watch && tp_watch_on_fail(c->watch, h->seq, rc == TP_ETIMEOUT, !strncmp(be, "protocol error", 14), why,
+                                     sizeof why)) {
         if (rc == TP_ETIMEOUT) snprintf(what, sizeof what, "timed out after %g s: %.440s", c->timeout_s, why);
         else snprintf(what, sizeof what, "%s", why);
     }

@@ -343,11 +343,13 @@ static void desc_text(char *s, size_t n, const tp_shm_bufhdr *d)
     if (kind == TP_K_BROADCAST) snprintf(extra, sizeof extra, " root %d", d->root);
     if (d->kind & TP_SHM_CMA_KIND) strcat(extra, " (single copy)");
     if (d->kind & TP_SHM_MAP_KIND) strcat(extra, " (registered buffers)");
-    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(kind),
+    /* Per rank, as the stall watch says it (bytes is what this rank passed). */
+    int per = kind == TP_K_ALLGATHER || kind == TP_K_REDUCE_SCATTER;
+    snprintf(s, n, "%s %s %s %llu B%s%s", tp_kind_name(kind),
              d->dt >= 0 && d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
              kind == TP_K_ALLREDUCE || kind == TP_K_REDUCE_SCATTER || kind == TP_K_TREE ? tp_op_names[d->op < TP_NOPS ? d->op : 0]
                                                                           : "-",
-             (unsigned long long)d->bytes, extra);
+             (unsigned long long)d->bytes, per ? " per rank" : "", extra);
 }
 
 int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine)
@@ -362,13 +364,15 @@ int tp_shm_wait_ready(tp_comm *c, uint64_t step, const tp_shm_bufhdr *mine)
         if (h->ready == step + 1 && h->kind == mine->kind && h->bytes == mine->bytes && h->dt == mine->dt &&
             h->op == mine->op && h->root == mine->root && (p2p || h->seq == mine->seq))
             continue;
+        /* The lower rank first: both ranks of the mismatch print the same line. */
         char a[96], b[96];
-        desc_text(a, sizeof a, mine);
-        desc_text(b, sizeof b, h);
+        int lo = c->rank < q;
+        desc_text(a, sizeof a, lo ? mine : h);
+        desc_text(b, sizeof b, lo ? h : mine);
         return tp_shm_fail(c, TP_EIO,
                            "collective mismatch at #%llu: rank %d issued %s, rank %d issued %s (every rank must "
                            "issue the same collectives in the same order)",
-                           (unsigned long long)mine->seq, c->rank, a, q, b);
+                           (unsigned long long)mine->seq, lo ? c->rank : q, a, lo ? q : c->rank, b);
     }
     return 0;
 }

@@ -175,20 +175,23 @@ static void drain(tp_watch *w)
     }
 }
 
-static void desc_text(char *s, size_t n, const desc *d)
+/* Sizes per rank (what each rank passed): a trace entry holds an allgather's or a
+ * reduce_scatter's whole buffer, which differs between ranks of one mismatch. */
+static void desc_text(char *s, size_t n, const desc *d, int world)
 {
     char extra[32] = "";
     if (d->kind == TP_K_BROADCAST || d->kind >= TP_K_SEND)
         snprintf(extra, sizeof extra, " %s %d", d->kind == TP_K_BROADCAST ? "root" : "peer", d->root);
     if (d->kind == TP_K_TREE) snprintf(extra, sizeof extra, " phases %d", d->root);
     int red = d->kind == TP_K_ALLREDUCE || d->kind == TP_K_REDUCE_SCATTER || d->kind == TP_K_TREE;
-    snprintf(s, n, "%s %s %s %llu B%s", tp_kind_name(d->kind), d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
+    int per = d->kind == TP_K_ALLGATHER || d->kind == TP_K_REDUCE_SCATTER;
+    snprintf(s, n, "%s %s %s %llu B%s%s", tp_kind_name(d->kind), d->dt < RT_NDTYPE ? rt_dtype_names[d->dt] : "?",
              red ? tp_op_names[d->op < TP_NOPS ? d->op : 0] : "-",
-             (unsigned long long)d->bytes, extra);
+             (unsigned long long)(per ? d->bytes / (uint64_t)world : d->bytes), per ? " per rank" : "", extra);
 }
 
 /* A peer's op at a sequence number this rank also issued, described differently: one
- * line naming both sides in out. */
+ * line naming both sides in out, the lower rank first (both ranks print the same line). */
 static int mismatch(tp_watch *w, const beat *p, char *out, size_t n)
 {
     /* Point-to-point ops take sequence numbers on their two ranks only. */
@@ -203,11 +206,12 @@ static int mismatch(tp_watch *w, const beat *p, char *out, size_t n)
                    (m.kind == TP_K_BROADCAST || m.kind == TP_K_TREE ? m.root == d->root : 1);
         if (same) continue;
         char a[96], b[96];
-        desc_text(a, sizeof a, &m);
-        desc_text(b, sizeof b, d);
-        snprintf(out, n, "collective mismatch at #%llu: rank %d issued %s, rank %u issued %s (every rank "
-                 "must issue the same collectives in the same order)", (unsigned long long)d->seq, w->rank, a,
-                 p->rank, b);
+        int lo = w->rank < (int)p->rank;
+        desc_text(a, sizeof a, lo ? &m : d, w->world);
+        desc_text(b, sizeof b, lo ? d : &m, w->world);
+        snprintf(out, n, "collective mismatch at #%llu: rank %d issued %s, rank %d issued %s (every rank "
+                 "must issue the same collectives in the same order)", (unsigned long long)d->seq,
+                 lo ? w->rank : (int)p->rank, a, lo ? (int)p->rank : w->rank, b);
         return 1;
     }
     return 0;
@@ -523,14 +527,34 @@ void tp_watch_destroy(tp_watch *w)
     free(w);
 }
 
-int tp_watch_on_fail(tp_watch *w, uint64_t seq, int timed_out, char *out, size_t outlen)
+/* A protocol error (a message of the wrong size) is often the first sign of a
+ * mismatch that the peer's next beat names: wait for every peer's beat to cover seq,
+ * at most a few quick beats, so both ranks of the mismatch print the same line. */
+static void await_peers(tp_watch *w, uint64_t seq)
 {
-    (void)seq;
+    double quick = 0.1 > w->interval_s * w->world / 32 ? 0.1 : w->interval_s * w->world / 32;
+    int64_t end = port_now_ns() + (int64_t)((3 * quick < 1 ? 3 * quick : 1) * 1e9);
+    for (;;) {
+        drain(w);
+        int all = 1;
+        port_mutex_lock(&w->mu);
+        for (int q = 0; q < w->world && all; q++)
+            if (q != w->rank && !(w->ps[q].heard && (w->ps[q].b.issued >= seq || (w->ps[q].b.flags & 1)))) all = 0;
+        port_mutex_unlock(&w->mu);
+        if (all || port_now_ns() >= end) return;
+        struct pollfd pf = {w->fd, POLLIN, 0};
+        poll(&pf, 1, 10);
+    }
+}
+
+int tp_watch_on_fail(tp_watch *w, uint64_t seq, int timed_out, int protocol, char *out, size_t outlen)
+{
     if (!w->c) return 0;
     drain(w);
     char line[600];
     double mw;
     int me_late, found = 0;
+    if (protocol) await_peers(w, seq);
     /* A mismatch explains any failure (a protocol error, a hang). */
     for (int q = 0; q < w->world && !found; q++) {
         if (q == w->rank) continue;

@@ -41,6 +41,8 @@ void tp_watch_start(tp_watch *w, struct tp_comm *c); /* starts the thread */
 void tp_watch_set_exit(int on);
 void tp_watch_destroy(tp_watch *w);
 /* The comm failed: send a last beat now (carrying why), then explain: 1 with the
- * attribution (a mismatch, a late rank) in out, 0 when the watch knows nothing. */
-int tp_watch_on_fail(tp_watch *w, uint64_t seq, int timed_out, char *out, size_t outlen);
+ * attribution (a mismatch, a late rank) in out, 0 when the watch knows nothing.
+ * protocol: the failure was a protocol error (first wait, bounded, for the peers'
+ * beats of op seq: a mismatch they show explains it). */
+int tp_watch_on_fail(tp_watch *w, uint64_t seq, int timed_out, int protocol, char *out, size_t outlen);
 #endif

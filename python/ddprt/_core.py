@@ -8,7 +8,7 @@ import ctypes
 import threading
 
 from . import _lib
-from ._args import _int, _seconds, _text
+from ._args import _int, _np_dtype, _seconds, _text
 
 _E = _lib.ENUMS
 Sum, Product, Min, Max, Average = _E["DDPRT_SUM"], _E["DDPRT_PROD"], _E["DDPRT_MIN"], _E["DDPRT_MAX"], _E["DDPRT_AVG"]
@@ -214,8 +214,8 @@ def _contig(x):
         return x.contiguous()
     if not (hasattr(x, "__array_interface__") and hasattr(x, "flags")):
         raise TypeError("ddprt: expected a numpy array or a CPU torch tensor, got %s" % type(x).__name__)
-    import numpy
-    return numpy.ascontiguousarray(x)
+    # Not numpy.ascontiguousarray: it makes a 0-d array 1-d (allreduce(array(2.)) had shape (1,)).
+    return x if x.flags.c_contiguous else x.copy(order="C")
 
 
 # ---- asynchronous handles ----------------------------------------------------------------
@@ -320,8 +320,10 @@ def broadcast_(x, root=0, dtype=None):
 
 def broadcast(x, root=0, dtype=None):
     out = _contig(x)
-    out = out.clone() if _is_torch(out) else out.copy()
-    return broadcast_(out, root, dtype)
+    if _is_torch(out):
+        return broadcast_(out.clone(), root, dtype)
+    import numpy
+    return broadcast_(numpy.array(out, order="C"), root, dtype)  # a numpy scalar's copy() is read-only
 
 
 def broadcast_async_(x, root=0, dtype=None):
@@ -358,13 +360,12 @@ def _allgather_rows(x, dtype=None):
     """(allgather(x), every rank's number of rows)."""
     x = _contig(x)
     shapes = _shapes(x)
-    me = rank()
     rows = []
     for r, s in enumerate(shapes):
         s = s or (1,)
-        if tuple(s[1:]) != tuple((tuple(x.shape) or (1,))[1:]):
-            raise ValueError("ddprt.allgather: rank %d's shape %s and rank %d's %s differ beyond the first "
-                             "dimension" % (r, s, me, tuple(x.shape)))
+        if tuple(s[1:]) != tuple((shapes[0] or (1,))[1:]):  # against rank 0's: the same line on every rank
+            raise ValueError("ddprt.allgather: rank 0's shape %s and rank %d's %s differ beyond the first "
+                             "dimension" % (shapes[0], r, s))
         rows.append(s[0])
     tail = tuple((tuple(x.shape) or (1,))[1:])
     out = _new(x, (sum(rows),) + tail)
@@ -450,10 +451,7 @@ def empty(shape, dtype="float32"):
     arrays (on every rank) reduce in place across processes, without copies. The array
     stays valid after finalize() (its memory goes with the last array over it)."""
     import numpy
-    dt = numpy.dtype(dtype)
-    if dt.name not in _DTYPES or not dt.isnative:
-        raise TypeError("ddprt.empty: dtype %s (%r) is not one of %s in native byte order"
-                        % (dt.name, dt.str, ", ".join(n for n in _DTYPE_NAMES if n != "bfloat16")))
+    dt = _np_dtype(numpy, dtype, [n for n in _DTYPE_NAMES if n != "bfloat16"])
     shape = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
     shape = tuple(_int(d, "a dimension of the shape", 0, 1 << 48) for d in shape)
     n = 1

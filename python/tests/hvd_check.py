@@ -220,6 +220,19 @@ refused([lambda: hvd.synchronize(hvd.allreduce_async(torch.ones(2), op=hvd.Max i
         ["rank 0: (unnamed) [2] float32 Min", "rank 1: (unnamed) [2] float32 Max"])
 same(hvd.allreduce(torch.ones(2), op=hvd.Sum), np.full(2, W, np.float32), "allreduce after a refused pairing")
 
+# Shapes that differ beyond the first dimension: every rank raises the same line (the lower
+# rank first), so the ranks' logs agree on who had which shape.
+for what, call in (("allgather", lambda: hvd.allgather(torch.ones(2, 3 + R))),
+                   ("alltoall", lambda: hvd.alltoall(torch.ones(W, 3 + R)))):
+    try:
+        call()
+        raise AssertionError("rank %d: %s of differing shapes was accepted" % (R, what))
+    except ValueError as e:
+        lines = hvd.allgather_object(str(e))
+    checks += 1
+    if len(set(lines)) != 1 or "rank 0's" not in lines[0] or lines[0].index("rank 0's") > lines[0].index("rank 1's"):
+        raise AssertionError("rank %d: %s: the ranks' lines differ or are not in rank order: %s" % (R, what, lines))
+
 # ---- queries, timeline ----------------------------------------------------------------------
 same(np.array([hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()]), np.array([0, 1, True]),
      "cross_rank, cross_size, is_homogeneous on one host")

@@ -32,6 +32,9 @@ refused(lambda: ddprt.init(rank=2 ** 40), ValueError, "rank=1099511627776")
 refused(lambda: ddprt.init(rank=0.5), TypeError, "rank must be an integer")
 refused(lambda: ddprt.init(port_offset=None), TypeError, "port_offset must be an integer")
 refused(lambda: ddprt.init(timeout=float("nan")), ValueError, "timeout=nan")
+refused(lambda: ddprt.init(token="a\0b"), ValueError, "NUL")  # C would read "a"
+refused(lambda: ddprt.init(init_method="\udcff"), ValueError, "init_method='\\udcff' is not valid UTF-8")
+refused(lambda: ddprt.init(rank=np.True_), TypeError, "rank must be an integer, not a bool")
 assert not ddprt.is_initialized()
 # empty() before init: the error, and no "Exception ignored in _Block.__del__" after it.
 unraisable = []
@@ -53,6 +56,10 @@ refused(lambda: ddprt.allreduce(x, op=7), ValueError, "op 7")
 refused(lambda: ddprt.empty(4, "complex128"), TypeError, "complex128")
 refused(lambda: ddprt.empty(4, ">f4"), TypeError, ">f4")
 refused(lambda: ddprt.empty(-1), ValueError, "out of range")
+refused(lambda: ddprt.empty(4, "bfloat16"), TypeError, "ddprt.empty: dtype 'bfloat16' is not one of")
+refused(lambda: ddprt.broadcast_(x, root=np.True_), TypeError, "root must be an integer, not a bool")
+assert ddprt.allreduce(np.array(2.0, np.float32)).shape == ()  # 0-d stays 0-d
+assert ddprt.broadcast(np.float32(2.0)) == 2.0  # a numpy scalar (its copy() is read-only)
 assert list(ddprt.allreduce(x, op=np.int64(0))) == sx
 assert list(ddprt.allreduce(x.astype("<f4"))) == sx
 

@@ -3,6 +3,7 @@
  * keys: iters=N (default 100000)  sleep_ms=MS between ops (default 5)
  *       late=R at=K secs=S: rank R spends S s outside any collective before op K
  *       odd=R at=K: rank R issues a broadcast instead of the allreduce at op K
+ *       ag=1 at=K: every rank r allgathers 4 + 2r floats instead of the allreduce at op K
  * Prints "ready" after the rendezvous, "done" at the end; on an error "ERR <line>" on
  * stderr and exit 3. DDPRT_TIMEOUT / DDPRT_STALL_WARN come from the environment. */
 #include "rt/log.h"
@@ -18,7 +19,7 @@ int main(int argc, char **argv)
     if (argc < 4) { fprintf(stderr, "usage: t-stall_rank INIT RANK WORLD [key=value...]\n"); return 2; }
     rt_log_init();
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int iters = 100000, sleep_ms = 5, late = -1, at = -1, odd = -1;
+    int iters = 100000, sleep_ms = 5, late = -1, at = -1, odd = -1, ag = 0;
     double secs = 0;
     for (int i = 4; i < argc; i++) {
         char *v = strchr(argv[i], '=');
@@ -30,6 +31,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "at")) at = atoi(v);
         else if (!strcmp(argv[i], "secs")) secs = atof(v);
         else if (!strcmp(argv[i], "odd")) odd = atoi(v);
+        else if (!strcmp(argv[i], "ag")) ag = atoi(v);
     }
     rt_rdzv_opts o = {argv[1], atoi(argv[2]), atoi(argv[3]), -1, 30, NULL, 0};
     char err[512];
@@ -50,7 +52,9 @@ int main(int argc, char **argv)
     for (int k = 0; k < iters; k++) {
         for (int i = 0; i < 256; i++) v[i] = (float)(me + i + k);
         if (k == at && me == late) usleep((useconds_t)(secs * 1e6));
-        int rc = k == at && me == odd ? tp_broadcast(c, v, 256, RT_F32, 0) : tp_allreduce(c, v, v, 256, RT_F32, TP_SUM);
+        int rc = k == at && me == odd ? tp_broadcast(c, v, 256, RT_F32, 0)
+                 : k == at && ag       ? tp_allgather(c, v, v + 64, 4 + 2 * (size_t)me, RT_F32)
+                                       : tp_allreduce(c, v, v, 256, RT_F32, TP_SUM);
         if (rc) {
             fprintf(stderr, "ERR %s\n", tp_errmsg(c));
             fflush(stderr);

@@ -101,6 +101,9 @@ static const env_var vars[RT_ENV_COUNT] = {
     V(SAN, E_ANY, NULL, "unset", "`make test`: the sanitizer flags of the build"),
     V(LIB, E_ANY, NULL, "the package's folder, `build/`, the system's", "the Python package: the path of `libddprt.so`"),
     V(PYTHON, E_ANY, NULL, "`/usr/bin/python3`", "`make test`: the Python with numpy and torch for the Python tests"),
+    V(HVD_CHECK, E_ENUM, "0|1", "1",
+      "the Python package's Horovod API: `0` turns off the check that every rank's raw `allreduce` calls name the "
+      "same tensor (name, shape, dtype, op) in the same order"),
 };
 #undef V
 

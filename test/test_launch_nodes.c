@@ -157,3 +157,33 @@ PTEST(launch_nodes_restart_resumes_training_to_the_same_checkpoint)
     snprintf(cmd, sizeof cmd, "cmp -s %s %s && cmp -s %s.state %s.state", full, el, full, el);
     CHECK(system(cmd) == 0);
 }
+
+/* Two plain launchers (no --max-restarts: no control channel) that disagree on
+ * --nproc-per-node: both derive the same job token from the rendezvous address, port and
+ * node count, so rank 0 names the other node's rank with its world size at once instead
+ * of waiting for the deadline (DDPRT_TIMEOUT=120 here; the test takes seconds). */
+PTEST(launch_nodes_differing_nproc_named_at_once)
+{
+    t_clean_env();
+    setenv("DDPRT_TIMEOUT", "120", 1);
+    snprintf(port_s, sizeof port_s, "%d", t_free_port());
+    for (int n = 1; n >= 0; n--) {
+        char nr[8], name[16], np[8];
+        snprintf(nr, sizeof nr, "%d", n), snprintf(name, sizeof name, "node%d", n), snprintf(np, sizeof np, "%d", n + 1);
+        char *argv[] = {"/usr/bin/setsid", (char *)t_prog("ddprt-launch"), "--nnodes", "2", "--node-rank", nr,
+                        "--nproc-per-node", np, "--master-addr", "127.0.0.1", "--master-port", port_s, "--",
+                        (char *)t_prog("ddprt-train"), "--data", "synthetic", "--model", "lenet", "--epochs", "1",
+                        "--max-steps", "1", "--threads", "1", "--no-eval", NULL};
+        t_spawn(&N[n], name, argv, NULL);
+    }
+    int64_t t0 = port_now_ns();
+    int s0 = t_wait(&N[0], 100);
+    double secs = (double)(port_now_ns() - t0) / 1e9;
+    kill(-N[1].pid, SIGKILL);
+    t_wait(&N[1], 10);
+    unsetenv("DDPRT_TIMEOUT");
+    const char *e0 = t_slurp(N[0].err), *o0 = t_slurp(N[0].out);
+    CHECKF(s0 != 0 && (strstr(e0, "does not match rank 0's world size 2") || strstr(o0, "does not match rank 0's world size 2")),
+           "exit %d after %.1f s:\n%s\n%s", s0, secs, e0, o0);
+    CHECKF(secs < 90, "%.1f s: rank 0 waited for the deadline", secs);
+}

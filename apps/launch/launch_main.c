@@ -155,6 +155,17 @@ static int job_environment(launch_opts *o)
         char hex[40];
         lc_random_token(hex);
         setenv("DDPRT_JOB_TOKEN", hex, 1);
+    } else if (!tok) {
+        /* Several nodes and no token: one that every launcher of this job derives alike
+         * (rendezvous address, port, node count), so rank 0 tells a rank of its own job
+         * started with other flags (--nproc-per-node: named at once) from a stranger's
+         * (refused), instead of waiting for the deadline. */
+        char key[400], hex[40];
+        snprintf(key, sizeof key, "ddprt-job %s %d %d %d", o->addr, o->port, o->min_nodes, o->nnodes);
+        uint64_t h = 1469598103934665603ULL;
+        for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        snprintf(hex, sizeof hex, "nodes-%016llx", (unsigned long long)h);
+        setenv("DDPRT_JOB_TOKEN", hex, 1);
     }
     setenv("MASTER_ADDR", o->addr, 1);
     set_env_int("MASTER_PORT", o->port);

@@ -127,6 +127,18 @@ PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
     hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
 }
 
+/* hvd.SyncBatchNorm (hvd_sbn_check.py): uneven per-rank batches (one rank empty) against
+ * torch's batch norm of the concatenated batch in one process: output, input, weight and
+ * bias gradients, running statistics and eval mode within 1e-6 (relative above 1). */
+PTEST(python_horovod_sync_batch_norm_vs_whole_batch_2_ranks)
+{
+    hvd("python/tests/hvd_sbn_check.py", "rank %d of %d sbn ok", 2);
+}
+PTEST(python_horovod_sync_batch_norm_vs_whole_batch_3_ranks)
+{
+    hvd("python/tests/hvd_sbn_check.py", "rank %d of %d sbn ok", 3);
+}
+
 /* The dynamic-graph probe (hvd_dynamic_check.py): ranks use different layers, in
  * different orders, of equal sizes; the reduced gradients must equal the exact
  * averages bitwise (Horovod's zeros for unused ones), and rank 0's changed order be

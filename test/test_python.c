@@ -139,6 +139,14 @@ PTEST(python_horovod_sync_batch_norm_vs_whole_batch_3_ranks)
     hvd("python/tests/hvd_sbn_check.py", "rank %d of %d sbn ok", 3);
 }
 
+/* Process sets (hvd_sets_check.py): set {0,2} of 3 ranks runs every collective (and
+ * SyncBatchNorm) among its members on its own communicator while rank 1 is refused naming
+ * the set; a second set, mismatched or unregistered sets, remove_process_set. */
+PTEST(python_horovod_process_sets_3_ranks)
+{
+    hvd("python/tests/hvd_sets_check.py", "rank %d of %d sets ok", 3);
+}
+
 /* The dynamic-graph probe (hvd_dynamic_check.py): ranks use different layers, in
  * different orders, of equal sizes; the reduced gradients must equal the exact
  * averages bitwise (Horovod's zeros for unused ones), and rank 0's changed order be

@@ -255,7 +255,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if op is Adasum:
         raise ValueError("ddprt: Adasum is not supported (use Average)")
     if process_set is not None and not getattr(process_set, "_ddprt_global", False):
-        raise NotImplementedError("ddprt: process sets other than the global one are not supported")
+        raise NotImplementedError("ddprt: DistributedOptimizer over a process set other than the global one is "
+                                  "not supported (its gradients go to every rank)")
     if num_groups and groups is None:
         groups = int(num_groups)
     if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):

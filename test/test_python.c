@@ -160,6 +160,18 @@ PTEST(python_horovod_dynamic_graph_gives_exact_averages_3_ranks)
     hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 3);
 }
 
+/* The DDP hook's order protection (ddp_order_check.py): hooks called with stand-in
+ * buckets in an order chosen per rank; swapped buckets of equal size fail on every rank
+ * naming each rank's bucket index and size; different sizes name this rank's bucket. */
+PTEST(python_ddp_hook_swapped_buckets_fail_naming_each_rank_2_ranks)
+{
+    hvd("python/tests/ddp_order_check.py", "rank %d of %d order ok", 2);
+}
+PTEST(python_ddp_hook_swapped_buckets_fail_naming_each_rank_3_ranks)
+{
+    hvd("python/tests/ddp_order_check.py", "rank %d of %d order ok", 3);
+}
+
 /* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes
  * MASTER_PORT, under torchrun the agent's does. */
 PTEST(python_ddp_hook_bitwise_equal_to_gloo_under_ddprt_launch)

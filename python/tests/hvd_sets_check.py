@@ -1,7 +1,7 @@
 """One rank of the process-set check (ddprt-launch, 3 ranks): hvd.add_process_set([0, 2])
 on every rank; ranks 0 and 2 then run allreduce (Sum, Average, gradient), allgather,
 broadcast (root_rank global), alltoall, reducescatter, grouped_allreduce, the object
-calls and SyncBatchNorm among themselves against numpy references over their own data,
+calls, SyncBatchNorm and DistributedOptimizer among themselves against numpy references over their own data,
 while rank 1 runs none of it and is refused (a clear message) when it calls with the
 set; a second set [1, 2] used right after by its members; an unregistered set and sets
 asked differently by the ranks refused; the global communicator unharmed throughout;
@@ -79,11 +79,39 @@ if R in members:
     bn, ref = hvd.SyncBatchNorm(2, process_set=ps), torch.nn.BatchNorm1d(2)
     same(bn(mine), (ref(full)[:2] if R == 0 else ref(full)[2:]).detach(), "SyncBatchNorm over the set")
     same(bn.running_var, ref.running_var.detach(), "SyncBatchNorm running var over the set")
+    # DistributedOptimizer over the set: the members' gradients averaged (rank 1 has none).
+    def model():
+        torch.manual_seed(5)
+        return torch.nn.Linear(3, 2)
+
+    def batch(r, step):
+        return torch.tensor(data(10 * step + r, 4))
+
+    net = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), named_parameters=net.named_parameters(),
+                                   process_set=ps)
+    refs = {r: model() for r in members}
+    for step in range(3):
+        opt.zero_grad()
+        net(batch(R, step)).pow(2).sum().backward()
+        opt.step()
+        for r in members:
+            refs[r].zero_grad()
+            refs[r](batch(r, step)).pow(2).sum().backward()
+        with torch.no_grad():
+            for name, p in net.named_parameters():
+                g = sum(dict(refs[r].named_parameters())[name].grad for r in members) / 2
+                for r in members:
+                    dict(refs[r].named_parameters())[name].sub_(0.1 * g)
+                same(p, dict(refs[0].named_parameters())[name], "DistributedOptimizer over the set, step %d %s"
+                     % (step, name))
 else:
     refused(lambda: hvd.allreduce(torch.ones(2), process_set=ps), ["process set 1", "[0, 2]", "rank 1",
                                                                    "not in it"], "a non-member's allreduce")
     refused(lambda: hvd.allgather(torch.ones(2), process_set=ps), ["not in it"], "a non-member's allgather")
     refused(lambda: hvd.broadcast_(torch.ones(2), 0, process_set=ps), ["not in it"], "a non-member's broadcast")
+    refused(lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1),
+                                             process_set=ps), ["not in it"], "a non-member's DistributedOptimizer")
 
 # The global communicator is unharmed, and a second set works right after.
 same(hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum), [3.0], "global allreduce after the set's calls")

@@ -1,5 +1,5 @@
-"""One rank of the process-set check (ddprt-launch, 3 ranks): hvd.add_process_set([0, 2])
-on every rank; ranks 0 and 2 then run allreduce (Sum, Average, gradient), allgather,
+"""One rank of the process-set check (ddprt-launch, 3 ranks): set [0, 1] added by
+hvd.init(process_sets=), then hvd.add_process_set([0, 2]) on every rank; ranks 0 and 2 then run allreduce (Sum, Average, gradient), allgather,
 broadcast (root_rank global), alltoall, reducescatter, grouped_allreduce, the object
 calls, SyncBatchNorm and DistributedOptimizer among themselves against numpy references over their own data,
 while rank 1 runs none of it and is refused (a clear message) when it calls with the
@@ -13,7 +13,8 @@ import torch
 
 import ddprt.torch as hvd
 
-hvd.init()
+first = hvd.ProcessSet([0, 1])
+hvd.init(process_sets=[first])  # added at init, as Horovod's static sets
 R, W = hvd.rank(), hvd.size()
 assert W == 3, "run under ddprt-launch with 3 ranks"
 checks = 0
@@ -45,8 +46,11 @@ def data(r, rows, cols=3):
     return np.random.default_rng(r).integers(-8, 9, (rows, cols)).astype(np.float32)
 
 
+same(first.process_set_id, 1, "the set added at init")
+if R in (0, 1):
+    same(hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, process_set=first), [1.0], "init's set allreduce")
 ps = hvd.add_process_set([2, 0])  # any order: kept sorted, as Horovod's
-same(ps.process_set_id, 1, "id"), same(ps.ranks, [0, 2], "ranks"), same(ps.size(), 2, "size")
+same(ps.process_set_id, 2, "id"), same(ps.ranks, [0, 2], "ranks"), same(ps.size(), 2, "size")
 same(ps.rank(), {0: 0, 1: -1, 2: 1}[R], "rank in the set"), same(ps.included(), R != 1, "included")
 members = [0, 2]
 if R in members:
@@ -106,7 +110,7 @@ if R in members:
                 same(p, dict(refs[0].named_parameters())[name], "DistributedOptimizer over the set, step %d %s"
                      % (step, name))
 else:
-    refused(lambda: hvd.allreduce(torch.ones(2), process_set=ps), ["process set 1", "[0, 2]", "rank 1",
+    refused(lambda: hvd.allreduce(torch.ones(2), process_set=ps), ["process set 2", "[0, 2]", "rank 1",
                                                                    "not in it"], "a non-member's allreduce")
     refused(lambda: hvd.allgather(torch.ones(2), process_set=ps), ["not in it"], "a non-member's allgather")
     refused(lambda: hvd.broadcast_(torch.ones(2), 0, process_set=ps), ["not in it"], "a non-member's broadcast")
@@ -116,17 +120,17 @@ else:
 # The global communicator is unharmed, and a second set works right after.
 same(hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum), [3.0], "global allreduce after the set's calls")
 ps2 = hvd.add_process_set(hvd.ProcessSet([1, 2]))
-same(ps2.process_set_id, 2, "second id")
+same(ps2.process_set_id, 3, "third id")
 if R in (1, 2):
     same(hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, process_set=ps2), [3.0], "second set allreduce")
 if R in members:
     same(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, process_set=ps), [2.0], "first set still there")
 
-refused(lambda: hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0, 1])), ["not registered"],
+refused(lambda: hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0, 1, 2])), ["not registered"],
         "an unregistered set")
 refused(lambda: hvd.add_process_set([0, 1] if R != 2 else [0, 2]), ["different sets", "rank 0: [0, 1]",
                                                                     "rank 2: [0, 2]"], "sets asked differently")
-refused(lambda: hvd.add_process_set([0, 2]), ["process set 1 already"], "the same ranks twice")
+refused(lambda: hvd.add_process_set([0, 2]), ["process set 2 already"], "the same ranks twice")
 
 same(hvd.remove_process_set(ps), True, "remove")
 same(hvd.remove_process_set(ps), False, "remove again")

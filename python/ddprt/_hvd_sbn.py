@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from . import _core as core
 from ._core import Sum
+from ._hvd_sets import resolve
 
 
 def _flat(x):
@@ -82,7 +82,7 @@ class _SyncBN(torch.autograd.Function):
         local = torch.stack([d.sum(1), (d * xmu).sum(1)])  # (2, C)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            both = ps_sum(ctx.ps, local.clone())
+            both = ctx.ps._allreduce_(local.clone(), Sum)
             sum_dy, sum_dy_xmu = both[0], both[1]
             w = invstd if weight is None else invstd * weight.detach().double()
             g = (d - (sum_dy / total)[:, None] - xmu * (invstd * invstd * sum_dy_xmu / total)[:, None]) * w[:, None]
@@ -93,10 +93,6 @@ class _SyncBN(torch.autograd.Function):
         if ctx.affine[1] and ctx.needs_input_grad[2]:
             gb = local[0].to(dy.dtype)
         return gx, gw, gb, None, None, None, None, None
-
-
-def ps_sum(ps, t):
-    return ps._allreduce_(t, Sum)
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -127,7 +123,6 @@ class SyncBatchNorm(_BatchNorm):
         if not training:
             return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                                 self.eps)
-        from ._hvd_sets import resolve
         ps = resolve(self.process_set)
         track = not self.training or self.track_running_stats
         return _SyncBN.apply(input, self.weight, self.bias, self.running_mean if track else None,

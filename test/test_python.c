@@ -146,6 +146,26 @@ PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
     hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
 }
 
+/* hvd.SyncBatchNorm (hvd_sbn_check.py): uneven per-rank batches (one rank empty) against
+ * torch's batch norm of the concatenated batch in one process: output, input, weight and
+ * bias gradients, running statistics and eval mode within 1e-6 (relative above 1). */
+PTEST(python_horovod_sync_batch_norm_vs_whole_batch_2_ranks)
+{
+    hvd("python/tests/hvd_sbn_check.py", "rank %d of %d sbn ok", 2);
+}
+PTEST(python_horovod_sync_batch_norm_vs_whole_batch_3_ranks)
+{
+    hvd("python/tests/hvd_sbn_check.py", "rank %d of %d sbn ok", 3);
+}
+
+/* Process sets (hvd_sets_check.py): set {0,2} of 3 ranks runs every collective (and
+ * SyncBatchNorm) among its members on its own communicator while rank 1 is refused naming
+ * the set; a second set, mismatched or unregistered sets, remove_process_set. */
+PTEST(python_horovod_process_sets_3_ranks)
+{
+    hvd("python/tests/hvd_sets_check.py", "rank %d of %d sets ok", 3);
+}
+
 /* The dynamic-graph probe (hvd_dynamic_check.py): ranks use different layers, in
  * different orders, of equal sizes; the reduced gradients must equal the exact
  * averages bitwise (Horovod's zeros for unused ones), and rank 0's changed order be
@@ -157,6 +177,18 @@ PTEST(python_horovod_dynamic_graph_gives_exact_averages_2_ranks)
 PTEST(python_horovod_dynamic_graph_gives_exact_averages_3_ranks)
 {
     hvd("python/tests/hvd_dynamic_check.py", "rank %d of %d dynamic ok", 3);
+}
+
+/* The DDP hook's order protection (ddp_order_check.py): hooks called with stand-in
+ * buckets in an order chosen per rank; swapped buckets of equal size fail on every rank
+ * naming each rank's bucket index and size; different sizes name this rank's bucket. */
+PTEST(python_ddp_hook_swapped_buckets_fail_naming_each_rank_2_ranks)
+{
+    hvd("python/tests/ddp_order_check.py", "rank %d of %d order ok", 2);
+}
+PTEST(python_ddp_hook_swapped_buckets_fail_naming_each_rank_3_ranks)
+{
+    hvd("python/tests/ddp_order_check.py", "rank %d of %d order ok", 3);
 }
 
 /* gloo and ddprt on one environment: under ddprt-launch rank 0's torch store takes

@@ -4,6 +4,7 @@ Buffers travel by pointer: a contiguous array or tensor is reduced in place or i
 new one of the same kind without a copy. ctypes releases the GIL during every call, so
 other Python threads run while a collective does."""
 import atexit
+import contextlib
 import ctypes
 import threading
 
@@ -51,7 +52,25 @@ def _check(rc):
         raise _err(rc)
 
 
+_tls = threading.local()  # .sub: (comm, info) of the process set a Horovod call runs in
+
+
+@contextlib.contextmanager
+def _using(comm, info):
+    """Every call of this thread inside goes to comm (a process set's communicator,
+    _hvd_sets.py); rank() and size() answer for it. Nests."""
+    was = getattr(_tls, "sub", None)
+    _tls.sub = (comm, info)
+    try:
+        yield
+    finally:
+        _tls.sub = was
+
+
 def _c():
+    sub = getattr(_tls, "sub", None)
+    if sub is not None:
+        return sub[0]
     if _comm is None:
         raise DdprtError("ddprt is not initialized: call ddprt.init() first")
     return _comm
@@ -127,7 +146,8 @@ def is_initialized():
 
 def _i(k):
     _c()
-    return _info[k]
+    sub = getattr(_tls, "sub", None)
+    return sub[1][k] if sub is not None else _info[k]
 
 
 def rank():

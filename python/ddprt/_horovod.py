@@ -14,6 +14,7 @@ import torch
 
 from . import _core as core
 from ._core import Average, Sum
+from ._hvd_sets import resolve
 
 Adasum = object()  # named for scripts that mention it; ddprt refuses it
 
@@ -123,14 +124,15 @@ def _iallreduce_(tensor, op, pre=1.0, post=1.0):
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
     op = _op(op, average)
-    _check_pairing(tensor, name, op)
-    return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
+    with resolve(process_set).scope("allreduce"):
+        _check_pairing(tensor, name, op)
+        return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=None):
     return allreduce_async_(tensor.clone(memory_format=torch.contiguous_format), average, name, op,
-                            prescale_factor, postscale_factor)
+                            prescale_factor, postscale_factor, process_set)
 
 
 def synchronize(handle):
@@ -149,23 +151,28 @@ def poll(handle):
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=None):
     """In place; averaged by default, as allreduce."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
+    with resolve(process_set).scope("allgather"):
+        return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _Hvd(core.broadcast_async_(tensor, root_rank), None, "broadcast", tensor.numel() * tensor.element_size())
+    """root_rank: a global rank (a member of process_set)."""
+    ps = resolve(process_set)
+    with ps.scope("broadcast"):
+        return _Hvd(core.broadcast_async_(tensor, ps.root(root_rank)), None, "broadcast",
+                    tensor.numel() * tensor.element_size())
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return broadcast_async_(tensor.clone(memory_format=torch.contiguous_format), root_rank)
+    return broadcast_async_(tensor.clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def broadcast_parameters(params, root_rank=0):
@@ -184,7 +191,13 @@ def broadcast_parameters(params, root_rank=0):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    """Any picklable object from root_rank, on every rank."""
+    """Any picklable object from root_rank, on every rank (of process_set)."""
+    ps = resolve(process_set)
+    with ps.scope("broadcast_object"):
+        return _broadcast_object(obj, ps.root(root_rank))
+
+
+def _broadcast_object(obj, root_rank):
     n = torch.zeros(1, dtype=torch.int64)
     if core.rank() == root_rank:
         data = pickle.dumps(obj)
@@ -198,6 +211,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 
 def allgather_object(obj, name=None, process_set=None):
+    with resolve(process_set).scope("allgather_object"):
+        return _allgather_object(obj)
+
+
+def _allgather_object(obj):
     data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = core.allgather(torch.tensor([data.numel()], dtype=torch.int64)).tolist()
     allb = core.allgather(data)

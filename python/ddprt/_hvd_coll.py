@@ -22,6 +22,7 @@ from ._core import Average, Max, Min, Product, Sum
 from ._horovod import (Compression, _Hvd, _op, _scale, allreduce_async, allreduce_async_, broadcast_async,
                        synchronize)
 from ._hvd_misc import span
+from ._hvd_sets import current, resolve
 
 
 class _Done:
@@ -50,9 +51,9 @@ class _Many:
         return all(h.h.test() for h in self.handles)
 
 
-def _check_set(process_set):
-    if process_set is not None and not getattr(process_set, "_ddprt_global", False):
-        raise NotImplementedError("ddprt: process sets other than the global one are not supported")
+def _scope(process_set, what):
+    """A call with process_set= runs on the set's communicator (refused for a non-member)."""
+    return resolve(process_set).scope(what)
 
 
 def _sync_allreduce(t, op, pre=1.0, post=1.0):
@@ -65,6 +66,7 @@ def _sync_allreduce(t, op, pre=1.0, post=1.0):
 class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, pre, post, name):
+        ctx.ps = current()  # backward runs on the same process set
         ctx.op, ctx.pre, ctx.post = op, pre, post
         if op in (Min, Max):
             # The extreme before the postscale: the mask in backward compares the same bits.
@@ -76,13 +78,14 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.op in (Sum, Average):
-            return _sync_allreduce(g, ctx.op, ctx.pre, ctx.post), None, None, None, None
-        if ctx.op == Product:
-            raise RuntimeError("ddprt: allreduce with op=Product has no gradient here (use Sum or Average)")
-        x, z = ctx.saved_tensors
-        s = _sync_allreduce(g, Sum, ctx.pre * ctx.post)
-        return torch.where(x == z, s, torch.zeros_like(s)), None, None, None, None
+        with ctx.ps.scope("backward"):
+            if ctx.op in (Sum, Average):
+                return _sync_allreduce(g, ctx.op, ctx.pre, ctx.post), None, None, None, None
+            if ctx.op == Product:
+                raise RuntimeError("ddprt: allreduce with op=Product has no gradient here (use Sum or Average)")
+            x, z = ctx.saved_tensors
+            s = _sync_allreduce(g, Sum, ctx.pre * ctx.post)
+            return torch.where(x == z, s, torch.zeros_like(s)), None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -90,10 +93,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """A new tensor: tensor averaged over the ranks (Horovod's default, op=Average), or
     reduced by op (average=False: summed); differentiable. ddprt.allreduce, the core
     call, sums by default as MPI and NCCL do."""
-    _check_set(process_set)
-    c, ctx = compression.compress(tensor)
-    out = HorovodAllreduce.apply(c, _op(op, average), float(prescale_factor), float(postscale_factor), name)
-    return compression.decompress(out, ctx)
+    with _scope(process_set, "allreduce"):
+        c, ctx = compression.compress(tensor)
+        out = HorovodAllreduce.apply(c, _op(op, average), float(prescale_factor), float(postscale_factor), name)
+        return compression.decompress(out, ctx)
 
 
 # ---- broadcast, allgather ---------------------------------------------------------------------
@@ -101,26 +104,30 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
+        ctx.ps = current()  # backward runs on the same process set
         ctx.root = root_rank
         return synchronize(broadcast_async(tensor.contiguous(), root_rank))
 
     @staticmethod
     def backward(ctx, g):
-        r = _sync_allreduce(g, Average)
-        if core.rank() != ctx.root:
-            r.zero_()  # Horovod multiplies by 0, which keeps NaN and inf
-        return r, None, None
+        with ctx.ps.scope("backward"):
+            r = _sync_allreduce(g, Average)
+            if core.rank() != ctx.root:
+                r.zero_()  # Horovod multiplies by 0, which keeps NaN and inf
+            return r, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """A new tensor holding root_rank's tensor; differentiable (Horovod's rule)."""
-    _check_set(process_set)
-    return HorovodBroadcast.apply(tensor, root_rank, name)
+    with _scope(process_set, "broadcast"):
+        # root_rank is global, as Horovod's; the set's communicator numbers its members.
+        return HorovodBroadcast.apply(tensor, resolve(process_set).root(root_rank), name)
 
 
 class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
+        ctx.ps = current()  # backward runs on the same process set
         out, rows = core._allgather_rows(tensor)
         me = core.rank()
         ctx.off, ctx.n, ctx.shape = sum(rows[:me]), rows[me], tensor.shape
@@ -128,14 +135,15 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _sync_allreduce(g, Average).narrow(0, ctx.off, ctx.n).reshape(ctx.shape), None
+        with ctx.ps.scope("backward"):
+            return _sync_allreduce(g, Average).narrow(0, ctx.off, ctx.n).reshape(ctx.shape), None
 
 
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension (which may differ
     between ranks); differentiable (Horovod's rule)."""
-    _check_set(process_set)
-    return HorovodAllgather.apply(tensor, name)
+    with _scope(process_set, "allgather"):
+        return HorovodAllgather.apply(tensor, name)
 
 
 # ---- alltoall ---------------------------------------------------------------------------------
@@ -182,6 +190,7 @@ def _alltoall(x, splits):
 class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name):
+        ctx.ps = current()  # backward runs on the same process set
         out, got = _alltoall(tensor, splits)
         ctx.got = got
         if splits is None:
@@ -191,21 +200,22 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g, *dead):
-        return _alltoall(g, ctx.got)[0], None, None
+        with ctx.ps.scope("backward"):
+            return _alltoall(g, ctx.got)[0], None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Rows of tensor scattered by splits (default: equal parts) and gathered in rank
     order: the output, or (output, received_splits) when splits is given."""
-    _check_set(process_set)
-    return HorovodAlltoall.apply(tensor, splits, name)
+    with _scope(process_set, "alltoall"):
+        return HorovodAlltoall.apply(tensor, splits, name)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Completes at issue (ddprt's alltoall is blocking); synchronize() gives
     (output, received_splits) as Horovod's does."""
-    _check_set(process_set)
-    return _Hvd(_Done(_alltoall(tensor, splits)))
+    with _scope(process_set, "alltoall"):
+        return _Hvd(_Done(_alltoall(tensor, splits)))
 
 
 # ---- reducescatter ----------------------------------------------------------------------------
@@ -238,13 +248,15 @@ def _reducescatter_async(x, op, pre, post):
 class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, pre, post, name):
+        ctx.ps = current()  # backward runs on the same process set
         ctx.op, ctx.pre, ctx.post = op, pre, post
         return synchronize(_reducescatter_async(tensor, op, pre, post))
 
     @staticmethod
     def backward(ctx, g):
-        g = g * (core.size() * ctx.pre * ctx.post if ctx.op == Sum else ctx.pre * ctx.post)
-        return core.allgather(g.contiguous()), None, None, None, None
+        with ctx.ps.scope("backward"):
+            g = g * (core.size() * ctx.pre * ctx.post if ctx.op == Sum else ctx.pre * ctx.post)
+            return core.allgather(g.contiguous()), None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None,
@@ -252,15 +264,15 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     """tensor reduced over the ranks (Average by default, as Horovod's), this rank's
     rows of it: the first dimension split as Horovod does (the first d0 % size ranks
     one row more); differentiable (Horovod's rule)."""
-    _check_set(process_set)
-    c, ctx = compression.compress(tensor)
-    out = HorovodReducescatter.apply(c, _op(op, None), float(prescale_factor), float(postscale_factor), name)
-    return compression.decompress(out, ctx)
+    with _scope(process_set, "reducescatter"):
+        c, ctx = compression.compress(tensor)
+        out = HorovodReducescatter.apply(c, _op(op, None), float(prescale_factor), float(postscale_factor), name)
+        return compression.decompress(out, ctx)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
-    _check_set(process_set)
-    return _reducescatter_async(tensor, _op(op, None), float(prescale_factor), float(postscale_factor))
+    with _scope(process_set, "reducescatter"):
+        return _reducescatter_async(tensor, _op(op, None), float(prescale_factor), float(postscale_factor))
 
 
 # ---- grouped calls: one op per tensor, issued together, in list order ------------------------
@@ -271,16 +283,16 @@ def _needs_grad(tensors):
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=None):
-    _check_set(process_set)
-    return _Hvd(_Many([allreduce_async(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]),
-                None, "grouped_allreduce")
+    with _scope(process_set, "grouped_allreduce"):
+        return _Hvd(_Many([allreduce_async(t, average, name, op, prescale_factor, postscale_factor)
+                           for t in tensors]), None, "grouped_allreduce")
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
-    _check_set(process_set)
-    return _Hvd(_Many([allreduce_async_(t, average, name, op, prescale_factor, postscale_factor) for t in tensors]),
-                None, "grouped_allreduce")
+    with _scope(process_set, "grouped_allreduce"):
+        return _Hvd(_Many([allreduce_async_(t, average, name, op, prescale_factor, postscale_factor)
+                           for t in tensors]), None, "grouped_allreduce")
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -304,9 +316,9 @@ def grouped_allgather(tensors, name=None, process_set=None):
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Completes at issue (first dimensions may differ between ranks)."""
-    _check_set(process_set)
-    with span("grouped_allgather", sum(t.numel() * t.element_size() for t in tensors)):
-        return _Hvd(_Done([core.allgather(t.contiguous()) for t in tensors]))
+    with _scope(process_set, "grouped_allgather"):
+        with span("grouped_allgather", sum(t.numel() * t.element_size() for t in tensors)):
+            return _Hvd(_Done([core.allgather(t.contiguous()) for t in tensors]))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=None,

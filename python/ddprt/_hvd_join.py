@@ -23,7 +23,8 @@ import torch
 from . import _core as core
 
 _optimizers = []     # weak references to every DistributedOptimizer, in creation order
-_prev = None         # the flags of the last handshake: rank r had joined
+_prev = {}           # per communicator (a process set's optimizer shakes hands on its own):
+                     # the flags of its last handshake, rank r had joined
 
 
 def register(opt):
@@ -47,13 +48,13 @@ def _issue(joined, opt_id, propose=False):
 def _finish(pending):
     """(how many ranks have joined, the steppers' optimizer id, flags, the flags
     before, take rank 0's order)."""
-    global _prev
     h, v = pending
     h.wait()
     w = core.size()
     n = int(v[0])
     flags = v[3:].tolist()
-    prev, _prev = _prev or [0] * w, flags
+    key = core._c().value
+    prev, _prev[key] = _prev.get(key) or [0] * w, flags
     ids = int(v[1]) // (w - n) - 1 if n < w else -1
     if n < w and int(v[1]) != (ids + 1) * (w - n):
         raise core.DdprtError("ddprt: ranks stepped different DistributedOptimizers in one step (ids sum %d over "
@@ -85,7 +86,6 @@ def join(device=-1):
     with zero gradients meanwhile; returns the rank that joined last (the highest of
     those that joined in the last round). device: accepted for Horovod's signature
     (ddprt's tensors are CPU tensors)."""
-    global _prev
     w = core.size()
     if w == 1:
         return core.rank()
@@ -93,7 +93,7 @@ def join(device=-1):
         n, opt_id, flags, prev, _ = _finish(_issue(True, 0))
         if n == w:
             newly = [r for r in range(w) if flags[r] and not prev[r]]
-            _prev = None  # all joined: the next epoch starts afresh
+            _prev.pop(core._c().value, None)  # all joined: the next epoch starts afresh
             return max(newly) if newly else w - 1
         opt = _optimizers[opt_id]() if 0 <= opt_id < len(_optimizers) else None
         if opt is None:

@@ -9,38 +9,26 @@ import torch
 
 from . import _core as core
 from ._horovod import _Hvd
+from ._hvd_sets import ProcessSet, add_process_set, global_process_set  # noqa: F401 (re-exported)
 
 
-class ProcessSet:
-    """Only the global process set exists in ddprt (process_set= other than it is
-    refused with a message)."""
-    _ddprt_global = True
-
-    def size(self):
-        return core.size()
-
-    def rank(self):
-        return core.rank()
-
-    def included(self):
-        return True
-
-
-global_process_set = ProcessSet()
 _topo = None  # (cross_rank, cross_size, is_homogeneous)
 
 
 def init(comm=None, process_sets=None, **kwargs):
     """hvd.init(): ddprt.init(**kwargs) (the launcher's variables), then one small
     allgather of each rank's (local_rank, local_size) for cross_rank / cross_size /
-    is_homogeneous. comm (an MPI communicator) and process sets are refused."""
+    is_homogeneous; then process_sets (a list of ProcessSet) are added, as
+    add_process_set would ("dynamic": added later with it). comm (an MPI communicator)
+    is refused."""
     if comm is not None:
         raise NotImplementedError("ddprt.torch.init: comm= (an MPI communicator) is not supported; ddprt meets "
                                   "through the launcher's variables")
-    if process_sets not in (None, [], "dynamic"):
-        raise NotImplementedError("ddprt: process sets other than the global one are not supported")
     core.init(**kwargs)
     _topology()
+    if process_sets not in (None, "dynamic"):
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def _topology():

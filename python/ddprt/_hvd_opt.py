@@ -22,6 +22,7 @@ from . import _core as core
 from . import _hvd_join as _join
 from ._core import Average
 from ._horovod import Adasum, Compression, _iallreduce_, broadcast_object, synchronize
+from ._hvd_sets import resolve
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
@@ -60,8 +61,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Methods of the class DistributedOptimizer derives from the wrapped optimizer's."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False):
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=None):
         super(self.__class__, self).__init__(params)
+        self._ps = resolve(process_set)  # every reduction, handshake and agreement runs on it
         self._compression = compression
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -86,7 +88,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if p.requires_grad:
                     self._requires_update.append(p)
                     self._delay[p] = backward_passes_per_step
-                    if core.size() > 1:
+                    if self._ps.size() > 1:
                         # The accumulation node's hook runs once p.grad holds this pass.
                         acc = p.expand_as(p).grad_fn.next_functions[0][0]
                         acc.register_hook(self._make_hook(p))
@@ -167,21 +169,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*_):
-            if self._delay[p] <= 0:
-                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
-                                     "step(); raise backward_passes_per_step to accumulate them locally")
-            self._delay[p] -= 1
-            if p not in self._handles:
-                self._handles[p] = (None, None)
-            if self._delay[p] != 0:
-                return
-            self._fired.append(self._unit_of[id(p)])
-            self._ready.add(id(p))
-            if self._handshake(block=False) and not self._joined_step:
-                self._send_ready()
+            with self._ps.scope("DistributedOptimizer"):
+                self._grad_ready(p)
         return hook
 
+    def _grad_ready(self, p):
+        if self._delay[p] <= 0:
+            raise AssertionError("gradients were computed more than backward_passes_per_step times before "
+                                 "step(); raise backward_passes_per_step to accumulate them locally")
+        self._delay[p] -= 1
+        if p not in self._handles:
+            self._handles[p] = (None, None)
+        if self._delay[p] != 0:
+            return
+        self._fired.append(self._unit_of[id(p)])
+        self._ready.add(id(p))
+        if self._handshake(block=False) and not self._joined_step:
+            self._send_ready()
+
     def synchronize(self):
+        with self._ps.scope("DistributedOptimizer"):
+            self._synchronize()
+
+    def _synchronize(self):
         if core.size() > 1:
             self._handshake(block=True)
             if self._joined_step:
@@ -254,12 +264,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     dense (without it a sparse gradient is refused)."""
     if op is Adasum:
         raise ValueError("ddprt: Adasum is not supported (use Average)")
-    if process_set is not None and not getattr(process_set, "_ddprt_global", False):
-        raise NotImplementedError("ddprt: process sets other than the global one are not supported")
+    if process_set is not None and not resolve(process_set).included():
+        raise ValueError("ddprt: DistributedOptimizer with process set %s on rank %d, which is not in it"
+                         % (process_set.ranks, core.rank()))
     if num_groups and groups is None:
         groups = int(num_groups)
     if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
         raise ValueError("DistributedOptimizer: groups should be a positive integer or a list of lists of tensors")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -16,6 +16,7 @@ import torch
 
 from . import _core as core
 from . import _early
+from ._ddp_order import Stamps, tail
 from ._core import (Average, DdprtError, Max, Min, Product, Sum, barrier, finalize, is_initialized,
                     local_rank, local_size, rank, shutdown, size)
 from ._horovod import (Adasum, Compression, allgather_async, allgather_object, allreduce_, allreduce_async,
@@ -28,6 +29,8 @@ from ._hvd_coll import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, Hor
                         grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                         reducescatter_async)
 from ._hvd_join import join
+from ._hvd_sbn import SyncBatchNorm
+from ._hvd_sets import add_process_set, remove_process_set
 from ._hvd_misc import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
                         gloo_built, gloo_enabled, init, is_homogeneous, mpi_built, mpi_enabled,
                         mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
@@ -72,6 +75,7 @@ class HookState:
         self.rec, self.prev = {}, {}    # DDP's bucket layouts of this pass and the one before
         self.cdtype = None
         self.plan = self.active = None  # _early.Plan once learned; _early.Pass of this pass
+        self.stamps = Stamps()  # the order check's tails (_ddp_order.py)
         if model is not None:
             if not hasattr(model, "require_backward_grad_sync"):
                 raise TypeError("ddprt.torch.HookState(model): expected the DistributedDataParallel model, got %s"
@@ -95,9 +99,11 @@ class HookState:
             if self.want != self.planned:
                 self._replan()
             views = [self.views.get(i) for i in range(n)]
-            if all(v is not None and v.numel() == rec[i][0].numel() and v.dtype == (self.cdtype or rec[i][0].dtype)
+            k = tail(core.size())
+            if all(v is not None and v.numel() == rec[i][0].numel() + k and v.dtype == (self.cdtype or rec[i][0].dtype)
                    for i, v in enumerate(views)):
-                self.plan = _early.Plan(rec, views, self.piece_bytes, self.cdtype)
+                # Pieces go out in the plan's order, whatever DDP's: no tail needed there.
+                self.plan = _early.Plan(rec, [v[:v.numel() - k] for v in views], self.piece_bytes, self.cdtype)
         self.prev, self.rec = rec, {}
         self.active = _early.Pass(self.plan, self) if self.plan is not None else None
 
@@ -121,6 +127,8 @@ class HookState:
         self.planned = dict(self.want)
 
     def staging(self, index, numel, dtype):
+        """Bucket index's staging buffer: numel elements and the order check's tail."""
+        numel += tail(core.size())
         if index == 0:
             if self.want and self.want != self.planned:
                 self._replan()
@@ -156,17 +164,21 @@ def _hook(state, bucket, cdtype):
     if st.model is not None:
         st.rec[bucket.index()] = _early.layout(bucket)
         st.cdtype = cdtype
-    w = core.size()
+    w, me, i, n = core.size(), core.rank(), bucket.index(), buf.numel()
     fut = torch.futures.Future()
-    work = st.staging(bucket.index(), buf.numel(), cdtype or buf.dtype)
+    work = st.staging(i, n, cdtype or buf.dtype)
     if work is None:
-        work = buf if cdtype is None else torch.empty(buf.numel(), dtype=cdtype)
+        # Not staged yet (the first passes): in place in DDP's buffer in one process;
+        # else a buffer with room for the order check's tail.
+        work = buf if cdtype is None and w == 1 else torch.empty(n + tail(w), dtype=cdtype or buf.dtype)
+    data = work[:n]
     # DDP's own path scales each gradient by 1/size on its way into the bucket: the
     # same, on the way into the staging buffer (so the sum is DDP's, bit for bit).
     if w > 1:
-        torch.mul(buf, 1.0 / w, out=work)
+        torch.mul(buf, 1.0 / w, out=data)
     elif work is not buf:
-        work.copy_(buf)
+        data.copy_(buf)
+    st.stamps.write(work, n, i, me, w)  # this rank's (bucket, size) after the data
     try:
         h = core.allreduce_async_(work, op=Sum)
     except DdprtError as e:
@@ -175,12 +187,18 @@ def _hook(state, bucket, cdtype):
 
     def done(err):
         if err is not None:
+            if "mismatch" in str(err):
+                err = DdprtError("ddprt DDP hook: bucket %d (%d elements) on rank %d: %s" % (i, n, me, err))
             fut.set_exception(err)
+            return
+        bad = st.stamps.check(work, n, i, me, w)
+        if bad is not None:
+            fut.set_exception(DdprtError(bad))
         elif cdtype is not None:
-            buf.copy_(work)
+            buf.copy_(data)
             fut.set_result(buf)
         else:
-            fut.set_result(work)
+            fut.set_result(data)
 
     progress.submit(h, done)
     return fut

@@ -241,6 +241,10 @@ static_assert(sizeof(ipc_handle) <= 64, "an IPC handle is 64 bytes");
 
 cudaError_t ipc_get(cudaIpcMemHandle_t *h, void *p)
 {
+    // The pages move into shared memory: no kernel or copy may be writing them meanwhile
+    // (on a GPU taking a handle changes nothing; here it copies).
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e) return e;
     std::lock_guard<std::mutex> g(mem_mu);
     auto it = allocs.find((uintptr_t)p);
     if (!h || it == allocs.end() || it->second.kind != 1 || it->second.ipc)

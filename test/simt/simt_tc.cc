@@ -30,6 +30,20 @@
 #include <string>
 #include <vector>
 
+// The executor's own bookkeeping (these vectors, the shadows, NaN poison, the copies)
+// runs on whichever GPU thread's fiber calls in: under TSan it is hidden, as the rest of
+// the executor is, or TSan would report the fibers racing on the executor's state.
+#ifdef SIMT_TSAN
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+struct tsan_hide {
+    tsan_hide() { __tsan_ignore_thread_begin(); }
+    ~tsan_hide() { __tsan_ignore_thread_end(); }
+};
+#else
+struct tsan_hide {};
+#endif
+
 namespace {
 enum { PENDING, DONE };
 struct copy {
@@ -177,6 +191,7 @@ unsigned long long operand_sum(const desc &a, const desc &b, int n)
 
 int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len)
 {
+    tsan_hide hide;
     int kind = arg & 15, n = arg >> 4;
     std::string op = where("wgmma.mma_async", file, line);
     const wgmma_lane *l0 = (const wgmma_lane *)lanes[0];
@@ -256,6 +271,7 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
 
 void simt::wgmma_fence(const char *file, int line)
 {
+    tsan_hide hide;
     int t = cur_lin();
     if (t < 0) die("wgmma.fence at %s:%d called outside a kernel", base_name(file), line);
     wg_fenced[t] = 1;
@@ -263,6 +279,7 @@ void simt::wgmma_fence(const char *file, int line)
 
 void simt::wgmma_commit(const char *file, int line)
 {
+    tsan_hide hide;
     int t = cur_lin();
     if (t < 0) die("wgmma.commit_group at %s:%d called outside a kernel", base_name(file), line);
     wg_committed[t]++;
@@ -272,6 +289,7 @@ void simt::wgmma_commit(const char *file, int line)
 
 void simt::wgmma_wait(const char *file, int line, int n)
 {
+    tsan_hide hide;
     int t = cur_lin();
     if (t < 0) die("wgmma.wait_group at %s:%d called outside a kernel", base_name(file), line);
     size_t keep = 0;
@@ -314,6 +332,7 @@ unsigned long long simt::smem_desc(const void *p, int lbo, int sbo)
 int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file, int line, int warp, char *why,
                       size_t len)
 {
+    tsan_hide hide;
     if (kind == W_MMA) {
         mma(arg, lanes);
         return 0;
@@ -364,6 +383,7 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
 
 void simt::tc_block_start(int nthr)
 {
+    tsan_hide hide;
     copies.clear();
     memset(committed, 0, sizeof(int) * (size_t)nthr);
     wg_ops.clear();
@@ -374,12 +394,14 @@ void simt::tc_block_start(int nthr)
 
 void simt::tc_thread_exit(int lin)
 {
+    tsan_hide hide;
     for (copy &c : copies)
         if (c.thr == lin && c.state == PENDING) perform(c); // the hardware finishes them
 }
 
 void simt::tc_barrier_done()
 {
+    tsan_hide hide;
     // Completed before this barrier: every thread sees them now.
     size_t n = 0;
     for (const copy &c : copies)
@@ -389,6 +411,7 @@ void simt::tc_barrier_done()
 
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
+    tsan_hide hide;
     int t = cur_lin();
     std::string op = where("cp.async", file, line);
     char b[320];
@@ -426,6 +449,7 @@ void simt::cp_async(const char *file, int line, void *dst, const void *src, int 
 
 void simt::cp_async_commit(const char *file, int line)
 {
+    tsan_hide hide;
     int t = cur_lin();
     if (t < 0) die("cp.async.commit_group at %s:%d called outside a kernel", base_name(file), line);
     committed[t]++;
@@ -435,6 +459,7 @@ void simt::cp_async_commit(const char *file, int line)
 
 void simt::cp_async_wait(const char *file, int line, int n)
 {
+    tsan_hide hide;
     int t = cur_lin();
     if (t < 0) die("cp.async.wait_group at %s:%d called outside a kernel", base_name(file), line);
     for (copy &c : copies)

@@ -222,23 +222,32 @@ static void adam_run(void *ctx, size_t lo, size_t hi, int decay)
     KC(k_cuda_adam_step(hi - lo, &k, g->params + lo, g->grads + lo, c->mom + lo, c->v + lo, c->compute));
 }
 
-/* clip_grad_norm_: the norm comes back to the host (one more synchronisation a step),
- * which scales the averaged gradients as nn_optim_clip does. */
-static void clip_grads(nn_cuda *c)
+/* The gradients' sum of squares, on the host (one synchronisation). */
+static double grads_sumsq(nn_cuda *c, const char *what)
 {
     nn_graph *g = &c->dg;
     double ss;
     KC(k_cuda_sumsq(g->nparams, g->grads, c->norm, c->norm_ws, c->compute));
-    KC(port_memcpy_d2h(&ss, c->norm, sizeof ss, c->compute, "gradient norm"));
-    KC(port_stream_sync(c->compute, "gradient norm"));
+    KC(port_memcpy_d2h(&ss, c->norm, sizeof ss, c->compute, what));
+    KC(port_stream_sync(c->compute, what));
+    return ss;
+}
+
+/* clip_grad_norm_: the norm comes back to the host (one more synchronisation a step,
+ * unless the loss scaler's check has just taken it: ss >= 0), which scales the averaged
+ * gradients as nn_optim_clip does. */
+static void clip_grads(nn_cuda *c, double ss)
+{
+    nn_graph *g = &c->dg;
+    if (ss < 0) ss = grads_sumsq(c, "gradient norm");
     float coef = nn_optim_clip_coef(c->clip, sqrt(ss), c->clip->c.clip);
     if (coef < 1.0f) KC(k_cuda_scale(g->nparams, coef, g->grads, c->compute));
 }
 
-static void optim_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
+static void optim_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step, double ss)
 {
     nn_graph *g = &c->dg;
-    if (c->clip) clip_grads(c);
+    if (c->clip) clip_grads(c, ss);
     if (!c->opt) {
         KC(k_cuda_sgd_step(g->nparams, sgd, step == 0, g->params, g->grads, c->mom, c->compute));
         return;
@@ -261,21 +270,19 @@ static double read_sums(nn_cuda *c, long *correct)
 /* --amp fp16: the averaged gradients are the loss scale times the true ones. One sum of
  * squares tells whether any is inf or NaN (every rank's sum is the same after the
  * allreduce, so every rank decides the same); if none is, they are unscaled (before
- * clipping, as GradScaler.unscale_). 1: the step goes on. */
-static int unscale_grads(nn_cuda *c, uint64_t step)
+ * clipping, as GradScaler.unscale_). The unscaled gradients' sum of squares (for the
+ * clip), or -1: the step is skipped. */
+static double unscale_grads(nn_cuda *c, uint64_t step)
 {
     nn_graph *g = &c->dg;
-    double ss, s = c->scaler.scale;
-    KC(k_cuda_sumsq(g->nparams, g->grads, c->norm, c->norm_ws, c->compute));
-    KC(port_memcpy_d2h(&ss, c->norm, sizeof ss, c->compute, "gradient check (loss scale)"));
-    KC(port_stream_sync(c->compute, "gradient check (loss scale)"));
+    double s = c->scaler.scale, ss = grads_sumsq(c, "gradient check (loss scale)");
     int finite = isfinite(ss);
     if (finite) KC(k_cuda_scale(g->nparams, (float)(1.0 / s), g->grads, c->compute));
     nn_scaler_update(&c->scaler, finite);
     if (!finite)
         rt_info("rank %d: step %llu: gradients not finite at loss scale %g: step skipped, loss scale now %g",
                 c->dp.rank, (unsigned long long)step + 1, s, c->scaler.scale);
-    return finite;
+    return finite ? ss / (s * s) : -1;
 }
 
 /* The averaged gradients, then the update. The staging's end event orders it after the
@@ -284,8 +291,9 @@ static void finish_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
 {
     if (c->dp.finish_grads && c->dp.finish_grads(c->dp.ctx))
         rt_fatal("rank %d: GPU gradient allreduce: %s", c->dp.rank, c->dp.errmsg(c->dp.ctx));
-    if (c->scaler.scale > 0 && !unscale_grads(c, step)) return;
-    optim_step(c, sgd, step);
+    double ss = -1; /* the gradients' sum of squares when known */
+    if (c->scaler.scale > 0 && (ss = unscale_grads(c, step)) < 0) return;
+    optim_step(c, sgd, step, ss);
 }
 
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,

@@ -51,12 +51,12 @@ template <int TY> __device__ __forceinline__ unsigned tc_pack(float lo, float hi
     return TY == K_CUDA_MM_BF16 ? k_pack_bf16x2(lo, hi) : k_pack_f16x2(lo, hi);
 }
 
-// Slice [k0, min(k0 + 32, kend)) of the operand's rows [r0, r0 + R) into a tile. IS_B:
-// the loader is indexed (k, row) as the SGEMM's B loaders are.
-template <int R, bool IS_B, int TY, class L>
+// Slice [k0, min(k0 + 32, kend)) of a 16-bit operand's rows [r0, r0 + R) into a tile:
+// cp.async where rows are 16-byte aligned, else element by element (zero past the ends).
+template <int R, class L>
 __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int rows, int r0, int kend, int k0)
 {
-    constexpr bool KF = L::k_fast, RAW = std::is_base_of<TcRaw, L>::value;
+    constexpr bool KF = L::k_fast;
     constexpr int CH = R * TC_BK / 8;
 #pragma unroll
     for (int q = threadIdx.x; q < CH; q += TC_THREADS) {
@@ -73,28 +73,46 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
             dst = tc_off<R, false>(kr, c);
         }
         valid = max(valid, 0);
-        TcChunk ch;
-        if constexpr (RAW) {
-            const unsigned short *src = KF ? l.p + (size_t)r * l.ld + k : l.p + (size_t)k * l.ld + r;
-            if (l.vec) {
-                K_CP_ASYNC16(tile + dst, valid ? src : l.p, valid * 2);
-                continue;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ch.w[e] = (2 * e < valid ? (unsigned)src[2 * e] : 0u) | (2 * e + 1 < valid ? (unsigned)src[2 * e + 1] << 16 : 0u);
-        } else {
-            float f[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                int rr = KF ? r : r + e, kk = KF ? k + e : k;
-                f[e] = e < valid ? (IS_B ? l(kk, rr) : l(rr, kk)) : 0.0f;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++) ch.w[e] = tc_pack<TY>(f[2 * e], f[2 * e + 1]);
+        const unsigned short *src = KF ? l.p + (size_t)r * l.ld + k : l.p + (size_t)k * l.ld + r;
+        if (l.vec) {
+            K_CP_ASYNC16(tile + dst, valid ? src : l.p, valid * 2);
+            continue;
         }
+        TcChunk ch;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            ch.w[e] = (2 * e < valid ? (unsigned)src[2 * e] : 0u) | (2 * e + 1 < valid ? (unsigned)src[2 * e + 1] << 16 : 0u);
         *(TcChunk *)(tile + dst) = ch;
     }
+}
+
+// Accumulators of a warp's (BM/2) x (BN/4) part of the tile, mma's C layout in n8 blocks
+// (rows lane/4 and +8, columns 2(lane%4) and +1): zeroed, and written through st.
+template <int MT, int NT> __device__ __forceinline__ void tc_zero(float (&acc)[MT][NT][4])
+{
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+}
+
+template <int BM, int BN, int MT, int NT, class ST>
+__device__ __forceinline__ void tc_store(const float (&acc)[MT][NT][4], const ST &st, int M, int N, int m0, int n0,
+                                         int lane, int wm, int wn)
+{
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int m = m0 + wm * (BM / 2) + i * 16 + gid + (e >> 1) * 8;
+                int n = n0 + wn * (BN / 4) + j * 8 + 2 * tig + (e & 1);
+                if (m < M && n < N) st(blockIdx.z, m, n, acc[i][j][e]);
+            }
 }
 
 // The gathering loaders' chunks of one slice, held in registers (fetched before the
@@ -185,19 +203,14 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     __shared__ Smem sm;
     constexpr int WM = BM / 2, WN = BN / 4, MT = WM / 16, NT = WN / 8;
     constexpr bool AK = LA::k_fast, BK = LB::k_fast;
-    constexpr bool RAW = std::is_base_of<TcRaw, LA>::value || std::is_base_of<TcRaw, LB>::value;
+    constexpr bool RAW = std::is_base_of<TcRaw, LA>::value;
+    static_assert(RAW == std::is_base_of<TcRaw, LB>::value, "both operands 16-bit arrays, or both gathered");
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk), kt_n = (kend - kbeg + TC_BK - 1) / TC_BK;
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-
+    tc_zero(acc);
     if constexpr (!RAW) {
         TcPrefetch<BM, false, TY, LA> pa;
         TcPrefetch<BN, true, TY, LB> pb;
@@ -215,8 +228,8 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     } else {
         for (int s = 0; s < TC_STAGES - 1; s++) {
             if (s < kt_n) {
-                tc_load<BM, false, TY>(sm.a[s], la, M, m0, kend, kbeg + s * TC_BK);
-                tc_load<BN, true, TY>(sm.b[s], lb, N, n0, kend, kbeg + s * TC_BK);
+                tc_load<BM>(sm.a[s], la, M, m0, kend, kbeg + s * TC_BK);
+                tc_load<BN>(sm.b[s], lb, N, n0, kend, kbeg + s * TC_BK);
             }
             K_CP_ASYNC_COMMIT();
         }
@@ -226,25 +239,15 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
             __syncthreads();
             int nx = kt + TC_STAGES - 1;
             if (nx < kt_n) {
-                tc_load<BM, false, TY>(sm.a[nx % TC_STAGES], la, M, m0, kend, kbeg + nx * TC_BK);
-                tc_load<BN, true, TY>(sm.b[nx % TC_STAGES], lb, N, n0, kend, kbeg + nx * TC_BK);
+                tc_load<BM>(sm.a[nx % TC_STAGES], la, M, m0, kend, kbeg + nx * TC_BK);
+                tc_load<BN>(sm.b[nx % TC_STAGES], lb, N, n0, kend, kbeg + nx * TC_BK);
             }
             K_CP_ASYNC_COMMIT();
             tc_slice<BM, BN, TY, AK, BK>(sm.a[kt % TC_STAGES], sm.b[kt % TC_STAGES], acc, lane, wm, wn);
         }
         K_CP_ASYNC_WAIT(0); // the empty trailing groups
     }
-
-    const int gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int m = m0 + wm * WM + i * 16 + gid + (e >> 1) * 8, n = n0 + wn * WN + j * 8 + 2 * tig + (e & 1);
-                if (m < M && n < N) st(blockIdx.z, m, n, acc[i][j][e]);
-            }
+    tc_store<BM, BN>(acc, st, M, N, m0, n0, lane, wm, wn);
 }
 } // namespace
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"

@@ -44,12 +44,7 @@ __global__ void __launch_bounds__(TC_THREADS) tf_gemm(int M, int N, int K, int k
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk), kt_n = (kend - kbeg + TF_BK - 1) / TF_BK;
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    tc_zero(acc);
     for (int s = 0; s < TC_STAGES - 1 && s < kt_n; s++) {
         tf_load<BM, false>(sm.a[s], la, M, m0, kend, kbeg + s * TF_BK);
         tf_load<BN, true>(sm.b[s], lb, N, n0, kend, kbeg + s * TF_BK);
@@ -81,15 +76,6 @@ __global__ void __launch_bounds__(TC_THREADS) tf_gemm(int M, int N, int K, int k
                 for (int j = 0; j < NT; j++) K_MMA_TF32(acc[i][j], af[i], bf[j]);
         }
     }
-    const int gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int m = m0 + wm * WM + i * 16 + gid + (e >> 1) * 8, n = n0 + wn * WN + j * 8 + 2 * tig + (e & 1);
-                if (m < M && n < N) st(blockIdx.z, m, n, acc[i][j][e]);
-            }
+    tc_store<BM, BN>(acc, st, M, N, m0, n0, lane, wm, wn);
 }
 } // namespace

@@ -168,6 +168,14 @@ const char *shared_base()
     return b;
 }
 
+// The GPU thread making a per-thread call (cp.async, wgmma's fence / commit / wait).
+int calling_thread(const char *op, const char *file, int line)
+{
+    int t = simt::cur_lin();
+    if (t < 0) die("%s at %s:%d called outside a kernel", op, base_name(file), line);
+    return t;
+}
+
 // Byte offset of element (r, k) of a K-major, no-swizzle operand: core matrices of 8
 // rows x 16 bytes, the next 8 rows SBO bytes on, the next 8 k LBO bytes on.
 size_t kmajor_off(int r, int k, size_t lbo, size_t sbo) { return (r % 8) * 16 + (r / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo; }
@@ -274,16 +282,14 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
 void simt::wgmma_fence(const char *file, int line)
 {
     tsan_hide hide;
-    int t = cur_lin();
-    if (t < 0) die("wgmma.fence at %s:%d called outside a kernel", base_name(file), line);
+    int t = calling_thread("wgmma.fence", file, line);
     wg_fenced[t] = 1;
 }
 
 void simt::wgmma_commit(const char *file, int line)
 {
     tsan_hide hide;
-    int t = cur_lin();
-    if (t < 0) die("wgmma.commit_group at %s:%d called outside a kernel", base_name(file), line);
+    int t = calling_thread("wgmma.commit_group", file, line);
     wg_committed[t]++;
     for (wg_pend &p : wg_pending)
         if (p.thr == t && !p.group) p.group = wg_committed[t];
@@ -292,8 +298,7 @@ void simt::wgmma_commit(const char *file, int line)
 void simt::wgmma_wait(const char *file, int line, int n)
 {
     tsan_hide hide;
-    int t = cur_lin();
-    if (t < 0) die("wgmma.wait_group at %s:%d called outside a kernel", base_name(file), line);
+    int t = calling_thread("wgmma.wait_group", file, line);
     size_t keep = 0;
     for (size_t i = 0; i < wg_pending.size(); i++) {
         wg_pend p = wg_pending[i];
@@ -339,7 +344,7 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
         mma(arg, lanes);
         return 0;
     }
-    int num = arg & 7, base = warp * 32;
+    int num = arg & 7;
     std::string op = where("ldmatrix", file, line);
     if (num != 1 && num != 2 && num != 4) {
         snprintf(why, len, "%s: .x%d (1, 2 or 4 matrices)", op.c_str(), num);
@@ -379,7 +384,6 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
         ldm_lane *x = (ldm_lane *)lanes[j];
         for (int r = 0; r < 32; r++) x->rows[r] = r < 8 * num ? ((ldm_lane *)lanes[r])->addr : NULL;
     }
-    (void)base;
     return 0;
 }
 
@@ -414,10 +418,9 @@ void simt::tc_barrier_done()
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
     tsan_hide hide;
-    int t = cur_lin();
+    int t = calling_thread("cp.async", file, line);
     std::string op = where("cp.async", file, line);
     char b[320];
-    if (t < 0) die("%s called outside a kernel", op.c_str());
     if (bytes != 4 && bytes != 8 && bytes != 16) {
         snprintf(b, sizeof b, "%s: a copy of %d bytes (4, 8 or 16)", op.c_str(), bytes);
         return thread_fail(b);
@@ -452,8 +455,7 @@ void simt::cp_async(const char *file, int line, void *dst, const void *src, int 
 void simt::cp_async_commit(const char *file, int line)
 {
     tsan_hide hide;
-    int t = cur_lin();
-    if (t < 0) die("cp.async.commit_group at %s:%d called outside a kernel", base_name(file), line);
+    int t = calling_thread("cp.async.commit_group", file, line);
     committed[t]++;
     for (copy &c : copies)
         if (c.thr == t && !c.group) c.group = committed[t];
@@ -462,8 +464,7 @@ void simt::cp_async_commit(const char *file, int line)
 void simt::cp_async_wait(const char *file, int line, int n)
 {
     tsan_hide hide;
-    int t = cur_lin();
-    if (t < 0) die("cp.async.wait_group at %s:%d called outside a kernel", base_name(file), line);
+    int t = calling_thread("cp.async.wait_group", file, line);
     for (copy &c : copies)
         if (c.thr == t && c.state == PENDING && c.group && c.group <= committed[t] - n) perform(c);
 }

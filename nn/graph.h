@@ -106,7 +106,14 @@ enum { NN_BWD_INPUT = 1, NN_BWD_OUTPUT = 2, NN_ALIAS = 4 /* output is a view of 
        /* a rectifier reading only this node may compute relu(this node's fwd) itself
         * in one pass (nn_node.fuse_from): BN's affine, add's sum (CPU fp32 graphs) */
        NN_FUSES_RELU = 4096,
-       NN_BWD_IDENTITY = 8192 /* every input's gradient is dy itself (the add): planned in place */ };
+       NN_BWD_IDENTITY = 8192, /* every input's gradient is dy itself (the add): planned in place */
+       /* 16-bit activations on the device (nn_node.y16, --amp-activations 16): the op's device
+        * kernels read every input of --amp's 16-bit type (IN16) / write their output in it and
+        * read it back so in backward (OUT16) */
+       NN_IN16 = 16384, NN_OUT16 = 32768,
+       /* with NN_OUT16: only when every input is 16-bit too (the add: autocast's type
+        * promotion keeps GPT's residual stream, fed by the fp32 embedding, in fp32) */
+       NN_OUT16_ALL_IN = 65536 };
 
 /* Named attributes: an op keeps its attributes in a struct of its own (nn/ops/X.c),
  * stored in nn_node.attr; the table maps each cfg key to a field. Values are set by
@@ -207,6 +214,9 @@ typedef struct nn_node {
      * writer leaves its dx in acc (acc_defer) and the rectifier's backward adds it to
      * its dy on the way (acc_from = that node): one pass instead of two. */
     int acc_defer, acc_from;
+    /* The output is stored in --amp's 16-bit type (nn/plan.c's pass_half: device graphs
+     * with g->act16, where the producer and every reader take it): half the bytes. */
+    int y16;
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
@@ -296,6 +306,8 @@ typedef struct nn_graph {
     int bn_pos;
     /* bf16 / device hooks live beside this in later issues */
     int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
+    int act16;             /* device --amp: activations in 16 bits where every reader takes them
+                            * (--amp-activations 16, the default; nn/plan.c) */
     float loss_scale;      /* --amp fp16: the loss gradient's factor (nn/loss_scale.h); 0 or 1: none */
     int tf32;              /* --matmul-precision high on the device: fp32 products on TF32 tensor cores */
     int on_device;         /* a device graph: planned with the ops' workspace_cuda */

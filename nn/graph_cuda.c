@@ -115,6 +115,26 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
     c->stage = c->stage_bytes ? rt_arena_alloc(a, c->stage_bytes, RT_MEM_COMM, "allreduce staging") : NULL;
 }
 
+/* --mem-report: what the 16-bit activations saved (the plan again with them off). */
+static int mem_report_act16(nn_cuda *c, char *err, size_t errlen)
+{
+    size_t a16 = c->dg.act_bytes;
+    int n16 = 0, nout = 0;
+    for (int i = 1; i < c->dg.nn; i++) {
+        n16 += c->dg.nodes[i].y16;
+        nout += c->dg.nodes[i].storage == i;
+    }
+    rt_arena p32;
+    rt_arena_plan(&p32, "device");
+    c->host->act16 = 0;
+    int rc = carve_dev(c, &p32, err, errlen);
+    c->host->act16 = 1;
+    if (rc) return -1;
+    printf("device activations: planned %.2f MiB with %d of %d outputs in 16 bits (--amp-activations 16), "
+           "%.2f MiB in fp32 (32)\n", a16 / 1048576.0, n16, nout, c->dg.act_bytes / 1048576.0);
+    return 0;
+}
+
 int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report, char *err, size_t errlen)
 {
     c->host = host;
@@ -124,6 +144,7 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report
     rt_arena_plan(&plan, "device");
     if (carve_dev(c, &plan, err, errlen)) return -1;
     if (mem_report) rt_arena_report(&plan);
+    if (mem_report && host->act16 && mem_report_act16(c, err, errlen)) return -1;
     if (port_dev_malloc(&c->dev_base, plan.high, "device arena")) goto fail;
     rt_arena_init_from(&c->dev, "device", c->dev_base, plan.high);
     if (carve_dev(c, &c->dev, err, errlen)) return -1;

@@ -106,6 +106,9 @@ static const rt_arg flags[] = {
     FC("amp", amp, JOB, "none|bf16|fp16", "mixed precision: none or bf16 (conv/linear in bf16, fp32 master weights); fp16 needs CUDA"),
     FD("loss-scale", RT_ARG_DOUBLE, loss_scale, JOB, RT_ARG_POS, "65536",
        "--amp fp16: the initial dynamic loss scale (GradScaler's init_scale; halves on inf/NaN, doubles after 2000 clean steps)"),
+    FC("amp-activations", amp_act, JOB, "16|32",
+       "--amp with --device cuda: keep activations in 16 bits where every op reading them takes them so, as autocast "
+       "does (half the memory), or all in fp32 (default: 16)"),
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
       "of their reduction tree (K=8: 1, 2, 4, 8 ranks); 0: off, as without the flag"),

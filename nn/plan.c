@@ -13,7 +13,8 @@
  * nn_plan_items runs named passes in order: consumers (readers, gradients needed,
  * views), fusions (the sparse max over time), recompute (which outputs backward
  * re-makes), lifetimes, reruns (when the re-made outputs live), inplace (gradients
- * over gradients), accumulation, items, scratch (workspaces, accumulation buffers).
+ * over gradients), half (16-bit device activations), accumulation, items, scratch
+ * (workspaces, accumulation buffers).
  * Passes match op properties (nn_op.flags, nn_op.macs), never op names.
  *
  * Memory savers (off with g->no_recompute; the results are the same bits either way):
@@ -377,6 +378,34 @@ static void pass_defer(pl *P)
     }
 }
 
+/* half: device graphs under --amp with g->act16 keep an output in --amp's 16-bit type
+ * (nn_node.y16) when its op writes it so (NN_OUT16), every reader's op reads it so
+ * (NN_IN16), and nothing else sees the buffer: no view or in-place node on it, not the
+ * graph's output or a wanted gradient. The readers that multiply it (conv, linear)
+ * round their operands to that type anyway: the same bits; the others (BN, ReLU, add,
+ * pools) read the rounded value, as under PyTorch's autocast. An add's output is 16-bit
+ * only when both inputs are (NN_OUT16_ALL_IN: autocast's type promotion), so GPT's
+ * residual stream, fed by the fp32 embedding, stays fp32. Gradients stay fp32. */
+static void pass_half(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 0; i < P->N; i++) g->nodes[i].y16 = 0;
+    if (!g->on_device || g->amp == NN_AMP_NONE || !g->act16) return;
+    for (int i = 1; i < P->N; i++) {
+        nn_node *n = &g->nodes[i];
+        if (!(flags(n) & NN_OUT16) || n->storage != i || i == g->out || n->grad_source || !P->ncons[i]) continue;
+        int ok = 1;
+        for (int k = 0; k < n->nin && (flags(n) & NN_OUT16_ALL_IN); k++) ok &= g->nodes[n->in[k]].y16;
+        for (int j = i + 1; j < P->N && ok; j++) {
+            const nn_node *c = &g->nodes[j];
+            if (c->storage == i) ok = 0;
+            for (int k = 0; k < c->nin && ok; k++)
+                if (c->in[k] == i && !(flags(c) & NN_IN16)) ok = 0;
+        }
+        n->y16 = ok;
+    }
+}
+
 static int pass_accumulation(pl *P)
 {
     nn_graph *g = P->g;
@@ -419,7 +448,8 @@ static void pass_items(pl *P)
         size_t bytes = r64(B * nn_shape_numel(n->out) * sizeof(float));
         if (n->storage == i) {
             if ((!n->folded || n->folded == NN_FOLD_MAXT) && !n->fused_into)
-                P->it[P->ni++] = (item){bytes, 0, P->y0[i], P->y1[i], i, NN_PL_Y};
+                P->it[P->ni++] = (item){n->y16 ? r64(B * nn_shape_numel(n->out) * 2) : bytes, 0, P->y0[i], P->y1[i], i,
+                                        NN_PL_Y};
             if (g1[i] >= 0) P->it[P->ni++] = (item){bytes, 0, g0[i], g1[i], i, NN_PL_DY};
             if (P->mat[i] && P->ybroot[i] == i) P->it[P->ni++] = (item){bytes, 0, P->yb0[i], P->yb1[i], i, NN_PL_YB};
         }
@@ -485,6 +515,7 @@ int nn_plan_items(nn_graph *g, int rc, item **items, int **roots, char *err, siz
         pass_reruns(&P);
         pass_defer(&P);
         pass_inplace(&P);
+        pass_half(&P);
         rcode = pass_accumulation(&P);
     }
     if (!rcode) {

@@ -42,6 +42,11 @@ int nn_settings_build(nn_settings *s, const nn_opts *o, int local_world, char *e
     for (int i = 0; i < 3; i++)
         if (o->amp && !strcmp(o->amp, amps[i])) s->amp = i;
     s->device = o->device && !strcmp(o->device, "cuda") && !o->no_cuda ? NN_DEVICE_CUDA : NN_DEVICE_CPU;
+    if (o->amp_act && (s->device != NN_DEVICE_CUDA || !s->amp)) {
+        snprintf(err, errlen, "--amp-activations %s: the device's --amp bf16 / fp16 only (with --device cuda)", o->amp_act);
+        return -1;
+    }
+    s->act16 = s->device == NN_DEVICE_CUDA && s->amp && !(o->amp_act && !strcmp(o->amp_act, "32"));
     return check_device(s, o, err, errlen);
 }
 

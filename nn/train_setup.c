@@ -62,6 +62,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     if (t->ddp && !t->cuda) nn_ddp_place_grads(t->ddp, &t->g);
     _Static_assert((int)NN_AMP_BF16 == (int)NN_SET_AMP_BF16 && (int)NN_AMP_FP16 == (int)NN_SET_AMP_FP16, "one numbering");
     t->g.amp = t->set.amp;
+    t->g.act16 = t->set.act16;
     t->g.tf32 = t->set.device == NN_DEVICE_CUDA && t->set.k.matmul_high;
     t->g.recompute_macs = o->recompute_macs;
     /* A quarter of this rank's share of the host's memory: the rest for data, parameters

@@ -133,7 +133,7 @@ TEST(opts_agreement_covers_every_job_flag)
         if (per[i]) continue;
         jobs++;
         /* A value other than the default that the parser accepts. */
-        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16", "bf16", "1", "winograd", "high"};
+        static const char *const tries[] = {"7", "0.25", "cuda", "tcp", "xyz", "text", "cifar", "skip", "off", "adam", "cosine", "30,60", "world", "fp16", "bf16", "1", "winograd", "high", "32"};
         int ok = 0;
         /* A flag that needs another one (milestones need the multistep schedule,
          * --save-every a --save path) is compared against a baseline that has that

@@ -84,6 +84,13 @@ TEST(settings_the_device_refuses_what_it_cannot_honour)
     CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.amp == NN_SET_AMP_BF16, "%s", err);
     o.amp = "fp16"; /* the tensor cores with the loss scaler */
     CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.amp == NN_SET_AMP_FP16, "%s", err);
+    CHECK_EQ(s.act16, 1); /* 16-bit activations by default under the device's --amp */
+    o.amp_act = "32";
+    CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.act16 == 0, "%s", err);
+    o.amp_act = "16", o.amp = NULL; /* without --amp: refused, not ignored */
+    CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
+    CHECKF(strstr(err, "--amp-activations 16: the device's --amp bf16 / fp16 only") != NULL, "%s", err);
+    o.amp_act = NULL, o.amp = "fp16";
     o.loss_scale = 1e39;
     CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
     CHECKF(strstr(err, "--loss-scale 1e+39: at most 3.4e38") != NULL, "%s", err);
@@ -95,4 +102,7 @@ TEST(settings_the_device_refuses_what_it_cannot_honour)
     o.no_cuda = 0, o.device = NULL, o.amp = "fp16";
     CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
     CHECKF(strstr(err, "--amp fp16 needs the CUDA build and a GPU") != NULL, "%s", err);
+    o.amp = "bf16", o.amp_act = "16"; /* the CPU keeps its activations in fp32 */
+    CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
+    CHECKF(strstr(err, "--amp-activations 16: the device's") != NULL, "%s", err);
 }

@@ -41,6 +41,8 @@ TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu
 /* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
 TEST(simt_device_tensor_cores_forward_order) { suite("test_gpu_tc", "forward"); }
 TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
+TEST(simt_device_act16_forward_order) { suite("test_gpu_act16", "forward"); }
+TEST(simt_device_act16_random_order) { if (second_order()) suite("test_gpu_act16", "random"); }
 /* One file per op's device test (test/gpu/test_gpu_op_KIND.c, docs/adding-an-op.md). */
 TEST(simt_device_op_files_random_order) { suite("test_gpu_op_", "random"); }
 /* Whole models, DDP, the staged allreduce and the trainer: the kernels above again, in
@@ -51,6 +53,7 @@ TEST(simt_device_model_ddp_one_gpu_random_order) { suite("gpu_graph_ddp_2_ranks_
 TEST(simt_device_train_resnet20_textcnn_random_order) { suite("gpu_train_resnet20_textcnn", "random"); }
 TEST(simt_device_train_gpt_random_order) { suite("gpu_train_gpt_matches_cpu", "random"); }
 TEST(simt_device_amp_bf16_random_order) { suite("gpu_amp_bf16_2_processes", "random"); }
+TEST(simt_device_amp_act16_random_order) { suite("gpu_amp_act16", "random"); }
 TEST(simt_device_amp_fp16_random_order) { suite("gpu_amp_fp16_", "random"); }
 TEST(simt_device_tf32_random_order) { suite("gpu_tf32_", "random"); }
 TEST(simt_device_ddp_2_processes_random_order) { suite("gpu_ddp_resnet20_2_processes", "random"); }

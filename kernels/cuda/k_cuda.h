@@ -97,6 +97,13 @@ int k_cuda_scale(size_t n, float f, float *x, port_stream s);
  * --amp bf16 rounds them (x, w, dy; rt/half.h), or to tf32 (--matmul-precision high:
  * round to nearest, ties away, 10 mantissa bits), and fp32 accumulation. */
 enum { K_CUDA_MM_FP32, K_CUDA_MM_BF16, K_CUDA_MM_F16, K_CUDA_MM_TF32 };
+/* Activations the memory plan stores in 16 bits (nn/plan.c, --amp-activations 16): flags
+ * or'd into conv's and linear's mm (bf16 / f16 only): X16 the input x, Y16 the output y are
+ * arrays of that 16-bit type. Loads widen exactly (the products round their operands to that
+ * type anyway: the same bits); stores round to nearest even. The other ops take the
+ * element type of each activation (K_CUDA_ACT_F32, or K_CUDA_MM_BF16 / _F16) beside it. */
+enum { K_CUDA_MM_X16 = 16, K_CUDA_MM_Y16 = 32, K_CUDA_MM_TYPE = 15 };
+enum { K_CUDA_ACT_F32 = 0 };
 
 /* The tensor-core GEMM on 16-bit arrays (kernels/cuda/k_cuda_tc_gemm.cu): mma.sync,
  * type K_CUDA_MM_BF16 or _F16, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n) (+ bias[n],
@@ -160,6 +167,27 @@ int k_cuda_bn_finish(int c, const float *mean, const float *var, float eps, floa
 int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s);
 int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, port_stream s);
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s);
+/* The same with activations of element type xt / yt (K_CUDA_ACT_F32, K_CUDA_MM_BF16 or
+ * K_CUDA_MM_F16: the memory plan's 16-bit activations, k_cuda_common.cuh's k_act_ld /
+ * k_act_st); gradients and statistics stay fp32. */
+int k_cuda_bn_stats_t(int n, int c, int hw, const void *x, int xt, float *mean, float *var, port_stream s);
+int k_cuda_bn_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                    const float *gamma, const float *beta, void *y, int yt, port_stream s);
+int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                         const float *dy, float *dgamma, float *dbeta, port_stream s);
+int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                       const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
+                       float *dx, port_stream s);
+int k_cuda_relu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s);
+int k_cuda_relu_bwd_t(size_t n, const void *y, int yt, const float *dy, float *dx, port_stream s);
+int k_cuda_add_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s);
+int k_cuda_maxpool2d_pad_fwd_t(int n, int c, int h, int w, int ks, int st, int pad, const void *x, int xt, void *y,
+                               int yt, int32_t *idx, port_stream s);
+int k_cuda_global_avgpool_fwd_t(int n, int c, int hw, const void *x, int xt, float *y, port_stream s);
+int k_cuda_gelu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s);
+int k_cuda_gelu_bwd_t(size_t n, const void *x, int xt, const float *dy, float *dx, port_stream s);
+int k_cuda_layernorm_fwd_t(int n, int c, const float *x, const float *w, const float *b, float eps, void *y, int yt,
+                           float *mean, float *rstd, port_stream s);
 int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y, port_stream s);
 /* Zeroes dtable (vocab rows), then the first token using each row writes that row: one
  * block per token; O(tokens^2) id compares in all (parallel), independent of vocab. */

@@ -9,6 +9,8 @@
 // statistics take two passes (mean, then the centred squares) so the variance does not
 // cancel.
 #include "kernels/cuda/k_cuda_launch.cuh"
+// x and y may be 16-bit activations (k_act_ld / k_act_st: --amp-activations 16); the
+// statistics and every sum stay fp32 / double, as PyTorch's BN on a 16-bit input.
 
 #define BN_THREADS 1024
 
@@ -20,18 +22,18 @@ struct Chan { // element e (0 <= e < n*hw) of channel c in x[n, C, hw]
 };
 
 struct StatPart {
-    Chan ch; size_t m; const float *x;
+    Chan ch; size_t m; const void *x; int xt;
     __host__ __device__ double sum(int c, int t, int T) const
     {
         double s = 0.0;
-        for (size_t e = t; e < m; e += T) s += x[ch.at(c, e)];
+        for (size_t e = t; e < m; e += T) s += k_act_ld(x, xt, ch.at(c, e));
         return s;
     }
     __host__ __device__ double sq(int c, int t, int T, double mean) const
     {
         double s = 0.0;
         for (size_t e = t; e < m; e += T) {
-            double d = x[ch.at(c, e)] - mean;
+            double d = k_act_ld(x, xt, ch.at(c, e)) - mean;
             s += d * d;
         }
         return s;
@@ -40,14 +42,14 @@ struct StatPart {
 
 // dbeta = sum dy, dgamma = sum dy * xhat, xhat = (x - mean) * invstd (in float, as bn_fwd).
 struct BwdPart {
-    Chan ch; size_t m; const float *x, *mean, *invstd, *dy;
+    Chan ch; size_t m; const void *x; int xt; const float *mean, *invstd, *dy;
     __host__ __device__ void sums(int c, int t, int T, double *sdy, double *sdx) const
     {
         double a = 0.0, b = 0.0;
         float mu = mean[c], is = invstd[c];
         for (size_t e = t; e < m; e += T) {
             size_t i = ch.at(c, e);
-            float xh = (x[i] - mu) * is;
+            float xh = (k_act_ld(x, xt, i) - mu) * is;
             a += dy[i];
             b += (double)dy[i] * xh;
         }
@@ -58,21 +60,22 @@ struct BwdPart {
 
 // fmaf explicitly: every compiler then rounds alike.
 struct Fwd {
-    int C, hw; const float *x, *mean, *invstd, *gamma, *beta; float *y;
+    int C, hw; const void *x; int xt; const float *mean, *invstd, *gamma, *beta; void *y; int yt;
     __host__ __device__ void operator()(size_t i) const
     {
         int c = (int)((i / hw) % C);
-        float xh = (x[i] - mean[c]) * invstd[c];
-        y[i] = fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f);
+        float xh = (k_act_ld(x, xt, i) - mean[c]) * invstd[c];
+        k_act_st(y, yt, i, fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f));
     }
 };
 
 struct Dx {
-    int C, hw; float inv_m; const float *x, *mean, *invstd, *gamma, *dgamma, *dbeta, *dy; float *dx;
+    int C, hw; float inv_m; const void *x; int xt; const float *mean, *invstd, *gamma, *dgamma, *dbeta, *dy;
+    float *dx;
     __host__ __device__ void operator()(size_t i) const
     {
         int c = (int)((i / hw) % C);
-        float xh = (x[i] - mean[c]) * invstd[c];
+        float xh = (k_act_ld(x, xt, i) - mean[c]) * invstd[c];
         float k = (gamma ? gamma[c] : 1.0f) * invstd[c];
         dx[i] = k * fmaf(-xh, dgamma[c] * inv_m, dy[i] - dbeta[c] * inv_m);
     }
@@ -126,37 +129,61 @@ __global__ void __launch_bounds__(BN_THREADS) bwd_sums_kernel(BwdPart f, float *
 
 } // namespace
 
-int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s)
+int k_cuda_bn_stats_t(int n, int c, int hw, const void *x, int xt, float *mean, float *var, port_stream s)
 {
     if (c <= 0) return 0;
-    StatPart f = {{c, hw}, (size_t)n * hw, x};
+    StatPart f = {{c, hw}, (size_t)n * hw, x, xt};
     K_LAUNCH(stats_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, mean, var);
-    return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+}
+
+int k_cuda_bn_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                    const float *gamma, const float *beta, void *y, int yt, port_stream s)
+{
+    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt}, s);
+    return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d types %d -> %d", n, c, hw, xt, yt);
+}
+
+int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                         const float *dy, float *dgamma, float *dbeta, port_stream s)
+{
+    if (c <= 0) return 0;
+    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy};
+    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
+    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+}
+
+int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                       const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
+                       float *dx, port_stream s)
+{
+    Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx};
+    k_cuda_each((size_t)n * c * hw, f, s);
+    return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g x type %d", n, c, hw, m, xt);
+}
+
+int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s)
+{
+    return k_cuda_bn_stats_t(n, c, hw, x, K_CUDA_ACT_F32, mean, var, s);
 }
 
 int k_cuda_bn_fwd(int n, int c, int hw, const float *x, const float *mean, const float *invstd, const float *gamma,
                   const float *beta, float *y, port_stream s)
 {
-    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, mean, invstd, gamma, beta, y}, s);
-    return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_bn_fwd_t(n, c, hw, x, K_CUDA_ACT_F32, mean, invstd, gamma, beta, y, K_CUDA_ACT_F32, s);
 }
 
 int k_cuda_bn_bwd_sums(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                        const float *dy, float *dgamma, float *dbeta, port_stream s)
 {
-    if (c <= 0) return 0;
-    BwdPart f = {{c, hw}, (size_t)n * hw, x, mean, invstd, dy};
-    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
-    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_bn_bwd_sums_t(n, c, hw, x, K_CUDA_ACT_F32, mean, invstd, dy, dgamma, dbeta, s);
 }
 
 int k_cuda_bn_bwd_dx(int n, int c, int hw, const float *x, const float *mean, const float *invstd,
                      const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
                      float *dx, port_stream s)
 {
-    Dx f = {c, hw, (float)(1.0 / m), x, mean, invstd, gamma, dgamma, dbeta, dy, dx};
-    k_cuda_each((size_t)n * c * hw, f, s);
-    return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g", n, c, hw, m);
+    return k_cuda_bn_bwd_dx_t(n, c, hw, x, K_CUDA_ACT_F32, mean, invstd, gamma, dgamma, dbeta, m, dy, dx, s);
 }
 
 int k_cuda_bn_finish(int c, const float *mean, const float *var, float eps, float momentum, double count,

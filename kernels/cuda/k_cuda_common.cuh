@@ -68,3 +68,30 @@ __device__ __forceinline__ double k_cuda_block_sum(double v, double *sh)
     __syncthreads();
     return r;
 }
+
+// ---- Activations the memory plan keeps in 16 bits (K_CUDA_MM_X16 / _Y16, nn/plan.c):
+// element i of an array of type t (K_CUDA_ACT_F32, K_CUDA_MM_BF16 or K_CUDA_MM_F16).
+// Loads widen exactly; stores round to nearest even, the bits the tensor cores' operand
+// rounding (cvt.rn) gives, so a product reading a stored 16-bit activation multiplies what
+// it would have rounded the fp32 value to. The type is uniform over a launch: no divergence.
+__host__ __device__ __forceinline__ float k_act_ld(const void *p, int t, size_t i)
+{
+    if (t == K_CUDA_ACT_F32) return ((const float *)p)[i];
+    uint16_t u = ((const uint16_t *)p)[i];
+    return t == K_CUDA_MM_BF16 ? rt_bf16_to_f32(u) : rt_f16_to_f32(u);
+}
+__host__ __device__ __forceinline__ void k_act_st(void *p, int t, size_t i, float v)
+{
+    if (t == K_CUDA_ACT_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = t == K_CUDA_MM_BF16 ? rt_f32_to_bf16(v) : rt_f32_to_f16(v);
+}
+// The 16-bit type conv / linear's mm flags name for x (K_CUDA_MM_X16) or y (_Y16).
+static inline int k_act_of(int mm, int flag) { return (mm & flag) ? (mm & K_CUDA_MM_TYPE) : K_CUDA_ACT_F32; }
+// 16-bit activations exist only beside 16-bit products (--amp bf16 / fp16).
+static inline int k_act_mm_check(int mm, const char *kernel, const char *shapes)
+{
+    int t = mm & K_CUDA_MM_TYPE;
+    if (!(mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) || t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) return 0;
+    port_cuda_fail("%s(%s): 16-bit activations need bf16 or f16 products, not precision %d", kernel, shapes, t);
+    return -1;
+}

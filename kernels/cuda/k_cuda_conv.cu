@@ -56,10 +56,11 @@ static Geo geo(const k_conv_shape *sh)
     return g;
 }
 
-// x(n, c, h, w) with zero padding.
-__host__ __device__ __forceinline__ float x_at(const Geo &g, const float *x, int n, int c, int h, int w)
+// x(n, c, h, w) with zero padding; x of type xt (fp32, or 16 bits: k_act_ld).
+__host__ __device__ __forceinline__ float x_at(const Geo &g, const void *x, int xt, int n, int c, int h, int w)
 {
-    return (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[(((size_t)n * g.C + c) * g.H + h) * g.W + w] : 0.0f;
+    return (h >= 0 && h < g.H && w >= 0 && w < g.W) ? k_act_ld(x, xt, (((size_t)n * g.C + c) * g.H + h) * g.W + w)
+                                                    : 0.0f;
 }
 
 // ---- forward: A = w [K x CRS], B = patches [CRS x NPQ]
@@ -70,21 +71,21 @@ struct FwdA {
 };
 struct FwdB {
     static constexpr bool k_fast = false;
-    Geo g; const float *x;
+    Geo g; const void *x; int xt;
     __host__ __device__ float operator()(int k, int j) const
     {
         int c, rs, r, s, n, pq, p, q;
         g.dRS.qr(k, c, rs), g.dS.qr(rs, r, s), g.dPQ.qr(j, n, pq), g.dQ.qr(pq, p, q);
-        return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
+        return x_at(g, x, xt, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
     }
 };
 struct FwdStore {
-    Geo g; const float *b; float *y;
+    Geo g; const float *b; void *y; int yt;
     __host__ __device__ void operator()(int, int m, int j, float v) const
     {
         int n, pq;
         g.dPQ.qr(j, n, pq);
-        y[((size_t)n * g.K + m) * g.PQ() + pq] = v + (b ? b[m] : 0.0f);
+        k_act_st(y, yt, ((size_t)n * g.K + m) * g.PQ() + pq, v + (b ? b[m] : 0.0f));
     }
 };
 
@@ -136,12 +137,12 @@ struct DwA {
 };
 struct DwB {
     static constexpr bool k_fast = true;
-    Geo g; const float *x;
+    Geo g; const void *x; int xt;
     __host__ __device__ float operator()(int k, int j) const
     {
         int n, pq, p, q, c, rs, r, s;
         g.dPQ.qr(k, n, pq), g.dQ.qr(pq, p, q), g.dRS.qr(j, c, rs), g.dS.qr(rs, r, s);
-        return x_at(g, x, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
+        return x_at(g, x, xt, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
     }
 };
 struct DwStore {
@@ -199,10 +200,11 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     Geo g = geo(sh);
     char shp[160];
     shape_str(sh, shp, sizeof shp);
+    if (k_act_mm_check(mm, "k_cuda_conv2d_fwd", shp)) return -1;
     FwdA a = {w, g.C * g.RS()};
-    FwdB bb = {g, x};
-    FwdStore st = {g, b, y};
-    return k_cuda_gemm_mm(mm, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
+    FwdB bb = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
+    FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16)};
+    return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
                        (cudaStream_t)s);
 }
 
@@ -213,17 +215,18 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     cudaStream_t cs = (cudaStream_t)s;
     char shp[160];
     shape_str(sh, shp, sizeof shp);
+    if (k_act_mm_check(mm, "k_cuda_conv2d_bwd", shp)) return -1;
     if (dx) {
         DxA a = {g, w};
         DxB b = {g, dy};
         DxStore st = {g, dx};
-        if (k_cuda_gemm_mm(mm, "k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
+        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
             return -1;
     }
     DwA a = {g, dy};
-    DwB b = {g, x};
+    DwB b = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
     DwStore st = {dw, g.C * g.RS()};
-    if (k_cuda_gemm_mm(mm, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
+    if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
         return -1;
     if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
     K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db);

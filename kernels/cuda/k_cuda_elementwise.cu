@@ -32,6 +32,28 @@ int k_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx, port_s
     LAUNCH(relu_bwd, n, s, n, y, dy, dx);
     return k_cuda_check_launch("k_cuda_relu_bwd", "n=%zu", n);
 }
+// 16-bit activations (k_act_ld / k_act_st): rounding keeps the sign, and in bf16 (fp32's
+// exponent range) only a value under 2^-134 rounds to zero, so the mask is the fp32 one;
+// in f16 a positive value under 2^-25 rounds to zero and so does its gradient, as with
+// PyTorch's relu on a half tensor.
+__global__ void relu_fwd_t(size_t n, const void *x, int xt, void *y, int yt)
+{
+    GRID_STRIDE(i, n) { float v = k_act_ld(x, xt, i); k_act_st(y, yt, i, v < 0.0f ? 0.0f : v); }
+}
+__global__ void relu_bwd_t(size_t n, const void *y, int yt, const float *dy, float *dx)
+{
+    GRID_STRIDE(i, n) dx[i] = k_act_ld(y, yt, i) > 0.0f ? dy[i] : 0.0f;
+}
+int k_cuda_relu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s)
+{
+    LAUNCH(relu_fwd_t, n, s, n, x, xt, y, yt);
+    return k_cuda_check_launch("k_cuda_relu_fwd", "n=%zu types %d -> %d", n, xt, yt);
+}
+int k_cuda_relu_bwd_t(size_t n, const void *y, int yt, const float *dy, float *dx, port_stream s)
+{
+    LAUNCH(relu_bwd_t, n, s, n, y, yt, dy, dx);
+    return k_cuda_check_launch("k_cuda_relu_bwd", "n=%zu y type %d", n, yt);
+}
 
 // ---- dropout: element i keeps when u(seed, offset + i) >= p
 __global__ void dropout_fwd(size_t n, float p, float sc, uint64_t key, uint64_t offset, const float *x, float *y,

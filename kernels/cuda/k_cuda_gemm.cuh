@@ -49,6 +49,22 @@ struct KgColB { // b(k, n) = b[n * ld + k]
     const float *b; int ld;
     __host__ __device__ float operator()(int k, int n) const { return b[(size_t)n * ld + k]; }
 };
+// The same on an activation of element type t (fp32, or 16 bits: k_act_ld, K_CUDA_MM_X16).
+struct KgActRowA { // a(m, k) = a[m * ld + k]
+    static constexpr bool k_fast = true;
+    const void *a; int ld, t;
+    __host__ __device__ float operator()(int m, int k) const { return k_act_ld(a, t, (size_t)m * ld + k); }
+};
+struct KgActColA { // a(m, k) = a[k * ld + m]
+    static constexpr bool k_fast = false;
+    const void *a; int ld, t;
+    __host__ __device__ float operator()(int m, int k) const { return k_act_ld(a, t, (size_t)k * ld + m); }
+};
+struct KgActRowB { // b(k, n) = b[k * ld + n]
+    static constexpr bool k_fast = false;
+    const void *b; int ld, t;
+    __host__ __device__ float operator()(int k, int n) const { return k_act_ld(b, t, (size_t)k * ld + n); }
+};
 } // namespace
 
 template <int BM, int BN, class LA, class LB, class ST>

@@ -12,12 +12,12 @@ namespace {
 // (strict >), a NaN is always taken (the last NaN wins).
 struct PoolFwd {
     int h, w, ks, st, pad, p, q;
-    const float *x; float *y; int32_t *idx;
+    const void *x; int xt; void *y; int yt; int32_t *idx; // x, y: k_act_ld / k_act_st types
     __host__ __device__ void operator()(size_t o) const
     {
         size_t pl = o / ((size_t)p * q);
         int pq = (int)(o % ((size_t)p * q)), oh = pq / q, ow = pq % q;
-        const float *xp = x + pl * h * w;
+        size_t x0 = pl * h * w;
         int h0 = oh * st - pad, w0 = ow * st - pad;
         int hs = k_cuda_imax(h0, 0), he = k_cuda_imin(h0 + ks, h);
         int ws = k_cuda_imax(w0, 0), we = k_cuda_imin(w0 + ks, w);
@@ -26,10 +26,10 @@ struct PoolFwd {
         for (int ih = hs; ih < he; ih++)
             for (int iw = ws; iw < we; iw++) {
                 int off = ih * w + iw;
-                float v = xp[off];
+                float v = k_act_ld(x, xt, x0 + off);
                 if (v > m || v != v) { m = v; a = off; }
             }
-        y[o] = m;
+        k_act_st(y, yt, o, m);
         idx[o] = a;
     }
 };
@@ -59,12 +59,11 @@ struct PoolBwd {
 // ---- global average pool: one thread per plane, a sequential sum in double (planes
 // are small at the head of a network: 7x7, 8x8).
 struct AvgFwd {
-    int hw; const float *x; float *y;
+    int hw; const void *x; int xt; float *y;
     __host__ __device__ void operator()(size_t pl) const
     {
-        const float *xp = x + pl * hw;
         double s = 0.0;
-        for (int i = 0; i < hw; i++) s += xp[i];
+        for (int i = 0; i < hw; i++) s += k_act_ld(x, xt, pl * hw + i);
         y[pl] = (float)(s / hw);
     }
 };
@@ -74,8 +73,8 @@ struct AvgBwd {
 };
 
 struct Add {
-    const float *a, *b; float *y;
-    __host__ __device__ void operator()(size_t i) const { y[i] = a[i] + b[i]; }
+    const void *a, *b; void *y; int at, bt, yt;
+    __host__ __device__ void operator()(size_t i) const { k_act_st(y, yt, i, k_act_ld(a, at, i) + k_act_ld(b, bt, i)); }
 };
 
 // ---- embedding: y[i, d, t] = table[ids[i*len + t], d], one thread per output.
@@ -160,12 +159,12 @@ int pool_args_bad(const char *kernel, int n, int c, int h, int w, int ks, int st
 
 // Without padding (floor mode) the same kernels with pad 0: the same windows, scan and
 // bits as a pool of its own.
-int pool_fwd(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
-             int32_t *idx, port_stream s)
+int pool_fwd(const char *kernel, int n, int c, int h, int w, int ks, int st, int pad, const void *x, int xt, void *y,
+             int yt, int32_t *idx, port_stream s)
 {
     if (pool_args_bad(kernel, n, c, h, w, ks, st, pad)) return -1;
     int p = (h + 2 * pad - ks) / st + 1, q = (w + 2 * pad - ks) / st + 1;
-    k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, y, idx}, s);
+    k_cuda_each((size_t)n * c * p * q, PoolFwd{h, w, ks, st, pad, p, q, x, xt, y, yt, idx}, s);
     return k_cuda_check_launch(kernel, "n=%d c=%d h=%d w=%d ks=%d st=%d pad=%d", n, c, h, w, ks, st, pad);
 }
 
@@ -183,7 +182,13 @@ int pool_bwd(const char *kernel, int n, int c, int h, int w, int ks, int st, int
 int k_cuda_maxpool2d_pad_fwd(int n, int c, int h, int w, int ks, int st, int pad, const float *x, float *y,
                              int32_t *idx, port_stream s)
 {
-    return pool_fwd("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad, x, y, idx, s);
+    return pool_fwd("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad, x, K_CUDA_ACT_F32, y, K_CUDA_ACT_F32, idx, s);
+}
+
+int k_cuda_maxpool2d_pad_fwd_t(int n, int c, int h, int w, int ks, int st, int pad, const void *x, int xt, void *y,
+                               int yt, int32_t *idx, port_stream s)
+{
+    return pool_fwd("k_cuda_maxpool2d_pad_fwd", n, c, h, w, ks, st, pad, x, xt, y, yt, idx, s);
 }
 
 int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad, const float *dy,
@@ -195,7 +200,7 @@ int k_cuda_maxpool2d_pad_bwd(int n, int c, int h, int w, int ks, int st, int pad
 int k_cuda_maxpool2d_fwd(int n, int c, int h, int w, int ks, int st, const float *x, float *y, int32_t *idx,
                          port_stream s)
 {
-    return pool_fwd("k_cuda_maxpool2d_fwd", n, c, h, w, ks, st, 0, x, y, idx, s);
+    return pool_fwd("k_cuda_maxpool2d_fwd", n, c, h, w, ks, st, 0, x, K_CUDA_ACT_F32, y, K_CUDA_ACT_F32, idx, s);
 }
 
 int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float *dy, const int32_t *idx,
@@ -204,10 +209,15 @@ int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float
     return pool_bwd("k_cuda_maxpool2d_bwd", n, c, h, w, ks, st, 0, dy, idx, dx, s);
 }
 
+int k_cuda_global_avgpool_fwd_t(int n, int c, int hw, const void *x, int xt, float *y, port_stream s)
+{
+    k_cuda_each((size_t)n * c, AvgFwd{hw, x, xt, y}, s);
+    return k_cuda_check_launch("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+}
+
 int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s)
 {
-    k_cuda_each((size_t)n * c, AvgFwd{hw, x, y}, s);
-    return k_cuda_check_launch("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d", n, c, hw);
+    return k_cuda_global_avgpool_fwd_t(n, c, hw, x, K_CUDA_ACT_F32, y, s);
 }
 
 int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, port_stream s)
@@ -216,10 +226,15 @@ int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, 
     return k_cuda_check_launch("k_cuda_global_avgpool_bwd", "n=%d c=%d hw=%d", n, c, hw);
 }
 
+int k_cuda_add_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s)
+{
+    k_cuda_each(n, Add{a, b, y, at, bt, yt}, s);
+    return k_cuda_check_launch("k_cuda_add", "n=%zu types %d + %d -> %d", n, at, bt, yt);
+}
+
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s)
 {
-    k_cuda_each(n, Add{a, b, y}, s);
-    return k_cuda_check_launch("k_cuda_add", "n=%zu", n);
+    return k_cuda_add_t(n, a, K_CUDA_ACT_F32, b, K_CUDA_ACT_F32, y, K_CUDA_ACT_F32, s);
 }
 
 int k_cuda_embedding_fwd(int n, int len, int dim, const int32_t *ids, const float *table, float *y,

@@ -8,10 +8,15 @@
 
 namespace {
 
+// y of type yt (fp32, or 16 bits: K_CUDA_MM_Y16).
 struct StoreBias {
-    float *y; const float *b; int ld;
-    __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v + (b ? b[n] : 0.0f); }
+    void *y; const float *b; int ld, yt;
+    __host__ __device__ void operator()(int, int m, int n, float v) const
+    {
+        k_act_st(y, yt, (size_t)m * ld + n, v + (b ? b[n] : 0.0f));
+    }
 };
+
 struct Store {
     float *y; int ld;
     __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v; }
@@ -53,10 +58,15 @@ int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const f
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    KgRowA a = {x, in};
+    if (k_act_mm_check(mm, "k_cuda_linear_fwd", shp)) return -1;
     KgColB bb = {w, in};
-    StoreBias st = {y, b, out};
-    return k_cuda_gemm_mm(mm, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    StoreBias st = {y, b, out, k_act_of(mm, K_CUDA_MM_Y16)};
+    if (mm & K_CUDA_MM_X16) {
+        KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+        return k_cuda_gemm_mm16(mm, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    }
+    KgRowA a = {(const float *)x, in};
+    return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
 
 int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
@@ -65,16 +75,23 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
+    if (k_act_mm_check(mm, "k_cuda_linear_bwd", shp)) return -1;
     if (dx) {
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (k_cuda_gemm_mm(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
     KgColA a = {dy, out};
-    KgRowB b = {x, in};
     Store st = {dw, in};
-    if (k_cuda_gemm_mm(mm, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+    if (mm & K_CUDA_MM_X16) {
+        KgActRowB b = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+        if (k_cuda_gemm_mm16(mm, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+    } else {
+        KgRowB b = {x, in};
+        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs))
+            return -1;
+    }
     if (!db) return 0; // no bias
     K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);
     return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);

@@ -304,3 +304,22 @@ static int k_cuda_gemm_mm(int mm, const char *kernel, const char *shapes, int M,
         return k_cuda_gemm(kernel, shapes, M, N, K, la, lb, st, ws, s);
     }
 }
+
+// The same for loaders / epilogues of 16-bit activations (K_CUDA_MM_X16 / _Y16), which come
+// only with bf16 / f16 products: just those two are instantiated (an fp32 or TF32 kernel
+// on them would be dead code, and the TF32 one spilled).
+template <class LA, class LB, class ST>
+static int k_cuda_gemm_mm16(int mm, const char *kernel, const char *shapes, int M, int N, int K, LA la, LB lb, ST st,
+                            void *ws, cudaStream_t s)
+{
+    int t = k_cuda_gemm_tile(M, N);
+    if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16)
+        return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_BF16>(kernel, shapes, M, N, K, la, lb, st, ws, s)
+                        : k_cuda_gemm_tc_t<64, K_CUDA_MM_BF16>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_F16)
+        return t == 128 ? k_cuda_gemm_tc_t<128, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s)
+                        : k_cuda_gemm_tc_t<64, K_CUDA_MM_F16>(kernel, shapes, M, N, K, la, lb, st, ws, s);
+    port_cuda_fail("%s(%s): 16-bit activations need bf16 or f16 products, not precision %d", kernel, shapes,
+                   mm & K_CUDA_MM_TYPE);
+    return -1;
+}

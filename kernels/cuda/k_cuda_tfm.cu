@@ -12,21 +12,23 @@
 namespace {
 
 // ---- GELU: kernels/k_math.h's, the CPU's own math (so the same bits).
-__global__ void gelu_fwd(size_t n, const float *x, float *y)
+// x and y of element types xt / yt (fp32, or 16-bit activations: k_act_ld / k_act_st).
+__global__ void gelu_fwd(size_t n, const void *x, int xt, void *y, int yt)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = k_gelu(x[i]);
+        k_act_st(y, yt, i, k_gelu(k_act_ld(x, xt, i)));
 }
 
-__global__ void gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
+__global__ void gelu_bwd(size_t n, const void *x, int xt, const float *dy, float *dx)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dx[i] = k_gelu_grad(x[i], dy[i]);
+        dx[i] = k_gelu_grad(k_act_ld(x, xt, i), dy[i]);
 }
 
 // ---- LayerNorm: one block per row, sums in double over a fixed tree.
 __global__ void __launch_bounds__(K_CUDA_THREADS)
-ln_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, float *y, float *mean, float *rstd)
+ln_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, void *y, int yt, float *mean,
+       float *rstd)
 {
     __shared__ double sh[K_CUDA_THREADS];
     for (int r = blockIdx.x; r < n; r += gridDim.x) {
@@ -42,7 +44,7 @@ ln_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, 
         float rs = 1.0f / sqrtf((float)(k_cuda_block_sum(q, sh) / c) + eps);
         for (int i = threadIdx.x; i < c; i += blockDim.x) {
             float v = (xr[i] - m) * rs * w[i];
-            y[(size_t)r * c + i] = b ? v + b[i] : v;
+            k_act_st(y, yt, (size_t)r * c + i, b ? v + b[i] : v);
         }
         if (threadIdx.x == 0) mean[r] = m, rstd[r] = rs;
     }
@@ -185,6 +187,13 @@ struct Put { // y = v + bias[n], or y += v when add
         *p = add ? *p + v : v + (bias ? bias[n] : 0.0f);
     }
 };
+struct PutAct { // y = v + bias[n], y of element type yt (K_CUDA_MM_Y16)
+    void *y; const float *bias; int ld, yt;
+    __host__ __device__ void operator()(int, int m, int n, float v) const
+    {
+        k_act_st(y, yt, (size_t)m * ld + n, v + (bias ? bias[n] : 0.0f));
+    }
+};
 
 
 // ---- the classifier's softmax rows: logits l[r, v] in place; loss per row; with
@@ -235,25 +244,41 @@ static int cl_rows(int n, int v)
 
 } // namespace
 
+int k_cuda_gelu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s)
+{
+    K_LAUNCH(gelu_fwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, xt, y, yt);
+    return k_cuda_check_launch("k_cuda_gelu_fwd", "n=%zu types %d -> %d", n, xt, yt);
+}
+
+int k_cuda_gelu_bwd_t(size_t n, const void *x, int xt, const float *dy, float *dx, port_stream s)
+{
+    K_LAUNCH(gelu_bwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, xt, dy, dx);
+    return k_cuda_check_launch("k_cuda_gelu_bwd", "n=%zu x type %d", n, xt);
+}
+
 int k_cuda_gelu_fwd(size_t n, const float *x, float *y, port_stream s)
 {
-    K_LAUNCH(gelu_fwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, y);
-    return k_cuda_check_launch("k_cuda_gelu_fwd", "n=%zu", n);
+    return k_cuda_gelu_fwd_t(n, x, K_CUDA_ACT_F32, y, K_CUDA_ACT_F32, s);
 }
 
 int k_cuda_gelu_bwd(size_t n, const float *x, const float *dy, float *dx, port_stream s)
 {
-    K_LAUNCH(gelu_bwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, dy, dx);
-    return k_cuda_check_launch("k_cuda_gelu_bwd", "n=%zu", n);
+    return k_cuda_gelu_bwd_t(n, x, K_CUDA_ACT_F32, dy, dx, s);
 }
 
 static unsigned row_blocks(int n) { return (unsigned)(n < 65535 ? (n > 0 ? n : 1) : 65535); }
 
+int k_cuda_layernorm_fwd_t(int n, int c, const float *x, const float *w, const float *b, float eps, void *y, int yt,
+                           float *mean, float *rstd, port_stream s)
+{
+    K_LAUNCH(ln_fwd, row_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, c, x, w, b, eps, y, yt, mean, rstd);
+    return k_cuda_check_launch("k_cuda_layernorm_fwd", "n=%d c=%d y type %d", n, c, yt);
+}
+
 int k_cuda_layernorm_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, float *y,
                          float *mean, float *rstd, port_stream s)
 {
-    K_LAUNCH(ln_fwd, row_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, c, x, w, b, eps, y, mean, rstd);
-    return k_cuda_check_launch("k_cuda_layernorm_fwd", "n=%d c=%d", n, c);
+    return k_cuda_layernorm_fwd_t(n, c, x, w, b, eps, y, K_CUDA_ACT_F32, mean, rstd, s);
 }
 
 int k_cuda_layernorm_bwd(int n, int c, const float *x, const float *w, const float *mean, const float *rstd,
@@ -320,8 +345,14 @@ int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, cons
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    KgRowA a = {x, in};
+    if (k_act_mm_check(mm, "k_cuda_conv1d_hf_fwd", shp)) return -1;
     KgRowB bb = {w, out};
+    if (mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) {
+        KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+        PutAct st = {y, b, out, k_act_of(mm, K_CUDA_MM_Y16)};
+        return k_cuda_gemm_mm16(mm, "k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    }
+    KgRowA a = {x, in};
     Put st = {y, b, out, 0};
     return k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
 }
@@ -332,17 +363,26 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
+    if (k_act_mm_check(mm, "k_cuda_conv1d_hf_bwd", shp)) return -1;
     if (dx) { // dx[n, in] = dy[n, out] w^T
         KgRowA a = {dy, out};
         KgColB b = {w, out};
         Put st = {dx, NULL, in, 0};
-        if (k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
-        KgColA a = {x, in};
         KgRowB b = {dy, out};
         Put st = {dw, NULL, out, 0};
-        if (k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs)) return -1;
+        if (mm & K_CUDA_MM_X16) {
+            KgActColA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+            if (k_cuda_gemm_mm16(mm, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs))
+                return -1;
+        } else {
+            KgColA a = {x, in};
+            if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws,
+                               cs))
+                return -1;
+        }
     }
     if (!db) return 0;
     DyCols f = {dy, out};

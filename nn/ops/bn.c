@@ -175,7 +175,7 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     const float *m = mean;
     if (r->train) {
         double cnt = (double)r->n * hw;
-        if (k_cuda_bn_stats(r->n, c, hw, nn_x(g, n, 0), mean, var, s)) return -1;
+        if (k_cuda_bn_stats_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), mean, var, s)) return -1;
         if (g->sync_sum) { /* the CPU's bn_sync_stats on host copies: the global mean and variance */
             float *h;
             if (bn_sync_down(g, c, mean, var, s, &h)) return -1;
@@ -191,7 +191,8 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
         if (k_cuda_bn_finish(c, rm, rv, a.eps, 0, 0, invstd, NULL, NULL, s)) return -1;
         m = rm;
     }
-    return k_cuda_bn_fwd(r->n, c, hw, nn_x(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1), n->y, s);
+    return k_cuda_bn_fwd_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1),
+                           n->y, nn_cuda_yt(g, n), s);
 }
 
 static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -199,11 +200,12 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     int c = n->out.c, hw = n->out.h * n->out.w;
     const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c;
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
-    if (k_cuda_bn_bwd_sums(r->n, c, hw, x, mean, invstd, n->dy, dg, db, r->stream)) return -1;
+    int xt = nn_cuda_xt(g, n, 0);
+    if (k_cuda_bn_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, n->dy, dg, db, r->stream)) return -1;
     if (!dx) return 0;
     if (!g->sync_sum)
-        return k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
-                                r->stream);
+        return k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
+                                  r->stream);
     /* as bn_bwd: dx from every rank's sums (in the device workspace), dgamma and dbeta
      * stay this rank's */
     double *sum = g->sync_host;
@@ -214,7 +216,8 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     g->sync_sum(g->sync_ctx, sum, 2 * c + 1);
     for (int k = 0; k < 2 * c; k++) h[k] = (float)sum[k];
     return port_memcpy_h2d(f, h, 2 * c * sizeof(float), r->stream, "SyncBatchNorm gradient sums") ||
-           k_cuda_bn_bwd_dx(r->n, c, hw, x, mean, invstd, nn_pw(g, n, 0), f, f + c, sum[2 * c], n->dy, dx, r->stream);
+           k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, nn_pw(g, n, 0), f, f + c, sum[2 * c], n->dy, dx,
+                              r->stream);
 }
 
 /* the global dgamma and dbeta of SyncBatchNorm's backward */
@@ -227,7 +230,8 @@ static size_t bn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 
 const nn_op nn_op_batchnorm2d = {
     .kind = "batchnorm2d", .alias = "batchnorm",
-    .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE | NN_FUSES_RELU, .attrs = bn_attrs,
+    .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE | NN_FUSES_RELU | NN_IN16 | NN_OUT16,
+    .attrs = bn_attrs,
     .attr_size = sizeof(bn_attr), .infer = bn_infer, .workspace = bn_ws, .fwd = bn_fwd, .bwd = bn_bwd,
     NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda, .workspace_cuda = bn_ws_cuda)};
 

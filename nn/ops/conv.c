@@ -131,25 +131,25 @@ static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_fwd_mm(nn_cuda_mm(g), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws,
+    return k_cuda_conv2d_fwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws,
                              r->stream);
 }
 
 static int conv_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_bwd_mm(nn_cuda_mm(g), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+    return k_cuda_conv2d_bwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
                              has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
 }
 #endif
 
 const nn_op nn_op_conv2d = {
-    .kind = "conv2d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX, .attrs = conv2d_attrs,
+    .kind = "conv2d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX | NN_IN16 | NN_OUT16, .attrs = conv2d_attrs,
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
     .fwd = conv_fwd, .bwd = conv_bwd,
     NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};
 const nn_op nn_op_conv1d = {
-    .kind = "conv1d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX, .attrs = conv1d_attrs,
+    .kind = "conv1d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX | NN_IN16 | NN_OUT16, .attrs = conv1d_attrs,
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
     .fwd = conv_fwd, .bwd = conv_bwd,
     NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};

@@ -65,13 +65,13 @@ static size_t c1_ws(const nn_graph *g, const nn_node *n, int max_batch)
 #if DDPRT_CUDA
 static int c1_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_conv1d_hf_fwd_mm(nn_cuda_mm(g), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0),
+    return k_cuda_conv1d_hf_fwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0),
                                 nn_pw(g, n, 1), n->y, r->ws, r->stream);
 }
 
 static int c1_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_conv1d_hf_bwd_mm(nn_cuda_mm(g), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
+    return k_cuda_conv1d_hf_bwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
                                 nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws, r->stream);
 }
 
@@ -88,7 +88,7 @@ static size_t c1_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 #endif
 
 const nn_op nn_op_conv1d_hf = {
-    .kind = "conv1d_hf", .flags = NN_BWD_INPUT, .attrs = c1_attrs, .attr_size = sizeof(c1_attr),
+    .kind = "conv1d_hf", .flags = NN_BWD_INPUT | NN_IN16 | NN_OUT16, .attrs = c1_attrs, .attr_size = sizeof(c1_attr),
     .macs = c1_macs, .infer = c1_infer, .workspace = c1_ws, .fwd = c1_fwd, .bwd = c1_bwd,
     NN_CUDA_ONLY(.fwd_cuda = c1_fwd_cuda, .bwd_cuda = c1_bwd_cuda, .workspace_cuda = c1_ws_cuda)};
 

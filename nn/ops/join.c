@@ -30,7 +30,8 @@ static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 #if DDPRT_CUDA
 static int add_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_add(nn_out_numel(n, r), nn_x(g, n, 0), nn_x(g, n, 1), n->y, r->stream);
+    return k_cuda_add_t(nn_out_numel(n, r), nn_x(g, n, 0), nn_cuda_xt(g, n, 0), nn_x(g, n, 1), nn_cuda_xt(g, n, 1), n->y,
+                        nn_cuda_yt(g, n), r->stream);
 }
 
 static int add_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -44,7 +45,8 @@ static int add_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 }
 #endif
 
-const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_IDENTITY, .min_in = 2, .max_in = 2,
+const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_IDENTITY | NN_IN16 | NN_OUT16 | NN_OUT16_ALL_IN,
+                         .min_in = 2, .max_in = 2,
                          .infer = add_infer, .fwd = add_fwd, .bwd = add_bwd,
                          NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda)};
 

@@ -43,8 +43,9 @@ static int ln_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     int rows = ln_rows(n, r);
     float *mean = n->aux, *rstd = mean + rows;
-    return k_cuda_layernorm_fwd(rows, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1), ln_attr_of(n).eps,
-                                n->y, mean, rstd, r->stream);
+    /* y in 16 bits where the plan keeps it so (its readers: the Conv1Ds); x, the residual, stays fp32 */
+    return k_cuda_layernorm_fwd_t(rows, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1), ln_attr_of(n).eps,
+                                  n->y, nn_cuda_yt(g, n), mean, rstd, r->stream);
 }
 
 static int ln_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -57,7 +58,7 @@ static int ln_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 #endif
 
 const nn_op nn_op_layernorm = {
-    .kind = "layernorm", .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE, .attrs = ln_attrs,
+    .kind = "layernorm", .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_OUT16, .attrs = ln_attrs,
     .attr_size = sizeof(ln_attr), .infer = ln_infer, .fwd = ln_fwd, .bwd = ln_bwd,
     NN_CUDA_ONLY(.fwd_cuda = ln_fwd_cuda, .bwd_cuda = ln_bwd_cuda)};
 

@@ -23,6 +23,15 @@ static inline int nn_cuda_mm(const nn_graph *g)
     return g->amp == NN_AMP_BF16 ? K_CUDA_MM_BF16 : g->amp == NN_AMP_FP16 ? K_CUDA_MM_F16
            : g->tf32 ? K_CUDA_MM_TF32 : K_CUDA_MM_FP32;
 }
+/* The device element type of node k's output (K_CUDA_ACT_F32, or --amp's 16-bit type
+ * where the plan stored it so: nn_node.y16), of node n's input i, and conv's / linear's
+ * precision with the X16 / Y16 flags of its input 0 and output. */
+static inline int nn_cuda_yt(const nn_graph *g, const nn_node *k) { return k->y16 ? nn_cuda_mm(g) : K_CUDA_ACT_F32; }
+static inline int nn_cuda_xt(const nn_graph *g, const nn_node *n, int i) { return nn_cuda_yt(g, &g->nodes[n->in[i]]); }
+static inline int nn_cuda_mm_io(const nn_graph *g, const nn_node *n)
+{
+    return nn_cuda_mm(g) | (g->nodes[n->in[0]].y16 ? K_CUDA_MM_X16 : 0) | (n->y16 ? K_CUDA_MM_Y16 : 0);
+}
 #else
 #define NN_CUDA_ONLY(...)
 #endif

@@ -57,10 +57,9 @@ static int maxpool_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     nn_shape x = nn_in(g, n, 0)->out;
     maxpool_attr a = maxpool_attr_of(n);
-    if (pool_plain(g, n))
-        return k_cuda_maxpool2d_fwd(r->n, x.c, x.h, x.w, a.size, a.stride, nn_x(g, n, 0), n->y, n->aux, r->stream);
-    return k_cuda_maxpool2d_pad_fwd(r->n, x.c, x.h, x.w, a.size, a.stride, a.pad, nn_x(g, n, 0), n->y, n->aux,
-                                    r->stream);
+    /* without padding: the same kernel at pad 0 (the same windows and bits) */
+    return k_cuda_maxpool2d_pad_fwd_t(r->n, x.c, x.h, x.w, a.size, a.stride, pool_plain(g, n) ? 0 : a.pad, nn_x(g, n, 0),
+                                      nn_cuda_xt(g, n, 0), n->y, nn_cuda_yt(g, n), n->aux, r->stream);
 }
 
 static int maxpool_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -76,7 +75,7 @@ static int maxpool_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 #endif
 
 const nn_op nn_op_maxpool2d = {
-    .kind = "maxpool2d", .alias = "maxpool", .attrs = maxpool_attrs, .attr_size = sizeof(maxpool_attr),
+    .kind = "maxpool2d", .alias = "maxpool", .flags = NN_IN16 | NN_OUT16, .attrs = maxpool_attrs, .attr_size = sizeof(maxpool_attr),
     .infer = maxpool_infer, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
     NN_CUDA_ONLY(.fwd_cuda = maxpool_fwd_cuda, .bwd_cuda = maxpool_bwd_cuda)};
 
@@ -110,7 +109,7 @@ static void avg_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 static int avg_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     nn_shape x = nn_in(g, n, 0)->out;
-    return k_cuda_global_avgpool_fwd(r->n, x.c, x.h * x.w, nn_x(g, n, 0), n->y, r->stream);
+    return k_cuda_global_avgpool_fwd_t(r->n, x.c, x.h * x.w, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, r->stream);
 }
 
 static int avg_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -121,7 +120,7 @@ static int avg_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 }
 #endif
 
-const nn_op nn_op_avgpool1x1 = {.kind = "avgpool1x1", .alias = "avgpool", .infer = avg_infer, .fwd = avg_fwd,
+const nn_op nn_op_avgpool1x1 = {.kind = "avgpool1x1", .alias = "avgpool", .flags = NN_IN16, .infer = avg_infer, .fwd = avg_fwd,
                                 .bwd = avg_bwd, NN_CUDA_ONLY(.fwd_cuda = avg_fwd_cuda, .bwd_cuda = avg_bwd_cuda)};
 
 int nn_avgpool_1x1(nn_graph *g, int x) { return nn_add(g, &nn_op_avgpool1x1, NULL, &x, 1, NULL, 0); }

@@ -41,11 +41,23 @@ static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
         k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
 }
 
-/* The device half: plain kernels (the planner's fusions are the CPU's). */
-NN_UNARY_CUDA(relu, relu, NN_Y, ())
+/* The device half: plain kernels (the planner's fusions are the CPU's), x and y of
+ * their planned types (16 bits under --amp-activations 16). */
+#if DDPRT_CUDA
+static int relu_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    return k_cuda_relu_fwd_t(nn_out_numel(n, r), nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, nn_cuda_yt(g, n), r->stream);
+}
+static int relu_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
+{
+    float *dx = nn_dx(g, n, 0);
+    return dx ? k_cuda_relu_bwd_t(nn_out_numel(n, r), n->y, nn_cuda_yt(g, n), n->dy, dx, r->stream) : 0;
+}
+#endif
 
 const nn_op nn_op_relu = {
-    .kind = "relu", .flags = NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE | NN_RECTIFIER,
+    .kind = "relu",
+    .flags = NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE | NN_RECTIFIER | NN_IN16 | NN_OUT16,
     .infer = nn_infer_same, .fwd = relu_fwd, .bwd = relu_bwd,
     NN_CUDA_ONLY(.fwd_cuda = relu_fwd_cuda, .bwd_cuda = relu_bwd_cuda)};
 

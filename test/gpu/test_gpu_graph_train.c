@@ -118,6 +118,44 @@ TEST(gpu_amp_bf16_2_processes_match_cpu)
     model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--amp bf16");
 }
 
+/* 16-bit activations (the default under the device's --amp): ResNet-20 keeps its convs',
+ * BNs', ReLUs' and adds' outputs in bf16, about half the planned bytes (--mem-report), and
+ * its losses track the same run with every activation in fp32 (the BNs' statistics come
+ * from rounded values: within 5e-3 over these steps). */
+TEST(gpu_amp_act16_halves_the_activations_and_tracks_fp32_ones)
+{
+    char cmd[1400], out16[32768], out32[32768], why[128] = "";
+    const char *args = "--model resnet20 --device cuda --amp bf16 --data synthetic --epochs 1 --max-steps 3 "
+                       "--log-interval 1 --batch-size 4 --no-eval --mem-report";
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", g_train(), args);
+    CHECKF(g_run(cmd, out16, sizeof out16) == 0, "%s", out16);
+    snprintf(cmd, sizeof cmd, "%s %s --amp-activations 32 2>&1", g_train(), args);
+    CHECKF(g_run(cmd, out32, sizeof out32) == 0, "%s", out32);
+    const char *d = strstr(out16, "device activations: planned ");
+    double a16 = 0, a32 = 0;
+    int n16 = 0, nout = 0;
+    CHECKF(d && sscanf(d, "device activations: planned %lf MiB with %d of %d outputs in 16 bits (--amp-activations "
+                          "16), %lf MiB", &a16, &n16, &nout, &a32) == 4, "%s", out16);
+    CHECKF(n16 >= nout / 2 && a16 < 0.65 * a32, "%d of %d outputs in 16 bits: %.2f MiB against %.2f", n16, nout, a16,
+           a32);
+    CHECKF(!strstr(out32, "device activations:"), "%s", out32);
+    int n = same_losses(out16, out32, 5e-3, why, sizeof why);
+    CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
+    /* GPT: the LayerNorms' outputs, the Conv1Ds' and GELU's in bf16; the residual stream
+     * (the adds fed by the fp32 embedding) stays fp32 */
+    char model[700];
+    snprintf(cmd, sizeof cmd, "%s --device cuda %s --amp bf16 --data synthetic --epochs 1 --max-steps 3 --log-interval 1 "
+             "--batch-size 4 --no-eval --lr 3 --mem-report 2>&1", g_train(), tiny_gpt(model, sizeof model));
+    CHECKF(g_run(cmd, out16, sizeof out16) == 0, "%s", out16);
+    snprintf(cmd + strlen(cmd) - 5, sizeof cmd - strlen(cmd) + 5, " --amp-activations 32 2>&1");
+    CHECKF(g_run(cmd, out32, sizeof out32) == 0, "%s", out32);
+    d = strstr(out16, "device activations: planned ");
+    CHECKF(d && sscanf(d, "device activations: planned %lf MiB with %d of %d outputs", &a16, &n16, &nout) == 3 &&
+           n16 > 0 && n16 < nout, "%s", out16);
+    n = same_losses(out16, out32, 5e-3, why, sizeof why);
+    CHECKF(n == 3, "GPT: %d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
+}
+
 /* LeNet on 2 processes with `dev` on the device against the CPU's fp32 steps, within tol;
  * the device's log holds `says`. */
 static void dev_vs_fp32(const char *dev, const char *says, double tol)

@@ -122,7 +122,7 @@ static int mem_report_act16(nn_cuda *c, char *err, size_t errlen)
     int n16 = 0, nout = 0;
     for (int i = 1; i < c->dg.nn; i++) {
         n16 += c->dg.nodes[i].y16;
-        nout += c->dg.nodes[i].storage == i;
+        nout += c->dg.nodes[i].storage == i && !c->dg.nodes[i].fused_into;
     }
     rt_arena p32;
     rt_arena_plan(&p32, "device");

@@ -149,13 +149,13 @@ static void pass_fusions(pl *P)
  * NN_FUSES_RELU node that nothing else reads computes that node's output and its own
  * in one pass; the node's output is never made. Saves a write and a read of the
  * tensor in forward (and in each re-run); after a BN the backward is one too (BN's
- * sums and dx mask ReLU's dy themselves: no ReLU backward pass, no BN dy). CPU graphs
- * (the device keeps the ops apart). Runs before the sparse fusion, which skips them. */
+ * sums and dx mask ReLU's dy themselves: no ReLU backward pass, no BN dy). CPU and
+ * device graphs. Runs before the sparse fusion, which skips them. */
 static void pass_fuse_relu(pl *P)
 {
     nn_graph *g = P->g;
     for (int i = 0; i < P->N; i++) g->nodes[i].fuse_from = g->nodes[i].fused_into = 0;
-    if (g->no_fuse || g->on_device) return;
+    if (g->no_fuse) return;
     for (int i = 1; i < P->N; i++) {
         nn_node *r = &g->nodes[i];
         int p = r->in[0];
@@ -393,7 +393,8 @@ static void pass_half(pl *P)
     if (!g->on_device || g->amp == NN_AMP_NONE || !g->act16) return;
     for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i];
-        if (!(flags(n) & NN_OUT16) || n->storage != i || i == g->out || n->grad_source || !P->ncons[i]) continue;
+        if (!(flags(n) & NN_OUT16) || n->storage != i || i == g->out || n->grad_source || !P->ncons[i] || n->fused_into)
+            continue;
         int ok = 1;
         for (int k = 0; k < n->nin && (flags(n) & NN_OUT16_ALL_IN); k++) ok &= g->nodes[n->in[k]].y16;
         for (int j = i + 1; j < P->N && ok; j++) {

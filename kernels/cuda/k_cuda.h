@@ -184,6 +184,18 @@ int k_cuda_add_t(size_t n, const void *a, int at, const void *b, int bt, void *y
 int k_cuda_maxpool2d_pad_fwd_t(int n, int c, int h, int w, int ks, int st, int pad, const void *x, int xt, void *y,
                                int yt, int32_t *idx, port_stream s);
 int k_cuda_global_avgpool_fwd_t(int n, int c, int hw, const void *x, int xt, float *y, port_stream s);
+/* BN or add -> ReLU in one pass (nn/plan.c's fusion, as the CPU's k_bn_relu_* / k_add_relu):
+ * relu(BN(x) [+ add]) (add NULL: BN -> ReLU); BN's backward with the ReLU's dy masked where
+ * BN(x) <= 0. The same bits as the ops apart. */
+int k_cuda_bn_relu_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                         const float *gamma, const float *beta, const void *add, int at, void *y, int yt, port_stream s);
+int k_cuda_bn_relu_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                              const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta,
+                              port_stream s);
+int k_cuda_bn_relu_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                            const float *gamma, const float *beta, const float *dgamma, const float *dbeta, double m,
+                            const float *dy, float *dx, port_stream s);
+int k_cuda_add_relu_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s);
 int k_cuda_gelu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s);
 int k_cuda_gelu_bwd_t(size_t n, const void *x, int xt, const float *dy, float *dx, port_stream s);
 int k_cuda_layernorm_fwd_t(int n, int c, const float *x, const float *w, const float *b, float eps, void *y, int yt,

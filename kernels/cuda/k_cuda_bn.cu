@@ -43,15 +43,17 @@ struct StatPart {
 // dbeta = sum dy, dgamma = sum dy * xhat, xhat = (x - mean) * invstd (in float, as bn_fwd).
 struct BwdPart {
     Chan ch; size_t m; const void *x; int xt; const float *mean, *invstd, *dy;
+    const float *gamma, *beta; int relu; // relu: dy masked where this BN's output is <= 0 (fused ReLU)
     __host__ __device__ void sums(int c, int t, int T, double *sdy, double *sdx) const
     {
         double a = 0.0, b = 0.0;
-        float mu = mean[c], is = invstd[c];
+        float mu = mean[c], is = invstd[c], g = gamma ? gamma[c] : 1.0f, be = beta ? beta[c] : 0.0f;
         for (size_t e = t; e < m; e += T) {
             size_t i = ch.at(c, e);
             float xh = (k_act_ld(x, xt, i) - mu) * is;
-            a += dy[i];
-            b += (double)dy[i] * xh;
+            float d = relu && !(fmaf(xh, g, be) > 0.0f) ? 0.0f : dy[i];
+            a += d;
+            b += (double)d * xh;
         }
         *sdy = a;
         *sdx = b;
@@ -61,23 +63,27 @@ struct BwdPart {
 // fmaf explicitly: every compiler then rounds alike.
 struct Fwd {
     int C, hw; const void *x; int xt; const float *mean, *invstd, *gamma, *beta; void *y; int yt;
+    const void *add; int at, relu; // fused: relu(BN(x) [+ add]), the unfused ops' bits
     __host__ __device__ void operator()(size_t i) const
     {
         int c = (int)((i / hw) % C);
         float xh = (k_act_ld(x, xt, i) - mean[c]) * invstd[c];
-        k_act_st(y, yt, i, fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f));
+        float v = fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f);
+        if (add) v = v + k_act_ld(add, at, i);
+        k_act_st(y, yt, i, relu && v < 0.0f ? 0.0f : v);
     }
 };
 
 struct Dx {
     int C, hw; float inv_m; const void *x; int xt; const float *mean, *invstd, *gamma, *dgamma, *dbeta, *dy;
-    float *dx;
+    float *dx; const float *beta; int relu; // relu: dy masked as in BwdPart
     __host__ __device__ void operator()(size_t i) const
     {
         int c = (int)((i / hw) % C);
         float xh = (k_act_ld(x, xt, i) - mean[c]) * invstd[c];
         float k = (gamma ? gamma[c] : 1.0f) * invstd[c];
-        dx[i] = k * fmaf(-xh, dgamma[c] * inv_m, dy[i] - dbeta[c] * inv_m);
+        float d = relu && !(fmaf(xh, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f) > 0.0f) ? 0.0f : dy[i];
+        dx[i] = k * fmaf(-xh, dgamma[c] * inv_m, d - dbeta[c] * inv_m);
     }
 };
 
@@ -140,26 +146,53 @@ int k_cuda_bn_stats_t(int n, int c, int hw, const void *x, int xt, float *mean, 
 int k_cuda_bn_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                     const float *gamma, const float *beta, void *y, int yt, port_stream s)
 {
-    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt}, s);
+    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt, NULL, 0, 0}, s);
     return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d types %d -> %d", n, c, hw, xt, yt);
+}
+
+int k_cuda_bn_relu_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                         const float *gamma, const float *beta, const void *add, int at, void *y, int yt, port_stream s)
+{
+    k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt, add, at, 1}, s);
+    return k_cuda_check_launch(add ? "k_cuda_bn_add_relu_fwd" : "k_cuda_bn_relu_fwd", "n=%d c=%d hw=%d types %d, %d -> %d",
+                               n, c, hw, xt, at, yt);
 }
 
 int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                          const float *dy, float *dgamma, float *dbeta, port_stream s)
 {
     if (c <= 0) return 0;
-    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy};
+    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, NULL, NULL, 0};
     K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
     return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+}
+
+int k_cuda_bn_relu_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                              const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta,
+                              port_stream s)
+{
+    if (c <= 0) return 0;
+    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, gamma, beta, 1};
+    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
+    return k_cuda_check_launch("k_cuda_bn_relu_bwd_sums", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
 }
 
 int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                        const float *gamma, const float *dgamma, const float *dbeta, double m, const float *dy,
                        float *dx, port_stream s)
 {
-    Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx};
+    Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx, NULL, 0};
     k_cuda_each((size_t)n * c * hw, f, s);
     return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g x type %d", n, c, hw, m, xt);
+}
+
+int k_cuda_bn_relu_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
+                            const float *gamma, const float *beta, const float *dgamma, const float *dbeta, double m,
+                            const float *dy, float *dx, port_stream s)
+{
+    Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx, beta, 1};
+    k_cuda_each((size_t)n * c * hw, f, s);
+    return k_cuda_check_launch("k_cuda_bn_relu_bwd_dx", "n=%d c=%d hw=%d m=%g x type %d", n, c, hw, m, xt);
 }
 
 int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s)

@@ -72,9 +72,13 @@ struct AvgBwd {
     __host__ __device__ void operator()(size_t i) const { dx[i] = dy[i / hw] / (float)hw; }
 };
 
-struct Add {
-    const void *a, *b; void *y; int at, bt, yt;
-    __host__ __device__ void operator()(size_t i) const { k_act_st(y, yt, i, k_act_ld(a, at, i) + k_act_ld(b, bt, i)); }
+struct Add { // relu: the fused add -> ReLU (the unfused ops' bits)
+    const void *a, *b; void *y; int at, bt, yt, relu;
+    __host__ __device__ void operator()(size_t i) const
+    {
+        float v = k_act_ld(a, at, i) + k_act_ld(b, bt, i);
+        k_act_st(y, yt, i, relu && v < 0.0f ? 0.0f : v);
+    }
 };
 
 // ---- embedding: y[i, d, t] = table[ids[i*len + t], d], one thread per output.
@@ -228,8 +232,14 @@ int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, 
 
 int k_cuda_add_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s)
 {
-    k_cuda_each(n, Add{a, b, y, at, bt, yt}, s);
+    k_cuda_each(n, Add{a, b, y, at, bt, yt, 0}, s);
     return k_cuda_check_launch("k_cuda_add", "n=%zu types %d + %d -> %d", n, at, bt, yt);
+}
+
+int k_cuda_add_relu_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s)
+{
+    k_cuda_each(n, Add{a, b, y, at, bt, yt, 1}, s);
+    return k_cuda_check_launch("k_cuda_add_relu", "n=%zu types %d + %d -> %d", n, at, bt, yt);
 }
 
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s)

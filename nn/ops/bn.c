@@ -190,7 +190,10 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     } else {
         if (k_cuda_bn_finish(c, rm, rv, a.eps, 0, 0, invstd, NULL, NULL, s)) return -1;
         m = rm;
+        /* fused: the ReLU's pass reads the mean from aux, as in training */
+        if (n->fused_into && port_memcpy_d2d(mean, rm, c * sizeof(float), s, "BatchNorm running mean")) return -1;
     }
+    if (n->fused_into) return 0; /* the ReLU after it (or after the add) applies it in its pass (relu.c) */
     return k_cuda_bn_fwd_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1),
                            n->y, nn_cuda_yt(g, n), s);
 }
@@ -201,11 +204,18 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     const float *x = nn_x(g, n, 0), *mean = n->aux, *invstd = mean + c;
     float *dg = nn_pg(g, n, 0), *db = nn_pg(g, n, 1), *dx = nn_dx(g, n, 0);
     int xt = nn_cuda_xt(g, n, 0);
-    if (k_cuda_bn_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, n->dy, dg, db, r->stream)) return -1;
+    /* Fused with the ReLU right after it: that ReLU's dy, masked here (bn_bwd's rule). */
+    int rl = n->fused_into && g->nodes[n->fused_into].fuse_from == (int)(n - g->nodes);
+    const float *dy = rl ? g->nodes[n->fused_into].dy : n->dy, *gm = nn_pw(g, n, 0), *bt = nn_pw(g, n, 1);
+    if (rl ? k_cuda_bn_relu_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, dy, dg, db, r->stream)
+           : k_cuda_bn_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, dy, dg, db, r->stream))
+        return -1;
     if (!dx) return 0;
     if (!g->sync_sum)
-        return k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, nn_pw(g, n, 0), dg, db, (double)r->n * hw, n->dy, dx,
-                                  r->stream);
+        return rl ? k_cuda_bn_relu_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx,
+                                            r->stream)
+                  : k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, dg, db, (double)r->n * hw, dy, dx,
+                                       r->stream);
     /* as bn_bwd: dx from every rank's sums (in the device workspace), dgamma and dbeta
      * stay this rank's */
     double *sum = g->sync_host;
@@ -215,9 +225,9 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     sum[2 * c] = (double)r->n * hw;
     g->sync_sum(g->sync_ctx, sum, 2 * c + 1);
     for (int k = 0; k < 2 * c; k++) h[k] = (float)sum[k];
-    return port_memcpy_h2d(f, h, 2 * c * sizeof(float), r->stream, "SyncBatchNorm gradient sums") ||
-           k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, nn_pw(g, n, 0), f, f + c, sum[2 * c], n->dy, dx,
-                              r->stream);
+    if (port_memcpy_h2d(f, h, 2 * c * sizeof(float), r->stream, "SyncBatchNorm gradient sums")) return -1;
+    return rl ? k_cuda_bn_relu_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, f, f + c, sum[2 * c], dy, dx, r->stream)
+              : k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, f, f + c, sum[2 * c], dy, dx, r->stream);
 }
 
 /* the global dgamma and dbeta of SyncBatchNorm's backward */

@@ -30,6 +30,7 @@ static void add_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 #if DDPRT_CUDA
 static int add_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (n->fused_into) return 0; /* the ReLU after it adds and rectifies in one pass (relu.c) */
     return k_cuda_add_t(nn_out_numel(n, r), nn_x(g, n, 0), nn_cuda_xt(g, n, 0), nn_x(g, n, 1), nn_cuda_xt(g, n, 1), n->y,
                         nn_cuda_yt(g, n), r->stream);
 }

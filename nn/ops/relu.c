@@ -41,16 +41,34 @@ static void relu_bwd(nn_graph *g, nn_node *n, const nn_run *r)
         k_relu_bwd(nn_out_numel(n, r), n->y, n->dy, dx);
 }
 
-/* The device half: plain kernels (the planner's fusions are the CPU's), x and y of
- * their planned types (16 bits under --amp-activations 16). */
+/* The device half: the same fusions with the device's kernels, x and y of their planned
+ * types (16 bits under --amp-activations 16). The recompute savers (mask_from_bn) and
+ * the deferred residual add (acc_from) are the CPU's only. */
 #if DDPRT_CUDA
 static int relu_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
+    if (n->fuse_from) { /* as relu_fwd: the node before made no output */
+        const nn_node *p = &g->nodes[n->fuse_from];
+        int c = n->out.c, hw = n->out.h * n->out.w, yt = nn_cuda_yt(g, n);
+        const float *mean = p->aux;
+        if (p->op->flags & NN_RECT_MASK_SOURCE) /* BN */
+            return k_cuda_bn_relu_fwd_t(r->n, c, hw, nn_x(g, p, 0), nn_cuda_xt(g, p, 0), mean, mean + c, nn_pw(g, p, 0),
+                                        nn_pw(g, p, 1), NULL, 0, n->y, yt, r->stream);
+        if (g->nodes[p->in[0]].fused_into == (int)(n - g->nodes)) { /* BN -> add: that BN too */
+            const nn_node *b = nn_in(g, p, 0);
+            mean = b->aux;
+            return k_cuda_bn_relu_fwd_t(r->n, c, hw, nn_x(g, b, 0), nn_cuda_xt(g, b, 0), mean, mean + c, nn_pw(g, b, 0),
+                                        nn_pw(g, b, 1), nn_x(g, p, 1), nn_cuda_xt(g, p, 1), n->y, yt, r->stream);
+        }
+        return k_cuda_add_relu_t(nn_out_numel(n, r), nn_x(g, p, 0), nn_cuda_xt(g, p, 0), nn_x(g, p, 1),
+                                 nn_cuda_xt(g, p, 1), n->y, yt, r->stream);
+    }
     return k_cuda_relu_fwd_t(nn_out_numel(n, r), nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, nn_cuda_yt(g, n), r->stream);
 }
 static int relu_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     float *dx = nn_dx(g, n, 0);
+    if (nn_relu_bwd_fused(g->nodes, n)) return 0; /* fused: BN's backward masks dy */
     return dx ? k_cuda_relu_bwd_t(nn_out_numel(n, r), n->y, nn_cuda_yt(g, n), n->dy, dx, r->stream) : 0;
 }
 #endif

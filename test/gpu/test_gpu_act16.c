@@ -184,3 +184,59 @@ TEST(gpu_act16_refused_without_16_bit_products)
     CHECKF(strstr(port_cuda_errmsg(), "16-bit activations need bf16 or f16 products"), "%s", port_cuda_errmsg());
     CHECK(k_cuda_linear_fwd_mm(K_CUDA_MM_TF32 | K_CUDA_MM_Y16, 1, 3, 3, x, w, NULL, y, NULL, NULL) == -1);
 }
+
+/* BN -> ReLU, BN -> add -> ReLU and add -> ReLU in one pass (nn/plan.c's fusion on the
+ * device) against the ops apart, bit for bit, on fp32 and 16-bit activations; the fused
+ * backward (BN's sums and dx with the ReLU's dy masked) against ReLU's backward then BN's. */
+static void fused_case(int t, int n, int c, int hw)
+{
+    g_init();
+    size_t nx = (size_t)n * c * hw;
+    act x = act_make(t, nx, 71, 3.0f), s = act_make(t, nx, 72, 1.0f);
+    float *mean = g_dev(c * 4), *var = g_dev(c * 4), *is = g_dev(c * 4);
+    float *gam = g_up(g_rand(c, 73), c * 4), *bet = g_up(g_rand(c, 74), c * 4), *dy = g_up(g_rand(nx, 75), nx * 4);
+    g_need(k_cuda_bn_stats(n, c, hw, x.g32, mean, var, NULL) == 0 &&
+           k_cuda_bn_finish(c, mean, var, 1e-5f, 0.1f, (double)n * hw, is, NULL, NULL, NULL) == 0, "bn stats");
+    for (int ty = 0; ty < 2; ty++) { /* fp32 activations, then 16-bit ones */
+        int at = ty ? t : 0;
+        const void *xa = ty ? x.g16 : (void *)x.g32, *sa = ty ? s.g16 : (void *)s.g32;
+        size_t esz = ty ? 2 : 4;
+        void *y1 = g_dev(nx * 4), *y2 = g_dev(nx * 4), *tmp = g_dev(nx * 4);
+        /* BN -> ReLU */
+        g_need(k_cuda_bn_fwd_t(n, c, hw, xa, at, mean, is, gam, bet, tmp, at, NULL) == 0 &&
+               k_cuda_relu_fwd_t(nx, tmp, at, y1, at, NULL) == 0 &&
+               k_cuda_bn_relu_fwd_t(n, c, hw, xa, at, mean, is, gam, bet, NULL, 0, y2, at, NULL) == 0, "bn relu");
+        void *h1 = malloc(nx * esz), *h2 = malloc(nx * esz);
+        g_down(h1, y1, nx * esz), g_down(h2, y2, nx * esz);
+        CHECKF(g_ndiff(h1, h2, nx, esz) == 0, "bn -> relu, type %d", at);
+        /* backward: ReLU's mask on dy, then BN's, against the fused sums and dx */
+        float *dr = g_dev(nx * 4), *dg1 = g_dev(c * 4), *db1 = g_dev(c * 4), *dg2 = g_dev(c * 4), *db2 = g_dev(c * 4);
+        float *dx1 = g_dev(nx * 4), *dx2 = g_dev(nx * 4);
+        g_need(k_cuda_relu_bwd_t(nx, y1, at, dy, dr, NULL) == 0 &&
+               k_cuda_bn_bwd_sums_t(n, c, hw, xa, at, mean, is, dr, dg1, db1, NULL) == 0 &&
+               k_cuda_bn_bwd_dx_t(n, c, hw, xa, at, mean, is, gam, dg1, db1, (double)n * hw, dr, dx1, NULL) == 0 &&
+               k_cuda_bn_relu_bwd_sums_t(n, c, hw, xa, at, mean, is, gam, bet, dy, dg2, db2, NULL) == 0 &&
+               k_cuda_bn_relu_bwd_dx_t(n, c, hw, xa, at, mean, is, gam, bet, dg2, db2, (double)n * hw, dy, dx2, NULL) == 0,
+               "bn relu bwd");
+        CHECKF(g_ndiff(g_result(dg1, c), g_result(dg2, c), c, 4) == 0 && g_ndiff(g_result(db1, c), g_result(db2, c), c, 4) == 0 &&
+               g_ndiff(g_result(dx1, nx), g_result(dx2, nx), nx, 4) == 0, "bn -> relu backward, type %d", at);
+        /* BN -> add -> ReLU: apart, BN's output in fp32 (the fused pass keeps it so) */
+        g_need(k_cuda_bn_fwd_t(n, c, hw, xa, at, mean, is, gam, bet, tmp, 0, NULL) == 0 &&
+               k_cuda_add_t(nx, tmp, 0, sa, at, tmp, 0, NULL) == 0 && k_cuda_relu_fwd_t(nx, tmp, 0, y1, at, NULL) == 0 &&
+               k_cuda_bn_relu_fwd_t(n, c, hw, xa, at, mean, is, gam, bet, sa, at, y2, at, NULL) == 0, "bn add relu");
+        g_down(h1, y1, nx * esz), g_down(h2, y2, nx * esz);
+        CHECKF(g_ndiff(h1, h2, nx, esz) == 0, "bn -> add -> relu, type %d", at);
+        /* add -> ReLU */
+        g_need(k_cuda_add_t(nx, xa, at, sa, at, tmp, at, NULL) == 0 && k_cuda_relu_fwd_t(nx, tmp, at, y1, at, NULL) == 0 &&
+               k_cuda_add_relu_t(nx, xa, at, sa, at, y2, at, NULL) == 0, "add relu");
+        g_down(h1, y1, nx * esz), g_down(h2, y2, nx * esz);
+        CHECKF(g_ndiff(h1, h2, nx, esz) == 0, "add -> relu, type %d", at);
+        free(h1), free(h2);
+    }
+}
+
+TEST(gpu_fused_bn_add_relu_match_the_ops_apart)
+{
+    fused_case(K_CUDA_MM_BF16, 3, 5, 37);
+    fused_case(K_CUDA_MM_F16, 2, 4, 25);
+}

@@ -75,15 +75,18 @@ TEST(gpu_train_resnet20_textcnn_match_cpu)
     model_vs_cpu("--model textcnn", "", 0);
 }
 
-/* A 2-layer GPT's cfg file in a fresh folder, and the flags that train it. */
-static const char *tiny_gpt(char *model, size_t len)
+/* A 2-layer GPT's cfg file (width dim, `heads` heads, ctx positions) in a fresh folder,
+ * and the flags that train it on sequences of len. */
+static const char *gpt_cfg(char *model, size_t len, int dim, int heads, int ctx, int seq)
 {
-    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    char gpt[128];
+    int n = snprintf(gpt, sizeof gpt, "[gpt] layers=2 dim=%d heads=%d ctx=%d\n", dim, heads, ctx);
     const char *dir = t_tmpdir("gpugpt");
-    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
-    snprintf(model, len, "--model-file %s/gpt.cfg --seq-len 8", dir);
+    t_write_file(dir, "gpt.cfg", gpt, (size_t)n, 0);
+    snprintf(model, len, "--model-file %s/gpt.cfg --seq-len %d", dir, seq);
     return model;
 }
+static const char *tiny_gpt(char *model, size_t len) { return gpt_cfg(model, len, 16, 2, 8, 8); }
 
 /* GPT-2's ops on the device in the trainer: losses, then the validation loss, which the
  * host graph computes from the parameters it takes back from the device. */
@@ -106,8 +109,8 @@ TEST(gpu_train_gpt_adamw_and_resnet20_adam_match_cpu)
 
 /* --amp bf16 on the device: conv, linear and GPT's Conv1D on the tensor cores with the
  * operands the CPU's --amp bf16 rounds; 2 processes (the gradients allreduced as on the
- * CPU), LeNet's and ResNet-20's convs, TextCNN's, and a GPT (whose attention stays fp32
- * on the device: within the same tolerance at this size). */
+ * CPU), LeNet's and ResNet-20's convs, TextCNN's, and a GPT (its attention on the tensor
+ * cores too: k_cuda_attn_tc.cu, heads of 8 padded to 32). */
 TEST(gpu_amp_bf16_2_processes_match_cpu)
 {
     char launch[512], model[700];
@@ -116,6 +119,16 @@ TEST(gpu_amp_bf16_2_processes_match_cpu)
     model_vs_cpu_opt("--model lenet", launch, 0, "--amp bf16");
     model_vs_cpu_opt("--model textcnn", "", 0, "--amp bf16");
     model_vs_cpu_opt(tiny_gpt(model, sizeof model), "", 1, "--amp bf16");
+}
+
+/* GPT's attention on the tensor cores in training, 2 processes: heads of 32 over 70
+ * positions (two query tiles, the second's causal mask inside its tile), against the
+ * CPU's --amp bf16 steps and validation loss. */
+TEST(gpu_amp_bf16_2_processes_gpt_attention_match_cpu)
+{
+    char launch[512], model[700];
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    model_vs_cpu_opt(gpt_cfg(model, sizeof model, 64, 2, 80, 70), launch, 1, "--amp bf16");
 }
 
 /* LeNet on 2 processes with `dev` on the device against the CPU's fp32 steps, within tol;

@@ -297,7 +297,10 @@ fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
     float li[2], di[2], dq[HD / 8][4];
 #pragma unroll
-    for (int r = 0; r < 2; r++) li[r] = row[r] < t ? lse[row0 + row[r]] : 0.0f, di[r] = row[r] < t ? dd[row0 + row[r]] : 0.0f;
+    for (int r = 0; r < 2; r++) {
+        li[r] = row[r] < t ? lse[row0 + row[r]] : 0.0f;
+        di[r] = row[r] < t ? dd[row0 + row[r]] : 0.0f;
+    }
     fa_zero(dq);
     for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += BK) {
         __syncthreads();
@@ -357,7 +360,7 @@ int fa_bwd_t(int b, int t, int h, int hd, const float *qkv, const float *lse, co
     return k_cuda_check_launch("k_cuda_attention_bwd_mm (dq)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 
-int fa_tc(int mm, int hd) { return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= FA_TC_MAX_HD; }
+int fa_tc(int mm, int hd) { return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= K_CUDA_ATTN_TC_MAX_HD; }
 } // namespace
 
 #define FA_DISPATCH(fn, mm, hd, ...)                                                                               \

@@ -52,7 +52,7 @@ static void attn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 #if DDPRT_CUDA
 /* The device has the online-softmax version only: attention=stored (the CPU's
  * comparison point) is refused by name. --amp bf16 / fp16 run it on the tensor cores
- * (k_cuda_attn_tc.cu, heads up to FA_TC_MAX_HD); --amp none and TF32 in fp32. */
+ * (k_cuda_attn_tc.cu, heads up to K_CUDA_ATTN_TC_MAX_HD); --amp none and TF32 in fp32. */
 static int attn_stored_cuda(nn_graph *g, nn_node *n)
 {
     port_cuda_fail("model %s: node %d (attention): attention=stored has no device version (use flash)", g->model,

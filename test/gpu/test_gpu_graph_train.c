@@ -131,14 +131,14 @@ TEST(gpu_amp_bf16_2_processes_gpt_attention_match_cpu)
     model_vs_cpu_opt(gpt_cfg(model, sizeof model, 64, 2, 80, 70), launch, 1, "--amp bf16");
 }
 
-/* LeNet on 2 processes with `dev` on the device against the CPU's fp32 steps, within tol;
- * the device's log holds `says`. */
-static void dev_vs_fp32(const char *dev, const char *says, double tol)
+/* model (LeNet where NULL) on 2 processes with `dev` on the device against the CPU's
+ * fp32 steps, within tol; the device's log holds `says`. */
+static void model_vs_fp32(const char *model, const char *dev, const char *says, double tol)
 {
-    char launch[512], cmd[1400], out_g[32768], out_c[32768], why[128] = "";
+    char launch[512], cmd[2400], out_g[32768], out_c[32768], why[128] = "", args[900];
     snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
-    const char *args = "--model lenet --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
-                       "--no-eval --check-sync 1";
+    snprintf(args, sizeof args, "%s --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
+             "--no-eval --check-sync 1", model ? model : "--model lenet");
     snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), dev, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
     CHECKF(strstr(out_g, says) && !strstr(out_g, "step skipped"), "%s", out_g);
@@ -147,12 +147,22 @@ static void dev_vs_fp32(const char *dev, const char *says, double tol)
     int n = same_losses(out_g, out_c, tol, why, sizeof why);
     CHECKF(n == 3, "%s: %d loss lines agree; %s\n%s\n%s", dev, n, why, out_g, out_c);
 }
+static void dev_vs_fp32(const char *dev, const char *says, double tol) { model_vs_fp32(NULL, dev, says, tol); }
 
 /* --amp fp16 on the device: f16 operands with the loss scale (2^16) against the CPU's fp32
  * steps (f16 keeps 11 bits: within 1e-2 over these steps), on 2 processes. */
 TEST(gpu_amp_fp16_2_processes_track_fp32)
 {
     dev_vs_fp32("--amp fp16", "amp fp16 (tensor cores, dynamic loss scaling)", 1e-2);
+}
+
+/* The GPT of gpu_amp_bf16_2_processes_gpt_attention_match_cpu at --amp fp16: its attention
+ * on the tensor cores with f16 operands (and the loss scale in dO and dS). */
+TEST(gpu_amp_fp16_2_processes_gpt_attention_tracks_fp32)
+{
+    char model[700];
+    model_vs_fp32(gpt_cfg(model, sizeof model, 64, 2, 80, 70), "--amp fp16", "amp fp16 (tensor cores, dynamic loss "
+                  "scaling)", 1e-2);
 }
 
 /* --matmul-precision high on the device: TF32 tensor cores (10-bit mantissas). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What nvcc makes of the tensor-core kernels, per architecture (sm_80: mma.sync; sm_90a:
 # the same, plus the wgmma GEMM in k_cuda_tc_gemm.cu): the PTX instruction counts and ptxas -v's
-# registers, shared memory and spills per kernel instance, as two markdown tables.
+# registers, shared memory and spills per kernel instance, as markdown tables (the
+# attention's instances, k_cuda_attn_tc.cu, one row each).
 # Exit 1 when a tensor-core instruction is missing or a kernel spills; 2 without nvcc.
 #   bash bench/tc_ptx.sh [FILE.cu ...]   (default: the files that include k_cuda_tc_gemm.cuh)
 set -euo pipefail
@@ -14,6 +15,8 @@ files=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
+# the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
+KRE='(tc|tf|wg)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
 echo "| file | arch | mma.sync | wgmma | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
@@ -32,23 +35,36 @@ for f in "${files[@]}"; do
       /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15)
         sm = 0; if (match($0, /[0-9]+ bytes smem/)) sm = substr($0, RSTART, RLENGTH - 11)
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
-    tck=$(grep -cE '(tc|tf|wg)_gemmILi' "$tmp/kern.tab" || true)
-    spill=$(awk -F'\t' '$1 ~ /(tc|tf|wg)_gemmILi/ && $4 > 0' "$tmp/kern.tab" | wc -l)
+    tck=$(grep -cE "$KRE" "$tmp/kern.tab" || true)
+    spill=$(awk -F'\t' -v re="$KRE" '$1 ~ re && $4 > 0' "$tmp/kern.tab" | wc -l)
     echo "| $(basename "$f") | $arch | $mma | $wg | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
+    if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
   done
 done
 echo
-echo "| file (sm_80) | tc/tf/wg_gemm instances | registers | static smem (B) | spill stores (B) |"
+echo "| file (sm_80) | tensor-core kernel instances | registers | static smem (B) | spill stores (B) |"
 echo "|---|---|---|---|---|"
 for t in "$tmp"/*.sm_80.tab; do
-  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" '$1 ~ /(tc|tf|wg)_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
+  awk -F'\t' -v f="$(basename "$t" .sm_80.tab)" -v re="$KRE" '$1 ~ re { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2
       sm[$3] = 1; if ($4 > sp) sp = $4 }
     END { s = ""; for (k in sm) s = s (s ? ", " : "") k; print "| " f " | " n " | " lo "-" hi " | " s " | " sp + 0 " |" }' "$t"
 done
+if ls "$tmp"/k_cuda_attn_tc.cu.*.tab >/dev/null 2>&1; then
+  echo
+  echo "| attention kernel (k_cuda_attn_tc.cu) | arch | registers | static smem (B) | spill stores (B) |"
+  echo "|---|---|---|---|---|"
+  for arch in sm_80 sm_90a; do
+    # _ZN..fa_fwdILi1ELi64EEEv..: the kernel, then its template arguments (type 1 bf16 / 2 f16, head tile, inner tile)
+    awk -F'\t' -v a="$arch" '$1 ~ /fa_(fwd|bwd_dkv|bwd_dq)ILi/ { n = $1; sub(/.*fa_/, "fa_", n); k = n; sub(/I.*/, "", k)
+        sub(/^[a-z_]*I/, "", n); match(n, /^(Li[0-9]+E)+/); n = substr(n, 1, RLENGTH); gsub(/Li/, "", n)
+        gsub(/E/, ",", n); sub(/,$/, "", n)
+        print "| " k "<" n "> | " a " | " $2 " | " $3 " | " $4 " |" }' "$tmp/k_cuda_attn_tc.cu.$arch.tab"
+  done
+fi
 echo
 echo "nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $(date -u +%F)"
 exit $bad

@@ -1,7 +1,8 @@
 /* What nvcc emits for the tensor-core kernels (bench/tc_ptx.sh): their PTX holds
  * mma.sync, ldmatrix (.trans too) and cp.async (and wgmma on sm_90a), and ptxas -v
- * reports no spills for any instance, on sm_80 and sm_90a. The raw 16-bit entry (cp.async) and linear's gathering
- * loaders; the script prints the whole table for every file. Skipped without nvcc. */
+ * reports no spills for any instance, on sm_80 and sm_90a. The raw 16-bit entry (cp.async), linear's gathering
+ * loaders and the attention's kernels (k_cuda_attn_tc.cu: mma.sync, ldmatrix, .trans; one
+ * row per instance); the script prints the whole table for every file. Skipped without nvcc. */
 #include "test/t.h"
 #include "test/t_util.h"
 #include <string.h>
@@ -9,7 +10,8 @@
 TEST(cuda_tensor_core_ptx_has_mma_and_no_spills)
 {
     static char out[16384];
-    int rc = t_sh("bash bench/tc_ptx.sh kernels/cuda/k_cuda_tc_gemm.cu kernels/cuda/k_cuda_linear.cu 2>&1", out,
+    int rc = t_sh("bash bench/tc_ptx.sh kernels/cuda/k_cuda_tc_gemm.cu kernels/cuda/k_cuda_linear.cu "
+                    "kernels/cuda/k_cuda_attn_tc.cu 2>&1", out,
                   sizeof out);
     if (rc == 2 && strstr(out, "no nvcc")) {
         t_note("skipped: no nvcc here (the CUDA Toolkit)");
@@ -17,4 +19,7 @@ TEST(cuda_tensor_core_ptx_has_mma_and_no_spills)
     }
     CHECKF(rc == 0, "exit %d:\n%s", rc, out);
     CHECKF(strstr(out, "| k_cuda_tc_gemm.cu | sm_80 |") && strstr(out, "| k_cuda_linear.cu | sm_90a |"), "%s", out);
+    /* the attention's 18 instances (3 kernels x bf16, f16 x heads 32, 64, 128), each named */
+    CHECKF(strstr(out, "| k_cuda_attn_tc.cu | sm_90a |") && strstr(out, "| fa_bwd_dkv<1,128,32> | sm_80 |") &&
+           strstr(out, "| fa_fwd<2,64> | sm_90a |"), "%s", out);
 }

@@ -253,6 +253,15 @@ size_t k_cuda_attention_workspace(int b, int t, int h);
 int k_cuda_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, port_stream s);
 int k_cuda_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
                          const float *dy, float *dqkv, void *ws, port_stream s);
+/* At a precision (K_CUDA_MM_*): bf16 and f16 on the tensor cores for heads up to
+ * K_CUDA_ATTN_TC_MAX_HD (k_cuda_attn_tc.cu, FlashAttention-2 style: Q, K, V, P, dO and dS rounded
+ * as the CPU's --amp bf16 rounds them, fp32 softmax and sums); fp32, tf32 and wider heads
+ * take the fp32 kernels above. The same lse and workspace. */
+#define K_CUDA_ATTN_TC_MAX_HD 128
+int k_cuda_attention_fwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, float *y, float *lse,
+                            port_stream s);
+int k_cuda_attention_bwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
+                            const float *dy, float *dqkv, void *ws, port_stream s);
 /* The tied classifier with softmax cross-entropy, a block of rows at a time (16 MiB of
  * logits at most): loss_rows[n] (may be NULL), and with dx / dw the gradients as
  * k_classifier_fwd_bwd. Nothing comes back to the host. */

@@ -51,7 +51,8 @@ static void attn_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 
 #if DDPRT_CUDA
 /* The device has the online-softmax version only: attention=stored (the CPU's
- * comparison point) is refused by name. */
+ * comparison point) is refused by name. --amp bf16 / fp16 run it on the tensor cores
+ * (k_cuda_attn_tc.cu, heads up to K_CUDA_ATTN_TC_MAX_HD); --amp none and TF32 in fp32. */
 static int attn_stored_cuda(nn_graph *g, nn_node *n)
 {
     port_cuda_fail("model %s: node %d (attention): attention=stored has no device version (use flash)", g->model,
@@ -63,7 +64,8 @@ static int attn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     attn_attr a = attn_attr_of(n);
     if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
-    return k_cuda_attention_fwd(r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y, n->aux, r->stream);
+    return k_cuda_attention_fwd_mm(nn_cuda_mm(g), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y,
+                                   n->aux, r->stream);
 }
 
 static int attn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
@@ -71,8 +73,8 @@ static int attn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     attn_attr a = attn_attr_of(n);
     float *dx = nn_dx(g, n, 0);
     if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
-    return dx ? k_cuda_attention_bwd(r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y, n->aux, n->dy,
-                                     dx, r->ws, r->stream)
+    return dx ? k_cuda_attention_bwd_mm(nn_cuda_mm(g), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0),
+                                        n->y, n->aux, n->dy, dx, r->ws, r->stream)
               : 0;
 }
 

@@ -75,15 +75,18 @@ TEST(gpu_train_resnet20_textcnn_match_cpu)
     model_vs_cpu("--model textcnn", "", 0);
 }
 
-/* A 2-layer GPT's cfg file in a fresh folder, and the flags that train it. */
-static const char *tiny_gpt(char *model, size_t len)
+/* A 2-layer GPT's cfg file (width dim, `heads` heads, ctx positions) in a fresh folder,
+ * and the flags that train it on sequences of len. */
+static const char *gpt_cfg(char *model, size_t len, int dim, int heads, int ctx, int seq)
 {
-    static const char gpt[] = "[gpt] layers=2 dim=16 heads=2 ctx=8\n";
+    char gpt[128];
+    int n = snprintf(gpt, sizeof gpt, "[gpt] layers=2 dim=%d heads=%d ctx=%d\n", dim, heads, ctx);
     const char *dir = t_tmpdir("gpugpt");
-    t_write_file(dir, "gpt.cfg", gpt, sizeof gpt - 1, 0);
-    snprintf(model, len, "--model-file %s/gpt.cfg --seq-len 8", dir);
+    t_write_file(dir, "gpt.cfg", gpt, (size_t)n, 0);
+    snprintf(model, len, "--model-file %s/gpt.cfg --seq-len %d", dir, seq);
     return model;
 }
+static const char *tiny_gpt(char *model, size_t len) { return gpt_cfg(model, len, 16, 2, 8, 8); }
 
 /* GPT-2's ops on the device in the trainer: losses, then the validation loss, which the
  * host graph computes from the parameters it takes back from the device. */
@@ -106,8 +109,8 @@ TEST(gpu_train_gpt_adamw_and_resnet20_adam_match_cpu)
 
 /* --amp bf16 on the device: conv, linear and GPT's Conv1D on the tensor cores with the
  * operands the CPU's --amp bf16 rounds; 2 processes (the gradients allreduced as on the
- * CPU), LeNet's and ResNet-20's convs, TextCNN's, and a GPT (whose attention stays fp32
- * on the device: within the same tolerance at this size). */
+ * CPU), LeNet's and ResNet-20's convs, TextCNN's, and a GPT (its attention on the tensor
+ * cores too: k_cuda_attn_tc.cu, heads of 8 padded to 32). */
 TEST(gpu_amp_bf16_2_processes_match_cpu)
 {
     char launch[512], model[700];
@@ -156,14 +159,24 @@ TEST(gpu_amp_act16_halves_the_activations_and_tracks_fp32_ones)
     CHECKF(n == 3, "GPT: %d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
 }
 
-/* LeNet on 2 processes with `dev` on the device against the CPU's fp32 steps, within tol;
- * the device's log holds `says`. */
-static void dev_vs_fp32(const char *dev, const char *says, double tol)
+/* GPT's attention on the tensor cores in training, 2 processes: heads of 32 over 70
+ * positions (two query tiles, the second's causal mask inside its tile), against the
+ * CPU's --amp bf16 steps and validation loss. */
+TEST(gpu_amp_bf16_2_processes_gpt_attention_match_cpu)
 {
-    char launch[512], cmd[1400], out_g[32768], out_c[32768], why[128] = "";
+    char launch[512], model[700];
     snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
-    const char *args = "--model lenet --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
-                       "--no-eval --check-sync 1";
+    model_vs_cpu_opt(gpt_cfg(model, sizeof model, 64, 2, 80, 70), launch, 1, "--amp bf16");
+}
+
+/* model (LeNet where NULL) on 2 processes with `dev` on the device against the CPU's
+ * fp32 steps, within tol; the device's log holds `says`. */
+static void model_vs_fp32(const char *model, const char *dev, const char *says, double tol)
+{
+    char launch[512], cmd[2400], out_g[32768], out_c[32768], why[128] = "", args[900];
+    snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
+    snprintf(args, sizeof args, "%s --data synthetic --epochs 1 --max-steps 3 --log-interval 1 --batch-size 4 "
+             "--no-eval --check-sync 1", model ? model : "--model lenet");
     snprintf(cmd, sizeof cmd, "%s %s --device cuda %s %s 2>&1", launch, g_train(), dev, args);
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
     CHECKF(strstr(out_g, says) && !strstr(out_g, "step skipped"), "%s", out_g);
@@ -172,12 +185,22 @@ static void dev_vs_fp32(const char *dev, const char *says, double tol)
     int n = same_losses(out_g, out_c, tol, why, sizeof why);
     CHECKF(n == 3, "%s: %d loss lines agree; %s\n%s\n%s", dev, n, why, out_g, out_c);
 }
+static void dev_vs_fp32(const char *dev, const char *says, double tol) { model_vs_fp32(NULL, dev, says, tol); }
 
 /* --amp fp16 on the device: f16 operands with the loss scale (2^16) against the CPU's fp32
  * steps (f16 keeps 11 bits: within 1e-2 over these steps), on 2 processes. */
 TEST(gpu_amp_fp16_2_processes_track_fp32)
 {
     dev_vs_fp32("--amp fp16", "amp fp16 (tensor cores, dynamic loss scaling)", 1e-2);
+}
+
+/* The GPT of gpu_amp_bf16_2_processes_gpt_attention_match_cpu at --amp fp16: its attention
+ * on the tensor cores with f16 operands (and the loss scale in dO and dS). */
+TEST(gpu_amp_fp16_2_processes_gpt_attention_tracks_fp32)
+{
+    char model[700];
+    model_vs_fp32(gpt_cfg(model, sizeof model, 64, 2, 80, 70), "--amp fp16", "amp fp16 (tensor cores, dynamic loss "
+                  "scaling)", 1e-2);
 }
 
 /* --matmul-precision high on the device: TF32 tensor cores (10-bit mantissas). */

@@ -1,0 +1,390 @@
+// Causal attention on the tensor cores (--amp bf16 / fp16), FlashAttention-2 style: the
+// layout of k_cuda_attn.cu (qkv rows [t, 3C], y [t, C], lse[b, h, t] kept, probabilities
+// recomputed in backward), the rounding of the CPU's --amp bf16 attention (k_attn.c on
+// AMX): the products' operands Q, K, V, P, dO and dS are rounded to 16 bits, every sum,
+// the softmax's max and sums, lse and D = rowsum(dO * O) stay fp32.
+//
+// Heads are padded to HD = 32, 64 or 128 columns (zeros), tiles of rows to 64 (zeros past
+// t): every product is mma.sync m16n8k16 on whole fragments. Operands pass through shared
+// memory as 16-bit rows whose 16-byte chunks are XOR-swizzled (the 8 rows an ldmatrix
+// phase reads hit 8 different bank groups); qkv is fp32 in memory, so each tile is read,
+// rounded (cvt.rn) and stored by the threads (no cp.async: nothing 16-bit to copy).
+//
+// Forward: a block of 4 warps per (64-query tile, head, sequence), a warp per 16 query
+// rows; its Q fragments are loaded once (ldmatrix), key tiles of 64 stream through; S =
+// Q K^T in fp32 accumulators, the online softmax on them (row max and sum across the
+// quad of lanes that holds a row), P rounded in registers and used directly as the A
+// operand of P V (m16n8k16's C fragment of two n8 blocks is the A fragment of one k16
+// step), V through ldmatrix.trans.
+// Backward: dK, dV by a block per 64-key tile (a warp per 16 keys, its dK and dV in
+// registers) looping over the query tiles at or after it; dQ by a second pass, a block
+// per 64-query tile looping over the key tiles. No atomics: every sum has one owner and a
+// fixed order, the same bits on every run.
+#include "kernels/cuda/k_cuda_tc.cuh"
+#include <math.h>
+
+#define FA_T 64       // rows of a query (key) tile
+#define FA_THREADS 128 // 4 warps, 16 rows each
+#define FA_FULL 0xffffffffu
+
+namespace {
+
+struct alignas(16) FaChunk {
+    unsigned w[4];
+};
+
+template <int TY> __device__ __forceinline__ unsigned fa_pack(float lo, float hi)
+{
+    return TY == K_CUDA_MM_BF16 ? k_pack_bf16x2(lo, hi) : k_pack_f16x2(lo, hi);
+}
+
+// Element offset of 16-byte chunk c (8 columns) of row r in a tile of HD-wide rows.
+template <int HD> __device__ __forceinline__ int fa_off(int r, int c)
+{
+    if (HD >= 64) return r * HD + ((c ^ (r & 7)) << 3);
+    return r * HD + ((c ^ ((r >> 1) & 3)) << 3); // 4 chunks a row: rows in pairs
+}
+
+// tile[r][0, HD) = src[(r0 + r) ld + (0, hd)] rounded to 16 bits, for R rows; zero past t
+// and hd.
+template <int TY, int HD, int R>
+__device__ __forceinline__ void fa_load(unsigned short *tile, const float *src, size_t ld, int r0, int t, int hd)
+{
+    constexpr int CPR = HD / 8;
+    for (int q = threadIdx.x; q < R * CPR; q += FA_THREADS) {
+        int r = q / CPR, c = q % CPR, gr = r0 + r;
+        const float *p = src + (size_t)gr * ld + c * 8;
+        float f[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = gr < t && c * 8 + e < hd ? p[e] : 0.0f;
+        FaChunk ch;
+#pragma unroll
+        for (int e = 0; e < 4; e++) ch.w[e] = fa_pack<TY>(f[2 * e], f[2 * e + 1]);
+        *(FaChunk *)(tile + fa_off<HD>(r, c)) = ch;
+    }
+}
+
+template <int TY> __device__ __forceinline__ void fa_mma(float d[4], const unsigned a[4], const unsigned b[2])
+{
+    if (TY == K_CUDA_MM_BF16) K_MMA_BF16(d, a, b);
+    else K_MMA_F16(d, a, b);
+}
+
+// The A fragment of rows [row0, row0 + 16) and k step kk of a row-major tile.
+template <int HD> __device__ __forceinline__ void fa_lda(unsigned a[4], const unsigned short *tile, int row0, int kk,
+                                                          int lane)
+{
+    K_LDMATRIX_X4(a, tile + fa_off<HD>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
+}
+
+// acc[n][.] += A B for k step kk, B[k][n] = tile[n][k] (the rows of the tile are the N
+// columns: K for S = Q K^T, V for dP = dO V^T, Q or dO for the transposed products), NB
+// n8 blocks.
+template <int TY, int HD, int NB>
+__device__ __forceinline__ void fa_abt_step(float (&acc)[NB][4], const unsigned a[4], const unsigned short *bt, int kk,
+                                            int lane)
+{
+#pragma unroll
+    for (int nb = 0; nb < NB; nb += 2) {
+        // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+        unsigned q[4];
+        K_LDMATRIX_X4(q, bt + fa_off<HD>(nb * 8 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)));
+        unsigned b0[2] = {q[0], q[1]}, b1[2] = {q[2], q[3]};
+        fa_mma<TY>(acc[nb], a, b0);
+        fa_mma<TY>(acc[nb + 1], a, b1);
+    }
+}
+
+// The same over HD, A's fragments from a row-major tile (rows arow0 + [0, 16)).
+template <int TY, int HD, int NB>
+__device__ __forceinline__ void fa_abt(float (&acc)[NB][4], const unsigned short *at, int arow0,
+                                       const unsigned short *bt, int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        unsigned a[4];
+        fa_lda<HD>(a, at, arow0, kk, lane);
+        fa_abt_step<TY, HD, NB>(acc, a, bt, kk, lane);
+    }
+}
+
+// acc[d][.] += P B with P (16 x 8 KB, fp32 in C fragments of KB n8 blocks) rounded into A
+// fragments in registers (the C fragment of n8 blocks 2s, 2s + 1 is the A fragment of
+// k step s), B[k][d] = tile[k][d] (ldmatrix.trans: the k rows contiguous in d).
+template <int TY, int HD, int KB>
+__device__ __forceinline__ void fa_pb(float (&acc)[HD / 8][4], const float (&p)[KB][4], const unsigned short *bt,
+                                      int lane)
+{
+#pragma unroll
+    for (int s = 0; s < KB / 2; s++) {
+        unsigned a[4] = {fa_pack<TY>(p[2 * s][0], p[2 * s][1]), fa_pack<TY>(p[2 * s][2], p[2 * s][3]),
+                         fa_pack<TY>(p[2 * s + 1][0], p[2 * s + 1][1]), fa_pack<TY>(p[2 * s + 1][2], p[2 * s + 1][3])};
+#pragma unroll
+        for (int nb = 0; nb < HD / 8; nb += 2) {
+            // matrices: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+            unsigned q[4];
+            K_LDMATRIX_X4_T(q, bt + fa_off<HD>(16 * s + (lane & 7) + ((lane >> 3) & 1) * 8, nb + (lane >> 4)));
+            unsigned b0[2] = {q[0], q[1]}, b1[2] = {q[2], q[3]};
+            fa_mma<TY>(acc[nb], a, b0);
+            fa_mma<TY>(acc[nb + 1], a, b1);
+        }
+    }
+}
+
+template <int N> __device__ __forceinline__ void fa_zero(float (&a)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.0f;
+}
+
+// Rows (row0 + g, + 8) of a C fragment array, columns 8 n + 2 tig + (e & 1), into
+// dst[row ld + col] for rows below t and columns below hd.
+template <int N>
+__device__ __forceinline__ void fa_store(const float (&a)[N][4], float *dst, size_t ld, int row0, int t, int hd,
+                                         int lane, const float *mul)
+{
+    const int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = row0 + g + 8 * (e >> 1), c = 8 * n + 2 * tig + (e & 1);
+            if (r < t && c < hd) dst[(size_t)r * ld + c] = mul ? a[n][e] * mul[e >> 1] : a[n][e];
+        }
+}
+
+// Forward: block (query tile, counted from the last: the longest first; head, sequence).
+template <int TY, int HD>
+__global__ void __launch_bounds__(FA_THREADS)
+fa_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse)
+{
+    struct alignas(16) Smem {
+        unsigned short q[FA_T * HD], k[FA_T * HD], v[FA_T * HD];
+    };
+    __shared__ Smem sm;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const size_t ld = 3 * (size_t)C;
+    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.q, base, ld, q0, t, hd);
+    __syncthreads();
+    unsigned qf[HD / 16][4]; // the warp's Q fragments, once
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) fa_lda<HD>(qf[kk], sm.q, 16 * w, kk, lane);
+    float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    fa_zero(o);
+    const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
+    for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += FA_T) {
+        __syncthreads(); // every warp done with the last tile
+        fa_load<TY, HD, FA_T>(sm.k, base + C, ld, k0, t, hd);
+        fa_load<TY, HD, FA_T>(sm.v, base + 2 * C, ld, k0, t, hd);
+        __syncthreads();
+        float sc[FA_T / 8][4];
+        fa_zero(sc);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) fa_abt_step<TY, HD, FA_T / 8>(sc, qf[kk], sm.k, kk, lane);
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int n = 0; n < FA_T / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = k0 + 8 * n + 2 * tig + (e & 1), r = row[e >> 1];
+                float v = j <= r && j < t ? sc[n][e] * scale : -INFINITY;
+                sc[n][e] = v, mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 2));
+        }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (mx[r] == -INFINITY) mx[r] = 0.0f; // no key yet (cannot happen with equal tiles; kept finite)
+            corr[r] = expf(m[r] - mx[r]), m[r] = mx[r], l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int n = 0; n < FA_T / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = expf(sc[n][e] - mx[e >> 1]);
+                sc[n][e] = p, l[e >> 1] += p;
+            }
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[n][e] *= corr[e >> 1];
+        fa_pb<TY, HD, FA_T / 8>(o, sc, sm.v, lane);
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(FA_FULL, l[r], 1);
+        l[r] += __shfl_xor_sync(FA_FULL, l[r], 2);
+        inv[r] = 1.0f / l[r];
+        if (tig == 0 && row[r] < t) lse[((size_t)s * h + hh) * t + row[r]] = m[r] + logf(l[r]);
+    }
+    fa_store(o, y + (size_t)s * t * C + (size_t)hh * hd, C, q0 + 16 * w, t, hd, lane, inv);
+}
+
+// dK, dV: block (key tile, head, sequence), the query tiles (BQ rows) from the key tile on.
+template <int TY, int HD, int BQ>
+__global__ void __launch_bounds__(FA_THREADS)
+fa_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy, const float *lse, const float *dd,
+           float *dqkv)
+{
+    struct alignas(16) Smem {
+        unsigned short k[FA_T * HD], v[FA_T * HD], q[BQ * HD], g[BQ * HD];
+    };
+    __shared__ Smem sm;
+    const int j0 = blockIdx.x * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
+    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd, *gbase = dy + (size_t)s * t * C + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.k, base + C, ld, j0, t, hd);
+    fa_load<TY, HD, FA_T>(sm.v, base + 2 * C, ld, j0, t, hd);
+    float dk[HD / 8][4], dv[HD / 8][4];
+    fa_zero(dk), fa_zero(dv);
+    const int key[2] = {j0 + 16 * w + g, j0 + 16 * w + g + 8};
+    for (int i0 = j0; i0 < t; i0 += BQ) {
+        __syncthreads();
+        fa_load<TY, HD, BQ>(sm.q, base, ld, i0, t, hd);
+        fa_load<TY, HD, BQ>(sm.g, gbase, C, i0, t, hd);
+        __syncthreads();
+        // P^T and dP^T: the warp's 16 keys x the tile's BQ queries
+        float p[BQ / 8][4], dp[BQ / 8][4];
+        fa_zero(p), fa_zero(dp);
+        fa_abt<TY, HD, BQ / 8>(p, sm.k, 16 * w, sm.q, lane);
+        fa_abt<TY, HD, BQ / 8>(dp, sm.v, 16 * w, sm.g, lane);
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int i = i0 + 8 * n + 2 * tig + e;
+                float li = i < t ? lse[row0 + i] : 0.0f, di = i < t ? dd[row0 + i] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    float pv = i < t && i >= key[r] && key[r] < t ? expf(p[n][2 * r + e] * scale - li) : 0.0f;
+                    p[n][2 * r + e] = pv;
+                    dp[n][2 * r + e] = pv * (dp[n][2 * r + e] - di) * scale;
+                }
+            }
+        fa_pb<TY, HD, BQ / 8>(dv, p, sm.g, lane);  // dV += P^T dO
+        fa_pb<TY, HD, BQ / 8>(dk, dp, sm.q, lane); // dK += dS^T Q
+    }
+    float *dst = dqkv + (size_t)s * t * ld + (size_t)hh * hd + C;
+    fa_store(dk, dst, ld, j0 + 16 * w, t, hd, lane, nullptr);
+    fa_store(dv, dst + C, ld, j0 + 16 * w, t, hd, lane, nullptr);
+}
+
+// dQ: block (query tile, counted from the last; head, sequence), the key tiles (BK rows)
+// up to its last query.
+template <int TY, int HD, int BK>
+__global__ void __launch_bounds__(FA_THREADS)
+fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, const float *lse, const float *dd,
+          float *dqkv)
+{
+    struct alignas(16) Smem {
+        unsigned short q[FA_T * HD], g[FA_T * HD], k[BK * HD], v[BK * HD];
+    };
+    __shared__ Smem sm;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
+    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd, *gbase = dy + (size_t)s * t * C + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.q, base, ld, q0, t, hd);
+    fa_load<TY, HD, FA_T>(sm.g, gbase, C, q0, t, hd);
+    const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
+    float li[2], di[2], dq[HD / 8][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        li[r] = row[r] < t ? lse[row0 + row[r]] : 0.0f;
+        di[r] = row[r] < t ? dd[row0 + row[r]] : 0.0f;
+    }
+    fa_zero(dq);
+    for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += BK) {
+        __syncthreads();
+        fa_load<TY, HD, BK>(sm.k, base + C, ld, k0, t, hd);
+        fa_load<TY, HD, BK>(sm.v, base + 2 * C, ld, k0, t, hd);
+        __syncthreads();
+        float p[BK / 8][4], ds[BK / 8][4];
+        fa_zero(p), fa_zero(ds);
+        fa_abt<TY, HD, BK / 8>(p, sm.q, 16 * w, sm.k, lane);
+        fa_abt<TY, HD, BK / 8>(ds, sm.g, 16 * w, sm.v, lane);
+#pragma unroll
+        for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = k0 + 8 * n + 2 * tig + (e & 1), r = e >> 1;
+                float pv = row[r] < t && j <= row[r] ? expf(p[n][e] * scale - li[r]) : 0.0f;
+                ds[n][e] = pv * (ds[n][e] - di[r]) * scale;
+            }
+        fa_pb<TY, HD, BK / 8>(dq, ds, sm.k, lane); // dQ += dS K
+    }
+    fa_store(dq, dqkv + (size_t)s * t * ld + (size_t)hh * hd, ld, q0 + 16 * w, t, hd, lane, nullptr);
+}
+
+// D[b, h, i] = dO_i . O_i in fp32 (the softmax backward's row term, of the unrounded values)
+__global__ void fa_bwd_d(int b, int t, int h, int hd, const float *y, const float *dy, float *dd)
+{
+    size_t rows = (size_t)b * h * t;
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(r % t), hh = (int)(r / t % h), s = (int)(r / ((size_t)t * h));
+        size_t o = ((size_t)s * t + i) * h * hd + (size_t)hh * hd;
+        float a = 0.0f;
+        for (int d = 0; d < hd; d++) a += dy[o + d] * y[o + d];
+        dd[r] = a;
+    }
+}
+
+template <int TY, int HD>
+int fa_fwd_t(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, cudaStream_t s)
+{
+    dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
+    K_LAUNCH((fa_fwd<TY, HD>), grid, FA_THREADS, 0, s)(t, h, hd, 1.0f / sqrtf((float)hd), qkv, y, lse);
+    return k_cuda_check_launch("k_cuda_attention_fwd_mm", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
+}
+
+// The 128-wide heads take 32-row inner tiles in backward: 48 KiB of static shared memory.
+template <int TY, int HD>
+int fa_bwd_t(int b, int t, int h, int hd, const float *qkv, const float *lse, const float *dy, const float *dd,
+             float *dqkv, cudaStream_t s)
+{
+    constexpr int IN = HD >= 128 ? 32 : FA_T;
+    const float scale = 1.0f / sqrtf((float)hd);
+    dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
+    K_LAUNCH((fa_bwd_dkv<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, dy, lse, dd, dqkv);
+    if (k_cuda_check_launch("k_cuda_attention_bwd_mm (dk, dv)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd))
+        return -1;
+    K_LAUNCH((fa_bwd_dq<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, dy, lse, dd, dqkv);
+    return k_cuda_check_launch("k_cuda_attention_bwd_mm (dq)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
+}
+
+int fa_tc(int mm, int hd) { return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= K_CUDA_ATTN_TC_MAX_HD; }
+} // namespace
+
+#define FA_DISPATCH(fn, mm, hd, ...)                                                                               \
+    (mm == K_CUDA_MM_BF16 ? (hd <= 32 ? fn<K_CUDA_MM_BF16, 32>(__VA_ARGS__)                                        \
+                             : hd <= 64 ? fn<K_CUDA_MM_BF16, 64>(__VA_ARGS__)                                      \
+                                        : fn<K_CUDA_MM_BF16, 128>(__VA_ARGS__))                                    \
+                          : (hd <= 32 ? fn<K_CUDA_MM_F16, 32>(__VA_ARGS__)                                         \
+                             : hd <= 64 ? fn<K_CUDA_MM_F16, 64>(__VA_ARGS__)                                       \
+                                        : fn<K_CUDA_MM_F16, 128>(__VA_ARGS__)))
+
+int k_cuda_attention_fwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, float *y, float *lse,
+                            port_stream s)
+{
+    if (!fa_tc(mm, hd)) return k_cuda_attention_fwd(b, t, h, hd, qkv, y, lse, s);
+    return FA_DISPATCH(fa_fwd_t, mm, hd, b, t, h, hd, qkv, y, lse, (cudaStream_t)s);
+}
+
+int k_cuda_attention_bwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
+                            const float *dy, float *dqkv, void *ws, port_stream s)
+{
+    if (!fa_tc(mm, hd)) return k_cuda_attention_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, ws, s);
+    cudaStream_t cs = (cudaStream_t)s;
+    float *dd = (float *)ws;
+    K_LAUNCH(fa_bwd_d, k_cuda_blocks((size_t)b * h * t), K_CUDA_THREADS, 0, cs)(b, t, h, hd, y, dy, dd);
+    if (k_cuda_check_launch("k_cuda_attention_bwd_mm (D)", "b=%d t=%d h=%d hd=%d", b, t, h, hd)) return -1;
+    return FA_DISPATCH(fa_bwd_t, mm, hd, b, t, h, hd, qkv, lse, dy, dd, dqkv, cs);
+}

@@ -252,6 +252,8 @@ static void killed(const char *mode)
         const char *want = stop ? "rank 2 late" : "rank 2 closed the connection";
         CHECKF(strstr(out, want) && tr - tk < 20, "rank %d (%.1f s after the kill): no '%s' in: %s", r, tr - tk, want,
                out);
+        /* A peer's failure is a PeerError (Horovod's HorovodInternalError); DDP rewraps it. */
+        CHECKF(!strcmp(mode, "ddp") || strstr(out, ": PeerError: "), "rank %d: not a PeerError: %s", r, out);
     }
 }
 
@@ -370,4 +372,33 @@ PTEST(python_mnist_loss_curves_equal_gloo_hook_and_horovod_api)
     CHECKF(strstr(curves[0], "Loss:") && strstr(curves[0], "Test set"), "no loss lines: %s", curves[0]);
     CHECKF(!strcmp(curves[0], curves[1]), "gloo vs ddprt hook:\n%s---\n%s", curves[0], curves[1]);
     CHECKF(!strcmp(curves[1], curves[2]), "ddprt hook vs Horovod API:\n%s---\n%s", curves[1], curves[2]);
+}
+
+/* hvd.elastic (hvd_elastic_check.py), 2 ranks started directly: stopped at a restart
+ * point (a faked DDPRT_ELASTIC file: exit 75, the state file at that commit) and killed
+ * by a dead peer (HorovodInternalError: exit 1), each rerun resumes and ends with the
+ * parameters of an uninterrupted run, bitwise; then ddprt-launch --nnodes 1:2 with a
+ * node joining mid-run: exit 75, round 1 on 2 ranks resumes from rank 0's file. */
+static void elastic_py(char *const argv[], const char *want)
+{
+    if (!have("torch")) return;
+    t_clean_env();
+    t_proc p;
+    t_spawn(&p, "hvd_elastic", argv, env_for(NULL));
+    int rc = t_wait(&p, 280);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0 && strstr(out, want), "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
+}
+
+PTEST(python_horovod_elastic_stop_and_failure_resume_bitwise_2_ranks)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "drive", "2", NULL};
+    elastic_py(argv, "elastic ok: 2 ranks");
+}
+
+PTEST(python_horovod_elastic_under_ddprt_launch_nnodes_1_2_grows)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "launch", (char *)t_prog("ddprt-launch"),
+                    NULL};
+    elastic_py(argv, "elastic launch ok");
 }

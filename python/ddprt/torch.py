@@ -35,6 +35,11 @@ from ._hvd_misc import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_buil
                         gloo_built, gloo_enabled, init, is_homogeneous, mpi_built, mpi_enabled,
                         mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 from ._progress import progress
+from ._core import PeerError as HorovodInternalError
+from . import _hvd_elastic as elastic
+from ._hvd_elastic import HostsUpdatedInterrupt
+import sys as _sys
+_sys.modules[__name__ + ".elastic"] = elastic  # `import ddprt.torch.elastic`, as horovod.torch.elastic
 
 _ALIGN = 64
 

@@ -146,6 +146,19 @@ PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
     hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
 }
 
+/* hvd.sparse_allreduce_async (hvd_sparse_check.py): every rank's sparse COO tensor
+ * (different nonzeros, duplicates, an empty rank) against torch's coalesce of their
+ * concatenation, bitwise; DistributedOptimizer with Embedding(sparse=True) through that
+ * path, a rank not using it in some steps, against a local replay. */
+PTEST(python_horovod_sparse_allreduce_vs_coalesce_2_ranks)
+{
+    hvd("python/tests/hvd_sparse_check.py", "rank %d of %d sparse ok", 2);
+}
+PTEST(python_horovod_sparse_allreduce_vs_coalesce_3_ranks)
+{
+    hvd("python/tests/hvd_sparse_check.py", "rank %d of %d sparse ok", 3);
+}
+
 /* hvd.SyncBatchNorm (hvd_sbn_check.py): uneven per-rank batches (one rank empty) against
  * torch's batch norm of the concatenated batch in one process: output, input, weight and
  * bias gradients, running statistics and eval mode within 1e-6 (relative above 1). */

@@ -23,6 +23,7 @@ from . import _hvd_join as _join
 from ._core import Average
 from ._horovod import Adasum, Compression, _iallreduce_, broadcast_object, synchronize
 from ._hvd_sets import resolve
+from ._hvd_sparse import sparse_reduce_grad
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
@@ -81,6 +82,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._names = {id(v): k for k, v in named_parameters}
         self.backward_passes_per_step = backward_passes_per_step
         self._op, self._predivide, self._sparse_as_dense = op, gradient_predivide_factor, sparse_as_dense
+        self._sparse = set()  # ids of the parameters whose gradients came sparse (_hvd_sparse)
         self._delay, self._handles, self._grad_accs, self._requires_update = {}, {}, [], []
         self._should_synchronize, self._synchronized = True, False
         for g in self.param_groups:
@@ -138,12 +140,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._op == Average and self._predivide != 1.0:
             pre, post = 1.0 / self._predivide, self._predivide
         if p.grad is None:
-            p.grad = torch.zeros_like(p)  # not produced on this rank: zeros, as Horovod
+            # Not produced on this rank: zeros, as Horovod (empty, where it was sparse before).
+            p.grad = (torch.sparse_coo_tensor(torch.empty(1, 0, dtype=torch.int64), torch.empty(0, *p.shape[1:]),
+                                              p.shape, dtype=p.dtype) if id(p) in self._sparse else torch.zeros_like(p))
         if p.grad.is_sparse:
-            if not self._sparse_as_dense:
-                raise ValueError("DistributedOptimizer: %s has a sparse gradient; ddprt reduces dense tensors: pass "
-                                 "sparse_as_dense=True" % self._names[id(p)])
-            p.grad = p.grad.to_dense()
+            if self._sparse_as_dense or self._joined_step:  # a joined rank serves dense zeros
+                p.grad = p.grad.to_dense()
+            else:
+                self._sparse.add(id(p))
+                return sparse_reduce_grad(p.grad, self._op), None
         t, ctx = self._compression.compress(p.grad)
         return _iallreduce_(t, self._op, pre, post), ctx
 
@@ -203,7 +208,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p, (h, ctx) in self._handles.items():
                 out = synchronize(h)
                 self._delay[p] = self.backward_passes_per_step
-                if ctx is not None or out.data_ptr() != p.grad.data_ptr():
+                if out.is_sparse:
+                    p.grad = out  # Horovod: p.grad.set_(output), a new sparse tensor
+                elif ctx is not None or out.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(self._compression.decompress(out, ctx))
             self._agree()
         self._handles.clear()
@@ -261,7 +268,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     backward produces them (overlapping the rest of backward), and step() waits for them
     first. groups (lists of parameters) or num_groups (consecutive groups): a group's
     gradients go out together, as Horovod's; sparse_as_dense: sparse gradients are made
-    dense (without it a sparse gradient is refused)."""
+    dense (without it a sparse gradient takes the sparse allreduce: _hvd_sparse)."""
     if op is Adasum:
         raise ValueError("ddprt: Adasum is not supported (use Average)")
     if process_set is not None and not resolve(process_set).included():

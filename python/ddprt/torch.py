@@ -29,6 +29,7 @@ from ._hvd_coll import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, Hor
                         grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                         reducescatter_async)
 from ._hvd_join import join
+from ._hvd_sparse import sparse_allreduce_async
 from ._hvd_sbn import SyncBatchNorm
 from ._hvd_sets import add_process_set, remove_process_set
 from ._hvd_misc import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,

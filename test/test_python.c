@@ -173,7 +173,8 @@ PTEST(python_horovod_sync_batch_norm_vs_whole_batch_3_ranks)
 
 /* Process sets (hvd_sets_check.py): set {0,2} of 3 ranks runs every collective (and
  * SyncBatchNorm) among its members on its own communicator while rank 1 is refused naming
- * the set; a second set, mismatched or unregistered sets, remove_process_set. */
+ * the set; join with uneven batches within the set; a second set, mismatched or unregistered sets,
+ * remove_process_set. */
 PTEST(python_horovod_process_sets_3_ranks)
 {
     hvd("python/tests/hvd_sets_check.py", "rank %d of %d sets ok", 3);

@@ -388,31 +388,43 @@ PTEST(python_mnist_loss_curves_equal_gloo_hook_and_horovod_api)
     CHECKF(!strcmp(curves[1], curves[2]), "ddprt hook vs Horovod API:\n%s---\n%s", curves[1], curves[2]);
 }
 
-/* hvd.elastic (hvd_elastic_check.py), 2 ranks started directly: stopped at a restart
- * point (a faked DDPRT_ELASTIC file: exit 75, the state file at that commit) and killed
- * by a dead peer (HorovodInternalError: exit 1), each rerun resumes and ends with the
- * parameters of an uninterrupted run, bitwise; then ddprt-launch --nnodes 1:2 with a
- * node joining mid-run: exit 75, round 1 on 2 ranks resumes from rank 0's file. */
-static void elastic_py(char *const argv[], const char *want)
+/* A Python driver that starts its own ranks: exit 0 and `want` on its stdout. */
+static void py_ok(char *const argv[], const char *want)
 {
     if (!have("torch")) return;
     t_clean_env();
     t_proc p;
-    t_spawn(&p, "hvd_elastic", argv, env_for(NULL));
+    t_spawn(&p, "py", argv, env_for(NULL));
     int rc = t_wait(&p, 280);
     const char *out = t_slurp(p.out);
     CHECKF(rc == 0 && strstr(out, want), "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
 }
 
+/* hvd.elastic (hvd_elastic_check.py), 2 ranks started directly: stopped at a restart
+ * point (a faked DDPRT_ELASTIC file: exit 75, the state file at that commit) and killed
+ * by a dead peer (HorovodInternalError: exit 1), each rerun resumes and ends with the
+ * parameters of an uninterrupted run, bitwise; then ddprt-launch --nnodes 1:2 with a
+ * node joining mid-run: exit 75, round 1 on 2 ranks resumes from rank 0's file. */
 PTEST(python_horovod_elastic_stop_and_failure_resume_bitwise_2_ranks)
 {
     char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "drive", "2", NULL};
-    elastic_py(argv, "elastic ok: 2 ranks");
+    py_ok(argv, "elastic ok: 2 ranks");
 }
 
 PTEST(python_horovod_elastic_under_ddprt_launch_nnodes_1_2_grows)
 {
     char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "launch", (char *)t_prog("ddprt-launch"),
                     NULL};
-    elastic_py(argv, "elastic launch ok");
+    py_ok(argv, "elastic launch ok");
+}
+
+/* The Horovod example copies (hvd_examples_check.py), 2 ranks under ddprt-launch: the
+ * synthetic benchmark prints img/sec as Horovod's does and ends with the parameters of
+ * the same script on a gloo reference of Horovod's semantics (its one import line
+ * changed); the imagenet script's metrics and epoch-2 checkpoint equal the reference's,
+ * and a run stopped after epoch 1 resumes from its checkpoint to the same one, bitwise. */
+PTEST(python_horovod_examples_synthetic_and_imagenet_vs_gloo_and_resume_2_ranks)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_examples_check.py", (char *)t_prog("ddprt-launch"), NULL};
+    py_ok(argv, "examples ok");
 }

@@ -30,18 +30,27 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
     """Rank root_rank's optimizer state (moments, step counts, hyper-parameters). As
     Horovod does, a fresh optimizer's state is first made by one step of the wrapped
     optimizer on zero gradients (Adam: zero moments, step 1), so that every rank has
-    the same keys to receive."""
+    the same keys to receive; unlike Horovod's, that step leaves the parameters as they
+    were (weight decay would move them, on some ranks only after a resume)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state (as Horovod)")
     if not optimizer.state_dict()["state"]:
+        kept = []
         for g in optimizer.param_groups:
             for p in g["params"]:
                 if p.requires_grad:
                     p.grad = torch.zeros_like(p)
+                    kept.append((p, p.detach().clone()))
         if hasattr(optimizer, "_units"):  # a DistributedOptimizer: the wrapped step, no allreduce
             super(optimizer.__class__, optimizer).step()
         else:
             optimizer.step()
+        # Horovod's zero step moves parameters where weight decay applies, and only on
+        # the ranks whose state was empty (after a resume: all but root_rank, whose
+        # parameters were broadcast already): their models then differ. Not here.
+        with torch.no_grad():
+            for p, v in kept:
+                p.copy_(v)
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if core.rank() != root_rank:
         optimizer.load_state_dict(state)

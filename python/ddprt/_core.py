@@ -54,7 +54,9 @@ _lock = threading.Lock()
 
 def _err(rc):
     msg = _lib.get().ddprt_last_error().decode("utf-8", "replace")
-    return (PeerError if rc in _PEER_CODES else DdprtError)(msg or "ddprt error %d" % rc, rc)
+    # A collective mismatch is the program's error, not a peer's: restarting will not help.
+    peer = rc in _PEER_CODES and "collective mismatch" not in msg
+    return (PeerError if peer else DdprtError)(msg or "ddprt error %d" % rc, rc)
 
 
 def _check(rc):

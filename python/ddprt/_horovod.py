@@ -154,9 +154,27 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+class _Gathered:
+    """An allgather of uneven first dimensions, completed at issue."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def wait(self):
+        return self.result
+
+    def test(self):
+        return True
+
+
 def allgather_async(tensor, name=None, process_set=None):
+    """First dimensions may differ between ranks (as Horovod's): the shapes are exchanged
+    first (one small blocking allgather); uneven ones complete at issue."""
     with resolve(process_set).scope("allgather"):
-        return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
+        nbytes = tensor.numel() * tensor.element_size()
+        if core.size() > 1 and len(set(core._shapes(tensor.contiguous()))) > 1:
+            return _Hvd(_Gathered(core.allgather(tensor)), None, "allgather", nbytes)
+        return _Hvd(core.allgather_async(tensor), None, "allgather", nbytes)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):

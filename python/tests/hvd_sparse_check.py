@@ -4,6 +4,7 @@
     indices, one rank empty: equal, bitwise, to torch's coalesce of the ranks'
     concatenation (divided by the size for Average); Sum; integer Average truncates;
     a dense tensor and op Max refused; mismatched names refused naming each rank's call.
+  - allgather_async with first dimensions differing between ranks (and equal ones).
   - DistributedOptimizer with nn.Embedding(sparse=True) and a Linear, each rank its own
     batch, rank 1 not using the embedding in two steps (its gradient None, then zero_()ed): the embedding's gradient is the
     sparse average (bitwise the local replay's), the Linear's the dense average, and the
@@ -74,6 +75,13 @@ try:
     expect(False, "mismatched names paired")
 except hvd.DdprtError as e:
     expect("rank 0: n0 [8, 2] int64 Average; rank 1: n1" in str(e), "message: %s" % e)
+
+# allgather_async with first dimensions differing by rank (the sparse path's shape), as Horovod's.
+got = hvd.synchronize(hvd.allgather_async(torch.full((R + 1, 2), float(R))))
+expect(torch.equal(got, torch.cat([torch.full((r + 1, 2), float(r)) for r in range(W)])), "uneven allgather_async: %s"
+       % got)
+got = hvd.synchronize(hvd.allgather_async(torch.full((2, 2), float(R))))
+expect(torch.equal(got, torch.cat([torch.full((2, 2), float(r)) for r in range(W)])), "allgather_async: %s" % got)
 
 # ---- DistributedOptimizer: Embedding(sparse=True) + Linear ----------------------------------------
 

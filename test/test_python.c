@@ -159,6 +159,18 @@ PTEST(python_horovod_sparse_allreduce_vs_coalesce_3_ranks)
     hvd("python/tests/hvd_sparse_check.py", "rank %d of %d sparse ok", 3);
 }
 
+/* op=hvd.Adasum (hvd_adasum_check.py): allreduce against the formula's pair tree,
+ * bitwise (equal vectors give themselves, orthogonal ones their sum), refusals, and
+ * DistributedOptimizer(op=Adasum) against a replay of start + Adasum of the deltas. */
+PTEST(python_horovod_adasum_vs_formula_2_ranks)
+{
+    hvd("python/tests/hvd_adasum_check.py", "rank %d of %d adasum ok", 2);
+}
+PTEST(python_horovod_adasum_vs_formula_3_ranks)
+{
+    hvd("python/tests/hvd_adasum_check.py", "rank %d of %d adasum ok", 3);
+}
+
 /* hvd.SyncBatchNorm (hvd_sbn_check.py): uneven per-rank batches (one rank empty) against
  * torch's batch norm of the concatenated batch in one process: output, input, weight and
  * bias gradients, running statistics and eval mode within 1e-6 (relative above 1). */

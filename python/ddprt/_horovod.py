@@ -16,15 +16,21 @@ from . import _core as core
 from ._core import Average, Sum
 from ._hvd_sets import resolve
 
-Adasum = object()  # named for scripts that mention it; ddprt refuses it
+class _AdasumOp:
+    def __repr__(self):
+        return "Adasum"
 
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product"}
+Adasum = _AdasumOp()  # allreduce and DistributedOptimizer take it (_hvd_adasum.py); other calls refuse it
+
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product",
+             Adasum: "Adasum"}
 
 
 def _op(op, average):
     if op is Adasum:
-        raise ValueError("ddprt: Adasum is not supported (use Average)")
+        raise ValueError("ddprt: Adasum is supported by allreduce and DistributedOptimizer only (as Horovod)")
     if op is None:
         return Average if average is None or average else Sum
     return op
@@ -123,9 +129,14 @@ def _iallreduce_(tensor, op, pre=1.0, post=1.0):
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    op = _op(op, average)
+    adasum = op is Adasum
+    op = Adasum if adasum else _op(op, average)
     with resolve(process_set).scope("allreduce"):
         _check_pairing(tensor, name, op)
+        if adasum:
+            from ._hvd_adasum import adasum_
+            return _Hvd(adasum_(tensor, prescale_factor, postscale_factor), None, "allreduce",
+                        tensor.numel() * tensor.element_size())
         return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
 
 

@@ -24,6 +24,7 @@ from ._core import Average
 from ._horovod import Adasum, Compression, _iallreduce_, broadcast_object, synchronize
 from ._hvd_sets import resolve
 from ._hvd_sparse import sparse_reduce_grad
+from ._hvd_adasum import DistributedAdasumOptimizer
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
@@ -278,8 +279,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     first. groups (lists of parameters) or num_groups (consecutive groups): a group's
     gradients go out together, as Horovod's; sparse_as_dense: sparse gradients are made
     dense (without it a sparse gradient takes the sparse allreduce: _hvd_sparse)."""
-    if op is Adasum:
-        raise ValueError("ddprt: Adasum is not supported (use Average)")
+    if op is Adasum:  # Horovod's Adasum optimizer: local step, then the Adasum of the deltas
+        if process_set is not None and not resolve(process_set).included():
+            raise ValueError("ddprt: DistributedOptimizer with process set %s on rank %d, which is not in it"
+                             % (process_set.ranks, core.rank()))
+        return DistributedAdasumOptimizer(optimizer, named_parameters, compression, process_set)
     if process_set is not None and not resolve(process_set).included():
         raise ValueError("ddprt: DistributedOptimizer with process set %s on rank %d, which is not in it"
                          % (process_set.ranks, core.rank()))

@@ -104,6 +104,9 @@ static const env_var vars[RT_ENV_COUNT] = {
     V(HVD_CHECK, E_ENUM, "0|1", "1",
       "the Python package's Horovod API: `0` turns off the check that every rank's raw `allreduce` calls name the "
       "same tensor (name, shape, dtype, op) in the same order"),
+    V(ELASTIC_STATE, E_ANY, NULL, "beside `DDPRT_ELASTIC`'s file",
+      "the Python package's `hvd.elastic.TorchState`: the file rank 0 commits the state to, loaded when a restarted "
+      "job starts"),
 };
 #undef V
 

@@ -146,6 +146,31 @@ PTEST(python_horovod_join_uneven_batches_and_optimizer_options_3_ranks)
     hvd("python/tests/hvd_train_check.py", "rank %d of %d train ok", 3);
 }
 
+/* hvd.sparse_allreduce_async (hvd_sparse_check.py): every rank's sparse COO tensor
+ * (different nonzeros, duplicates, an empty rank) against torch's coalesce of their
+ * concatenation, bitwise; DistributedOptimizer with Embedding(sparse=True) through that
+ * path, a rank not using it in some steps, against a local replay. */
+PTEST(python_horovod_sparse_allreduce_vs_coalesce_2_ranks)
+{
+    hvd("python/tests/hvd_sparse_check.py", "rank %d of %d sparse ok", 2);
+}
+PTEST(python_horovod_sparse_allreduce_vs_coalesce_3_ranks)
+{
+    hvd("python/tests/hvd_sparse_check.py", "rank %d of %d sparse ok", 3);
+}
+
+/* op=hvd.Adasum (hvd_adasum_check.py): allreduce against the formula's pair tree,
+ * bitwise (equal vectors give themselves, orthogonal ones their sum), refusals, and
+ * DistributedOptimizer(op=Adasum) against a replay of start + Adasum of the deltas. */
+PTEST(python_horovod_adasum_vs_formula_2_ranks)
+{
+    hvd("python/tests/hvd_adasum_check.py", "rank %d of %d adasum ok", 2);
+}
+PTEST(python_horovod_adasum_vs_formula_3_ranks)
+{
+    hvd("python/tests/hvd_adasum_check.py", "rank %d of %d adasum ok", 3);
+}
+
 /* hvd.SyncBatchNorm (hvd_sbn_check.py): uneven per-rank batches (one rank empty) against
  * torch's batch norm of the concatenated batch in one process: output, input, weight and
  * bias gradients, running statistics and eval mode within 1e-6 (relative above 1). */
@@ -160,7 +185,8 @@ PTEST(python_horovod_sync_batch_norm_vs_whole_batch_3_ranks)
 
 /* Process sets (hvd_sets_check.py): set {0,2} of 3 ranks runs every collective (and
  * SyncBatchNorm) among its members on its own communicator while rank 1 is refused naming
- * the set; a second set, mismatched or unregistered sets, remove_process_set. */
+ * the set; join with uneven batches within the set; a second set, mismatched or unregistered sets,
+ * remove_process_set. */
 PTEST(python_horovod_process_sets_3_ranks)
 {
     hvd("python/tests/hvd_sets_check.py", "rank %d of %d sets ok", 3);
@@ -252,6 +278,8 @@ static void killed(const char *mode)
         const char *want = stop ? "rank 2 late" : "rank 2 closed the connection";
         CHECKF(strstr(out, want) && tr - tk < 20, "rank %d (%.1f s after the kill): no '%s' in: %s", r, tr - tk, want,
                out);
+        /* A peer's failure is a PeerError (Horovod's HorovodInternalError); DDP rewraps it. */
+        CHECKF(!strcmp(mode, "ddp") || strstr(out, ": PeerError: "), "rank %d: not a PeerError: %s", r, out);
     }
 }
 
@@ -370,4 +398,45 @@ PTEST(python_mnist_loss_curves_equal_gloo_hook_and_horovod_api)
     CHECKF(strstr(curves[0], "Loss:") && strstr(curves[0], "Test set"), "no loss lines: %s", curves[0]);
     CHECKF(!strcmp(curves[0], curves[1]), "gloo vs ddprt hook:\n%s---\n%s", curves[0], curves[1]);
     CHECKF(!strcmp(curves[1], curves[2]), "ddprt hook vs Horovod API:\n%s---\n%s", curves[1], curves[2]);
+}
+
+/* A Python driver that starts its own ranks: exit 0 and `want` on its stdout. */
+static void py_ok(char *const argv[], const char *want)
+{
+    if (!have("torch")) return;
+    t_clean_env();
+    t_proc p;
+    t_spawn(&p, "py", argv, env_for(NULL));
+    int rc = t_wait(&p, 280);
+    const char *out = t_slurp(p.out);
+    CHECKF(rc == 0 && strstr(out, want), "exit %d\nstdout: %s\nstderr: %s", rc, out, t_slurp(p.err));
+}
+
+/* hvd.elastic (hvd_elastic_check.py), 2 ranks started directly: stopped at a restart
+ * point (a faked DDPRT_ELASTIC file: exit 75, the state file at that commit) and killed
+ * by a dead peer (HorovodInternalError: exit 1), each rerun resumes and ends with the
+ * parameters of an uninterrupted run, bitwise; then ddprt-launch --nnodes 1:2 with a
+ * node joining mid-run: exit 75, round 1 on 2 ranks resumes from rank 0's file. */
+PTEST(python_horovod_elastic_stop_and_failure_resume_bitwise_2_ranks)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "drive", "2", NULL};
+    py_ok(argv, "elastic ok: 2 ranks");
+}
+
+PTEST(python_horovod_elastic_under_ddprt_launch_nnodes_1_2_grows)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_elastic_check.py", "launch", (char *)t_prog("ddprt-launch"),
+                    NULL};
+    py_ok(argv, "elastic launch ok");
+}
+
+/* The Horovod example copies (hvd_examples_check.py), 2 ranks under ddprt-launch: the
+ * synthetic benchmark prints img/sec as Horovod's does and ends with the parameters of
+ * the same script on a gloo reference of Horovod's semantics (its one import line
+ * changed); the imagenet script's metrics and epoch-2 checkpoint equal the reference's,
+ * and a run stopped after epoch 1 resumes from its checkpoint to the same one, bitwise. */
+PTEST(python_horovod_examples_synthetic_and_imagenet_vs_gloo_and_resume_2_ranks)
+{
+    char *argv[] = {(char *)python(), "python/tests/hvd_examples_check.py", (char *)t_prog("ddprt-launch"), NULL};
+    py_ok(argv, "examples ok");
 }

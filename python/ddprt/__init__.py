@@ -8,13 +8,13 @@ tensors (ctypes: no compiled extension; numpy and torch are optional).
 
 ddprt.allreduce sums by default (MPI, NCCL); ddprt.torch, a DDP communication hook and
 the Horovod API, averages by default as Horovod does (docs/python.md, "Sum or average?")."""
-from ._core import (Average, DdprtError, Handle, Max, Min, Product, Sum, abort, allgather, allgather_async,
+from ._core import (Average, DdprtError, Handle, PeerError, Max, Min, Product, Sum, abort, allgather, allgather_async,
                     allreduce, allreduce_, allreduce_async, allreduce_async_, barrier, broadcast, broadcast_,
                     broadcast_async_, empty, finalize, init, is_initialized, local_rank, local_size, rank,
                     reduce_scatter, shutdown, size)
 
 __version__ = "0.1.0"
-__all__ = ["Average", "DdprtError", "Handle", "Max", "Min", "Product", "Sum", "abort", "allgather",
+__all__ = ["Average", "DdprtError", "Handle", "PeerError", "Max", "Min", "Product", "Sum", "abort", "allgather",
            "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "barrier",
            "broadcast", "broadcast_", "broadcast_async_", "empty", "finalize", "init", "is_initialized",
            "local_rank", "local_size", "rank", "reduce_scatter", "shutdown", "size"]

@@ -35,6 +35,16 @@ class DdprtError(RuntimeError):
         self.code = code
 
 
+class PeerError(DdprtError):
+    """A collective failed because of a peer (it closed its connections, an I/O error,
+    or the deadline passed waiting for it): the job must restart without or with it.
+    ddprt.torch exports it as Horovod's HorovodInternalError."""
+
+
+# DDPRT_EIO, DDPRT_ETIMEOUT, DDPRT_ECLOSED: the codes a peer's failure gives.
+_PEER_CODES = (_E["DDPRT_EIO"], _E["DDPRT_ETIMEOUT"], _E["DDPRT_ECLOSED"])
+
+
 _comm = None
 _info = None  # (rank, size, local_rank, local_size)
 _timeout = 300.0  # the per-op deadline: bounds what finalize() waits for
@@ -44,7 +54,9 @@ _lock = threading.Lock()
 
 def _err(rc):
     msg = _lib.get().ddprt_last_error().decode("utf-8", "replace")
-    return DdprtError(msg or "ddprt error %d" % rc, rc)
+    # A collective mismatch is the program's error, not a peer's: restarting will not help.
+    peer = rc in _PEER_CODES and "collective mismatch" not in msg
+    return (PeerError if peer else DdprtError)(msg or "ddprt error %d" % rc, rc)
 
 
 def _check(rc):

@@ -16,15 +16,21 @@ from . import _core as core
 from ._core import Average, Sum
 from ._hvd_sets import resolve
 
-Adasum = object()  # named for scripts that mention it; ddprt refuses it
+class _AdasumOp:
+    def __repr__(self):
+        return "Adasum"
 
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product"}
+Adasum = _AdasumOp()  # allreduce and DistributedOptimizer take it (_hvd_adasum.py); other calls refuse it
+
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", core.Min: "Min", core.Max: "Max", core.Product: "Product",
+             Adasum: "Adasum"}
 
 
 def _op(op, average):
     if op is Adasum:
-        raise ValueError("ddprt: Adasum is not supported (use Average)")
+        raise ValueError("ddprt: Adasum is supported by allreduce and DistributedOptimizer only (as Horovod)")
     if op is None:
         return Average if average is None or average else Sum
     return op
@@ -123,9 +129,14 @@ def _iallreduce_(tensor, op, pre=1.0, post=1.0):
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    op = _op(op, average)
+    adasum = op is Adasum
+    op = Adasum if adasum else _op(op, average)
     with resolve(process_set).scope("allreduce"):
         _check_pairing(tensor, name, op)
+        if adasum:
+            from ._hvd_adasum import adasum_
+            return _Hvd(adasum_(tensor, prescale_factor, postscale_factor), None, "allreduce",
+                        tensor.numel() * tensor.element_size())
         return _iallreduce_(tensor, op, prescale_factor, postscale_factor)
 
 
@@ -154,9 +165,27 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+class _Gathered:
+    """An allgather of uneven first dimensions, completed at issue."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def wait(self):
+        return self.result
+
+    def test(self):
+        return True
+
+
 def allgather_async(tensor, name=None, process_set=None):
+    """First dimensions may differ between ranks (as Horovod's): the shapes are exchanged
+    first (one small blocking allgather); uneven ones complete at issue."""
     with resolve(process_set).scope("allgather"):
-        return _Hvd(core.allgather_async(tensor), None, "allgather", tensor.numel() * tensor.element_size())
+        nbytes = tensor.numel() * tensor.element_size()
+        if core.size() > 1 and len(set(core._shapes(tensor.contiguous()))) > 1:
+            return _Hvd(_Gathered(core.allgather(tensor)), None, "allgather", nbytes)
+        return _Hvd(core.allgather_async(tensor), None, "allgather", nbytes)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):

@@ -19,7 +19,7 @@ import torch
 from . import _core as core
 from . import _lib
 from ._core import Average, Max, Min, Product, Sum
-from ._horovod import (Compression, _Hvd, _op, _scale, allreduce_async, allreduce_async_, broadcast_async,
+from ._horovod import (Adasum, Compression, _Hvd, _op, _scale, allreduce_async, allreduce_async_, broadcast_async,
                        synchronize)
 from ._hvd_misc import span
 from ._hvd_sets import current, resolve
@@ -93,6 +93,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """A new tensor: tensor averaged over the ranks (Horovod's default, op=Average), or
     reduced by op (average=False: summed); differentiable. ddprt.allreduce, the core
     call, sums by default as MPI and NCCL do."""
+    if op is Adasum:  # no gradient (Horovod defines none): refused for a tensor that needs one
+        c, ctx = compression.compress(tensor)
+        return compression.decompress(synchronize(allreduce_async(c, None, name, op, prescale_factor,
+                                                                  postscale_factor, process_set)), ctx)
     with _scope(process_set, "allreduce"):
         c, ctx = compression.compress(tensor)
         out = HorovodAllreduce.apply(c, _op(op, average), float(prescale_factor), float(postscale_factor), name)

@@ -12,7 +12,8 @@ gradient order (_hvd_opt), per-rank joined flags).
 While nobody has joined, the step goes on as before. Once some rank has, that step's
 gradients are all reduced at step() in parameter-name order, and each joined rank,
 waiting in join(), reduces zeros of the same shapes in the same order with the same
-optimizer's settings. Covered: DistributedOptimizer steps. Other collectives issued
+optimizer's settings. Covered: DistributedOptimizer steps, of the global set or of a
+process set (join(process_set=ps): the handshake runs on the set's communicator). Other collectives issued
 by some ranks while another waits in join() are not served: they fail at the op's
 deadline naming the joined rank (Horovod refuses allgather and alltoall after a join
 too)."""
@@ -21,6 +22,7 @@ import weakref
 import torch
 
 from . import _core as core
+from ._hvd_sets import resolve
 
 _optimizers = []     # weak references to every DistributedOptimizer, in creation order
 _prev = {}           # per communicator (a process set's optimizer shakes hands on its own):
@@ -81,11 +83,19 @@ class StepHandshake:
         return self.result
 
 
-def join(device=-1):
-    """Blocks until every rank has called join(), serving the others' optimizer steps
-    with zero gradients meanwhile; returns the rank that joined last (the highest of
-    those that joined in the last round). device: accepted for Horovod's signature
-    (ddprt's tensors are CPU tensors)."""
+def join(device=-1, process_set=None):
+    """Blocks until every rank (of process_set) has called join(), serving the others'
+    optimizer steps with zero gradients meanwhile; returns the (global) rank that
+    joined last (the highest of those that joined in the last round). device: accepted
+    for Horovod's signature (ddprt's tensors are CPU tensors)."""
+    ps = resolve(process_set)
+    with ps.scope("join"):
+        last = _join(ps)
+    return last if ps.ranks is None else ps.ranks[last]
+
+
+def _join(ps):
+    """join() on the communicator in scope: the last rank, as this communicator's rank."""
     w = core.size()
     if w == 1:
         return core.rank()
@@ -96,7 +106,7 @@ def join(device=-1):
             _prev.pop(core._c().value, None)  # all joined: the next epoch starts afresh
             return max(newly) if newly else w - 1
         opt = _optimizers[opt_id]() if 0 <= opt_id < len(_optimizers) else None
-        if opt is None:
+        if opt is None or opt._ps.ranks != ps.ranks:
             raise core.DdprtError("ddprt.join: the other ranks stepped DistributedOptimizer #%d, which this rank "
-                                  "does not have" % opt_id)
+                                  "does not have%s" % (opt_id, "" if opt is None else " in this process set"))
         opt._serve_joined()

@@ -23,24 +23,35 @@ from . import _hvd_join as _join
 from ._core import Average
 from ._horovod import Adasum, Compression, _iallreduce_, broadcast_object, synchronize
 from ._hvd_sets import resolve
+from ._hvd_sparse import sparse_reduce_grad
+from ._hvd_adasum import DistributedAdasumOptimizer
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
     """Rank root_rank's optimizer state (moments, step counts, hyper-parameters). As
     Horovod does, a fresh optimizer's state is first made by one step of the wrapped
     optimizer on zero gradients (Adam: zero moments, step 1), so that every rank has
-    the same keys to receive."""
+    the same keys to receive; unlike Horovod's, that step leaves the parameters as they
+    were (weight decay would move them, on some ranks only after a resume)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state (as Horovod)")
     if not optimizer.state_dict()["state"]:
+        kept = []
         for g in optimizer.param_groups:
             for p in g["params"]:
                 if p.requires_grad:
                     p.grad = torch.zeros_like(p)
+                    kept.append((p, p.detach().clone()))
         if hasattr(optimizer, "_units"):  # a DistributedOptimizer: the wrapped step, no allreduce
             super(optimizer.__class__, optimizer).step()
         else:
             optimizer.step()
+        # Horovod's zero step moves parameters where weight decay applies, and only on
+        # the ranks whose state was empty (after a resume: all but root_rank, whose
+        # parameters were broadcast already): their models then differ. Not here.
+        with torch.no_grad():
+            for p, v in kept:
+                p.copy_(v)
     state = broadcast_object(optimizer.state_dict(), root_rank)
     if core.rank() != root_rank:
         optimizer.load_state_dict(state)
@@ -81,6 +92,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._names = {id(v): k for k, v in named_parameters}
         self.backward_passes_per_step = backward_passes_per_step
         self._op, self._predivide, self._sparse_as_dense = op, gradient_predivide_factor, sparse_as_dense
+        self._sparse = set()  # ids of the parameters whose gradients came sparse (_hvd_sparse)
         self._delay, self._handles, self._grad_accs, self._requires_update = {}, {}, [], []
         self._should_synchronize, self._synchronized = True, False
         for g in self.param_groups:
@@ -138,12 +150,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._op == Average and self._predivide != 1.0:
             pre, post = 1.0 / self._predivide, self._predivide
         if p.grad is None:
-            p.grad = torch.zeros_like(p)  # not produced on this rank: zeros, as Horovod
+            # Not produced on this rank: zeros, as Horovod (empty, where it was sparse before).
+            p.grad = (torch.sparse_coo_tensor(torch.empty(1, 0, dtype=torch.int64), torch.empty(0, *p.shape[1:]),
+                                              p.shape, dtype=p.dtype) if id(p) in self._sparse else torch.zeros_like(p))
         if p.grad.is_sparse:
-            if not self._sparse_as_dense:
-                raise ValueError("DistributedOptimizer: %s has a sparse gradient; ddprt reduces dense tensors: pass "
-                                 "sparse_as_dense=True" % self._names[id(p)])
-            p.grad = p.grad.to_dense()
+            if self._sparse_as_dense or self._joined_step:  # a joined rank serves dense zeros
+                p.grad = p.grad.to_dense()
+            else:
+                self._sparse.add(id(p))
+                return sparse_reduce_grad(p.grad, self._op), None
         t, ctx = self._compression.compress(p.grad)
         return _iallreduce_(t, self._op, pre, post), ctx
 
@@ -203,7 +218,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p, (h, ctx) in self._handles.items():
                 out = synchronize(h)
                 self._delay[p] = self.backward_passes_per_step
-                if ctx is not None or out.data_ptr() != p.grad.data_ptr():
+                if out.is_sparse:
+                    p.grad = out  # Horovod: p.grad.set_(output), a new sparse tensor
+                elif ctx is not None or out.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(self._compression.decompress(out, ctx))
             self._agree()
         self._handles.clear()
@@ -261,9 +278,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     backward produces them (overlapping the rest of backward), and step() waits for them
     first. groups (lists of parameters) or num_groups (consecutive groups): a group's
     gradients go out together, as Horovod's; sparse_as_dense: sparse gradients are made
-    dense (without it a sparse gradient is refused)."""
-    if op is Adasum:
-        raise ValueError("ddprt: Adasum is not supported (use Average)")
+    dense (without it a sparse gradient takes the sparse allreduce: _hvd_sparse)."""
+    if op is Adasum:  # Horovod's Adasum optimizer: local step, then the Adasum of the deltas
+        if process_set is not None and not resolve(process_set).included():
+            raise ValueError("ddprt: DistributedOptimizer with process set %s on rank %d, which is not in it"
+                             % (process_set.ranks, core.rank()))
+        return DistributedAdasumOptimizer(optimizer, named_parameters, compression, process_set)
     if process_set is not None and not resolve(process_set).included():
         raise ValueError("ddprt: DistributedOptimizer with process set %s on rank %d, which is not in it"
                          % (process_set.ranks, core.rank()))

@@ -29,12 +29,18 @@ from ._hvd_coll import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, Hor
                         grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                         reducescatter_async)
 from ._hvd_join import join
+from ._hvd_sparse import sparse_allreduce_async
 from ._hvd_sbn import SyncBatchNorm
 from ._hvd_sets import add_process_set, remove_process_set
 from ._hvd_misc import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
                         gloo_built, gloo_enabled, init, is_homogeneous, mpi_built, mpi_enabled,
                         mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 from ._progress import progress
+from ._core import PeerError as HorovodInternalError
+from . import _hvd_elastic as elastic
+from ._hvd_elastic import HostsUpdatedInterrupt
+import sys as _sys
+_sys.modules[__name__ + ".elastic"] = elastic  # `import ddprt.torch.elastic`, as horovod.torch.elastic
 
 _ALIGN = 64
 

@@ -1,7 +1,7 @@
 """One rank of the process-set check (ddprt-launch, 3 ranks): set [0, 1] added by
 hvd.init(process_sets=), then hvd.add_process_set([0, 2]) on every rank; ranks 0 and 2 then run allreduce (Sum, Average, gradient), allgather,
 broadcast (root_rank global), alltoall, reducescatter, grouped_allreduce, the object
-calls, SyncBatchNorm and DistributedOptimizer among themselves against numpy references over their own data,
+calls, SyncBatchNorm, DistributedOptimizer and join (uneven batches) among themselves against numpy references over their own data,
 while rank 1 runs none of it and is refused (a clear message) when it calls with the
 set; a second set [1, 2] used right after by its members; an unregistered set and sets
 asked differently by the ranks refused; the global communicator unharmed throughout;
@@ -109,6 +109,28 @@ if R in members:
                     dict(refs[r].named_parameters())[name].sub_(0.1 * g)
                 same(p, dict(refs[0].named_parameters())[name], "DistributedOptimizer over the set, step %d %s"
                      % (step, name))
+    # join within the set: rank 0 has 1 batch, rank 2 has 3; Horovod's rule (the joined
+    # rank gives zeros, Average divides by the set's size) on rank 2; both answer 2.
+    net, ref = model(), model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.01), named_parameters=net.named_parameters(),
+                                   process_set=ps)
+    for step in range(1 if R == 0 else 3):
+        opt.zero_grad()
+        net(batch(R, step)).pow(2).sum().backward()
+        opt.step()
+    for step in range(3):
+        gs = []
+        for r in members if step == 0 else [2]:
+            ref.zero_grad()
+            ref(batch(r, step)).pow(2).sum().backward()
+            gs.append([p.grad.clone() for p in ref.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(ref.parameters()):
+                p.sub_(0.01 * (sum(g[i] for g in gs) / 2))
+    same(hvd.join(process_set=ps), 2, "join in the set answers the last rank (global rank 2)")
+    if R == 2:
+        for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+            same(p, q.detach(), "join in the set: rank 2's %s after Horovod's rule" % name)
 else:
     refused(lambda: hvd.allreduce(torch.ones(2), process_set=ps), ["process set 2", "[0, 2]", "rank 1",
                                                                    "not in it"], "a non-member's allreduce")
@@ -126,6 +148,8 @@ if R in (1, 2):
 if R in members:
     same(hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, process_set=ps), [2.0], "first set still there")
 
+if R == 1:
+    refused(lambda: hvd.join(process_set=ps), ["join with process set", "not in it"], "a non-member's join")
 refused(lambda: hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0, 1, 2])), ["not registered"],
         "an unregistered set")
 refused(lambda: hvd.add_process_set([0, 1] if R != 2 else [0, 2]), ["different sets", "rank 0: [0, 1]",

@@ -158,6 +158,9 @@ typedef struct nn_op {
     int (*bwd_cuda)(struct nn_graph *g, struct nn_node *n, const nn_run *r);
     /* Device workspace bytes for every batch size up to max_batch (NULL: none). */
     size_t (*workspace_cuda)(const struct nn_graph *g, const struct nn_node *n, int max_batch);
+    /* With NN_IN16 / NN_OUT16: whether this node's device kernels take 16-bit activations
+     * (NULL: always; attention: heads its tensor-core kernel covers). */
+    int (*half_ok)(const struct nn_graph *g, const struct nn_node *n);
 } nn_op;
 
 typedef struct nn_node {

@@ -386,6 +386,11 @@ static void pass_defer(pl *P)
  * pools) read the rounded value, as under PyTorch's autocast. An add's output is 16-bit
  * only when both inputs are (NN_OUT16_ALL_IN: autocast's type promotion), so GPT's
  * residual stream, fed by the fp32 embedding, stays fp32. Gradients stay fp32. */
+static int half_ok(const nn_graph *g, const nn_node *n, unsigned flag)
+{
+    return (flags(n) & flag) && (!n->op->half_ok || n->op->half_ok(g, n));
+}
+
 static void pass_half(pl *P)
 {
     nn_graph *g = P->g;
@@ -393,7 +398,8 @@ static void pass_half(pl *P)
     if (!g->on_device || g->amp == NN_AMP_NONE || !g->act16) return;
     for (int i = 1; i < P->N; i++) {
         nn_node *n = &g->nodes[i];
-        if (!(flags(n) & NN_OUT16) || n->storage != i || i == g->out || n->grad_source || !P->ncons[i] || n->fused_into)
+        if (!half_ok(g, n, NN_OUT16) || n->storage != i || i == g->out || n->grad_source || !P->ncons[i] ||
+            n->fused_into)
             continue;
         int ok = 1;
         for (int k = 0; k < n->nin && (flags(n) & NN_OUT16_ALL_IN); k++) ok &= g->nodes[n->in[k]].y16;
@@ -401,7 +407,7 @@ static void pass_half(pl *P)
             const nn_node *c = &g->nodes[j];
             if (c->storage == i) ok = 0;
             for (int k = 0; k < c->nin && ok; k++)
-                if (c->in[k] == i && !(flags(c) & NN_IN16)) ok = 0;
+                if (c->in[k] == i && !half_ok(g, c, NN_IN16)) ok = 0;
         }
         n->y16 = ok;
     }

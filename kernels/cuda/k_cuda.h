@@ -258,6 +258,7 @@ int k_cuda_attention_bwd(int b, int t, int h, int hd, const float *qkv, const fl
  * as the CPU's --amp bf16 rounds them, fp32 softmax and sums); fp32, tf32 and wider heads
  * take the fp32 kernels above. The same lse and workspace. */
 #define K_CUDA_ATTN_TC_MAX_HD 128
+/* mm may carry K_CUDA_MM_X16 (qkv) and _Y16 (y) where the tensor-core kernel runs (else refused). */
 int k_cuda_attention_fwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, float *y, float *lse,
                             port_stream s);
 int k_cuda_attention_bwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,

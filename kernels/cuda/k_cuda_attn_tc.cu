@@ -45,18 +45,20 @@ template <int HD> __device__ __forceinline__ int fa_off(int r, int c)
     return r * HD + ((c ^ ((r >> 1) & 3)) << 3); // 4 chunks a row: rows in pairs
 }
 
-// tile[r][0, HD) = src[(r0 + r) ld + (0, hd)] rounded to 16 bits, for R rows; zero past t
-// and hd.
+// tile[r][0, HD) = src[at + (r0 + r) ld + (0, hd)] rounded to 16 bits, for R rows; zero
+// past t and hd. src of element type xt (fp32, or a 16-bit activation of this type:
+// k_act_ld widens exactly and the rounding gives the same bits back).
 template <int TY, int HD, int R>
-__device__ __forceinline__ void fa_load(unsigned short *tile, const float *src, size_t ld, int r0, int t, int hd)
+__device__ __forceinline__ void fa_load(unsigned short *tile, const void *src, int xt, size_t at, size_t ld, int r0,
+                                        int t, int hd)
 {
     constexpr int CPR = HD / 8;
     for (int q = threadIdx.x; q < R * CPR; q += FA_THREADS) {
         int r = q / CPR, c = q % CPR, gr = r0 + r;
-        const float *p = src + (size_t)gr * ld + c * 8;
+        size_t p = at + (size_t)gr * ld + c * 8;
         float f[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = gr < t && c * 8 + e < hd ? p[e] : 0.0f;
+        for (int e = 0; e < 8; e++) f[e] = gr < t && c * 8 + e < hd ? k_act_ld(src, xt, p + e) : 0.0f;
         FaChunk ch;
 #pragma unroll
         for (int e = 0; e < 4; e++) ch.w[e] = fa_pack<TY>(f[2 * e], f[2 * e + 1]);
@@ -139,9 +141,10 @@ template <int N> __device__ __forceinline__ void fa_zero(float (&a)[N][4])
 
 // Rows (row0 + g, + 8) of a C fragment array, columns 8 n + 2 tig + (e & 1), into
 // dst[row ld + col] for rows below t and columns below hd.
+// dst[at + ...] of element type yt (y: fp32, or a 16-bit activation; the gradients: fp32).
 template <int N>
-__device__ __forceinline__ void fa_store(const float (&a)[N][4], float *dst, size_t ld, int row0, int t, int hd,
-                                         int lane, const float *mul)
+__device__ __forceinline__ void fa_store(const float (&a)[N][4], void *dst, int yt, size_t at, size_t ld, int row0,
+                                         int t, int hd, int lane, const float *mul)
 {
     const int g = lane >> 2, tig = lane & 3;
 #pragma unroll
@@ -149,14 +152,14 @@ __device__ __forceinline__ void fa_store(const float (&a)[N][4], float *dst, siz
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int r = row0 + g + 8 * (e >> 1), c = 8 * n + 2 * tig + (e & 1);
-            if (r < t && c < hd) dst[(size_t)r * ld + c] = mul ? a[n][e] * mul[e >> 1] : a[n][e];
+            if (r < t && c < hd) k_act_st(dst, yt, at + (size_t)r * ld + c, mul ? a[n][e] * mul[e >> 1] : a[n][e]);
         }
 }
 
 // Forward: block (query tile, counted from the last: the longest first; head, sequence).
 template <int TY, int HD>
 __global__ void __launch_bounds__(FA_THREADS)
-fa_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse)
+fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int yt, float *lse)
 {
     struct alignas(16) Smem {
         unsigned short q[FA_T * HD], k[FA_T * HD], v[FA_T * HD];
@@ -165,8 +168,8 @@ fa_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C;
-    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.q, base, ld, q0, t, hd);
+    const size_t base = (size_t)s * t * ld + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.q, qkv, xt, base, ld, q0, t, hd);
     __syncthreads();
     unsigned qf[HD / 16][4]; // the warp's Q fragments, once
 #pragma unroll
@@ -176,8 +179,8 @@ fa_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
     for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += FA_T) {
         __syncthreads(); // every warp done with the last tile
-        fa_load<TY, HD, FA_T>(sm.k, base + C, ld, k0, t, hd);
-        fa_load<TY, HD, FA_T>(sm.v, base + 2 * C, ld, k0, t, hd);
+        fa_load<TY, HD, FA_T>(sm.k, qkv, xt, base + C, ld, k0, t, hd);
+        fa_load<TY, HD, FA_T>(sm.v, qkv, xt, base + 2 * C, ld, k0, t, hd);
         __syncthreads();
         float sc[FA_T / 8][4];
         fa_zero(sc);
@@ -224,14 +227,14 @@ fa_fwd(int t, int h, int hd, float scale, const float *qkv, float *y, float *lse
         inv[r] = 1.0f / l[r];
         if (tig == 0 && row[r] < t) lse[((size_t)s * h + hh) * t + row[r]] = m[r] + logf(l[r]);
     }
-    fa_store(o, y + (size_t)s * t * C + (size_t)hh * hd, C, q0 + 16 * w, t, hd, lane, inv);
+    fa_store(o, y, yt, (size_t)s * t * C + (size_t)hh * hd, C, q0 + 16 * w, t, hd, lane, inv);
 }
 
 // dK, dV: block (key tile, head, sequence), the query tiles (BQ rows) from the key tile on.
 template <int TY, int HD, int BQ>
 __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy, const float *lse, const float *dd,
-           float *dqkv)
+fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
+           const float *dd, float *dqkv)
 {
     struct alignas(16) Smem {
         unsigned short k[FA_T * HD], v[FA_T * HD], q[BQ * HD], g[BQ * HD];
@@ -240,16 +243,16 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy,
     const int j0 = blockIdx.x * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
-    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd, *gbase = dy + (size_t)s * t * C + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.k, base + C, ld, j0, t, hd);
-    fa_load<TY, HD, FA_T>(sm.v, base + 2 * C, ld, j0, t, hd);
+    const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.k, qkv, xt, base + C, ld, j0, t, hd);
+    fa_load<TY, HD, FA_T>(sm.v, qkv, xt, base + 2 * C, ld, j0, t, hd);
     float dk[HD / 8][4], dv[HD / 8][4];
     fa_zero(dk), fa_zero(dv);
     const int key[2] = {j0 + 16 * w + g, j0 + 16 * w + g + 8};
     for (int i0 = j0; i0 < t; i0 += BQ) {
         __syncthreads();
-        fa_load<TY, HD, BQ>(sm.q, base, ld, i0, t, hd);
-        fa_load<TY, HD, BQ>(sm.g, gbase, C, i0, t, hd);
+        fa_load<TY, HD, BQ>(sm.q, qkv, xt, base, ld, i0, t, hd);
+        fa_load<TY, HD, BQ>(sm.g, dy, K_CUDA_ACT_F32, gbase, C, i0, t, hd);
         __syncthreads();
         // P^T and dP^T: the warp's 16 keys x the tile's BQ queries
         float p[BQ / 8][4], dp[BQ / 8][4];
@@ -272,17 +275,17 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const float *qkv, const float *dy,
         fa_pb<TY, HD, BQ / 8>(dv, p, sm.g, lane);  // dV += P^T dO
         fa_pb<TY, HD, BQ / 8>(dk, dp, sm.q, lane); // dK += dS^T Q
     }
-    float *dst = dqkv + (size_t)s * t * ld + (size_t)hh * hd + C;
-    fa_store(dk, dst, ld, j0 + 16 * w, t, hd, lane, nullptr);
-    fa_store(dv, dst + C, ld, j0 + 16 * w, t, hd, lane, nullptr);
+    const size_t dst = (size_t)s * t * ld + (size_t)hh * hd + C;
+    fa_store(dk, dqkv, K_CUDA_ACT_F32, dst, ld, j0 + 16 * w, t, hd, lane, nullptr);
+    fa_store(dv, dqkv, K_CUDA_ACT_F32, dst + C, ld, j0 + 16 * w, t, hd, lane, nullptr);
 }
 
 // dQ: block (query tile, counted from the last; head, sequence), the key tiles (BK rows)
 // up to its last query.
 template <int TY, int HD, int BK>
 __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, const float *lse, const float *dd,
-          float *dqkv)
+fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
+          const float *dd, float *dqkv)
 {
     struct alignas(16) Smem {
         unsigned short q[FA_T * HD], g[FA_T * HD], k[BK * HD], v[BK * HD];
@@ -291,9 +294,9 @@ fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
-    const float *base = qkv + (size_t)s * t * ld + (size_t)hh * hd, *gbase = dy + (size_t)s * t * C + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.q, base, ld, q0, t, hd);
-    fa_load<TY, HD, FA_T>(sm.g, gbase, C, q0, t, hd);
+    const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
+    fa_load<TY, HD, FA_T>(sm.q, qkv, xt, base, ld, q0, t, hd);
+    fa_load<TY, HD, FA_T>(sm.g, dy, K_CUDA_ACT_F32, gbase, C, q0, t, hd);
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
     float li[2], di[2], dq[HD / 8][4];
 #pragma unroll
@@ -304,8 +307,8 @@ fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
     fa_zero(dq);
     for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += BK) {
         __syncthreads();
-        fa_load<TY, HD, BK>(sm.k, base + C, ld, k0, t, hd);
-        fa_load<TY, HD, BK>(sm.v, base + 2 * C, ld, k0, t, hd);
+        fa_load<TY, HD, BK>(sm.k, qkv, xt, base + C, ld, k0, t, hd);
+        fa_load<TY, HD, BK>(sm.v, qkv, xt, base + 2 * C, ld, k0, t, hd);
         __syncthreads();
         float p[BK / 8][4], ds[BK / 8][4];
         fa_zero(p), fa_zero(ds);
@@ -321,50 +324,63 @@ fa_bwd_dq(int t, int h, int hd, float scale, const float *qkv, const float *dy, 
             }
         fa_pb<TY, HD, BK / 8>(dq, ds, sm.k, lane); // dQ += dS K
     }
-    fa_store(dq, dqkv + (size_t)s * t * ld + (size_t)hh * hd, ld, q0 + 16 * w, t, hd, lane, nullptr);
+    fa_store(dq, dqkv, K_CUDA_ACT_F32, (size_t)s * t * ld + (size_t)hh * hd, ld, q0 + 16 * w, t, hd, lane, nullptr);
 }
 
 // D[b, h, i] = dO_i . O_i in fp32 (the softmax backward's row term, of the unrounded values)
-__global__ void fa_bwd_d(int b, int t, int h, int hd, const float *y, const float *dy, float *dd)
+__global__ void fa_bwd_d(int b, int t, int h, int hd, const void *y, int yt, const float *dy, float *dd)
 {
     size_t rows = (size_t)b * h * t;
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(r % t), hh = (int)(r / t % h), s = (int)(r / ((size_t)t * h));
         size_t o = ((size_t)s * t + i) * h * hd + (size_t)hh * hd;
         float a = 0.0f;
-        for (int d = 0; d < hd; d++) a += dy[o + d] * y[o + d];
+        for (int d = 0; d < hd; d++) a += dy[o + d] * k_act_ld(y, yt, o + d);
         dd[r] = a;
     }
 }
 
 template <int TY, int HD>
-int fa_fwd_t(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, cudaStream_t s)
+int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int yt, float *lse, cudaStream_t s)
 {
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
-    K_LAUNCH((fa_fwd<TY, HD>), grid, FA_THREADS, 0, s)(t, h, hd, 1.0f / sqrtf((float)hd), qkv, y, lse);
+    K_LAUNCH((fa_fwd<TY, HD>), grid, FA_THREADS, 0, s)(t, h, hd, 1.0f / sqrtf((float)hd), qkv, xt, y, yt, lse);
     return k_cuda_check_launch("k_cuda_attention_fwd_mm", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 
 // The 128-wide heads take 32-row inner tiles in backward: 48 KiB of static shared memory.
 template <int TY, int HD>
-int fa_bwd_t(int b, int t, int h, int hd, const float *qkv, const float *lse, const float *dy, const float *dd,
-             float *dqkv, cudaStream_t s)
+int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *lse, const float *dy,
+             const float *dd, float *dqkv, cudaStream_t s)
 {
     constexpr int IN = HD >= 128 ? 32 : FA_T;
     const float scale = 1.0f / sqrtf((float)hd);
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
-    K_LAUNCH((fa_bwd_dkv<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, dy, lse, dd, dqkv);
+    K_LAUNCH((fa_bwd_dkv<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
     if (k_cuda_check_launch("k_cuda_attention_bwd_mm (dk, dv)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd))
         return -1;
-    K_LAUNCH((fa_bwd_dq<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, dy, lse, dd, dqkv);
+    K_LAUNCH((fa_bwd_dq<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
     return k_cuda_check_launch("k_cuda_attention_bwd_mm (dq)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 
-int fa_tc(int mm, int hd) { return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= K_CUDA_ATTN_TC_MAX_HD; }
+int fa_tc(int mm, int hd)
+{
+    mm &= K_CUDA_MM_TYPE;
+    return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= K_CUDA_ATTN_TC_MAX_HD;
+}
+
+// 16-bit qkv / y (K_CUDA_MM_X16 / _Y16) only where the tensor-core kernel runs.
+int fa_act_bad(int mm, int hd, const char *kernel, int b, int t, int h)
+{
+    if (!(mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) || fa_tc(mm, hd)) return 0;
+    port_cuda_fail("%s(b=%d t=%d h=%d hd=%d): 16-bit activations need the tensor-core kernel (bf16 / f16, heads up "
+                   "to %d)", kernel, b, t, h, hd, K_CUDA_ATTN_TC_MAX_HD);
+    return -1;
+}
 } // namespace
 
 #define FA_DISPATCH(fn, mm, hd, ...)                                                                               \
-    (mm == K_CUDA_MM_BF16 ? (hd <= 32 ? fn<K_CUDA_MM_BF16, 32>(__VA_ARGS__)                                        \
+    ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? (hd <= 32 ? fn<K_CUDA_MM_BF16, 32>(__VA_ARGS__)                                        \
                              : hd <= 64 ? fn<K_CUDA_MM_BF16, 64>(__VA_ARGS__)                                      \
                                         : fn<K_CUDA_MM_BF16, 128>(__VA_ARGS__))                                    \
                           : (hd <= 32 ? fn<K_CUDA_MM_F16, 32>(__VA_ARGS__)                                         \
@@ -374,17 +390,21 @@ int fa_tc(int mm, int hd) { return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16)
 int k_cuda_attention_fwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, float *y, float *lse,
                             port_stream s)
 {
+    if (fa_act_bad(mm, hd, "k_cuda_attention_fwd_mm", b, t, h)) return -1;
     if (!fa_tc(mm, hd)) return k_cuda_attention_fwd(b, t, h, hd, qkv, y, lse, s);
-    return FA_DISPATCH(fa_fwd_t, mm, hd, b, t, h, hd, qkv, y, lse, (cudaStream_t)s);
+    return FA_DISPATCH(fa_fwd_t, mm, hd, b, t, h, hd, qkv, k_act_of(mm, K_CUDA_MM_X16), y, k_act_of(mm, K_CUDA_MM_Y16),
+                       lse, (cudaStream_t)s);
 }
 
 int k_cuda_attention_bwd_mm(int mm, int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
                             const float *dy, float *dqkv, void *ws, port_stream s)
 {
+    if (fa_act_bad(mm, hd, "k_cuda_attention_bwd_mm", b, t, h)) return -1;
     if (!fa_tc(mm, hd)) return k_cuda_attention_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, ws, s);
     cudaStream_t cs = (cudaStream_t)s;
     float *dd = (float *)ws;
-    K_LAUNCH(fa_bwd_d, k_cuda_blocks((size_t)b * h * t), K_CUDA_THREADS, 0, cs)(b, t, h, hd, y, dy, dd);
+    K_LAUNCH(fa_bwd_d, k_cuda_blocks((size_t)b * h * t), K_CUDA_THREADS, 0, cs)(b, t, h, hd, y,
+                                                                              k_act_of(mm, K_CUDA_MM_Y16), dy, dd);
     if (k_cuda_check_launch("k_cuda_attention_bwd_mm (D)", "b=%d t=%d h=%d hd=%d", b, t, h, hd)) return -1;
-    return FA_DISPATCH(fa_bwd_t, mm, hd, b, t, h, hd, qkv, lse, dy, dd, dqkv, cs);
+    return FA_DISPATCH(fa_bwd_t, mm, hd, b, t, h, hd, qkv, k_act_of(mm, K_CUDA_MM_X16), lse, dy, dd, dqkv, cs);
 }

@@ -64,7 +64,7 @@ static int attn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     attn_attr a = attn_attr_of(n);
     if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
-    return k_cuda_attention_fwd_mm(nn_cuda_mm(g), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y,
+    return k_cuda_attention_fwd_mm(nn_cuda_mm_io(g, n), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0), n->y,
                                    n->aux, r->stream);
 }
 
@@ -73,9 +73,16 @@ static int attn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     attn_attr a = attn_attr_of(n);
     float *dx = nn_dx(g, n, 0);
     if (a.mode == ATTN_STORED) return attn_stored_cuda(g, n);
-    return dx ? k_cuda_attention_bwd_mm(nn_cuda_mm(g), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0),
+    return dx ? k_cuda_attention_bwd_mm(nn_cuda_mm_io(g, n), r->n, n->out.c, a.heads, n->out.w / a.heads, nn_x(g, n, 0),
                                         n->y, n->aux, n->dy, dx, r->ws, r->stream)
               : 0;
+}
+
+/* 16-bit qkv and output where the tensor-core kernel runs (the planner asks: nn/plan.c). */
+static int attn_half_ok(const nn_graph *g, const nn_node *n)
+{
+    (void)g;
+    return attn_attr_of(n).mode == ATTN_FLASH && n->out.w / attn_attr_of(n).heads <= K_CUDA_ATTN_TC_MAX_HD;
 }
 
 static size_t attn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
@@ -87,9 +94,10 @@ static size_t attn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 
 /* Backward reads q, k, v and (flash) its own output. */
 const nn_op nn_op_attention = {
-    .kind = "attention", .flags = NN_BWD_INPUT | NN_BWD_OUTPUT, .attrs = attn_attrs,
+    .kind = "attention", .flags = NN_BWD_INPUT | NN_BWD_OUTPUT | NN_IN16 | NN_OUT16, .attrs = attn_attrs,
     .attr_size = sizeof(attn_attr), .infer = attn_infer, .fwd = attn_fwd, .bwd = attn_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = attn_fwd_cuda, .bwd_cuda = attn_bwd_cuda, .workspace_cuda = attn_ws_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = attn_fwd_cuda, .bwd_cuda = attn_bwd_cuda, .workspace_cuda = attn_ws_cuda,
+                 .half_ok = attn_half_ok)};
 
 int nn_attention(nn_graph *g, int x, int heads, int stored)
 {

@@ -240,3 +240,43 @@ TEST(gpu_fused_bn_add_relu_match_the_ops_apart)
     fused_case(K_CUDA_MM_BF16, 3, 5, 37);
     fused_case(K_CUDA_MM_F16, 2, 4, 25);
 }
+
+/* Attention on the tensor cores with 16-bit qkv and output (K_CUDA_MM_X16 / _Y16): y the
+ * fp32-io kernel's rounded, lse and dqkv its own bits on the widened qkv and y. */
+static void attn_case(int t, int b, int T, int h, int hd)
+{
+    g_init();
+    int C = h * hd;
+    size_t nq = (size_t)b * T * 3 * C, ny = (size_t)b * T * C, nl = (size_t)b * h * T;
+    act q = act_make(t, nq, 81, 1.0f);
+    float *dy = g_up(g_rand(ny, 82), ny * 4), *y32 = g_dev(ny * 4), *l32 = g_dev(nl * 4), *l16 = g_dev(nl * 4);
+    float *d32 = g_dev(nq * 4), *d16 = g_dev(nq * 4), *yw;
+    void *y16 = g_dev(ny * 2), *ws = g_dev(k_cuda_attention_workspace(b, T, h) + 16);
+    g_need(k_cuda_attention_fwd_mm(t, b, T, h, hd, q.g32, y32, l32, NULL) == 0 &&
+           k_cuda_attention_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, b, T, h, hd, (const float *)q.g16, y16, l16,
+                                   NULL) == 0, "attention fwd");
+    CHECKF(rounded_diff(t, y16, y32, ny) == 0 && g_ndiff(g_result(l16, nl), g_result(l32, nl), nl, 4) == 0,
+           "%s attention fwd t=%d h=%d hd=%d", tname(t), T, h, hd);
+    uint16_t *hy = malloc(ny * 2);
+    float *fy = malloc(ny * 4);
+    g_down(hy, y16, ny * 2);
+    for (size_t i = 0; i < ny; i++) fy[i] = from16(t, hy[i]);
+    yw = g_up(fy, ny * 4);
+    g_need(k_cuda_attention_bwd_mm(t, b, T, h, hd, q.g32, yw, l32, dy, d32, ws, NULL) == 0 &&
+           k_cuda_attention_bwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, b, T, h, hd, (const float *)q.g16, y16, l32, dy,
+                                   d16, ws, NULL) == 0, "attention bwd");
+    CHECKF(g_ndiff(g_result(d16, nq), g_result(d32, nq), nq, 4) == 0, "%s attention bwd t=%d h=%d hd=%d", tname(t), T,
+           h, hd);
+    free(hy), free(fy);
+}
+
+TEST(gpu_act16_attention_matches_fp32_io)
+{
+    attn_case(K_CUDA_MM_BF16, 2, 70, 2, 32);
+    attn_case(K_CUDA_MM_F16, 1, 17, 3, 64);
+    /* wider heads than the tensor-core kernel's keep fp32: 16-bit io refused */
+    g_init();
+    float *x = g_dev(64);
+    CHECK(k_cuda_attention_fwd_mm(K_CUDA_MM_BF16 | K_CUDA_MM_X16, 1, 1, 1, 256, x, x, x, NULL) == -1);
+    CHECKF(strstr(port_cuda_errmsg(), "16-bit activations need the tensor-core kernel"), "%s", port_cuda_errmsg());
+}

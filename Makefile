@@ -86,11 +86,11 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVFLAGS  := -std=c++17 -O3 -I. -DDDPRT_CUDA=1 $(CUDA_ARCH) --Werror all-warnings \
             -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fvisibility=hidden -MMD -MP $(EXTRA_NVFLAGS)
 CFLAGS   += -DDDPRT_CUDA=1
-# wgmma is an sm_90a (arch-specific) feature: the tensor-core GEMM's file carries an
+# wgmma is an sm_90a (arch-specific) feature: the files with tensor-core GEMMs carry an
 # sm_90a image for H100/H200 in place of sm_90's, and compute_80 PTX for newer GPUs.
 TC_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
             -gencode arch=compute_80,code=compute_80
-$(BUILD)/obj/kernels/cuda/k_cuda_tc_gemm.o: NVFLAGS := $(subst $(CUDA_ARCH),$(TC_ARCH),$(NVFLAGS))
+$(patsubst %,$(BUILD)/obj/kernels/cuda/k_cuda_%.o,tc_gemm conv linear tfm): NVFLAGS := $(subst $(CUDA_ARCH),$(TC_ARCH),$(NVFLAGS))
 # Static cudart: the programs run where only the driver is installed.
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \

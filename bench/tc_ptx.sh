@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What nvcc makes of the tensor-core kernels, per architecture (sm_80: mma.sync; sm_90a:
-# the same, plus the wgmma GEMM in k_cuda_tc_gemm.cu): the PTX instruction counts and ptxas -v's
+# the same, plus the wgmma GEMMs: k_cuda_tc_gemm.cu's and the gathering one in conv, linear, tfm): the PTX instruction counts and ptxas -v's
 # registers, shared memory and spills per kernel instance, as markdown tables (the
 # attention's instances, k_cuda_attn_tc.cu, one row each).
 # Exit 1 when a tensor-core instruction is missing or a kernel spills; 2 without nvcc.
@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
+KRE='(tc|tf|wg|wgg)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
 echo "| file | arch | mma.sync | wgmma | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
@@ -41,7 +41,7 @@ for f in "${files[@]}"; do
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
-    if [[ $(basename "$f") == k_cuda_tc_gemm.cu && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
+    if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv|linear|tfm)\.cu$ && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
   done
 done

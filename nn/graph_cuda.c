@@ -40,6 +40,8 @@ struct nn_cuda {
     size_t stage_bytes;
     int device;                 /* the comm thread makes it current too */
     char desc[400];
+    int wgmma;                  /* the tensor-core products on wgmma (k_cuda_wgmma_setup) */
+    char wgmma_why[200];
 };
 
 #define KC(call) do { if (call) rt_fatal("cuda: %s (last kernel: %s)", port_cuda_errmsg(), k_cuda_last_kernel()); } while (0)
@@ -57,8 +59,12 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
     }
     c->device = device;
     snprintf(c->desc, sizeof c->desc, "%s", port_cuda_device_desc());
+    c->wgmma = k_cuda_wgmma_setup(c->wgmma_why, sizeof c->wgmma_why) == 1;
     return c;
 }
+
+int nn_cuda_wgmma(const nn_cuda *c) { return c->wgmma; }
+const char *nn_cuda_wgmma_why(const nn_cuda *c) { return c->wgmma_why; }
 
 const char *nn_cuda_desc(const nn_cuda *c) { return c->desc; }
 const char *nn_cuda_errmsg(const nn_cuda *c)
@@ -413,5 +419,7 @@ void *nn_cuda_stage(const nn_cuda *c) { (void)c; return NULL; }
 void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp) { (void)c; (void)dp; }
 const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
+int nn_cuda_wgmma(const nn_cuda *c) { (void)c; return 0; }
+const char *nn_cuda_wgmma_why(const nn_cuda *c) { (void)c; return ""; }
 void nn_cuda_close(nn_cuda *c) { (void)c; }
 #endif

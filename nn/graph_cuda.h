@@ -84,6 +84,9 @@ double nn_cuda_eval(nn_cuda *c, const void *x, const int32_t *y, int n, long *co
 /* The device graph (tests: its pointers are device memory). */
 nn_graph *nn_cuda_graph(nn_cuda *c);
 const char *nn_cuda_desc(const nn_cuda *c);
+/* The tensor-core products on wgmma (1) or mma.sync (0), and why (k_cuda_wgmma_setup at open). */
+int nn_cuda_wgmma(const nn_cuda *c);
+const char *nn_cuda_wgmma_why(const nn_cuda *c);
 /* Why the last call failed: the staging's message (network, copies) or the port's. */
 const char *nn_cuda_errmsg(const nn_cuda *c);
 void nn_cuda_close(nn_cuda *c);

@@ -121,17 +121,22 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
     if (t->cuda) nn_cuda_use_optim(t->cuda, &t->opt);
     if (t->cuda && t->set.amp == NN_SET_AMP_FP16) nn_cuda_use_scaler(t->cuda, &(nn_scaler){o->loss_scale, 0});
     /* what of the settings the device path honours (nn_settings_build refused the rest) */
-    if (t->cuda && t->rank == 0)
+    if (t->cuda && t->rank == 0) {
+        int amp = t->set.amp != NN_SET_AMP_NONE;
+        char tc[320];
+        snprintf(tc, sizeof tc, "kernels: conv, linear, GPT's Conv1D%s on the tensor cores (%s: %s)",
+                 amp ? " and attention" : "", nn_cuda_wgmma(t->cuda) ? "wgmma" : "mma.sync", nn_cuda_wgmma_why(t->cuda));
         rt_info("--device cuda: %d thread(s) per rank and the %s kernels serve the host's work (data, checkpoints, "
-                "--check-sync); the device runs its own %s", t->set.k.threads, rt_isa_name(t->set.k.isa),
-                t->set.amp == NN_SET_AMP_BF16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with bf16 "
-                "operands (fp32 accumulation and master weights); attention, the norms, softmax and the loss in fp32"
-                : t->set.amp == NN_SET_AMP_FP16 ? "kernels: conv, linear and GPT's Conv1D on the tensor cores with f16 "
-                "operands (fp32 accumulation and master weights, dynamic loss scaling); attention, the norms, softmax "
+                "--check-sync); the device runs its own %s%s", t->set.k.threads, rt_isa_name(t->set.k.isa),
+                amp || t->set.k.matmul_high ? tc : "fp32 kernels",
+                t->set.amp == NN_SET_AMP_BF16 ? " with bf16 operands (fp32 accumulation and master weights), "
+                "activations in bf16 where every reader takes them (--amp-activations); the norms' statistics, softmax "
                 "and the loss in fp32"
-                : t->set.k.matmul_high ? "kernels: conv, linear and GPT's Conv1D on TF32 tensor cores (--matmul-precision high; "
-                "fp32 accumulation), the rest in fp32"
-                : "fp32 kernels");
+                : t->set.amp == NN_SET_AMP_FP16 ? " with f16 operands (fp32 accumulation and master weights, dynamic "
+                "loss scaling), activations in f16 where every reader takes them (--amp-activations); the norms' "
+                "statistics, softmax and the loss in fp32"
+                : t->set.k.matmul_high ? " in TF32 (--matmul-precision high; fp32 accumulation), the rest in fp32" : "");
+    }
     return 0;
 }
 

@@ -84,9 +84,10 @@ static const env_var vars[RT_ENV_COUNT] = {
       "`fma` on Intel, whose `vdpbf16ps` ran at half the FMA rate here (Sapphire Rapids: 112 vs 224 GFLOP/s a "
       "thread; ResNets at 0.58-0.66x fp32), else `dpbf16`)"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),
-    V(WGMMA, E_ENUM, "0|1", "0",
-      "`1`: on an sm_90 GPU (H100/H200) the 16-bit tensor-core GEMM (`k_cuda_tc_gemm`) runs its `wgmma` kernel "
-      "instead of the `mma.sync` one; off until a GPU run has checked it (the executor has)"),
+    V(WGMMA, E_ENUM, "auto|0|1", "auto",
+      "the tensor-core products (conv, linear, GPT's Conv1D, `k_cuda_tc_gemm`) on an sm_90 GPU (H100/H200): `auto` "
+      "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
+      "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
     V(SIMT_SCHED, E_ENUM, "forward|reversed|random", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
       "threads run in between synchronisations"),

@@ -1,5 +1,6 @@
 /* What nvcc emits for the tensor-core kernels (bench/tc_ptx.sh): their PTX holds
- * mma.sync, ldmatrix (.trans too) and cp.async (and wgmma on sm_90a), and ptxas -v
+ * mma.sync, ldmatrix (.trans too) and cp.async (and wgmma on sm_90a: the 16-bit entry's and
+ * the gathering kernel's, wgg_gemm, in linear), and ptxas -v
  * reports no spills for any instance, on sm_80 and sm_90a. The raw 16-bit entry (cp.async), linear's gathering
  * loaders and the attention's kernels (k_cuda_attn_tc.cu: mma.sync, ldmatrix, .trans; one
  * row per instance); the script prints the whole table for every file. Skipped without nvcc. */

@@ -518,8 +518,11 @@ int k_cuda_bench_run(int batch, int n_iters)
         return 1;
     }
     load_refs(S);
-    printf("# %s; median of %d; reference: cuBLAS %s, cuDNN %s (FP32 FMA math)\n", port_cuda_device_desc(), iters,
-           ref.sgemm ? "yes" : "not found", ref.fwd ? "yes" : "not found");
+    char wg[200];
+    int wgmma = k_cuda_wgmma_setup(wg, sizeof wg) == 1;
+    printf("# %s; median of %d; reference: cuBLAS %s, cuDNN %s (FP32 FMA math); tensor cores on %s (%s)\n",
+           port_cuda_device_desc(), iters, ref.sgemm ? "yes" : "not found", ref.fwd ? "yes" : "not found",
+           wgmma ? "wgmma" : "mma.sync", wg);
     printf("%-18s %-34s %10s %16s %12s %8s\n", "kernel", "shape", "time(us)", "rate", "ref(us)", "ours/ref");
     bench_conv("lenet conv1", B, 1, 28, 10, 5, 1, 0);
     bench_conv("lenet conv2", B, 10, 12, 20, 5, 1, 0);

@@ -121,6 +121,15 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s);
 /* The same on wgmma (sm_90a: H100/H200; both operands k-contiguous, rows 16-byte
  * aligned); k_cuda_tc_gemm takes it on an sm_90 GPU when DDPRT_WGMMA=1. */
 int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s);
+/* wgmma for the tensor-core products (conv, linear, Conv1D, the 16-bit entry) on sm_90
+ * GPUs: k_cuda_wgmma_setup decides once, at the device's start-up, by DDPRT_WGMMA (auto:
+ * an sm_90 GPU, after a probe GEMM on both kernels agrees; 0: never; 1: an sm_90 GPU without
+ * the probe, and the SIMT executor) and writes why in `why`; 1 when on, 0 off, -1 when the
+ * probe failed (mma.sync then; why says how). k_cuda_wgmma_on: the decision (0 before it). */
+int k_cuda_wgmma_setup(char *why, size_t len);
+int k_cuda_wgmma_on(void);
+/* The probe alone (tests): 1 when wgmma agrees with mma.sync, else -1 with why; leaves it off. */
+int k_cuda_wgmma_probe(char *why, size_t len);
 /* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32. */
 int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                          void *ws, port_stream s);

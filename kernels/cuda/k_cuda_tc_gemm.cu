@@ -3,6 +3,8 @@
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "rt/env.h"
 #include <stdio.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 namespace {
@@ -117,9 +119,8 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
         port_cuda_fail("k_cuda_tc_gemm: %s: an empty product or a type %d that is not bf16 or f16", shp, g->type);
         return -1;
     }
-    // sm_90 with DDPRT_WGMMA=1: the wgmma kernel (k-contiguous aligned operands only)
-    if (rt_env_flag(RT_ENV_WGMMA, 0) && strstr(port_cuda_device_desc(), "(sm_90,") && g->a_kfast && g->b_kfast &&
-        aligned16(g->a, g->lda) && aligned16(g->b, g->ldb))
+    // sm_90 (k_cuda_wgmma_on): the wgmma kernel (k-contiguous aligned operands only)
+    if (k_cuda_wgmma_on() && g->a_kfast && g->b_kfast && aligned16(g->a, g->lda) && aligned16(g->b, g->ldb))
         return k_cuda_tc_gemm_sm90(g, s);
     TcStore st = {g->c, g->bias, g->ldc, g->relu};
     cudaStream_t cs = (cudaStream_t)s;
@@ -132,4 +133,77 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
     if (g->a_kfast) return k_cuda_gemm_mm(g->type, k, shp, g->m, g->n, g->k, ak, bm, st, NULL, cs);
     if (g->b_kfast) return k_cuda_gemm_mm(g->type, k, shp, g->m, g->n, g->k, am, bk, st, NULL, cs);
     return k_cuda_gemm_mm(g->type, k, shp, g->m, g->n, g->k, am, bm, st, NULL, cs);
+}
+
+// ---- The wgmma decision (k_cuda.h). The probe: a 200 x 136 x 72 product (edge tiles in m, n
+// and k) on the gathering kernels, wgmma against mma.sync: the same rounded operands, so
+// they differ only by the order of the fp32 sums (under 1e-4 of the largest value here); a
+// wrong layout or fragment differs by the values themselves.
+static int wg_state; // 1: on
+
+int k_cuda_wgmma_on(void) { return wg_state == 1; }
+
+int k_cuda_wgmma_probe(char *why, size_t len)
+{
+    enum { PM = 200, PN = 136, PK = 72 };
+    float *h = (float *)malloc(sizeof(float) * (PM * PK + PK * PN + 2 * PM * PN)), *a = h, *b = a + PM * PK;
+    float *c0 = b + PK * PN, *c1 = c0 + PM * PN;
+    void *d = NULL;
+    int rc = -1;
+    for (int i = 0; i < PM * PK + PK * PN; i++) h[i] = (float)((i * 37 % 101) - 50) / 32.0f;
+    if (port_dev_malloc(&d, sizeof(float) * (PM * PK + PK * PN + PM * PN), "wgmma probe") ||
+        port_memcpy_h2d(d, h, sizeof(float) * (PM * PK + PK * PN), NULL, "wgmma probe")) {
+        snprintf(why, len, "the probe could not start (%s)", port_cuda_errmsg());
+        goto out;
+    }
+    {
+        float *da = (float *)d, *db = da + PM * PK, *dc = db + PK * PN;
+        KgRowA la = {da, PK};
+        KgRowB lb = {db, PN};
+        TcStore st = {dc, NULL, PN, 0};
+        double big = 0, diff = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            wg_state = pass;
+            if (k_cuda_gemm_mm16(K_CUDA_MM_BF16, "wgmma probe", "200x136x72", PM, PN, PK, la, lb, st, NULL, NULL) ||
+                port_dev_sync("wgmma probe") || port_memcpy_d2h(pass ? c1 : c0, dc, sizeof(float) * PM * PN, NULL,
+                                                                "wgmma probe") || port_dev_sync("wgmma probe")) {
+                snprintf(why, len, "the probe failed on %s (%s)", pass ? "wgmma" : "mma.sync", port_cuda_errmsg());
+                goto out;
+            }
+        }
+        for (int i = 0; i < PM * PN; i++) {
+            big = fmax(big, fabs(c0[i]));
+            diff = fmax(diff, fabs((double)c0[i] - c1[i]));
+        }
+        if (!(diff <= 1e-4 * big)) {
+            snprintf(why, len, "the probe's wgmma result differs from mma.sync's by %.3g (largest value %.3g)", diff,
+                     big);
+            goto out;
+        }
+        snprintf(why, len, "the probe agrees with mma.sync to %.2g of the largest value", big > 0 ? diff / big : 0.0);
+        rc = 1;
+    }
+out:
+    wg_state = 0;
+    if (d) port_dev_free(d);
+    free(h);
+    return rc;
+}
+
+int k_cuda_wgmma_setup(char *why, size_t len)
+{
+    int mode = rt_env_choice(RT_ENV_WGMMA, 0); // auto, 0, 1
+    int sm90 = strstr(port_cuda_device_desc(), "(sm_90,") != NULL;
+#ifdef DDPRT_SIMT
+    int forced_here = mode == 2; // the executor runs wgmma when asked (make test)
+#else
+    int forced_here = 0;
+#endif
+    wg_state = 0;
+    if (mode == 1) return snprintf(why, len, "DDPRT_WGMMA=0"), 0;
+    if (!sm90 && !forced_here) return snprintf(why, len, "not an sm_90 GPU"), 0;
+    if (mode == 2) return snprintf(why, len, "DDPRT_WGMMA=1"), wg_state = 1;
+    int rc = k_cuda_wgmma_probe(why, len);
+    wg_state = rc == 1;
+    return rc;
 }

@@ -249,6 +249,97 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     }
     tc_store<BM, BN>(acc, st, M, N, m0, n0, lane, wm, wn);
 }
+
+// ---- sm_90a: the same gathering GEMM on wgmma (H100/H200; k_cuda_wgmma_on()). A 128x128
+// tile, two warpgroups of 64 rows (m64n128k16, 64 fp32 accumulators a thread), k in 32-deep
+// slices through 2 shared stages in wgmma's K-major no-swizzle layout (core matrices of 8
+// rows x 16 bytes; the next 8 rows 128 bytes on, the next 8 k 128 * 16 bytes on). Each
+// thread holds the next slice as 8 + 8 packed pairs in registers while the tensor cores
+// work on the current one; values rounded as the mma.sync kernel rounds them.
+#define WGG_T 128
+template <int R> __device__ __forceinline__ int wgg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
+
+// Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
+// consecutive addresses (k for k-contiguous operands, rows otherwise).
+template <bool KF> __device__ __forceinline__ void wgg_pair(int q, int &r, int &kp)
+{
+    if (KF) r = q >> 4, kp = q & 15;
+    else r = q & (WGG_T - 1), kp = q >> 7;
+}
+
+template <int TY, bool IS_B, class L>
+__device__ __forceinline__ void wgg_fetch(unsigned (&p)[8], const L &l, int rows, int r0, int kend, int k0)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int r, kp;
+        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
+        int gr = r0 + r, k = k0 + 2 * kp;
+        float lo = 0.0f, hi = 0.0f;
+        if (gr < rows && k < kend) lo = IS_B ? l(k, gr) : l(gr, k);
+        if (gr < rows && k + 1 < kend) hi = IS_B ? l(k + 1, gr) : l(gr, k + 1);
+        p[i] = tc_pack<TY>(lo, hi);
+    }
+}
+
+template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile, const unsigned (&p)[8])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int r, kp;
+        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
+        *(unsigned *)(tile + wgg_off<WGG_T>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
+    }
+}
+
+template <int TY, class LA, class LB, class ST>
+__global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
+{
+    struct alignas(128) Smem {
+        unsigned short a[2][WGG_T * TC_BK], b[2][WGG_T * TC_BK];
+    };
+    __shared__ Smem sm;
+    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * WGG_T;
+    const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk);
+    const int kt_n = kend > kbeg ? (kend - kbeg + TC_BK - 1) / TC_BK : 0;
+    float acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+    unsigned pa[8], pb[8];
+    if (kt_n > 0) {
+        wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg);
+        wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg);
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        // Stage kt & 1 was last read by slice kt - 2's wgmma, waited for by every
+        // warpgroup before slice kt - 1's barrier.
+        unsigned short *ta = sm.a[kt & 1], *tb = sm.b[kt & 1];
+        wgg_put<LA>(ta, pa);
+        wgg_put<LB>(tb, pb);
+        K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
+        __syncthreads();
+        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
+#pragma unroll
+        for (int kk = 0; kk < TC_BK / 16; kk++) {
+            unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
+            unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
+            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
+            else K_WGMMA_F16_128(acc, da, db, 1);
+        }
+        K_WGMMA_COMMIT();
+        if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
+            wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);
+            wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg + (kt + 1) * TC_BK);
+        }
+        K_WGMMA_WAIT(0);
+    }
+    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
+#pragma unroll
+    for (int e = 0; e < 64; e++) { // PTX's D layout: warp w rows 16w.., n8 block e / 4
+        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
+        if (m < M && n < N) st(blockIdx.z, m, n, acc[e]);
+    }
+}
 } // namespace
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"
 
@@ -260,18 +351,38 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
 {
     int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
     dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
+    // The gathering loaders' 128-tile products on wgmma where the device takes it (sm_90:
+    // k_cuda_wgmma_on); the 16-bit arrays have their own wgmma kernel (k_cuda_tc_gemm.cu).
+    constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32 && !std::is_base_of<TcRaw, LA>::value &&
+                        !std::is_base_of<TcRaw, LB>::value;
     if (splits == 1) {
-        if constexpr (TY == K_CUDA_MM_TF32) K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
-        else K_LAUNCH((tc_gemm<T, T, TY, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        if constexpr (TY == K_CUDA_MM_TF32) {
+            K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        } else {
+            if constexpr (WG) {
+                if (k_cuda_wgmma_on()) {
+                    K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma)", shapes);
+                }
+            }
+            K_LAUNCH((tc_gemm<T, T, TY, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
+        }
         return k_cuda_check_launch(kernel, "%s (tensor cores)", shapes);
     }
     // Whole 32-deep slices, at most `splits` of them (the workspace's count).
     int kchunk = ((K + splits - 1) / splits + TC_BK - 1) / TC_BK * TC_BK;
     grid.z = (K + kchunk - 1) / kchunk;
     KgPartial part = {(float *)ws, M, N};
-    if constexpr (TY == K_CUDA_MM_TF32)
+    bool wg = false;
+    if constexpr (TY == K_CUDA_MM_TF32) {
         K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
-    else K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    } else {
+        if constexpr (WG) {
+            if ((wg = k_cuda_wgmma_on()))
+                K_LAUNCH((wgg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+        }
+        if (!wg) K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+    }
     if (k_cuda_check_launch(kernel, "%s (tensor cores, split-K %u)", shapes, grid.z)) return -1;
     K_LAUNCH((k_cuda_gemm_finish<ST>), k_cuda_blocks((size_t)M * N), K_CUDA_THREADS, 0, s)(M, N, (int)grid.z,
                                                                                         (const float *)ws, st);

@@ -233,3 +233,28 @@ TEST(gpu_tc_conv_matches_cpu_amp)
     for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_TF32; mm++)
         for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
 }
+
+/* conv and linear on wgmma (k_cuda_wgmma_on: the 128-tile products, split-K too) against
+ * the CPU with the bound above; the start-up probe agrees. Runs on the executor (DDPRT_WGMMA=1)
+ * and on an sm_90 GPU. */
+TEST(gpu_tc_conv_linear_on_wgmma)
+{
+    g_init();
+    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
+        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
+        return;
+    }
+    char why[200];
+    CHECKF(k_cuda_wgmma_probe(why, sizeof why) == 1 && !k_cuda_wgmma_on(), "%s", why);
+    setenv("DDPRT_WGMMA", "1", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    static const int convs[][9] = {{2, 16, 16, 16, 128, 3, 3, 1, 1}, {1, 8, 18, 18, 136, 3, 3, 2, 0}};
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++) {
+        linear_mm_case(mm, 256, 200, 136);
+        linear_mm_case(mm, 1024, 130, 128); /* the weight gradient split over k */
+        for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
+    }
+    setenv("DDPRT_WGMMA", "0", 1);
+    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on() && strstr(why, "DDPRT_WGMMA=0"));
+    unsetenv("DDPRT_WGMMA");
+}

@@ -26,6 +26,7 @@ struct sym {
     uintptr_t addr;
     size_t size;
     const char *name;
+    int file; // a local symbol's source file (its STT_FILE's index); -1 global
 };
 std::mutex info_mu;
 std::unordered_map<void *, simt::kinfo> kinfos;
@@ -56,13 +57,18 @@ void read_symtab()
         if (sh[i].sh_type != SHT_SYMTAB) continue;
         const Elf64_Sym *s = (const Elf64_Sym *)(m + sh[i].sh_offset);
         const char *str = m + sh[sh[i].sh_link].sh_offset;
+        // Local symbols follow their file's STT_FILE: two files' anonymous-namespace kernels
+        // of the same types have the same names, and each has its own statics.
+        int file = 0;
         for (size_t k = 0; k < sh[i].sh_size / sizeof *s; k++) {
-            if (s[k].st_shndx == SHN_UNDEF || !s[k].st_value) continue;
             int type = ELF64_ST_TYPE(s[k].st_info);
+            if (type == STT_FILE) file++;
+            if (s[k].st_shndx == SHN_UNDEF || !s[k].st_value) continue;
             const char *name = str + s[k].st_name;
-            if (type == STT_FUNC) funcs.push_back({bias + s[k].st_value, s[k].st_size, name});
+            int f = ELF64_ST_BIND(s[k].st_info) == STB_LOCAL ? file : -1;
+            if (type == STT_FUNC) funcs.push_back({bias + s[k].st_value, s[k].st_size, name, f});
             else if (type == STT_OBJECT && !strncmp(name, "_ZZ", 3))
-                statics.push_back({bias + s[k].st_value, s[k].st_size, name});
+                statics.push_back({bias + s[k].st_value, s[k].st_size, name, f});
         }
         symtab_state = 1; // the mapping stays: the names point into it
     }
@@ -102,7 +108,7 @@ simt::kinfo *simt::info_of(void *kernel)
         k.sym = f.name;
         std::string pre = std::string("_ZZ") + (f.name + 2) + "E"; // _ZZ<encoding>E<name>
         for (const sym &s : statics)
-            if (!strncmp(s.name, pre.c_str(), pre.size())) {
+            if (!strncmp(s.name, pre.c_str(), pre.size()) && (s.file < 0 || f.file < 0 || s.file == f.file)) {
                 k.vars.push_back({(char *)s.addr, s.size});
                 k.shared += s.size;
             }

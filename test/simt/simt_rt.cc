@@ -365,6 +365,7 @@ struct op {
 // the page, as a condition variable cannot cross processes.
 struct ev_shared {
     std::atomic<unsigned long long> recorded, done;
+    int owner; // the creating process: a wait gives up once it has died (no record will come)
 };
 struct CUevent_st {
     std::mutex mu;
@@ -406,6 +407,20 @@ void ev_reach(ev_shared *sh, unsigned long long gen)
 {
     unsigned long long d = sh->done.load();
     while (d < gen && !sh->done.compare_exchange_weak(d, gen)) {}
+}
+
+// Whether process pid has exited (gone, or a zombie not yet reaped).
+bool proc_dead(int pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    const char *p = strrchr(buf, ')');
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
 // Polls until the shared counter reaches gen (or `stop` says give up): 1 reached.
@@ -460,9 +475,13 @@ void exec(CUstream_st *s, const op &o, const simt::launch_rec *L)
     }
     case OP_WAIT: {
         if (o.ev->sh) { // another process records it: a dead one never will (the host's waits name it)
-            if (!ev_poll(o.ev->sh, o.gen, [] { return false; }))
-                set_sticky(cudaErrorLaunchTimeout, "cudaStreamWaitEvent: the interprocess event was not reached "
-                           "within %d s", WAIT_S);
+            ev_shared *sh = o.ev->sh;
+            int n = 0;
+            if (!ev_poll(sh, o.gen, [&] { return ++n % 200 == 0 && sh->owner != getpid() && proc_dead(sh->owner); }))
+                set_sticky(cudaErrorLaunchTimeout, sh->owner != getpid() && proc_dead(sh->owner)
+                           ? "cudaStreamWaitEvent: process %d, which records the interprocess event, exited"
+                           : "cudaStreamWaitEvent: the interprocess event was not reached within 900 s (process %d's)",
+                           sh->owner);
             break;
         }
         std::unique_lock<std::mutex> g(o.ev->mu);
@@ -796,6 +815,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
                             "interprocess event");
         }
         ev->sh = new (m) ev_shared(); // zero counters
+        ev->sh->owner = (int)getpid();
         ev->fd = fd;
     }
     *e = ev;

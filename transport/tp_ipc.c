@@ -324,6 +324,7 @@ int tp_ipc_run(tp_comm *c, tp_handle *h)
         }
     }
     if (port_event_record(x->ag, x->ag_s)) return dev_fail(c, h, st, 1, "allgather event");
-    if ((rc = wait_device(c, h, st))) return rc;
-    return host_op(c, h, 2, TP_K_BARRIER, NULL, NULL);
+    if ((rc = wait_device(c, h, st)) || (rc = host_op(c, h, 2, TP_K_BARRIER, NULL, NULL))) return rc;
+    st->ipc_ops++;
+    return 0;
 }

@@ -53,6 +53,7 @@ typedef struct tp_ipc tp_ipc;
 typedef struct tp_staging {
     const tp_dev_ops *ops;
     tp_ipc *ipc;              /* cuda_ipc path (tp_staging_ipc), NULL: the staged path */
+    uint64_t ipc_ops;         /* device allreduces that took it (a query for tests and logs) */
     void *ctx;
     unsigned char *host;      /* pinned: nslots * chunk bytes */
     size_t chunk;             /* bytes per slot (a multiple of 8) */

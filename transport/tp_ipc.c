@@ -18,7 +18,7 @@
  * only after the next op's first barrier, so every cudaStreamWaitEvent sees the record
  * it means (CUDA waits for the latest record issued). The shard sums are the host
  * shared-memory path's (tp_shm_chain: rank order, then the average's division): the
- * same bits. */
+ * same bits (fp16 / bf16 too: in f32, rounded after every step, as tp_reduce). */
 #include "transport/tp_comm_int.h"
 #include "transport/tp_shm.h"
 #include "transport/tp_staged.h"
@@ -154,7 +154,7 @@ int tp_staging_ipc(tp_comm *c, tp_staging *st, int device, void *region, size_t 
 {
     st->ipc = NULL;
     if (c->world < 2 || !region) return 0;
-    if (c->ipc) return TP_EINVAL; /* one region per comm */
+    tp_ipc_free(c); /* one region per comm: a new registration replaces the old (on every rank alike) */
     int w = c->world, me = c->rank, rc;
     struct { int64_t host, p2p; char bus[32]; } mine = {0}, *info_all = calloc((size_t)w, sizeof mine);
     uint8_t *reach = calloc((size_t)w * (size_t)w, 1), *row = calloc((size_t)w, 1);
@@ -191,16 +191,20 @@ out:
 
 const char *tp_staging_path(const tp_staging *st) { return st->ipc ? "cuda_ipc" : "staged"; }
 
-/* Whether h runs over IPC: an fp32 allreduce in this rank's region (every rank must
- * pass buffers of its region, as DDP's buckets are: the sequence numbers depend on it). */
+/* The kernel's dtype code (0 f32, 1 f16, 2 bf16), or -1: not on this path. */
+static int ipc_dt(int dt) { return dt == RT_F32 ? 0 : dt == RT_F16 ? 1 : dt == RT_BF16 ? 2 : -1; }
+
+/* Whether h runs over IPC: an f32 / f16 / bf16 allreduce in this rank's region (every
+ * rank must pass buffers of its region, as DDP's buckets are: the sequence numbers
+ * depend on it). */
 int tp_ipc_takes(const tp_handle *h)
 {
     const tp_staging *st = h->stage;
     const tp_ipc *x = st ? st->ipc : NULL;
-    if (!x || h->kind != TP_K_ALLREDUCE || h->dt != RT_F32 || !h->count) return 0;
+    if (!x || h->kind != TP_K_ALLREDUCE || ipc_dt(h->dt) < 0 || !h->count) return 0;
     const unsigned char *b = h->recv;
     return b >= x->base && (size_t)(b - x->base) <= x->bytes[x->me] &&
-           h->count <= (x->bytes[x->me] - (size_t)(b - x->base)) / sizeof(float);
+           h->count <= (x->bytes[x->me] - (size_t)(b - x->base)) / rt_dtype_size((rt_dtype)h->dt);
 }
 
 /* The op's host part k (its sequence number seq + k) failed on the device side. */
@@ -283,15 +287,16 @@ int tp_ipc_run(tp_comm *c, tp_handle *h)
     if (port_cuda_use_device(x->device)) return dev_fail(c, h, st, 0, "selecting the device");
     if (port_event_record(x->ready[me], x->compute)) return dev_fail(c, h, st, 0, "ordering after compute");
     if ((rc = host_op(c, h, 0, TP_K_ALLGATHER, &off, offs))) return rc;
+    size_t es = rt_dtype_size((rt_dtype)h->dt);
     for (int q = 0; q < n; q++)
-        if (offs[q] < 0 || (size_t)offs[q] + h->count * 4 > x->bytes[q]) {
+        if (offs[q] < 0 || (size_t)offs[q] + h->count * es > x->bytes[q]) {
             snprintf(st->err, sizeof st->err, "cuda_ipc: rank %d's buffer is not inside its registered region", q);
             tp_handle s = *h;
             tp_fail_op(c, &s, TP_EINVAL, st->err);
             return TP_EINVAL;
         }
     /* Chunks of the staging's size, at most TP_IPC_NCH of them. */
-    size_t per = st->chunk / 4, nch = (h->count + per - 1) / per;
+    size_t per = st->chunk / es, nch = (h->count + per - 1) / per;
     if (nch > TP_IPC_NCH) nch = TP_IPC_NCH, per = (h->count + nch - 1) / nch, nch = (h->count + per - 1) / per;
     int op = h->op == TP_AVG ? TP_SUM : h->op, div = tp_op_div(h, n);
     for (int q = 0; q < n; q++)
@@ -299,10 +304,10 @@ int tp_ipc_run(tp_comm *c, tp_handle *h)
     for (size_t k = 0; k < nch; k++) {
         size_t c0 = k * per, cn = h->count - c0 < per ? h->count - c0 : per, so, sn;
         tp_ring_block(cn, n, me, &so, &sn);
-        const float *src[TP_IPC_MAX];
-        for (int q = 0; q < n; q++) src[q] = (const float *)(x->peer[q] + offs[q]) + c0 + so;
+        const void *src[TP_IPC_MAX];
+        for (int q = 0; q < n; q++) src[q] = x->peer[q] + offs[q] + (c0 + so) * es;
 #if DDPRT_CUDA
-        if (k_cuda_ipc_reduce_f32(src, n, (float *)(x->base + off) + c0 + so, sn, op, div, x->rs_s))
+        if (k_cuda_ipc_reduce(ipc_dt(h->dt), src, n, x->base + off + (c0 + so) * es, sn, op, div, x->rs_s))
             return dev_fail(c, h, st, 0, "reduce");
 #else
         (void)src, (void)op, (void)div;
@@ -318,7 +323,7 @@ int tp_ipc_run(tp_comm *c, tp_handle *h)
             size_t so, sn;
             tp_ring_block(cn, n, q, &so, &sn);
             if (q != me && sn &&
-                port_memcpy_d2d(x->base + off + (c0 + so) * 4, x->peer[q] + offs[q] + (c0 + so) * 4, sn * 4, x->ag_s,
+                port_memcpy_d2d(x->base + off + (c0 + so) * es, x->peer[q] + offs[q] + (c0 + so) * es, sn * es, x->ag_s,
                                 "cuda_ipc allgather copy"))
                 return dev_fail(c, h, st, 1, "allgather");
         }

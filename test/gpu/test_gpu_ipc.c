@@ -9,6 +9,7 @@
 #include "test/gpu/g.h"
 #include "test/t_data.h"
 #include "transport/tp_staged.h"
+#include "rt/half.h"
 #include "rt/log.h"
 #include "rt/rdzv.h"
 #include <fcntl.h>
@@ -91,6 +92,28 @@ static int gi_rank(const char *dir, int rank, int world, int victim)
         printf("rank %d: %zu elements (%s): %zu differ\n", rank, n, op == TP_AVG ? "avg" : "sum", nd);
         bad |= nd != 0;
     }
+    /* 16-bit buffers (DDP's --grad-compress buckets): reduced in f32, rounded after every
+     * step, as the host. */
+    static const rt_dtype hdt[] = {RT_BF16, RT_F16};
+    uint16_t *h16 = (uint16_t *)h, *r16 = (uint16_t *)ref, *g16 = (uint16_t *)got, *d16 = (uint16_t *)region;
+    for (int i = 0; i < 4 && !bad; i++) {
+        size_t n = i % 2 ? 1 : 3001, off = 256 + 2 * (size_t)rank;
+        rt_dtype dt = hdt[i / 2];
+        tp_op op = i % 2 ? TP_SUM : TP_AVG;
+        for (size_t j = 0; j < n; j++) {
+            float v = 4.0f * k_rand_uniform(2000 + 3 * (unsigned)rank + (unsigned)i, j) - 2.0f;
+            h16[j] = dt == RT_BF16 ? rt_f32_to_bf16(v) : rt_f32_to_f16(v);
+        }
+        if (port_memcpy_h2d(d16 + off, h16, n * 2, compute, "in") || port_stream_sync(compute, "in") ||
+            tp_allreduce_device(c, d16 + off, n, dt, op, &st) ||
+            port_memcpy_d2h(g16, d16 + off, n * 2, compute, "out") || port_stream_sync(compute, "out") ||
+            tp_allreduce(c, h16, r16, n, dt, op))
+            return printf("rank %d: %s allreduce failed: %s\n", rank, rt_dtype_names[dt], tp_errmsg(c)), 3;
+        size_t nd = g_ndiff(g16, r16, n, 2);
+        printf("rank %d: %zu elements %s (%s): %zu differ\n", rank, n, rt_dtype_names[dt], op == TP_AVG ? "avg" : "sum",
+               nd);
+        bad |= nd != 0;
+    }
     printf("rank %d: %llu device allreduces over cuda_ipc\n", rank, (unsigned long long)st.ipc_ops);
     tp_dev_cuda_destroy(&dc);
     tp_comm_destroy(c);
@@ -163,7 +186,8 @@ TEST(gpu_ipc_allreduce_2_and_4_processes_match_host)
         gi_world(world == 2 ? "gi2" : "gi4", world, -1, NULL, -1, out, sizeof out, rcs);
         for (int r = 0; r < world; r++) CHECKF(rcs[r] == 0, "world %d rank %d: exit %d\n%s", world, r, rcs[r], out);
         CHECKF(strstr(out, "rank 0: path cuda_ipc") && strstr(out, "device collectives take cuda_ipc") &&
-               strstr(out, "rank 0 <-> 1: cuda_ipc (same device)") && strstr(out, "12345 elements (sum): 0 differ") && strstr(out, "rank 1: 5 device allreduces over cuda_ipc"),
+               strstr(out, "rank 0 <-> 1: cuda_ipc (same device)") && strstr(out, "12345 elements (sum): 0 differ") && strstr(out, "rank 1: 9 device allreduces over cuda_ipc") &&
+               strstr(out, "rank 1: 3001 elements bfloat16 (avg): 0 differ") && strstr(out, "rank 1: 3001 elements half (avg): 0 differ"),
                "world %d:\n%s", world, out);
     }
 }

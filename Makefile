@@ -97,7 +97,8 @@ CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/
             $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ports/cuda/*.c))
 LIB_OBJ  := $(filter-out $(BUILD)/obj/ports/nocuda/%,$(LIB_OBJ)) $(CU_OBJ)
 GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard test/gpu/*.c) test/runner.c test/t_data.c)
-$(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include
+# PIC and hidden as the other library objects (their rule above was set before CU_OBJ joined LIB_OBJ).
+$(BUILD)/obj/ports/cuda/%.o: CFLAGS += -I$(CUDA_HOME)/include -fPIC -fvisibility=hidden
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

@@ -29,6 +29,15 @@ int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, char *err, size_t errlen)
     if (tp_staging_init(&d->cuda_st, &tp_dev_cuda_ops, &d->cuda_dc, nn_cuda_stage(c), TP_STAGE_DEFAULT_CHUNK,
                         TP_STAGE_DEFAULT_SLOTS))
         goto fail;
+    /* The gradient buckets live in the device arena: registered once for CUDA IPC between
+     * the ranks of one host (collective; the device plan is chosen and logged there). */
+    size_t arena_bytes;
+    void *arena = nn_cuda_arena(c, &arena_bytes);
+    int rc = tp_staging_ipc(d->comm, &d->cuda_st, nn_cuda_device(c), arena, arena_bytes, nn_cuda_stream(c));
+    if (rc) {
+        snprintf(err, errlen, "--device cuda: CUDA IPC setup: %s", tp_errmsg(d->comm));
+        return -1;
+    }
     nn_ddp_set_device(d, nn_cuda_graph(c), &d->cuda_st); /* the same buckets and hook as the host's */
     nn_cuda_set_dp(c, &(nn_cuda_dp){.ctx = d, .sync_buffers = dp_sync_buffers, .finish_grads = dp_finish_grads,
                                     .errmsg = dp_errmsg, .rank = d->rank});

@@ -76,6 +76,11 @@ nn_graph *nn_cuda_graph(nn_cuda *c) { return &c->dg; }
 int nn_cuda_device(const nn_cuda *c) { return c->device; }
 port_stream nn_cuda_stream(const nn_cuda *c) { return c->compute; }
 void *nn_cuda_stage(const nn_cuda *c) { return c->stage; }
+void *nn_cuda_arena(const nn_cuda *c, size_t *bytes)
+{
+    *bytes = c->dev_base ? c->dev.size : 0;
+    return c->dev_base;
+}
 void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp) { c->dp = dp ? *dp : (nn_cuda_dp){0}; }
 
 /* Run on a planning arena, then on the real one. */
@@ -416,6 +421,7 @@ nn_graph *nn_cuda_graph(nn_cuda *c) { (void)c; return NULL; }
 int nn_cuda_device(const nn_cuda *c) { (void)c; return -1; }
 port_stream nn_cuda_stream(const nn_cuda *c) { (void)c; return NULL; }
 void *nn_cuda_stage(const nn_cuda *c) { (void)c; return NULL; }
+void *nn_cuda_arena(const nn_cuda *c, size_t *bytes) { (void)c; *bytes = 0; return NULL; }
 void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp) { (void)c; (void)dp; }
 const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }

@@ -56,6 +56,9 @@ void nn_cuda_set_dp(nn_cuda *c, const nn_cuda_dp *dp);
 int nn_cuda_device(const nn_cuda *c);
 port_stream nn_cuda_stream(const nn_cuda *c);
 void *nn_cuda_stage(const nn_cuda *c);
+/* The device arena (one allocation: parameters, gradients, buffers), *bytes its size:
+ * what the gradient buckets' CUDA IPC registers (tp_staging_ipc). NULL before setup. */
+void *nn_cuda_arena(const nn_cuda *c, size_t *bytes);
 /* The trainer's optimizer settings (o: fp32 state, unsharded). Adam / AdamW instead of
  * SGD: its exp_avg_sq is planned on the device beside exp_avg (the momentum slot),
  * every nn_cuda_step runs nn_optim_adam_cfg's update over nn_optim_decay_runs at

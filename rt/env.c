@@ -49,6 +49,9 @@ static const env_var vars[RT_ENV_COUNT] = {
       "`0`: no allreduce in place on registered buffers (`tp_mem_alloc` memory, DDP's gradients)"),
     V(SHM_MAP_MIN, E_INT, NULL, "16384",
       "bytes from which an allreduce on registered buffers reads them in place (rank 0's value counts)"),
+    V(P2P, E_ENUM, "0|1", "1",
+      "`0`: no CUDA IPC between the GPUs of one host (device collectives through pinned host staging; 0 on "
+      "any rank turns it off for the comm)"),
     V(IB_HCA, E_ANY, NULL, "the first device with an active port",
       "RDMA device[:port], as `NCCL_IB_HCA` (`mlx5_0:1`, `rxe0`; the first entry of a list)"),
     V(IB_GID_INDEX, E_INT, NULL, "RoCE v2, IPv4", "RoCE GID index"),

@@ -13,7 +13,7 @@ _Static_assert(TP_TRANSPORT_CUDA_IPC < SHM && SHM < NET && NET == TP_NTRANSPORTS
 /* p over hosts[] and wishes[] (NULL: every rank allows shm). */
 static tp_peers peers(int world, tp_peer_info *info, const uint64_t *hosts, const int *wish, const char *off)
 {
-    for (int r = 0; r < world; r++) info[r] = (tp_peer_info){hosts[r], wish ? wish[r] : 1};
+    for (int r = 0; r < world; r++) info[r] = (tp_peer_info){hosts[r], wish ? wish[r] : 1, 1};
     tp_peers p = {.world = world, .info = info, .net = "tcp", .shm_off = off};
     tp_peers_init(&p);
     return p;
@@ -134,4 +134,39 @@ TEST(tp_select_loopback_comm_connects)
     for (int r = 0; r < 4; r++) CHECK(w.c[r]->connected && w.c[r]->shm_state < 0);
     tpt_close(&w);
     CHECK_EQ(bad, 0);
+}
+
+/* The device plan (issue 42): cuda_ipc for ranks of one host whose devices reach each
+ * other, unless DDPRT_P2P=0 somewhere; in the host plan (no reach table) it is skipped
+ * quietly, so host messages keep shm. */
+TEST(tp_select_device_plan_takes_cuda_ipc)
+{
+    tp_peer_info info[3];
+    const uint64_t one[] = {7, 7, 7}, two[] = {7, 7, 9};
+    uint8_t reach[9];
+    char why[160];
+    memset(reach, 2, sizeof reach);
+    tp_peers p = peers(3, info, one, NULL, NULL);
+    want(&p, 0, 1, SHM, "same host"); /* host plan */
+    p.reach = reach;
+    want(&p, 0, 1, TP_TRANSPORT_CUDA_IPC, "same device");
+    CHECK(tp_transport_device_plan(&p, 1, why, sizeof why) == 1);
+    reach[0 * 3 + 2] = reach[2 * 3 + 0] = 1; /* peer access between 0 and 2 */
+    want(&p, 0, 2, TP_TRANSPORT_CUDA_IPC, "peer access");
+    reach[1 * 3 + 2] = 0; /* rank 1 cannot reach rank 2's device */
+    want(&p, 1, 2, SHM, "same host; no cuda_ipc: the devices cannot reach each other");
+    CHECK(tp_transport_device_plan(&p, 1, why, sizeof why) == 0);
+    CHECKF(!strcmp(why, "rank 1 <-> 2: the devices cannot reach each other"), "%s", why);
+    memset(reach, 2, sizeof reach);
+    info[2].p2p_ok = 0;
+    tp_peers_init(&p);
+    want(&p, 0, 1, SHM, "same host; no cuda_ipc: DDPRT_P2P=0 on rank 2");
+    CHECK(tp_transport_device_plan(&p, 1, why, sizeof why) == 0);
+    CHECKF(!strcmp(why, "rank 0 <-> 1: DDPRT_P2P=0 on rank 2"), "%s", why);
+    p = peers(3, info, two, NULL, NULL);
+    p.reach = reach;
+    want(&p, 0, 1, TP_TRANSPORT_CUDA_IPC, "same device");
+    want(&p, 0, 2, NET, "different hosts");
+    CHECK(tp_transport_device_plan(&p, 1, why, sizeof why) == 0);
+    CHECKF(!strcmp(why, "rank 0 <-> 2: different hosts"), "%s", why);
 }

@@ -159,6 +159,24 @@ PTEST(simt_cuda_ipc_between_processes)
     CHECKF(strstr(o, "cudaIpcOpenMemHandle: the allocation of process") && strstr(o, "is gone"), "exit %d:\n%s", rc, o);
 }
 
+/* Interprocess events (issue 42): the peer's cudaStreamWaitEvent on the opened event
+ * waits for the owner's latest record (queued behind 40 kernels that fill the shared
+ * buffer), cudaEventQuery / cudaEventSynchronize there see the owner's records, and a
+ * plain event has no handle. */
+PTEST(simt_cuda_ipc_events_between_processes)
+{
+    if (asan()) { t_note("IPC memory is shared only outside ASan builds"); return; }
+    const char *d = t_proc_tmpdir(), *p = t_prog("t-simt-checks");
+    char cmd[2048];
+    static char o[8192];
+    snprintf(cmd, sizeof cmd, "%s ipc_event_owner %s/e >%s/o 2>&1 & %s ipc_event_peer %s/e 2>&1; wait $!; r=$?; "
+             "cat %s/o; exit $r", p, d, d, p, d, d);
+    int rc = t_sh(cmd, o, sizeof o);
+    CHECKF(rc == 0 && strstr(o, "report: first record seen done: no error") &&
+           strstr(o, "result: event sync no error; the peer's kernel after the owner's fills: 0 of 16384 wrong") &&
+           strstr(o, "report: handle of a plain event: invalid resource handle"), "exit %d:\n%s", rc, o);
+}
+
 TEST(simt_mma_layouts_match_the_ptx_isa)
 {
     static const char *orders[] = {"forward", "reversed", "random"};

@@ -112,6 +112,7 @@ void tp_comm_destroy(tp_comm *c)
     pthread_cond_destroy(&c->cv_done);
     pthread_mutex_destroy(&c->mu);
     rt_arena_free(&c->arena);
+    tp_ipc_free(c);
     tp_hier_free(c);
     if (c->layer) c->layer->free(c);
     free(c->peer_tp);

@@ -97,6 +97,7 @@ struct tp_comm {
     struct tp_shm *shm;
     tp_mem_region mem[TP_MEM_MAX]; /* under mu */
     uint64_t mem_gen;
+    struct tp_ipc *ipc;        /* the cuda_ipc device path (tp_ipc.c), NULL: none */
 };
 
 /* A ring among some ranks of the comm: n members, ranks[i] is member i's comm rank,
@@ -162,6 +163,11 @@ void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why);
 size_t tp_staged_nchunks(const tp_handle *h);
 size_t tp_staged_chunk_count(const tp_handle *h, size_t i); /* elements of chunk i */
 int tp_staged_run(tp_comm *c, tp_handle *h);
+/* The cuda_ipc path (tp_ipc.c): whether a device op runs there (3 sequence numbers:
+ * offsets allgather, two barriers), running it, and closing the comm's handles. */
+int tp_ipc_takes(const tp_handle *h);
+int tp_ipc_run(tp_comm *c, tp_handle *h);
+void tp_ipc_free(tp_comm *c);
 
 /* Waits for the n requests (by the op's deadline); 0 or a backend code. */
 int tp_waitreqs(tp_comm *c, tp_req **r, int n);

@@ -37,7 +37,7 @@ static int swap_info(tp_comm *c, const int64_t *pid_fd, tp_peer_info *info, int6
     int rc = tp_ring_allgather(c, mine, all, SW_N, RT_I64);
     for (int r = 0; !rc && r < c->world; r++)
         info[r] = (tp_peer_info){c->topo == -1 ? c->host_ids[r] : (uint64_t)all[SW_N * r + SW_HOST],
-                                 (int)all[SW_N * r + SW_SHM]};
+                                 (int)all[SW_N * r + SW_SHM], 0};
     return rc;
 }
 
@@ -84,7 +84,7 @@ int tp_connect(tp_comm *c)
         tp_link_shm_open(c, pid_fd);
         rc = swap_info(c, pid_fd, info, all);
     } else {
-        for (int r = 0; c->topo == -1 && r < w; r++) info[r] = (tp_peer_info){c->host_ids[r], 1};
+        for (int r = 0; c->topo == -1 && r < w; r++) info[r] = (tp_peer_info){c->host_ids[r], 1, 0};
     }
     if (!rc) {
         p.info = !p.shm_off || c->topo == -1 ? info : NULL;

@@ -34,10 +34,15 @@ static size_t per_chunk(const tp_handle *h)
     return ((const tp_staging *)h->stage)->chunk / rt_dtype_size((rt_dtype)h->dt);
 }
 
-size_t tp_staged_nchunks(const tp_handle *h) { return (h->count + per_chunk(h) - 1) / per_chunk(h); }
+/* An op on the cuda_ipc path takes three numbers (tp_ipc.c), its whole size on the first. */
+size_t tp_staged_nchunks(const tp_handle *h)
+{
+    return tp_ipc_takes(h) ? 3 : (h->count + per_chunk(h) - 1) / per_chunk(h);
+}
 
 size_t tp_staged_chunk_count(const tp_handle *h, size_t i)
 {
+    if (tp_ipc_takes(h)) return i ? 0 : h->count;
     size_t per = per_chunk(h), left = h->count - i * per;
     return left < per ? left : per;
 }
@@ -128,6 +133,7 @@ int tp_staged_run(tp_comm *c, tp_handle *h)
     int bcast = h->kind == TP_K_BROADCAST, me = tp_rank(c);
     stage_op o = {.c = c, .h = h, .st = st, .dev = h->recv, .esz = rt_dtype_size((rt_dtype)h->dt),
                   .sends = !bcast || me == h->root, .lands = !bcast || me != h->root};
+    if (tp_ipc_takes(h)) return tp_ipc_run(c, h);
     int rc = tp_failed(c);
     if (rc) return rc;
     st->err[0] = 0;

@@ -49,8 +49,11 @@ typedef struct tp_dev_ops {
     const char *(*errmsg)(void *ctx);
 } tp_dev_ops;
 
+typedef struct tp_ipc tp_ipc;
 typedef struct tp_staging {
     const tp_dev_ops *ops;
+    tp_ipc *ipc;              /* cuda_ipc path (tp_staging_ipc), NULL: the staged path */
+    uint64_t ipc_ops;         /* device allreduces that took it (a query for tests and logs) */
     void *ctx;
     unsigned char *host;      /* pinned: nslots * chunk bytes */
     size_t chunk;             /* bytes per slot (a multiple of 8) */
@@ -80,6 +83,20 @@ int tp_iallreduce_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, tp_op
 int tp_ibroadcast_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, int root, tp_staging *st,
                          tp_handle *h);
 const char *tp_staging_errmsg(const tp_staging *st);
+
+/* CUDA IPC between the ranks of one host (transport/tp_ipc.c; docs/transports.md).
+ * Collective, once per comm, after tp_staging_init: `region` is this rank's device
+ * allocation (port_dev_malloc's base, `bytes` long) that every later device buffer of
+ * st lies in, `device` its GPU, `compute` the stream that produces and consumes the
+ * buffers. The device plan is chosen here (tp_transport_device_plan: cuda_ipc when
+ * every rank sits on one host, the devices reach each other and DDPRT_P2P is not 0
+ * anywhere; rank 0 logs it): on cuda_ipc the handles are exchanged and the peers'
+ * regions and events opened once (closed at tp_comm_destroy), and fp32 allreduces of
+ * buffers in the region run there, bitwise equal to the host path (its shared-memory
+ * chain: rank order). Every rank must pass buffers of its region (at any offset).
+ * Otherwise, and for other ops, the staging's path. 0 (either path), or a TP_E* code. */
+int tp_staging_ipc(tp_comm *c, tp_staging *st, int device, void *region, size_t bytes, port_stream compute);
+const char *tp_staging_path(const tp_staging *st); /* "cuda_ipc" or "staged" */
 
 /* The CUDA device side: two copy streams ordered after / before the compute stream
  * with events. Works on ports/nocuda too (every call then fails with its message). */

@@ -9,19 +9,25 @@
 
 void tp_peers_init(tp_peers *p)
 {
-    p->one_host = p->shm_all = p->info != NULL;
+    p->one_host = p->shm_all = p->p2p_all = p->info != NULL;
     for (int r = 0; p->info && r < p->world; r++) {
         p->one_host &= p->info[r].host == p->info[0].host;
         p->shm_all &= p->info[r].shm_ok != 0;
+        p->p2p_all &= p->info[r].p2p_ok != 0;
     }
 }
 
-/* Issue 42 puts CUDA IPC here: local GPUs that can map each other's memory. */
+/* Local GPUs that can map each other's memory (the device plan only). */
 static int cuda_ipc_can_connect(const tp_peers *p, int a, int b, char *why, size_t n)
 {
-    (void)p, (void)a, (void)b;
-    snprintf(why, n, "no CUDA IPC transport yet");
-    return -1;
+    if (!p->reach || !p->info) { snprintf(why, n, "device buffers only"); return -1; }
+    if (p->info[a].host != p->info[b].host) { snprintf(why, n, "different hosts"); return -1; }
+    for (int r = 0; !p->p2p_all && r < p->world; r++)
+        if (!p->info[r].p2p_ok) { snprintf(why, n, "DDPRT_P2P=0 on rank %d", r); return 0; }
+    int ab = p->reach[a * p->world + b], ba = p->reach[b * p->world + a];
+    if (!ab || !ba) { snprintf(why, n, "the devices cannot reach each other"); return 0; }
+    snprintf(why, n, "%s", ab == 2 && ba == 2 ? "same device" : "peer access");
+    return 1;
 }
 
 static int shm_can_connect(const tp_peers *p, int a, int b, char *why, size_t n)
@@ -103,4 +109,23 @@ int tp_transport_plan(const tp_peers *p, int me, uint8_t *out)
         rt_info("comm: ... %d pairs in all: %s", lines, sum);
     }
     return all_shm;
+}
+
+int tp_transport_device_plan(const tp_peers *p, int me, char *why, size_t n)
+{
+    int all = p->world > 1, lines = 0;
+    why[0] = 0;
+    for (int a = 0; a < p->world; a++)
+        for (int b = a + 1; b < p->world; b++) {
+            char w[96];
+            int ok = tp_transports[TP_TRANSPORT_CUDA_IPC].can_connect(p, a, b, w, sizeof w) > 0;
+            if (!ok && all) snprintf(why, n, "rank %d <-> %d: %s", a, b, w);
+            all &= ok;
+            if (me == 0 && lines++ < TP_LOG_PAIRS)
+                rt_info("comm: device buffers, rank %d <-> %d: %s (%s)", a, b, ok ? "cuda_ipc" : "staged", w);
+        }
+    if (me == 0)
+        rt_info("comm: device collectives take %s%s%s", all ? "cuda_ipc (every pair of one host reaches the others' "
+                "device memory)" : "the pinned staging (", all ? "" : why, all ? "" : ")");
+    return all;
 }

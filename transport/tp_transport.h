@@ -3,8 +3,11 @@
  * transport/.
  *
  * The table, in order of preference:
- *   cuda_ipc  device buffers between GPUs of one host: the entry point issue 42 fills;
- *             it never connects yet.
+ *   cuda_ipc  device buffers between GPUs of one host (tp_ipc.c): ranks on the same host
+ *             whose devices reach each other (the same device, or cudaDeviceCanAccessPeer
+ *             both ways) and none of the comm with DDPRT_P2P=0. It carries no host
+ *             messages: it applies to the device plan only (tp_peers.reach set, at
+ *             tp_staging_ipc), and in the host plan it is quietly skipped.
  *   shm       ranks on the same host (port_host_id: machine and network namespace)
  *             that both allow it (DDPRT_SHM; 0 on any rank turns it off for all), when
  *             the algorithm is auto, the comm has at most 64 ranks and the net backend
@@ -32,6 +35,7 @@ enum { TP_TRANSPORT_CUDA_IPC, TP_TRANSPORT_SHM, TP_TRANSPORT_NET, TP_NTRANSPORTS
 typedef struct tp_peer_info {
     uint64_t host;  /* port_host_id(), or a test's fake identity */
     int shm_ok;     /* DDPRT_SHM is not 0 on that rank */
+    int p2p_ok;     /* DDPRT_P2P is not 0 on that rank (the device plan's) */
 } tp_peer_info;
 
 /* The comm as the transports see it: every rank's info (equal on every rank) and the
@@ -43,6 +47,10 @@ typedef struct tp_peers {
     const char *shm_off;      /* NULL, or why no pair can take shm ("DDPRT_ALGO=ring"
                                  / "the verbs backend cannot watch its peers") */
     int one_host, shm_all;    /* every rank on info[0]'s host / allowing shm (tp_peers_init) */
+    /* The device plan only (NULL in the host plan): reach[a * world + b] is how rank a's
+     * device reaches rank b's (port_cuda_reach: 2 same device, 1 peer access, 0 not). */
+    const uint8_t *reach;
+    int p2p_all;              /* every rank allowing CUDA IPC (tp_peers_init) */
 } tp_peers;
 
 /* Fills the derived fields of p (world, info, net, shm_off set). */
@@ -68,4 +76,8 @@ const char *tp_transport_name(const tp_peers *p, int t);
  * count per transport). 1 when every pair of the comm took shm, else 0. */
 #define TP_LOG_PAIRS 16
 int tp_transport_plan(const tp_peers *p, int me, uint8_t *out);
+/* The device plan (p->reach set): 1 when every pair takes cuda_ipc, else 0 with why
+ * the device collectives take the pinned staging ("rank 0 <-> 1: DDPRT_P2P=0 on rank
+ * 1"). Rank 0 logs each pair's device transport and the path. */
+int tp_transport_device_plan(const tp_peers *p, int me, char *why, size_t n);
 #endif

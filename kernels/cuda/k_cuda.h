@@ -286,6 +286,14 @@ int k_cuda_row_means(int n, int len, const float *x, float *y, port_stream s);
  * whose output is its loss per sample). */
 int k_cuda_sum_loss(int n, const float *x, double *out, port_stream s);
 
+/* CUDA IPC allreduce (transport/tp_ipc.c): dst[i] = src[0][i] op src[1][i] op ... in
+ * that order (n operands, at most K_CUDA_IPC_MAX; src may be other processes' memory
+ * mapped by IPC, dst may be one of them: each element is read before it is written);
+ * dt 0 f32, 1 f16, 2 bf16 (halves in f32, rounded after every step, as the host);
+ * op 0 sum, 1 prod, 2 min, 3 max; div > 1 divides the result (the average). */
+#define K_CUDA_IPC_MAX 8
+int k_cuda_ipc_reduce(int dt, const void *const *src, int n, void *dst, size_t count, int op, int div, port_stream s);
+
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
 

@@ -111,6 +111,48 @@ int port_ipc_open(void **p, const void *handle, const char *what)
 
 int port_ipc_close(void *p, const char *what) { return CK(cudaIpcCloseMemHandle(p), what, 0); }
 
+int port_event_create_ipc(port_event *e, const char *what)
+{
+    *e = NULL;
+    return CK(cudaEventCreateWithFlags((cudaEvent_t *)e, cudaEventInterprocess | cudaEventDisableTiming), what, 0);
+}
+
+int port_ipc_event_get(void *handle, port_event e, const char *what)
+{
+    _Static_assert(sizeof(cudaIpcEventHandle_t) == PORT_IPC_HANDLE_BYTES, "the event handle's size");
+    cudaIpcEventHandle_t h;
+    if (CK(cudaIpcGetEventHandle(&h, (cudaEvent_t)e), what, 0)) return -1;
+    memcpy(handle, &h, sizeof h);
+    return 0;
+}
+
+int port_ipc_event_open(port_event *e, const void *handle, const char *what)
+{
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    *e = NULL;
+    return CK(cudaIpcOpenEventHandle((cudaEvent_t *)e, h), what, 0);
+}
+
+int port_cuda_bus_id(int device, char *id, size_t n)
+{
+    return CK(cudaDeviceGetPCIBusId(id, (int)n, device), "the device's PCI bus id", 0);
+}
+
+int port_cuda_reach(int device, const char *peer_bus, int *how)
+{
+    char mine[32];
+    int peer, can = 0;
+    *how = 0;
+    if (port_cuda_bus_id(device, mine, sizeof mine)) return -1;
+    if (!strcmp(mine, peer_bus)) return *how = 2, 0;
+    /* A device this process cannot see: no peer access from here (not an error). */
+    if (cudaDeviceGetByPCIBusId(&peer, peer_bus) != cudaSuccess) return (void)cudaGetLastError(), 0;
+    if (CK(cudaDeviceCanAccessPeer(&can, device, peer), "peer access query", 0)) return -1;
+    *how = can ? 1 : 0;
+    return 0;
+}
+
 void port_dev_free(void *p)
 {
     if (p) (void)cudaFree(p);

@@ -47,6 +47,18 @@ void port_dev_free(void *p);
 int port_ipc_get(void *handle, void *dev_base, const char *what);
 int port_ipc_open(void **p, const void *handle, const char *what);
 int port_ipc_close(void *p, const char *what);
+/* Interprocess events (cudaEventInterprocess, no timing): the owner creates one and
+ * takes its handle (PORT_IPC_HANDLE_BYTES); a peer process opens it, and its
+ * port_stream_wait_event / port_event_sync / port_event_query then follow the owner's
+ * latest record. Destroy both with port_event_destroy. */
+int port_event_create_ipc(port_event *e, const char *what);
+int port_ipc_event_get(void *handle, port_event e, const char *what);
+int port_ipc_event_open(port_event *e, const void *handle, const char *what);
+/* The device's PCI bus id ("0000:3b:00.0"; n >= 16). */
+int port_cuda_bus_id(int device, char *id, size_t n);
+/* Whether `device` reaches the device at peer_bus: *how 2 the same device, 1 peer
+ * access (cudaDeviceCanAccessPeer), 0 not (or not visible to this process). */
+int port_cuda_reach(int device, const char *peer_bus, int *how);
 int port_pinned_malloc(void **p, size_t bytes, const char *what);
 void port_pinned_free(void *p);
 

@@ -45,6 +45,11 @@ void port_dev_free(void *p) { (void)p; }
 int port_ipc_get(void *handle, void *dev_base, const char *what) { (void)handle, (void)dev_base; return nocuda(what); }
 int port_ipc_open(void **p, const void *handle, const char *what) { (void)handle; *p = NULL; return nocuda(what); }
 int port_ipc_close(void *p, const char *what) { (void)p; return nocuda(what); }
+int port_event_create_ipc(port_event *e, const char *what) { *e = NULL; return nocuda(what); }
+int port_ipc_event_get(void *handle, port_event e, const char *what) { (void)handle, (void)e; return nocuda(what); }
+int port_ipc_event_open(port_event *e, const void *handle, const char *what) { (void)handle; *e = NULL; return nocuda(what); }
+int port_cuda_bus_id(int device, char *id, size_t n) { (void)device; if (n) id[0] = 0; return nocuda("bus id"); }
+int port_cuda_reach(int device, const char *peer_bus, int *how) { (void)device, (void)peer_bus; *how = 0; return nocuda("peer access"); }
 int port_pinned_malloc(void **p, size_t bytes, const char *what) { (void)bytes; *p = NULL; return nocuda(what); }
 void port_pinned_free(void *p) { (void)p; }
 int port_stream_create(port_stream *s, const char *what) { *s = NULL; return nocuda(what); }

@@ -110,7 +110,9 @@ TEST(gpu_train_one_epoch_reaches_cpu_accuracy_band)
 }
 
 /* 2 and 4 processes on one GPU through the launcher: TCP between them, the gradients
- * through tp_allreduce_device; --check-sync proves every rank holds the same bits. The
+ * through tp_allreduce_device on the pinned staging (DDPRT_P2P=0: one host would take
+ * cuda_ipc, which gpu_ddp_resnet20_2_processes trains over); --check-sync proves every
+ * rank holds the same bits. The
  * executor runs the 2-process case (4 ranks' share of its smaller data set is too
  * little to learn from in 2 epochs). */
 TEST(gpu_ddp_2_and_4_processes_staged)
@@ -120,7 +122,7 @@ TEST(gpu_ddp_2_and_4_processes_staged)
     for (int np = 2; np <= G_BIG(4, 2); np += 2) {
         char cmd[1024], out[65536];
         snprintf(cmd, sizeof cmd,
-                 "%s --nproc-per-node %d -- %s --device cuda --epochs 2 --batch-size 32 --lr 0.05 --check-sync 5 "
+                 "DDPRT_P2P=0 %s --nproc-per-node %d -- %s --device cuda --epochs 2 --batch-size 32 --lr 0.05 --check-sync 5 "
                  "--data %s 2>&1", t_prog("ddprt-launch"), np, g_train(), dir);
         CHECKF(g_run(cmd, out, sizeof out) == 0, "np %d\n%s", np, out);
         CHECKF(last_accuracy(out) >= 0.85, "np %d: accuracy %.3f\n%s", np, last_accuracy(out), out);

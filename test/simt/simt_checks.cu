@@ -443,6 +443,68 @@ int main(int argc, char **argv)
         snprintf(done, sizeof done, "%s.done", argv[2]);
         fclose(fopen(done, "w"));
         return 0;
+    } else if (!strcmp(c, "ipc_event_owner") && argc > 2) {
+        // An interprocess event recorded once (done), its handle and the buffer's to
+        // argv[2]; once the peer has opened them (argv[2].open), a second record queued
+        // behind 40 slow kernels that fill the buffer: the peer's waits must see it.
+        int n = 1 << 14;
+        float *buf;
+        cudaStream_t s;
+        cudaEvent_t e, plain_ev;
+        struct { cudaIpcMemHandle_t m; cudaIpcEventHandle_t ev; } h;
+        if (cudaMalloc((void **)&buf, n * sizeof(float)) || cudaStreamCreate(&s) ||
+            cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming) ||
+            cudaEventCreateWithFlags(&plain_ev, cudaEventDisableTiming) || cudaEventRecord(e, s) ||
+            cudaStreamSynchronize(s) || cudaIpcGetMemHandle(&h.m, buf) || cudaIpcGetEventHandle(&h.ev, e))
+            return 1;
+        cudaIpcEventHandle_t bad;
+        printf("report: handle of a plain event: %s\n", cudaGetErrorString(cudaIpcGetEventHandle(&bad, plain_ev)));
+        char tmp[600], done[600];
+        snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]), snprintf(done, sizeof done, "%s.open", argv[2]);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(&h, sizeof h, 1, f) != 1 || fclose(f) || rename(tmp, argv[2])) return 1;
+        for (int i = 0; i < 3000 && access(done, F_OK); i++) usleep(10000);
+        if (access(done, F_OK)) { printf("result: the peer did not open the handles within 30 s\n"); return 1; }
+        for (int k = 0; k < 40; k++) SIMT_LAUNCH(plain, n / 256, 256, 0, s)(buf, n);
+        if (cudaEventRecord(e, s)) return 1;
+        snprintf(done, sizeof done, "%s.rec", argv[2]);
+        fclose(fopen(done, "w"));
+        snprintf(done, sizeof done, "%s.done", argv[2]);
+        for (int i = 0; i < 6000 && access(done, F_OK); i++) usleep(10000);
+        if (access(done, F_OK)) { printf("result: the peer did not finish within 60 s\n"); return 1; }
+        return cudaDeviceSynchronize() != cudaSuccess;
+    } else if (!strcmp(c, "ipc_event_peer") && argc > 2) {
+        struct { cudaIpcMemHandle_t m; cudaIpcEventHandle_t ev; } h;
+        FILE *f = NULL;
+        for (int i = 0; i < 3000 && !(f = fopen(argv[2], "rb")); i++) usleep(10000);
+        if (!f || fread(&h, sizeof h, 1, f) != 1) return 1;
+        fclose(f);
+        int n = 1 << 14, bad = 0;
+        float *p, *host = (float *)malloc(n * sizeof(float));
+        cudaEvent_t e;
+        cudaStream_t s;
+        if (cudaIpcOpenMemHandle((void **)&p, h.m, cudaIpcMemLazyEnablePeerAccess) || cudaIpcOpenEventHandle(&e, h.ev) ||
+            cudaStreamCreate(&s))
+            return 1;
+        printf("report: first record seen done: %s\n", cudaGetErrorString(cudaEventQuery(e)));
+        char path[600];
+        snprintf(path, sizeof path, "%s.open", argv[2]);
+        fclose(fopen(path, "w"));
+        snprintf(path, sizeof path, "%s.rec", argv[2]);
+        for (int i = 0; i < 3000 && access(path, F_OK); i++) usleep(10000);
+        // The owner's latest record (behind its fills): this stream's kernel runs after it.
+        if (cudaStreamWaitEvent(s, e, 0)) return 1;
+        SIMT_LAUNCH(add_half, n / 256, 256, 0, s)(p, n);
+        cudaError_t se = cudaEventSynchronize(e);
+        if (cudaStreamSynchronize(s) || cudaMemcpy(host, p, n * sizeof(float), cudaMemcpyDeviceToHost)) return 1;
+        for (int i = 0; i < n; i++) bad += host[i] != (float)i + 0.5f;
+        printf("result: event sync %s; the peer's kernel after the owner's fills: %d of %d wrong\n",
+               cudaGetErrorString(se), bad, n);
+        free(host);
+        if (cudaEventDestroy(e) || cudaIpcCloseMemHandle(p)) return 1;
+        snprintf(path, sizeof path, "%s.done", argv[2]);
+        fclose(fopen(path, "w"));
+        return 0;
     } else if (!strcmp(c, "mma_layouts")) {
         float in[384], o[384];
         for (int i = 0; i < 384; i++) in[i] = (float)((i * 37 % 101) - 50) / 16.0f + (float)i / 4096.0f;

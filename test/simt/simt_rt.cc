@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <cxxabi.h>
 #include <map>
+#include <new>
 #include <set>
 #include <string>
 #include <mutex>
@@ -358,6 +359,14 @@ struct op {
 // CUDA lets an event be destroyed while a stream still has a record of it or a wait
 // on it queued: it is freed once the device is done with it. So each queued op holds a
 // reference (the handle holds one) and the last to drop it frees the event.
+//
+// An interprocess event (cudaEventInterprocess) keeps its two counters in a shared page
+// (a memfd that cudaIpcOpenEventHandle maps in another process): a wait there polls
+// the page, as a condition variable cannot cross processes.
+struct ev_shared {
+    std::atomic<unsigned long long> recorded, done;
+    int owner; // the creating process: a wait gives up once it has died (no record will come)
+};
 struct CUevent_st {
     std::mutex mu;
     std::condition_variable cv;
@@ -365,12 +374,64 @@ struct CUevent_st {
     double t_ms = 0;
     unsigned flags = 0;
     std::atomic<int> refs{1};
+    ev_shared *sh = nullptr; // interprocess: the shared counters (recorded, done above unused)
+    int fd = -1;             // the shared page's memfd (the owner's; -1 in an opener)
 };
 
 namespace {
 void ev_unref(CUevent_st *e)
 {
-    if (e && e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+    if (!e || e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (e->sh) munmap(e->sh, page());
+    if (e->fd >= 0) close(e->fd);
+    delete e;
+}
+
+// The interprocess counters: a record issued (its generation), executed (the highest
+// generation done: records of several streams may finish out of order), waited for.
+unsigned long long ev_issue(CUevent_st *e)
+{
+    if (e->sh) return e->sh->recorded.fetch_add(1) + 1;
+    std::lock_guard<std::mutex> g(e->mu);
+    return ++e->recorded;
+}
+
+unsigned long long ev_latest(CUevent_st *e)
+{
+    if (e->sh) return e->sh->recorded.load();
+    std::lock_guard<std::mutex> g(e->mu);
+    return e->recorded;
+}
+
+void ev_reach(ev_shared *sh, unsigned long long gen)
+{
+    unsigned long long d = sh->done.load();
+    while (d < gen && !sh->done.compare_exchange_weak(d, gen)) {}
+}
+
+// Whether process pid has exited (gone, or a zombie not yet reaped).
+bool proc_dead(int pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    const char *p = strrchr(buf, ')');
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
+// Polls until the shared counter reaches gen (or `stop` says give up): 1 reached.
+template <class F> bool ev_poll(ev_shared *sh, unsigned long long gen, F stop)
+{
+    double t0 = now_ms();
+    for (int i = 0; sh->done.load() < gen; i++) {
+        if (stop() || now_ms() - t0 > WAIT_S * 1e3) return false;
+        usleep(i < 100 ? 20 : 500);
+    }
+    return true;
 }
 } // namespace
 
@@ -406,12 +467,23 @@ void exec(CUstream_st *s, const op &o, const simt::launch_rec *L)
     case OP_COPY: memmove(o.dst, o.src, o.bytes); break;
     case OP_SET: memset(o.dst, o.byte, o.bytes); break;
     case OP_RECORD: {
+        if (o.ev->sh) { ev_reach(o.ev->sh, o.gen); break; }
         std::lock_guard<std::mutex> g(o.ev->mu);
         if (o.gen > o.ev->done) o.ev->done = o.gen, o.ev->t_ms = now_ms();
         o.ev->cv.notify_all();
         break;
     }
     case OP_WAIT: {
+        if (o.ev->sh) { // another process records it: a dead one never will (the host's waits name it)
+            ev_shared *sh = o.ev->sh;
+            int n = 0;
+            if (!ev_poll(sh, o.gen, [&] { return ++n % 200 == 0 && sh->owner != getpid() && proc_dead(sh->owner); }))
+                set_sticky(cudaErrorLaunchTimeout, sh->owner != getpid() && proc_dead(sh->owner)
+                           ? "cudaStreamWaitEvent: process %d, which records the interprocess event, exited"
+                           : "cudaStreamWaitEvent: the interprocess event was not reached within 900 s (process %d's)",
+                           sh->owner);
+            break;
+        }
         std::unique_lock<std::mutex> g(o.ev->mu);
         if (!o.ev->cv.wait_for(g, std::chrono::seconds(WAIT_S), [&] { return o.ev->done >= o.gen; }))
             set_sticky(cudaErrorLaunchTimeout, "cudaStreamWaitEvent: the event was not reached within %d s "
@@ -720,17 +792,91 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     (void)flags;
     op o = {};
     o.type = OP_WAIT, o.ev = e;
-    {
-        std::lock_guard<std::mutex> g(e->mu);
-        o.gen = e->recorded; // the record issued last, as CUDA
-    }
+    o.gen = ev_latest(e); // the record issued last (in any process, for an interprocess event), as CUDA
     return o.gen ? enqueue_ev(S(s), o) : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
-    *e = new CUevent_st;
-    (*e)->flags = flags;
+    *e = NULL;
+    if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming))
+        return set_last(cudaErrorInvalidValue, "cudaEventCreateWithFlags: cudaEventInterprocess needs "
+                        "cudaEventDisableTiming");
+    CUevent_st *ev = new CUevent_st;
+    ev->flags = flags;
+    if (flags & cudaEventInterprocess) {
+        int fd = memfd_create("simt-ipc-event", MFD_CLOEXEC);
+        void *m = fd < 0 || ftruncate(fd, (off_t)page()) ? MAP_FAILED
+                                                         : mmap(NULL, page(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            if (fd >= 0) close(fd);
+            delete ev;
+            return set_last(cudaErrorMemoryAllocation, "cudaEventCreateWithFlags: no shared page for an "
+                            "interprocess event");
+        }
+        ev->sh = new (m) ev_shared(); // zero counters
+        ev->sh->owner = (int)getpid();
+        ev->fd = fd;
+    }
+    *e = ev;
+    return cudaSuccess;
+}
+
+// The handle names the owner's process and the shared page's memfd (as the memory's).
+struct ipc_ev_handle {
+    char magic[8];
+    int pid, fd;
+};
+
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t e)
+{
+    if (!h || !e || !e->sh || e->fd < 0)
+        return set_last(cudaErrorInvalidResourceHandle, "cudaIpcGetEventHandle: not an event of this process created "
+                        "with cudaEventInterprocess | cudaEventDisableTiming");
+    ipc_ev_handle x = {{'S', 'I', 'M', 'T', 'I', 'P', 'E', '1'}, (int)getpid(), e->fd};
+    memset(h, 0, sizeof *h);
+    memcpy(h, &x, sizeof x);
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t h)
+{
+    ipc_ev_handle x;
+    memcpy(&x, &h, sizeof x);
+    *e = NULL;
+    if (memcmp(x.magic, "SIMTIPE1", 8))
+        return set_last(cudaErrorInvalidValue, "cudaIpcOpenEventHandle: not a handle cudaIpcGetEventHandle made");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", x.pid, x.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    void *m = fd < 0 ? MAP_FAILED : mmap(NULL, page(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd); // the mapping holds the page
+    if (m == MAP_FAILED)
+        return set_last(cudaErrorMapBufferObjectFailed, "cudaIpcOpenEventHandle: the event of process %d is gone "
+                        "(%s: %s)", x.pid, path, strerror(errno));
+    CUevent_st *ev = new CUevent_st;
+    ev->flags = cudaEventInterprocess | cudaEventDisableTiming;
+    ev->sh = (ev_shared *)m;
+    *e = ev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
+{
+    if (device) return set_last(cudaErrorInvalidDevice, "device %d: the executor is device 0", device);
+    snprintf(id, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *id)
+{
+    if (strcmp(id, "0000:00:00.0")) return set_last(cudaErrorInvalidDevice, "bus id %s: the executor is 0000:00:00.0", id);
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    if (device || peer) return set_last(cudaErrorInvalidDevice, "device %d: the executor is device 0", device | peer);
+    *can = 0; // a device is not its own peer (CUDA answers 0 too)
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -743,14 +889,16 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     op o = {};
     o.type = OP_RECORD, o.ev = e;
-    {
-        std::lock_guard<std::mutex> g(e->mu);
-        o.gen = ++e->recorded;
-    }
+    o.gen = ev_issue(e);
     return enqueue_ev(S(s), o);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+    if (e->sh) {
+        if (!ev_poll(e->sh, e->sh->recorded.load(), [] { return status() != 0; }) && !status())
+            return set_sticky(cudaErrorLaunchTimeout, "cudaEventSynchronize: the event was not reached within %d s", WAIT_S);
+        return status();
+    }
     std::unique_lock<std::mutex> g(e->mu);
     unsigned long long want = e->recorded;
     if (!e->cv.wait_for(g, std::chrono::seconds(WAIT_S), [&] { return e->done >= want || status(); }))
@@ -759,6 +907,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 }
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
+    if (e->sh) return status() ? status() : e->sh->done.load() >= e->sh->recorded.load() ? cudaSuccess : cudaErrorNotReady;
     std::lock_guard<std::mutex> g(e->mu);
     return status() ? status() : e->done >= e->recorded ? cudaSuccess : cudaErrorNotReady;
 }

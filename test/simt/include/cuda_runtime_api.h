@@ -44,6 +44,7 @@ enum cudaMemcpyKind {
 #define cudaEventDefault 0x00
 #define cudaEventBlockingSync 0x01
 #define cudaEventDisableTiming 0x02
+#define cudaEventInterprocess 0x04
 #define cudaHostAllocDefault 0x00
 #define cudaHostAllocPortable 0x01
 #define cudaHostAllocMapped 0x02
@@ -90,6 +91,16 @@ typedef struct cudaIpcMemHandle_st { char reserved[64]; } cudaIpcMemHandle_t;
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p);
 cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned flags);
 cudaError_t cudaIpcCloseMemHandle(void *p);
+/* Events created with cudaEventInterprocess | cudaEventDisableTiming: their record
+ * counters live in shared memory (a memfd), so another process's waits see the latest
+ * record. */
+typedef struct cudaIpcEventHandle_st { char reserved[64]; } cudaIpcEventHandle_t;
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, struct CUevent_st *e);
+cudaError_t cudaIpcOpenEventHandle(struct CUevent_st **e, cudaIpcEventHandle_t h);
+/* One device: its bus id "0000:00:00.0"; it cannot access itself as a peer (as CUDA). */
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device);
+cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *id);
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer);
 
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);

@@ -140,22 +140,25 @@ int k_cuda_bn_stats_t(int n, int c, int hw, const void *x, int xt, float *mean, 
     if (c <= 0) return 0;
     StatPart f = {{c, hw}, (size_t)n * hw, x, xt};
     K_LAUNCH(stats_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, mean, var);
-    return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_stats", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_bn_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                     const float *gamma, const float *beta, void *y, int yt, port_stream s)
 {
     k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt, NULL, 0, 0}, s);
-    return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d types %d -> %d", n, c, hw, xt, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_fwd", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, yt));
 }
 
 int k_cuda_bn_relu_fwd_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                          const float *gamma, const float *beta, const void *add, int at, void *y, int yt, port_stream s)
 {
     k_cuda_each((size_t)n * c * hw, Fwd{c, hw, x, xt, mean, invstd, gamma, beta, y, yt, add, at, 1}, s);
-    return k_cuda_check_launch(add ? "k_cuda_bn_add_relu_fwd" : "k_cuda_bn_relu_fwd", "n=%d c=%d hw=%d types %d, %d -> %d",
-                               n, c, hw, xt, at, yt);
+    char d_[48];
+    return k_cuda_check_launch(add ? "k_cuda_bn_add_relu_fwd" : "k_cuda_bn_relu_fwd", "n=%d c=%d hw=%d%s", n, c, hw,
+                               k_act_desc(d_, sizeof d_, xt | at, yt));
 }
 
 int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
@@ -164,7 +167,8 @@ int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const floa
     if (c <= 0) return 0;
     BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, NULL, NULL, 0};
     K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
-    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_bn_relu_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
@@ -174,7 +178,8 @@ int k_cuda_bn_relu_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const
     if (c <= 0) return 0;
     BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, gamma, beta, 1};
     K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
-    return k_cuda_check_launch("k_cuda_bn_relu_bwd_sums", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_relu_bwd_sums", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
@@ -183,7 +188,8 @@ int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float 
 {
     Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx, NULL, 0};
     k_cuda_each((size_t)n * c * hw, f, s);
-    return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g x type %d", n, c, hw, m, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_bwd_dx", "n=%d c=%d hw=%d m=%g%s", n, c, hw, m, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_bn_relu_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
@@ -192,7 +198,8 @@ int k_cuda_bn_relu_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const f
 {
     Dx f = {c, hw, (float)(1.0 / m), x, xt, mean, invstd, gamma, dgamma, dbeta, dy, dx, beta, 1};
     k_cuda_each((size_t)n * c * hw, f, s);
-    return k_cuda_check_launch("k_cuda_bn_relu_bwd_dx", "n=%d c=%d hw=%d m=%g x type %d", n, c, hw, m, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_bn_relu_bwd_dx", "n=%d c=%d hw=%d m=%g%s", n, c, hw, m, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_bn_stats(int n, int c, int hw, const float *x, float *mean, float *var, port_stream s)

@@ -6,6 +6,7 @@
 #include "rt/half.h"
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // kernel<<<grid, block, shmem, stream>>>(args) is written K_LAUNCH(kernel, grid, block,
 // shmem, stream)(args): nvcc launches it on the GPU; built for the SIMT executor
@@ -94,4 +95,13 @@ static inline int k_act_mm_check(int mm, const char *kernel, const char *shapes)
     if (!(mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) || t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) return 0;
     port_cuda_fail("%s(%s): 16-bit activations need bf16 or f16 products, not precision %d", kernel, shapes, t);
     return -1;
+}
+// " (16-bit: bf16 x, f32 y)" for launch errors, "" when every activation is fp32: the
+// fp32 kernels' messages stay as they were.
+static inline const char *k_act_desc(char *buf, size_t len, int xt, int yt)
+{
+    static const char *const nm[] = {"f32", "bf16", "f16"};
+    if (!xt && !yt) return "";
+    snprintf(buf, len, " (16-bit: %s x, %s y)", nm[xt % 3], nm[yt % 3]);
+    return buf;
 }

@@ -47,12 +47,14 @@ __global__ void relu_bwd_t(size_t n, const void *y, int yt, const float *dy, flo
 int k_cuda_relu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s)
 {
     LAUNCH(relu_fwd_t, n, s, n, x, xt, y, yt);
-    return k_cuda_check_launch("k_cuda_relu_fwd", "n=%zu types %d -> %d", n, xt, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_relu_fwd", "n=%zu%s", n, k_act_desc(d_, sizeof d_, xt, yt));
 }
 int k_cuda_relu_bwd_t(size_t n, const void *y, int yt, const float *dy, float *dx, port_stream s)
 {
     LAUNCH(relu_bwd_t, n, s, n, y, yt, dy, dx);
-    return k_cuda_check_launch("k_cuda_relu_bwd", "n=%zu y type %d", n, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_relu_bwd", "n=%zu%s", n, k_act_desc(d_, sizeof d_, 0, yt));
 }
 
 // ---- dropout: element i keeps when u(seed, offset + i) >= p

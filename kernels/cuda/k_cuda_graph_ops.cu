@@ -216,7 +216,8 @@ int k_cuda_maxpool2d_bwd(int n, int c, int h, int w, int ks, int st, const float
 int k_cuda_global_avgpool_fwd_t(int n, int c, int hw, const void *x, int xt, float *y, port_stream s)
 {
     k_cuda_each((size_t)n * c, AvgFwd{hw, x, xt, y}, s);
-    return k_cuda_check_launch("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d x type %d", n, c, hw, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_global_avgpool_fwd", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y, port_stream s)
@@ -233,13 +234,15 @@ int k_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx, 
 int k_cuda_add_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s)
 {
     k_cuda_each(n, Add{a, b, y, at, bt, yt, 0}, s);
-    return k_cuda_check_launch("k_cuda_add", "n=%zu types %d + %d -> %d", n, at, bt, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_add", "n=%zu%s", n, k_act_desc(d_, sizeof d_, at | bt, yt));
 }
 
 int k_cuda_add_relu_t(size_t n, const void *a, int at, const void *b, int bt, void *y, int yt, port_stream s)
 {
     k_cuda_each(n, Add{a, b, y, at, bt, yt, 1}, s);
-    return k_cuda_check_launch("k_cuda_add_relu", "n=%zu types %d + %d -> %d", n, at, bt, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_add_relu", "n=%zu%s", n, k_act_desc(d_, sizeof d_, at | bt, yt));
 }
 
 int k_cuda_add(size_t n, const float *a, const float *b, float *y, port_stream s)

@@ -247,13 +247,15 @@ static int cl_rows(int n, int v)
 int k_cuda_gelu_fwd_t(size_t n, const void *x, int xt, void *y, int yt, port_stream s)
 {
     K_LAUNCH(gelu_fwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, xt, y, yt);
-    return k_cuda_check_launch("k_cuda_gelu_fwd", "n=%zu types %d -> %d", n, xt, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_gelu_fwd", "n=%zu%s", n, k_act_desc(d_, sizeof d_, xt, yt));
 }
 
 int k_cuda_gelu_bwd_t(size_t n, const void *x, int xt, const float *dy, float *dx, port_stream s)
 {
     K_LAUNCH(gelu_bwd, k_cuda_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, x, xt, dy, dx);
-    return k_cuda_check_launch("k_cuda_gelu_bwd", "n=%zu x type %d", n, xt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_gelu_bwd", "n=%zu%s", n, k_act_desc(d_, sizeof d_, xt, 0));
 }
 
 int k_cuda_gelu_fwd(size_t n, const float *x, float *y, port_stream s)
@@ -272,7 +274,8 @@ int k_cuda_layernorm_fwd_t(int n, int c, const float *x, const float *w, const f
                            float *mean, float *rstd, port_stream s)
 {
     K_LAUNCH(ln_fwd, row_blocks(n), K_CUDA_THREADS, 0, (cudaStream_t)s)(n, c, x, w, b, eps, y, yt, mean, rstd);
-    return k_cuda_check_launch("k_cuda_layernorm_fwd", "n=%d c=%d y type %d", n, c, yt);
+    char d_[48];
+    return k_cuda_check_launch("k_cuda_layernorm_fwd", "n=%d c=%d%s", n, c, k_act_desc(d_, sizeof d_, 0, yt));
 }
 
 int k_cuda_layernorm_fwd(int n, int c, const float *x, const float *w, const float *b, float eps, float *y,

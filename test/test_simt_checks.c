@@ -189,7 +189,7 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
 /* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
  * each): a wrong fragment index fails the comparison with the reference, a missing
  * cp.async.wait_group, a missing barrier between pipeline stages and a missing
- * wgmma.fence are named by the executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
+ * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
 PTEST(simt_injected_tensor_core_bugs_are_reported)
 {
     if (asan() || tsan() || t_san("undefined")) {
@@ -212,6 +212,8 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            strstr(o, "has not executed wgmma.fence since its accumulators were last its own"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed | k_cuda_tc_gemm.cuh | simt: "),
+           "%s", o);
 }
 
 TEST(simt_failure_sticks)

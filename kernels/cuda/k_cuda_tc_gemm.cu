@@ -26,8 +26,8 @@ int aligned16(const void *p, int ld) { return !((uintptr_t)p & 15) && ld % 8 == 
 // stages (48 KiB). The tiles are in wgmma's K-major, no-swizzle layout: core matrices of
 // 8 rows x 16 bytes (one cp.async each), the next 8 rows 128 bytes on (SBO), the next 8 k
 // R * 16 bytes on (LBO).
-#define WG_T 128
-#define WG_BK 32
+#define WG_T WGG_T // the header's wgmma tile, layout (wgg_off) and slice (wgg_slice)
+#define WG_BK TC_BK
 #define WG_STAGES 3
 struct WgArgs {
     int m, n, k, lda, ldb, ldc, relu;
@@ -36,7 +36,6 @@ struct WgArgs {
     const float *bias;
 };
 
-template <int R> __device__ __forceinline__ int wg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
 
 __device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const WgArgs &g, int m0, int n0, int k0)
 {
@@ -45,7 +44,7 @@ __device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, 
         int gr = (isb ? n0 : m0) + r, ld = isb ? g.ldb : g.lda;
         const unsigned short *src = isb ? g.b : g.a;
         int valid = gr < (isb ? g.n : g.m) ? max(min(8, g.k - k), 0) : 0;
-        K_CP_ASYNC16((isb ? tb : ta) + wg_off<WG_T>(r, kb), valid ? src + (size_t)gr * ld + k : src, valid * 2);
+        K_CP_ASYNC16((isb ? tb : ta) + wgg_off<WG_T>(r, kb), valid ? src + (size_t)gr * ld + k : src, valid * 2);
     }
 }
 
@@ -69,13 +68,7 @@ template <int TY> __global__ void __launch_bounds__(256) wg_gemm(WgArgs g)
         __syncthreads();
         const unsigned short *ta = sm.a[kt % WG_STAGES], *tb = sm.b[kt % WG_STAGES];
         K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            unsigned long long da = k_wgmma_desc(ta + wg_off<WG_T>(64 * wg, 2 * kk), WG_T * 16, 128);
-            unsigned long long db = k_wgmma_desc(tb + wg_off<WG_T>(0, 2 * kk), WG_T * 16, 128);
-            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
-            else K_WGMMA_F16_128(acc, da, db, 1);
-        }
+        wgg_slice<TY>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
         if (nx < kt_n) wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], g, m0, n0, nx * WG_BK);
@@ -83,14 +76,7 @@ template <int TY> __global__ void __launch_bounds__(256) wg_gemm(WgArgs g)
         K_WGMMA_WAIT(0);
     }
     K_CP_ASYNC_WAIT(0);
-    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
-#pragma unroll
-    for (int e = 0; e < 64; e++) { // PTX's D layout: warp w rows 16w.., n8 block e / 4
-        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
-        if (m >= g.m || n >= g.n) continue;
-        float v = acc[e] + (g.bias ? g.bias[n] : 0.0f);
-        g.c[(size_t)m * g.ldc + n] = g.relu && v < 0.0f ? 0.0f : v;
-    }
+    wgg_store(acc, TcStore{g.c, g.bias, g.ldc, g.relu}, g.m, g.n, m0, n0, wg, 0);
 }
 } // namespace
 

@@ -292,6 +292,32 @@ template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile,
     }
 }
 
+// One 32-deep slice of a 128-row tile pair on the warpgroup's 64 rows (both wgmma kernels).
+template <int TY>
+__device__ __forceinline__ void wgg_slice(float (&acc)[64], const unsigned short *ta, const unsigned short *tb, int wg)
+{
+#pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++) {
+        unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
+        unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
+        if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
+        else K_WGMMA_F16_128(acc, da, db, 1);
+    }
+}
+
+// The accumulators through st, in PTX's D layout (warp w: rows 16w.., n8 block e / 4).
+template <class ST>
+__device__ __forceinline__ void wgg_store(const float (&acc)[64], const ST &st, int M, int N, int m0, int n0, int wg,
+                                          int split)
+{
+    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
+#pragma unroll
+    for (int e = 0; e < 64; e++) {
+        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
+        if (m < M && n < N) st(split, m, n, acc[e]);
+    }
+}
+
 template <int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
@@ -319,13 +345,7 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
         K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
         __syncthreads();
         K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-#pragma unroll
-        for (int kk = 0; kk < TC_BK / 16; kk++) {
-            unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
-            unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
-            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
-            else K_WGMMA_F16_128(acc, da, db, 1);
-        }
+        wgg_slice<TY>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
             wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);
@@ -333,12 +353,7 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
         }
         K_WGMMA_WAIT(0);
     }
-    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
-#pragma unroll
-    for (int e = 0; e < 64; e++) { // PTX's D layout: warp w rows 16w.., n8 block e / 4
-        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
-        if (m < M && n < N) st(blockIdx.z, m, n, acc[e]);
-    }
+    wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
 }
 } // namespace
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"

@@ -165,8 +165,9 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-class _Gathered:
-    """An allgather of uneven first dimensions, completed at issue."""
+class _Done:
+    """The handle of an op that completed at issue (an allgather of uneven first
+    dimensions, alltoall, Adasum, ...): wait() returns the result, test() is True."""
 
     def __init__(self, result):
         self.result = result
@@ -184,7 +185,7 @@ def allgather_async(tensor, name=None, process_set=None):
     with resolve(process_set).scope("allgather"):
         nbytes = tensor.numel() * tensor.element_size()
         if core.size() > 1 and len(set(core._shapes(tensor.contiguous()))) > 1:
-            return _Hvd(_Gathered(core.allgather(tensor)), None, "allgather", nbytes)
+            return _Hvd(_Done(core.allgather(tensor)), None, "allgather", nbytes)
         return _Hvd(core.allgather_async(tensor), None, "allgather", nbytes)
 
 

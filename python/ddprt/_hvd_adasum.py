@@ -14,6 +14,7 @@ steps locally, and each parameter becomes its start plus the Adasum of the ranks
 import torch
 
 from . import _core as core
+from ._horovod import _Done
 from ._hvd_sets import resolve
 
 
@@ -34,17 +35,6 @@ def adasum(t):
         nxt = [_combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         level = nxt + level[len(nxt) * 2:]
     return level[0].to(t.dtype).reshape(t.shape)
-
-
-class _Done:
-    def __init__(self, result):
-        self.result = result
-
-    def wait(self):
-        return self.result
-
-    def test(self):
-        return True
 
 
 def adasum_(tensor, pre=1.0, post=1.0):

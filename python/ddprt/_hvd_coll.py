@@ -19,23 +19,10 @@ import torch
 from . import _core as core
 from . import _lib
 from ._core import Average, Max, Min, Product, Sum
-from ._horovod import (Adasum, Compression, _Hvd, _op, _scale, allreduce_async, allreduce_async_, broadcast_async,
+from ._horovod import (Adasum, Compression, _Done, _Hvd, _op, _scale, allreduce_async, allreduce_async_, broadcast_async,
                        synchronize)
 from ._hvd_misc import span
 from ._hvd_sets import current, resolve
-
-
-class _Done:
-    """The handle of an op that completed at issue (poll() is True at once)."""
-
-    def __init__(self, result):
-        self.result = result
-
-    def wait(self):
-        return self.result
-
-    def test(self):
-        return True
 
 
 class _Many:

@@ -10,23 +10,9 @@ import torch
 
 from . import _core as core
 from ._core import Average, Sum
-from ._horovod import _Hvd, _check_pairing, _op
+from ._horovod import _Done, _Hvd, _check_pairing, _op
 from ._hvd_misc import span
 from ._hvd_sets import resolve
-
-
-class _Done:
-    """Completed at issue: the allgathers' first dimensions differ between ranks, which
-    takes a blocking size exchange."""
-
-    def __init__(self, result):
-        self.result = result
-
-    def wait(self):
-        return self.result
-
-    def test(self):
-        return True
 
 
 def _sparse_reduce(t, op):

@@ -91,9 +91,9 @@ static const env_var vars[RT_ENV_COUNT] = {
       "the tensor-core products (conv, linear, GPT's Conv1D, `k_cuda_tc_gemm`) on an sm_90 GPU (H100/H200): `auto` "
       "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
       "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
-    V(SIMT_SCHED, E_ENUM, "forward|reversed|random", "forward",
+    V(SIMT_SCHED, E_ENUM, "forward|reversed|random|warps", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
-      "threads run in between synchronisations"),
+      "threads run in between synchronisations (`warps`: each warp alone up to the next barrier)"),
     V(SIMT_SEED, E_INT, NULL, "1", "the SIMT executor's `random` order: its seed"),
     V(SIMT_TRACE, E_ANY, NULL, "unset", "the SIMT executor: a file the name of every kernel launched goes to (once each)"),
     V(LOG, E_ENUM, "error|warn|warning|info|debug", "info", "log level"),

@@ -41,6 +41,10 @@ TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu
 /* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
 TEST(simt_device_tensor_cores_forward_order) { suite("test_gpu_tc", "forward"); }
 TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
+/* Each warp alone up to the next barrier: a warp that overwrites (or reads) shared memory
+ * another warp has yet to read (or write) with only warp intrinsics between sees it. */
+TEST(simt_device_kernels_warps_order) { if (second_order()) suite("test_gpu_kernels test_gpu_graph_ops", "warps"); }
+TEST(simt_device_tensor_cores_warps_order) { if (second_order()) suite("test_gpu_tc test_gpu_act16 test_gpu_tfm", "warps"); }
 TEST(simt_device_act16_forward_order) { suite("test_gpu_act16", "forward"); }
 TEST(simt_device_act16_random_order) { if (second_order()) suite("test_gpu_act16", "random"); }
 /* One file per op's device test (test/gpu/test_gpu_op_KIND.c, docs/adding-an-op.md). */

@@ -94,6 +94,20 @@ TEST(simt_missing_barrier_shows)
     if (tsan()) CHECKF(strstr(out, "data race") && strstr(out, "missing_barrier"), "%s", out);
 }
 
+/* Between warps, a warp intrinsic is no barrier: threads in rounds (forward) hide the
+ * race, each warp alone up to the next barrier (warps) shows it (test/gpu's kernels run
+ * in that order too, and the attention kernel's key-tile barrier, removed, fails there). */
+TEST(simt_missing_barrier_between_warps_shows_warp_by_warp)
+{
+    static char fwd[sizeof out];
+    run_case("missing_barrier_across_warps", "forward");
+    memcpy(fwd, out, sizeof out);
+    run_case("missing_barrier_across_warps", "warps");
+    CHECKF(strstr(fwd, "result: 0 of 64 NaN") && strstr(out, "result: 32 of 64 NaN"), "forward: %s\nwarps: %s", fwd,
+           out);
+    if (tsan()) CHECKF(strstr(out, "data race") && strstr(out, "missing_barrier_across_warps"), "%s", out);
+}
+
 /* ASan sees it, and UBSan (the array's bound is in its type); otherwise the read lands
  * on NaN (the arrays are in one section with a NaN tail, filled before every block). */
 TEST(simt_out_of_bounds_shared_read)
@@ -105,8 +119,8 @@ TEST(simt_out_of_bounds_shared_read)
 
 TEST(simt_intrinsics_match_cuda_in_every_order)
 {
-    static const char *orders[] = {"forward", "reversed", "random"};
-    for (int i = 0; i < 3; i++) {
+    static const char *orders[] = {"forward", "reversed", "random", "warps"};
+    for (int i = 0; i < 4; i++) {
         run_case("intrinsics", orders[i]);
         CHECKF(strstr(out, "report: none") && strstr(out, "result: intrinsics ok"), "%s threads:\n%s", orders[i], out);
     }
@@ -179,8 +193,8 @@ PTEST(simt_cuda_ipc_events_between_processes)
 
 TEST(simt_mma_layouts_match_the_ptx_isa)
 {
-    static const char *orders[] = {"forward", "reversed", "random"};
-    for (int i = 0; i < 3; i++) {
+    static const char *orders[] = {"forward", "reversed", "random", "warps"};
+    for (int i = 0; i < 4; i++) {
         run_case("mma_layouts", orders[i]);
         CHECKF(strstr(out, "report: none") && strstr(out, "result: mma layouts ok"), "%s threads:\n%s", orders[i], out);
     }
@@ -189,7 +203,9 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
 /* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
  * each): a wrong fragment index fails the comparison with the reference, a missing
  * cp.async.wait_group, a missing barrier between pipeline stages and a missing
- * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor. Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
+ * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor; the
+ * attention kernel's barrier before the next key tile, removed, fails the comparison
+ * when warps run one by one (DDPRT_SIMT_SCHED=warps). Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
 PTEST(simt_injected_tensor_core_bugs_are_reported)
 {
     if (asan() || tsan() || t_san("undefined")) {
@@ -214,6 +230,8 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed | k_cuda_tc_gemm.cuh | simt: "),
            "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "
+                     "only the comparison"), "%s", o);
 }
 
 TEST(simt_failure_sticks)

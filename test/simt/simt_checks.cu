@@ -103,6 +103,16 @@ __global__ void missing_barrier(float *out)
     out[threadIdx.x] = sh[(threadIdx.x + 1) % blockDim.x];
 }
 
+// Each warp reads the other's slots after only a warp barrier: in step (rounds of all
+// threads) every slot is written by then; warp by warp, warp 0 reads before warp 1 ran.
+__global__ void missing_barrier_across_warps(float *out)
+{
+    __shared__ float sh[64];
+    sh[threadIdx.x] = (float)threadIdx.x;
+    __syncwarp();
+    out[threadIdx.x] = sh[(threadIdx.x + 32) % 64];
+}
+
 __global__ void oob_shared_read(float *out)
 {
     __shared__ float sh[64];
@@ -365,6 +375,11 @@ int main(int argc, char **argv)
         SIMT_LAUNCH(missing_barrier, 1, 256, 0, 0)(d);
         report();
         result(d, 256);
+        return 0;
+    } else if (!strcmp(c, "missing_barrier_across_warps")) {
+        SIMT_LAUNCH(missing_barrier_across_warps, 1, 64, 0, 0)(d);
+        report();
+        result(d, 64);
         return 0;
     } else if (!strcmp(c, "oob_shared_read")) {
         SIMT_LAUNCH(oob_shared_read, 1, 64, 0, 0)(d);

@@ -82,7 +82,7 @@ std::mutex dev_mu; // one kernel at a time: static shared memory exists once per
 thr T[MAX_THREADS];
 stk sched;         // the OS thread running the kernel
 stk stacks[MAX_THREADS + 1], *free_stk;
-int nstacks, nthr, pos, order[MAX_THREADS];
+int nstacks, nthr, pos, nord, order[MAX_THREADS]; // this round's threads: order[0, nord)
 int nbar, nwarp, nexit;
 stk *cur_stk; // the stack running now
 thr *cur;     // the GPU thread running now (NULL: the scheduler, or an idle stack)
@@ -210,11 +210,11 @@ void enter(thr *t)
 // The next thread of this round that can run; NULL when the round is over.
 thr *next_runnable()
 {
-    while (pos < nthr) {
+    while (pos < nord) {
         thr *t = &T[order[pos++]];
         if (t->state != T_RUN) continue;
         // The thread after it: its saved registers are a cache miss otherwise.
-        if (pos < nthr && T[order[pos]].st) {
+        if (pos < nord && T[order[pos]].st) {
             __builtin_prefetch(T[order[pos]].st->sp);
             __builtin_prefetch((char *)T[order[pos]].st->sp + 64);
         }
@@ -477,6 +477,8 @@ int resolve(char *why, size_t len)
         int r = resolve_warps(why, len);
         if (r) return r;
     }
+    // Warp by warp: threads that have not run this far yet are next, not a deadlock.
+    if (nbar + nwarp + nexit < nthr) return 1;
     thr *b = NULL, *w = NULL;
     for (int i = 0; i < nthr && !(b && w); i++) {
         if (T[i].state == T_BAR && !b) b = &T[i];
@@ -527,17 +529,33 @@ void shuffle(int n)
     }
 }
 
+// Warp by warp (mode 3): a round is the lowest warp that can run, so it runs on alone
+// to the next barrier (its warp intrinsics complete between its rounds) while the
+// other warps wait where they are: a warp that overwrites shared memory another warp
+// has yet to read, or reads what another has yet to write, with no barrier between,
+// now sees the wrong values. Rounds of all threads kept every warp in step between
+// warp intrinsics, which hid those races.
+int one_warp()
+{
+    nord = 0;
+    for (int w = 0; w * 32 < nthr && !nord; w++)
+        for (int i = w * 32; i < nthr && i < w * 32 + 32; i++)
+            if (T[i].state == T_RUN) order[nord++] = i;
+    return nord;
+}
+
 int run_block(int mode, char *why, size_t len)
 {
     for (int i = 0; i < nthr; i++) {
         T[i].state = T_RUN, T[i].st = NULL;
         order[i] = mode == 1 ? nthr - 1 - i : i;
     }
+    nord = nthr;
     nbar = nwarp = nexit = 0;
     for (;;) {
         if (mode == 2) shuffle(nthr);
         pos = 0;
-        run_next_elsewhere(); // back here when the round is over
+        if (mode != 3 || one_warp()) run_next_elsewhere(); // back here when the round is over
         TSAN_ENTER(sched_tsan);
         int r = resolve(why, len);
         if (r <= 0) return r;
@@ -673,7 +691,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
     }
     int rc = 0;
     for (unsigned long long i = 0; i < nb && !rc; i++) {
-        unsigned long long bl = mode == 1 ? nb - 1 - i : mode == 2 ? (a * i + c) % nb : i;
+        unsigned long long bl = mode == 1 ? nb - 1 - i : mode == 2 ? (a * i + c) % nb : i; // warps: forward
         block_idx = {(unsigned)(bl % grid_dim.x), (unsigned)(bl / grid_dim.x % grid_dim.y),
                      (unsigned)(bl / ((unsigned long long)grid_dim.x * grid_dim.y))};
         TSAN_ACQUIRE(&exit_sync); // the previous block's shared memory writes come first

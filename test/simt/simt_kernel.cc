@@ -85,8 +85,9 @@ void read_env()
     if (!s || !strcmp(s, "forward")) order_mode = 0;
     else if (!strcmp(s, "reversed")) order_mode = 1;
     else if (!strcmp(s, "random")) order_mode = 2;
+    else if (!strcmp(s, "warps")) order_mode = 3;
     else {
-        fprintf(stderr, "simt: DDPRT_SIMT_SCHED=%s: the thread order is forward, reversed or random\n", s);
+        fprintf(stderr, "simt: DDPRT_SIMT_SCHED=%s: the thread order is forward, reversed, random or warps\n", s);
         exit(2);
     }
     if (seed) order_seed = strtoull(seed, NULL, 10);

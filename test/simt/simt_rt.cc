@@ -706,8 +706,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
     if (d) return set_last(cudaErrorInvalidDevice, "device %d: the executor is device 0", d);
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "ddprt SIMT executor on the CPU (%s threads)",
-             simt::sched_order() == 0 ? "forward" : simt::sched_order() == 1 ? "reversed" : "random");
+    static const char *const order[] = {"forward", "reversed", "random", "warps"};
+    snprintf(p->name, sizeof p->name, "ddprt SIMT executor on the CPU (%s threads)", order[simt::sched_order()]);
     p->totalGlobalMem = (size_t)sysconf(_SC_PHYS_PAGES) * page();
     p->sharedMemPerBlock = 48 << 10;
     p->warpSize = 32, p->maxThreadsPerBlock = 1024, p->regsPerBlock = 65536;

@@ -65,7 +65,7 @@ SONAME   := libddprt.so.$(firstword $(subst ., ,$(VERSION)))
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/apps/bench/bench_predict.o
 PROGS    := $(APPS:%=$(BUILD)/ddprt-%)
 # apps/bench-kernels/k_cuda_bench.c times the CUDA kernels: CUDA builds only.
-APP_SRC   = $(filter-out $(if $(filter 1,$(CUDA_ON)),,apps/bench-kernels/k_cuda_bench.c),$(wildcard apps/$(1)/*.c))
+APP_SRC   = $(filter-out $(if $(filter 1,$(CUDA_ON)),,apps/bench-kernels/k_cuda_bench%.c),$(wildcard apps/$(1)/*.c))
 TPROGS   := $(foreach p,$(TPROG_SRC),$(BUILD)/t-$(basename $(notdir $(p))))
 
 # CUDA port (ports/cuda, kernels/cuda): CUDA=auto (default) builds it when nvcc is on
@@ -161,7 +161,11 @@ $(BUILD)/t-train-simt: $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,train)) $(
 # The executor's own checks, one broken kernel each (test/simt, test/test_simt_checks.c).
 $(BUILD)/t-simt-checks: $(SIMT_DIR)/test/simt/simt_checks.o $(SIMT_OBJ) $(BUILD)/libddprt.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-simt-checks
+# ddprt-bench-kernels on it (--device cuda --smoke: the tensor-core rows at tiny shapes).
+$(BUILD)/t-bench-kernels-simt: $(patsubst %.c,$(SIMT_DIR)/%.o,$(wildcard apps/bench-kernels/*.c)) $(SIMT_OBJ) \
+                               $(BUILD)/libddprt.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-simt-checks $(BUILD)/t-bench-kernels-simt
 # Bugs injected into the real kernels, each rebuilt and run on the executor: the table
 # of what reported each (test/simt/inject_bugs.sh). make asan/tsan-style: SAN=...
 simt-inject: $(BUILD)/test-gpu-simt $(BUILD)/ddprt-train

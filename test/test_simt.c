@@ -66,3 +66,31 @@ TEST(simt_device_staged_train_forward_order) { suite("test_gpu_staged_train", "f
  * a killed rank (test/gpu/test_gpu_ipc.c). */
 TEST(simt_device_ipc_collectives_forward_order) { suite("test_gpu_ipc", "forward"); }
 #endif
+
+#if DDPRT_HAVE_SIMT
+/* ddprt-bench-kernels' tensor-core table (what bench/gpu_device.sh runs on a lent GPU) on
+ * the executor at tiny shapes, on mma.sync and on wgmma: every row runs to the end (the
+ * executor's checks pass on its launches) and prints its rate; the times mean nothing. */
+TEST(simt_bench_kernels_tensor_core_rows_run)
+{
+    static char out[1 << 16];
+    static const char *const rows[] = {"gemm bf16 (%s)", "gemm f16 (%s)", "gemm tf32 (mma)", "conv bf16 fwd",
+                                       "conv bf16 bwd", "conv tf32 fwd", "conv tf32 bwd", "attention bf16 fwd",
+                                       "attention bf16 bwd"};
+    for (int wg = 0; wg < 2; wg++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "DDPRT_WGMMA=%d %s --device cuda --smoke 2>&1", wg, t_prog("t-bench-kernels-simt"));
+        int rc = t_sh(cmd, out, sizeof out);
+        CHECKF(rc == 0 && strstr(out, wg ? "tensor cores on wgmma" : "tensor cores on mma.sync"), "exit %d:\n%s", rc,
+               out);
+        int n = 0;
+        for (const char *p = out; (p = strstr(p, " TFLOP/s, ")); p++) n++;
+        CHECKF(n == 9, "%d rates, not 9:\n%s", n, out);
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            char r[64];
+            snprintf(r, sizeof r, rows[i], wg ? "wgmma" : "mma");
+            CHECKF(strstr(out, r), "no row \"%s\":\n%s", r, out);
+        }
+    }
+}
+#endif

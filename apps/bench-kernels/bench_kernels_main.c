@@ -495,6 +495,7 @@ static void bench_linear(int batch, int iters)
 typedef struct bk_opts {
     const char *device, *model, *clock, *isa, *conv, *bf16, *convs;
     int threads, batch, iters;
+    int smoke;
 } bk_opts;
 
 #define K(n, t, dom, field, lo, hi, ch, h) {n, 0, t, dom, offsetof(bk_opts, field), lo, hi, ch, NULL, h, 0, NULL}
@@ -512,6 +513,9 @@ static const rt_arg flags[] = {
     K("conv", RT_ARG_STR, RT_ARG_ANY, conv, 0, 0, NULL, "resnet: only the convs whose name contains this"),
     K("bf16", RT_ARG_STR, RT_ARG_ANY, bf16, 0, 0, "on|off", "resnet, linear: the bf16 columns (default: on)"),
     K("convs", RT_ARG_STR, RT_ARG_ANY, convs, 0, 0, "on|off", "resnet: the conv table (off: the layer table only)"),
+    K("smoke", RT_ARG_FLAG, RT_ARG_ANY, smoke, 0, 0, NULL,
+      "--device cuda: only the tensor-core rows, once each at tiny shapes (checks the program, e.g. on the SIMT "
+      "executor; the times mean nothing)"),
 };
 static const rt_args spec = {"ddprt-bench-kernels", flags, RT_NARGS(flags), 0, 0};
 
@@ -545,7 +549,7 @@ int main(int argc, char **argv)
     const char *model = o.model;
     if (!strcmp(o.device, "cuda")) {
 #if DDPRT_CUDA
-        return k_cuda_bench_run(batch, iters);
+        return k_cuda_bench_run(batch, iters, o.smoke);
 #else
         fprintf(stderr, "ddprt-bench-kernels: --device cuda: this build has no CUDA port (nvcc was not found at build time)\n");
         return 1;

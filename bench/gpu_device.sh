@@ -23,11 +23,12 @@ step "${CAP_TEST:-180}" test-gpu.log "$B/test-gpu-runner" ${TESTS:-}
 refs=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcublas.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
        xargs -r -n1 dirname | sort -u | tr '\n' ':')
 LD_LIBRARY_PATH=$refs$LD_LIBRARY_PATH step "${CAP_KERNELS:-60}" kernels.log stdbuf -oL "$B/ddprt-bench-kernels" --device cuda
-BUILD=$B step "${CAP_TRAIN:-150}" train.log bash bench/gpu_bench.sh "${ROUNDS:-1}"
+BUILD=$B MODELS="${FP32_MODELS:-resnet20 resnet18 gpt}" step "${CAP_TRAIN:-100}" train.log bash bench/gpu_bench.sh "${ROUNDS:-1}"
 # the tensor cores: --amp bf16 against autocast bf16, TF32 against allow_tf32 (issue 39's goal table)
-BUILD=$B PREC=bf16 MODELS="${TC_MODELS:-resnet20 textcnn lenet resnet18 gpt}" step "${CAP_BF16:-120}" train-bf16.log \
-  bash bench/gpu_bench.sh 1
-BUILD=$B PREC=tf32 MODELS=resnet18 step "${CAP_TF32:-40}" train-tf32.log bash bench/gpu_bench.sh 1
+# (the goal table's rows: ResNet-18 at batch 128, GPT-2 124M at T 1024, batch 8)
+BUILD=$B PREC=bf16 MODELS="${TC_MODELS:-resnet20 textcnn lenet resnet18:128 gpt2}" step "${CAP_BF16:-150}" \
+  train-bf16.log bash bench/gpu_bench.sh 1
+BUILD=$B PREC=tf32 MODELS=resnet18:128 step "${CAP_TF32:-40}" train-tf32.log bash bench/gpu_bench.sh 1
 for p in ${PROFILE:-}; do
   BUILD=$B step "${CAP_PROF:-60}" "prof-${p%%:*}.txt" bash bench/gpu_profile.sh "${p%%:*}" "${p##*:}"
 done

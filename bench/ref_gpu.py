@@ -8,7 +8,7 @@ channels_last for the convolutional nets; PREC=tf32: TF32 on (ddprt's --matmul-p
 high). Two untimed steps, then `steps` timed to a device
 synchronize. Prints one line: MODEL rate.
 
-    bench/ref_gpu.py MODEL BATCH STEPS      (MODEL: lenet resnet20 textcnn resnet18 gpt)
+    bench/ref_gpu.py MODEL BATCH STEPS      (MODEL: lenet resnet20 textcnn resnet18 gpt gpt2)
 """
 import os
 import sys
@@ -31,10 +31,11 @@ def build(name):
         return tc.ResNet20(1, 10), (1, 28, 28), 10
     if name == "textcnn":
         return tc.TextCNN(20000), None, 2
-    if name == "gpt":
+    if name in ("gpt", "gpt2"):
         import gpt_torch as g
         torch.set_default_device(DEV)  # its forward makes its positions and mask
-        g.L, g.C, g.H, g.V, g.CTX = 6, 384, 6, 256, 256
+        # GPT small (6x384, T 256) or GPT-2 124M (12x768, vocab 50257, T 1024)
+        g.L, g.C, g.H, g.V, g.CTX = (6, 384, 6, 256, 256) if name == "gpt" else (12, 768, 12, 50257, 1024)
         return g.GPT(), "gpt", g.V
     import torchvision
     return getattr(torchvision.models, name)(num_classes=1000), (3, 224, 224), 1000
@@ -59,7 +60,7 @@ def main():
         opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.1)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    T = 256 if shape == "gpt" else 1
+    T = (1024 if name == "gpt2" else 256) if shape == "gpt" else 1
     if shape == "gpt":
         x = torch.randint(0, classes, (batch, T), device=dev)
         y = torch.randint(0, classes, (batch, T), device=dev)

@@ -4,6 +4,7 @@
  * on the order in which its threads run has a race). Built when the executor is
  * (g++ present, SIMT not 0). */
 #include "test/t.h"
+#include "test/t_proc.h"
 #include "test/t_util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,35 @@ TEST(simt_device_graph_ops_reversed_order) { if (second_order()) suite("test_gpu
 TEST(simt_device_transformer_forward_order) { suite("test_gpu_tfm", "forward"); }
 TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu_tfm", "random"); }
 /* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
-TEST(simt_device_tensor_cores_forward_order) { suite("test_gpu_tc", "forward"); }
+/* ... and their ldmatrix reads conflict-free: the executor counts each phase's shared-memory
+ * banks (DDPRT_SIMT_BANKS), and every tensor-core kernel's swizzled tiles give 8 rows in 8
+ * bank quads, in every launch of the suite. */
+TEST(simt_device_tensor_cores_forward_order)
+{
+    char env[512];
+    snprintf(env, sizeof env, "%s/banks.txt", t_proc_tmpdir());
+    setenv("DDPRT_SIMT_BANKS", env, 1);
+    suite("test_gpu_tc", "forward");
+    unsetenv("DDPRT_SIMT_BANKS");
+    FILE *f = fopen(env, "r");
+    CHECKF(f != NULL, "no bank report %s", env);
+    if (!f) return;
+    static const char *const kernels[] = {"tc_gemm", "tf_gemm", "fa_fwd", "fa_bwd_dkv", "fa_bwd_dq"};
+    int seen[5] = {0}, bad = 0;
+    char l[256];
+    while (fgets(l, sizeof l, f)) {
+        const char *c = strstr(l, " phases, ");
+        if (!c || atoi(c + 9)) bad++;
+        if (bad == 1) CHECKF(0, "bank conflicts: %s", l);
+        for (int i = 0; i < 5; i++) {
+            char k[64];
+            snprintf(k, sizeof k, "ldmatrix banks: %s: ", kernels[i]);
+            seen[i] |= !strncmp(l, k, strlen(k));
+        }
+    }
+    fclose(f);
+    for (int i = 0; i < 5; i++) CHECKF(seen[i], "%s: no ldmatrix phases counted", kernels[i]);
+}
 TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
 /* Each warp alone up to the next barrier: a warp that overwrites (or reads) shared memory
  * another warp has yet to read (or write) with only warp intrinsics between sees it. */

@@ -191,6 +191,21 @@ PTEST(simt_cuda_ipc_events_between_processes)
            strstr(o, "report: handle of a plain event: invalid resource handle"), "exit %d:\n%s", rc, o);
 }
 
+/* The bank count (DDPRT_SIMT_BANKS) sees the conflicts of a plain 128-byte-row tile and
+ * none once its chunks are XOR-swizzled. */
+TEST(simt_ldmatrix_bank_conflicts_counted)
+{
+    char path[512], cmd[1024];
+    snprintf(path, sizeof path, "%s/banks.txt", t_proc_tmpdir());
+    snprintf(cmd, sizeof cmd, "DDPRT_SIMT_BANKS=%s %s ldmatrix_banks 2>&1", path, t_prog("t-simt-checks"));
+    static char o[4096];
+    int rc = t_sh(cmd, o, sizeof o);
+    const char *b = t_slurp(path);
+    CHECKF(rc == 0 && b && strstr(b, "ldmatrix banks: ldmatrix_banks: 4 phases, 4 conflicted (worst 8-way)\n"
+                                     "ldmatrix banks: ldmatrix_banks: 4 phases, 0 conflicted (worst 1-way)\n"),
+           "exit %d: %s\n%s", rc, o, b ? b : "(no report)");
+}
+
 TEST(simt_mma_layouts_match_the_ptx_isa)
 {
     static const char *orders[] = {"forward", "reversed", "random", "warps"};

@@ -149,6 +149,21 @@ __global__ void ldmatrix_misaligned(float *out)
     out[threadIdx.x] = (float)r[0];
 }
 
+// A 32 x 64 tile of 16-bit values (128-byte rows), four 8x8 matrices down its first 16
+// bytes: stored plainly every row of a matrix starts in bank 0 (8-way conflicts); with
+// the 16-byte chunk XOR-swizzled by the row (row r's chunk c at c ^ (r % 8)) the 8 rows
+// fall in 8 different bank quads.
+template <int SWZ> __global__ void ldmatrix_banks(float *out)
+{
+    __shared__ unsigned short sh[32 * 64];
+    for (int i = threadIdx.x; i < 32 * 64; i += 32) sh[i] = (unsigned short)i;
+    __syncthreads();
+    unsigned r[4];
+    int row = threadIdx.x, chunk = SWZ ? 0 ^ (row & 7) : 0;
+    K_LDMATRIX_X4(r, sh + row * 64 + chunk * 8);
+    out[threadIdx.x] = (float)r[0];
+}
+
 __global__ void ldmatrix_not_shared(float *out)
 {
     unsigned r[4];
@@ -390,6 +405,9 @@ int main(int argc, char **argv)
         SIMT_LAUNCH(mma_partial_warp, 1, 48, 0, 0)(d);
     } else if (!strcmp(c, "mma_after_exit")) {
         SIMT_LAUNCH(mma_after_exit, 1, 32, 0, 0)(d);
+    } else if (!strcmp(c, "ldmatrix_banks")) {
+        SIMT_LAUNCH((ldmatrix_banks<0>), 1, 32, 0, 0)(d);
+        SIMT_LAUNCH((ldmatrix_banks<1>), 1, 32, 0, 0)(d);
     } else if (!strcmp(c, "ldmatrix_misaligned")) {
         SIMT_LAUNCH(ldmatrix_misaligned, 1, 32, 0, 0)(d);
     } else if (!strcmp(c, "ldmatrix_not_shared")) {

@@ -712,6 +712,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
         }
     }
     TSAN_ACQUIRE(&exit_sync);
+    simt::tc_launch_done();
     for (int i = 0; i < nstacks; i++)
         if (memcmp(stacks[i].mem, &CANARY, sizeof CANARY))
             die("%s (launched at %s:%d): a thread overflowed its %zu KiB stack", L->c.name, base_name(L->c.file),

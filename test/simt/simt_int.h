@@ -51,6 +51,7 @@ int tc_complete(int kind, int arg, void *const lanes[32], const char *file, int 
                 size_t len);
 int tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len);
 void tc_block_start(int nthr);
+void tc_launch_done(); // after a launch's last block (the bank counts' report)
 void tc_thread_exit(int lin);
 void tc_barrier_done();
 // The running thread (-1: none), barrier rounds completed in this block, the running
@@ -59,7 +60,7 @@ int cur_lin();
 unsigned barrier_round();
 kinfo *running_kinfo();
 void thread_fail(const std::string &what);
-// Environment: the thread order (0 forward, 1 reversed, 2 random) and its seed.
+// Environment: the thread order (0 forward, 1 reversed, 2 random, 3 warps) and its seed.
 int sched_order();
 unsigned long long sched_seed();
 } // namespace simt

@@ -24,9 +24,13 @@
 // outside shared memory; an operand's bytes written between the mma_async and the
 // wait_group that covers it; rows a pending cp.async writes.
 #include "test/simt/simt_int.h"
+#include "rt/env.h"
 #include "rt/half.h"
+#include <cxxabi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -336,6 +340,68 @@ unsigned long long simt::smem_desc(const void *p, int lbo, int sbo)
     return (off >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32;
 }
 
+// ldmatrix's shared-memory banks (DDPRT_SIMT_BANKS=file): each matrix's 8 rows of 16
+// bytes are one phase of 32 four-byte words; a phase whose distinct words fall twice in
+// one of the 32 banks is an n-way conflict (n phases on the GPU). Banks follow from
+// the address modulo 128, and every row of a phase lies in one shared array, so the
+// host's placement of that array shifts all of them alike: the count is the GPU's.
+namespace {
+struct bank_stat { unsigned long long phases, conflicted; int worst; };
+std::map<std::string, bank_stat> bank_stats; // this launch's, by kernel (its name without template arguments)
+
+std::string kernel_name(const std::string &sym)
+{
+    int st = 0;
+    char *d = abi::__cxa_demangle(sym.c_str(), NULL, NULL, &st);
+    std::string n = st == 0 && d ? d : sym;
+    free(d);
+    const std::string anon = "(anonymous namespace)::";
+    for (size_t a; (a = n.find(anon)) != std::string::npos;) n.erase(a, anon.size());
+    if (n.compare(0, 5, "void ") == 0) n.erase(0, 5);
+    size_t cut = n.find_first_of("<(");
+    if (cut != std::string::npos) n.resize(cut);
+    size_t ns = n.rfind("::");
+    return ns == std::string::npos ? n : n.substr(ns + 2);
+}
+
+// One line per launch with ldmatrix phases, appended at the launch's end (the test
+// runner's children leave by _exit: no atexit).
+void bank_flush()
+{
+    const char *path = rt_env_str(RT_ENV_SIMT_BANKS);
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f) return;
+    for (auto &k : bank_stats)
+        fprintf(f, "ldmatrix banks: %s: %llu phases, %llu conflicted (worst %d-way)\n", k.first.c_str(),
+                k.second.phases, k.second.conflicted, k.second.worst);
+    fclose(f);
+    bank_stats.clear();
+}
+
+void count_banks(const void *const rows[32], int num)
+{
+    static int on = -1;
+    if (on < 0) on = rt_env_str(RT_ENV_SIMT_BANKS) != NULL;
+    if (!on) return;
+    simt::kinfo *k = simt::running_kinfo();
+    bank_stat &st = bank_stats[k ? kernel_name(k->sym) : "?"];
+    for (int m = 0; m < num; m++) {
+        int in_bank[32] = {0}, ways = 1;
+        for (int r = 8 * m; r < 8 * m + 8; r++) {
+            int dup = 0; // the same row twice is one read (a broadcast), not a conflict
+            for (int q = 8 * m; q < r; q++) dup |= rows[q] == rows[r];
+            if (dup) continue;
+            uintptr_t w = (uintptr_t)rows[r] >> 2;
+            for (int i = 0; i < 4; i++)
+                if (++in_bank[(w + i) & 31] > ways) ways = in_bank[(w + i) & 31];
+        }
+        st.phases++;
+        st.conflicted += ways > 1;
+        if (ways > st.worst) st.worst = ways;
+    }
+}
+} // namespace
+
 int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file, int line, int warp, char *why,
                       size_t len)
 {
@@ -384,7 +450,14 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
         ldm_lane *x = (ldm_lane *)lanes[j];
         for (int r = 0; r < 32; r++) x->rows[r] = r < 8 * num ? ((ldm_lane *)lanes[r])->addr : NULL;
     }
+    count_banks(((ldm_lane *)lanes[0])->rows, num);
     return 0;
+}
+
+void simt::tc_launch_done()
+{
+    tsan_hide hide;
+    if (!bank_stats.empty()) bank_flush();
 }
 
 void simt::tc_block_start(int nthr)

@@ -211,6 +211,29 @@ TEST(train_device_cuda_simt_grad_compress_2_processes_match_cpu)
     t_note("DDPRT_COMPRESS_CHECK, bf16: relative L2 error %.4g on the device, %.4g on the CPU", ed, ec);
 }
 
+/* The f16 wire's range is f16's, as on the CPU (no scaling of its own): under --amp fp16
+ * the buckets carry the loss scale, so a scale the f32 wire carries (2^18 on lenet's
+ * first step) overflows the f16 wire: the averaged gradients hold inf on every rank,
+ * every rank skips the step and halves the scale (GradScaler's rule; --check-sync: the
+ * ranks still agree), and the next step fits. */
+TEST(train_device_cuda_simt_grad_compress_fp16_overflow_skips_on_every_rank)
+{
+    char cmd[2048], out[65536];
+    static const char *const gc[] = {"none", "fp16"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s --nproc-per-node 2 -- %s --device cuda --model lenet --data synthetic --no-eval "
+                 "--epochs 1 --max-steps 2 --log-interval 1 --batch-size 8 --check-sync 1 --amp fp16 --loss-scale 262144 "
+                 "--grad-compress %s 2>&1", t_prog("ddprt-launch"), t_prog("t-train-simt"), gc[k]);
+        CHECKF(t_sh(cmd, out, sizeof out) == 0, "%s", out);
+        int skips = 0;
+        for (const char *p = out; (p = strstr(p, "step skipped")); p++) skips++;
+        CHECKF(k ? skips == 1 && strstr(out, "step 1: gradients not finite at loss scale 262144: step skipped, loss "
+                                              "scale now 131072")
+                 : skips == 0,
+               "--grad-compress %s: %d skipped steps\n%s", gc[k], skips, out);
+    }
+}
+
 /* The lines of out that start with prefix, concatenated (the epoch-2 loss lines). */
 static void lines_with(const char *out, const char *prefix, char *buf, size_t len)
 {

@@ -89,6 +89,8 @@ void *nn_ddp_cuda_pack(nn_ddp *d, const nn_bucket *bk)
     const float *g = d->dev->grads + bk->off;
     port_stream s = d->cuda_dc.compute;
     if ((d->wire == RT_BF16 ? k_cuda_f32_to_bf16 : k_cuda_f32_to_f16)(bk->count, g, w, s)) kernel_failed(d);
+#else
+    nn_ddp_fail(d, "--grad-compress: this build has no CUDA kernels");
 #endif
     return w;
 }

@@ -102,12 +102,12 @@ static int check_optimizer(nn_trainer *t, char *err, size_t errlen)
     return nn_optim_parse(&t->o, &t->opt.c, err, errlen) || nn_inv_setup(t, err, errlen) ? -1 : 0;
 }
 
-/* The GPU only when asked for (--no-cuda wins, as in the seed script); a build without
- * CUDA or a machine without a GPU says so here, in one line, as does a flag the GPU
- * path does not run. */
 /* --grad-compress none|fp16|bf16: the buckets' type on the wire. */
 static const rt_dtype grad_wire[] = {RT_F32, RT_F16, RT_BF16};
 
+/* The GPU only when asked for (--no-cuda wins, as in the seed script); a build without
+ * CUDA or a machine without a GPU says so here, in one line, as does a flag the GPU
+ * path does not run. */
 static int open_device(nn_trainer *t, char *err, size_t errlen)
 {
     const nn_opts *o = &t->o;

@@ -202,7 +202,10 @@ static void launch(nn_ddp *d, nn_bucket *bk)
         return;
     }
     if (d->dev) {
-        tp_iallreduce_device(d->comm, d->dev->grads + bk->off, bk->count, RT_F32, TP_AVG, d->st, &bk->h);
+        if (d->wire == RT_F32)
+            tp_iallreduce_device(d->comm, d->dev->grads + bk->off, bk->count, RT_F32, TP_AVG, d->st, &bk->h);
+        else /* converted on the device first, reduced and averaged in 16 bits as below */
+            tp_iallreduce_device(d->comm, nn_ddp_cuda_pack(d, bk), bk->count, d->wire, TP_AVG, d->st, &bk->h);
         return;
     }
     if (d->zero && d->wire == RT_F32) {
@@ -220,11 +223,13 @@ static void launch(nn_ddp *d, nn_bucket *bk)
     tp_iallreduce(d->comm, h, h, bk->count, d->wire, TP_AVG, &bk->h);
 }
 
-static void unpack(nn_ddp *d, const nn_bucket *bk)
+static int unpack(nn_ddp *d, const nn_bucket *bk)
 {
+    if (d->dev) return nn_ddp_cuda_unpack(d, bk);
     float *g = d->m->grads + bk->off;
     const uint16_t *h = d->half + bk->off;
     tp_half_to_f32(g, h, bk->count, d->wire);
+    return 0;
 }
 
 /* The grads_alloc hook: one block for the life of the comm (the trainer carves once). */
@@ -244,6 +249,14 @@ void nn_ddp_place_grads(nn_ddp *d, nn_graph *m)
 
 int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire)
 {
+    if (d->dev) {
+        /* nn_ddp_use_cuda planned the device's 16-bit buffer for its wire */
+        if (wire != d->wire) return -1;
+        if (wire == RT_F32 || d->cref || !rt_env_flag(RT_ENV_COMPRESS_CHECK, 0)) return 0;
+        size_t n = d->m->nparams ? d->m->nparams : 1; /* start-up: the check's host copies */
+        d->cref = calloc(n, sizeof *d->cref), d->cgot = calloc(n, sizeof *d->cgot);
+        return d->cref && d->cgot ? 0 : -1;
+    }
     d->wire = wire;
     if (!d->comm || wire == RT_F32 || d->half) return 0;
     /* start-up, once; registered too, as the 16-bit buckets are what is reduced */
@@ -252,16 +265,20 @@ int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire)
     return d->half ? 0 : -1;
 }
 
-/* After the compressed round: the f32 average of the same gradients, compared. */
-static int compress_check(nn_ddp *d)
+void nn_ddp_compress_measure(nn_ddp *d, const float *g, const float *r, size_t n)
 {
-    const float *g = d->m->grads, *r = d->cref;
-    int rc = tp_allreduce(d->comm, d->cref, d->cref, d->m->nparams, RT_F32, TP_AVG);
-    for (size_t i = 0; !rc && i < d->m->nparams; i++) {
+    for (size_t i = 0; i < n; i++) {
         double e = (double)g[i] - r[i];
         d->cerr2 += e * e, d->cref2 += (double)r[i] * r[i];
         d->czero += g[i] == 0 && r[i] != 0, d->cnz += r[i] != 0;
     }
+}
+
+/* After the compressed round: the f32 average of the same gradients, compared. */
+static int compress_check(nn_ddp *d)
+{
+    int rc = tp_allreduce(d->comm, d->cref, d->cref, d->m->nparams, RT_F32, TP_AVG);
+    if (!rc) nn_ddp_compress_measure(d, d->m->grads, d->cref, d->m->nparams);
     return rc;
 }
 
@@ -361,12 +378,13 @@ int nn_ddp_finish_grads(nn_ddp *d)
             r = r ? r : r2;
             d->b[i].tail = 0;
         }
+        /* (the device's check unpacks after its f32 reference) */
+        if (!r && d->wire != RT_F32 && !d->tree && !(d->dev && d->cref)) r = unpack(d, &d->b[i]);
         if (r && !rc) rc = r;
-        if (!r && d->wire != RT_F32 && !d->tree) unpack(d, &d->b[i]);
         d->b[i].launched = 0;
     }
     if (!rc && d->tree) rc = nn_ddp_tree_finish(d);
-    if (!rc && d->cref) rc = compress_check(d);
+    if (!rc && d->cref) rc = d->dev ? nn_ddp_cuda_check(d) : compress_check(d);
     d->s.rounds++;
     d->s.last_from_hook = d->from_hook;
     d->from_hook = 0;
@@ -419,5 +437,6 @@ void nn_ddp_close(nn_ddp *d, int failed)
     if (d->rz) rt_rdzv_close(d->rz);
     free(d->scratch);
     free(d->cref);
+    free(d->cgot);
     free(d);
 }

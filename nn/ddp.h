@@ -76,13 +76,20 @@ void nn_ddp_set_device(nn_ddp *d, nn_graph *dev, struct tp_staging *st);
 /* --device cuda (nn/ddp_cuda.c): the pinned bytes the device graph plans for the
  * staging (0 without a comm), then the wiring: the device graph's buckets through a
  * staging on its stream (nn_ddp_set_device) and the step's hooks (nn_cuda_set_dp). c
- * NULL unwires (before nn_cuda_close). 0, or -1 with a one-line error. */
+ * NULL unwires (before nn_cuda_close). wire: RT_F32, or --grad-compress's RT_F16 /
+ * RT_BF16: then a device buffer of 16-bit buckets is allocated here (start-up, once)
+ * and is what CUDA IPC registers, as only it is reduced (nn_ddp_set_compress must name
+ * the same wire). 0, or -1 with a one-line error. */
 struct nn_cuda;
 size_t nn_ddp_cuda_stage_bytes(const nn_ddp *d);
-int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, char *err, size_t errlen);
+int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, rt_dtype wire, char *err, size_t errlen);
 /* --grad-compress: buckets go through the allreduce as RT_F16 or RT_BF16 (Horovod's
- * Compression.fp16: converted before, back to f32 after; the transport sums in f32).
- * Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory. */
+ * Compression.fp16: converted before, back to f32 after; the transport sums in f32,
+ * rounding after every step, and averages in 16 bits). On the device the conversions
+ * are kernels on the compute stream around the same 16-bit allreduce (staged or
+ * cuda_ipc), so the reduced gradients are the host path's bits for the same f32
+ * gradients. Allocates the 16-bit scratch once (start-up). 0, or -1 out of memory
+ * (or a wire other than nn_ddp_use_cuda's). */
 int nn_ddp_set_compress(nn_ddp *d, rt_dtype wire);
 /* --invariant (nn/vshard.h): after attach and set_compress. This rank holds
  * K / W consecutive virtual shards, folded over the tree's `nlocal` lower levels; the

@@ -40,6 +40,8 @@ struct nn_ddp {
     /* DDPRT_COMPRESS_CHECK=1 with --grad-compress: every step also averages the f32
      * gradients (cref, a second allreduce) and measures what the 16 bits changed. */
     float *cref;
+    float *cgot;                 /* --device cuda: the unpacked gradients, downloaded for the check */
+    void *dwire;                 /* --device cuda: the 16-bit buckets on the device (nparams) */
     double cerr2, cref2;         /* sums of (compressed - f32)^2 and f32^2 */
     uint64_t czero, cnz;         /* elements the 16 bits made 0 / f32 elements not 0 */
     void *reg;                   /* the gradients, in memory the host's ranks read in place */
@@ -56,6 +58,14 @@ struct nn_ddp {
 void nn_ddp_tree_launch(nn_ddp *d, nn_bucket *bk);
 int nn_ddp_tree_finish(nn_ddp *d);
 void nn_ddp_tree_free(nn_ddp *d);
+/* ddp_cuda.c's part under --grad-compress: a bucket's f32 gradients into the device's
+ * 16-bit buffer (on the compute stream; returns where they are), the reduced ones back,
+ * and DDPRT_COMPRESS_CHECK's comparison (before any bucket is unpacked; unpacks them). */
+void *nn_ddp_cuda_pack(nn_ddp *d, const nn_bucket *bk);
+int nn_ddp_cuda_unpack(nn_ddp *d, const nn_bucket *bk); /* 0, or TP_EIO (the comm failed) */
+int nn_ddp_cuda_check(nn_ddp *d);
+/* DDPRT_COMPRESS_CHECK's sums over n reduced gradients `got` against the f32 average `ref`. */
+void nn_ddp_compress_measure(nn_ddp *d, const float *got, const float *ref, size_t n);
 /* ddp_zero.c's part of the launch path. */
 void nn_ddp_zero_launch(nn_ddp *d, nn_bucket *bk);
 

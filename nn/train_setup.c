@@ -102,6 +102,9 @@ static int check_optimizer(nn_trainer *t, char *err, size_t errlen)
     return nn_optim_parse(&t->o, &t->opt.c, err, errlen) || nn_inv_setup(t, err, errlen) ? -1 : 0;
 }
 
+/* --grad-compress none|fp16|bf16: the buckets' type on the wire. */
+static const rt_dtype grad_wire[] = {RT_F32, RT_F16, RT_BF16};
+
 /* The GPU only when asked for (--no-cuda wins, as in the seed script); a build without
  * CUDA or a machine without a GPU says so here, in one line, as does a flag the GPU
  * path does not run. */
@@ -112,9 +115,9 @@ static int open_device(nn_trainer *t, char *err, size_t errlen)
         !(t->cuda = nn_cuda_open(t->ddp ? nn_ddp_local_rank(t->ddp) : 0, err, errlen)))
         return -1;
     const nn_optim_cfg *c = &t->opt.c;
-    if (t->cuda && (c->q8 || c->compress || o->zero)) {
+    if (t->cuda && (c->q8 || o->zero)) {
         snprintf(err, errlen, "--device cuda: the GPU runs SGD, Adam and AdamW with their schedules, "
-                 "--clip-grad-norm, --accum-steps and --sync-bn in this version (no --grad-compress, --zero, "
+                 "--clip-grad-norm, --accum-steps, --sync-bn and --grad-compress in this version (no --zero, "
                  "8-bit optimizers)");
         return -1;
     }
@@ -363,7 +366,7 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (!t->cuda) return 0;
     /* the device graph, then DDP wired to it (nn_ddp_attach comes later, for both graphs) */
     return nn_cuda_setup(t->cuda, &t->g, nn_ddp_cuda_stage_bytes(t->ddp), t->o.mem_report && t->rank == 0, err,
-                         errlen) || nn_ddp_use_cuda(t->ddp, t->cuda, err, errlen) ? -1 : 0;
+                         errlen) || nn_ddp_use_cuda(t->ddp, t->cuda, grad_wire[t->opt.c.compress], err, errlen) ? -1 : 0;
 }
 
 /* Node i as the ranks compare it (nn_ddp_check_lines). */
@@ -419,8 +422,7 @@ int nn_trainer_setup(nn_trainer *t, const nn_opts *o, nn_ddp *ddp, char *err, si
         if (nn_ddp_check_config(ddp, names, v, nv, err, errlen)) return -1;
         nn_ddp_attach(ddp, &t->g, o->bucket_mb);
         if (nn_zero_sharded(t)) nn_ddp_set_zero(ddp, t->blk);
-        static const rt_dtype wire[] = {RT_F32, RT_F16, RT_BF16};
-        if (nn_ddp_set_compress(ddp, wire[t->opt.c.compress])) {
+        if (nn_ddp_set_compress(ddp, grad_wire[t->opt.c.compress])) {
             snprintf(err, errlen, "rank %d: out of memory for the --grad-compress buffers", t->rank);
             return -1;
         }
@@ -448,7 +450,7 @@ void nn_trainer_free(nn_trainer *t)
 {
     nn_bpe_free(t->lm.bpe);
     nn_loader_stop(&t->loader);
-    if (t->cuda) nn_ddp_use_cuda(t->ddp, NULL, NULL, 0);
+    if (t->cuda) nn_ddp_use_cuda(t->ddp, NULL, RT_F32, NULL, 0);
     nn_cuda_close(t->cuda);
     rt_arena_free(&t->host);
     rt_arena_free(&t->data);

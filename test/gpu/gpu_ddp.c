@@ -35,7 +35,7 @@ static void rank_main(tp_comm *c, void *arg)
     nn_cuda *cu = NULL;
     if (!d || gm_build(&host, "resnet20", in, 10, 0, B) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
         nn_cuda_setup(cu, &host.g, nn_ddp_cuda_stage_bytes(d), 0, err, sizeof err) ||
-        nn_ddp_use_cuda(d, cu, err, sizeof err)) {
+        nn_ddp_use_cuda(d, cu, RT_F32, err, sizeof err)) {
         snprintf(k->msg[r], sizeof k->msg[r], "setup: %s", err);
         k->fail[r] = 1;
         return;
@@ -59,7 +59,7 @@ static void rank_main(tp_comm *c, void *arg)
     k->bufs[r] = malloc(host.g.buf_bytes);
     memcpy(k->params[r], host.g.params, host.g.nparams * sizeof(float));
     memcpy(k->bufs[r], host.g.bufs, host.g.buf_bytes);
-    nn_ddp_use_cuda(d, NULL, NULL, 0);
+    nn_ddp_use_cuda(d, NULL, RT_F32, NULL, 0);
     nn_cuda_close(cu);
     nn_ddp_close(d, 0);
     gm_drop(&host);

@@ -7,12 +7,17 @@
  * a rank killed during a device allreduce is named by the others, which exit non-zero
  * within the deadline (their comm's IPC handles closed by tp_comm_destroy). */
 #include "test/gpu/g.h"
+#include "test/gpu/gpu_models.h"
 #include "test/t_data.h"
+#include "nn/ddp.h"
+#include "nn/graph_cuda.h"
+#include "transport/tp_reduce.h"
 #include "transport/tp_staged.h"
 #include "rt/half.h"
 #include "rt/log.h"
 #include "rt/rdzv.h"
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,24 +27,32 @@
 #define GI_CHUNK 4096u        /* staging chunk bytes: 1024 floats, so 3001 elements take 3 chunks */
 #define GI_SCRATCH (4u << 20) /* floats: the victim's slow device work */
 
-/* One rank: 0 all sizes matched, 1 a mismatch, 2 a setup failure, 3 an allreduce failed. */
-static int gi_rank(const char *dir, int rank, int world, int victim)
+/* A rank's comm (file rendezvous in dir, 30 s deadlines) and its device; 0, or 2 with
+ * the reason printed. */
+static int gi_comm(const char *dir, int rank, int world, rt_rdzv **rz, tp_comm **c)
 {
     char init[600], err[512];
     snprintf(init, sizeof init, "file://%s/rdzv", dir);
     rt_log_init();
     rt_log_set_rank(rank);
     rt_rdzv_opts o = {init, rank, world, -1, 30, NULL, 0};
-    rt_rdzv *rz;
     tp_bootstrap bs;
     tp_backend *b;
-    tp_comm *c;
     tp_comm_opts co = {.timeout_s = 30, .algo = TP_ALGO_DEFAULT};
-    if (rt_rdzv_open(&rz, &o, err, sizeof err)) return printf("rank %d: rendezvous: %s\n", rank, err), 2;
-    tp_bootstrap_rdzv(&bs, rz);
-    if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(&c, b, &co, err, sizeof err))
+    if (rt_rdzv_open(rz, &o, err, sizeof err)) return printf("rank %d: rendezvous: %s\n", rank, err), 2;
+    tp_bootstrap_rdzv(&bs, *rz);
+    if (tp_tcp_create(&bs, &b, err, sizeof err) || tp_comm_create(c, b, &co, err, sizeof err))
         return printf("rank %d: comm: %s\n", rank, err), 2;
     if (port_cuda_init(0, err, sizeof err)) return printf("rank %d: %s\n", rank, err), 2;
+    return 0;
+}
+
+/* One rank: 0 all sizes matched, 1 a mismatch, 2 a setup failure, 3 an allreduce failed. */
+static int gi_rank(const char *dir, int rank, int world, int victim)
+{
+    rt_rdzv *rz;
+    tp_comm *c;
+    if (gi_comm(dir, rank, world, &rz, &c)) return 2;
     float *region, *scratch = NULL, *h = malloc(GI_REGION * 4), *ref = malloc(GI_REGION * 4), *got = malloc(GI_REGION * 4);
     port_stream compute;
     void *pinned;
@@ -124,10 +137,12 @@ static int gi_rank(const char *dir, int rank, int world, int victim)
     return bad;
 }
 
-/* Runs `world` ranks as processes (env "VAR=value" set in rank env_rank only); each
- * one's output in out (concatenated, rank order); the exit statuses in rcs. */
-static void gi_world(const char *tag, int world, int victim, const char *env, int env_rank, char *out, size_t n,
-                     int *rcs)
+/* Runs `world` ranks as processes, each fn(dir, rank, world, arg) (env "VAR=value" set
+ * in rank env_rank only); each one's output in out (concatenated, rank order); the exit
+ * statuses in rcs. */
+typedef int (*gi_fn)(const char *dir, int rank, int world, int arg);
+static void gi_run(gi_fn fn, const char *tag, int world, int arg, const char *env, int env_rank, char *out, size_t n,
+                   int *rcs)
 {
     const char *dir = t_tmpdir(tag);
     pid_t pid[4];
@@ -141,7 +156,7 @@ static void gi_world(const char *tag, int world, int victim, const char *env, in
             dup2(fd, 1), dup2(fd, 2);
             setvbuf(stdout, NULL, _IONBF, 0);
             if (env && r == env_rank) putenv((char *)env);
-            _exit(gi_rank(dir, r, world, victim));
+            _exit(fn(dir, r, world, arg));
         }
     }
     /* No hang: every rank is done well within its 30 s deadline, or is killed at 90 s. */
@@ -167,6 +182,12 @@ static void gi_world(const char *tag, int world, int victim, const char *env, in
         if (f) k += fread(out + k, 1, n - 1 - k, f), fclose(f);
         out[k] = 0;
     }
+}
+
+static void gi_world(const char *tag, int world, int victim, const char *env, int env_rank, char *out, size_t n,
+                     int *rcs)
+{
+    gi_run(gi_rank, tag, world, victim, env, env_rank, out, n, rcs);
 }
 
 /* The executor shares device memory between processes only outside ASan builds. */
@@ -221,4 +242,83 @@ TEST(gpu_ipc_killed_rank_is_named)
         ipc_wait += p && strstr(p, "waited for its device buffers") && strstr(p, "waited for its device buffers") < e;
     }
     t_note("%d of 3 survivors named rank 3 in the IPC wait (the others in a host op)", ipc_wait);
+}
+
+/* DDP's --grad-compress buckets on the device (nn/ddp_cuda.c) against the host path on
+ * the same f32 gradients: lenet's device graph wired to nn_ddp with small buckets (a
+ * parameter or two each), its gradients set to values that exercise the rounding (ties, f16 subnormals
+ * and flushes to 0, f16 sums past 65504 that become inf), nn_ddp_finish_grads (each
+ * bucket rounded on the device, allreduced and averaged in 16 bits, widened back), and
+ * the CPU path's steps (tp_f32_to_half, tp_allreduce TP_AVG in 16 bits, tp_half_to_f32)
+ * on the host copies: bit for bit. One host, so every path adds in rank order (the
+ * shared-memory chain, the cuda_ipc kernel); arg: the wire (RT_F16 / RT_BF16). */
+static int gc_rank(const char *dir, int rank, int world, int arg)
+{
+    rt_rdzv *rz;
+    tp_comm *c;
+    if (gi_comm(dir, rank, world, &rz, &c)) return 2;
+    rt_dtype wire = (rt_dtype)arg;
+    char err[512] = "";
+    gm_model host;
+    nn_cuda *cu = NULL;
+    nn_ddp *d = nn_ddp_wrap(c);
+    if (!d || gm_build(&host, "lenet", (nn_shape){1, 28, 28, 0}, 10, 0, 2) || !(cu = nn_cuda_open(0, err, sizeof err)) ||
+        nn_cuda_setup(cu, &host.g, nn_ddp_cuda_stage_bytes(d), 0, err, sizeof err) ||
+        nn_ddp_use_cuda(d, cu, wire, err, sizeof err))
+        return printf("rank %d: setup: %s\n", rank, err), 2;
+    nn_ddp_attach(d, &host.g, 1e-4); /* a bucket per parameter or two */
+    if (nn_ddp_set_compress(d, wire)) return printf("rank %d: set_compress failed\n", rank), 2;
+    size_t n = host.g.nparams, inf = 0, zero = 0;
+    float *g = malloc(n * 4), *ref = malloc(n * 4), *dg = nn_cuda_graph(cu)->grads;
+    uint16_t *h16 = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        float u = 2.0f * k_rand_uniform(3000 + (unsigned)rank, i) - 1.0f;
+        switch (i % 8) {
+        case 0: g[i] = u * 4e4f; break;                 /* f16: two of them may sum past 65504 */
+        case 1: g[i] = u * 1e-7f; break;                /* f16 subnormals, some flushed to 0 */
+        case 2: g[i] = 1.0f + (float)(i % 3) * 0x1p-9f; break; /* bf16 ties (to even) */
+        default: g[i] = u * 1e-2f; break;
+        }
+    }
+    port_stream s = nn_cuda_stream(cu);
+    if (port_memcpy_h2d(dg, g, n * 4, s, "grads") || port_stream_sync(s, "grads"))
+        return printf("rank %d: upload: %s\n", rank, port_cuda_errmsg()), 2;
+    if (nn_ddp_finish_grads(d)) return printf("rank %d: finish_grads: %s\n", rank, nn_ddp_errmsg(d)), 3;
+    if (port_stream_sync(s, "unpacked")) return printf("rank %d: %s\n", rank, port_cuda_errmsg()), 3;
+    float *got = gm_down(dg, n * 4);
+    tp_f32_to_half(h16, g, n, wire);
+    if (tp_allreduce(c, h16, h16, n, wire, TP_AVG)) return printf("rank %d: host allreduce: %s\n", rank, tp_errmsg(c)), 3;
+    tp_half_to_f32(ref, h16, n, wire);
+    for (size_t i = 0; i < n; i++) inf += isinf(ref[i]) != 0, zero += ref[i] == 0 && g[i] != 0;
+    size_t nd = g_ndiff(got, ref, n, 4);
+    nn_ddp_stats ds = nn_ddp_get_stats(d);
+    printf("rank %d: %s buckets: %zu gradients in %d buckets, %zu differ (%zu inf, %zu became 0)\n", rank,
+           rt_dtype_names[wire], n, ds.nbuckets, nd, inf, zero);
+    nn_ddp_use_cuda(d, NULL, RT_F32, NULL, 0);
+    nn_cuda_close(cu);
+    nn_ddp_close(d, 0);
+    tp_comm_destroy(c);
+    rt_rdzv_close(rz);
+    gm_drop(&host);
+    free(g), free(ref), free(h16), free(got);
+    return nd != 0 || ds.nbuckets < 4 || (wire == RT_F16 && (!inf || !zero));
+}
+
+TEST(gpu_ddp_compress_matches_host)
+{
+    static char out[1 << 16];
+    if (gi_skip()) return;
+    static const rt_dtype wires[] = {RT_BF16, RT_F16};
+    /* bf16 and f16 over cuda_ipc, then over the staging (DDPRT_P2P=0), then both on 4 ranks */
+    for (int k = 0; k < 6; k++) {
+        int world = k >= 4 ? 4 : 2, staged = k == 2 || k == 3, rcs[4];
+        rt_dtype w = wires[k % 2];
+        gi_run(gc_rank, "gicomp", world, (int)w, staged ? "DDPRT_P2P=0" : NULL, 0, out, sizeof out, rcs);
+        for (int r = 0; r < world; r++)
+            CHECKF(rcs[r] == 0, "%s, world %d, rank %d: exit %d\n%s", rt_dtype_names[w], world, r, rcs[r], out);
+        const char *line = strstr(out, "rank 0: "), *e = line ? strchr(line, '\n') : NULL;
+        CHECKF(strstr(out, staged ? "device collectives take the pinned staging" : "device collectives take cuda_ipc") &&
+               strstr(out, "--grad-compress") && line && e, "%s:\n%s", rt_dtype_names[w], out);
+        if (line && e) t_note("%d ranks, %s: %.*s", world, staged ? "staged" : "cuda_ipc", (int)(e - line), line);
+    }
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine should run, in one call (device time is short): the
 # device suite (make test-gpu's runner), the kernel table against cuBLAS/cuDNN, the
+# device allreduce's busbw (cuda_ipc vs staged vs the D2D copy, ipc-busbw.log), the
 # training table (bench/gpu_bench.sh), per-kernel profiles of one step
 # (bench/gpu_profile.sh), the bf16 and TF32 training rows, then compute-sanitizer memcheck over the kernel tests
 # (racecheck with CAP_RACE). Built here and carried: the binaries link this machine's
@@ -23,6 +24,11 @@ step "${CAP_TEST:-180}" test-gpu.log "$B/test-gpu-runner" ${TESTS:-}
 refs=$(find /opt /usr/local /usr/lib -xdev \( -name 'libcublas.so*' -o -name 'libcudnn.so*' \) 2>/dev/null |
        xargs -r -n1 dirname | sort -u | tr '\n' ':')
 LD_LIBRARY_PATH=$refs$LD_LIBRARY_PATH step "${CAP_KERNELS:-60}" kernels.log stdbuf -oL "$B/ddprt-bench-kernels" --device cuda
+# device allreduce busbw, cuda_ipc vs the pinned staging vs the D2D copy (issue 42's goal: 64 MiB fp32, 2 ranks on
+# one GPU: IPC >= 10x staged, >= 70 % of the copy); 2 then 4 processes sharing GPU 0 (or one GPU each where there are more)
+step "${CAP_IPC:-60}" ipc-busbw.log bash -c 'for n in 2 4; do
+  "$0/ddprt-launch" --nproc-per-node $n -- "$0/ddprt-bench" allreduce --device cuda -b 1K -e "$1" -f 4 -n "$2" -w 2 \
+    --byte-budget 1G; done' "$B" "${IPC_MAX:-256M}" "${IPC_ITERS:-10}"
 BUILD=$B step "${CAP_TRAIN:-150}" train.log bash bench/gpu_bench.sh "${ROUNDS:-1}"
 # the tensor cores: --amp bf16 against autocast bf16, TF32 against allow_tf32 (issue 39's goal table)
 BUILD=$B PREC=bf16 MODELS="${TC_MODELS:-resnet20 textcnn lenet resnet18 gpt}" step "${CAP_BF16:-120}" train-bf16.log \

@@ -324,7 +324,8 @@ int tp_ipc_run(tp_comm *c, tp_handle *h)
     if (nch > TP_IPC_NCH) nch = TP_IPC_NCH, per = (h->count + nch - 1) / nch, nch = (h->count + per - 1) / per;
     int op = h->op == TP_AVG ? TP_SUM : h->op, div = tp_op_div(h, n);
     for (int q = 0; q < n; q++)
-        if (port_stream_wait_event(x->rs_s, x->ready[q])) return tp_ipc_dev_fail(c, h, st, 0, "waiting for a peer's input");
+        if (port_stream_wait_event(x->rs_s, x->ready[q]))
+            return tp_ipc_dev_fail(c, h, st, 0, "waiting for a peer's input");
     for (size_t k = 0; k < nch; k++) {
         size_t c0 = k * per, cn = h->count - c0 < per ? h->count - c0 : per, so, sn;
         tp_ring_block(cn, n, me, &so, &sn);

@@ -66,7 +66,8 @@ size_t tp_ipc_nparts(const tp_handle *h)
     const tp_ipc *x = st->ipc;
     if (h->kind == TP_K_BROADCAST) return 2;
     if (!x->hier) return 3;
-    size_t es = rt_dtype_size((rt_dtype)h->dt), K = tp_hier_nsegs(h->count, es), ce = col_width(st, es, x->nhosts), C = 0;
+    size_t es = rt_dtype_size((rt_dtype)h->dt), K = tp_hier_nsegs(h->count, es), C = 0;
+    size_t ce = col_width(st, es, x->nhosts);
     for (size_t k = 0; k < K; k++) {
         size_t o, n;
         seg_of(h->count, K, k, &o, &n);
@@ -114,7 +115,10 @@ static xcol col_at(const hop *o, size_t j)
     return q;
 }
 
-static unsigned char *slot_of(const hop *o, size_t j) { return o->st->host + (j % (size_t)o->st->nslots) * o->st->chunk; }
+static unsigned char *slot_of(const hop *o, size_t j)
+{
+    return o->st->host + (j % (size_t)o->st->nslots) * o->st->chunk;
+}
 
 /* Segment k's reduce over the local buffers, ring order, on the rs stream; the D2H
  * stream then waits for it. */
@@ -233,7 +237,8 @@ int tp_ipc_hier_run(tp_comm *c, tp_handle *h)
              .K = tp_hier_nsegs(h->count, es), .ce = col_width(st, es, x->nhosts), .C = (size_t)last - 2,
              .H = x->nhosts, .op = h->op == TP_AVG ? TP_SUM : h->op};
     for (int q = 0; q < x->n; q++)
-        if (port_stream_wait_event(x->rs_s, x->ready[q])) return tp_ipc_dev_fail(c, h, st, 0, "waiting for a peer's input");
+        if (port_stream_wait_event(x->rs_s, x->ready[q]))
+            return tp_ipc_dev_fail(c, h, st, 0, "waiting for a peer's input");
     if ((rc = cross(&o))) return rc;
     /* My shards are final once the last H2D and the last reduce (whose reads of the peers'
      * buffers the peers' allgather must not overtake) are done. */
@@ -241,7 +246,8 @@ int tp_ipc_hier_run(tp_comm *c, tp_handle *h)
         return tp_ipc_dev_fail(c, h, st, last - 1, "shard event");
     if ((rc = tp_ipc_host_op(c, h, last - 1, TP_K_BARRIER, NULL, NULL))) return rc;
     for (int q = 0; q < x->n; q++)
-        if (port_stream_wait_event(x->ag_s, x->rs[q][0])) return tp_ipc_dev_fail(c, h, st, last, "waiting for a peer's shard");
+        if (port_stream_wait_event(x->ag_s, x->rs[q][0]))
+            return tp_ipc_dev_fail(c, h, st, last, "waiting for a peer's shard");
     for (size_t k = 0; k < o.K; k++) {
         size_t go, gn, so, sn;
         seg_of(h->count, o.K, k, &go, &gn);

@@ -235,13 +235,32 @@ int tp_ipc_host_op(tp_comm *c, const tp_handle *h, int k, int kind, const void *
     return tp_run_op(c, &s);
 }
 
-/* A peer whose socket hung up (it died), or -1. */
+static int hung_up(tp_comm *c, int q)
+{
+    int fd = q == c->rank ? -1 : c->b->ops->peer_fd(c->b, q);
+    struct pollfd f = {.fd = fd, .events = POLLRDHUP};
+    return fd >= 0 && poll(&f, 1, 0) > 0 && (f.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* A peer whose socket hung up (it died), or -1. The host's ranks first: the device
+ * work waited on is theirs. A rank of another host that hung up may be one that gave up
+ * because a local rank died (its close can overtake the dead one's on a loaded host):
+ * the local ranks get a short grace to show theirs, so the dead one is named. */
 static int dead_peer(tp_comm *c)
 {
-    for (int q = 0; c->b->ops->peer_fd && q < c->world; q++) {
-        int fd = q == c->rank ? -1 : c->b->ops->peer_fd(c->b, q);
-        struct pollfd f = {.fd = fd, .events = POLLRDHUP};
-        if (fd >= 0 && poll(&f, 1, 0) > 0 && (f.revents & (POLLRDHUP | POLLHUP | POLLERR))) return q;
+    const tp_ipc *x = c->ipc;
+    if (!c->b->ops->peer_fd) return -1;
+    for (int i = 0; i < x->n; i++)
+        if (hung_up(c, x->rank[i])) return x->rank[i];
+    for (int q = 0; q < c->world; q++) {
+        if (!hung_up(c, q)) continue;
+        for (int k = 0; x->hier && k < 100; k++) { /* 100 x 1 ms */
+            for (int i = 0; i < x->n; i++)
+                if (hung_up(c, x->rank[i])) return x->rank[i];
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return q;
     }
     return -1;
 }
@@ -261,11 +280,15 @@ static int wait_fail(tp_comm *c, const tp_handle *h, tp_staging *st, int last, i
 
 int tp_ipc_wait_device(tp_comm *c, const tp_handle *h, tp_staging *st, int last)
 {
-    tp_ipc *x = c->ipc;
+    return tp_ipc_wait_event(c, h, st, c->ipc->ag, last);
+}
+
+int tp_ipc_wait_event(tp_comm *c, const tp_handle *h, tp_staging *st, port_event e, int last)
+{
     int64_t deadline = port_now_ns() + (int64_t)(c->timeout_s * 1e9);
     char why[160];
     for (int i = 0;; i++) {
-        int q = port_event_query(x->ag), rc, dead;
+        int q = port_event_query(e), rc, dead;
         if (q == 1) return 0;
         if ((rc = tp_failed(c))) return rc;
         if (c->shm && (rc = tp_shm_others_failed(c))) return wait_fail(c, h, st, last, rc, c->b->err);

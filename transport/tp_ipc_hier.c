@@ -182,6 +182,9 @@ static int land(hop *o, size_t j)
     int s = (int)(j % (size_t)st->nslots), rc;
     xcol q = col_at(o, j);
     if (st->d2h_pending[s]) {
+        /* The copy follows the reduce, which waits on the peers' events: polled by the
+         * deadline, a dead peer named, before the staging's blocking wait. */
+        if ((rc = tp_ipc_wait_event(o->c, o->h, st, o->dc->d2h_ev[s], (int)(1 + j)))) return rc;
         if (st->ops->wait_d2h(st->ctx, s)) return fail(o, j, "D2H wait");
         st->d2h_pending[s] = 0;
     }

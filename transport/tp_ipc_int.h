@@ -41,6 +41,8 @@ int tp_ipc_dev_fail(tp_comm *c, const tp_handle *h, tp_staging *st, int k, const
 /* The host waits for x->ag by the comm's deadline, naming a dead peer at once; a
  * failure names part `last`. */
 int tp_ipc_wait_device(tp_comm *c, const tp_handle *h, tp_staging *st, int last);
+/* The same for any event of this rank (device work that waits on the peers' events). */
+int tp_ipc_wait_event(tp_comm *c, const tp_handle *h, tp_staging *st, port_event e, int last);
 /* Records `ready` on compute and swaps the offsets (part 0); checks every local rank's
  * buffer of `count` elements of es bytes lies in its region. *off: mine. */
 int tp_ipc_begin(tp_comm *c, tp_handle *h, size_t count, size_t es, int64_t *off);

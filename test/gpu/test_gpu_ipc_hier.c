@@ -6,7 +6,9 @@
  * operands a sum has one order), every rank's buffer at its own offset in its region,
  * sizes of 1 element, odd, more than one staging chunk; fp32 and bf16; sum and avg. The
  * result is bitwise the host's hierarchical allreduce (DDPRT_ALGO hier: tp_hier) of the
- * same data on the same comm. DDPRT_P2P=0 on one rank takes the staged path.
+ * same data on the same comm. DDPRT_P2P=0 on one rank takes the staged path; a rank
+ * killed in a hierarchical allreduce is named by its cross-host peer, and every survivor
+ * fails naming a rank that hung up and exits within the deadline, its comm destroyed.
  * Broadcast: one host, 2 and 4 processes, several roots and sizes (fp32, and bytes as
  * DDP's buffers), every rank's buffer bitwise the root's. */
 #include "test/gpu/g.h"
@@ -16,7 +18,9 @@
 #include "rt/log.h"
 #include "rt/rdzv.h"
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GH_REGION (64u << 10) /* floats */
@@ -25,11 +29,16 @@
 typedef struct gh_job {
     int world, bcast;
     const uint64_t *hosts; /* NULL: one host */
+    int victim;            /* killed in its third allreduce (-1: none) */
 } gh_job;
 
+#define GH_SCRATCH (4u << 20) /* floats: the victim's slow device work */
+
 static int gh_allreduces(tp_comm *c, tp_staging *st, float *region, port_stream compute, int rank, float *h,
-                         float *ref, float *got)
+                         float *ref, float *got, int victim)
 {
+    float *scratch = NULL;
+    if (rank == victim && port_dev_malloc((void **)&scratch, GH_SCRATCH * 4, "scratch")) return 2;
     static const size_t sizes[] = {1, 7, 3001, 12345};
     for (int i = 0; i < 7; i++) {
         int bf = i >= 4;
@@ -43,6 +52,16 @@ static int gh_allreduces(tp_comm *c, tp_staging *st, float *region, port_stream 
             else h[j] = v;
         }
         void *d = (unsigned char *)region + off * es;
+        if (rank == victim && i == 2) {
+            /* Device work queued before the op, then the op, then death (as test_gpu_ipc's
+             * victim): its local peer's reduce waits on it, the others on the wire. */
+            for (int k = 0; k < 100; k++) k_cuda_relu_fwd(GH_SCRATCH, scratch, scratch, compute);
+            tp_handle hd;
+            tp_iallreduce_device(c, d, n, dt, op, st, &hd);
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+            raise(SIGKILL);
+        }
         if (port_memcpy_h2d(d, h, n * es, compute, "in") || port_stream_sync(compute, "in") ||
             tp_allreduce_device(c, d, n, dt, op, st) || port_memcpy_d2h(got, d, n * es, compute, "out") ||
             port_stream_sync(compute, "out") || tp_allreduce(c, h, ref, n, dt, op))
@@ -113,10 +132,11 @@ static int gh_rank(const char *dir, int rank, const gh_job *j)
     printf("rank %d: path %s (rc %d)\n", rank, tp_staging_path(&st), rc);
     if (rc) return 2;
     rc = j->bcast ? gh_broadcasts(c, &st, region, compute, rank, j->world, h, got)
-                  : gh_allreduces(c, &st, region, compute, rank, h, ref, got);
+                  : gh_allreduces(c, &st, region, compute, rank, h, ref, got, j->victim);
     printf("rank %d: %llu device ops over cuda_ipc\n", rank, (unsigned long long)st.ipc_ops);
     tp_dev_cuda_destroy(&dc);
-    tp_comm_destroy(c);
+    tp_comm_destroy(c); /* closes the IPC handles: must not hang on a dead peer's events */
+    printf("rank %d: comm destroyed\n", rank);
     rt_rdzv_close(rz);
     port_pinned_free(pinned);
     port_dev_free(region);
@@ -179,7 +199,7 @@ TEST(gpu_ipc_hier_allreduce_matches_host_hier)
 {
     static char out[1 << 17];
     static const uint64_t h22[] = {7, 9, 7, 9}, h23[] = {7, 7, 9, 7, 9, 9}, h32[] = {5, 7, 9, 5, 7, 9};
-    static const gh_job jobs[] = {{4, 0, h22}, {6, 0, h23}, {6, 0, h32}};
+    static const gh_job jobs[] = {{4, 0, h22, -1}, {6, 0, h23, -1}, {6, 0, h32, -1}};
     static const char *const shape[] = {"2 hosts x 2 ranks", "2 hosts x 3 ranks", "3 hosts x 2 ranks"};
     int rcs[8];
     if (gh_skip()) return;
@@ -203,7 +223,7 @@ TEST(gpu_ipc_hier_p2p_0_takes_the_staged_path)
 {
     static char out[1 << 17];
     static const uint64_t h22[] = {7, 9, 7, 9};
-    const gh_job j = {4, 0, h22};
+    const gh_job j = {4, 0, h22, -1};
     int rcs[4];
     if (gh_skip()) return;
     gh_world("ghp2p", &j, "DDPRT_P2P=0", 2, out, sizeof out, rcs);
@@ -221,7 +241,7 @@ TEST(gpu_ipc_broadcast_2_and_4_processes)
     int rcs[4];
     if (gh_skip()) return;
     for (int world = 2; world <= 4; world += 2) {
-        const gh_job j = {world, 1, NULL};
+        const gh_job j = {world, 1, NULL, -1};
         gh_world(world == 2 ? "ghb2" : "ghb4", &j, NULL, -1, out, sizeof out, rcs);
         for (int r = 0; r < world; r++) CHECKF(rcs[r] == 0, "world %d rank %d: exit %d\n%s", world, r, rcs[r], out);
         char last[80];
@@ -230,5 +250,28 @@ TEST(gpu_ipc_broadcast_2_and_4_processes)
                strstr(out, "rank 0: broadcast 1001 float from 1: 0 differ") && strstr(out, last) &&
                strstr(out, "rank 1: 12 device ops over cuda_ipc"),
                "world %d:\n%s", world, out);
+    }
+}
+
+TEST(gpu_ipc_hier_killed_rank_is_named)
+{
+    static char out[1 << 17];
+    static const uint64_t h22[] = {7, 9, 7, 9};
+    const gh_job j = {4, 0, h22, 3};
+    int rcs[4];
+    gh_world("ghkill", &j, NULL, -1, out, sizeof out, rcs);
+    CHECKF(rcs[3] == 128 + SIGKILL, "the victim: exit %d\n%s", rcs[3], out);
+    for (int r = 0; r < 3; r++) {
+        char want[64], done[64];
+        snprintf(want, sizeof want, "rank %d: allreduce of 3001 failed: ", r);
+        snprintf(done, sizeof done, "rank %d: comm destroyed", r);
+        const char *p = strstr(out, want), *e = p ? strchr(p, '\n') : NULL, *q = p ? strstr(p, "rank 3") : NULL;
+        const char *cl = p ? strstr(p, " closed the connection") : NULL;
+        /* Its cross-host peer (2: on the wire with it) names it; the others name a rank
+         * that hung up (its local peer 1 waits on its device work and prefers the local
+         * rank, but names another if that one's close comes later than its grace). */
+        CHECKF(rcs[r] == 3 && p && (r != 2 || (q && q < e)) && cl && cl < e &&
+                   strstr(out, done),
+               "rank %d: exit %d\n%s", r, rcs[r], out);
     }
 }

@@ -4,7 +4,8 @@
  * Hierarchical: a fake topology (tp_comm_opts.host_ids) of 2 hosts x 2 ranks, and 2 x 3
  * and 3 x 2 (where the order of the in-host and the cross-host sums shows: with two
  * operands a sum has one order), every rank's buffer at its own offset in its region,
- * sizes of 1 element, odd, more than one staging chunk; fp32 and bf16; sum and avg. The
+ * sizes of 1 element, odd, more than one staging chunk, two of tp_hier's 4 MiB segments;
+ * fp32 and bf16; sum and avg. The
  * result is bitwise the host's hierarchical allreduce (DDPRT_ALGO hier: tp_hier) of the
  * same data on the same comm. DDPRT_P2P=0 on one rank takes the staged path; a rank
  * killed in a hierarchical allreduce is named by its cross-host peer, and every survivor
@@ -23,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GH_REGION (64u << 10) /* floats */
+#define GH_REGION (2112u << 10) /* floats: 8 MiB and more, two of tp_hier's segments */
 #define GH_CHUNK 4096u        /* staging chunk bytes: 3001 floats over 2 x 2 take 2 cross chunks each */
 
 typedef struct gh_job {
@@ -40,9 +41,11 @@ static int gh_allreduces(tp_comm *c, tp_staging *st, float *region, port_stream 
     float *scratch = NULL;
     if (rank == victim && port_dev_malloc((void **)&scratch, GH_SCRATCH * 4, "scratch")) return 2;
     static const size_t sizes[] = {1, 7, 3001, 12345};
-    for (int i = 0; i < 7; i++) {
-        int bf = i >= 4;
-        size_t n = sizes[bf ? i - 4 : i], es = bf ? 2 : 4, off = 64 * (size_t)(rank + 1) + (size_t)i;
+    for (int i = 0; i < 8; i++) {
+        int bf = i >= 4 && i < 7;
+        /* The last: 2^21 + 5 floats, two segments (each shard's columns span both). */
+        size_t n = i == 7 ? (2u << 20) + 5 : sizes[bf ? i - 4 : i], es = bf ? 2 : 4;
+        size_t off = 64 * (size_t)(rank + 1) + (size_t)i;
         tp_op op = i % 2 ? TP_AVG : TP_SUM;
         rt_dtype dt = bf ? RT_BF16 : RT_F32;
         uint16_t *h16 = (uint16_t *)h;
@@ -214,7 +217,8 @@ TEST(gpu_ipc_hier_allreduce_matches_host_hier)
                strstr(out, "rank 3: 3001 elements bfloat16 (sum): 0 differ") &&
                strstr(out, "rank 2: 1 elements bfloat16 (sum): 0 differ") &&
                strstr(out, "rank 3: 7 elements bfloat16 (avg): 0 differ") &&
-               strstr(out, "rank 1: 7 device ops over cuda_ipc"),
+               strstr(out, "rank 2: 2097157 elements float (avg): 0 differ") &&
+               strstr(out, "rank 1: 8 device ops over cuda_ipc"),
                "%s:\n%s", shape[i], out);
     }
 }

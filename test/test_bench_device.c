@@ -1,7 +1,8 @@
 /* ddprt-bench allreduce --device cuda (apps/bench/bench_device.c) on the SIMT executor
  * (build/t-bench-simt), 2 processes: the table's shape, not its timings (a loaded
  * 2-core machine says nothing about a GPU's): one row per size 1K..64K (x4), both paths
- * and the device copy present, every time and bandwidth positive, no wrong element. */
+ * and the device copy present, every time and bandwidth positive (tiny figures print in
+ * exponent form, never as 0.000), no wrong element. */
 #include "test/t.h"
 #include "test/t_util.h"
 #include <stdio.h>

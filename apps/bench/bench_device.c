@@ -103,6 +103,13 @@ static double time_copy(dbench *b, size_t bytes, int iters)
     return tp_allreduce(b->c, &t, &t, 1, RT_F64, TP_MAX) ? -1 : t;
 }
 
+/* A figure in 8 columns that stays above 0 when it is (tiny sizes: exponent form). */
+static const char *num(char s[16], double v)
+{
+    snprintf(s, 16, v > 0 && v < 0.01 ? "%8.2e" : "%8.3f", v);
+    return s;
+}
+
 static int sizes(dbench *b, const char *backend)
 {
     const bench_opts *o = b->o;
@@ -116,10 +123,10 @@ static int sizes(dbench *b, const char *backend)
                world, backend, o->type_name, tp_op_names[o->op], o->iters, o->warmup);
         printf("# ipc: the registered staging's path (%s); staged: pinned staging (as DDPRT_P2P=0); d2d: cudaMemcpy "
                "device to device\n#\n", tp_staging_path(&b->p[0].st));
-        printf("# %10s %11s %5s | %9s %8s %8s %6s | %9s %8s %8s %6s | %9s %8s | %7s %6s\n", "size", "count", "iters",
+        printf("# %10s %11s %5s | %9s %8s %8s %6s | %9s %8s %8s %6s | %9s %8s | %8s %8s\n", "size", "count", "iters",
                "ipc-time", "algbw", "busbw", "#wrong", "stg-time", "algbw", "busbw", "#wrong", "d2d-time", "bw",
                "ipc/stg", "ipc/cp");
-        printf("# %10s %11s %5s | %9s %8s %8s %6s | %9s %8s %8s %6s | %9s %8s | %7s %6s\n", "(B)", "(elements)", "",
+        printf("# %10s %11s %5s | %9s %8s %8s %6s | %9s %8s %8s %6s | %9s %8s | %8s %8s\n", "(B)", "(elements)", "",
                "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(x)", "(%)");
         fflush(stdout);
     }
@@ -144,10 +151,11 @@ static int sizes(dbench *b, const char *backend)
         if ((cp = time_copy(b, bytes, iters)) <= 0) return fail(c, "device copy", port_cuda_errmsg());
         nrows++;
         if (print) {
-            printf("  %10zu %11zu %5d | %9.2f %8.3f %8.3f %6lld | %9.2f %8.3f %8.3f %6lld | %9.2f %8.3f | %7.2f %6.1f\n",
-                   bytes, n, iters, t[0] * 1e6, bytes / t[0] / 1e9, bus[0], (long long)wrong[0], t[1] * 1e6,
-                   bytes / t[1] / 1e9, bus[1], (long long)wrong[1], cp * 1e6, bytes / cp / 1e9, t[1] / t[0],
-                   100.0 * bus[0] / (bytes / cp / 1e9));
+            char f[7][16];
+            printf("  %10zu %11zu %5d | %9.2f %s %s %6lld | %9.2f %s %s %6lld | %9.2f %s | %s %s\n", bytes, n, iters,
+                   t[0] * 1e6, num(f[0], bytes / t[0] / 1e9), num(f[1], bus[0]), (long long)wrong[0], t[1] * 1e6,
+                   num(f[2], bytes / t[1] / 1e9), num(f[3], bus[1]), (long long)wrong[1], cp * 1e6,
+                   num(f[4], bytes / cp / 1e9), num(f[6], t[1] / t[0]), num(f[5], 100.0 * bus[0] / (bytes / cp / 1e9)));
             fflush(stdout);
         }
         if (size > o->max_bytes / (size_t)o->factor) break;

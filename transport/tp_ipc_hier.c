@@ -20,7 +20,9 @@
  *   ag stream: wait every local rank's rs[.][0]; copy the other shards from their owners
  *   host: wait for `ag` by the deadline;  Pe barrier (nobody reads a peer's buffer now)
  * Sequence numbers: 1 + C + 2, C the cross chunks of local index 0 (the largest shard);
- * a rank with a shorter shard runs its last chunks empty, so every rank counts alike.
+ * a rank with a shorter shard runs a segment's last chunk empty, so every rank counts
+ * alike. The host waits for a D2H by polling, with the deadline and the dead-peer
+ * check (the reduce before it waits on the local peers' events).
  *
  * Broadcast (one host): record `ready`; P0 offsets; the others copy the root's buffer
  * through the mapping once its `ready` is passed; the host waits; P1 barrier, after which

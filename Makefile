@@ -158,6 +158,9 @@ $(BUILD)/test-gpu-simt: $(SIMT_TEST_OBJ) $(SIMT_OBJ) $(BUILD)/libddprt.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/t-train-simt: $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,train)) $(SIMT_OBJ) $(BUILD)/libddprt.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# ddprt-bench on it: --device cuda's table (cuda_ipc vs staged vs the D2D copy) without a GPU.
+$(BUILD)/t-bench-simt: $(patsubst %.c,$(BUILD)/obj/%.o,$(call APP_SRC,bench)) $(SIMT_OBJ) $(BUILD)/libddprt.a
+	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 # The executor's own checks, one broken kernel each (test/simt, test/test_simt_checks.c).
 $(BUILD)/t-simt-checks: $(SIMT_DIR)/test/simt/simt_checks.o $(SIMT_OBJ) $(BUILD)/libddprt.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -165,7 +168,8 @@ $(BUILD)/t-simt-checks: $(SIMT_DIR)/test/simt/simt_checks.o $(SIMT_OBJ) $(BUILD)
 $(BUILD)/t-bench-kernels-simt: $(patsubst %.c,$(SIMT_DIR)/%.o,$(wildcard apps/bench-kernels/*.c)) $(SIMT_OBJ) \
                                $(BUILD)/libddprt.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
-all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-simt-checks $(BUILD)/t-bench-kernels-simt
+all: $(BUILD)/test-gpu-simt $(BUILD)/t-train-simt $(BUILD)/t-bench-simt $(BUILD)/t-simt-checks \
+     $(BUILD)/t-bench-kernels-simt
 # Bugs injected into the real kernels, each rebuilt and run on the executor: the table
 # of what reported each (test/simt/inject_bugs.sh). make asan/tsan-style: SAN=...
 simt-inject: $(BUILD)/test-gpu-simt $(BUILD)/ddprt-train

@@ -137,8 +137,8 @@ TEST(tp_select_loopback_comm_connects)
 }
 
 /* The device plan (issue 42): cuda_ipc for ranks of one host whose devices reach each
- * other, unless DDPRT_P2P=0 somewhere; in the host plan (no reach table) it is skipped
- * quietly, so host messages keep shm. */
+ * other, unless DDPRT_P2P=0 somewhere; hierarchical on a regular grid of hosts; in the
+ * host plan (no reach table) it is skipped quietly, so host messages keep shm. */
 TEST(tp_select_device_plan_takes_cuda_ipc)
 {
     tp_peer_info info[3];
@@ -168,5 +168,17 @@ TEST(tp_select_device_plan_takes_cuda_ipc)
     want(&p, 0, 1, TP_TRANSPORT_CUDA_IPC, "same device");
     want(&p, 0, 2, NET, "different hosts");
     CHECK(tp_transport_device_plan(&p, 1, why, sizeof why) == 0);
-    CHECKF(!strcmp(why, "rank 0 <-> 2: different hosts"), "%s", why);
+    CHECKF(!strcmp(why, "several hosts, not the same number (> 1) of ranks on each"), "%s", why);
+    /* 2 hosts x 2 ranks: hierarchical (cuda_ipc inside each host, staged across), unless
+     * a pair of one host cannot map the other's memory. */
+    tp_peer_info info4[4];
+    const uint64_t grid[] = {7, 9, 7, 9};
+    uint8_t reach4[16];
+    memset(reach4, 2, sizeof reach4);
+    p = peers(4, info4, grid, NULL, NULL);
+    p.reach = reach4;
+    CHECK(tp_transport_device_plan(&p, 0, why, sizeof why) == 2);
+    reach4[1 * 4 + 3] = 0;
+    CHECK(tp_transport_device_plan(&p, 0, why, sizeof why) == 0);
+    CHECKF(!strcmp(why, "rank 1 <-> 3: the devices cannot reach each other"), "%s", why);
 }

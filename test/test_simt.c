@@ -92,7 +92,8 @@ TEST(simt_device_tf32_random_order) { suite("gpu_tf32_", "random"); }
 TEST(simt_device_ddp_2_processes_random_order) { suite("gpu_ddp_resnet20_2_processes", "random"); }
 TEST(simt_device_staged_train_forward_order) { suite("test_gpu_staged_train", "forward"); }
 /* The cuda_ipc device allreduce: 2 and 4 processes against the host's bits, DDPRT_P2P=0,
- * a killed rank (test/gpu/test_gpu_ipc.c). */
+ * a killed rank (test/gpu/test_gpu_ipc.c); the hierarchical allreduce on fake hosts and
+ * the broadcast (test/gpu/test_gpu_ipc_hier.c). */
 TEST(simt_device_ipc_collectives_forward_order) { suite("test_gpu_ipc", "forward"); }
 #endif
 

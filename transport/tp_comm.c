@@ -208,6 +208,7 @@ static int run_algo(tp_comm *c, tp_handle *h)
     if (algo == TP_ALGO_AUTO) algo = bytes < TP_AUTO_RD_MAX_BYTES ? TP_ALGO_RD : TP_ALGO_RING;
     switch (h->kind) {
     case TP_K_ALLREDUCE:
+        if (h->root == TP_ROOT_CROSS) return tp_hier_cross(c, h); /* a piece of a device op (tp_ipc_hier.c) */
         /* Large auto and forced hier: hierarchical where the hosts allow it. */
         if (algo == TP_ALGO_RD) return tp_rd_allreduce(c, h->send, h->recv, h->count, h->dt, h->op);
         if (algo == TP_ALGO_RING && c->algo == TP_ALGO_RING)
@@ -238,7 +239,7 @@ static int run_op_at(tp_comm *c, tp_handle *h, int64_t t0)
     __atomic_store_n(&c->p_cur, h->seq, __ATOMIC_RELEASE);
     tp_trace_state(c, h->seq, TP_TR_RUNNING, 0, t0);
     if (!c->connected && tp_connects_at(h)) rc = tp_connect(c);
-    if (!rc) rc = c->layer ? c->layer->run(c, h) : TP_PASS;
+    if (!rc) rc = c->layer && h->root != TP_ROOT_CROSS ? c->layer->run(c, h) : TP_PASS;
     if (rc == TP_PASS) rc = run_algo(c, h);
     if (rc) comm_fail(c, h, rc);
     int64_t t1 = port_now_ns(); /* one clock read per end: the recorder's and the watch's */

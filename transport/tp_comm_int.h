@@ -163,9 +163,10 @@ void tp_fail_op(tp_comm *c, const tp_handle *h, int rc, const char *why);
 size_t tp_staged_nchunks(const tp_handle *h);
 size_t tp_staged_chunk_count(const tp_handle *h, size_t i); /* elements of chunk i */
 int tp_staged_run(tp_comm *c, tp_handle *h);
-/* The cuda_ipc path (tp_ipc.c): whether a device op runs there (3 sequence numbers:
- * offsets allgather, two barriers), running it, and closing the comm's handles. */
+/* The cuda_ipc path (tp_ipc.c, tp_ipc_hier.c): whether a device op runs there, its
+ * sequence numbers (tp_ipc_nparts), running it, and closing the comm's handles. */
 int tp_ipc_takes(const tp_handle *h);
+size_t tp_ipc_nparts(const tp_handle *h);
 int tp_ipc_run(tp_comm *c, tp_handle *h);
 void tp_ipc_free(tp_comm *c);
 
@@ -188,6 +189,15 @@ void tp_ring_block(size_t count, int n, int b, size_t *off, size_t *cnt);
  * a plain ring when the hosts are not a regular grid of several ranks each. */
 int tp_hier_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
 int tp_hier_init(tp_comm *c, const tp_comm_opts *o);
+/* The hierarchical device path (tp_ipc_hier.c) follows the host's order: the groups from
+ * every rank's host id (ids: world entries, the fake ones where the opts gave them;
+ * nothing when already known), the segments (count * k / K, k < K) of a vector, and the
+ * cross-host ring allreduce of one piece (h: an allreduce with root TP_ROOT_CROSS,
+ * among the ranks of this local index; AVG: the sum, then divided by the world). */
+void tp_hier_set_hosts(tp_comm *c, const uint64_t *ids);
+size_t tp_hier_nsegs(size_t count, size_t es);
+#define TP_ROOT_CROSS (-2)
+int tp_hier_cross(tp_comm *c, const tp_handle *h);
 void tp_hier_free(tp_comm *c);
 int tp_rd_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt_dtype dt, tp_op op);
 int tp_ring_reduce_scatter(tp_comm *c, const void *send, void *recv, size_t rc, rt_dtype dt, tp_op op);

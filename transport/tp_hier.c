@@ -77,6 +77,13 @@ static void derive(tp_comm *c)
                  c->topo == 2 ? "hierarchical" : "flat ring");
 }
 
+void tp_hier_set_hosts(tp_comm *c, const uint64_t *ids)
+{
+    if (c->topo > 0 || c->world < 2) return; /* known already: from the same ids */
+    if (c->topo == 0) memcpy(c->host_ids, ids, (size_t)c->world * sizeof *c->host_ids);
+    derive(c);
+}
+
 static int learn(tp_comm *c)
 {
     if (c->topo == -1) { derive(c); return 0; }
@@ -94,6 +101,22 @@ static int learn(tp_comm *c)
  * once, on lanes 0 and 1), so the host's own work hides behind the link. */
 #define TP_HIER_SEG_BYTES (4u << 20)
 #define TP_HIER_MAX_SEGS 64
+
+size_t tp_hier_nsegs(size_t count, size_t es)
+{
+    size_t K = count * es / TP_HIER_SEG_BYTES;
+    return K < 1 ? 1 : K > TP_HIER_MAX_SEGS ? TP_HIER_MAX_SEGS : K;
+}
+
+int tp_hier_cross(tp_comm *c, const tp_handle *h)
+{
+    if (c->topo != 2) return TP_EINVAL;
+    tp_group across = {c->nhosts, c->hidx, c->cross};
+    int rc = tp_ring_allreduce_g(c, &across, h->send, h->recv, h->count, (rt_dtype)h->dt,
+                                 h->op == TP_AVG ? TP_SUM : (tp_op)h->op);
+    if (!rc && h->op == TP_AVG && h->count) tp_avg_finish(h->recv, h->count, (rt_dtype)h->dt, c->world);
+    return rc;
+}
 
 /* The fixed order of the in-host passes (the same on every rank of a host):
  * RS 0, RS 1, AG 0, RS 2, AG 1, ..., RS K-1, AG K-2, AG K-1. */
@@ -113,8 +136,7 @@ int tp_hier_allreduce(tp_comm *c, const void *send, void *recv, size_t count, rt
     if (c->topo != 2 || count == 0) return tp_ring_allreduce(c, send, recv, count, dt, op);
     tp_op sop = op == TP_AVG ? TP_SUM : op;
     tp_group in = {c->nlocal, c->lidx, c->local}, across = {c->nhosts, c->hidx, c->cross};
-    size_t es = rt_dtype_size(dt), K = count * es / TP_HIER_SEG_BYTES;
-    K = K < 1 ? 1 : K > TP_HIER_MAX_SEGS ? TP_HIER_MAX_SEGS : K;
+    size_t es = rt_dtype_size(dt), K = tp_hier_nsegs(count, es);
     const unsigned char *sb = send;
     unsigned char *rb = recv;
     tp_ring_pass pi, pc;

@@ -34,10 +34,10 @@ static size_t per_chunk(const tp_handle *h)
     return ((const tp_staging *)h->stage)->chunk / rt_dtype_size((rt_dtype)h->dt);
 }
 
-/* An op on the cuda_ipc path takes three numbers (tp_ipc.c), its whole size on the first. */
+/* An op on the cuda_ipc path takes tp_ipc_nparts numbers, its whole size on the first. */
 size_t tp_staged_nchunks(const tp_handle *h)
 {
-    return tp_ipc_takes(h) ? 3 : (h->count + per_chunk(h) - 1) / per_chunk(h);
+    return tp_ipc_takes(h) ? tp_ipc_nparts(h) : (h->count + per_chunk(h) - 1) / per_chunk(h);
 }
 
 size_t tp_staged_chunk_count(const tp_handle *h, size_t i)

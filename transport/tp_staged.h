@@ -84,19 +84,25 @@ int tp_ibroadcast_device(tp_comm *c, void *dev, size_t count, rt_dtype dt, int r
                          tp_handle *h);
 const char *tp_staging_errmsg(const tp_staging *st);
 
-/* CUDA IPC between the ranks of one host (transport/tp_ipc.c; docs/transports.md).
- * Collective, once per comm, after tp_staging_init: `region` is this rank's device
- * allocation (port_dev_malloc's base, `bytes` long) that every later device buffer of
- * st lies in, `device` its GPU, `compute` the stream that produces and consumes the
- * buffers. The device plan is chosen here (tp_transport_device_plan: cuda_ipc when
- * every rank sits on one host, the devices reach each other and DDPRT_P2P is not 0
- * anywhere; rank 0 logs it): on cuda_ipc the handles are exchanged and the peers'
- * regions and events opened once (closed at tp_comm_destroy), and fp32 allreduces of
- * buffers in the region run there, bitwise equal to the host path (its shared-memory
- * chain: rank order). Every rank must pass buffers of its region (at any offset).
- * Otherwise, and for other ops, the staging's path. 0 (either path), or a TP_E* code. */
+/* CUDA IPC between the ranks of one host (transport/tp_ipc.c, tp_ipc_hier.c;
+ * docs/transports.md). Collective, once per comm at set-up, after tp_staging_init:
+ * `region` is this rank's device allocation (port_dev_malloc's base, `bytes` long) that
+ * every later device buffer of st lies in, `device` its GPU, `compute` the stream that
+ * produces and consumes the buffers. The device plan is chosen here
+ * (tp_transport_device_plan; rank 0 logs it):
+ *  - cuda_ipc: every rank on one host, the devices reach each other, DDPRT_P2P not 0
+ *    anywhere. fp32 / f16 / bf16 allreduces run over IPC, bitwise equal to the host path
+ *    (its shared-memory chain: rank order); broadcasts too (the peers copy the root's).
+ *  - hierarchical (cuda_ipc inside each host, staged across): several hosts with the
+ *    same number (> 1) of ranks each, every pair of a host as above, st on the CUDA
+ *    staging. Allreduces as tp_hier, bitwise (its segments and ring orders);
+ *    broadcasts stay staged.
+ * The handles are exchanged and the host's peers' regions and events opened once
+ * (closed at tp_comm_destroy). Every rank must pass buffers of its region (at any
+ * offset). Otherwise, and for other ops, the staging's path. 0 (any path), or a TP_E*
+ * code. */
 int tp_staging_ipc(tp_comm *c, tp_staging *st, int device, void *region, size_t bytes, port_stream compute);
-const char *tp_staging_path(const tp_staging *st); /* "cuda_ipc" or "staged" */
+const char *tp_staging_path(const tp_staging *st); /* "cuda_ipc", "cuda_ipc+staged" or "staged" */
 
 /* The CUDA device side: two copy streams ordered after / before the compute stream
  * with events. Works on ports/nocuda too (every call then fails with its message). */

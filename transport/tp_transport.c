@@ -111,21 +111,46 @@ int tp_transport_plan(const tp_peers *p, int me, uint8_t *out)
     return all_shm;
 }
 
+/* Several hosts with the same number (> 1) of ranks each: the hierarchical device path
+ * can run (tp_hier's condition). *nh, *nl: hosts, ranks on each. */
+static int regular_hosts(const tp_peers *p, int *nh, int *nl)
+{
+    int regular = 1;
+    *nh = 0, *nl = 0;
+    for (int r = 0; r < p->world; r++) {
+        int first = 1, cnt = 0;
+        for (int q = 0; q < p->world; q++)
+            if (p->info[q].host == p->info[r].host) first &= q >= r, cnt++;
+        if (!first) continue;
+        if (*nh && cnt != *nl) regular = 0;
+        (*nh)++, *nl = cnt;
+    }
+    return regular && *nh > 1 && *nl > 1;
+}
+
 int tp_transport_device_plan(const tp_peers *p, int me, char *why, size_t n)
 {
-    int all = p->world > 1, lines = 0;
+    int all = p->world > 1, lines = 0, nh = 0, nl = 0;
     why[0] = 0;
     for (int a = 0; a < p->world; a++)
         for (int b = a + 1; b < p->world; b++) {
             char w[96];
-            int ok = tp_transports[TP_TRANSPORT_CUDA_IPC].can_connect(p, a, b, w, sizeof w) > 0;
-            if (!ok && all) snprintf(why, n, "rank %d <-> %d: %s", a, b, w);
-            all &= ok;
+            int ok = tp_transports[TP_TRANSPORT_CUDA_IPC].can_connect(p, a, b, w, sizeof w);
+            if (ok == 0 && all) snprintf(why, n, "rank %d <-> %d: %s", a, b, w);
+            all &= ok != 0; /* -1: another host; the hierarchical plan below may take it */
             if (me == 0 && lines++ < TP_LOG_PAIRS)
-                rt_info("comm: device buffers, rank %d <-> %d: %s (%s)", a, b, ok ? "cuda_ipc" : "staged", w);
+                rt_info("comm: device buffers, rank %d <-> %d: %s (%s)", a, b, ok > 0 ? "cuda_ipc" : "staged", w);
         }
-    if (me == 0)
-        rt_info("comm: device collectives take %s%s%s", all ? "cuda_ipc (every pair of one host reaches the others' "
-                "device memory)" : "the pinned staging (", all ? "" : why, all ? "" : ")");
-    return all;
+    int plan = all && p->one_host ? 1 : all && regular_hosts(p, &nh, &nl) ? 2 : 0;
+    if (all && !plan) snprintf(why, n, "several hosts, not the same number (> 1) of ranks on each");
+    if (me != 0) return plan;
+    if (plan == 1)
+        rt_info("comm: device collectives take cuda_ipc (every pair of one host reaches the others' device memory)");
+    else if (plan == 2)
+        rt_info("comm: device collectives take hierarchical: cuda_ipc inside each host, staged across hosts (%d hosts "
+                "x %d ranks; the ranks of each host reach each other's device memory, other hosts only through "
+                "pinned host memory and the %s link)", nh, nl, p->net ? p->net : "net");
+    else
+        rt_info("comm: device collectives take the pinned staging (%s)", why);
+    return plan;
 }

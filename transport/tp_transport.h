@@ -76,8 +76,10 @@ const char *tp_transport_name(const tp_peers *p, int t);
  * count per transport). 1 when every pair of the comm took shm, else 0. */
 #define TP_LOG_PAIRS 16
 int tp_transport_plan(const tp_peers *p, int me, uint8_t *out);
-/* The device plan (p->reach set): 1 when every pair takes cuda_ipc, else 0 with why
- * the device collectives take the pinned staging ("rank 0 <-> 1: DDPRT_P2P=0 on rank
- * 1"). Rank 0 logs each pair's device transport and the path. */
+/* The device plan (p->reach set): 1 when every pair takes cuda_ipc (one host); 2
+ * hierarchical, when every pair of the same host takes it and the hosts are several with
+ * the same number (> 1) of ranks each (cuda_ipc inside each host, staged across); else 0
+ * with why the device collectives take the pinned staging ("rank 0 <-> 1: DDPRT_P2P=0
+ * on rank 1"). Rank 0 logs each pair's device transport and the path. */
 int tp_transport_device_plan(const tp_peers *p, int me, char *why, size_t n);
 #endif

@@ -24,6 +24,7 @@ typedef struct bench_opts {
     const char *coll_name, *type_name;
     int predict;                /* --predict / --fit: the cost model's run (bench_predict.c) */
     const char *fit;
+    const char *device;         /* cpu (host buffers) or cuda (bench_device.c) */
 } bench_opts;
 
 extern const char *const bench_coll_names[B_NCOLL];
@@ -36,4 +37,7 @@ void bench_usage(FILE *f);
 
 int bench_tcp(const bench_opts *o);
 int bench_loopback(const bench_opts *o);
+/* --device cuda (bench_device.c): the device allreduce's table on c, IPC vs staged vs
+ * the device copy; local_rank picks the GPU (-1: unknown). 0 or 1. */
+int bench_device(tp_comm *c, const bench_opts *o, const char *backend, int local_rank);
 #endif

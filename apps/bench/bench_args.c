@@ -77,6 +77,8 @@ static const rt_arg bench_flags[] = {
     B("byte-budget", 0, RT_ARG_SIZE, RT_ARG_POS, byte_budget, 0, 0, NULL,
       "iterations shrink so one size moves at most N bytes per rank and direction (default 2G)"),
     B("arena", 0, RT_ARG_SIZE, RT_ARG_RANGE, arena_bytes, 0, MAX_BYTES, NULL, "communicator scratch (ring chunk = N / 9; default 2M)"),
+    B("device", 0, RT_ARG_STR, RT_ARG_ANY, device, 0, 0, "cpu|cuda",
+      "cpu (host buffers) or cuda: device allreduce, cuda_ipc vs pinned staging vs the D2D copy"),
     B("init-method", 0, RT_ARG_STR, RT_ARG_ANY, init_method, 0, 0, NULL, "tcp://HOST:PORT, file:///path, env:// (default: env)"),
     B("rank", 0, RT_ARG_INT, RT_ARG_NONNEG, rank, 0, 0, NULL, "rank of this process (default: the environment's)"),
     B("world-size", 0, RT_ARG_INT, RT_ARG_RANGE, world, 1, 65536, NULL,
@@ -99,7 +101,8 @@ void bench_defaults(bench_opts *o)
 {
     *o = (bench_opts){.coll = B_ALLREDUCE, .min_bytes = 4, .max_bytes = 64u << 20, .factor = 2, .iters = 20,
                       .warmup = 5, .dtype = RT_F32, .op = TP_SUM, .check = 1, .algo = TP_ALGO_DEFAULT,
-                      .byte_budget = (size_t)2 << 30, .rank = -1, .world = -1, .backend = "tcp"};
+                      .byte_budget = (size_t)2 << 30, .rank = -1, .world = -1, .backend = "tcp",
+                      .device = "cpu"};
 }
 
 int bench_parse(int argc, char **argv, bench_opts *o, char *err, size_t errlen)
@@ -123,6 +126,10 @@ int bench_parse(int argc, char **argv, bench_opts *o, char *err, size_t errlen)
     }
     if (o->world > 0 && o->root >= o->world) {
         snprintf(err, errlen, "--root %d is out of range for --world-size %d (0..%d)", o->root, o->world, o->world - 1);
+        return RT_ARGS_ERROR;
+    }
+    if (!strcmp(o->device, "cuda") && (o->coll != B_ALLREDUCE || !strcmp(o->backend, "loopback") || o->registered)) {
+        snprintf(err, errlen, "--device cuda: the allreduce, one process per rank (not loopback), no -R");
         return RT_ARGS_ERROR;
     }
     o->coll_name = bench_coll_names[o->coll];

@@ -2,6 +2,8 @@
  *
  *   ddprt-bench allreduce -b 4 -e 256M -f 2 -n 20 -w 5 -d float -o sum [--algo ring|rd|hier|auto]
  *                         [--backend tcp|verbs|auto|loopback] [--init-method URL] [--check 0|1]
+ *   ddprt-bench allreduce --device cuda -b 1K -e 256M -f 4   (device buffers: cuda_ipc vs the
+ *                         pinned staging vs the D2D copy, bench_device.c)
  *   ddprt-bench --predict ... | --fit FILE ...   (the cost model: bench_predict.c)
  *
  * One process per rank (started by ddprt-launch, Slurm, mpirun, or by hand with

@@ -221,7 +221,8 @@ int bench_tcp(const bench_opts *o)
         rt_rdzv_close(rz);
         return 1;
     }
-    int rc = run_sizes(c, o, b->ops->name);
+    int rc = !strcmp(o->device, "cuda") ? bench_device(c, o, b->ops->name, rt_rdzv_local_rank(rz))
+                                        : run_sizes(c, o, b->ops->name);
     if (rc) tp_abort(c, "benchmark failed");
     tp_comm_destroy(c);
     rt_rdzv_close(rz);

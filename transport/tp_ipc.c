@@ -283,21 +283,38 @@ int tp_ipc_wait_device(tp_comm *c, const tp_handle *h, tp_staging *st, int last)
     return tp_ipc_wait_event(c, h, st, c->ipc->ag, last);
 }
 
+/* A peer's failure, published or seen, fails the op (its rc), else 0. A rank that saw a
+ * death publishes who died before it exits, so a hang-up is read only after looking
+ * for that again: the first to see the dead rank names it for all. */
+static int peer_failed(tp_comm *c, const tp_handle *h, tp_staging *st, int last)
+{
+    int rc, dead;
+    char why[160];
+    if (c->shm && (rc = tp_shm_others_failed(c))) return wait_fail(c, h, st, last, rc, c->b->err);
+    if ((dead = dead_peer(c)) < 0) return 0;
+    if (c->shm && (rc = tp_shm_others_failed(c))) return wait_fail(c, h, st, last, rc, c->b->err);
+    snprintf(why, sizeof why, "rank %d closed the connection (this rank waited for its device buffers, cuda_ipc)",
+             dead);
+    return wait_fail(c, h, st, last, TP_ECLOSED, why);
+}
+
 int tp_ipc_wait_event(tp_comm *c, const tp_handle *h, tp_staging *st, port_event e, int last)
 {
     int64_t deadline = port_now_ns() + (int64_t)(c->timeout_s * 1e9);
-    char why[160];
     for (int i = 0;; i++) {
-        int q = port_event_query(e), rc, dead;
+        int q = port_event_query(e), rc;
         if (q == 1) return 0;
-        if ((rc = tp_failed(c))) return rc;
-        if (c->shm && (rc = tp_shm_others_failed(c))) return wait_fail(c, h, st, last, rc, c->b->err);
-        if ((dead = dead_peer(c)) >= 0) {
-            snprintf(why, sizeof why, "rank %d closed the connection (this rank waited for its device buffers, "
-                     "cuda_ipc)", dead);
-            return wait_fail(c, h, st, last, TP_ECLOSED, why);
+        if ((rc = tp_failed(c)) || (rc = peer_failed(c, h, st, last))) return rc;
+        if (q < 0) {
+            /* A wait on a dead process's event can fail before its rank's socket shows
+             * the hang-up (the executor says the process exited): name it if it does. */
+            for (int k = 0; k < 200; k++) {
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+                if ((rc = peer_failed(c, h, st, last))) return rc;
+            }
+            return tp_ipc_dev_fail(c, h, st, last, "device wait");
         }
-        if (q < 0) return tp_ipc_dev_fail(c, h, st, last, "device wait");
         if (port_now_ns() >= deadline)
             return wait_fail(c, h, st, last, TP_ETIMEOUT,
                              "timed out waiting for the local ranks' device work (cuda_ipc)");

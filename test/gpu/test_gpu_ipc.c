@@ -8,6 +8,7 @@
  * within the deadline (their comm's IPC handles closed by tp_comm_destroy). */
 #include "test/gpu/g.h"
 #include "test/gpu/gpu_models.h"
+#include "test/gpu/gpu_procs.h"
 #include "test/t_data.h"
 #include "nn/ddp.h"
 #include "nn/graph_cuda.h"
@@ -137,51 +138,20 @@ static int gi_rank(const char *dir, int rank, int world, int victim)
     return bad;
 }
 
-/* Runs `world` ranks as processes, each fn(dir, rank, world, arg) (env "VAR=value" set
- * in rank env_rank only); each one's output in out (concatenated, rank order); the exit
- * statuses in rcs. */
+/* Runs `world` ranks as processes, each fn(dir, rank, world, arg) (gpu_procs.h: env in
+ * rank env_rank only, outputs in out, exit statuses in rcs, killed at 90 s). */
 typedef int (*gi_fn)(const char *dir, int rank, int world, int arg);
+typedef struct gi_call { gi_fn fn; int arg; } gi_call;
+static int gi_body(const char *dir, int rank, int world, const void *a)
+{
+    const gi_call *c = a;
+    return c->fn(dir, rank, world, c->arg);
+}
 static void gi_run(gi_fn fn, const char *tag, int world, int arg, const char *env, int env_rank, char *out, size_t n,
                    int *rcs)
 {
-    const char *dir = t_tmpdir(tag);
-    pid_t pid[4];
-    fflush(stdout), fflush(stderr);
-    for (int r = 0; r < world; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            char path[600];
-            snprintf(path, sizeof path, "%s/rank%d.log", dir, r);
-            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            dup2(fd, 1), dup2(fd, 2);
-            setvbuf(stdout, NULL, _IONBF, 0);
-            if (env && r == env_rank) putenv((char *)env);
-            _exit(fn(dir, r, world, arg));
-        }
-    }
-    /* No hang: every rank is done well within its 30 s deadline, or is killed at 90 s. */
-    for (int r = 0, waited = 0; r < world; r++) {
-        int s = 0;
-        while (waitpid(pid[r], &s, WNOHANG) == 0) {
-            if (waited++ > 9000) {
-                kill(pid[r], SIGKILL);
-                waitpid(pid[r], &s, 0);
-                s = 0x7f00; /* exit status 127: hung */
-                break;
-            }
-            usleep(10000);
-        }
-        rcs[r] = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
-    }
-    size_t k = 0;
-    out[0] = 0;
-    for (int r = 0; r < world && k < n; r++) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/rank%d.log", dir, r);
-        FILE *f = fopen(path, "r");
-        if (f) k += fread(out + k, 1, n - 1 - k, f), fclose(f);
-        out[k] = 0;
-    }
+    gi_call c = {fn, arg};
+    g_run_ranks(gi_body, &c, tag, world, env, env_rank, 90, out, n, rcs);
 }
 
 static void gi_world(const char *tag, int world, int victim, const char *env, int env_rank, char *out, size_t n,
@@ -190,18 +160,11 @@ static void gi_world(const char *tag, int world, int victim, const char *env, in
     gi_run(gi_rank, tag, world, victim, env, env_rank, out, n, rcs);
 }
 
-/* The executor shares device memory between processes only outside ASan builds. */
-static int gi_skip(void)
-{
-    if (!G_SIMT || !t_san("address")) return 0;
-    t_note("skipped under ASan: the executor's IPC memory needs its guarded mappings");
-    return 1;
-}
 
 TEST(gpu_ipc_allreduce_2_and_4_processes_match_host)
 {
     static char out[1 << 16];
-    if (gi_skip()) return;
+    if (g_ipc_skip()) return;
     int rcs[4];
     for (int world = 2; world <= 4; world += 2) {
         gi_world(world == 2 ? "gi2" : "gi4", world, -1, NULL, -1, out, sizeof out, rcs);
@@ -216,7 +179,7 @@ TEST(gpu_ipc_allreduce_2_and_4_processes_match_host)
 TEST(gpu_ipc_p2p_0_takes_the_staged_path)
 {
     static char out[1 << 16];
-    if (gi_skip()) return;
+    if (g_ipc_skip()) return;
     int rcs[2];
     gi_world("gip2p", 2, -1, "DDPRT_P2P=0", 1, out, sizeof out, rcs);
     CHECKF(rcs[0] == 0 && rcs[1] == 0, "exit %d %d\n%s", rcs[0], rcs[1], out);
@@ -307,7 +270,7 @@ static int gc_rank(const char *dir, int rank, int world, int arg)
 TEST(gpu_ddp_compress_matches_host)
 {
     static char out[1 << 16];
-    if (gi_skip()) return;
+    if (g_ipc_skip()) return;
     static const rt_dtype wires[] = {RT_BF16, RT_F16};
     /* bf16 and f16 over cuda_ipc, then over the staging (DDPRT_P2P=0), then both on 4 ranks */
     for (int k = 0; k < 6; k++) {

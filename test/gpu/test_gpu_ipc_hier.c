@@ -13,6 +13,7 @@
  * Broadcast: one host, 2 and 4 processes, several roots and sizes (fp32, and bytes as
  * DDP's buffers), every rank's buffer bitwise the root's. */
 #include "test/gpu/g.h"
+#include "test/gpu/gpu_procs.h"
 #include "test/t_data.h"
 #include "transport/tp_staged.h"
 #include "rt/half.h"
@@ -147,55 +148,17 @@ static int gh_rank(const char *dir, int rank, const gh_job *j)
     return rc;
 }
 
-/* Runs the job's ranks as processes (env "VAR=value" in rank env_rank only); their
- * output in out (rank order), exit statuses in rcs. */
-static void gh_world(const char *tag, const gh_job *j, const char *env, int env_rank, char *out, size_t n, int *rcs)
+static int gh_body(const char *dir, int rank, int world, const void *j)
 {
-    const char *dir = t_tmpdir(tag);
-    pid_t pid[8];
-    fflush(stdout), fflush(stderr);
-    for (int r = 0; r < j->world; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            char path[600];
-            snprintf(path, sizeof path, "%s/rank%d.log", dir, r);
-            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            dup2(fd, 1), dup2(fd, 2);
-            setvbuf(stdout, NULL, _IONBF, 0);
-            if (env && r == env_rank) putenv((char *)env);
-            _exit(gh_rank(dir, r, j));
-        }
-    }
-    /* No hang: every rank is done well within its 30 s deadline, or is killed at 120 s. */
-    for (int r = 0, waited = 0; r < j->world; r++) {
-        int s = 0;
-        while (waitpid(pid[r], &s, WNOHANG) == 0) {
-            if (waited++ > 12000) {
-                kill(pid[r], SIGKILL);
-                waitpid(pid[r], &s, 0);
-                s = 0x7f00; /* exit status 127: hung */
-                break;
-            }
-            usleep(10000);
-        }
-        rcs[r] = WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
-    }
-    size_t k = 0;
-    out[0] = 0;
-    for (int r = 0; r < j->world && k < n; r++) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/rank%d.log", dir, r);
-        FILE *f = fopen(path, "r");
-        if (f) k += fread(out + k, 1, n - 1 - k, f), fclose(f);
-        out[k] = 0;
-    }
+    (void)world;
+    return gh_rank(dir, rank, j);
 }
 
-static int gh_skip(void)
+/* Runs the job's ranks as processes (gpu_procs.h: env in rank env_rank only, outputs in
+ * out, exit statuses in rcs, killed at 120 s). */
+static void gh_world(const char *tag, const gh_job *j, const char *env, int env_rank, char *out, size_t n, int *rcs)
 {
-    if (!G_SIMT || !t_san("address")) return 0;
-    t_note("skipped under ASan: the executor's IPC memory needs its guarded mappings");
-    return 1;
+    g_run_ranks(gh_body, j, tag, j->world, env, env_rank, 120, out, n, rcs);
 }
 
 TEST(gpu_ipc_hier_allreduce_matches_host_hier)
@@ -205,7 +168,7 @@ TEST(gpu_ipc_hier_allreduce_matches_host_hier)
     static const gh_job jobs[] = {{4, 0, h22, -1}, {6, 0, h23, -1}, {6, 0, h32, -1}};
     static const char *const shape[] = {"2 hosts x 2 ranks", "2 hosts x 3 ranks", "3 hosts x 2 ranks"};
     int rcs[8];
-    if (gh_skip()) return;
+    if (g_ipc_skip()) return;
     for (int i = 0; i < 3; i++) {
         const gh_job *j = &jobs[i];
         gh_world(i == 0 ? "gh22" : i == 1 ? "gh23" : "gh32", j, NULL, -1, out, sizeof out, rcs);
@@ -229,7 +192,7 @@ TEST(gpu_ipc_hier_p2p_0_takes_the_staged_path)
     static const uint64_t h22[] = {7, 9, 7, 9};
     const gh_job j = {4, 0, h22, -1};
     int rcs[4];
-    if (gh_skip()) return;
+    if (g_ipc_skip()) return;
     gh_world("ghp2p", &j, "DDPRT_P2P=0", 2, out, sizeof out, rcs);
     for (int r = 0; r < 4; r++) CHECKF(rcs[r] == 0, "rank %d: exit %d\n%s", r, rcs[r], out);
     CHECKF(strstr(out, "rank 0: path staged") && strstr(out, "rank 3: path staged") &&
@@ -243,7 +206,7 @@ TEST(gpu_ipc_broadcast_2_and_4_processes)
 {
     static char out[1 << 17];
     int rcs[4];
-    if (gh_skip()) return;
+    if (g_ipc_skip()) return;
     for (int world = 2; world <= 4; world += 2) {
         const gh_job j = {world, 1, NULL, -1};
         gh_world(world == 2 ? "ghb2" : "ghb4", &j, NULL, -1, out, sizeof out, rcs);
@@ -263,7 +226,7 @@ TEST(gpu_ipc_hier_killed_rank_is_named)
     static const uint64_t h22[] = {7, 9, 7, 9};
     const gh_job j = {4, 0, h22, 3};
     int rcs[4];
-    if (gh_skip()) return; /* the staged path's rings would name whichever neighbour gave up first */
+    if (g_ipc_skip()) return; /* the staged path's rings would name whichever neighbour gave up first */
     gh_world("ghkill", &j, NULL, -1, out, sizeof out, rcs);
     CHECKF(rcs[3] == 128 + SIGKILL, "the victim: exit %d\n%s", rcs[3], out);
     for (int r = 0; r < 3; r++) {

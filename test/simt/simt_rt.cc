@@ -403,8 +403,22 @@ unsigned long long ev_latest(CUevent_st *e)
     return e->recorded;
 }
 
+// Interprocess events count in shared memory with atomics this file's TSan build does
+// not instrument: a record releases, a wait or query that sees it acquires, as CUDA
+// orders them (within one process; TSan sees no other).
+#ifdef SIMT_TSAN
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+#define EV_RELEASE(sh) __tsan_release((void *)(sh))
+#define EV_ACQUIRE(sh) __tsan_acquire((void *)(sh))
+#else
+#define EV_RELEASE(sh) ((void)(sh))
+#define EV_ACQUIRE(sh) ((void)(sh))
+#endif
+
 void ev_reach(ev_shared *sh, unsigned long long gen)
 {
+    EV_RELEASE(sh);
     unsigned long long d = sh->done.load();
     while (d < gen && !sh->done.compare_exchange_weak(d, gen)) {}
 }
@@ -431,6 +445,7 @@ template <class F> bool ev_poll(ev_shared *sh, unsigned long long gen, F stop)
         if (stop() || now_ms() - t0 > WAIT_S * 1e3) return false;
         usleep(i < 100 ? 20 : 500);
     }
+    EV_ACQUIRE(sh);
     return true;
 }
 } // namespace
@@ -907,7 +922,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 }
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    if (e->sh) return status() ? status() : e->sh->done.load() >= e->sh->recorded.load() ? cudaSuccess : cudaErrorNotReady;
+    if (e->sh) {
+        if (status()) return status();
+        if (e->sh->done.load() < e->sh->recorded.load()) return cudaErrorNotReady;
+        EV_ACQUIRE(e->sh);
+        return cudaSuccess;
+    }
     std::lock_guard<std::mutex> g(e->mu);
     return status() ? status() : e->done >= e->recorded ? cudaSuccess : cudaErrorNotReady;
 }

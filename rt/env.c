@@ -96,8 +96,8 @@ static const env_var vars[RT_ENV_COUNT] = {
       "threads run in between synchronisations (`warps`: each warp alone up to the next barrier)"),
     V(SIMT_SEED, E_INT, NULL, "1", "the SIMT executor's `random` order: its seed"),
     V(SIMT_TRACE, E_ANY, NULL, "unset", "the SIMT executor: a file the name of every kernel launched goes to (once each)"),
-    V(SIMT_BANKS, E_ANY, NULL, "unset", "the SIMT executor: a file each kernel's ldmatrix shared-memory bank conflicts "
-      "go to at exit (phases, conflicted phases, worst n-way)"),
+    V(SIMT_BANKS, E_ANY, NULL, "unset", "the SIMT executor: a file each launch appends its kernels' ldmatrix "
+      "shared-memory bank conflicts to (phases, conflicted phases, worst n-way)"),
     V(LOG, E_ENUM, "error|warn|warning|info|debug", "info", "log level"),
     V(DATA, E_ANY, NULL, "`./data`, then the Debian dataset packages' folder", "where data sets are looked for"),
     V(VERBS_TEST_FAULT, E_ANY, NULL, "unset", "tests: a fault for the verbs backend to inject"),

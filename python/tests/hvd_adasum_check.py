@@ -10,18 +10,7 @@ import torch
 
 import ddprt.torch as hvd
 
-hvd.init()
-R, W = hvd.rank(), hvd.size()
-assert W >= 2, "run under ddprt-launch with 2 or more ranks"
-torch.set_num_threads(1)
-checks = 0
-
-
-def expect(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        raise AssertionError("rank %d: %s" % (R, what))
+from hvd_rank import R, W, done, expect
 
 
 def ref(vs):
@@ -103,4 +92,4 @@ for k in range(3):
                 p.copy_(new)
     for (name, p), q in zip(net.named_parameters(), replicas[0].parameters()):
         expect(torch.equal(p, q), "step %d: %s differs from the replay by %g" % (k, name, (p - q).abs().max()))
-print("rank %d of %d adasum ok (%d checks)" % (R, W, checks), flush=True)
+done("adasum")

@@ -15,18 +15,7 @@ import torch.nn as nn
 
 import ddprt.torch as hvd
 
-hvd.init()
-R, W = hvd.rank(), hvd.size()
-assert W >= 2, "run under ddprt-launch with 2 or more ranks"
-torch.set_num_threads(1)
-checks = 0
-
-
-def expect(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        raise AssertionError("rank %d: %s" % (R, what))
+from hvd_rank import R, W, done, expect
 
 
 def rank_sparse(r, shape, sparse_dim, dtype=torch.float32, empty_rank=-1):
@@ -131,4 +120,4 @@ for k in range(4):
         for i, p in enumerate(ref.fc.parameters()):
             p.copy_(net.fc.state_dict()[["weight", "bias"][i]])  # the dense part is checked above
     expect(torch.equal(net.emb.weight, ref.emb.weight), "step %d: embedding weights differ from the replay" % k)
-print("rank %d of %d sparse ok (%d checks)" % (R, W, checks), flush=True)
+done("sparse")

@@ -16,18 +16,7 @@ import torch.nn as nn
 
 import ddprt.torch as hvd
 
-hvd.init()
-R, W = hvd.rank(), hvd.size()
-assert W >= 2, "run under ddprt-launch with 2 or more ranks"
-torch.set_num_threads(1)
-checks = 0
-
-
-def expect(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        raise AssertionError("rank %d: %s" % (R, what))
+from hvd_rank import R, W, done, expect
 
 
 def batch(r, k):
@@ -140,5 +129,5 @@ try:
 except ValueError as e:
     expect("groups" in str(e), "message: %s" % e)
 
-print("rank %d of %d train ok (%d checks)" % (R, W, checks))
+done("train")
 sys.stdout.flush()

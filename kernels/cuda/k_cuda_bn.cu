@@ -161,25 +161,29 @@ int k_cuda_bn_relu_fwd_t(int n, int c, int hw, const void *x, int xt, const floa
                                k_act_desc(d_, sizeof d_, xt | at, yt));
 }
 
+// The per-channel sums of BN's backward; relu: with the fused ReLU's mask on dy.
+static int bwd_sums(const char *name, int relu, int n, int c, int hw, const void *x, int xt, const float *mean,
+                    const float *invstd, const float *gamma, const float *beta, const float *dy, float *dgamma,
+                    float *dbeta, port_stream s)
+{
+    if (c <= 0) return 0;
+    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, gamma, beta, relu};
+    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
+    char d_[48];
+    return k_cuda_check_launch(name, "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
+}
+
 int k_cuda_bn_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                          const float *dy, float *dgamma, float *dbeta, port_stream s)
 {
-    if (c <= 0) return 0;
-    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, NULL, NULL, 0};
-    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
-    char d_[48];
-    return k_cuda_check_launch("k_cuda_bn_bwd_sums", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
+    return bwd_sums("k_cuda_bn_bwd_sums", 0, n, c, hw, x, xt, mean, invstd, NULL, NULL, dy, dgamma, dbeta, s);
 }
 
 int k_cuda_bn_relu_bwd_sums_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,
                               const float *gamma, const float *beta, const float *dy, float *dgamma, float *dbeta,
                               port_stream s)
 {
-    if (c <= 0) return 0;
-    BwdPart f = {{c, hw}, (size_t)n * hw, x, xt, mean, invstd, dy, gamma, beta, 1};
-    K_LAUNCH(bwd_sums_kernel, c, BN_THREADS, 0, (cudaStream_t)s)(f, dgamma, dbeta);
-    char d_[48];
-    return k_cuda_check_launch("k_cuda_bn_relu_bwd_sums", "n=%d c=%d hw=%d%s", n, c, hw, k_act_desc(d_, sizeof d_, xt, 0));
+    return bwd_sums("k_cuda_bn_relu_bwd_sums", 1, n, c, hw, x, xt, mean, invstd, gamma, beta, dy, dgamma, dbeta, s);
 }
 
 int k_cuda_bn_bwd_dx_t(int n, int c, int hw, const void *x, int xt, const float *mean, const float *invstd,

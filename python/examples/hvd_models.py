@@ -12,7 +12,9 @@ except ImportError:  # Debian: no torchvision
     _tv = None
 
 
-class _Block(nn.Module):
+class Block(nn.Module):
+    """ResNet's basic block (two 3x3 convs with BN, the shortcut a 1x1 conv where the shape changes)."""
+
     def __init__(self, cin, cout, stride):
         super().__init__()
         self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
@@ -33,7 +35,7 @@ class TinyResNet(nn.Module):
     def __init__(self, num_classes=1000):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
-        self.layers = nn.Sequential(_Block(16, 16, 1), _Block(16, 32, 2))
+        self.layers = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2))
         self.fc = nn.Linear(32, num_classes)
 
     def forward(self, x):

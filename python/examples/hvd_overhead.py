@@ -13,22 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ddprt.torch as hvd
-
-
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.b1 = nn.BatchNorm2d(cout)
-        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.b2 = nn.BatchNorm2d(cout)
-        self.sc = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.sc = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.b1(self.c1(x)))
-        return F.relu(self.b2(self.c2(y)) + self.sc(x))
+from hvd_models import Block
 
 
 def resnet18(classes=10):

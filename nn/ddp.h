@@ -34,6 +34,7 @@ typedef struct nn_ddp_stats {
     int nbuckets;
     rt_dtype wire;               /* RT_F32, or RT_F16 / RT_BF16 under --grad-compress */
     size_t reg_bytes;            /* gradients in tp_mem_alloc memory (0: the arena) */
+    size_t dev_wire_bytes;       /* --grad-compress --device cuda: the 16-bit buckets' device buffer */
 } nn_ddp_stats;
 
 /* Rendezvous (--init-method / env / Slurm / MPI) and the transport. A world of one

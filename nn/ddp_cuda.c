@@ -37,6 +37,7 @@ int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, rt_dtype wire, char *err, size
         d->have_dc = 0;
         port_dev_free(d->dwire);
         d->dwire = NULL;
+        d->s.dev_wire_bytes = 0;
         return 0;
     }
     if (tp_dev_cuda_init(&d->cuda_dc, nn_cuda_device(c), nn_cuda_stream(c), TP_STAGE_DEFAULT_SLOTS)) goto fail;
@@ -55,6 +56,7 @@ int nn_ddp_use_cuda(nn_ddp *d, struct nn_cuda *c, rt_dtype wire, char *err, size
         bytes = (n ? n : 1) * rt_dtype_size(wire);
         if (port_dev_malloc(&d->dwire, bytes, "--grad-compress buckets")) goto fail;
         region = d->dwire;
+        d->s.dev_wire_bytes = bytes;
         if (d->rank == 0)
             rt_info("--grad-compress %s on the device: the buckets are rounded to %s on the GPU (%zu bytes) and "
                     "allreduced in %s, then widened into the f32 gradients", rt_dtype_names[wire],

@@ -365,8 +365,16 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (init_weights(t, err, errlen) || resume(t, err, errlen)) return -1;
     if (!t->cuda) return 0;
     /* the device graph, then DDP wired to it (nn_ddp_attach comes later, for both graphs) */
-    return nn_cuda_setup(t->cuda, &t->g, nn_ddp_cuda_stage_bytes(t->ddp), t->o.mem_report && t->rank == 0, err,
-                         errlen) || nn_ddp_use_cuda(t->ddp, t->cuda, grad_wire[t->opt.c.compress], err, errlen) ? -1 : 0;
+    if (nn_cuda_setup(t->cuda, &t->g, nn_ddp_cuda_stage_bytes(t->ddp), t->o.mem_report && t->rank == 0, err, errlen) ||
+        nn_ddp_use_cuda(t->ddp, t->cuda, grad_wire[t->opt.c.compress], err, errlen))
+        return -1;
+    /* Its own allocation, not the device arena's: CUDA IPC maps an allocation from its
+     * base, and the peers map exactly the buckets (nn/ddp_cuda.c). */
+    size_t wb = t->ddp ? nn_ddp_get_stats(t->ddp).dev_wire_bytes : 0;
+    if (t->o.mem_report && t->rank == 0 && wb)
+        printf("device gradient buckets (--grad-compress %s): %.2f MiB (%zu bytes), one allocation beside the device "
+               "arena, which CUDA IPC maps alone\n", rt_dtype_names[grad_wire[t->opt.c.compress]], wb / 1048576.0, wb);
+    return 0;
 }
 
 /* Node i as the ranks compare it (nn_ddp_check_lines). */

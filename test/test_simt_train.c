@@ -175,6 +175,13 @@ static double compress_err(const char *out)
     return p ? atof(p + strlen("vs f32 average: relative L2 error ")) : -1;
 }
 
+/* The bytes of `row` in the memory plan whose title starts with `plan` (0: none). */
+static size_t plan_bytes(const char *out, const char *plan, const char *row)
+{
+    const char *p = strstr(out, plan), *r = p ? strstr(p, row) : NULL, *b = r ? strstr(r, "MiB  (") : NULL;
+    return b ? (size_t)strtoull(b + 6, NULL, 10) : 0;
+}
+
 /* --grad-compress on the device, 2 processes: the buckets rounded to 16 bits on the
  * device, allreduced in 16 bits over cuda_ipc and over the staging (DDPRT_P2P=0), and
  * widened back: lenet's loss lines agree with the CPU's --grad-compress run (the same
@@ -193,8 +200,16 @@ TEST(train_device_cuda_simt_grad_compress_2_processes_match_cpu)
     for (int w = 0; w < 2; w++)
         for (int e = 0; e < 2; e++) {
             char extra[128], on_dev[160], bytes[64];
-            snprintf(extra, sizeof extra, "--grad-compress %s --momentum 0.9", wire[w]);
+            snprintf(extra, sizeof extra, "--grad-compress %s --momentum 0.9%s", wire[w], e ? "" : " --mem-report");
             double worst = device_vs_cpu_env(dir, "lenet", 2, extra, env[e], 1e-4, od, oc);
+            if (!e) { /* --mem-report counts the 16-bit buckets: half the device plan's f32 gradients */
+                char want[96];
+                size_t g = plan_bytes(od, "memory plan (device", "gradients");
+                snprintf(want, sizeof want, "device gradient buckets (--grad-compress %s): ", name[w]);
+                const char *p = strstr(od, want), *q = p ? strstr(p, "MiB (") : NULL;
+                CHECKF(g > 0 && q && strtoull(q + 5, NULL, 10) == g / 2,
+                       "--mem-report: the 16-bit buckets are half the %zu bytes of gradients\n%s", g, od);
+            }
             snprintf(on_dev, sizeof on_dev, "--grad-compress %s on the device: the buckets are rounded to %s", name[w],
                      name[w]);
             snprintf(bytes, sizeof bytes, "bytes per rank (%s)", name[w]);

@@ -7,8 +7,20 @@
 // Heads are padded to HD = 32, 64 or 128 columns (zeros), tiles of rows to 64 (zeros past
 // t): every product is mma.sync m16n8k16 on whole fragments. Operands pass through shared
 // memory as 16-bit rows whose 16-byte chunks are XOR-swizzled (the 8 rows an ldmatrix
-// phase reads hit 8 different bank groups); qkv is fp32 in memory, so each tile is read,
-// rounded (cvt.rn) and stored by the threads (no cp.async: nothing 16-bit to copy).
+// phase reads hit 8 different bank groups). A 16-bit qkv of the kernel's own type
+// (--amp-activations 16) with hd % 8 == 0 and a 16-byte aligned base is copied there by
+// cp.async, 16 bytes at a time, zero-filled past t and hd: the same bits as reading and
+// rounding it, since rounding a 16-bit value to its own type is the identity (NaN
+// payloads aside). fp32 qkv and dO (always fp32) are read, rounded (cvt.rn) and stored by
+// the threads.
+//
+// Pipelines: the streamed tiles (K, V in forward and dQ; Q, dO in dK, dV) are double-
+// buffered where two fit the executor's 48 KiB of static shared memory (HD 32 and 64,
+// GPT-2's 64 among them): the next tile's cp.async (or its fp32 read and rounding into
+// registers, stored after the products, as the GEMM's TcPrefetch) is issued before the
+// current tile's products, and one barrier a tile orders both ("in" and "every warp done
+// with the buffer the next loads overwrite"). HD 128 stays single-buffered (a K, V pair
+// of tiles is already 32 KiB): load, barrier, products, barrier.
 //
 // Forward: a block of 4 warps per (64-query tile, head, sequence), a warp per 16 query
 // rows; its Q fragments are loaded once (ldmatrix), key tiles of 64 stream through; S =
@@ -20,172 +32,53 @@
 // registers) looping over the query tiles at or after it; dQ by a second pass, a block
 // per 64-query tile looping over the key tiles. No atomics: every sum has one owner and a
 // fixed order, the same bits on every run.
-#include "kernels/cuda/k_cuda_tc.cuh"
-#include <math.h>
-
-#define FA_T 64       // rows of a query (key) tile
-#define FA_THREADS 128 // 4 warps, 16 rows each
-#define FA_FULL 0xffffffffu
+#include "kernels/cuda/k_cuda_attn_tc.cuh"
 
 namespace {
-
-struct alignas(16) FaChunk {
-    unsigned w[4];
-};
-
-template <int TY> __device__ __forceinline__ unsigned fa_pack(float lo, float hi)
-{
-    return TY == K_CUDA_MM_BF16 ? k_pack_bf16x2(lo, hi) : k_pack_f16x2(lo, hi);
-}
-
-// Element offset of 16-byte chunk c (8 columns) of row r in a tile of HD-wide rows.
-template <int HD> __device__ __forceinline__ int fa_off(int r, int c)
-{
-    if (HD >= 64) return r * HD + ((c ^ (r & 7)) << 3);
-    return r * HD + ((c ^ ((r >> 1) & 3)) << 3); // 4 chunks a row: rows in pairs
-}
-
-// tile[r][0, HD) = src[at + (r0 + r) ld + (0, hd)] rounded to 16 bits, for R rows; zero
-// past t and hd. src of element type xt (fp32, or a 16-bit activation of this type:
-// k_act_ld widens exactly and the rounding gives the same bits back).
-template <int TY, int HD, int R>
-__device__ __forceinline__ void fa_load(unsigned short *tile, const void *src, int xt, size_t at, size_t ld, int r0,
-                                        int t, int hd)
-{
-    constexpr int CPR = HD / 8;
-    for (int q = threadIdx.x; q < R * CPR; q += FA_THREADS) {
-        int r = q / CPR, c = q % CPR, gr = r0 + r;
-        size_t p = at + (size_t)gr * ld + c * 8;
-        float f[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = gr < t && c * 8 + e < hd ? k_act_ld(src, xt, p + e) : 0.0f;
-        FaChunk ch;
-#pragma unroll
-        for (int e = 0; e < 4; e++) ch.w[e] = fa_pack<TY>(f[2 * e], f[2 * e + 1]);
-        *(FaChunk *)(tile + fa_off<HD>(r, c)) = ch;
-    }
-}
-
-template <int TY> __device__ __forceinline__ void fa_mma(float d[4], const unsigned a[4], const unsigned b[2])
-{
-    if (TY == K_CUDA_MM_BF16) K_MMA_BF16(d, a, b);
-    else K_MMA_F16(d, a, b);
-}
-
-// The A fragment of rows [row0, row0 + 16) and k step kk of a row-major tile.
-template <int HD> __device__ __forceinline__ void fa_lda(unsigned a[4], const unsigned short *tile, int row0, int kk,
-                                                          int lane)
-{
-    K_LDMATRIX_X4(a, tile + fa_off<HD>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
-}
-
-// acc[n][.] += A B for k step kk, B[k][n] = tile[n][k] (the rows of the tile are the N
-// columns: K for S = Q K^T, V for dP = dO V^T, Q or dO for the transposed products), NB
-// n8 blocks.
-template <int TY, int HD, int NB>
-__device__ __forceinline__ void fa_abt_step(float (&acc)[NB][4], const unsigned a[4], const unsigned short *bt, int kk,
-                                            int lane)
-{
-#pragma unroll
-    for (int nb = 0; nb < NB; nb += 2) {
-        // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-        unsigned q[4];
-        K_LDMATRIX_X4(q, bt + fa_off<HD>(nb * 8 + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)));
-        unsigned b0[2] = {q[0], q[1]}, b1[2] = {q[2], q[3]};
-        fa_mma<TY>(acc[nb], a, b0);
-        fa_mma<TY>(acc[nb + 1], a, b1);
-    }
-}
-
-// The same over HD, A's fragments from a row-major tile (rows arow0 + [0, 16)).
-template <int TY, int HD, int NB>
-__device__ __forceinline__ void fa_abt(float (&acc)[NB][4], const unsigned short *at, int arow0,
-                                       const unsigned short *bt, int lane)
-{
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        unsigned a[4];
-        fa_lda<HD>(a, at, arow0, kk, lane);
-        fa_abt_step<TY, HD, NB>(acc, a, bt, kk, lane);
-    }
-}
-
-// acc[d][.] += P B with P (16 x 8 KB, fp32 in C fragments of KB n8 blocks) rounded into A
-// fragments in registers (the C fragment of n8 blocks 2s, 2s + 1 is the A fragment of
-// k step s), B[k][d] = tile[k][d] (ldmatrix.trans: the k rows contiguous in d).
-template <int TY, int HD, int KB>
-__device__ __forceinline__ void fa_pb(float (&acc)[HD / 8][4], const float (&p)[KB][4], const unsigned short *bt,
-                                      int lane)
-{
-#pragma unroll
-    for (int s = 0; s < KB / 2; s++) {
-        unsigned a[4] = {fa_pack<TY>(p[2 * s][0], p[2 * s][1]), fa_pack<TY>(p[2 * s][2], p[2 * s][3]),
-                         fa_pack<TY>(p[2 * s + 1][0], p[2 * s + 1][1]), fa_pack<TY>(p[2 * s + 1][2], p[2 * s + 1][3])};
-#pragma unroll
-        for (int nb = 0; nb < HD / 8; nb += 2) {
-            // matrices: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
-            unsigned q[4];
-            K_LDMATRIX_X4_T(q, bt + fa_off<HD>(16 * s + (lane & 7) + ((lane >> 3) & 1) * 8, nb + (lane >> 4)));
-            unsigned b0[2] = {q[0], q[1]}, b1[2] = {q[2], q[3]};
-            fa_mma<TY>(acc[nb], a, b0);
-            fa_mma<TY>(acc[nb + 1], a, b1);
-        }
-    }
-}
-
-template <int N> __device__ __forceinline__ void fa_zero(float (&a)[N][4])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.0f;
-}
-
-// Rows (row0 + g, + 8) of a C fragment array, columns 8 n + 2 tig + (e & 1), into
-// dst[row ld + col] for rows below t and columns below hd.
-// dst[at + ...] of element type yt (y: fp32, or a 16-bit activation; the gradients: fp32).
-template <int N>
-__device__ __forceinline__ void fa_store(const float (&a)[N][4], void *dst, int yt, size_t at, size_t ld, int row0,
-                                         int t, int hd, int lane, const float *mul)
-{
-    const int g = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int r = row0 + g + 8 * (e >> 1), c = 8 * n + 2 * tig + (e & 1);
-            if (r < t && c < hd) k_act_st(dst, yt, at + (size_t)r * ld + c, mul ? a[n][e] * mul[e >> 1] : a[n][e]);
-        }
-}
-
 // Forward: block (query tile, counted from the last: the longest first; head, sequence).
 template <int TY, int HD>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int yt, float *lse)
 {
+    constexpr int NB = fa_bufs(HD);
     struct alignas(16) Smem {
-        unsigned short q[FA_T * HD], k[FA_T * HD], v[FA_T * HD];
+        unsigned short q[FA_T * HD], k[NB][FA_T * HD], v[NB][FA_T * HD];
     };
     __shared__ Smem sm;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.q, qkv, xt, base, ld, q0, t, hd);
-    __syncthreads();
+    const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
+    FaLoad<TY, HD, FA_T, false> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, FA_T, NB == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    lq.issue(sm.q, q0);
+    if (NB == 2) lk.issue(sm.k[0], 0), lv.issue(sm.v[0], 0), lk.land(sm.k[0]), lv.land(sm.v[0]);
+    K_CP_ASYNC_COMMIT();
+    K_CP_ASYNC_WAIT(0);
+    __syncthreads(); // Q in
     unsigned qf[HD / 16][4]; // the warp's Q fragments, once
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) fa_lda<HD>(qf[kk], sm.q, 16 * w, kk, lane);
     float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     fa_zero(o);
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
-    for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += FA_T) {
-        __syncthreads(); // every warp done with the last tile
-        fa_load<TY, HD, FA_T>(sm.k, qkv, xt, base + C, ld, k0, t, hd);
-        fa_load<TY, HD, FA_T>(sm.v, qkv, xt, base + 2 * C, ld, k0, t, hd);
-        __syncthreads();
+    for (int k0 = 0, bf = 0; k0 < kend; k0 += FA_T, bf = (bf + 1) % NB) {
+        if (NB == 1) {
+            __syncthreads(); // every warp done with the last tile
+            lk.issue(sm.k[0], k0), lv.issue(sm.v[0], k0);
+            K_CP_ASYNC_COMMIT();
+        }
+        fa_tile_in();
+        const bool next = NB == 2 && k0 + FA_T < kend;
+        if (next) {
+            lk.issue(sm.k[(bf + 1) % NB], k0 + FA_T), lv.issue(sm.v[(bf + 1) % NB], k0 + FA_T);
+            K_CP_ASYNC_COMMIT();
+        }
         float sc[FA_T / 8][4];
         fa_zero(sc);
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) fa_abt_step<TY, HD, FA_T / 8>(sc, qf[kk], sm.k, kk, lane);
+        for (int kk = 0; kk < HD / 16; kk++) fa_abt_step<TY, HD, FA_T / 8>(sc, qf[kk], sm.k[bf], kk, lane);
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int n = 0; n < FA_T / 8; n++)
@@ -217,7 +110,8 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
         for (int n = 0; n < HD / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[n][e] *= corr[e >> 1];
-        fa_pb<TY, HD, FA_T / 8>(o, sc, sm.v, lane);
+        fa_pb<TY, HD, FA_T / 8>(o, sc, sm.v[bf], lane);
+        if (next) lk.land(sm.k[(bf + 1) % NB]), lv.land(sm.v[(bf + 1) % NB]);
     }
     float inv[2];
 #pragma unroll
@@ -236,29 +130,40 @@ __global__ void __launch_bounds__(FA_THREADS)
 fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
            const float *dd, float *dqkv)
 {
+    constexpr int NB = fa_bufs(HD);
     struct alignas(16) Smem {
-        unsigned short k[FA_T * HD], v[FA_T * HD], q[BQ * HD], g[BQ * HD];
+        unsigned short k[FA_T * HD], v[FA_T * HD], q[NB][BQ * HD], g[NB][BQ * HD];
     };
     __shared__ Smem sm;
     const int j0 = blockIdx.x * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.k, qkv, xt, base + C, ld, j0, t, hd);
-    fa_load<TY, HD, FA_T>(sm.v, qkv, xt, base + 2 * C, ld, j0, t, hd);
+    FaLoad<TY, HD, FA_T, false> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    FaLoad<TY, HD, BQ, NB == 2> lq(qkv, xt, base, ld, t, hd), lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd);
+    lk.issue(sm.k, j0), lv.issue(sm.v, j0);
+    if (NB == 2) lq.issue(sm.q[0], j0), lg.issue(sm.g[0], j0), lq.land(sm.q[0]), lg.land(sm.g[0]);
+    K_CP_ASYNC_COMMIT(); // K, V (and the first Q, dO) arrive by the loop's first fa_tile_in
     float dk[HD / 8][4], dv[HD / 8][4];
     fa_zero(dk), fa_zero(dv);
     const int key[2] = {j0 + 16 * w + g, j0 + 16 * w + g + 8};
-    for (int i0 = j0; i0 < t; i0 += BQ) {
-        __syncthreads();
-        fa_load<TY, HD, BQ>(sm.q, qkv, xt, base, ld, i0, t, hd);
-        fa_load<TY, HD, BQ>(sm.g, dy, K_CUDA_ACT_F32, gbase, C, i0, t, hd);
-        __syncthreads();
+    for (int i0 = j0, bf = 0; i0 < t; i0 += BQ, bf = (bf + 1) % NB) {
+        if (NB == 1) {
+            __syncthreads(); // every warp done with the last query tile
+            lq.issue(sm.q[0], i0), lg.issue(sm.g[0], i0);
+            K_CP_ASYNC_COMMIT();
+        }
+        fa_tile_in();
+        const bool next = NB == 2 && i0 + BQ < t;
+        if (next) {
+            lq.issue(sm.q[(bf + 1) % NB], i0 + BQ), lg.issue(sm.g[(bf + 1) % NB], i0 + BQ);
+            K_CP_ASYNC_COMMIT();
+        }
         // P^T and dP^T: the warp's 16 keys x the tile's BQ queries
         float p[BQ / 8][4], dp[BQ / 8][4];
         fa_zero(p), fa_zero(dp);
-        fa_abt<TY, HD, BQ / 8>(p, sm.k, 16 * w, sm.q, lane);
-        fa_abt<TY, HD, BQ / 8>(dp, sm.v, 16 * w, sm.g, lane);
+        fa_abt<TY, HD, BQ / 8>(p, sm.k, 16 * w, sm.q[bf], lane);
+        fa_abt<TY, HD, BQ / 8>(dp, sm.v, 16 * w, sm.g[bf], lane);
 #pragma unroll
         for (int n = 0; n < BQ / 8; n++)
 #pragma unroll
@@ -272,8 +177,9 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
                     dp[n][2 * r + e] = pv * (dp[n][2 * r + e] - di) * scale;
                 }
             }
-        fa_pb<TY, HD, BQ / 8>(dv, p, sm.g, lane);  // dV += P^T dO
-        fa_pb<TY, HD, BQ / 8>(dk, dp, sm.q, lane); // dK += dS^T Q
+        fa_pb<TY, HD, BQ / 8>(dv, p, sm.g[bf], lane);  // dV += P^T dO
+        fa_pb<TY, HD, BQ / 8>(dk, dp, sm.q[bf], lane); // dK += dS^T Q
+        if (next) lq.land(sm.q[(bf + 1) % NB]), lg.land(sm.g[(bf + 1) % NB]);
     }
     const size_t dst = (size_t)s * t * ld + (size_t)hh * hd + C;
     fa_store(dk, dqkv, K_CUDA_ACT_F32, dst, ld, j0 + 16 * w, t, hd, lane, nullptr);
@@ -287,16 +193,21 @@ __global__ void __launch_bounds__(FA_THREADS)
 fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
           const float *dd, float *dqkv)
 {
+    constexpr int NB = fa_bufs(HD);
     struct alignas(16) Smem {
-        unsigned short q[FA_T * HD], g[FA_T * HD], k[BK * HD], v[BK * HD];
+        unsigned short q[FA_T * HD], g[FA_T * HD], k[NB][BK * HD], v[NB][BK * HD];
     };
     __shared__ Smem sm;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
-    fa_load<TY, HD, FA_T>(sm.q, qkv, xt, base, ld, q0, t, hd);
-    fa_load<TY, HD, FA_T>(sm.g, dy, K_CUDA_ACT_F32, gbase, C, q0, t, hd);
+    const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
+    FaLoad<TY, HD, FA_T, false> lq(qkv, xt, base, ld, t, hd), lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd);
+    FaLoad<TY, HD, BK, NB == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    lq.issue(sm.q, q0), lg.issue(sm.g, q0);
+    if (NB == 2) lk.issue(sm.k[0], 0), lv.issue(sm.v[0], 0), lk.land(sm.k[0]), lv.land(sm.v[0]);
+    K_CP_ASYNC_COMMIT(); // Q, dO (and the first K, V) arrive by the loop's first fa_tile_in
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
     float li[2], di[2], dq[HD / 8][4];
 #pragma unroll
@@ -305,15 +216,22 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
         di[r] = row[r] < t ? dd[row0 + row[r]] : 0.0f;
     }
     fa_zero(dq);
-    for (int k0 = 0; k0 < t && k0 < q0 + FA_T; k0 += BK) {
-        __syncthreads();
-        fa_load<TY, HD, BK>(sm.k, qkv, xt, base + C, ld, k0, t, hd);
-        fa_load<TY, HD, BK>(sm.v, qkv, xt, base + 2 * C, ld, k0, t, hd);
-        __syncthreads();
+    for (int k0 = 0, bf = 0; k0 < kend; k0 += BK, bf = (bf + 1) % NB) {
+        if (NB == 1) {
+            __syncthreads(); // every warp done with the last key tile
+            lk.issue(sm.k[0], k0), lv.issue(sm.v[0], k0);
+            K_CP_ASYNC_COMMIT();
+        }
+        fa_tile_in();
+        const bool next = NB == 2 && k0 + BK < kend;
+        if (next) {
+            lk.issue(sm.k[(bf + 1) % NB], k0 + BK), lv.issue(sm.v[(bf + 1) % NB], k0 + BK);
+            K_CP_ASYNC_COMMIT();
+        }
         float p[BK / 8][4], ds[BK / 8][4];
         fa_zero(p), fa_zero(ds);
-        fa_abt<TY, HD, BK / 8>(p, sm.q, 16 * w, sm.k, lane);
-        fa_abt<TY, HD, BK / 8>(ds, sm.g, 16 * w, sm.v, lane);
+        fa_abt<TY, HD, BK / 8>(p, sm.q, 16 * w, sm.k[bf], lane);
+        fa_abt<TY, HD, BK / 8>(ds, sm.g, 16 * w, sm.v[bf], lane);
 #pragma unroll
         for (int n = 0; n < BK / 8; n++)
 #pragma unroll
@@ -322,7 +240,8 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
                 float pv = row[r] < t && j <= row[r] ? expf(p[n][e] * scale - li[r]) : 0.0f;
                 ds[n][e] = pv * (ds[n][e] - di[r]) * scale;
             }
-        fa_pb<TY, HD, BK / 8>(dq, ds, sm.k, lane); // dQ += dS K
+        fa_pb<TY, HD, BK / 8>(dq, ds, sm.k[bf], lane); // dQ += dS K
+        if (next) lk.land(sm.k[(bf + 1) % NB]), lv.land(sm.v[(bf + 1) % NB]);
     }
     fa_store(dq, dqkv, K_CUDA_ACT_F32, (size_t)s * t * ld + (size_t)hh * hd, ld, q0 + 16 * w, t, hd, lane, nullptr);
 }

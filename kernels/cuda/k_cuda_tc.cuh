@@ -30,6 +30,7 @@
 #define K_WGMMA_WAIT(n) simt::wgmma_wait(__FILE__, __LINE__, n)
 // generic-proxy writes made visible to wgmma's async proxy: not modelled (a no-op here)
 #define K_FENCE_PROXY_ASYNC() ((void)0)
+#define K_PIN_X4(w) ((void)0)
 static inline unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo) { return simt::smem_desc(p, lbo, sbo); }
 #else
 __device__ __forceinline__ unsigned k_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -86,6 +87,10 @@ template <int N> __device__ __forceinline__ void k_cp_async_wait()
 #define K_CP_ASYNC16(dst, src, src_bytes) k_cp_async16(dst, src, src_bytes)
 #define K_CP_ASYNC_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define K_CP_ASYNC_WAIT(n) k_cp_async_wait<n>()
+// Four registers (a prefetched 16-byte chunk's packed words) computed here: an empty
+// volatile asm that "rewrites" them keeps nvcc from sinking their rounding past the
+// products that follow, where it would hold eight fp32 values in place of four words.
+#define K_PIN_X4(w) asm volatile("" : "+r"((w)[0]), "+r"((w)[1]), "+r"((w)[2]), "+r"((w)[3]))
 // wgmma (sm_90a only: the arch-specific features; elsewhere the kernel traps, and the
 // host never launches it there). m64n128k16, fp32 accumulators d[64] in PTX's D layout,
 // both operands from shared memory through descriptors (K-major, no swizzle).

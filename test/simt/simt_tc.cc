@@ -26,6 +26,7 @@
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
+#include <atomic>
 #include <cxxabi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,6 +489,11 @@ void simt::tc_barrier_done()
     copies.resize(n);
 }
 
+// cp.async copies issued since the process began (simt_cp_async_count): a test can see
+// that a kernel's path really copies its tiles asynchronously, and how many.
+static std::atomic<unsigned long long> cp_async_issued;
+extern "C" unsigned long long simt_cp_async_count(void) { return cp_async_issued.load(); }
+
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
     tsan_hide hide;
@@ -522,6 +528,7 @@ void simt::cp_async(const char *file, int line, void *dst, const void *src, int 
             return thread_fail(b);
         }
     memset(dst, 0xff, (size_t)bytes); // NaN until its wait_group
+    cp_async_issued++;
     copies.push_back({t, 0, PENDING, 0, (char *)dst, (const char *)src, bytes, src_bytes, file, line});
 }
 

@@ -26,6 +26,7 @@
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
+#include <atomic>
 #include <cxxabi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,8 +489,14 @@ void simt::tc_barrier_done()
     copies.resize(n);
 }
 
+// cp.async copies issued since the process started: the device tests' evidence that a
+// product took an operand by cp.async (test/gpu/test_gpu_tc_w16.c).
+static std::atomic<unsigned long long> cp_async_issued;
+extern "C" unsigned long long simt_cp_async_count(void) { return cp_async_issued.load(); }
+
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
+    cp_async_issued++;
     tsan_hide hide;
     int t = calling_thread("cp.async", file, line);
     std::string op = where("cp.async", file, line);

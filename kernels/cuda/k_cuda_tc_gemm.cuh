@@ -16,9 +16,10 @@
 // 3 cp.async stages when both operands are 16-bit arrays; 2 stages when one is gathered
 // (its next slice prefetched into registers, the 16-bit one's by cp.async meanwhile).
 // Every way adds the same rounded products in the same order (tc_slice on 32-deep
-// slices): a 16-bit copy made with the same rounding gives the same bits as the gather. Each warp loads its fragments with ldmatrix (.trans for
-// the M/N-contiguous operands) from XOR-swizzled tiles: the 8 rows one ldmatrix phase
-// reads lie in 8 different 16-byte bank groups. Rows or k past the matrix are zero.
+// slices): a 16-bit copy made with the same rounding gives the same bits as the gather.
+// Each warp loads its fragments with ldmatrix (.trans for the M/N-contiguous operands)
+// from XOR-swizzled tiles: the 8 rows one ldmatrix phase reads lie in 8 different
+// 16-byte bank groups. Rows or k past the matrix are zero.
 #pragma once
 #include "kernels/cuda/k_cuda_gemm.cuh"
 #include "kernels/cuda/k_cuda_tc.cuh"
@@ -337,7 +338,8 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
                 if (k_cuda_wgmma_on()) {
                     bool raw = false;
                     if constexpr (WGR) {
-                        if ((raw = la.vec && lb.vec)) K_LAUNCH((wg_gemm<TY, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                        if ((raw = la.vec && lb.vec))
+                            K_LAUNCH((wg_gemm<TY, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     }
                     if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma)", shapes);

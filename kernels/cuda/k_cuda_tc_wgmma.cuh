@@ -157,7 +157,8 @@ __global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, 
         wgg_slice<TY>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
-        if (nx < kt_n) wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], la, lb, M, N, m0, n0, kend, kbeg + nx * TC_BK);
+        if (nx < kt_n)
+            wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], la, lb, M, N, m0, n0, kend, kbeg + nx * TC_BK);
         K_CP_ASYNC_COMMIT();
         K_WGMMA_WAIT(0);
     }

@@ -313,6 +313,8 @@ typedef struct nn_graph {
                             * (--amp-activations 16, the default; nn/plan.c) */
     float loss_scale;      /* --amp fp16: the loss gradient's factor (nn/loss_scale.h); 0 or 1: none */
     int tf32;              /* --matmul-precision high on the device: fp32 products on TF32 tensor cores */
+    uint16_t *params16;    /* device --amp: params rounded to its 16-bit type (nn/graph_cuda.c), the
+                            * tensor cores' weight operand; NULL: none */
     int on_device;         /* a device graph: planned with the ops' workspace_cuda */
 } nn_graph;
 

@@ -93,6 +93,12 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     c->dg.on_device = 1;
     c->dg.on_grad_ready = NULL;
     if (nn_graph_carve(&c->dg, a, err, errlen)) return -1;
+    /* --amp: the weights in its 16-bit type for the tensor cores (Apex O2's / autocast's
+     * cast weights): one block beside the fp32 one, parameter i at the same offset (each
+     * 16-float aligned there: 32 bytes here), so one cast kernel refreshes all of them. */
+    c->dg.params16 = c->dg.amp != NN_AMP_NONE ? rt_arena_alloc(a, c->dg.nparams * sizeof(uint16_t), RT_MEM_PARAMS,
+                                                                "parameters in 16 bits (--amp's tensor-core weights)")
+                                              : NULL;
     c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, c->opt ? "exp_avg" : "momentum");
     c->v = c->opt ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "exp_avg_sq") : NULL;
     c->dg.grad_sum = c->accum > 1 ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM,
@@ -155,6 +161,9 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report
     rt_arena_plan(&plan, "device");
     if (carve_dev(c, &plan, err, errlen)) return -1;
     if (mem_report) rt_arena_report(&plan);
+    if (mem_report && c->dg.amp != NN_AMP_NONE) /* (a planning arena hands out no addresses) */
+        printf("device 16-bit weights: %.2f MiB for %zu parameters (--amp's copy for the tensor cores; in params "
+               "above)\n", c->dg.nparams * sizeof(uint16_t) / 1048576.0, c->dg.nparams);
     if (mem_report && host->act16 && mem_report_act16(c, err, errlen)) return -1;
     if (port_dev_malloc(&c->dev_base, plan.high, "device arena")) goto fail;
     rt_arena_init_from(&c->dev, "device", c->dev_base, plan.high);
@@ -195,6 +204,19 @@ int nn_cuda_scaler(const nn_cuda *c, nn_scaler *s)
     return c->scaler.scale > 0;
 }
 
+/* The 16-bit weights from the fp32 ones, rounded to nearest even as the products round
+ * fp32 operands (the same bits as reading w): after every change of the fp32 weights, i.e.
+ * at upload (start-up, resume) and after each optimizer update - once a step, not once
+ * a forward (--accum-steps runs several forwards on the same weights), and never for a
+ * skipped fp16 step. On the compute stream, so the next forward reads the new copy. */
+static int cast_params16(nn_cuda *c)
+{
+    nn_graph *g = &c->dg;
+    if (!g->params16) return 0;
+    return g->amp == NN_AMP_BF16 ? k_cuda_f32_to_bf16(g->nparams, g->params, g->params16, c->compute)
+                                 : k_cuda_f32_to_f16(g->nparams, g->params, g->params16, c->compute);
+}
+
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */
 int nn_cuda_upload(nn_cuda *c, const float *momentum)
 {
@@ -207,7 +229,8 @@ int nn_cuda_upload(nn_cuda *c, const float *momentum)
         port_memcpy_h2d(c->mom, momentum, b, c->compute, "upload momentum") ||
         (c->opt && port_memcpy_h2d(c->v, c->opt->v, b, c->compute, "upload exp_avg_sq")) ||
         (c->dg.buf_bytes && port_memcpy_h2d(c->dg.bufs, c->host->bufs, c->dg.buf_bytes, c->compute, "upload buffers")) ||
-        port_memset_dev(c->dg.grads, 0, b, c->compute, "zero gradients") || port_stream_sync(c->compute, "upload"))
+        port_memset_dev(c->dg.grads, 0, b, c->compute, "zero gradients") || cast_params16(c) ||
+        port_stream_sync(c->compute, "upload"))
         return -1;
     return 0;
 }
@@ -326,6 +349,7 @@ static void finish_step(nn_cuda *c, const k_sgd_cfg *sgd, uint64_t step)
     double ss = -1; /* the gradients' sum of squares when known */
     if (c->scaler.scale > 0 && (ss = unscale_grads(c, step)) < 0) return;
     optim_step(c, sgd, step, ss);
+    KC(cast_params16(c));
 }
 
 double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_sgd_cfg *sgd, uint64_t seed,

@@ -217,7 +217,8 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
 
 /* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
  * each): a wrong fragment index fails the comparison with the reference, a missing
- * cp.async.wait_group, a missing barrier between pipeline stages and a missing
+ * cp.async.wait_group (the 16-bit entry's and the mixed pipeline's of conv / linear with
+ * the 16-bit weights), a missing barrier between pipeline stages and a missing
  * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor; the
  * attention kernel's barrier before the next key tile, removed, fails the comparison
  * when warps run one by one (DDPRT_SIMT_SCHED=warps). Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
@@ -239,12 +240,14 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM: cp.async.wait_group removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "before that thread's cp.async.wait_group covered it"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core GEMM (sm_90): wgmma.fence removed | k_cuda_tc_gemm.cu | simt: ") &&
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90): wgmma.fence removed | k_cuda_tc_wgmma.cuh | simt: ") &&
            strstr(o, "has not executed wgmma.fence since its accumulators were last its own"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM: barrier between pipeline stages removed | k_cuda_tc_gemm.cuh | simt: ") &&
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed | k_cuda_tc_gemm.cuh | simt: "),
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed | k_cuda_tc_wgmma.cuh | simt: "),
            "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
+                     "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "
                      "only the comparison"), "%s", o);
 }

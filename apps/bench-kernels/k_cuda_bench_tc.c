@@ -49,7 +49,7 @@ static int tc_blas(void *c_)
 static int tf_ours(void *c_)
 {
     tc_ctx *c = c_;
-    return k_cuda_linear_fwd_mm(K_CUDA_MM_TF32, c->n, c->n, c->n, c->x, c->w, NULL, c->y, c->ws, kb_S);
+    return k_cuda_linear_fwd_mm(K_CUDA_MM_TF32, c->n, c->n, c->n, c->x, c->w, NULL, NULL, c->y, c->ws, kb_S);
 }
 static int tf_blas(void *c_)
 {
@@ -105,13 +105,13 @@ static int tcc_fwd(void *p)
 {
     tcc_ctx *t = p;
     int y16 = t->mm == K_CUDA_MM_TF32 ? 0 : K_CUDA_MM_Y16;
-    return k_cuda_conv2d_fwd_mm(t->mm | tcc_x16(t) | y16, &t->sh, t->x16, t->w, t->b, y16 ? t->y16 : (void *)t->y,
+    return k_cuda_conv2d_fwd_mm(t->mm | tcc_x16(t) | y16, &t->sh, t->x16, t->w, NULL, t->b, y16 ? t->y16 : (void *)t->y,
                                 t->ws, kb_S);
 }
 static int tcc_bwd(void *p)
 {
     tcc_ctx *t = p;
-    return k_cuda_conv2d_bwd_mm(t->mm | tcc_x16(t), &t->sh, t->x16, t->w, t->dy, t->dx, t->dw, t->db, t->ws, kb_S);
+    return k_cuda_conv2d_bwd_mm(t->mm | tcc_x16(t), &t->sh, t->x16, t->w, NULL, t->dy, t->dx, t->dw, t->db, t->ws, kb_S);
 }
 static int dnn16_fwd(void *p)
 {

@@ -130,15 +130,22 @@ int k_cuda_wgmma_setup(char *why, size_t len);
 int k_cuda_wgmma_on(void);
 /* The probe alone (tests): 1 when wgmma agrees with mma.sync, else -1 with why; leaves it off. */
 int k_cuda_wgmma_probe(char *why, size_t len);
-/* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32. */
-int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
-                         void *ws, port_stream s);
-int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *dy,
-                         float *dx, float *dw, float *db, void *ws, port_stream s);
-int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
-                         void *ws, port_stream s);
-int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
-                         float *dx, float *dw, float *db, void *ws, port_stream s);
+/* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32.
+ * w16: NULL, or w rounded to mm's 16-bit type as the products round it (k_cuda_f32_to_bf16
+ * / _f16: the device graph's copy, nn/graph_cuda.c; bf16 / f16 only). Where its rows are
+ * 16-byte aligned the products copy it into shared memory by cp.async instead of reading,
+ * rounding and storing w through registers: the same bits either way. conv's input
+ * gradient takes it for 1x1 kernels (w^T's rows are then w's columns), the weight
+ * gradients have no w operand; a 16-bit x (K_CUDA_MM_X16) is copied by cp.async too where
+ * it is a plain matrix (linear, Conv1D). */
+int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
+                         const float *b, float *y, void *ws, port_stream s);
+int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
+                         const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s);
+int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                         const float *b, float *y, void *ws, port_stream s);
+int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                         const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s);
 int k_cuda_f32_to_f16(size_t n, const float *x, uint16_t *y, port_stream s);
 int k_cuda_f16_to_f32(size_t n, const uint16_t *x, float *y, port_stream s);
 int k_cuda_f32_to_bf16(size_t n, const float *x, uint16_t *y, port_stream s);
@@ -249,11 +256,11 @@ int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w,
                          port_stream s);
 int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, void *ws, port_stream s);
-/* At a precision (K_CUDA_MM_*), as conv and linear. */
-int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
-                            void *ws, port_stream s);
-int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *db, void *ws, port_stream s);
+/* At a precision (K_CUDA_MM_*), as conv and linear (w16 as theirs). */
+int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                            const float *b, float *y, void *ws, port_stream s);
+int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                            const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s);
 /* Causal attention with an online softmax: lse[b, h, t] kept, the probabilities
  * recomputed in backward (workspace: k_cuda_attention_workspace bytes). Tiled (32-row
  * tiles through shared memory, a warp per 4 rows: k_cuda_attn.cu); heads above 64 pass

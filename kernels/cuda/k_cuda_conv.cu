@@ -185,17 +185,17 @@ size_t k_cuda_conv2d_workspace(const k_conv_shape *sh)
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
 {
-    return k_cuda_conv2d_fwd_mm(K_CUDA_MM_FP32, sh, x, w, b, y, ws, s);
+    return k_cuda_conv2d_fwd_mm(K_CUDA_MM_FP32, sh, x, w, NULL, b, y, ws, s);
 }
 
 int k_cuda_conv2d_bwd(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
                       float *dw, float *db, void *ws, port_stream s)
 {
-    return k_cuda_conv2d_bwd_mm(K_CUDA_MM_FP32, sh, x, w, dy, dx, dw, db, ws, s);
+    return k_cuda_conv2d_bwd_mm(K_CUDA_MM_FP32, sh, x, w, NULL, dy, dx, dw, db, ws, s);
 }
 
-int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
-                         void *ws, port_stream s)
+int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
+                         const float *b, float *y, void *ws, port_stream s)
 {
     Geo g = geo(sh);
     char shp[160];
@@ -204,12 +204,16 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     FwdA a = {w, g.C * g.RS()};
     FwdB bb = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
     FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16)};
+    cudaStream_t cs = (cudaStream_t)s;
+    TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async
+    if (k_tc_raw(ar, mm, w16, g.C * g.RS()))
+        return k_cuda_gemm_mm16(mm, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), ar, bb, st, ws, cs);
     return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
-                       (cudaStream_t)s);
+                          cs);
 }
 
-int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const float *dy,
-                         float *dx, float *dw, float *db, void *ws, port_stream s)
+int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
+                         const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     Geo g = geo(sh);
     cudaStream_t cs = (cudaStream_t)s;
@@ -217,11 +221,15 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     shape_str(sh, shp, sizeof shp);
     if (k_act_mm_check(mm, "k_cuda_conv2d_bwd", shp)) return -1;
     if (dx) {
+        const char *k = "k_cuda_conv2d_bwd (input grad)";
         DxA a = {g, w};
         DxB b = {g, dy};
         DxStore st = {g, dx};
-        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (input grad)", shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs))
-            return -1;
+        TcRawMN ar; // 1x1: w^T(c, k) = w[k * C + c], w16's rows (over c) by cp.async
+        int rc = g.RS() == 1 && k_tc_raw(ar, mm, w16, g.C)
+                     ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ar, b, st, ws, cs)
+                     : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs);
+        if (rc) return -1;
     }
     DwA a = {g, dy};
     DwB b = {g, x, k_act_of(mm, K_CUDA_MM_X16)};

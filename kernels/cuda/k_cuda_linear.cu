@@ -44,33 +44,51 @@ size_t k_cuda_linear_workspace(int n, int in, int out)
 int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
 {
-    return k_cuda_linear_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, b, y, ws, s);
+    return k_cuda_linear_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, NULL, b, y, ws, s);
 }
 
 int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                       float *dw, float *db, void *ws, port_stream s)
 {
-    return k_cuda_linear_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, dy, dx, dw, db, ws, s);
+    return k_cuda_linear_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, NULL, dy, dx, dw, db, ws, s);
 }
 
-int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
-                         void *ws, port_stream s)
+// The products with B = w^T (forward) or w (input grad): w16's rows by cp.async where
+// k_tc_raw takes them, else w's through the gathering loader gb.
+template <class A, class RW, class GB, class ST>
+static int lin_w(int mm, const char *k, const char *shp, int M, int N, int K, A a, const uint16_t *w16, int ld, GB gb,
+                 ST st, void *ws, cudaStream_t s)
+{
+    RW rw;
+    if (k_tc_raw(rw, mm, w16, ld)) return k_cuda_gemm_mm16(mm, k, shp, M, N, K, a, rw, st, ws, s);
+    if constexpr (std::is_base_of<TcRaw, A>::value) return k_cuda_gemm_mm16(mm, k, shp, M, N, K, a, gb, st, ws, s);
+    else return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, M, N, K, a, gb, st, ws, s);
+}
+
+int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                         const float *b, float *y, void *ws, port_stream s)
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    if (k_act_mm_check(mm, "k_cuda_linear_fwd", shp)) return -1;
+    const char *k = "k_cuda_linear_fwd";
+    if (k_act_mm_check(mm, k, shp)) return -1;
     KgColB bb = {w, in};
     StoreBias st = {y, b, out, k_act_of(mm, K_CUDA_MM_Y16)};
-    if (mm & K_CUDA_MM_X16) {
+    cudaStream_t cs = (cudaStream_t)s;
+    if (mm & K_CUDA_MM_X16) { // a 16-bit x: by cp.async too (both operands: the 3-stage kernel)
+        TcRawK xr;
+        if (k_tc_raw(xr, mm, x, in)) return lin_w<TcRawK, TcRawK>(mm, k, shp, n, out, in, xr, w16, in, bb, st, ws, cs);
         KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-        return k_cuda_gemm_mm16(mm, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+        TcRawK rw;
+        if (k_tc_raw(rw, mm, w16, in)) return k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, rw, st, ws, cs);
+        return k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, bb, st, ws, cs);
     }
     KgRowA a = {(const float *)x, in};
-    return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    return lin_w<KgRowA, TcRawK>(mm, k, shp, n, out, in, a, w16, in, bb, st, ws, cs);
 }
 
-int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
-                         float *dx, float *dw, float *db, void *ws, port_stream s)
+int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                         const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
@@ -80,17 +98,21 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (lin_w<KgRowA, TcRawMN>(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, w16, in, b, st, ws, cs))
+            return -1;
     }
     KgColA a = {dy, out};
     Store st = {dw, in};
-    if (mm & K_CUDA_MM_X16) {
+    const char *kw = "k_cuda_linear_bwd (weight grad)";
+    if (mm & K_CUDA_MM_X16) { // a 16-bit x by cp.async where its rows are aligned
+        TcRawMN xr;
         KgActRowB b = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-        if (k_cuda_gemm_mm16(mm, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs)) return -1;
+        if (k_tc_raw(xr, mm, x, in) ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xr, st, ws, cs)
+                                    : k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, b, st, ws, cs))
+            return -1;
     } else {
         KgRowB b = {x, in};
-        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_linear_bwd (weight grad)", shp, out, in, n, a, b, st, ws, cs))
-            return -1;
+        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kw, shp, out, in, n, a, b, st, ws, cs)) return -1;
     }
     if (!db) return 0; // no bias
     K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);

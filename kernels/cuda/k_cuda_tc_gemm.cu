@@ -20,65 +20,9 @@ struct TcStore {
 };
 
 int aligned16(const void *p, int ld) { return !((uintptr_t)p & 15) && ld % 8 == 0; }
-
-// ---- sm_90: wgmma. Two warpgroups, each 64 rows x 128 columns of a 128x128 tile
-// (m64n128k16, 64 fp32 accumulators a thread); k in 32-deep slices through 3 cp.async
-// stages (48 KiB). The tiles are in wgmma's K-major, no-swizzle layout: core matrices of
-// 8 rows x 16 bytes (one cp.async each), the next 8 rows 128 bytes on (SBO), the next 8 k
-// R * 16 bytes on (LBO).
-#define WG_T WGG_T // the header's wgmma tile, layout (wgg_off) and slice (wgg_slice)
-#define WG_BK TC_BK
-#define WG_STAGES 3
-struct WgArgs {
-    int m, n, k, lda, ldb, ldc, relu;
-    const unsigned short *a, *b;
-    float *c;
-    const float *bias;
-};
-
-
-__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const WgArgs &g, int m0, int n0, int k0)
-{
-    for (int q = threadIdx.x; q < 2 * WG_T * 4; q += 256) { // 4 chunks of 8 k a row
-        int isb = q >= WG_T * 4, qq = q - isb * WG_T * 4, r = qq >> 2, kb = qq & 3, k = k0 + kb * 8;
-        int gr = (isb ? n0 : m0) + r, ld = isb ? g.ldb : g.lda;
-        const unsigned short *src = isb ? g.b : g.a;
-        int valid = gr < (isb ? g.n : g.m) ? max(min(8, g.k - k), 0) : 0;
-        K_CP_ASYNC16((isb ? tb : ta) + wgg_off<WG_T>(r, kb), valid ? src + (size_t)gr * ld + k : src, valid * 2);
-    }
-}
-
-template <int TY> __global__ void __launch_bounds__(256) wg_gemm(WgArgs g)
-{
-    struct alignas(128) Smem {
-        unsigned short a[WG_STAGES][WG_T * WG_BK], b[WG_STAGES][WG_T * WG_BK];
-    };
-    __shared__ Smem sm;
-    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WG_T, n0 = blockIdx.x * WG_T, kt_n = (g.k + WG_BK - 1) / WG_BK;
-    float acc[64];
-#pragma unroll
-    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
-    for (int s = 0; s < WG_STAGES - 1; s++) {
-        if (s < kt_n) wg_load(sm.a[s], sm.b[s], g, m0, n0, s * WG_BK);
-        K_CP_ASYNC_COMMIT();
-    }
-    for (int kt = 0; kt < kt_n; kt++) {
-        K_CP_ASYNC_WAIT(WG_STAGES - 2);
-        K_FENCE_PROXY_ASYNC(); // cp.async's writes, for the async proxy wgmma reads through
-        __syncthreads();
-        const unsigned short *ta = sm.a[kt % WG_STAGES], *tb = sm.b[kt % WG_STAGES];
-        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wgg_slice<TY>(acc, ta, tb, wg);
-        K_WGMMA_COMMIT();
-        int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
-        if (nx < kt_n) wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], g, m0, n0, nx * WG_BK);
-        K_CP_ASYNC_COMMIT();
-        K_WGMMA_WAIT(0);
-    }
-    K_CP_ASYNC_WAIT(0);
-    wgg_store(acc, TcStore{g.c, g.bias, g.ldc, g.relu}, g.m, g.n, m0, n0, wg, 0);
-}
 } // namespace
+
+// sm_90: wg_gemm (k_cuda_tc_wgmma.cuh), the 16-bit arrays by cp.async into wgmma's layout.
 
 int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
 {
@@ -88,10 +32,13 @@ int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
                        "with 16-byte aligned rows", g->m, g->n, g->k, g->type);
         return -1;
     }
-    WgArgs a = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->relu, g->a, g->b, g->c, g->bias};
-    dim3 grid((unsigned)((g->n + WG_T - 1) / WG_T), (unsigned)((g->m + WG_T - 1) / WG_T));
-    if (g->type == K_CUDA_MM_BF16) K_LAUNCH(wg_gemm<K_CUDA_MM_BF16>, grid, 256, 0, (cudaStream_t)s)(a);
-    else K_LAUNCH(wg_gemm<K_CUDA_MM_F16>, grid, 256, 0, (cudaStream_t)s)(a);
+    TcRawK a, b;
+    a.p = g->a, a.ld = g->lda, a.vec = 1, b.p = g->b, b.ld = g->ldb, b.vec = 1;
+    TcStore st = {g->c, g->bias, g->ldc, g->relu};
+    dim3 grid((unsigned)((g->n + WGG_T - 1) / WGG_T), (unsigned)((g->m + WGG_T - 1) / WGG_T));
+    if (g->type == K_CUDA_MM_BF16)
+        K_LAUNCH((wg_gemm<K_CUDA_MM_BF16, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k, g->k, a, b, st);
+    else K_LAUNCH((wg_gemm<K_CUDA_MM_F16, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k, g->k, a, b, st);
     return k_cuda_check_launch("k_cuda_tc_gemm_sm90", "m=%d n=%d k=%d (wgmma)", g->m, g->n, g->k);
 }
 

@@ -4,18 +4,22 @@
 // (k_cuda_gemm.cuh) - bias, NCHW scatter, split-K partials - so conv and linear switch
 // precision by the call, not by their code.
 //
-// Operands come two ways. 16-bit arrays (TcRawK / TcRawMN) are copied into shared memory
-// by cp.async, 16 bytes at a time, when their rows are 16-byte aligned. Any other loader
-// is the fp32 SGEMM's functor (the im2col gathers of an implicit-GEMM convolution, a
-// transposed view): its values are read, rounded to bf16 (f16) exactly as the CPU's --amp
-// bf16 rounds them (rt/half.h) and stored; no converted copy exists in memory.
+// Operands come two ways. 16-bit arrays (TcRawK / TcRawMN: the device's 16-bit weight
+// copy, 16-bit activations) are copied into shared memory by cp.async, 16 bytes at a time,
+// when their rows are 16-byte aligned. Any other loader is the fp32 SGEMM's functor (the
+// im2col gathers of an implicit-GEMM convolution, a transposed view): its values are read,
+// rounded to bf16 (f16) exactly as the CPU's --amp bf16 rounds them (rt/half.h) and
+// stored through registers.
 //
 // Block: 256 threads, 8 warps as 2 (M) x 4 (N), a BM x BN tile (128x128 or 64x64, as
 // the SGEMM picks); k in 32-deep slices through static shared memory (48 KiB at 128x128):
-// 3 cp.async stages for 16-bit arrays, 2 stages with the next slice prefetched into
-// registers for the gathering loaders. Each warp loads its fragments with ldmatrix (.trans for
-// the M/N-contiguous operands) from XOR-swizzled tiles: the 8 rows one ldmatrix phase
-// reads lie in 8 different 16-byte bank groups. Rows or k past the matrix are zero.
+// 3 cp.async stages when both operands are 16-bit arrays; 2 stages when one is gathered
+// (its next slice prefetched into registers, the 16-bit one's by cp.async meanwhile).
+// Every way adds the same rounded products in the same order (tc_slice on 32-deep
+// slices): a 16-bit copy made with the same rounding gives the same bits as the gather.
+// Each warp loads its fragments with ldmatrix (.trans for the M/N-contiguous operands)
+// from XOR-swizzled tiles: the 8 rows one ldmatrix phase reads lie in 8 different
+// 16-byte bank groups. Rows or k past the matrix are zero.
 #pragma once
 #include "kernels/cuda/k_cuda_gemm.cuh"
 #include "kernels/cuda/k_cuda_tc.cuh"
@@ -33,6 +37,16 @@ struct TcRaw {
 };
 struct TcRawK : TcRaw { static constexpr bool k_fast = true; };
 struct TcRawMN : TcRaw { static constexpr bool k_fast = false; };
+
+// A 16-bit array p (row stride ld) as an operand of products at precision mm: true where
+// it is there, the products are bf16 / f16 and its rows are 16-byte aligned (cp.async);
+// otherwise the caller keeps its gathering loader.
+template <class R> static inline bool k_tc_raw(R &r, int mm, const void *p, int ld)
+{
+    int t = mm & K_CUDA_MM_TYPE;
+    r.p = (const unsigned short *)p, r.ld = ld, r.vec = 1;
+    return p && (t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) && !((uintptr_t)p & 15) && ld % 8 == 0;
+}
 
 // Element offset of 16-byte chunk c of row r. K-contiguous tile: R rows of 32 (four
 // chunks, 64 bytes); M/N-contiguous tile: 32 rows (k) of R.
@@ -148,6 +162,38 @@ template <int R, bool IS_B, int TY, class L> struct TcPrefetch {
     }
 };
 
+// One operand of a mixed product (one 16-bit array, one gathered): get starts slice k0
+// into a stage (cp.async for the array; into registers for the gatherer), put stores the
+// registers (after the current slice is multiplied; nothing for the array).
+template <int R, bool IS_B, int TY, class L, bool RAW = std::is_base_of<TcRaw, L>::value> struct TcSide {
+    TcPrefetch<R, IS_B, TY, L> p;
+    __device__ __forceinline__ void get(unsigned short *, const L &l, int rows, int r0, int kend, int k0)
+    {
+        p.fetch(l, rows, r0, kend, k0);
+    }
+    __device__ __forceinline__ void put(unsigned short *tile) const { p.store(tile); }
+};
+template <int R, bool IS_B, int TY, class L> struct TcSide<R, IS_B, TY, L, true> {
+    __device__ __forceinline__ void get(unsigned short *tile, const L &l, int rows, int r0, int kend, int k0)
+    {
+        tc_load<R>(tile, l, rows, r0, kend, k0);
+    }
+    __device__ __forceinline__ void put(unsigned short *) const {}
+};
+
+// Slice k0 of a mixed product into stages ta / tb: the array's cp.async first (one group),
+// so its copies run on while the gatherer's loads are waited for.
+template <bool RA, class SA, class SB, class LA, class LB>
+__device__ __forceinline__ void tc_mixed_get(SA &sa, SB &sb, unsigned short *ta, unsigned short *tb, const LA &la,
+                                             const LB &lb, int M, int N, int m0, int n0, int kend, int k0)
+{
+    if (RA) sa.get(ta, la, M, m0, kend, k0);
+    else sb.get(tb, lb, N, n0, kend, k0);
+    K_CP_ASYNC_COMMIT();
+    if (RA) sb.get(tb, lb, N, n0, kend, k0);
+    else sa.get(ta, la, M, m0, kend, k0);
+}
+
 // One 32-deep slice from the tiles into the warp's accumulators.
 template <int BM, int BN, int TY, bool AK, bool BK, int MT, int NT>
 __device__ __forceinline__ void tc_slice(const unsigned short *ta, const unsigned short *tb, float (&acc)[MT][NT][4],
@@ -191,9 +237,9 @@ __device__ __forceinline__ void tc_slice(const unsigned short *ta, const unsigne
 }
 
 // One BM x BN tile of C over k in [blockIdx.z * kchunk, + kchunk), written through st
-// (st(split, m, n, value), as the SGEMM's epilogues). 16-bit arrays: 3 cp.async stages;
-// gathering loaders: 2 stages, the next slice fetched into registers while this one is
-// multiplied.
+// (st(split, m, n, value), as the SGEMM's epilogues). Two 16-bit arrays: 3 cp.async
+// stages; otherwise 2 stages, the next slice's gathered operand fetched into registers
+// (and the 16-bit one's cp.async issued) while this one is multiplied.
 template <int BM, int BN, int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
@@ -203,15 +249,14 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     __shared__ Smem sm;
     constexpr int WM = BM / 2, WN = BN / 4, MT = WM / 16, NT = WN / 8;
     constexpr bool AK = LA::k_fast, BK = LB::k_fast;
-    constexpr bool RAW = std::is_base_of<TcRaw, LA>::value;
-    static_assert(RAW == std::is_base_of<TcRaw, LB>::value, "both operands 16-bit arrays, or both gathered");
+    constexpr bool RA = std::is_base_of<TcRaw, LA>::value, RB = std::is_base_of<TcRaw, LB>::value;
     static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk), kt_n = (kend - kbeg + TC_BK - 1) / TC_BK;
     float acc[MT][NT][4];
     tc_zero(acc);
-    if constexpr (!RAW) {
+    if constexpr (!RA && !RB) {
         TcPrefetch<BM, false, TY, LA> pa;
         TcPrefetch<BN, true, TY, LB> pb;
         if (kt_n > 0) {
@@ -224,6 +269,24 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
                 pa.fetch(la, M, m0, kend, kbeg + (kt + 1) * TC_BK), pb.fetch(lb, N, n0, kend, kbeg + (kt + 1) * TC_BK);
             tc_slice<BM, BN, TY, AK, BK>(sm.a[kt & 1], sm.b[kt & 1], acc, lane, wm, wn);
             if (kt + 1 < kt_n) pa.store(sm.a[(kt + 1) & 1]), pb.store(sm.b[(kt + 1) & 1]);
+        }
+    } else if constexpr (RA != RB) {
+        TcSide<BM, false, TY, LA> sa;
+        TcSide<BN, true, TY, LB> sb;
+        if (kt_n > 0) {
+            tc_mixed_get<RA>(sa, sb, sm.a[0], sm.b[0], la, lb, M, N, m0, n0, kend, kbeg);
+            sa.put(sm.a[0]), sb.put(sm.b[0]);
+        }
+        for (int kt = 0; kt < kt_n; kt++) {
+            // Slice kt's copies are in, for every thread; every warp is done with slice
+            // kt - 1's stage, which the next slice overwrites.
+            K_CP_ASYNC_WAIT(0);
+            __syncthreads(); // mixed: after the wait
+            const int nx = (kt + 1) & 1;
+            if (kt + 1 < kt_n)
+                tc_mixed_get<RA>(sa, sb, sm.a[nx], sm.b[nx], la, lb, M, N, m0, n0, kend, kbeg + (kt + 1) * TC_BK);
+            tc_slice<BM, BN, TY, AK, BK>(sm.a[kt & 1], sm.b[kt & 1], acc, lane, wm, wn);
+            if (kt + 1 < kt_n) sa.put(sm.a[nx]), sb.put(sm.b[nx]);
         }
     } else {
         for (int s = 0; s < TC_STAGES - 1; s++) {
@@ -250,112 +313,8 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
     tc_store<BM, BN>(acc, st, M, N, m0, n0, lane, wm, wn);
 }
 
-// ---- sm_90a: the same gathering GEMM on wgmma (H100/H200; k_cuda_wgmma_on()). A 128x128
-// tile, two warpgroups of 64 rows (m64n128k16, 64 fp32 accumulators a thread), k in 32-deep
-// slices through 2 shared stages in wgmma's K-major no-swizzle layout (core matrices of 8
-// rows x 16 bytes; the next 8 rows 128 bytes on, the next 8 k 128 * 16 bytes on). Each
-// thread holds the next slice as 8 + 8 packed pairs in registers while the tensor cores
-// work on the current one; values rounded as the mma.sync kernel rounds them.
-#define WGG_T 128
-template <int R> __device__ __forceinline__ int wgg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
-
-// Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
-// consecutive addresses (k for k-contiguous operands, rows otherwise).
-template <bool KF> __device__ __forceinline__ void wgg_pair(int q, int &r, int &kp)
-{
-    if (KF) r = q >> 4, kp = q & 15;
-    else r = q & (WGG_T - 1), kp = q >> 7;
-}
-
-template <int TY, bool IS_B, class L>
-__device__ __forceinline__ void wgg_fetch(unsigned (&p)[8], const L &l, int rows, int r0, int kend, int k0)
-{
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int r, kp;
-        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
-        int gr = r0 + r, k = k0 + 2 * kp;
-        float lo = 0.0f, hi = 0.0f;
-        if (gr < rows && k < kend) lo = IS_B ? l(k, gr) : l(gr, k);
-        if (gr < rows && k + 1 < kend) hi = IS_B ? l(k + 1, gr) : l(gr, k + 1);
-        p[i] = tc_pack<TY>(lo, hi);
-    }
-}
-
-template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile, const unsigned (&p)[8])
-{
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int r, kp;
-        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
-        *(unsigned *)(tile + wgg_off<WGG_T>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
-    }
-}
-
-// One 32-deep slice of a 128-row tile pair on the warpgroup's 64 rows (both wgmma kernels).
-template <int TY>
-__device__ __forceinline__ void wgg_slice(float (&acc)[64], const unsigned short *ta, const unsigned short *tb, int wg)
-{
-#pragma unroll
-    for (int kk = 0; kk < TC_BK / 16; kk++) {
-        unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
-        unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
-        if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
-        else K_WGMMA_F16_128(acc, da, db, 1);
-    }
-}
-
-// The accumulators through st, in PTX's D layout (warp w: rows 16w.., n8 block e / 4).
-template <class ST>
-__device__ __forceinline__ void wgg_store(const float (&acc)[64], const ST &st, int M, int N, int m0, int n0, int wg,
-                                          int split)
-{
-    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
-#pragma unroll
-    for (int e = 0; e < 64; e++) {
-        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
-        if (m < M && n < N) st(split, m, n, acc[e]);
-    }
-}
-
-template <int TY, class LA, class LB, class ST>
-__global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
-{
-    struct alignas(128) Smem {
-        unsigned short a[2][WGG_T * TC_BK], b[2][WGG_T * TC_BK];
-    };
-    __shared__ Smem sm;
-    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * WGG_T;
-    const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk);
-    const int kt_n = kend > kbeg ? (kend - kbeg + TC_BK - 1) / TC_BK : 0;
-    float acc[64];
-#pragma unroll
-    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
-    unsigned pa[8], pb[8];
-    if (kt_n > 0) {
-        wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg);
-        wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg);
-    }
-    for (int kt = 0; kt < kt_n; kt++) {
-        // Stage kt & 1 was last read by slice kt - 2's wgmma, waited for by every
-        // warpgroup before slice kt - 1's barrier.
-        unsigned short *ta = sm.a[kt & 1], *tb = sm.b[kt & 1];
-        wgg_put<LA>(ta, pa);
-        wgg_put<LB>(tb, pb);
-        K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
-        __syncthreads();
-        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wgg_slice<TY>(acc, ta, tb, wg);
-        K_WGMMA_COMMIT();
-        if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
-            wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);
-            wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg + (kt + 1) * TC_BK);
-        }
-        K_WGMMA_WAIT(0);
-    }
-    wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
-}
 } // namespace
+#include "kernels/cuda/k_cuda_tc_wgmma.cuh"
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"
 
 // C = A B on the tensor cores (TY: K_CUDA_MM_BF16, _F16 or _TF32) through st, split over k
@@ -366,17 +325,23 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
 {
     int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
     dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
-    // The gathering loaders' 128-tile products on wgmma where the device takes it (sm_90:
-    // k_cuda_wgmma_on); the 16-bit arrays have their own wgmma kernel (k_cuda_tc_gemm.cu).
-    constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32 && !std::is_base_of<TcRaw, LA>::value &&
-                        !std::is_base_of<TcRaw, LB>::value;
+    // The 128-tile bf16 / f16 products on wgmma where the device takes it (sm_90:
+    // k_cuda_wgmma_on): two k-contiguous aligned 16-bit arrays by cp.async (wg_gemm),
+    // the rest through registers (wgg_gemm).
+    constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32;
+    constexpr bool WGR = WG && std::is_same<LA, TcRawK>::value && std::is_same<LB, TcRawK>::value;
     if (splits == 1) {
         if constexpr (TY == K_CUDA_MM_TF32) {
             K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
         } else {
             if constexpr (WG) {
                 if (k_cuda_wgmma_on()) {
-                    K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    bool raw = false;
+                    if constexpr (WGR) {
+                        if ((raw = la.vec && lb.vec))
+                            K_LAUNCH((wg_gemm<TY, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    }
+                    if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma)", shapes);
                 }
             }
@@ -393,8 +358,14 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
         K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     } else {
         if constexpr (WG) {
-            if ((wg = k_cuda_wgmma_on()))
-                K_LAUNCH((wgg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+            if ((wg = k_cuda_wgmma_on())) {
+                bool raw = false;
+                if constexpr (WGR) {
+                    if ((raw = la.vec && lb.vec))
+                        K_LAUNCH((wg_gemm<TY, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+                }
+                if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+            }
         }
         if (!wg) K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     }

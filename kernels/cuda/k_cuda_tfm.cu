@@ -334,58 +334,71 @@ size_t k_cuda_conv1d_hf_workspace(int n, int in, int out)
 int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws,
                          port_stream s)
 {
-    return k_cuda_conv1d_hf_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, b, y, ws, s);
+    return k_cuda_conv1d_hf_fwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, NULL, b, y, ws, s);
 }
 
 int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,
                          float *dw, float *db, void *ws, port_stream s)
 {
-    return k_cuda_conv1d_hf_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, dy, dx, dw, db, ws, s);
+    return k_cuda_conv1d_hf_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, NULL, dy, dx, dw, db, ws, s);
 }
 
-int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *b, float *y,
-                            void *ws, port_stream s)
+// 16-bit operands (w16, a 16-bit x) by cp.async where k_tc_raw takes them (k_cuda.h).
+int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                            const float *b, float *y, void *ws, port_stream s)
 {
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
-    if (k_act_mm_check(mm, "k_cuda_conv1d_hf_fwd", shp)) return -1;
+    const char *k = "k_cuda_conv1d_hf_fwd";
+    if (k_act_mm_check(mm, k, shp)) return -1;
+    cudaStream_t cs = (cudaStream_t)s;
     KgRowB bb = {w, out};
+    TcRawMN wr; // w [in x out] = B(k, n) by rows of n
+    bool raw_w = k_tc_raw(wr, mm, w16, out);
     if (mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) {
-        KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
         PutAct st = {y, b, out, k_act_of(mm, K_CUDA_MM_Y16)};
-        return k_cuda_gemm_mm16(mm, "k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+        TcRawK xr;
+        if ((mm & K_CUDA_MM_X16) && k_tc_raw(xr, mm, x, in))
+            return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, xr, wr, st, ws, cs)
+                         : k_cuda_gemm_mm16(mm, k, shp, n, out, in, xr, bb, st, ws, cs);
+        KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+        return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, wr, st, ws, cs)
+                     : k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, bb, st, ws, cs);
     }
     KgRowA a = {x, in};
     Put st = {y, b, out, 0};
-    return k_cuda_gemm_mm(mm, "k_cuda_conv1d_hf_fwd", shp, n, out, in, a, bb, st, ws, (cudaStream_t)s);
+    return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, wr, st, ws, cs)
+                 : k_cuda_gemm_mm(mm, k, shp, n, out, in, a, bb, st, ws, cs);
 }
 
-int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *db, void *ws, port_stream s)
+int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
+                            const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s)
 {
     cudaStream_t cs = (cudaStream_t)s;
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (k_act_mm_check(mm, "k_cuda_conv1d_hf_bwd", shp)) return -1;
     if (dx) { // dx[n, in] = dy[n, out] w^T
+        const char *k = "k_cuda_conv1d_hf_bwd (input grad)";
         KgRowA a = {dy, out};
         KgColB b = {w, out};
+        TcRawK wr;
         Put st = {dx, NULL, in, 0};
-        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv1d_hf_bwd (input grad)", shp, n, in, out, a, b, st, ws, cs)) return -1;
+        if (k_tc_raw(wr, mm, w16, out) ? k_cuda_gemm_mm16(mm, k, shp, n, in, out, a, wr, st, ws, cs)
+                                       : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, n, in, out, a, b, st, ws, cs))
+            return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
+        const char *k = "k_cuda_conv1d_hf_bwd (weight grad)";
         KgRowB b = {dy, out};
         Put st = {dw, NULL, out, 0};
-        if (mm & K_CUDA_MM_X16) {
-            KgActColA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-            if (k_cuda_gemm_mm16(mm, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws, cs))
-                return -1;
-        } else {
-            KgColA a = {x, in};
-            if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv1d_hf_bwd (weight grad)", shp, in, out, n, a, b, st, ws,
-                               cs))
-                return -1;
-        }
+        TcRawMN xr;
+        KgActColA xa = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+        KgColA a = {x, in};
+        if (!(mm & K_CUDA_MM_X16) ? k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, in, out, n, a, b, st, ws, cs)
+            : k_tc_raw(xr, mm, x, in) ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, b, st, ws, cs)
+                                      : k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, b, st, ws, cs))
+            return -1;
     }
     if (!db) return 0;
     DyCols f = {dy, out};

@@ -131,15 +131,15 @@ static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_fwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws,
-                             r->stream);
+    return k_cuda_conv2d_fwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw16(g, n, 0),
+                                has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws, r->stream);
 }
 
 static int conv_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_bwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
-                             has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
+    return k_cuda_conv2d_bwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw16(g, n, 0), n->dy,
+                                nn_dx(g, n, 0), nn_pg(g, n, 0), has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
 }
 #endif
 

@@ -65,14 +65,15 @@ static size_t c1_ws(const nn_graph *g, const nn_node *n, int max_batch)
 #if DDPRT_CUDA
 static int c1_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_conv1d_hf_fwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0),
-                                nn_pw(g, n, 1), n->y, r->ws, r->stream);
+    return k_cuda_conv1d_hf_fwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0),
+                                   nn_pw(g, n, 0), nn_pw16(g, n, 0), nn_pw(g, n, 1), n->y, r->ws, r->stream);
 }
 
 static int c1_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_conv1d_hf_bwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
-                                nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws, r->stream);
+    return k_cuda_conv1d_hf_bwd_mm(nn_cuda_mm_io(g, n), c1_rows(n, r), nn_in(g, n, 0)->out.w, n->out.w, nn_x(g, n, 0),
+                                   nn_pw(g, n, 0), nn_pw16(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                                   nn_pg(g, n, 1), r->ws, r->stream);
 }
 
 /* split-K scratch for every batch up to max_batch (the split count depends on the rows) */

@@ -59,14 +59,14 @@ static size_t linear_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 
 static int linear_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_linear_fwd_mm(nn_cuda_mm_io(g, n), r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw(g, n, 1),
-                             n->y, r->ws, r->stream);
+    return k_cuda_linear_fwd_mm(nn_cuda_mm_io(g, n), r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0),
+                                nn_pw16(g, n, 0), nn_pw(g, n, 1), n->y, r->ws, r->stream);
 }
 
 static int linear_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
-    return k_cuda_linear_bwd_mm(nn_cuda_mm_io(g, n), r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0), n->dy,
-                             nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws, r->stream);
+    return k_cuda_linear_bwd_mm(nn_cuda_mm_io(g, n), r->n, nn_in(g, n, 0)->out.c, n->out.c, nn_x(g, n, 0), nn_pw(g, n, 0),
+                                nn_pw16(g, n, 0), n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0), nn_pg(g, n, 1), r->ws, r->stream);
 }
 #endif
 

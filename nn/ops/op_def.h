@@ -32,6 +32,12 @@ static inline int nn_cuda_mm_io(const nn_graph *g, const nn_node *n)
 {
     return nn_cuda_mm(g) | (g->nodes[n->in[0]].y16 ? K_CUDA_MM_X16 : 0) | (n->y16 ? K_CUDA_MM_Y16 : 0);
 }
+/* Node n's parameter k rounded to --amp's 16-bit type (the device graph's copy, refreshed
+ * whenever the fp32 weights change: nn/graph_cuda.c), or NULL: the products read the fp32. */
+static inline const uint16_t *nn_pw16(const nn_graph *g, const nn_node *n, int k)
+{
+    return g->params16 ? g->params16 + g->p[n->p0 + k].offset : NULL;
+}
 #else
 #define NN_CUDA_ONLY(...)
 #endif

@@ -107,11 +107,11 @@ static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad)
     float *w = g_up(g_rand(nw, 52), nw * 4), *b = g_up(g_rand(k, 53), k * 4), *dy = g_up(g_rand(ny, 54), ny * 4);
     float *y32 = g_dev(ny * 4), *dw32 = g_dev(nw * 4), *dw16 = g_dev(nw * 4), *dx32 = g_dev(nx * 4), *dx16 = g_dev(nx * 4);
     void *y16 = g_dev(ny * 2), *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 16);
-    g_need(k_cuda_conv2d_fwd_mm(t, &sh, x.g32, w, b, y32, ws, NULL) == 0 &&
-           k_cuda_conv2d_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, &sh, x.g16, w, b, y16, ws, NULL) == 0, "conv fwd");
+    g_need(k_cuda_conv2d_fwd_mm(t, &sh, x.g32, w, NULL, b, y32, ws, NULL) == 0 &&
+           k_cuda_conv2d_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, &sh, x.g16, w, NULL, b, y16, ws, NULL) == 0, "conv fwd");
     CHECKF(rounded_diff(t, y16, y32, ny) == 0, "%s conv fwd n=%d c=%d h=%d k=%d r=%d", tname(t), n, c, h, k, r);
-    g_need(k_cuda_conv2d_bwd_mm(t, &sh, x.g32, w, dy, dx32, dw32, NULL, ws, NULL) == 0 &&
-           k_cuda_conv2d_bwd_mm(t | K_CUDA_MM_X16, &sh, x.g16, w, dy, dx16, dw16, NULL, ws, NULL) == 0, "conv bwd");
+    g_need(k_cuda_conv2d_bwd_mm(t, &sh, x.g32, w, NULL, dy, dx32, dw32, NULL, ws, NULL) == 0 &&
+           k_cuda_conv2d_bwd_mm(t | K_CUDA_MM_X16, &sh, x.g16, w, NULL, dy, dx16, dw16, NULL, ws, NULL) == 0, "conv bwd");
     CHECKF(g_ndiff(g_result(dw16, nw), g_result(dw32, nw), nw, 4) == 0 &&
            g_ndiff(g_result(dx16, nx), g_result(dx32, nx), nx, 4) == 0, "%s conv bwd", tname(t));
 
@@ -121,12 +121,12 @@ static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad)
     float *wl = g_up(g_rand(nwl, 56), nwl * 4), *dyl = g_up(g_rand(no, 57), no * 4);
     float *yl = g_dev(no * 4), *dwl32 = g_dev(nwl * 4), *dwl16 = g_dev(nwl * 4);
     void *yl16 = g_dev(no * 2), *wsl = g_dev(k_cuda_linear_workspace(n, in, out) + 16);
-    g_need(k_cuda_linear_fwd_mm(t, n, in, out, xl.g32, wl, b, yl, wsl, NULL) == 0 &&
-           k_cuda_linear_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, n, in, out, xl.g16, wl, b, yl16, wsl, NULL) == 0,
+    g_need(k_cuda_linear_fwd_mm(t, n, in, out, xl.g32, wl, NULL, b, yl, wsl, NULL) == 0 &&
+           k_cuda_linear_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, n, in, out, xl.g16, wl, NULL, b, yl16, wsl, NULL) == 0,
            "linear fwd");
     CHECKF(rounded_diff(t, yl16, yl, no) == 0, "%s linear fwd n=%d in=%d out=%d", tname(t), n, in, out);
-    g_need(k_cuda_linear_bwd_mm(t, n, in, out, xl.g32, wl, dyl, NULL, dwl32, NULL, wsl, NULL) == 0 &&
-           k_cuda_linear_bwd_mm(t | K_CUDA_MM_X16, n, in, out, xl.g16, wl, dyl, NULL, dwl16, NULL, wsl, NULL) == 0,
+    g_need(k_cuda_linear_bwd_mm(t, n, in, out, xl.g32, wl, NULL, dyl, NULL, dwl32, NULL, wsl, NULL) == 0 &&
+           k_cuda_linear_bwd_mm(t | K_CUDA_MM_X16, n, in, out, xl.g16, wl, NULL, dyl, NULL, dwl16, NULL, wsl, NULL) == 0,
            "linear bwd");
     CHECKF(g_ndiff(g_result(dwl16, nwl), g_result(dwl32, nwl), nwl, 4) == 0, "%s linear bwd", tname(t));
 }
@@ -152,12 +152,12 @@ static void gpt_case(int t, int rows, int c, int out)
     float *cw = g_up(g_rand(nw, 65), nw * 4), *cb = g_up(g_rand(out, 66), out * 4), *cdy = g_up(g_rand(ny, 67), ny * 4);
     float *cy = g_dev(ny * 4), *dw32 = g_dev(nw * 4), *dw16 = g_dev(nw * 4);
     void *cy16 = g_dev(ny * 2), *ws = g_dev(k_cuda_conv1d_hf_workspace(rows, c, out) + 16);
-    g_need(k_cuda_conv1d_hf_fwd_mm(t, rows, c, out, x.g32, cw, cb, cy, ws, NULL) == 0 &&
-           k_cuda_conv1d_hf_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, rows, c, out, x.g16, cw, cb, cy16, ws, NULL) == 0,
+    g_need(k_cuda_conv1d_hf_fwd_mm(t, rows, c, out, x.g32, cw, NULL, cb, cy, ws, NULL) == 0 &&
+           k_cuda_conv1d_hf_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, rows, c, out, x.g16, cw, NULL, cb, cy16, ws, NULL) == 0,
            "conv1d_hf fwd");
     CHECKF(rounded_diff(t, cy16, cy, ny) == 0, "%s conv1d_hf fwd", tname(t));
-    g_need(k_cuda_conv1d_hf_bwd_mm(t, rows, c, out, x.g32, cw, cdy, NULL, dw32, NULL, ws, NULL) == 0 &&
-           k_cuda_conv1d_hf_bwd_mm(t | K_CUDA_MM_X16, rows, c, out, x.g16, cw, cdy, NULL, dw16, NULL, ws, NULL) == 0,
+    g_need(k_cuda_conv1d_hf_bwd_mm(t, rows, c, out, x.g32, cw, NULL, cdy, NULL, dw32, NULL, ws, NULL) == 0 &&
+           k_cuda_conv1d_hf_bwd_mm(t | K_CUDA_MM_X16, rows, c, out, x.g16, cw, NULL, cdy, NULL, dw16, NULL, ws, NULL) == 0,
            "conv1d_hf bwd");
     CHECKF(g_ndiff(g_result(dw16, nw), g_result(dw32, nw), nw, 4) == 0, "%s conv1d_hf bwd", tname(t));
 }
@@ -180,9 +180,9 @@ TEST(gpu_act16_refused_without_16_bit_products)
     k_conv_shape sh = {.n = 1, .c = 1, .h = 3, .w = 3, .k = 1, .r = 1, .s = 1, .stride = 1, .pad = 0};
     k_conv_shape_init(&sh);
     float *x = g_dev(64), *w = g_dev(64), *y = g_dev(64);
-    CHECK(k_cuda_conv2d_fwd_mm(K_CUDA_MM_FP32 | K_CUDA_MM_X16, &sh, x, w, NULL, y, NULL, NULL) == -1);
+    CHECK(k_cuda_conv2d_fwd_mm(K_CUDA_MM_FP32 | K_CUDA_MM_X16, &sh, x, w, NULL, NULL, y, NULL, NULL) == -1);
     CHECKF(strstr(port_cuda_errmsg(), "16-bit activations need bf16 or f16 products"), "%s", port_cuda_errmsg());
-    CHECK(k_cuda_linear_fwd_mm(K_CUDA_MM_TF32 | K_CUDA_MM_Y16, 1, 3, 3, x, w, NULL, y, NULL, NULL) == -1);
+    CHECK(k_cuda_linear_fwd_mm(K_CUDA_MM_TF32 | K_CUDA_MM_Y16, 1, 3, 3, x, w, NULL, NULL, y, NULL, NULL) == -1);
 }
 
 /* BN -> ReLU, BN -> add -> ReLU and add -> ReLU in one pass (nn/plan.c's fusion on the

@@ -159,8 +159,8 @@ static void linear_mm_case(int mm, int n, int in, int out)
     float *gx = g_up(x0, nx * 4), *gw = g_up(w0, nw * 4), *gb = g_up(b, out * 4), *gdy = g_up(dy0, ny * 4);
     float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = g_dev(out * 4);
     void *ws = g_dev(k_cuda_linear_workspace(n, in, out) + 64);
-    g_need(k_cuda_linear_fwd_mm(mm, n, in, out, gx, gw, gb, gy, ws, NULL) == 0, "linear fwd");
-    g_need(k_cuda_linear_bwd_mm(mm, n, in, out, gx, gw, gdy, gdx, gdw, gdb, ws, NULL) == 0, "linear bwd");
+    g_need(k_cuda_linear_fwd_mm(mm, n, in, out, gx, gw, NULL, gb, gy, ws, NULL) == 0, "linear fwd");
+    g_need(k_cuda_linear_bwd_mm(mm, n, in, out, gx, gw, NULL, gdy, gdx, gdw, gdb, ws, NULL) == 0, "linear bwd");
     char what[64];
     snprintf(what, sizeof what, "linear n=%d in=%d out=%d", n, in, out);
     float *gpu[] = {gy, gdx, gdw, gdb}, *cpu[] = {y, dx, dw, db};
@@ -198,8 +198,8 @@ static void conv_mm_case(int mm, const int *d)
     float *gx = g_up(x0, nx * 4), *gw = g_up(w0, nw * 4), *gb = g_up(b, sh.k * 4), *gdy = g_up(dy0, ny * 4);
     float *gy = g_dev(ny * 4), *gdx = g_dev(nx * 4), *gdw = g_dev(nw * 4), *gdb = g_dev(sh.k * 4);
     void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
-    g_need(k_cuda_conv2d_fwd_mm(mm, &sh, gx, gw, gb, gy, ws, NULL) == 0, "conv fwd");
-    g_need(k_cuda_conv2d_bwd_mm(mm, &sh, gx, gw, gdy, gdx, gdw, gdb, ws, NULL) == 0, "conv bwd");
+    g_need(k_cuda_conv2d_fwd_mm(mm, &sh, gx, gw, NULL, gb, gy, ws, NULL) == 0, "conv fwd");
+    g_need(k_cuda_conv2d_bwd_mm(mm, &sh, gx, gw, NULL, gdy, gdx, gdw, gdb, ws, NULL) == 0, "conv bwd");
     char what[96];
     snprintf(what, sizeof what, "conv n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d", d[0], d[1], d[2], d[3], d[4], d[5],
              d[6], d[7], d[8]);

@@ -489,13 +489,15 @@ void simt::tc_barrier_done()
     copies.resize(n);
 }
 
-// cp.async copies issued since the process began (simt_cp_async_count): a test can see
-// that a kernel's path really copies its tiles asynchronously, and how many.
+// cp.async copies issued since the process started (simt_cp_async_count): the device tests'
+// evidence that a kernel's path really copies its tiles asynchronously, and how many
+// (test_gpu_tc_w16.c, test_gpu_tc_attn_async.c).
 static std::atomic<unsigned long long> cp_async_issued;
 extern "C" unsigned long long simt_cp_async_count(void) { return cp_async_issued.load(); }
 
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
+    cp_async_issued++;
     tsan_hide hide;
     int t = calling_thread("cp.async", file, line);
     std::string op = where("cp.async", file, line);

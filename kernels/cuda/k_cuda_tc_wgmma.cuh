@@ -1,0 +1,168 @@
+// The tensor-core GEMM on sm_90a's wgmma (H100/H200; k_cuda_wgmma_on()), included by
+// k_cuda_tc_gemm.cuh. A 128x128 tile, two warpgroups of 64 rows (m64n128k16, 64 fp32
+// accumulators a thread), k in 32-deep slices in wgmma's K-major no-swizzle layout (core
+// matrices of 8 rows x 16 bytes; the next 8 rows 128 bytes on, the next 8 k 128 * 16
+// bytes on). Two kernels, adding the same products in the same order (wgg_slice):
+//  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
+//    pairs in registers while the tensor cores work on the current one; values rounded
+//    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
+//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows: 3 cp.async stages.
+#pragma once
+#include <type_traits>
+
+namespace {
+#define WGG_T 128
+template <int R> __device__ __forceinline__ int wgg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
+
+// Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
+// consecutive addresses (k for k-contiguous operands, rows otherwise).
+template <bool KF> __device__ __forceinline__ void wgg_pair(int q, int &r, int &kp)
+{
+    if (KF) r = q >> 4, kp = q & 15;
+    else r = q & (WGG_T - 1), kp = q >> 7;
+}
+
+// A 16-bit array's pair as it is (its values were rounded as tc_pack rounds: the same bits).
+template <int TY, bool IS_B, class L>
+__device__ __forceinline__ void wgg_fetch(unsigned (&p)[8], const L &l, int rows, int r0, int kend, int k0)
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int r, kp;
+        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
+        int gr = r0 + r, k = k0 + 2 * kp;
+        if constexpr (std::is_base_of<TcRaw, L>::value) {
+            size_t at = L::k_fast ? (size_t)gr * l.ld + k : (size_t)k * l.ld + gr, step = L::k_fast ? 1 : l.ld;
+            unsigned lo = gr < rows && k < kend ? l.p[at] : 0u, hi = gr < rows && k + 1 < kend ? l.p[at + step] : 0u;
+            p[i] = lo | hi << 16;
+        } else {
+            float lo = 0.0f, hi = 0.0f;
+            if (gr < rows && k < kend) lo = IS_B ? l(k, gr) : l(gr, k);
+            if (gr < rows && k + 1 < kend) hi = IS_B ? l(k + 1, gr) : l(gr, k + 1);
+            p[i] = tc_pack<TY>(lo, hi);
+        }
+    }
+}
+
+template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile, const unsigned (&p)[8])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int r, kp;
+        wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
+        *(unsigned *)(tile + wgg_off<WGG_T>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
+    }
+}
+
+// One 32-deep slice of a 128-row tile pair on the warpgroup's 64 rows (both wgmma kernels).
+template <int TY>
+__device__ __forceinline__ void wgg_slice(float (&acc)[64], const unsigned short *ta, const unsigned short *tb, int wg)
+{
+#pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++) {
+        unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
+        unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
+        if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
+        else K_WGMMA_F16_128(acc, da, db, 1);
+    }
+}
+
+// The accumulators through st, in PTX's D layout (warp w: rows 16w.., n8 block e / 4).
+template <class ST>
+__device__ __forceinline__ void wgg_store(const float (&acc)[64], const ST &st, int M, int N, int m0, int n0, int wg,
+                                          int split)
+{
+    const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
+#pragma unroll
+    for (int e = 0; e < 64; e++) {
+        int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
+        if (m < M && n < N) st(split, m, n, acc[e]);
+    }
+}
+
+template <int TY, class LA, class LB, class ST>
+__global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
+{
+    struct alignas(128) Smem {
+        unsigned short a[2][WGG_T * TC_BK], b[2][WGG_T * TC_BK];
+    };
+    __shared__ Smem sm;
+    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * WGG_T;
+    const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk);
+    const int kt_n = kend > kbeg ? (kend - kbeg + TC_BK - 1) / TC_BK : 0;
+    float acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+    unsigned pa[8], pb[8];
+    if (kt_n > 0) {
+        wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg);
+        wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg);
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        // Stage kt & 1 was last read by slice kt - 2's wgmma, waited for by every
+        // warpgroup before slice kt - 1's barrier.
+        unsigned short *ta = sm.a[kt & 1], *tb = sm.b[kt & 1];
+        wgg_put<LA>(ta, pa);
+        wgg_put<LB>(tb, pb);
+        K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
+        __syncthreads();
+        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
+        wgg_slice<TY>(acc, ta, tb, wg);
+        K_WGMMA_COMMIT();
+        if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
+            wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);
+            wgg_fetch<TY, true>(pb, lb, N, n0, kend, kbeg + (kt + 1) * TC_BK);
+        }
+        K_WGMMA_WAIT(0);
+    }
+    wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
+}
+
+// ---- wg_gemm: the 16-bit arrays by cp.async, 16 bytes (one core-matrix row) a copy.
+#define WG_STAGES 3
+__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const TcRawK &la, const TcRawK &lb,
+                                        int M, int N, int m0, int n0, int kend, int k0)
+{
+    for (int q = threadIdx.x; q < 2 * WGG_T * 4; q += 256) { // 4 chunks of 8 k a row
+        int isb = q >= WGG_T * 4, qq = q - isb * WGG_T * 4, r = qq >> 2, kb = qq & 3, k = k0 + kb * 8;
+        const TcRawK &l = isb ? lb : la;
+        int gr = (isb ? n0 : m0) + r, valid = gr < (isb ? N : M) ? max(min(8, kend - k), 0) : 0;
+        K_CP_ASYNC16((isb ? tb : ta) + wgg_off<WGG_T>(r, kb), valid ? l.p + (size_t)gr * l.ld + k : l.p, valid * 2);
+    }
+}
+
+template <int TY, class ST>
+__global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, TcRawK la, TcRawK lb, ST st)
+{
+    struct alignas(128) Smem {
+        unsigned short a[WG_STAGES][WGG_T * TC_BK], b[WG_STAGES][WGG_T * TC_BK];
+    };
+    __shared__ Smem sm;
+    const int wg = threadIdx.x >> 7, m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * WGG_T;
+    const int kbeg = blockIdx.z * kchunk, kend = min(K, kbeg + kchunk);
+    const int kt_n = kend > kbeg ? (kend - kbeg + TC_BK - 1) / TC_BK : 0;
+    float acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+    for (int s = 0; s < WG_STAGES - 1; s++) {
+        if (s < kt_n) wg_load(sm.a[s], sm.b[s], la, lb, M, N, m0, n0, kend, kbeg + s * TC_BK);
+        K_CP_ASYNC_COMMIT();
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        K_CP_ASYNC_WAIT(WG_STAGES - 2);
+        K_FENCE_PROXY_ASYNC(); // cp.async's writes, for the async proxy wgmma reads through
+        __syncthreads();
+        const unsigned short *ta = sm.a[kt % WG_STAGES], *tb = sm.b[kt % WG_STAGES];
+        K_WGMMA_FENCE(); // (16-bit arrays) the accumulators were the threads' own since the last wait
+        wgg_slice<TY>(acc, ta, tb, wg);
+        K_WGMMA_COMMIT();
+        int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
+        if (nx < kt_n)
+            wg_load(sm.a[nx % WG_STAGES], sm.b[nx % WG_STAGES], la, lb, M, N, m0, n0, kend, kbeg + nx * TC_BK);
+        K_CP_ASYNC_COMMIT();
+        K_WGMMA_WAIT(0);
+    }
+    K_CP_ASYNC_WAIT(0);
+    wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
+}
+} // namespace

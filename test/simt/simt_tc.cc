@@ -497,7 +497,6 @@ extern "C" unsigned long long simt_cp_async_count(void) { return cp_async_issued
 
 void simt::cp_async(const char *file, int line, void *dst, const void *src, int bytes, int src_bytes)
 {
-    cp_async_issued++;
     tsan_hide hide;
     int t = calling_thread("cp.async", file, line);
     std::string op = where("cp.async", file, line);

@@ -250,6 +250,11 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "
                      "only the comparison"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention: P's C fragments reused as A in the wrong order | k_cuda_attn_tc.cuh | "
+                     "only the comparison"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention: cp.async.wait_group removed | k_cuda_attn_tc.cuh | simt: (fa_"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention: barrier before overwriting the other K/V buffer removed | "
+                     "k_cuda_attn_tc.cuh | only the comparison"), "%s", o);
 }
 
 TEST(simt_failure_sticks)

@@ -53,18 +53,6 @@ int k_cuda_linear_bwd(int n, int in, int out, const float *x, const float *w, co
     return k_cuda_linear_bwd_mm(K_CUDA_MM_FP32, n, in, out, x, w, NULL, dy, dx, dw, db, ws, s);
 }
 
-// The products with B = w^T (forward) or w (input grad): w16's rows by cp.async where
-// k_tc_raw takes them, else w's through the gathering loader gb.
-template <class A, class RW, class GB, class ST>
-static int lin_w(int mm, const char *k, const char *shp, int M, int N, int K, A a, const uint16_t *w16, int ld, GB gb,
-                 ST st, void *ws, cudaStream_t s)
-{
-    RW rw;
-    if (k_tc_raw(rw, mm, w16, ld)) return k_cuda_gemm_mm16(mm, k, shp, M, N, K, a, rw, st, ws, s);
-    if constexpr (std::is_base_of<TcRaw, A>::value) return k_cuda_gemm_mm16(mm, k, shp, M, N, K, a, gb, st, ws, s);
-    else return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, M, N, K, a, gb, st, ws, s);
-}
-
 int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
                          const float *b, float *y, void *ws, port_stream s)
 {
@@ -77,14 +65,13 @@ int k_cuda_linear_fwd_mm(int mm, int n, int in, int out, const float *x, const f
     cudaStream_t cs = (cudaStream_t)s;
     if (mm & K_CUDA_MM_X16) { // a 16-bit x: by cp.async too (both operands: the 3-stage kernel)
         TcRawK xr;
-        if (k_tc_raw(xr, mm, x, in)) return lin_w<TcRawK, TcRawK>(mm, k, shp, n, out, in, xr, w16, in, bb, st, ws, cs);
+        if (k_tc_raw(xr, mm, x, in))
+            return k_cuda_gemm_w16<TcRawK, true>(mm, k, shp, n, out, in, xr, w16, in, bb, st, ws, cs);
         KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-        TcRawK rw;
-        if (k_tc_raw(rw, mm, w16, in)) return k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, rw, st, ws, cs);
-        return k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, bb, st, ws, cs);
+        return k_cuda_gemm_w16<TcRawK, true>(mm, k, shp, n, out, in, a, w16, in, bb, st, ws, cs);
     }
     KgRowA a = {(const float *)x, in};
-    return lin_w<KgRowA, TcRawK>(mm, k, shp, n, out, in, a, w16, in, bb, st, ws, cs);
+    return k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, out, in, a, w16, in, bb, st, ws, cs);
 }
 
 int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
@@ -98,7 +85,8 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (lin_w<KgRowA, TcRawMN>(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, w16, in, b, st, ws, cs))
+        if (k_cuda_gemm_w16<TcRawMN, false>(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, w16, in, b, st,
+                                            ws, cs))
             return -1;
     }
     KgColA a = {dy, out};

@@ -420,3 +420,16 @@ static int k_cuda_gemm_mm16(int mm, const char *kernel, const char *shapes, int 
                    mm & K_CUDA_MM_TYPE);
     return -1;
 }
+
+// A product whose B is a weight (linear, Conv1D): its 16-bit copy w16 (rows of ld) by
+// cp.async where k_tc_raw takes it, else w's gathering loader gb; on the 16-bit entry when
+// A16 (A a 16-bit array or activation loader) or the copy is taken, else k_cuda_gemm_mm.
+template <class RW, bool A16, class A, class GB, class ST>
+static int k_cuda_gemm_w16(int mm, const char *kernel, const char *shapes, int M, int N, int K, A a,
+                           const uint16_t *w16, int ld, GB gb, ST st, void *ws, cudaStream_t s)
+{
+    RW rw;
+    if (k_tc_raw(rw, mm, w16, ld)) return k_cuda_gemm_mm16(mm, kernel, shapes, M, N, K, a, rw, st, ws, s);
+    if constexpr (A16) return k_cuda_gemm_mm16(mm, kernel, shapes, M, N, K, a, gb, st, ws, s);
+    else return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kernel, shapes, M, N, K, a, gb, st, ws, s);
+}

@@ -352,23 +352,18 @@ int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, cons
     const char *k = "k_cuda_conv1d_hf_fwd";
     if (k_act_mm_check(mm, k, shp)) return -1;
     cudaStream_t cs = (cudaStream_t)s;
-    KgRowB bb = {w, out};
-    TcRawMN wr; // w [in x out] = B(k, n) by rows of n
-    bool raw_w = k_tc_raw(wr, mm, w16, out);
+    KgRowB bb = {w, out}; // w [in x out] = B(k, n) by rows of n: TcRawMN for its copy
     if (mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) {
         PutAct st = {y, b, out, k_act_of(mm, K_CUDA_MM_Y16)};
         TcRawK xr;
         if ((mm & K_CUDA_MM_X16) && k_tc_raw(xr, mm, x, in))
-            return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, xr, wr, st, ws, cs)
-                         : k_cuda_gemm_mm16(mm, k, shp, n, out, in, xr, bb, st, ws, cs);
+            return k_cuda_gemm_w16<TcRawMN, true>(mm, k, shp, n, out, in, xr, w16, out, bb, st, ws, cs);
         KgActRowA a = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-        return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, wr, st, ws, cs)
-                     : k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, bb, st, ws, cs);
+        return k_cuda_gemm_w16<TcRawMN, true>(mm, k, shp, n, out, in, a, w16, out, bb, st, ws, cs);
     }
     KgRowA a = {x, in};
     Put st = {y, b, out, 0};
-    return raw_w ? k_cuda_gemm_mm16(mm, k, shp, n, out, in, a, wr, st, ws, cs)
-                 : k_cuda_gemm_mm(mm, k, shp, n, out, in, a, bb, st, ws, cs);
+    return k_cuda_gemm_w16<TcRawMN, false>(mm, k, shp, n, out, in, a, w16, out, bb, st, ws, cs);
 }
 
 int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
@@ -382,11 +377,8 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
         const char *k = "k_cuda_conv1d_hf_bwd (input grad)";
         KgRowA a = {dy, out};
         KgColB b = {w, out};
-        TcRawK wr;
         Put st = {dx, NULL, in, 0};
-        if (k_tc_raw(wr, mm, w16, out) ? k_cuda_gemm_mm16(mm, k, shp, n, in, out, a, wr, st, ws, cs)
-                                       : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, n, in, out, a, b, st, ws, cs))
-            return -1;
+        if (k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, in, out, a, w16, out, b, st, ws, cs)) return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
         const char *k = "k_cuda_conv1d_hf_bwd (weight grad)";

@@ -25,10 +25,11 @@
  * Activations stay fp32 in memory (the other ops are unchanged); converting while
  * packing costs one pass over data the GEMM streams anyway.
  *
- * Portable path (no AVX512-BF16, or DDPRT_ISA below avx512bf16): x, w and dy are
- * rounded to bf16 values into fp32 copies and the fp32 kernels run on them: the same
- * operands, fp32 products and sums (exact products either way; only the summation
- * order differs).
+ * Portable path (k_bf16_conv_dot() false: no AVX512-BF16, DDPRT_ISA below avx512bf16,
+ * or an Intel CPU, where this is faster): x, w and dy are rounded to bf16 values into
+ * fp32 copies and the fp32 kernels run on them: the same operands, fp32 products and
+ * sums (exact products either way; only the summation order differs). db is summed
+ * from dy as it is on both paths (it was of the rounded dy on this one: 1e-3 apart).
  *
  * The geometry, the shifted rows and the slots of consecutive images (results do not
  * depend on the thread count) are k_conv_drv.c's, shared with k_conv.c. */
@@ -403,6 +404,20 @@ static void cb_dx_image(void *ctx, char *base, long i)
     else k_col2im(&g, col, dxi);
 }
 
+/* db[k]: the fp32 sum of dy's channel k in a fixed order (double partials). */
+static void cb_bias_grad(const k_conv_shape *sh, const float *dy, float *db)
+{
+    const long pq = (long)sh->p * sh->q;
+    for (int k = 0; k < sh->k; k++) {
+        double s = 0.0;
+        for (int n = 0; n < sh->n; n++) {
+            const float *row = dy + ((long)n * sh->k + k) * pq;
+            for (long i = 0; i < pq; i++) s += row[i];
+        }
+        db[k] = (float)s;
+    }
+}
+
 void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, const float *dy, float *dx,
                        float *dw, float *db, void *ws)
 {
@@ -411,7 +426,8 @@ void k_conv2d_bwd_bf16(const k_conv_shape *sh, const float *x, const float *w, c
         const float *xr = cb_round(&j.d, ws, j.d.p_x, (size_t)(sh->n * j.d.xsz), x);
         const float *wr = cb_round(&j.d, ws, j.d.p_w, (size_t)(sh->k * j.d.crs), w);
         const float *dyr = cb_round(&j.d, ws, j.d.p_dy, (size_t)(sh->n * j.d.ysz), dy);
-        k_conv2d_bwd(sh, xr, wr, dyr, dx, dw, db, ws);
+        k_conv2d_bwd(sh, xr, wr, dyr, dx, dw, NULL, ws);
+        if (db) cb_bias_grad(sh, dy, db); /* of dy as it is, as the dot path (not of dyr) */
         return;
     }
     uint16_t *pa = (uint16_t *)((char *)ws + j.d.r_pa);

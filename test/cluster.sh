@@ -364,7 +364,7 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     invariant_hosts
     elastic_grow
 else
-    say "train: skipped (no Fashion-MNIST: apt-get install dataset-fashion-mnist)"
+    echo "cluster: the training cases skipped (no Fashion-MNIST: apt-get install dataset-fashion-mnist)"
 fi
 shape 1gbit
 run_grid "bench 2x2 tcp:// at 1 Gbit/s" 2 2 tcp "${BENCH[@]}"

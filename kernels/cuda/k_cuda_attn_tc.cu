@@ -36,7 +36,7 @@
 
 namespace {
 // Forward: block (query tile, counted from the last: the longest first; head, sequence).
-template <int TY, int HD>
+template <int TY, int HD, int CP>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int yt, float *lse)
 {
@@ -50,8 +50,8 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
     const size_t ld = 3 * (size_t)C;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd;
     const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
-    FaLoad<TY, HD, FA_T, false> lq(qkv, xt, base, ld, t, hd);
-    FaLoad<TY, HD, FA_T, NB == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    FaLoad<TY, HD, FA_T, false, CP> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, FA_T, NB == 2, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     lq.issue(sm.q, q0);
     if (NB == 2) lk.issue(sm.k[0], 0), lv.issue(sm.v[0], 0), lk.land(sm.k[0]), lv.land(sm.v[0]);
     K_CP_ASYNC_COMMIT();
@@ -125,12 +125,12 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
 }
 
 // dK, dV: block (key tile, head, sequence), the query tiles (BQ rows) from the key tile on.
-template <int TY, int HD, int BQ>
+template <int TY, int HD, int BQ, int CP>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
            const float *dd, float *dqkv)
 {
-    constexpr int NB = fa_bufs(HD);
+    constexpr int NB = fa_bufs(HD), QS = BQ > 32 ? 32 : BQ;
     struct alignas(16) Smem {
         unsigned short k[FA_T * HD], v[FA_T * HD], q[NB][BQ * HD], g[NB][BQ * HD];
     };
@@ -139,47 +139,60 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
-    FaLoad<TY, HD, FA_T, false> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
-    FaLoad<TY, HD, BQ, NB == 2> lq(qkv, xt, base, ld, t, hd), lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd);
+    FaLoad<TY, HD, FA_T, false, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    // Q and dO by passes of QS rows: the prefetched chunks of one pass in registers at a time
+    FaLoad<TY, HD, QS, NB == 2, CP> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, QS, NB == 2, false> lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd); // dO: fp32
     lk.issue(sm.k, j0), lv.issue(sm.v, j0);
-    if (NB == 2) lq.issue(sm.q[0], j0), lg.issue(sm.g[0], j0), lq.land(sm.q[0]), lg.land(sm.g[0]);
+    if (NB == 2)
+        for (int qs = 0; qs < BQ; qs += QS) {
+            lq.issue(sm.q[0] + qs * HD, j0 + qs), lg.issue(sm.g[0] + qs * HD, j0 + qs);
+            lq.land(sm.q[0] + qs * HD), lg.land(sm.g[0] + qs * HD);
+        }
     K_CP_ASYNC_COMMIT(); // K, V (and the first Q, dO) arrive by the loop's first fa_tile_in
     float dk[HD / 8][4], dv[HD / 8][4];
     fa_zero(dk), fa_zero(dv);
     const int key[2] = {j0 + 16 * w + g, j0 + 16 * w + g + 8};
+    const float *lr = lse + row0, *dr = dd + row0; // the head's lse and D rows
     for (int i0 = j0, bf = 0; i0 < t; i0 += BQ, bf = (bf + 1) % NB) {
         if (NB == 1) {
+            static_assert(NB == 2 || QS == BQ, "one pass a single-buffered tile");
             __syncthreads(); // every warp done with the last query tile
             lq.issue(sm.q[0], i0), lg.issue(sm.g[0], i0);
             K_CP_ASYNC_COMMIT();
         }
         fa_tile_in();
         const bool next = NB == 2 && i0 + BQ < t;
-        if (next) {
-            lq.issue(sm.q[(bf + 1) % NB], i0 + BQ), lg.issue(sm.g[(bf + 1) % NB], i0 + BQ);
-            K_CP_ASYNC_COMMIT();
-        }
-        // P^T and dP^T: the warp's 16 keys x the tile's BQ queries
-        float p[BQ / 8][4], dp[BQ / 8][4];
-        fa_zero(p), fa_zero(dp);
-        fa_abt<TY, HD, BQ / 8>(p, sm.k, 16 * w, sm.q[bf], lane);
-        fa_abt<TY, HD, BQ / 8>(dp, sm.v, 16 * w, sm.g[bf], lane);
+        unsigned short *nq = sm.q[(bf + 1) % NB], *ng = sm.g[(bf + 1) % NB];
+        // P^T and dP^T: the warp's 16 keys x QS of the tile's queries a pass (the registers:
+        // dK, dV, P^T and dP^T are live together; dV and dK still sum the queries in order).
+        // The next tile's pass qs is issued before the pass's products and lands after them.
+#pragma unroll 1
+        for (int qs = 0; qs < BQ; qs += QS) {
+            if (next) lq.issue(nq + qs * HD, i0 + BQ + qs), lg.issue(ng + qs * HD, i0 + BQ + qs);
+            const unsigned short *tq = sm.q[bf] + qs * HD, *tg = sm.g[bf] + qs * HD; // QS rows: the same swizzle
+            float p[QS / 8][4], dp[QS / 8][4];
+            fa_zero(p), fa_zero(dp);
+            fa_abt<TY, HD, QS / 8>(p, sm.k, 16 * w, tq, lane);
+            fa_abt<TY, HD, QS / 8>(dp, sm.v, 16 * w, tg, lane);
 #pragma unroll
-        for (int n = 0; n < BQ / 8; n++)
+            for (int n = 0; n < QS / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int i = i0 + 8 * n + 2 * tig + e;
-                float li = i < t ? lse[row0 + i] : 0.0f, di = i < t ? dd[row0 + i] : 0.0f;
+                for (int e = 0; e < 2; e++) {
+                    int i = i0 + qs + 8 * n + 2 * tig + e;
+                    float li = i < t ? lr[i] : 0.0f, di = i < t ? dr[i] : 0.0f;
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    float pv = i < t && i >= key[r] && key[r] < t ? expf(p[n][2 * r + e] * scale - li) : 0.0f;
-                    p[n][2 * r + e] = pv;
-                    dp[n][2 * r + e] = pv * (dp[n][2 * r + e] - di) * scale;
+                    for (int r = 0; r < 2; r++) {
+                        float pv = i < t && i >= key[r] && key[r] < t ? expf(p[n][2 * r + e] * scale - li) : 0.0f;
+                        p[n][2 * r + e] = pv;
+                        dp[n][2 * r + e] = pv * (dp[n][2 * r + e] - di) * scale;
+                    }
                 }
-            }
-        fa_pb<TY, HD, BQ / 8>(dv, p, sm.g[bf], lane);  // dV += P^T dO
-        fa_pb<TY, HD, BQ / 8>(dk, dp, sm.q[bf], lane); // dK += dS^T Q
-        if (next) lq.land(sm.q[(bf + 1) % NB]), lg.land(sm.g[(bf + 1) % NB]);
+            fa_pb<TY, HD, QS / 8>(dv, p, tg, lane); // dV += P^T dO
+            fa_pb<TY, HD, QS / 8>(dk, dp, tq, lane); // dK += dS^T Q
+            if (next) lq.land(nq + qs * HD), lg.land(ng + qs * HD);
+        }
+        if (next) K_CP_ASYNC_COMMIT();
     }
     const size_t dst = (size_t)s * t * ld + (size_t)hh * hd + C;
     fa_store(dk, dqkv, K_CUDA_ACT_F32, dst, ld, j0 + 16 * w, t, hd, lane, nullptr);
@@ -188,7 +201,7 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
 
 // dQ: block (query tile, counted from the last; head, sequence), the key tiles (BK rows)
 // up to its last query.
-template <int TY, int HD, int BK>
+template <int TY, int HD, int BK, int CP>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
           const float *dd, float *dqkv)
@@ -203,8 +216,9 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
     const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
-    FaLoad<TY, HD, FA_T, false> lq(qkv, xt, base, ld, t, hd), lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd);
-    FaLoad<TY, HD, BK, NB == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    FaLoad<TY, HD, FA_T, false, CP> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, FA_T, false, false> lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd); // dO: fp32
+    FaLoad<TY, HD, BK, NB == 2, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     lq.issue(sm.q, q0), lg.issue(sm.g, q0);
     if (NB == 2) lk.issue(sm.k[0], 0), lv.issue(sm.v[0], 0), lk.land(sm.k[0]), lv.land(sm.v[0]);
     K_CP_ASYNC_COMMIT(); // Q, dO (and the first K, V) arrive by the loop's first fa_tile_in
@@ -263,7 +277,11 @@ template <int TY, int HD>
 int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int yt, float *lse, cudaStream_t s)
 {
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
-    K_LAUNCH((fa_fwd<TY, HD>), grid, FA_THREADS, 0, s)(t, h, hd, 1.0f / sqrtf((float)hd), qkv, xt, y, yt, lse);
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (fa_cp(TY, qkv, xt, hd)) // the kernel of qkv's loads: cp.async, or read and rounded
+        K_LAUNCH((fa_fwd<TY, HD, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, y, yt, lse);
+    else
+        K_LAUNCH((fa_fwd<TY, HD, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, y, yt, lse);
     return k_cuda_check_launch("k_cuda_attention_fwd_mm", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 
@@ -275,10 +293,17 @@ int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *
     constexpr int IN = HD >= 128 ? 32 : FA_T;
     const float scale = 1.0f / sqrtf((float)hd);
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
-    K_LAUNCH((fa_bwd_dkv<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    const bool cp = fa_cp(TY, qkv, xt, hd); // the kernels of qkv's loads: cp.async, or read and rounded
+    if (cp)
+        K_LAUNCH((fa_bwd_dkv<TY, HD, IN, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    else
+        K_LAUNCH((fa_bwd_dkv<TY, HD, IN, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
     if (k_cuda_check_launch("k_cuda_attention_bwd_mm (dk, dv)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd))
         return -1;
-    K_LAUNCH((fa_bwd_dq<TY, HD, IN>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    if (cp)
+        K_LAUNCH((fa_bwd_dq<TY, HD, IN, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    else
+        K_LAUNCH((fa_bwd_dq<TY, HD, IN, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
     return k_cuda_check_launch("k_cuda_attention_bwd_mm (dq)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 

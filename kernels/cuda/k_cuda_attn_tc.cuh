@@ -28,20 +28,31 @@ template <int HD> __device__ __forceinline__ int fa_off(int r, int c)
     return r * HD + ((c ^ ((r >> 1) & 3)) << 3); // 4 chunks a row: rows in pairs
 }
 
+// Whether a kernel's qkv goes by cp.async (its FaLoad's CP, chosen on the host at launch):
+// 16-bit rows of the kernel's type, whole 16-byte chunks (hd % 8 == 0) from a 16-byte
+// aligned base (ld = 3 C and the offsets of Q, K, V, heads and rows are then multiples of
+// 8 elements too).
+__host__ __device__ inline bool fa_cp(int ty, const void *qkv, int xt, int hd)
+{
+    return xt == ty && hd % 8 == 0 && ((size_t)qkv & 15) == 0;
+}
+
 // Tiles of R rows of one operand (src[at + (r0 + r) ld + (0, hd)] of element type xt)
-// into the swizzled layout, zero past t and hd. vec: 16-bit rows of the kernel's type
-// copied by cp.async (the caller commits and waits). Else read and rounded (k_act_ld
-// widens a 16-bit value exactly): stored at once, or with PF held in registers from
-// issue (before the current tile's products) to land (after them).
-template <int TY, int HD, int R, bool PF> struct FaLoad {
+// into the swizzled layout, zero past t and hd. CP (fa_cp true for src, a template
+// argument so that a kernel carries one path's registers): copied by cp.async (the caller
+// commits and waits; land is empty). Else read and rounded (k_act_ld widens a 16-bit
+// value exactly): stored at once, or with PF held in registers from issue (before the
+// current tile's products) to land (after them).
+template <int TY, int HD, int R, bool PF, bool CP> struct FaLoad {
     static constexpr int CPR = HD / 8, CH = R * CPR / FA_THREADS; // chunks a row, chunks a thread
     static_assert(R * CPR % FA_THREADS == 0, "whole chunks a thread");
+    static constexpr bool HOLD = PF && !CP; // chunks in registers from issue to land
     const void *src;
     size_t at, ld;
-    int xt, t, hd, vec;
-    FaChunk c[PF ? CH : 1];
+    int xt, t, hd;
+    FaChunk c[HOLD ? CH : 1];
     __device__ __forceinline__ FaLoad(const void *s, int x, size_t a, size_t l, int tt, int h)
-        : src(s), at(a), ld(l), xt(x), t(tt), hd(h), vec(x == TY && h % 8 == 0 && ((size_t)s & 15) == 0)
+        : src(s), at(a), ld(l), xt(x), t(tt), hd(h)
     {
     }
     __device__ __forceinline__ FaChunk read(int gr, int col) const
@@ -57,7 +68,7 @@ template <int TY, int HD, int R, bool PF> struct FaLoad {
     }
     __device__ __forceinline__ void issue(unsigned short *tile, int r0)
     {
-        if (vec) {
+        if constexpr (CP) {
             const unsigned short *s16 = (const unsigned short *)src;
 #pragma unroll 1
             for (int i = 0; i < CH; i++) {
@@ -82,8 +93,7 @@ template <int TY, int HD, int R, bool PF> struct FaLoad {
     }
     __device__ __forceinline__ void land(unsigned short *tile) const
     {
-        if constexpr (PF) {
-            if (vec) return;
+        if constexpr (HOLD) {
 #pragma unroll
             for (int i = 0; i < CH; i++) {
                 int q = threadIdx.x + i * FA_THREADS;

@@ -71,14 +71,18 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
         }
         fa_tile_in();
         const bool next = NB == 2 && k0 + FA_T < kend;
-        if (next) {
-            lk.issue(sm.k[(bf + 1) % NB], k0 + FA_T), lv.issue(sm.v[(bf + 1) % NB], k0 + FA_T);
-            K_CP_ASYNC_COMMIT();
-        }
+        unsigned short *nk = sm.k[(bf + 1) % NB], *nv = sm.v[(bf + 1) % NB];
+        // the next K tile issued before S = Q K^T and landing after it, the next V before the
+        // softmax and P V, landing after them: one tile's prefetched chunks in registers
+        if (next) lk.issue(nk, k0 + FA_T);
         float sc[FA_T / 8][4];
         fa_zero(sc);
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) fa_abt_step<TY, HD, FA_T / 8>(sc, qf[kk], sm.k[bf], kk, lane);
+        if (next) {
+            lk.land(nk), lv.issue(nv, k0 + FA_T);
+            K_CP_ASYNC_COMMIT();
+        }
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int n = 0; n < FA_T / 8; n++)
@@ -111,7 +115,7 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
 #pragma unroll
             for (int e = 0; e < 4; e++) o[n][e] *= corr[e >> 1];
         fa_pb<TY, HD, FA_T / 8>(o, sc, sm.v[bf], lane);
-        if (next) lk.land(sm.k[(bf + 1) % NB]), lv.land(sm.v[(bf + 1) % NB]);
+        if (next) lv.land(nv);
     }
     float inv[2];
 #pragma unroll
@@ -156,9 +160,9 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
     const float *lr = lse + row0, *dr = dd + row0; // the head's lse and D rows
     for (int i0 = j0, bf = 0; i0 < t; i0 += BQ, bf = (bf + 1) % NB) {
         if (NB == 1) {
-            static_assert(NB == 2 || QS == BQ, "one pass a single-buffered tile");
             __syncthreads(); // every warp done with the last query tile
-            lq.issue(sm.q[0], i0), lg.issue(sm.g[0], i0);
+            for (int qs = 0; qs < BQ; qs += QS)
+                lq.issue(sm.q[0] + qs * HD, i0 + qs), lg.issue(sm.g[0] + qs * HD, i0 + qs);
             K_CP_ASYNC_COMMIT();
         }
         fa_tile_in();
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
           const float *dd, float *dqkv)
 {
-    constexpr int NB = fa_bufs(HD);
+    constexpr int NB = fa_bufs(HD), KS = BK > 32 ? 32 : BK; // KS: keys a pass
     struct alignas(16) Smem {
         unsigned short q[FA_T * HD], g[FA_T * HD], k[NB][BK * HD], v[NB][BK * HD];
     };
@@ -218,9 +222,14 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
     const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
     FaLoad<TY, HD, FA_T, false, CP> lq(qkv, xt, base, ld, t, hd);
     FaLoad<TY, HD, FA_T, false, false> lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd); // dO: fp32
-    FaLoad<TY, HD, BK, NB == 2, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    // K and V by passes of KS rows (as dK, dV's Q and dO)
+    FaLoad<TY, HD, KS, NB == 2, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     lq.issue(sm.q, q0), lg.issue(sm.g, q0);
-    if (NB == 2) lk.issue(sm.k[0], 0), lv.issue(sm.v[0], 0), lk.land(sm.k[0]), lv.land(sm.v[0]);
+    if (NB == 2)
+        for (int ks = 0; ks < BK; ks += KS) {
+            lk.issue(sm.k[0] + ks * HD, ks), lv.issue(sm.v[0] + ks * HD, ks);
+            lk.land(sm.k[0] + ks * HD), lv.land(sm.v[0] + ks * HD);
+        }
     K_CP_ASYNC_COMMIT(); // Q, dO (and the first K, V) arrive by the loop's first fa_tile_in
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
     float li[2], di[2], dq[HD / 8][4];
@@ -233,29 +242,36 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
     for (int k0 = 0, bf = 0; k0 < kend; k0 += BK, bf = (bf + 1) % NB) {
         if (NB == 1) {
             __syncthreads(); // every warp done with the last key tile
-            lk.issue(sm.k[0], k0), lv.issue(sm.v[0], k0);
+            for (int ks = 0; ks < BK; ks += KS)
+                lk.issue(sm.k[0] + ks * HD, k0 + ks), lv.issue(sm.v[0] + ks * HD, k0 + ks);
             K_CP_ASYNC_COMMIT();
         }
         fa_tile_in();
         const bool next = NB == 2 && k0 + BK < kend;
-        if (next) {
-            lk.issue(sm.k[(bf + 1) % NB], k0 + BK), lv.issue(sm.v[(bf + 1) % NB], k0 + BK);
-            K_CP_ASYNC_COMMIT();
+        unsigned short *nk = sm.k[(bf + 1) % NB], *nv = sm.v[(bf + 1) % NB];
+        // P and dS: the warp's 16 queries x KS of the tile's keys a pass (dQ sums the keys in
+        // order); the next tile's pass ks issued before the pass's products, landing after.
+        // (Unrolled at HD 64: ptxas -v's registers, without a spill on sm_90.)
+#pragma unroll(HD == 64 ? 2 : 1)
+        for (int ks = 0; ks < BK; ks += KS) {
+            if (next) lk.issue(nk + ks * HD, k0 + BK + ks), lv.issue(nv + ks * HD, k0 + BK + ks);
+            const unsigned short *tk = sm.k[bf] + ks * HD, *tv = sm.v[bf] + ks * HD; // KS rows: the same swizzle
+            float p[KS / 8][4], ds[KS / 8][4];
+            fa_zero(p), fa_zero(ds);
+            fa_abt<TY, HD, KS / 8>(p, sm.q, 16 * w, tk, lane);
+            fa_abt<TY, HD, KS / 8>(ds, sm.g, 16 * w, tv, lane);
+#pragma unroll
+            for (int n = 0; n < KS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int j = k0 + ks + 8 * n + 2 * tig + (e & 1), r = e >> 1;
+                    float pv = row[r] < t && j <= row[r] ? expf(p[n][e] * scale - li[r]) : 0.0f;
+                    ds[n][e] = pv * (ds[n][e] - di[r]) * scale;
+                }
+            fa_pb<TY, HD, KS / 8>(dq, ds, tk, lane); // dQ += dS K
+            if (next) lk.land(nk + ks * HD), lv.land(nv + ks * HD);
         }
-        float p[BK / 8][4], ds[BK / 8][4];
-        fa_zero(p), fa_zero(ds);
-        fa_abt<TY, HD, BK / 8>(p, sm.q, 16 * w, sm.k[bf], lane);
-        fa_abt<TY, HD, BK / 8>(ds, sm.g, 16 * w, sm.v[bf], lane);
-#pragma unroll
-        for (int n = 0; n < BK / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int j = k0 + 8 * n + 2 * tig + (e & 1), r = e >> 1;
-                float pv = row[r] < t && j <= row[r] ? expf(p[n][e] * scale - li[r]) : 0.0f;
-                ds[n][e] = pv * (ds[n][e] - di[r]) * scale;
-            }
-        fa_pb<TY, HD, BK / 8>(dq, ds, sm.k[bf], lane); // dQ += dS K
-        if (next) lk.land(sm.k[(bf + 1) % NB]), lv.land(sm.v[(bf + 1) % NB]);
+        if (next) K_CP_ASYNC_COMMIT();
     }
     fa_store(dq, dqkv, K_CUDA_ACT_F32, (size_t)s * t * ld + (size_t)hh * hd, ld, q0 + 16 * w, t, hd, lane, nullptr);
 }

@@ -102,7 +102,8 @@ static void io_case(int t, int b, int T, int h, int hd, int off)
     port_dev_free(ws);
 }
 
-/* Heads 16, 24 (padded to 32: a zero-filled chunk past hd), 32, 64 on two buffers, 128 on one. */
+/* Heads 16, 24 (padded to 32: a zero-filled chunk past hd), 32, 64 on two buffers, 128 on one:
+ * the cp.async kernels (a template argument) of both types at every head tile. */
 TEST(gpu_tc_attention_cp_async_bits_match_fp32_io)
 {
     io_case(K_CUDA_MM_BF16, 1, 70, 2, 16, 0);
@@ -111,11 +112,15 @@ TEST(gpu_tc_attention_cp_async_bits_match_fp32_io)
     io_case(K_CUDA_MM_BF16, 1, 70, 1, 128, 0);
     io_case(K_CUDA_MM_F16, 1, 130, 2, 32, 0);
     io_case(K_CUDA_MM_F16, 1, 70, 1, 64, 0);
+    io_case(K_CUDA_MM_F16, 1, 70, 1, 128, 0);
 }
 
-/* No cp.async where the rows cannot be copied 16 bytes at a time; the same bits. */
+/* No cp.async where the rows cannot be copied 16 bytes at a time (the read-and-round
+ * kernels, as for fp32 qkv); the same bits. Heads 12 (a 32 tile), 64 off alignment, 100 (a
+ * 128 tile). */
 TEST(gpu_tc_attention_cp_async_falls_back_to_loads)
 {
     io_case(K_CUDA_MM_BF16, 1, 70, 1, 12, 0);
     io_case(K_CUDA_MM_F16, 1, 70, 1, 64, 8);
+    io_case(K_CUDA_MM_BF16, 1, 70, 1, 100, 0);
 }

@@ -14,13 +14,20 @@
 // payloads aside). fp32 qkv and dO (always fp32) are read, rounded (cvt.rn) and stored by
 // the threads.
 //
+// The choice of cp.async or read-and-round is made on the host (fa_cp) and is a template
+// argument of the kernels (CP): each kernel holds one path's registers.
+//
 // Pipelines: the streamed tiles (K, V in forward and dQ; Q, dO in dK, dV) are double-
 // buffered where two fit the executor's 48 KiB of static shared memory (HD 32 and 64,
 // GPT-2's 64 among them): the next tile's cp.async (or its fp32 read and rounding into
 // registers, stored after the products, as the GEMM's TcPrefetch) is issued before the
 // current tile's products, and one barrier a tile orders both ("in" and "every warp done
-// with the buffer the next loads overwrite"). HD 128 stays single-buffered (a K, V pair
-// of tiles is already 32 KiB): load, barrier, products, barrier.
+// with the buffer the next loads overwrite"). The read-and-round registers are kept to one
+// part of a tile at a time: forward's next K lands after S, its next V after P V; dK, dV
+// and dQ take their streamed tile in passes of 32 rows (the products of a pass, then its
+// part of the next tile lands; the sums keep their order, so the same bits). HD 128 stays
+// single-buffered (a K, V pair of tiles is already 32 KiB): load, barrier, products,
+// barrier.
 //
 // Forward: a block of 4 warps per (64-query tile, head, sequence), a warp per 16 query
 // rows; its Q fragments are loaded once (ldmatrix), key tiles of 64 stream through; S =
@@ -59,9 +66,13 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
     K_CP_ASYNC_COMMIT();
     K_CP_ASYNC_WAIT(0);
     __syncthreads(); // Q in
-    unsigned qf[HD / 16][4]; // the warp's Q fragments, once
+    // The warp's Q fragments: once, in registers, up to HD 64; at 128 (their 32 registers
+    // beside O's 64: 175 on sm_80, 2 blocks an SM) from shared memory at every key tile.
+    constexpr bool QREG = HD <= 64;
+    unsigned qf[QREG ? HD / 16 : 1][4];
+    if constexpr (QREG)
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) fa_lda<HD>(qf[kk], sm.q, 16 * w, kk, lane);
+        for (int kk = 0; kk < HD / 16; kk++) fa_lda<HD>(qf[kk], sm.q, 16 * w, kk, lane);
     float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     fa_zero(o);
     const int row[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
@@ -80,7 +91,10 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
         float sc[FA_T / 8][4];
         fa_zero(sc);
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) fa_abt_step<TY, HD, FA_T / 8>(sc, qf[kk], sm.k[bf], kk, lane);
+        for (int kk = 0; kk < HD / 16; kk++) {
+            if constexpr (!QREG) fa_lda<HD>(qf[0], sm.q, 16 * w, kk, lane);
+            fa_abt_step<TY, HD, FA_T / 8>(sc, qf[QREG ? kk : 0], sm.k[bf], kk, lane);
+        }
         if (next) {
             lk.land(nk), lv.issue(nv, k0 + FA_T);
             K_CP_ASYNC_COMMIT();

@@ -146,6 +146,12 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_overwritten", "wgmma.wait_group at simt_checks.cu:", "the shared-memory operands of "
            "wgmma.mma_async at simt_checks.cu:", "were written before this wait_group covered it", NULL);
     expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_ok_sw128", "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_ok_sw64", "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_ok_sw32", "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_swz_unaligned", "wgmma.mma_async at simt_checks.cu:", "operand A at", "64-byte swizzle: its "
+           "swizzle pattern is not aligned to 8 rows of its width", NULL);
+    expect("wgmma_swz_row_crossed", "operand A at", "64-byte swizzle: its 16 k cross the end of a swizzle row", NULL);
 }
 
 /* CUDA IPC across processes (issue 42's first step): the owner's device buffer, filled
@@ -219,7 +225,8 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
  * each): a wrong fragment index fails the comparison with the reference, a missing
  * cp.async.wait_group (the 16-bit entry's and the mixed pipeline's of conv / linear with
  * the 16-bit weights), a missing barrier between pipeline stages and a missing
- * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor; the
+ * wgmma.fence (the 16-bit entry's and conv's / linear's) are named by the executor; a
+ * wgmma descriptor without the tiles' 64-byte swizzle fails the comparison; the
  * attention kernel's barrier before the next key tile, removed, fails the comparison
  * when warps run one by one (DDPRT_SIMT_SCHED=warps). Rebuilding under a sanitizer takes minutes: make simt-inject SAN=... does. */
 PTEST(simt_injected_tensor_core_bugs_are_reported)
@@ -246,6 +253,8 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            strstr(o, "its wait_group was not followed by a __syncthreads"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed | k_cuda_tc_wgmma.cuh | simt: "),
            "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90): B's wgmma descriptor without the 64-byte swizzle | k_cuda_tc_wgmma.cuh | "
+                     "only the comparison"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "

@@ -11,6 +11,12 @@
 #pragma once
 #include "kernels/cuda/k_cuda_common.cuh"
 
+// wgmma descriptors' layout type (bits 62-63): no swizzle, the 128 / 64 / 32-byte swizzles.
+#define K_WGMMA_NOSWZ 0
+#define K_WGMMA_SW128 1
+#define K_WGMMA_SW64 2
+#define K_WGMMA_SW32 3
+
 #ifdef DDPRT_SIMT
 #define K_MMA_BF16(d, a, b) simt::mma_sync(__FILE__, __LINE__, simt::MMA_BF16, d, a, b, d)
 #define K_MMA_F16(d, a, b) simt::mma_sync(__FILE__, __LINE__, simt::MMA_F16, d, a, b, d)
@@ -31,7 +37,10 @@
 // generic-proxy writes made visible to wgmma's async proxy: not modelled (a no-op here)
 #define K_FENCE_PROXY_ASYNC() ((void)0)
 #define K_PIN_X4(w) ((void)0)
-static inline unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo) { return simt::smem_desc(p, lbo, sbo); }
+static inline unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo, int swz)
+{
+    return simt::smem_desc(p, lbo, sbo, swz);
+}
 #else
 __device__ __forceinline__ unsigned k_smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -121,11 +130,11 @@ __device__ __forceinline__ void k_wgmma_f16_128(float *, unsigned long long, uns
 #endif
 #define K_WGMMA_BF16_128(d, da, db, scale_d) k_wgmma_bf16_128(d, da, db, scale_d)
 #define K_WGMMA_F16_128(d, da, db, scale_d) k_wgmma_f16_128(d, da, db, scale_d)
-__device__ __forceinline__ unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo)
+__device__ __forceinline__ unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo, int swz)
 {
     unsigned long long a = k_smem_addr(p);
     return ((a & 0x3ffff) >> 4) | (unsigned long long)((lbo & 0x3ffff) >> 4) << 16 |
-           (unsigned long long)((sbo & 0x3ffff) >> 4) << 32;
+           (unsigned long long)((sbo & 0x3ffff) >> 4) << 32 | (unsigned long long)swz << 62;
 }
 #endif
 

@@ -1,8 +1,11 @@
 // The tensor-core GEMM on sm_90a's wgmma (H100/H200; k_cuda_wgmma_on()), included by
 // k_cuda_tc_gemm.cuh. A 128x128 tile, two warpgroups of 64 rows (m64n128k16, 64 fp32
-// accumulators a thread), k in 32-deep slices in wgmma's K-major no-swizzle layout (core
-// matrices of 8 rows x 16 bytes; the next 8 rows 128 bytes on, the next 8 k 128 * 16
-// bytes on). Two kernels, adding the same products in the same order (wgg_slice):
+// accumulators a thread), k in 32-deep slices in wgmma's K-major 64-byte swizzle: a row's
+// 32 k are its 64 bytes, 16-byte chunk c at c ^ ((row >> 1) & 3) - the mma.sync kernel's
+// k-contiguous tile (tc_off), so the loaders are tc_load's. Eight threads' 16-byte stores
+// then fill 128 contiguous bytes (no bank conflict; the no-swizzle layout's core matrices
+// put a row's four chunks 2 KiB apart: 4-way conflicts on every store). Two kernels,
+// adding the same products in the same order (wgg_slice):
 //  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
 //    pairs in registers while the tensor cores work on the current one; values rounded
 //    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
@@ -12,7 +15,9 @@
 
 namespace {
 #define WGG_T 128
-template <int R> __device__ __forceinline__ int wgg_off(int r, int kb) { return ((kb * (R / 8) + (r >> 3)) * 8 + (r & 7)) * 8; }
+// The tiles' alignment: the 64-byte swizzle's pattern (8 rows of 64 bytes), which the
+// hardware applies to shared addresses.
+#define WGG_ALIGN 512
 
 // Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
 // consecutive addresses (k for k-contiguous operands, rows otherwise).
@@ -50,18 +55,20 @@ template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile,
     for (int i = 0; i < 8; i++) {
         int r, kp;
         wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
-        *(unsigned *)(tile + wgg_off<WGG_T>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
+        *(unsigned *)(tile + tc_off<WGG_T, true>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
     }
 }
 
 // One 32-deep slice of a 128-row tile pair on the warpgroup's 64 rows (both wgmma kernels).
+// Descriptors: the first row's k 16kk (32 bytes into the 64-byte row: the hardware
+// swizzles the address it forms), 8 rows 512 bytes on; LBO unused (16 k in one row).
 template <int TY>
 __device__ __forceinline__ void wgg_slice(float (&acc)[64], const unsigned short *ta, const unsigned short *tb, int wg)
 {
 #pragma unroll
     for (int kk = 0; kk < TC_BK / 16; kk++) {
-        unsigned long long da = k_wgmma_desc(ta + wgg_off<WGG_T>(64 * wg, 2 * kk), WGG_T * 16, 128);
-        unsigned long long db = k_wgmma_desc(tb + wgg_off<WGG_T>(0, 2 * kk), WGG_T * 16, 128);
+        unsigned long long da = k_wgmma_desc(ta + 64 * wg * TC_BK + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64);
+        unsigned long long db = k_wgmma_desc(tb + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64);
         if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
         else K_WGMMA_F16_128(acc, da, db, 1);
     }
@@ -83,7 +90,7 @@ __device__ __forceinline__ void wgg_store(const float (&acc)[64], const ST &st, 
 template <int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
-    struct alignas(128) Smem {
+    struct alignas(WGG_ALIGN) Smem {
         unsigned short a[2][WGG_T * TC_BK], b[2][WGG_T * TC_BK];
     };
     __shared__ Smem sm;
@@ -118,23 +125,19 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
     wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
 }
 
-// ---- wg_gemm: the 16-bit arrays by cp.async, 16 bytes (one core-matrix row) a copy.
+// ---- wg_gemm: the 16-bit arrays by cp.async (tc_load: 16 bytes a copy, 4 a row).
 #define WG_STAGES 3
 __device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const TcRawK &la, const TcRawK &lb,
                                         int M, int N, int m0, int n0, int kend, int k0)
 {
-    for (int q = threadIdx.x; q < 2 * WGG_T * 4; q += 256) { // 4 chunks of 8 k a row
-        int isb = q >= WGG_T * 4, qq = q - isb * WGG_T * 4, r = qq >> 2, kb = qq & 3, k = k0 + kb * 8;
-        const TcRawK &l = isb ? lb : la;
-        int gr = (isb ? n0 : m0) + r, valid = gr < (isb ? N : M) ? max(min(8, kend - k), 0) : 0;
-        K_CP_ASYNC16((isb ? tb : ta) + wgg_off<WGG_T>(r, kb), valid ? l.p + (size_t)gr * l.ld + k : l.p, valid * 2);
-    }
+    tc_load<WGG_T>(ta, la, M, m0, kend, k0);
+    tc_load<WGG_T>(tb, lb, N, n0, kend, k0);
 }
 
 template <int TY, class ST>
 __global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, TcRawK la, TcRawK lb, ST st)
 {
-    struct alignas(128) Smem {
+    struct alignas(WGG_ALIGN) Smem {
         unsigned short a[WG_STAGES][WGG_T * TC_BK], b[WG_STAGES][WGG_T * TC_BK];
     };
     __shared__ Smem sm;

@@ -28,6 +28,7 @@ bugs=(
 "tensor-core GEMM: cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/        K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n//|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90): wgmma.fence removed|k_cuda_tc_wgmma.cuh|s/        K_WGMMA_FENCE\(\); \/\/ \(16-bit arrays\)/        \/\/ (16-bit arrays)/|gpu_tc_gemm_wgmma|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)\s*__syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
+"tensor-core GEMM (sm_90): B's wgmma descriptor without the 64-byte swizzle|k_cuda_tc_wgmma.cuh|s/k_wgmma_desc\(tb \+ 16 \* kk, 16, 8 \* TC_BK \* 2, K_WGMMA_SW64\)/k_wgmma_desc(tb + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_NOSWZ)/|gpu_tc_gemm_wgmma|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed|k_cuda_tc_wgmma.cuh|s/        K_WGMMA_FENCE\(\); \/\/ the accumulators/        \/\/ the accumulators/|gpu_tc_conv_linear_on_wgmma|forward|k_cuda_linear.cu"
 "tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/            K_CP_ASYNC_WAIT\(0\);\n(            __syncthreads\(\); \/\/ mixed)/\$1/|gpu_tc_w16_bitwise_equal_without|forward|k_cuda_conv.cu"
 "tensor-core attention: barrier before the next key tile's loads removed|k_cuda_attn_tc.cu|s/            __syncthreads\(\); \/\/ every warp done with the last tile\n//|gpu_tc_attention_bf16_hd8_32_128|warps"

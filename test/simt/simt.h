@@ -97,9 +97,10 @@ struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; };
 void wgmma_fence(const char *file, int line);
 void wgmma_commit(const char *file, int line);
 void wgmma_wait(const char *file, int line, int n);
-// The descriptor's start address, leading and stride byte offsets (PTX's encoding; the
-// address is the offset into the running kernel's shared memory).
-unsigned long long smem_desc(const void *p, int lbo, int sbo);
+// The descriptor's start address, leading and stride byte offsets and layout type (0 no
+// swizzle, 1 / 2 / 3 the 128 / 64 / 32-byte swizzles) in PTX's encoding; the address is
+// the offset into the running kernel's shared memory.
+unsigned long long smem_desc(const void *p, int lbo, int sbo, int swz);
 inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigned long long da,
                   unsigned long long db, int scale_d)
 {

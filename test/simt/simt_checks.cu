@@ -213,9 +213,37 @@ template <int OVERWRITE> __global__ void wgmma_case(const float *in, float *out)
     float d[64];
     for (int e = 0; e < 64; e++) d[e] = 0.0f;
     K_WGMMA_FENCE();
-    K_WGMMA_BF16_128(d, k_wgmma_desc(A, 64 * 16, 128), k_wgmma_desc(B, 128 * 16, 128), 1);
+    K_WGMMA_BF16_128(d, k_wgmma_desc(A, 64 * 16, 128, K_WGMMA_NOSWZ), k_wgmma_desc(B, 128 * 16, 128, K_WGMMA_NOSWZ),
+                     1);
     K_WGMMA_COMMIT();
     if (OVERWRITE && t == 5) A[3] = 0;
+    K_WGMMA_WAIT(0);
+    int w = (t & 127) >> 5, g = (t & 31) >> 2, q = t & 3;
+    for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+
+// The same product from swizzled tiles: rows of W bytes (the W-byte swizzle), 8 rows 8 W
+// apart, the 16 k at byte OFF of a row, the tiles SHIFT bytes past a 1 KiB boundary.
+// Byte b of a tile holds what the hardware reads there: b ^ (((b >> 7) & (W / 16 - 1)) << 4)
+// (CUTLASS's Swizzle<log2(W/16), 4, 3>, on the address, which is b mod 1 KiB here).
+template <int W, int SHIFT, int OFF> __global__ void wgmma_swz_case(const float *in, float *out)
+{
+    __shared__ __attribute__((aligned(1024))) unsigned short A[64 * 64 + 1024], B[128 * 64 + 1024];
+    int t = threadIdx.x;
+    auto at = [](int r, int k) {
+        int b = SHIFT + (r % 8) * W + (r / 8) * 8 * W + OFF + 2 * k;
+        return (b ^ (((b >> 7) & (W / 16 - 1)) << 4)) / 2;
+    };
+    for (int i = t; i < 64 * 16; i += blockDim.x) A[at(i / 16, i % 16)] = rt_f32_to_bf16(in[i]);
+    for (int i = t; i < 128 * 16; i += blockDim.x) B[at(i / 16, i % 16)] = rt_f32_to_bf16(in[1024 + i]);
+    __syncthreads();
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    const int swz = W == 128 ? K_WGMMA_SW128 : W == 64 ? K_WGMMA_SW64 : K_WGMMA_SW32;
+    K_WGMMA_FENCE();
+    K_WGMMA_BF16_128(d, k_wgmma_desc((char *)A + SHIFT + OFF, 16, 8 * W, swz),
+                     k_wgmma_desc((char *)B + SHIFT + OFF, 16, 8 * W, swz), 1);
+    K_WGMMA_COMMIT();
     K_WGMMA_WAIT(0);
     int w = (t & 127) >> 5, g = (t & 31) >> 2, q = t & 3;
     for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
@@ -422,16 +450,21 @@ int main(int argc, char **argv)
         SIMT_LAUNCH((cp_async_then_ldmatrix<1, 1>), 1, 32, 0, 0)(d);
     } else if (!strcmp(c, "wgmma_partial")) {
         SIMT_LAUNCH((wgmma_case<0>), 1, 64, 0, 0)(d, d);
-    } else if (!strcmp(c, "wgmma_overwritten") || !strcmp(c, "wgmma_ok")) {
+    } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9)) {
         static float in[1024 + 2048], o[64 * 128];
         for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
         float *din = dev(3072), *dout = dev(64 * 128);
         if (cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice)) return 1;
         if (!strcmp(c, "wgmma_ok")) SIMT_LAUNCH((wgmma_case<0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_ok_sw128")) SIMT_LAUNCH((wgmma_swz_case<128, 0, 64>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_ok_sw64")) SIMT_LAUNCH((wgmma_swz_case<64, 0, 32>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_ok_sw32")) SIMT_LAUNCH((wgmma_swz_case<32, 0, 0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_swz_unaligned")) SIMT_LAUNCH((wgmma_swz_case<64, 256, 0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_swz_row_crossed")) SIMT_LAUNCH((wgmma_swz_case<64, 0, 48>), 1, 128, 0, 0)(din, dout);
         else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
-        return !strcmp(c, "wgmma_ok") ? check_wgmma(in, o) : 0;
+        return !strncmp(c, "wgmma_ok", 8) ? check_wgmma(in, o) : 0;
     } else if (!strcmp(c, "ipc_owner_gone") && argc > 2) { // the handle, then exit
         float *buf;
         cudaIpcMemHandle_t h;

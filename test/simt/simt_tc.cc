@@ -15,14 +15,15 @@
 //     outside device memory;
 //   - (simt_exec.cc) mma.sync / ldmatrix issued by a partial warp or at different sites.
 //
-// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major, no swizzle)
-// is computed when its warpgroup has arrived, into a shadow copy; each lane's
+// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major; no swizzle
+// or the 32 / 64 / 128-byte swizzles) is computed when its warpgroup has arrived, into a shadow copy; each lane's
 // accumulators read NaN until its wgmma.wait_group covers the op (a chained op on the same
 // accumulators starts from the shadow). Its checks: an mma_async by a thread that has not
 // executed wgmma.fence since its accumulators were last its own (the kernel's start or a
-// wait_group); descriptors that differ across the warpgroup, a swizzle mode or an operand
-// outside shared memory; an operand's bytes written between the mma_async and the
-// wait_group that covers it; rows a pending cp.async writes.
+// wait_group); descriptors that differ across the warpgroup, or an operand outside shared
+// memory; a swizzled operand whose pattern is not aligned (base offset 0 is all we
+// emulate) or whose 16 k cross its swizzle row; an operand's bytes written between the
+// mma_async and the wait_group that covers it; rows a pending cp.async writes.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -192,14 +194,42 @@ desc decode(unsigned long long d)
     return {b + ((d & 0x3fff) << 4), (size_t)((d >> 16) & 0x3fff) << 4, (size_t)((d >> 32) & 0x3fff) << 4, (int)(d >> 62)};
 }
 
+// Row width of a swizzle mode (PTX layout type: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte).
+size_t swz_width(int swz) { return swz == 1 ? 128 : swz == 2 ? 64 : 32; }
+
+// Element (r, k) of a K-major operand. No swizzle: kmajor_off. Swizzled (CUTLASS's
+// Swizzle<B,4,3> on the byte address): rows of W bytes, 8 rows a pattern, the next 8
+// rows SBO on (LBO unused: the 16 k lie in one row); the 16-byte chunk bits [4, 4+B) of
+// the address are XORed with its bits [7, 7+B) (B = log2(W / 16)). The hardware swizzles
+// shared addresses: its patterns sit where the host's do when the tiles are aligned as
+// swz_check demands (the static shared arrays keep their declared alignment here).
+const char *elem_at(const desc &d, int r, int k)
+{
+    if (!d.swz) return d.p + kmajor_off(r, k, d.lbo, d.sbo);
+    size_t w = swz_width(d.swz);
+    uintptr_t a = (uintptr_t)d.p + (r / 8) * d.sbo + (r % 8) * w + (size_t)k * 2;
+    return (const char *)(a ^ (((a >> 7) & (w / 16 - 1)) << 4));
+}
+
+// A swizzled operand's start: its pattern (8 rows of W bytes) aligned to 8 W bytes, and
+// its 16 k (32 bytes) inside one W-byte row. NULL if fine, else why.
+const char *swz_check(const desc &d)
+{
+    if (!d.swz) return NULL;
+    size_t w = swz_width(d.swz), in_row = (uintptr_t)d.p % w;
+    if (((uintptr_t)d.p - in_row) % (8 * w)) return "its swizzle pattern is not aligned to 8 rows of its width";
+    if (in_row + 32 > w) return "its 16 k cross the end of a swizzle row";
+    return NULL;
+}
+
 unsigned long long operand_sum(const desc &a, const desc &b, int n)
 {
     unsigned long long h = 1469598103934665603ULL;
     auto mix = [&](const char *p) { for (int i = 0; i < 2; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL; };
     for (int r = 0; r < 64; r++)
-        for (int k = 0; k < 16; k++) mix(a.p + kmajor_off(r, k, a.lbo, a.sbo));
+        for (int k = 0; k < 16; k++) mix(elem_at(a, r, k));
     for (int c = 0; c < n; c++)
-        for (int k = 0; k < 16; k++) mix(b.p + kmajor_off(c, k, b.lbo, b.sbo));
+        for (int k = 0; k < 16; k++) mix(elem_at(b, c, k));
     return h;
 }
 } // namespace
@@ -228,9 +258,13 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         }
     }
     desc a = decode(l0->da), b = decode(l0->db);
-    if (a.swz || b.swz) {
-        snprintf(why, len, "%s: swizzle mode %d is not emulated (no swizzle only)", op.c_str(), a.swz ? a.swz : b.swz);
-        return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        const desc &d = pass ? b : a;
+        if (const char *bad = swz_check(d)) {
+            snprintf(why, len, "%s: operand %c at %p, %zu-byte swizzle: %s", op.c_str(), pass ? 'B' : 'A',
+                     (const void *)d.p, swz_width(d.swz), bad);
+            return -1;
+        }
     }
     // every 16-byte row of both operands: in shared memory, aligned, not a pending cp.async's
     for (int pass = 0; pass < 2; pass++) {
@@ -238,7 +272,7 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         int rows = pass ? n : 64;
         for (int r = 0; r < rows; r++)
             for (int k = 0; k < 16; k += 8) {
-                const char *p = d.p + kmajor_off(r, k, d.lbo, d.sbo);
+                const char *p = elem_at(d, r, k);
                 if ((uintptr_t)p & 15 || !in_shared(p, 16)) {
                     snprintf(why, len, "%s: operand %c row %d, k %d-%d at %p: %s", op.c_str(), pass ? 'B' : 'A', r, k,
                              k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
@@ -258,7 +292,7 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                line};
     auto elem = [&](const desc &d, int r, int k) {
         unsigned short h;
-        memcpy(&h, d.p + kmajor_off(r, k, d.lbo, d.sbo), 2);
+        memcpy(&h, elem_at(d, r, k), 2);
         return operand(kind, h);
     };
     for (int j = 0; j < 128; j++) {
@@ -331,14 +365,16 @@ void simt::wgmma_wait(const char *file, int line, int n)
     wg_fenced[t] = 0; // the accumulators are the thread's again
 }
 
-unsigned long long simt::smem_desc(const void *p, int lbo, int sbo)
+unsigned long long simt::smem_desc(const void *p, int lbo, int sbo, int swz)
 {
     const char *b = shared_base();
     size_t off = b ? (size_t)((const char *)p - b) : 0;
-    if (!b || (const char *)p < b || off >= (1u << 18) || (lbo | sbo) & 15 || lbo >= (1 << 18) || sbo >= (1 << 18))
-        die("wgmma descriptor for %p (lbo %d, sbo %d): not 16-byte offsets within the kernel's first 256 KiB of shared "
-            "memory", p, lbo, sbo);
-    return (off >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32;
+    if (!b || (const char *)p < b || off >= (1u << 18) || (lbo | sbo) & 15 || lbo >= (1 << 18) || sbo >= (1 << 18) ||
+        swz < 0 || swz > 3)
+        die("wgmma descriptor for %p (lbo %d, sbo %d, layout %d): not 16-byte offsets within the kernel's first 256 KiB "
+            "of shared memory, or no layout type", p, lbo, sbo, swz);
+    return (off >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32 |
+           (unsigned long long)swz << 62;
 }
 
 // ldmatrix's shared-memory banks (DDPRT_SIMT_BANKS=file): each matrix's 8 rows of 16
@@ -373,33 +409,72 @@ void bank_flush()
     FILE *f = path ? fopen(path, "a") : NULL;
     if (!f) return;
     for (auto &k : bank_stats)
-        fprintf(f, "ldmatrix banks: %s: %llu phases, %llu conflicted (worst %d-way)\n", k.first.c_str(),
-                k.second.phases, k.second.conflicted, k.second.worst);
+        fprintf(f, "%s: %llu phases, %llu conflicted (worst %d-way)\n", k.first.c_str(), k.second.phases,
+                k.second.conflicted, k.second.worst);
     fclose(f);
     bank_stats.clear();
 }
 
-void count_banks(const void *const rows[32], int num)
+bool banks_on()
 {
     static int on = -1;
     if (on < 0) on = rt_env_str(RT_ENV_SIMT_BANKS) != NULL;
-    if (!on) return;
-    simt::kinfo *k = simt::running_kinfo();
-    bank_stat &st = bank_stats[k ? kernel_name(k->sym) : "?"];
-    for (int m = 0; m < num; m++) {
-        int in_bank[32] = {0}, ways = 1;
-        for (int r = 8 * m; r < 8 * m + 8; r++) {
-            int dup = 0; // the same row twice is one read (a broadcast), not a conflict
-            for (int q = 8 * m; q < r; q++) dup |= rows[q] == rows[r];
-            if (dup) continue;
-            uintptr_t w = (uintptr_t)rows[r] >> 2;
-            for (int i = 0; i < 4; i++)
-                if (++in_bank[(w + i) & 31] > ways) ways = in_bank[(w + i) & 31];
-        }
-        st.phases++;
-        st.conflicted += ways > 1;
-        if (ways > st.worst) st.worst = ways;
+    return on;
+}
+
+// One phase: up to 128 bytes, as `per` accesses of `bytes` each (NULL: a lane not taking part).
+void count_phase(bank_stat &st, const void *const *a, int per, int bytes)
+{
+    int in_bank[32] = {0}, ways = 1, any = 0;
+    for (int r = 0; r < per; r++) {
+        if (!a[r]) continue;
+        int dup = 0; // the same address twice is one access (a broadcast), not a conflict
+        for (int q = 0; q < r; q++) dup |= a[q] == a[r];
+        if (dup) continue;
+        any = 1;
+        uintptr_t w = (uintptr_t)a[r] >> 2;
+        for (int i = 0; i < bytes / 4; i++)
+            if (++in_bank[(w + i) & 31] > ways) ways = in_bank[(w + i) & 31];
     }
+    if (!any) return;
+    st.phases++;
+    st.conflicted += ways > 1;
+    if (ways > st.worst) st.worst = ways;
+}
+
+void count_banks(const void *const rows[32], int num)
+{
+    if (!banks_on()) return;
+    simt::kinfo *k = simt::running_kinfo();
+    bank_stat &st = bank_stats["ldmatrix banks: " + (k ? kernel_name(k->sym) : std::string("?"))];
+    for (int m = 0; m < num; m++) count_phase(st, rows + 8 * m, 8, 16);
+}
+
+// cp.async's shared-memory stores (DDPRT_SIMT_BANKS): a warp's n-th copy at one site is
+// one instruction; its 32 lanes' destinations go in phases of 128 bytes (8 lanes of 16
+// bytes), as a 128-bit shared store's. Gathered per block, counted at its end.
+struct cp_inst { const void *dst[32]; int bytes; };
+std::map<std::tuple<int, const char *, int, unsigned>, cp_inst> cp_insts; // warp, site, n-th
+std::map<std::tuple<int, const char *, int>, unsigned> cp_seq;             // thread, site -> copies so far
+
+void cp_note(int t, const char *file, int line, const void *dst, int bytes)
+{
+    if (!banks_on()) return;
+    unsigned n = cp_seq[std::make_tuple(t, file, line)]++;
+    cp_inst &c = cp_insts[std::make_tuple(t / 32, file, line, n)];
+    c.dst[t % 32] = dst, c.bytes = bytes;
+}
+
+void cp_count()
+{
+    if (cp_insts.empty()) return;
+    simt::kinfo *k = simt::running_kinfo();
+    bank_stat &st = bank_stats["cp.async banks: " + (k ? kernel_name(k->sym) : std::string("?"))];
+    for (auto &i : cp_insts) {
+        int per = 128 / i.second.bytes;
+        for (int p = 0; p < 32; p += per) count_phase(st, i.second.dst + p, per, i.second.bytes);
+    }
+    cp_insts.clear(), cp_seq.clear();
 }
 } // namespace
 
@@ -458,12 +533,14 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
 void simt::tc_launch_done()
 {
     tsan_hide hide;
+    cp_count();
     if (!bank_stats.empty()) bank_flush();
 }
 
 void simt::tc_block_start(int nthr)
 {
     tsan_hide hide;
+    cp_count(); // the block before's
     copies.clear();
     memset(committed, 0, sizeof(int) * (size_t)nthr);
     wg_ops.clear();
@@ -530,6 +607,7 @@ void simt::cp_async(const char *file, int line, void *dst, const void *src, int 
         }
     memset(dst, 0xff, (size_t)bytes); // NaN until its wait_group
     cp_async_issued++;
+    cp_note(t, file, line, dst, bytes);
     copies.push_back({t, 0, PENDING, 0, (char *)dst, (const char *)src, bytes, src_bytes, file, line});
 }
 

@@ -6,7 +6,8 @@
 //  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
 //    pairs in registers while the tensor cores work on the current one; values rounded
 //    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
-//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows: 3 cp.async stages.
+//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows (plain, or placed
+//    by a geometry: conv's NHWC copies): 3 cp.async stages.
 #pragma once
 #include <type_traits>
 
@@ -120,19 +121,27 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
 
 // ---- wg_gemm: the 16-bit arrays by cp.async, 16 bytes (one core-matrix row) a copy.
 #define WG_STAGES 3
-__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const TcRawK &la, const TcRawK &lb,
-                                        int M, int N, int m0, int n0, int kend, int k0)
+template <class L>
+__device__ __forceinline__ void wg_load1(unsigned short *t, const L &l, int rows, int r0, int kend, int k0)
 {
-    for (int q = threadIdx.x; q < 2 * WGG_T * 4; q += 256) { // 4 chunks of 8 k a row
-        int isb = q >= WGG_T * 4, qq = q - isb * WGG_T * 4, r = qq >> 2, kb = qq & 3, k = k0 + kb * 8;
-        const TcRawK &l = isb ? lb : la;
-        int gr = (isb ? n0 : m0) + r, valid = gr < (isb ? N : M) ? max(min(8, kend - k), 0) : 0;
-        K_CP_ASYNC16((isb ? tb : ta) + wgg_off<WGG_T>(r, kb), valid ? l.p + (size_t)gr * l.ld + k : l.p, valid * 2);
+#pragma unroll
+    for (int i = 0; i < WGG_T * 4 / 256; i++) { // 4 chunks of 8 k a row
+        int q = threadIdx.x + 256 * i, r = q >> 2, kb = q & 3, k = k0 + kb * 8, gr = r0 + r;
+        int valid = gr < rows ? max(min(8, kend - k), 0) : 0;
+        const unsigned short *src = l.at(gr, k, valid);
+        K_CP_ASYNC16(t + wgg_off<WGG_T>(r, kb), valid ? src : l.p, valid * 2);
     }
 }
+template <class LA, class LB>
+__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const LA &la, const LB &lb, int M,
+                                        int N, int m0, int n0, int kend, int k0)
+{
+    wg_load1(ta, la, M, m0, kend, k0);
+    wg_load1(tb, lb, N, n0, kend, k0);
+}
 
-template <int TY, class ST>
-__global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, TcRawK la, TcRawK lb, ST st)
+template <int TY, class LA, class LB, class ST>
+__global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
     struct alignas(128) Smem {
         unsigned short a[WG_STAGES][WGG_T * TC_BK], b[WG_STAGES][WGG_T * TC_BK];

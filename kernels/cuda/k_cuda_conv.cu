@@ -161,25 +161,40 @@ struct DwStore {
 // multiples of 8 (C: forward and weight grad, K: input grad); else the gathers above.
 
 // y[(a * B + b) * Cn + c] = x[(a * Cn + c) * B + b] as 16 bits (the middle axis last;
-// a = blockIdx.y), x of type xt, rounded as tc_pack rounds: the gathers' values.
+// a = blockIdx.y), x of type xt, rounded as tc_pack rounds: the gathers' values. A thread
+// a run of 8 channels (ncb = ceil(Cn / 8) a row): one 16-byte store where Cn % 8 == 0.
 template <int TY>
-__global__ void conv_chan_last(int B, int Cn, Div dCn, const void *x, int xt, unsigned short *y)
+__global__ void conv_chan_last(int B, int Cn, int ncb, Div dncb, const void *x, int xt, unsigned short *y)
 {
-    const int a = blockIdx.y, bc = B * Cn;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < bc; i += gridDim.x * blockDim.x) {
-        int b, c;
-        dCn.qr(i, b, c);
-        y[(size_t)a * bc + i] = (unsigned short)tc_pack<TY>(k_act_ld(x, xt, ((size_t)a * Cn + c) * B + b), 0.0f);
+    const int a = blockIdx.y, n = B * ncb;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int b, cb;
+        dncb.qr(i, b, cb);
+        const int c0 = cb * 8, ne = min(8, Cn - c0);
+        const size_t src = ((size_t)a * Cn + c0) * B + b;
+        unsigned short *dst = y + ((size_t)a * B + b) * Cn + c0;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = e < ne ? k_act_ld(x, xt, src + (size_t)e * B) : 0.0f;
+        if (Cn % 8 == 0) {
+            TcChunk ch;
+#pragma unroll
+            for (int e = 0; e < 4; e++) ch.w[e] = tc_pack<TY>(v[2 * e], v[2 * e + 1]);
+            *(TcChunk *)dst = ch;
+        } else {
+            for (int e = 0; e < ne; e++) dst[e] = (unsigned short)tc_pack<TY>(v[e], 0.0f);
+        }
     }
 }
 
 static int chan_last(int mm, int A, int B, int Cn, const void *x, int xt, unsigned short *y, cudaStream_t s,
                      const char *what, const char *shp)
 {
-    dim3 grid(std::min(k_cuda_blocks((size_t)B * Cn), 65535u), (unsigned)A);
+    int ncb = (Cn + 7) / 8;
+    dim3 grid(std::min(k_cuda_blocks((size_t)B * ncb), 65535u), (unsigned)A);
     if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16)
-        K_LAUNCH(conv_chan_last<K_CUDA_MM_BF16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, mkdiv(Cn), x, xt, y);
-    else K_LAUNCH(conv_chan_last<K_CUDA_MM_F16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, mkdiv(Cn), x, xt, y);
+        K_LAUNCH(conv_chan_last<K_CUDA_MM_BF16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, ncb, mkdiv(ncb), x, xt, y);
+    else K_LAUNCH(conv_chan_last<K_CUDA_MM_F16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, ncb, mkdiv(ncb), x, xt, y);
     return k_cuda_check_launch(what, "%s (NHWC copy)", shp);
 }
 

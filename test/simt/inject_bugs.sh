@@ -30,7 +30,7 @@ bugs=(
 "tensor-core GEMM: barrier between pipeline stages removed|k_cuda_tc_gemm.cuh|s/(K_CP_ASYNC_WAIT\(TC_STAGES - 2\);\n)\s*__syncthreads\(\);\n/\$1/|gpu_tc_gemm_layouts|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, conv and linear): wgmma.fence removed|k_cuda_tc_wgmma.cuh|s/        K_WGMMA_FENCE\(\); \/\/ the accumulators/        \/\/ the accumulators/|gpu_tc_conv_linear_on_wgmma|forward|k_cuda_linear.cu"
 "tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed|k_cuda_tc_gemm.cuh|s/            K_CP_ASYNC_WAIT\(0\);\n(            __syncthreads\(\); \/\/ mixed)/\$1/|gpu_tc_w16_bitwise_equal_without|forward|k_cuda_conv.cu"
-"conv on NHWC copies: the input grad's inexact stride division not zeroed|k_cuda_conv.cu|s/if \(pr \|\| qr \|\| pp >= g.P/if (pp >= g.P/|gpu_tc_conv_nhwc_matches_cpu_amp|forward"
+"conv on NHWC copies: the input grad's inexact stride division not zeroed|k_cuda_conv.cu|s/if \(pr \W\W qr \W\W pp >= g\.P/if (pp >= g.P/|gpu_tc_conv_nhwc_matches_cpu_amp|forward"
 "tensor-core attention: barrier before the next key tile's loads removed|k_cuda_attn_tc.cu|s/            __syncthreads\(\); \/\/ every warp done with the last tile\n//|gpu_tc_attention_bf16_hd8_32_128|warps"
 "tensor-core attention: P's C fragments reused as A in the wrong order|k_cuda_attn_tc.cuh|s/\{fa_pack<TY>\(p\[2 \* s\]\[0\], p\[2 \* s\]\[1\]\), fa_pack<TY>\(p\[2 \* s\]\[2\], p\[2 \* s\]\[3\]\),/{fa_pack<TY>(p[2 * s][2], p[2 * s][3]), fa_pack<TY>(p[2 * s][0], p[2 * s][1]),/|gpu_tc_attention_bf16_hd64|forward"
 "tensor-core attention: cp.async.wait_group removed|k_cuda_attn_tc.cuh|s/    K_CP_ASYNC_WAIT\(0\); \/\/ this thread's copies of the tile\n//|gpu_tc_attention_cp_async_bits|forward"

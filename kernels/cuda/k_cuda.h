@@ -29,6 +29,11 @@ extern "C" {
  * is too small to fill the GPU); 0 when none. Plan it once at start-up from the
  * largest shapes and pass it to every call (unlike k.h, linear forward takes one). */
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh);
+/* conv's at precision mm (K_CUDA_MM_*): with bf16 / f16 products it holds the 16-bit
+ * NHWC copies of x, w, dy too (k_cuda_conv.cu; taken where channels are multiples of 8
+ * and ws is 16-byte aligned); k_cuda_conv2d_workspace is the largest over precisions.
+ * A NULL ws: no split-K and no copies (the gathers). */
+size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh);
 size_t k_cuda_linear_workspace(int n, int in, int out);
 
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
@@ -137,7 +142,10 @@ int k_cuda_wgmma_probe(char *why, size_t len);
  * rounding and storing w through registers: the same bits either way. conv's input
  * gradient takes it for 1x1 kernels (w^T's rows are then w's columns), the weight
  * gradients have no w operand; a 16-bit x (K_CUDA_MM_X16) is copied by cp.async too where
- * it is a plain matrix (linear, Conv1D). */
+ * it is a plain matrix (linear, Conv1D). conv with bf16 / f16 products and a workspace of
+ * k_cuda_conv2d_workspace_mm runs on 16-bit NHWC copies of x, w, dy made there instead
+ * (channels in multiples of 8: C for the forward and weight grad, K for the input grad),
+ * both operands by cp.async; w16 is then not read. */
 int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
                          const float *b, float *y, void *ws, port_stream s);
 int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,

@@ -1,7 +1,9 @@
 // conv2d forward and backward as implicit GEMMs (k_cuda_gemm.cuh): the input patches
-// are gathered while tiles load, so no im2col buffer exists. General stride and zero
-// padding; NCHW input, KCRS weights (PyTorch's Conv2d layout). b and db may be NULL
-// (no bias); dx NULL = not needed.
+// are gathered while tiles load, so no im2col buffer exists. With bf16 / f16 products
+// and channels in multiples of 8, x, w and dy are first permuted to 16-bit NHWC copies
+// in the workspace and both operands go by cp.async (below: "NHWC copies"). General
+// stride and zero padding; NCHW input, KCRS weights (PyTorch's Conv2d layout). b and db
+// may be NULL (no bias); dx NULL = not needed.
 //   forward:      y[k][n,p,q]   = sum_{c,r,s} w[k][c,r,s] * x(n, c, p*st-pad+r, q*st-pad+s)
 //   input grad:   dx[c][n,h,w]  = sum_{k,r,s} w[k][c,r,s] * dy(n, k, (h+pad-r)/st, (w+pad-s)/st)
 //                 (terms whose division is not exact, or land outside, are zero)
@@ -10,6 +12,7 @@
 // The input gradient is a gather, not a scatter: each dx element is written once, in a
 // fixed order, with no atomics.
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
+#include <algorithm>
 #include <stdio.h>
 
 namespace {
@@ -42,7 +45,7 @@ static Div mkdiv(int d)
 
 struct Geo { // the shape, with the products and divisors the index maths needs
     int N, C, H, W, K, R, S, st, pad, P, Q;
-    Div dRS, dS, dPQ, dQ, dHW, dW, dst;
+    Div dRS, dS, dPQ, dQ, dHW, dW, dst, dC, dK;
     __host__ __device__ int RS() const { return R * S; }
     __host__ __device__ int PQ() const { return P * Q; }
     __host__ __device__ int HW() const { return H * W; }
@@ -52,7 +55,7 @@ static Geo geo(const k_conv_shape *sh)
 {
     Geo g = {sh->n, sh->c, sh->h, sh->w, sh->k, sh->r, sh->s, sh->stride, sh->pad, sh->p, sh->q,
              mkdiv(sh->r * sh->s), mkdiv(sh->s), mkdiv(sh->p * sh->q), mkdiv(sh->q), mkdiv(sh->h * sh->w),
-             mkdiv(sh->w), mkdiv(sh->stride)};
+             mkdiv(sh->w), mkdiv(sh->stride), mkdiv(sh->c), mkdiv(sh->k)};
     return g;
 }
 
@@ -150,6 +153,132 @@ struct DwStore {
     __host__ __device__ void operator()(int, int m, int j, float v) const { dw[(size_t)m * crs + j] = v; }
 };
 
+// ---- 16-bit products on NHWC copies (cuDNN's way with NCHW tensors): x, w and dy are
+// permuted into the workspace as 16-bit arrays with channels last, so every operand chunk
+// of 8 k is 8 consecutive channels, 16 bytes, copied by cp.async (the NCHW gathers went
+// element by element through registers). k runs over (r, s, c) / (r, s, k): other sums'
+// order than the gathers', not their bits. Needs the channels the chunks run over in
+// multiples of 8 (C: forward and weight grad, K: input grad); else the gathers above.
+
+// y[(a * B + b) * Cn + c] = x[(a * Cn + c) * B + b] as 16 bits (the middle axis last;
+// a = blockIdx.y), x of type xt, rounded as tc_pack rounds: the gathers' values. A thread
+// a run of 8 channels (ncb = ceil(Cn / 8) a row): one 16-byte store where Cn % 8 == 0.
+template <int TY>
+__global__ void conv_chan_last(int B, int Cn, int ncb, Div dncb, const void *x, int xt, unsigned short *y)
+{
+    const int a = blockIdx.y, n = B * ncb;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int b, cb;
+        dncb.qr(i, b, cb);
+        const int c0 = cb * 8, ne = min(8, Cn - c0);
+        const size_t src = ((size_t)a * Cn + c0) * B + b;
+        unsigned short *dst = y + ((size_t)a * B + b) * Cn + c0;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = e < ne ? k_act_ld(x, xt, src + (size_t)e * B) : 0.0f;
+        if (Cn % 8 == 0) {
+            TcChunk ch;
+#pragma unroll
+            for (int e = 0; e < 4; e++) ch.w[e] = tc_pack<TY>(v[2 * e], v[2 * e + 1]);
+            *(TcChunk *)dst = ch;
+        } else {
+            for (int e = 0; e < ne; e++) dst[e] = (unsigned short)tc_pack<TY>(v[e], 0.0f);
+        }
+    }
+}
+
+static int chan_last(int mm, int A, int B, int Cn, const void *x, int xt, unsigned short *y, cudaStream_t s,
+                     const char *what, const char *shp)
+{
+    int ncb = (Cn + 7) / 8;
+    dim3 grid(std::min(k_cuda_blocks((size_t)B * ncb), 65535u), (unsigned)A);
+    if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16)
+        K_LAUNCH(conv_chan_last<K_CUDA_MM_BF16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, ncb, mkdiv(ncb), x, xt, y);
+    else K_LAUNCH(conv_chan_last<K_CUDA_MM_F16>, grid, K_CUDA_THREADS, 0, s)(B, Cn, ncb, mkdiv(ncb), x, xt, y);
+    return k_cuda_check_launch(what, "%s (NHWC copy)", shp);
+}
+
+// forward B(kk = (r, s, c), j = (n, p, q)) = xh[((n * H + h) * W + w) * C + c].
+struct NhwcFwdB : TcRaw {
+    static constexpr bool k_fast = true, geo = true;
+    Geo g;
+    __device__ __forceinline__ const unsigned short *at(int j, int kk, int &valid) const
+    {
+        int rs, c, r, s, n, pq, pp, q;
+        g.dC.qr(kk, rs, c), g.dS.qr(rs, r, s), g.dPQ.qr(j, n, pq), g.dQ.qr(pq, pp, q);
+        int h = pp * g.st - g.pad + r, w = q * g.st - g.pad + s;
+        if (h < 0 || h >= g.H || w < 0 || w >= g.W) valid = 0;
+        return p + (((size_t)n * g.H + h) * g.W + w) * g.C + c;
+    }
+};
+// input grad B(kk = (r, s, k), j = (n, h, w)) = dyh[((n * P + p) * Q + q) * K + k], p =
+// (h + pad - r) / st exact and in range (q alike), else zero.
+struct NhwcDxB : TcRaw {
+    static constexpr bool k_fast = true, geo = true;
+    Geo g;
+    __device__ __forceinline__ const unsigned short *at(int j, int kk, int &valid) const
+    {
+        int rs, k, r, s, n, hw, h, w, pp, q, pr, qr;
+        g.dK.qr(kk, rs, k), g.dS.qr(rs, r, s), g.dHW.qr(j, n, hw), g.dW.qr(hw, h, w);
+        int ph = h + g.pad - r, qw = w + g.pad - s;
+        if (ph < 0 || qw < 0) {
+            valid = 0;
+            return p;
+        }
+        g.dst.qr(ph, pp, pr), g.dst.qr(qw, q, qr);
+        if (pr || qr || pp >= g.P || q >= g.Q) valid = 0;
+        return p + (((size_t)n * g.P + pp) * g.Q + q) * g.K + k;
+    }
+};
+// weight grad B(npq, j = (r, s, c)) = xh[((n * H + h) * W + w) * C + c]: rows of 8 c.
+struct NhwcDwB : TcRaw {
+    static constexpr bool k_fast = false, geo = true;
+    Geo g;
+    __device__ __forceinline__ const unsigned short *at(int j, int npq, int &valid) const
+    {
+        int rs, c, r, s, n, pq, pp, q;
+        g.dC.qr(j, rs, c), g.dS.qr(rs, r, s), g.dPQ.qr(npq, n, pq), g.dQ.qr(pq, pp, q);
+        int h = pp * g.st - g.pad + r, w = q * g.st - g.pad + s;
+        if (h < 0 || h >= g.H || w < 0 || w >= g.W) valid = 0;
+        return p + (((size_t)n * g.H + h) * g.W + w) * g.C + c;
+    }
+};
+// dw[m][c, r, s] from the product's column j = (r, s, c).
+struct DwStoreRsc {
+    Geo g; float *dw;
+    __host__ __device__ void operator()(int, int m, int j, float v) const
+    {
+        int rs, c;
+        g.dC.qr(j, rs, c);
+        dw[((size_t)m * g.C + c) * g.RS() + rs] = v;
+    }
+};
+
+// The workspace: the split-K partials, then (16-byte aligned) xh, wh (KRSC or CRSK), dyh.
+struct ConvWs {
+    size_t xh, wh, dyh, end; // byte offsets
+};
+static size_t up16(size_t b) { return (b + 15) & ~(size_t)15; }
+static ConvWs conv_ws(const Geo &g, int copies)
+{
+    size_t a = k_cuda_gemm_ws_bytes(g.K, g.N * g.PQ(), g.C * g.RS());
+    size_t b = k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
+    size_t c = k_cuda_gemm_ws_bytes(g.K, g.C * g.RS(), g.N * g.PQ());
+    int cx = copies && g.C % 8 == 0, ck = copies && g.K % 8 == 0;
+    ConvWs w;
+    w.xh = up16(std::max(a, std::max(b, c)));
+    w.wh = w.xh + (cx ? up16((size_t)2 * g.N * g.HW() * g.C) : 0);
+    w.dyh = w.wh + (cx || ck ? up16((size_t)2 * g.K * g.C * g.RS()) : 0);
+    w.end = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
+    return w;
+}
+// The copies' base where the products are 16-bit and ws holds them (NULL: the gathers).
+static char *nhwc_ws(int mm, void *ws)
+{
+    int t = mm & K_CUDA_MM_TYPE;
+    return (t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL;
+}
+
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
 __global__ void conv_bias_grad(Geo g, const float *dy, float *db)
 {
@@ -172,14 +301,12 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 
 } // namespace
 
-size_t k_cuda_conv2d_workspace(const k_conv_shape *sh)
+size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1).end; }
+
+size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh)
 {
-    Geo g = geo(sh);
-    size_t a = k_cuda_gemm_ws_bytes(g.K, g.N * g.PQ(), g.C * g.RS());
-    size_t b = k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
-    size_t c = k_cuda_gemm_ws_bytes(g.K, g.C * g.RS(), g.N * g.PQ());
-    size_t m = a > b ? a : b;
-    return m > c ? m : c;
+    int t = mm & K_CUDA_MM_TYPE;
+    return conv_ws(geo(sh), t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16).end;
 }
 
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
@@ -205,6 +332,20 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     FwdB bb = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
     FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16)};
     cudaStream_t cs = (cudaStream_t)s;
+    char *cw = nhwc_ws(mm, ws);
+    if (cw && g.C % 8 == 0) { // A = wh [K x RSC], B = xh's patches, both by cp.async
+        const char *k = "k_cuda_conv2d_fwd";
+        ConvWs L = conv_ws(g, 1);
+        unsigned short *xh = (unsigned short *)(cw + L.xh), *wh = (unsigned short *)(cw + L.wh);
+        if (chan_last(mm, g.N, g.HW(), g.C, x, bb.xt, xh, cs, k, shp) ||
+            chan_last(mm, g.K, g.RS(), g.C, w, K_CUDA_ACT_F32, wh, cs, k, shp))
+            return -1;
+        TcRawK ah;
+        ah.p = wh, ah.ld = g.RS() * g.C, ah.vec = 1;
+        NhwcFwdB bh;
+        bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
+        return k_cuda_gemm_mm16(mm, k, shp, g.K, g.N * g.PQ(), g.RS() * g.C, ah, bh, st, ws, cs);
+    }
     TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async
     if (k_tc_raw(ar, mm, w16, g.C * g.RS()))
         return k_cuda_gemm_mm16(mm, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), ar, bb, st, ws, cs);
@@ -220,7 +361,24 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     char shp[160];
     shape_str(sh, shp, sizeof shp);
     if (k_act_mm_check(mm, "k_cuda_conv2d_bwd", shp)) return -1;
-    if (dx) {
+    const int xt = k_act_of(mm, K_CUDA_MM_X16);
+    char *cw = nhwc_ws(mm, ws);
+    const bool hx = cw && dx && g.K % 8 == 0, hw = cw && g.C % 8 == 0; // input / weight grad on the copies
+    ConvWs L = conv_ws(g, 1);
+    unsigned short *xh = cw ? (unsigned short *)(cw + L.xh) : NULL, *wh = cw ? (unsigned short *)(cw + L.wh) : NULL;
+    unsigned short *dyh = cw ? (unsigned short *)(cw + L.dyh) : NULL;
+    if ((hx || hw) && chan_last(mm, g.N, g.PQ(), g.K, dy, K_CUDA_ACT_F32, dyh, cs, "k_cuda_conv2d_bwd", shp))
+        return -1;
+    if (hx) { // A = wh [C x RSK], B = dyh's gather, both by cp.async
+        const char *k = "k_cuda_conv2d_bwd (input grad)";
+        if (chan_last(mm, 1, g.C * g.RS(), g.K, w, K_CUDA_ACT_F32, wh, cs, k, shp)) return -1;
+        TcRawK ah;
+        ah.p = wh, ah.ld = g.RS() * g.K, ah.vec = 1;
+        NhwcDxB bh;
+        bh.p = dyh, bh.ld = 0, bh.vec = 1, bh.g = g;
+        DxStore st = {g, dx};
+        if (k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)) return -1;
+    } else if (dx) {
         const char *k = "k_cuda_conv2d_bwd (input grad)";
         DxA a = {g, w};
         DxB b = {g, dy};
@@ -232,10 +390,21 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         if (rc) return -1;
     }
     DwA a = {g, dy};
-    DwB b = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
+    DwB b = {g, x, xt};
     DwStore st = {dw, g.C * g.RS()};
-    if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(), g.N * g.PQ(), a, b, st, ws, cs))
+    if (hw) { // A = dyh [K x NPQ] (M-contiguous), B = xh's patches (rows of 8 c): cp.async
+        const char *k = "k_cuda_conv2d_bwd (weight grad)";
+        if (chan_last(mm, g.N, g.HW(), g.C, x, xt, xh, cs, k, shp)) return -1;
+        TcRawMN ah; // by cp.async where K % 8 == 0, else its elements
+        ah.p = dyh, ah.ld = g.K, ah.vec = g.K % 8 == 0;
+        NhwcDwB bh;
+        bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
+        DwStoreRsc sth = {g, dw};
+        if (k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs)) return -1;
+    } else if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(),
+                              g.N * g.PQ(), a, b, st, ws, cs)) {
         return -1;
+    }
     if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
     K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db);
     return k_cuda_check_launch("k_cuda_conv2d_bwd (bias grad)", "%s", shp);

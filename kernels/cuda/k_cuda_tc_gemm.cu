@@ -37,8 +37,11 @@ int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
     TcStore st = {g->c, g->bias, g->ldc, g->relu};
     dim3 grid((unsigned)((g->n + WGG_T - 1) / WGG_T), (unsigned)((g->m + WGG_T - 1) / WGG_T));
     if (g->type == K_CUDA_MM_BF16)
-        K_LAUNCH((wg_gemm<K_CUDA_MM_BF16, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k, g->k, a, b, st);
-    else K_LAUNCH((wg_gemm<K_CUDA_MM_F16, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k, g->k, a, b, st);
+        K_LAUNCH((wg_gemm<K_CUDA_MM_BF16, TcRawK, TcRawK, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k,
+                                                                                                 g->k, a, b, st);
+    else
+        K_LAUNCH((wg_gemm<K_CUDA_MM_F16, TcRawK, TcRawK, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k,
+                                                                                                g->k, a, b, st);
     return k_cuda_check_launch("k_cuda_tc_gemm_sm90", "m=%d n=%d k=%d (wgmma)", g->m, g->n, g->k);
 }
 

@@ -6,7 +6,8 @@
 //
 // Operands come two ways. 16-bit arrays (TcRawK / TcRawMN: the device's 16-bit weight
 // copy, 16-bit activations) are copied into shared memory by cp.async, 16 bytes at a time,
-// when their rows are 16-byte aligned. Any other loader is the fp32 SGEMM's functor (the
+// when their rows are 16-byte aligned; so are TcRaw-derived operands whose chunks a
+// geometry places (TcGeo: conv's NHWC copies, k_cuda_conv.cu). Any other loader is the fp32 SGEMM's functor (the
 // im2col gathers of an implicit-GEMM convolution, a transposed view): its values are read,
 // rounded to bf16 (f16) exactly as the CPU's --amp bf16 rounds them (rt/half.h) and
 // stored through registers.
@@ -31,12 +32,30 @@
 
 namespace {
 // 16-bit operands in memory: A(m,k) / B(k,n) at p[i * ld + k] (K) or p[k * ld + i] (MN).
+// at(r, k, valid): the 16-byte chunk (8 k of row r for K, 8 rows from r at k for MN);
+// valid (the elements in range) is only ever lowered by it.
 struct TcRaw {
     const unsigned short *p;
     int ld, vec; // vec: rows 16-byte aligned, copied by cp.async
+    static constexpr bool geo = false; // plain matrix (wgg_fetch may read p[r * ld + k])
 };
-struct TcRawK : TcRaw { static constexpr bool k_fast = true; };
-struct TcRawMN : TcRaw { static constexpr bool k_fast = false; };
+struct TcRawK : TcRaw {
+    static constexpr bool k_fast = true;
+    __device__ __forceinline__ const unsigned short *at(int r, int k, int &) const { return p + (size_t)r * ld + k; }
+};
+struct TcRawMN : TcRaw {
+    static constexpr bool k_fast = false;
+    __device__ __forceinline__ const unsigned short *at(int r, int k, int &) const { return p + (size_t)k * ld + r; }
+};
+// A TcRaw-derived operand whose chunks a geometry places (conv's NHWC copies,
+// k_cuda_conv.cu: geo = true, vec always 1, every chunk whole or zero): tc_load and
+// wg_load take it by cp.async like the plain ones; nothing reads it element by element.
+template <class L, bool R = std::is_base_of<TcRaw, L>::value> struct TcGeo {
+    static constexpr bool value = false;
+};
+template <class L> struct TcGeo<L, true> {
+    static constexpr bool value = L::geo;
+};
 
 // A 16-bit array p (row stride ld) as an operand of products at precision mm: true where
 // it is there, the products are bf16 / f16 and its rows are 16-byte aligned (cp.async);
@@ -87,16 +106,17 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
             dst = tc_off<R, false>(kr, c);
         }
         valid = max(valid, 0);
-        const unsigned short *src = KF ? l.p + (size_t)r * l.ld + k : l.p + (size_t)k * l.ld + r;
-        if (l.vec) {
+        const unsigned short *src = l.at(r, k, valid);
+        if (TcGeo<L>::value || l.vec) {
             K_CP_ASYNC16(tile + dst, valid ? src : l.p, valid * 2);
-            continue;
-        }
-        TcChunk ch;
+        } else if constexpr (!TcGeo<L>::value) {
+            TcChunk ch;
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            ch.w[e] = (2 * e < valid ? (unsigned)src[2 * e] : 0u) | (2 * e + 1 < valid ? (unsigned)src[2 * e + 1] << 16 : 0u);
-        *(TcChunk *)(tile + dst) = ch;
+            for (int e = 0; e < 4; e++)
+                ch.w[e] = (2 * e < valid ? (unsigned)src[2 * e] : 0u) |
+                          (2 * e + 1 < valid ? (unsigned)src[2 * e + 1] << 16 : 0u);
+            *(TcChunk *)(tile + dst) = ch;
+        }
     }
 }
 
@@ -328,8 +348,13 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     // The 128-tile bf16 / f16 products on wgmma where the device takes it (sm_90:
     // k_cuda_wgmma_on): two k-contiguous aligned 16-bit arrays by cp.async (wg_gemm),
     // the rest through registers (wgg_gemm).
-    constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32;
-    constexpr bool WGR = WG && std::is_same<LA, TcRawK>::value && std::is_same<LB, TcRawK>::value;
+    // Geometry operands (conv's NHWC copies) only by cp.async: wg_gemm where both are
+    // k-contiguous, else mma.sync's tc_gemm.
+    constexpr bool GEO = TcGeo<LA>::value || TcGeo<LB>::value;
+    constexpr bool WGR0 = std::is_base_of<TcRaw, LA>::value && std::is_base_of<TcRaw, LB>::value && LA::k_fast &&
+                          LB::k_fast;
+    constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32 && (!GEO || WGR0);
+    constexpr bool WGR = WG && WGR0;
     if (splits == 1) {
         if constexpr (TY == K_CUDA_MM_TF32) {
             K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
@@ -338,10 +363,12 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
                 if (k_cuda_wgmma_on()) {
                     bool raw = false;
                     if constexpr (WGR) {
-                        if ((raw = la.vec && lb.vec))
-                            K_LAUNCH((wg_gemm<TY, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                        raw = GEO || (la.vec && lb.vec);
+                        if (raw) K_LAUNCH((wg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     }
-                    if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    if constexpr (!GEO) {
+                        if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    }
                     return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma)", shapes);
                 }
             }
@@ -361,10 +388,14 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
             if ((wg = k_cuda_wgmma_on())) {
                 bool raw = false;
                 if constexpr (WGR) {
-                    if ((raw = la.vec && lb.vec))
-                        K_LAUNCH((wg_gemm<TY, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+                    raw = GEO || (la.vec && lb.vec);
+                    if (raw)
+                        K_LAUNCH((wg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
                 }
-                if (!raw) K_LAUNCH((wgg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+                if constexpr (!GEO) {
+                    if (!raw)
+                        K_LAUNCH((wgg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+                }
             }
         }
         if (!wg) K_LAUNCH((tc_gemm<T, T, TY, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);

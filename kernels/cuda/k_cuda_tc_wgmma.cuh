@@ -9,7 +9,8 @@
 //  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
 //    pairs in registers while the tensor cores work on the current one; values rounded
 //    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
-//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows: 3 cp.async stages.
+//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows (plain, or placed
+//    by a geometry: conv's NHWC copies): 3 cp.async stages.
 #pragma once
 #include <type_traits>
 
@@ -127,15 +128,16 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
 
 // ---- wg_gemm: the 16-bit arrays by cp.async (tc_load: 16 bytes a copy, 4 a row).
 #define WG_STAGES 3
-__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const TcRawK &la, const TcRawK &lb,
-                                        int M, int N, int m0, int n0, int kend, int k0)
+template <class LA, class LB>
+__device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const LA &la, const LB &lb, int M,
+                                        int N, int m0, int n0, int kend, int k0)
 {
     tc_load<WGG_T>(ta, la, M, m0, kend, k0);
     tc_load<WGG_T>(tb, lb, N, n0, kend, k0);
 }
 
-template <int TY, class ST>
-__global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, TcRawK la, TcRawK lb, ST st)
+template <int TY, class LA, class LB, class ST>
+__global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
     struct alignas(WGG_ALIGN) Smem {
         unsigned short a[WG_STAGES][WGG_T * TC_BK], b[WG_STAGES][WGG_T * TC_BK];

@@ -118,11 +118,10 @@ static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 /* Split-K scratch is not monotonic in the batch: the largest over every batch size. */
 static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    (void)g;
     size_t need = 0;
     for (int b = 1; b <= max_batch; b++) {
         k_conv_shape sh = shape(n, b);
-        size_t w = k_cuda_conv2d_workspace(&sh);
+        size_t w = k_cuda_conv2d_workspace_mm(nn_cuda_mm(g), &sh); /* bf16 / f16: the NHWC copies too */
         if (w > need) need = w;
     }
     return need;

@@ -234,6 +234,20 @@ TEST(gpu_tc_conv_matches_cpu_amp)
         for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
 }
 
+/* conv with bf16 / f16 products on the NHWC copies (k_cuda_conv.cu: x, w, dy permuted
+ * into the workspace, both operands by cp.async; C % 8 == 0 for the forward and weight
+ * grad, K % 8 == 0 for the input grad): 1x1, 3x3 and 5x5, stride 1 and 2, pad 0 and 1,
+ * odd planes, n*p*q and k off the tiles; k = 20 (input grad gathered, weight grad's dy
+ * element by element) and c = 12 (forward and weight grad gathered) beside the copies. */
+TEST(gpu_tc_conv_nhwc_matches_cpu_amp)
+{
+    static const int convs[][9] = {{2, 8, 11, 9, 16, 3, 3, 1, 1}, {3, 16, 9, 7, 24, 5, 5, 2, 1},
+                                   {2, 24, 7, 7, 40, 1, 1, 2, 0}, {1, 8, 13, 13, 72, 3, 3, 2, 0},
+                                   {2, 16, 6, 7, 20, 3, 3, 1, 1}, {2, 12, 5, 5, 16, 3, 3, 1, 0}};
+    for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++)
+        for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
+}
+
 /* conv and linear on wgmma (k_cuda_wgmma_on: the 128-tile products, split-K too) against
  * the CPU with the bound above; the start-up probe agrees. Runs on the executor (DDPRT_WGMMA=1)
  * and on an sm_90 GPU. */
@@ -248,7 +262,10 @@ TEST(gpu_tc_conv_linear_on_wgmma)
     CHECKF(k_cuda_wgmma_probe(why, sizeof why) == 1 && !k_cuda_wgmma_on(), "%s", why);
     setenv("DDPRT_WGMMA", "1", 1);
     CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
-    static const int convs[][9] = {{2, 16, 16, 16, 128, 3, 3, 1, 1}, {1, 8, 18, 18, 136, 3, 3, 2, 0}};
+    /* the NHWC copies on wg_gemm: a 3x3 input grad (128 channels), a 1x1 forward split
+     * over k and its input grad */
+    static const int convs[][9] = {{2, 16, 16, 16, 128, 3, 3, 1, 1}, {1, 8, 18, 18, 136, 3, 3, 2, 0},
+                                   {1, 128, 12, 12, 16, 3, 3, 1, 1}, {1, 256, 12, 12, 128, 1, 1, 1, 0}};
     for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++) {
         linear_mm_case(mm, 256, 200, 136);
         linear_mm_case(mm, 1024, 130, 128); /* the weight gradient split over k */

@@ -43,14 +43,17 @@ static void conv_w16_case(int t, const int *d)
     float *x = g_up(hx, nx * 4), *w = g_up(hw, nw * 4), *b = g_up(hb, nb * 4), *dy = g_up(hdy, ny * 4);
     uint16_t *w16 = dev16(t, w, nw), *x16 = dev16(t, x, nx);
     void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
+    /* 4 bytes off 16-byte alignment: the NHWC copies (k_cuda_conv.cu) refuse it, so these
+     * products stay the gathers and w16's cp.async (split over k as before) */
+    void *wsu = (char *)ws + 4;
     float *o[2][5];
     size_t n[5] = {ny, nx, nw, nb, ny};
     for (int v = 0; v < 2; v++) {
         for (int i = 0; i < 5; i++) o[v][i] = g_dev(n[i] * 4);
         const uint16_t *wv = v ? w16 : NULL;
-        g_need(k_cuda_conv2d_fwd_mm(t, &sh, x, w, wv, b, o[v][0], ws, NULL) == 0 &&
-               k_cuda_conv2d_bwd_mm(t, &sh, x, w, wv, dy, o[v][1], o[v][2], o[v][3], ws, NULL) == 0 &&
-               k_cuda_conv2d_fwd_mm(t | K_CUDA_MM_X16, &sh, (const float *)x16, w, wv, b, o[v][4], ws, NULL) == 0,
+        g_need(k_cuda_conv2d_fwd_mm(t, &sh, x, w, wv, b, o[v][0], wsu, NULL) == 0 &&
+               k_cuda_conv2d_bwd_mm(t, &sh, x, w, wv, dy, o[v][1], o[v][2], o[v][3], wsu, NULL) == 0 &&
+               k_cuda_conv2d_fwd_mm(t | K_CUDA_MM_X16, &sh, (const float *)x16, w, wv, b, o[v][4], wsu, NULL) == 0,
                "conv");
     }
     static const char *const nm[] = {"y", "dx", "dw", "db", "y (16-bit x)"};
@@ -192,6 +195,52 @@ TEST(gpu_tc_w16_products_issue_cp_async)
                c4 - c3, v ? lin : 0);
     }
     port_dev_free(a), port_dev_free(b), port_dev_free(c), port_dev_free(e), port_dev_free(w16);
+    free(h);
+}
+
+/* The same for a 64-tile product with both operands by cp.async (per operand: 64 rows of
+ * 4 chunks a 32-deep slice); a one of 0 takes the other only. */
+static unsigned long long cp_expect2(int M, int N, int K, int a, int b)
+{
+    return (unsigned long long)(a + b) * cp_expect(M, N, K);
+}
+
+/* conv's NHWC copies (a workspace, bf16 / f16): the forward, input and weight grads copy
+ * both operands by cp.async, counted exactly (one 64-tile block row, no split over k);
+ * where the channels a product's chunks run over are not multiples of 8 it gathers as
+ * before: c = 12 (forward and weight grad: no copy), k = 20 (input grad: none; weight
+ * grad: its dy element by element, xh's chunks copied). */
+TEST(gpu_tc_conv_nhwc_issues_cp_async)
+{
+    g_init();
+    static const int shp[][3] = {{16, 24, 1}, {12, 16, 1}, {16, 20, 2}}; /* c, k, stride */
+    size_t big = 2 * 16 * 9 * 9 * 24;
+    float *h = g_rand(big, 82), *a = g_up(h, big * 4), *c = g_dev(big * 4), *e = g_dev(big * 4);
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+        k_conv_shape sh = {.n = 2, .c = shp[i][0], .h = 9, .w = 9, .k = shp[i][1], .r = 3, .s = 3,
+                           .stride = shp[i][2], .pad = 1};
+        k_conv_shape_init(&sh);
+        void *ws = g_dev(k_cuda_conv2d_workspace(&sh));
+        int t = i == 1 ? K_CUDA_MM_F16 : K_CUDA_MM_BF16, cx = sh.c % 8 == 0, ck = sh.k % 8 == 0;
+        int npq = sh.n * sh.p * sh.q, nhw = sh.n * sh.h * sh.w;
+        unsigned long long c0 = cp_count();
+        g_need(k_cuda_conv2d_fwd_mm(t, &sh, a, a, NULL, NULL, c, ws, NULL) == 0, "conv fwd");
+        unsigned long long c1 = cp_count();
+        g_need(k_cuda_conv2d_bwd_mm(t, &sh, a, a, NULL, a, NULL, e, NULL, ws, NULL) == 0, "conv bwd (dw)");
+        unsigned long long c2 = cp_count();
+        g_need(k_cuda_conv2d_bwd_mm(t, &sh, a, a, NULL, a, c, e, NULL, ws, NULL) == 0, "conv bwd");
+        unsigned long long c3 = cp_count();
+        unsigned long long f = cx ? cp_expect2(sh.k, npq, 9 * sh.c, 1, 1) : 0;
+        unsigned long long dw = cx ? cp_expect2(sh.k, 9 * sh.c, npq, ck, 1) : 0;
+        unsigned long long dx = ck ? cp_expect2(sh.c, nhw, 9 * sh.k, 1, 1) : 0;
+        CHECKF(c1 - c0 == f, "c=%d k=%d fwd: %llu cp.async, expected %llu", sh.c, sh.k, c1 - c0, f);
+        CHECKF(c2 - c1 == dw, "c=%d k=%d weight grad: %llu cp.async, expected %llu", sh.c, sh.k, c2 - c1, dw);
+        CHECKF(c3 - c2 == dw + dx, "c=%d k=%d input + weight grad: %llu cp.async, expected %llu", sh.c, sh.k, c3 - c2,
+               dw + dx);
+        CHECKF(f + dw + dx > 0, "c=%d k=%d: no product on the copies", sh.c, sh.k);
+        port_dev_free(ws);
+    }
+    port_dev_free(a), port_dev_free(c), port_dev_free(e);
     free(h);
 }
 #endif

@@ -198,17 +198,24 @@ static int chan_last(int mm, int A, int B, int Cn, const void *x, int xt, unsign
     return k_cuda_check_launch(what, "%s (NHWC copy)", shp);
 }
 
-// forward B(kk = (r, s, c), j = (n, p, q)) = xh[((n * H + h) * W + w) * C + c].
+// xh's element under patch row rsc = (r, s, c) of output pixel npq = (n, p, q):
+// xh[((n * H + h) * W + w) * C + c]; valid = 0 in the padding.
+__device__ __forceinline__ const unsigned short *xh_at(const Geo &g, const unsigned short *p, int rsc, int npq,
+                                                      int &valid)
+{
+    int rs, c, r, s, n, pq, pp, q;
+    g.dC.qr(rsc, rs, c), g.dS.qr(rs, r, s), g.dPQ.qr(npq, n, pq), g.dQ.qr(pq, pp, q);
+    int h = pp * g.st - g.pad + r, w = q * g.st - g.pad + s;
+    if (h < 0 || h >= g.H || w < 0 || w >= g.W) valid = 0;
+    return p + (((size_t)n * g.H + h) * g.W + w) * g.C + c;
+}
+// forward B(kk = (r, s, c), j = (n, p, q)): rows j of 8 c.
 struct NhwcFwdB : TcRaw {
     static constexpr bool k_fast = true, geo = true;
     Geo g;
     __device__ __forceinline__ const unsigned short *at(int j, int kk, int &valid) const
     {
-        int rs, c, r, s, n, pq, pp, q;
-        g.dC.qr(kk, rs, c), g.dS.qr(rs, r, s), g.dPQ.qr(j, n, pq), g.dQ.qr(pq, pp, q);
-        int h = pp * g.st - g.pad + r, w = q * g.st - g.pad + s;
-        if (h < 0 || h >= g.H || w < 0 || w >= g.W) valid = 0;
-        return p + (((size_t)n * g.H + h) * g.W + w) * g.C + c;
+        return xh_at(g, p, kk, j, valid);
     }
 };
 // input grad B(kk = (r, s, k), j = (n, h, w)) = dyh[((n * P + p) * Q + q) * K + k], p =
@@ -230,17 +237,13 @@ struct NhwcDxB : TcRaw {
         return p + (((size_t)n * g.P + pp) * g.Q + q) * g.K + k;
     }
 };
-// weight grad B(npq, j = (r, s, c)) = xh[((n * H + h) * W + w) * C + c]: rows of 8 c.
+// weight grad B(npq, j = (r, s, c)): the same elements as the forward's, rows of 8 c.
 struct NhwcDwB : TcRaw {
     static constexpr bool k_fast = false, geo = true;
     Geo g;
     __device__ __forceinline__ const unsigned short *at(int j, int npq, int &valid) const
     {
-        int rs, c, r, s, n, pq, pp, q;
-        g.dC.qr(j, rs, c), g.dS.qr(rs, r, s), g.dPQ.qr(npq, n, pq), g.dQ.qr(pq, pp, q);
-        int h = pp * g.st - g.pad + r, w = q * g.st - g.pad + s;
-        if (h < 0 || h >= g.H || w < 0 || w >= g.W) valid = 0;
-        return p + (((size_t)n * g.H + h) * g.W + w) * g.C + c;
+        return xh_at(g, p, j, npq, valid);
     }
 };
 // dw[m][c, r, s] from the product's column j = (r, s, c).

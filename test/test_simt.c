@@ -40,9 +40,10 @@ TEST(simt_device_graph_ops_reversed_order) { if (second_order()) suite("test_gpu
 TEST(simt_device_transformer_forward_order) { suite("test_gpu_tfm", "forward"); }
 TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu_tfm", "random"); }
 /* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
-/* ... and their ldmatrix reads conflict-free: the executor counts each phase's shared-memory
- * banks (DDPRT_SIMT_BANKS), and every tensor-core kernel's swizzled tiles give 8 rows in 8
- * bank quads, in every launch of the suite. */
+/* ... and their ldmatrix reads and cp.async stores conflict-free: the executor counts each
+ * phase's shared-memory banks (DDPRT_SIMT_BANKS), and every tensor-core kernel's swizzled
+ * tiles give 8 rows in 8 bank quads, in every launch of the suite (wg_gemm's stores, in
+ * the no-swizzle wgmma layout, were 4-way in every phase). */
 TEST(simt_device_tensor_cores_forward_order)
 {
     char env[512];
@@ -53,21 +54,25 @@ TEST(simt_device_tensor_cores_forward_order)
     FILE *f = fopen(env, "r");
     CHECKF(f != NULL, "no bank report %s", env);
     if (!f) return;
-    static const char *const kernels[] = {"tc_gemm", "tf_gemm", "fa_fwd", "fa_bwd_dkv", "fa_bwd_dq"};
-    int seen[5] = {0}, bad = 0;
+    static const char *const kernels[] = {"ldmatrix banks: tc_gemm", "ldmatrix banks: tf_gemm",
+                                          "ldmatrix banks: fa_fwd",  "ldmatrix banks: fa_bwd_dkv",
+                                          "ldmatrix banks: fa_bwd_dq", "cp.async banks: tc_gemm",
+                                          "cp.async banks: wg_gemm", "cp.async banks: fa_fwd"};
+    enum { NK = sizeof kernels / sizeof kernels[0] };
+    int seen[NK] = {0}, bad = 0;
     char l[256];
     while (fgets(l, sizeof l, f)) {
         const char *c = strstr(l, " phases, ");
         if (!c || atoi(c + 9)) bad++;
         if (bad == 1) CHECKF(0, "bank conflicts: %s", l);
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < NK; i++) {
             char k[64];
-            snprintf(k, sizeof k, "ldmatrix banks: %s: ", kernels[i]);
+            snprintf(k, sizeof k, "%s: ", kernels[i]);
             seen[i] |= !strncmp(l, k, strlen(k));
         }
     }
     fclose(f);
-    for (int i = 0; i < 5; i++) CHECKF(seen[i], "%s: no ldmatrix phases counted", kernels[i]);
+    for (int i = 0; i < NK; i++) CHECKF(seen[i], "%s: no phases counted", kernels[i]);
 }
 TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
 /* Each warp alone up to the next barrier: a warp that overwrites (or reads) shared memory

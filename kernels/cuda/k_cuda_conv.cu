@@ -275,12 +275,14 @@ static ConvWs conv_ws(const Geo &g, int copies)
     w.end = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
     return w;
 }
-// The copies' base where the products are 16-bit and ws holds them (NULL: the gathers).
-static char *nhwc_ws(int mm, void *ws)
+// The NHWC copies serve bf16 / f16 products only (the workspace plans them for those).
+static bool nhwc_mm(int mm)
 {
     int t = mm & K_CUDA_MM_TYPE;
-    return (t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL;
+    return t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16;
 }
+// The copies' base where the products are 16-bit and ws holds them (NULL: the gathers).
+static char *nhwc_ws(int mm, void *ws) { return nhwc_mm(mm) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL; }
 
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
 __global__ void conv_bias_grad(Geo g, const float *dy, float *db)
@@ -306,11 +308,7 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1).end; }
 
-size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh)
-{
-    int t = mm & K_CUDA_MM_TYPE;
-    return conv_ws(geo(sh), t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16).end;
-}
+size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh) { return conv_ws(geo(sh), nhwc_mm(mm)).end; }
 
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)

@@ -17,13 +17,20 @@ trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
 KRE='(tc|tf|wg|wgg)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
+# nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
+# after another they took over 300 s (the test's deadline) on a loaded 2-core machine
+ptx_one() {
+  local p="$tmp/$(basename "$1" .cu).$2.ptx"
+  "$NVCC" -std=c++17 -O3 -I. -DDDPRT_CUDA=1 -arch="$2" -ptx "$1" -o "$p" && "$PTXAS" -arch="$2" -v "$p" -o /dev/null 2>"$p.v"
+}
+export -f ptx_one; export NVCC PTXAS tmp
+for f in "${files[@]}"; do printf '%s sm_80\n%s sm_90a\n' "$f" "$f"; done |
+  xargs -P "${JOBS:-$(nproc)}" -L1 bash -c 'ptx_one "$@"' _
 echo "| file | arch | mma.sync | wgmma | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
   for arch in sm_80 sm_90a; do
     p="$tmp/$(basename "$f" .cu).$arch.ptx"
-    "$NVCC" -std=c++17 -O3 -I. -DDDPRT_CUDA=1 -arch="$arch" -ptx "$f" -o "$p"
-    "$PTXAS" -arch="$arch" -v "$p" -o /dev/null 2>"$p.v"
     mma=$(grep -c 'mma.sync.aligned' "$p" || true)
     wg=$(grep -c 'wgmma.mma_async' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)

@@ -161,6 +161,12 @@ typedef struct nn_op {
     /* With NN_IN16 / NN_OUT16: whether this node's device kernels take 16-bit activations
      * (NULL: always; attention: heads its tensor-core kernel covers). */
     int (*half_ok)(const struct nn_graph *g, const struct nn_node *n);
+    /* --amp on a device graph: the 16-bit elements of the op's own weight block (its
+     * weights in the layouts its products read; NULL or 0: nn_pw16's plain copy serves),
+     * and its refresh from the fp32 weights, on stream, after every change of them
+     * (nn/graph_cuda.c: with the plain copy's cast). */
+    size_t (*w16_elems_cuda)(const struct nn_graph *g, const struct nn_node *n);
+    int (*w16_prep_cuda)(struct nn_graph *g, struct nn_node *n, port_stream stream);
 } nn_op;
 
 typedef struct nn_node {
@@ -220,6 +226,7 @@ typedef struct nn_node {
     /* The output is stored in --amp's 16-bit type (nn/plan.c's pass_half: device graphs
      * with g->act16, where the producer and every reader take it): half the bytes. */
     int y16;
+    uint16_t *w16; /* device --amp: the op's weight block (nn_op.w16_elems_cuda), or NULL */
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;

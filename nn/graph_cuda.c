@@ -99,6 +99,12 @@ static int carve_dev(nn_cuda *c, rt_arena *a, char *err, size_t errlen)
     c->dg.params16 = c->dg.amp != NN_AMP_NONE ? rt_arena_alloc(a, c->dg.nparams * sizeof(uint16_t), RT_MEM_PARAMS,
                                                                 "parameters in 16 bits (--amp's tensor-core weights)")
                                               : NULL;
+    for (int i = 0; i < c->dg.nn && c->dg.amp != NN_AMP_NONE; i++) { /* ops' own layouts of them (conv's NHWC) */
+        nn_node *n = &c->dg.nodes[i];
+        size_t e = n->op->w16_elems_cuda ? n->op->w16_elems_cuda(&c->dg, n) : 0;
+        n->w16 = e ? rt_arena_alloc(a, e * sizeof(uint16_t), RT_MEM_PARAMS, "16-bit weights in the layouts their "
+                                    "products read (conv: KRSC and CRSK)") : NULL;
+    }
     c->mom = rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, c->opt ? "exp_avg" : "momentum");
     c->v = c->opt ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM, "exp_avg_sq") : NULL;
     c->dg.grad_sum = c->accum > 1 ? rt_arena_alloc(a, c->dg.nparams * sizeof(float), RT_MEM_OPTIM,
@@ -161,9 +167,14 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report
     rt_arena_plan(&plan, "device");
     if (carve_dev(c, &plan, err, errlen)) return -1;
     if (mem_report) rt_arena_report(&plan);
-    if (mem_report && c->dg.amp != NN_AMP_NONE) /* (a planning arena hands out no addresses) */
-        printf("device 16-bit weights: %.2f MiB for %zu parameters (--amp's copy for the tensor cores; in params "
-               "above)\n", c->dg.nparams * sizeof(uint16_t) / 1048576.0, c->dg.nparams);
+    if (mem_report && c->dg.amp != NN_AMP_NONE) { /* (a planning arena hands out no addresses) */
+        size_t lay = 0;
+        for (int i = 0; i < c->dg.nn; i++)
+            if (c->dg.nodes[i].op->w16_elems_cuda) lay += c->dg.nodes[i].op->w16_elems_cuda(&c->dg, &c->dg.nodes[i]);
+        printf("device 16-bit weights: %.2f MiB for %zu parameters, %.2f MiB in the convs' NHWC layouts (--amp's "
+               "copies for the tensor cores, made once an update; in params above)\n",
+               c->dg.nparams * sizeof(uint16_t) / 1048576.0, c->dg.nparams, lay * sizeof(uint16_t) / 1048576.0);
+    }
     if (mem_report && host->act16 && mem_report_act16(c, err, errlen)) return -1;
     if (port_dev_malloc(&c->dev_base, plan.high, "device arena")) goto fail;
     rt_arena_init_from(&c->dev, "device", c->dev_base, plan.high);
@@ -213,8 +224,12 @@ static int cast_params16(nn_cuda *c)
 {
     nn_graph *g = &c->dg;
     if (!g->params16) return 0;
-    return g->amp == NN_AMP_BF16 ? k_cuda_f32_to_bf16(g->nparams, g->params, g->params16, c->compute)
-                                 : k_cuda_f32_to_f16(g->nparams, g->params, g->params16, c->compute);
+    if (g->amp == NN_AMP_BF16 ? k_cuda_f32_to_bf16(g->nparams, g->params, g->params16, c->compute)
+                              : k_cuda_f32_to_f16(g->nparams, g->params, g->params16, c->compute))
+        return -1;
+    for (int i = 0; i < g->nn; i++)
+        if (g->nodes[i].w16 && g->nodes[i].op->w16_prep_cuda(g, &g->nodes[i], c->compute)) return -1;
+    return 0;
 }
 
 /* Straight from the host arena (pageable): at start-up and checkpoints only. */

@@ -7,10 +7,12 @@
 #include "test/t.h"
 #include "test/t_util.h"
 #include <string.h>
+#include <unistd.h>
 
 TEST(cuda_tensor_core_ptx_has_mma_and_no_spills)
 {
     static char out[32768];
+    alarm(900); /* six nvcc runs: 2-4 minutes on a quiet 2-core machine, past the runner's 300 s under load */
     int rc = t_sh("bash bench/tc_ptx.sh kernels/cuda/k_cuda_tc_gemm.cu kernels/cuda/k_cuda_linear.cu "
                     "kernels/cuda/k_cuda_attn_tc.cu 2>&1", out,
                   sizeof out);

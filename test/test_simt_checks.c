@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #if DDPRT_HAVE_SIMT
@@ -235,6 +236,9 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
         t_note("skipped under a sanitizer (make simt-inject SAN=... INJECT=tensor-core runs it)");
         return;
     }
+    /* a dozen rebuilt kernel files and their runs: 3.5 minutes on a quiet 2-core machine,
+     * past the runner's 300 s when the machine is busy */
+    alarm(900);
     unsetenv("MAKEFLAGS"), unsetenv("MFLAGS"), unsetenv("MAKELEVEL");
     const char *b = getenv("DDPRT_BUILD");
     char cmd[512];

@@ -109,6 +109,15 @@ enum { K_CUDA_MM_FP32, K_CUDA_MM_BF16, K_CUDA_MM_F16, K_CUDA_MM_TF32 };
  * element type of each activation (K_CUDA_ACT_F32, or K_CUDA_MM_BF16 / _F16) beside it. */
 enum { K_CUDA_MM_X16 = 16, K_CUDA_MM_Y16 = 32, K_CUDA_MM_TYPE = 15 };
 enum { K_CUDA_ACT_F32 = 0 };
+/* conv's w16 is the block k_cuda_conv2d_w16_prep wrote (its 16-bit weights in the layouts
+ * the products read), not w's plain 16-bit copy: or'd into conv's mm. */
+enum { K_CUDA_MM_W16P = 64 };
+/* Products of a 16-bit type (bf16 / f16) at precision mm: the tensor cores' 16-bit path. */
+static inline int k_cuda_mm16(int mm)
+{
+    int t = mm & K_CUDA_MM_TYPE;
+    return t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16;
+}
 
 /* The tensor-core GEMM on 16-bit arrays (kernels/cuda/k_cuda_tc_gemm.cu): mma.sync,
  * type K_CUDA_MM_BF16 or _F16, fp32 result C[m*ldc + n] = sum_k A(m,k) B(k,n) (+ bias[n],
@@ -145,7 +154,15 @@ int k_cuda_wgmma_probe(char *why, size_t len);
  * it is a plain matrix (linear, Conv1D). conv with bf16 / f16 products and a workspace of
  * k_cuda_conv2d_workspace_mm runs on 16-bit NHWC copies of x, w, dy made there instead
  * (channels in multiples of 8: C for the forward and weight grad, K for the input grad),
- * both operands by cp.async; w16 is then not read. */
+ * both operands by cp.async; w16 is then read only as k_cuda_conv2d_w16_prep's block
+ * (K_CUDA_MM_W16P), else the call permutes w too. */
+/* conv's weights once per update (the device graph's --amp cast, nn/graph_cuda.c) in the
+ * layouts its bf16 / f16 products copy by cp.async: K x RSC (forward on NHWC copies) where
+ * C % 8 == 0, else K x CRS as w is; then C x RSK (input grad on NHWC copies) where K % 8 ==
+ * 0. Passed as w16 with K_CUDA_MM_W16P, so the calls permute x and dy only. _elems: the
+ * block's 16-bit elements at precision mm (0: none for fp32 / tf32). */
+size_t k_cuda_conv2d_w16_elems(int mm, const k_conv_shape *sh);
+int k_cuda_conv2d_w16_prep(int mm, const k_conv_shape *sh, const float *w, uint16_t *w16, port_stream s);
 int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,
                          const float *b, float *y, void *ws, port_stream s);
 int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const float *w, const uint16_t *w16,

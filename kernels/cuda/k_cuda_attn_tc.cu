@@ -341,8 +341,7 @@ int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *
 
 int fa_tc(int mm, int hd)
 {
-    mm &= K_CUDA_MM_TYPE;
-    return (mm == K_CUDA_MM_BF16 || mm == K_CUDA_MM_F16) && hd <= K_CUDA_ATTN_TC_MAX_HD;
+    return k_cuda_mm16(mm) && hd <= K_CUDA_ATTN_TC_MAX_HD;
 }
 
 // 16-bit qkv / y (K_CUDA_MM_X16 / _Y16) only where the tensor-core kernel runs.

@@ -91,9 +91,9 @@ static inline int k_act_of(int mm, int flag) { return (mm & flag) ? (mm & K_CUDA
 // 16-bit activations exist only beside 16-bit products (--amp bf16 / fp16).
 static inline int k_act_mm_check(int mm, const char *kernel, const char *shapes)
 {
-    int t = mm & K_CUDA_MM_TYPE;
-    if (!(mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) || t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) return 0;
-    port_cuda_fail("%s(%s): 16-bit activations need bf16 or f16 products, not precision %d", kernel, shapes, t);
+    if (!(mm & (K_CUDA_MM_X16 | K_CUDA_MM_Y16)) || k_cuda_mm16(mm)) return 0;
+    port_cuda_fail("%s(%s): 16-bit activations need bf16 or f16 products, not precision %d", kernel, shapes,
+                   mm & K_CUDA_MM_TYPE);
     return -1;
 }
 // " (16-bit: bf16 x, f32 y)" for launch errors, "" when every activation is fp32: the

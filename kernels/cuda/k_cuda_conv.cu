@@ -275,14 +275,17 @@ static ConvWs conv_ws(const Geo &g, int copies)
     w.end = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
     return w;
 }
-// The NHWC copies serve bf16 / f16 products only (the workspace plans them for those).
-static bool nhwc_mm(int mm)
-{
-    int t = mm & K_CUDA_MM_TYPE;
-    return t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16;
-}
 // The copies' base where the products are 16-bit and ws holds them (NULL: the gathers).
-static char *nhwc_ws(int mm, void *ws) { return nhwc_mm(mm) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL; }
+static char *nhwc_ws(int mm, void *ws) { return k_cuda_mm16(mm) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL; }
+
+// The weights' block of k_cuda_conv2d_w16_prep (mm's K_CUDA_MM_W16P, 16-byte aligned), or
+// NULL: its first part K x RSC where C % 8 == 0 (else K x CRS), then C x RSK where K % 8 == 0.
+static const unsigned short *w16_block(int mm, const uint16_t *w16)
+{
+    return (mm & K_CUDA_MM_W16P) && k_cuda_mm16(mm) && w16 && !((uintptr_t)w16 & 15) ? (const unsigned short *)w16
+                                                                                       : NULL;
+}
+static size_t w_elems(const Geo &g) { return (size_t)g.K * g.C * g.RS(); }
 
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
 __global__ void conv_bias_grad(Geo g, const float *dy, float *db)
@@ -308,7 +311,35 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1).end; }
 
-size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh) { return conv_ws(geo(sh), nhwc_mm(mm)).end; }
+size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh) { return conv_ws(geo(sh), k_cuda_mm16(mm)).end; }
+
+size_t k_cuda_conv2d_w16_elems(int mm, const k_conv_shape *sh)
+{
+    Geo g = geo(sh);
+    return k_cuda_mm16(mm) ? w_elems(g) * (g.K % 8 == 0 ? 2 : 1) : 0;
+}
+
+int k_cuda_conv2d_w16_prep(int mm, const k_conv_shape *sh, const float *w, uint16_t *w16, port_stream s)
+{
+    Geo g = geo(sh);
+    cudaStream_t cs = (cudaStream_t)s;
+    const char *k = "k_cuda_conv2d_w16_prep";
+    char shp[160];
+    shape_str(sh, shp, sizeof shp);
+    if (!k_cuda_mm16(mm) || ((uintptr_t)w16 & 15)) {
+        port_cuda_fail("%s(%s): needs bf16 / f16 products (precision %d) and a 16-byte aligned block", k, shp,
+                       mm & K_CUDA_MM_TYPE);
+        return -1;
+    }
+    const size_t n = w_elems(g);
+    int bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
+    if (g.C % 8 == 0 ? chan_last(mm, g.K, g.RS(), g.C, w, K_CUDA_ACT_F32, (unsigned short *)w16, cs, k, shp)
+                     : bf ? k_cuda_f32_to_bf16(n, w, w16, s) : k_cuda_f32_to_f16(n, w, w16, s))
+        return -1;
+    if (g.K % 8 == 0 && chan_last(mm, 1, g.C * g.RS(), g.K, w, K_CUDA_ACT_F32, (unsigned short *)w16 + n, cs, k, shp))
+        return -1;
+    return 0;
+}
 
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
@@ -334,21 +365,22 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16)};
     cudaStream_t cs = (cudaStream_t)s;
     char *cw = nhwc_ws(mm, ws);
+    const unsigned short *wp = w16_block(mm, w16);
     if (cw && g.C % 8 == 0) { // A = wh [K x RSC], B = xh's patches, both by cp.async
         const char *k = "k_cuda_conv2d_fwd";
         ConvWs L = conv_ws(g, 1);
         unsigned short *xh = (unsigned short *)(cw + L.xh), *wh = (unsigned short *)(cw + L.wh);
         if (chan_last(mm, g.N, g.HW(), g.C, x, bb.xt, xh, cs, k, shp) ||
-            chan_last(mm, g.K, g.RS(), g.C, w, K_CUDA_ACT_F32, wh, cs, k, shp))
+            (!wp && chan_last(mm, g.K, g.RS(), g.C, w, K_CUDA_ACT_F32, wh, cs, k, shp)))
             return -1;
-        TcRawK ah;
-        ah.p = wh, ah.ld = g.RS() * g.C, ah.vec = 1;
+        TcRawK ah; // the update's KRSC copy where there is one, else this call's
+        ah.p = wp ? wp : wh, ah.ld = g.RS() * g.C, ah.vec = 1;
         NhwcFwdB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         return k_cuda_gemm_mm16(mm, k, shp, g.K, g.N * g.PQ(), g.RS() * g.C, ah, bh, st, ws, cs);
     }
-    TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async
-    if (k_tc_raw(ar, mm, w16, g.C * g.RS()))
+    TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async (a block's first part is KRSC where C % 8 == 0)
+    if (k_tc_raw(ar, mm, wp && g.C % 8 == 0 ? NULL : w16, g.C * g.RS()))
         return k_cuda_gemm_mm16(mm, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), ar, bb, st, ws, cs);
     return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_fwd", shp, g.K, g.N * g.PQ(), g.C * g.RS(), a, bb, st, ws,
                           cs);
@@ -370,11 +402,12 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     unsigned short *dyh = cw ? (unsigned short *)(cw + L.dyh) : NULL;
     if ((hx || hw) && chan_last(mm, g.N, g.PQ(), g.K, dy, K_CUDA_ACT_F32, dyh, cs, "k_cuda_conv2d_bwd", shp))
         return -1;
+    const unsigned short *wp = w16_block(mm, w16);
     if (hx) { // A = wh [C x RSK], B = dyh's gather, both by cp.async
         const char *k = "k_cuda_conv2d_bwd (input grad)";
-        if (chan_last(mm, 1, g.C * g.RS(), g.K, w, K_CUDA_ACT_F32, wh, cs, k, shp)) return -1;
-        TcRawK ah;
-        ah.p = wh, ah.ld = g.RS() * g.K, ah.vec = 1;
+        if (!wp && chan_last(mm, 1, g.C * g.RS(), g.K, w, K_CUDA_ACT_F32, wh, cs, k, shp)) return -1;
+        TcRawK ah; // the update's CRSK copy where there is one, else this call's
+        ah.p = wp ? wp + w_elems(g) : wh, ah.ld = g.RS() * g.K, ah.vec = 1;
         NhwcDxB bh;
         bh.p = dyh, bh.ld = 0, bh.vec = 1, bh.g = g;
         DxStore st = {g, dx};
@@ -384,7 +417,7 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         DxA a = {g, w};
         DxB b = {g, dy};
         DxStore st = {g, dx};
-        TcRawMN ar; // 1x1: w^T(c, k) = w[k * C + c], w16's rows (over c) by cp.async
+        TcRawMN ar; // 1x1: w^T(c, k) = w[k * C + c], w16's rows (over c) by cp.async (a block's KRSC is KCRS)
         int rc = g.RS() == 1 && k_tc_raw(ar, mm, w16, g.C)
                      ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ar, b, st, ws, cs)
                      : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs);

@@ -62,9 +62,8 @@ template <class L> struct TcGeo<L, true> {
 // otherwise the caller keeps its gathering loader.
 template <class R> static inline bool k_tc_raw(R &r, int mm, const void *p, int ld)
 {
-    int t = mm & K_CUDA_MM_TYPE;
     r.p = (const unsigned short *)p, r.ld = ld, r.vec = 1;
-    return p && (t == K_CUDA_MM_BF16 || t == K_CUDA_MM_F16) && !((uintptr_t)p & 15) && ld % 8 == 0;
+    return p && k_cuda_mm16(mm) && !((uintptr_t)p & 15) && ld % 8 == 0;
 }
 
 // Element offset of 16-byte chunk c of row r. K-contiguous tile: R rows of 32 (four

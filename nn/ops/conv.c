@@ -127,18 +127,43 @@ static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
     return need;
 }
 
+/* The weights once per update in the layouts the NHWC products read (k_cuda_conv2d_w16_prep):
+ * the calls then permute x and dy only. */
+static size_t conv_w16_elems_cuda(const nn_graph *g, const nn_node *n)
+{
+    k_conv_shape sh = shape(n, 1);
+    return k_cuda_conv2d_w16_elems(nn_cuda_mm(g), &sh);
+}
+
+static int conv_w16_prep_cuda(nn_graph *g, nn_node *n, port_stream s)
+{
+    k_conv_shape sh = shape(n, 1);
+    return k_cuda_conv2d_w16_prep(nn_cuda_mm(g), &sh, nn_pw(g, n, 0), n->w16, s);
+}
+
+/* conv's 16-bit weights: its own block where the device graph made one, else the plain copy. */
+static const uint16_t *conv_w16(const nn_graph *g, const nn_node *n, int *mm)
+{
+    if (n->w16) *mm |= K_CUDA_MM_W16P;
+    return n->w16 ? n->w16 : nn_pw16(g, n, 0);
+}
+
 static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_fwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw16(g, n, 0),
-                                has_bias(n) ? nn_pw(g, n, 1) : NULL, n->y, r->ws, r->stream);
+    int mm = nn_cuda_mm_io(g, n);
+    const uint16_t *w16 = conv_w16(g, n, &mm);
+    return k_cuda_conv2d_fwd_mm(mm, &sh, nn_x(g, n, 0), nn_pw(g, n, 0), w16, has_bias(n) ? nn_pw(g, n, 1) : NULL,
+                                n->y, r->ws, r->stream);
 }
 
 static int conv_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    return k_cuda_conv2d_bwd_mm(nn_cuda_mm_io(g, n), &sh, nn_x(g, n, 0), nn_pw(g, n, 0), nn_pw16(g, n, 0), n->dy,
-                                nn_dx(g, n, 0), nn_pg(g, n, 0), has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
+    int mm = nn_cuda_mm_io(g, n);
+    const uint16_t *w16 = conv_w16(g, n, &mm);
+    return k_cuda_conv2d_bwd_mm(mm, &sh, nn_x(g, n, 0), nn_pw(g, n, 0), w16, n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
+                                has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
 }
 #endif
 
@@ -146,12 +171,14 @@ const nn_op nn_op_conv2d = {
     .kind = "conv2d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX | NN_IN16 | NN_OUT16, .attrs = conv2d_attrs,
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
     .fwd = conv_fwd, .bwd = conv_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda,
+                 .w16_elems_cuda = conv_w16_elems_cuda, .w16_prep_cuda = conv_w16_prep_cuda)};
 const nn_op nn_op_conv1d = {
     .kind = "conv1d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX | NN_IN16 | NN_OUT16, .attrs = conv1d_attrs,
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
     .fwd = conv_fwd, .bwd = conv_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda,
+                 .w16_elems_cuda = conv_w16_elems_cuda, .w16_prep_cuda = conv_w16_prep_cuda)};
 
 int nn_conv2d(nn_graph *g, const char *name, int x, int out_c, int k, int stride, int pad, int bias)
 {

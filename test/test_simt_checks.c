@@ -153,6 +153,16 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_swz_unaligned", "wgmma.mma_async at simt_checks.cu:", "operand A at", "64-byte swizzle: its "
            "swizzle pattern is not aligned to 8 rows of its width", NULL);
     expect("wgmma_swz_row_crossed", "operand A at", "64-byte swizzle: its 16 k cross the end of a swizzle row", NULL);
+    /* M/N-major operands (imm-trans 1): every layout type against the plain product, and
+     * a transposed A or B beside a K-major one; a pattern off its alignment and a
+     * transposed tf32 named. */
+    static const char *mn_ok[] = {"wgmma_mn_ok", "wgmma_mn_ok_sw32", "wgmma_mn_ok_sw64", "wgmma_mn_ok_sw128",
+                                  "wgmma_mn_ok_a", "wgmma_mn_ok_b", "wgmma_mn_ok_b_noswz"};
+    for (size_t i = 0; i < sizeof mn_ok / sizeof *mn_ok; i++) expect(mn_ok[i], "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_mn_unaligned", "wgmma.mma_async at simt_checks.cu:", "operand A at", "128-byte swizzle (M/N-major): "
+           "its swizzle pattern (8 k-rows of its width) does not start at the operand's address", NULL);
+    expect("wgmma_mn_tf32", "wgmma.mma_async at simt_checks.cu:", "imm-trans-a 1 (an M/N-major operand) with type 2: "
+           "PTX allows the transpose only for 16-bit types", NULL);
 }
 
 /* CUDA IPC across processes (issue 42's first step): the owner's device buffer, filled
@@ -242,7 +252,7 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
     unsetenv("MAKEFLAGS"), unsetenv("MFLAGS"), unsetenv("MAKELEVEL");
     const char *b = getenv("DDPRT_BUILD");
     char cmd[512];
-    static char o[16384];
+    static char o[32768];
     snprintf(cmd, sizeof cmd, "make -s --no-print-directory simt-inject BUILD='%s' INJECT=tensor-core 2>&1",
              b ? b : "build");
     int rc = t_sh(cmd, o, sizeof o);
@@ -259,6 +269,15 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90): B's wgmma descriptor without the 64-byte swizzle | k_cuda_tc_wgmma.cuh | "
                      "only the comparison"), "%s", o);
+    /* M/N-major wgmma (conv's weight gradient): a wrong transpose immediate or LBO fails the
+     * comparisons, and the start-up probe's m/n-major product (which would turn wgmma off) */
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): imm-trans-b 0 on the N-major tile | k_cuda_tc_wgmma.cuh | "
+                     "only the comparison"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO (the second 64 rows) wrong | "
+                     "k_cuda_tc_wgmma.cuh | only the comparison"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): imm-trans-a 0 on the M-major tile, seen by the start-up "
+                     "probe | k_cuda_tc_wgmma.cuh | only the comparison") &&
+           strstr(o, "on m/n-major operands differs from mma.sync"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "

@@ -74,7 +74,9 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
 // ---- The wgmma decision (k_cuda.h). The probe: a 200 x 136 x 72 product (edge tiles in m, n
 // and k) on the gathering kernels, wgmma against mma.sync: the same rounded operands, so
 // they differ only by the order of the fp32 sums (under 1e-4 of the largest value here); a
-// wrong layout or fragment differs by the values themselves.
+// wrong layout or fragment differs by the values themselves. Then the same sizes from two
+// M/N-contiguous bf16 arrays (the inputs rounded, read as [k x m] and [k x n]): wg_gemm's
+// M/N-major tiles and imm-trans (conv's weight gradient) against mma.sync's.
 static int wg_state; // 1: on
 
 int k_cuda_wgmma_on(void) { return wg_state == 1; }
@@ -84,11 +86,13 @@ int k_cuda_wgmma_probe(char *why, size_t len)
     enum { PM = 200, PN = 136, PK = 72 };
     float *h = (float *)malloc(sizeof(float) * (PM * PK + PK * PN + 2 * PM * PN)), *a = h, *b = a + PM * PK;
     float *c0 = b + PK * PN, *c1 = c0 + PM * PN;
-    void *d = NULL;
+    void *d = NULL, *d16 = NULL;
     int rc = -1;
     for (int i = 0; i < PM * PK + PK * PN; i++) h[i] = (float)((i * 37 % 101) - 50) / 32.0f;
     if (port_dev_malloc(&d, sizeof(float) * (PM * PK + PK * PN + PM * PN), "wgmma probe") ||
-        port_memcpy_h2d(d, h, sizeof(float) * (PM * PK + PK * PN), NULL, "wgmma probe")) {
+        port_dev_malloc(&d16, sizeof(uint16_t) * (PM * PK + PK * PN), "wgmma probe") ||
+        port_memcpy_h2d(d, h, sizeof(float) * (PM * PK + PK * PN), NULL, "wgmma probe") ||
+        k_cuda_f32_to_bf16(PM * PK + PK * PN, (const float *)d, (uint16_t *)d16, NULL)) {
         snprintf(why, len, "the probe could not start (%s)", port_cuda_errmsg());
         goto out;
     }
@@ -96,32 +100,46 @@ int k_cuda_wgmma_probe(char *why, size_t len)
         float *da = (float *)d, *db = da + PM * PK, *dc = db + PK * PN;
         KgRowA la = {da, PK};
         KgRowB lb = {db, PN};
+        TcRawMN am, bm; // M/N-contiguous, rows 16-byte aligned: wg_gemm by cp.async
+        am.p = (const unsigned short *)d16, am.ld = PM, am.vec = 1;
+        bm.p = am.p + PM * PK, bm.ld = PN, bm.vec = 1;
         TcStore st = {dc, NULL, PN, 0};
-        double big = 0, diff = 0;
-        for (int pass = 0; pass < 2; pass++) {
-            wg_state = pass;
-            if (k_cuda_gemm_mm16(K_CUDA_MM_BF16, "wgmma probe", "200x136x72", PM, PN, PK, la, lb, st, NULL, NULL) ||
-                port_dev_sync("wgmma probe") || port_memcpy_d2h(pass ? c1 : c0, dc, sizeof(float) * PM * PN, NULL,
-                                                                "wgmma probe") || port_dev_sync("wgmma probe")) {
-                snprintf(why, len, "the probe failed on %s (%s)", pass ? "wgmma" : "mma.sync", port_cuda_errmsg());
+        double big = 0, diff = 0, worst = 0;
+        for (int mn = 0; mn < 2; mn++) {
+            for (int pass = 0; pass < 2; pass++) {
+                wg_state = pass;
+                int r = mn ? k_cuda_gemm_mm16(K_CUDA_MM_BF16, "wgmma probe", "200x136x72 m/n-major", PM, PN, PK, am, bm,
+                                              st, NULL, NULL)
+                           : k_cuda_gemm_mm16(K_CUDA_MM_BF16, "wgmma probe", "200x136x72", PM, PN, PK, la, lb, st, NULL,
+                                              NULL);
+                if (r || port_dev_sync("wgmma probe") ||
+                    port_memcpy_d2h(pass ? c1 : c0, dc, sizeof(float) * PM * PN, NULL, "wgmma probe") ||
+                    port_dev_sync("wgmma probe")) {
+                    snprintf(why, len, "the probe failed on %s%s (%s)", pass ? "wgmma" : "mma.sync",
+                             mn ? " (m/n-major operands)" : "", port_cuda_errmsg());
+                    goto out;
+                }
+            }
+            big = diff = 0;
+            for (int i = 0; i < PM * PN; i++) {
+                big = fmax(big, fabs(c0[i]));
+                diff = fmax(diff, fabs((double)c0[i] - c1[i]));
+            }
+            if (!(diff <= 1e-4 * big)) {
+                snprintf(why, len, "the probe's wgmma result%s differs from mma.sync's by %.3g (largest value %.3g)",
+                         mn ? " on m/n-major operands" : "", diff, big);
                 goto out;
             }
+            worst = fmax(worst, big > 0 ? diff / big : 0.0);
         }
-        for (int i = 0; i < PM * PN; i++) {
-            big = fmax(big, fabs(c0[i]));
-            diff = fmax(diff, fabs((double)c0[i] - c1[i]));
-        }
-        if (!(diff <= 1e-4 * big)) {
-            snprintf(why, len, "the probe's wgmma result differs from mma.sync's by %.3g (largest value %.3g)", diff,
-                     big);
-            goto out;
-        }
-        snprintf(why, len, "the probe agrees with mma.sync to %.2g of the largest value", big > 0 ? diff / big : 0.0);
+        snprintf(why, len, "the probe agrees with mma.sync to %.2g of the largest value (k- and m/n-major operands)",
+                 worst);
         rc = 1;
     }
 out:
     wg_state = 0;
     if (d) port_dev_free(d);
+    if (d16) port_dev_free(d16);
     free(h);
     return rc;
 }

@@ -83,9 +83,20 @@ template <int TY> __device__ __forceinline__ unsigned tc_pack(float lo, float hi
     return TY == K_CUDA_MM_BF16 ? k_pack_bf16x2(lo, hi) : k_pack_f16x2(lo, hi);
 }
 
+// wgmma's M/N-major tile (k_cuda_tc_wgmma.cuh, R = 128 rows x 32 k): element offset of
+// 16-byte chunk c (rows 8c..8c+7) at k-row kr. Four 1 KiB 128-byte-swizzle patterns per 64
+// rows (one per 8 k: 8 k-rows of 64 rows, chunk c at (c & 7) ^ (kr & 7)), the second 64
+// rows 4 KiB on. A warp's cp.async phase (8 lanes: one k-row's 8 chunks) fills a whole
+// 128-byte row: no bank conflict.
+__device__ __forceinline__ int wg_off_mn(int kr, int c)
+{
+    return (c >> 3) * 2048 + (kr >> 3) * 512 + (kr & 7) * 64 + (((c & 7) ^ (kr & 7)) << 3);
+}
+
 // Slice [k0, min(k0 + 32, kend)) of a 16-bit operand's rows [r0, r0 + R) into a tile:
 // cp.async where rows are 16-byte aligned, else element by element (zero past the ends).
-template <int R, class L>
+// WGMN: an M/N-contiguous operand into wgmma's M/N-major tile (wg_off_mn), not tc_off's.
+template <int R, class L, bool WGMN = false>
 __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int rows, int r0, int kend, int k0)
 {
     constexpr bool KF = L::k_fast;
@@ -102,7 +113,7 @@ __device__ __forceinline__ void tc_load(unsigned short *tile, const L &l, int ro
             int kr = q / (R / 8), c = q % (R / 8);
             r = r0 + c * 8, k = k0 + kr;
             valid = k < kend ? min(8, rows - r) : 0;
-            dst = tc_off<R, false>(kr, c);
+            dst = WGMN ? wg_off_mn(kr, c) : tc_off<R, false>(kr, c);
         }
         valid = max(valid, 0);
         const unsigned short *src = l.at(r, k, valid);
@@ -345,13 +356,13 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
     dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
     // The 128-tile bf16 / f16 products on wgmma where the device takes it (sm_90:
-    // k_cuda_wgmma_on): two k-contiguous aligned 16-bit arrays by cp.async (wg_gemm),
-    // the rest through registers (wgg_gemm).
-    // Geometry operands (conv's NHWC copies) only by cp.async: wg_gemm where both are
-    // k-contiguous, else mma.sync's tc_gemm.
+    // k_cuda_wgmma_on): two aligned 16-bit arrays by cp.async (wg_gemm; either of them
+    // k- or M/N-contiguous: conv's weight gradient, linear's dX / dW), the rest through
+    // registers (wgg_gemm).
+    // Geometry operands (conv's NHWC copies) only by cp.async: wg_gemm where the other
+    // operand is a 16-bit array too, else mma.sync's tc_gemm.
     constexpr bool GEO = TcGeo<LA>::value || TcGeo<LB>::value;
-    constexpr bool WGR0 = std::is_base_of<TcRaw, LA>::value && std::is_base_of<TcRaw, LB>::value && LA::k_fast &&
-                          LB::k_fast;
+    constexpr bool WGR0 = std::is_base_of<TcRaw, LA>::value && std::is_base_of<TcRaw, LB>::value;
     constexpr bool WG = T == WGG_T && TY != K_CUDA_MM_TF32 && (!GEO || WGR0);
     constexpr bool WGR = WG && WGR0;
     if (splits == 1) {

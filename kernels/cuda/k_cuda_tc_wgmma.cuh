@@ -9,16 +9,20 @@
 //  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
 //    pairs in registers while the tensor cores work on the current one; values rounded
 //    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
-//  - wg_gemm, two k-contiguous 16-bit arrays with 16-byte aligned rows (plain, or placed
-//    by a geometry: conv's NHWC copies): 3 cp.async stages.
+//  - wg_gemm, two 16-bit arrays with 16-byte aligned rows (plain, or placed by a
+//    geometry: conv's NHWC copies): 3 cp.async stages. An M/N-contiguous one (conv's
+//    weight gradient, linear's dX / dW) goes into wgmma's M/N-major layout (wg_off_mn:
+//    the 128-byte swizzle, a pattern 64 rows x 8 k; imm-trans 1): tc_load's M/N tiles
+//    hold 32 k-rows of 128 rows, which no canonical M/N-major layout reads as they are.
 #pragma once
 #include <type_traits>
 
 namespace {
 #define WGG_T 128
 // The tiles' alignment: the 64-byte swizzle's pattern (8 rows of 64 bytes), which the
-// hardware applies to shared addresses.
+// hardware applies to shared addresses; M/N-major tiles: the 128-byte swizzle's (1 KiB).
 #define WGG_ALIGN 512
+#define WG_ALIGN_MN 1024
 
 // Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
 // consecutive addresses (k for k-contiguous operands, rows otherwise).
@@ -61,17 +65,22 @@ template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile,
 }
 
 // One 32-deep slice of a 128-row tile pair on the warpgroup's 64 rows (both wgmma kernels).
-// Descriptors: the first row's k 16kk (32 bytes into the 64-byte row: the hardware
-// swizzles the address it forms), 8 rows 512 bytes on; LBO unused (16 k in one row).
-template <int TY>
+// K-major tiles (AK / BK): the first row's k 16kk (32 bytes into the 64-byte row: the
+// hardware swizzles the address it forms), 8 rows 512 bytes on; LBO unused (16 k in one
+// row). M/N-major tiles (wg_off_mn; PTX's canonical 128-byte-swizzle M/N-major layout,
+// CUTLASS's ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units): the pattern of k 16kk,
+// the next 8 k SBO = 1 KiB on, the next 64 rows LBO = 4 KiB on; imm-trans 1.
+template <int TY, bool AK, bool BK>
 __device__ __forceinline__ void wgg_slice(float (&acc)[64], const unsigned short *ta, const unsigned short *tb, int wg)
 {
 #pragma unroll
     for (int kk = 0; kk < TC_BK / 16; kk++) {
-        unsigned long long da = k_wgmma_desc(ta + 64 * wg * TC_BK + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64);
-        unsigned long long db = k_wgmma_desc(tb + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64);
-        if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
-        else K_WGMMA_F16_128(acc, da, db, 1);
+        unsigned long long da = AK ? k_wgmma_desc(ta + 64 * wg * TC_BK + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64)
+                                   : k_wgmma_desc(ta + wg_off_mn(16 * kk, 8 * wg), 4096, 1024, K_WGMMA_SW128);
+        unsigned long long db = BK ? k_wgmma_desc(tb + 16 * kk, 16, 8 * TC_BK * 2, K_WGMMA_SW64)
+                                   : k_wgmma_desc(tb + wg_off_mn(16 * kk, 0), 4096, 1024, K_WGMMA_SW128);
+        if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128T(acc, da, db, 1, !AK, !BK);
+        else K_WGMMA_F16_128T(acc, da, db, 1, !AK, !BK);
     }
 }
 
@@ -115,7 +124,7 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
         K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
         __syncthreads();
         K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wgg_slice<TY>(acc, ta, tb, wg);
+        wgg_slice<TY, true, true>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
             wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);
@@ -126,20 +135,21 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
     wgg_store(acc, st, M, N, m0, n0, wg, blockIdx.z);
 }
 
-// ---- wg_gemm: the 16-bit arrays by cp.async (tc_load: 16 bytes a copy, 4 a row).
+// ---- wg_gemm: the 16-bit arrays by cp.async (tc_load: 16 bytes a copy, 4 a row; an
+// M/N-contiguous one into the M/N-major tile).
 #define WG_STAGES 3
 template <class LA, class LB>
 __device__ __forceinline__ void wg_load(unsigned short *ta, unsigned short *tb, const LA &la, const LB &lb, int M,
                                         int N, int m0, int n0, int kend, int k0)
 {
-    tc_load<WGG_T>(ta, la, M, m0, kend, k0);
-    tc_load<WGG_T>(tb, lb, N, n0, kend, k0);
+    tc_load<WGG_T, LA, !LA::k_fast>(ta, la, M, m0, kend, k0);
+    tc_load<WGG_T, LB, !LB::k_fast>(tb, lb, N, n0, kend, k0);
 }
 
 template <int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
-    struct alignas(WGG_ALIGN) Smem {
+    struct alignas(LA::k_fast && LB::k_fast ? WGG_ALIGN : WG_ALIGN_MN) Smem {
         unsigned short a[WG_STAGES][WGG_T * TC_BK], b[WG_STAGES][WGG_T * TC_BK];
     };
     __shared__ Smem sm;
@@ -159,7 +169,7 @@ __global__ void __launch_bounds__(256) wg_gemm(int M, int N, int K, int kchunk, 
         __syncthreads();
         const unsigned short *ta = sm.a[kt % WG_STAGES], *tb = sm.b[kt % WG_STAGES];
         K_WGMMA_FENCE(); // (16-bit arrays) the accumulators were the threads' own since the last wait
-        wgg_slice<TY>(acc, ta, tb, wg);
+        wgg_slice<TY, LA::k_fast, LB::k_fast>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         int nx = kt + WG_STAGES - 1; // its stage was read by the wgmma waited for last iteration
         if (nx < kt_n)

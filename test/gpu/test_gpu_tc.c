@@ -98,6 +98,57 @@ TEST(gpu_tc_gemm_wgmma)
     sm90 = 0;
 }
 
+#if DDPRT_SIMT
+unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
+#endif
+
+/* The wgmma products through the raw entry (k_cuda_tc_gemm, wgmma on): every A / B pair of
+ * k- and m/n-contiguous operands, m and n over 128 (the 128 tile) and off it, k tails;
+ * aligned rows on wg_gemm (m/n-contiguous ones in its M/N-major tiles, imm-trans 1),
+ * unaligned ones on the register kernel (K-major tiles). Against the CPU with the bound above; on the
+ * executor the wgmma ops are counted by their transpose flags: every one of the product's
+ * (2 warpgroups x 2 k16 steps a 32-deep slice, every block) where it should be. */
+TEST(gpu_tc_gemm_wgmma_mn_major)
+{
+    g_init();
+    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
+        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
+        return;
+    }
+    char why[200];
+    setenv("DDPRT_WGMMA", "1", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    static const int shapes[][4] = {{136, 200, 96, 0}, {130, 250, 50, 6}, {129, 131, 45, 3}};
+    for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
+        for (int ak = 0; ak < 2; ak++)
+            for (int bk = 0; bk < 2; bk++)
+                for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+                    const int *d = shapes[i];
+#if DDPRT_SIMT
+                    unsigned long long c0[4], c1[4];
+                    for (int f = 0; f < 4; f++) c0[f] = simt_wgmma_count(f >> 1, f & 1);
+#endif
+                    tc_case(type, d[0], d[1], d[2], ak, bk, d[3], i == 1, i == 1);
+#if DDPRT_SIMT
+                    g_need(port_dev_sync("wgmma count") == 0, "sync");
+                    unsigned long long ops = 4ull * ((d[0] + 127) / 128) * ((d[1] + 127) / 128) * ((d[2] + 31) / 32);
+                    int lda = (ak ? d[2] : d[0]) + d[3], ldb = (bk ? d[2] : d[1]) + d[3];
+                    /* rows not 16-byte aligned: the register kernel's K-major tiles */
+                    int want = lda % 8 || ldb % 8 ? 0 : (!ak) << 1 | !bk;
+                    for (int f = 0; f < 4; f++) {
+                        c1[f] = simt_wgmma_count(f >> 1, f & 1);
+                        CHECKF(c1[f] - c0[f] == (f == want ? ops : 0), "m=%d n=%d k=%d pad %d a %s b %s: %llu wgmma ops "
+                               "with imm-trans-a %d imm-trans-b %d, expected %llu", d[0], d[1], d[2], d[3],
+                               ak ? "k-fast" : "m-fast", bk ? "k-fast" : "n-fast", c1[f] - c0[f], f >> 1, f & 1,
+                               f == want ? ops : 0);
+                    }
+#endif
+                }
+    setenv("DDPRT_WGMMA", "0", 1);
+    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
+    unsetenv("DDPRT_WGMMA");
+}
+
 /* The 128x128 tile (64 or more output tiles), the 3-stage pipeline over many slices. */
 TEST(gpu_tc_gemm_big_tile_pipeline)
 {
@@ -263,9 +314,12 @@ TEST(gpu_tc_conv_linear_on_wgmma)
     setenv("DDPRT_WGMMA", "1", 1);
     CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
     /* the NHWC copies on wg_gemm: a 3x3 input grad (128 channels), a 1x1 forward split
-     * over k and its input grad */
+     * over k and its input grad; the weight grads of the first and the last on wg_gemm's
+     * M/N-major tiles (both operands m/n-contiguous), and k = 130 (dy's copy element by
+     * element into them) */
     static const int convs[][9] = {{2, 16, 16, 16, 128, 3, 3, 1, 1}, {1, 8, 18, 18, 136, 3, 3, 2, 0},
-                                   {1, 128, 12, 12, 16, 3, 3, 1, 1}, {1, 256, 12, 12, 128, 1, 1, 1, 0}};
+                                   {1, 128, 12, 12, 16, 3, 3, 1, 1}, {1, 256, 12, 12, 128, 1, 1, 1, 0},
+                                   {1, 24, 13, 13, 130, 3, 3, 1, 1}};
     for (int mm = K_CUDA_MM_BF16; mm <= K_CUDA_MM_F16; mm++) {
         linear_mm_case(mm, 256, 200, 136);
         linear_mm_case(mm, 1024, 130, 128); /* the weight gradient split over k */

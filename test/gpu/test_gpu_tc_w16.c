@@ -9,6 +9,7 @@
 
 #if DDPRT_SIMT
 unsigned long long simt_cp_async_count(void); /* test/simt/simt_tc.cc */
+unsigned long long simt_wgmma_count(int ta, int tb);
 #endif
 
 static const char *tn(int t) { return t == K_CUDA_MM_BF16 ? "bf16" : "f16"; }
@@ -135,6 +136,64 @@ TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
     conv_w16_case(K_CUDA_MM_BF16, conv);
     lin_w16_case(K_CUDA_MM_BF16, 0, 130, 72, 136);
     lin_w16_case(K_CUDA_MM_F16, 1, 136, 40, 128);
+    setenv("DDPRT_WGMMA", "0", 1);
+    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
+    unsetenv("DDPRT_WGMMA");
+}
+
+/* conv's weight gradient on wgmma: on the NHWC copies (a workspace) it is wg_gemm on two
+ * M/N-contiguous operands (dy's copy [K x NPQ], x's patches), in M/N-major tiles with
+ * imm-trans 1; without a workspace the gathering loaders on the register kernel (K-major
+ * tiles). The same rounded operands, the same k order (no split: n*p*q under 256): not
+ * one bit may differ. k = 130: dy's copy element by element (rows not 16-byte aligned).
+ * On the executor the M/N-major ops are counted: every one of the product's on the
+ * copies (2 warpgroups x 2 k16 steps a 32-deep slice, every 128 tile), none without. */
+TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
+{
+    g_init();
+    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
+        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
+        return;
+    }
+    char why[200];
+    setenv("DDPRT_WGMMA", "1", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    static const int convs[][9] = {{1, 16, 12, 12, 128, 3, 3, 1, 1}, {1, 24, 13, 13, 130, 3, 3, 1, 1},
+                                   {2, 136, 5, 5, 144, 1, 1, 1, 0}};
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        const int *d = convs[i];
+        int t = i == 1 ? K_CUDA_MM_F16 : K_CUDA_MM_BF16;
+        k_conv_shape sh = {.n = d[0], .c = d[1], .h = d[2], .w = d[3], .k = d[4], .r = d[5], .s = d[6],
+                           .stride = d[7], .pad = d[8]};
+        k_conv_shape_init(&sh);
+        size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+        size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+        float *hx = g_rand(nx, 91), *hdy = g_rand(ny, 92), *x = g_up(hx, nx * 4), *dy = g_up(hdy, ny * 4);
+        float *w = g_dev(nw * 4), *dw0 = g_dev(nw * 4), *dw1 = g_dev(nw * 4);
+        void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
+#if DDPRT_SIMT
+        unsigned long long c0 = simt_wgmma_count(1, 1);
+#endif
+        g_need(k_cuda_conv2d_bwd_mm(t, &sh, x, w, NULL, dy, NULL, dw0, NULL, NULL, NULL) == 0, "conv dw (gathered)");
+#if DDPRT_SIMT
+        g_need(port_stream_sync(NULL, "wgmma count") == 0, "sync");
+        unsigned long long c1 = simt_wgmma_count(1, 1);
+#endif
+        g_need(k_cuda_conv2d_bwd_mm(t, &sh, x, w, NULL, dy, NULL, dw1, NULL, ws, NULL) == 0, "conv dw (copies)");
+#if DDPRT_SIMT
+        g_need(port_stream_sync(NULL, "wgmma count") == 0, "sync");
+        unsigned long long c2 = simt_wgmma_count(1, 1);
+        int M = sh.k, N = sh.c * sh.r * sh.s, K = sh.n * sh.p * sh.q;
+        unsigned long long ops = 4ull * ((M + 127) / 128) * ((N + 127) / 128) * ((K + 31) / 32);
+        CHECKF(c1 - c0 == 0 && c2 - c1 == ops, "%s conv c=%d k=%d: %llu / %llu m/n-major wgmma ops (gathered / "
+               "copies), expected 0 / %llu", tn(t), sh.c, sh.k, c1 - c0, c2 - c1, ops);
+#endif
+        CHECKF(ndiff_dev(dw1, dw0, nw) == 0, "%s conv n=%d c=%d %dx%d k=%d %dx%d: the weight grad on the copies "
+               "(m/n-major wgmma) differs from the gathered one", tn(t), d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
+        port_dev_free(x), port_dev_free(dy), port_dev_free(w), port_dev_free(dw0), port_dev_free(dw1);
+        port_dev_free(ws);
+        free(hx), free(hdy);
+    }
     setenv("DDPRT_WGMMA", "0", 1);
     CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
     unsetenv("DDPRT_WGMMA");

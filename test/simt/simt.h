@@ -91,7 +91,8 @@ void cp_async_wait(const char *file, int line, int n);
 
 // wgmma (sm_90): a warpgroup collective (128 threads, 4 aligned warps). Each lane hands in
 // its accumulators d (n/2 fp32, the PTX D layout), both operands' shared-memory
-// descriptors (K-major, no swizzle) and scale-d. The product is computed when the
+// descriptors and scale-d; ta / tb are the instruction's imm-trans-a / imm-trans-b (1: the
+// operand is M / N-major, 16-bit types only). The product is computed when the
 // warpgroup has arrived; d is NaN until the lane's wgmma.wait_group covers it.
 struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; };
 void wgmma_fence(const char *file, int line);
@@ -102,10 +103,10 @@ void wgmma_wait(const char *file, int line, int n);
 // the offset into the running kernel's shared memory.
 unsigned long long smem_desc(const void *p, int lbo, int sbo, int swz);
 inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigned long long da,
-                  unsigned long long db, int scale_d)
+                  unsigned long long db, int scale_d, int ta = 0, int tb = 0)
 {
     wgmma_lane l = {d, da, db, scale_d};
-    warp_coll(file, line, W_WGMMA, &l, n << 4 | kind);
+    warp_coll(file, line, W_WGMMA, &l, n << 4 | kind | !!ta << 20 | !!tb << 21);
 }
 
 // d = a * b + c, m16n8k16 (bf16, f16) or m16n8k8 (tf32), fp32 accumulators.

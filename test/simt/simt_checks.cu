@@ -249,6 +249,61 @@ template <int W, int SHIFT, int OFF> __global__ void wgmma_swz_case(const float 
     for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
 }
 
+// The same product with M/N-major operands (TA / TB: imm-trans-a / -b), in the layouts of
+// the PTX ISA / CUTLASS's make_gmma_desc<Major::MN> (element (r, k), r the m or n index):
+//   W = 0 (no swizzle): 16-byte core matrices of 8 r at one k, 8 k-rows (128 bytes) each;
+//     the next 8 r SBO = 128 bytes on, the next 8 k LBO = R * 16 bytes on (R = 64 / 128);
+//   W-byte swizzle: a row holds one k's W / 2 consecutive r, 8 k-rows a pattern of 8 W
+//     bytes; the next W / 2 r LBO = 8 W on, the next 8 k SBO = R / (W / 2) * 8 W on;
+//     byte b holds what the hardware reads at b ^ (((b >> 7) & (W / 16 - 1)) << 4).
+// A K-major operand beside it (TA or TB 0) keeps the K-major layout of the same swizzle
+// (wgmma_case's / wgmma_swz_case's). SHIFT: the operands' start SHIFT bytes past 1 KiB.
+template <int W, int SHIFT, int TA, int TB> __global__ void wgmma_mn_case(const float *in, float *out)
+{
+    __shared__ __attribute__((aligned(1024))) unsigned short A[64 * 64 + 1024], B[128 * 64 + 1024];
+    int t = threadIdx.x;
+    auto swz = [](int b) { return W ? b ^ (((b >> 7) & (W / 16 - 1)) << 4) : b; };
+    auto at = [&](int R, int mn, int r, int k) { // element index of (r, k) in an R-row operand
+        int b;
+        if (mn && W) b = SHIFT + (r / (W / 2)) * 8 * W + (r % (W / 2)) * 2 + (k / 8) * (R / (W / 2)) * 8 * W + (k % 8) * W;
+        else if (mn) b = SHIFT + (r / 8) * 128 + (r % 8) * 2 + (k / 8) * R * 16 + (k % 8) * 16;
+        else if (W) b = SHIFT + (r % 8) * W + (r / 8) * 8 * W + 2 * k;
+        else b = SHIFT + (k / 8) * R * 16 + (r / 8) * 128 + (r % 8) * 16 + (k % 8) * 2;
+        return swz(b) / 2;
+    };
+    for (int i = t; i < 64 * 16; i += blockDim.x) A[at(64, TA, i / 16, i % 16)] = rt_f32_to_bf16(in[i]);
+    for (int i = t; i < 128 * 16; i += blockDim.x) B[at(128, TB, i / 16, i % 16)] = rt_f32_to_bf16(in[1024 + i]);
+    __syncthreads();
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    const int lay = W == 128 ? K_WGMMA_SW128 : W == 64 ? K_WGMMA_SW64 : W == 32 ? K_WGMMA_SW32 : K_WGMMA_NOSWZ;
+    auto desc = [&](const unsigned short *p, int R, int mn) {
+        if (mn && W) return k_wgmma_desc((const char *)p + SHIFT, 8 * W, R / (W / 2) * 8 * W, lay);
+        if (mn) return k_wgmma_desc((const char *)p + SHIFT, R * 16, 128, lay);
+        return W ? k_wgmma_desc((const char *)p + SHIFT, 16, 8 * W, lay) : k_wgmma_desc((const char *)p + SHIFT, R * 16, 128, lay);
+    };
+    K_WGMMA_FENCE();
+    K_WGMMA_BF16_128T(d, desc(A, 64, TA), desc(B, 128, TB), 1, TA, TB);
+    K_WGMMA_COMMIT();
+    K_WGMMA_WAIT(0);
+    int w = (t & 127) >> 5, g = (t & 31) >> 2, q = t & 3;
+    for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+
+// imm-trans-a 1 on a tf32 wgmma: PTX has no transpose for 32-bit types.
+__global__ void wgmma_mn_tf32(float *out)
+{
+    __shared__ __attribute__((aligned(1024))) unsigned A[64 * 8], B[128 * 8];
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    K_WGMMA_FENCE();
+    simt::wgmma(__FILE__, __LINE__, simt::MMA_TF32, 128, d, k_wgmma_desc(A, 1024, 128, K_WGMMA_NOSWZ),
+                k_wgmma_desc(B, 2048, 128, K_WGMMA_NOSWZ), 1, 1, 0);
+    K_WGMMA_COMMIT();
+    K_WGMMA_WAIT(0);
+    out[threadIdx.x] = d[0];
+}
+
 static int check_wgmma(const float *in, const float *o)
 {
     for (int m = 0; m < 64; m++)
@@ -450,7 +505,11 @@ int main(int argc, char **argv)
         SIMT_LAUNCH((cp_async_then_ldmatrix<1, 1>), 1, 32, 0, 0)(d);
     } else if (!strcmp(c, "wgmma_partial")) {
         SIMT_LAUNCH((wgmma_case<0>), 1, 64, 0, 0)(d, d);
-    } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9)) {
+    } else if (!strcmp(c, "wgmma_mn_tf32")) {
+        SIMT_LAUNCH(wgmma_mn_tf32, 1, 128, 0, 0)(d);
+        report();
+    } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9) ||
+               !strncmp(c, "wgmma_mn_", 9)) {
         static float in[1024 + 2048], o[64 * 128];
         for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
         float *din = dev(3072), *dout = dev(64 * 128);
@@ -461,10 +520,19 @@ int main(int argc, char **argv)
         else if (!strcmp(c, "wgmma_ok_sw32")) SIMT_LAUNCH((wgmma_swz_case<32, 0, 0>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_swz_unaligned")) SIMT_LAUNCH((wgmma_swz_case<64, 256, 0>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_swz_row_crossed")) SIMT_LAUNCH((wgmma_swz_case<64, 0, 48>), 1, 128, 0, 0)(din, dout);
+        // M/N-major: both operands transposed in each layout type, one at a time, misaligned
+        else if (!strcmp(c, "wgmma_mn_ok")) SIMT_LAUNCH((wgmma_mn_case<0, 0, 1, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_sw32")) SIMT_LAUNCH((wgmma_mn_case<32, 0, 1, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_sw64")) SIMT_LAUNCH((wgmma_mn_case<64, 0, 1, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_sw128")) SIMT_LAUNCH((wgmma_mn_case<128, 0, 1, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_a")) SIMT_LAUNCH((wgmma_mn_case<128, 0, 1, 0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_b")) SIMT_LAUNCH((wgmma_mn_case<64, 0, 0, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_ok_b_noswz")) SIMT_LAUNCH((wgmma_mn_case<0, 0, 0, 1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_mn_unaligned")) SIMT_LAUNCH((wgmma_mn_case<128, 128, 1, 1>), 1, 128, 0, 0)(din, dout);
         else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
-        return !strncmp(c, "wgmma_ok", 8) ? check_wgmma(in, o) : 0;
+        return !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_mn_ok", 11) ? check_wgmma(in, o) : 0;
     } else if (!strcmp(c, "ipc_owner_gone") && argc > 2) { // the handle, then exit
         float *buf;
         cudaIpcMemHandle_t h;

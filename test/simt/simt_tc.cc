@@ -15,14 +15,15 @@
 //     outside device memory;
 //   - (simt_exec.cc) mma.sync / ldmatrix issued by a partial warp or at different sites.
 //
-// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major; no swizzle
-// or the 32 / 64 / 128-byte swizzles) is computed when its warpgroup has arrived, into a shadow copy; each lane's
+// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major or, with
+// imm-trans 1, M/N-major; no swizzle or the 32 / 64 / 128-byte swizzles) is computed when its warpgroup has arrived, into a shadow copy; each lane's
 // accumulators read NaN until its wgmma.wait_group covers the op (a chained op on the same
 // accumulators starts from the shadow). Its checks: an mma_async by a thread that has not
 // executed wgmma.fence since its accumulators were last its own (the kernel's start or a
 // wait_group); descriptors that differ across the warpgroup, or an operand outside shared
 // memory; a swizzled operand whose pattern is not aligned (base offset 0 is all we
-// emulate) or whose 16 k cross its swizzle row; an operand's bytes written between the
+// emulate) or whose 16 k cross its swizzle row (M/N-major: that does not start at a
+// pattern); a transposed operand of a 32-bit type (PTX: 16-bit types only); an operand's bytes written between the
 // mma_async and the wait_group that covers it; rows a pending cp.async writes.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
@@ -79,6 +80,7 @@ struct wg_op { // one wgmma.mma_async of a warpgroup
     int n, base;
     const char *a, *b; // the operands' first bytes
     unsigned long long da, db, sum; // descriptors; checksum of the operand bytes read
+    int ta, tb;                     // imm-trans-a / -b: the operand is M / N-major
     const char *file;
     int line;
 };
@@ -194,11 +196,12 @@ int calling_thread(const char *op, const char *file, int line)
 // rows x 16 bytes, the next 8 rows SBO bytes on, the next 8 k LBO bytes on.
 size_t kmajor_off(int r, int k, size_t lbo, size_t sbo) { return (r % 8) * 16 + (r / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo; }
 
-struct desc { const char *p; size_t lbo, sbo; int swz; };
-desc decode(unsigned long long d)
+struct desc { const char *p; size_t lbo, sbo; int swz, mn; }; // mn: the operand is M / N-major (imm-trans 1)
+desc decode(unsigned long long d, int mn)
 {
     const char *b = shared_base();
-    return {b + ((d & 0x3fff) << 4), (size_t)((d >> 16) & 0x3fff) << 4, (size_t)((d >> 32) & 0x3fff) << 4, (int)(d >> 62)};
+    return {b + ((d & 0x3fff) << 4), (size_t)((d >> 16) & 0x3fff) << 4, (size_t)((d >> 32) & 0x3fff) << 4, (int)(d >> 62),
+            mn};
 }
 
 // Row width of a swizzle mode (PTX layout type: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte).
@@ -210,20 +213,39 @@ size_t swz_width(int swz) { return swz == 1 ? 128 : swz == 2 ? 64 : 32; }
 // the address are XORed with its bits [7, 7+B) (B = log2(W / 16)). The hardware swizzles
 // shared addresses: its patterns sit where the host's do when the tiles are aligned as
 // swz_check demands (the static shared arrays keep their declared alignment here).
+//
+// M / N-major operands (imm-trans 1, 16-bit types), element (r, k) with r the m (A) or
+// n (B) index, from the PTX ISA's "Shared Memory Matrix Layout" and CUTLASS's canonical
+// layouts (cute/atom/mma_traits_sm90_gmma.hpp, make_gmma_desc<Major::MN>, in 16-byte
+// units: no swizzle ((1,n),(8,k)):((X,SBO),(1,LBO)); the W-byte swizzles
+// ((W/16,n),(8,k)):((1,LBO),(W/16,SBO)); Layout_MN_SW*_Atom: W/2 elements x 8 k):
+//   - no swizzle: core matrices of 8 k-rows x 16 bytes (8 consecutive r at one k), the
+//     next 8 r SBO bytes on, the next 8 k LBO bytes on (the K-major roles of the offsets,
+//     the core matrix transposed): mnmajor_off;
+//   - swizzled: a row is one k's W / 2 consecutive r (W bytes), 8 k-rows a pattern, the
+//     next W / 2 r LBO bytes on, the next 8 k SBO bytes on (the roles swapped against the
+//     no-swizzle layout), then the same XOR of the address bits.
+size_t mnmajor_off(int r, int k, size_t lbo, size_t sbo) { return (k % 8) * 16 + (k / 8) * lbo + (r % 8) * 2 + (r / 8) * sbo; }
+
 const char *elem_at(const desc &d, int r, int k)
 {
-    if (!d.swz) return d.p + kmajor_off(r, k, d.lbo, d.sbo);
-    size_t w = swz_width(d.swz);
-    uintptr_t a = (uintptr_t)d.p + (r / 8) * d.sbo + (r % 8) * w + (size_t)k * 2;
+    if (!d.swz) return d.p + (d.mn ? mnmajor_off(r, k, d.lbo, d.sbo) : kmajor_off(r, k, d.lbo, d.sbo));
+    size_t w = swz_width(d.swz), e = w / 2;
+    uintptr_t a = d.mn ? (uintptr_t)d.p + (r / e) * d.lbo + (r % e) * 2 + (k / 8) * d.sbo + (k % 8) * w
+                       : (uintptr_t)d.p + (r / 8) * d.sbo + (r % 8) * w + (size_t)k * 2;
     return (const char *)(a ^ (((a >> 7) & (w / 16 - 1)) << 4));
 }
 
 // A swizzled operand's start: its pattern (8 rows of W bytes) aligned to 8 W bytes, and
-// its 16 k (32 bytes) inside one W-byte row. NULL if fine, else why.
+// (K-major) its 16 k (32 bytes) inside one W-byte row; an M / N-major operand starts at a
+// pattern's start (its rows hold r, not k: no offset into them is a canonical layout).
+// NULL if fine, else why.
 const char *swz_check(const desc &d)
 {
     if (!d.swz) return NULL;
     size_t w = swz_width(d.swz), in_row = (uintptr_t)d.p % w;
+    if (d.mn && (uintptr_t)d.p % (8 * w)) return "its swizzle pattern (8 k-rows of its width) does not start at the "
+                                                 "operand's address, aligned to 8 rows of its width";
     if (((uintptr_t)d.p - in_row) % (8 * w)) return "its swizzle pattern is not aligned to 8 rows of its width";
     if (in_row + 32 > w) return "its 16 k cross the end of a swizzle row";
     return NULL;
@@ -241,12 +263,23 @@ unsigned long long operand_sum(const desc &a, const desc &b, int n)
 }
 } // namespace
 
+// wgmma.mma_async ops (one a warpgroup) issued since the process started, by imm-trans-a
+// and -b (simt_wgmma_count): the device tests' evidence that a product really runs on
+// wgmma with M/N-major tiles (test_gpu_tc.c).
+static std::atomic<unsigned long long> wgmma_issued[4];
+extern "C" unsigned long long simt_wgmma_count(int ta, int tb) { return wgmma_issued[(ta & 1) << 1 | (tb & 1)].load(); }
+
 int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len)
 {
     tsan_hide hide;
-    int kind = arg & 15, n = arg >> 4;
+    int kind = arg & 15, n = (arg >> 4) & 0xffff, ta = (arg >> 20) & 1, tb = (arg >> 21) & 1;
     std::string op = where("wgmma.mma_async", file, line);
     const wgmma_lane *l0 = (const wgmma_lane *)lanes[0];
+    if ((ta || tb) && kind != MMA_BF16 && kind != MMA_F16) {
+        snprintf(why, len, "%s: imm-trans-%s 1 (an M/N-major operand) with type %d: PTX allows the transpose only for "
+                 "16-bit types (bf16 / f16)", op.c_str(), ta ? "a" : "b", kind);
+        return -1;
+    }
     if (n < 8 || n > 256 || n % 8 || (kind != MMA_BF16 && kind != MMA_F16)) {
         snprintf(why, len, "%s: m64n%dk16 of type %d is not emulated (n: 8..256 by 8; bf16 or f16)", op.c_str(), n, kind);
         return -1;
@@ -264,25 +297,26 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
             return -1;
         }
     }
-    desc a = decode(l0->da), b = decode(l0->db);
+    desc a = decode(l0->da, ta), b = decode(l0->db, tb);
     for (int pass = 0; pass < 2; pass++) {
         const desc &d = pass ? b : a;
         if (const char *bad = swz_check(d)) {
-            snprintf(why, len, "%s: operand %c at %p, %zu-byte swizzle: %s", op.c_str(), pass ? 'B' : 'A',
-                     (const void *)d.p, swz_width(d.swz), bad);
+            snprintf(why, len, "%s: operand %c at %p, %zu-byte swizzle%s: %s", op.c_str(), pass ? 'B' : 'A',
+                     (const void *)d.p, swz_width(d.swz), d.mn ? " (M/N-major)" : "", bad);
             return -1;
         }
     }
-    // every 16-byte row of both operands: in shared memory, aligned, not a pending cp.async's
+    // every 16-byte row of both operands (8 k of a row; M/N-major: 8 rows at one k): in
+    // shared memory, aligned, not a pending cp.async's
     for (int pass = 0; pass < 2; pass++) {
         const desc &d = pass ? b : a;
         int rows = pass ? n : 64;
-        for (int r = 0; r < rows; r++)
-            for (int k = 0; k < 16; k += 8) {
+        for (int r = 0; r < rows; r += d.mn ? 8 : 1)
+            for (int k = 0; k < 16; k += d.mn ? 1 : 8) {
                 const char *p = elem_at(d, r, k);
                 if ((uintptr_t)p & 15 || !in_shared(p, 16)) {
-                    snprintf(why, len, "%s: operand %c row %d, k %d-%d at %p: %s", op.c_str(), pass ? 'B' : 'A', r, k,
-                             k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
+                    snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: %s", op.c_str(), pass ? 'B' : 'A', r,
+                             d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
                     return -1;
                 }
                 if (any_copy_at(p))
@@ -296,8 +330,8 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                     }
             }
     }
-    wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, a.p, b.p, l0->da, l0->db, operand_sum(a, b, n), file,
-               line};
+    wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, a.p, b.p, l0->da, l0->db, operand_sum(a, b, n), ta, tb,
+               file, line};
     auto elem = [&](const desc &d, int r, int k) {
         unsigned short h;
         memcpy(&h, elem_at(d, r, k), 2);
@@ -318,6 +352,7 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         }
     }
     wg_ops.push_back(std::move(o));
+    wgmma_issued[ta << 1 | tb]++;
     for (int j = 0; j < 128; j++) {
         const wgmma_lane *x = (const wgmma_lane *)lanes[j];
         for (int e = 0; e < n / 2; e++) x->d[e] = __builtin_nanf(""); // the registers belong to the op now
@@ -354,7 +389,7 @@ void simt::wgmma_wait(const char *file, int line, int n)
             continue;
         }
         const wg_op &o = wg_ops[p.op];
-        desc a = decode(o.da), b = decode(o.db);
+        desc a = decode(o.da, o.ta), b = decode(o.db, o.tb);
         if (operand_sum(a, b, o.n) != o.sum) {
             char m[320];
             snprintf(m, sizeof m, "wgmma.wait_group at %s:%d: the shared-memory operands of wgmma.mma_async at %s:%d "

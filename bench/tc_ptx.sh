@@ -26,13 +26,15 @@ ptx_one() {
 export -f ptx_one; export NVCC PTXAS tmp
 for f in "${files[@]}"; do printf '%s sm_80\n%s sm_90a\n' "$f" "$f"; done |
   xargs -P "${JOBS:-$(nproc)}" -L1 bash -c 'ptx_one "$@"' _
-echo "| file | arch | mma.sync | wgmma | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| file | arch | mma.sync | wgmma | wgmma M/N-major | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
   for arch in sm_80 sm_90a; do
     p="$tmp/$(basename "$f" .cu).$arch.ptx"
     mma=$(grep -c 'mma.sync.aligned' "$p" || true)
     wg=$(grep -c 'wgmma.mma_async' "$p" || true)
+    # imm-trans-a / -b (the last two immediates) 1: an M/N-major operand (wg_gemm's M/N-major tiles)
+    wgt=$(grep -cE 'wgmma.mma_async.*p, 1, 1, (1, [01]|0, 1);' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)
     ldt=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.trans' "$p" || true)
     cpa=$(grep -c 'cp.async.cg' "$p" || true)
@@ -44,11 +46,13 @@ for f in "${files[@]}"; do
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
     tck=$(grep -cE "$KRE" "$tmp/kern.tab" || true)
     spill=$(awk -F'\t' -v re="$KRE" '$1 ~ re && $4 > 0' "$tmp/kern.tab" | wc -l)
-    echo "| $(basename "$f") | $arch | $mma | $wg | $ldm | $ldt | $cpa | $tck | $spill |"
+    echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv|linear|tfm)\.cu$ && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
+    # M/N-major operands on wgmma: the raw entry's and conv's weight gradient
+    if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv)\.cu$ && $arch == sm_90a && $wgt -eq 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
   done
 done
@@ -60,6 +64,19 @@ for t in "$tmp"/*.sm_80.tab; do
       sm[$3] = 1; if ($4 > sp) sp = $4 }
     END { s = ""; for (k in sm) s = s (s ? ", " : "") k; print "| " f " | " n " | " lo "-" hi " | " s " | " sp + 0 " |" }' "$t"
 done
+if ls "$tmp"/*.sm_90a.tab >/dev/null 2>&1; then
+  echo
+  echo "| wg_gemm instance (sm_90a) | file | type | A | B | registers | static smem (B) | spill stores (B) |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for t in "$tmp"/*.sm_90a.tab; do
+    # the demangled instance: wg_gemm<type (1 bf16, 2 f16), A's loader, B's loader, the store>
+    awk -F'\t' '$1 ~ /[0-9]wg_gemmILi/' "$t" | while IFS=$'\t' read -r n r sm sp; do
+      d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
+      IFS=',' read -r ty a b _ <<<"${d#wg_gemm<}"
+      echo "| wg_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | ${a# } | ${b# } | $r | $sm | $sp |"
+    done | sort -u
+  done
+fi
 if ls "$tmp"/k_cuda_attn_tc.cu.*.tab >/dev/null 2>&1; then
   echo
   echo "| attention kernel (k_cuda_attn_tc.cu) | arch | registers | static smem (B) | spill stores (B) |"

@@ -269,15 +269,18 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90): B's wgmma descriptor without the 64-byte swizzle | k_cuda_tc_wgmma.cuh | "
                      "only the comparison"), "%s", o);
-    /* M/N-major wgmma (conv's weight gradient): a wrong transpose immediate or LBO fails the
-     * comparisons, and the start-up probe's m/n-major product (which would turn wgmma off) */
+    /* M/N-major wgmma (conv's weight gradient): a wrong transpose immediate reads past its
+     * tile (into a stage cp.async is writing: named by the executor), a wrong LBO fails the
+     * comparison, and the start-up probe's m/n-major product (which would turn wgmma off) */
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): imm-trans-b 0 on the N-major tile | k_cuda_tc_wgmma.cuh | "
-                     "only the comparison"), "%s", o);
+                     "simt: "), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): imm-trans-a 0 on the M-major tile | k_cuda_tc_wgmma.cuh | "
+                     "simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO (the second 64 rows) wrong | "
                      "k_cuda_tc_wgmma.cuh | only the comparison"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): imm-trans-a 0 on the M-major tile, seen by the start-up "
-                     "probe | k_cuda_tc_wgmma.cuh | only the comparison") &&
-           strstr(o, "on m/n-major operands differs from mma.sync"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO wrong, seen by the start-up probe | "
+                     "k_cuda_tc_wgmma.cuh | only the comparison") &&
+           strstr(o, "the probe's wgmma result on m/n-major operands differs"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "

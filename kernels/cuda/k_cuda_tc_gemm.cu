@@ -55,7 +55,8 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
         port_cuda_fail("k_cuda_tc_gemm: %s: an empty product or a type %d that is not bf16 or f16", shp, g->type);
         return -1;
     }
-    // sm_90 (k_cuda_wgmma_on): the wgmma kernel (k-contiguous aligned operands only)
+    // sm_90 (k_cuda_wgmma_on): the wgmma kernel; k-contiguous aligned operands here, the
+    // M/N-contiguous aligned ones reach it (M/N-major tiles) through k_cuda_gemm_mm below
     if (k_cuda_wgmma_on() && g->a_kfast && g->b_kfast && aligned16(g->a, g->lda) && aligned16(g->b, g->ldb))
         return k_cuda_tc_gemm_sm90(g, s);
     TcStore st = {g->c, g->bias, g->ldc, g->relu};

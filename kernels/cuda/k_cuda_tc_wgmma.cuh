@@ -8,7 +8,8 @@
 // adding the same products in the same order (wgg_slice):
 //  - wgg_gemm, any loaders: 2 stages; each thread holds the next slice as 8 + 8 packed
 //    pairs in registers while the tensor cores work on the current one; values rounded
-//    as the mma.sync kernel rounds them (a 16-bit array's taken as they are);
+//    as the mma.sync kernel rounds them (a 16-bit array's taken as they are); an
+//    M/N-contiguous operand's pairs are two rows at one k, stored into the M/N-major tile;
 //  - wg_gemm, two 16-bit arrays with 16-byte aligned rows (plain, or placed by a
 //    geometry: conv's NHWC copies): 3 cp.async stages. An M/N-contiguous one (conv's
 //    weight gradient, linear's dX / dW) goes into wgmma's M/N-major layout (wg_off_mn:
@@ -24,12 +25,14 @@ namespace {
 #define WGG_ALIGN 512
 #define WG_ALIGN_MN 1024
 
-// Pair q of the slice (0 <= q < 2048: 128 rows x 16 pairs of k): consecutive threads on
-// consecutive addresses (k for k-contiguous operands, rows otherwise).
+// Pair q of the slice (0 <= q < 2048): k-contiguous operands, 128 rows x 16 pairs of k
+// (row r, k 2kp and 2kp + 1); M/N-contiguous ones, 32 k x 64 pairs of rows (rows r and
+// r + 1, k kp). Consecutive threads on consecutive addresses; a warp's 32 stores into the
+// M/N-major tile fill one 128-byte row of a pattern (no bank conflict).
 template <bool KF> __device__ __forceinline__ void wgg_pair(int q, int &r, int &kp)
 {
     if (KF) r = q >> 4, kp = q & 15;
-    else r = q & (WGG_T - 1), kp = q >> 7;
+    else r = 2 * (q & 63), kp = q >> 6;
 }
 
 // A 16-bit array's pair as it is (its values were rounded as tc_pack rounds: the same bits).
@@ -40,15 +43,17 @@ __device__ __forceinline__ void wgg_fetch(unsigned (&p)[8], const L &l, int rows
     for (int i = 0; i < 8; i++) {
         int r, kp;
         wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
-        int gr = r0 + r, k = k0 + 2 * kp;
+        // the pair's second element: k + 1 (k-contiguous) or row + 1 (M/N-contiguous)
+        constexpr bool KF = L::k_fast;
+        int gr = r0 + r, k = k0 + (KF ? 2 * kp : kp), gr1 = KF ? gr : gr + 1, k1 = KF ? k + 1 : k;
         if constexpr (std::is_base_of<TcRaw, L>::value) {
-            size_t at = L::k_fast ? (size_t)gr * l.ld + k : (size_t)k * l.ld + gr, step = L::k_fast ? 1 : l.ld;
-            unsigned lo = gr < rows && k < kend ? l.p[at] : 0u, hi = gr < rows && k + 1 < kend ? l.p[at + step] : 0u;
+            size_t at = KF ? (size_t)gr * l.ld + k : (size_t)k * l.ld + gr;
+            unsigned lo = gr < rows && k < kend ? l.p[at] : 0u, hi = gr1 < rows && k1 < kend ? l.p[at + 1] : 0u;
             p[i] = lo | hi << 16;
         } else {
             float lo = 0.0f, hi = 0.0f;
             if (gr < rows && k < kend) lo = IS_B ? l(k, gr) : l(gr, k);
-            if (gr < rows && k + 1 < kend) hi = IS_B ? l(k + 1, gr) : l(gr, k + 1);
+            if (gr1 < rows && k1 < kend) hi = IS_B ? l(k1, gr1) : l(gr1, k1);
             p[i] = tc_pack<TY>(lo, hi);
         }
     }
@@ -60,7 +65,8 @@ template <class L> __device__ __forceinline__ void wgg_put(unsigned short *tile,
     for (int i = 0; i < 8; i++) {
         int r, kp;
         wgg_pair<L::k_fast>(threadIdx.x + 256 * i, r, kp);
-        *(unsigned *)(tile + tc_off<WGG_T, true>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
+        if (L::k_fast) *(unsigned *)(tile + tc_off<WGG_T, true>(r, kp >> 2) + 2 * (kp & 3)) = p[i];
+        else *(unsigned *)(tile + wg_off_mn(kp, r >> 3) + (r & 7)) = p[i];
     }
 }
 
@@ -100,7 +106,7 @@ __device__ __forceinline__ void wgg_store(const float (&acc)[64], const ST &st, 
 template <int TY, class LA, class LB, class ST>
 __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk, LA la, LB lb, ST st)
 {
-    struct alignas(WGG_ALIGN) Smem {
+    struct alignas(LA::k_fast && LB::k_fast ? WGG_ALIGN : WG_ALIGN_MN) Smem {
         unsigned short a[2][WGG_T * TC_BK], b[2][WGG_T * TC_BK];
     };
     __shared__ Smem sm;
@@ -124,7 +130,7 @@ __global__ void __launch_bounds__(256) wgg_gemm(int M, int N, int K, int kchunk,
         K_FENCE_PROXY_ASYNC(); // the generic-proxy stores, for the async proxy wgmma reads through
         __syncthreads();
         K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wgg_slice<TY, true, true>(acc, ta, tb, wg);
+        wgg_slice<TY, LA::k_fast, LB::k_fast>(acc, ta, tb, wg);
         K_WGMMA_COMMIT();
         if (kt + 1 < kt_n) { // the next slice's loads overlap the tensor cores
             wgg_fetch<TY, false>(pa, la, M, m0, kend, kbeg + (kt + 1) * TC_BK);

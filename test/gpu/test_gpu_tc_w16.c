@@ -143,11 +143,12 @@ TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
 
 /* conv's weight gradient on wgmma: on the NHWC copies (a workspace) it is wg_gemm on two
  * M/N-contiguous operands (dy's copy [K x NPQ], x's patches), in M/N-major tiles with
- * imm-trans 1; without a workspace the gathering loaders on the register kernel (K-major
- * tiles). The same rounded operands, the same k order (no split: n*p*q under 256): not
- * one bit may differ. k = 130: dy's copy element by element (rows not 16-byte aligned).
- * On the executor the M/N-major ops are counted: every one of the product's on the
- * copies (2 warpgroups x 2 k16 steps a 32-deep slice, every 128 tile), none without. */
+ * imm-trans 1; without a workspace the gathering loaders (k-contiguous) on the register
+ * kernel (K-major tiles). The same rounded operands, the same k order (no split: n*p*q
+ * under 256): not one bit may differ. k = 130: dy's copy element by element (rows not
+ * 16-byte aligned). On the executor the M/N-major ops are counted: every one of the
+ * product's on the copies (2 warpgroups x 2 k16 steps a 32-deep slice, every 128
+ * tile), none without. */
 TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
 {
     g_init();

@@ -280,7 +280,7 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
                      "k_cuda_tc_wgmma.cuh | only the comparison"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO wrong, seen by the start-up probe | "
                      "k_cuda_tc_wgmma.cuh | only the comparison") &&
-           strstr(o, "the probe's wgmma result on m/n-major operands differs"), "%s", o);
+           strstr(o, "the probe's wgmma result") && strstr(o, "differs from mma.sync's"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "

@@ -75,9 +75,10 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
 // ---- The wgmma decision (k_cuda.h). The probe: a 200 x 136 x 72 product (edge tiles in m, n
 // and k) on the gathering kernels, wgmma against mma.sync: the same rounded operands, so
 // they differ only by the order of the fp32 sums (under 1e-4 of the largest value here); a
-// wrong layout or fragment differs by the values themselves. Then the same sizes from two
-// M/N-contiguous bf16 arrays (the inputs rounded, read as [k x m] and [k x n]): wg_gemm's
-// M/N-major tiles and imm-trans (conv's weight gradient) against mma.sync's.
+// wrong layout or fragment differs by the values themselves (its B is n-contiguous: the
+// register kernel's N-major tile). Then the same sizes from two M/N-contiguous bf16 arrays
+// (the inputs rounded, read as [k x m] and [k x n]): wg_gemm's M/N-major tiles by cp.async
+// (conv's weight gradient) against mma.sync's.
 static int wg_state; // 1: on
 
 int k_cuda_wgmma_on(void) { return wg_state == 1; }

@@ -165,6 +165,46 @@ TEST(simt_tensor_core_checks)
            "PTX allows the transpose only for 16-bit types", NULL);
 }
 
+/* TMA and mbarriers (test/simt/simt_tma.cc): a tile copied in each swizzle and read back,
+ * out-of-bounds elements zero, under every thread order; TMA tiles fed to wgmma through
+ * swizzled descriptors (the two swizzles pair); the encode's checks; each misuse named. */
+TEST(simt_tma_checks)
+{
+    const char *orders[] = {"forward", "reversed", "warps"};
+    const char *ok[] = {"tma_ok_sw128", "tma_ok_sw64", "tma_ok_noswz"};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            run_case(ok[j], orders[i]);
+            CHECKF(strstr(out, "report: none") && strstr(out, "result: tma tile 0 of"), "%s %s:\n%s", ok[j], orders[i],
+                   out);
+        }
+    for (int i = 0; i < 3; i++) {
+        run_case("tma_wgmma_sw128", orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: tma wgmma ok"), "%s:\n%s", orders[i], out);
+        run_case("tma_wgmma_sw64", orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: tma wgmma ok"), "%s:\n%s", orders[i], out);
+    }
+    expect("tma_encode", "encode misaligned: the global address is not 16-byte aligned",
+           "encode stride: the global stride is not a multiple of 16", "encode box: a box dimension is 0 or over 256",
+           "encode wide: the box's inner dimension is wider than the swizzle", NULL);
+    expect("tma_no_wait", "ldmatrix at simt_checks_tma.cuh:", "reads shared bytes that cp.async.bulk.tensor at "
+           "simt_checks_tma.cuh:", "has not waited for their phase 0 of the mbarrier at shared offset", NULL);
+    expect("tma_expect_tx_wrong", "mbarrier phase never completes: threads 0-127 wait at simt_checks_tma.cuh:",
+           "phase 0 has 0 of 1 arrivals pending and 16 transaction bytes still expected", NULL);
+    expect("tma_misaligned", "cp.async.bulk.tensor.2d at simt_checks_tma.cuh:", "is not 1024-byte aligned (the "
+           "swizzle's 8-row pattern)", NULL);
+    expect("mbar_uninit", "is used uninitialised (no mbarrier.init in this block)", NULL);
+    expect("tma_overwrite_unwaited", "writes shared bytes of a TMA copy whose mbarrier phase completed but that no "
+           "thread has waited for", NULL);
+    expect("mbar_init_no_sync", "was initialised by thread 0 with no __syncthreads since", NULL);
+    expect("mbar_phase_skipped", "completed 3 phases since the thread last saw it (0): a parity wait cannot tell them "
+           "apart", NULL);
+    expect("dyn_shared", "65536 bytes of dynamic shared memory: over the kernel's 49152", "report: attribute 0\n"
+           "report: none\nresult: dynamic shared memory 0 wrong", NULL);
+    expect("mbar_extra_arrive", "1 arrival(s) on the mbarrier at shared offset", "whose phase 0 has 0 of 1 arrivals "
+           "left (8192 transaction bytes pending)", NULL);
+}
+
 /* CUDA IPC across processes (issue 42's first step): the owner's device buffer, filled
  * by its kernel, is mapped by a peer process through cudaIpcOpenMemHandle, whose kernel
  * writes it; the owner sees the writes. cudaFree of the mapping is refused, a handle of

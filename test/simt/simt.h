@@ -109,6 +109,29 @@ inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigne
     warp_coll(file, line, W_WGMMA, &l, n << 4 | kind | !!ta << 20 | !!tb << 21);
 }
 
+// TMA and mbarrier (sm_90; simt_tma.cc). An mbarrier (8 bytes of shared memory) counts
+// arrivals and transaction bytes per phase; a thread waiting on a phase's parity blocks
+// in the scheduler until the phase completes. cp.async.bulk.tensor.2d copies a box of a
+// tensor map into shared memory in the map's swizzle, its bytes counted on an mbarrier:
+// the destination is NaN from the issue until that phase completes, and only threads
+// that waited for the phase (or a __syncthreads since one did) may read it.
+struct tensormap { alignas(16) unsigned long long opaque[16]; }; // CUtensorMap's 128 bytes
+// cuTensorMapEncodeTiled with the driver's documented checks (rank 2, 16-bit elements,
+// interleave none, element strides 1; swizzle in bytes: 0, 32, 64 or 128): NULL, or why not.
+const char *tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, const void *gaddr,
+                             const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
+                             const unsigned *elem_strides, int swizzle_bytes);
+void mbar_init(const char *file, int line, void *bar, unsigned count);
+// mbarrier.arrive (tx_bytes 0) or arrive.expect_tx: the phase's state (its index).
+unsigned long long mbar_arrive(const char *file, int line, void *bar, unsigned count, unsigned tx_bytes);
+void mbar_expect_tx(const char *file, int line, void *bar, unsigned tx_bytes);
+// try_wait.parity in a loop: returns once the phase of that parity has completed.
+void mbar_wait(const char *file, int line, void *bar, unsigned parity);
+void tma_load_2d(const char *file, int line, void *dst, const tensormap *m, int c0, int c1, void *bar);
+// The running launch's dynamic shared memory (extern __shared__): 1 KiB aligned, NaN
+// before every block, as much as the launch asked for (cudaFuncSetAttribute past 48 KiB).
+void *dyn_shared();
+
 // d = a * b + c, m16n8k16 (bf16, f16) or m16n8k8 (tf32), fp32 accumulators.
 inline void mma_sync(const char *file, int line, int kind, float d[4], const unsigned a[4], const unsigned b[2],
                      const float c[4])

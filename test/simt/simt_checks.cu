@@ -444,6 +444,8 @@ static void result(const float *d, int n)
     free(h);
 }
 
+#include "test/simt/simt_checks_tma.cuh"
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -654,6 +656,10 @@ int main(int argc, char **argv)
         int o[64 * 11];
         if (cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return 1;
         return check_intrinsics(o, 64);
+    } else if (!strncmp(c, "tma_", 4) || !strncmp(c, "mbar_", 5) || !strcmp(c, "dyn_shared")) {
+        if (!tma_cases(c, d)) return 0;
+        fprintf(stderr, "t-simt-checks: unknown case '%s'\n", c);
+        return 2;
     } else if (!strcmp(c, "sticky")) {
         // After an execution failure every later call fails with it, naming the kernel.
         SIMT_LAUNCH(barrier_after_exit, 1, 64, 0, 0)(d);

@@ -54,7 +54,7 @@ dim3 block_dim, grid_dim;
 }
 
 namespace {
-enum { T_RUN, T_BAR, T_WARP, T_EXIT };
+enum { T_RUN, T_BAR, T_WARP, T_EXIT, T_MBAR };
 #define MAX_THREADS 1024
 
 struct thr;
@@ -83,7 +83,7 @@ thr T[MAX_THREADS];
 stk sched;         // the OS thread running the kernel
 stk stacks[MAX_THREADS + 1], *free_stk;
 int nstacks, nthr, pos, nord, order[MAX_THREADS]; // this round's threads: order[0, nord)
-int nbar, nwarp, nexit;
+int nbar, nwarp, nexit, nmbar; // nmbar: threads waiting on an mbarrier phase
 stk *cur_stk; // the stack running now
 thr *cur;     // the GPU thread running now (NULL: the scheduler, or an idle stack)
 [[maybe_unused]] void *sched_tsan;
@@ -97,6 +97,11 @@ unsigned bar_round, warp_round[MAX_THREADS / 32];
 char bar_sync[2], warp_sync[MAX_THREADS / 32][2], block_sync, exit_sync;
 unsigned long long rng;
 std::string thread_why; // a check failed on a thread's own call (cp.async): reported at the round's end
+// Dynamic shared memory: one area outside the static arrays' section (whose NaN fill
+// before every block would otherwise cover it all), and the running launch's kernel
+// facts with it added as one more variable (NaN fill, shared-memory checks, descriptors).
+alignas(1024) char dyn_area[SIMT_DYN_MAX];
+simt::kinfo dyn_k;
 #if !defined(SIMT_ASAN)
 // simt.h's section of static shared arrays; the tail links after every kernel's.
 extern "C" char __start_simt_shared[] __attribute__((weak)), __stop_simt_shared[] __attribute__((weak));
@@ -463,6 +468,44 @@ int resolve_warps(char *why, size_t len)
     return progress;
 }
 
+// Threads waiting on an mbarrier phase that has completed run again. 1 some did, 0 none,
+// -1 failure.
+int resolve_mbars(char *why, size_t len)
+{
+    int progress = 0;
+    for (int i = 0; i < nthr; i++) {
+        thr *t = &T[i];
+        if (t->state != T_MBAR) continue;
+        int r = simt::tma_wait_ready((const void *)(uintptr_t)t->val, (unsigned)t->arg, i, why, len);
+        if (r < 0) return -1;
+        if (r) t->state = T_RUN, nmbar--, progress = 1;
+    }
+    return progress;
+}
+
+// Every thread waits or has exited, some on mbarrier phases that nothing can complete now.
+int mbar_stuck(char *why, size_t len)
+{
+    const thr *m = NULL;
+    for (int i = 0; i < nthr && !m; i++)
+        if (T[i].state == T_MBAR) m = &T[i];
+    std::string others;
+    for (int i = 0; i < nthr; i++) {
+        const thr *g = &T[i];
+        if (g->state != T_BAR && g->state != T_WARP && g->state != T_MBAR) continue;
+        if (g->file == m->file && g->line == m->line) continue;
+        if (others.find(std::string(base_name(g->file)) + ":" + std::to_string(g->line) + ")") != std::string::npos)
+            continue;
+        others += "; threads " + thread_set(g->state, g->file, g->line) + " wait at " +
+                  (g->state == T_BAR ? bar_name(g->kind) : g->state == T_WARP ? warp_name(g->kind) : "mbarrier") +
+                  " (" + base_name(g->file) + ":" + std::to_string(g->line) + ")";
+    }
+    return fail(why, len, "mbarrier phase never completes: threads %s wait at %s:%d on %s%s%s", 
+                thread_set(T_MBAR, m->file, m->line).c_str(), base_name(m->file), m->line,
+                simt::tma_describe((const void *)(uintptr_t)m->val, (unsigned)m->arg).c_str(), others.c_str(),
+                nexit ? (", threads " + thread_set(T_EXIT) + " exited").c_str() : "");
+}
+
 // Nothing can run: complete what can, or say why nothing can. 1 progress, 0 all
 // threads exited, -1 failure.
 int resolve(char *why, size_t len)
@@ -477,8 +520,13 @@ int resolve(char *why, size_t len)
         int r = resolve_warps(why, len);
         if (r) return r;
     }
+    if (nmbar) {
+        int r = resolve_mbars(why, len);
+        if (r) return r;
+    }
     // Warp by warp: threads that have not run this far yet are next, not a deadlock.
-    if (nbar + nwarp + nexit < nthr) return 1;
+    if (nbar + nwarp + nexit + nmbar < nthr) return 1;
+    if (nmbar) return mbar_stuck(why, len);
     thr *b = NULL, *w = NULL;
     for (int i = 0; i < nthr && !(b && w); i++) {
         if (T[i].state == T_BAR && !b) b = &T[i];
@@ -551,7 +599,7 @@ int run_block(int mode, char *why, size_t len)
         order[i] = mode == 1 ? nthr - 1 - i : i;
     }
     nord = nthr;
-    nbar = nwarp = nexit = 0;
+    nbar = nwarp = nexit = nmbar = 0;
     for (;;) {
         if (mode == 2) shuffle(nthr);
         pos = 0;
@@ -618,6 +666,17 @@ unsigned long long simt::warp(const char *file, int line, int kind, unsigned mas
     return t->res;
 }
 
+void simt::block_on_mbar(const char *file, int line, const void *bar, unsigned parity)
+{
+    thr *t = cur;
+    if (!t) die("mbarrier.try_wait called outside a kernel (%s:%d)", file, line);
+    t->state = T_MBAR, t->file = file, t->line = line, t->val = (unsigned long long)(uintptr_t)bar;
+    t->arg = (int)parity;
+    nmbar++;
+    block_here(t);
+    TSAN_ACQUIRE(bar); // the arrivals' release (simt_tma.cc)
+}
+
 void simt::warp_coll(const char *file, int line, int kind, void *lane, int arg)
 {
     warp(file, line, kind, 0xffffffffu, (unsigned long long)(uintptr_t)lane, arg, 32);
@@ -630,6 +689,7 @@ int simt::lane_id()
 }
 
 int simt::cur_lin() { return cur ? cur->lin : -1; }
+void *simt::dyn_shared() { return cur_L && cur_L->c.shmem ? dyn_area : NULL; }
 unsigned simt::barrier_round() { return bar_round; }
 simt::kinfo *simt::running_kinfo() { return cur_k; }
 
@@ -657,6 +717,11 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
 {
     std::lock_guard<std::mutex> g(dev_mu);
     kinfo *k = info_of(L->kernel);
+    if (L->c.shmem) {
+        dyn_k = *k;
+        dyn_k.vars.push_back({dyn_area, L->c.shmem});
+        k = &dyn_k;
+    }
     cur_k = k;
     int mode = sched_order();
     grid_dim = L->c.grid, block_dim = L->c.block;
@@ -702,6 +767,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
 #endif
         TSAN_RELEASE(&block_sync);
         simt::tc_block_start(nthr);
+        simt::tma_block_start(nthr);
         char what[768];
         if (run_block(mode, what, sizeof what)) {
             snprintf(why, len, "%s (launched at %s:%d) block (%u,%u,%u) of grid (%u,%u,%u), %d threads: %s",

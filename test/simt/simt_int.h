@@ -27,8 +27,10 @@ struct kinfo {
     size_t shared;
     std::vector<std::pair<char *, size_t>> vars;
     std::string sym; // the kernel's (mangled) symbol
+    int max_dyn;     // its dynamic shared memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize; 0: 48 KiB)
 };
 kinfo *info_of(void *kernel);
+#define SIMT_DYN_MAX (227 * 1024) // sm_90's opt-in shared memory per block
 // Checks a launch configuration against the kernel (launch bounds, static shared
 // memory): cudaSuccess, or the error with a line in why.
 cudaError_t check_launch(const launch_rec *L, char *why, size_t len);
@@ -60,6 +62,16 @@ int cur_lin();
 unsigned barrier_round();
 kinfo *running_kinfo();
 void thread_fail(const std::string &what);
+// TMA and mbarriers (simt_tma.cc) as seen by the scheduler: the calling thread blocks
+// until its mbarrier phase completes (simt_exec.cc); whether thread thr's wait on bar for
+// parity is met (1; 0 not yet; -1 failure in why); why a wait can never be met; the
+// block's reset; a read of [p, p + n) by threads [first, first + count) through op (0,
+// or -1 with why: bytes of a TMA copy whose phase those threads have not waited for).
+void block_on_mbar(const char *file, int line, const void *bar, unsigned parity);
+int tma_wait_ready(const void *bar, unsigned parity, int thr, char *why, size_t len);
+std::string tma_describe(const void *bar, unsigned parity);
+void tma_block_start(int nthr);
+int tma_read_check(const void *p, size_t n, int first, int count, const char *op, char *why, size_t len);
 // Environment: the thread order (0 forward, 1 reversed, 2 random, 3 warps) and its seed.
 int sched_order();
 unsigned long long sched_seed();

@@ -128,12 +128,14 @@ cudaError_t simt::check_launch(const launch_rec *L, char *why, size_t len)
                  "1 to 2^31-1 blocks in x, 65535 in y and z", g.x, g.y, g.z, b.x, b.y, b.z);
         return cudaErrorInvalidConfiguration;
     }
-    if (L->c.shmem) {
-        snprintf(why, len, "%zu bytes of dynamic shared memory: the executor has none (declare static __shared__ arrays)",
-                 L->c.shmem);
+    kinfo *k = info_of(L->kernel);
+    size_t dyn_max = k->max_dyn ? (size_t)k->max_dyn : 48 * 1024;
+    if (L->c.shmem > dyn_max || L->c.shmem + k->shared > SIMT_DYN_MAX) {
+        snprintf(why, len, "%zu bytes of dynamic shared memory: over the kernel's %zu (cudaFuncSetAttribute("
+                 "cudaFuncAttributeMaxDynamicSharedMemorySize) raises it) or, with %zu static bytes, over %d",
+                 L->c.shmem, dyn_max, k->shared, SIMT_DYN_MAX);
         return cudaErrorInvalidValue;
     }
-    kinfo *k = info_of(L->kernel);
     if (k->bound && threads > (unsigned long long)k->bound) {
         snprintf(why, len, "a block of %llu threads, over the kernel's __launch_bounds__(%d)", threads, k->bound);
         return cudaErrorLaunchOutOfResources;
@@ -156,4 +158,14 @@ unsigned long long simt::sched_seed()
 {
     sched_order();
     return order_seed;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || !func) return cudaErrorInvalidValue;
+    simt::kinfo *k = simt::info_of((void *)func);
+    if (value < 0 || (size_t)value + k->shared > SIMT_DYN_MAX) return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> g(info_mu);
+    k->max_dyn = value;
+    return cudaSuccess;
 }

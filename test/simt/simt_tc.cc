@@ -319,6 +319,8 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                              d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
                     return -1;
                 }
+                if (tma_read_check(p, 16, base, 128, (op + (pass ? ": operand B" : ": operand A")).c_str(), why, len))
+                    return -1;
                 if (any_copy_at(p))
                 for (const copy &c : copies)
                     if (overlaps(c, p, 16) && (c.state == PENDING || c.round == barrier_round())) {
@@ -549,6 +551,7 @@ int simt::tc_complete(int kind, int arg, void *const lanes[32], const char *file
                      op.c_str(), j, warp, (const void *)p);
             return -1;
         }
+        if (tma_read_check(p, 16, 32 * warp, 32, op.c_str(), why, len)) return -1;
         if (any_copy_at(p))
         for (const copy &c : copies) {
             if (!overlaps(c, p, 16)) continue;

@@ -121,7 +121,14 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemset(void *p, int byte, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int byte, size_t bytes, cudaStream_t s);
+/* Dynamic shared memory over 48 KiB, as CUDA: the kernel's limit raised first. */
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 #ifdef __cplusplus
+}
+template <class T> static inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value)
+{
+    return cudaFuncSetAttribute((const void *)entry, attr, value);
 }
 #endif
 #endif

@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg|wgg)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
+KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
 # nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
 # after another they took over 300 s (the test's deadline) on a loaded 2-core machine
 ptx_one() {
@@ -48,6 +48,11 @@ for f in "${files[@]}"; do
     spill=$(awk -F'\t' -v re="$KRE" '$1 ~ re && $4 > 0' "$tmp/kern.tab" | wc -l)
     echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
+    # TMA (wt_gemm, k_cuda_tc_tma.cuh): the bulk tensor copies and mbarrier operations
+    if [[ $arch == sm_90a ]]; then
+      printf '%s\t%s\t%s\t%s\n' "$(basename "$f")" "$(grep -c 'cp.async.bulk.tensor' "$p" || true)" \
+        "$(grep -c 'mbarrier\.' "$p" || true)" "$(grep -c 'mbarrier.try_wait' "$p" || true)" >> "$tmp/tma.tab"
+    fi
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv|linear|tfm)\.cu$ && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
@@ -76,6 +81,18 @@ if ls "$tmp"/*.sm_90a.tab >/dev/null 2>&1; then
       echo "| wg_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | ${a# } | ${b# } | $r | $sm | $sp |"
     done | sort -u
   done
+fi
+if [[ -f $tmp/tma.tab ]]; then
+  echo
+  echo "| file (sm_90a) | cp.async.bulk.tensor | mbarrier ops | of them try_wait | wt_gemm instances | registers | spill stores (B) |"
+  echo "|---|---|---|---|---|---|---|"
+  while IFS=$'\t' read -r f nb nm nw; do
+    w=$(awk -F'\t' '$1 ~ /wt_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2; if ($4 > sp) sp = $4 }
+        END { print n + 0 "\t" (n ? lo "-" hi : "-") "\t" sp + 0 }' "$tmp/$f.sm_90a.tab")
+    IFS=$'\t' read -r wn wr ws <<<"$w"
+    echo "| $f | $nb | $nm | $nw | $wn | $wr | $ws |"
+    if [[ $f == k_cuda_tc_gemm.cu && ( $nb -eq 0 || $nw -eq 0 || $wn -eq 0 ) ]]; then bad=1; fi
+  done < "$tmp/tma.tab"
 fi
 if ls "$tmp"/k_cuda_attn_tc.cu.*.tab >/dev/null 2>&1; then
   echo

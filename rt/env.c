@@ -91,6 +91,11 @@ static const env_var vars[RT_ENV_COUNT] = {
       "the tensor-core products (conv, linear, GPT's Conv1D, `k_cuda_tc_gemm`) on an sm_90 GPU (H100/H200): `auto` "
       "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
       "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
+    V(TMA, E_ENUM, "auto|0|1", "auto",
+      "with `wgmma` on (`DDPRT_WGMMA`), `k_cuda_tc_gemm`'s 16-bit arrays fed by TMA (`wt_gemm`: "
+      "`cp.async.bulk.tensor` and mbarriers, a producer warp) in place of `cp.async` (`wg_gemm`): `auto` once a "
+      "probe GEMM at start-up agrees with `wg_gemm` (else `wg_gemm`, said in the start-up line), `0` keeps "
+      "`wg_gemm`, `1` takes TMA without the probe"),
     V(SIMT_SCHED, E_ENUM, "forward|reversed|random|warps", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
       "threads run in between synchronisations (`warps`: each warp alone up to the next barrier)"),

@@ -25,6 +25,10 @@ TEST(cuda_tensor_core_ptx_has_mma_and_no_spills)
     /* wg_gemm on M/N-contiguous 16-bit arrays (M/N-major tiles, imm-trans 1), no spills */
     CHECKF(strstr(out, "| wg_gemm | k_cuda_tc_gemm.cu | bf16 | TcRawMN | TcRawMN |") &&
            strstr(out, "| wg_gemm | k_cuda_tc_gemm.cu | f16 | TcRawK | TcRawMN |"), "%s", out);
+    /* TMA's GEMM (wt_gemm, k_cuda_tc_tma.cuh): bulk tensor copies and mbarrier waits in the
+     * 16-bit entry's sm_90a PTX; its instances' registers and spills in their own table */
+    CHECKF(strstr(out, "| file (sm_90a) | cp.async.bulk.tensor | mbarrier ops |") &&
+           strstr(out, "| k_cuda_tc_gemm.cu | "), "%s", out);
     /* the attention's 36 instances (3 kernels x bf16, f16 x heads 32, 64, 128 x qkv by
      * cp.async or read and rounded), each named */
     CHECKF(strstr(out, "| k_cuda_attn_tc.cu | sm_90a |") && strstr(out, "| fa_bwd_dkv<1,128,32,1> | sm_80 |") &&

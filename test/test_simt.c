@@ -112,20 +112,22 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
     static const char *const rows[] = {"gemm bf16 (%s)", "gemm f16 (%s)", "gemm tf32 (mma)", "conv bf16 fwd",
                                        "conv bf16 bwd", "conv tf32 fwd", "conv tf32 bwd", "attention bf16 fwd",
                                        "attention bf16 bwd"};
-    for (int wg = 0; wg < 2; wg++) {
+    for (int wg = 0; wg < 3; wg++) { /* mma.sync, wgmma, wgmma with TMA (its GEMM rows, and wg_gemm's beside) */
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "DDPRT_WGMMA=%d %s --device cuda --smoke 2>&1", wg, t_prog("t-bench-kernels-simt"));
+        snprintf(cmd, sizeof cmd, "DDPRT_WGMMA=%d DDPRT_TMA=%d %s --device cuda --smoke 2>&1", wg > 0, wg == 2,
+                 t_prog("t-bench-kernels-simt"));
         int rc = t_sh(cmd, out, sizeof out);
         CHECKF(rc == 0 && strstr(out, wg ? "tensor cores on wgmma" : "tensor cores on mma.sync"), "exit %d:\n%s", rc,
                out);
         int n = 0;
         for (const char *p = out; (p = strstr(p, " TFLOP/s, ")); p++) n++;
-        CHECKF(n == 9, "%d rates, not 9:\n%s", n, out);
+        CHECKF(n == 9 + (wg == 2), "%d rates, not %d:\n%s", n, 9 + (wg == 2), out);
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             char r[64];
-            snprintf(r, sizeof r, rows[i], wg ? "wgmma" : "mma");
+            snprintf(r, sizeof r, rows[i], wg == 2 ? "TMA" : wg ? "wgmma" : "mma");
             CHECKF(strstr(out, r), "no row \"%s\":\n%s", r, out);
         }
+        CHECKF(wg < 2 || strstr(out, "gemm bf16 (wgmma)"), "no wg_gemm row beside TMA's:\n%s", out);
     }
 }
 #endif

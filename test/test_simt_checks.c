@@ -321,6 +321,14 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO wrong, seen by the start-up probe | "
                      "k_cuda_tc_wgmma.cuh | only the comparison") &&
            strstr(o, "the probe's wgmma result") && strstr(o, "differs from mma.sync's"), "%s", o);
+    /* TMA (k_cuda_tc_tma.cuh): the mbarrier checks name each */
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, TMA): the consumers' wait on the full barrier removed | "
+                     "k_cuda_tc_tma.cuh | simt: ") && strstr(o, "reads shared bytes that cp.async.bulk.tensor at"),
+           "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, TMA): the producer's wait on the empty barrier removed | "
+                     "k_cuda_tc_tma.cuh | simt: ") && strstr(o, "that no thread has waited for"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90, TMA): expect_tx 16 bytes short | k_cuda_tc_tma.cuh | simt: ") &&
+           strstr(o, "mbarrier phase never completes"), "%s", o);
     CHECKF(strstr(o, "| tensor-core GEMM (one 16-bit operand, one gathered): cp.async.wait_group removed | "
                      "k_cuda_tc_gemm.cuh | simt: "), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention: barrier before the next key tile's loads removed | k_cuda_attn_tc.cu | "

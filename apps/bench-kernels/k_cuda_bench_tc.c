@@ -8,7 +8,9 @@
  * card is known. */
 #include "apps/bench-kernels/k_cuda_bench.h"
 #include "kernels/cuda/k_cuda.h"
+#include "rt/env.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static double tc_peak_tflops(int mm)
@@ -74,12 +76,26 @@ static void bench_gemm(int wgmma, int M)
     char shape[40], tf_shape[40];
     snprintf(shape, sizeof shape, "%d^3, fp32 accumulate", M);
     snprintf(tf_shape, sizeof tf_shape, "%d^3 (linear fwd)", M);
-    int blas = kb_ref.gemm_ex != NULL;
-    tc_row(wgmma ? "gemm bf16 (wgmma)" : "gemm bf16 (mma)", shape, kb_time_us(tc_ours, &c), flop,
-           blas ? kb_time_us(tc_blas, &c) : -1, K_CUDA_MM_BF16);
+    int blas = kb_ref.gemm_ex != NULL, tma = wgmma && k_cuda_tma_on();
+    tc_row(tma ? "gemm bf16 (TMA)" : wgmma ? "gemm bf16 (wgmma)" : "gemm bf16 (mma)", shape, kb_time_us(tc_ours, &c),
+           flop, blas ? kb_time_us(tc_blas, &c) : -1, K_CUDA_MM_BF16);
+    if (tma) { /* wg_gemm (cp.async) beside TMA's wt_gemm: the same product */
+        char why[200];
+        const char *was = rt_env_str(RT_ENV_TMA);
+        char keep[16];
+        snprintf(keep, sizeof keep, "%s", was ? was : "");
+        setenv("DDPRT_TMA", "0", 1);
+        k_cuda_tma_setup(why, sizeof why);
+        tc_row("gemm bf16 (wgmma)", shape, kb_time_us(tc_ours, &c), flop, blas ? kb_time_us(tc_blas, &c) : -1,
+               K_CUDA_MM_BF16);
+        setenv("DDPRT_TMA", "1", 1);
+        k_cuda_tma_setup(why, sizeof why);
+        if (was) setenv("DDPRT_TMA", keep, 1);
+        else unsetenv("DDPRT_TMA");
+    }
     k_cuda_f32_to_f16(e, c.x, a, kb_S), k_cuda_f32_to_f16(e, c.w, b, kb_S);
     c.g.type = K_CUDA_MM_F16;
-    tc_row(wgmma ? "gemm f16 (wgmma)" : "gemm f16 (mma)", shape, kb_time_us(tc_ours, &c), flop,
+    tc_row(tma ? "gemm f16 (TMA)" : wgmma ? "gemm f16 (wgmma)" : "gemm f16 (mma)", shape, kb_time_us(tc_ours, &c), flop,
            blas ? kb_time_us(tc_blas, &c) : -1, K_CUDA_MM_F16);
     if (!port_dev_malloc(&c.ws, k_cuda_linear_workspace(M, M, M) + 256, "workspace"))
         tc_row("gemm tf32 (mma)", tf_shape, kb_time_us(tf_ours, &c), flop,

@@ -2,6 +2,7 @@
 // bias + ReLU epilogue; the entry the device tests and ddprt-bench-kernels time.
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "rt/env.h"
+#include "rt/half.h"
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ struct TcStore {
 
 int aligned16(const void *p, int ld) { return !((uintptr_t)p & 15) && ld % 8 == 0; }
 } // namespace
+static int wg_state, tma_state; // 1: on (k_cuda_wgmma_setup, k_cuda_tma_setup)
 
 // sm_90: wg_gemm (k_cuda_tc_wgmma.cuh), the 16-bit arrays by cp.async into wgmma's layout.
 
@@ -35,6 +37,13 @@ int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
     TcRawK a, b;
     a.p = g->a, a.ld = g->lda, a.vec = 1, b.p = g->b, b.ld = g->ldb, b.vec = 1;
     TcStore st = {g->c, g->bias, g->ldc, g->relu};
+    if (k_cuda_tma_on()) { // wt_gemm (k_cuda_tc_tma.cuh); wg_gemm where the maps are refused
+        const char *why;
+        int rc = g->type == K_CUDA_MM_BF16
+                     ? wt_launch<K_CUDA_MM_BF16>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st, (cudaStream_t)s, &why)
+                     : wt_launch<K_CUDA_MM_F16>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st, (cudaStream_t)s, &why);
+        if (!rc) return k_cuda_check_launch("k_cuda_tc_gemm_sm90", "m=%d n=%d k=%d (TMA)", g->m, g->n, g->k);
+    }
     dim3 grid((unsigned)((g->n + WGG_T - 1) / WGG_T), (unsigned)((g->m + WGG_T - 1) / WGG_T));
     if (g->type == K_CUDA_MM_BF16)
         K_LAUNCH((wg_gemm<K_CUDA_MM_BF16, TcRawK, TcRawK, TcStore>), grid, 256, 0, (cudaStream_t)s)(g->m, g->n, g->k,
@@ -79,7 +88,6 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
 // register kernel's N-major tile). Then the same sizes from two M/N-contiguous bf16 arrays
 // (the inputs rounded, read as [k x m] and [k x n]): wg_gemm's M/N-major tiles by cp.async
 // (conv's weight gradient) against mma.sync's.
-static int wg_state; // 1: on
 
 int k_cuda_wgmma_on(void) { return wg_state == 1; }
 
@@ -158,8 +166,86 @@ int k_cuda_wgmma_setup(char *why, size_t len)
     wg_state = 0;
     if (mode == 1) return snprintf(why, len, "DDPRT_WGMMA=0"), 0;
     if (!sm90 && !forced_here) return snprintf(why, len, "not an sm_90 GPU"), 0;
-    if (mode == 2) return snprintf(why, len, "DDPRT_WGMMA=1"), wg_state = 1;
-    int rc = k_cuda_wgmma_probe(why, len);
+    int rc = 1;
+    if (mode == 2) snprintf(why, len, "DDPRT_WGMMA=1");
+    else rc = k_cuda_wgmma_probe(why, len);
     wg_state = rc == 1;
+    if (wg_state) { // TMA's decision, said after wgmma's
+        size_t n = strlen(why);
+        if (n + 8 < len) {
+            snprintf(why + n, len - n, "; TMA: ");
+            k_cuda_tma_setup(why + n + 7, len - n - 7);
+        }
+    } else tma_state = 0;
+    return rc;
+}
+
+// ---- The TMA decision (k_cuda.h). The probe: a 200 x 136 x 72 product of two bf16 arrays
+// (edge tiles in m, n and k; k past one stage) on wt_gemm against wg_gemm: the same k16
+// steps in the same order, so the same sums; a wrong box, swizzle or barrier phase
+// differs by the values themselves.
+int k_cuda_tma_on(void) { return wg_state == 1 && tma_state == 1; }
+
+int k_cuda_tma_probe(char *why, size_t len)
+{
+    enum { PM = 200, PN = 136, PK = 72 };
+    uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (PM * PK + PN * PK));
+    float *c = (float *)malloc(sizeof(float) * 2 * PM * PN);
+    void *d = NULL;
+    int rc = -1, keep = tma_state;
+    for (int i = 0; i < PM * PK + PN * PK; i++) h[i] = rt_f32_to_bf16((float)((i * 37 % 101) - 50) / 32.0f);
+    if (!wg_state) {
+        snprintf(why, len, "wgmma is off");
+        goto out;
+    }
+    if (port_dev_malloc(&d, sizeof(uint16_t) * (PM * PK + PN * PK) + sizeof(float) * PM * PN, "TMA probe") ||
+        port_memcpy_h2d(d, h, sizeof(uint16_t) * (PM * PK + PN * PK), NULL, "TMA probe")) {
+        snprintf(why, len, "the probe could not start (%s)", port_cuda_errmsg());
+        goto out;
+    }
+    {
+        const uint16_t *da = (const uint16_t *)d, *db = da + PM * PK;
+        float *dc = (float *)(void *)((char *)d + sizeof(uint16_t) * (PM * PK + PN * PK));
+        k_tc_gemm g = {K_CUDA_MM_BF16, PM, PN, PK, da, db, PK, PK, 1, 1, dc, PN, 0, NULL};
+        double big = 0, diff = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            tma_state = pass;
+            if (k_cuda_tc_gemm_sm90(&g, NULL) || port_dev_sync("TMA probe") ||
+                port_memcpy_d2h(c + pass * PM * PN, dc, sizeof(float) * PM * PN, NULL, "TMA probe") ||
+                port_dev_sync("TMA probe")) {
+                snprintf(why, len, "the probe failed on %s (%s)", pass ? "wt_gemm" : "wg_gemm", port_cuda_errmsg());
+                goto out;
+            }
+        }
+        for (int i = 0; i < PM * PN; i++) {
+            big = fmax(big, fabs(c[i]));
+            diff = fmax(diff, fabs((double)c[i] - c[PM * PN + i]));
+        }
+        if (!(diff <= 1e-5 * big)) {
+            snprintf(why, len, "the probe's TMA result differs from wg_gemm's by %.3g (largest value %.3g)", diff, big);
+            goto out;
+        }
+        snprintf(why, len, "the probe agrees with wg_gemm to %.2g of the largest value", big > 0 ? diff / big : 0.0);
+        rc = 1;
+    }
+out:
+    tma_state = keep;
+    if (d) port_dev_free(d);
+    free(h);
+    free(c);
+    return rc;
+}
+
+int k_cuda_tma_setup(char *why, size_t len)
+{
+    int mode = rt_env_choice(RT_ENV_TMA, 0); // auto, 0, 1
+    int sm90 = strstr(port_cuda_device_desc(), "(sm_90,") != NULL;
+    tma_state = 0;
+    if (!wg_state) return snprintf(why, len, "off with wgmma"), 0;
+    if (mode == 1) return snprintf(why, len, "DDPRT_TMA=0"), 0;
+    if (mode == 2) return snprintf(why, len, "DDPRT_TMA=1"), tma_state = 1; // (the executor too)
+    if (!sm90) return snprintf(why, len, "not an sm_90 GPU"), 0;
+    int rc = k_cuda_tma_probe(why, len);
+    tma_state = rc == 1;
     return rc;
 }

@@ -345,6 +345,7 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
 
 } // namespace
 #include "kernels/cuda/k_cuda_tc_wgmma.cuh"
+#include "kernels/cuda/k_cuda_tc_tma.cuh"
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"
 
 // C = A B on the tensor cores (TY: K_CUDA_MM_BF16, _F16 or _TF32) through st, split over k

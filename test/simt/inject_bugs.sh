@@ -40,6 +40,9 @@ bugs=(
 "tensor-core attention: P's C fragments reused as A in the wrong order|k_cuda_attn_tc.cuh|s/\{fa_pack<TY>\(p\[2 \* s\]\[0\], p\[2 \* s\]\[1\]\), fa_pack<TY>\(p\[2 \* s\]\[2\], p\[2 \* s\]\[3\]\),/{fa_pack<TY>(p[2 * s][2], p[2 * s][3]), fa_pack<TY>(p[2 * s][0], p[2 * s][1]),/|gpu_tc_attention_bf16_hd64|forward"
 "tensor-core attention: cp.async.wait_group removed|k_cuda_attn_tc.cuh|s/    K_CP_ASYNC_WAIT\(0\); \/\/ this thread's copies of the tile\n//|gpu_tc_attention_cp_async_bits|forward"
 "tensor-core attention: barrier before overwriting the other K/V buffer removed|k_cuda_attn_tc.cuh|s/    __syncthreads\(\); \/\/ everyone's, and the other buffer free\n//|gpu_tc_attention_bf16_hd64|warps"
+"tensor-core GEMM (sm_90, TMA): the consumers' wait on the full barrier removed|k_cuda_tc_tma.cuh|s/        K_MBAR_WAIT\(&sm.full\[s\], \(kt \/ WT_STAGES\) & 1\);\n//|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
+"tensor-core GEMM (sm_90, TMA): the producer's wait on the empty barrier removed|k_cuda_tc_tma.cuh|s/            if \(kt >= WT_STAGES\) K_MBAR_WAIT\(&sm.empty\[s\], \(kt \/ WT_STAGES - 1\) & 1\);\n//|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
+"tensor-core GEMM (sm_90, TMA): expect_tx 16 bytes short|k_cuda_tc_tma.cuh|s/#define WT_TX_BYTES \(2 \* WGG_T \* WT_BK \* 2\)/#define WT_TX_BYTES (2 * WGG_T * WT_BK * 2 - 16)/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

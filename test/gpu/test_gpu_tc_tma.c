@@ -1,0 +1,136 @@
+/* wt_gemm, the sm_90 GEMM fed by TMA (kernels/cuda/k_cuda_tc_tma.cuh), through
+ * k_cuda_tc_gemm_sm90 with DDPRT_TMA=1: against the CPU at the bf16 / f16 bound
+ * (test_gpu_tc.c's: (k + 2) 2^-23 sum |a b|), and bit for bit against wg_gemm (the same
+ * k16 steps in the same order), on shapes that are not multiples of the 128 tile or the
+ * 64-deep stage, K under one stage, and K over the ring of stages more than once. On the
+ * executor the TMA copies are counted: the path was taken, two boxes a stage and tile. */
+#include "test/gpu/g.h"
+#include "rt/half.h"
+#include <math.h>
+#include <string.h>
+
+#if DDPRT_SIMT
+unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
+#endif
+
+static uint16_t to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
+static float from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
+
+static int tma_skip(void)
+{
+    g_init();
+    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
+        t_note("skipped: TMA and wgmma need an sm_90 GPU (H100/H200)");
+        return 1;
+    }
+    return 0;
+}
+
+/* wgmma on, TMA as asked (DDPRT_TMA=1 or 0): the decision must follow. */
+static void tma_set(int on)
+{
+    char why[300];
+    setenv("DDPRT_WGMMA", "1", 1);
+    setenv("DDPRT_TMA", on ? "1" : "0", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_tma_on() == on, "%s", why);
+}
+
+static void tma_reset(void)
+{
+    char why[300];
+    unsetenv("DDPRT_TMA");
+    setenv("DDPRT_WGMMA", "0", 1);
+    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_tma_on());
+    unsetenv("DDPRT_WGMMA");
+}
+
+#if DDPRT_SIMT
+static unsigned long long tma_count(void)
+{
+    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
+    return simt_tma_count();
+}
+#endif
+
+/* C = A B^T of m x k and n x k arrays (k-contiguous, rows k rounded up to 8, pad more) on
+ * wt_gemm and on wg_gemm: both at the bound, and the same bits. */
+static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
+{
+    int lda = (k + 7) / 8 * 8 + pad, ldb = lda; /* rows 16-byte aligned: TMA's (and wg_gemm's) constraint */
+    size_t na = (size_t)m * lda, nb = (size_t)n * ldb, nc = (size_t)m * n;
+    uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
+    float *fa = g_rand(na, 21), *fb = g_rand(nb, 22), *hbias = g_rand(n, 23), *ref = malloc(nc * 4);
+    double *mag = malloc(nc * sizeof(double));
+    for (size_t i = 0; i < na; i++) ha[i] = to16(type, fa[i]);
+    for (size_t i = 0; i < nb; i++) hb[i] = to16(type, fb[i]);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0, s_abs = 0;
+            for (int q = 0; q < k; q++) {
+                double p = (double)from16(type, ha[(size_t)i * lda + q]) * from16(type, hb[(size_t)j * ldb + q]);
+                s += p, s_abs += fabs(p);
+            }
+            float v = (float)s + (bias ? hbias[j] : 0.0f);
+            ref[(size_t)i * n + j] = relu && v < 0 ? 0.0f : v;
+            mag[(size_t)i * n + j] = s_abs + (bias ? fabs(hbias[j]) : 0);
+        }
+    uint16_t *ga = g_up(ha, na * 2), *gb = g_up(hb, nb * 2);
+    float *gbias = bias ? g_up(hbias, n * 4) : NULL, *gc = g_dev(nc * 4), *c[2];
+    k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = 1,
+                   .b_kfast = 1, .c = gc, .ldc = n, .relu = relu, .bias = gbias};
+    for (int on = 1; on >= 0; on--) {
+        tma_set(on);
+#if DDPRT_SIMT
+        unsigned long long t0 = tma_count();
+#endif
+        g_need(k_cuda_tc_gemm_sm90(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm sm90");
+#if DDPRT_SIMT
+        /* the path taken: two boxes a stage, every tile; none on wg_gemm */
+        unsigned long long want = on ? 2ull * ((m + 127) / 128) * ((n + 127) / 128) * ((k + 63) / 64) : 0;
+        CHECKF(tma_count() - t0 == want, "m=%d n=%d k=%d TMA %d: %llu TMA copies, expected %llu", m, n, k, on,
+               tma_count() - t0, want);
+#endif
+        c[on] = g_result(gc, nc);
+    }
+    size_t bad = 0, first = 0, differ = 0, firstd = 0;
+    for (size_t i = 0; i < nc; i++) {
+        double e = fabs((double)c[1][i] - ref[i]), tol = (k + 2) * 0x1p-23 * mag[i] + 1e-30;
+        if (!(e <= tol) && !bad++) first = i;
+        if (memcmp(&c[1][i], &c[0][i], 4) && !differ++) firstd = i;
+    }
+    const char *ty = type == K_CUDA_MM_BF16 ? "bf16" : "f16";
+    CHECKF(!bad, "%s m=%d n=%d k=%d pad %d: wt_gemm %zu of %zu outside the bound, first [%zu][%zu] = %.9g, reference "
+           "%.9g", ty, m, n, k, pad, bad, nc, first / n, first % n, c[1][first], ref[first]);
+    CHECKF(!differ, "%s m=%d n=%d k=%d pad %d: wt_gemm and wg_gemm differ in %zu of %zu, first [%zu][%zu]: %.9g vs "
+           "%.9g", ty, m, n, k, pad, differ, nc, firstd / n, firstd % n, c[1][firstd], c[0][firstd]);
+    port_dev_free(ga), port_dev_free(gb), port_dev_free(gc);
+    if (gbias) port_dev_free(gbias);
+    free(ha), free(hb), free(fa), free(fb), free(hbias), free(ref), free(mag), free(c[0]), free(c[1]);
+}
+
+TEST(gpu_tc_tma_gemm_odd_shapes)
+{
+    if (tma_skip()) return;
+    /* one element; K under one stage; edges in m, n, k; K = 4 stages exactly; K past the
+     * ring of 4 stages twice (10 slices) */
+    static const int shapes[][3] = {{1, 1, 1}, {17, 9, 23}, {70, 130, 45}, {130, 200, 256}, {129, 136, 600}};
+    for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int *d = shapes[s];
+            if (type == K_CUDA_MM_F16 && s == 4) continue; /* (the long ring once is enough) */
+            tma_case(type, d[0], d[1], d[2], 0, 0, 0);
+        }
+    tma_case(K_CUDA_MM_BF16, 70, 130, 45, 8, 1, 1); /* padded rows, the bias + ReLU epilogue */
+    tma_reset();
+}
+
+/* The probe (DDPRT_TMA=auto's start-up check) agrees on a working kernel. */
+TEST(gpu_tc_tma_probe_agrees)
+{
+    if (tma_skip()) return;
+    char why[300];
+    tma_set(0);
+    CHECKF(k_cuda_tma_probe(why, sizeof why) == 1, "%s", why);
+    CHECK(!k_cuda_tma_on()); /* the probe leaves the decision as it was */
+    tma_reset();
+}

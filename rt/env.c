@@ -92,7 +92,8 @@ static const env_var vars[RT_ENV_COUNT] = {
       "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
       "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
     V(TMA, E_ENUM, "auto|0|1", "auto",
-      "with `wgmma` on (`DDPRT_WGMMA`), `k_cuda_tc_gemm`'s 16-bit arrays fed by TMA (`wt_gemm`: "
+      "with `wgmma` on (`DDPRT_WGMMA`), products of two plain 16-bit arrays (`k_cuda_tc_gemm`, linear's forward on "
+      "16-bit activations and weights) fed by TMA (`wt_gemm`: "
       "`cp.async.bulk.tensor` and mbarriers, a producer warp) in place of `cp.async` (`wg_gemm`): `auto` once a "
       "probe GEMM at start-up agrees with `wg_gemm` (else `wg_gemm`, said in the start-up line), `0` keeps "
       "`wg_gemm`, `1` takes TMA without the probe"),

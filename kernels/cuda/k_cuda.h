@@ -144,8 +144,9 @@ int k_cuda_wgmma_setup(char *why, size_t len);
 int k_cuda_wgmma_on(void);
 /* The probe alone (tests): 1 when wgmma agrees with mma.sync, else -1 with why; leaves it off. */
 int k_cuda_wgmma_probe(char *why, size_t len);
-/* TMA for k_cuda_tc_gemm's sm_90 path (wt_gemm: cp.async.bulk.tensor and mbarriers in
- * place of wg_gemm's cp.async), decided by k_cuda_wgmma_setup once wgmma is on (its why
+/* TMA for the wgmma products of two plain 16-bit arrays (k_cuda_tc_gemm's sm_90 path,
+ * linear's forward on 16-bit x and w16; wt_gemm: cp.async.bulk.tensor and mbarriers in
+ * place of wg_gemm's cp.async; unsplit products only), decided by k_cuda_wgmma_setup once wgmma is on (its why
  * goes on with "; TMA: ..."): DDPRT_TMA auto (an sm_90 GPU, after a probe GEMM on wt_gemm
  * agrees with wg_gemm), 0 never, 1 without the probe (and on the SIMT executor). Setup:
  * 1 on, 0 off, -1 probe failed (wg_gemm then). k_cuda_tma_on: the decision. The probe

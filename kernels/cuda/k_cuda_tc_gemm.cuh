@@ -375,6 +375,13 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
                     bool raw = false;
                     if constexpr (WGR) {
                         raw = GEO || (la.vec && lb.vec);
+                        // two plain 16-bit arrays: TMA's wt_gemm where it is on (k_cuda_tma_on), wg_gemm
+                        // where not or where the tensor maps are refused
+                        if constexpr (std::is_same<LA, TcRawK>::value && std::is_same<LB, TcRawK>::value) {
+                            const char *why;
+                            if (raw && k_cuda_tma_on() && !wt_launch<TY>(M, N, K, la.p, la.ld, lb.p, lb.ld, st, s, &why))
+                                return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma, TMA)", shapes);
+                        }
                         if (raw) K_LAUNCH((wg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     }
                     if constexpr (!GEO) {

@@ -124,6 +124,39 @@ TEST(gpu_tc_tma_gemm_odd_shapes)
     tma_reset();
 }
 
+/* linear's forward on two 16-bit arrays (x and the weights' 16-bit copy) takes wt_gemm
+ * when TMA is on: the same bits as wg_gemm's; on the executor, its TMA copies counted. */
+TEST(gpu_tc_tma_linear_forward)
+{
+    if (tma_skip()) return;
+    enum { N = 130, IN = 72, OUT = 136 };
+    int t = K_CUDA_MM_BF16;
+    float *hx = g_rand((size_t)N * IN, 31), *hw = g_rand((size_t)IN * OUT, 32), *hb = g_rand(OUT, 33);
+    float *x = g_up(hx, (size_t)N * IN * 4), *w = g_up(hw, (size_t)IN * OUT * 4), *b = g_up(hb, OUT * 4);
+    uint16_t *x16 = g_dev((size_t)N * IN * 2), *w16 = g_dev((size_t)IN * OUT * 2);
+    g_need(k_cuda_f32_to_bf16((size_t)N * IN, x, x16, NULL) == 0 && k_cuda_f32_to_bf16((size_t)IN * OUT, w, w16, NULL) == 0,
+           "to bf16");
+    float *y[2];
+    for (int on = 1; on >= 0; on--) {
+        tma_set(on);
+        float *gy = g_dev((size_t)N * OUT * 4);
+#if DDPRT_SIMT
+        unsigned long long t0 = tma_count();
+#endif
+        g_need(k_cuda_linear_fwd_mm(t | K_CUDA_MM_X16, N, IN, OUT, (const float *)x16, w, w16, b, gy, NULL, NULL) == 0 &&
+                   port_dev_sync("linear") == 0, "linear fwd");
+#if DDPRT_SIMT
+        CHECKF(on ? tma_count() > t0 : tma_count() == t0, "TMA %d: %llu TMA copies", on, tma_count() - t0);
+#endif
+        y[on] = g_result(gy, (size_t)N * OUT);
+        port_dev_free(gy);
+    }
+    CHECK(!memcmp(y[0], y[1], (size_t)N * OUT * 4));
+    tma_reset();
+    port_dev_free(x), port_dev_free(w), port_dev_free(b), port_dev_free(x16), port_dev_free(w16);
+    free(hx), free(hw), free(hb), free(y[0]), free(y[1]);
+}
+
 /* The probe (DDPRT_TMA=auto's start-up check) agrees on a working kernel. */
 TEST(gpu_tc_tma_probe_agrees)
 {

@@ -6,7 +6,9 @@
 #ifndef TEST_GPU_G_H
 #define TEST_GPU_G_H
 #include "kernels/cuda/k_cuda.h"
+#include "rt/half.h"
 #include "test/t.h"
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,48 @@ static inline void g_init(void)
 {
     char err[512];
     g_need(port_cuda_init(0, err, sizeof err) == 0, err);
+}
+
+/* The wgmma / TMA tests' start: the device up, and 1 on the executor and on an sm_90 GPU
+ * (H100/H200), else 0 with the note that the test is skipped. */
+static inline int g_sm90(void)
+{
+    g_init();
+    if (G_SIMT || strstr(port_cuda_device_desc(), "(sm_90,")) return 1;
+    t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
+    return 0;
+}
+
+/* wgmma on (DDPRT_WGMMA=1, no probe) for the products that follow. */
+static inline void g_wgmma_on(void)
+{
+    char why[300];
+    setenv("DDPRT_WGMMA", "1", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+}
+
+/* fp32 to a 16-bit type's bits (K_CUDA_MM_BF16 or _F16) and back, as the kernels round. */
+static inline uint16_t g_to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
+static inline float g_from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
+
+/* The tensor-core GEMMs' reference: ref = A B (+ bias[n]) (ReLU) in double from 16-bit A
+ * (m x k; k-contiguous where ak, else m-contiguous; lda) and B (k x n; k-contiguous where
+ * bk; ldb), and mag = sum |a b| (+ |bias|): the bound's scale. */
+static inline void g_ref_gemm16(int type, const uint16_t *a, int lda, int ak, const uint16_t *b, int ldb, int bk,
+                                int m, int n, int k, const float *bias, int relu, float *ref, double *mag)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0, s_abs = 0;
+            for (int q = 0; q < k; q++) {
+                double p = (double)g_from16(type, a[ak ? (size_t)i * lda + q : (size_t)q * lda + i]) *
+                           g_from16(type, b[bk ? (size_t)j * ldb + q : (size_t)q * ldb + j]);
+                s += p, s_abs += fabs(p);
+            }
+            float v = (float)s + (bias ? bias[j] : 0.0f);
+            ref[(size_t)i * n + j] = relu && v < 0 ? 0.0f : v;
+            mag[(size_t)i * n + j] = s_abs + (bias ? fabs(bias[j]) : 0);
+        }
 }
 
 static inline void *g_dev(size_t bytes)

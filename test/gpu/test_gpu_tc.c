@@ -11,8 +11,6 @@
 #include "rt/half.h"
 #include <math.h>
 
-static uint16_t to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
-static float from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
 
 /* One product: A m x k and B k x n in the layouts asked, lda/ldb padded by `pad`
  * elements (a pad that is not a multiple of 8 takes the kernel's unaligned path). */
@@ -26,20 +24,9 @@ static void tc_case(int type, int m, int n, int k, int ak, int bk, int pad, int 
     uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
     float *fa = g_rand(na, 11), *fb = g_rand(nb, 12), *hbias = g_rand(n, 13), *ref = malloc(nc * 4);
     double *mag = malloc(nc * sizeof(double));
-    for (size_t i = 0; i < na; i++) ha[i] = to16(type, fa[i]);
-    for (size_t i = 0; i < nb; i++) hb[i] = to16(type, fb[i]);
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double s = 0, s_abs = 0;
-            for (int q = 0; q < k; q++) {
-                double p = (double)from16(type, ha[ak ? (size_t)i * lda + q : (size_t)q * lda + i]) *
-                           from16(type, hb[bk ? (size_t)j * ldb + q : (size_t)q * ldb + j]);
-                s += p, s_abs += fabs(p);
-            }
-            float v = (float)s + (bias ? hbias[j] : 0.0f);
-            ref[(size_t)i * n + j] = relu && v < 0 ? 0.0f : v;
-            mag[(size_t)i * n + j] = s_abs + (bias ? fabs(hbias[j]) : 0);
-        }
+    for (size_t i = 0; i < na; i++) ha[i] = g_to16(type, fa[i]);
+    for (size_t i = 0; i < nb; i++) hb[i] = g_to16(type, fb[i]);
+    g_ref_gemm16(type, ha, lda, ak, hb, ldb, bk, m, n, k, bias ? hbias : NULL, relu, ref, mag);
     uint16_t *ga = g_up(ha, na * 2), *gb = g_up(hb, nb * 2);
     float *gbias = bias ? g_up(hbias, n * 4) : NULL, *gc = g_dev(nc * 4);
     k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = ak,
@@ -85,11 +72,7 @@ TEST(gpu_tc_gemm_layouts_odd_shapes)
  * through its 3 stages. Runs on the executor, and on a GPU only where it is an sm_90. */
 TEST(gpu_tc_gemm_wgmma)
 {
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
-        return;
-    }
+    if (!g_sm90()) return;
     static const int shapes[][4] = {{1, 1, 8, 0}, {64, 128, 32, 0}, {130, 200, 96, 0}, {70, 33, 45, 3}, {256, 136, 200, 0}};
     sm90 = 1;
     for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
@@ -110,14 +93,9 @@ unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
  * (2 warpgroups x 2 k16 steps a 32-deep slice, every block) where it should be. */
 TEST(gpu_tc_gemm_wgmma_mn_major)
 {
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
-        return;
-    }
+    if (!g_sm90()) return;
     char why[200];
-    setenv("DDPRT_WGMMA", "1", 1);
-    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    g_wgmma_on();
     static const int shapes[][4] = {{136, 200, 96, 0}, {130, 250, 50, 6}, {129, 131, 45, 3}};
     for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
         for (int ak = 0; ak < 2; ak++)
@@ -302,11 +280,7 @@ TEST(gpu_tc_conv_nhwc_matches_cpu_amp)
  * and on an sm_90 GPU. */
 TEST(gpu_tc_conv_linear_on_wgmma)
 {
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
-        return;
-    }
+    if (!g_sm90()) return;
     char why[200];
     CHECKF(k_cuda_wgmma_probe(why, sizeof why) == 1 && !k_cuda_wgmma_on(), "%s", why);
     setenv("DDPRT_WGMMA", "1", 1);

@@ -13,19 +13,6 @@
 unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
 #endif
 
-static uint16_t to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
-static float from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
-
-static int tma_skip(void)
-{
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: TMA and wgmma need an sm_90 GPU (H100/H200)");
-        return 1;
-    }
-    return 0;
-}
-
 /* wgmma on, TMA as asked (DDPRT_TMA=1 or 0): the decision must follow. */
 static void tma_set(int on)
 {
@@ -61,19 +48,9 @@ static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
     uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
     float *fa = g_rand(na, 21), *fb = g_rand(nb, 22), *hbias = g_rand(n, 23), *ref = malloc(nc * 4);
     double *mag = malloc(nc * sizeof(double));
-    for (size_t i = 0; i < na; i++) ha[i] = to16(type, fa[i]);
-    for (size_t i = 0; i < nb; i++) hb[i] = to16(type, fb[i]);
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double s = 0, s_abs = 0;
-            for (int q = 0; q < k; q++) {
-                double p = (double)from16(type, ha[(size_t)i * lda + q]) * from16(type, hb[(size_t)j * ldb + q]);
-                s += p, s_abs += fabs(p);
-            }
-            float v = (float)s + (bias ? hbias[j] : 0.0f);
-            ref[(size_t)i * n + j] = relu && v < 0 ? 0.0f : v;
-            mag[(size_t)i * n + j] = s_abs + (bias ? fabs(hbias[j]) : 0);
-        }
+    for (size_t i = 0; i < na; i++) ha[i] = g_to16(type, fa[i]);
+    for (size_t i = 0; i < nb; i++) hb[i] = g_to16(type, fb[i]);
+    g_ref_gemm16(type, ha, lda, 1, hb, ldb, 1, m, n, k, bias ? hbias : NULL, relu, ref, mag);
     uint16_t *ga = g_up(ha, na * 2), *gb = g_up(hb, nb * 2);
     float *gbias = bias ? g_up(hbias, n * 4) : NULL, *gc = g_dev(nc * 4), *c[2];
     k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = 1,
@@ -110,7 +87,7 @@ static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
 
 TEST(gpu_tc_tma_gemm_odd_shapes)
 {
-    if (tma_skip()) return;
+    if (!g_sm90()) return;
     /* one element; K under one stage; edges in m, n, k; K = 4 stages exactly; K past the
      * ring of 4 stages twice (10 slices) */
     static const int shapes[][3] = {{1, 1, 1}, {17, 9, 23}, {70, 130, 45}, {130, 200, 256}, {129, 136, 600}};
@@ -128,7 +105,7 @@ TEST(gpu_tc_tma_gemm_odd_shapes)
  * when TMA is on: the same bits as wg_gemm's; on the executor, its TMA copies counted. */
 TEST(gpu_tc_tma_linear_forward)
 {
-    if (tma_skip()) return;
+    if (!g_sm90()) return;
     enum { N = 130, IN = 72, OUT = 136 };
     int t = K_CUDA_MM_BF16;
     float *hx = g_rand((size_t)N * IN, 31), *hw = g_rand((size_t)IN * OUT, 32), *hb = g_rand(OUT, 33);
@@ -160,7 +137,7 @@ TEST(gpu_tc_tma_linear_forward)
 /* The probe (DDPRT_TMA=auto's start-up check) agrees on a working kernel. */
 TEST(gpu_tc_tma_probe_agrees)
 {
-    if (tma_skip()) return;
+    if (!g_sm90()) return;
     char why[300];
     tma_set(0);
     CHECKF(k_cuda_tma_probe(why, sizeof why) == 1, "%s", why);

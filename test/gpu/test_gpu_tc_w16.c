@@ -124,14 +124,9 @@ TEST(gpu_tc_w16_bitwise_equal_without)
  * 16-bit operand as it is, two k-contiguous 16-bit arrays on the cp.async one). */
 TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
 {
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
-        return;
-    }
+    if (!g_sm90()) return;
     char why[200];
-    setenv("DDPRT_WGMMA", "1", 1);
-    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    g_wgmma_on();
     static const int conv[9] = {1, 8, 12, 12, 136, 3, 3, 1, 1};
     conv_w16_case(K_CUDA_MM_BF16, conv);
     lin_w16_case(K_CUDA_MM_BF16, 0, 130, 72, 136);
@@ -151,14 +146,9 @@ TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
  * tile), none without. */
 TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
 {
-    g_init();
-    if (!G_SIMT && !strstr(port_cuda_device_desc(), "(sm_90,")) {
-        t_note("skipped: wgmma needs an sm_90 GPU (H100/H200)");
-        return;
-    }
+    if (!g_sm90()) return;
     char why[200];
-    setenv("DDPRT_WGMMA", "1", 1);
-    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
+    g_wgmma_on();
     static const int convs[][9] = {{1, 16, 12, 12, 128, 3, 3, 1, 1}, {1, 24, 13, 13, 130, 3, 3, 1, 1},
                                    {2, 136, 5, 5, 144, 1, 1, 1, 0}};
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {

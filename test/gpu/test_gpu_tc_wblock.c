@@ -2,11 +2,8 @@
  * update): its layouts element by element, and the products that take it (K_CUDA_MM_W16P)
  * bitwise equal to the same products permuting w themselves. Where the block serves
  * every product that reads w, w is NaN: a product that still read it would show. */
-#include "rt/half.h"
 #include "test/gpu/g.h"
 #include <math.h>
-
-static uint16_t h16(int t, float v) { return t == K_CUDA_MM_BF16 ? rt_f32_to_bf16(v) : rt_f32_to_f16(v); }
 
 /* The block as the kernels document it: K x RSC where C % 8 == 0 (else K x CRS), then
  * C x RSK where K % 8 == 0. */
@@ -17,7 +14,7 @@ static size_t block_bad(int t, const k_conv_shape *sh, const float *w, const uin
     for (int k = 0; k < K; k++)
         for (int c = 0; c < C; c++)
             for (int rs = 0; rs < RS; rs++) {
-                uint16_t v = h16(t, w[((size_t)k * C + c) * RS + rs]);
+                uint16_t v = g_to16(t, w[((size_t)k * C + c) * RS + rs]);
                 size_t a = C % 8 == 0 ? ((size_t)k * RS + rs) * C + c : ((size_t)k * C + c) * RS + rs;
                 bad += blk[a] != v;
                 if (K % 8 == 0) bad += blk[n + ((size_t)c * RS + rs) * K + k] != v;

@@ -291,11 +291,6 @@ const char *warp_name(int k)
                               "wgmma.mma_async"};
     return n[k];
 }
-const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
 
 // "0-127, 130" for the threads in state st in [first, end) (and, for waits, at this site).
 std::string thread_set(int st, const char *file = NULL, int line = 0, int first = 0, int end = -1)

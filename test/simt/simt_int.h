@@ -72,8 +72,17 @@ int tma_wait_ready(const void *bar, unsigned parity, int thr, char *why, size_t 
 std::string tma_describe(const void *bar, unsigned parity);
 void tma_block_start(int nthr);
 int tma_read_check(const void *p, size_t n, int first, int count, const char *op, char *why, size_t len);
+// The instruction checks' helpers (simt_tc.cc, simt_tma.cc): a path's file name; the GPU
+// thread making a per-thread call (fatal outside a kernel); [p, p + n) inside one of the
+// running kernel's shared arrays (true without its symbol table: the check needs them).
+const char *base_name(const char *path);
+int calling_thread(const char *op, const char *file, int line);
+bool in_shared(const void *p, size_t n);
 // Environment: the thread order (0 forward, 1 reversed, 2 random, 3 warps) and its seed.
 int sched_order();
 unsigned long long sched_seed();
 } // namespace simt
+using simt::base_name;
+using simt::calling_thread;
 using simt::die;
+using simt::in_shared;

@@ -55,6 +55,28 @@ struct tsan_hide {
 };
 #endif
 
+const char *simt::base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int simt::calling_thread(const char *op, const char *file, int line)
+{
+    int t = simt::cur_lin();
+    if (t < 0) die("%s at %s:%d called outside a kernel", op, base_name(file), line);
+    return t;
+}
+
+bool simt::in_shared(const void *p, size_t n)
+{
+    simt::kinfo *k = simt::running_kinfo();
+    if (!k || k->sym.empty()) return true;
+    for (auto &v : k->vars)
+        if ((const char *)p >= v.first && (const char *)p + n <= v.first + v.second) return true;
+    return false;
+}
+
 namespace {
 enum { PENDING, DONE };
 struct copy {
@@ -93,11 +115,6 @@ std::vector<wg_pend> wg_pending;
 int wg_committed[1024];
 unsigned char wg_fenced[1024];
 
-const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
 
 std::string where(const char *op, const char *file, int line)
 {
@@ -106,16 +123,6 @@ std::string where(const char *op, const char *file, int line)
     return b;
 }
 
-// [p, p + n) inside one of the running kernel's static shared arrays. Unknown (no
-// symbol table) counts as inside: the check needs the kernel's variables.
-bool in_shared(const void *p, size_t n)
-{
-    simt::kinfo *k = simt::running_kinfo();
-    if (!k || k->sym.empty()) return true;
-    for (auto &v : k->vars)
-        if ((const char *)p >= v.first && (const char *)p + n <= v.first + v.second) return true;
-    return false;
-}
 
 bool overlaps(const copy &c, const char *p, size_t n) { return p < c.dst + c.bytes && c.dst < p + n; }
 
@@ -184,13 +191,6 @@ const char *shared_base()
     return b;
 }
 
-// The GPU thread making a per-thread call (cp.async, wgmma's fence / commit / wait).
-int calling_thread(const char *op, const char *file, int line)
-{
-    int t = simt::cur_lin();
-    if (t < 0) die("%s at %s:%d called outside a kernel", op, base_name(file), line);
-    return t;
-}
 
 // Byte offset of element (r, k) of a K-major, no-swizzle operand: core matrices of 8
 // rows x 16 bytes, the next 8 rows SBO bytes on, the next 8 k LBO bytes on.

@@ -79,27 +79,6 @@ std::unordered_map<uintptr_t, int> tgran; // 16-byte granule -> the latest TMA c
 int block_threads;
 unsigned long long tma_issued;
 
-const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
-int calling(const char *op, const char *file, int line)
-{
-    int t = simt::cur_lin();
-    if (t < 0) die("%s at %s:%d called outside a kernel", op, base_name(file), line);
-    return t;
-}
-
-bool in_shared(const void *p, size_t n)
-{
-    simt::kinfo *k = simt::running_kinfo();
-    if (!k || k->sym.empty()) return true;
-    for (auto &v : k->vars)
-        if ((const char *)p >= v.first && (const char *)p + n <= v.first + v.second) return true;
-    return false;
-}
 
 const char *shared_base()
 {
@@ -201,7 +180,7 @@ const char *simt::tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, 
 void simt::mbar_init(const char *file, int line, void *bar, unsigned count)
 {
     tma_hide hide;
-    int t = calling("mbarrier.init", file, line);
+    int t = calling_thread("mbarrier.init", file, line);
     char b[320];
     if ((uintptr_t)bar % 8 || !in_shared(bar, 8)) {
         snprintf(b, sizeof b, "mbarrier.init at %s:%d: %p is not 8-byte aligned shared memory", base_name(file), line,
@@ -224,7 +203,7 @@ unsigned long long simt::mbar_arrive(const char *file, int line, void *bar, unsi
 {
     tma_hide hide;
     const char *op = tx ? "mbarrier.arrive.expect_tx" : "mbarrier.arrive";
-    int t = calling(op, file, line);
+    int t = calling_thread(op, file, line);
     mbar *m = use(bar, t, op, file, line);
     if (!m) return 0;
     unsigned long long state = m->phase;
@@ -246,7 +225,7 @@ unsigned long long simt::mbar_arrive(const char *file, int line, void *bar, unsi
 void simt::mbar_expect_tx(const char *file, int line, void *bar, unsigned tx)
 {
     tma_hide hide;
-    int t = calling("mbarrier.expect_tx", file, line);
+    int t = calling_thread("mbarrier.expect_tx", file, line);
     mbar *m = use(bar, t, "mbarrier.expect_tx", file, line);
     if (m) m->tx += tx;
 }
@@ -256,7 +235,7 @@ void simt::mbar_wait(const char *file, int line, void *bar, unsigned parity)
     int t;
     {
         tma_hide hide;
-        t = calling("mbarrier.try_wait.parity", file, line);
+        t = calling_thread("mbarrier.try_wait.parity", file, line);
         if (!use(bar, t, "mbarrier.try_wait.parity", file, line)) return;
         char why[400];
         int r = tma_wait_ready(bar, parity & 1, t, why, sizeof why);
@@ -309,7 +288,7 @@ void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *m
 {
     tma_hide hide;
     const char *op = "cp.async.bulk.tensor.2d";
-    int t = calling(op, file, line);
+    int t = calling_thread(op, file, line);
     char b[480];
     map_rec r;
     memcpy(&r, map, sizeof r);

@@ -58,6 +58,16 @@ static inline void g_wgmma_on(void)
     CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_wgmma_on(), "%s", why);
 }
 
+/* wgmma (and TMA) off again (DDPRT_WGMMA=0: mma.sync), the variable unset after. */
+static inline void g_wgmma_off(void)
+{
+    char why[300];
+    setenv("DDPRT_WGMMA", "0", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on() && !k_cuda_tma_on() &&
+           strstr(why, "DDPRT_WGMMA=0"), "%s", why);
+    unsetenv("DDPRT_WGMMA");
+}
+
 /* fp32 to a 16-bit type's bits (K_CUDA_MM_BF16 or _F16) and back, as the kernels round. */
 static inline uint16_t g_to16(int type, float f) { return type == K_CUDA_MM_BF16 ? rt_f32_to_bf16(f) : rt_f32_to_f16(f); }
 static inline float g_from16(int type, uint16_t h) { return type == K_CUDA_MM_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }

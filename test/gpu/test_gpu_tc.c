@@ -94,7 +94,6 @@ unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
 TEST(gpu_tc_gemm_wgmma_mn_major)
 {
     if (!g_sm90()) return;
-    char why[200];
     g_wgmma_on();
     static const int shapes[][4] = {{136, 200, 96, 0}, {130, 250, 50, 6}, {129, 131, 45, 3}};
     for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
@@ -120,9 +119,7 @@ TEST(gpu_tc_gemm_wgmma_mn_major)
                     }
 #endif
                 }
-    setenv("DDPRT_WGMMA", "0", 1);
-    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
-    unsetenv("DDPRT_WGMMA");
+    g_wgmma_off();
 }
 
 /* The 128x128 tile (64 or more output tiles), the 3-stage pipeline over many slices. */
@@ -297,7 +294,5 @@ TEST(gpu_tc_conv_linear_on_wgmma)
         linear_mm_case(mm, 1024, 130, 128); /* the weight gradient split over k */
         for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_mm_case(mm, convs[i]);
     }
-    setenv("DDPRT_WGMMA", "0", 1);
-    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on() && strstr(why, "DDPRT_WGMMA=0"));
-    unsetenv("DDPRT_WGMMA");
+    g_wgmma_off();
 }

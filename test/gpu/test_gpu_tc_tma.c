@@ -24,11 +24,8 @@ static void tma_set(int on)
 
 static void tma_reset(void)
 {
-    char why[300];
     unsetenv("DDPRT_TMA");
-    setenv("DDPRT_WGMMA", "0", 1);
-    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_tma_on());
-    unsetenv("DDPRT_WGMMA");
+    g_wgmma_off();
 }
 
 #if DDPRT_SIMT

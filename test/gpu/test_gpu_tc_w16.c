@@ -125,15 +125,12 @@ TEST(gpu_tc_w16_bitwise_equal_without)
 TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
 {
     if (!g_sm90()) return;
-    char why[200];
     g_wgmma_on();
     static const int conv[9] = {1, 8, 12, 12, 136, 3, 3, 1, 1};
     conv_w16_case(K_CUDA_MM_BF16, conv);
     lin_w16_case(K_CUDA_MM_BF16, 0, 130, 72, 136);
     lin_w16_case(K_CUDA_MM_F16, 1, 136, 40, 128);
-    setenv("DDPRT_WGMMA", "0", 1);
-    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
-    unsetenv("DDPRT_WGMMA");
+    g_wgmma_off();
 }
 
 /* conv's weight gradient on wgmma: on the NHWC copies (a workspace) it is wg_gemm on two
@@ -147,7 +144,6 @@ TEST(gpu_tc_w16_bitwise_equal_on_wgmma)
 TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
 {
     if (!g_sm90()) return;
-    char why[200];
     g_wgmma_on();
     static const int convs[][9] = {{1, 16, 12, 12, 128, 3, 3, 1, 1}, {1, 24, 13, 13, 130, 3, 3, 1, 1},
                                    {2, 136, 5, 5, 144, 1, 1, 1, 0}};
@@ -185,9 +181,7 @@ TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
         port_dev_free(ws);
         free(hx), free(hdy);
     }
-    setenv("DDPRT_WGMMA", "0", 1);
-    CHECK(k_cuda_wgmma_setup(why, sizeof why) == 0 && !k_cuda_wgmma_on());
-    unsetenv("DDPRT_WGMMA");
+    g_wgmma_off();
 }
 
 #if DDPRT_SIMT

@@ -78,6 +78,7 @@ int tma_read_check(const void *p, size_t n, int first, int count, const char *op
 const char *base_name(const char *path);
 int calling_thread(const char *op, const char *file, int line);
 bool in_shared(const void *p, size_t n);
+const char *shared_base(); // where the running kernel's shared memory starts (descriptors hold offsets)
 // Environment: the thread order (0 forward, 1 reversed, 2 random, 3 warps) and its seed.
 int sched_order();
 unsigned long long sched_seed();
@@ -86,3 +87,4 @@ using simt::base_name;
 using simt::calling_thread;
 using simt::die;
 using simt::in_shared;
+using simt::shared_base;

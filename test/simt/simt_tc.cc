@@ -68,6 +68,16 @@ int simt::calling_thread(const char *op, const char *file, int line)
     return t;
 }
 
+const char *simt::shared_base()
+{
+    simt::kinfo *k = simt::running_kinfo();
+    const char *b = NULL;
+    if (k)
+        for (auto &v : k->vars)
+            if (!b || v.first < b) b = v.first;
+    return b;
+}
+
 bool simt::in_shared(const void *p, size_t n)
 {
     simt::kinfo *k = simt::running_kinfo();
@@ -179,16 +189,6 @@ void mma(int kind, void *const lanes[32])
         int g = l >> 2, t = l & 3;
         for (int i = 0; i < 4; i++) x->d[i] = D[g + (i >> 1) * 8][2 * t + (i & 1)];
     }
-}
-// The running kernel's shared memory starts here (descriptor addresses are offsets).
-const char *shared_base()
-{
-    simt::kinfo *k = simt::running_kinfo();
-    const char *b = NULL;
-    if (k)
-        for (auto &v : k->vars)
-            if (!b || v.first < b) b = v.first;
-    return b;
 }
 
 

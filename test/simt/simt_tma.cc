@@ -80,15 +80,6 @@ int block_threads;
 unsigned long long tma_issued;
 
 
-const char *shared_base()
-{
-    simt::kinfo *k = simt::running_kinfo();
-    const char *b = NULL;
-    if (k)
-        for (auto &v : k->vars)
-            if (!b || v.first < b) b = v.first;
-    return b;
-}
 
 // "the mbarrier at shared offset N (init at file:line)"
 std::string bar_name(uintptr_t a)

@@ -34,7 +34,10 @@ size_t k_cuda_conv2d_workspace(const k_conv_shape *sh);
  * and ws is 16-byte aligned); k_cuda_conv2d_workspace is the largest over precisions.
  * A NULL ws: no split-K and no copies (the gathers). */
 size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh);
+/* linear's (Conv1D's) at precision mm: with bf16 / f16 products the backward's 16-bit copy
+ * of dy too (where out % 8 == 0); the plain forms are the largest over precisions. */
 size_t k_cuda_linear_workspace(int n, int in, int out);
+size_t k_cuda_linear_workspace_mm(int mm, int n, int in, int out);
 
 int k_cuda_conv2d_fwd(const k_conv_shape *sh, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s);
@@ -287,6 +290,7 @@ int k_cuda_tok_pos_embed_fwd(int b, int len, int c, const int32_t *ids, int ld, 
 int k_cuda_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *ids, int ld, const float *dy,
                              float *dwte, float *dwpe, int acc, port_stream s);
 size_t k_cuda_conv1d_hf_workspace(int n, int in, int out);
+size_t k_cuda_conv1d_hf_workspace_mm(int mm, int n, int in, int out);
 int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws,
                          port_stream s);
 int k_cuda_conv1d_hf_bwd(int n, int in, int out, const float *x, const float *w, const float *dy, float *dx,

@@ -33,13 +33,16 @@ __global__ void linear_bias_grad(int n, int out, const float *dy, float *db)
 
 } // namespace
 
-size_t k_cuda_linear_workspace(int n, int in, int out)
+// The split-K partials, after the backward's 16-bit dy (k_dy16) at bf16 / f16.
+size_t k_cuda_linear_workspace_mm(int mm, int n, int in, int out)
 {
     size_t a = k_cuda_gemm_ws_bytes(n, out, in), b = k_cuda_gemm_ws_bytes(n, in, out);
     size_t c = k_cuda_gemm_ws_bytes(out, in, n);
     size_t m = a > b ? a : b;
-    return m > c ? m : c;
+    return (m > c ? m : c) + k_dy16_bytes(mm, n, out);
 }
+
+size_t k_cuda_linear_workspace(int n, int in, int out) { return k_cuda_linear_workspace_mm(K_CUDA_MM_BF16, n, in, out); }
 
 int k_cuda_linear_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y,
                       void *ws, port_stream s)
@@ -81,27 +84,36 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (k_act_mm_check(mm, "k_cuda_linear_bwd", shp)) return -1;
+    int err;
+    void *wp = ws; // past the 16-bit dy where it is made
+    const uint16_t *d16 = k_dy16(mm, n, out, dy, &wp, cs, &err);
+    if (err) return -1;
+    TcRawK dk{};
+    TcRawMN dm{};
+    bool raw = d16 && k_tc_raw(dk, mm, d16, out) && k_tc_raw(dm, mm, d16, out);
     if (dx) {
+        const char *k = "k_cuda_linear_bwd (input grad)";
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (k_cuda_gemm_w16<TcRawMN, false>(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, a, w16, in, b, st,
-                                            ws, cs))
+        if (raw ? k_cuda_gemm_w16<TcRawMN, true>(mm, k, shp, n, in, out, dk, w16, in, b, st, wp, cs)
+                : k_cuda_gemm_w16<TcRawMN, false>(mm, k, shp, n, in, out, a, w16, in, b, st, wp, cs))
             return -1;
     }
     KgColA a = {dy, out};
     Store st = {dw, in};
     const char *kw = "k_cuda_linear_bwd (weight grad)";
-    if (mm & K_CUDA_MM_X16) { // a 16-bit x by cp.async where its rows are aligned
-        TcRawMN xr;
-        KgActRowB b = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
-        if (k_tc_raw(xr, mm, x, in) ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xr, st, ws, cs)
-                                    : k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, b, st, ws, cs))
-            return -1;
-    } else {
-        KgRowB b = {x, in};
-        if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kw, shp, out, in, n, a, b, st, ws, cs)) return -1;
-    }
+    TcRawMN xr;
+    KgActRowB xa = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
+    KgRowB xf = {x, in};
+    bool x16 = mm & K_CUDA_MM_X16, xraw = x16 && k_tc_raw(xr, mm, x, in); // a 16-bit x by cp.async where aligned
+    if (raw ? (xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xr, st, wp, cs)
+               : x16 ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xa, st, wp, cs)
+                     : k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xf, st, wp, cs))
+        : xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xr, st, wp, cs)
+        : x16  ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xa, st, wp, cs)
+               : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kw, shp, out, in, n, a, xf, st, wp, cs))
+        return -1;
     if (!db) return 0; // no bias
     K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);
     return k_cuda_check_launch("k_cuda_linear_bwd (bias grad)", "%s", shp);

@@ -482,3 +482,27 @@ static int k_cuda_gemm_w16(int mm, const char *kernel, const char *shapes, int M
     if constexpr (A16) return k_cuda_gemm_mm16(mm, kernel, shapes, M, N, K, a, gb, st, ws, s);
     else return k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kernel, shapes, M, N, K, a, gb, st, ws, s);
 }
+
+// linear's and Conv1D's backward at bf16 / f16: dy (fp32) rounded once into a 16-bit array
+// at the front of the workspace, so both products (dX, dW) copy it by cp.async (wg_gemm /
+// wt_gemm on sm_90, the two-array kernel on sm_80) instead of gathering and rounding fp32
+// through registers in every tile; the same rounding (rt/half.h's), so the same bits.
+// k_dy16_bytes: its room (0 where not taken: fp32 / TF32 products, rows of `out` not
+// 16-byte aligned). k_dy16: the copy and *ws moved past it (to the split-K partials), or
+// NULL where not taken or ws is NULL / misaligned (the gathers as before); *err -1 when
+// the conversion's launch failed.
+static inline size_t k_dy16_bytes(int mm, int n, int out)
+{
+    return k_cuda_mm16(mm) && out % 8 == 0 ? ((size_t)n * out * 2 + 255) / 256 * 256 : 0;
+}
+static inline const uint16_t *k_dy16(int mm, int n, int out, const float *dy, void **ws, cudaStream_t s, int *err)
+{
+    size_t b = k_dy16_bytes(mm, n, out);
+    *err = 0;
+    if (!b || !*ws || ((uintptr_t)*ws & 15)) return NULL;
+    uint16_t *d = (uint16_t *)*ws;
+    *err = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16((size_t)n * out, dy, d, s)
+                                                   : k_cuda_f32_to_f16((size_t)n * out, dy, d, s);
+    *ws = (char *)*ws + b;
+    return d;
+}

@@ -322,13 +322,19 @@ int k_cuda_tok_pos_embed_bwd(int b, int len, int c, int vocab, const int32_t *id
     return k_cuda_check_launch("k_cuda_tok_pos_embed_bwd (wte)", "b=%d len=%d c=%d", b, len, c);
 }
 
-// For n rows exactly (the op plans every batch size).
-size_t k_cuda_conv1d_hf_workspace(int n, int in, int out)
+// For n rows exactly (the op plans every batch size): the split-K partials, after the
+// backward's 16-bit dy (k_dy16) at bf16 / f16.
+size_t k_cuda_conv1d_hf_workspace_mm(int mm, int n, int in, int out)
 {
     size_t a = k_cuda_gemm_ws_bytes(n, out, in), b = k_cuda_gemm_ws_bytes(n, in, out);
     size_t c = k_cuda_gemm_ws_bytes(in, out, n);
     size_t m = a > b ? a : b;
-    return m > c ? m : c;
+    return (m > c ? m : c) + k_dy16_bytes(mm, n, out);
+}
+
+size_t k_cuda_conv1d_hf_workspace(int n, int in, int out)
+{
+    return k_cuda_conv1d_hf_workspace_mm(K_CUDA_MM_BF16, n, in, out);
 }
 
 int k_cuda_conv1d_hf_fwd(int n, int in, int out, const float *x, const float *w, const float *b, float *y, void *ws,
@@ -373,12 +379,21 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (k_act_mm_check(mm, "k_cuda_conv1d_hf_bwd", shp)) return -1;
+    int err;
+    void *wp = ws; // past the 16-bit dy where it is made
+    const uint16_t *d16 = k_dy16(mm, n, out, dy, &wp, cs, &err);
+    if (err) return -1;
+    TcRawK dk{};
+    TcRawMN dm{};
+    bool raw = d16 && k_tc_raw(dk, mm, d16, out) && k_tc_raw(dm, mm, d16, out);
     if (dx) { // dx[n, in] = dy[n, out] w^T
         const char *k = "k_cuda_conv1d_hf_bwd (input grad)";
         KgRowA a = {dy, out};
         KgColB b = {w, out};
         Put st = {dx, NULL, in, 0};
-        if (k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, in, out, a, w16, out, b, st, ws, cs)) return -1;
+        if (raw ? k_cuda_gemm_w16<TcRawK, true>(mm, k, shp, n, in, out, dk, w16, out, b, st, wp, cs)
+                : k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, in, out, a, w16, out, b, st, wp, cs))
+            return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
         const char *k = "k_cuda_conv1d_hf_bwd (weight grad)";
@@ -387,9 +402,13 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
         TcRawMN xr;
         KgActColA xa = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
         KgColA a = {x, in};
-        if (!(mm & K_CUDA_MM_X16) ? k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, in, out, n, a, b, st, ws, cs)
-            : k_tc_raw(xr, mm, x, in) ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, b, st, ws, cs)
-                                      : k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, b, st, ws, cs))
+        bool x16 = mm & K_CUDA_MM_X16, xraw = x16 && k_tc_raw(xr, mm, x, in);
+        if (raw ? (xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, dm, st, wp, cs)
+                   : x16 ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, dm, st, wp, cs)
+                         : k_cuda_gemm_mm16(mm, k, shp, in, out, n, a, dm, st, wp, cs))
+            : !x16 ? k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, in, out, n, a, b, st, wp, cs)
+            : xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, b, st, wp, cs)
+                   : k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, b, st, wp, cs))
             return -1;
     }
     if (!db) return 0;

@@ -76,12 +76,14 @@ static int c1_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
                                    nn_pg(g, n, 1), r->ws, r->stream);
 }
 
-/* split-K scratch for every batch up to max_batch (the split count depends on the rows) */
+/* split-K scratch (and the backward's 16-bit dy) for every batch up to max_batch (the split count
+ * depends on the rows) */
 static size_t c1_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
     size_t m = 0;
     for (int b = 1; b <= max_batch; b++) {
-        size_t w = k_cuda_conv1d_hf_workspace(b * n->out.c * n->out.h, nn_in(g, n, 0)->out.w, n->out.w);
+        size_t w = k_cuda_conv1d_hf_workspace_mm(nn_cuda_mm(g), b * n->out.c * n->out.h, nn_in(g, n, 0)->out.w,
+                                                 n->out.w);
         m = w > m ? w : m;
     }
     return m;

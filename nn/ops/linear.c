@@ -51,7 +51,7 @@ static size_t linear_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
     size_t need = 0;
     for (int b = 1; b <= max_batch; b++) {
-        size_t w = k_cuda_linear_workspace(b, nn_in(g, n, 0)->out.c, n->out.c);
+        size_t w = k_cuda_linear_workspace_mm(nn_cuda_mm(g), b, nn_in(g, n, 0)->out.c, n->out.c);
         if (w > need) need = w;
     }
     return need;

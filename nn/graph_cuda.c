@@ -138,6 +138,16 @@ static void carve_pin(nn_cuda *c, rt_arena *a)
     c->stage = c->stage_bytes ? rt_arena_alloc(a, c->stage_bytes, RT_MEM_COMM, "allreduce staging") : NULL;
 }
 
+/* Whether parameter i's plain 16-bit copy goes uncast: a conv weight whose op block
+ * (n->w16) is all its products read (nn/ops/conv.c's conv_w16). Its bytes (6 a weight:
+ * ResNet-18's 11M, ~66 MB an update) for one more launch a conv (the runs between). */
+static int cast_skips(const nn_graph *g, int i)
+{
+    const nn_node *n = &g->nodes[g->p[i].node]; /* (n->w16 is NULL on a planning arena) */
+    return g->amp != NN_AMP_NONE && i == n->p0 && n->op->w16_elems_cuda &&
+           n->op->w16_elems_cuda(g, n) > 0;
+}
+
 /* --mem-report: what the 16-bit activations saved (the plan again with them off). */
 static int mem_report_act16(nn_cuda *c, char *err, size_t errlen)
 {
@@ -171,9 +181,12 @@ int nn_cuda_setup(nn_cuda *c, nn_graph *host, size_t stage_bytes, int mem_report
         size_t lay = 0;
         for (int i = 0; i < c->dg.nn; i++)
             if (c->dg.nodes[i].op->w16_elems_cuda) lay += c->dg.nodes[i].op->w16_elems_cuda(&c->dg, &c->dg.nodes[i]);
-        printf("device 16-bit weights: %.2f MiB for %zu parameters, %.2f MiB in the convs' NHWC layouts (--amp's "
-               "copies for the tensor cores, made once an update; in params above)\n",
-               c->dg.nparams * sizeof(uint16_t) / 1048576.0, c->dg.nparams, lay * sizeof(uint16_t) / 1048576.0);
+        size_t skip = 0;
+        for (int i = 0; i < c->dg.np; i++) skip += cast_skips(&c->dg, i) ? c->dg.p[i].numel : 0;
+        printf("device 16-bit weights: %.2f MiB for %zu parameters (%zu of them, convs' with a block, left uncast "
+               "there), %.2f MiB in the convs' NHWC layouts (--amp's copies for the tensor cores, made once an "
+               "update; in params above)\n",
+               c->dg.nparams * sizeof(uint16_t) / 1048576.0, c->dg.nparams, skip, lay * sizeof(uint16_t) / 1048576.0);
     }
     if (mem_report && host->act16 && mem_report_act16(c, err, errlen)) return -1;
     if (port_dev_malloc(&c->dev_base, plan.high, "device arena")) goto fail;
@@ -219,14 +232,25 @@ int nn_cuda_scaler(const nn_cuda *c, nn_scaler *s)
  * fp32 operands (the same bits as reading w): after every change of the fp32 weights, i.e.
  * at upload (start-up, resume) and after each optimizer update - once a step, not once
  * a forward (--accum-steps runs several forwards on the same weights), and never for a
- * skipped fp16 step. On the compute stream, so the next forward reads the new copy. */
+ * skipped fp16 step. On the compute stream, so the next forward reads the new copy. The
+ * plain copy in runs of parameters between those cast_skips leaves out (one launch a run). */
 static int cast_params16(nn_cuda *c)
 {
     nn_graph *g = &c->dg;
     if (!g->params16) return 0;
-    if (g->amp == NN_AMP_BF16 ? k_cuda_f32_to_bf16(g->nparams, g->params, g->params16, c->compute)
-                              : k_cuda_f32_to_f16(g->nparams, g->params, g->params16, c->compute))
-        return -1;
+    for (int i = 0; i < g->np;) {
+        if (cast_skips(g, i)) {
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < g->np && !cast_skips(g, j)) j++;
+        size_t a = g->p[i].offset, n = j < g->np ? g->p[j].offset - a : g->nparams - a;
+        if (g->amp == NN_AMP_BF16 ? k_cuda_f32_to_bf16(n, g->params + a, g->params16 + a, c->compute)
+                                  : k_cuda_f32_to_f16(n, g->params + a, g->params16 + a, c->compute))
+            return -1;
+        i = j;
+    }
     for (int i = 0; i < g->nn; i++)
         if (g->nodes[i].w16 && g->nodes[i].op->w16_prep_cuda(g, &g->nodes[i], c->compute)) return -1;
     return 0;

@@ -32,7 +32,9 @@ size_t k_cuda_conv2d_workspace(const k_conv_shape *sh);
 /* conv's at precision mm (K_CUDA_MM_*): with bf16 / f16 products it holds the 16-bit
  * NHWC copies of x, w, dy too (k_cuda_conv.cu; taken where channels are multiples of 8
  * and ws is 16-byte aligned); k_cuda_conv2d_workspace is the largest over precisions.
- * A NULL ws: no split-K and no copies (the gathers). */
+ * A NULL ws: no split-K and no copies (the gathers). mm with K_CUDA_MM_W16P: without the
+ * weights' copy (the caller passes k_cuda_conv2d_w16_prep's block; the calls then refuse
+ * W16P without a 16-byte aligned block). */
 size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh);
 /* linear's (Conv1D's) at precision mm: with bf16 / f16 products the backward's 16-bit copy
  * of dy too (where out % 8 == 0); the plain forms are the largest over precisions. */
@@ -115,6 +117,11 @@ enum { K_CUDA_ACT_F32 = 0 };
 /* conv's w16 is the block k_cuda_conv2d_w16_prep wrote (its 16-bit weights in the layouts
  * the products read), not w's plain 16-bit copy: or'd into conv's mm. */
 enum { K_CUDA_MM_W16P = 64 };
+/* conv's activations channels last (bf16 / f16 with a workspace, k_cuda_nhwc.h): XNHWC x
+ * (then 16-bit, K_CUDA_MM_X16) and dx are [n, h, w, c]; YNHWC y and dy are [n, p, q, k].
+ * The products read x / dy there instead of permuting them into the workspace (dy fp32
+ * still takes its 16-bit copy, unpermuted). Needs C (XNHWC) / K (YNHWC) in multiples of 8. */
+enum { K_CUDA_MM_XNHWC = 128, K_CUDA_MM_YNHWC = 256 };
 /* Products of a 16-bit type (bf16 / f16) at precision mm: the tensor cores' 16-bit path. */
 static inline int k_cuda_mm16(int mm)
 {

@@ -12,6 +12,7 @@
 // The input gradient is a gather, not a scatter: each dx element is written once, in a
 // fixed order, with no atomics.
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
+#include "kernels/cuda/k_cuda_nhwc.h"
 #include <algorithm>
 #include <stdio.h>
 
@@ -82,13 +83,14 @@ struct FwdB {
         return x_at(g, x, xt, n, c, p * g.st - g.pad + r, q * g.st - g.pad + s);
     }
 };
-struct FwdStore {
-    Geo g; const float *b; void *y; int yt;
+struct FwdStore { // nhwc: y [n, p, q, k] (K_CUDA_MM_YNHWC), column j = (n, p, q) its row
+    Geo g; const float *b; void *y; int yt, nhwc;
     __host__ __device__ void operator()(int, int m, int j, float v) const
     {
         int n, pq;
         g.dPQ.qr(j, n, pq);
-        k_act_st(y, yt, ((size_t)n * g.K + m) * g.PQ() + pq, v + (b ? b[m] : 0.0f));
+        size_t i = nhwc ? (size_t)j * g.K + m : ((size_t)n * g.K + m) * g.PQ() + pq;
+        k_act_st(y, yt, i, v + (b ? b[m] : 0.0f));
     }
 };
 
@@ -117,25 +119,25 @@ struct DxB {
         return dy[(((size_t)n * g.K + kk) * g.P + p) * g.Q + q];
     }
 };
-struct DxStore {
-    Geo g; float *dx;
+struct DxStore { // nhwc: dx [n, h, w, c] (K_CUDA_MM_XNHWC)
+    Geo g; float *dx; int nhwc;
     __host__ __device__ void operator()(int, int c, int j, float v) const
     {
         int n, hw;
         g.dHW.qr(j, n, hw);
-        dx[((size_t)n * g.C + c) * g.HW() + hw] = v;
+        dx[nhwc ? (size_t)j * g.C + c : ((size_t)n * g.C + c) * g.HW() + hw] = v;
     }
 };
 
 // ---- weight gradient: A = dy [K x NPQ], B = patches^T [NPQ x CRS]
-struct DwA {
+struct DwA { // nhwc: dy [n, p, q, k] (K_CUDA_MM_YNHWC), k = (n, p, q) its row
     static constexpr bool k_fast = true;
-    Geo g; const float *dy;
+    Geo g; const float *dy; int nhwc;
     __host__ __device__ float operator()(int m, int k) const
     {
         int n, pq;
         g.dPQ.qr(k, n, pq);
-        return dy[((size_t)n * g.K + m) * g.PQ() + pq];
+        return dy[nhwc ? (size_t)k * g.K + m : ((size_t)n * g.K + m) * g.PQ() + pq];
     }
 };
 struct DwB {
@@ -187,9 +189,13 @@ __global__ void conv_chan_last(int B, int Cn, int ncb, Div dncb, const void *x, 
     }
 }
 
+// Every chan_last launch (the channels-last activations' tests count the calls that
+// still permute x or dy; host-side, relaxed: a count, not an order).
+static unsigned long chan_last_calls;
 static int chan_last(int mm, int A, int B, int Cn, const void *x, int xt, unsigned short *y, cudaStream_t s,
                      const char *what, const char *shp)
 {
+    __atomic_fetch_add(&chan_last_calls, 1ul, __ATOMIC_RELAXED);
     int ncb = (Cn + 7) / 8;
     dim3 grid(std::min(k_cuda_blocks((size_t)B * ncb), 65535u), (unsigned)A);
     if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16)
@@ -262,7 +268,8 @@ struct ConvWs {
     size_t xh, wh, dyh, end; // byte offsets
 };
 static size_t up16(size_t b) { return (b + 15) & ~(size_t)15; }
-static ConvWs conv_ws(const Geo &g, int copies)
+// w16p: the caller passes k_cuda_conv2d_w16_prep's block (K_CUDA_MM_W16P), so no wh.
+static ConvWs conv_ws(const Geo &g, int copies, int w16p)
 {
     size_t a = k_cuda_gemm_ws_bytes(g.K, g.N * g.PQ(), g.C * g.RS());
     size_t b = k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
@@ -271,7 +278,7 @@ static ConvWs conv_ws(const Geo &g, int copies)
     ConvWs w;
     w.xh = up16(std::max(a, std::max(b, c)));
     w.wh = w.xh + (cx ? up16((size_t)2 * g.N * g.HW() * g.C) : 0);
-    w.dyh = w.wh + (cx || ck ? up16((size_t)2 * g.K * g.C * g.RS()) : 0);
+    w.dyh = w.wh + ((cx || ck) && !w16p ? up16((size_t)2 * g.K * g.C * g.RS()) : 0);
     w.end = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
     return w;
 }
@@ -286,16 +293,47 @@ static const unsigned short *w16_block(int mm, const uint16_t *w16)
                                                                                        : NULL;
 }
 static size_t w_elems(const Geo &g) { return (size_t)g.K * g.C * g.RS(); }
+// A workspace sized with K_CUDA_MM_W16P has no room for wh: the block must be there.
+static int w16p_check(int mm, const char *cw, const unsigned short *wp, const char *k, const char *shp)
+{
+    if (!cw || !(mm & K_CUDA_MM_W16P) || wp) return 0;
+    port_cuda_fail("%s(%s): K_CUDA_MM_W16P without a 16-byte aligned weight block", k, shp);
+    return -1;
+}
+// Channels-last activations (k_cuda.h's K_CUDA_MM_XNHWC / YNHWC) where the NHWC copies'
+// path reads them: x, dx on it (C % 8; a 16-bit x is read as xh is, an fp32 one rounded
+// into xh unpermuted), dy on the input grad's (K % 8; the weight grad's gathers take dy
+// channels last too, the stem conv's C = 3), y, dx, db stored either way.
+static int nhwc_check(int mm, const Geo &g, const char *cw, const void *x, const char *k, const char *shp)
+{
+    const int xn = mm & K_CUDA_MM_XNHWC, yn = mm & K_CUDA_MM_YNHWC;
+    if (!xn && !yn) return 0;
+    if (cw && (!xn || (g.C % 8 == 0 && !((uintptr_t)x & 15))) && (!yn || g.K % 8 == 0)) return 0;
+    port_cuda_fail("%s(%s): channels-last activations need bf16 / f16 products, a 16-byte aligned workspace, and c "
+                   "(x channels last: with a 16-byte aligned x) / k (y) in multiples of 8", k, shp);
+    return -1;
+}
+// x channels last as the products read it: x itself where 16-bit, else rounded into xh.
+static const unsigned short *x_nhwc(int mm, const Geo &g, const void *x, int xt, unsigned short *xh, cudaStream_t s)
+{
+    if (xt != K_CUDA_ACT_F32) return (const unsigned short *)x;
+    const size_t n = (size_t)g.N * g.HW() * g.C;
+    int rc = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(n, (const float *)x, xh, (port_stream)s)
+                                                      : k_cuda_f32_to_f16(n, (const float *)x, xh, (port_stream)s);
+    return rc ? NULL : xh;
+}
 
-// db[k]: one block per output channel, a fixed-order tree over its n*p*q values.
-__global__ void conv_bias_grad(Geo g, const float *dy, float *db)
+// db[k]: one block per output channel, a fixed-order tree over its n*p*q values (nhwc:
+// dy [n, p, q, k], the same values in the same order, K apart).
+__global__ void conv_bias_grad(Geo g, const float *dy, float *db, int nhwc)
 {
     __shared__ double sh[K_CUDA_THREADS];
     int k = blockIdx.x;
     double s = 0.0;
     for (int n = 0; n < g.N; n++) {
-        const float *row = dy + ((size_t)n * g.K + k) * g.PQ();
-        for (int i = threadIdx.x; i < g.PQ(); i += blockDim.x) s += row[i];
+        const float *row = dy + (nhwc ? (size_t)n * g.PQ() * g.K + k : ((size_t)n * g.K + k) * g.PQ());
+        const size_t step = nhwc ? g.K : 1;
+        for (int i = threadIdx.x; i < g.PQ(); i += blockDim.x) s += row[i * step];
     }
     s = k_cuda_block_sum(s, sh);
     if (threadIdx.x == 0) db[k] = (float)s;
@@ -309,9 +347,14 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 
 } // namespace
 
-size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1).end; }
+unsigned long k_cuda_conv2d_chan_last_calls(void) { return __atomic_load_n(&chan_last_calls, __ATOMIC_RELAXED); }
 
-size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh) { return conv_ws(geo(sh), k_cuda_mm16(mm)).end; }
+size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0).end; }
+
+size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh)
+{
+    return conv_ws(geo(sh), k_cuda_mm16(mm), k_cuda_mm16(mm) && (mm & K_CUDA_MM_W16P)).end;
+}
 
 size_t k_cuda_conv2d_w16_elems(int mm, const k_conv_shape *sh)
 {
@@ -362,21 +405,25 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     if (k_act_mm_check(mm, "k_cuda_conv2d_fwd", shp)) return -1;
     FwdA a = {w, g.C * g.RS()};
     FwdB bb = {g, x, k_act_of(mm, K_CUDA_MM_X16)};
-    FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16)};
+    FwdStore st = {g, b, y, k_act_of(mm, K_CUDA_MM_Y16), (mm & K_CUDA_MM_YNHWC) != 0};
     cudaStream_t cs = (cudaStream_t)s;
     char *cw = nhwc_ws(mm, ws);
     const unsigned short *wp = w16_block(mm, w16);
+    if (w16p_check(mm, cw, wp, "k_cuda_conv2d_fwd", shp) || nhwc_check(mm, g, cw, x, "k_cuda_conv2d_fwd", shp))
+        return -1;
     if (cw && g.C % 8 == 0) { // A = wh [K x RSC], B = xh's patches, both by cp.async
         const char *k = "k_cuda_conv2d_fwd";
-        ConvWs L = conv_ws(g, 1);
+        ConvWs L = conv_ws(g, 1, wp != NULL);
         unsigned short *xh = (unsigned short *)(cw + L.xh), *wh = (unsigned short *)(cw + L.wh);
-        if (chan_last(mm, g.N, g.HW(), g.C, x, bb.xt, xh, cs, k, shp) ||
+        const bool xn = mm & K_CUDA_MM_XNHWC; // x is xh's layout already
+        if ((!xn && chan_last(mm, g.N, g.HW(), g.C, x, bb.xt, xh, cs, k, shp)) ||
             (!wp && chan_last(mm, g.K, g.RS(), g.C, w, K_CUDA_ACT_F32, wh, cs, k, shp)))
             return -1;
         TcRawK ah; // the update's KRSC copy where there is one, else this call's
         ah.p = wp ? wp : wh, ah.ld = g.RS() * g.C, ah.vec = 1;
         NhwcFwdB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
+        if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
         return k_cuda_gemm_mm16(mm, k, shp, g.K, g.N * g.PQ(), g.RS() * g.C, ah, bh, st, ws, cs);
     }
     TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async (a block's first part is KRSC where C % 8 == 0)
@@ -397,12 +444,20 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     const int xt = k_act_of(mm, K_CUDA_MM_X16);
     char *cw = nhwc_ws(mm, ws);
     const bool hx = cw && dx && g.K % 8 == 0, hw = cw && g.C % 8 == 0; // input / weight grad on the copies
-    ConvWs L = conv_ws(g, 1);
+    const unsigned short *wp = w16_block(mm, w16);
+    if (w16p_check(mm, cw, wp, "k_cuda_conv2d_bwd", shp) || nhwc_check(mm, g, cw, x, "k_cuda_conv2d_bwd", shp))
+        return -1;
+    const bool xn = mm & K_CUDA_MM_XNHWC, yn = mm & K_CUDA_MM_YNHWC;
+    ConvWs L = conv_ws(g, 1, wp != NULL);
     unsigned short *xh = cw ? (unsigned short *)(cw + L.xh) : NULL, *wh = cw ? (unsigned short *)(cw + L.wh) : NULL;
     unsigned short *dyh = cw ? (unsigned short *)(cw + L.dyh) : NULL;
-    if ((hx || hw) && chan_last(mm, g.N, g.PQ(), g.K, dy, K_CUDA_ACT_F32, dyh, cs, "k_cuda_conv2d_bwd", shp))
+    // dy channels last: its 16-bit copy is a plain rounding (the bits chan_last's give)
+    const size_t ndy = (size_t)g.N * g.PQ() * g.K;
+    if ((hx || hw) &&
+        (yn ? ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(ndy, dy, dyh, s)
+                                                        : k_cuda_f32_to_f16(ndy, dy, dyh, s))
+            : chan_last(mm, g.N, g.PQ(), g.K, dy, K_CUDA_ACT_F32, dyh, cs, "k_cuda_conv2d_bwd", shp)))
         return -1;
-    const unsigned short *wp = w16_block(mm, w16);
     if (hx) { // A = wh [C x RSK], B = dyh's gather, both by cp.async
         const char *k = "k_cuda_conv2d_bwd (input grad)";
         if (!wp && chan_last(mm, 1, g.C * g.RS(), g.K, w, K_CUDA_ACT_F32, wh, cs, k, shp)) return -1;
@@ -410,29 +465,30 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         ah.p = wp ? wp + w_elems(g) : wh, ah.ld = g.RS() * g.K, ah.vec = 1;
         NhwcDxB bh;
         bh.p = dyh, bh.ld = 0, bh.vec = 1, bh.g = g;
-        DxStore st = {g, dx};
+        DxStore st = {g, dx, xn};
         if (k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)) return -1;
     } else if (dx) {
         const char *k = "k_cuda_conv2d_bwd (input grad)";
         DxA a = {g, w};
         DxB b = {g, dy};
-        DxStore st = {g, dx};
+        DxStore st = {g, dx, (int)xn};
         TcRawMN ar; // 1x1: w^T(c, k) = w[k * C + c], w16's rows (over c) by cp.async (a block's KRSC is KCRS)
         int rc = g.RS() == 1 && k_tc_raw(ar, mm, w16, g.C)
                      ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ar, b, st, ws, cs)
                      : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, g.C, g.N * g.HW(), g.K * g.RS(), a, b, st, ws, cs);
         if (rc) return -1;
     }
-    DwA a = {g, dy};
+    DwA a = {g, dy, (int)yn};
     DwB b = {g, x, xt};
     DwStore st = {dw, g.C * g.RS()};
     if (hw) { // A = dyh [K x NPQ] (M-contiguous), B = xh's patches (rows of 8 c): cp.async
         const char *k = "k_cuda_conv2d_bwd (weight grad)";
-        if (chan_last(mm, g.N, g.HW(), g.C, x, xt, xh, cs, k, shp)) return -1;
+        if (!xn && chan_last(mm, g.N, g.HW(), g.C, x, xt, xh, cs, k, shp)) return -1;
         TcRawMN ah; // by cp.async where K % 8 == 0, else its elements
         ah.p = dyh, ah.ld = g.K, ah.vec = g.K % 8 == 0;
         NhwcDwB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
+        if (xn && !(bh.p = x_nhwc(mm, g, x, xt, xh, cs))) return -1;
         DwStoreRsc sth = {g, dw};
         if (k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs)) return -1;
     } else if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(),
@@ -440,6 +496,6 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         return -1;
     }
     if (!db) return 0; // no bias (ResNet's convs), as the CPU kernel
-    K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db);
+    K_LAUNCH(conv_bias_grad, g.K, K_CUDA_THREADS, 0, cs)(g, dy, db, (int)yn);
     return k_cuda_check_launch("k_cuda_conv2d_bwd (bias grad)", "%s", shp);
 }

@@ -3,6 +3,7 @@
  * bitwise equal to the same products permuting w themselves. Where the block serves
  * every product that reads w, w is NaN: a product that still read it would show. */
 #include "test/gpu/g.h"
+#include "ports/cuda/port_cuda.h"
 #include <math.h>
 
 /* The block as the kernels document it: K x RSC where C % 8 == 0 (else K x CRS), then
@@ -48,14 +49,21 @@ static void wblock_case(int t, const int *d)
      * copies (C % 8), the input grad on them (K % 8) or as w^T's rows (1x1) */
     int all = sh.c % 8 == 0 && (sh.k % 8 == 0 || sh.r * sh.s == 1);
     void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
+    /* With the block the workspace holds no copy of w: sized exactly, so a layout that
+     * still reserved it writes past the allocation (the executor's canary) */
+    size_t wsb = k_cuda_conv2d_workspace_mm(t | K_CUDA_MM_W16P, &sh), whb = (nw * 2 + 15) & ~(size_t)15;
+    CHECKF(wsb + (sh.c % 8 == 0 || sh.k % 8 == 0 ? whb : 0) == k_cuda_conv2d_workspace_mm(t, &sh),
+           "c=%d k=%d: %zu workspace bytes with the block", sh.c, sh.k, wsb);
+    void *wsp = g_dev(wsb);
     float *o[2][4];
     size_t n[4] = {ny, nx, nw, nb};
     for (int v = 0; v < 2; v++) {
         for (int i = 0; i < 4; i++) o[v][i] = g_dev(n[i] * 4);
         int mm = t | (v ? K_CUDA_MM_W16P : 0);
         const float *wv = v && all ? wn : w;
-        g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, wv, v ? blk : NULL, b, o[v][0], ws, NULL) == 0 &&
-                   k_cuda_conv2d_bwd_mm(mm, &sh, x, wv, v ? blk : NULL, dy, o[v][1], o[v][2], o[v][3], ws, NULL) == 0,
+        void *wv_ws = v ? wsp : ws;
+        g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, wv, v ? blk : NULL, b, o[v][0], wv_ws, NULL) == 0 &&
+                   k_cuda_conv2d_bwd_mm(mm, &sh, x, wv, v ? blk : NULL, dy, o[v][1], o[v][2], o[v][3], wv_ws, NULL) == 0,
                "conv");
     }
     static const char *const nm[] = {"y", "dx", "dw", "db"};
@@ -66,6 +74,11 @@ static void wblock_case(int t, const int *d)
         free(p), free(q);
     }
     CHECK(k_cuda_conv2d_w16_prep(K_CUDA_MM_FP32, &sh, w, blk, NULL) == -1);
+    /* W16P without the block, on a workspace with no room for w's copy: refused */
+    CHECK(k_cuda_conv2d_fwd_mm(t | K_CUDA_MM_W16P, &sh, x, w, NULL, b, o[1][0], wsp, NULL) == -1);
+    CHECK(k_cuda_conv2d_bwd_mm(t | K_CUDA_MM_W16P, &sh, x, w, NULL, dy, o[1][1], o[1][2], NULL, wsp, NULL) == -1);
+    port_cuda_clear_error();
+    port_dev_free(wsp);
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < 4; i++) port_dev_free(o[v][i]);
     port_dev_free(x), port_dev_free(w), port_dev_free(wn), port_dev_free(b), port_dev_free(dy), port_dev_free(blk);

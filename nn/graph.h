@@ -167,6 +167,13 @@ typedef struct nn_op {
      * (nn/graph_cuda.c: with the plain copy's cast). */
     size_t (*w16_elems_cuda)(const struct nn_graph *g, const struct nn_node *n);
     int (*w16_prep_cuda)(struct nn_graph *g, struct nn_node *n, port_stream stream);
+    /* Channels-last activations on a device graph (--channels-last, nn/plan.c's pass_nhwc):
+     * whether the op's device kernels read its inputs as the planner laid them out when
+     * one is NHWC (nhwc_in), and whether it can write its output NHWC given its inputs'
+     * planned layouts (nhwc_out: conv where K allows; BN, ReLU, add, max pool when their
+     * inputs are). NULL: NCHW only. */
+    int (*nhwc_in)(const struct nn_graph *g, const struct nn_node *n);
+    int (*nhwc_out)(const struct nn_graph *g, const struct nn_node *n);
 } nn_op;
 
 typedef struct nn_node {
@@ -227,6 +234,9 @@ typedef struct nn_node {
      * with g->act16, where the producer and every reader take it): half the bytes. */
     int y16;
     uint16_t *w16; /* device --amp: the op's weight block (nn_op.w16_elems_cuda), or NULL */
+    /* The output (and its gradient) channels last, [n, h, w, c] (nn/plan.c's pass_nhwc:
+     * device graphs with g->channels_last, where the producer and every reader take it). */
+    int nhwc;
 } nn_node;
 
 /* Mixed precision: conv and linear run with bf16 operands and fp32 accumulation;
@@ -318,6 +328,7 @@ typedef struct nn_graph {
     int amp;               /* NN_AMP_*: set between building and nn_graph_finish (workspace) */
     int act16;             /* device --amp: activations in 16 bits where every reader takes them
                             * (--amp-activations 16, the default; nn/plan.c) */
+    int channels_last;     /* device --amp: NHWC activations where the ops allow (--channels-last) */
     float loss_scale;      /* --amp fp16: the loss gradient's factor (nn/loss_scale.h); 0 or 1: none */
     int tf32;              /* --matmul-precision high on the device: fp32 products on TF32 tensor cores */
     uint16_t *params16;    /* device --amp: params rounded to its 16-bit type (nn/graph_cuda.c), the

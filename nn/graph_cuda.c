@@ -5,6 +5,7 @@
 
 #if DDPRT_CUDA
 #include "kernels/cuda/k_cuda.h"
+#include "kernels/cuda/k_cuda_nhwc.h"
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/arena.h"
@@ -41,6 +42,7 @@ struct nn_cuda {
     int device;                 /* the comm thread makes it current too */
     char desc[400];
     int wgmma;                  /* the tensor-core products on wgmma (k_cuda_wgmma_setup) */
+    unsigned long permutes;     /* conv's permutes of x / dy in training steps (k_cuda_conv2d_chan_last_calls) */
     char wgmma_why[200];
 };
 
@@ -67,6 +69,18 @@ int nn_cuda_wgmma(const nn_cuda *c) { return c->wgmma; }
 const char *nn_cuda_wgmma_why(const nn_cuda *c) { return c->wgmma_why; }
 
 const char *nn_cuda_desc(const nn_cuda *c) { return c->desc; }
+unsigned long nn_cuda_conv_permutes(const nn_cuda *c) { return c->permutes; }
+int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs)
+{
+    int k = 0, all = 0;
+    for (int i = 1; i < c->dg.nn; i++) {
+        int out = c->dg.nodes[i].storage == i && !c->dg.nodes[i].fused_into; /* (a fused BN's is the ReLU's) */
+        k += out && c->dg.nodes[i].nhwc;
+        all += out;
+    }
+    *outputs = all;
+    return k;
+}
 const char *nn_cuda_errmsg(const nn_cuda *c)
 {
     const char *t = c->dp.errmsg ? c->dp.errmsg(c->dp.ctx) : "";
@@ -402,10 +416,12 @@ double nn_cuda_step(nn_cuda *c, const void *x, const int32_t *y, int n, const k_
     if (c->dp.sync_buffers && c->dp.sync_buffers(c->dp.ctx)) rt_fatal("%s", c->dp.errmsg(c->dp.ctx));
     put_batch(c, x, y, n);
     int s = c->slot;
+    unsigned long p0 = k_cuda_conv2d_chan_last_calls(); /* (the weights' blocks are made after the step) */
     KC(nn_forward_cuda(g, c->x[s], n, 1, seed, step * (uint64_t)N + (uint64_t)micro, c->compute));
     KC(nn_loss_cuda(g, c->y[s], n, c->sums, c->compute));
     g->loss_scale = (float)c->scaler.scale; /* 0: none */
     KC(nn_backward_cuda(g, c->y[s], n, n * N, c->compute)); /* PyTorch's loss / accum_steps */
+    c->permutes += k_cuda_conv2d_chan_last_calls() - p0;
     KC(port_event_record(c->consumed[s], c->compute));
     if (micro == N - 1) finish_step(c, sgd, step);
     return read_sums(c, NULL) / n;
@@ -490,5 +506,16 @@ const char *nn_cuda_errmsg(const nn_cuda *c) { (void)c; return nocuda; }
 const char *nn_cuda_desc(const nn_cuda *c) { (void)c; return ""; }
 int nn_cuda_wgmma(const nn_cuda *c) { (void)c; return 0; }
 const char *nn_cuda_wgmma_why(const nn_cuda *c) { (void)c; return ""; }
+unsigned long nn_cuda_conv_permutes(const nn_cuda *c)
+{
+    (void)c;
+    return 0;
+}
+int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs)
+{
+    (void)c;
+    *outputs = 0;
+    return 0;
+}
 void nn_cuda_close(nn_cuda *c) { (void)c; }
 #endif

@@ -90,6 +90,12 @@ const char *nn_cuda_desc(const nn_cuda *c);
 /* The tensor-core products on wgmma (1) or mma.sync (0), and why (k_cuda_wgmma_setup at open). */
 int nn_cuda_wgmma(const nn_cuda *c);
 const char *nn_cuda_wgmma_why(const nn_cuda *c);
+/* --channels-last: the planned outputs stored channels last (nn_node.nhwc), of all
+ * outputs the plan stores (*outputs). */
+int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs);
+/* conv's permutes of x or dy into its NHWC copies during the training steps so far (the
+ * weights' blocks not counted): none where every conv reads and writes channels last. */
+unsigned long nn_cuda_conv_permutes(const nn_cuda *c);
 /* Why the last call failed: the staging's message (network, copies) or the port's. */
 const char *nn_cuda_errmsg(const nn_cuda *c);
 void nn_cuda_close(nn_cuda *c);

@@ -109,6 +109,9 @@ static const rt_arg flags[] = {
     FC("amp-activations", amp_act, JOB, "16|32",
        "--amp with --device cuda: keep activations in 16 bits where every op reading them takes them so, as autocast "
        "does (half the memory), or all in fp32 (default: 16)"),
+    FC("channels-last", channels_last, JOB, "auto|on|off",
+       "--amp with --device cuda: keep conv / BN / ReLU / add / pool activations channels last (NHWC, as "
+       "model.to(memory_format=torch.channels_last)) where the convs' channels allow; auto: on there (default: auto)"),
     F("invariant", RT_ARG_STR, invariant, JOB, RT_ARG_ANY,
       "K[:r0xr1..]: K virtual shards of --batch-size each, the same bits on any world size that holds whole subtrees "
       "of their reduction tree (K=8: 1, 2, 4, 8 ranks); 0: off, as without the flag"),

@@ -30,6 +30,7 @@ typedef struct nn_opts {
     double loss_scale; /* --amp fp16: the initial loss scale (2^16) */
     const char *amp; /* mixed precision: NULL/"none", "bf16" (CPU), "fp16" (CUDA only) */
     const char *amp_act; /* --amp-activations: NULL (16), "16" or "32" (the device's --amp only) */
+    const char *channels_last; /* --channels-last: NULL (auto), "auto", "on" or "off" (the device's --amp only) */
     const char *conv_algo; /* k_conv_set_algo's name; NULL: DDPRT_CONV or auto */
     const char *matmul_precision; /* k_set_matmul_precision's name; NULL: highest */
     const char *invariant; /* --invariant K[:radices]: world-size-invariant training (nn/vshard.h) */

@@ -413,6 +413,55 @@ static void pass_half(pl *P)
     }
 }
 
+/* nhwc: device graphs with g->channels_last keep an output channels last (nn_node.nhwc,
+ * its gradient too) where its op can write it so (nhwc_out: a conv by its K; BN, ReLU,
+ * add and max pool when their inputs are NHWC) and every reader's op reads it so
+ * (nhwc_in: conv by its C, those four, the global average pool); nothing else sees the
+ * buffer (no view of it, not the graph's output or a wanted gradient). From every
+ * candidate, demoted until no rule is broken: a tensor an op cannot read NHWC stays
+ * NCHW, and the ops that follow their inputs' layout follow it, so the graph needs no
+ * conversions (the data's NCHW images go to the stem conv, which writes NHWC; the global
+ * average pool's [n, c] is the same in both layouts). */
+static int nhwc_cand(const pl *P, const nn_node *n, int i)
+{
+    const nn_graph *g = P->g;
+    if (!n->op->nhwc_out || n->storage != i || i == g->out || n->grad_source || !P->ncons[i] || n->maxt_from ||
+        n->folded)
+        return 0;
+    for (int j = i + 1; j < P->N; j++)
+        if (g->nodes[j].storage == i) return 0; /* a view of it */
+    return 1;
+}
+
+/* Whether node i, planned NHWC, still may be: its op writes it so from its inputs'
+ * layouts, every reader reads it so (the ops that follow their inputs: when their own
+ * output stays NHWC). */
+static int nhwc_holds(const pl *P, int i)
+{
+    const nn_graph *g = P->g;
+    const nn_node *n = &g->nodes[i];
+    if (!n->op->nhwc_out(g, n)) return 0;
+    for (int j = i + 1; j < P->N; j++) {
+        const nn_node *c = &g->nodes[j];
+        for (int k = 0; k < c->nin; k++)
+            if (c->in[k] == i && (!c->op->nhwc_in || !c->op->nhwc_in(g, c))) return 0;
+    }
+    return 1;
+}
+
+static void pass_nhwc(pl *P)
+{
+    nn_graph *g = P->g;
+    for (int i = 0; i < P->N; i++) g->nodes[i].nhwc = 0;
+    if (!g->on_device || g->amp == NN_AMP_NONE || !g->channels_last) return;
+    for (int i = 1; i < P->N; i++) g->nodes[i].nhwc = nhwc_cand(P, &g->nodes[i], i);
+    for (int changed = 1; changed;) { /* only ever demotes: ends */
+        changed = 0;
+        for (int i = 1; i < P->N; i++)
+            if (g->nodes[i].nhwc && !nhwc_holds(P, i)) g->nodes[i].nhwc = 0, changed = 1;
+    }
+}
+
 static int pass_accumulation(pl *P)
 {
     nn_graph *g = P->g;
@@ -523,6 +572,7 @@ int nn_plan_items(nn_graph *g, int rc, item **items, int **roots, char *err, siz
         pass_defer(&P);
         pass_inplace(&P);
         pass_half(&P);
+        pass_nhwc(&P);
         rcode = pass_accumulation(&P);
     }
     if (!rcode) {

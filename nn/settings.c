@@ -47,6 +47,19 @@ int nn_settings_build(nn_settings *s, const nn_opts *o, int local_world, char *e
         return -1;
     }
     s->act16 = s->device == NN_DEVICE_CUDA && s->amp && !(o->amp_act && !strcmp(o->amp_act, "32"));
+    /* auto is on wherever it can be: the device's 16-bit convs (nn/plan.c's pass_nhwc
+     * then picks the tensors); on elsewhere is refused, not ignored */
+    const char *cl = o->channels_last ? o->channels_last : "auto";
+    if (strcmp(cl, "auto") && strcmp(cl, "on") && strcmp(cl, "off")) {
+        snprintf(err, errlen, "--channels-last %s: auto, on or off", cl);
+        return -1;
+    }
+    int cl_can = s->device == NN_DEVICE_CUDA && s->amp;
+    if (!strcmp(cl, "on") && !cl_can) {
+        snprintf(err, errlen, "--channels-last on: the device's --amp bf16 / fp16 only (with --device cuda)");
+        return -1;
+    }
+    s->channels_last = cl_can && strcmp(cl, "off");
     return check_device(s, o, err, errlen);
 }
 

@@ -18,6 +18,7 @@ typedef struct nn_settings {
     nn_device device; /* --device cuda (and not --no-cuda) */
     int amp;          /* --amp: NN_SET_AMP_NONE, _BF16, _FP16 */
     int act16;        /* device --amp: activations in 16 bits (--amp-activations 16, the default) */
+    int channels_last; /* device --amp: NHWC activations where the graph allows (--channels-last on / auto) */
 } nn_settings;
 
 /* From the options and, for what no flag names, the environment (DDPRT_ISA,

@@ -3,6 +3,7 @@
  * lines (timing, time split, the gradient allreduces' counts) and the checkpoint at
  * each epoch's end are the same for all. */
 #include "nn/train.h"
+#include "nn/graph_cuda.h"
 #include "nn/train_step.h"
 #include "nn/train_zero.h"
 #include "nn/metrics.h"
@@ -114,6 +115,9 @@ int nn_trainer_run(nn_trainer *t)
         if (o->mem_report)
             printf("memory: planned %.2f MiB in the host arena and %.2f MiB in the data arena, peak RSS %.2f MiB\n",
                    t->host.high / 1048576.0, t->data.high / 1048576.0, t->peak_rss_mib);
+        if (o->mem_report && t->cuda && t->g.amp)
+            printf("device convs: %lu permutes of x / dy into NHWC copies in the training steps (--channels-last)\n",
+                   nn_cuda_conv_permutes(t->cuda));
     }
     return rc;
 }

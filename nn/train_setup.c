@@ -63,6 +63,7 @@ static int carve_model(nn_trainer *t, rt_arena *a, char *err, size_t errlen)
     _Static_assert((int)NN_AMP_BF16 == (int)NN_SET_AMP_BF16 && (int)NN_AMP_FP16 == (int)NN_SET_AMP_FP16, "one numbering");
     t->g.amp = t->set.amp;
     t->g.act16 = t->set.act16;
+    t->g.channels_last = t->set.channels_last;
     t->g.tf32 = t->set.device == NN_DEVICE_CUDA && t->set.k.matmul_high;
     t->g.recompute_macs = o->recompute_macs;
     /* A quarter of this rank's share of the host's memory: the rest for data, parameters
@@ -368,6 +369,11 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
     if (nn_cuda_setup(t->cuda, &t->g, nn_ddp_cuda_stage_bytes(t->ddp), t->o.mem_report && t->rank == 0, err, errlen) ||
         nn_ddp_use_cuda(t->ddp, t->cuda, grad_wire[t->opt.c.compress], err, errlen))
         return -1;
+    if (t->rank == 0 && t->set.amp != NN_SET_AMP_NONE) {
+        int all, k = nn_cuda_nhwc_outputs(t->cuda, &all);
+        rt_info("--channels-last %s: %d of %d device activations channels last (NHWC: conv, BatchNorm, ReLU, add, max "
+                "pool where the convs' channels allow; the rest NCHW)", t->set.channels_last ? "on" : "off", k, all);
+    }
     /* Its own allocation, not the device arena's: CUDA IPC maps an allocation from its
      * base, and the peers map exactly the buckets (nn/ddp_cuda.c). */
     size_t wb = t->ddp ? nn_ddp_get_stats(t->ddp).dev_wire_bytes : 0;

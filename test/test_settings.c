@@ -91,6 +91,19 @@ TEST(settings_the_device_refuses_what_it_cannot_honour)
     CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
     CHECKF(strstr(err, "--amp-activations 16: the device's --amp bf16 / fp16 only") != NULL, "%s", err);
     o.amp_act = NULL, o.amp = "fp16";
+    CHECK_EQ(s.channels_last, 0);
+    CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.channels_last == 1, "%s", err); /* auto: on */
+    o.channels_last = "off";
+    CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.channels_last == 0, "%s", err);
+    o.channels_last = "nhwc"; /* a wrong value: one line naming the flag */
+    CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
+    CHECKF(!strcmp(err, "--channels-last nhwc: auto, on or off"), "%s", err);
+    o.channels_last = "on", o.amp = NULL; /* without --amp: refused, not ignored */
+    CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
+    CHECKF(strstr(err, "--channels-last on: the device's --amp") != NULL, "%s", err);
+    o.channels_last = "auto"; /* auto without --amp: off */
+    CHECKF(nn_settings_build(&s, &o, 1, err, sizeof err) == 0 && s.channels_last == 0, "%s", err);
+    o.channels_last = NULL, o.amp = "fp16";
     o.loss_scale = 1e39;
     CHECK(nn_settings_build(&s, &o, 1, err, sizeof err) != 0);
     CHECKF(strstr(err, "--loss-scale 1e+39: at most 3.4e38") != NULL, "%s", err);

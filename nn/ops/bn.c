@@ -173,9 +173,13 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     float *rm = nn_buf_data(g, n->b0), *rv = nn_buf_data(g, n->b0 + 1);
     port_stream s = r->stream;
     const float *m = mean;
+    /* channels last: the elementwise kernels on [n*hw, c] (hw = 1), the sums' own */
+    const int nh = n->nhwc, en = nh ? r->n * hw : r->n, ehw = nh ? 1 : hw;
     if (r->train) {
         double cnt = (double)r->n * hw;
-        if (k_cuda_bn_stats_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), mean, var, s)) return -1;
+        if (nh ? k_cuda_bn_stats_nhwc((size_t)r->n * hw, c, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), mean, var, r->ws, s)
+               : k_cuda_bn_stats_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), mean, var, s))
+            return -1;
         if (g->sync_sum) { /* the CPU's bn_sync_stats on host copies: the global mean and variance */
             float *h;
             if (bn_sync_down(g, c, mean, var, s, &h)) return -1;
@@ -194,7 +198,7 @@ static int bn_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
         if (n->fused_into && port_memcpy_d2d(mean, rm, c * sizeof(float), s, "BatchNorm running mean")) return -1;
     }
     if (n->fused_into) return 0; /* the ReLU after it (or after the add) applies it in its pass (relu.c) */
-    return k_cuda_bn_fwd_t(r->n, c, hw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1),
+    return k_cuda_bn_fwd_t(en, c, ehw, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), m, invstd, nn_pw(g, n, 0), nn_pw(g, n, 1),
                            n->y, nn_cuda_yt(g, n), s);
 }
 
@@ -207,14 +211,17 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     /* Fused with the ReLU right after it: that ReLU's dy, masked here (bn_bwd's rule). */
     int rl = n->fused_into && g->nodes[n->fused_into].fuse_from == (int)(n - g->nodes);
     const float *dy = rl ? g->nodes[n->fused_into].dy : n->dy, *gm = nn_pw(g, n, 0), *bt = nn_pw(g, n, 1);
-    if (rl ? k_cuda_bn_relu_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, dy, dg, db, r->stream)
-           : k_cuda_bn_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, dy, dg, db, r->stream))
+    const int nh = n->nhwc, en = nh ? r->n * hw : r->n, ehw = nh ? 1 : hw; /* as bn_fwd_cuda */
+    if (nh ? k_cuda_bn_bwd_sums_nhwc((size_t)r->n * hw, c, x, xt, mean, invstd, rl ? gm : NULL, rl ? bt : NULL, rl,
+                                     dy, dg, db, r->ws, r->stream)
+           : rl ? k_cuda_bn_relu_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, dy, dg, db, r->stream)
+                : k_cuda_bn_bwd_sums_t(r->n, c, hw, x, xt, mean, invstd, dy, dg, db, r->stream))
         return -1;
     if (!dx) return 0;
     if (!g->sync_sum)
-        return rl ? k_cuda_bn_relu_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx,
+        return rl ? k_cuda_bn_relu_bwd_dx_t(en, c, ehw, x, xt, mean, invstd, gm, bt, dg, db, (double)r->n * hw, dy, dx,
                                             r->stream)
-                  : k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, dg, db, (double)r->n * hw, dy, dx,
+                  : k_cuda_bn_bwd_dx_t(en, c, ehw, x, xt, mean, invstd, gm, dg, db, (double)r->n * hw, dy, dx,
                                        r->stream);
     /* as bn_bwd: dx from every rank's sums (in the device workspace), dgamma and dbeta
      * stay this rank's */
@@ -226,15 +233,21 @@ static int bn_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     g->sync_sum(g->sync_ctx, sum, 2 * c + 1);
     for (int k = 0; k < 2 * c; k++) h[k] = (float)sum[k];
     if (port_memcpy_h2d(f, h, 2 * c * sizeof(float), r->stream, "SyncBatchNorm gradient sums")) return -1;
-    return rl ? k_cuda_bn_relu_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, bt, f, f + c, sum[2 * c], dy, dx, r->stream)
-              : k_cuda_bn_bwd_dx_t(r->n, c, hw, x, xt, mean, invstd, gm, f, f + c, sum[2 * c], dy, dx, r->stream);
+    return rl ? k_cuda_bn_relu_bwd_dx_t(en, c, ehw, x, xt, mean, invstd, gm, bt, f, f + c, sum[2 * c], dy, dx, r->stream)
+              : k_cuda_bn_bwd_dx_t(en, c, ehw, x, xt, mean, invstd, gm, f, f + c, sum[2 * c], dy, dx, r->stream);
 }
 
-/* the global dgamma and dbeta of SyncBatchNorm's backward */
+/* the global dgamma and dbeta of SyncBatchNorm's backward; channels last, the sums'
+ * strips (k_cuda_bn_nhwc_workspace: the largest over the batch sizes) */
 static size_t bn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
-    (void)g, (void)max_batch;
-    return 2 * (size_t)n->out.c * sizeof(float);
+    (void)g;
+    size_t w = 2 * (size_t)n->out.c * sizeof(float), hw = (size_t)n->out.h * n->out.w;
+    for (int b = 1; b <= max_batch && n->nhwc; b++) {
+        size_t e = k_cuda_bn_nhwc_workspace((size_t)b * hw, n->out.c);
+        if (e > w) w = e;
+    }
+    return w;
 }
 #endif
 
@@ -243,7 +256,8 @@ const nn_op nn_op_batchnorm2d = {
     .flags = NN_BWD_INPUT | NN_RECOMPUTE | NN_BWD_INPLACE | NN_RECT_MASK_SOURCE | NN_FUSES_RELU | NN_IN16 | NN_OUT16,
     .attrs = bn_attrs,
     .attr_size = sizeof(bn_attr), .infer = bn_infer, .workspace = bn_ws, .fwd = bn_fwd, .bwd = bn_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda, .workspace_cuda = bn_ws_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = bn_fwd_cuda, .bwd_cuda = bn_bwd_cuda, .workspace_cuda = bn_ws_cuda,
+                 .nhwc_in = nn_nhwc_follow_in, .nhwc_out = nn_nhwc_follow_out)};
 
 int nn_batchnorm(nn_graph *g, const char *name, int x)
 {

@@ -19,6 +19,7 @@ static const nn_attr conv1d_attrs[] = {
     NN_INT(conv_attr, filters, "filters", NN_ATTR_REQUIRED), NN_INT(conv_attr, size, "size", NN_ATTR_REQUIRED),
     NN_BOOL(conv_attr, bias, "bias", 1), NN_CHOICE(conv_attr, init, "init", 0, "uniform|kaiming"), {NULL}};
 extern const nn_op nn_op_conv1d;
+extern const nn_op nn_op_conv2d;
 
 static int conv_infer(nn_graph *g, nn_node *n, char *err, size_t errlen)
 {
@@ -152,10 +153,27 @@ static const uint16_t *conv_w16(const nn_graph *g, const nn_node *n, int *mm)
     return n->w16 ? n->w16 : nn_pw16(g, n, 0);
 }
 
+/* --channels-last: x / dx NHWC where C allows (the products read it as their NHWC copy),
+ * y / dy where K does (conv2d only; conv1d's rows stay as they are). */
+static int conv_nhwc_in(const nn_graph *g, const nn_node *n)
+{
+    (void)g;
+    return n->op == &nn_op_conv2d && conv_attr_of(n).sh.c % 8 == 0;
+}
+static int conv_nhwc_out(const nn_graph *g, const nn_node *n)
+{
+    (void)g;
+    return n->op == &nn_op_conv2d && conv_attr_of(n).sh.k % 8 == 0;
+}
+static int conv_mm(const nn_graph *g, const nn_node *n)
+{
+    return nn_cuda_mm_io(g, n) | (nn_in(g, n, 0)->nhwc ? K_CUDA_MM_XNHWC : 0) | (n->nhwc ? K_CUDA_MM_YNHWC : 0);
+}
+
 static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    int mm = nn_cuda_mm_io(g, n);
+    int mm = conv_mm(g, n);
     const uint16_t *w16 = conv_w16(g, n, &mm);
     return k_cuda_conv2d_fwd_mm(mm, &sh, nn_x(g, n, 0), nn_pw(g, n, 0), w16, has_bias(n) ? nn_pw(g, n, 1) : NULL,
                                 n->y, r->ws, r->stream);
@@ -164,7 +182,7 @@ static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 static int conv_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     k_conv_shape sh = shape(n, r->n);
-    int mm = nn_cuda_mm_io(g, n);
+    int mm = conv_mm(g, n);
     const uint16_t *w16 = conv_w16(g, n, &mm);
     return k_cuda_conv2d_bwd_mm(mm, &sh, nn_x(g, n, 0), nn_pw(g, n, 0), w16, n->dy, nn_dx(g, n, 0), nn_pg(g, n, 0),
                                 has_bias(n) ? nn_pg(g, n, 1) : NULL, r->ws, r->stream);
@@ -176,7 +194,8 @@ const nn_op nn_op_conv2d = {
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,
     .fwd = conv_fwd, .bwd = conv_bwd,
     NN_CUDA_ONLY(.fwd_cuda = conv_fwd_cuda, .bwd_cuda = conv_bwd_cuda, .workspace_cuda = conv_ws_cuda,
-                 .w16_elems_cuda = conv_w16_elems_cuda, .w16_prep_cuda = conv_w16_prep_cuda)};
+                 .w16_elems_cuda = conv_w16_elems_cuda, .w16_prep_cuda = conv_w16_prep_cuda,
+                 .nhwc_in = conv_nhwc_in, .nhwc_out = conv_nhwc_out)};
 const nn_op nn_op_conv1d = {
     .kind = "conv1d", .flags = NN_BWD_INPUT | NN_FUSES_RECT_MAX | NN_IN16 | NN_OUT16, .attrs = conv1d_attrs,
     .attr_size = sizeof(conv_attr), .macs = conv_macs, .infer = conv_infer, .workspace = conv_ws,

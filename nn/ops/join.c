@@ -49,7 +49,8 @@ static int add_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 const nn_op nn_op_add = {.kind = "add", .flags = NN_RECOMPUTE | NN_FUSES_RELU | NN_BWD_IDENTITY | NN_IN16 | NN_OUT16 | NN_OUT16_ALL_IN,
                          .min_in = 2, .max_in = 2,
                          .infer = add_infer, .fwd = add_fwd, .bwd = add_bwd,
-                         NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda)};
+                         NN_CUDA_ONLY(.fwd_cuda = add_fwd_cuda, .bwd_cuda = add_bwd_cuda,
+                                      .nhwc_in = nn_nhwc_follow_in, .nhwc_out = nn_nhwc_follow_out)};
 
 int nn_add2(nn_graph *g, int a, int b)
 {

@@ -12,8 +12,23 @@
 /* The device half: nn_op.fwd_cuda / bwd_cuda / workspace_cuda are set inside
  * NN_CUDA_ONLY(...) and defined under #if DDPRT_CUDA, so a CPU build has NULLs there
  * (a device graph then refuses the op by name, nn/plan.c). */
+/* --channels-last (nn/plan.c's pass_nhwc): an op that follows its inputs' layout (BN,
+ * ReLU, add, max pool) reads them NHWC when its own output is (nn_node.nhwc) and can
+ * write NHWC when every input is. */
+static inline int nn_nhwc_follow_in(const nn_graph *g, const nn_node *n)
+{
+    (void)g;
+    return n->nhwc;
+}
+static inline int nn_nhwc_follow_out(const nn_graph *g, const nn_node *n)
+{
+    for (int k = 0; k < n->nin; k++)
+        if (!g->nodes[n->in[k]].nhwc) return 0;
+    return n->nin > 0;
+}
 #if DDPRT_CUDA
 #include "kernels/cuda/k_cuda.h"
+#include "kernels/cuda/k_cuda_nhwc.h"
 #define NN_CUDA_ONLY(...) __VA_ARGS__
 /* The device products' precision for the graph's --amp (K_CUDA_MM_*: the tensor cores
  * under bf16 / fp16, the same operands the CPU's --amp rounds) and --matmul-precision

@@ -58,6 +58,9 @@ static int maxpool_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     nn_shape x = nn_in(g, n, 0)->out;
     maxpool_attr a = maxpool_attr_of(n);
     /* without padding: the same kernel at pad 0 (the same windows and bits) */
+    if (n->nhwc)
+        return k_cuda_maxpool2d_nhwc_fwd(r->n, x.c, x.h, x.w, a.size, a.stride, pool_plain(g, n) ? 0 : a.pad,
+                                         nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, nn_cuda_yt(g, n), n->aux, r->stream);
     return k_cuda_maxpool2d_pad_fwd_t(r->n, x.c, x.h, x.w, a.size, a.stride, pool_plain(g, n) ? 0 : a.pad, nn_x(g, n, 0),
                                       nn_cuda_xt(g, n, 0), n->y, nn_cuda_yt(g, n), n->aux, r->stream);
 }
@@ -68,6 +71,9 @@ static int maxpool_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
     maxpool_attr a = maxpool_attr_of(n);
     float *dx = nn_dx(g, n, 0);
     if (!dx) return 0;
+    if (n->nhwc)
+        return k_cuda_maxpool2d_nhwc_bwd(r->n, x.c, x.h, x.w, a.size, a.stride, pool_plain(g, n) ? 0 : a.pad, n->dy,
+                                         n->aux, dx, r->stream);
     if (pool_plain(g, n))
         return k_cuda_maxpool2d_bwd(r->n, x.c, x.h, x.w, a.size, a.stride, n->dy, n->aux, dx, r->stream);
     return k_cuda_maxpool2d_pad_bwd(r->n, x.c, x.h, x.w, a.size, a.stride, a.pad, n->dy, n->aux, dx, r->stream);
@@ -77,7 +83,8 @@ static int maxpool_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 const nn_op nn_op_maxpool2d = {
     .kind = "maxpool2d", .alias = "maxpool", .flags = NN_IN16 | NN_OUT16, .attrs = maxpool_attrs, .attr_size = sizeof(maxpool_attr),
     .infer = maxpool_infer, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = maxpool_fwd_cuda, .bwd_cuda = maxpool_bwd_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = maxpool_fwd_cuda, .bwd_cuda = maxpool_bwd_cuda, .nhwc_in = nn_nhwc_follow_in,
+                 .nhwc_out = nn_nhwc_follow_out)};
 
 int nn_maxpool(nn_graph *g, int x, int k, int stride, int pad)
 {
@@ -109,6 +116,8 @@ static void avg_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 static int avg_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     nn_shape x = nn_in(g, n, 0)->out;
+    if (nn_in(g, n, 0)->nhwc) /* [n, c] out either way */
+        return k_cuda_global_avgpool_nhwc_fwd(r->n, x.c, x.h * x.w, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, r->stream);
     return k_cuda_global_avgpool_fwd_t(r->n, x.c, x.h * x.w, nn_x(g, n, 0), nn_cuda_xt(g, n, 0), n->y, r->stream);
 }
 
@@ -116,12 +125,19 @@ static int avg_bwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     nn_shape x = nn_in(g, n, 0)->out;
     float *dx = nn_dx(g, n, 0);
+    if (dx && nn_in(g, n, 0)->nhwc) return k_cuda_global_avgpool_nhwc_bwd(r->n, x.c, x.h * x.w, n->dy, dx, r->stream);
     return dx ? k_cuda_global_avgpool_bwd(r->n, x.c, x.h * x.w, n->dy, dx, r->stream) : 0;
+}
+static int avg_nhwc_in(const nn_graph *g, const nn_node *n)
+{
+    (void)g, (void)n;
+    return 1;
 }
 #endif
 
 const nn_op nn_op_avgpool1x1 = {.kind = "avgpool1x1", .alias = "avgpool", .flags = NN_IN16, .infer = avg_infer, .fwd = avg_fwd,
-                                .bwd = avg_bwd, NN_CUDA_ONLY(.fwd_cuda = avg_fwd_cuda, .bwd_cuda = avg_bwd_cuda)};
+                                .bwd = avg_bwd, NN_CUDA_ONLY(.fwd_cuda = avg_fwd_cuda, .bwd_cuda = avg_bwd_cuda,
+                                                             .nhwc_in = avg_nhwc_in)};
 
 int nn_avgpool_1x1(nn_graph *g, int x) { return nn_add(g, &nn_op_avgpool1x1, NULL, &x, 1, NULL, 0); }
 

@@ -49,15 +49,16 @@ static int relu_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)
 {
     if (n->fuse_from) { /* as relu_fwd: the node before made no output */
         const nn_node *p = &g->nodes[n->fuse_from];
-        int c = n->out.c, hw = n->out.h * n->out.w, yt = nn_cuda_yt(g, n);
+        int c = n->out.c, hw = n->out.h * n->out.w, yt = nn_cuda_yt(g, n), nb = r->n;
+        if (n->nhwc) nb *= hw, hw = 1; /* channels last: BN's channel is i % c */
         const float *mean = p->aux;
         if (p->op->flags & NN_RECT_MASK_SOURCE) /* BN */
-            return k_cuda_bn_relu_fwd_t(r->n, c, hw, nn_x(g, p, 0), nn_cuda_xt(g, p, 0), mean, mean + c, nn_pw(g, p, 0),
+            return k_cuda_bn_relu_fwd_t(nb, c, hw, nn_x(g, p, 0), nn_cuda_xt(g, p, 0), mean, mean + c, nn_pw(g, p, 0),
                                         nn_pw(g, p, 1), NULL, 0, n->y, yt, r->stream);
         if (g->nodes[p->in[0]].fused_into == (int)(n - g->nodes)) { /* BN -> add: that BN too */
             const nn_node *b = nn_in(g, p, 0);
             mean = b->aux;
-            return k_cuda_bn_relu_fwd_t(r->n, c, hw, nn_x(g, b, 0), nn_cuda_xt(g, b, 0), mean, mean + c, nn_pw(g, b, 0),
+            return k_cuda_bn_relu_fwd_t(nb, c, hw, nn_x(g, b, 0), nn_cuda_xt(g, b, 0), mean, mean + c, nn_pw(g, b, 0),
                                         nn_pw(g, b, 1), nn_x(g, p, 1), nn_cuda_xt(g, p, 1), n->y, yt, r->stream);
         }
         return k_cuda_add_relu_t(nn_out_numel(n, r), nn_x(g, p, 0), nn_cuda_xt(g, p, 0), nn_x(g, p, 1),
@@ -77,6 +78,7 @@ const nn_op nn_op_relu = {
     .kind = "relu",
     .flags = NN_BWD_OUTPUT | NN_RECOMPUTE | NN_FWD_INPLACE | NN_BWD_INPLACE | NN_RECTIFIER | NN_IN16 | NN_OUT16,
     .infer = nn_infer_same, .fwd = relu_fwd, .bwd = relu_bwd,
-    NN_CUDA_ONLY(.fwd_cuda = relu_fwd_cuda, .bwd_cuda = relu_bwd_cuda)};
+    NN_CUDA_ONLY(.fwd_cuda = relu_fwd_cuda, .bwd_cuda = relu_bwd_cuda, .nhwc_in = nn_nhwc_follow_in,
+                 .nhwc_out = nn_nhwc_follow_out)};
 
 int nn_relu(nn_graph *g, int x) { return nn_add(g, &nn_op_relu, NULL, &x, 1, NULL, 0); }

@@ -146,13 +146,15 @@ TEST(gpu_amp_act16_halves_the_activations_and_tracks_fp32_ones)
            a32);
     CHECKF(!strstr(out32, "device activations:"), "%s", out32);
     /* the 16-bit weights (nn/graph_cuda.c) in the device plan: ResNet-20's 0.27 M parameters,
-     * and the convs' KRSC + CRSK blocks: twice the conv weights, nearly all of them */
+     * and the convs' KRSC + CRSK blocks: twice the conv weights, nearly all of them; the
+     * plain copy leaves those conv weights uncast (their blocks are all the convs read) */
     d = strstr(out16, "device 16-bit weights: ");
     double w16 = 0, lay = 0;
-    size_t np = 0;
-    CHECKF(d && sscanf(d, "device 16-bit weights: %lf MiB for %zu parameters, %lf MiB in the convs' NHWC layouts",
-                       &w16, &np, &lay) == 3 && np > 200000 && np < 400000 && fabs(w16 - np * 2 / 1048576.0) < 0.01 &&
-           lay > 1.9 * w16 && lay <= 2 * w16, "%s", out16);
+    size_t np = 0, skip = 0;
+    CHECKF(d && sscanf(d, "device 16-bit weights: %lf MiB for %zu parameters (%zu of them, convs' with a block, left "
+                          "uncast there), %lf MiB in the convs' NHWC layouts", &w16, &np, &skip, &lay) == 4 &&
+           np > 200000 && np < 400000 && fabs(w16 - np * 2 / 1048576.0) < 0.01 && lay > 1.9 * w16 && lay <= 2 * w16 &&
+           fabs(lay - skip * 2 * sizeof(uint16_t) / 1048576.0) < 0.01 && skip > np * 9 / 10 && skip < np, "%s", out16);
     int n = same_losses(out16, out32, 5e-3, why, sizeof why);
     CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
     /* GPT: the LayerNorms' outputs, the Conv1Ds' and GELU's in bf16; the residual stream
@@ -247,4 +249,33 @@ TEST(gpu_ddp_resnet20_2_processes_share_gpu)
     char launch[512];
     snprintf(launch, sizeof launch, "%s --nproc-per-node 2 --", t_prog("ddprt-launch"));
     model_vs_cpu("--model resnet20", launch, 0);
+}
+
+/* --channels-last (auto: on under the device's --amp): ResNet-20's convs, BNs, ReLUs and
+ * adds on NHWC tensors (every stored output but the head's: the pool's [n, c], the
+ * linear's), no conv permuting x or dy into its copies in the steps (NCHW: every conv but
+ * the stem, every step), and the losses of the NCHW run within act16's bound (the same
+ * products, BN's sums in another order). */
+TEST(gpu_amp_channels_last_resnet20_tracks_nchw)
+{
+    char cmd[1400], on[32768], off[32768], why[128] = "";
+    const char *args = "--model resnet20 --device cuda --amp bf16 --data synthetic --epochs 1 --max-steps 3 "
+                       "--log-interval 1 --batch-size 4 --no-eval --mem-report --lr 0.002";
+    snprintf(cmd, sizeof cmd, "%s %s --channels-last on 2>&1", g_train(), args);
+    CHECKF(g_run(cmd, on, sizeof on) == 0, "%s", on);
+    snprintf(cmd, sizeof cmd, "%s %s --channels-last off 2>&1", g_train(), args);
+    CHECKF(g_run(cmd, off, sizeof off) == 0, "%s", off);
+    int k = -1, all = 0;
+    const char *d = strstr(on, "--channels-last on: ");
+    CHECKF(d && sscanf(d, "--channels-last on: %d of %d device activations", &k, &all) == 2 && k > 0 && k >= all - 2,
+           "%d of %d outputs channels last\n%s", k, all, on);
+    d = strstr(off, "--channels-last off: ");
+    CHECKF(d && sscanf(d, "--channels-last off: %d of", &k) == 1 && k == 0, "%s", off);
+    unsigned long pon = 1, poff = 0;
+    d = strstr(on, "device convs: ");
+    CHECKF(d && sscanf(d, "device convs: %lu permutes", &pon) == 1 && pon == 0, "%s", on);
+    d = strstr(off, "device convs: "); /* 3 steps of 21 convs less the stem: x, dy; x again for dw */
+    CHECKF(d && sscanf(d, "device convs: %lu permutes", &poff) == 1 && poff >= 3 * 20 * 2, "%s", off);
+    int n = same_losses(on, off, 5e-3, why, sizeof why);
+    CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, on, off);
 }

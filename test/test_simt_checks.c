@@ -205,6 +205,28 @@ TEST(simt_tma_checks)
            "left (8192 transaction bytes pending)", NULL);
 }
 
+/* setmaxnreg (test/simt/simt_regs.cc): a producer warpgroup's dec and two consumers' inc
+ * complete in every thread order (the incs wait for the dec); each misuse named. */
+TEST(simt_setmaxnreg_checks)
+{
+    const char *orders[] = {"forward", "reversed", "warps"};
+    for (int i = 0; i < 3; i++) {
+        run_case("setmaxnreg_ok", orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: setmaxnreg 0 wrong"), "%s:\n%s", orders[i], out);
+    }
+    expect("setmaxnreg_pool", "setmaxnreg.inc at simt_checks_tma.cuh:", "(threads 256-383) never completes: warpgroup 2 "
+           "asks for 9216 more registers (to 240 a thread), the block's pool holds 7168", "given 64512 at launch (168 a "
+           "thread x 384 threads", NULL);
+    expect("setmaxnreg_count", "setmaxnreg.inc at simt_checks_tma.cuh:", "register count 228 is not a multiple of 8 in "
+           "[24, 256]", NULL);
+    expect("setmaxnreg_dec_raises", "setmaxnreg.dec at simt_checks_tma.cuh:", "to 176 registers a thread: warp 0 holds "
+           "168 (dec only lowers the count", NULL);
+    expect("setmaxnreg_partial", "setmaxnreg at simt_checks_tma.cuh:", "issued by a partial warpgroup: threads 0-63 "
+           "reach it, threads 64-127 exited", NULL);
+    expect("setmaxnreg_inc_lowers", "setmaxnreg.inc at simt_checks_tma.cuh:", "to 160 registers a thread: warp 4 holds "
+           "168 (inc only raises the count", NULL);
+}
+
 /* CUDA IPC across processes (issue 42's first step): the owner's device buffer, filled
  * by its kernel, is mapped by a peer process through cudaIpcOpenMemHandle, whose kernel
  * writes it; the owner sees the writes. cudaFree of the mapping is refused, a handle of

@@ -53,7 +53,7 @@ extern uint3 block_idx;
 extern dim3 block_dim, grid_dim;
 
 enum { BAR_SYNC, BAR_OR, BAR_AND, BAR_COUNT };
-enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_MMA, W_LDMATRIX, W_WGMMA };
+enum { W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR, W_BALLOT, W_ANY, W_ALL, W_MMA, W_LDMATRIX, W_WGMMA, W_SETMAXNREG };
 // Block barrier and warp intrinsics (simt_exec.cc): the calling fiber waits there
 // until its partners arrive; the result is computed when they all have.
 int barrier(const char *file, int line, int kind, int pred);
@@ -107,6 +107,14 @@ inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigne
 {
     wgmma_lane l = {d, da, db, scale_d};
     warp_coll(file, line, W_WGMMA, &l, n << 4 | kind | !!ta << 20 | !!tb << 21);
+}
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32 n (sm_90a; simt_regs.cc): a warpgroup collective
+// that moves the warps' per-thread register count to n, through the block's pool (dec
+// fills it, inc takes from it and waits until it holds enough).
+inline void setmaxnreg(const char *file, int line, int n, int inc)
+{
+    warp_coll(file, line, W_SETMAXNREG, NULL, (n & 0xffff) | !!inc << 16);
 }
 
 // TMA and mbarrier (sm_90; simt_tma.cc). An mbarrier (8 bytes of shared memory) counts

@@ -656,8 +656,9 @@ int main(int argc, char **argv)
         int o[64 * 11];
         if (cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return 1;
         return check_intrinsics(o, 64);
-    } else if (!strncmp(c, "tma_", 4) || !strncmp(c, "mbar_", 5) || !strcmp(c, "dyn_shared")) {
-        if (!tma_cases(c, d)) return 0;
+    } else if (!strncmp(c, "tma_", 4) || !strncmp(c, "mbar_", 5) || !strcmp(c, "dyn_shared") ||
+               !strncmp(c, "setmaxnreg_", 11)) {
+        if (!(strncmp(c, "setmaxnreg_", 11) ? tma_cases(c, d) : setmaxnreg_cases(c, d))) return 0;
         fprintf(stderr, "t-simt-checks: unknown case '%s'\n", c);
         return 2;
     } else if (!strcmp(c, "sticky")) {

@@ -189,3 +189,49 @@ static int tma_cases(const char *c, float *d)
     free(h);
     return 0;
 }
+
+// setmaxnreg (test/simt/simt_regs.cc): warpgroup 0 (the producer's) gives registers away,
+// warpgroups 1 and 2 take them: 384 threads at 168 registers (64K / 384 down to a multiple
+// of 8), 40 + 2 x 232 = 504 = 3 x 168. BUG: 1 the consumers ask for 240 (more than the
+// pool ever holds), 2 a count not a multiple of 8, 3 dec raising a count, 4 two warps of
+// warpgroup 0 alone (the others exited), 5 inc lowering a count.
+template <int BUG> __global__ void __launch_bounds__(384) setmaxnreg_case(float *out)
+{
+    int t = threadIdx.x, wg = t / 128;
+    if (wg == 0) {
+        if (BUG == 4 && t >= 64) return;
+        if (BUG == 3) K_SETMAXNREG_DEC(176);
+        else K_SETMAXNREG_DEC(40);
+    } else if (BUG == 1) K_SETMAXNREG_INC(240);
+    else if (BUG == 2) K_SETMAXNREG_INC(228);
+    else if (BUG == 5) K_SETMAXNREG_INC(160);
+    else K_SETMAXNREG_INC(232);
+    out[t] = (float)wg;
+}
+
+// Case names setmaxnreg_*: 0 done, 1 unknown.
+static int setmaxnreg_cases(const char *c, float *d)
+{
+    static const char *names[] = {"setmaxnreg_ok", "setmaxnreg_pool", "setmaxnreg_count", "setmaxnreg_dec_raises",
+                                  "setmaxnreg_partial", "setmaxnreg_inc_lowers"};
+    int bug = -1;
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(c, names[i])) bug = i;
+    switch (bug) {
+    case 0: SIMT_LAUNCH(setmaxnreg_case<0>, 1, 384, 0, 0)(d); break;
+    case 1: SIMT_LAUNCH(setmaxnreg_case<1>, 1, 384, 0, 0)(d); break;
+    case 2: SIMT_LAUNCH(setmaxnreg_case<2>, 1, 384, 0, 0)(d); break;
+    case 3: SIMT_LAUNCH(setmaxnreg_case<3>, 1, 384, 0, 0)(d); break;
+    case 4: SIMT_LAUNCH(setmaxnreg_case<4>, 1, 384, 0, 0)(d); break;
+    case 5: SIMT_LAUNCH(setmaxnreg_case<5>, 1, 384, 0, 0)(d); break;
+    default: return 1;
+    }
+    report();
+    if (bug) return 0;
+    float h[384];
+    if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost)) return 0;
+    int bad = 0;
+    for (int i = 0; i < 384; i++) bad += h[i] != (float)(i / 128);
+    printf("result: setmaxnreg %d wrong\n", bad);
+    return 0;
+}

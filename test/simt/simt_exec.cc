@@ -288,7 +288,7 @@ const char *warp_name(int k)
 {
     static const char *n[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
                               "__ballot_sync", "__any_sync", "__all_sync", "mma.sync", "ldmatrix",
-                              "wgmma.mma_async"};
+                              "wgmma.mma_async", "setmaxnreg"};
     return n[k];
 }
 
@@ -397,7 +397,10 @@ int resolve_warpgroup(int w, const thr *f, char *why, size_t len)
     if (!ready) return 0;
     void *lanes[128];
     for (int j = 0; j < 128; j++) lanes[j] = (void *)T[base + j].val;
-    if (simt::tc_wgmma(f->arg, lanes, base, f->file, f->line, why, len)) return -1;
+    if (f->kind == simt::W_SETMAXNREG) {
+        int r = simt::regs_setmaxnreg(f->arg, w / 4, f->file, f->line, why, len);
+        if (r <= 0) return r; // an inc waits until a dec has filled the pool
+    } else if (simt::tc_wgmma(f->arg, lanes, base, f->file, f->line, why, len)) return -1;
     for (int j = 0; j < 128; j++) T[base + j].state = T_RUN;
     nwarp -= 128;
     for (int k = 0; k < 4; k++) warp_round[w / 4 * 4 + k]++;
@@ -416,7 +419,7 @@ int resolve_warps(char *why, size_t len)
             if (f->state != T_WARP) continue;
             unsigned m = f->mask;
             const char *op = warp_name(f->kind), *fn = base_name(f->file);
-            if (f->kind == simt::W_WGMMA) {
+            if (f->kind == simt::W_WGMMA || f->kind == simt::W_SETMAXNREG) {
                 int r = resolve_warpgroup(w, f, why, len);
                 if (r < 0) return -1;
                 progress |= r;
@@ -522,6 +525,12 @@ int resolve(char *why, size_t len)
     // Warp by warp: threads that have not run this far yet are next, not a deadlock.
     if (nbar + nwarp + nexit + nmbar < nthr) return 1;
     if (nmbar) return mbar_stuck(why, len);
+    for (int i = 0; i < nthr; i++) // an inc that no dec can meet any more
+        if (T[i].state == T_WARP && T[i].kind == simt::W_SETMAXNREG)
+            return fail(why, len, "setmaxnreg.inc at %s:%d (threads %s) never completes: %s%s%s", base_name(T[i].file),
+                        T[i].line, thread_set(T_WARP, T[i].file, T[i].line).c_str(),
+                        simt::regs_describe(T[i].arg, i / 128).c_str(), nexit ? "; threads exited: " : "",
+                        nexit ? thread_set(T_EXIT).c_str() : "");
     thr *b = NULL, *w = NULL;
     for (int i = 0; i < nthr && !(b && w); i++) {
         if (T[i].state == T_BAR && !b) b = &T[i];
@@ -763,6 +772,7 @@ int simt::run_kernel(const launch_rec *L, char *why, size_t len)
         TSAN_RELEASE(&block_sync);
         simt::tc_block_start(nthr);
         simt::tma_block_start(nthr);
+        simt::regs_block_start(nthr, k->bound);
         char what[768];
         if (run_block(mode, what, sizeof what)) {
             snprintf(why, len, "%s (launched at %s:%d) block (%u,%u,%u) of grid (%u,%u,%u), %d threads: %s",

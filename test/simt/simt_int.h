@@ -72,6 +72,13 @@ int tma_wait_ready(const void *bar, unsigned parity, int thr, char *why, size_t 
 std::string tma_describe(const void *bar, unsigned parity);
 void tma_block_start(int nthr);
 int tma_read_check(const void *p, size_t n, int first, int count, const char *op, char *why, size_t len);
+// setmaxnreg (simt_regs.cc) as seen by the scheduler: the block's per-warp register
+// counts reset (the count a thread at launch: from __launch_bounds__, else the block's
+// size); warpgroup wg's setmaxnreg with arg (simt.h) applied: 1, 0 an inc the pool cannot
+// meet yet, -1 a misuse (why); why the waiting inc of warpgroup wg can never be met.
+void regs_block_start(int nthr, int bound);
+int regs_setmaxnreg(int arg, int wg, const char *file, int line, char *why, size_t len);
+std::string regs_describe(int arg, int wg);
 // The instruction checks' helpers (simt_tc.cc, simt_tma.cc): a path's file name; the GPU
 // thread making a per-thread call (fatal outside a kernel); [p, p + n) inside one of the
 // running kernel's shared arrays (true without its symbol table: the check needs them).

@@ -50,8 +50,10 @@ for f in "${files[@]}"; do
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     # TMA (wt_gemm, k_cuda_tc_tma.cuh): the bulk tensor copies and mbarrier operations
     if [[ $arch == sm_90a ]]; then
-      printf '%s\t%s\t%s\t%s\n' "$(basename "$f")" "$(grep -c 'cp.async.bulk.tensor' "$p" || true)" \
-        "$(grep -c 'mbarrier\.' "$p" || true)" "$(grep -c 'mbarrier.try_wait' "$p" || true)" >> "$tmp/tma.tab"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$(grep -c 'cp.async.bulk.tensor' "$p" || true)" \
+        "$(grep -c 'mbarrier\.' "$p" || true)" "$(grep -c 'mbarrier.try_wait' "$p" || true)" \
+        "$(grep -c 'setmaxnreg\.' "$p" || true)" "$(grep -c 'wgmma.mma_async.sync.aligned.m64n256k16' "$p" || true)" \
+        >> "$tmp/tma.tab"
     fi
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
@@ -84,15 +86,27 @@ if ls "$tmp"/*.sm_90a.tab >/dev/null 2>&1; then
 fi
 if [[ -f $tmp/tma.tab ]]; then
   echo
-  echo "| file (sm_90a) | cp.async.bulk.tensor | mbarrier ops | of them try_wait | wt_gemm instances | registers | spill stores (B) |"
-  echo "|---|---|---|---|---|---|---|"
-  while IFS=$'\t' read -r f nb nm nw; do
+  echo "| file (sm_90a) | cp.async.bulk.tensor | mbarrier ops | of them try_wait | setmaxnreg | m64n256k16 | wt_gemm instances | registers | spill stores (B) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  while IFS=$'\t' read -r f nb nm nw ns n256; do
     w=$(awk -F'\t' '$1 ~ /wt_gemmILi/ { n++; if (!lo || $2 < lo) lo = $2; if ($2 > hi) hi = $2; if ($4 > sp) sp = $4 }
         END { print n + 0 "\t" (n ? lo "-" hi : "-") "\t" sp + 0 }' "$tmp/$f.sm_90a.tab")
     IFS=$'\t' read -r wn wr ws <<<"$w"
-    echo "| $f | $nb | $nm | $nw | $wn | $wr | $ws |"
-    if [[ $f == k_cuda_tc_gemm.cu && ( $nb -eq 0 || $nw -eq 0 || $wn -eq 0 ) ]]; then bad=1; fi
+    echo "| $f | $nb | $nm | $nw | $ns | $n256 | $wn | $wr | $ws |"
+    if [[ $f == k_cuda_tc_gemm.cu && ( $nb -eq 0 || $nw -eq 0 || $wn -eq 0 || $ns -eq 0 || $n256 -eq 0 ) ]]; then bad=1; fi
   done < "$tmp/tma.tab"
+  # wt_gemm's instances: registers are ptxas's count at launch (64K / 384 at most: 168);
+  # setmaxnreg then moves the producer's to 40 and the consumers' to 232 (k_cuda_tc_tma.cuh)
+  echo
+  echo "| wt_gemm instance (sm_90a) | file | type | tile | registers at launch (ptxas) | spill stores (B) |"
+  echo "|---|---|---|---|---|---|"
+  for t in "$tmp"/*.sm_90a.tab; do
+    awk -F'\t' '$1 ~ /[0-9]wt_gemmILi/' "$t" | while IFS=$'\t' read -r n r sm sp; do
+      d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
+      IFS=',' read -r ty bn _ <<<"${d#wt_gemm<}"
+      echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } | $r | $sp |"
+    done | sort -u
+  done
 fi
 if ls "$tmp"/k_cuda_attn_tc.cu.*.tab >/dev/null 2>&1; then
   echo

@@ -4,6 +4,7 @@
 #include "rt/env.h"
 #include "rt/half.h"
 #include <stdio.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,19 +181,29 @@ int k_cuda_wgmma_setup(char *why, size_t len)
     return rc;
 }
 
-// ---- The TMA decision (k_cuda.h). The probe: a 200 x 136 x 72 product of two bf16 arrays
-// (edge tiles in m, n and k; k past one stage) on wt_gemm against wg_gemm: the same k16
-// steps in the same order, so the same sums; a wrong box, swizzle or barrier phase
-// differs by the values themselves.
+// ---- The TMA decision (k_cuda.h). The probe: a 200 x 264 x 72 product of two bf16 arrays
+// (edge tiles in m, n and k; k past one stage; n past one 256 tile) on wt_gemm's two tiles
+// against wg_gemm: the same k16 steps in the same order, so the same sums; a wrong box,
+// swizzle or barrier phase differs by the values themselves.
 int k_cuda_tma_on(void) { return wg_state == 1 && tma_state == 1; }
+
+#define TMA_FILL_SMS 132 // the SMs of an H100 / H200 (SXM): wide tiles from one full wave
+static int tma_fill = TMA_FILL_SMS;
+int k_cuda_tma_fill(void) { return tma_fill; }
+int k_cuda_tma_set_fill(int tiles)
+{
+    int old = tma_fill;
+    tma_fill = tiles > 0 ? tiles : TMA_FILL_SMS;
+    return old;
+}
 
 int k_cuda_tma_probe(char *why, size_t len)
 {
-    enum { PM = 200, PN = 136, PK = 72 };
+    enum { PM = 200, PN = 264, PK = 72 };
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (PM * PK + PN * PK));
-    float *c = (float *)malloc(sizeof(float) * 2 * PM * PN);
+    float *c = (float *)malloc(sizeof(float) * 3 * PM * PN);
     void *d = NULL;
-    int rc = -1, keep = tma_state;
+    int rc = -1, keep = tma_state, fill = tma_fill;
     for (int i = 0; i < PM * PK + PN * PK; i++) h[i] = rt_f32_to_bf16((float)((i * 37 % 101) - 50) / 32.0f);
     if (!wg_state) {
         snprintf(why, len, "wgmma is off");
@@ -207,29 +218,33 @@ int k_cuda_tma_probe(char *why, size_t len)
         const uint16_t *da = (const uint16_t *)d, *db = da + PM * PK;
         float *dc = (float *)(void *)((char *)d + sizeof(uint16_t) * (PM * PK + PN * PK));
         k_tc_gemm g = {K_CUDA_MM_BF16, PM, PN, PK, da, db, PK, PK, 1, 1, dc, PN, 0, NULL};
+        static const char *name[] = {"wg_gemm", "wt_gemm 128x128", "wt_gemm 128x256"};
         double big = 0, diff = 0;
-        for (int pass = 0; pass < 2; pass++) {
-            tma_state = pass;
+        for (int pass = 0; pass < 3; pass++) { // wg_gemm, then wt_gemm's 128 and 256 tiles
+            tma_state = pass > 0;
+            tma_fill = pass == 2 ? 1 : INT_MAX;
             if (k_cuda_tc_gemm_sm90(&g, NULL) || port_dev_sync("TMA probe") ||
                 port_memcpy_d2h(c + pass * PM * PN, dc, sizeof(float) * PM * PN, NULL, "TMA probe") ||
                 port_dev_sync("TMA probe")) {
-                snprintf(why, len, "the probe failed on %s (%s)", pass ? "wt_gemm" : "wg_gemm", port_cuda_errmsg());
+                snprintf(why, len, "the probe failed on %s (%s)", name[pass], port_cuda_errmsg());
                 goto out;
             }
         }
         for (int i = 0; i < PM * PN; i++) {
             big = fmax(big, fabs(c[i]));
-            diff = fmax(diff, fabs((double)c[i] - c[PM * PN + i]));
+            diff = fmax(diff, fmax(fabs((double)c[i] - c[PM * PN + i]), fabs((double)c[i] - c[2 * PM * PN + i])));
         }
         if (!(diff <= 1e-5 * big)) {
             snprintf(why, len, "the probe's TMA result differs from wg_gemm's by %.3g (largest value %.3g)", diff, big);
             goto out;
         }
-        snprintf(why, len, "the probe agrees with wg_gemm to %.2g of the largest value", big > 0 ? diff / big : 0.0);
+        snprintf(why, len, "the probe (both tiles) agrees with wg_gemm to %.2g of the largest value",
+                 big > 0 ? diff / big : 0.0);
         rc = 1;
     }
 out:
     tma_state = keep;
+    tma_fill = fill;
     if (d) port_dev_free(d);
     free(h);
     free(c);

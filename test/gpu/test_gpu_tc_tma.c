@@ -6,12 +6,15 @@
  * executor the TMA copies are counted: the path was taken, two boxes a stage and tile. */
 #include "test/gpu/g.h"
 #include "rt/half.h"
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #if DDPRT_SIMT
 unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
 #endif
+int k_cuda_tma_fill(void);               /* kernels/cuda/k_cuda_tc_tma.cuh */
+int k_cuda_tma_set_fill(int tiles);
 
 /* wgmma on, TMA as asked (DDPRT_TMA=1 or 0): the decision must follow. */
 static void tma_set(int on)
@@ -37,9 +40,11 @@ static unsigned long long tma_count(void)
 #endif
 
 /* C = A B^T of m x k and n x k arrays (k-contiguous, rows k rounded up to 8, pad more) on
- * wt_gemm and on wg_gemm: both at the bound, and the same bits. */
-static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
+ * wt_gemm (its 128 x bn tile forced: bn 128 or 256) and on wg_gemm: both at the bound,
+ * and the same bits. */
+static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu, int bn)
 {
+    int fill = k_cuda_tma_set_fill(bn == 256 ? 1 : INT_MAX);
     int lda = (k + 7) / 8 * 8 + pad, ldb = lda; /* rows 16-byte aligned: TMA's (and wg_gemm's) constraint */
     size_t na = (size_t)m * lda, nb = (size_t)n * ldb, nc = (size_t)m * n;
     uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
@@ -60,9 +65,9 @@ static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
         g_need(k_cuda_tc_gemm_sm90(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm sm90");
 #if DDPRT_SIMT
         /* the path taken: two boxes a stage, every tile; none on wg_gemm */
-        unsigned long long want = on ? 2ull * ((m + 127) / 128) * ((n + 127) / 128) * ((k + 63) / 64) : 0;
-        CHECKF(tma_count() - t0 == want, "m=%d n=%d k=%d TMA %d: %llu TMA copies, expected %llu", m, n, k, on,
-               tma_count() - t0, want);
+        unsigned long long want = on ? 2ull * ((m + 127) / 128) * ((n + bn - 1) / bn) * ((k + 63) / 64) : 0;
+        CHECKF(tma_count() - t0 == want, "m=%d n=%d k=%d tile %d TMA %d: %llu TMA copies, expected %llu", m, n, k, bn,
+               on, tma_count() - t0, want);
 #endif
         c[on] = g_result(gc, nc);
     }
@@ -73,10 +78,11 @@ static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu)
         if (memcmp(&c[1][i], &c[0][i], 4) && !differ++) firstd = i;
     }
     const char *ty = type == K_CUDA_MM_BF16 ? "bf16" : "f16";
-    CHECKF(!bad, "%s m=%d n=%d k=%d pad %d: wt_gemm %zu of %zu outside the bound, first [%zu][%zu] = %.9g, reference "
-           "%.9g", ty, m, n, k, pad, bad, nc, first / n, first % n, c[1][first], ref[first]);
-    CHECKF(!differ, "%s m=%d n=%d k=%d pad %d: wt_gemm and wg_gemm differ in %zu of %zu, first [%zu][%zu]: %.9g vs "
-           "%.9g", ty, m, n, k, pad, differ, nc, firstd / n, firstd % n, c[1][firstd], c[0][firstd]);
+    k_cuda_tma_set_fill(fill);
+    CHECKF(!bad, "%s m=%d n=%d k=%d pad %d tile %d: wt_gemm %zu of %zu outside the bound, first [%zu][%zu] = %.9g, reference "
+           "%.9g", ty, m, n, k, pad, bn, bad, nc, first / n, first % n, c[1][first], ref[first]);
+    CHECKF(!differ, "%s m=%d n=%d k=%d pad %d tile %d: wt_gemm and wg_gemm differ in %zu of %zu, first [%zu][%zu]: "
+           "%.9g vs %.9g", ty, m, n, k, pad, bn, differ, nc, firstd / n, firstd % n, c[1][firstd], c[0][firstd]);
     port_dev_free(ga), port_dev_free(gb), port_dev_free(gc);
     if (gbias) port_dev_free(gbias);
     free(ha), free(hb), free(fa), free(fb), free(hbias), free(ref), free(mag), free(c[0]), free(c[1]);
@@ -92,9 +98,30 @@ TEST(gpu_tc_tma_gemm_odd_shapes)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int *d = shapes[s];
             if (type == K_CUDA_MM_F16 && s == 4) continue; /* (the long ring once is enough) */
-            tma_case(type, d[0], d[1], d[2], 0, 0, 0);
+            tma_case(type, d[0], d[1], d[2], 0, 0, 0, 128);
         }
-    tma_case(K_CUDA_MM_BF16, 70, 130, 45, 8, 1, 1); /* padded rows, the bias + ReLU epilogue */
+    tma_case(K_CUDA_MM_BF16, 70, 130, 45, 8, 1, 1, 128); /* padded rows, the bias + ReLU epilogue */
+    tma_reset();
+}
+
+/* The 128 x 256 tile (producer warpgroup, setmaxnreg, m64n256k16; forced here: products
+ * this small take 128 x 128): N under one tile, N past one 256 tile with an edge tile,
+ * K past the ring of stages, both types, the epilogue. */
+TEST(gpu_tc_tma_gemm_wide_tile)
+{
+    if (!g_sm90()) return;
+    static const int shapes[][3] = {{17, 9, 23}, {130, 300, 136}, {70, 520, 330}};
+    for (int type = K_CUDA_MM_BF16; type <= K_CUDA_MM_F16; type++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int *d = shapes[s];
+            if (type == K_CUDA_MM_F16 && s == 2) continue;
+            tma_case(type, d[0], d[1], d[2], 0, 0, 0, 256);
+        }
+    tma_case(K_CUDA_MM_F16, 200, 264, 72, 8, 1, 1, 256);
+    /* the rule: wide where the wide tiles still fill the GPU */
+    int fill = k_cuda_tma_set_fill(0);
+    CHECK(k_cuda_tma_fill() == 132);
+    k_cuda_tma_set_fill(fill);
     tma_reset();
 }
 

@@ -98,13 +98,14 @@ if [[ -f $tmp/tma.tab ]]; then
   # wt_gemm's instances: registers are ptxas's count at launch (64K / 384 at most: 168);
   # setmaxnreg then moves the producer's to 40 and the consumers' to 232 (k_cuda_tc_tma.cuh)
   echo
-  echo "| wt_gemm instance (sm_90a) | file | type | tile | registers at launch (ptxas) | spill stores (B) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| wt_gemm instance (sm_90a) | file | type | tile | A | B | registers at launch (ptxas) | spill stores (B) |"
+  echo "|---|---|---|---|---|---|---|---|"
   for t in "$tmp"/*.sm_90a.tab; do
     awk -F'\t' '$1 ~ /[0-9]wt_gemmILi/' "$t" | while IFS=$'\t' read -r n r sm sp; do
       d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
-      IFS=',' read -r ty bn _ <<<"${d#wt_gemm<}"
-      echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } | $r | $sp |"
+      IFS=',' read -r ty bn ak bk _ <<<"${d#wt_gemm<}"
+      echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } |" \
+        "$([[ ${ak# } == true ]] && echo K || echo M) | $([[ ${bk# } == true ]] && echo K || echo N) | $r | $sp |"
     done | sort -u
   done
 fi

@@ -41,8 +41,10 @@ int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s)
     if (k_cuda_tma_on()) { // wt_gemm (k_cuda_tc_tma.cuh); wg_gemm where the maps are refused
         const char *why;
         int rc = g->type == K_CUDA_MM_BF16
-                     ? wt_launch<K_CUDA_MM_BF16>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st, (cudaStream_t)s, &why)
-                     : wt_launch<K_CUDA_MM_F16>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st, (cudaStream_t)s, &why);
+                     ? wt_launch<K_CUDA_MM_BF16, true, true>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st,
+                                                             (cudaStream_t)s, &why)
+                     : wt_launch<K_CUDA_MM_F16, true, true>(g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb, st,
+                                                            (cudaStream_t)s, &why);
         if (!rc) return k_cuda_check_launch("k_cuda_tc_gemm_sm90", "m=%d n=%d k=%d (TMA)", g->m, g->n, g->k);
     }
     dim3 grid((unsigned)((g->n + WGG_T - 1) / WGG_T), (unsigned)((g->m + WGG_T - 1) / WGG_T));
@@ -183,8 +185,10 @@ int k_cuda_wgmma_setup(char *why, size_t len)
 
 // ---- The TMA decision (k_cuda.h). The probe: a 200 x 264 x 72 product of two bf16 arrays
 // (edge tiles in m, n and k; k past one stage; n past one 256 tile) on wt_gemm's two tiles
-// against wg_gemm: the same k16 steps in the same order, so the same sums; a wrong box,
-// swizzle or barrier phase differs by the values themselves.
+// against wg_gemm, then the same buffers read as M/N-contiguous arrays ([72 x 200],
+// [72 x 264]) on wt_gemm's M/N-major boxes against wg_gemm's: the same k16 steps in the
+// same order, so the same sums; a wrong box, swizzle, descriptor or barrier phase differs
+// by the values themselves.
 int k_cuda_tma_on(void) { return wg_state == 1 && tma_state == 1; }
 
 #define TMA_FILL_SMS 132 // the SMs of an H100 / H200 (SXM): wide tiles from one full wave
@@ -201,7 +205,7 @@ int k_cuda_tma_probe(char *why, size_t len)
 {
     enum { PM = 200, PN = 264, PK = 72 };
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (PM * PK + PN * PK));
-    float *c = (float *)malloc(sizeof(float) * 3 * PM * PN);
+    float *c = (float *)malloc(sizeof(float) * 5 * PM * PN);
     void *d = NULL;
     int rc = -1, keep = tma_state, fill = tma_fill;
     for (int i = 0; i < PM * PK + PN * PK; i++) h[i] = rt_f32_to_bf16((float)((i * 37 % 101) - 50) / 32.0f);
@@ -218,12 +222,16 @@ int k_cuda_tma_probe(char *why, size_t len)
         const uint16_t *da = (const uint16_t *)d, *db = da + PM * PK;
         float *dc = (float *)(void *)((char *)d + sizeof(uint16_t) * (PM * PK + PN * PK));
         k_tc_gemm g = {K_CUDA_MM_BF16, PM, PN, PK, da, db, PK, PK, 1, 1, dc, PN, 0, NULL};
-        static const char *name[] = {"wg_gemm", "wt_gemm 128x128", "wt_gemm 128x256"};
-        double big = 0, diff = 0;
-        for (int pass = 0; pass < 3; pass++) { // wg_gemm, then wt_gemm's 128 and 256 tiles
-            tma_state = pass > 0;
-            tma_fill = pass == 2 ? 1 : INT_MAX;
-            if (k_cuda_tc_gemm_sm90(&g, NULL) || port_dev_sync("TMA probe") ||
+        static const char *name[] = {"wg_gemm", "wt_gemm 128x128", "wt_gemm 128x256", "wg_gemm (M/N-major)",
+                                     "wt_gemm (M/N-major)"};
+        double big = 0, diff = 0, bigm = 0, diffm = 0;
+        // wg_gemm, wt_gemm's 128 and 256 tiles; then both operands M/N-contiguous: wg_gemm, wt_gemm 128x256
+        for (int pass = 0; pass < 5; pass++) {
+            tma_state = pass == 1 || pass == 2 || pass == 4;
+            tma_fill = pass == 2 || pass == 4 ? 1 : INT_MAX;
+            g.a_kfast = g.b_kfast = pass < 3;
+            g.lda = pass < 3 ? PK : PM, g.ldb = pass < 3 ? PK : PN;
+            if (k_cuda_tc_gemm(&g, NULL) || port_dev_sync("TMA probe") ||
                 port_memcpy_d2h(c + pass * PM * PN, dc, sizeof(float) * PM * PN, NULL, "TMA probe") ||
                 port_dev_sync("TMA probe")) {
                 snprintf(why, len, "the probe failed on %s (%s)", name[pass], port_cuda_errmsg());
@@ -233,13 +241,17 @@ int k_cuda_tma_probe(char *why, size_t len)
         for (int i = 0; i < PM * PN; i++) {
             big = fmax(big, fabs(c[i]));
             diff = fmax(diff, fmax(fabs((double)c[i] - c[PM * PN + i]), fabs((double)c[i] - c[2 * PM * PN + i])));
+            bigm = fmax(bigm, fabs(c[3 * PM * PN + i]));
+            diffm = fmax(diffm, fabs((double)c[3 * PM * PN + i] - c[4 * PM * PN + i]));
         }
-        if (!(diff <= 1e-5 * big)) {
-            snprintf(why, len, "the probe's TMA result differs from wg_gemm's by %.3g (largest value %.3g)", diff, big);
+        if (!(diff <= 1e-5 * big) || !(diffm <= 1e-5 * bigm)) {
+            snprintf(why, len, "the probe's TMA result differs from wg_gemm's by %.3g (largest value %.3g)%s",
+                     diff > 1e-5 * big ? diff : diffm, diff > 1e-5 * big ? big : bigm,
+                     diff > 1e-5 * big ? "" : " with M/N-contiguous operands");
             goto out;
         }
-        snprintf(why, len, "the probe (both tiles) agrees with wg_gemm to %.2g of the largest value",
-                 big > 0 ? diff / big : 0.0);
+        snprintf(why, len, "the probe (both tiles, K- and M/N-major) agrees with wg_gemm to %.2g of the largest value",
+                 fmax(big > 0 ? diff / big : 0.0, bigm > 0 ? diffm / bigm : 0.0));
         rc = 1;
     }
 out:

@@ -357,9 +357,9 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     int splits = ws ? k_cuda_gemm_splits(M, N, K) : 1;
     dim3 grid((N + T - 1) / T, (M + T - 1) / T, 1);
     // The 128-tile bf16 / f16 products on wgmma where the device takes it (sm_90:
-    // k_cuda_wgmma_on): two aligned 16-bit arrays by cp.async (wg_gemm; either of them
-    // k- or M/N-contiguous: conv's weight gradient, linear's dX / dW), the rest through
-    // registers (wgg_gemm).
+    // k_cuda_wgmma_on): two aligned 16-bit arrays by TMA (wt_gemm, where k_cuda_tma_on;
+    // plain arrays only) or cp.async (wg_gemm; either of them k- or M/N-contiguous: conv's
+    // weight gradient, linear's dX / dW), the rest through registers (wgg_gemm).
     // Geometry operands (conv's NHWC copies) only by cp.async: wg_gemm where the other
     // operand is a 16-bit array too, else mma.sync's tc_gemm.
     constexpr bool GEO = TcGeo<LA>::value || TcGeo<LB>::value;
@@ -375,11 +375,13 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
                     bool raw = false;
                     if constexpr (WGR) {
                         raw = GEO || (la.vec && lb.vec);
-                        // two plain 16-bit arrays: TMA's wt_gemm where it is on (k_cuda_tma_on), wg_gemm
-                        // where not or where the tensor maps are refused
-                        if constexpr (std::is_same<LA, TcRawK>::value && std::is_same<LB, TcRawK>::value) {
+                        // two plain 16-bit arrays, k- or M/N-contiguous: TMA's wt_gemm where it is on
+                        // (k_cuda_tma_on), wg_gemm where not or where the tensor maps are refused
+                        if constexpr ((std::is_same<LA, TcRawK>::value || std::is_same<LA, TcRawMN>::value) &&
+                                      (std::is_same<LB, TcRawK>::value || std::is_same<LB, TcRawMN>::value)) {
                             const char *why;
-                            if (raw && k_cuda_tma_on() && !wt_launch<TY>(M, N, K, la.p, la.ld, lb.p, lb.ld, st, s, &why))
+                            if (raw && k_cuda_tma_on() &&
+                                !wt_launch<TY, LA::k_fast, LB::k_fast>(M, N, K, la.p, la.ld, lb.p, lb.ld, st, s, &why))
                                 return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma, TMA)", shapes);
                         }
                         if (raw) K_LAUNCH((wg_gemm<TY, LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);

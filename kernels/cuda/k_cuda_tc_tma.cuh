@@ -1,8 +1,12 @@
 // wt_gemm: the sm_90a GEMM fed by TMA (included by k_cuda_tc_gemm.cuh after wg_gemm).
-// Two k-contiguous 16-bit arrays as tensor maps (k_tmap_encode_2d: K x rows, 64 k x
-// 128 (A) or BN (B) rows a box, the 128-byte swizzle); a 128 x BN tile (BN 128 or 256),
+// Two 16-bit arrays as tensor maps, the 128-byte swizzle: a k-contiguous one (AK / BK)
+// rows x K, a box 64 k x 128 (A) or BN (B) rows: wgmma's K-major tile; an M/N-contiguous
+// one K x rows, boxes of 64 rows (128 bytes) x 64 k, one after another 8 KiB apart:
+// wgmma's canonical M/N-major layout (wg_gemm's wg_off_mn with 64 k in place of 32: a
+// pattern 8 k x 64 rows, SBO 1 KiB to the next 8 k, LBO 8 KiB to the next 64 rows;
+// imm-trans 1). A 128 x BN tile (BN 128 or 256),
 // WT_STAGES stages of 64 k. A producer warpgroup (threads 256-383) gives its registers
-// away (setmaxnreg.dec 40) and one of its threads issues each stage's two boxes with
+// away (setmaxnreg.dec 40) and one of its threads issues each stage's boxes with
 // cp.async.bulk.tensor, their bytes counted on the stage's full mbarrier; the two consumer
 // warpgroups take the registers (setmaxnreg.inc 232: a 64 x 256 accumulator is 128 fp32
 // registers a thread) and wait on it, run four m64nBNk16 wgmma on their 64 rows, and keep
@@ -43,22 +47,39 @@ static_assert(sizeof(WtSmem<256>) + 1024 <= 227 * 1024, "wt_gemm's stages exceed
 
 // One 64-deep slice on the warpgroup's 64 rows: four k16 steps, 32 bytes on in the
 // 128-byte row each (the hardware swizzles the address it forms), 8 rows 1 KiB apart.
-template <int TY, int BN>
+// M/N-major (!AK / !BK): k 16kk is 2 KiB into the 64-row box, the warpgroup's 64 rows
+// of A its own box.
+template <int TY, int BN, bool AK, bool BK>
 __device__ __forceinline__ void wt_slice(float (&acc)[BN / 2], const unsigned short *ta, const unsigned short *tb,
                                          int wg)
 {
 #pragma unroll
     for (int kk = 0; kk < WT_BK / 16; kk++) {
-        unsigned long long da = k_wgmma_desc(ta + 64 * wg * WT_BK + 16 * kk, 16, 8 * WT_BK * 2, K_WGMMA_SW128);
-        unsigned long long db = k_wgmma_desc(tb + 16 * kk, 16, 8 * WT_BK * 2, K_WGMMA_SW128);
+        unsigned long long da = AK ? k_wgmma_desc(ta + 64 * wg * WT_BK + 16 * kk, 16, 8 * WT_BK * 2, K_WGMMA_SW128)
+                                   : k_wgmma_desc(ta + 64 * wg * WT_BK + 64 * 16 * kk, 8192, 1024, K_WGMMA_SW128);
+        unsigned long long db = BK ? k_wgmma_desc(tb + 16 * kk, 16, 8 * WT_BK * 2, K_WGMMA_SW128)
+                                   : k_wgmma_desc(tb + 64 * 16 * kk, 8192, 1024, K_WGMMA_SW128);
         if constexpr (BN == 256) {
-            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_256(acc, da, db, 1);
-            else K_WGMMA_F16_256(acc, da, db, 1);
+            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_256T(acc, da, db, 1, !AK, !BK);
+            else K_WGMMA_F16_256T(acc, da, db, 1, !AK, !BK);
         } else {
-            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128(acc, da, db, 1);
-            else K_WGMMA_F16_128(acc, da, db, 1);
+            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128T(acc, da, db, 1, !AK, !BK);
+            else K_WGMMA_F16_128T(acc, da, db, 1, !AK, !BK);
         }
     }
+}
+
+// A stage's R rows of one operand from its map: one box (k-contiguous), or R / 64 boxes
+// of 64 rows x 64 k (M/N-contiguous; past the array's end TMA fills zeros and still
+// counts the box's bytes).
+template <bool KF, int R>
+__device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map, int kt, int r0,
+                                         unsigned long long *bar)
+{
+    if constexpr (KF) K_TMA_LOAD_2D(tile, map, kt * WT_BK, r0, bar);
+    else
+#pragma unroll
+        for (int j = 0; j < R / 64; j++) K_TMA_LOAD_2D(tile + 64 * WT_BK * j, map, r0 + 64 * j, kt * WT_BK, bar);
 }
 
 // The accumulators through st, in PTX's D layout (wgg_store's, BN / 8 blocks of n8).
@@ -74,7 +95,7 @@ __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &s
     }
 }
 
-template <int TY, int BN, class ST>
+template <int TY, int BN, bool AK, bool BK, class ST>
 __global__ void __launch_bounds__(WT_THREADS, 1)
     wt_gemm(int M, int N, int K, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb, ST st)
 {
@@ -97,8 +118,8 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
             // the stage's last slice (kt - WT_STAGES) released by every consumer thread
             if (kt >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (kt / WT_STAGES - 1) & 1);
             K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-            K_TMA_LOAD_2D(sm.a[s], &ma, kt * WT_BK, m0, &sm.full[s]);
-            K_TMA_LOAD_2D(sm.b[s], &mb, kt * WT_BK, n0, &sm.full[s]);
+            wt_issue<AK, WGG_T>(sm.a[s], &ma, kt, m0, &sm.full[s]);
+            wt_issue<BK, BN>(sm.b[s], &mb, kt, n0, &sm.full[s]);
         }
         return;
     }
@@ -111,7 +132,7 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
         int s = kt % WT_STAGES;
         K_MBAR_WAIT(&sm.full[s], (kt / WT_STAGES) & 1);
         K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wt_slice<TY, BN>(acc, sm.a[s], sm.b[s], wg);
+        wt_slice<TY, BN, AK, BK>(acc, sm.a[s], sm.b[s], wg);
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(1); // slice kt - 1's wgmma is done: its stage may be refilled
         if (kt > 0) K_MBAR_ARRIVE(&sm.empty[(kt - 1) % WT_STAGES]);
@@ -120,17 +141,15 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
     wt_store<BN>(acc, st, M, N, m0, n0, wg);
 }
 
-// The two arrays' tensor maps (rows x K, ld elements apart; B's box BN rows): 0, or -1
-// with why (TMA's constraints: 16-byte aligned, ld a multiple of 8 elements).
-static inline int wt_maps(k_tmap *ma, k_tmap *mb, const void *a, int lda, const void *b, int ldb, int M, int N,
-                          int K, int bn, const char **why)
+// An array's tensor map: k-contiguous rows x K (a box 64 k x box rows), M/N-contiguous
+// K x rows (a box 64 rows x 64 k); ld elements apart: 0, or -1 with why (TMA's
+// constraints: 16-byte aligned, ld a multiple of 8 elements).
+static inline int wt_map(k_tmap *m, const void *p, int ld, bool kf, int rows, int K, int box_rows, const char **why)
 {
-    return k_tmap_encode_2d(ma, a, (unsigned long long)M, (unsigned long long)K, (unsigned long long)lda, WT_BK,
-                            WGG_T, 128, why) ||
-                   k_tmap_encode_2d(mb, b, (unsigned long long)N, (unsigned long long)K, (unsigned long long)ldb,
-                                    WT_BK, (unsigned)bn, 128, why)
-               ? -1
-               : 0;
+    return kf ? k_tmap_encode_2d(m, p, (unsigned long long)rows, (unsigned long long)K, (unsigned long long)ld, WT_BK,
+                                 (unsigned)box_rows, 128, why)
+              : k_tmap_encode_2d(m, p, (unsigned long long)K, (unsigned long long)rows, (unsigned long long)ld, 64,
+                                 WT_BK, 128, why);
 }
 
 // The tile's N for an M x N product: 256 where its tiles fill the GPU (k_cuda_tma_fill).
@@ -140,13 +159,13 @@ static inline int wt_tile_n(int M, int N)
     return wide >= k_cuda_tma_fill() ? 256 : 128;
 }
 
-template <int TY, int BN, class ST>
+template <int TY, int BN, bool AK, bool BK, class ST>
 static inline int wt_run(int M, int N, int K, const k_tmap &ma, const k_tmap &mb, const ST &st, cudaStream_t s,
                          const char **why)
 {
     static int attr;
     if (!attr) {
-        if (cudaFuncSetAttribute(wt_gemm<TY, BN, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(wt_gemm<TY, BN, AK, BK, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  wt_smem_bytes<BN>())) {
             *why = "cudaFuncSetAttribute refused the dynamic shared memory";
             return -1;
@@ -154,20 +173,22 @@ static inline int wt_run(int M, int N, int K, const k_tmap &ma, const k_tmap &mb
         attr = 1;
     }
     dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + WGG_T - 1) / WGG_T));
-    K_LAUNCH((wt_gemm<TY, BN, ST>), grid, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, ma, mb, st);
+    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), grid, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, ma, mb, st);
     *why = NULL;
     return 0;
 }
 
-// wt_gemm<TY, BN, ST> on the stream, BN by wt_tile_n; its dynamic shared memory limit
-// raised once; 0, or -1 (a launch error for k_cuda_check_launch, or the maps refused: why).
-template <int TY, class ST>
+// wt_gemm<TY, BN, AK, BK, ST> on the stream (AK / BK: A / B k-contiguous, else
+// M/N-contiguous), BN by wt_tile_n; its dynamic shared memory limit raised once; 0, or
+// -1 (a launch error for k_cuda_check_launch, or the maps refused: why).
+template <int TY, bool AK, bool BK, class ST>
 static inline int wt_launch(int M, int N, int K, const void *a, int lda, const void *b, int ldb, const ST &st,
                             cudaStream_t s, const char **why)
 {
     k_tmap ma, mb;
     int bn = wt_tile_n(M, N);
-    if (wt_maps(&ma, &mb, a, lda, b, ldb, M, N, K, bn, why)) return -1;
-    return bn == 256 ? wt_run<TY, 256>(M, N, K, ma, mb, st, s, why) : wt_run<TY, 128>(M, N, K, ma, mb, st, s, why);
+    if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why) || wt_map(&mb, b, ldb, BK, N, K, bn, why)) return -1;
+    return bn == 256 ? wt_run<TY, 256, AK, BK>(M, N, K, ma, mb, st, s, why)
+                     : wt_run<TY, 128, AK, BK>(M, N, K, ma, mb, st, s, why);
 }
 } // namespace

@@ -39,33 +39,37 @@ static unsigned long long tma_count(void)
 }
 #endif
 
-/* C = A B^T of m x k and n x k arrays (k-contiguous, rows k rounded up to 8, pad more) on
- * wt_gemm (its 128 x bn tile forced: bn 128 or 256) and on wg_gemm: both at the bound,
- * and the same bits. */
-static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu, int bn)
+/* C = A B of A (m x k) and B (k x n), each k-contiguous (akf / bkf: [m][k], [n][k]) or
+ * M/N-contiguous ([k][m], [k][n]), rows rounded up to 8 elements, pad more, on wt_gemm
+ * (its 128 x bn tile forced: bn 128 or 256) and on wg_gemm: both at the bound, and the
+ * same bits. */
+static void tma_case2(int type, int m, int n, int k, int pad, int bias, int relu, int bn, int akf, int bkf)
 {
     int fill = k_cuda_tma_set_fill(bn == 256 ? 1 : INT_MAX);
-    int lda = (k + 7) / 8 * 8 + pad, ldb = lda; /* rows 16-byte aligned: TMA's (and wg_gemm's) constraint */
-    size_t na = (size_t)m * lda, nb = (size_t)n * ldb, nc = (size_t)m * n;
+    /* rows 16-byte aligned: TMA's (and wg_gemm's) constraint */
+    int lda = ((akf ? k : m) + 7) / 8 * 8 + pad, ldb = ((bkf ? k : n) + 7) / 8 * 8 + pad;
+    size_t na = (size_t)(akf ? m : k) * lda, nb = (size_t)(bkf ? n : k) * ldb, nc = (size_t)m * n;
     uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2);
     float *fa = g_rand(na, 21), *fb = g_rand(nb, 22), *hbias = g_rand(n, 23), *ref = malloc(nc * 4);
     double *mag = malloc(nc * sizeof(double));
     for (size_t i = 0; i < na; i++) ha[i] = g_to16(type, fa[i]);
     for (size_t i = 0; i < nb; i++) hb[i] = g_to16(type, fb[i]);
-    g_ref_gemm16(type, ha, lda, 1, hb, ldb, 1, m, n, k, bias ? hbias : NULL, relu, ref, mag);
+    g_ref_gemm16(type, ha, lda, akf, hb, ldb, bkf, m, n, k, bias ? hbias : NULL, relu, ref, mag);
     uint16_t *ga = g_up(ha, na * 2), *gb = g_up(hb, nb * 2);
     float *gbias = bias ? g_up(hbias, n * 4) : NULL, *gc = g_dev(nc * 4), *c[2];
-    k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = 1,
-                   .b_kfast = 1, .c = gc, .ldc = n, .relu = relu, .bias = gbias};
+    k_tc_gemm g = {.type = type, .m = m, .n = n, .k = k, .a = ga, .b = gb, .lda = lda, .ldb = ldb, .a_kfast = akf,
+                   .b_kfast = bkf, .c = gc, .ldc = n, .relu = relu, .bias = gbias};
     for (int on = 1; on >= 0; on--) {
         tma_set(on);
 #if DDPRT_SIMT
         unsigned long long t0 = tma_count();
 #endif
-        g_need(k_cuda_tc_gemm_sm90(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm sm90");
+        g_need(k_cuda_tc_gemm(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm");
 #if DDPRT_SIMT
-        /* the path taken: two boxes a stage, every tile; none on wg_gemm */
-        unsigned long long want = on ? 2ull * ((m + 127) / 128) * ((n + bn - 1) / bn) * ((k + 63) / 64) : 0;
+        /* the path taken: a box a stage and tile for a k-contiguous operand, one per 64 of its
+         * rows for an M/N-contiguous one; none on wg_gemm */
+        unsigned long long per = (akf ? 1 : 2) + (bkf ? 1 : bn / 64);
+        unsigned long long want = on ? per * ((m + 127) / 128) * ((n + bn - 1) / bn) * ((k + 63) / 64) : 0;
         CHECKF(tma_count() - t0 == want, "m=%d n=%d k=%d tile %d TMA %d: %llu TMA copies, expected %llu", m, n, k, bn,
                on, tma_count() - t0, want);
 #endif
@@ -79,13 +83,18 @@ static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu,
     }
     const char *ty = type == K_CUDA_MM_BF16 ? "bf16" : "f16";
     k_cuda_tma_set_fill(fill);
-    CHECKF(!bad, "%s m=%d n=%d k=%d pad %d tile %d: wt_gemm %zu of %zu outside the bound, first [%zu][%zu] = %.9g, reference "
-           "%.9g", ty, m, n, k, pad, bn, bad, nc, first / n, first % n, c[1][first], ref[first]);
-    CHECKF(!differ, "%s m=%d n=%d k=%d pad %d tile %d: wt_gemm and wg_gemm differ in %zu of %zu, first [%zu][%zu]: "
-           "%.9g vs %.9g", ty, m, n, k, pad, bn, differ, nc, firstd / n, firstd % n, c[1][firstd], c[0][firstd]);
+    CHECKF(!bad, "%s m=%d n=%d k=%d pad %d tile %d A %c B %c: wt_gemm %zu of %zu outside the bound, first [%zu][%zu] = %.9g, reference "
+           "%.9g", ty, m, n, k, pad, bn, akf ? 'K' : 'M', bkf ? 'K' : 'N', bad, nc, first / n, first % n, c[1][first], ref[first]);
+    CHECKF(!differ, "%s m=%d n=%d k=%d pad %d tile %d A %c B %c: wt_gemm and wg_gemm differ in %zu of %zu, first "
+           "[%zu][%zu]: %.9g vs %.9g", ty, m, n, k, pad, bn, akf ? 'K' : 'M', bkf ? 'K' : 'N', differ, nc, firstd / n, firstd % n, c[1][firstd], c[0][firstd]);
     port_dev_free(ga), port_dev_free(gb), port_dev_free(gc);
     if (gbias) port_dev_free(gbias);
     free(ha), free(hb), free(fa), free(fb), free(hbias), free(ref), free(mag), free(c[0]), free(c[1]);
+}
+
+static void tma_case(int type, int m, int n, int k, int pad, int bias, int relu, int bn)
+{
+    tma_case2(type, m, n, k, pad, bias, relu, bn, 1, 1);
 }
 
 TEST(gpu_tc_tma_gemm_odd_shapes)
@@ -166,5 +175,23 @@ TEST(gpu_tc_tma_probe_agrees)
     tma_set(0);
     CHECKF(k_cuda_tma_probe(why, sizeof why) == 1, "%s", why);
     CHECK(!k_cuda_tma_on()); /* the probe leaves the decision as it was */
+    tma_reset();
+}
+
+/* M/N-contiguous operands by TMA (64-row boxes into wgmma's M/N-major tile): all four
+ * layout pairs on odd shapes, both tiles, bit for bit against wg_gemm's M/N-major path
+ * (k_cuda_tc_gemm takes wgmma for them from M and N 128 on: k_cuda_gemm_tile). */
+TEST(gpu_tc_tma_gemm_mn_major)
+{
+    if (!g_sm90()) return;
+    static const int shapes[][3] = {{130, 136, 45}, {130, 300, 136}};
+    for (int akf = 0; akf < 2; akf++)
+        for (int bkf = 0; bkf < 2; bkf++) {
+            if (akf && bkf) continue; /* (the odd-shapes test's) */
+            for (size_t s = 0; s < 2; s++)
+                for (int bn = 128; bn <= 256; bn += 128)
+                    tma_case2(K_CUDA_MM_BF16, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 0, bn, akf, bkf);
+        }
+    tma_case2(K_CUDA_MM_F16, 129, 200, 23, 8, 1, 1, 256, 0, 0); /* f16, padded rows, the epilogue */
     tma_reset();
 }

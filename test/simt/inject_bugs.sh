@@ -47,6 +47,7 @@ bugs=(
 "tensor-core GEMM (sm_90, TMA): the consumers' wait on the full barrier removed|k_cuda_tc_tma.cuh|s/        K_MBAR_WAIT\(&sm.full\[s\], \(kt \/ WT_STAGES\) & 1\);\n//|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA): the producer's wait on the empty barrier removed|k_cuda_tc_tma.cuh|s/            if \(kt >= WT_STAGES\) K_MBAR_WAIT\(&sm.empty\[s\], \(kt \/ WT_STAGES - 1\) & 1\);\n//|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA): expect_tx 16 bytes short|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16);/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
+"tensor-core GEMM (sm_90, TMA, M/N-major): B's descriptor LBO (the next 64 rows) 4 KiB, not the boxes' 8 KiB|k_cuda_tc_tma.cuh|s/: k_wgmma_desc\(tb \+ 64 \* 16 \* kk, 8192, 1024, K_WGMMA_SW128\);/: k_wgmma_desc(tb + 64 * 16 * kk, 4096, 1024, K_WGMMA_SW128);/|gpu_tc_tma_gemm_mn_major|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA): the consumers take more registers than the producer gives (setmaxnreg.inc 240)|k_cuda_tc_tma.cuh|s/#define WT_CONSUMER_REGS 232/#define WT_CONSUMER_REGS 240/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 )
 

@@ -191,7 +191,7 @@ int k_cuda_wgmma_setup(char *why, size_t len)
 // by the values themselves.
 int k_cuda_tma_on(void) { return wg_state == 1 && tma_state == 1; }
 
-#define TMA_FILL_SMS 132 // the SMs of an H100 / H200 (SXM): wide tiles from one full wave
+#define TMA_FILL_SMS 132 // the SMs of an H100 / H200 (SXM) until k_cuda_tma_setup reads the card's
 static int tma_fill = TMA_FILL_SMS;
 int k_cuda_tma_fill(void) { return tma_fill; }
 int k_cuda_tma_set_fill(int tiles)
@@ -272,6 +272,11 @@ int k_cuda_tma_setup(char *why, size_t len)
     if (mode == 1) return snprintf(why, len, "DDPRT_TMA=0"), 0;
     if (mode == 2) return snprintf(why, len, "DDPRT_TMA=1"), tma_state = 1; // (the executor too)
     if (!sm90) return snprintf(why, len, "not an sm_90 GPU"), 0;
+    struct cudaDeviceProp p; // wide tiles from one full wave of this card's SMs (114 on a PCIe H100)
+    int dev;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
+        p.multiProcessorCount > 0)
+        tma_fill = p.multiProcessorCount;
     int rc = k_cuda_tma_probe(why, len);
     tma_state = rc == 1;
     return rc;

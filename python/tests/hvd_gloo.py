@@ -4,6 +4,8 @@ test (hvd_examples_check.py): the calls those scripts make, each done the plain 
 `import hvd_gloo as hvd` in place of `import ddprt.torch as hvd` gives the reference
 run. broadcast_optimizer_state follows ddprt's rule (Horovod's zero-gradient step to
 create the state, parameters left as they were)."""
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -17,6 +19,15 @@ class Compression:
 
 def init():
     dist.init_process_group("gloo")
+    atexit.register(_shutdown)
+
+
+def _shutdown():
+    # torch 1.13's gloo group, left to the interpreter's teardown, can abort the process
+    # at exit ("terminate called without an active exception", seen once in CI): end it
+    # while Python still runs, as the seed scripts do with destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank():

@@ -84,20 +84,15 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (k_act_mm_check(mm, "k_cuda_linear_bwd", shp)) return -1;
-    int err;
-    void *wp = ws; // past the 16-bit dy where it is made
-    const uint16_t *d16 = k_dy16(mm, n, out, dy, &wp, cs, &err);
-    if (err) return -1;
-    TcRawK dk{};
-    TcRawMN dm{};
-    bool raw = d16 && k_tc_raw(dk, mm, d16, out) && k_tc_raw(dm, mm, d16, out);
+    KDy16 d; // dy's 16-bit copy where it is made; d.ws past it
+    if (k_dy16(d, mm, n, out, dy, ws, cs)) return -1;
     if (dx) {
         const char *k = "k_cuda_linear_bwd (input grad)";
         KgRowA a = {dy, out};
         KgRowB b = {w, in};
         Store st = {dx, in};
-        if (raw ? k_cuda_gemm_w16<TcRawMN, true>(mm, k, shp, n, in, out, dk, w16, in, b, st, wp, cs)
-                : k_cuda_gemm_w16<TcRawMN, false>(mm, k, shp, n, in, out, a, w16, in, b, st, wp, cs))
+        if (d.raw ? k_cuda_gemm_w16<TcRawMN, true>(mm, k, shp, n, in, out, d.k, w16, in, b, st, d.ws, cs)
+                : k_cuda_gemm_w16<TcRawMN, false>(mm, k, shp, n, in, out, a, w16, in, b, st, d.ws, cs))
             return -1;
     }
     KgColA a = {dy, out};
@@ -107,12 +102,12 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
     KgActRowB xa = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
     KgRowB xf = {x, in};
     bool x16 = mm & K_CUDA_MM_X16, xraw = x16 && k_tc_raw(xr, mm, x, in); // a 16-bit x by cp.async where aligned
-    if (raw ? (xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xr, st, wp, cs)
-               : x16 ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xa, st, wp, cs)
-                     : k_cuda_gemm_mm16(mm, kw, shp, out, in, n, dm, xf, st, wp, cs))
-        : xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xr, st, wp, cs)
-        : x16  ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xa, st, wp, cs)
-               : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kw, shp, out, in, n, a, xf, st, wp, cs))
+    if (d.raw ? (xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, d.mn, xr, st, d.ws, cs)
+               : x16 ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, d.mn, xa, st, d.ws, cs)
+                     : k_cuda_gemm_mm16(mm, kw, shp, out, in, n, d.mn, xf, st, d.ws, cs))
+        : xraw ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xr, st, d.ws, cs)
+        : x16  ? k_cuda_gemm_mm16(mm, kw, shp, out, in, n, a, xa, st, d.ws, cs)
+               : k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, kw, shp, out, in, n, a, xf, st, d.ws, cs))
         return -1;
     if (!db) return 0; // no bias
     K_LAUNCH(linear_bias_grad, (out + 127) / 128, 128, 0, cs)(n, out, dy, db);

@@ -490,21 +490,32 @@ static int k_cuda_gemm_w16(int mm, const char *kernel, const char *shapes, int M
 // wt_gemm on sm_90, the two-array kernel on sm_80) instead of gathering and rounding fp32
 // through registers in every tile; the same rounding (rt/half.h's), so the same bits.
 // k_dy16_bytes: its room (0 where not taken: fp32 / TF32 products, rows of `out` not
-// 16-byte aligned). k_dy16: the copy and *ws moved past it (to the split-K partials), or
-// NULL where not taken or ws is NULL / misaligned (the gathers as before); *err -1 when
-// the conversion's launch failed.
+// 16-byte aligned).
 static inline size_t k_dy16_bytes(int mm, int n, int out)
 {
     return k_cuda_mm16(mm) && out % 8 == 0 ? ((size_t)n * out * 2 + 255) / 256 * 256 : 0;
 }
-static inline const uint16_t *k_dy16(int mm, int n, int out, const float *dy, void **ws, cudaStream_t s, int *err)
+// k_dy16: the copy's two views (k- and M/N-contiguous) with raw set and ws moved past it
+// (to the split-K partials); raw false and ws as given where not taken or ws is NULL /
+// misaligned (the gathers as before). 0, or -1 when the conversion's launch failed.
+namespace { // as its loaders
+struct KDy16 {
+    TcRawK k{};
+    TcRawMN mn{};
+    void *ws;
+    bool raw;
+};
+} // namespace
+static inline int k_dy16(KDy16 &d, int mm, int n, int out, const float *dy, void *ws, cudaStream_t s)
 {
     size_t b = k_dy16_bytes(mm, n, out);
-    *err = 0;
-    if (!b || !*ws || ((uintptr_t)*ws & 15)) return NULL;
-    uint16_t *d = (uint16_t *)*ws;
-    *err = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16((size_t)n * out, dy, d, s)
-                                                   : k_cuda_f32_to_f16((size_t)n * out, dy, d, s);
-    *ws = (char *)*ws + b;
-    return d;
+    d.ws = ws, d.raw = false;
+    if (!b || !ws || ((uintptr_t)ws & 15)) return 0;
+    uint16_t *h = (uint16_t *)ws;
+    if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16((size_t)n * out, dy, h, s)
+                                                : k_cuda_f32_to_f16((size_t)n * out, dy, h, s))
+        return -1;
+    d.ws = (char *)ws + b;
+    d.raw = k_tc_raw(d.k, mm, h, out) && k_tc_raw(d.mn, mm, h, out);
+    return 0;
 }

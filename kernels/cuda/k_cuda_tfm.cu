@@ -379,20 +379,15 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
     char shp[96];
     snprintf(shp, sizeof shp, "n=%d in=%d out=%d", n, in, out);
     if (k_act_mm_check(mm, "k_cuda_conv1d_hf_bwd", shp)) return -1;
-    int err;
-    void *wp = ws; // past the 16-bit dy where it is made
-    const uint16_t *d16 = k_dy16(mm, n, out, dy, &wp, cs, &err);
-    if (err) return -1;
-    TcRawK dk{};
-    TcRawMN dm{};
-    bool raw = d16 && k_tc_raw(dk, mm, d16, out) && k_tc_raw(dm, mm, d16, out);
+    KDy16 d; // dy's 16-bit copy where it is made; d.ws past it
+    if (k_dy16(d, mm, n, out, dy, ws, cs)) return -1;
     if (dx) { // dx[n, in] = dy[n, out] w^T
         const char *k = "k_cuda_conv1d_hf_bwd (input grad)";
         KgRowA a = {dy, out};
         KgColB b = {w, out};
         Put st = {dx, NULL, in, 0};
-        if (raw ? k_cuda_gemm_w16<TcRawK, true>(mm, k, shp, n, in, out, dk, w16, out, b, st, wp, cs)
-                : k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, in, out, a, w16, out, b, st, wp, cs))
+        if (d.raw ? k_cuda_gemm_w16<TcRawK, true>(mm, k, shp, n, in, out, d.k, w16, out, b, st, d.ws, cs)
+                : k_cuda_gemm_w16<TcRawK, false>(mm, k, shp, n, in, out, a, w16, out, b, st, d.ws, cs))
             return -1;
     }
     if (dw) { // dw[in, out] = x^T dy
@@ -403,12 +398,12 @@ int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, cons
         KgActColA xa = {x, in, k_act_of(mm, K_CUDA_MM_X16)};
         KgColA a = {x, in};
         bool x16 = mm & K_CUDA_MM_X16, xraw = x16 && k_tc_raw(xr, mm, x, in);
-        if (raw ? (xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, dm, st, wp, cs)
-                   : x16 ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, dm, st, wp, cs)
-                         : k_cuda_gemm_mm16(mm, k, shp, in, out, n, a, dm, st, wp, cs))
-            : !x16 ? k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, in, out, n, a, b, st, wp, cs)
-            : xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, b, st, wp, cs)
-                   : k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, b, st, wp, cs))
+        if (d.raw ? (xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, d.mn, st, d.ws, cs)
+                   : x16 ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, d.mn, st, d.ws, cs)
+                         : k_cuda_gemm_mm16(mm, k, shp, in, out, n, a, d.mn, st, d.ws, cs))
+            : !x16 ? k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, k, shp, in, out, n, a, b, st, d.ws, cs)
+            : xraw ? k_cuda_gemm_mm16(mm, k, shp, in, out, n, xr, b, st, d.ws, cs)
+                   : k_cuda_gemm_mm16(mm, k, shp, in, out, n, xa, b, st, d.ws, cs))
             return -1;
     }
     if (!db) return 0;

@@ -168,6 +168,44 @@ static inline float *g_result(const float *d, size_t n)
     return h;
 }
 
+/* The tensor-core tests' names and device helpers (test_gpu_tc_*.c). */
+static inline const char *g_tn(int t) { return t == K_CUDA_MM_BF16 ? "bf16" : "f16"; }
+
+/* d (n fp32 values on the device) rounded to t's 16 bits by the graph's cast kernel. */
+static inline uint16_t *g_dev16(int t, const float *d, size_t n)
+{
+    uint16_t *h = g_dev(n * 2 + 16);
+    int rc = t == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(n, d, h, NULL) : k_cuda_f32_to_f16(n, d, h, NULL);
+    g_need(rc == 0 && port_stream_sync(NULL, "cast") == 0, "cast to 16 bits");
+    return h;
+}
+
+/* How many of two device arrays' n fp32 values differ in any bit. */
+static inline size_t g_ndiff_dev(const float *a, const float *b, size_t n)
+{
+    float *x = g_result(a, n), *y = g_result(b, n);
+    size_t k = g_ndiff(x, y, n, 4);
+    free(x), free(y);
+    return k;
+}
+
+#if DDPRT_SIMT
+unsigned long long simt_cp_async_count(void); /* test/simt/simt_tc.cc */
+/* The executor's count once the launches so far have run (they run on a stream's thread). */
+static inline unsigned long long g_cp_count(void)
+{
+    g_need(port_stream_sync(NULL, "cp.async count") == 0, "sync");
+    return simt_cp_async_count();
+}
+
+/* cp.async copies a 64-tile product (M or N under 128, no split over k) issues for its
+ * one 16-bit operand: 64 rows x 4 chunks a 32-deep slice, every block. */
+static inline unsigned long long g_cp_expect(int M, int N, int K)
+{
+    return 256ull * (unsigned long long)((M + 63) / 64) * ((N + 63) / 64) * ((K + 31) / 32);
+}
+#endif
+
 static inline int g_run(const char *cmd, char *out, size_t len)
 {
     FILE *f = popen(cmd, "r");

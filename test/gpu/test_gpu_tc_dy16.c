@@ -8,28 +8,6 @@
  * w16; then the 128-tile products on wgmma. */
 #include "test/gpu/g.h"
 
-#if DDPRT_SIMT
-unsigned long long simt_cp_async_count(void); /* test/simt/simt_tc.cc */
-#endif
-
-static const char *tn(int t) { return t == K_CUDA_MM_BF16 ? "bf16" : "f16"; }
-
-static uint16_t *dev16(int t, const float *d, size_t n)
-{
-    uint16_t *h = g_dev(n * 2 + 16);
-    int rc = t == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(n, d, h, NULL) : k_cuda_f32_to_f16(n, d, h, NULL);
-    g_need(rc == 0 && port_stream_sync(NULL, "cast") == 0, "cast to 16 bits");
-    return h;
-}
-
-static size_t ndiff_dev(const float *a, const float *b, size_t n)
-{
-    float *x = g_result(a, n), *y = g_result(b, n);
-    size_t k = g_ndiff(x, y, n, 4);
-    free(x), free(y);
-    return k;
-}
-
 static int bwd(int hf, int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
                const float *dy, float *dx, float *dw, float *db, void *ws)
 {
@@ -43,7 +21,7 @@ static void dy16_case(int t, int hf, int n, int in, int out)
     size_t nx = (size_t)n * in, nw = (size_t)in * out, ny = (size_t)n * out, cnt[3] = {nx, nw, (size_t)out};
     float *hx = g_rand(nx, 171), *hw = g_rand(nw, 172), *hdy = g_rand(ny, 174);
     float *x = g_up(hx, nx * 4), *w = g_up(hw, nw * 4), *dy = g_up(hdy, ny * 4);
-    uint16_t *w16 = dev16(t, w, nw), *x16 = dev16(t, x, nx);
+    uint16_t *w16 = g_dev16(t, w, nw), *x16 = g_dev16(t, x, nx);
     size_t wsb = hf ? k_cuda_conv1d_hf_workspace_mm(t, n, in, out) : k_cuda_linear_workspace_mm(t, n, in, out);
     char *ws = g_dev(wsb + 64);
     float *o[2][3];
@@ -58,8 +36,8 @@ static void dy16_case(int t, int hf, int n, int in, int out)
             g_need(bwd(hf, mm, n, in, out, xv, w, wv, dy, o[c][0], o[c][1], o[c][2], c ? ws + 4 : ws) == 0,
                    hf ? "conv1d_hf bwd" : "linear bwd");
         for (int i = 0; i < 3; i++)
-            CHECKF(ndiff_dev(o[0][i], o[1][i], cnt[i]) == 0,
-                   "%s %s n=%d in=%d out=%d (%s x, %s): %s on the 16-bit dy differs from the gathered", tn(t),
+            CHECKF(g_ndiff_dev(o[0][i], o[1][i], cnt[i]) == 0,
+                   "%s %s n=%d in=%d out=%d (%s x, %s): %s on the 16-bit dy differs from the gathered", g_tn(t),
                    hf ? "conv1d_hf" : "linear", n, in, out, v & 2 ? "16-bit" : "fp32", v & 1 ? "w16" : "no w16",
                    nm[i]);
     }
@@ -91,19 +69,6 @@ TEST(gpu_tc_dy16_bitwise_equal_on_wgmma)
 }
 
 #if DDPRT_SIMT
-static unsigned long long cp_count(void)
-{
-    g_need(port_stream_sync(NULL, "cp.async count") == 0, "sync");
-    return simt_cp_async_count();
-}
-
-/* A 64-tile product's cp.async copies of one 16-bit operand (64 rows x 4 chunks a
- * 32-deep slice, every block; no split over k at these sizes). */
-static unsigned long long cp_expect(int M, int N, int K)
-{
-    return 256ull * (unsigned long long)((M + 63) / 64) * ((N + 63) / 64) * ((K + 31) / 32);
-}
-
 /* Which way dy went, counted: fp32 x and no w16, so dy is the only operand that can be
  * copied: on the aligned workspace both products copy it (dX: [n x out] k-contiguous;
  * dW: [out x n] M-contiguous), 4 bytes off not one copy; out = 20 never. */
@@ -117,12 +82,12 @@ TEST(gpu_tc_dy16_products_issue_cp_async)
     for (int out = 24; out >= 20; out -= 4)
         for (int hf = 0; hf < 2; hf++)
             for (int off = 0; off <= 4; off += 4) {
-                unsigned long long c0 = cp_count();
+                unsigned long long c0 = g_cp_count();
                 g_need(bwd(hf, K_CUDA_MM_BF16, N, IN, out, a, a, NULL, a, c, e, NULL, ws + off) == 0, "bwd");
-                unsigned long long got = cp_count() - c0;
+                unsigned long long got = g_cp_count() - c0;
                 unsigned long long want = off || out % 8 ? 0
-                                          : hf ? cp_expect(N, IN, out) + cp_expect(IN, out, N)
-                                               : cp_expect(N, IN, out) + cp_expect(out, IN, N);
+                                          : hf ? g_cp_expect(N, IN, out) + g_cp_expect(IN, out, N)
+                                               : g_cp_expect(N, IN, out) + g_cp_expect(out, IN, N);
                 CHECKF(got == want, "%s bwd out=%d, workspace %s: %llu cp.async, expected %llu",
                        hf ? "conv1d_hf" : "linear", out, off ? "4 bytes off" : "aligned", got, want);
             }

@@ -8,28 +8,8 @@
 #include "test/gpu/g.h"
 
 #if DDPRT_SIMT
-unsigned long long simt_cp_async_count(void); /* test/simt/simt_tc.cc */
 unsigned long long simt_wgmma_count(int ta, int tb);
 #endif
-
-static const char *tn(int t) { return t == K_CUDA_MM_BF16 ? "bf16" : "f16"; }
-
-/* d (n fp32 values on the device) rounded to t's 16 bits by the graph's cast kernel. */
-static uint16_t *dev16(int t, const float *d, size_t n)
-{
-    uint16_t *h = g_dev(n * 2 + 16);
-    int rc = t == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(n, d, h, NULL) : k_cuda_f32_to_f16(n, d, h, NULL);
-    g_need(rc == 0 && port_stream_sync(NULL, "cast") == 0, "cast to 16 bits");
-    return h;
-}
-
-static size_t ndiff_dev(const float *a, const float *b, size_t n)
-{
-    float *x = g_result(a, n), *y = g_result(b, n);
-    size_t k = g_ndiff(x, y, n, 4);
-    free(x), free(y);
-    return k;
-}
 
 /* conv d[9] = n c h w k r s stride pad: y, dx, dw, db with w16 (and with a 16-bit x)
  * against without. */
@@ -42,7 +22,7 @@ static void conv_w16_case(int t, const int *d)
     size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q, nb = (size_t)sh.k;
     float *hx = g_rand(nx, 61), *hw = g_rand(nw, 62), *hb = g_rand(nb, 63), *hdy = g_rand(ny, 64);
     float *x = g_up(hx, nx * 4), *w = g_up(hw, nw * 4), *b = g_up(hb, nb * 4), *dy = g_up(hdy, ny * 4);
-    uint16_t *w16 = dev16(t, w, nw), *x16 = dev16(t, x, nx);
+    uint16_t *w16 = g_dev16(t, w, nw), *x16 = g_dev16(t, x, nx);
     void *ws = g_dev(k_cuda_conv2d_workspace(&sh) + 64);
     /* 4 bytes off 16-byte alignment: the NHWC copies (k_cuda_conv.cu) refuse it, so these
      * products stay the gathers and w16's cp.async (split over k as before) */
@@ -59,8 +39,8 @@ static void conv_w16_case(int t, const int *d)
     }
     static const char *const nm[] = {"y", "dx", "dw", "db", "y (16-bit x)"};
     for (int i = 0; i < 5; i++)
-        CHECKF(ndiff_dev(o[1][i], o[0][i], n[i]) == 0 && ndiff_dev(o[1][i], o[0][i == 4 ? 0 : i], n[i]) == 0,
-               "%s conv n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d: %s with w16 differs", tn(t), d[0], d[1], d[2], d[3],
+        CHECKF(g_ndiff_dev(o[1][i], o[0][i], n[i]) == 0 && g_ndiff_dev(o[1][i], o[0][i == 4 ? 0 : i], n[i]) == 0,
+               "%s conv n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d: %s with w16 differs", g_tn(t), d[0], d[1], d[2], d[3],
                d[4], d[5], d[6], d[7], d[8], nm[i]);
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < 5; i++) port_dev_free(o[v][i]);
@@ -76,7 +56,7 @@ static void lin_w16_case(int t, int hf, int n, int in, int out)
     size_t nx = (size_t)n * in, nw = (size_t)in * out, ny = (size_t)n * out;
     float *hx = g_rand(nx, 71), *hw = g_rand(nw, 72), *hb = g_rand(out, 73), *hdy = g_rand(ny, 74);
     float *x = g_up(hx, nx * 4), *w = g_up(hw, nw * 4), *b = g_up(hb, out * 4), *dy = g_up(hdy, ny * 4);
-    uint16_t *w16 = dev16(t, w, nw), *x16 = dev16(t, x, nx);
+    uint16_t *w16 = g_dev16(t, w, nw), *x16 = g_dev16(t, x, nx);
     void *ws = g_dev((hf ? k_cuda_conv1d_hf_workspace(n, in, out) : k_cuda_linear_workspace(n, in, out)) + 64);
     size_t cnt[4] = {ny, nx, nw, (size_t)out};
     float *o[4][4];
@@ -94,9 +74,9 @@ static void lin_w16_case(int t, int hf, int n, int in, int out)
     static const char *const nm[] = {"y", "dx", "dw", "db"};
     for (int v = 1; v < 4; v++)
         for (int i = 0; i < 4; i++)
-            CHECKF(ndiff_dev(o[v][i], o[0][i], cnt[i]) == 0, "%s %s n=%d in=%d out=%d (%s x, %s): %s differs", tn(t),
-                   hf ? "conv1d_hf" : "linear", n, in, out, v & 2 ? "16-bit" : "fp32", v & 1 ? "w16" : "no w16",
-                   nm[i]);
+            CHECKF(g_ndiff_dev(o[v][i], o[0][i], cnt[i]) == 0, "%s %s n=%d in=%d out=%d (%s x, %s): %s differs",
+                   g_tn(t), hf ? "conv1d_hf" : "linear", n, in, out, v & 2 ? "16-bit" : "fp32",
+                   v & 1 ? "w16" : "no w16", nm[i]);
     for (int v = 0; v < 4; v++)
         for (int i = 0; i < 4; i++) port_dev_free(o[v][i]);
     port_dev_free(x), port_dev_free(w), port_dev_free(b), port_dev_free(dy), port_dev_free(w16), port_dev_free(x16);
@@ -173,10 +153,10 @@ TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
         int M = sh.k, N = sh.c * sh.r * sh.s, K = sh.n * sh.p * sh.q;
         unsigned long long ops = 4ull * ((M + 127) / 128) * ((N + 127) / 128) * ((K + 31) / 32);
         CHECKF(c1 - c0 == 0 && c2 - c1 == ops, "%s conv c=%d k=%d: %llu / %llu m/n-major wgmma ops (gathered / "
-               "copies), expected 0 / %llu", tn(t), sh.c, sh.k, c1 - c0, c2 - c1, ops);
+               "copies), expected 0 / %llu", g_tn(t), sh.c, sh.k, c1 - c0, c2 - c1, ops);
 #endif
-        CHECKF(ndiff_dev(dw1, dw0, nw) == 0, "%s conv n=%d c=%d %dx%d k=%d %dx%d: the weight grad on the copies "
-               "(m/n-major wgmma) differs from the gathered one", tn(t), d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
+        CHECKF(g_ndiff_dev(dw1, dw0, nw) == 0, "%s conv n=%d c=%d %dx%d k=%d %dx%d: the weight grad on the copies "
+               "(m/n-major wgmma) differs from the gathered one", g_tn(t), d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
         port_dev_free(x), port_dev_free(dy), port_dev_free(w), port_dev_free(dw0), port_dev_free(dw1);
         port_dev_free(ws);
         free(hx), free(hdy);
@@ -185,20 +165,6 @@ TEST(gpu_tc_conv_dw_mn_major_on_wgmma)
 }
 
 #if DDPRT_SIMT
-/* The executor's count once the launches so far have run (they run on a stream's thread). */
-static unsigned long long cp_count(void)
-{
-    g_need(port_stream_sync(NULL, "cp.async count") == 0, "sync");
-    return simt_cp_async_count();
-}
-
-/* cp.async copies a 64-tile product (M or N under 128, no split: ws NULL) issues for its
- * one 16-bit operand: 64 rows x 4 chunks a 32-deep slice, every block. */
-static unsigned long long cp_expect(int M, int N, int K)
-{
-    return 256ull * (unsigned long long)((M + 63) / 64) * ((N + 63) / 64) * ((K + 31) / 32);
-}
-
 /* Which products take w16 by cp.async, counted by the executor: without w16 (fp32 x)
  * not one copy; with it, exactly the weight operand's copies. */
 TEST(gpu_tc_w16_products_issue_cp_async)
@@ -211,24 +177,24 @@ TEST(gpu_tc_w16_products_issue_cp_async)
     enum { N = 6, IN = 40, OUT = 24 };
     size_t big = 2 * 24 * 9 * 9 * 40;
     float *h = g_rand(big, 81), *a = g_up(h, big * 4), *b = g_up(h, big * 4), *c = g_dev(big * 4), *e = g_dev(big * 4);
-    uint16_t *w16 = dev16(t, b, big);
+    uint16_t *w16 = g_dev16(t, b, big);
     for (int v = 0; v < 2; v++) {
         const uint16_t *wv = v ? w16 : NULL;
-        unsigned long long c0 = cp_count();
+        unsigned long long c0 = g_cp_count();
         g_need(k_cuda_conv2d_fwd_mm(t, &sh3, a, b, wv, NULL, c, NULL, NULL) == 0, "conv fwd");
-        unsigned long long c1 = cp_count();
+        unsigned long long c1 = g_cp_count();
         g_need(k_cuda_conv2d_bwd_mm(t, &sh1, a, b, wv, a, c, e, NULL, NULL, NULL) == 0, "conv bwd");
-        unsigned long long c2 = cp_count();
+        unsigned long long c2 = g_cp_count();
         g_need(k_cuda_linear_fwd_mm(t, N, IN, OUT, a, b, wv, NULL, c, NULL, NULL) == 0 &&
                    k_cuda_linear_bwd_mm(t, N, IN, OUT, a, b, wv, a, c, e, NULL, NULL, NULL) == 0,
                "linear");
-        unsigned long long c3 = cp_count();
+        unsigned long long c3 = g_cp_count();
         g_need(k_cuda_conv1d_hf_fwd_mm(t, N, IN, OUT, a, b, wv, NULL, c, NULL, NULL) == 0 &&
                    k_cuda_conv1d_hf_bwd_mm(t, N, IN, OUT, a, b, wv, a, c, e, NULL, NULL, NULL) == 0,
                "conv1d_hf");
-        unsigned long long c4 = cp_count();
-        unsigned long long conv_f = cp_expect(20, 2 * 9 * 9, 16 * 9), conv_dx = cp_expect(24, 2 * 7 * 7, 40);
-        unsigned long long lin = cp_expect(N, OUT, IN) + cp_expect(N, IN, OUT); /* forward + input grad */
+        unsigned long long c4 = g_cp_count();
+        unsigned long long conv_f = g_cp_expect(20, 2 * 9 * 9, 16 * 9), conv_dx = g_cp_expect(24, 2 * 7 * 7, 40);
+        unsigned long long lin = g_cp_expect(N, OUT, IN) + g_cp_expect(N, IN, OUT); /* forward + input grad */
         CHECKF(c1 - c0 == (v ? conv_f : 0), "conv fwd %s w16: %llu cp.async, expected %llu", v ? "with" : "without",
                c1 - c0, v ? conv_f : 0);
         CHECKF(c2 - c1 == (v ? conv_dx : 0), "conv 1x1 bwd %s w16: %llu cp.async, expected %llu",
@@ -246,7 +212,7 @@ TEST(gpu_tc_w16_products_issue_cp_async)
  * 4 chunks a 32-deep slice); a one of 0 takes the other only. */
 static unsigned long long cp_expect2(int M, int N, int K, int a, int b)
 {
-    return (unsigned long long)(a + b) * cp_expect(M, N, K);
+    return (unsigned long long)(a + b) * g_cp_expect(M, N, K);
 }
 
 /* conv's NHWC copies (a workspace, bf16 / f16): the forward, input and weight grads copy
@@ -267,13 +233,13 @@ TEST(gpu_tc_conv_nhwc_issues_cp_async)
         void *ws = g_dev(k_cuda_conv2d_workspace(&sh));
         int t = i == 1 ? K_CUDA_MM_F16 : K_CUDA_MM_BF16, cx = sh.c % 8 == 0, ck = sh.k % 8 == 0;
         int npq = sh.n * sh.p * sh.q, nhw = sh.n * sh.h * sh.w;
-        unsigned long long c0 = cp_count();
+        unsigned long long c0 = g_cp_count();
         g_need(k_cuda_conv2d_fwd_mm(t, &sh, a, a, NULL, NULL, c, ws, NULL) == 0, "conv fwd");
-        unsigned long long c1 = cp_count();
+        unsigned long long c1 = g_cp_count();
         g_need(k_cuda_conv2d_bwd_mm(t, &sh, a, a, NULL, a, NULL, e, NULL, ws, NULL) == 0, "conv bwd (dw)");
-        unsigned long long c2 = cp_count();
+        unsigned long long c2 = g_cp_count();
         g_need(k_cuda_conv2d_bwd_mm(t, &sh, a, a, NULL, a, c, e, NULL, ws, NULL) == 0, "conv bwd");
-        unsigned long long c3 = cp_count();
+        unsigned long long c3 = g_cp_count();
         unsigned long long f = cx ? cp_expect2(sh.k, npq, 9 * sh.c, 1, 1) : 0;
         unsigned long long dw = cx ? cp_expect2(sh.k, 9 * sh.c, npq, ck, 1) : 0;
         unsigned long long dx = ck ? cp_expect2(sh.c, nhw, 9 * sh.k, 1, 1) : 0;

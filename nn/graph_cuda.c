@@ -9,6 +9,7 @@
 #include "ports/cuda/port_cuda.h"
 #include "ports/posix/port.h"
 #include "rt/arena.h"
+#include "rt/env.h"
 #include "rt/log.h"
 #include <math.h>
 #include <stdlib.h>
@@ -61,7 +62,15 @@ nn_cuda *nn_cuda_open(int device, char *err, size_t errlen)
     }
     c->device = device;
     snprintf(c->desc, sizeof c->desc, "%s", port_cuda_device_desc());
-    c->wgmma = k_cuda_wgmma_setup(c->wgmma_why, sizeof c->wgmma_why) == 1;
+    port_cuda_set_wait_s(rt_env_timeout_s()); /* every device wait's deadline: DDPRT_TIMEOUT's */
+    int wg = k_cuda_wgmma_setup(c->wgmma_why, sizeof c->wgmma_why);
+    if (wg == -2) { /* a probe hung: the device cannot go on */
+        snprintf(err, errlen, "--device cuda: %s", c->wgmma_why);
+        free(c->nodes);
+        free(c);
+        return NULL;
+    }
+    c->wgmma = wg == 1;
     return c;
 }
 

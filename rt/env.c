@@ -16,7 +16,7 @@ enum { E_ENUM, E_POS, E_NONNEG, E_INT, E_ANY };
 typedef struct { const char *name; int kind; const char *choices, *dflt, *doc; } env_var;
 #define V(id, k, ch, d, doc) [RT_ENV_##id] = {"DDPRT_" #id, k, ch, d, doc}
 static const env_var vars[RT_ENV_COUNT] = {
-    V(TIMEOUT, E_POS, NULL, "300", "seconds any wait may take (rendezvous, each collective, the launcher's peers)"),
+    V(TIMEOUT, E_POS, NULL, "300", "seconds any wait may take (rendezvous, each collective, the launcher's peers, the GPU's work)"),
     V(JOB_TOKEN, E_ANY, NULL, "`ddprt-launch`: random for one node; for several, derived from the rendezvous address, port and node count",
       "job secret every rank must present at the rendezvous and to its peers"),
     V(RDZV_HELLO_TIMEOUT, E_POS, NULL, "5",

@@ -408,7 +408,12 @@ int k_cuda_bench_run(int batch, int n_iters, int smoke)
     }
     load_refs(kb_S);
     char wg[200];
-    int wgmma = k_cuda_wgmma_setup(wg, sizeof wg) == 1;
+    int wgmma = k_cuda_wgmma_setup(wg, sizeof wg);
+    if (wgmma == -2) { /* a probe hung: nothing more can run */
+        fprintf(stderr, "ddprt-bench-kernels: %s\n", wg);
+        return 1;
+    }
+    wgmma = wgmma == 1;
     printf("# %s; median of %d; reference: cuBLAS %s, cuDNN %s (FP32 FMA math); tensor cores on %s (%s)\n",
            port_cuda_device_desc(), iters, kb_ref.sgemm ? "yes" : "not found", kb_ref.fwd ? "yes" : "not found",
            wgmma ? "wgmma" : "mma.sync", wg);

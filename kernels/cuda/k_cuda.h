@@ -149,7 +149,9 @@ int k_cuda_tc_gemm_sm90(const k_tc_gemm *g, port_stream s);
  * GPUs: k_cuda_wgmma_setup decides once, at the device's start-up, by DDPRT_WGMMA (auto:
  * an sm_90 GPU, after a probe GEMM on both kernels agrees; 0: never; 1: an sm_90 GPU without
  * the probe, and the SIMT executor) and writes why in `why`; 1 when on, 0 off, -1 when the
- * probe failed (mma.sync then; why says how). k_cuda_wgmma_on: the decision (0 before it). */
+ * probe failed (mma.sync then; why says how), -2 when a probe did not finish within
+ * K_CUDA_PROBE_WAIT_S (a hung kernel: the device cannot go on, the caller ends the job;
+ * why names the probe and the variable that turns it off). k_cuda_wgmma_on: the decision. */
 int k_cuda_wgmma_setup(char *why, size_t len);
 int k_cuda_wgmma_on(void);
 /* The probe alone (tests): 1 when wgmma agrees with mma.sync, else -1 with why; leaves it off. */
@@ -159,7 +161,7 @@ int k_cuda_wgmma_probe(char *why, size_t len);
  * place of wg_gemm's cp.async; unsplit products only), decided by k_cuda_wgmma_setup once wgmma is on (its why
  * goes on with "; TMA: ..."): DDPRT_TMA auto (an sm_90 GPU, after a probe GEMM on wt_gemm
  * agrees with wg_gemm), 0 never, 1 without the probe (and on the SIMT executor). Setup:
- * 1 on, 0 off, -1 probe failed (wg_gemm then). k_cuda_tma_on: the decision. The probe
+ * 1 on, 0 off, -1 probe failed (wg_gemm then), -2 the probe hung (as above). k_cuda_tma_on: the decision. The probe
  * alone (tests): 1 when wt_gemm agrees with wg_gemm, else -1; leaves the decision as it was. */
 int k_cuda_tma_setup(char *why, size_t len);
 int k_cuda_tma_on(void);
@@ -349,6 +351,9 @@ int k_cuda_ipc_reduce(int dt, const void *const *src, int n, void *dst, size_t c
 
 /* Name of the last kernel launched ("" before any): for errors found at a sync. */
 const char *k_cuda_last_kernel(void);
+/* Tests of the host's deadlines: a one-thread kernel on s that runs until the int at the
+ * device address flag (zeroed by the caller) is set non-zero (a copy on another stream). */
+int k_cuda_test_spin(int *flag, port_stream s);
 
 #ifdef __cplusplus
 }

@@ -33,3 +33,19 @@ int k_cuda_check_launch(const char *kernel, const char *fmt, ...)
     port_cuda_fail("%s(%s): %s", kernel, shapes, cudaGetErrorString(e));
     return -1;
 }
+
+// A hang on demand, for the tests of the host's deadlines (port_cuda.h): one thread that
+// runs until the host sets *flag (a copy on another stream; the executor's test stores it).
+namespace {
+__global__ void spin_until(int *flag)
+{
+    while (atomicAdd(flag, 0) == 0) {
+    }
+}
+} // namespace
+
+int k_cuda_test_spin(int *flag, port_stream s)
+{
+    K_LAUNCH(spin_until, 1, 1, 0, (cudaStream_t)s)(flag);
+    return k_cuda_check_launch("k_cuda_test_spin", "flag=%p", (void *)flag);
+}

@@ -84,6 +84,14 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
     return k_cuda_gemm_mm(g->type, k, shp, g->m, g->n, g->k, am, bm, st, NULL, cs);
 }
 
+// How long the start-up probes may take: microseconds of work on a GPU, so a probe that
+// has not finished in 30 s has hung. The executor runs them on the CPU (under make tsan too).
+#ifdef DDPRT_SIMT
+#define K_CUDA_PROBE_WAIT_S 900
+#else
+#define K_CUDA_PROBE_WAIT_S 30
+#endif
+
 // ---- The wgmma decision (k_cuda.h). The probe: a 200 x 136 x 72 product (edge tiles in m, n
 // and k) on the gathering kernels, wgmma against mma.sync: the same rounded operands, so
 // they differ only by the order of the fp32 sums (under 1e-4 of the largest value here); a
@@ -125,9 +133,9 @@ int k_cuda_wgmma_probe(char *why, size_t len)
                                               st, NULL, NULL)
                            : k_cuda_gemm_mm16(K_CUDA_MM_BF16, "wgmma probe", "200x136x72", PM, PN, PK, la, lb, st, NULL,
                                               NULL);
-                if (r || port_dev_sync("wgmma probe") ||
+                if (r || port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "wgmma probe") ||
                     port_memcpy_d2h(pass ? c1 : c0, dc, sizeof(float) * PM * PN, NULL, "wgmma probe") ||
-                    port_dev_sync("wgmma probe")) {
+                    port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "wgmma probe")) {
                     snprintf(why, len, "the probe failed on %s%s (%s)", pass ? "wgmma" : "mma.sync",
                              mn ? " (m/n-major operands)" : "", port_cuda_errmsg());
                     goto out;
@@ -157,6 +165,16 @@ out:
     return rc;
 }
 
+// A probe kernel that never ended (a hang, say a register hand-off the card does not
+// honour) holds the device: nothing can go on, so the job ends with this line rather than
+// falling back as it does on a wrong result.
+static int probe_hung(char *why, size_t len, const char *probe, const char *off)
+{
+    snprintf(why, len, "the %s probe did not finish within %d s (%s); rerun with %s", probe, K_CUDA_PROBE_WAIT_S,
+             port_cuda_errmsg(), off);
+    return -2;
+}
+
 int k_cuda_wgmma_setup(char *why, size_t len)
 {
     int mode = rt_env_choice(RT_ENV_WGMMA, 0); // auto, 0, 1
@@ -173,11 +191,12 @@ int k_cuda_wgmma_setup(char *why, size_t len)
     if (mode == 2) snprintf(why, len, "DDPRT_WGMMA=1");
     else rc = k_cuda_wgmma_probe(why, len);
     wg_state = rc == 1;
+    if (rc != 1 && port_cuda_timed_out()) return probe_hung(why, len, "wgmma", "DDPRT_WGMMA=0");
     if (wg_state) { // TMA's decision, said after wgmma's
         size_t n = strlen(why);
         if (n + 8 < len) {
             snprintf(why + n, len - n, "; TMA: ");
-            k_cuda_tma_setup(why + n + 7, len - n - 7);
+            if (k_cuda_tma_setup(why + n + 7, len - n - 7) == -2) return wg_state = 0, probe_hung(why, len, "TMA", "DDPRT_TMA=0");
         }
     } else tma_state = 0;
     return rc;
@@ -231,9 +250,9 @@ int k_cuda_tma_probe(char *why, size_t len)
             tma_fill = pass == 2 || pass == 4 ? 1 : INT_MAX;
             g.a_kfast = g.b_kfast = pass < 3;
             g.lda = pass < 3 ? PK : PM, g.ldb = pass < 3 ? PK : PN;
-            if (k_cuda_tc_gemm(&g, NULL) || port_dev_sync("TMA probe") ||
+            if (k_cuda_tc_gemm(&g, NULL) || port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "TMA probe") ||
                 port_memcpy_d2h(c + pass * PM * PN, dc, sizeof(float) * PM * PN, NULL, "TMA probe") ||
-                port_dev_sync("TMA probe")) {
+                port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "TMA probe")) {
                 snprintf(why, len, "the probe failed on %s (%s)", name[pass], port_cuda_errmsg());
                 goto out;
             }
@@ -279,5 +298,5 @@ int k_cuda_tma_setup(char *why, size_t len)
         tma_fill = p.multiProcessorCount;
     int rc = k_cuda_tma_probe(why, len);
     tma_state = rc == 1;
-    return rc;
+    return rc != 1 && port_cuda_timed_out() ? -2 : rc;
 }

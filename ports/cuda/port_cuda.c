@@ -3,9 +3,12 @@
  * sizes, and keeps the first such line (later errors are usually its consequences). */
 #include "ports/cuda/port_cuda.h"
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static char first_err[512];
 static int have_err;
@@ -24,7 +27,12 @@ void port_cuda_fail(const char *fmt, ...)
 }
 
 const char *port_cuda_errmsg(void) { return have_err ? first_err : ""; }
-void port_cuda_clear_error(void) { have_err = 0; first_err[0] = 0; (void)cudaGetLastError(); }
+static _Atomic int timed_out; /* a deadline has run out (port_cuda_timed_out) */
+void port_cuda_clear_error(void)
+{
+    have_err = 0, first_err[0] = 0, atomic_store(&timed_out, 0);
+    (void)cudaGetLastError();
+}
 int port_cuda_built(void) { return 1; }
 
 static int check(cudaError_t e, const char *call, const char *what, size_t bytes)
@@ -181,9 +189,54 @@ void port_stream_destroy(port_stream s)
     if (s) (void)cudaStreamDestroy((cudaStream_t)s);
 }
 
+/* Every host wait on the device has a deadline (port_cuda.h): a kernel that never ends (a
+ * barrier phase or register hand-off gone wrong) would otherwise hold cudaStreamSynchronize
+ * for ever. The waits poll: spinning (with yields) for the first 10 ms, as the runtime's own
+ * default spins, then sleeping 100 us between queries. Process-wide, in milliseconds (ranks
+ * in threads each set the same value: atomic). */
+static _Atomic long long wait_ms = 300000;
+
+double port_cuda_set_wait_s(double s)
+{
+    long long old = atomic_exchange(&wait_ms, s > 0 ? (long long)(s * 1e3 + 0.5) : 300000);
+    return old / 1e3;
+}
+double port_cuda_wait_s(void) { return atomic_load(&wait_ms) / 1e3; }
+int port_cuda_timed_out(void) { return atomic_load(&timed_out); }
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* q(h): cudaStreamQuery or cudaEventQuery. */
+static int wait_done(cudaError_t (*q)(void *), void *h, double limit_s, const char *call, const char *what)
+{
+    const double t0 = now_s();
+    for (;;) {
+        cudaError_t e = q(h);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) return check(e, call, what, 0);
+        (void)cudaGetLastError(); /* "not ready" is an answer, not an error */
+        double waited = now_s() - t0;
+        if (waited > limit_s) {
+            atomic_store(&timed_out, 1);
+            port_cuda_fail("%s(%s): the device did not finish within %.3g s (a kernel that never ends; "
+                           "DDPRT_TIMEOUT sets this deadline)", call, what, limit_s);
+            return -1;
+        }
+        if (waited < 0.01) sched_yield();
+        else nanosleep(&(struct timespec){0, 100000}, NULL);
+    }
+}
+static cudaError_t stream_query(void *s) { return cudaStreamQuery((cudaStream_t)s); }
+static cudaError_t event_query(void *e) { return cudaEventQuery((cudaEvent_t)e); }
+
 int port_stream_sync(port_stream s, const char *what)
 {
-    return CK(cudaStreamSynchronize((cudaStream_t)s), what, 0);
+    return wait_done(stream_query, s, port_cuda_wait_s(), "cudaStreamSynchronize", what);
 }
 
 int port_event_create(port_event *e, int timing, const char *what)
@@ -209,7 +262,7 @@ int port_stream_wait_event(port_stream s, port_event e)
 
 int port_event_sync(port_event e, const char *what)
 {
-    return CK(cudaEventSynchronize((cudaEvent_t)e), what, 0);
+    return wait_done(event_query, e, port_cuda_wait_s(), "cudaEventSynchronize", what);
 }
 
 int port_event_query(port_event e)
@@ -252,7 +305,13 @@ int port_memset_dev(void *dev, int byte, size_t bytes, port_stream s, const char
     return CK(cudaMemsetAsync(dev, byte, bytes, (cudaStream_t)s), what, bytes);
 }
 
-int port_dev_sync(const char *what)
+int port_dev_sync_within(double limit_s, const char *what)
 {
+    /* The legacy stream under the deadline (the probes' and tests' work), then the rest:
+     * ddprt's own streams are waited for by port_stream_sync / port_event_sync. */
+    if (wait_done(stream_query, NULL, limit_s > 0 ? limit_s : port_cuda_wait_s(), "cudaDeviceSynchronize", what))
+        return -1;
     return CK(cudaDeviceSynchronize(), what, 0);
 }
+
+int port_dev_sync(const char *what) { return port_dev_sync_within(0, what); }

@@ -84,6 +84,20 @@ int port_memcpy_d2d(void *dst, const void *src, size_t bytes, port_stream s, con
 int port_memset_dev(void *dev, int byte, size_t bytes, port_stream s, const char *what);
 /* Waits for all device work (tests, shutdown). */
 int port_dev_sync(const char *what);
+
+/* Deadlines. port_stream_sync, port_event_sync and port_dev_sync (its legacy-stream part)
+ * give up after port_cuda_wait_s() seconds (300 until port_cuda_set_wait_s; the runtime
+ * sets DDPRT_TIMEOUT's value) with one line: "cudaStreamSynchronize(step): the device did
+ * not finish within 300 s ...". A kernel that never ends cannot be stopped from the host:
+ * the caller reports it and exits. port_dev_sync_within takes its own limit (the start-up
+ * probes: seconds, not minutes; <= 0: the default). set returns the previous value;
+ * port_cuda_timed_out says whether a wait has run out in this process (the probes tell a
+ * hang, which must end the job, from a wrong result, which only turns the path off;
+ * port_cuda_clear_error resets it). */
+double port_cuda_set_wait_s(double seconds);
+double port_cuda_wait_s(void);
+int port_cuda_timed_out(void);
+int port_dev_sync_within(double seconds, const char *what);
 #ifdef __cplusplus
 }
 #endif

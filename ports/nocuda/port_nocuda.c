@@ -72,3 +72,7 @@ int port_memcpy_d2d(void *dst, const void *src, size_t bytes, port_stream s, con
 int port_memset_dev(void *dev, int byte, size_t bytes, port_stream s, const char *what)
 { (void)dev; (void)byte; (void)bytes; (void)s; return nocuda(what); }
 int port_dev_sync(const char *what) { return nocuda(what); }
+int port_dev_sync_within(double seconds, const char *what) { (void)seconds; return nocuda(what); }
+double port_cuda_set_wait_s(double seconds) { (void)seconds; return 300; }
+double port_cuda_wait_s(void) { return 300; }
+int port_cuda_timed_out(void) { return 0; }

@@ -376,3 +376,62 @@ TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
     g_need(k_cuda_scale(n, 1.0f / 3.0f, gfa, NULL) == 0, "scale f32");
     CHECK(g_ndiff(g_result(gfa, n), fo, n, 4) == 0);
 }
+
+/* Sets the spinning kernel's flag from the host: a copy on another stream on a GPU; on the
+ * executor, whose device memory is the host's and which runs one kernel at a time, a store
+ * (atomic, as the kernel's read is: make tsan). */
+static void release(int *flag, port_stream s)
+{
+#if DDPRT_SIMT
+    (void)s;
+    __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
+#else
+    static const int one = 1;
+    g_need(port_memcpy_h2d(flag, &one, sizeof one, s, "release") == 0, "release");
+#endif
+}
+
+/* Every host wait on the device has a deadline: a kernel that never ends (here one that
+ * spins until released) gives one line naming the wait and the limit, leaves the work
+ * pending, and the device goes on once the kernel is released. */
+TEST(gpu_sync_deadline_names_the_hang)
+{
+    g_init();
+    int *flag = g_dev(sizeof(int));
+    port_stream a, b;
+    port_event e;
+    g_need(!port_stream_create(&a, "a") && !port_stream_create(&b, "b") && !port_event_create(&e, 0, "e"), "streams");
+    g_need(port_memset_dev(flag, 0, sizeof(int), b, "flag") == 0 && port_stream_sync(b, "flag") == 0, "flag");
+    double keep = port_cuda_set_wait_s(0.5);
+    CHECK(keep > 0);
+    port_cuda_clear_error();
+    CHECK(k_cuda_test_spin(flag, a) == 0 && port_event_record(e, a) == 0);
+    CHECK(port_stream_sync(a, "step") == -1 && port_cuda_timed_out());
+    const char *m = port_cuda_errmsg();
+    CHECKF(strstr(m, "cudaStreamSynchronize(step): the device did not finish within 0.5 s") && !strchr(m, '\n'), "%s",
+           m);
+    port_cuda_clear_error();
+    CHECK(!port_cuda_timed_out());
+    CHECK(port_event_sync(e, "batch copy") == -1 && port_cuda_timed_out());
+    CHECKF(strstr(port_cuda_errmsg(), "cudaEventSynchronize(batch copy): the device did not finish within 0.5 s"), "%s",
+           port_cuda_errmsg());
+    CHECK(port_event_query(e) == 0); /* still pending, not failed */
+    port_cuda_clear_error();
+    release(flag, b);
+    port_cuda_set_wait_s(keep);
+    CHECK(port_stream_sync(b, "release") == 0 && port_stream_sync(a, "step") == 0 && port_event_sync(e, "e") == 0);
+    CHECK(port_event_query(e) == 1 && !port_cuda_timed_out() && !*port_cuda_errmsg());
+
+    /* The legacy stream under port_dev_sync_within's own limit (the start-up probes'). */
+    g_need(port_memset_dev(flag, 0, sizeof(int), b, "flag") == 0 && port_stream_sync(b, "flag") == 0, "flag");
+    CHECK(k_cuda_test_spin(flag, NULL) == 0);
+    CHECK(port_dev_sync_within(0.25, "wgmma probe") == -1 && port_cuda_timed_out());
+    CHECKF(strstr(port_cuda_errmsg(), "cudaDeviceSynchronize(wgmma probe): the device did not finish within 0.25 s"),
+           "%s", port_cuda_errmsg());
+    port_cuda_clear_error();
+    release(flag, b);
+    CHECK(port_dev_sync("after") == 0 && !*port_cuda_errmsg());
+    port_event_destroy(e);
+    port_stream_destroy(a);
+    port_stream_destroy(b);
+}

@@ -396,8 +396,9 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
         }
         return k_cuda_check_launch(kernel, "%s (tensor cores)", shapes);
     }
-    // Whole 32-deep slices, at most `splits` of them (the workspace's count).
-    int kchunk = ((K + splits - 1) / splits + TC_BK - 1) / TC_BK * TC_BK;
+    // Whole 64-deep slices (TMA's stage, two of the other kernels'), at most `splits` of
+    // them (the workspace's count): every kernel splits k alike, so the same bits.
+    int kchunk = ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK;
     grid.z = (K + kchunk - 1) / kchunk;
     KgPartial part = {(float *)ws, M, N};
     bool wg = false;
@@ -409,7 +410,15 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
                 bool raw = false;
                 if constexpr (WGR) {
                     raw = GEO || (la.vec && lb.vec);
-                    if (raw)
+                    bool tma = false; // the partials by TMA too, as the unsplit products (above)
+                    if constexpr ((std::is_same<LA, TcRawK>::value || std::is_same<LA, TcRawMN>::value) &&
+                                  (std::is_same<LB, TcRawK>::value || std::is_same<LB, TcRawMN>::value)) {
+                        const char *why;
+                        tma = raw && k_cuda_tma_on() &&
+                              !wt_launch<TY, LA::k_fast, LB::k_fast>(M, N, K, la.p, la.ld, lb.p, lb.ld, part, s, &why,
+                                                                     kchunk);
+                    }
+                    if (raw && !tma)
                         K_LAUNCH((wg_gemm<TY, LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
                 }
                 if constexpr (!GEO) {

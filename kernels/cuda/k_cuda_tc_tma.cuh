@@ -14,6 +14,8 @@
 // every consumer thread arrives on its empty mbarrier, which the producer waits on before
 // reusing the stage. The k16 order is wg_gemm's: the same sums, bit for bit.
 //
+// Split-K (wt_launch's kchunk): blockIdx.z's k range to its partial, as wg_gemm splits.
+//
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200), else 128 x 128. A
 // 128 x 256 tile reads 384 rows of shared memory for 128 x 256 products (128 x 128: 256
@@ -73,35 +75,38 @@ __device__ __forceinline__ void wt_slice(float (&acc)[BN / 2], const unsigned sh
 // of 64 rows x 64 k (M/N-contiguous; past the array's end TMA fills zeros and still
 // counts the box's bytes).
 template <bool KF, int R>
-__device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map, int kt, int r0,
+__device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map, int k, int r0,
                                          unsigned long long *bar)
 {
-    if constexpr (KF) K_TMA_LOAD_2D(tile, map, kt * WT_BK, r0, bar);
+    if constexpr (KF) K_TMA_LOAD_2D(tile, map, k, r0, bar);
     else
 #pragma unroll
-        for (int j = 0; j < R / 64; j++) K_TMA_LOAD_2D(tile + 64 * WT_BK * j, map, r0 + 64 * j, kt * WT_BK, bar);
+        for (int j = 0; j < R / 64; j++) K_TMA_LOAD_2D(tile + 64 * WT_BK * j, map, r0 + 64 * j, k, bar);
 }
 
 // The accumulators through st, in PTX's D layout (wgg_store's, BN / 8 blocks of n8).
 template <int BN, class ST>
 __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &st, int M, int N, int m0, int n0,
-                                         int wg)
+                                         int wg, int split)
 {
     const int j = threadIdx.x & 127, w = j >> 5, gid = (j & 31) >> 2, tig = j & 3;
 #pragma unroll
     for (int e = 0; e < BN / 2; e++) {
         int m = m0 + 64 * wg + 16 * w + gid + 8 * ((e >> 1) & 1), n = n0 + 8 * (e >> 2) + 2 * tig + (e & 1);
-        if (m < M && n < N) st(0, m, n, acc[e]);
+        if (m < M && n < N) st(split, m, n, acc[e]);
     }
 }
 
 template <int TY, int BN, bool AK, bool BK, class ST>
 __global__ void __launch_bounds__(WT_THREADS, 1)
-    wt_gemm(int M, int N, int K, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb, ST st)
+    wt_gemm(int M, int N, int K, int kchunk, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb, ST st)
 {
     K_DYN_SHARED(unsigned char, raw);
     WtSmem<BN> &sm = *(WtSmem<BN> *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
-    const int m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * BN, kt_n = (K + WT_BK - 1) / WT_BK;
+    // split-K: k in [kbeg, kend) to partial blockIdx.z (kchunk a multiple of WT_BK, so
+    // every slice but the product's last is whole; TMA zero-fills that one past K)
+    const int m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * BN, kbeg = blockIdx.z * kchunk;
+    const int kt_n = (min(K, kbeg + kchunk) - kbeg + WT_BK - 1) / WT_BK;
     if (threadIdx.x == WT_CONSUMERS) {
         for (int s = 0; s < WT_STAGES; s++) {
             K_MBAR_INIT(&sm.full[s], 1);
@@ -118,8 +123,8 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
             // the stage's last slice (kt - WT_STAGES) released by every consumer thread
             if (kt >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (kt / WT_STAGES - 1) & 1);
             K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-            wt_issue<AK, WGG_T>(sm.a[s], &ma, kt, m0, &sm.full[s]);
-            wt_issue<BK, BN>(sm.b[s], &mb, kt, n0, &sm.full[s]);
+            wt_issue<AK, WGG_T>(sm.a[s], &ma, kbeg + kt * WT_BK, m0, &sm.full[s]);
+            wt_issue<BK, BN>(sm.b[s], &mb, kbeg + kt * WT_BK, n0, &sm.full[s]);
         }
         return;
     }
@@ -138,7 +143,7 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
         if (kt > 0) K_MBAR_ARRIVE(&sm.empty[(kt - 1) % WT_STAGES]);
     }
     K_WGMMA_WAIT(0);
-    wt_store<BN>(acc, st, M, N, m0, n0, wg);
+    wt_store<BN>(acc, st, M, N, m0, n0, wg, blockIdx.z);
 }
 
 // An array's tensor map: k-contiguous rows x K (a box 64 k x box rows), M/N-contiguous
@@ -160,8 +165,8 @@ static inline int wt_tile_n(int M, int N)
 }
 
 template <int TY, int BN, bool AK, bool BK, class ST>
-static inline int wt_run(int M, int N, int K, const k_tmap &ma, const k_tmap &mb, const ST &st, cudaStream_t s,
-                         const char **why)
+static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb, const ST &st,
+                         cudaStream_t s, const char **why)
 {
     static int attr;
     if (!attr) {
@@ -172,23 +177,26 @@ static inline int wt_run(int M, int N, int K, const k_tmap &ma, const k_tmap &mb
         }
         attr = 1;
     }
-    dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + WGG_T - 1) / WGG_T));
-    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), grid, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, ma, mb, st);
+    dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + WGG_T - 1) / WGG_T), (unsigned)((K + kchunk - 1) / kchunk));
+    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), grid, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk, ma, mb, st);
     *why = NULL;
     return 0;
 }
 
 // wt_gemm<TY, BN, AK, BK, ST> on the stream (AK / BK: A / B k-contiguous, else
 // M/N-contiguous), BN by wt_tile_n; its dynamic shared memory limit raised once; 0, or
-// -1 (a launch error for k_cuda_check_launch, or the maps refused: why).
+// -1 (a launch error for k_cuda_check_launch, or the maps refused: why). kchunk (a
+// multiple of WT_BK) < K: split-K, partial z of k [z kchunk, (z + 1) kchunk) through st
+// (KgPartial), on 128 x 128 tiles (a split product is one whose tiles do not fill the GPU).
 template <int TY, bool AK, bool BK, class ST>
 static inline int wt_launch(int M, int N, int K, const void *a, int lda, const void *b, int ldb, const ST &st,
-                            cudaStream_t s, const char **why)
+                            cudaStream_t s, const char **why, int kchunk = 0)
 {
     k_tmap ma, mb;
-    int bn = wt_tile_n(M, N);
+    if (kchunk <= 0 || kchunk >= K) kchunk = K;
+    int bn = kchunk < K ? 128 : wt_tile_n(M, N);
     if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why) || wt_map(&mb, b, ldb, BK, N, K, bn, why)) return -1;
-    return bn == 256 ? wt_run<TY, 256, AK, BK>(M, N, K, ma, mb, st, s, why)
-                     : wt_run<TY, 128, AK, BK>(M, N, K, ma, mb, st, s, why);
+    return bn == 256 ? wt_run<TY, 256, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why)
+                     : wt_run<TY, 128, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why);
 }
 } // namespace

@@ -195,3 +195,66 @@ TEST(gpu_tc_tma_gemm_mn_major)
     tma_case2(K_CUDA_MM_F16, 129, 200, 23, 8, 1, 1, 256, 0, 0); /* f16, padded rows, the epilogue */
     tma_reset();
 }
+
+/* TMA copies of one product on 128 x 128 tiles: a box a stage and tile for a k-contiguous
+ * operand, two (64 rows each) for an M/N-contiguous one. Split-K chunks are whole stages
+ * but the last, so the count is the unsplit product's. */
+#if DDPRT_SIMT
+static unsigned long long tma_boxes(int m, int n, int k, int akf, int bkf)
+{
+    return (unsigned long long)((akf ? 1 : 2) + (bkf ? 1 : 2)) * ((m + 127) / 128) * ((n + 127) / 128) * ((k + 63) / 64);
+}
+#endif
+
+/* Split-K by TMA: linear's and Conv1D's backward on the 16-bit dy copy, whose dW product
+ * (K = the rows, n = 1024 / 600) is split into 64-deep-multiple chunks, each wt_gemm's
+ * blockIdx.z to its partial. TMA on and off (wg_gemm's partials) give the same bits in dx,
+ * dw and db; with it on, every box of both products is counted. */
+TEST(gpu_tc_tma_split_k_bitwise_equal_wg_gemm)
+{
+    if (!g_sm90()) return;
+    static const int cases[][4] = {{K_CUDA_MM_BF16, 0, 1024, 136}, {K_CUDA_MM_F16, 1, 600, 128}};
+    int fill = k_cuda_tma_set_fill(INT_MAX); /* 128 x 128 tiles: tma_boxes' count */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int t = cases[c][0], hf = cases[c][1], n = cases[c][2], in = cases[c][3], out = 136;
+        size_t nx = (size_t)n * in, nw = (size_t)in * out, ny = (size_t)n * out, cnt[3] = {nx, nw, (size_t)out};
+        float *hx = g_rand(nx, 191), *hw = g_rand(nw, 192), *hdy = g_rand(ny, 193);
+        float *x = g_up(hx, nx * 4), *w = g_up(hw, nw * 4), *dy = g_up(hdy, ny * 4), *o[2][3];
+        uint16_t *w16 = g_dev16(t, w, nw), *x16 = g_dev16(t, x, nx);
+        size_t wsb = hf ? k_cuda_conv1d_hf_workspace_mm(t, n, in, out) : k_cuda_linear_workspace_mm(t, n, in, out);
+        void *ws = g_dev(wsb + 64);
+        int mm = t | K_CUDA_MM_X16;
+        for (int on = 1; on >= 0; on--) {
+            tma_set(on);
+            for (int i = 0; i < 3; i++) o[on][i] = g_dev(cnt[i] * 4);
+#if DDPRT_SIMT
+            unsigned long long t0 = tma_count();
+#endif
+            g_need((hf ? k_cuda_conv1d_hf_bwd_mm(mm, n, in, out, (const float *)x16, w, w16, dy, o[on][0], o[on][1],
+                                                 o[on][2], ws, NULL)
+                       : k_cuda_linear_bwd_mm(mm, n, in, out, (const float *)x16, w, w16, dy, o[on][0], o[on][1],
+                                              o[on][2], ws, NULL)) == 0,
+                   "bwd");
+#if DDPRT_SIMT
+            /* dX = dy16 (K-major) x w16 (linear: N-major, Conv1D: K-major); dW: linear's
+             * dy16^T x x16 ([out x in]), Conv1D's x16^T x dy16 ([in x out]), all M/N-major */
+            unsigned long long want = !on ? 0
+                                      : tma_boxes(n, in, out, 1, hf) +
+                                            (hf ? tma_boxes(in, out, n, 0, 0) : tma_boxes(out, in, n, 0, 0));
+            CHECKF(tma_count() - t0 == want, "%s %s n=%d TMA %d: %llu TMA copies, expected %llu", g_tn(t),
+                   hf ? "conv1d_hf" : "linear", n, on, tma_count() - t0, want);
+#endif
+        }
+        static const char *const nm[] = {"dx", "dw", "db"};
+        for (int i = 0; i < 3; i++) {
+            CHECKF(g_ndiff_dev(o[0][i], o[1][i], cnt[i]) == 0, "%s %s n=%d: %s on TMA differs from wg_gemm's", g_tn(t),
+                   hf ? "conv1d_hf" : "linear", n, nm[i]);
+            port_dev_free(o[0][i]), port_dev_free(o[1][i]);
+        }
+        port_dev_free(x), port_dev_free(w), port_dev_free(dy), port_dev_free(w16), port_dev_free(x16);
+        port_dev_free(ws);
+        free(hx), free(hw), free(hdy);
+    }
+    k_cuda_tma_set_fill(fill);
+    tma_reset();
+}

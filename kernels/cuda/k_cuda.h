@@ -34,7 +34,8 @@ size_t k_cuda_conv2d_workspace(const k_conv_shape *sh);
  * and ws is 16-byte aligned); k_cuda_conv2d_workspace is the largest over precisions.
  * A NULL ws: no split-K and no copies (the gathers). mm with K_CUDA_MM_W16P: without the
  * weights' copy (the caller passes k_cuda_conv2d_w16_prep's block; the calls then refuse
- * W16P without a 16-byte aligned block). */
+ * W16P without a 16-byte aligned block). mm with K_CUDA_MM_XNHWC and X16: without x's
+ * copy (x is read where it lies); the calls must then take the same flags. */
 size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh);
 /* linear's (Conv1D's) at precision mm: with bf16 / f16 products the backward's 16-bit copy
  * of dy too (where out % 8 == 0); the plain forms are the largest over precisions. */

@@ -118,12 +118,15 @@ static void conv_bwd(nn_graph *g, nn_node *n, const nn_run *r)
 #if DDPRT_CUDA
 /* Split-K scratch is not monotonic in the batch: the largest over every batch size. */
 static size_t conv_w16_elems_cuda(const nn_graph *g, const nn_node *n);
+static int conv_mm(const nn_graph *g, const nn_node *n);
 static size_t conv_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
     size_t need = 0;
     /* bf16 / f16: the NHWC copies too, but not the weights' where the node gets its block
-     * (nn/graph_cuda.c makes one wherever w16_elems_cuda is not 0; n->w16 is not set yet) */
-    int mm = nn_cuda_mm(g) | (g->amp != NN_AMP_NONE && conv_w16_elems_cuda(g, n) ? K_CUDA_MM_W16P : 0);
+     * (nn/graph_cuda.c makes one wherever w16_elems_cuda is not 0; n->w16 is not set yet),
+     * nor x's where it is read channels last as it is: the run's flags (the plan has set
+     * y16 and nhwc before it sizes the workspaces) */
+    int mm = conv_mm(g, n) | (g->amp != NN_AMP_NONE && conv_w16_elems_cuda(g, n) ? K_CUDA_MM_W16P : 0);
     for (int b = 1; b <= max_batch; b++) {
         k_conv_shape sh = shape(n, b);
         size_t w = k_cuda_conv2d_workspace_mm(mm, &sh);

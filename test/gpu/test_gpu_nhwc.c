@@ -197,17 +197,25 @@ static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad,
     g_need(k_cuda_conv2d_w16_prep(t, &sh, w, blk, NULL) == 0, "prep");
     int mm = t | (x16 ? K_CUDA_MM_X16 : 0) | K_CUDA_MM_W16P | (y16 ? K_CUDA_MM_Y16 : 0);
     int xn = c % 8 == 0; /* x channels last where the products can read it (the stem's c = 3: y only) */
-    void *ws = g_dev(k_cuda_conv2d_workspace_mm(mm, &sh));
+    int mn = mm | (xn ? K_CUDA_MM_XNHWC : 0) | K_CUDA_MM_YNHWC; /* the channels-last run's flags */
+    size_t wsb = k_cuda_conv2d_workspace_mm(mm, &sh), wsn = k_cuda_conv2d_workspace_mm(mn, &sh);
+    /* sized with the run's flags: no room for x's copy where x is 16-bit and channels last */
+    CHECKF(wsn + (xn && x16 ? ((size_t)2 * nx + 15) / 16 * 16 : 0) == wsb, "c=%d x16 %d: %zu workspace bytes, %zu NCHW",
+           c, x16, wsn, wsb);
+    unsigned char *fill = malloc(wsn);
+    memset(fill, 0xff, wsn);
+    void *ws = g_dev(wsb), *wsh = g_up(fill, wsn);
+    free(fill);
     void *o[2][4];
     size_t nb[4] = {ny * ye, nx * 4, nw * 4, (size_t)k * 4};
     unsigned long calls[3];
     for (int v = 0; v < 2; v++) {
         for (int i = 0; i < 4; i++) o[v][i] = g_dev(nb[i]);
-        int m = mm | (v ? (xn ? K_CUDA_MM_XNHWC : 0) | K_CUDA_MM_YNHWC : 0);
+        int m = v ? mn : mm;
         calls[v] = k_cuda_conv2d_chan_last_calls();
-        void *xv = v && xn ? xh : x;
-        g_need(k_cuda_conv2d_fwd_mm(m, &sh, xv, w, blk, b, o[v][0], ws, NULL) == 0 &&
-                   k_cuda_conv2d_bwd_mm(m, &sh, xv, w, blk, v ? dyh : dy, o[v][1], o[v][2], o[v][3], ws, NULL) == 0,
+        void *xv = v && xn ? xh : x, *wv = v ? wsh : ws;
+        g_need(k_cuda_conv2d_fwd_mm(m, &sh, xv, w, blk, b, o[v][0], wv, NULL) == 0 &&
+                   k_cuda_conv2d_bwd_mm(m, &sh, xv, w, blk, v ? dyh : dy, o[v][1], o[v][2], o[v][3], wv, NULL) == 0,
                "conv");
     }
     calls[2] = k_cuda_conv2d_chan_last_calls();
@@ -220,7 +228,12 @@ static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad,
            r, st);
     CHECKF(perm_diff(1, 1, (int)nw, 4, o[0][2], o[1][2]) == 0 && perm_diff(1, 1, k, 4, o[0][3], o[1][3]) == 0,
            "type %d c=%d k=%d %dx%d st=%d: dw / db from NHWC differ", t, c, k, r, r, st);
-    void *ptrs[] = {x, xh, w, b, dy, dyh, blk, ws};
+    /* and the least that serves: the backward writes its last bytes (dy's copy ends it) */
+    unsigned char tail[16], ff[16];
+    memset(ff, 0xff, sizeof ff);
+    g_down(tail, (char *)wsh + wsn - 16, 16);
+    CHECKF(memcmp(tail, ff, 16) != 0, "c=%d k=%d: the workspace's last 16 bytes unused", c, k);
+    void *ptrs[] = {x, xh, w, b, dy, dyh, blk, ws, wsh};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) port_dev_free(ptrs[i]);
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < 4; i++) port_dev_free(o[v][i]);

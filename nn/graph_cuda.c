@@ -90,6 +90,14 @@ int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs)
     *outputs = all;
     return k;
 }
+int nn_cuda_nhwc_of_kind(const nn_cuda *c, const char *kind, int *nodes)
+{
+    int k = 0, all = 0;
+    for (int i = 1; i < c->dg.nn; i++)
+        if (!strcmp(c->dg.nodes[i].op->kind, kind)) k += c->dg.nodes[i].nhwc, all++;
+    *nodes = all;
+    return k;
+}
 const char *nn_cuda_errmsg(const nn_cuda *c)
 {
     const char *t = c->dp.errmsg ? c->dp.errmsg(c->dp.ctx) : "";
@@ -524,6 +532,12 @@ int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs)
 {
     (void)c;
     *outputs = 0;
+    return 0;
+}
+int nn_cuda_nhwc_of_kind(const nn_cuda *c, const char *kind, int *nodes)
+{
+    (void)c, (void)kind;
+    *nodes = 0;
     return 0;
 }
 void nn_cuda_close(nn_cuda *c) { (void)c; }

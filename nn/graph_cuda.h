@@ -93,6 +93,8 @@ const char *nn_cuda_wgmma_why(const nn_cuda *c);
 /* --channels-last: the planned outputs stored channels last (nn_node.nhwc), of all
  * outputs the plan stores (*outputs). */
 int nn_cuda_nhwc_outputs(const nn_cuda *c, int *outputs);
+/* The same for the nodes of one op kind ("maxpool2d"): how many of its *nodes are NHWC. */
+int nn_cuda_nhwc_of_kind(const nn_cuda *c, const char *kind, int *nodes);
 /* conv's permutes of x or dy into its NHWC copies during the training steps so far (the
  * weights' blocks not counted): none where every conv reads and writes channels last. */
 unsigned long nn_cuda_conv_permutes(const nn_cuda *c);

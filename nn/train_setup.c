@@ -370,9 +370,13 @@ static int setup_local(nn_trainer *t, char *err, size_t errlen)
         nn_ddp_use_cuda(t->ddp, t->cuda, grad_wire[t->opt.c.compress], err, errlen))
         return -1;
     if (t->rank == 0 && t->set.amp != NN_SET_AMP_NONE) {
-        int all, k = nn_cuda_nhwc_outputs(t->cuda, &all);
+        int all, k = nn_cuda_nhwc_outputs(t->cuda, &all), pools;
+        int kp = nn_cuda_nhwc_of_kind(t->cuda, "maxpool2d", &pools);
+        char mp[64] = "";
+        if (pools) snprintf(mp, sizeof mp, "; max pools: %d of %d", kp, pools);
         rt_info("--channels-last %s: %d of %d device activations channels last (NHWC: conv, BatchNorm, ReLU, add, max "
-                "pool where the convs' channels allow; the rest NCHW)", t->set.channels_last ? "on" : "off", k, all);
+                "pool where the convs' channels allow; the rest NCHW)%s", t->set.channels_last ? "on" : "off", k, all,
+                mp);
     }
     /* Its own allocation, not the device arena's: CUDA IPC maps an allocation from its
      * base, and the peers map exactly the buckets (nn/ddp_cuda.c). */

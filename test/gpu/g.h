@@ -215,4 +215,21 @@ static inline int g_run(const char *cmd, char *out, size_t len)
     int st = pclose(f);
     return (st & 0x7f) == 0 ? (st >> 8) & 0xff : -1;
 }
+
+/* The trainer's loss lines of two runs agree to tol (relative): how many were compared,
+ * or -1 with the first that does not in why. */
+static inline int g_same_losses(const char *a, const char *b, double tol, char *why, size_t len)
+{
+    int steps = 0;
+    for (;;) {
+        const char *x = strstr(a, "Loss: "), *y = strstr(b, "Loss: ");
+        if (!x || !y) return steps;
+        double la = atof(x + 6), lb = atof(y + 6);
+        if (!(fabs(la - lb) <= tol * (1 + fabs(lb)))) {
+            snprintf(why, len, "step %d: loss %.6f vs %.6f", steps, la, lb);
+            return -1;
+        }
+        a = x + 1, b = y + 1, steps++;
+    }
+}
 #endif

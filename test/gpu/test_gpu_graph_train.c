@@ -24,22 +24,6 @@ TEST(gpu_graph_ddp_2_ranks_one_gpu_match_cpu)
     CHECK(gm_graph_ddp(&cases) == 0);
 }
 
-/* Loss lines of two runs agree to tol (relative); returns the number compared. */
-static int same_losses(const char *a, const char *b, double tol, char *why, size_t len)
-{
-    int steps = 0;
-    for (;;) {
-        const char *x = strstr(a, "Loss: "), *y = strstr(b, "Loss: ");
-        if (!x || !y) return steps;
-        double la = atof(x + 6), lb = atof(y + 6);
-        if (!(fabs(la - lb) <= tol * (1 + fabs(lb)))) {
-            snprintf(why, len, "step %d: loss %.6f vs %.6f", steps, la, lb);
-            return -1;
-        }
-        a = x + 1, b = y + 1, steps++;
-    }
-}
-
 #define G_STEPS G_BIG(6, 2)
 
 /* model: "--model NAME" or "--model-file F ..."; lm: a language model, whose validation
@@ -58,7 +42,7 @@ static void model_vs_cpu_opt(const char *model, const char *launch, int lm, cons
     CHECKF(g_run(cmd, out_g, sizeof out_g) == 0, "%s", out_g);
     snprintf(cmd, sizeof cmd, "%s %s --device cpu --conv-algo direct %s %s 2>&1", launch, t_prog("ddprt-train"), model, args);
     CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
-    int n = same_losses(out_g, out_c, 2e-3, why, sizeof why);
+    int n = g_same_losses(out_g, out_c, 2e-3, why, sizeof why);
     CHECKF(n == G_STEPS, "%s (%s): %d loss lines agree; %s\n%s", model, launch, n, why, out_g);
     if (lm) {
         const char *vg = strstr(out_g, "Average loss: "), *vc = strstr(out_c, "Average loss: ");
@@ -155,7 +139,7 @@ TEST(gpu_amp_act16_halves_the_activations_and_tracks_fp32_ones)
                           "uncast there), %lf MiB in the convs' NHWC layouts", &w16, &np, &skip, &lay) == 4 &&
            np > 200000 && np < 400000 && fabs(w16 - np * 2 / 1048576.0) < 0.01 && lay > 1.9 * w16 && lay <= 2 * w16 &&
            fabs(lay - skip * 2 * sizeof(uint16_t) / 1048576.0) < 0.01 && skip > np * 9 / 10 && skip < np, "%s", out16);
-    int n = same_losses(out16, out32, 5e-3, why, sizeof why);
+    int n = g_same_losses(out16, out32, 5e-3, why, sizeof why);
     CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
     /* GPT: the LayerNorms' outputs, the Conv1Ds' and GELU's in bf16; the residual stream
      * (the adds fed by the fp32 embedding) stays fp32 */
@@ -168,7 +152,7 @@ TEST(gpu_amp_act16_halves_the_activations_and_tracks_fp32_ones)
     d = strstr(out16, "device activations: planned ");
     CHECKF(d && sscanf(d, "device activations: planned %lf MiB with %d of %d outputs", &a16, &n16, &nout) == 3 &&
            n16 > 0 && n16 < nout, "%s", out16);
-    n = same_losses(out16, out32, 5e-3, why, sizeof why);
+    n = g_same_losses(out16, out32, 5e-3, why, sizeof why);
     CHECKF(n == 3, "GPT: %d loss lines agree; %s\n%s\n%s", n, why, out16, out32);
 }
 
@@ -195,7 +179,7 @@ static void model_vs_fp32(const char *model, const char *dev, const char *says, 
     CHECKF(strstr(out_g, says) && !strstr(out_g, "step skipped"), "%s", out_g);
     snprintf(cmd, sizeof cmd, "%s %s --device cpu %s 2>&1", launch, t_prog("ddprt-train"), args);
     CHECKF(g_run(cmd, out_c, sizeof out_c) == 0, "%s", out_c);
-    int n = same_losses(out_g, out_c, tol, why, sizeof why);
+    int n = g_same_losses(out_g, out_c, tol, why, sizeof why);
     CHECKF(n == 3, "%s: %d loss lines agree; %s\n%s\n%s", dev, n, why, out_g, out_c);
 }
 static void dev_vs_fp32(const char *dev, const char *says, double tol) { model_vs_fp32(NULL, dev, says, tol); }
@@ -276,6 +260,6 @@ TEST(gpu_amp_channels_last_resnet20_tracks_nchw)
     CHECKF(d && sscanf(d, "device convs: %lu permutes", &pon) == 1 && pon == 0, "%s", on);
     d = strstr(off, "device convs: "); /* 3 steps of 21 convs less the stem: x, dy; x again for dw */
     CHECKF(d && sscanf(d, "device convs: %lu permutes", &poff) == 1 && poff >= 3 * 20 * 2, "%s", off);
-    int n = same_losses(on, off, 5e-3, why, sizeof why);
+    int n = g_same_losses(on, off, 5e-3, why, sizeof why);
     CHECKF(n == 3, "%d loss lines agree; %s\n%s\n%s", n, why, on, off);
 }

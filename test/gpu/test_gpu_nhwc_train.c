@@ -182,3 +182,21 @@ TEST(gpu_amp_channels_last_2_processes_track_nchw)
     ddp_pair(dir, "", "DDP", init, np);
     free(init);
 }
+
+/* --sync-bn, 2 processes: the statistics and gradient sums each rank exchanges are per
+ * channel in either layout (the NHWC sums' kernels write the same [c] arrays), so SyncBN
+ * on channels-last activations tracks NCHW's; and it is on: its parameters differ from
+ * plain DDP's (channels last both) by far more than the layouts' do. */
+TEST(gpu_amp_channels_last_sync_bn_2_processes_track_nchw)
+{
+    static char out[65536];
+    const char *dir = stem_dir();
+    size_t np, n;
+    float *init = init_params(dir, &np);
+    ddp_pair(dir, " --sync-bn", "SyncBN", init, np);
+    stem_run(dir, 2, "on", "", "plain.st", out, sizeof out);
+    float *sync = saved(dir, "on.st", &n), *plain = saved(dir, "plain.st", &n);
+    double r = rel_to_update(sync, plain, init, np);
+    CHECKF(r > 0.1, "--sync-bn: parameters %.3g of the update from plain DDP's (not synchronised?)", r);
+    free(plain), free(sync), free(init);
+}

@@ -271,12 +271,13 @@ static size_t up16(size_t b) { return (b + 15) & ~(size_t)15; }
 // w16p: the caller passes k_cuda_conv2d_w16_prep's block (K_CUDA_MM_W16P), so no wh;
 // xdir: x is 16-bit and channels last (XNHWC with X16), read as it is, so no xh. dyh stays
 // where dy is channels last: fp32 dy is still rounded into it (only not permuted).
-static ConvWs conv_ws(const Geo &g, int copies, int w16p, int xdir)
+// nodx (K_CUDA_MM_NODX): no input grad, so none of its split-K, nor wh / dyh for it alone.
+static ConvWs conv_ws(const Geo &g, int copies, int w16p, int xdir, int nodx)
 {
     size_t a = k_cuda_gemm_ws_bytes(g.K, g.N * g.PQ(), g.C * g.RS());
-    size_t b = k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
+    size_t b = nodx ? 0 : k_cuda_gemm_ws_bytes(g.C, g.N * g.HW(), g.K * g.RS());
     size_t c = k_cuda_gemm_ws_bytes(g.K, g.C * g.RS(), g.N * g.PQ());
-    int cx = copies && g.C % 8 == 0, ck = copies && g.K % 8 == 0;
+    int cx = copies && g.C % 8 == 0, ck = copies && g.K % 8 == 0 && !nodx;
     ConvWs w;
     w.xh = up16(std::max(a, std::max(b, c)));
     w.wh = w.xh + (cx && !xdir ? up16((size_t)2 * g.N * g.HW() * g.C) : 0);
@@ -286,6 +287,7 @@ static ConvWs conv_ws(const Geo &g, int copies, int w16p, int xdir)
 }
 // Whether mm's x is read where it lies (no xh): 16-bit, channels last, 16-bit products.
 static int x_direct(int mm) { return k_cuda_mm16(mm) && (mm & K_CUDA_MM_XNHWC) && (mm & K_CUDA_MM_X16); }
+static int no_dx(int mm) { return (mm & K_CUDA_MM_NODX) != 0; }
 // The copies' base where the products are 16-bit and ws holds them (NULL: the gathers).
 static char *nhwc_ws(int mm, void *ws) { return k_cuda_mm16(mm) && ws && !((uintptr_t)ws & 15) ? (char *)ws : NULL; }
 
@@ -353,11 +355,11 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 
 unsigned long k_cuda_conv2d_chan_last_calls(void) { return __atomic_load_n(&chan_last_calls, __ATOMIC_RELAXED); }
 
-size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0, 0).end; }
+size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0, 0, 0).end; }
 
 size_t k_cuda_conv2d_workspace_mm(int mm, const k_conv_shape *sh)
 {
-    return conv_ws(geo(sh), k_cuda_mm16(mm), k_cuda_mm16(mm) && (mm & K_CUDA_MM_W16P), x_direct(mm)).end;
+    return conv_ws(geo(sh), k_cuda_mm16(mm), k_cuda_mm16(mm) && (mm & K_CUDA_MM_W16P), x_direct(mm), no_dx(mm)).end;
 }
 
 size_t k_cuda_conv2d_w16_elems(int mm, const k_conv_shape *sh)
@@ -417,7 +419,7 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         return -1;
     if (cw && g.C % 8 == 0) { // A = wh [K x RSC], B = xh's patches, both by cp.async
         const char *k = "k_cuda_conv2d_fwd";
-        ConvWs L = conv_ws(g, 1, wp != NULL, x_direct(mm));
+        ConvWs L = conv_ws(g, 1, wp != NULL, x_direct(mm), no_dx(mm));
         unsigned short *xh = (unsigned short *)(cw + L.xh), *wh = (unsigned short *)(cw + L.wh);
         const bool xn = mm & K_CUDA_MM_XNHWC; // x is xh's layout already
         if ((!xn && chan_last(mm, g.N, g.HW(), g.C, x, bb.xt, xh, cs, k, shp)) ||
@@ -451,8 +453,13 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
     const unsigned short *wp = w16_block(mm, w16);
     if (w16p_check(mm, cw, wp, "k_cuda_conv2d_bwd", shp) || nhwc_check(mm, g, cw, x, "k_cuda_conv2d_bwd", shp))
         return -1;
+    if (no_dx(mm) && dx) {
+        port_cuda_fail("k_cuda_conv2d_bwd(%s): a dx with K_CUDA_MM_NODX (its workspace may lack the input grad's room)",
+                       shp);
+        return -1;
+    }
     const bool xn = mm & K_CUDA_MM_XNHWC, yn = mm & K_CUDA_MM_YNHWC;
-    ConvWs L = conv_ws(g, 1, wp != NULL, x_direct(mm));
+    ConvWs L = conv_ws(g, 1, wp != NULL, x_direct(mm), no_dx(mm));
     unsigned short *xh = cw ? (unsigned short *)(cw + L.xh) : NULL, *wh = cw ? (unsigned short *)(cw + L.wh) : NULL;
     unsigned short *dyh = cw ? (unsigned short *)(cw + L.dyh) : NULL;
     // dy channels last: its 16-bit copy is a plain rounding (the bits chan_last's give)

@@ -42,6 +42,12 @@ int k_cuda_nhwc_to_nchw(int n, int c, int hw, const void *x, void *y, int t, por
  * start-up, over all threads: with channels-last activations and the weight block a conv
  * makes none. */
 unsigned long k_cuda_conv2d_chan_last_calls(void);
+/* conv's backward without an input gradient (dx NULL: a stem conv on the data), or'd
+ * into its mm: k_cuda_conv2d_workspace_mm then leaves out what only the input gradient
+ * uses (dy's 16-bit copy where C % 8 != 0, the weights' C x RSK copy, its split-K), and
+ * k_cuda_conv2d_bwd_mm refuses a dx with it. ResNet's 7x7 stem (c = 3, k = 64) at 224:
+ * dy's copy was the largest workspace of the net. */
+enum { K_CUDA_MM_NODX = 512 };
 
 #ifdef __cplusplus
 }

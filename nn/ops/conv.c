@@ -168,9 +168,11 @@ static int conv_nhwc_out(const nn_graph *g, const nn_node *n)
     (void)g;
     return n->op == &nn_op_conv2d && conv_attr_of(n).sh.k % 8 == 0;
 }
+/* NODX: no input needing a gradient (the stem on the data; nn_dx NULL) */
 static int conv_mm(const nn_graph *g, const nn_node *n)
 {
-    return nn_cuda_mm_io(g, n) | (nn_in(g, n, 0)->nhwc ? K_CUDA_MM_XNHWC : 0) | (n->nhwc ? K_CUDA_MM_YNHWC : 0);
+    return nn_cuda_mm_io(g, n) | (nn_in(g, n, 0)->nhwc ? K_CUDA_MM_XNHWC : 0) | (n->nhwc ? K_CUDA_MM_YNHWC : 0) |
+           (nn_in(g, n, 0)->needs_grad ? 0 : K_CUDA_MM_NODX);
 }
 
 static int conv_fwd_cuda(nn_graph *g, nn_node *n, const nn_run *r)

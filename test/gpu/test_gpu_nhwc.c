@@ -181,7 +181,9 @@ TEST(gpu_nhwc_pools_match_nchw)
 /* conv with channels-last x / dx (XNHWC) and y / dy (YNHWC) against the same products on
  * NCHW tensors (which permute x and dy into the workspace): the same sums, only where
  * the values are stored, so bit for bit. With the weight block, the NHWC calls permute
- * nothing (k_cuda_conv2d_chan_last_calls). Workspaces sized exactly. */
+ * nothing (k_cuda_conv2d_chan_last_calls). Workspaces sized exactly, with the run's flags
+ * (the channels-last one has no room for a 16-bit x's copy; the stem's without dx none for
+ * dy's). */
 static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad, int y16, int x16)
 {
     k_conv_shape sh = {.n = n, .c = c, .h = h, .w = h + 1, .k = k, .r = r, .s = r, .stride = st, .pad = pad};
@@ -233,6 +235,20 @@ static void conv_case(int t, int n, int c, int h, int k, int r, int st, int pad,
     memset(ff, 0xff, sizeof ff);
     g_down(tail, (char *)wsh + wsn - 16, 16);
     CHECKF(memcmp(tail, ff, 16) != 0, "c=%d k=%d: the workspace's last 16 bytes unused", c, k);
+    if (!xn) { /* the stem on the data: no dx, and (K_CUDA_MM_NODX) no room for dy's copy */
+        int md = mn | K_CUDA_MM_NODX;
+        size_t wsd = k_cuda_conv2d_workspace_mm(md, &sh);
+        CHECKF(wsd + ((size_t)2 * ny + 15) / 16 * 16 <= wsn, "c=%d: %zu workspace bytes without dx, %zu with", c, wsd,
+               wsn);
+        void *wd = g_dev(wsd), *g2 = g_dev(nw * 4), *gb = g_dev((size_t)k * 4);
+        g_need(k_cuda_conv2d_bwd_mm(md, &sh, x, w, blk, dyh, NULL, g2, gb, wd, NULL) == 0, "conv without dx");
+        CHECKF(perm_diff(1, 1, (int)nw, 4, o[1][2], g2) == 0 && perm_diff(1, 1, k, 4, o[1][3], gb) == 0,
+               "c=%d: dw / db without dx differ", c);
+        CHECK(k_cuda_conv2d_bwd_mm(md, &sh, x, w, blk, dyh, o[1][1], g2, gb, wd, NULL) == -1 &&
+              strstr(port_cuda_errmsg(), "K_CUDA_MM_NODX") != NULL);
+        port_cuda_clear_error();
+        port_dev_free(wd), port_dev_free(g2), port_dev_free(gb);
+    }
     void *ptrs[] = {x, xh, w, b, dy, dyh, blk, ws, wsh};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) port_dev_free(ptrs[i]);
     for (int v = 0; v < 2; v++)

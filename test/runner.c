@@ -182,6 +182,13 @@ int main(int argc, char **argv)
             want[i] = strstr(tests[i].name, argv[a]) || strstr(tests[i].file, argv[a]);
         total += want[i];
     }
+    /* T_LIST: the tests the filters pick, "name file" a line, none run (test_simt.c checks
+     * that every device test is in one of make test's suites). */
+    if (getenv("T_LIST")) {
+        for (int i = 0; i < ntests; i++)
+            if (want[i]) printf("%s %s\n", tests[i].name, tests[i].file);
+        return 0;
+    }
     /* Children append their notes to one file; the parent shows each text once. */
     char npath[] = "/tmp/ddprt-test-notes-XXXXXX";
     int nfd = mkstemp(npath);

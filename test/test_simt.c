@@ -11,11 +11,29 @@
 #include <string.h>
 
 #if DDPRT_HAVE_SIMT
+/* The words of the suites' filters below (suite() refuses another): every device test must
+ * hold one (simt_device_every_test_in_a_suite), or a new test/gpu file no filter names
+ * would never run in make test. */
+static const char *const suite_words[] = {
+    "gpu_amp_act16", "gpu_amp_bf16_2_processes", "gpu_amp_fp16_", "gpu_ddp_resnet20_2_processes",
+    "gpu_graph_ddp_2_ranks_one_gpu", "gpu_graph_steps_match_cpu", "gpu_tf32_", "gpu_train_gpt_matches_cpu",
+    "gpu_train_resnet20_textcnn", "test_gpu_act16", "test_gpu_graph_ops", "test_gpu_ipc", "test_gpu_kernels",
+    "test_gpu_op_", "test_gpu_staged_train", "test_gpu_tc", "test_gpu_tfm", "test_gpu_nhwc", "gpu_nhwc_",
+    "gpu_train_gpt_adamw_and_resnet20_adam", "gpu_amp_channels_last_resnet20"};
+static size_t suite_nwords(void) { return sizeof suite_words / sizeof suite_words[0]; }
 /* The device suite's tests whose name or file holds one of `filter`'s words. */
 static void suite(const char *filter, const char *order)
 {
     static char out[1 << 20];
     char cmd[1024];
+    /* each word among suite_words (simt_device_every_test_in_a_suite's list) */
+    char f[256], *save = NULL;
+    snprintf(f, sizeof f, "%s", filter);
+    for (char *w = strtok_r(f, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        int known = 0;
+        for (size_t i = 0; i < suite_nwords() && !known; i++) known = !strcmp(w, suite_words[i]);
+        CHECKF(known, "suite filter \"%s\" is not in suite_words", w);
+    }
     snprintf(cmd, sizeof cmd, "DDPRT_SIMT_SCHED=%s %s %s 2>&1", order, t_prog("test-gpu-simt"), filter);
     int rc = t_sh(cmd, out, sizeof out);
     const char *s = strstr(out, " passed, 0 failed");
@@ -90,12 +108,35 @@ TEST(simt_device_model_steps_random_order) { suite("gpu_graph_steps_match_cpu", 
 TEST(simt_device_model_ddp_one_gpu_random_order) { suite("gpu_graph_ddp_2_ranks_one_gpu", "random"); }
 TEST(simt_device_train_resnet20_textcnn_random_order) { suite("gpu_train_resnet20_textcnn", "random"); }
 TEST(simt_device_train_gpt_random_order) { suite("gpu_train_gpt_matches_cpu", "random"); }
+TEST(simt_device_train_adamw_adam_random_order) { suite("gpu_train_gpt_adamw_and_resnet20_adam", "random"); }
 TEST(simt_device_amp_bf16_random_order) { suite("gpu_amp_bf16_2_processes", "random"); }
 TEST(simt_device_amp_act16_random_order) { suite("gpu_amp_act16", "random"); }
 TEST(simt_device_amp_fp16_random_order) { suite("gpu_amp_fp16_", "random"); }
 TEST(simt_device_tf32_random_order) { suite("gpu_tf32_", "random"); }
 TEST(simt_device_ddp_2_processes_random_order) { suite("gpu_ddp_resnet20_2_processes", "random"); }
 TEST(simt_device_staged_train_forward_order) { suite("test_gpu_staged_train", "forward"); }
+/* Channels-last (test/gpu/test_gpu_nhwc*.c): the kernels in three orders, the trained
+ * graphs (ResNet-20, the ResNet-18 stem, DDP and SyncBN in 2 processes) in one. */
+TEST(simt_device_channels_last_forward_order) { suite("test_gpu_nhwc gpu_amp_channels_last_resnet20", "forward"); }
+TEST(simt_device_channels_last_reversed_order) { if (second_order()) suite("gpu_nhwc_", "reversed"); }
+TEST(simt_device_channels_last_warps_order) { if (second_order()) suite("gpu_nhwc_", "warps"); }
+
+/* Every device test is in a suite: suite_words against the device runner's list (T_LIST). */
+TEST(simt_device_every_test_in_a_suite)
+{
+    static char out[1 << 18];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "T_LIST=1 %s 2>&1", t_prog("test-gpu-simt"));
+    int rc = t_sh(cmd, out, sizeof out), n = 0, missed = 0;
+    CHECKF(rc == 0, "exit %d:\n%.2000s", rc, out);
+    char *save = NULL;
+    for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save), n++) {
+        int in = 0;
+        for (size_t w = 0; w < sizeof suite_words / sizeof suite_words[0] && !in; w++) in = strstr(l, suite_words[w]) != NULL;
+        if (!in && missed++ < 5) CHECKF(0, "device test in no make-test suite: %s", l);
+    }
+    CHECKF(n > 50, "only %d device tests listed", n);
+}
 /* The cuda_ipc device allreduce: 2 and 4 processes against the host's bits, DDPRT_P2P=0,
  * a killed rank (test/gpu/test_gpu_ipc.c); the hierarchical allreduce on fake hosts and
  * the broadcast (test/gpu/test_gpu_ipc_hier.c). */

@@ -14,7 +14,11 @@
 // every consumer thread arrives on its empty mbarrier, which the producer waits on before
 // reusing the stage. The k16 order is wg_gemm's: the same sums, bit for bit.
 //
-// Split-K (wt_launch's kchunk): blockIdx.z's k range to its partial, as wg_gemm splits.
+// Split-K (wt_launch's kchunk): a tile's k range to its partial, as wg_gemm splits.
+// Persistent: at most k_cuda_tma_fill() blocks (one an SM), each walking the tiles
+// blockIdx.x, + gridDim.x, ...; the producer goes on into the next tile's stages while
+// the consumers store the last one (the stage ring and its barrier phases run on over
+// tiles), so the loads of a tile's first slices hide behind the one before's epilogue.
 //
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200), else 128 x 128. A
@@ -24,9 +28,10 @@
 #include "kernels/cuda/k_cuda_tma.cuh"
 
 // wt_gemm's wide tile (128 x 256) is taken where a product has at least k_cuda_tma_fill()
-// of them (the SM count: 132 on an H100 / H200), else 128 x 128. k_cuda_tma_set_fill sets
-// it (tests: 1 always wide, INT_MAX never; 0 back to 132) and returns the old value
-// (k_cuda_tc_gemm.cu).
+// of them (the SM count: 132 on an H100 / H200), else 128 x 128; it also caps the
+// persistent grid. k_cuda_tma_set_fill sets it (tests: 1 always wide and one block for
+// all tiles, INT_MAX never wide and a block a tile; 0 back to 132) and returns the old
+// value (k_cuda_tc_gemm.cu).
 extern "C" int k_cuda_tma_fill(void);
 extern "C" int k_cuda_tma_set_fill(int tiles);
 
@@ -97,16 +102,28 @@ __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &s
     }
 }
 
+// Tile t of a product (persistent blocks walk t = blockIdx.x, + gridDim.x, ...): m
+// fastest, so the blocks that run at once share B's columns, then n, then the split.
+struct WtTile {
+    int m0, n0, kbeg, kt_n;
+};
+template <int BN>
+__device__ __forceinline__ WtTile wt_tile(int t, int M, int N, int K, int kchunk)
+{
+    const int tm = (M + WGG_T - 1) / WGG_T, tn = (N + BN - 1) / BN;
+    WtTile w;
+    w.m0 = t % tm * WGG_T, w.n0 = t / tm % tn * BN, w.kbeg = t / (tm * tn) * kchunk;
+    w.kt_n = (min(K, w.kbeg + kchunk) - w.kbeg + WT_BK - 1) / WT_BK;
+    return w;
+}
+
 template <int TY, int BN, bool AK, bool BK, class ST>
 __global__ void __launch_bounds__(WT_THREADS, 1)
-    wt_gemm(int M, int N, int K, int kchunk, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb, ST st)
+    wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
+            ST st)
 {
     K_DYN_SHARED(unsigned char, raw);
     WtSmem<BN> &sm = *(WtSmem<BN> *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
-    // split-K: k in [kbeg, kend) to partial blockIdx.z (kchunk a multiple of WT_BK, so
-    // every slice but the product's last is whole; TMA zero-fills that one past K)
-    const int m0 = blockIdx.y * WGG_T, n0 = blockIdx.x * BN, kbeg = blockIdx.z * kchunk;
-    const int kt_n = (min(K, kbeg + kchunk) - kbeg + WT_BK - 1) / WT_BK;
     if (threadIdx.x == WT_CONSUMERS) {
         for (int s = 0; s < WT_STAGES; s++) {
             K_MBAR_INIT(&sm.full[s], 1);
@@ -115,35 +132,47 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
         K_FENCE_MBAR_INIT();
     }
     __syncthreads();
+    // `it` counts the block's slices over all its tiles: stage it % WT_STAGES, use
+    // it / WT_STAGES of that stage (its barriers' phase parity), on both sides alike.
     if (threadIdx.x >= WT_CONSUMERS) { // the producer warpgroup: one thread issues
         K_SETMAXNREG_DEC(WT_PRODUCER_REGS);
         if (threadIdx.x != WT_CONSUMERS) return;
-        for (int kt = 0; kt < kt_n; kt++) {
-            int s = kt % WT_STAGES;
-            // the stage's last slice (kt - WT_STAGES) released by every consumer thread
-            if (kt >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (kt / WT_STAGES - 1) & 1);
-            K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-            wt_issue<AK, WGG_T>(sm.a[s], &ma, kbeg + kt * WT_BK, m0, &sm.full[s]);
-            wt_issue<BK, BN>(sm.b[s], &mb, kbeg + kt * WT_BK, n0, &sm.full[s]);
+        int it = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const WtTile w = wt_tile<BN>(t, M, N, K, kchunk);
+            for (int kt = 0; kt < w.kt_n; kt++, it++) {
+                int s = it % WT_STAGES;
+                // the stage's last slice (it - WT_STAGES) released by every consumer thread;
+                // it runs ahead into the next tile while the consumers store this one
+                if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
+                K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
+                wt_issue<AK, WGG_T>(sm.a[s], &ma, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
+                wt_issue<BK, BN>(sm.b[s], &mb, w.kbeg + kt * WT_BK, w.n0, &sm.full[s]);
+            }
         }
         return;
     }
     K_SETMAXNREG_INC(WT_CONSUMER_REGS);
     const int wg = threadIdx.x >> 7;
-    float acc[BN / 2];
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const WtTile w = wt_tile<BN>(t, M, N, K, kchunk);
+        float acc[BN / 2];
 #pragma unroll
-    for (int e = 0; e < BN / 2; e++) acc[e] = 0.0f;
-    for (int kt = 0; kt < kt_n; kt++) {
-        int s = kt % WT_STAGES;
-        K_MBAR_WAIT(&sm.full[s], (kt / WT_STAGES) & 1);
-        K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
-        wt_slice<TY, BN, AK, BK>(acc, sm.a[s], sm.b[s], wg);
-        K_WGMMA_COMMIT();
-        K_WGMMA_WAIT(1); // slice kt - 1's wgmma is done: its stage may be refilled
-        if (kt > 0) K_MBAR_ARRIVE(&sm.empty[(kt - 1) % WT_STAGES]);
+        for (int e = 0; e < BN / 2; e++) acc[e] = 0.0f;
+        for (int kt = 0; kt < w.kt_n; kt++, it++) {
+            int s = it % WT_STAGES;
+            K_MBAR_WAIT(&sm.full[s], (it / WT_STAGES) & 1);
+            K_WGMMA_FENCE(); // the accumulators were the threads' own since the last wait
+            wt_slice<TY, BN, AK, BK>(acc, sm.a[s], sm.b[s], wg);
+            K_WGMMA_COMMIT();
+            K_WGMMA_WAIT(1); // slice it - 1's wgmma is done: its stage may be refilled
+            if (kt > 0) K_MBAR_ARRIVE(&sm.empty[(it - 1) % WT_STAGES]);
+        }
+        K_WGMMA_WAIT(0);
+        K_MBAR_ARRIVE(&sm.empty[(it - 1) % WT_STAGES]); // the tile's last stage, for the next tile
+        wt_store<BN>(acc, st, M, N, w.m0, w.n0, wg, w.kbeg / kchunk);
     }
-    K_WGMMA_WAIT(0);
-    wt_store<BN>(acc, st, M, N, m0, n0, wg, blockIdx.z);
 }
 
 // An array's tensor map: k-contiguous rows x K (a box 64 k x box rows), M/N-contiguous
@@ -177,8 +206,15 @@ static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, cons
         }
         attr = 1;
     }
-    dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + WGG_T - 1) / WGG_T), (unsigned)((K + kchunk - 1) / kchunk));
-    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), grid, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk, ma, mb, st);
+    // persistent: at most one block an SM (k_cuda_tma_fill), each walking its tiles
+    long long tiles = (long long)((N + BN - 1) / BN) * ((M + WGG_T - 1) / WGG_T) * ((K + kchunk - 1) / kchunk);
+    if (tiles > 0x7fffffff) {
+        *why = "more tiles than an int counts";
+        return -1;
+    }
+    int blocks = (int)(tiles < k_cuda_tma_fill() ? tiles : k_cuda_tma_fill());
+    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), blocks, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk, (int)tiles, ma,
+                                                                                      mb, st);
     *why = NULL;
     return 0;
 }

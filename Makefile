@@ -88,9 +88,10 @@ NVFLAGS  := -std=c++17 -O3 -I. -DDDPRT_CUDA=1 $(CUDA_ARCH) --Werror all-warnings
 CFLAGS   += -DDDPRT_CUDA=1
 # wgmma is an sm_90a (arch-specific) feature: the files with tensor-core GEMMs carry an
 # sm_90a image for H100/H200 in place of sm_90's, and compute_80 PTX for newer GPUs.
+# (The attention, k_cuda_attn_tc.cu, too: its wgmma forward.)
 TC_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
             -gencode arch=compute_80,code=compute_80
-$(patsubst %,$(BUILD)/obj/kernels/cuda/k_cuda_%.o,tc_gemm conv linear tfm): NVFLAGS := $(subst $(CUDA_ARCH),$(TC_ARCH),$(NVFLAGS))
+$(patsubst %,$(BUILD)/obj/kernels/cuda/k_cuda_%.o,tc_gemm conv linear tfm attn_tc): NVFLAGS := $(subst $(CUDA_ARCH),$(TC_ARCH),$(NVFLAGS))
 # Static cudart: the programs run where only the driver is installed.
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/cuda/*.cu ports/cuda/*.cu)) \

@@ -40,6 +40,7 @@
 // per 64-query tile looping over the key tiles. No atomics: every sum has one owner and a
 // fixed order, the same bits on every run.
 #include "kernels/cuda/k_cuda_attn_tc.cuh"
+#include "kernels/cuda/k_cuda_attn_wg.cuh"
 
 namespace {
 // Forward: block (query tile, counted from the last: the longest first; head, sequence).
@@ -99,49 +100,11 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
             lk.land(nk), lv.issue(nv, k0 + FA_T);
             K_CP_ASYNC_COMMIT();
         }
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int n = 0; n < FA_T / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int j = k0 + 8 * n + 2 * tig + (e & 1), r = row[e >> 1];
-                float v = j <= r && j < t ? sc[n][e] * scale : -INFINITY;
-                sc[n][e] = v, mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 2));
-        }
-        float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (mx[r] == -INFINITY) mx[r] = 0.0f; // no key yet (cannot happen with equal tiles; kept finite)
-            corr[r] = expf(m[r] - mx[r]), m[r] = mx[r], l[r] *= corr[r];
-        }
-#pragma unroll
-        for (int n = 0; n < FA_T / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = expf(sc[n][e] - mx[e >> 1]);
-                sc[n][e] = p, l[e >> 1] += p;
-            }
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[n][e] *= corr[e >> 1];
+        fa_softmax<HD>(sc, o, m, l, row, k0, t, scale, tig);
         fa_pb<TY, HD, FA_T / 8>(o, sc, sm.v[bf], lane);
         if (next) lv.land(nv);
     }
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(FA_FULL, l[r], 1);
-        l[r] += __shfl_xor_sync(FA_FULL, l[r], 2);
-        inv[r] = 1.0f / l[r];
-        if (tig == 0 && row[r] < t) lse[((size_t)s * h + hh) * t + row[r]] = m[r] + logf(l[r]);
-    }
-    fa_store(o, y, yt, (size_t)s * t * C + (size_t)hh * hd, C, q0 + 16 * w, t, hd, lane, inv);
+    fa_fwd_out<HD>(o, m, l, row, t, h, hh, s, hd, q0 + 16 * w, lane, y, yt, lse);
 }
 
 // dK, dV: block (key tile, head, sequence), the query tiles (BQ rows) from the key tile on.
@@ -310,7 +273,10 @@ int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int 
 {
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
     const float scale = 1.0f / sqrtf((float)hd);
-    if (fa_cp(TY, qkv, xt, hd)) // the kernel of qkv's loads: cp.async, or read and rounded
+    const bool cp = fa_cp(TY, qkv, xt, hd);
+    if constexpr (HD >= 64) // sm_90a: the wgmma kernel (cp.async loads; heads over 32)
+        if (cp && k_cuda_wgmma_on()) return fw_fwd_t<TY, HD>(b, t, h, hd, qkv, y, yt, lse, s);
+    if (cp) // the kernel of qkv's loads: cp.async, or read and rounded
         K_LAUNCH((fa_fwd<TY, HD, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, y, yt, lse);
     else
         K_LAUNCH((fa_fwd<TY, HD, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, y, yt, lse);

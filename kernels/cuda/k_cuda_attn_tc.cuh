@@ -205,4 +205,65 @@ __device__ __forceinline__ void fa_store(const float (&a)[N][4], void *dst, int 
         }
 }
 
+// The forward's online softmax over key tile k0, on S in C fragments (this thread's rows
+// row[0], row[1]; a row is held by a quad of lanes): S scaled and masked (causal, keys
+// past t), the running max m and sum l updated, P = exp(S - m) left in sc, O rescaled.
+// fa_fwd's and fw_fwd's (k_cuda_attn_wg.cuh: wgmma's accumulators hold S and O in the same
+// layout) one code, so the two kernels' P, m and l are the same bits.
+template <int HD>
+__device__ __forceinline__ void fa_softmax(float (&sc)[FA_T / 8][4], float (&o)[HD / 8][4], float (&m)[2],
+                                           float (&l)[2], const int (&row)[2], int k0, int t, float scale, int tig)
+{
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < FA_T / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int j = k0 + 8 * n + 2 * tig + (e & 1), r = row[e >> 1];
+            float v = j <= r && j < t ? sc[n][e] * scale : -INFINITY;
+            sc[n][e] = v, mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(FA_FULL, mx[r], 2));
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (mx[r] == -INFINITY) mx[r] = 0.0f; // no key yet (cannot happen with equal tiles; kept finite)
+        corr[r] = expf(m[r] - mx[r]), m[r] = mx[r], l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < FA_T / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float p = expf(sc[n][e] - mx[e >> 1]);
+            sc[n][e] = p, l[e >> 1] += p;
+        }
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] *= corr[e >> 1];
+}
+
+// The forward's end: l summed over the quad, lse = m + log l, y = O / l (rows row0 + [0, 16)
+// of the warp, sequence s, head hh).
+template <int HD>
+__device__ __forceinline__ void fa_fwd_out(const float (&o)[HD / 8][4], const float (&m)[2], float (&l)[2],
+                                           const int (&row)[2], int t, int h, int hh, int s, int hd, int row0,
+                                           int lane, void *y, int yt, float *lse)
+{
+    const int tig = lane & 3, C = h * hd;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(FA_FULL, l[r], 1);
+        l[r] += __shfl_xor_sync(FA_FULL, l[r], 2);
+        inv[r] = 1.0f / l[r];
+        if (tig == 0 && row[r] < t) lse[((size_t)s * h + hh) * t + row[r]] = m[r] + logf(l[r]);
+    }
+    fa_store(o, y, yt, (size_t)s * t * C + (size_t)hh * hd, C, row0, t, hd, lane, inv);
+}
+
 } // namespace

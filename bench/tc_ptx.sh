@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi'
+KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_fwdILi'
 # nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
 # after another they took over 300 s (the test's deadline) on a loaded 2-core machine
 ptx_one() {
@@ -61,6 +61,8 @@ for f in "${files[@]}"; do
     # M/N-major operands on wgmma: the raw entry's and conv's weight gradient
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv)\.cu$ && $arch == sm_90a && $wgt -eq 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
+    # the wgmma forward (fw_fwd): K-major S = Q K^T and N-major P V
+    if [[ $(basename "$f") == k_cuda_attn_tc.cu && $arch == sm_90a && ( $wg -eq 0 || $wgt -eq 0 ) ]]; then bad=1; fi
   done
 done
 echo
@@ -114,8 +116,9 @@ if ls "$tmp"/k_cuda_attn_tc.cu.*.tab >/dev/null 2>&1; then
   echo "| attention kernel (k_cuda_attn_tc.cu) | arch | registers | static smem (B) | spill stores (B) |"
   echo "|---|---|---|---|---|"
   for arch in sm_80 sm_90a; do
-    # _ZN..fa_fwdILi1ELi64EEEv..: the kernel, then its template arguments (type 1 bf16 / 2 f16, head tile, inner tile)
-    awk -F'\t' -v a="$arch" '$1 ~ /fa_(fwd|bwd_dkv|bwd_dq)ILi/ { n = $1; sub(/.*fa_/, "fa_", n); k = n; sub(/I.*/, "", k)
+    # _ZN..fa_fwdILi1ELi64EEEv.. (fw_fwd: the wgmma forward): the kernel, then its template arguments (type 1 bf16 / 2 f16, head tile, inner tile)
+    awk -F'\t' -v a="$arch" '$1 ~ /f[aw]_(fwd|bwd_dkv|bwd_dq)ILi/ { n = $1; p = substr(n, match(n, /f[aw]_(fwd|bwd)/), 3); sub(/.*f[aw]_/, p, n)
+        k = n; sub(/I.*/, "", k)
         sub(/^[a-z_]*I/, "", n); match(n, /^(Li[0-9]+E)+/); n = substr(n, 1, RLENGTH); gsub(/Li/, "", n)
         gsub(/E/, ",", n); sub(/,$/, "", n)
         print "| " k "<" n "> | " a " | " $2 " | " $3 " | " $4 " |" }' "$tmp/k_cuda_attn_tc.cu.$arch.tab"

@@ -80,7 +80,7 @@ __device__ __forceinline__ void fw_load(unsigned short *tile, const unsigned sho
                                         int t, int hd)
 {
     constexpr int CPR = HD / 8;
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < FA_T * CPR / FA_THREADS; i++) {
         int q = threadIdx.x + i * FA_THREADS, r = q / CPR, col = q % CPR, gr = r0 + r;
         bool in = gr < t && col * 8 < hd;
@@ -88,9 +88,10 @@ __device__ __forceinline__ void fw_load(unsigned short *tile, const unsigned sho
     }
 }
 
-// Block (query tile, counted from the last; head, sequence), as fa_fwd.
+// Block (query tile, counted from the last; head, sequence), as fa_fwd. HD 64: 4 blocks an
+// SM (shared memory allows 4; ptxas left to itself takes 168 registers: 3).
 template <int TY, int HD>
-__global__ void __launch_bounds__(FA_THREADS)
+__global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 4 : 0)
 fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, float *lse)
 {
     static_assert(HD == 64 || HD == 128, "64-column blocks; N 64 or 128");
@@ -121,12 +122,13 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
         K_CP_ASYNC_COMMIT();
         // S = Q K^T: hd in steps of 16, the first step overwriting the accumulators
         float sc[FA_T / 8][4];
+        // (descriptors: the tile's, plus the step's offset in 16-byte units in the address field)
+        const unsigned long long dq = k_wgmma_desc(sq, 16, 1024, K_WGMMA_SW128), dk = k_wgmma_desc(tk, 16, 1024, K_WGMMA_SW128);
         K_WGMMA_FENCE();
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            const int at = (kk >> 2) * FW_BLOCK + 16 * (kk & 3); // the 16 k's 32 bytes in the rows
-            FW_WGMMA(TY, 64, &sc[0][0], k_wgmma_desc(sq + at, 16, 1024, K_WGMMA_SW128),
-                     k_wgmma_desc(tk + at, 16, 1024, K_WGMMA_SW128), kk > 0, 0);
+            const int at = ((kk >> 2) * FW_BLOCK + 16 * (kk & 3)) >> 3; // the 16 k's 32 bytes in the rows
+            FW_WGMMA(TY, 64, &sc[0][0], dq + at, dk + at, kk > 0, 0);
         }
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
@@ -141,11 +143,11 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
         K_FENCE_PROXY_ASYNC(); // P's generic-proxy stores, for the async proxy
         __syncthreads(); // every warp's rows of P (the warpgroup's ops read all 64)
         // O += P V: the tile's keys in steps of 16 (V's next 16 rows: 2 KiB on)
+        const unsigned long long dp = k_wgmma_desc(sp, 16, 1024, K_WGMMA_SW128),
+                                 dv = k_wgmma_desc(tv, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
         K_WGMMA_FENCE();
 #pragma unroll
-        for (int ks = 0; ks < FA_T / 16; ks++)
-            FW_WGMMA(TY, HD, &o[0][0], k_wgmma_desc(sp + 16 * ks, 16, 1024, K_WGMMA_SW128),
-                     k_wgmma_desc(tv + 16 * ks * 64, 2 * FW_BLOCK, 1024, K_WGMMA_SW128), 1, 1);
+        for (int ks = 0; ks < FA_T / 16; ks++) FW_WGMMA(TY, HD, &o[0][0], dp + 2 * ks, dv + 128 * ks, 1, 1);
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
     }

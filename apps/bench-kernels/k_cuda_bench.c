@@ -355,7 +355,7 @@ static void bench_attention(int b, int t, int h, int hd)
     size_t nq = (size_t)b * t * 3 * h * hd, ny = (size_t)b * t * h * hd, nl = (size_t)b * h * t;
     tf_ctx c = {.b = b, .t = t, .h = h, .hd = hd, .qkv = kb_dbuf(nq), .y = kb_dbuf(ny), .lse = kb_dbuf(nl), .dy = kb_dbuf(ny),
                 .dq = kb_dbuf(nq)};
-    if (port_dev_malloc(&c.ws, k_cuda_attention_workspace(b, t, h) + 256, "workspace")) return;
+    if (port_dev_malloc(&c.ws, k_cuda_attention_workspace(b, t, h, hd) + 256, "workspace")) return;
     char shape[64];
     snprintf(shape, sizeof shape, "b%d t%d h%d hd%d", b, t, h, hd);
     double flop = 2.0 * 2 * b * h * ((double)t * (t + 1) / 2) * hd;

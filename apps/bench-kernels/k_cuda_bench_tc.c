@@ -230,7 +230,7 @@ static void bench_attention_tc(int b, int t, int h, int hd)
     size_t nq = (size_t)b * t * 3 * h * hd, ny = (size_t)b * t * h * hd;
     att_ctx c = {.b = b, .t = t, .h = h, .hd = hd, .qkv = d16(nq, "qkv16"), .y = d16(ny, "y16"),
                  .lse = kb_dbuf((size_t)b * h * t), .dy = kb_dbuf(ny), .dq = kb_dbuf(nq)};
-    if (port_dev_malloc(&c.ws, k_cuda_attention_workspace(b, t, h) + 256, "workspace")) return;
+    if (port_dev_malloc(&c.ws, k_cuda_attention_workspace(b, t, h, hd) + 256, "workspace")) return;
     char shape[64];
     snprintf(shape, sizeof shape, "b%d t%d h%d hd%d causal", b, t, h, hd);
     double flop = 2.0 * 2 * b * h * ((double)t * (t + 1) / 2) * hd;

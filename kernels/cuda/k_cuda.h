@@ -311,10 +311,11 @@ int k_cuda_conv1d_hf_fwd_mm(int mm, int n, int in, int out, const float *x, cons
 int k_cuda_conv1d_hf_bwd_mm(int mm, int n, int in, int out, const float *x, const float *w, const uint16_t *w16,
                             const float *dy, float *dx, float *dw, float *db, void *ws, port_stream s);
 /* Causal attention with an online softmax: lse[b, h, t] kept, the probabilities
- * recomputed in backward (workspace: k_cuda_attention_workspace bytes). Tiled (32-row
- * tiles through shared memory, a warp per 4 rows: k_cuda_attn.cu); heads above 64 pass
- * through in 64-wide chunks. */
-size_t k_cuda_attention_workspace(int b, int t, int h);
+ * recomputed in backward (workspace: k_cuda_attention_workspace bytes: the tensor-core
+ * backward's 16-bit copy of dy, then the row terms). Tiled (32-row tiles through shared
+ * memory, a warp per 4 rows: k_cuda_attn.cu); heads above 64 pass through in 64-wide
+ * chunks. */
+size_t k_cuda_attention_workspace(int b, int t, int h, int hd);
 int k_cuda_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, port_stream s);
 int k_cuda_attention_bwd(int b, int t, int h, int hd, const float *qkv, const float *y, const float *lse,
                          const float *dy, float *dqkv, void *ws, port_stream s);

@@ -316,7 +316,12 @@ static dim3 at_grid(int b, int t, int h) { return dim3((unsigned)((t + AT_R - 1)
     } while (0)
 static_assert(K_ATTN_MAX_HD <= 4 * AT_HD, "the tiled kernels take heads of up to 4 chunks");
 
-size_t k_cuda_attention_workspace(int b, int t, int h) { return (size_t)b * h * t * sizeof(float); }
+// The tensor-core backward's 16-bit copy of dy (k_cuda_attn_tc.cu: fa_dy16_bytes) in front
+// of the row terms (fp32, one a row: this file's backward and the tensor cores' D).
+size_t k_cuda_attention_workspace(int b, int t, int h, int hd)
+{
+    return ((size_t)b * t * h * hd * 2 + 255) / 256 * 256 + (size_t)b * h * t * sizeof(float);
+}
 
 int k_cuda_attention_fwd(int b, int t, int h, int hd, const float *qkv, float *y, float *lse, port_stream s)
 {

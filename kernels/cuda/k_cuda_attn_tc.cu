@@ -11,11 +11,14 @@
 // (--amp-activations 16) with hd % 8 == 0 and a 16-byte aligned base is copied there by
 // cp.async, 16 bytes at a time, zero-filled past t and hd: the same bits as reading and
 // rounding it, since rounding a 16-bit value to its own type is the identity (NaN
-// payloads aside). fp32 qkv and dO (always fp32) are read, rounded (cvt.rn) and stored by
-// the threads.
+// payloads aside). fp32 qkv is read, rounded (cvt.rn) and stored by the threads. dO (fp32)
+// is rounded once, before the backward kernels, into the workspace's front (the same
+// rounding: the same bits), whence it goes by cp.async too; read and rounded by the
+// threads where it cannot (hd % 8 != 0, a workspace not 16-byte aligned).
 //
 // The choice of cp.async or read-and-round is made on the host (fa_cp) and is a template
-// argument of the kernels (CP): each kernel holds one path's registers.
+// argument of the kernels (CP; backward's LD for qkv and dO): each kernel holds one path's
+// registers.
 //
 // Pipelines: the streamed tiles (K, V in forward and dQ; Q, dO in dK, dV) are double-
 // buffered where two fit the executor's 48 KiB of static shared memory (HD 32 and 64,
@@ -107,10 +110,12 @@ fa_fwd(int t, int h, int hd, float scale, const void *qkv, int xt, void *y, int 
     fa_fwd_out<HD>(o, m, l, row, t, h, hh, s, hd, q0 + 16 * w, lane, y, yt, lse);
 }
 
+// The backward kernels' loads (LD, fa_bwd_t): 2 qkv and dO by cp.async (dO: the 16-bit copy
+// in the workspace, gt the kernel's type), 1 dO alone (fp32 qkv), 0 both read and rounded.
 // dK, dV: block (key tile, head, sequence), the query tiles (BQ rows) from the key tile on.
-template <int TY, int HD, int BQ, int CP>
+template <int TY, int HD, int BQ, int LD>
 __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
+fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const void *dy, int gt, const float *lse,
            const float *dd, float *dqkv)
 {
     constexpr int NB = fa_bufs(HD), QS = BQ > 32 ? 32 : BQ;
@@ -122,10 +127,10 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
-    FaLoad<TY, HD, FA_T, false, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    FaLoad<TY, HD, FA_T, false, LD == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     // Q and dO by passes of QS rows: the prefetched chunks of one pass in registers at a time
-    FaLoad<TY, HD, QS, NB == 2, CP> lq(qkv, xt, base, ld, t, hd);
-    FaLoad<TY, HD, QS, NB == 2, false> lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd); // dO: fp32
+    FaLoad<TY, HD, QS, NB == 2, LD == 2> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, QS, NB == 2, LD >= 1> lg(dy, gt, gbase, C, t, hd);
     lk.issue(sm.k, j0), lv.issue(sm.v, j0);
     if (NB == 2)
         for (int qs = 0; qs < BQ; qs += QS) {
@@ -184,9 +189,9 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const flo
 
 // dQ: block (query tile, counted from the last; head, sequence), the key tiles (BK rows)
 // up to its last query.
-template <int TY, int HD, int BK, int CP>
+template <int TY, int HD, int BK, int LD>
 __global__ void __launch_bounds__(FA_THREADS)
-fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const float *dy, const float *lse,
+fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const void *dy, int gt, const float *lse,
           const float *dd, float *dqkv)
 {
     constexpr int NB = fa_bufs(HD), KS = BK > 32 ? 32 : BK; // KS: keys a pass
@@ -199,10 +204,10 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const floa
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
     const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
-    FaLoad<TY, HD, FA_T, false, CP> lq(qkv, xt, base, ld, t, hd);
-    FaLoad<TY, HD, FA_T, false, false> lg(dy, K_CUDA_ACT_F32, gbase, C, t, hd); // dO: fp32
+    FaLoad<TY, HD, FA_T, false, LD == 2> lq(qkv, xt, base, ld, t, hd);
+    FaLoad<TY, HD, FA_T, false, LD >= 1> lg(dy, gt, gbase, C, t, hd);
     // K and V by passes of KS rows (as dK, dV's Q and dO)
-    FaLoad<TY, HD, KS, NB == 2, CP> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
+    FaLoad<TY, HD, KS, NB == 2, LD == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     lq.issue(sm.q, q0), lg.issue(sm.g, q0);
     if (NB == 2)
         for (int ks = 0; ks < BK; ks += KS) {
@@ -284,24 +289,30 @@ int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int 
 }
 
 // The 128-wide heads take 32-row inner tiles in backward: 48 KiB of static shared memory.
+// dy: fp32 (gt K_CUDA_ACT_F32), or the 16-bit copy (gt = TY), which goes by cp.async.
 template <int TY, int HD>
-int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *lse, const float *dy,
+int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *lse, const void *dy, int gt,
              const float *dd, float *dqkv, cudaStream_t s)
 {
     constexpr int IN = HD >= 128 ? 32 : FA_T;
     const float scale = 1.0f / sqrtf((float)hd);
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
-    const bool cp = fa_cp(TY, qkv, xt, hd); // the kernels of qkv's loads: cp.async, or read and rounded
-    if (cp)
-        K_LAUNCH((fa_bwd_dkv<TY, HD, IN, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
-    else
-        K_LAUNCH((fa_bwd_dkv<TY, HD, IN, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    // the kernels' loads: dO by cp.async where it is the copy, qkv too where fa_cp holds
+    const int ld = gt == TY ? (fa_cp(TY, qkv, xt, hd) ? 2 : 1) : 0;
+#define FA_BWD_LAUNCH(kern)                                                                                      \
+    do {                                                                                                           \
+        if (ld == 2)                                                                                               \
+            K_LAUNCH((kern<TY, HD, IN, 2>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, gt, lse, dd, dqkv); \
+        else if (ld == 1)                                                                                          \
+            K_LAUNCH((kern<TY, HD, IN, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, gt, lse, dd, dqkv); \
+        else                                                                                                       \
+            K_LAUNCH((kern<TY, HD, IN, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, gt, lse, dd, dqkv); \
+    } while (0)
+    FA_BWD_LAUNCH(fa_bwd_dkv);
     if (k_cuda_check_launch("k_cuda_attention_bwd_mm (dk, dv)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd))
         return -1;
-    if (cp)
-        K_LAUNCH((fa_bwd_dq<TY, HD, IN, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
-    else
-        K_LAUNCH((fa_bwd_dq<TY, HD, IN, 0>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, dy, lse, dd, dqkv);
+    FA_BWD_LAUNCH(fa_bwd_dq);
+#undef FA_BWD_LAUNCH
     return k_cuda_check_launch("k_cuda_attention_bwd_mm (dq)", "b=%d t=%d h=%d hd=%d (tensor cores)", b, t, h, hd);
 }
 
@@ -343,9 +354,21 @@ int k_cuda_attention_bwd_mm(int mm, int b, int t, int h, int hd, const float *qk
     if (fa_act_bad(mm, hd, "k_cuda_attention_bwd_mm", b, t, h)) return -1;
     if (!fa_tc(mm, hd)) return k_cuda_attention_bwd(b, t, h, hd, qkv, y, lse, dy, dqkv, ws, s);
     cudaStream_t cs = (cudaStream_t)s;
-    float *dd = (float *)ws;
+    // dO rounded once into the workspace's front (as linear's k_dy16) where its rows go by
+    // cp.async: whole 16-byte chunks (hd % 8 == 0) from a 16-byte aligned workspace; the
+    // same rounding (to nearest even) as the kernels' read-and-round path, so the same bits
+    const size_t ny = (size_t)b * t * h * hd, front = (ny * 2 + 255) / 256 * 256;
+    const void *g = dy;
+    int gt = K_CUDA_ACT_F32;
+    if (hd % 8 == 0 && ((uintptr_t)ws & 15) == 0) {
+        uint16_t *g16 = (uint16_t *)ws;
+        if ((mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16 ? k_cuda_f32_to_bf16(ny, dy, g16, s) : k_cuda_f32_to_f16(ny, dy, g16, s))
+            return -1;
+        g = g16, gt = mm & K_CUDA_MM_TYPE;
+    }
+    float *dd = (float *)((char *)ws + front);
     K_LAUNCH(fa_bwd_d, k_cuda_blocks((size_t)b * h * t), K_CUDA_THREADS, 0, cs)(b, t, h, hd, y,
                                                                               k_act_of(mm, K_CUDA_MM_Y16), dy, dd);
     if (k_cuda_check_launch("k_cuda_attention_bwd_mm (D)", "b=%d t=%d h=%d hd=%d", b, t, h, hd)) return -1;
-    return FA_DISPATCH(fa_bwd_t, mm, hd, b, t, h, hd, qkv, k_act_of(mm, K_CUDA_MM_X16), lse, dy, dd, dqkv, cs);
+    return FA_DISPATCH(fa_bwd_t, mm, hd, b, t, h, hd, qkv, k_act_of(mm, K_CUDA_MM_X16), lse, g, gt, dd, dqkv, cs);
 }

@@ -88,7 +88,7 @@ static int attn_half_ok(const nn_graph *g, const nn_node *n)
 static size_t attn_ws_cuda(const nn_graph *g, const nn_node *n, int max_batch)
 {
     (void)g;
-    return k_cuda_attention_workspace(max_batch, n->out.c, attn_attr_of(n).heads);
+    return k_cuda_attention_workspace(max_batch, n->out.c, attn_attr_of(n).heads, n->out.w / attn_attr_of(n).heads);
 }
 #endif
 

@@ -251,7 +251,7 @@ static void attn_case(int t, int b, int T, int h, int hd)
     act q = act_make(t, nq, 81, 1.0f);
     float *dy = g_up(g_rand(ny, 82), ny * 4), *y32 = g_dev(ny * 4), *l32 = g_dev(nl * 4), *l16 = g_dev(nl * 4);
     float *d32 = g_dev(nq * 4), *d16 = g_dev(nq * 4), *yw;
-    void *y16 = g_dev(ny * 2), *ws = g_dev(k_cuda_attention_workspace(b, T, h) + 16);
+    void *y16 = g_dev(ny * 2), *ws = g_dev(k_cuda_attention_workspace(b, T, h, hd) + 16);
     g_need(k_cuda_attention_fwd_mm(t, b, T, h, hd, q.g32, y32, l32, NULL) == 0 &&
            k_cuda_attention_fwd_mm(t | K_CUDA_MM_X16 | K_CUDA_MM_Y16, b, T, h, hd, (const float *)q.g16, y16, l16,
                                    NULL) == 0, "attention fwd");

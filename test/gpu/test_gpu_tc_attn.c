@@ -114,7 +114,7 @@ static void attn_case(acase c)
     /* the device */
     float *gq = g_up(qkv, nqkv * 4), *gdy = g_up(dy, ny * 4), *gy = g_dev(ny * 4), *gl = g_dev(nl * 4);
     float *gdq = g_dev(nqkv * 4);
-    void *ws = g_dev(k_cuda_attention_workspace(B, T, H) + 64);
+    void *ws = g_dev(k_cuda_attention_workspace(B, T, H, HD) + 64);
     g_need(k_cuda_attention_fwd_mm(type, B, T, H, HD, gq, gy, gl, NULL) == 0, "attention fwd (tensor cores)");
     g_need(k_cuda_attention_bwd_mm(type, B, T, H, HD, gq, gy, gl, gdy, gdq, ws, NULL) == 0,
            "attention bwd (tensor cores)");

@@ -15,6 +15,7 @@
  * Heads 64 (GPT-2's) and 128, t 200 and 130 (partial and masked tiles), b * h > 1. */
 #include "test/gpu/g.h"
 #include "kernels/k_tfm.h"
+#include "test/t_data.h"
 
 #if G_SIMT
 unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
@@ -110,4 +111,47 @@ TEST(gpu_tc_attention_wgmma_falls_back)
     if (!g_sm90()) return;
     fw_case(K_CUDA_MM_BF16, 1, 70, 2, 32, 1, 0);
     fw_case(K_CUDA_MM_BF16, 1, 70, 1, 64, 0, 0);
+}
+
+/* GPT-2's training path (--amp bf16, 16-bit activations: the attention's qkv by cp.async)
+ * with heads of 64 over 70 positions, wgmma on (DDPRT_WGMMA=1: the GEMMs' wg_gemm and the
+ * attention's fw_fwd) against off. On the executor the loss lines must be the same text
+ * (every product there the same bits on either unit) and fw_fwd must have run
+ * (DDPRT_SIMT_TRACE lists the kernels launched); on a GPU within 5e-3. */
+TEST(gpu_tc_attention_wgmma_gpt_training)
+{
+    if (!g_sm90()) return;
+    char gpt[128], model[700], cmd[2000], out[2][16384];
+    const char *dir = t_tmpdir("gpuwg");
+    int n = snprintf(gpt, sizeof gpt, "[gpt] layers=2 dim=128 heads=2 ctx=80\n");
+    t_write_file(dir, "gpt.cfg", gpt, (size_t)n, 0);
+    snprintf(model, sizeof model, "--model-file %s/gpt.cfg --seq-len 70", dir);
+    for (int on = 0; on < 2; on++) {
+        snprintf(cmd, sizeof cmd, "DDPRT_WGMMA=%d DDPRT_SIMT_TRACE=%s/trace%d %s --device cuda %s --amp bf16 --data "
+                 "synthetic --epochs 1 --max-steps 2 --log-interval 1 --batch-size 2 --no-eval --lr 3 2>&1", on, dir, on,
+                 g_train(), model);
+        CHECKF(g_run(cmd, out[on], sizeof out[on]) == 0, "%s", out[on]);
+    }
+    const char *a = strstr(out[0], "Loss: "), *b = strstr(out[1], "Loss: ");
+    CHECKF(a && b, "no loss lines\n%s\n%s", out[0], out[1]);
+    if (!a || !b) return;
+    int steps = 0;
+    for (; a && b; a = strstr(a + 1, "Loss: "), b = strstr(b + 1, "Loss: "), steps++) {
+        double la = atof(a + 6), lb = atof(b + 6);
+        if (G_SIMT) CHECKF(strncmp(a, b, 16) == 0, "step %d: loss %.16s (wgmma off) vs %.16s (on)", steps, a, b);
+        else CHECKF(fabs(la - lb) <= 5e-3 * (1 + fabs(la)), "step %d: loss %.6f (wgmma off) vs %.6f (on)", steps, la, lb);
+    }
+    CHECKF(steps == 2, "%d loss lines", steps);
+    if (G_SIMT) {
+        char path[600], text[65536];
+        for (int on = 0; on < 2; on++) {
+            snprintf(path, sizeof path, "%s/trace%d", dir, on);
+            FILE *f = fopen(path, "r");
+            size_t k = f ? fread(text, 1, sizeof text - 1, f) : 0;
+            if (f) fclose(f);
+            text[k] = 0;
+            CHECKF((strstr(text, "fw_fwd<") != NULL) == on, "wgmma %s: fw_fwd %s", on ? "on" : "off",
+                   on ? "never launched" : "launched");
+        }
+    }
 }

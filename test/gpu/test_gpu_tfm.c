@@ -115,7 +115,7 @@ TEST(gpu_tfm_attention_and_classifier)
         k_attention_bwd(B, T, H, HD, qkv, y, lse, dy, dq);
         float *g_q = g_up(qkv, nq * 4), *g_y = g_dev(ny * 4), *g_l = g_dev(nl * 4), *g_d = g_up(dy, ny * 4);
         float *g_dq = g_dev(nq * 4);
-        void *ws = g_dev(k_cuda_attention_workspace(B, T, H));
+        void *ws = g_dev(k_cuda_attention_workspace(B, T, H, HD));
         g_need(k_cuda_attention_fwd(B, T, H, HD, g_q, g_y, g_l, NULL) == 0, "attention fwd");
         float *y1 = g_result(g_y, ny);
         REL(y1, y, ny, 1e-5, "attention fwd b%d t%d h%d hd%d", B, T, H, HD);

@@ -130,7 +130,7 @@ fa_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, int xt, const voi
     FaLoad<TY, HD, FA_T, false, LD == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     // Q and dO by passes of QS rows: the prefetched chunks of one pass in registers at a time
     FaLoad<TY, HD, QS, NB == 2, LD == 2> lq(qkv, xt, base, ld, t, hd);
-    FaLoad<TY, HD, QS, NB == 2, LD >= 1> lg(dy, gt, gbase, C, t, hd);
+    FaLoad<TY, HD, QS, NB == 2, LD >= 1> lg(dy, LD >= 1 ? gt : K_CUDA_ACT_F32, gbase, C, t, hd); // (LD 0: fp32, a constant)
     lk.issue(sm.k, j0), lv.issue(sm.v, j0);
     if (NB == 2)
         for (int qs = 0; qs < BQ; qs += QS) {
@@ -205,7 +205,7 @@ fa_bwd_dq(int t, int h, int hd, float scale, const void *qkv, int xt, const void
     const size_t base = (size_t)s * t * ld + (size_t)hh * hd, gbase = (size_t)s * t * C + (size_t)hh * hd;
     const int kend = min(t, q0 + FA_T); // the causal mask's last key tile
     FaLoad<TY, HD, FA_T, false, LD == 2> lq(qkv, xt, base, ld, t, hd);
-    FaLoad<TY, HD, FA_T, false, LD >= 1> lg(dy, gt, gbase, C, t, hd);
+    FaLoad<TY, HD, FA_T, false, LD >= 1> lg(dy, LD >= 1 ? gt : K_CUDA_ACT_F32, gbase, C, t, hd); // (LD 0: fp32, a constant)
     // K and V by passes of KS rows (as dK, dV's Q and dO)
     FaLoad<TY, HD, KS, NB == 2, LD == 2> lk(qkv, xt, base + C, ld, t, hd), lv(qkv, xt, base + 2 * C, ld, t, hd);
     lq.issue(sm.q, q0), lg.issue(sm.g, q0);

@@ -220,6 +220,59 @@ int k_cuda_tma_set_fill(int tiles)
     return old;
 }
 
+// Split-K on wt_gemm (the tiles' k chunks to their partials) against wg_gemm's partials:
+// 128 x 136 x 1000, six chunks of 192 and one of 40 (k_cuda_gemm_splits), the same sums.
+static int tma_probe_split(char *why, size_t len)
+{
+    enum { SM = 128, SN = 136, SK = 1000 };
+    const size_t ops = sizeof(uint16_t) * (SM + SN) * SK, ws_b = k_cuda_gemm_ws_bytes(SM, SN, SK);
+    uint16_t *h = (uint16_t *)malloc(ops);
+    float *c = (float *)malloc(sizeof(float) * 2 * SM * SN);
+    void *d = NULL;
+    int rc = -1;
+    for (int i = 0; i < (SM + SN) * SK; i++) h[i] = rt_f32_to_bf16((float)((i * 53 % 97) - 48) / 32.0f);
+    if (port_dev_malloc(&d, ops + sizeof(float) * SM * SN + ws_b, "TMA probe") ||
+        port_memcpy_h2d(d, h, ops, NULL, "TMA probe")) {
+        snprintf(why, len, "the split-K probe could not start (%s)", port_cuda_errmsg());
+        goto out;
+    }
+    {
+        TcRawK a, b;
+        a.p = (const unsigned short *)d, a.ld = SK, a.vec = 1;
+        b.p = a.p + SM * SK, b.ld = SK, b.vec = 1;
+        float *dc = (float *)(void *)((char *)d + ops);
+        TcStore st = {dc, NULL, SN, 0};
+        double big = 0, diff = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            tma_state = pass;
+            if (k_cuda_gemm_mm16(K_CUDA_MM_BF16, "TMA probe", "128x136x1000 split-K", SM, SN, SK, a, b, st,
+                                 (char *)dc + sizeof(float) * SM * SN, NULL) ||
+                port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "TMA probe") ||
+                port_memcpy_d2h(c + pass * SM * SN, dc, sizeof(float) * SM * SN, NULL, "TMA probe") ||
+                port_dev_sync_within(K_CUDA_PROBE_WAIT_S, "TMA probe")) {
+                snprintf(why, len, "the probe failed on %s split-K (%s)", pass ? "wt_gemm" : "wg_gemm",
+                         port_cuda_errmsg());
+                goto out;
+            }
+        }
+        for (int i = 0; i < SM * SN; i++) {
+            big = fmax(big, fabs(c[i]));
+            diff = fmax(diff, fabs((double)c[i] - c[SM * SN + i]));
+        }
+        if (!(diff <= 1e-5 * big)) {
+            snprintf(why, len, "the probe's split-K TMA result differs from wg_gemm's by %.3g (largest value %.3g)", diff,
+                     big);
+            goto out;
+        }
+        rc = 1;
+    }
+out:
+    if (d) port_dev_free(d);
+    free(h);
+    free(c);
+    return rc;
+}
+
 int k_cuda_tma_probe(char *why, size_t len)
 {
     enum { PM = 200, PN = 264, PK = 72 };
@@ -269,8 +322,9 @@ int k_cuda_tma_probe(char *why, size_t len)
                      diff > 1e-5 * big ? "" : " with M/N-contiguous operands");
             goto out;
         }
-        snprintf(why, len, "the probe (both tiles, K- and M/N-major) agrees with wg_gemm to %.2g of the largest value",
-                 fmax(big > 0 ? diff / big : 0.0, bigm > 0 ? diffm / bigm : 0.0));
+        if (tma_probe_split(why, len) != 1) goto out;
+        snprintf(why, len, "the probe (both tiles, K- and M/N-major, split-K) agrees with wg_gemm to %.2g of the "
+                 "largest value", fmax(big > 0 ? diff / big : 0.0, bigm > 0 ? diffm / bigm : 0.0));
         rc = 1;
     }
 out:

@@ -53,7 +53,8 @@ bugs=(
 "tensor-core GEMM (sm_90, TMA): expect_tx 16 bytes short|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16);/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA, M/N-major): B's descriptor LBO (the next 64 rows) 4 KiB, not the boxes' 8 KiB|k_cuda_tc_tma.cuh|s/: k_wgmma_desc\(tb \+ 64 \* 16 \* kk, 8192, 1024, K_WGMMA_SW128\);/: k_wgmma_desc(tb + 64 * 16 * kk, 4096, 1024, K_WGMMA_SW128);/|gpu_tc_tma_gemm_mn_major|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA): the consumers take more registers than the producer gives (setmaxnreg.inc 240)|k_cuda_tc_tma.cuh|s/#define WT_CONSUMER_REGS 232/#define WT_CONSUMER_REGS 240/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
-"TMA split-K GEMM (sm_90): the chunk's k offset dropped from A's boxes|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_split_k|forward|k_cuda_linear.cu"
+"TMA split-K GEMM (sm_90): the chunk's k offset dropped from A's boxes|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_split_k|forward|k_cuda_linear.cu"
+"TMA split-K GEMM (sm_90): the chunk's k offset dropped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_probe_agrees|forward|k_cuda_tc_gemm.cu"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

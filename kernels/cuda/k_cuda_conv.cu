@@ -329,6 +329,18 @@ static const unsigned short *x_nhwc(int mm, const Geo &g, const void *x, int xt,
     return rc ? NULL : xh;
 }
 
+// 1x1, stride 1, no padding: patch row c of output pixel j is x's row j itself, so on the
+// NHWC copies every product's geometry operand is a plain 16-bit array (xh or a 16-bit
+// x [NHW x C], dyh [NPQ x K]): TcRawK / TcRawMN, which the dispatcher sends to TMA's
+// wt_gemm where it is on (geometry operands go by cp.async only). The same elements
+// in the same tiles and k order, so the same bits. k_cuda_conv2d_set_1x1(0): the
+// geometry loaders (the tests' reference), a relaxed flag as chan_last_calls.
+static int plain_1x1_on = 1;
+static bool plain_1x1(const Geo &g)
+{
+    return g.R == 1 && g.S == 1 && g.st == 1 && g.pad == 0 && __atomic_load_n(&plain_1x1_on, __ATOMIC_RELAXED);
+}
+
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values (nhwc:
 // dy [n, p, q, k], the same values in the same order, K apart).
 __global__ void conv_bias_grad(Geo g, const float *dy, float *db, int nhwc)
@@ -354,6 +366,13 @@ void shape_str(const k_conv_shape *sh, char *buf, size_t len)
 } // namespace
 
 unsigned long k_cuda_conv2d_chan_last_calls(void) { return __atomic_load_n(&chan_last_calls, __ATOMIC_RELAXED); }
+
+// Test hook (test_gpu_tc_conv1x1.c): 1x1 convs' plain-array products on (1) or off; the
+// previous setting.
+extern "C" int k_cuda_conv2d_set_1x1(int on)
+{
+    return __atomic_exchange_n(&plain_1x1_on, on ? 1 : 0, __ATOMIC_RELAXED);
+}
 
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0, 0, 0).end; }
 
@@ -430,6 +449,11 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         NhwcFwdB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
+        if (plain_1x1(g)) { // B = x's rows [NHW x C], k-contiguous
+            TcRawK bp;
+            bp.p = bh.p, bp.ld = g.C, bp.vec = 1;
+            return k_cuda_gemm_mm16(mm, k, shp, g.K, g.N * g.PQ(), g.C, ah, bp, st, ws, cs);
+        }
         return k_cuda_gemm_mm16(mm, k, shp, g.K, g.N * g.PQ(), g.RS() * g.C, ah, bh, st, ws, cs);
     }
     TcRawK ar; // w [K x CRS] as it is: its 16-bit rows by cp.async (a block's first part is KRSC where C % 8 == 0)
@@ -477,7 +501,11 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         NhwcDxB bh;
         bh.p = dyh, bh.ld = 0, bh.vec = 1, bh.g = g;
         DxStore st = {g, dx, xn};
-        if (k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)) return -1;
+        TcRawK bp; // 1x1: B = dyh's rows [NHW x K], k-contiguous
+        bp.p = dyh, bp.ld = g.K, bp.vec = 1;
+        if (plain_1x1(g) ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ah, bp, st, ws, cs)
+                         : k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs))
+            return -1;
     } else if (dx) {
         const char *k = "k_cuda_conv2d_bwd (input grad)";
         DxA a = {g, w};
@@ -501,7 +529,11 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         if (xn && !(bh.p = x_nhwc(mm, g, x, xt, xh, cs))) return -1;
         DwStoreRsc sth = {g, dw};
-        if (k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs)) return -1;
+        TcRawMN bp; // 1x1 with dyh's rows aligned (K % 8): B = x's rows [NPQ x C], N-contiguous
+        bp.p = bh.p, bp.ld = g.C, bp.vec = 1;
+        if (plain_1x1(g) && ah.vec ? k_cuda_gemm_mm16(mm, k, shp, g.K, g.C, g.N * g.PQ(), ah, bp, sth, ws, cs)
+                                   : k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs))
+            return -1;
     } else if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(),
                               g.N * g.PQ(), a, b, st, ws, cs)) {
         return -1;

@@ -43,13 +43,23 @@ static unsigned long long tma_now(void)
 #endif
 }
 
+/* wt_gemm's tile N: 128, or 256 (its wide tile, forced by k_cuda_tma_set_fill(1)). */
+static int c1_bn = 128;
+
 #if DDPRT_SIMT
-/* TMA boxes of an M x N x K product on 128 x 128 tiles (64 tiles: none, mma.sync's
- * kernel): a box a 64-deep stage and tile per k-contiguous operand, two (64 rows each)
- * per M/N-contiguous one; split-K slices are whole stages, so the same count. */
-static unsigned long long tma_boxes(int per, unsigned long long M, unsigned long long N, unsigned long long K)
+/* TMA boxes of an M x N x K product on 128 x c1_bn tiles (64 tiles: none, mma.sync's
+ * kernel): a box a 64-deep stage and tile per k-contiguous operand (pa, pb 1), one per
+ * 64 of its rows for an M/N-contiguous one; split-K slices are whole stages, so the
+ * same count, on 128 x 128 tiles (wt_launch). */
+static unsigned long long tma_boxes(int pa, int pb, unsigned long long M, unsigned long long N, unsigned long long K)
 {
-    return M < 128 || N < 128 ? 0 : per * ((M + 127) / 128) * ((N + 127) / 128) * ((K + 63) / 64);
+    /* split over k as k_cuda_gemm_splits does (the conv's workspace): then 128 x 128 tiles */
+    long long tiles = (long long)((M + 127) / 128 * ((N + 127) / 128)), sp = 264 / tiles, maxk = (long long)K / 128;
+    sp = sp < maxk ? sp : maxk;
+    unsigned long long kchunk = sp > 1 ? ((K + sp - 1) / sp + 63) / 64 * 64 : K;
+    unsigned long long bn = kchunk < K ? 128 : (unsigned long long)c1_bn;
+    if (bn == 128) pb = pb > 1 ? 2 : 1;
+    return M < 128 || N < 128 ? 0 : (pa + pb) * ((M + 127) / 128) * ((N + bn - 1) / bn) * ((K + 63) / 64);
 }
 
 /* The three products': y = w x (K- and K-contiguous), dx = w^T dy (both K-contiguous),
@@ -57,7 +67,8 @@ static unsigned long long tma_boxes(int per, unsigned long long M, unsigned long
 static unsigned long long tma_want(const k_conv_shape *sh)
 {
     unsigned long long r = (unsigned long long)sh->n * sh->h * sh->w;
-    return tma_boxes(2, sh->k, r, sh->c) + tma_boxes(2, sh->c, r, sh->k) + tma_boxes(4, sh->k, sh->c, r);
+    return tma_boxes(1, 1, sh->k, r, sh->c) + tma_boxes(1, 1, sh->c, r, sh->k) +
+           tma_boxes(2, c1_bn / 64, sh->k, sh->c, r);
 }
 #endif
 
@@ -109,7 +120,7 @@ static void c1_case(int t, const int *d, int nhwc, int paths)
     r.x = x, r.w = w, r.b = b, r.dy = dy, r.blk = blk;
     r.ws = g_dev(k_cuda_conv2d_workspace_mm(r.mm, sh));
     float *ref[4];
-    int fill = k_cuda_tma_set_fill(INT_MAX); /* 128 x 128 tiles: tma_want's count */
+    int fill = k_cuda_tma_set_fill(c1_bn == 256 ? 1 : INT_MAX); /* the tile tma_want counts */
     for (int i = 0; i < 4; i++) r.o[i] = g_dev(n[i] * 4);
     static const char *const nm[] = {"y", "dx", "dw", "db"}, *const pn[] = {"mma.sync", "wg_gemm", "wt_gemm"};
     for (int p = 0; p < 3; p++) {
@@ -148,8 +159,8 @@ static void c1_case(int t, const int *d, int nhwc, int paths)
 
 /* Rows n*h*w = 286 (not a multiple of 128: edge tiles), c = 136 and k = 200 (in 8s, not
  * 64s: an edge stage and tile): every product on 128 tiles, dw split over k in two.
- * wt_gemm against the geometry's wg_gemm on both x layouts and types; wg_gemm and
- * mma.sync once each. */
+ * wt_gemm against the geometry's wg_gemm on both x layouts and types, on its 128 x 128
+ * and 128 x 256 tiles; wg_gemm and mma.sync once each. */
 TEST(gpu_tc_conv1x1_plain_products_bitwise)
 {
     if (!g_sm90()) return;
@@ -159,6 +170,10 @@ TEST(gpu_tc_conv1x1_plain_products_bitwise)
     c1_case(K_CUDA_MM_BF16, d, 0, 4);
     c1_case(K_CUDA_MM_F16, d, 1, 2);
     c1_case(K_CUDA_MM_BF16, d, 0, 1);
+    c1_bn = 256; /* wt_gemm's 128 x 256 tile (producer warpgroup, setmaxnreg) */
+    c1_case(K_CUDA_MM_BF16, d, 1, 4);
+    c1_case(K_CUDA_MM_F16, d, 0, 4);
+    c1_bn = 128;
 }
 
 /* Small: the 64 tiles (mma.sync's two-array kernel) on both types; and convs the plain

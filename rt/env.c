@@ -92,11 +92,11 @@ static const env_var vars[RT_ENV_COUNT] = {
       "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
       "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
     V(TMA, E_ENUM, "auto|0|1", "auto",
-      "with `wgmma` on (`DDPRT_WGMMA`), products of two plain 16-bit arrays (`k_cuda_tc_gemm`, linear's forward on "
-      "16-bit activations and weights) fed by TMA (`wt_gemm`: "
-      "`cp.async.bulk.tensor` and mbarriers, a producer warp) in place of `cp.async` (`wg_gemm`): `auto` once a "
-      "probe GEMM at start-up agrees with `wg_gemm` (else `wg_gemm`, said in the start-up line), `0` keeps "
-      "`wg_gemm`, `1` takes TMA without the probe"),
+      "with `wgmma` on (`DDPRT_WGMMA`), products of two plain 16-bit arrays (`k_cuda_tc_gemm`, linear's and "
+      "Conv1D's forward on 16-bit activations, their dX and dW on the rounded dy, split-K too) fed by TMA (`wt_gemm`: "
+      "`cp.async.bulk.tensor` and mbarriers, a producer warpgroup, persistent) in place of `cp.async` (`wg_gemm`): "
+      "`auto` once a probe GEMM at start-up agrees with `wg_gemm` (else `wg_gemm`, said in the start-up line), `0` "
+      "keeps `wg_gemm`, `1` takes TMA without the probe"),
     V(SIMT_SCHED, E_ENUM, "forward|reversed|random|warps", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
       "threads run in between synchronisations (`warps`: each warp alone up to the next barrier)"),

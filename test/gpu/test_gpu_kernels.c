@@ -377,17 +377,16 @@ TEST(gpu_f16_bf16_conversions_and_reduce_bit_exact)
     CHECK(g_ndiff(g_result(gfa, n), fo, n, 4) == 0);
 }
 
-/* Sets the spinning kernel's flag from the host: a copy on another stream on a GPU; on the
- * executor, whose device memory is the host's and which runs one kernel at a time, a store
- * (atomic, as the kernel's read is: make tsan). */
+/* Sets the spinning kernel's flag from the host: a memset (0x01010101) on another stream on
+ * a GPU (no pageable copy to order); on the executor, whose device memory is the host's and
+ * which runs one kernel at a time, a store (atomic, as the kernel's read is: make tsan). */
 static void release(int *flag, port_stream s)
 {
 #if DDPRT_SIMT
     (void)s;
     __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
 #else
-    static const int one = 1;
-    g_need(port_memcpy_h2d(flag, &one, sizeof one, s, "release") == 0, "release");
+    g_need(port_memset_dev(flag, 1, sizeof(int), s, "release") == 0, "release");
 #endif
 }
 

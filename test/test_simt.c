@@ -20,7 +20,7 @@ static const char *const suite_words[] = {
     "gpu_train_resnet20_textcnn", "test_gpu_act16", "test_gpu_graph_ops", "test_gpu_ipc", "test_gpu_kernels",
     "test_gpu_op_", "test_gpu_staged_train", "test_gpu_tc", "test_gpu_tfm", "test_gpu_nhwc", "gpu_nhwc_",
     "gpu_train_gpt_adamw_and_resnet20_adam", "gpu_amp_channels_last_resnet20"};
-static size_t suite_nwords(void) { return sizeof suite_words / sizeof suite_words[0]; }
+#define N_SUITE_WORDS (sizeof suite_words / sizeof suite_words[0])
 /* The device suite's tests whose name or file holds one of `filter`'s words. */
 static void suite(const char *filter, const char *order)
 {
@@ -31,7 +31,7 @@ static void suite(const char *filter, const char *order)
     snprintf(f, sizeof f, "%s", filter);
     for (char *w = strtok_r(f, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
         int known = 0;
-        for (size_t i = 0; i < suite_nwords() && !known; i++) known = !strcmp(w, suite_words[i]);
+        for (size_t i = 0; i < N_SUITE_WORDS && !known; i++) known = !strcmp(w, suite_words[i]);
         CHECKF(known, "suite filter \"%s\" is not in suite_words", w);
     }
     snprintf(cmd, sizeof cmd, "DDPRT_SIMT_SCHED=%s %s %s 2>&1", order, t_prog("test-gpu-simt"), filter);
@@ -133,7 +133,7 @@ TEST(simt_device_every_test_in_a_suite)
     char *save = NULL;
     for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save), n++) {
         int in = 0;
-        for (size_t w = 0; w < sizeof suite_words / sizeof suite_words[0] && !in; w++) in = strstr(l, suite_words[w]) != NULL;
+        for (size_t w = 0; w < N_SUITE_WORDS && !in; w++) in = strstr(l, suite_words[w]) != NULL;
         if (!in && missed++ < 5) CHECKF(0, "device test in no make-test suite: %s", l);
     }
     CHECKF(n > 50, "only %d device tests listed", n);

@@ -196,7 +196,10 @@ int k_cuda_wgmma_setup(char *why, size_t len)
         size_t n = strlen(why);
         if (n + 8 < len) {
             snprintf(why + n, len - n, "; TMA: ");
-            if (k_cuda_tma_setup(why + n + 7, len - n - 7) == -2) return wg_state = 0, probe_hung(why, len, "TMA", "DDPRT_TMA=0");
+            if (k_cuda_tma_setup(why + n + 7, len - n - 7) == -2) {
+                wg_state = 0;
+                return probe_hung(why, len, "TMA", "DDPRT_TMA=0");
+            }
         }
     } else tma_state = 0;
     return rc;

@@ -147,6 +147,9 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_overwritten", "wgmma.wait_group at simt_checks.cu:", "the shared-memory operands of "
            "wgmma.mma_async at simt_checks.cu:", "were written before this wait_group covered it", NULL);
     expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
+    expect("wgmma_no_proxy_fence", "wgmma.mma_async at simt_checks.cu:", "operand A row 0-0, k 0-7 at",
+           "written by the generic proxy (a store or cp.async) since the last fence.proxy.async", NULL);
+    expect("wgmma_proxy_fence_early", "wgmma.mma_async at simt_checks.cu:", "written by the generic proxy", NULL);
     expect("wgmma_ok_sw128", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw64", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw32", "report: none", "result: wgmma ok", NULL);
@@ -343,6 +346,15 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, M/N-major): B's descriptor LBO wrong, seen by the start-up probe | "
                      "k_cuda_tc_wgmma.cuh | only the comparison") &&
            strstr(o, "the probe's wgmma result") && strstr(o, "differs from mma.sync's"), "%s", o);
+    /* the async proxy: wgmma's operands written by stores or cp.async with no fence.proxy.async
+     * after them; and fw_fwd's V descriptor broken, seen by its start-up probe */
+    CHECKF(strstr(o, "| tensor-core GEMM (sm_90): fence.proxy.async after cp.async's writes removed | "
+                     "k_cuda_tc_wgmma.cuh | simt: ") && strstr(o, "since the last fence.proxy.async"), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention (sm_90): fence.proxy.async after P's stores removed | "
+                     "k_cuda_attn_wg.cuh | simt: "), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention (sm_90): V's descriptor LBO 4 KiB, seen by the start-up probe | "
+                     "k_cuda_attn_wg.cuh | only the comparison") && strstr(o, "the wgmma attention (hd 128) differs"),
+           "%s", o);
     /* TMA (k_cuda_tc_tma.cuh): the mbarrier checks name each */
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90, TMA): the consumers' wait on the full barrier removed | "
                      "k_cuda_tc_tma.cuh | simt: ") && strstr(o, "reads shared bytes that cp.async.bulk.tensor at"),

@@ -273,6 +273,10 @@ __global__ void fa_bwd_d(int b, int t, int h, int hd, const void *y, int yt, con
     }
 }
 
+// fw_fwd where wgmma is on, unless its start-up probe disagreed (k_cuda_probe.cu)
+static int fw_on = 1;
+extern "C" int k_cuda_attention_set_wgmma(int on) { return __atomic_exchange_n(&fw_on, on ? 1 : 0, __ATOMIC_RELAXED); }
+
 template <int TY, int HD>
 int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int yt, float *lse, cudaStream_t s)
 {
@@ -280,7 +284,7 @@ int fa_fwd_t(int b, int t, int h, int hd, const void *qkv, int xt, void *y, int 
     const float scale = 1.0f / sqrtf((float)hd);
     const bool cp = fa_cp(TY, qkv, xt, hd);
     if constexpr (HD >= 64) // sm_90a: the wgmma kernel (cp.async loads; heads over 32)
-        if (cp && k_cuda_wgmma_on()) return fw_fwd_t<TY, HD>(b, t, h, hd, qkv, y, yt, lse, s);
+        if (cp && k_cuda_wgmma_on() && __atomic_load_n(&fw_on, __ATOMIC_RELAXED)) return fw_fwd_t<TY, HD>(b, t, h, hd, qkv, y, yt, lse, s);
     if (cp) // the kernel of qkv's loads: cp.async, or read and rounded
         K_LAUNCH((fa_fwd<TY, HD, 1>), grid, FA_THREADS, 0, s)(t, h, hd, scale, qkv, xt, y, yt, lse);
     else

@@ -39,8 +39,8 @@
 #define K_WGMMA_FENCE() simt::wgmma_fence(__FILE__, __LINE__)
 #define K_WGMMA_COMMIT() simt::wgmma_commit(__FILE__, __LINE__)
 #define K_WGMMA_WAIT(n) simt::wgmma_wait(__FILE__, __LINE__, n)
-// generic-proxy writes made visible to wgmma's async proxy: not modelled (a no-op here)
-#define K_FENCE_PROXY_ASYNC() ((void)0)
+// generic-proxy writes made visible to wgmma's async proxy (the executor checks wgmma's operands)
+#define K_FENCE_PROXY_ASYNC() simt::fence_proxy_async(__FILE__, __LINE__)
 #define K_PIN_X4(w) ((void)0)
 static inline unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo, int swz)
 {

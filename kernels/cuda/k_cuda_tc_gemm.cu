@@ -1,6 +1,7 @@
 // k_cuda_tc_gemm: the tensor-core GEMM (k_cuda_tc_gemm.cuh) on 16-bit arrays, with a
 // bias + ReLU epilogue; the entry the device tests and ddprt-bench-kernels time.
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
+#include "kernels/cuda/k_cuda_probe.h"
 #include "rt/env.h"
 #include "rt/half.h"
 #include <stdio.h>
@@ -200,6 +201,10 @@ int k_cuda_wgmma_setup(char *why, size_t len)
                 wg_state = 0;
                 return probe_hung(why, len, "TMA", "DDPRT_TMA=0");
             }
+        }
+        if (mode == 0 && k_cuda_path_probes(why, len) == -2) { // the attention's and 1x1 convs' own
+            wg_state = tma_state = 0;
+            return -2;
         }
     } else tma_state = 0;
     return rc;

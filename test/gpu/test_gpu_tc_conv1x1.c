@@ -14,7 +14,7 @@
 #include <limits.h>
 #include <math.h>
 
-int k_cuda_conv2d_set_1x1(int on); /* kernels/cuda/k_cuda_conv.cu */
+#include "kernels/cuda/k_cuda_probe.h"
 int k_cuda_tma_set_fill(int tiles); /* kernels/cuda/k_cuda_tc_tma.cuh */
 #if DDPRT_SIMT
 unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */

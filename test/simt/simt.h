@@ -96,6 +96,11 @@ void cp_async_wait(const char *file, int line, int n);
 // warpgroup has arrived; d is NaN until the lane's wgmma.wait_group covers it.
 struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; };
 void wgmma_fence(const char *file, int line);
+// fence.proxy.async.shared::cta: the generic proxy's shared-memory writes so far (stores,
+// cp.async) become visible to the async proxy (wgmma's operand reads). simt_tc.cc keeps
+// the async proxy's view of the first blocks of a launch and reports a wgmma operand
+// whose bytes differ from it.
+void fence_proxy_async(const char *file, int line);
 void wgmma_commit(const char *file, int line);
 void wgmma_wait(const char *file, int line, int n);
 // The descriptor's start address, leading and stride byte offsets and layout type (0 no

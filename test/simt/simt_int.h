@@ -54,6 +54,9 @@ int tc_complete(int kind, int arg, void *const lanes[32], const char *file, int 
 int tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len);
 void tc_block_start(int nthr);
 void tc_launch_done(); // after a launch's last block (the bank counts' report)
+// The async proxy wrote [p, p + n) of shared memory (a TMA copy, its NaN poison): its
+// view of those bytes is the memory's (see fence_proxy_async).
+void async_proxy_wrote(const void *p, size_t n);
 void tc_thread_exit(int lin);
 void tc_barrier_done();
 // The running thread (-1: none), barrier rounds completed in this block, the running

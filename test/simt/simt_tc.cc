@@ -24,10 +24,12 @@
 // memory; a swizzled operand whose pattern is not aligned (base offset 0 is all we
 // emulate) or whose 16 k cross its swizzle row (M/N-major: that does not start at a
 // pattern); a transposed operand of a 32-bit type (PTX: 16-bit types only); an operand's bytes written between the
-// mma_async and the wait_group that covers it; rows a pending cp.async writes.
+// mma_async and the wait_group that covers it; rows a pending cp.async writes; operand bytes
+// written by the generic proxy (stores, cp.async) after the last fence.proxy.async.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
+#include <algorithm>
 #include <atomic>
 #include <cxxabi.h>
 #include <stdio.h>
@@ -125,6 +127,41 @@ std::vector<wg_pend> wg_pending;
 int wg_committed[1024];
 unsigned char wg_fenced[1024];
 
+
+// The async proxy's view of shared memory (fence.proxy.async). wgmma reads its operands
+// through the async proxy, which sees the generic proxy's writes (stores, cp.async) only
+// after a fence.proxy.async that follows them (then a barrier to the issuing threads).
+// The view is the memory as of the latest fence by any thread (on the hardware a fence
+// covers its own thread's writes; our kernels fence in every thread), plus the async
+// proxy's own writes (TMA); a wgmma operand byte that differs from it was written after
+// the last fence. A fence copies the block's shared memory: the view is kept for the
+// first PROXY_BLOCKS blocks of a launch and PROXY_BYTES of copies a block, where a missing
+// or misplaced fence shows as it would in any block.
+const int PROXY_BLOCKS = 2;
+const size_t PROXY_BYTES = (size_t)64 << 20;
+struct pview {
+    char *p;
+    size_t n;
+    std::vector<char> v;
+};
+std::vector<pview> pviews; // empty: no view kept in this block
+int proxy_blocks;          // blocks of this launch started
+size_t proxy_copied;       // bytes the block's fences copied
+
+const char *pview_at(const void *q)
+{
+    for (pview &w : pviews)
+        if ((const char *)q >= w.p && (const char *)q < w.p + w.n) return w.v.data() + ((const char *)q - w.p);
+    return NULL;
+}
+
+void pview_sync(const void *q, size_t n) // the view of [q, q + n) := the memory
+{
+    for (pview &w : pviews) {
+        const char *lo = std::max((const char *)q, (const char *)w.p), *hi = std::min((const char *)q + n, (const char *)w.p + w.n);
+        if (lo < hi) memcpy(w.v.data() + (lo - w.p), lo, (size_t)(hi - lo));
+    }
+}
 
 std::string where(const char *op, const char *file, int line)
 {
@@ -321,6 +358,14 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                 }
                 if (tma_read_check(p, 16, base, 128, (op + (pass ? ": operand B" : ": operand A")).c_str(), why, len))
                     return -1;
+                const char *v = pview_at(p);
+                if (v && memcmp(v, p, 16)) {
+                    snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: written by the generic proxy (a store "
+                             "or cp.async) since the last fence.proxy.async; wgmma reads shared memory through the async "
+                             "proxy, which those writes reach only through a fence after them (then the barrier)",
+                             op.c_str(), pass ? 'B' : 'A', r, d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p);
+                    return -1;
+                }
                 if (any_copy_at(p))
                 for (const copy &c : copies)
                     if (overlaps(c, p, 16) && (c.state == PENDING || c.round == barrier_round())) {
@@ -368,6 +413,26 @@ void simt::wgmma_fence(const char *file, int line)
     tsan_hide hide;
     int t = calling_thread("wgmma.fence", file, line);
     wg_fenced[t] = 1;
+}
+
+void simt::fence_proxy_async(const char *file, int line)
+{
+    tsan_hide hide;
+    calling_thread("fence.proxy.async", file, line);
+    size_t n = 0;
+    for (const pview &w : pviews) n += w.n;
+    if (proxy_copied + n > PROXY_BYTES) { // enough of this block seen
+        pviews.clear();
+        return;
+    }
+    proxy_copied += n;
+    for (pview &w : pviews) memcpy(w.v.data(), w.p, w.n);
+}
+
+void simt::async_proxy_wrote(const void *p, size_t n)
+{
+    tsan_hide hide;
+    pview_sync(p, n);
 }
 
 void simt::wgmma_commit(const char *file, int line)
@@ -582,6 +647,7 @@ void simt::tc_launch_done()
     tsan_hide hide;
     cp_count();
     if (!bank_stats.empty()) bank_flush();
+    proxy_blocks = 0;
 }
 
 void simt::tc_block_start(int nthr)
@@ -595,6 +661,11 @@ void simt::tc_block_start(int nthr)
     wg_pending.clear();
     memset(wg_committed, 0, sizeof(int) * (size_t)nthr);
     memset(wg_fenced, 0, (size_t)nthr);
+    pviews.clear();
+    proxy_copied = 0;
+    simt::kinfo *k = simt::running_kinfo();
+    if (k && proxy_blocks++ < PROXY_BLOCKS)
+        for (auto &v : k->vars) pviews.push_back({v.first, v.second, std::vector<char>(v.first, v.first + v.second)});
 }
 
 void simt::tc_thread_exit(int lin)

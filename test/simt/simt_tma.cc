@@ -123,6 +123,7 @@ void maybe_complete(mbar &m)
     for (int i : m.open) {
         tcopy &c = tcopies[(size_t)i];
         memcpy(c.dst, c.img.data(), c.img.size());
+        simt::async_proxy_wrote(c.dst, c.img.size());
         std::vector<char>().swap(c.img);
         c.done = 1;
     }
@@ -338,6 +339,7 @@ void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *m
         }
     }
     memset(dst, 0xff, bytes); // NaN until the phase completes
+    simt::async_proxy_wrote(dst, bytes);
     tcopies.push_back(std::move(c));
     int idx = (int)tcopies.size() - 1;
     for (uintptr_t g = d >> 4; g < (d + bytes) >> 4; g++) tgran[g] = idx;

@@ -1,0 +1,23 @@
+/* The start-up probes of the sm_90a paths beyond the GEMMs (k_cuda_probe.cu), and the
+ * switches they turn. Each probe: 1 when the path agrees with the one it replaces, else
+ * -1 with why (a hang: port_cuda_timed_out() then); it leaves its switch as it was on
+ * agreement, off otherwise. */
+#ifndef DDPRT_K_CUDA_PROBE_H
+#define DDPRT_K_CUDA_PROBE_H
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* fw_fwd (the wgmma attention forward) where wgmma is on (1), or fa_fwd (0); the previous setting. */
+int k_cuda_attention_set_wgmma(int on);
+/* 1x1 convs' plain-array products (1) or the geometry loaders (0); the previous setting. */
+int k_cuda_conv2d_set_1x1(int on);
+int k_cuda_attention_probe(char *why, size_t len);
+int k_cuda_conv1x1_probe(char *why, size_t len);
+/* Both, after the GEMM probes with wgmma on: "; attention: ...; conv 1x1: ..." appended to
+ * why (what fits); -2 with why the hang's line when one did not finish, else 1. */
+int k_cuda_path_probes(char *why, size_t len);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -88,9 +88,11 @@ static const env_var vars[RT_ENV_COUNT] = {
       "thread; ResNets at 0.58-0.66x fp32), else `dpbf16`)"),
     V(CUDA_SYNC, E_ENUM, "0|1", "0", "`1`: wait after every CUDA kernel so a fault names the kernel that caused it"),
     V(WGMMA, E_ENUM, "auto|0|1", "auto",
-      "the tensor-core products (conv, linear, GPT's Conv1D, `k_cuda_tc_gemm`) on an sm_90 GPU (H100/H200): `auto` "
-      "runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else `mma.sync`, said "
-      "in the start-up line), `0` keeps `mma.sync`, `1` takes `wgmma` without the probe (and on the SIMT executor)"),
+      "the tensor-core products (conv, linear, GPT's Conv1D, `k_cuda_tc_gemm`, the attention) on an sm_90 GPU "
+      "(H100/H200): `auto` runs them on `wgmma` once a probe GEMM at start-up agrees with the `mma.sync` kernel (else "
+      "`mma.sync`, said in the start-up line); the attention's wgmma kernels and 1x1 convs' plain products then have "
+      "probes of their own, and one that disagrees goes back alone; `0` keeps `mma.sync`, `1` takes `wgmma` without "
+      "the probes (and on the SIMT executor)"),
     V(TMA, E_ENUM, "auto|0|1", "auto",
       "with `wgmma` on (`DDPRT_WGMMA`), products of two plain 16-bit arrays (`k_cuda_tc_gemm`, linear's and "
       "Conv1D's forward on 16-bit activations, their dX and dW on the rounded dy, split-K too) fed by TMA (`wt_gemm`: "

@@ -103,21 +103,22 @@ out:
     return rc;
 }
 
-// A 1x1 conv, n 2, 128 -> 136 channels, 9 x 9 (162 rows; partial tiles, TMA where on), bf16 products on
-// the call's own NHWC copies: y, dx, dw, db within 2^-12 of their largest.
-int k_cuda_conv1x1_probe(char *why, size_t len)
+// One conv, bf16 products on the call's own NHWC copies, with a path's switch off (the
+// geometry loaders) then on: y, dx, dw, db within 2^-12 of their largest. 1 when they
+// agree, else -1 with why (the path called `what`).
+static int conv_probe(k_conv_shape sh, int (*set)(int), const char *what, char *why, size_t len)
 {
-    k_conv_shape sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n = 2, sh.c = 128, sh.h = 9, sh.w = 9, sh.k = 136, sh.r = 1, sh.s = 1, sh.stride = 1, sh.pad = 0;
     k_conv_shape_init(&sh);
-    const size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c, ny = (size_t)sh.n * sh.k * sh.p * sh.q;
-    const size_t nall = 2 * nx + 2 * nw + 2 * ny + 2 * (size_t)sh.k, wsb = k_cuda_conv2d_workspace_mm(K_CUDA_MM_BF16, &sh);
+    const size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+    const size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q, nall = 2 * nx + 2 * nw + 2 * ny + 2 * (size_t)sh.k;
+    const size_t wsb = k_cuda_conv2d_workspace_mm(K_CUDA_MM_BF16, &sh);
     float *h = (float *)malloc(sizeof(float) * 3 * nall);
     void *d = NULL;
-    int rc = -1, was = k_cuda_conv2d_set_1x1(1);
-    if (!h || port_dev_malloc(&d, sizeof(float) * nall + wsb + 16, "conv 1x1 probe")) {
-        snprintf(why, len, "the conv 1x1 probe could not start (%s)", port_cuda_errmsg());
+    int rc = -1;
+    char shp[64];
+    snprintf(shp, sizeof shp, "%dx%d/%d conv, %d -> %d channels", sh.r, sh.s, sh.stride, sh.c, sh.k);
+    if (!h || port_dev_malloc(&d, sizeof(float) * nall + wsb + 16, "conv probe")) {
+        snprintf(why, len, "the %s probe could not start (%s)", what, port_cuda_errmsg());
         goto out;
     }
     {
@@ -127,16 +128,16 @@ int k_cuda_conv1x1_probe(char *why, size_t len)
         void *ws = (void *)(((uintptr_t)(db + sh.k) + 15) & ~(uintptr_t)15);
         const size_t nin = nx + nw + sh.k + ny, nout = nall - nin;
         for (size_t i = 0; i < nin; i++) h[i] = probe_val(i, 91);
-        if (port_memcpy_h2d(d, h, sizeof(float) * nin, NULL, "conv 1x1 probe")) {
-            snprintf(why, len, "the conv 1x1 probe could not start (%s)", port_cuda_errmsg());
+        if (port_memcpy_h2d(d, h, sizeof(float) * nin, NULL, "conv probe")) {
+            snprintf(why, len, "the %s probe could not start (%s)", what, port_cuda_errmsg());
             goto out;
         }
-        for (int pass = 0; pass < 2; pass++) { // the geometry loaders, then the plain products
-            k_cuda_conv2d_set_1x1(pass);
+        for (int pass = 0; pass < 2; pass++) { // the geometry loaders, then the path
+            set(pass);
             if (k_cuda_conv2d_fwd_mm(K_CUDA_MM_BF16, &sh, x, w, NULL, b, y, ws, NULL) ||
                 k_cuda_conv2d_bwd_mm(K_CUDA_MM_BF16, &sh, x, w, NULL, dy, dx, dw, db, ws, NULL) ||
-                sync_back(h + nall * (1 + pass), y, sizeof(float) * nout, "conv 1x1 probe")) {
-                snprintf(why, len, "the conv 1x1 probe failed on the %s (%s)", pass ? "plain products" : "geometry path",
+                sync_back(h + nall * (1 + pass), y, sizeof(float) * nout, "conv probe")) {
+                snprintf(why, len, "the %s probe failed on the %s (%s)", what, pass ? what : "geometry path",
                          port_cuda_errmsg());
                 goto out;
             }
@@ -147,18 +148,29 @@ int k_cuda_conv1x1_probe(char *why, size_t len)
         for (int i = 0; i < 4; i++) {
             double e;
             if (!close(r1 + off[i], r0 + off[i], n[i], 0x1p-12, &e)) {
-                snprintf(why, len, "the 1x1 conv's plain products differ from the geometry path's: %s by %.3g of the "
-                         "largest", name[i], e);
+                snprintf(why, len, "the %s differs from the geometry path on a %s: %s by %.3g of the largest", what,
+                         shp, name[i], e);
                 goto out;
             }
         }
-        snprintf(why, len, "the probe agrees with the geometry path (y, dx, dw, db)");
         rc = 1;
     }
 out:
-    k_cuda_conv2d_set_1x1(rc == 1 ? was : 0);
     if (d) port_dev_free(d);
     free(h);
+    return rc;
+}
+
+// A 1x1 conv, n 2, 128 -> 136 channels, 9 x 9 (162 rows: partial tiles; TMA where on).
+int k_cuda_conv1x1_probe(char *why, size_t len)
+{
+    k_conv_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n = 2, sh.c = 128, sh.h = 9, sh.w = 9, sh.k = 136, sh.r = 1, sh.s = 1, sh.stride = 1, sh.pad = 0;
+    int was = k_cuda_conv2d_set_1x1(1);
+    int rc = conv_probe(sh, k_cuda_conv2d_set_1x1, "plain 1x1 products", why, len);
+    if (rc == 1) snprintf(why, len, "the probe agrees with the geometry path (y, dx, dw, db)");
+    k_cuda_conv2d_set_1x1(rc == 1 ? was : 0);
     return rc;
 }
 

@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_fwdILi'
+KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_(fwd|bwd_dkv|bwd_dq)ILi'
 # nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
 # after another they took over 300 s (the test's deadline) on a loaded 2-core machine
 ptx_one() {

@@ -44,6 +44,7 @@
 // fixed order, the same bits on every run.
 #include "kernels/cuda/k_cuda_attn_tc.cuh"
 #include "kernels/cuda/k_cuda_attn_wg.cuh"
+#include "kernels/cuda/k_cuda_attn_wgb.cuh"
 
 namespace {
 // Forward: block (query tile, counted from the last: the longest first; head, sequence).
@@ -303,6 +304,8 @@ int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *
     dim3 grid((unsigned)((t + FA_T - 1) / FA_T), (unsigned)h, (unsigned)b);
     // the kernels' loads: dO by cp.async where it is the copy, qkv too where fa_cp holds
     const int ld = gt == TY ? (fa_cp(TY, qkv, xt, hd) ? 2 : 1) : 0;
+    if constexpr (HD >= 64) // sm_90a: the wgmma kernels (both by cp.async; heads over 32)
+        if (ld == 2 && k_cuda_wgmma_on()) return fw_bwd_t<TY, HD>(b, t, h, hd, qkv, lse, dy, dd, dqkv, s);
 #define FA_BWD_LAUNCH(kern)                                                                                      \
     do {                                                                                                           \
         if (ld == 2)                                                                                               \

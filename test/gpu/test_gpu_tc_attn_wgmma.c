@@ -115,9 +115,9 @@ TEST(gpu_tc_attention_wgmma_falls_back)
 
 /* GPT-2's training path (--amp bf16, 16-bit activations: the attention's qkv by cp.async)
  * with heads of 64 over 70 positions, wgmma on (DDPRT_WGMMA=1: the GEMMs' wg_gemm and the
- * attention's fw_fwd) against off. On the executor the loss lines must be the same text
- * (every product there the same bits on either unit) and fw_fwd must have run
- * (DDPRT_SIMT_TRACE lists the kernels launched); on a GPU within 5e-3. */
+ * attention's fw_fwd, fw_bwd_dkv and fw_bwd_dq) against off. On the executor the loss lines
+ * must be the same text (every product there the same bits on either unit) and the three
+ * must have run (DDPRT_SIMT_TRACE lists the kernels launched); on a GPU within 5e-3. */
 TEST(gpu_tc_attention_wgmma_gpt_training)
 {
     if (!g_sm90()) return;
@@ -150,8 +150,10 @@ TEST(gpu_tc_attention_wgmma_gpt_training)
             size_t k = f ? fread(text, 1, sizeof text - 1, f) : 0;
             if (f) fclose(f);
             text[k] = 0;
-            CHECKF((strstr(text, "fw_fwd<") != NULL) == on, "wgmma %s: fw_fwd %s", on ? "on" : "off",
-                   on ? "never launched" : "launched");
+            static const char *const wk[] = {"fw_fwd<", "fw_bwd_dkv<", "fw_bwd_dq<"};
+            for (int i = 0; i < 3; i++)
+                CHECKF((strstr(text, wk[i]) != NULL) == on, "wgmma %s: %s> %s", on ? "on" : "off", wk[i],
+                       on ? "never launched" : "launched");
         }
     }
 }

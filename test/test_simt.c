@@ -76,7 +76,8 @@ TEST(simt_device_tensor_cores_forward_order)
                                           "ldmatrix banks: fa_fwd",  "ldmatrix banks: fa_bwd_dkv",
                                           "ldmatrix banks: fa_bwd_dq", "cp.async banks: tc_gemm",
                                           "cp.async banks: wg_gemm", "cp.async banks: fa_fwd",
-                                          "cp.async banks: fw_fwd"};
+                                          "cp.async banks: fw_fwd", "cp.async banks: fw_bwd_dkv",
+                                          "cp.async banks: fw_bwd_dq"};
     enum { NK = sizeof kernels / sizeof kernels[0] };
     int seen[NK] = {0}, bad = 0;
     char l[256];

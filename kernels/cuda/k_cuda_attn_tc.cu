@@ -42,6 +42,8 @@
 // registers) looping over the query tiles at or after it; dQ by a second pass, a block
 // per 64-query tile looping over the key tiles. No atomics: every sum has one owner and a
 // fixed order, the same bits on every run.
+// sm_90a with wgmma on, 16-bit qkv by cp.async: the forward's and the backward's wgmma
+// kernels (k_cuda_attn_wg.cuh, k_cuda_attn_wgb.cuh), the same bits on the executor.
 #include "kernels/cuda/k_cuda_attn_tc.cuh"
 #include "kernels/cuda/k_cuda_attn_wg.cuh"
 #include "kernels/cuda/k_cuda_attn_wgb.cuh"

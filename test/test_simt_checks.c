@@ -150,6 +150,7 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_no_proxy_fence", "wgmma.mma_async at simt_checks.cu:", "operand A row 0-0, k 0-7 at",
            "written by the generic proxy (a store or cp.async) since the last fence.proxy.async", NULL);
     expect("wgmma_proxy_fence_early", "wgmma.mma_async at simt_checks.cu:", "written by the generic proxy", NULL);
+    expect("wgmma_no_barrier", "wgmma.mma_async at simt_checks.cu:", "stored since the last __syncthreads", NULL);
     expect("wgmma_ok_sw128", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw64", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw32", "report: none", "result: wgmma ok", NULL);
@@ -352,6 +353,9 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
                      "k_cuda_tc_wgmma.cuh | simt: ") && strstr(o, "since the last fence.proxy.async"), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention (sm_90): fence.proxy.async after P's stores removed | "
                      "k_cuda_attn_wg.cuh | simt: "), "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention backward (sm_90): barrier between the P^T / dS^T stores and their wgmma "
+                     "removed | k_cuda_attn_wgb.cuh | simt: ") && strstr(o, "stored since the last __syncthreads"),
+           "%s", o);
     CHECKF(strstr(o, "| tensor-core attention (sm_90): V's descriptor LBO 4 KiB, seen by the start-up probe | "
                      "k_cuda_attn_wg.cuh | only the comparison") && strstr(o, "the wgmma attention (hd 128) differs"),
            "%s", o);

@@ -276,7 +276,8 @@ __global__ void fa_bwd_d(int b, int t, int h, int hd, const void *y, int yt, con
     }
 }
 
-// fw_fwd where wgmma is on, unless its start-up probe disagreed (k_cuda_probe.cu)
+// the wgmma kernels (fw_fwd, fw_bwd_*) where wgmma is on, unless their start-up probe
+// disagreed (k_cuda_probe.cu)
 static int fw_on = 1;
 extern "C" int k_cuda_attention_set_wgmma(int on) { return __atomic_exchange_n(&fw_on, on ? 1 : 0, __ATOMIC_RELAXED); }
 
@@ -307,7 +308,8 @@ int fa_bwd_t(int b, int t, int h, int hd, const void *qkv, int xt, const float *
     // the kernels' loads: dO by cp.async where it is the copy, qkv too where fa_cp holds
     const int ld = gt == TY ? (fa_cp(TY, qkv, xt, hd) ? 2 : 1) : 0;
     if constexpr (HD >= 64) // sm_90a: the wgmma kernels (both by cp.async; heads over 32)
-        if (ld == 2 && k_cuda_wgmma_on()) return fw_bwd_t<TY, HD>(b, t, h, hd, qkv, lse, dy, dd, dqkv, s);
+        if (ld == 2 && k_cuda_wgmma_on() && __atomic_load_n(&fw_on, __ATOMIC_RELAXED))
+            return fw_bwd_t<TY, HD>(b, t, h, hd, qkv, lse, dy, dd, dqkv, s);
 #define FA_BWD_LAUNCH(kern)                                                                                      \
     do {                                                                                                           \
         if (ld == 2)                                                                                               \

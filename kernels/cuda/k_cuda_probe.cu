@@ -168,7 +168,7 @@ int k_cuda_conv1x1_probe(char *why, size_t len)
     memset(&sh, 0, sizeof sh);
     sh.n = 2, sh.c = 128, sh.h = 9, sh.w = 9, sh.k = 136, sh.r = 1, sh.s = 1, sh.stride = 1, sh.pad = 0;
     int was = k_cuda_conv2d_set_1x1(1);
-    int rc = conv_probe(sh, k_cuda_conv2d_set_1x1, "plain 1x1 products", why, len);
+    int rc = conv_probe(sh, k_cuda_conv2d_set_1x1, "1x1 plain path", why, len);
     if (rc == 1) snprintf(why, len, "the probe agrees with the geometry path (y, dx, dw, db)");
     k_cuda_conv2d_set_1x1(rc == 1 ? was : 0);
     return rc;

@@ -8,7 +8,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* fw_fwd (the wgmma attention forward) where wgmma is on (1), or fa_fwd (0); the previous setting. */
+/* The wgmma attention (fw_fwd, fw_bwd_dkv, fw_bwd_dq) where wgmma is on (1), or the mma.sync
+ * kernels (0); the previous setting. */
 int k_cuda_attention_set_wgmma(int on);
 /* 1x1 convs' plain-array products (1) or the geometry loaders (0); the previous setting. */
 int k_cuda_conv2d_set_1x1(int on);

@@ -198,7 +198,7 @@ template <int WAIT, int BARRIER> __global__ void cp_async_then_ldmatrix(float *o
 // the next 8 rows 128 bytes on, the second 8 k 64 * 16 (A) / 128 * 16 (B) bytes on).
 // OVERWRITE: a thread writes the operand between the mma_async and its wait. FENCE: where
 // the fence.proxy.async that shows the generic stores to wgmma's async proxy is (1: after
-// them, right; 0: none; 2: before them).
+// them, right; 0: none; 2: before them; 3: after them, but no barrier before the wgmma).
 template <int OVERWRITE, int FENCE = 1> __global__ void wgmma_case(const float *in, float *out)
 {
     __shared__ __attribute__((aligned(16))) unsigned short A[64 * 16], B[128 * 16];
@@ -212,8 +212,8 @@ template <int OVERWRITE, int FENCE = 1> __global__ void wgmma_case(const float *
         int n = i / 16, k = i % 16;
         B[(k / 8) * 128 * 8 + (n / 8) * 64 + (n % 8) * 8 + k % 8] = rt_f32_to_bf16(in[1024 + i]);
     }
-    if (FENCE == 1) K_FENCE_PROXY_ASYNC();
-    __syncthreads();
+    if (FENCE == 1 || FENCE == 3) K_FENCE_PROXY_ASYNC();
+    if (FENCE != 3) __syncthreads();
     float d[64];
     for (int e = 0; e < 64; e++) d[e] = 0.0f;
     K_WGMMA_FENCE();
@@ -517,7 +517,7 @@ int main(int argc, char **argv)
         SIMT_LAUNCH(wgmma_mn_tf32, 1, 128, 0, 0)(d);
         report();
     } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9) ||
-               !strncmp(c, "wgmma_mn_", 9) || strstr(c, "proxy_fence")) {
+               !strncmp(c, "wgmma_mn_", 9) || strstr(c, "proxy_fence") || !strcmp(c, "wgmma_no_barrier")) {
         static float in[1024 + 2048], o[64 * 128];
         for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
         float *din = dev(3072), *dout = dev(64 * 128);
@@ -539,6 +539,7 @@ int main(int argc, char **argv)
         else if (!strcmp(c, "wgmma_mn_unaligned")) SIMT_LAUNCH((wgmma_mn_case<128, 128, 1, 1>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_no_proxy_fence")) SIMT_LAUNCH((wgmma_case<0, 0>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_proxy_fence_early")) SIMT_LAUNCH((wgmma_case<0, 2>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_no_barrier")) SIMT_LAUNCH((wgmma_case<0, 3>), 1, 128, 0, 0)(din, dout);
         else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;

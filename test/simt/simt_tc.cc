@@ -25,7 +25,8 @@
 // emulate) or whose 16 k cross its swizzle row (M/N-major: that does not start at a
 // pattern); a transposed operand of a 32-bit type (PTX: 16-bit types only); an operand's bytes written between the
 // mma_async and the wait_group that covers it; rows a pending cp.async writes; operand bytes
-// written by the generic proxy (stores, cp.async) after the last fence.proxy.async.
+// written by the generic proxy (stores, cp.async) after the last fence.proxy.async, or stored
+// after the last __syncthreads.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
@@ -137,6 +138,11 @@ unsigned char wg_fenced[1024];
 // the last fence. A fence copies the block's shared memory: the view is kept for the
 // first PROXY_BLOCKS blocks of a launch and PROXY_BYTES of copies a block, where a missing
 // or misplaced fence shows as it would in any block.
+//
+// Beside it, the memory as of the last __syncthreads (bviews; TMA's writes included): a
+// wgmma operand byte that differs from it was stored since the barrier, by a thread whose
+// store the warpgroup's other warps are not ordered after (a wgmma is issued warp by warp;
+// here it runs when all four arrived, so their stores would always seem to be in).
 const int PROXY_BLOCKS = 2;
 const size_t PROXY_BYTES = (size_t)64 << 20;
 struct pview {
@@ -144,20 +150,20 @@ struct pview {
     size_t n;
     std::vector<char> v;
 };
-std::vector<pview> pviews; // empty: no view kept in this block
+std::vector<pview> pviews, bviews; // empty: no views kept in this block
 int proxy_blocks;          // blocks of this launch started
 size_t proxy_copied;       // bytes the block's fences copied
 
-const char *pview_at(const void *q)
+const char *pview_at(std::vector<pview> &vs, const void *q)
 {
-    for (pview &w : pviews)
+    for (pview &w : vs)
         if ((const char *)q >= w.p && (const char *)q < w.p + w.n) return w.v.data() + ((const char *)q - w.p);
     return NULL;
 }
 
-void pview_sync(const void *q, size_t n) // the view of [q, q + n) := the memory
+void pview_sync(std::vector<pview> &vs, const void *q, size_t n) // the view of [q, q + n) := the memory
 {
-    for (pview &w : pviews) {
+    for (pview &w : vs) {
         const char *lo = std::max((const char *)q, (const char *)w.p), *hi = std::min((const char *)q + n, (const char *)w.p + w.n);
         if (lo < hi) memcpy(w.v.data() + (lo - w.p), lo, (size_t)(hi - lo));
     }
@@ -358,7 +364,14 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                 }
                 if (tma_read_check(p, 16, base, 128, (op + (pass ? ": operand B" : ": operand A")).c_str(), why, len))
                     return -1;
-                const char *v = pview_at(p);
+                const char *bv = pview_at(bviews, p), *v = pview_at(pviews, p);
+                if (bv && memcmp(bv, p, 16)) {
+                    snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: stored since the last __syncthreads; "
+                             "the warpgroup's warps issue wgmma one by one, and one may start before another warp's "
+                             "stores are in (a barrier between the stores and the wgmma)", op.c_str(), pass ? 'B' : 'A',
+                             r, d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p);
+                    return -1;
+                }
                 if (v && memcmp(v, p, 16)) {
                     snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: written by the generic proxy (a store "
                              "or cp.async) since the last fence.proxy.async; wgmma reads shared memory through the async "
@@ -423,6 +436,7 @@ void simt::fence_proxy_async(const char *file, int line)
     for (const pview &w : pviews) n += w.n;
     if (proxy_copied + n > PROXY_BYTES) { // enough of this block seen
         pviews.clear();
+        bviews.clear();
         return;
     }
     proxy_copied += n;
@@ -432,7 +446,8 @@ void simt::fence_proxy_async(const char *file, int line)
 void simt::async_proxy_wrote(const void *p, size_t n)
 {
     tsan_hide hide;
-    pview_sync(p, n);
+    pview_sync(pviews, p, n);
+    pview_sync(bviews, p, n);
 }
 
 void simt::wgmma_commit(const char *file, int line)
@@ -662,10 +677,12 @@ void simt::tc_block_start(int nthr)
     memset(wg_committed, 0, sizeof(int) * (size_t)nthr);
     memset(wg_fenced, 0, (size_t)nthr);
     pviews.clear();
+    bviews.clear();
     proxy_copied = 0;
     simt::kinfo *k = simt::running_kinfo();
     if (k && proxy_blocks++ < PROXY_BLOCKS)
         for (auto &v : k->vars) pviews.push_back({v.first, v.second, std::vector<char>(v.first, v.first + v.second)});
+    bviews = pviews;
 }
 
 void simt::tc_thread_exit(int lin)
@@ -678,6 +695,11 @@ void simt::tc_thread_exit(int lin)
 void simt::tc_barrier_done()
 {
     tsan_hide hide;
+    size_t nb = 0;
+    for (const pview &w : bviews) nb += w.n;
+    if (proxy_copied + nb > PROXY_BYTES) pviews.clear(), bviews.clear();
+    proxy_copied += nb;
+    for (pview &w : bviews) memcpy(w.v.data(), w.p, w.n);
     // Completed before this barrier: every thread sees them now.
     size_t n = 0;
     live.clear();

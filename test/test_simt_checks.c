@@ -209,6 +209,28 @@ TEST(simt_tma_checks)
            "left (8192 transaction bytes pending)", NULL);
 }
 
+/* TMA's im2col mode (test/simt/simt_tma.cc): a strided, padded 3x3 conv's column of pixels
+ * (one tap) read back against the conv's indices in every thread order, zeros in the
+ * padding and past the batch; cuTensorMapEncodeIm2col's checks; misuse named. */
+TEST(simt_tma_im2col_checks)
+{
+    const char *orders[] = {"forward", "reversed", "warps"};
+    for (int i = 0; i < 3; i++) {
+        run_case("i2c_ok", orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: i2c 0 wrong (21 pixels zero)"), "%s:\n%s",
+               orders[i], out);
+    }
+    expect("i2c_encode", "encode misaligned: the global address is not 16-byte aligned",
+           "encode corner: a pixel box corner is outside [-128, 127] (rank 4)",
+           "encode wide: channelsPerPixel's bytes are wider than the swizzle",
+           "encode pixels: pixelsPerColumn is 0 or over 1024", "encode stride: an element stride is 0 or over 8",
+           "encode box: the pixel bounding box has no area", NULL);
+    expect("i2c_tiled_map", "cp.async.bulk.tensor.4d.im2col at simt_checks_i2c.cuh:", "the tensor map was not encoded "
+           "(cuTensorMapEncodeIm2col): a tiled map in im2col mode", NULL);
+    expect("i2c_off_lattice", "cp.async.bulk.tensor.4d.im2col at simt_checks_i2c.cuh:", "start pixel (w 2, h 1) is not "
+           "on the bounding box's traversal (w -1..4 step 2, h -1..3 step 2)", NULL);
+}
+
 /* setmaxnreg (test/simt/simt_regs.cc): a producer warpgroup's dec and two consumers' inc
  * complete in every thread order (the incs wait for the dec); each misuse named. */
 TEST(simt_setmaxnreg_checks)

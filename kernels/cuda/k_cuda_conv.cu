@@ -341,6 +341,57 @@ static bool plain_1x1(const Geo &g)
     return g.R == 1 && g.S == 1 && g.st == 1 && g.pad == 0 && __atomic_load_n(&plain_1x1_on, __ATOMIC_RELAXED);
 }
 
+// Convs other than those (any R x S, stride, padding) with C % 64 == 0 on TMA's im2col
+// mode (sm_90a, where k_cuda_tma_on): the product turned so that its rows are the output
+// pixels, A the im2col of xh / x (NHWC 16-bit), B the weights [K x RSC], on wt_gemm
+// (k_cuda_tc_tma.cuh's wt_launch_i2c). The geometry path's k order (r, s, c: the
+// weights' RSC rows) and its split over k (counted in its orientation, K x NPQ), so the
+// same sums: the same bits on the executor, whose wgmma and mma.sync (the geometry's 64
+// tiles: K = 64) both round once per k16. The stem (C = 3) and C % 64 != 0 stay on the
+// geometry loaders. k_cuda_conv2d_set_im2col(0): off (the tests' reference).
+static int im2col_on = 1;
+static bool im2col_fits(const Geo &g)
+{
+    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.C % 64 == 0 && !plain_1x1(g) && g.st <= 8 &&
+           g.pad <= 128 && g.pad - (g.R - 1) >= -128 && g.pad - (g.S - 1) >= -128; // the map's corners (rank 4)
+}
+// The turned product's (pixel, channel) to the forward's store (channel, pixel).
+template <class ST> struct SwapStore {
+    ST st;
+    __host__ __device__ void operator()(int z, int m, int n, float v) const { st(z, n, m, v); }
+};
+template <int TY, class ST>
+static int i2c_launch(const Geo &g, const unsigned short *x, const TcRawK &w, const ST &st, cudaStream_t s,
+                      int kchunk)
+{
+    const char *why;
+    return wt_launch_i2c<TY>(x, g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, g.K, w.p, w.ld, st, s, &why,
+                             kchunk);
+}
+// 0 done, -1 failed, 1 not taken (the geometry path then: no fit, TMA off, maps refused).
+template <class ST>
+static int conv_fwd_i2c(int mm, const char *k, const char *shp, const Geo &g, const TcRawK &w, const unsigned short *x,
+                        const ST &st, void *ws, cudaStream_t s)
+{
+    if (!im2col_fits(g) || !k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)x & 15) || ((uintptr_t)w.p & 15))
+        return 1;
+    const int M = g.N * g.PQ(), K = g.RS() * g.C, splits = ws ? k_cuda_gemm_splits(g.K, M, K) : 1;
+    const bool bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
+    const SwapStore<ST> sw = {st};
+    if (splits == 1) {
+        if (bf ? i2c_launch<K_CUDA_MM_BF16>(g, x, w, sw, s, 0) : i2c_launch<K_CUDA_MM_F16>(g, x, w, sw, s, 0)) return 1;
+        return k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col)", shp);
+    }
+    const int kchunk = ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK, z = (K + kchunk - 1) / kchunk;
+    const KgPartial part = {(float *)ws, M, g.K};
+    if (bf ? i2c_launch<K_CUDA_MM_BF16>(g, x, w, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16>(g, x, w, part, s, kchunk))
+        return 1;
+    if (k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col, split-K %d)", shp, z)) return -1;
+    K_LAUNCH((k_cuda_gemm_finish<SwapStore<ST>>), k_cuda_blocks((size_t)M * g.K), K_CUDA_THREADS, 0, s)(
+        M, g.K, z, (const float *)ws, sw);
+    return k_cuda_check_launch(k, "%s (TMA im2col, split-K finish)", shp);
+}
+
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values (nhwc:
 // dy [n, p, q, k], the same values in the same order, K apart).
 __global__ void conv_bias_grad(Geo g, const float *dy, float *db, int nhwc)
@@ -372,6 +423,13 @@ unsigned long k_cuda_conv2d_chan_last_calls(void) { return __atomic_load_n(&chan
 extern "C" int k_cuda_conv2d_set_1x1(int on)
 {
     return __atomic_exchange_n(&plain_1x1_on, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+// Test hook (test_gpu_tc_conv_im2col.c): the forward's im2col products on (1) or off; the
+// previous setting.
+extern "C" int k_cuda_conv2d_set_im2col(int on)
+{
+    return __atomic_exchange_n(&im2col_on, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0, 0, 0).end; }
@@ -449,6 +507,8 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         NhwcFwdB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
+        const int ri = conv_fwd_i2c(mm, k, shp, g, ah, bh.p, st, ws, cs);
+        if (ri <= 0) return ri;
         if (plain_1x1(g)) { // B = x's rows [NHW x C], k-contiguous
             TcRawK bp;
             bp.p = bh.p, bp.ld = g.C, bp.vec = 1;

@@ -20,6 +20,12 @@
 // the consumers store the last one (the stage ring and its barrier phases run on over
 // tiles), so the loads of a tile's first slices hide behind the one before's epilogue.
 //
+// A as TMA's im2col (wt_launch_i2c: conv forward on NHWC 16-bit x, k_cuda_conv.cu): the
+// product's row m is output pixel (n, p, q), k = (r, s, c) with c fastest (C % 64 == 0:
+// a stage is one filter tap's 64 channels), B the weights [K x RSC]; each stage's A is
+// one im2col box of 128 pixels x 64 channels from m0's start pixel, the tap as the copy's
+// offsets {s, r}: the same K-major, 128-byte swizzled tile a k-contiguous A's box is.
+//
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200), else 128 x 128. A
 // 128 x 256 tile reads 384 rows of shared memory for 128 x 256 products (128 x 128: 256
@@ -89,6 +95,22 @@ __device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map
         for (int j = 0; j < R / 64; j++) K_TMA_LOAD_2D(tile + 64 * WT_BK * j, map, r0 + 64 * j, k, bar);
 }
 
+// The conv the im2col A walks (wt_launch_i2c): C channels, S taps a filter row, PQ output
+// pixels an image, Q a row, stride st, padding pad.
+struct WtI2c {
+    int C, S, PQ, Q, st, pad;
+};
+// A stage of A's 128 pixels from row j0, k: tap (r, s), channels [c, c + 64). Pixels past
+// the last image are TMA's zero fill (their rows are not stored).
+__device__ __forceinline__ void wt_issue_i2c(unsigned short *tile, const k_tmap *map, const WtI2c &g, int k, int j0,
+                                             unsigned long long *bar)
+{
+    const int rs = k / g.C, c = k - rs * g.C, r = rs / g.S, s = rs - r * g.S;
+    const int n = j0 / g.PQ, pq = j0 - n * g.PQ, p = pq / g.Q, q = pq - p * g.Q;
+    K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.pad, p * g.st - g.pad, n, (unsigned short)s, (unsigned short)r,
+                         bar);
+}
+
 // The accumulators through st, in PTX's D layout (wgg_store's, BN / 8 blocks of n8).
 template <int BN, class ST>
 __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &st, int M, int N, int m0, int n0,
@@ -117,10 +139,11 @@ __device__ __forceinline__ WtTile wt_tile(int t, int M, int N, int K, int kchunk
     return w;
 }
 
-template <int TY, int BN, bool AK, bool BK, class ST>
+// I2C: A by im2col (ig; AK true), else by tiles of ma.
+template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
 __global__ void __launch_bounds__(WT_THREADS, 1)
     wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
-            ST st)
+            ST st, WtI2c ig)
 {
     K_DYN_SHARED(unsigned char, raw);
     WtSmem<BN> &sm = *(WtSmem<BN> *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
@@ -146,7 +169,8 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
                 // it runs ahead into the next tile while the consumers store this one
                 if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
                 K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-                wt_issue<AK, WGG_T>(sm.a[s], &ma, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
+                if constexpr (I2C) wt_issue_i2c(sm.a[s], &ma, ig, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
+                else wt_issue<AK, WGG_T>(sm.a[s], &ma, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
                 wt_issue<BK, BN>(sm.b[s], &mb, w.kbeg + kt * WT_BK, w.n0, &sm.full[s]);
             }
         }
@@ -193,13 +217,13 @@ static inline int wt_tile_n(int M, int N)
     return wide >= k_cuda_tma_fill() ? 256 : 128;
 }
 
-template <int TY, int BN, bool AK, bool BK, class ST>
+template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
 static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb, const ST &st,
-                         cudaStream_t s, const char **why)
+                         cudaStream_t s, const char **why, WtI2c ig = WtI2c())
 {
     static int attr;
     if (!attr) {
-        if (cudaFuncSetAttribute(wt_gemm<TY, BN, AK, BK, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(wt_gemm<TY, BN, AK, BK, ST, I2C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  wt_smem_bytes<BN>())) {
             *why = "cudaFuncSetAttribute refused the dynamic shared memory";
             return -1;
@@ -213,8 +237,8 @@ static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, cons
         return -1;
     }
     int blocks = (int)(tiles < k_cuda_tma_fill() ? tiles : k_cuda_tma_fill());
-    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST>), blocks, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk, (int)tiles, ma,
-                                                                                      mb, st);
+    K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST, I2C>), blocks, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk,
+                                                                                           (int)tiles, ma, mb, st, ig);
     *why = NULL;
     return 0;
 }
@@ -234,5 +258,26 @@ static inline int wt_launch(int M, int N, int K, const void *a, int lda, const v
     if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why) || wt_map(&mb, b, ldb, BK, N, K, bn, why)) return -1;
     return bn == 256 ? wt_run<TY, 256, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why)
                      : wt_run<TY, 128, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why);
+}
+// wt_gemm with A the im2col of x [n][h][w][c] (16-bit, NHWC, 16-byte aligned; c % 64 ==
+// 0) for a conv of an r x s filter, stride st, padding pad, p x q outputs: M = n p q rows
+// (output pixels), N columns of b (k-contiguous, ldb apart: the weights [N x rsc]), K =
+// r s c, as wt_launch (kchunk: split-K through out). 0, or -1: a launch error, or the maps
+// refused (why).
+template <int TY, class ST>
+static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r, int s_, int st, int pad, int p,
+                                int q, int N, const void *b, int ldb, const ST &out, cudaStream_t s, const char **why,
+                                int kchunk = 0)
+{
+    const int M = n * p * q, K = r * s_ * c;
+    k_tmap ma, mb;
+    if (kchunk <= 0 || kchunk >= K) kchunk = K;
+    int bn = kchunk < K ? 128 : wt_tile_n(M, N);
+    if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, WGG_T, 128, why) ||
+        wt_map(&mb, b, ldb, true, N, K, bn, why))
+        return -1;
+    const WtI2c ig = {c, s_, p * q, q, st, pad};
+    return bn == 256 ? wt_run<TY, 256, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig)
+                     : wt_run<TY, 128, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig);
 }
 } // namespace

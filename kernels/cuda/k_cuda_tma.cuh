@@ -13,6 +13,17 @@
 #pragma once
 #include "kernels/cuda/k_cuda_tc.cuh"
 
+// An im2col map of x [N][H][W][C] (16-bit, NHWC) for a conv of an R x S filter, stride st,
+// zero padding pad: dims {C, W, H, N}; the bounding box of the start pixels [-pad, W - 1 +
+// pad - (S - 1)] in w (h alike), walked st apart: output pixel (n, p, q)'s start is
+// (q st - pad, p st - pad, n), Q of them a row, and the offsets {s, r} pick the tap.
+// (Corner arrays w first, as CUTLASS's make_im2col_tma_copy passes them.)
+#define I2C_DIMS(U64, U32, N, H, W, C, R, S, st, pad)                                                            \
+    U64 dims[4] = {(U64)(C), (U64)(W), (U64)(H), (U64)(N)};                                                      \
+    U64 strides[3] = {(U64)(C) * 2, (U64)(W) * (C) * 2, (U64)(H) * (W) * (C) * 2};                               \
+    int lo[2] = {-(pad), -(pad)}, hi[2] = {(pad) - ((S) - 1), (pad) - ((R) - 1)};                                \
+    U32 es[4] = {1, (U32)(st), (U32)(st), 1}
+
 #ifdef DDPRT_SIMT
 typedef simt::tensormap k_tmap;
 #define K_GRID_CONST
@@ -21,6 +32,8 @@ typedef simt::tensormap k_tmap;
 #define K_MBAR_ARRIVE_TX(bar, bytes) ((void)simt::mbar_arrive(__FILE__, __LINE__, bar, 1, bytes))
 #define K_MBAR_WAIT(bar, parity) simt::mbar_wait(__FILE__, __LINE__, bar, parity)
 #define K_TMA_LOAD_2D(dst, map, c0, c1, bar) simt::tma_load_2d(__FILE__, __LINE__, dst, map, c0, c1, bar)
+#define K_TMA_LOAD_IM2COL_4D(dst, map, c, w, h, n, offw, offh, bar)                                              \
+    simt::tma_load_im2col_4d(__FILE__, __LINE__, dst, map, c, w, h, n, offw, offh, bar)
 #define K_FENCE_MBAR_INIT() ((void)0)
 #define K_DYN_SHARED(T, name) T *name = (T *)simt::dyn_shared()
 #define K_SETMAXNREG_INC(n) simt::setmaxnreg(__FILE__, __LINE__, n, 1)
@@ -38,6 +51,14 @@ static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long 
     unsigned long long dims[2] = {cols, rows}, strides[1] = {ld * 2};
     unsigned box[2] = {box_cols, box_rows}, es[2] = {1, 1};
     *why = simt::tensormap_encode(m, 2, 2, g, dims, strides, box, es, swz);
+    return *why ? -1 : 0;
+}
+// The driver's checks for an im2col map of NHWC x (I2C_DIMS below): 0, or -1 with why.
+static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, int W, int C, int R, int S, int st,
+                                       int pad, unsigned cpp, unsigned ppc, int swz, const char **why)
+{
+    I2C_DIMS(unsigned long long, unsigned, N, H, W, C, R, S, st, pad);
+    *why = simt::tensormap_encode_im2col(m, 2, 4, x, dims, strides, lo, hi, cpp, ppc, es, swz);
     return *why ? -1 : 0;
 }
 #else
@@ -76,6 +97,15 @@ __device__ __forceinline__ void k_tma_load_2d(void *dst, const k_tmap *map, int 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
                  "%4}], [%2];" ::"r"(k_smem_addr(dst)), "l"(map), "r"(k_smem_addr(bar)), "r"(c0), "r"(c1) : "memory");
 }
+// One filter tap (offsets {offw, offh}) of ppc output pixels from the start pixel {w, h, n},
+// channels [c, c + cpp): the map's im2col box (k_tmap_encode_im2col).
+__device__ __forceinline__ void k_tma_load_im2col_4d(void *dst, const k_tmap *map, int c, int w, int h, int n,
+                                                     unsigned short offw, unsigned short offh, void *bar)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                 "%4, %5, %6}], [%2], {%7, %8};" ::"r"(k_smem_addr(dst)), "l"(map), "r"(k_smem_addr(bar)), "r"(c),
+                 "r"(w), "r"(h), "r"(n), "h"(offw), "h"(offh) : "memory");
+}
 // The barriers' init made visible to the async proxy (TMA's complete_tx) before use.
 #define K_FENCE_MBAR_INIT() asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory")
 // A warpgroup's per-thread register count moved to n (a multiple of 8 in [24, 256]): dec
@@ -88,6 +118,11 @@ __device__ __forceinline__ void k_mbar_arrive(void *) { __trap(); }
 __device__ __forceinline__ void k_mbar_arrive_tx(void *, unsigned) { __trap(); }
 __device__ __forceinline__ void k_mbar_wait(void *, unsigned) { __trap(); }
 __device__ __forceinline__ void k_tma_load_2d(void *, const k_tmap *, int, int, void *) { __trap(); }
+__device__ __forceinline__ void k_tma_load_im2col_4d(void *, const k_tmap *, int, int, int, int, unsigned short,
+                                                     unsigned short, void *)
+{
+    __trap();
+}
 #define K_FENCE_MBAR_INIT() ((void)0)
 #define K_SETMAXNREG_INC(n) ((void)0)
 #define K_SETMAXNREG_DEC(n) ((void)0)
@@ -97,6 +132,8 @@ __device__ __forceinline__ void k_tma_load_2d(void *, const k_tmap *, int, int, 
 #define K_MBAR_ARRIVE_TX(bar, bytes) k_mbar_arrive_tx(bar, bytes)
 #define K_MBAR_WAIT(bar, parity) k_mbar_wait(bar, parity)
 #define K_TMA_LOAD_2D(dst, map, c0, c1, bar) k_tma_load_2d(dst, map, c0, c1, bar)
+#define K_TMA_LOAD_IM2COL_4D(dst, map, c, w, h, n, offw, offh, bar)                                              \
+    k_tma_load_im2col_4d(dst, map, c, w, h, n, offw, offh, bar)
 // wgmma m64n256k16, 128 fp32 accumulators a thread in PTX's D layout (wt_gemm's 128x256
 // tile, k_cuda_tc_tma.cuh); TA / TB the imm-trans-a / -b immediates (1: M / N-major).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -147,6 +184,31 @@ static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long 
                      CU_TENSOR_MAP_INTERLEAVE_NONE, s, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     *why = r ? "cuTensorMapEncodeTiled refused the map" : NULL;
+    return r ? -1 : 0;
+}
+// cuTensorMapEncodeIm2col through the runtime's driver entry point, the map I2C_DIMS
+// describes: 0, or -1 with why.
+static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, int W, int C, int R, int S, int st,
+                                       int pad, unsigned cpp, unsigned ppc, int swz, const char **why)
+{
+    static PFN_cuTensorMapEncodeIm2col_v12000 enc;
+    if (!enc) {
+        cudaDriverEntryPointQueryResult q;
+        void *f = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000, cudaEnableDefault, &q) ||
+            q != cudaDriverEntryPointSuccess || !f) {
+            *why = "the driver has no cuTensorMapEncodeIm2col";
+            return -1;
+        }
+        enc = (PFN_cuTensorMapEncodeIm2col_v12000)f;
+    }
+    I2C_DIMS(cuuint64_t, cuuint32_t, N, H, W, C, R, S, st, pad);
+    CUtensorMapSwizzle s = swz == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : swz == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                           : swz == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
+    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)x, dims, strides, lo, hi, cpp, ppc, es,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, s, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    *why = r ? "cuTensorMapEncodeIm2col refused the map" : NULL;
     return r ? -1 : 0;
 }
 #endif

@@ -134,6 +134,15 @@ struct tensormap { alignas(16) unsigned long long opaque[16]; }; // CUtensorMap'
 const char *tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, const void *gaddr,
                              const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
                              const unsigned *elem_strides, int swizzle_bytes);
+// cuTensorMapEncodeIm2col with the driver's documented checks that matter here: rank 4
+// (dims {C, W, H, N}), 16-bit elements, corners {w, h} in [-128, 127] with a non-empty
+// bounding box, channelsPerPixel <= 256 (its bytes a multiple of 16, as wide as the
+// swizzle), pixelsPerColumn <= 1024, element strides 1..8 (the traversal's in w and h;
+// 1 in c and n): NULL, or why not.
+const char *tensormap_encode_im2col(tensormap *m, int elem_bytes, unsigned rank, const void *gaddr,
+                                    const unsigned long long *dims, const unsigned long long *strides,
+                                    const int *lower, const int *upper, unsigned channels_per_pixel,
+                                    unsigned pixels_per_column, const unsigned *elem_strides, int swizzle_bytes);
 void mbar_init(const char *file, int line, void *bar, unsigned count);
 // mbarrier.arrive (tx_bytes 0) or arrive.expect_tx: the phase's state (its index).
 unsigned long long mbar_arrive(const char *file, int line, void *bar, unsigned count, unsigned tx_bytes);
@@ -141,6 +150,9 @@ void mbar_expect_tx(const char *file, int line, void *bar, unsigned tx_bytes);
 // try_wait.parity in a loop: returns once the phase of that parity has completed.
 void mbar_wait(const char *file, int line, void *bar, unsigned parity);
 void tma_load_2d(const char *file, int line, void *dst, const tensormap *m, int c0, int c1, void *bar);
+// cp.async.bulk.tensor.4d.im2col: coordinates {c, w, h, n}, offsets {w, h} (the filter tap).
+void tma_load_im2col_4d(const char *file, int line, void *dst, const tensormap *m, int c, int w, int h, int n,
+                        unsigned short offw, unsigned short offh, void *bar);
 // The running launch's dynamic shared memory (extern __shared__): 1 KiB aligned, NaN
 // before every block, as much as the launch asked for (cudaFuncSetAttribute past 48 KiB).
 void *dyn_shared();

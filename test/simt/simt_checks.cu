@@ -451,6 +451,7 @@ static void result(const float *d, int n)
 }
 
 #include "test/simt/simt_checks_tma.cuh"
+#include "test/simt/simt_checks_i2c.cuh"
 
 int main(int argc, char **argv)
 {
@@ -665,6 +666,10 @@ int main(int argc, char **argv)
         int o[64 * 11];
         if (cudaMemcpy(o, d, sizeof o, cudaMemcpyDeviceToHost)) return 1;
         return check_intrinsics(o, 64);
+    } else if (!strncmp(c, "i2c_", 4)) {
+        if (!i2c_cases(c, d)) return 0;
+        fprintf(stderr, "t-simt-checks: unknown case '%s'\n", c);
+        return 2;
     } else if (!strncmp(c, "tma_", 4) || !strncmp(c, "mbar_", 5) || !strcmp(c, "dyn_shared") ||
                !strncmp(c, "setmaxnreg_", 11)) {
         if (!(strncmp(c, "setmaxnreg_", 11) ? tma_cases(c, d) : setmaxnreg_cases(c, d))) return 0;

@@ -1,6 +1,8 @@
 // The SIMT executor's TMA and mbarrier (sm_90, see simt.h): mbarrier.init / arrive /
 // arrive.expect_tx / expect_tx / try_wait.parity, the tensor map (cuTensorMapEncodeTiled's
-// checks) and cp.async.bulk.tensor.2d global -> shared with mbarrier::complete_tx::bytes.
+// checks) and cp.async.bulk.tensor.2d global -> shared with mbarrier::complete_tx::bytes;
+// the im2col map (cuTensorMapEncodeIm2col's checks, rank 4: NHWC) and its
+// cp.async.bulk.tensor.4d...im2col copy (a column of conv pixels, one filter tap).
 //
 // An mbarrier's phase completes when its pending arrivals and its transaction bytes are
 // both zero; the next phase then starts with the init count. A TMA copy reads its box
@@ -52,6 +54,17 @@ struct map_rec { // what tensormap's opaque bytes hold here
     unsigned box0, box1, esize, swz;
 };
 static_assert(sizeof(map_rec) <= sizeof(simt::tensormap), "tensor map record");
+// An im2col map (cuTensorMapEncodeIm2col, rank 4: dims {C, W, H, N}): the bounding box of
+// the traversal's start pixels is [lo, dim - 1 + hi] in w and h, walked est apart.
+const unsigned long long I2C_MAGIC = 0x494d32434f4c4d50ULL;
+struct i2c_rec {
+    unsigned long long magic;
+    const char *g;
+    unsigned long long dim[4], stride[3]; // stride[i]: bytes between steps of dim i + 1
+    int lo[2], hi[2];                     // {w, h}
+    unsigned est[2], cpp, ppc, esize, swz; // est: the traversal strides {w, h}
+};
+static_assert(sizeof(i2c_rec) <= sizeof(simt::tensormap), "im2col tensor map record");
 
 struct mbar {
     unsigned count, pending, phase; // phase: how many have completed
@@ -169,6 +182,48 @@ const char *simt::tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, 
     return NULL;
 }
 
+const char *simt::tensormap_encode_im2col(tensormap *m, int elem_bytes, unsigned rank, const void *gaddr,
+                                          const unsigned long long *dims, const unsigned long long *strides,
+                                          const int *lower, const int *upper, unsigned channels_per_pixel,
+                                          unsigned pixels_per_column, const unsigned *elem_strides, int swz)
+{
+    if (rank != 4) return "rank is not 4 (the executor emulates 2-D convs' NHWC maps)";
+    if (elem_bytes != 2) return "the element type is not 16-bit (bf16 / f16)";
+    if ((uintptr_t)gaddr % 16) return "the global address is not 16-byte aligned";
+    for (int i = 0; i < 4; i++)
+        if (!dims[i] || dims[i] > (1ull << 32)) return "a global dimension is 0 or over 2^32";
+    for (int i = 0; i < 3; i++)
+        if (strides[i] % 16 || strides[i] >= (1ull << 40)) return "a global stride is not a multiple of 16 under 2^40";
+    if (strides[0] < dims[0] * (unsigned long long)elem_bytes) return "the global stride is shorter than a pixel";
+    if (strides[1] < strides[0] * dims[1] || strides[2] < strides[1] * dims[2])
+        return "a global stride is shorter than the dimension below it (overlapping pixels: not emulated)";
+    for (int i = 0; i < 2; i++) {
+        if (lower[i] < -128 || lower[i] > 127 || upper[i] < -128 || upper[i] > 127)
+            return "a pixel box corner is outside [-128, 127] (rank 4)";
+        if ((long long)dims[i + 1] - 1 + upper[i] < lower[i]) return "the pixel bounding box has no area";
+    }
+    if (!channels_per_pixel || channels_per_pixel > 256) return "channelsPerPixel is 0 or over 256";
+    if (!pixels_per_column || pixels_per_column > 1024) return "pixelsPerColumn is 0 or over 1024";
+    for (int i = 0; i < 4; i++)
+        if (!elem_strides[i] || elem_strides[i] > 8) return "an element stride is 0 or over 8";
+    if (elem_strides[0] != 1 || elem_strides[3] != 1) return "element strides in c or n other than 1 (not emulated)";
+    if (swz != 0 && swz != 32 && swz != 64 && swz != 128) return "the swizzle is not none, 32, 64 or 128 bytes";
+    unsigned inner = channels_per_pixel * (unsigned)elem_bytes;
+    if (inner % 16) return "channelsPerPixel's bytes are not a multiple of 16";
+    if (swz && inner > (unsigned)swz) return "channelsPerPixel's bytes are wider than the swizzle";
+    if (swz && inner != (unsigned)swz) return "a pixel narrower than its swizzle (not emulated)";
+    i2c_rec r;
+    memset(&r, 0, sizeof r);
+    r.magic = I2C_MAGIC, r.g = (const char *)gaddr;
+    for (int i = 0; i < 4; i++) r.dim[i] = dims[i];
+    for (int i = 0; i < 3; i++) r.stride[i] = strides[i];
+    for (int i = 0; i < 2; i++) r.lo[i] = lower[i], r.hi[i] = upper[i], r.est[i] = elem_strides[i + 1];
+    r.cpp = channels_per_pixel, r.ppc = pixels_per_column, r.esize = (unsigned)elem_bytes, r.swz = (unsigned)swz;
+    memset(m, 0, sizeof *m);
+    memcpy(m, &r, sizeof r);
+    return NULL;
+}
+
 void simt::mbar_init(const char *file, int line, void *bar, unsigned count)
 {
     tma_hide hide;
@@ -276,32 +331,28 @@ void simt::tma_block_start(int nthr)
     block_threads = nthr;
 }
 
-void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *map, int c0, int c1, void *bar)
+// The checks every TMA copy passes: a map encoded in the mode op uses, the destination
+// (aligned to swz's pattern, in shared memory, over no pending or unwaited copy) and the
+// barrier: the barrier, or NULL (the thread failed).
+static mbar *tma_begin(const char *op, const char *file, int line, int t, void *dst, size_t bytes, unsigned swz,
+                       void *bar)
 {
-    tma_hide hide;
-    const char *op = "cp.async.bulk.tensor.2d";
-    int t = calling_thread(op, file, line);
     char b[480];
-    map_rec r;
-    memcpy(&r, map, sizeof r);
-    if (r.magic != MAP_MAGIC) {
-        snprintf(b, sizeof b, "%s at %s:%d: the tensor map was not encoded (cuTensorMapEncodeTiled)", op,
-                 base_name(file), line);
-        return thread_fail(b);
-    }
-    size_t row = (size_t)r.box0 * r.esize, bytes = row * r.box1, align = r.swz ? 8 * (size_t)r.swz : 128;
+    size_t align = swz ? 8 * (size_t)swz : 128;
     if ((uintptr_t)dst % align) {
         snprintf(b, sizeof b, "%s at %s:%d: destination %p is not %zu-byte aligned (%s)", op, base_name(file), line,
-                 dst, align, r.swz ? "the swizzle's 8-row pattern" : "TMA's minimum");
-        return thread_fail(b);
+                 dst, align, swz ? "the swizzle's 8-row pattern" : "TMA's minimum");
+        simt::thread_fail(b);
+        return NULL;
     }
     if (!in_shared(dst, bytes)) {
         snprintf(b, sizeof b, "%s at %s:%d: destination %p (%zu bytes) is outside the kernel's shared memory", op,
                  base_name(file), line, dst, bytes);
-        return thread_fail(b);
+        simt::thread_fail(b);
+        return NULL;
     }
     mbar *m = use(bar, t, op, file, line);
-    if (!m) return;
+    if (!m) return NULL;
     uintptr_t d = (uintptr_t)dst;
     for (uintptr_t g = d >> 4; g < (d + bytes) >> 4; g++) {
         auto it = tgran.find(g);
@@ -312,9 +363,54 @@ void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *m
         if (bad) {
             snprintf(b, sizeof b, "%s at %s:%d: writes shared bytes of %s (%s:%d, thread %d, %s phase %u)", op,
                      base_name(file), line, bad, base_name(o.file), o.line, o.thr, bar_name(o.bar).c_str(), o.phase);
-            return thread_fail(b);
+            simt::thread_fail(b);
+            return NULL;
         }
     }
+    return m;
+}
+
+// The copy c (its image filled) issued on m's current phase: the destination NaN until
+// the phase completes, its bytes counted at once (complete_tx).
+static void tma_commit(tcopy &c, mbar *m)
+{
+    const size_t bytes = c.img.size();
+    uintptr_t d = (uintptr_t)c.dst;
+    memset(c.dst, 0xff, bytes); // NaN until the phase completes
+    simt::async_proxy_wrote(c.dst, bytes);
+    tcopies.push_back(std::move(c));
+    int idx = (int)tcopies.size() - 1;
+    for (uintptr_t g = d >> 4; g < (d + bytes) >> 4; g++) tgran[g] = idx;
+    m->open.push_back(idx);
+    m->tx -= (long long)bytes;
+    tma_issued++;
+    maybe_complete(*m);
+}
+
+// Byte x of box row y at its address in the swz-byte swizzle (0: none), from the box's start.
+static size_t swz_off(uintptr_t d, size_t row, unsigned y, size_t x, unsigned swz)
+{
+    uintptr_t a = d + y * row + x;
+    if (swz) a ^= ((a >> 7) & (swz / 16 - 1)) << 4;
+    return a - d;
+}
+
+void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *map, int c0, int c1, void *bar)
+{
+    tma_hide hide;
+    const char *op = "cp.async.bulk.tensor.2d";
+    int t = calling_thread(op, file, line);
+    char b[480];
+    map_rec r;
+    memcpy(&r, map, sizeof r);
+    if (r.magic != MAP_MAGIC) {
+        snprintf(b, sizeof b, "%s at %s:%d: the tensor map was not encoded (cuTensorMapEncodeTiled)%s", op,
+                 base_name(file), line, r.magic == I2C_MAGIC ? ": an im2col map in tile mode" : "");
+        return thread_fail(b);
+    }
+    size_t row = (size_t)r.box0 * r.esize, bytes = row * r.box1;
+    mbar *m = tma_begin(op, file, line, t, dst, bytes, r.swz, bar);
+    if (!m) return;
     tcopy c;
     c.dst = (char *)dst, c.bar = (uintptr_t)bar, c.phase = m->phase, c.seen_round = UINT_MAX, c.done = 0, c.thr = t;
     c.file = file, c.line = line;
@@ -327,26 +423,79 @@ void simt::tma_load_2d(const char *file, int line, void *dst, const tensormap *m
         if (lo >= hi) continue;
         const char *src = r.g + (size_t)gy * r.stride1 + (size_t)((long long)c0 + lo) * r.esize;
         size_t n = (size_t)(hi - lo) * r.esize;
-        if (mem_kind(src, n) != 1) {
+        if (simt::mem_kind(src, n) != 1) {
             snprintf(b, sizeof b, "%s at %s:%d: box row %u reads %p (%zu bytes), not device memory", op,
                      base_name(file), line, y, (const void *)src, n);
             return thread_fail(b);
         }
-        for (long long x = lo; x < hi; x++) { // element x of box row y, at its swizzled address
-            uintptr_t a = d + y * row + (size_t)x * r.esize;
-            if (r.swz) a ^= ((a >> 7) & (r.swz / 16 - 1)) << 4;
-            memcpy(&c.img[a - d], src + (size_t)(x - lo) * r.esize, r.esize);
+        for (long long x = lo; x < hi; x++) // element x of box row y, at its swizzled address
+            memcpy(&c.img[swz_off((uintptr_t)dst, row, y, (size_t)x * r.esize, r.swz)],
+                   src + (size_t)(x - lo) * r.esize, r.esize);
+    }
+    tma_commit(c, m);
+}
+
+// im2col: pixels_per_column pixels from the start pixel (w, h, n), w fastest, est apart,
+// wrapping within the bounding box (w to lo past dim - 1 + hi, then h, then n on); each
+// read at (w + offw, h + offh, n), its channels [c, c + cpp): zero outside the tensor.
+void simt::tma_load_im2col_4d(const char *file, int line, void *dst, const tensormap *map, int c, int w, int h, int n,
+                              unsigned short offw, unsigned short offh, void *bar)
+{
+    tma_hide hide;
+    const char *op = "cp.async.bulk.tensor.4d.im2col";
+    int t = calling_thread(op, file, line);
+    char b[480];
+    i2c_rec r;
+    memcpy(&r, map, sizeof r);
+    if (r.magic != I2C_MAGIC) {
+        snprintf(b, sizeof b, "%s at %s:%d: the tensor map was not encoded (cuTensorMapEncodeIm2col)%s", op,
+                 base_name(file), line, r.magic == MAP_MAGIC ? ": a tiled map in im2col mode" : "");
+        return thread_fail(b);
+    }
+    const long long wlo = r.lo[0], whi = (long long)r.dim[1] - 1 + r.hi[0], hlo = r.lo[1],
+                    hhi = (long long)r.dim[2] - 1 + r.hi[1];
+    // A start off the traversal's lattice or outside the box walks pixels no conv meant
+    // (a wrong coordinate order, say): the hardware's result there is not emulated.
+    if (w < wlo || w > whi || h < hlo || h > hhi || (w - wlo) % r.est[0] || (h - hlo) % r.est[1]) {
+        snprintf(b, sizeof b, "%s at %s:%d: start pixel (w %d, h %d) is not on the bounding box's traversal (w %lld..%lld "
+                 "step %u, h %lld..%lld step %u)", op, base_name(file), line, w, h, wlo, whi, r.est[0], hlo, hhi,
+                 r.est[1]);
+        return thread_fail(b);
+    }
+    size_t row = (size_t)r.cpp * r.esize, bytes = row * r.ppc;
+    mbar *m = tma_begin(op, file, line, t, dst, bytes, r.swz, bar);
+    if (!m) return;
+    tcopy cp;
+    cp.dst = (char *)dst, cp.bar = (uintptr_t)bar, cp.phase = m->phase, cp.seen_round = UINT_MAX, cp.done = 0, cp.thr = t;
+    cp.file = file, cp.line = line;
+    cp.img.assign(bytes, 0);
+    long long cw = w, ch = h, cn = n;
+    for (unsigned y = 0; y < r.ppc; y++) {
+        long long pw = cw + offw, ph = ch + offh;
+        if (pw >= 0 && pw < (long long)r.dim[1] && ph >= 0 && ph < (long long)r.dim[2] && cn >= 0 &&
+            cn < (long long)r.dim[3]) {
+            long long lo = c < 0 ? -(long long)c : 0, hi = (long long)r.dim[0] - c;
+            if (hi > (long long)r.cpp) hi = r.cpp;
+            if (lo < hi) {
+                const char *src = r.g + (size_t)cn * r.stride[2] + (size_t)ph * r.stride[1] + (size_t)pw * r.stride[0] +
+                                  (size_t)((long long)c + lo) * r.esize;
+                size_t nb = (size_t)(hi - lo) * r.esize;
+                if (mem_kind(src, nb) != 1) {
+                    snprintf(b, sizeof b, "%s at %s:%d: pixel %u reads %p (%zu bytes), not device memory", op,
+                             base_name(file), line, y, (const void *)src, nb);
+                    return thread_fail(b);
+                }
+                for (long long x = lo; x < hi; x++)
+                    memcpy(&cp.img[swz_off((uintptr_t)dst, row, y, (size_t)x * r.esize, r.swz)],
+                           src + (size_t)(x - lo) * r.esize, r.esize);
+            }
+        }
+        if ((cw += r.est[0]) > whi) {
+            cw = wlo;
+            if ((ch += r.est[1]) > hhi) ch = hlo, cn++;
         }
     }
-    memset(dst, 0xff, bytes); // NaN until the phase completes
-    simt::async_proxy_wrote(dst, bytes);
-    tcopies.push_back(std::move(c));
-    int idx = (int)tcopies.size() - 1;
-    for (uintptr_t g = d >> 4; g < (d + bytes) >> 4; g++) tgran[g] = idx;
-    m->open.push_back(idx);
-    m->tx -= (long long)bytes; // complete_tx: the bytes are counted as they are issued
-    tma_issued++;
-    maybe_complete(*m);
+    tma_commit(cp, m);
 }
 
 int simt::tma_read_check(const void *p, size_t n, int first, int count, const char *op, char *why, size_t len)

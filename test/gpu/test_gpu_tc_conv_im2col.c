@@ -1,0 +1,140 @@
+/* Convs other than 1x1 stride-1 unpadded ones on TMA's im2col mode (k_cuda_conv.cu's
+ * conv_fwd_i2c: A the im2col boxes of NHWC 16-bit x, B the weights, on wt_gemm): y
+ * bitwise equal to the geometry loaders' (k_cuda_conv2d_set_im2col(0)) on the same path,
+ * bf16 and f16, 3x3 stride 1 and 2 with padding and ResNet's 1x1 stride-2 downsample,
+ * output pixels not a multiple of 128 (the last tile's pixels past the batch are TMA's
+ * zero fill), split over k and not, wt_gemm's 128 x 128 and 128 x 256 tiles. On the
+ * executor the TMA copies are counted: exactly the im2col product's boxes, none with the
+ * switch off, none where the conv must fall back (C % 64 != 0) or TMA is off. */
+#include "test/gpu/g.h"
+#include "ports/cuda/port_cuda.h"
+#include <limits.h>
+
+int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
+int k_cuda_tma_set_fill(int tiles);    /* kernels/cuda/k_cuda_tc_tma.cuh */
+#if DDPRT_SIMT
+unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
+#endif
+
+static unsigned long long i2c_tma_now(void)
+{
+#if DDPRT_SIMT
+    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
+    return simt_tma_count();
+#else
+    return 0;
+#endif
+}
+
+/* The im2col product's TMA boxes: M = n p q pixels x N = k channels x K = r s c, two boxes
+ * (A's im2col, B's weights) a 64-deep stage and tile; split as the geometry product
+ * (K x NPQ) splits (k_cuda_gemm_splits), then on 128 x 128 tiles; else bn wide. */
+static unsigned long long i2c_boxes(const k_conv_shape *sh, int bn)
+{
+    long long M = (long long)sh->n * sh->p * sh->q, N = sh->k, K = (long long)sh->r * sh->s * sh->c;
+    int t = N >= 128 && M >= 128 ? 128 : 64;
+    long long tiles = ((N + t - 1) / t) * ((M + t - 1) / t), sp = (t == 128 ? 264 : 528) / tiles, maxk = K / 128;
+    sp = sp < maxk ? sp : maxk;
+    sp = sp < 1 ? 1 : sp > 128 ? 128 : sp;
+    if (sp > 1) bn = 128;
+    return 2ull * (unsigned long long)((M + 127) / 128) * (unsigned long long)((N + bn - 1) / bn) *
+           (unsigned long long)(K / 64);
+}
+
+/* d: n c h w k r s stride pad; tma: the path (1 wt_gemm's TMA, 0 wg_gemm); nhwc: x 16-bit
+ * channels last with the weight block (the device graph's --amp), else fp32 NCHW; bn:
+ * wt_gemm's tile N (256: k_cuda_tma_set_fill(1)); want: TMA boxes expected (-1: the
+ * im2col product's, i2c_boxes). */
+static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long want)
+{
+    k_conv_shape sh = {.n = d[0], .c = d[1], .h = d[2], .w = d[3], .k = d[4], .r = d[5], .s = d[6], .stride = d[7],
+                       .pad = d[8]};
+    k_conv_shape_init(&sh);
+    size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
+    size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
+    float *hx = g_rand(nx, 41), *hw = g_rand(nw, 42), *hb = g_rand(sh.k, 43);
+    float *w = g_up(hw, nw * 4), *b = g_up(hb, (size_t)sh.k * 4), *y = g_dev(ny * 4);
+    int mm = t;
+    void *x;
+    uint16_t *blk = NULL;
+    if (nhwc) { /* the values as [n, h, w, c] 16-bit */
+        uint16_t *h16 = malloc(nx * 2);
+        for (size_t i = 0; i < nx; i++) h16[i] = g_to16(t, hx[i]);
+        x = g_up(h16, nx * 2);
+        free(h16);
+        blk = g_dev(k_cuda_conv2d_w16_elems(t, &sh) * 2);
+        g_need(k_cuda_conv2d_w16_prep(t, &sh, w, blk, NULL) == 0, "prep");
+        mm |= K_CUDA_MM_XNHWC | K_CUDA_MM_YNHWC | K_CUDA_MM_X16 | K_CUDA_MM_W16P;
+    } else {
+        x = g_up(hx, nx * 4);
+    }
+    void *ws = g_dev(k_cuda_conv2d_workspace_mm(mm, &sh) + 16);
+    char why[300];
+    setenv("DDPRT_WGMMA", "1", 1);
+    setenv("DDPRT_TMA", tma ? "1" : "0", 1);
+    CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_tma_on() == tma, "%s", why);
+    int fill = k_cuda_tma_set_fill(bn == 256 ? 1 : INT_MAX);
+    float *o[2];
+    unsigned long long got[2];
+    for (int on = 0; on < 2; on++) { /* the geometry loaders first: the reference */
+        int was = k_cuda_conv2d_set_im2col(on);
+        unsigned long long t0 = i2c_tma_now();
+        g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, w, blk, b, y, ws, NULL) == 0 && port_dev_sync("conv im2col") == 0,
+               "conv");
+        got[on] = i2c_tma_now() - t0;
+        o[on] = g_result(y, ny);
+        k_cuda_conv2d_set_im2col(was);
+    }
+    size_t bad = g_ndiff(o[1], o[0], ny, 4);
+    CHECKF(bad == 0, "%s n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d (x %s, tma %d, bn %d): y differs from the geometry "
+           "path's in %zu of %zu", g_tn(t), sh.n, sh.c, sh.h, sh.w, sh.k, sh.r, sh.s, sh.stride, sh.pad,
+           nhwc ? "NHWC 16-bit" : "NCHW fp32", tma, bn, bad, ny);
+#if DDPRT_SIMT
+    unsigned long long w1 = want < 0 ? i2c_boxes(&sh, bn) : (unsigned long long)want;
+    CHECKF(got[0] == 0 && got[1] == w1, "%s n=%d c=%d k=%d %dx%d st=%d pad=%d: %llu TMA copies (im2col off), %llu on, "
+           "expected 0 and %llu", g_tn(t), sh.n, sh.c, sh.k, sh.r, sh.s, sh.stride, sh.pad, got[0], got[1], w1);
+#else
+    (void)got, (void)want;
+#endif
+    k_cuda_tma_set_fill(fill);
+    unsetenv("DDPRT_TMA");
+    g_wgmma_off();
+    free(o[0]), free(o[1]);
+    port_dev_free(x), port_dev_free(w), port_dev_free(b), port_dev_free(y), port_dev_free(ws);
+    if (blk) port_dev_free(blk);
+    free(hx), free(hw), free(hb);
+}
+
+/* 3x3 stride 1 pad 1: 162 output pixels (two tiles, the second mostly past the batch),
+ * k = 128 (the geometry's 128 tiles, wg_gemm), split over k in three. */
+TEST(gpu_tc_conv_im2col_3x3_bitwise)
+{
+    if (!g_sm90()) return;
+    static const int d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
+    i2c_case(K_CUDA_MM_BF16, d, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_F16, d, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_BF16, d, 1, 0, 128, -1); /* fp32 NCHW x: the call's own NHWC copy */
+}
+
+/* 3x3 stride 2 pad 1 (72 pixels, k = 64: the geometry's 64 tiles on mma.sync's kernel,
+ * split over k) and ResNet's 1x1 stride-2 downsample (unsplit; 128 x 128 and 128 x 256
+ * tiles), c = 128: two 64-channel chunks a tap. */
+TEST(gpu_tc_conv_im2col_strided_bitwise)
+{
+    if (!g_sm90()) return;
+    static const int s2[9] = {2, 64, 11, 11, 64, 3, 3, 2, 1}, ds[9] = {2, 128, 10, 10, 128, 1, 1, 2, 0};
+    i2c_case(K_CUDA_MM_BF16, s2, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_F16, s2, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_BF16, ds, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_F16, ds, 1, 1, 256, -1);
+}
+
+/* Convs that must fall back to the geometry loaders: c = 48 (not in 64s), and TMA off
+ * (wg_gemm): no TMA copies, the same bits. */
+TEST(gpu_tc_conv_im2col_falls_back)
+{
+    if (!g_sm90()) return;
+    static const int c48[9] = {2, 48, 9, 9, 128, 3, 3, 1, 1}, d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
+    i2c_case(K_CUDA_MM_BF16, c48, 1, 1, 128, 0);
+    i2c_case(K_CUDA_MM_BF16, d, 0, 1, 128, 0);
+}

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "kernels/cuda/k_cuda_probe.h"
+int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
 int k_cuda_tma_set_fill(int tiles); /* kernels/cuda/k_cuda_tc_tma.cuh */
 #if DDPRT_SIMT
 unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
@@ -231,7 +232,7 @@ static void bneck_train(const char *path, int plain, double *l, unsigned long lo
     gm_model m;
     g_need(bneck_build(&m, path, in, B) == 0, "build");
     char err[512];
-    int was = k_cuda_conv2d_set_1x1(plain);
+    int was = k_cuda_conv2d_set_1x1(plain), wi = k_cuda_conv2d_set_im2col(0); /* the 3x3s' TMA: its own test */
     nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
     g_need(cu && nn_cuda_setup(cu, &m.g, 0, 0, err, sizeof err) == 0 && nn_cuda_upload(cu, m.mom) == 0, err);
     int k, all;
@@ -248,6 +249,7 @@ static void bneck_train(const char *path, int plain, double *l, unsigned long lo
     *tma = tma_now() - t0;
     nn_cuda_close(cu);
     k_cuda_conv2d_set_1x1(was);
+    k_cuda_conv2d_set_im2col(wi);
     gm_drop(&m);
 }
 

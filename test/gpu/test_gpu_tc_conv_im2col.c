@@ -5,10 +5,16 @@
  * output pixels not a multiple of 128 (the last tile's pixels past the batch are TMA's
  * zero fill), split over k and not, wt_gemm's 128 x 128 and 128 x 256 tiles. On the
  * executor the TMA copies are counted: exactly the im2col product's boxes, none with the
- * switch off, none where the conv must fall back (C % 64 != 0) or TMA is off. */
+ * switch off, none where the conv must fall back (C % 64 != 0) or TMA is off. And the
+ * device graph: ResNet-18's basic blocks train to the same losses either way. */
 #include "test/gpu/g.h"
+#include "nn/graph_cuda.h"
+#include "nn/models/models.h"
 #include "ports/cuda/port_cuda.h"
+#include "test/gpu/gpu_models.h"
+#include "test/t_data.h"
 #include <limits.h>
+#include <math.h>
 
 int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
 int k_cuda_tma_set_fill(int tiles);    /* kernels/cuda/k_cuda_tc_tma.cuh */
@@ -137,4 +143,90 @@ TEST(gpu_tc_conv_im2col_falls_back)
     static const int c48[9] = {2, 48, 9, 9, 128, 3, 3, 1, 1}, d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
     i2c_case(K_CUDA_MM_BF16, c48, 1, 1, 128, 0);
     i2c_case(K_CUDA_MM_BF16, d, 0, 1, 128, 0);
+}
+
+/* ---- the device graph: ResNet-18's basic blocks (3x3 stride 1, 3x3 stride 2 and the
+ * 1x1 stride-2 downsample, c = 64 and 128) trained with --amp bf16, 16-bit channels-last
+ * activations and the weights' blocks, as the trainer sets them: the same losses bit for
+ * bit with the im2col convs on and off, and TMA copies only with them on. */
+static const char basic_net[] = "[conv2d] name=conv1 filters=64 size=3 pad=1 bias=0 init=kaiming\n"
+                                "[batchnorm] name=bn1\n[relu]\n"
+                                "[basic_block] name=layer1.0 filters=64 stride=1\n"
+                                "[basic_block] name=layer2.0 filters=128 stride=2\n"
+                                "[avgpool]\n[flatten]\n[linear] name=fc out=classes\n";
+
+/* gm_build's model with the trainer's --amp bf16 settings before each plan. */
+static int basic_build(gm_model *m, const char *path, nn_shape in, int B)
+{
+    nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
+    nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
+    nn_buf *b = calloc(NN_MAX_BUFS, sizeof *b);
+    nn_model_cfg mc = {.file = path, .in = in, .num_classes = 10};
+    char err[256];
+    rt_arena plan;
+    rt_arena_plan(&plan, "model");
+    for (int pass = 0; pass < 2; pass++) {
+        if (nn_model_build(&m->g, nodes, p, b, &mc, err, sizeof err)) break;
+        m->g.amp = NN_AMP_BF16, m->g.act16 = 1, m->g.channels_last = 1, m->g.mem_budget = (size_t)1 << 34;
+        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, B, err, sizeof err)) break;
+        if (!pass && rt_arena_init(&m->a, "model", plan.high + (size_t)m->g.nparams * 4 + 4096)) break;
+        if (!pass) continue;
+        m->mom = rt_arena_alloc(&m->a, m->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+        nn_graph_init(&m->g, 42);
+        memset(m->mom, 0, m->g.nparams * sizeof(float));
+        memset(m->g.grads, 0, m->g.nparams * sizeof(float));
+        return 0;
+    }
+    printf("FAIL %s: build: %s\n", path, err);
+    return -1;
+}
+
+/* Three steps on the device; the losses in l, TMA copies in *tma (executor). */
+static void basic_train(const char *path, int on, double *l, unsigned long long *tma)
+{
+    enum { B = 2 };
+    nn_shape in = {3, 8, 8, 0};
+    gm_model m;
+    g_need(basic_build(&m, path, in, B) == 0, "build");
+    char err[512];
+    int was = k_cuda_conv2d_set_im2col(on);
+    nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
+    g_need(cu && nn_cuda_setup(cu, &m.g, 0, 0, err, sizeof err) == 0 && nn_cuda_upload(cu, m.mom) == 0, err);
+    float x[B * 3 * 8 * 8];
+    int32_t y[B];
+    k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    unsigned long long t0 = i2c_tma_now();
+    for (int step = 0; step < 3; step++) {
+        gm_fill(x, y, B, in, 10, 0, 7 + step);
+        l[step] = nn_cuda_step(cu, x, y, B, &sgd, 1000 + step, step, 0);
+    }
+    *tma = i2c_tma_now() - t0;
+    nn_cuda_close(cu);
+    k_cuda_conv2d_set_im2col(was);
+    gm_drop(&m);
+}
+
+TEST(gpu_tc_conv_im2col_basic_blocks_train_bitwise)
+{
+    if (!g_sm90()) return;
+    static char path[600];
+    const char *dir = t_tmpdir("gpui2c");
+    t_write_file(dir, "basic.cfg", basic_net, sizeof basic_net - 1, 0);
+    snprintf(path, sizeof path, "%s/basic.cfg", dir);
+    setenv("DDPRT_WGMMA", "1", 1);
+    setenv("DDPRT_TMA", "1", 1);
+    double on[3], off[3];
+    unsigned long long ton, toff;
+    basic_train(path, 1, on, &ton);
+    basic_train(path, 0, off, &toff);
+    unsetenv("DDPRT_TMA");
+    g_wgmma_off();
+    for (int i = 0; i < 3; i++)
+        CHECKF(memcmp(&on[i], &off[i], sizeof on[i]) == 0 && isfinite(on[i]),
+               "step %d: loss %.17g with the im2col convs, %.17g without", i, on[i], off[i]);
+#if DDPRT_SIMT
+    CHECKF(ton > 0 && toff == 0, "TMA copies: %llu with the im2col convs, %llu without", ton, toff);
+#else
+    (void)ton, (void)toff;
+#endif
 }

@@ -348,47 +348,61 @@ static bool plain_1x1(const Geo &g)
 // weights' RSC rows) and its split over k (counted in its orientation, K x NPQ), so the
 // same sums: the same bits on the executor, whose wgmma and mma.sync (the geometry's 64
 // tiles: K = 64) both round once per k16. The stem (C = 3) and C % 64 != 0 stay on the
-// geometry loaders. k_cuda_conv2d_set_im2col(0): off (the tests' reference).
+// geometry loaders. The input grad of a stride-1 square conv with K % 64 == 0 alike: a
+// conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip).
+// k_cuda_conv2d_set_im2col(0): off (the tests' reference).
 static int im2col_on = 1;
-static bool im2col_fits(const Geo &g)
+static bool corners_ok(int R, int S, int pad) // the map's corners (rank 4)
+{
+    return pad >= 0 && pad <= 128 && pad - (R - 1) >= -128 && pad - (S - 1) >= -128;
+}
+static bool im2col_fwd_fits(const Geo &g)
 {
     return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.C % 64 == 0 && !plain_1x1(g) && g.st <= 8 &&
-           g.pad <= 128 && g.pad - (g.R - 1) >= -128 && g.pad - (g.S - 1) >= -128; // the map's corners (rank 4)
+           corners_ok(g.R, g.S, g.pad);
 }
-// The turned product's (pixel, channel) to the forward's store (channel, pixel).
+static bool im2col_dx_fits(const Geo &g)
+{
+    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.K % 64 == 0 && !plain_1x1(g) && g.st == 1 &&
+           g.R == g.S && g.pad <= g.R - 1 && corners_ok(g.R, g.S, g.R - 1 - g.pad);
+}
+// The turned product's (pixel, channel) to the geometry's store (channel, pixel).
 template <class ST> struct SwapStore {
     ST st;
     __host__ __device__ void operator()(int z, int m, int n, float v) const { st(z, n, m, v); }
 };
-template <int TY, class ST>
-static int i2c_launch(const Geo &g, const unsigned short *x, const TcRawK &w, const ST &st, cudaStream_t s,
-                      int kchunk)
+// An im2col product: x [n][h][w][c] walked by an r x s conv (stride st, padding pad) to p
+// x q outputs, N weight rows (w, ld apart), flip as WtI2c's.
+struct I2cConv {
+    int n, h, w, c, r, s, st, pad, p, q, flip, N;
+    const unsigned short *x, *wt;
+    int ld;
+};
+template <int TY, class ST> static int i2c_launch(const I2cConv &v, const ST &st, cudaStream_t s, int kchunk)
 {
     const char *why;
-    return wt_launch_i2c<TY>(x, g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, g.K, w.p, w.ld, st, s, &why,
-                             kchunk);
+    return wt_launch_i2c<TY>(v.x, v.n, v.h, v.w, v.c, v.r, v.s, v.st, v.pad, v.p, v.q, v.flip, v.N, v.wt, v.ld, st, s,
+                             &why, kchunk);
 }
-// 0 done, -1 failed, 1 not taken (the geometry path then: no fit, TMA off, maps refused).
+// 0 done, -1 failed, 1 not taken (the geometry path then: TMA off, maps refused).
 template <class ST>
-static int conv_fwd_i2c(int mm, const char *k, const char *shp, const Geo &g, const TcRawK &w, const unsigned short *x,
-                        const ST &st, void *ws, cudaStream_t s)
+static int conv_i2c(int mm, const char *k, const char *shp, const I2cConv &v, const ST &st, void *ws, cudaStream_t s)
 {
-    if (!im2col_fits(g) || !k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)x & 15) || ((uintptr_t)w.p & 15))
-        return 1;
-    const int M = g.N * g.PQ(), K = g.RS() * g.C, splits = ws ? k_cuda_gemm_splits(g.K, M, K) : 1;
+    if (!k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)v.x & 15) || ((uintptr_t)v.wt & 15)) return 1;
+    // the geometry product is N x M: its split
+    const int M = v.n * v.p * v.q, K = v.r * v.s * v.c, splits = ws ? k_cuda_gemm_splits(v.N, M, K) : 1;
     const bool bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
     const SwapStore<ST> sw = {st};
     if (splits == 1) {
-        if (bf ? i2c_launch<K_CUDA_MM_BF16>(g, x, w, sw, s, 0) : i2c_launch<K_CUDA_MM_F16>(g, x, w, sw, s, 0)) return 1;
+        if (bf ? i2c_launch<K_CUDA_MM_BF16>(v, sw, s, 0) : i2c_launch<K_CUDA_MM_F16>(v, sw, s, 0)) return 1;
         return k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col)", shp);
     }
     const int kchunk = ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK, z = (K + kchunk - 1) / kchunk;
-    const KgPartial part = {(float *)ws, M, g.K};
-    if (bf ? i2c_launch<K_CUDA_MM_BF16>(g, x, w, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16>(g, x, w, part, s, kchunk))
-        return 1;
+    const KgPartial part = {(float *)ws, M, v.N};
+    if (bf ? i2c_launch<K_CUDA_MM_BF16>(v, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16>(v, part, s, kchunk)) return 1;
     if (k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col, split-K %d)", shp, z)) return -1;
-    K_LAUNCH((k_cuda_gemm_finish<SwapStore<ST>>), k_cuda_blocks((size_t)M * g.K), K_CUDA_THREADS, 0, s)(
-        M, g.K, z, (const float *)ws, sw);
+    K_LAUNCH((k_cuda_gemm_finish<SwapStore<ST>>), k_cuda_blocks((size_t)M * v.N), K_CUDA_THREADS, 0, s)(
+        M, v.N, z, (const float *)ws, sw);
     return k_cuda_check_launch(k, "%s (TMA im2col, split-K finish)", shp);
 }
 
@@ -507,8 +521,11 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         NhwcFwdB bh;
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
-        const int ri = conv_fwd_i2c(mm, k, shp, g, ah, bh.p, st, ws, cs);
-        if (ri <= 0) return ri;
+        if (im2col_fwd_fits(g)) {
+            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, ah.p, ah.ld};
+            const int ri = conv_i2c(mm, k, shp, v, st, ws, cs);
+            if (ri <= 0) return ri;
+        }
         if (plain_1x1(g)) { // B = x's rows [NHW x C], k-contiguous
             TcRawK bp;
             bp.p = bh.p, bp.ld = g.C, bp.vec = 1;
@@ -563,8 +580,13 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         DxStore st = {g, dx, xn};
         TcRawK bp; // 1x1: B = dyh's rows [NHW x K], k-contiguous
         bp.p = dyh, bp.ld = g.K, bp.vec = 1;
-        if (plain_1x1(g) ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ah, bp, st, ws, cs)
-                         : k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs))
+        int ri = 1; // stride 1: a conv of dyh, padding R-1-pad, taps flipped
+        if (im2col_dx_fits(g)) {
+            const I2cConv v = {g.N, g.P, g.Q, g.K, g.R, g.S, 1, g.R - 1 - g.pad, g.H, g.W, 1, g.C, dyh, ah.p, ah.ld};
+            if ((ri = conv_i2c(mm, k, shp, v, st, ws, cs)) < 0) return -1;
+        }
+        if (ri && (plain_1x1(g) ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ah, bp, st, ws, cs)
+                                : k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)))
             return -1;
     } else if (dx) {
         const char *k = "k_cuda_conv2d_bwd (input grad)";

@@ -95,10 +95,11 @@ __device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map
         for (int j = 0; j < R / 64; j++) K_TMA_LOAD_2D(tile + 64 * WT_BK * j, map, r0 + 64 * j, k, bar);
 }
 
-// The conv the im2col A walks (wt_launch_i2c): C channels, S taps a filter row, PQ output
-// pixels an image, Q a row, stride st, padding pad.
+// The conv the im2col A walks (wt_launch_i2c): C channels, R x S taps, PQ output pixels
+// an image, Q a row, stride st, padding pad; flip: k's tap (r, s) read at (R-1-r, S-1-s)
+// (the input grad as a conv of dy: the weights' taps flipped, their rows kept).
 struct WtI2c {
-    int C, S, PQ, Q, st, pad;
+    int C, R, S, PQ, Q, st, pad, flip;
 };
 // A stage of A's 128 pixels from row j0, k: tap (r, s), channels [c, c + 64). Pixels past
 // the last image are TMA's zero fill (their rows are not stored).
@@ -107,7 +108,8 @@ __device__ __forceinline__ void wt_issue_i2c(unsigned short *tile, const k_tmap 
 {
     const int rs = k / g.C, c = k - rs * g.C, r = rs / g.S, s = rs - r * g.S;
     const int n = j0 / g.PQ, pq = j0 - n * g.PQ, p = pq / g.Q, q = pq - p * g.Q;
-    K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.pad, p * g.st - g.pad, n, (unsigned short)s, (unsigned short)r,
+    const int ow = g.flip ? g.S - 1 - s : s, oh = g.flip ? g.R - 1 - r : r;
+    K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.pad, p * g.st - g.pad, n, (unsigned short)ow, (unsigned short)oh,
                          bar);
 }
 
@@ -262,12 +264,12 @@ static inline int wt_launch(int M, int N, int K, const void *a, int lda, const v
 // wt_gemm with A the im2col of x [n][h][w][c] (16-bit, NHWC, 16-byte aligned; c % 64 ==
 // 0) for a conv of an r x s filter, stride st, padding pad, p x q outputs: M = n p q rows
 // (output pixels), N columns of b (k-contiguous, ldb apart: the weights [N x rsc]), K =
-// r s c, as wt_launch (kchunk: split-K through out). 0, or -1: a launch error, or the maps
-// refused (why).
+// r s c, as wt_launch (kchunk: split-K through out); flip: WtI2c's. 0, or -1: a launch
+// error, or the maps refused (why).
 template <int TY, class ST>
 static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r, int s_, int st, int pad, int p,
-                                int q, int N, const void *b, int ldb, const ST &out, cudaStream_t s, const char **why,
-                                int kchunk = 0)
+                                int q, int flip, int N, const void *b, int ldb, const ST &out, cudaStream_t s,
+                                const char **why, int kchunk = 0)
 {
     const int M = n * p * q, K = r * s_ * c;
     k_tmap ma, mb;
@@ -276,7 +278,7 @@ static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r
     if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, WGG_T, 128, why) ||
         wt_map(&mb, b, ldb, true, N, K, bn, why))
         return -1;
-    const WtI2c ig = {c, s_, p * q, q, st, pad};
+    const WtI2c ig = {c, r, s_, p * q, q, st, pad, flip};
     return bn == 256 ? wt_run<TY, 256, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig)
                      : wt_run<TY, 128, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig);
 }

@@ -1,7 +1,7 @@
 /* Convs other than 1x1 stride-1 unpadded ones on TMA's im2col mode (k_cuda_conv.cu's
- * conv_fwd_i2c: A the im2col boxes of NHWC 16-bit x, B the weights, on wt_gemm): y
- * bitwise equal to the geometry loaders' (k_cuda_conv2d_set_im2col(0)) on the same path,
- * bf16 and f16, 3x3 stride 1 and 2 with padding and ResNet's 1x1 stride-2 downsample,
+ * conv_i2c: A the im2col boxes of NHWC 16-bit x, B the weights, on wt_gemm): y and, at
+ * stride 1, dx (a conv of dy by the flipped taps) bitwise equal to the geometry loaders'
+ * (k_cuda_conv2d_set_im2col(0)) on the same path (dw too: untouched), bf16 and f16, 3x3 stride 1 and 2 with padding and ResNet's 1x1 stride-2 downsample,
  * output pixels not a multiple of 128 (the last tile's pixels past the batch are TMA's
  * zero fill), split over k and not, wt_gemm's 128 x 128 and 128 x 256 tiles. On the
  * executor the TMA copies are counted: exactly the im2col product's boxes, none with the
@@ -32,12 +32,11 @@ static unsigned long long i2c_tma_now(void)
 #endif
 }
 
-/* The im2col product's TMA boxes: M = n p q pixels x N = k channels x K = r s c, two boxes
- * (A's im2col, B's weights) a 64-deep stage and tile; split as the geometry product
- * (K x NPQ) splits (k_cuda_gemm_splits), then on 128 x 128 tiles; else bn wide. */
-static unsigned long long i2c_boxes(const k_conv_shape *sh, int bn)
+/* An im2col product's TMA boxes: M pixels x N channels x K, two boxes (A's im2col, B's
+ * weights) a 64-deep stage and tile; split as the geometry product (N x M) splits
+ * (k_cuda_gemm_splits), then on 128 x 128 tiles; else bn wide. */
+static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn)
 {
-    long long M = (long long)sh->n * sh->p * sh->q, N = sh->k, K = (long long)sh->r * sh->s * sh->c;
     int t = N >= 128 && M >= 128 ? 128 : 64;
     long long tiles = ((N + t - 1) / t) * ((M + t - 1) / t), sp = (t == 128 ? 264 : 528) / tiles, maxk = K / 128;
     sp = sp < maxk ? sp : maxk;
@@ -45,6 +44,16 @@ static unsigned long long i2c_boxes(const k_conv_shape *sh, int bn)
     if (sp > 1) bn = 128;
     return 2ull * (unsigned long long)((M + 127) / 128) * (unsigned long long)((N + bn - 1) / bn) *
            (unsigned long long)(K / 64);
+}
+
+/* The forward's (M = n p q, N = k, K = r s c; c in 64s) and, at stride 1 on a square
+ * filter with k in 64s, the input grad's (M = n h w, N = c, K = r s k). */
+static unsigned long long i2c_want(const k_conv_shape *sh, int bn)
+{
+    unsigned long long f =
+        sh->c % 64 ? 0 : i2c_boxes((long long)sh->n * sh->p * sh->q, sh->k, (long long)sh->r * sh->s * sh->c, bn);
+    if (sh->stride != 1 || sh->r != sh->s || sh->k % 64 || (sh->r == 1 && sh->pad == 0)) return f;
+    return f + i2c_boxes((long long)sh->n * sh->h * sh->w, sh->c, (long long)sh->r * sh->s * sh->k, bn);
 }
 
 /* d: n c h w k r s stride pad; tma: the path (1 wt_gemm's TMA, 0 wg_gemm); nhwc: x 16-bit
@@ -58,8 +67,10 @@ static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long w
     k_conv_shape_init(&sh);
     size_t nx = (size_t)sh.n * sh.c * sh.h * sh.w, nw = (size_t)sh.k * sh.c * sh.r * sh.s;
     size_t ny = (size_t)sh.n * sh.k * sh.p * sh.q;
-    float *hx = g_rand(nx, 41), *hw = g_rand(nw, 42), *hb = g_rand(sh.k, 43);
-    float *w = g_up(hw, nw * 4), *b = g_up(hb, (size_t)sh.k * 4), *y = g_dev(ny * 4);
+    float *hx = g_rand(nx, 41), *hw = g_rand(nw, 42), *hb = g_rand(sh.k, 43), *hdy = g_rand(ny, 44);
+    float *w = g_up(hw, nw * 4), *b = g_up(hb, (size_t)sh.k * 4), *dy = g_up(hdy, ny * 4);
+    float *out[3] = {g_dev(ny * 4), g_dev(nx * 4), g_dev(nw * 4)}; /* y dx dw */
+    size_t n[3] = {ny, nx, nw};
     int mm = t;
     void *x;
     uint16_t *blk = NULL;
@@ -80,23 +91,29 @@ static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long w
     setenv("DDPRT_TMA", tma ? "1" : "0", 1);
     CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_tma_on() == tma, "%s", why);
     int fill = k_cuda_tma_set_fill(bn == 256 ? 1 : INT_MAX);
-    float *o[2];
+    float *o[2][3];
     unsigned long long got[2];
     for (int on = 0; on < 2; on++) { /* the geometry loaders first: the reference */
         int was = k_cuda_conv2d_set_im2col(on);
         unsigned long long t0 = i2c_tma_now();
-        g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, w, blk, b, y, ws, NULL) == 0 && port_dev_sync("conv im2col") == 0,
+        g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, w, blk, b, out[0], ws, NULL) == 0 &&
+                   k_cuda_conv2d_bwd_mm(mm, &sh, x, w, blk, dy, out[1], out[2], NULL, ws, NULL) == 0 &&
+                   port_dev_sync("conv im2col") == 0,
                "conv");
         got[on] = i2c_tma_now() - t0;
-        o[on] = g_result(y, ny);
+        for (int i = 0; i < 3; i++) o[on][i] = g_result(out[i], n[i]);
         k_cuda_conv2d_set_im2col(was);
     }
-    size_t bad = g_ndiff(o[1], o[0], ny, 4);
-    CHECKF(bad == 0, "%s n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d (x %s, tma %d, bn %d): y differs from the geometry "
-           "path's in %zu of %zu", g_tn(t), sh.n, sh.c, sh.h, sh.w, sh.k, sh.r, sh.s, sh.stride, sh.pad,
-           nhwc ? "NHWC 16-bit" : "NCHW fp32", tma, bn, bad, ny);
+    static const char *const nm[] = {"y", "dx", "dw"};
+    for (int i = 0; i < 3; i++) {
+        size_t bad = g_ndiff(o[1][i], o[0][i], n[i], 4);
+        CHECKF(bad == 0, "%s n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d (x %s, tma %d, bn %d): %s differs from the "
+               "geometry path's in %zu of %zu", g_tn(t), sh.n, sh.c, sh.h, sh.w, sh.k, sh.r, sh.s, sh.stride, sh.pad,
+               nhwc ? "NHWC 16-bit" : "NCHW fp32", tma, bn, nm[i], bad, n[i]);
+        free(o[0][i]), free(o[1][i]);
+    }
 #if DDPRT_SIMT
-    unsigned long long w1 = want < 0 ? i2c_boxes(&sh, bn) : (unsigned long long)want;
+    unsigned long long w1 = want < 0 ? i2c_want(&sh, bn) : (unsigned long long)want;
     CHECKF(got[0] == 0 && got[1] == w1, "%s n=%d c=%d k=%d %dx%d st=%d pad=%d: %llu TMA copies (im2col off), %llu on, "
            "expected 0 and %llu", g_tn(t), sh.n, sh.c, sh.k, sh.r, sh.s, sh.stride, sh.pad, got[0], got[1], w1);
 #else
@@ -105,14 +122,15 @@ static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long w
     k_cuda_tma_set_fill(fill);
     unsetenv("DDPRT_TMA");
     g_wgmma_off();
-    free(o[0]), free(o[1]);
-    port_dev_free(x), port_dev_free(w), port_dev_free(b), port_dev_free(y), port_dev_free(ws);
+    for (int i = 0; i < 3; i++) port_dev_free(out[i]);
+    port_dev_free(x), port_dev_free(w), port_dev_free(b), port_dev_free(dy), port_dev_free(ws);
     if (blk) port_dev_free(blk);
-    free(hx), free(hw), free(hb);
+    free(hx), free(hw), free(hb), free(hdy);
 }
 
 /* 3x3 stride 1 pad 1: 162 output pixels (two tiles, the second mostly past the batch),
- * k = 128 (the geometry's 128 tiles, wg_gemm), split over k in three. */
+ * k = 128 (the geometry's 128 tiles, wg_gemm), split over k in three; dx alike (c = 64:
+ * the geometry's 64 tiles). */
 TEST(gpu_tc_conv_im2col_3x3_bitwise)
 {
     if (!g_sm90()) return;
@@ -135,13 +153,16 @@ TEST(gpu_tc_conv_im2col_strided_bitwise)
     i2c_case(K_CUDA_MM_F16, ds, 1, 1, 256, -1);
 }
 
-/* Convs that must fall back to the geometry loaders: c = 48 (not in 64s), and TMA off
- * (wg_gemm): no TMA copies, the same bits. */
+/* Products that must fall back to the geometry loaders: c = 48 (not in 64s: the forward;
+ * its dx, k = 128, still on im2col), c = k = 48 (both), and TMA off (wg_gemm): no TMA
+ * copies for them, the same bits. */
 TEST(gpu_tc_conv_im2col_falls_back)
 {
     if (!g_sm90()) return;
-    static const int c48[9] = {2, 48, 9, 9, 128, 3, 3, 1, 1}, d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
-    i2c_case(K_CUDA_MM_BF16, c48, 1, 1, 128, 0);
+    static const int c48[9] = {2, 48, 9, 9, 128, 3, 3, 1, 1}, k48[9] = {2, 48, 9, 9, 48, 3, 3, 1, 1},
+                     d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
+    i2c_case(K_CUDA_MM_BF16, c48, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_BF16, k48, 1, 1, 128, 0);
     i2c_case(K_CUDA_MM_BF16, d, 0, 1, 128, 0);
 }
 

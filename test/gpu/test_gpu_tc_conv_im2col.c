@@ -32,6 +32,7 @@ static unsigned long long i2c_tma_now(void)
 #endif
 }
 
+#if DDPRT_SIMT
 /* An im2col product's TMA boxes: M pixels x N channels x K, two boxes (A's im2col, B's
  * weights) a 64-deep stage and tile; split as the geometry product (N x M) splits
  * (k_cuda_gemm_splits), then on 128 x 128 tiles; else bn wide. */
@@ -55,6 +56,7 @@ static unsigned long long i2c_want(const k_conv_shape *sh, int bn)
     if (sh->stride != 1 || sh->r != sh->s || sh->k % 64 || (sh->r == 1 && sh->pad == 0)) return f;
     return f + i2c_boxes((long long)sh->n * sh->h * sh->w, sh->c, (long long)sh->r * sh->s * sh->k, bn);
 }
+#endif
 
 /* d: n c h w k r s stride pad; tma: the path (1 wt_gemm's TMA, 0 wg_gemm); nhwc: x 16-bit
  * channels last with the weight block (the device graph's --amp), else fp32 NCHW; bn:

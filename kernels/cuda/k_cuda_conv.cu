@@ -352,18 +352,21 @@ static bool plain_1x1(const Geo &g)
 // conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip).
 // k_cuda_conv2d_set_im2col(0): off (the tests' reference).
 static int im2col_on = 1;
+// 1x1 stride-1 unpadded: plain_1x1's, or the geometry loaders with its switch off (the
+// 1x1 tests' and probe's reference), never im2col.
+static bool one_by_one(const Geo &g) { return g.R == 1 && g.S == 1 && g.st == 1 && g.pad == 0; }
 static bool corners_ok(int R, int S, int pad) // the map's corners (rank 4)
 {
     return pad >= 0 && pad <= 128 && pad - (R - 1) >= -128 && pad - (S - 1) >= -128;
 }
 static bool im2col_fwd_fits(const Geo &g)
 {
-    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.C % 64 == 0 && !plain_1x1(g) && g.st <= 8 &&
+    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.C % 64 == 0 && !one_by_one(g) && g.st <= 8 &&
            corners_ok(g.R, g.S, g.pad);
 }
 static bool im2col_dx_fits(const Geo &g)
 {
-    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.K % 64 == 0 && !plain_1x1(g) && g.st == 1 &&
+    return __atomic_load_n(&im2col_on, __ATOMIC_RELAXED) && g.K % 64 == 0 && !one_by_one(g) && g.st == 1 &&
            g.R == g.S && g.pad <= g.R - 1 && corners_ok(g.R, g.S, g.R - 1 - g.pad);
 }
 // The turned product's (pixel, channel) to the geometry's store (channel, pixel).

@@ -174,6 +174,21 @@ int k_cuda_conv1x1_probe(char *why, size_t len)
     return rc;
 }
 
+// A 3x3 conv, n 2, 64 -> 128 channels, 9 x 9, stride 1, padding 1 (y and dx on TMA's
+// im2col where it is on: 162 pixels, partial tiles, split over k), then stride 2 (y only).
+int k_cuda_conv_im2col_probe(char *why, size_t len)
+{
+    k_conv_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.n = 2, sh.c = 64, sh.h = 9, sh.w = 9, sh.k = 128, sh.r = 3, sh.s = 3, sh.stride = 1, sh.pad = 1;
+    int was = k_cuda_conv2d_set_im2col(1);
+    int rc = conv_probe(sh, k_cuda_conv2d_set_im2col, "im2col convs", why, len);
+    if (rc == 1) sh.stride = 2, rc = conv_probe(sh, k_cuda_conv2d_set_im2col, "im2col convs", why, len);
+    if (rc == 1) snprintf(why, len, "the probe agrees with the geometry path (stride 1 and 2; y, dx, dw, db)");
+    k_cuda_conv2d_set_im2col(rc == 1 ? was : 0);
+    return rc;
+}
+
 // After the GEMM probes (k_cuda_wgmma_setup, wgmma on): each path's probe, what it said
 // appended to why as far as it fits.
 int k_cuda_path_probes(char *why, size_t len)
@@ -181,8 +196,10 @@ int k_cuda_path_probes(char *why, size_t len)
     static const struct {
         const char *name;
         int (*probe)(char *, size_t);
-    } p[2] = {{"attention", k_cuda_attention_probe}, {"conv 1x1", k_cuda_conv1x1_probe}};
-    for (int i = 0; i < 2; i++) {
+    } p[3] = {{"attention", k_cuda_attention_probe},
+              {"conv 1x1", k_cuda_conv1x1_probe},
+              {"conv im2col", k_cuda_conv_im2col_probe}};
+    for (int i = 0; i < 3; i++) {
         char b[200];
         if (p[i].probe(b, sizeof b) != 1 && port_cuda_timed_out()) {
             snprintf(why, len, "the %s probe did not finish within %d s (%s); rerun with DDPRT_WGMMA=0", p[i].name,

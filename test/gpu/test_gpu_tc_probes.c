@@ -1,6 +1,6 @@
 /* The start-up probes of the sm_90a paths beyond the GEMMs (kernels/cuda/k_cuda_probe.cu):
- * the attention's wgmma forward (fw_fwd) against fa_fwd, and 1x1 convs as plain products
- * against the geometry loaders. Each agrees here, says so, leaves its switch on, and really
+ * the attention's wgmma forward (fw_fwd) against fa_fwd, 1x1 convs as plain products and
+ * 3x3 / strided convs on TMA's im2col against the geometry loaders. Each agrees here, says so, leaves its switch on, and really
  * ran its path: wgmma ops (the attention) and TMA boxes (1x1 convs with TMA on) counted on
  * the executor. On an sm_90 GPU, k_cuda_wgmma_setup in its auto mode runs them after the
  * GEMM probes and says what they found. A path that disagrees is named and turned off:
@@ -39,6 +39,13 @@ TEST(gpu_tc_path_probes_agree)
         CHECKF(k_cuda_conv2d_set_1x1(1) == 1, "the conv 1x1 probe left the plain products off");
         CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv 1x1 probe copied %llu TMA boxes", tma,
                tma_ops() - t0);
+        t0 = tma_ops();
+        rc = k_cuda_conv_im2col_probe(why, sizeof why);
+        CHECKF(rc == 1 && strstr(why, "the probe agrees with the geometry path (stride 1 and 2; y, dx, dw, db)"),
+               "conv im2col probe (TMA %d): %d %s", tma, rc, why);
+        CHECKF(k_cuda_conv2d_set_im2col(1) == 1, "the conv im2col probe left the im2col convs off");
+        CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv im2col probe copied %llu TMA boxes", tma,
+               tma_ops() - t0);
     }
     unsetenv("DDPRT_TMA");
     if (!G_SIMT) { /* the auto mode on an sm_90 GPU: the GEMM probes, then these */
@@ -46,7 +53,8 @@ TEST(gpu_tc_path_probes_agree)
         char w[600];
         int rc = k_cuda_wgmma_setup(w, sizeof w);
         printf("wgmma setup: %d %s\n", rc, w);
-        CHECKF(rc == 1 && strstr(w, "; attention: the probe agrees") && strstr(w, "; conv 1x1: the probe agrees"),
+        CHECKF(rc == 1 && strstr(w, "; attention: the probe agrees") && strstr(w, "; conv 1x1: the probe agrees") &&
+                   strstr(w, "; conv im2col: the probe agrees"),
                "%d %s", rc, w);
     }
     g_wgmma_off();

@@ -66,6 +66,7 @@ bugs=(
 "TMA split-K GEMM (sm_90): the chunk's k offset dropped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_probe_agrees|forward|k_cuda_tc_gemm.cu"
 "TMA im2col conv (sm_90): the tap's offsets in the wrong order ({r, s}, not {w, h} = {s, r})|k_cuda_tc_tma.cuh|s/p \* g.st - g.pad, n, \(unsigned short\)ow, \(unsigned short\)oh,/p * g.st - g.pad, n, (unsigned short)oh, (unsigned short)ow,/|gpu_tc_conv_im2col_3x3_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv input grad (sm_90): dy's taps not flipped|k_cuda_tc_tma.cuh|s/const int ow = g.flip \? g.S - 1 - s : s, oh = g.flip \? g.R - 1 - r : r;/const int ow = s, oh = r;/|gpu_tc_conv_im2col_3x3_bitwise|forward|k_cuda_conv.cu"
+"TMA im2col conv input grad (sm_90): dy's taps not flipped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/const int ow = g.flip \? g.S - 1 - s : s, oh = g.flip \? g.R - 1 - r : r;/const int ow = s, oh = r;/|gpu_tc_path_probes_agree|forward|k_cuda_conv.cu"
 "TMA im2col conv (sm_90): expect_tx 16 bytes short of the im2col box and the weights' box|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16 * I2C);/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 )
 

@@ -27,14 +27,15 @@
 // offsets {s, r}: the same K-major, 128-byte swizzled tile a k-contiguous A's box is.
 //
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
-// k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200), else 128 x 128. A
+// k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200) in no more waves than
+// 128 x 128 tiles take (wt_tile_n), else 128 x 128. A
 // 128 x 256 tile reads 384 rows of shared memory for 128 x 256 products (128 x 128: 256
 // rows for half as many).
 #pragma once
 #include "kernels/cuda/k_cuda_tma.cuh"
 
 // wt_gemm's wide tile (128 x 256) is taken where a product has at least k_cuda_tma_fill()
-// of them (the SM count: 132 on an H100 / H200), else 128 x 128; it also caps the
+// of them (the SM count: 132 on an H100 / H200) in no more waves (wt_tile_n), else 128 x 128; it also caps the
 // persistent grid. k_cuda_tma_set_fill sets it (tests: 1 always wide and one block for
 // all tiles, INT_MAX never wide and a block a tile; 0 back to 132) and returns the old
 // value (k_cuda_tc_gemm.cu).
@@ -212,11 +213,18 @@ static inline int wt_map(k_tmap *m, const void *p, int ld, bool kf, int rows, in
                                  WT_BK, 128, why);
 }
 
-// The tile's N for an M x N product: 256 where its tiles fill the GPU (k_cuda_tma_fill).
+// The tile's N for an M x N product: 256 where its tiles fill the GPU (k_cuda_tma_fill, F)
+// and take no more waves of F blocks than the narrow tiles, a wide tile counted as two
+// narrow ones (a persistent block's time is its tiles'): GPT-2's 8192 x 768 has 192 wide
+// tiles, 2 waves of 2, against 384 narrow ones, 3 waves of 1; 4096 x 4096 has 512, 4 waves
+// of 2, against 8 of 1 (the wide tile then, for its fewer shared-memory reads a product).
+// F 1 (the tests' hook): always wide.
 static inline int wt_tile_n(int M, int N)
 {
-    long long wide = (long long)((M + WGG_T - 1) / WGG_T) * ((N + 255) / 256);
-    return wide >= k_cuda_tma_fill() ? 256 : 128;
+    const long long tm = (M + WGG_T - 1) / WGG_T, F = k_cuda_tma_fill();
+    const long long wide = tm * ((N + 255) / 256), narrow = tm * ((N + 127) / 128);
+    if (F <= 1) return 256;
+    return wide >= F && 2 * ((wide + F - 1) / F) <= (narrow + F - 1) / F ? 256 : 128;
 }
 
 template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>

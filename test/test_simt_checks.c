@@ -334,9 +334,9 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
         t_note("skipped under a sanitizer (make simt-inject SAN=... INJECT=tensor-core runs it)");
         return;
     }
-    /* a dozen rebuilt kernel files and their runs: 3.5 minutes on a quiet 2-core machine,
-     * past the runner's 300 s when the machine is busy */
-    alarm(900);
+    /* some 27 rebuilt kernel files and their runs: over 10 minutes on a quiet 2-core
+     * machine, more when it is busy */
+    alarm(1800);
     unsetenv("MAKEFLAGS"), unsetenv("MFLAGS"), unsetenv("MAKELEVEL");
     const char *b = getenv("DDPRT_BUILD");
     char cmd[512];

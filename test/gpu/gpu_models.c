@@ -41,6 +41,31 @@ int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab,
     return 0;
 }
 
+int gm_build_amp16(gm_model *m, const char *path, nn_shape in, int B)
+{
+    nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
+    nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
+    nn_buf *b = calloc(NN_MAX_BUFS, sizeof *b);
+    nn_model_cfg mc = {.file = path, .in = in, .num_classes = 10};
+    char err[256];
+    rt_arena plan;
+    rt_arena_plan(&plan, "model");
+    for (int pass = 0; pass < 2; pass++) {
+        if (nn_model_build(&m->g, nodes, p, b, &mc, err, sizeof err)) break;
+        m->g.amp = NN_AMP_BF16, m->g.act16 = 1, m->g.channels_last = 1, m->g.mem_budget = (size_t)1 << 34;
+        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, B, err, sizeof err)) break;
+        if (!pass && rt_arena_init(&m->a, "model", plan.high + (size_t)m->g.nparams * 4 + 4096)) break;
+        if (!pass) continue;
+        m->mom = rt_arena_alloc(&m->a, m->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
+        nn_graph_init(&m->g, 42);
+        memset(m->mom, 0, m->g.nparams * sizeof(float));
+        memset(m->g.grads, 0, m->g.nparams * sizeof(float));
+        return 0;
+    }
+    printf("FAIL %s: build: %s\n", path, err);
+    return -1;
+}
+
 void gm_drop(gm_model *m)
 {
     free(m->g.nodes);

@@ -11,6 +11,9 @@ typedef struct gm_model {
 
 /* Zoo model `name` for batches up to B, initialised with seed 42, zero momentum. */
 int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab, int B);
+/* A .cfg model for batches up to B with the trainer's --amp bf16 settings (16-bit
+ * channels-last activations, the weights' blocks) before each plan, as gm_build. */
+int gm_build_amp16(gm_model *m, const char *path, nn_shape in, int B);
 void gm_drop(gm_model *m);
 double gm_relerr(const float *a, const float *b, size_t n);
 /* Every parameter tensor of dv (grads or params, same layout) within tol of cv. */

@@ -198,31 +198,6 @@ static const char bneck_net[] = "[conv2d] name=conv1 filters=16 size=3 pad=1 bia
                                 "[bottleneck] name=layer1.0 filters=128\n[bottleneck] name=layer1.1 filters=128\n"
                                 "[avgpool]\n[flatten]\n[linear] name=fc out=classes\n";
 
-/* gm_build's model with the trainer's --amp bf16 settings before each plan. */
-static int bneck_build(gm_model *m, const char *path, nn_shape in, int B)
-{
-    nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
-    nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
-    nn_buf *b = calloc(NN_MAX_BUFS, sizeof *b);
-    nn_model_cfg mc = {.file = path, .in = in, .num_classes = 10};
-    char err[256];
-    rt_arena plan;
-    rt_arena_plan(&plan, "model");
-    for (int pass = 0; pass < 2; pass++) {
-        if (nn_model_build(&m->g, nodes, p, b, &mc, err, sizeof err)) break;
-        m->g.amp = NN_AMP_BF16, m->g.act16 = 1, m->g.channels_last = 1, m->g.mem_budget = (size_t)1 << 34;
-        if (nn_graph_finish(&m->g, pass ? &m->a : &plan, B, err, sizeof err)) break;
-        if (!pass && rt_arena_init(&m->a, "model", plan.high + (size_t)m->g.nparams * 4 + 4096)) break;
-        if (!pass) continue;
-        m->mom = rt_arena_alloc(&m->a, m->g.nparams * sizeof(float), RT_MEM_OPTIM, "momentum");
-        nn_graph_init(&m->g, 42);
-        memset(m->mom, 0, m->g.nparams * sizeof(float));
-        memset(m->g.grads, 0, m->g.nparams * sizeof(float));
-        return 0;
-    }
-    printf("FAIL %s: build: %s\n", path, err);
-    return -1;
-}
 
 /* Three steps on the device; the losses in l, TMA copies in *tma (executor). */
 static void bneck_train(const char *path, int plain, double *l, unsigned long long *tma)
@@ -230,7 +205,7 @@ static void bneck_train(const char *path, int plain, double *l, unsigned long lo
     enum { B = 2 };
     nn_shape in = {3, 8, 8, 0};
     gm_model m;
-    g_need(bneck_build(&m, path, in, B) == 0, "build");
+    g_need(gm_build_amp16(&m, path, in, B) == 0, "build");
     char err[512];
     int was = k_cuda_conv2d_set_1x1(plain), wi = k_cuda_conv2d_set_im2col(0); /* the 3x3s' TMA: its own test */
     nn_cuda *cu = nn_cuda_open(0, err, sizeof err);

@@ -8,10 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TEST(simt_every_cuda_kernel_has_a_test)
 {
 #if DDPRT_HAVE_SIMT
+    /* the whole device suite once on the executor: 6-7 minutes on a busy 2-core machine
+     * (stop 52: past the runner's 300 s once the attention backward and im2col tests came) */
+    alarm(1200);
     static char out[1 << 18];
     const char *b = getenv("DDPRT_BUILD");
     char cmd[700];

@@ -41,7 +41,15 @@ int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab,
     return 0;
 }
 
-int gm_build_amp16(gm_model *m, const char *path, nn_shape in, int B)
+void gm_drop(gm_model *m)
+{
+    free(m->g.nodes);
+    free(m->g.p);
+    free(m->g.b);
+    rt_arena_free(&m->a);
+}
+
+static int build_amp16(gm_model *m, const char *path, nn_shape in, int B)
 {
     nn_node *nodes = calloc(NN_MAX_NODES, sizeof *nodes);
     nn_param *p = calloc(NN_MAX_PARAMS, sizeof *p);
@@ -66,13 +74,35 @@ int gm_build_amp16(gm_model *m, const char *path, nn_shape in, int B)
     return -1;
 }
 
-void gm_drop(gm_model *m)
+int gm_train_amp16(const char *path, double l[3], int *nhwc, int *wgmma)
 {
-    free(m->g.nodes);
-    free(m->g.p);
-    free(m->g.b);
-    rt_arena_free(&m->a);
+    enum { B = 2 };
+    nn_shape in = {3, 8, 8, 0};
+    gm_model m;
+    if (build_amp16(&m, path, in, B)) return -1;
+    char err[512];
+    nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
+    if (!cu || nn_cuda_setup(cu, &m.g, 0, 0, err, sizeof err) || nn_cuda_upload(cu, m.mom)) {
+        printf("FAIL %s: device: %s\n", path, err);
+        if (cu) nn_cuda_close(cu);
+        gm_drop(&m);
+        return -1;
+    }
+    int all;
+    *nhwc = nn_cuda_nhwc_outputs(cu, &all);
+    *wgmma = nn_cuda_wgmma(cu);
+    float x[B * 3 * 8 * 8];
+    int32_t y[B];
+    k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    for (int step = 0; step < 3; step++) {
+        gm_fill(x, y, B, in, 10, 0, 7 + step);
+        l[step] = nn_cuda_step(cu, x, y, B, &sgd, 1000 + step, step, 0);
+    }
+    nn_cuda_close(cu);
+    gm_drop(&m);
+    return 0;
 }
+
 
 double gm_relerr(const float *a, const float *b, size_t n)
 {

@@ -11,9 +11,11 @@ typedef struct gm_model {
 
 /* Zoo model `name` for batches up to B, initialised with seed 42, zero momentum. */
 int gm_build(gm_model *m, const char *name, nn_shape in, int classes, int vocab, int B);
-/* A .cfg model for batches up to B with the trainer's --amp bf16 settings (16-bit
- * channels-last activations, the weights' blocks) before each plan, as gm_build. */
-int gm_build_amp16(gm_model *m, const char *path, nn_shape in, int B);
+/* A .cfg model (3x8x8 inputs, 10 classes) with the trainer's --amp bf16 settings
+ * (16-bit channels-last activations, the weights' blocks), three SGD steps of batch 2 on
+ * the device: the losses in l, the channels-last outputs and the wgmma decision in
+ * *nhwc, *wgmma. 0, or -1 with a FAIL line. */
+int gm_train_amp16(const char *path, double l[3], int *nhwc, int *wgmma);
 void gm_drop(gm_model *m);
 double gm_relerr(const float *a, const float *b, size_t n);
 /* Every parameter tensor of dv (grads or params, same layout) within tol of cv. */

@@ -202,30 +202,14 @@ static const char bneck_net[] = "[conv2d] name=conv1 filters=16 size=3 pad=1 bia
 /* Three steps on the device; the losses in l, TMA copies in *tma (executor). */
 static void bneck_train(const char *path, int plain, double *l, unsigned long long *tma)
 {
-    enum { B = 2 };
-    nn_shape in = {3, 8, 8, 0};
-    gm_model m;
-    g_need(gm_build_amp16(&m, path, in, B) == 0, "build");
-    char err[512];
     int was = k_cuda_conv2d_set_1x1(plain), wi = k_cuda_conv2d_set_im2col(0); /* the 3x3s' TMA: its own test */
-    nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
-    g_need(cu && nn_cuda_setup(cu, &m.g, 0, 0, err, sizeof err) == 0 && nn_cuda_upload(cu, m.mom) == 0, err);
-    int k, all;
-    k = nn_cuda_nhwc_outputs(cu, &all);
-    CHECKF(k > 0 && nn_cuda_wgmma(cu), "%d of %d outputs channels last, wgmma %d", k, all, nn_cuda_wgmma(cu));
-    float x[B * 3 * 8 * 8];
-    int32_t y[B];
-    k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    int k, wg;
     unsigned long long t0 = tma_now();
-    for (int step = 0; step < 3; step++) {
-        gm_fill(x, y, B, in, 10, 0, 7 + step);
-        l[step] = nn_cuda_step(cu, x, y, B, &sgd, 1000 + step, step, 0);
-    }
+    g_need(gm_train_amp16(path, l, &k, &wg) == 0, "train");
     *tma = tma_now() - t0;
-    nn_cuda_close(cu);
+    CHECKF(k > 0 && wg, "%d outputs channels last, wgmma %d", k, wg);
     k_cuda_conv2d_set_1x1(was);
     k_cuda_conv2d_set_im2col(wi);
-    gm_drop(&m);
 }
 
 TEST(gpu_tc_conv1x1_bottleneck_trains_bitwise)

@@ -182,26 +182,11 @@ static const char basic_net[] = "[conv2d] name=conv1 filters=64 size=3 pad=1 bia
 /* Three steps on the device; the losses in l, TMA copies in *tma (executor). */
 static void basic_train(const char *path, int on, double *l, unsigned long long *tma)
 {
-    enum { B = 2 };
-    nn_shape in = {3, 8, 8, 0};
-    gm_model m;
-    g_need(gm_build_amp16(&m, path, in, B) == 0, "build");
-    char err[512];
-    int was = k_cuda_conv2d_set_im2col(on);
-    nn_cuda *cu = nn_cuda_open(0, err, sizeof err);
-    g_need(cu && nn_cuda_setup(cu, &m.g, 0, 0, err, sizeof err) == 0 && nn_cuda_upload(cu, m.mom) == 0, err);
-    float x[B * 3 * 8 * 8];
-    int32_t y[B];
-    k_sgd_cfg sgd = {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f};
+    int was = k_cuda_conv2d_set_im2col(on), nhwc, wg;
     unsigned long long t0 = i2c_tma_now();
-    for (int step = 0; step < 3; step++) {
-        gm_fill(x, y, B, in, 10, 0, 7 + step);
-        l[step] = nn_cuda_step(cu, x, y, B, &sgd, 1000 + step, step, 0);
-    }
+    g_need(gm_train_amp16(path, l, &nhwc, &wg) == 0, "train");
     *tma = i2c_tma_now() - t0;
-    nn_cuda_close(cu);
     k_cuda_conv2d_set_im2col(was);
-    gm_drop(&m);
 }
 
 TEST(gpu_tc_conv_im2col_basic_blocks_train_bitwise)

@@ -4,7 +4,7 @@
 // one K x rows, boxes of 64 rows (128 bytes) x 64 k, one after another 8 KiB apart:
 // wgmma's canonical M/N-major layout (wg_gemm's wg_off_mn with 64 k in place of 32: a
 // pattern 8 k x 64 rows, SBO 1 KiB to the next 8 k, LBO 8 KiB to the next 64 rows;
-// imm-trans 1). A 128 x BN tile (BN 128 or 256),
+// imm-trans 1). A 128 x BN tile (BN 64, 128 or 256),
 // WT_STAGES stages of 64 k. A producer warpgroup (threads 256-383) gives its registers
 // away (setmaxnreg.dec 40) and one of its threads issues each stage's boxes with
 // cp.async.bulk.tensor, their bytes counted on the stage's full mbarrier; the two consumer
@@ -28,7 +28,7 @@
 //
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200) in no more waves than
-// 128 x 128 tiles take (wt_tile_n), else 128 x 128. A
+// 128 x 128 tiles take (wt_tile_n), 128 x 64 where N <= 64, else 128 x 128. A
 // 128 x 256 tile reads 384 rows of shared memory for 128 x 256 products (128 x 128: 256
 // rows for half as many).
 #pragma once
@@ -76,6 +76,9 @@ __device__ __forceinline__ void wt_slice(float (&acc)[BN / 2], const unsigned sh
         if constexpr (BN == 256) {
             if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_256T(acc, da, db, 1, !AK, !BK);
             else K_WGMMA_F16_256T(acc, da, db, 1, !AK, !BK);
+        } else if constexpr (BN == 64) {
+            if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_64T(acc, da, db, 1, !AK, !BK);
+            else K_WGMMA_F16_64T(acc, da, db, 1, !AK, !BK);
         } else {
             if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_128T(acc, da, db, 1, !AK, !BK);
             else K_WGMMA_F16_128T(acc, da, db, 1, !AK, !BK);
@@ -218,14 +221,19 @@ static inline int wt_map(k_tmap *m, const void *p, int ld, bool kf, int rows, in
 // narrow ones (a persistent block's time is its tiles'): GPT-2's 8192 x 768 has 192 wide
 // tiles, 2 waves of 2, against 384 narrow ones, 3 waves of 1; 4096 x 4096 has 512, 4 waves
 // of 2, against 8 of 1 (the wide tile then, for its fewer shared-memory reads a product).
-// F 1 (the tests' hook): always wide.
+// F 1 (the tests' hook): always wide. N <= 64 (ResNet's first stage, 64 channels; a
+// classifier's few columns): 128 x 64, whose tiles are as many as 128 x 128's and whose
+// wgmma (m64n64k16) does no work on columns past N (a 128-wide tile: half of it).
 static inline int wt_tile_n(int M, int N)
 {
     const long long tm = (M + WGG_T - 1) / WGG_T, F = k_cuda_tma_fill();
     const long long wide = tm * ((N + 255) / 256), narrow = tm * ((N + 127) / 128);
     if (F <= 1) return 256;
+    if (N <= 64) return 64;
     return wide >= F && 2 * ((wide + F - 1) / F) <= (narrow + F - 1) / F ? 256 : 128;
 }
+// A split product's tile (its tiles do not fill the GPU): never wide.
+static inline int wt_tile_n_split(int N) { return N <= 64 ? 64 : 128; }
 
 template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
 static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb, const ST &st,
@@ -253,21 +261,31 @@ static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, cons
     return 0;
 }
 
+// wt_run at the tile N bn (64, 128 or 256).
+template <int TY, bool AK, bool BK, class ST, bool I2C = false>
+static inline int wt_run_bn(int bn, int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb,
+                            const ST &st, cudaStream_t s, const char **why, WtI2c ig = WtI2c())
+{
+    return bn == 256  ? wt_run<TY, 256, AK, BK, ST, I2C>(M, N, K, kchunk, ma, mb, st, s, why, ig)
+           : bn == 64 ? wt_run<TY, 64, AK, BK, ST, I2C>(M, N, K, kchunk, ma, mb, st, s, why, ig)
+                      : wt_run<TY, 128, AK, BK, ST, I2C>(M, N, K, kchunk, ma, mb, st, s, why, ig);
+}
+
 // wt_gemm<TY, BN, AK, BK, ST> on the stream (AK / BK: A / B k-contiguous, else
 // M/N-contiguous), BN by wt_tile_n; its dynamic shared memory limit raised once; 0, or
 // -1 (a launch error for k_cuda_check_launch, or the maps refused: why). kchunk (a
 // multiple of WT_BK) < K: split-K, partial z of k [z kchunk, (z + 1) kchunk) through st
-// (KgPartial), on 128 x 128 tiles (a split product is one whose tiles do not fill the GPU).
+// (KgPartial), on 128 x 128 tiles, or 128 x 64 where N <= 64 (a split product is one whose tiles do
+// not fill the GPU).
 template <int TY, bool AK, bool BK, class ST>
 static inline int wt_launch(int M, int N, int K, const void *a, int lda, const void *b, int ldb, const ST &st,
                             cudaStream_t s, const char **why, int kchunk = 0)
 {
     k_tmap ma, mb;
     if (kchunk <= 0 || kchunk >= K) kchunk = K;
-    int bn = kchunk < K ? 128 : wt_tile_n(M, N);
+    int bn = kchunk < K ? wt_tile_n_split(N) : wt_tile_n(M, N);
     if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why) || wt_map(&mb, b, ldb, BK, N, K, bn, why)) return -1;
-    return bn == 256 ? wt_run<TY, 256, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why)
-                     : wt_run<TY, 128, AK, BK>(M, N, K, kchunk, ma, mb, st, s, why);
+    return wt_run_bn<TY, AK, BK>(bn, M, N, K, kchunk, ma, mb, st, s, why);
 }
 // wt_gemm with A the im2col of x [n][h][w][c] (16-bit, NHWC, 16-byte aligned; c % 64 ==
 // 0) for a conv of an r x s filter, stride st, padding pad, p x q outputs: M = n p q rows
@@ -282,12 +300,11 @@ static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r
     const int M = n * p * q, K = r * s_ * c;
     k_tmap ma, mb;
     if (kchunk <= 0 || kchunk >= K) kchunk = K;
-    int bn = kchunk < K ? 128 : wt_tile_n(M, N);
+    int bn = kchunk < K ? wt_tile_n_split(N) : wt_tile_n(M, N);
     if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, WGG_T, 128, why) ||
         wt_map(&mb, b, ldb, true, N, K, bn, why))
         return -1;
     const WtI2c ig = {c, r, s_, p * q, q, st, pad, flip};
-    return bn == 256 ? wt_run<TY, 256, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig)
-                     : wt_run<TY, 128, true, true, ST, true>(M, N, K, kchunk, ma, mb, out, s, why, ig);
+    return wt_run_bn<TY, true, true, ST, true>(bn, M, N, K, kchunk, ma, mb, out, s, why, ig);
 }
 } // namespace

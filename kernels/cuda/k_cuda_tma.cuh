@@ -42,6 +42,10 @@ typedef simt::tensormap k_tmap;
     simt::wgmma(__FILE__, __LINE__, simt::MMA_BF16, 256, d, da, db, scale_d, ta, tb)
 #define K_WGMMA_F16_256T(d, da, db, scale_d, ta, tb)                                                               \
     simt::wgmma(__FILE__, __LINE__, simt::MMA_F16, 256, d, da, db, scale_d, ta, tb)
+#define K_WGMMA_BF16_64T(d, da, db, scale_d, ta, tb)                                                               \
+    simt::wgmma(__FILE__, __LINE__, simt::MMA_BF16, 64, d, da, db, scale_d, ta, tb)
+#define K_WGMMA_F16_64T(d, da, db, scale_d, ta, tb)                                                                \
+    simt::wgmma(__FILE__, __LINE__, simt::MMA_F16, 64, d, da, db, scale_d, ta, tb)
 // The driver's checks for a 2D map of 16-bit elements (rows x cols, ld elements apart),
 // box_cols x box_rows, swizzle 0 / 32 / 64 / 128 bytes: 0, or -1 with why.
 static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long rows, unsigned long long cols,
@@ -151,14 +155,35 @@ __device__ __forceinline__ void k_wgmma_f16_256(float *d, unsigned long long da,
 {
     K_WGMMA_256_("f16");
 }
+// m64n64k16 (wt_gemm's 128 x 64 tile: N = 64, ResNet's first stage): 32 accumulators a thread.
+#define K_WGMMA_64_(ty)                                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n" "}\n" \
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31]) \
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
+template <int TA, int TB>
+__device__ __forceinline__ void k_wgmma_bf16_64(float *d, unsigned long long da, unsigned long long db, int scale_d)
+{
+    K_WGMMA_64_("bf16");
+}
+template <int TA, int TB>
+__device__ __forceinline__ void k_wgmma_f16_64(float *d, unsigned long long da, unsigned long long db, int scale_d)
+{
+    K_WGMMA_64_("f16");
+}
 #else
 template <int TA, int TB>
 __device__ __forceinline__ void k_wgmma_bf16_256(float *, unsigned long long, unsigned long long, int) { __trap(); }
 template <int TA, int TB>
 __device__ __forceinline__ void k_wgmma_f16_256(float *, unsigned long long, unsigned long long, int) { __trap(); }
+template <int TA, int TB>
+__device__ __forceinline__ void k_wgmma_bf16_64(float *, unsigned long long, unsigned long long, int) { __trap(); }
+template <int TA, int TB>
+__device__ __forceinline__ void k_wgmma_f16_64(float *, unsigned long long, unsigned long long, int) { __trap(); }
 #endif
 #define K_WGMMA_BF16_256T(d, da, db, scale_d, ta, tb) k_wgmma_bf16_256<ta, tb>(d, da, db, scale_d)
 #define K_WGMMA_F16_256T(d, da, db, scale_d, ta, tb) k_wgmma_f16_256<ta, tb>(d, da, db, scale_d)
+#define K_WGMMA_BF16_64T(d, da, db, scale_d, ta, tb) k_wgmma_bf16_64<ta, tb>(d, da, db, scale_d)
+#define K_WGMMA_F16_64T(d, da, db, scale_d, ta, tb) k_wgmma_f16_64<ta, tb>(d, da, db, scale_d)
 // cuTensorMapEncodeTiled through the runtime's driver entry point (bf16 as the element
 // type: TMA copies bytes, and f16 has the same size): 0, or -1 with why.
 static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long rows, unsigned long long cols,

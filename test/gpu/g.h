@@ -138,6 +138,21 @@ static inline size_t g_ndiff(const void *a, const void *b, size_t n, size_t esz)
     return k;
 }
 
+/* Two tensor-core paths' fp32 results from the same rounded operands, the same k16 steps
+ * in the same order (wgmma against mma.sync, TMA against cp.async): on the executor, which
+ * rounds once a k16 step in both, the same bits (how many differ); on a GPU the units may
+ * round their inner sums otherwise (not documented), so there: how many differ by more
+ * than 2^-16 of b's largest value (the start-up probes' bound is 1e-5). */
+static inline size_t g_ndiff_tc(const float *a, const float *b, size_t n)
+{
+    if (G_SIMT) return g_ndiff(a, b, n, 4);
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(b[i]) > m ? fabs(b[i]) : m;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += !(fabs((double)a[i] - b[i]) <= 0x1p-16 * m);
+    return k;
+}
+
 /* g_ndiff, but two NaNs are equal whatever their bits (fmt 'f' f32, 'h' f16, 'b' bf16):
  * a GPU's float unit returns its canonical NaN (0x7fffffff) where x86 keeps the first
  * NaN operand's payload, so a kernel that lets NaN through matches the CPU only up to

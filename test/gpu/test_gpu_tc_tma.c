@@ -41,10 +41,11 @@ static unsigned long long tma_count(void)
 
 /* C = A B of A (m x k) and B (k x n), each k-contiguous (akf / bkf: [m][k], [n][k]) or
  * M/N-contiguous ([k][m], [k][n]), rows rounded up to 8 elements, pad more, on wt_gemm
- * (its 128 x bn tile forced: bn 128 or 256) and on wg_gemm: both at the bound, and the
- * same bits. */
+ * (its 128 x bn tile: 256 forced; 128, or 64 where n <= 64, wt_tile_n's own choice) and
+ * on wg_gemm: both at the bound, and the same bits. */
 static void tma_case2(int type, int m, int n, int k, int pad, int bias, int relu, int bn, int akf, int bkf)
 {
+    if (bn != 256) bn = n <= 64 ? 64 : 128;
     int fill = k_cuda_tma_set_fill(bn == 256 ? 1 : INT_MAX);
     /* rows 16-byte aligned: TMA's (and wg_gemm's) constraint */
     int lda = ((akf ? k : m) + 7) / 8 * 8 + pad, ldb = ((bkf ? k : n) + 7) / 8 * 8 + pad;
@@ -131,6 +132,18 @@ TEST(gpu_tc_tma_gemm_wide_tile)
     int fill = k_cuda_tma_set_fill(0);
     CHECK(k_cuda_tma_fill() == 132);
     k_cuda_tma_set_fill(fill);
+    tma_reset();
+}
+
+/* The 128 x 64 tile (m64n64k16; n <= 64: ResNet's 64-channel convs, a classifier's few
+ * columns): n exactly one tile, n under it with the K ring passed, both types, the
+ * padded rows and the bias + ReLU epilogue. */
+TEST(gpu_tc_tma_gemm_narrow_tile)
+{
+    if (!g_sm90()) return;
+    tma_case(K_CUDA_MM_BF16, 130, 64, 136, 0, 0, 0, 64);
+    tma_case(K_CUDA_MM_F16, 200, 40, 330, 0, 0, 0, 64);
+    tma_case(K_CUDA_MM_BF16, 70, 33, 45, 8, 1, 1, 64);
     tma_reset();
 }
 

@@ -164,7 +164,7 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
                out);
         int n = 0;
         for (const char *p = out; (p = strstr(p, " TFLOP/s, ")); p++) n++;
-        CHECKF(n == 9 + (wg == 2), "%d rates, not %d:\n%s", n, 9 + (wg == 2), out);
+        CHECKF(n == 11 + (wg == 2), "%d rates, not %d:\n%s", n, 11 + (wg == 2), out);
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             char r[64];
             snprintf(r, sizeof r, rows[i], wg == 2 ? "TMA" : wg ? "wgmma" : "mma");

@@ -1,7 +1,8 @@
 /* ddprt-bench-kernels --device cuda, the tensor cores: the GEMM at 4096^3 (bf16, f16:
  * 16-bit arrays; TF32: linear's fp32 operands) against cuBLAS at the same precision
- * (cublasGemmEx, fp32 compute; TF32 math for the fp32 one); ResNet's 3x3 convs at bf16 as
- * --amp bf16 trains them (16-bit activations in and out, fp32 gradients) against cuDNN on
+ * (cublasGemmEx, fp32 compute; TF32 math for the fp32 one); ResNet's 3x3 convs (and a
+ * strided 3x3 and the 1x1 downsample) at bf16 as --amp bf16 trains them (16-bit
+ * channels-last activations in and out, the weights' 16-bit block, fp32 gradients) against cuDNN on
  * bf16 channels-last tensors with the algorithm its heuristics pick (what PyTorch's
  * autocast + channels_last runs); GPT's attention at bf16 (FlashAttention-2 style, ours
  * only). Each row gives TFLOP/s and the % of the card's dense tensor-core peak where the
@@ -104,11 +105,13 @@ static void bench_gemm(int wgmma, int M)
     port_dev_free(c.ws);
 }
 
-/* ---- the convolutions: ours as trained (x and y 16-bit under bf16), cuDNN channels-last */
+/* ---- the convolutions: ours as trained (under bf16 x, y and dy channels last, x and y
+ * 16-bit, the weights' 16-bit block made once as an update makes it: nn/ops/conv.c's
+ * flags), cuDNN channels-last */
 typedef struct tcc_ctx {
     k_conv_shape sh;
     int mm;
-    void *x16, *y16, *ref_ws;
+    void *x16, *y16, *ref_ws, *blk;
     float *w, *b, *dy, *dx, *dw, *db, *y;
     uint16_t *w16, *dy16, *dx16, *dw16;
     void *ws, *xd, *yd, *wd, *cd;
@@ -116,18 +119,23 @@ typedef struct tcc_ctx {
     size_t ref_ws_bytes;
 } tcc_ctx;
 
-static int tcc_x16(const tcc_ctx *t) { return t->mm == K_CUDA_MM_TF32 ? 0 : K_CUDA_MM_X16; }
+/* the trained flags (16-bit: NHWC x, y, dy, the weights' block) */
+static int tcc_x16(const tcc_ctx *t)
+{
+    return t->mm == K_CUDA_MM_TF32 ? 0 : K_CUDA_MM_X16 | K_CUDA_MM_XNHWC | K_CUDA_MM_YNHWC | K_CUDA_MM_W16P;
+}
 static int tcc_fwd(void *p)
 {
     tcc_ctx *t = p;
     int y16 = t->mm == K_CUDA_MM_TF32 ? 0 : K_CUDA_MM_Y16;
-    return k_cuda_conv2d_fwd_mm(t->mm | tcc_x16(t) | y16, &t->sh, t->x16, t->w, NULL, t->b, y16 ? t->y16 : (void *)t->y,
-                                t->ws, kb_S);
+    return k_cuda_conv2d_fwd_mm(t->mm | tcc_x16(t) | y16, &t->sh, t->x16, t->w, t->blk, t->b,
+                                y16 ? t->y16 : (void *)t->y, t->ws, kb_S);
 }
 static int tcc_bwd(void *p)
 {
     tcc_ctx *t = p;
-    return k_cuda_conv2d_bwd_mm(t->mm | tcc_x16(t), &t->sh, t->x16, t->w, NULL, t->dy, t->dx, t->dw, t->db, t->ws, kb_S);
+    return k_cuda_conv2d_bwd_mm(t->mm | tcc_x16(t), &t->sh, t->x16, t->w, t->blk, t->dy, t->dx, t->dw, t->db, t->ws,
+                                kb_S);
 }
 static int dnn16_fwd(void *p)
 {
@@ -187,27 +195,35 @@ static void *d16(size_t n, const char *what)
     return p;
 }
 
-static void bench_conv_tc(const char *name, int n, int ci, int h, int co, int mm)
+/* An r x r conv, stride st, padding r / 2 (ResNet's). */
+static void bench_conv_tc(const char *name, int n, int ci, int h, int co, int r, int st, int mm)
 {
-    tcc_ctx t = {.sh = {.n = n, .c = ci, .h = h, .w = h, .k = co, .r = 3, .s = 3, .stride = 1, .pad = 1}, .mm = mm};
+    tcc_ctx t = {.sh = {.n = n, .c = ci, .h = h, .w = h, .k = co, .r = r, .s = r, .stride = st, .pad = r / 2},
+                 .mm = mm};
     k_conv_shape_init(&t.sh);
-    size_t nx = (size_t)n * ci * h * h, ny = (size_t)n * co * t.sh.p * t.sh.q, nw = (size_t)co * ci * 9;
+    size_t nx = (size_t)n * ci * h * h, ny = (size_t)n * co * t.sh.p * t.sh.q, nw = (size_t)co * ci * r * r;
     int f32 = mm == K_CUDA_MM_TF32;
     t.x16 = f32 ? (void *)kb_dbuf(nx) : d16(nx, "x16");
     t.y16 = d16(ny, "y16"), t.w16 = d16(nw, "w16"), t.dy16 = d16(ny, "dy16"), t.dx16 = d16(nx, "dx16");
     t.dw16 = d16(nw, "dw16");
     t.w = kb_dbuf(nw), t.b = kb_dbuf(co), t.y = kb_dbuf(ny), t.dy = kb_dbuf(ny), t.dx = kb_dbuf(nx);
     t.dw = kb_dbuf(nw), t.db = kb_dbuf(co);
-    if (port_dev_malloc(&t.ws, k_cuda_conv2d_workspace(&t.sh) + 256, "workspace")) return;
+    const int mmx = mm | tcc_x16(&t);
+    size_t nb = k_cuda_conv2d_w16_elems(mmx, &t.sh);
+    if (port_dev_malloc(&t.ws, k_cuda_conv2d_workspace_mm(mmx, &t.sh) + 256, "workspace") ||
+        (nb && (port_dev_malloc(&t.blk, nb * 2 + 256, "weight block") ||
+                k_cuda_conv2d_w16_prep(mmx, &t.sh, t.w, t.blk, kb_S))))
+        return;
     int have_ref = !f32 && dnn16_setup(&t) == 0;
-    double flop = 2.0 * ny * ci * 9;
+    double flop = 2.0 * ny * ci * r * r;
     char shape[64], nm[40];
-    snprintf(shape, sizeof shape, "n%d c%d %dx%d k%d 3x3 p1", n, ci, h, h, co);
+    snprintf(shape, sizeof shape, "n%d c%d %dx%d k%d %dx%d s%d p%d", n, ci, h, h, co, r, r, st, r / 2);
     snprintf(nm, sizeof nm, "%s fwd", name);
     tc_row(nm, shape, kb_time_us(tcc_fwd, &t), flop, have_ref ? kb_time_us(dnn16_fwd, &t) : -1, mm);
     snprintf(nm, sizeof nm, "%s bwd", name);
     tc_row(nm, shape, kb_time_us(tcc_bwd, &t), 2 * flop, have_ref ? kb_time_us(dnn16_bwd, &t) : -1, mm);
-    void *all[] = {t.x16, t.y16, t.w16, t.dy16, t.dx16, t.dw16, t.w, t.b, t.y, t.dy, t.dx, t.dw, t.db, t.ws, t.ref_ws};
+    void *all[] = {t.x16, t.y16, t.w16, t.dy16, t.dx16, t.dw16, t.w, t.b, t.y, t.dy, t.dx, t.dw, t.db, t.ws, t.ref_ws,
+                   t.blk};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) port_dev_free(all[i]);
 }
 
@@ -245,19 +261,22 @@ void kb_tensor_cores(int wgmma, int smoke)
 {
     if (smoke) { /* edge tiles everywhere */
         bench_gemm(wgmma, 200);
-        bench_conv_tc("conv bf16", 2, 24, 9, 40, K_CUDA_MM_BF16);
-        bench_conv_tc("conv tf32", 2, 24, 9, 40, K_CUDA_MM_TF32);
+        bench_conv_tc("conv bf16", 2, 24, 9, 40, 3, 1, K_CUDA_MM_BF16);
+        bench_conv_tc("conv bf16", 2, 64, 9, 64, 3, 2, K_CUDA_MM_BF16); /* im2col where TMA is on */
+        bench_conv_tc("conv tf32", 2, 24, 9, 40, 3, 1, K_CUDA_MM_TF32);
         bench_attention_tc(1, 70, 2, 64);
         return;
     }
     printf("# tensor cores (%s; reference: cuBLAS at the same precision, fp32 compute; cuDNN bf16 channels-last, "
            "its heuristics' algorithms)\n", wgmma ? "wgmma where a 128-tile product runs, else mma.sync" : "mma.sync");
     bench_gemm(wgmma, 4096);
-    bench_conv_tc("resnet 56x56 bf16", 32, 64, 56, 64, K_CUDA_MM_BF16);
-    bench_conv_tc("resnet 28x28 bf16", 32, 128, 28, 128, K_CUDA_MM_BF16);
-    bench_conv_tc("resnet 14x14 bf16", 32, 256, 14, 256, K_CUDA_MM_BF16);
-    bench_conv_tc("resnet 7x7 bf16", 32, 512, 7, 512, K_CUDA_MM_BF16);
-    bench_conv_tc("resnet 28x28 tf32", 32, 128, 28, 128, K_CUDA_MM_TF32);
+    bench_conv_tc("resnet 56x56 bf16", 32, 64, 56, 64, 3, 1, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 56>28 s2 bf16", 32, 64, 56, 128, 3, 2, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 1x1 s2 bf16", 32, 64, 56, 128, 1, 2, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 28x28 bf16", 32, 128, 28, 128, 3, 1, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 14x14 bf16", 32, 256, 14, 256, 3, 1, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 7x7 bf16", 32, 512, 7, 512, 3, 1, K_CUDA_MM_BF16);
+    bench_conv_tc("resnet 28x28 tf32", 32, 128, 28, 128, 3, 1, K_CUDA_MM_TF32);
     bench_attention_tc(8, 256, 6, 64);
     bench_attention_tc(8, 1024, 12, 64); /* GPT-2 124M at T 1024, batch 8 */
 }

@@ -147,6 +147,18 @@ TEST(simt_tensor_core_checks)
     expect("wgmma_overwritten", "wgmma.wait_group at simt_checks.cu:", "the shared-memory operands of "
            "wgmma.mma_async at simt_checks.cu:", "were written before this wait_group covered it", NULL);
     expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
+    /* A from registers (FlashAttention-3's P V): the product under every order; the
+     * registers changed before the wait, written after the fence, imm-trans-a 1 */
+    static const char *rs_orders[] = {"forward", "reversed", "warps"};
+    for (int i = 0; i < 3; i++) {
+        run_case("wgmma_rs_ok", rs_orders[i]);
+        CHECKF(strstr(out, "report: none") && strstr(out, "result: wgmma ok"), "%s:\n%s", rs_orders[i], out);
+    }
+    expect("wgmma_rs_overwritten", "wgmma.wait_group at simt_checks.cu:", "the A registers (at",
+           "were written before this wait_group covered it", NULL);
+    expect("wgmma_rs_after_fence", "wgmma.mma_async at simt_checks.cu:", "thread 5's A registers (at",
+           "were written after its last wgmma.fence", NULL);
+    expect("wgmma_rs_trans_a", "wgmma.mma_async at simt_checks.cu:", "imm-trans-a 1 with A in registers", NULL);
     expect("wgmma_no_proxy_fence", "wgmma.mma_async at simt_checks.cu:", "operand A row 0-0, k 0-7 at",
            "written by the generic proxy (a store or cp.async) since the last fence.proxy.async", NULL);
     expect("wgmma_proxy_fence_early", "wgmma.mma_async at simt_checks.cu:", "written by the generic proxy", NULL);
@@ -373,8 +385,13 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
      * after them; and fw_fwd's V descriptor broken, seen by its start-up probe */
     CHECKF(strstr(o, "| tensor-core GEMM (sm_90): fence.proxy.async after cp.async's writes removed | "
                      "k_cuda_tc_wgmma.cuh | simt: ") && strstr(o, "since the last fence.proxy.async"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core attention (sm_90): fence.proxy.async after P's stores removed | "
-                     "k_cuda_attn_wg.cuh | simt: "), "%s", o);
+    /* fw_fwd's P V with P in registers: the fence before the registers are written, and
+     * the registers changed before the wait_group (both named by the executor) */
+    CHECKF(strstr(o, "| tensor-core attention (sm_90): wgmma.fence before P V placed before P's registers are "
+                     "written | k_cuda_attn_wg.cuh | simt: ") && strstr(o, "were written after its last wgmma.fence"),
+           "%s", o);
+    CHECKF(strstr(o, "| tensor-core attention (sm_90): P's registers changed before the P V wait_group | "
+                     "k_cuda_attn_wg.cuh | simt: ") && strstr(o, "the A registers (at"), "%s", o);
     CHECKF(strstr(o, "| tensor-core attention backward (sm_90): barrier between the P^T / dS^T stores and their wgmma "
                      "removed | k_cuda_attn_wgb.cuh | simt: ") && strstr(o, "stored since the last __syncthreads"),
            "%s", o);

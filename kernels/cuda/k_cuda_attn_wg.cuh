@@ -1,22 +1,25 @@
 // The attention's forward on sm_90a's wgmma (H100/H200; k_cuda_wgmma_on(), as the GEMMs),
 // FlashAttention-3 style, included by k_cuda_attn_tc.cu: fw_fwd computes what fa_fwd does
 // (same tiles, same online softmax: fa_softmax) with one warpgroup of 128 threads per block
-// (64 query rows: wgmma's M), both products as warpgroup wgmma ops on shared-memory tiles:
-//  - S = Q K^T: m64n64k16, A = Q (64 queries x hd), B = K (64 keys x hd), both K-major;
-//  - O += P V: m64nHDk16, A = P (64 queries x 64 keys, K-major), B = V (64 keys x hd: hd
+// (64 query rows: wgmma's M), both products as warpgroup wgmma ops:
+//  - S = Q K^T: m64n64k16, A = Q (64 queries x hd), B = K (64 keys x hd), both K-major in
+//    shared memory;
+//  - O += P V: m64nHDk16, A = P in registers (FA3's "RS" form), B = V (64 keys x hd: hd
 //    contiguous, so N-major, imm-trans-b 1).
 // S and O sit in wgmma's accumulator layout, which is mma.sync's C fragments repeated over
 // N / 8 (warp w rows 16w.., element 4n + e = fragment n's e): fa_fwd's softmax and stores
-// run on them unchanged. P is rounded to 16 bits into a shared tile (the executor emulates
-// no register-A wgmma), made visible to the async proxy and to the warpgroup before its
-// product reads it.
+// run on them unchanged. S's fragments n = 2ks, 2ks + 1 are also register A's fragment of
+// k16 step ks (mma.sync's A layout, per warp): P is rounded to 16 bits into four registers
+// a step (fa_pack, as fa_fwd), then wgmma.fence (the ops read registers written since the
+// last one); no shared P tile, no proxy fence or barrier for it. The registers must stay
+// unchanged until the wait_group (the executor checks both).
 // Tiles: 64 rows in 64-column blocks (8 KiB each) in the 128-byte swizzle (row r's 16-byte
 // chunk c at c ^ (r & 7), patterns of 8 rows x 128 bytes, 1 KiB-aligned): for a K-major
 // operand one descriptor's 16 k lie in one 128-byte row (SBO 1 KiB: the next 8 rows); for
 // V a row is one key's 64 n (SBO 1 KiB: the next 8 keys, LBO 8 KiB: the next 64 n).
 // At HD 64 that is fa_off<64>, fa_fwd's own layout.
 // Loads: cp.async only (a 16-bit qkv of the kernel's type, fa_cp); K and V double-buffered
-// in dynamic shared memory (HD 64: 48 KiB + P's 8 KiB; HD 128: 88 KiB).
+// in dynamic shared memory (HD 64: 40 KiB; HD 128: 80 KiB; + 1 KiB alignment slack).
 // Bits: every k16 step of both products is an exact sum added to the accumulator once,
 // in fa_fwd's k order (S: hd in steps of 16; P V: the tile's keys in steps of 16), on the
 // same rounded operands, so on the executor (one rounding per k16 step for mma.sync and
@@ -31,8 +34,13 @@
 #define FW_WGMMA(TY, N, d, da, db, scale_d, tb)                                                                    \
     simt::wgmma(__FILE__, __LINE__, (TY) == K_CUDA_MM_BF16 ? simt::MMA_BF16 : simt::MMA_F16, N, d, da, db, scale_d, \
                 0, tb)
+// The register-A form: A = a[4] (four 32-bit registers a thread, mma.sync's A fragment of
+// the warp's 16 rows), B by descriptor; PTX has no imm-trans-a for it.
+#define FW_WGMMA_RS(TY, N, d, a, db, scale_d, tb)                                                                  \
+    simt::wgmma_rs(__FILE__, __LINE__, (TY) == K_CUDA_MM_BF16 ? simt::MMA_BF16 : simt::MMA_F16, N, d, a, db, scale_d, tb)
 #else
 #define FW_WGMMA(TY, N, d, da, db, scale_d, tb) fw_wgmma<TY, N, tb>(d, da, db, scale_d)
+#define FW_WGMMA_RS(TY, N, d, a, db, scale_d, tb) fw_wgmma_rs<TY, N, tb>(d, a, db, scale_d)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FW_WGMMA_64_(ty)                                                                                           \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
@@ -45,8 +53,39 @@
                    "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),       \
                    "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                           \
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TB))
+// m64nNk16 with A from registers: d, {a0..a3}, b-desc, scale-d, imm-scale-a, -b, imm-trans-b
+#define FW_WGMMA_RS64_(ty)                                                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, " \
+                 "{%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                      \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),    \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),    \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB))
+#define FW_WGMMA_RS128_(ty)                                                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, " \
+                 "{%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"                                      \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),    \
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),    \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),    \
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),    \
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),    \
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),    \
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB))
 #else
 #define FW_WGMMA_64_(ty) __trap()
+#define FW_WGMMA_RS64_(ty) __trap()
+#define FW_WGMMA_RS128_(ty) __trap()
 #endif
 template <int TY, int N, int TB>
 __device__ __forceinline__ void fw_wgmma(float *d, unsigned long long da, unsigned long long db, int scale_d)
@@ -60,6 +99,18 @@ __device__ __forceinline__ void fw_wgmma(float *d, unsigned long long da, unsign
         else FW_WGMMA_64_("f16");
     }
 }
+template <int TY, int N, int TB>
+__device__ __forceinline__ void fw_wgmma_rs(float *d, const unsigned *a, unsigned long long db, int scale_d)
+{
+    static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
+    if constexpr (N == 128) {
+        if constexpr (TY == K_CUDA_MM_BF16) FW_WGMMA_RS128_("bf16");
+        else FW_WGMMA_RS128_("f16");
+    } else {
+        if constexpr (TY == K_CUDA_MM_BF16) FW_WGMMA_RS64_("bf16");
+        else FW_WGMMA_RS64_("f16");
+    }
+}
 #endif
 
 namespace {
@@ -69,8 +120,8 @@ namespace {
 // Element offset of 16-byte chunk c (8 columns) of row r of a tile of HD columns.
 __device__ __forceinline__ int fw_off(int r, int c) { return (c >> 3) * FW_BLOCK + r * 64 + (((c & 7) ^ (r & 7)) << 3); }
 
-// Shared memory: Q, K[2], V[2] (64 x HD each), P (64 x 64), and the alignment's slack.
-__host__ __device__ constexpr int fw_smem_bytes(int hd_tile) { return (5 * FA_T * hd_tile + FW_BLOCK) * 2 + FW_ALIGN; }
+// Shared memory: Q, K[2], V[2] (64 x HD each) and the alignment's slack (P stays in registers).
+__host__ __device__ constexpr int fw_smem_bytes(int hd_tile) { return 5 * FA_T * hd_tile * 2 + FW_ALIGN; }
 
 // 64 rows from row r0 (src[at + (r0 + r) ld + (0, hd)]) by cp.async into the tile, zero
 // past t and hd (hd % 8 == 0: a chunk is all in or all out). Eight consecutive threads
@@ -97,7 +148,7 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
     static_assert(HD == 64 || HD == 128, "64-column blocks; N 64 or 128");
     K_DYN_SHARED(unsigned char, raw);
     unsigned short *const sq = (unsigned short *)(((uintptr_t)raw + FW_ALIGN - 1) & ~(uintptr_t)(FW_ALIGN - 1));
-    unsigned short *const sp = sq + 5 * FA_T * HD; // K[b] at sq + (1 + b) 64 HD, V[b] at sq + (3 + b) 64 HD
+    // K[b] at sq + (1 + b) 64 HD, V[b] at sq + (3 + b) 64 HD
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, base = (size_t)s * t * ld + (size_t)hh * hd;
@@ -113,7 +164,7 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
     for (int k0 = 0, bf = 0; k0 < kend; k0 += FA_T, bf ^= 1) {
         K_CP_ASYNC_WAIT(0); // this thread's copies of the tile
         K_FENCE_PROXY_ASYNC(); // cp.async's writes, for the async proxy wgmma reads through
-        __syncthreads(); // everyone's; the other buffers and P free (their products waited for)
+        __syncthreads(); // everyone's; the other buffers free (their products waited for)
         const unsigned short *tk = sq + (1 + bf) * FA_T * HD, *tv = sq + (3 + bf) * FA_T * HD;
         if (k0 + FA_T < kend) { // the next K, V tiles land while this one's products run
             fw_load<HD>(sq + (2 - bf) * FA_T * HD, src, base + C, ld, k0 + FA_T, t, hd);
@@ -133,23 +184,24 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
         fa_softmax<HD>(sc, o, m, l, row, k0, t, scale, tig);
-        // P rounded into its tile: row r's keys 8n + 2 tig, + 1 as one word (a warp's 32
-        // stores in 32 banks: its 8 rows' chunk n at 8 different swizzled places)
+        // P rounded to 16 bits in registers: S's accumulators of n8 blocks 2ks, 2ks + 1 are
+        // register A's fragment of k16 step ks (rows g, g + 8; keys 16ks + 2tig, +1, +8, +9),
+        // as fa_fwd's mma.sync A: no tile, no proxy fence, no barrier (each warp's own rows)
+        unsigned pa[FA_T / 16][4];
 #pragma unroll
-        for (int n = 0; n < FA_T / 8; n++)
+        for (int ks = 0; ks < FA_T / 16; ks++)
 #pragma unroll
-            for (int r = 0; r < 2; r++)
-                *(unsigned *)(sp + fw_off(16 * w + g + 8 * r, n) + 2 * tig) = fa_pack<TY>(sc[n][2 * r], sc[n][2 * r + 1]);
-        K_FENCE_PROXY_ASYNC(); // P's generic-proxy stores, for the async proxy
-        __syncthreads(); // every warp's rows of P (the warpgroup's ops read all 64)
+            for (int i = 0; i < 4; i++) {
+                const float *f = &sc[2 * ks + (i >> 1)][2 * (i & 1)];
+                pa[ks][i] = fa_pack<TY>(f[0], f[1]);
+            }
         // O += P V: the tile's keys in steps of 16 (V's next 16 rows: 2 KiB on)
-        const unsigned long long dp = k_wgmma_desc(sp, 16, 1024, K_WGMMA_SW128),
-                                 dv = k_wgmma_desc(tv, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
-        K_WGMMA_FENCE();
+        const unsigned long long dv = k_wgmma_desc(tv, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
+        K_WGMMA_FENCE(); // after P's registers are written: the ops read them (and O's)
 #pragma unroll
-        for (int ks = 0; ks < FA_T / 16; ks++) FW_WGMMA(TY, HD, &o[0][0], dp + 2 * ks, dv + 128 * ks, 1, 1);
+        for (int ks = 0; ks < FA_T / 16; ks++) FW_WGMMA_RS(TY, HD, &o[0][0], pa[ks], dv + 128 * ks, 1, 1);
         K_WGMMA_COMMIT();
-        K_WGMMA_WAIT(0);
+        K_WGMMA_WAIT(0); // (also: P's registers may change only after it)
     }
     K_CP_ASYNC_WAIT(0); // (the last, empty group)
     fa_fwd_out<HD>(o, m, l, row, t, h, hh, s, hd, q0 + 16 * w, lane, y, yt, lse);

@@ -10,8 +10,9 @@
  *  - Both against the CPU (bf16: k_attention_fwd_bf16; f16: the fp32 kernel on the f16
  *    values), at test_gpu_tc_attn.c's end-to-end bounds.
  *  - The executor counts the wgmma ops by transpose flag (simt_wgmma_count): per query tile
- *    i (i + 1 key tiles) HD / 16 K-major S = Q K^T ops and 4 P V ops with V N-major; none
- *    where the head (32 and under) or the loads (fp32 qkv) keep fa_fwd.
+ *    i (i + 1 key tiles) HD / 16 K-major S = Q K^T ops and 4 P V ops with V N-major, those
+ *    with P in registers (simt_wgmma_rs_count); none where the head (32 and under) or the
+ *    loads (fp32 qkv) keep fa_fwd.
  * Heads 64 (GPT-2's) and 128, t 200 and 130 (partial and masked tiles), b * h > 1. */
 #include "test/gpu/g.h"
 #include "kernels/k_tfm.h"
@@ -19,10 +20,12 @@
 
 #if G_SIMT
 unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
+unsigned long long simt_wgmma_rs_count(void);
+/* tb 0 / 1: ops by imm-trans-b (imm-trans-a 0); 2: ops with A in registers */
 static unsigned long long ops(int tb)
 {
     g_need(port_stream_sync(NULL, "wgmma count") == 0, "sync");
-    return simt_wgmma_count(0, tb);
+    return tb == 2 ? simt_wgmma_rs_count() : simt_wgmma_count(0, tb);
 }
 #else
 static unsigned long long ops(int tb) { return (void)tb, 0; }
@@ -57,9 +60,9 @@ static void fw_case(int t, int b, int T, int h, int hd, int x16, int wgmma)
     g_wgmma_off();
     g_need(k_cuda_attention_fwd_mm(mm, b, T, h, hd, gq, y0, l0, NULL) == 0, "attention fwd (mma.sync)");
     g_wgmma_on();
-    unsigned long long s0 = ops(0), p0 = ops(1);
+    unsigned long long s0 = ops(0), p0 = ops(1), r0 = ops(2);
     g_need(k_cuda_attention_fwd_mm(mm, b, T, h, hd, gq, y1, l1, NULL) == 0, "attention fwd (wgmma)");
-    unsigned long long s1 = ops(0), p1 = ops(1);
+    unsigned long long s1 = ops(0), p1 = ops(1), r1 = ops(2);
     g_wgmma_off();
     if (G_SIMT) {
         unsigned long long tiles = 0, nt = (unsigned long long)(T + 63) / 64, HD = hd <= 64 ? 64 : 128;
@@ -67,6 +70,8 @@ static void fw_case(int t, int b, int T, int h, int hd, int x16, int wgmma)
         CHECKF(s1 - s0 == (wgmma ? tiles * HD / 16 : 0) && p1 - p0 == (wgmma ? tiles * 4 : 0),
                "%s t=%d h=%d hd=%d x16 %d: %llu S ops (expected %llu), %llu P V ops (expected %llu)", tn, T, h, hd,
                x16, s1 - s0, wgmma ? tiles * HD / 16 : 0, p1 - p0, wgmma ? tiles * 4 : 0);
+        CHECKF(r1 - r0 == p1 - p0, "%s t=%d hd=%d: %llu of %llu P V ops with P in registers", tn, T, hd, r1 - r0,
+               p1 - p0);
     }
     float *ry0 = g_result(y0, ny), *rl0 = g_result(l0, nl), *ry1 = g_result(y1, ny), *rl1 = g_result(l1, nl);
     if (G_SIMT || !wgmma) {

@@ -94,7 +94,8 @@ void cp_async_wait(const char *file, int line, int n);
 // descriptors and scale-d; ta / tb are the instruction's imm-trans-a / imm-trans-b (1: the
 // operand is M / N-major, 16-bit types only). The product is computed when the
 // warpgroup has arrived; d is NaN until the lane's wgmma.wait_group covers it.
-struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; };
+// a: A from registers (wgmma_rs), else NULL and A by the descriptor da.
+struct wgmma_lane { float *d; unsigned long long da, db; int scale_d; const unsigned *a; };
 void wgmma_fence(const char *file, int line);
 // fence.proxy.async.shared::cta: the generic proxy's shared-memory writes so far (stores,
 // cp.async) become visible to the async proxy (wgmma's operand reads). simt_tc.cc keeps
@@ -110,8 +111,20 @@ unsigned long long smem_desc(const void *p, int lbo, int sbo, int swz);
 inline void wgmma(const char *file, int line, int kind, int n, float *d, unsigned long long da,
                   unsigned long long db, int scale_d, int ta = 0, int tb = 0)
 {
-    wgmma_lane l = {d, da, db, scale_d};
+    wgmma_lane l = {d, da, db, scale_d, NULL};
     warp_coll(file, line, W_WGMMA, &l, n << 4 | kind | !!ta << 20 | !!tb << 21);
+}
+// The register-A form (FlashAttention-3's P V): each lane hands in its four 32-bit A
+// registers a[4] (two 16-bit elements each; warp w's rows 16w.. in mma.sync's m16n8k16 A
+// fragment), B by descriptor. PTX has no imm-trans-a here: ta exists only for the check
+// that refuses it. The registers must not change from the last wgmma.fence before the op
+// until the wgmma.wait_group that covers it (the executor compares them: a snapshot of
+// the thread's stack at the fence, a copy at the op).
+inline void wgmma_rs(const char *file, int line, int kind, int n, float *d, const unsigned *a, unsigned long long db,
+                     int scale_d, int tb, int ta = 0)
+{
+    wgmma_lane l = {d, 0, db, scale_d, a};
+    warp_coll(file, line, W_WGMMA, &l, n << 4 | kind | !!ta << 20 | !!tb << 21 | 1 << 22);
 }
 
 // setmaxnreg.{inc,dec}.sync.aligned.u32 n (sm_90a; simt_regs.cc): a warpgroup collective

@@ -296,6 +296,37 @@ template <int W, int SHIFT, int TA, int TB> __global__ void wgmma_mn_case(const 
     for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
 }
 
+// wgmma_case's product with A from registers (simt::wgmma_rs, FlashAttention-3's P V):
+// each thread packs its fragment (warp w rows 16w + g, + 8; k 2q, 2q + 1, then + 8).
+// MODE 1: a thread changes an A register between the op and its wait_group; 2: after its
+// wgmma.fence, before the op; 3: imm-trans-a 1 (PTX has none for register A).
+template <int MODE> __global__ void wgmma_rs_case(const float *in, float *out)
+{
+    __shared__ __attribute__((aligned(16))) unsigned short B[128 * 16];
+    int t = threadIdx.x, w = t >> 5, g = (t & 31) >> 2, q = t & 3;
+    for (int i = t; i < 128 * 16; i += blockDim.x) { // as wgmma_case's B
+        int n = i / 16, k = i % 16;
+        B[(k / 8) * 128 * 8 + (n / 8) * 64 + (n % 8) * 8 + k % 8] = rt_f32_to_bf16(in[1024 + i]);
+    }
+    K_FENCE_PROXY_ASYNC();
+    __syncthreads();
+    unsigned a[4];
+    for (int i = 0; i < 4; i++) {
+        int r = 16 * w + g + 8 * (i & 1), k = 2 * q + 8 * (i >> 1);
+        a[i] = k_pack_bf16x2(in[r * 16 + k], in[r * 16 + k + 1]);
+    }
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    K_WGMMA_FENCE();
+    if (MODE == 2 && t == 5) a[2] ^= 1;
+    simt::wgmma_rs(__FILE__, __LINE__, simt::MMA_BF16, 128, d, a, k_wgmma_desc(B, 128 * 16, 128, K_WGMMA_NOSWZ), 1, 0,
+                   MODE == 3);
+    K_WGMMA_COMMIT();
+    if (MODE == 1 && t == 5) a[2] ^= 1;
+    K_WGMMA_WAIT(0);
+    for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+
 // imm-trans-a 1 on a tf32 wgmma: PTX has no transpose for 32-bit types.
 __global__ void wgmma_mn_tf32(float *out)
 {
@@ -518,7 +549,8 @@ int main(int argc, char **argv)
         SIMT_LAUNCH(wgmma_mn_tf32, 1, 128, 0, 0)(d);
         report();
     } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9) ||
-               !strncmp(c, "wgmma_mn_", 9) || strstr(c, "proxy_fence") || !strcmp(c, "wgmma_no_barrier")) {
+               !strncmp(c, "wgmma_mn_", 9) || strstr(c, "proxy_fence") || !strcmp(c, "wgmma_no_barrier") ||
+               !strncmp(c, "wgmma_rs_", 9)) {
         static float in[1024 + 2048], o[64 * 128];
         for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
         float *din = dev(3072), *dout = dev(64 * 128);
@@ -541,10 +573,17 @@ int main(int argc, char **argv)
         else if (!strcmp(c, "wgmma_no_proxy_fence")) SIMT_LAUNCH((wgmma_case<0, 0>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_proxy_fence_early")) SIMT_LAUNCH((wgmma_case<0, 2>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_no_barrier")) SIMT_LAUNCH((wgmma_case<0, 3>), 1, 128, 0, 0)(din, dout);
+        // A from registers: right, changed before the wait, written after the fence, transposed
+        else if (!strcmp(c, "wgmma_rs_ok")) SIMT_LAUNCH((wgmma_rs_case<0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_rs_overwritten")) SIMT_LAUNCH((wgmma_rs_case<1>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_rs_after_fence")) SIMT_LAUNCH((wgmma_rs_case<2>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_rs_trans_a")) SIMT_LAUNCH((wgmma_rs_case<3>), 1, 128, 0, 0)(din, dout);
         else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
-        return !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_mn_ok", 11) ? check_wgmma(in, o) : 0;
+        return !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_mn_ok", 11) || !strcmp(c, "wgmma_rs_ok")
+                   ? check_wgmma(in, o)
+                   : 0;
     } else if (!strcmp(c, "ipc_owner_gone") && argc > 2) { // the handle, then exit
         float *buf;
         cudaIpcMemHandle_t h;

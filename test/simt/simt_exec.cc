@@ -371,8 +371,8 @@ int complete_warp(int w, int base, unsigned m, char *why, size_t len)
 }
 
 // wgmma: the 128 threads of warp w's warpgroup all at f's site complete together; a
-// partial warpgroup, an exited thread or another site in it is a failure. 1 completed,
-// 0 not yet, -1 failure.
+// partial warpgroup, an exited thread or another site in it (another warpgroup collective,
+// or warp w's own lanes elsewhere) is a failure. 1 completed, 0 not yet, -1 failure.
 int resolve_warpgroup(int w, const thr *f, char *why, size_t len)
 {
     int base = w / 4 * 128;
@@ -387,12 +387,16 @@ int resolve_warpgroup(int w, const thr *f, char *why, size_t len)
             return fail(why, len, "%s at %s:%d issued by a partial warpgroup: threads %s reach it, threads %s exited",
                         op, fn, f->line, thread_set(T_WARP, f->file, f->line, base, base + 128).c_str(),
                         thread_set(T_EXIT, NULL, 0, base, base + 128).c_str());
-        if (g->state == T_WARP && (g->file != f->file || g->line != f->line || g->kind != f->kind))
+        // another warp at its own warp intrinsic (its softmax's shuffles) is only behind: the
+        // wgmma waits for it; another warpgroup collective, or warp w's lanes elsewhere, diverge
+        bool group_op = g->kind == simt::W_WGMMA || g->kind == simt::W_SETMAXNREG;
+        if (g->state == T_WARP && (g->file != f->file || g->line != f->line || g->kind != f->kind) &&
+            (group_op || i / 32 == w))
             return fail(why, len, "divergent warpgroup: threads %s at %s (%s:%d), threads %s at %s (%s:%d)",
                         thread_set(T_WARP, f->file, f->line, base, base + 128).c_str(), op, fn, f->line,
                         thread_set(T_WARP, g->file, g->line, base, base + 128).c_str(), warp_name(g->kind),
                         base_name(g->file), g->line);
-        if (g->state != T_WARP) ready = 0;
+        if (g->state != T_WARP || g->file != f->file || g->line != f->line || g->kind != f->kind) ready = 0;
     }
     if (!ready) return 0;
     void *lanes[128];
@@ -693,6 +697,7 @@ int simt::lane_id()
 }
 
 int simt::cur_lin() { return cur ? cur->lin : -1; }
+const char *simt::stack_top() { return cur && cur->st ? cur->st->mem + cur->st->size : NULL; }
 void *simt::dyn_shared() { return cur_L && cur_L->c.shmem ? dyn_area : NULL; }
 unsigned simt::barrier_round() { return bar_round; }
 simt::kinfo *simt::running_kinfo() { return cur_k; }

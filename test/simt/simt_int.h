@@ -62,6 +62,7 @@ void tc_barrier_done();
 // The running thread (-1: none), barrier rounds completed in this block, the running
 // kernel; a check that fails on a thread's own call (reported when the round ends).
 int cur_lin();
+const char *stack_top(); // the end of the running thread's stack (NULL: none)
 unsigned barrier_round();
 kinfo *running_kinfo();
 void thread_fail(const std::string &what);

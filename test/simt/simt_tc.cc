@@ -26,7 +26,10 @@
 // pattern); a transposed operand of a 32-bit type (PTX: 16-bit types only); an operand's bytes written between the
 // mma_async and the wait_group that covers it; rows a pending cp.async writes; operand bytes
 // written by the generic proxy (stores, cp.async) after the last fence.proxy.async, or stored
-// after the last __syncthreads.
+// after the last __syncthreads. With A from registers (wgmma_rs: FlashAttention-3's P V) the
+// warpgroup's fragments are gathered at the op; imm-trans-a 1 is refused, and A registers
+// written after the thread's last wgmma.fence (its stack as of the fence) or changed before
+// the wait_group that covers the op (a copy at the op) are reported.
 #include "test/simt/simt_int.h"
 #include "rt/env.h"
 #include "rt/half.h"
@@ -118,15 +121,40 @@ struct wg_op { // one wgmma.mma_async of a warpgroup
     int ta, tb;                     // imm-trans-a / -b: the operand is M / N-major
     const char *file;
     int line;
+    int rs; // A from registers
 };
 struct wg_pend { // a lane's part of an op not yet waited for
     int thr, op, group;
     float *d;
+    const unsigned *a; // register A (NULL: by descriptor) and its value at the op
+    unsigned a_was[4];
 };
 std::vector<wg_op> wg_ops;
 std::vector<wg_pend> wg_pending;
 int wg_committed[1024];
 unsigned char wg_fenced[1024];
+// Register A (wgmma_rs): a thread's stack from its last wgmma.fence's frame up (the
+// caller's frames, where the kernel's registers live here), as of that fence: an A
+// register whose bytes differ from it at the op was written after the fence (PTX: the
+// fence must order the op after every write of its registers). A register outside it
+// (a frame made after the fence, an ASan fake stack) goes unchecked.
+std::vector<char> wg_fstack[1024];
+const char *wg_flo[1024];
+
+// Reads of the thread's own stack outside the frames ASan / TSan know to be live.
+__attribute__((no_sanitize("address", "thread"), noinline)) void raw_copy(void *dst, const void *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) ((char *)dst)[i] = ((const volatile char *)src)[i];
+}
+// Whether thread t's 16 bytes at a are in its last fence's snapshot and differ from it.
+bool written_since_fence(int t, const unsigned *a)
+{
+    const char *p = (const char *)a, *lo = wg_flo[t];
+    if (!lo || p < lo || p + 16 > lo + wg_fstack[t].size()) return false;
+    unsigned now[4];
+    raw_copy(now, a, 16);
+    return memcmp(now, wg_fstack[t].data() + (p - lo), 16) != 0;
+}
 
 
 // The async proxy's view of shared memory (fence.proxy.async). wgmma reads its operands
@@ -294,12 +322,12 @@ const char *swz_check(const desc &d)
     return NULL;
 }
 
-unsigned long long operand_sum(const desc &a, const desc &b, int n)
+unsigned long long operand_sum(const desc *a, const desc &b, int n) // a NULL: A in registers
 {
     unsigned long long h = 1469598103934665603ULL;
     auto mix = [&](const char *p) { for (int i = 0; i < 2; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL; };
-    for (int r = 0; r < 64; r++)
-        for (int k = 0; k < 16; k++) mix(elem_at(a, r, k));
+    for (int r = 0; a && r < 64; r++)
+        for (int k = 0; k < 16; k++) mix(elem_at(*a, r, k));
     for (int c = 0; c < n; c++)
         for (int k = 0; k < 16; k++) mix(elem_at(b, c, k));
     return h;
@@ -309,15 +337,22 @@ unsigned long long operand_sum(const desc &a, const desc &b, int n)
 // wgmma.mma_async ops (one a warpgroup) issued since the process started, by imm-trans-a
 // and -b (simt_wgmma_count): the device tests' evidence that a product really runs on
 // wgmma with M/N-major tiles (test_gpu_tc.c).
-static std::atomic<unsigned long long> wgmma_issued[4];
+// Register-A ops count as imm-trans-a 0, and also in simt_wgmma_rs_count.
+static std::atomic<unsigned long long> wgmma_issued[4], wgmma_rs_issued;
 extern "C" unsigned long long simt_wgmma_count(int ta, int tb) { return wgmma_issued[(ta & 1) << 1 | (tb & 1)].load(); }
+extern "C" unsigned long long simt_wgmma_rs_count(void) { return wgmma_rs_issued.load(); }
 
 int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len)
 {
     tsan_hide hide;
-    int kind = arg & 15, n = (arg >> 4) & 0xffff, ta = (arg >> 20) & 1, tb = (arg >> 21) & 1;
+    int kind = arg & 15, n = (arg >> 4) & 0xffff, ta = (arg >> 20) & 1, tb = (arg >> 21) & 1, rs = (arg >> 22) & 1;
     std::string op = where("wgmma.mma_async", file, line);
     const wgmma_lane *l0 = (const wgmma_lane *)lanes[0];
+    if (rs && ta) {
+        snprintf(why, len, "%s: imm-trans-a 1 with A in registers: PTX has imm-trans-a only for A by descriptor (a "
+                 "register fragment is K-major by definition)", op.c_str());
+        return -1;
+    }
     if ((ta || tb) && kind != MMA_BF16 && kind != MMA_F16) {
         snprintf(why, len, "%s: imm-trans-%s 1 (an M/N-major operand) with type %d: PTX allows the transpose only for "
                  "16-bit types (bf16 / f16)", op.c_str(), ta ? "a" : "b", kind);
@@ -339,9 +374,15 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                      "across the warpgroup)", op.c_str(), base + j, base);
             return -1;
         }
+        if (rs && written_since_fence(base + j, x->a)) {
+            snprintf(why, len, "%s: thread %d's A registers (at %p) were written after its last wgmma.fence; the fence "
+                     "must come after every write of the registers the op reads (PTX: undefined otherwise)", op.c_str(),
+                     base + j, (const void *)x->a);
+            return -1;
+        }
     }
     desc a = decode(l0->da, ta), b = decode(l0->db, tb);
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = rs; pass < 2; pass++) {
         const desc &d = pass ? b : a;
         if (const char *bad = swz_check(d)) {
             snprintf(why, len, "%s: operand %c at %p, %zu-byte swizzle%s: %s", op.c_str(), pass ? 'B' : 'A',
@@ -351,7 +392,7 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
     }
     // every 16-byte row of both operands (8 k of a row; M/N-major: 8 rows at one k): in
     // shared memory, aligned, not a pending cp.async's
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = rs; pass < 2; pass++) {
         const desc &d = pass ? b : a;
         int rows = pass ? n : 64;
         for (int r = 0; r < rows; r += d.mn ? 8 : 1)
@@ -390,13 +431,24 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                     }
             }
     }
-    wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, a.p, b.p, l0->da, l0->db, operand_sum(a, b, n), ta, tb,
-               file, line};
+    wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, rs ? NULL : a.p, b.p, l0->da, l0->db,
+               operand_sum(rs ? NULL : &a, b, n), ta, tb, file, line, rs};
     auto elem = [&](const desc &d, int r, int k) {
         unsigned short h;
         memcpy(&h, elem_at(d, r, k), 2);
         return operand(kind, h);
     };
+    // Register A: the warpgroup's fragments gathered (warp w rows 16w..; a[0] row g, k 2t
+    // and 2t + 1; a[1] row g + 8; a[2], a[3] the same at k + 8: mma.sync's m16n8k16 A)
+    std::vector<float> ra(rs ? 64 * 16 : 0);
+    for (int j = 0; rs && j < 128; j++) {
+        unsigned r[4];
+        raw_copy(r, ((const wgmma_lane *)lanes[j])->a, 16);
+        int w = j / 32, g = (j % 32) >> 2, t = j & 3;
+        for (int i = 0; i < 8; i++)
+            ra[(16 * w + g + 8 * ((i >> 1) & 1)) * 16 + 2 * t + (i & 1) + 8 * (i >> 2)] = operand(kind, half_of(r[i >> 1], i & 1));
+    }
+    auto elem_a = [&](int r, int k) { return rs ? ra[r * 16 + k] : elem(a, r, k); };
     for (int j = 0; j < 128; j++) {
         const wgmma_lane *x = (const wgmma_lane *)lanes[j];
         // the accumulators' input: the latest pending op on these registers, else the registers
@@ -407,16 +459,19 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         for (int e = 0; e < n / 2; e++) {
             int row = 16 * w + g + 8 * ((e >> 1) & 1), col = 8 * (e / 4) + 2 * t + (e & 1);
             double s = l0->scale_d ? in[e] : 0.0;
-            for (int k = 0; k < 16; k++) s += (double)elem(a, row, k) * elem(b, col, k);
+            for (int k = 0; k < 16; k++) s += (double)elem_a(row, k) * elem(b, col, k);
             o.res[(size_t)j * (n / 2) + e] = (float)s;
         }
     }
     wg_ops.push_back(std::move(o));
     wgmma_issued[ta << 1 | tb]++;
+    if (rs) wgmma_rs_issued++;
     for (int j = 0; j < 128; j++) {
         const wgmma_lane *x = (const wgmma_lane *)lanes[j];
         for (int e = 0; e < n / 2; e++) x->d[e] = __builtin_nanf(""); // the registers belong to the op now
-        wg_pending.push_back({base + j, (int)wg_ops.size() - 1, 0, x->d});
+        wg_pend p = {base + j, (int)wg_ops.size() - 1, 0, x->d, rs ? x->a : NULL, {0, 0, 0, 0}};
+        if (rs) raw_copy(p.a_was, x->a, 16);
+        wg_pending.push_back(p);
     }
     return 0;
 }
@@ -426,6 +481,12 @@ void simt::wgmma_fence(const char *file, int line)
     tsan_hide hide;
     int t = calling_thread("wgmma.fence", file, line);
     wg_fenced[t] = 1;
+    const char *lo = (const char *)__builtin_frame_address(0), *hi = stack_top();
+    wg_flo[t] = NULL;
+    if (!hi || lo >= hi || hi - lo > (64 << 10)) return; // not a fiber's stack: register A unchecked
+    wg_fstack[t].resize((size_t)(hi - lo));
+    raw_copy(wg_fstack[t].data(), lo, (size_t)(hi - lo));
+    wg_flo[t] = lo;
 }
 
 void simt::fence_proxy_async(const char *file, int line)
@@ -472,7 +533,16 @@ void simt::wgmma_wait(const char *file, int line, int n)
         }
         const wg_op &o = wg_ops[p.op];
         desc a = decode(o.da, o.ta), b = decode(o.db, o.tb);
-        if (operand_sum(a, b, o.n) != o.sum) {
+        unsigned a_now[4];
+        if (p.a) raw_copy(a_now, p.a, 16);
+        if (p.a && memcmp(a_now, p.a_was, 16)) {
+            char m[320];
+            snprintf(m, sizeof m, "wgmma.wait_group at %s:%d: the A registers (at %p) of wgmma.mma_async at %s:%d were "
+                     "written before this wait_group covered it (PTX: undefined)", base_name(file), line,
+                     (const void *)p.a, base_name(o.file), o.line);
+            thread_fail(m);
+        }
+        if (operand_sum(o.rs ? NULL : &a, b, o.n) != o.sum) {
             char m[320];
             snprintf(m, sizeof m, "wgmma.wait_group at %s:%d: the shared-memory operands of wgmma.mma_async at %s:%d "
                      "were written before this wait_group covered it", base_name(file), line, base_name(o.file), o.line);
@@ -676,6 +746,7 @@ void simt::tc_block_start(int nthr)
     wg_pending.clear();
     memset(wg_committed, 0, sizeof(int) * (size_t)nthr);
     memset(wg_fenced, 0, (size_t)nthr);
+    memset(wg_flo, 0, sizeof(wg_flo[0]) * (size_t)nthr);
     pviews.clear();
     bviews.clear();
     proxy_copied = 0;

@@ -392,8 +392,8 @@ PTEST(simt_injected_tensor_core_bugs_are_reported)
            "%s", o);
     CHECKF(strstr(o, "| tensor-core attention (sm_90): P's registers changed before the P V wait_group | "
                      "k_cuda_attn_wg.cuh | simt: ") && strstr(o, "the A registers (at"), "%s", o);
-    CHECKF(strstr(o, "| tensor-core attention backward (sm_90): barrier between the P^T / dS^T stores and their wgmma "
-                     "removed | k_cuda_attn_wgb.cuh | simt: ") && strstr(o, "stored since the last __syncthreads"),
+    CHECKF(strstr(o, "| tensor-core attention backward (sm_90): wgmma.fence before dV, dK placed before P^T / dS^T "
+                     "are packed | k_cuda_attn_wgb.cuh | simt: ") && strstr(o, "were written after its last wgmma.fence"),
            "%s", o);
     CHECKF(strstr(o, "| tensor-core attention (sm_90): V's descriptor LBO 4 KiB, seen by the start-up probe | "
                      "k_cuda_attn_wg.cuh | only the comparison") && strstr(o, "the wgmma attention (hd 128) differs"),

@@ -37,7 +37,8 @@
 // The register-A form: A = a[4] (four 32-bit registers a thread, mma.sync's A fragment of
 // the warp's 16 rows), B by descriptor; PTX has no imm-trans-a for it.
 #define FW_WGMMA_RS(TY, N, d, a, db, scale_d, tb)                                                                  \
-    simt::wgmma_rs(__FILE__, __LINE__, (TY) == K_CUDA_MM_BF16 ? simt::MMA_BF16 : simt::MMA_F16, N, d, a, db, scale_d, tb)
+    simt::wgmma_rs(__FILE__, __LINE__, (TY) == K_CUDA_MM_BF16 ? simt::MMA_BF16 : simt::MMA_F16, N, d, a, db,       \
+                   scale_d, tb)
 #else
 #define FW_WGMMA(TY, N, d, da, db, scale_d, tb) fw_wgmma<TY, N, tb>(d, da, db, scale_d)
 #define FW_WGMMA_RS(TY, N, d, a, db, scale_d, tb) fw_wgmma_rs<TY, N, tb>(d, a, db, scale_d)
@@ -123,6 +124,22 @@ __device__ __forceinline__ int fw_off(int r, int c) { return (c >> 3) * FW_BLOCK
 // Shared memory: Q, K[2], V[2] (64 x HD each) and the alignment's slack (P stays in registers).
 __host__ __device__ constexpr int fw_smem_bytes(int hd_tile) { return 5 * FA_T * hd_tile * 2 + FW_ALIGN; }
 
+// A 64 x 64 accumulator tile (C-fragment layout, warp w's rows 16w..) rounded to 16 bits
+// as wgmma's register A (FlashAttention-3's P): fragments n = 2ks, 2ks + 1 are the A
+// fragment of k16 step ks (rows g, g + 8; k 16ks + 2tig, +1, +8, +9: mma.sync's A), so no
+// tile, no proxy fence and no barrier (a warp's ops read its own rows).
+template <int TY>
+__device__ __forceinline__ void fw_pack(unsigned (&pa)[FA_T / 16][4], const float (&a)[FA_T / 8][4])
+{
+#pragma unroll
+    for (int ks = 0; ks < FA_T / 16; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float *f = &a[2 * ks + (i >> 1)][2 * (i & 1)];
+            pa[ks][i] = fa_pack<TY>(f[0], f[1]);
+        }
+}
+
 // 64 rows from row r0 (src[at + (r0 + r) ld + (0, hd)]) by cp.async into the tile, zero
 // past t and hd (hd % 8 == 0: a chunk is all in or all out). Eight consecutive threads
 // fill one 128-byte row of a block (no bank conflict).
@@ -140,7 +157,8 @@ __device__ __forceinline__ void fw_load(unsigned short *tile, const unsigned sho
 }
 
 // Block (query tile, counted from the last; head, sequence), as fa_fwd. HD 64: 4 blocks an
-// SM (shared memory allows 4; ptxas left to itself takes 168 registers: 3).
+// SM (128 registers a thread; shared memory, 41 KiB a block, would allow 5). HD 128 takes
+// 128 registers unbounded with P in registers (167 with its tile), 2 blocks an SM (81 KiB).
 template <int TY, int HD>
 __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 4 : 0)
 fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, float *lse)
@@ -184,17 +202,9 @@ fw_fwd(int t, int h, int hd, float scale, const void *qkv, void *y, int yt, floa
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
         fa_softmax<HD>(sc, o, m, l, row, k0, t, scale, tig);
-        // P rounded to 16 bits in registers: S's accumulators of n8 blocks 2ks, 2ks + 1 are
-        // register A's fragment of k16 step ks (rows g, g + 8; keys 16ks + 2tig, +1, +8, +9),
-        // as fa_fwd's mma.sync A: no tile, no proxy fence, no barrier (each warp's own rows)
+        // P rounded to 16 bits in registers (fa_fwd's rounding), register A of P V
         unsigned pa[FA_T / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < FA_T / 16; ks++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float *f = &sc[2 * ks + (i >> 1)][2 * (i & 1)];
-                pa[ks][i] = fa_pack<TY>(f[0], f[1]);
-            }
+        fw_pack<TY>(pa, sc);
         // O += P V: the tile's keys in steps of 16 (V's next 16 rows: 2 KiB on)
         const unsigned long long dv = k_wgmma_desc(tv, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
         K_WGMMA_FENCE(); // after P's registers are written: the ops read them (and O's)

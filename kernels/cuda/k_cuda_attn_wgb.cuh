@@ -7,13 +7,13 @@
 //  fw_bwd_dkv (64 keys, M; the query tiles from the key tile on stream through):
 //   - S^T = K Q^T and dP^T = V dO^T: m64n64k16, A = K / V (keys x hd), B = Q / dO
 //     (queries x hd), all K-major (hd contiguous);
-//   - dV += P^T dO and dK += dS^T Q: m64nHDk16, A = P^T / dS^T (keys x queries: K-major,
-//     rounded from the accumulators into their tiles as fw_fwd's P), B = dO / Q (k = the
-//     queries, the rows of their tiles; hd contiguous: N-major, imm-trans-b 1, as V in
-//     fw_fwd).
+//   - dV += P^T dO and dK += dS^T Q: m64nHDk16, A = P^T / dS^T (keys x queries: S^T's
+//     accumulators, the block's key rows, rounded into registers as fw_fwd's P: fw_pack),
+//     B = dO / Q (k = the queries, the rows of their tiles; hd contiguous: N-major,
+//     imm-trans-b 1, as V in fw_fwd).
 //  fw_bwd_dq (64 queries, M; the key tiles up to its last query stream through):
 //   - S = Q K^T and dP = dO V^T: A = Q / dO, B = K / V, all K-major;
-//   - dQ += dS K: A = dS (its tile, K-major), B = K (k = keys, N-major, imm-trans-b 1).
+//   - dQ += dS K: A = dS (in registers, fw_pack), B = K (k = keys, N-major, imm-trans-b 1).
 // A streamed tile is 64 rows at every HD (dynamic shared memory, not fa_bwd's 32-row
 // inner tiles at 128) and double-buffered by cp.async, one tile ahead.
 // Bits: P, dP, dS are fa_bwd's element for element (the same k16 sums over hd from zero,
@@ -26,24 +26,9 @@
 #include "kernels/cuda/k_cuda_attn_wg.cuh"
 
 namespace {
-// Shared memory: 6 tiles of 64 x HD (the block's two, the streamed two double-buffered),
-// NP 64 x 64 tiles of 16-bit P^T / dS^T (dS), and the alignment's slack.
-__host__ __device__ constexpr int fw_bwd_smem_bytes(int hd_tile, int np)
-{
-    return (6 * FA_T * hd_tile + np * FW_BLOCK) * 2 + FW_ALIGN;
-}
-
-// A 64 x 64 accumulator tile (C-fragment layout, warp w's rows 16w..) rounded into a
-// K-major A tile (fw_fwd's store of P: a warp's 32 stores a word each, 32 banks).
-template <int TY>
-__device__ __forceinline__ void fw_put(unsigned short *tile, const float (&a)[FA_T / 8][4], int w, int g, int tig)
-{
-#pragma unroll
-    for (int n = 0; n < FA_T / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            *(unsigned *)(tile + fw_off(16 * w + g + 8 * r, n) + 2 * tig) = fa_pack<TY>(a[n][2 * r], a[n][2 * r + 1]);
-}
+// Shared memory: 6 tiles of 64 x HD (the block's two, the streamed two double-buffered)
+// and the alignment's slack (P^T, dS^T and dS stay in registers).
+__host__ __device__ constexpr int fw_bwd_smem_bytes(int hd_tile) { return 6 * FA_T * hd_tile * 2 + FW_ALIGN; }
 
 // d = A B^T over hd (m64n64, both K-major tiles of HD columns), the first k16 step
 // overwriting d. Issued, not committed.
@@ -58,19 +43,19 @@ __device__ __forceinline__ void fw_abt(float (&d)[FA_T / 8][4], const unsigned s
     }
 }
 
-// d += A B (m64nHD): A a K-major 64 x 64 tile (k: its columns), B a tile of 64 k-rows x HD
-// (N-major: the next 64 n 8 KiB on, the next 16 k 2 KiB on). Issued, not committed.
+// d += A B (m64nHD): A 64 x 64 in registers (fw_pack's; k: its columns), B a tile of 64
+// k-rows x HD (N-major: the next 64 n 8 KiB on, the next 16 k 2 KiB on). Issued, not
+// committed; a's registers must stay as they are until the wait_group.
 template <int TY, int HD>
-__device__ __forceinline__ void fw_ab(float (&d)[HD / 8][4], const unsigned short *a, const unsigned short *b)
+__device__ __forceinline__ void fw_ab(float (&d)[HD / 8][4], const unsigned (&a)[FA_T / 16][4], const unsigned short *b)
 {
-    const unsigned long long da = k_wgmma_desc(a, 16, 1024, K_WGMMA_SW128),
-                             db = k_wgmma_desc(b, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
+    const unsigned long long db = k_wgmma_desc(b, 2 * FW_BLOCK, 1024, K_WGMMA_SW128);
 #pragma unroll
-    for (int ks = 0; ks < FA_T / 16; ks++) FW_WGMMA(TY, HD, &d[0][0], da + 2 * ks, db + 128 * ks, 1, 1);
+    for (int ks = 0; ks < FA_T / 16; ks++) FW_WGMMA_RS(TY, HD, &d[0][0], a[ks], db + 128 * ks, 1, 1);
 }
 
 // The top of a streamed tile: this thread's copies in, visible to the async proxy and to
-// every thread; the other buffers and the P / dS tiles free (their products waited for).
+// every thread; the other buffers free (their products waited for).
 __device__ __forceinline__ void fw_tile_in()
 {
     K_CP_ASYNC_WAIT(0);
@@ -87,9 +72,9 @@ fw_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, const void *dy, c
     static_assert(HD == 64 || HD == 128, "64-column blocks; N 64 or 128");
     constexpr int TL = FA_T * HD; // a tile's elements
     K_DYN_SHARED(unsigned char, raw);
-    // K, V; Q[b] at 2 + b, dO[b] at 4 + b tiles on; P^T and dS^T after the six
+    // K, V; Q[b] at 2 + b, dO[b] at 4 + b tiles on
     unsigned short *const sk = (unsigned short *)(((uintptr_t)raw + FW_ALIGN - 1) & ~(uintptr_t)(FW_ALIGN - 1));
-    unsigned short *const sv = sk + TL, *const sp = sk + 6 * TL, *const sd = sp + FW_BLOCK;
+    unsigned short *const sv = sk + TL;
     const int j0 = blockIdx.x * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
@@ -132,13 +117,12 @@ fw_bwd_dkv(int t, int h, int hd, float scale, const void *qkv, const void *dy, c
                     dp[n][2 * r + e] = pv * (dp[n][2 * r + e] - di) * scale;
                 }
             }
-        fw_put<TY>(sp, p, w, g, tig);
-        fw_put<TY>(sd, dp, w, g, tig);
-        K_FENCE_PROXY_ASYNC(); // P^T's and dS^T's generic-proxy stores, for the async proxy
-        __syncthreads(); // every warp's rows (the warpgroup's ops read all 64)
-        K_WGMMA_FENCE();
-        fw_ab<TY, HD>(dv, sp, tg); // dV += P^T dO
-        fw_ab<TY, HD>(dk, sd, tq); // dK += dS^T Q
+        unsigned pt[FA_T / 16][4], dsa[FA_T / 16][4]; // P^T, dS^T as register A
+        fw_pack<TY>(pt, p);
+        fw_pack<TY>(dsa, dp);
+        K_WGMMA_FENCE(); // after the registers are written
+        fw_ab<TY, HD>(dv, pt, tg); // dV += P^T dO
+        fw_ab<TY, HD>(dk, dsa, tq); // dK += dS^T Q
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
     }
@@ -158,9 +142,9 @@ fw_bwd_dq(int t, int h, int hd, float scale, const void *qkv, const void *dy, co
     static_assert(HD == 64 || HD == 128, "64-column blocks; N 64 or 128");
     constexpr int TL = FA_T * HD;
     K_DYN_SHARED(unsigned char, raw);
-    // Q, dO; K[b] at 2 + b, V[b] at 4 + b tiles on; dS after the six
+    // Q, dO; K[b] at 2 + b, V[b] at 4 + b tiles on
     unsigned short *const sq = (unsigned short *)(((uintptr_t)raw + FW_ALIGN - 1) & ~(uintptr_t)(FW_ALIGN - 1));
-    unsigned short *const sg = sq + TL, *const sd = sq + 6 * TL;
+    unsigned short *const sg = sq + TL;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_T, hh = blockIdx.y, s = blockIdx.z, C = h * hd;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const size_t ld = 3 * (size_t)C, row0 = ((size_t)s * h + hh) * t;
@@ -203,11 +187,10 @@ fw_bwd_dq(int t, int h, int hd, float scale, const void *qkv, const void *dy, co
                 float pv = row[r] < t && j <= row[r] ? expf(p[n][e] * scale - li[r]) : 0.0f;
                 ds[n][e] = pv * (ds[n][e] - di[r]) * scale;
             }
-        fw_put<TY>(sd, ds, w, g, tig);
-        K_FENCE_PROXY_ASYNC(); // dS's generic-proxy stores, for the async proxy
-        __syncthreads(); // every warp's rows
-        K_WGMMA_FENCE();
-        fw_ab<TY, HD>(dq, sd, tk); // dQ += dS K
+        unsigned da[FA_T / 16][4]; // dS as register A
+        fw_pack<TY>(da, ds);
+        K_WGMMA_FENCE(); // after the registers are written
+        fw_ab<TY, HD>(dq, da, tk); // dQ += dS K
         K_WGMMA_COMMIT();
         K_WGMMA_WAIT(0);
     }
@@ -222,7 +205,7 @@ int fw_bwd_t(int b, int t, int h, int hd, const void *qkv, const float *lse, con
              float *dqkv, cudaStream_t s)
 {
     static int attr;
-    const int mkv = fw_bwd_smem_bytes(HD, 2), mq = fw_bwd_smem_bytes(HD, 1);
+    const int mkv = fw_bwd_smem_bytes(HD), mq = fw_bwd_smem_bytes(HD);
     if (!attr) {
         if (cudaFuncSetAttribute(fw_bwd_dkv<TY, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, mkv) ||
             cudaFuncSetAttribute(fw_bwd_dq<TY, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, mq)) {

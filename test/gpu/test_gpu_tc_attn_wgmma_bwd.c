@@ -13,7 +13,8 @@
  *  - The executor counts the wgmma ops by transpose flag (simt_wgmma_count): per pair of a
  *    key tile and a query tile at or after it (each kernel visits every pair once),
  *    2 HD / 16 K-major ops (S and dP) in each kernel, and 8 (dV, dK) + 4 (dQ) with the
- *    B operand N-major; none where the head (32 and under), hd % 8 (dO not copied) or an
+ *    B operand N-major, those with A (P^T, dS^T, dS) in registers (simt_wgmma_rs_count);
+ *    none where the head (32 and under), hd % 8 (dO not copied) or an
  *    fp32 qkv keep fa_bwd.
  * Heads 64 (GPT-2's), 128 and 48 (zero-filled columns of a 64 tile), t 200 and 40 (one
  * partial tile), b * h > 1. */
@@ -22,10 +23,12 @@
 
 #if G_SIMT
 unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
+unsigned long long simt_wgmma_rs_count(void);
+/* tb 0 / 1: ops by imm-trans-b (imm-trans-a 0); 2: ops with A in registers */
 static unsigned long long ops(int tb)
 {
     g_need(port_stream_sync(NULL, "wgmma count") == 0, "sync");
-    return simt_wgmma_count(0, tb);
+    return tb == 2 ? simt_wgmma_rs_count() : simt_wgmma_count(0, tb);
 }
 #else
 static unsigned long long ops(int tb) { return (void)tb, 0; }
@@ -63,9 +66,9 @@ static void bw_case(int t, int b, int T, int h, int hd, int x16, int wgmma)
     g_need(k_cuda_attention_fwd_mm(mm, b, T, h, hd, gq, y, l, NULL) == 0, "attention fwd");
     g_need(k_cuda_attention_bwd_mm(mm, b, T, h, hd, gq, y, l, gdy, d0, ws, NULL) == 0, "attention bwd (mma.sync)");
     g_wgmma_on();
-    unsigned long long s0 = ops(0), p0 = ops(1);
+    unsigned long long s0 = ops(0), p0 = ops(1), a0 = ops(2);
     g_need(k_cuda_attention_bwd_mm(mm, b, T, h, hd, gq, y, l, gdy, d1, ws, NULL) == 0, "attention bwd (wgmma)");
-    unsigned long long s1 = ops(0), p1 = ops(1);
+    unsigned long long s1 = ops(0), p1 = ops(1), a1 = ops(2);
     g_wgmma_off();
     if (G_SIMT) {
         unsigned long long nt = (unsigned long long)(T + 63) / 64, HD = hd <= 64 ? 64 : 128;
@@ -73,6 +76,8 @@ static void bw_case(int t, int b, int T, int h, int hd, int x16, int wgmma)
         unsigned long long es = wgmma ? pairs * 4 * HD / 16 : 0, ep = wgmma ? pairs * 12 : 0;
         CHECKF(s1 - s0 == es && p1 - p0 == ep, "%s t=%d h=%d hd=%d x16 %d: %llu K-major ops (expected %llu), %llu "
                "N-major ops (expected %llu)", tn, T, h, hd, x16, s1 - s0, es, p1 - p0, ep);
+        CHECKF(a1 - a0 == p1 - p0, "%s t=%d hd=%d: %llu of %llu N-major ops with A in registers", tn, T, hd, a1 - a0,
+               p1 - p0);
     }
     float *r0 = g_result(d0, nq), *r1 = g_result(d1, nq), *ry = g_result(y, ny), *rl = g_result(l, nl);
     if (G_SIMT || !wgmma) {

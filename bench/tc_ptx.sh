@@ -26,15 +26,17 @@ ptx_one() {
 export -f ptx_one; export NVCC PTXAS tmp
 for f in "${files[@]}"; do printf '%s sm_80\n%s sm_90a\n' "$f" "$f"; done |
   xargs -P "${JOBS:-$(nproc)}" -L1 bash -c 'ptx_one "$@"' _
-echo "| file | arch | mma.sync | wgmma | wgmma M/N-major | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| file | arch | mma.sync | wgmma | wgmma M/N-major | wgmma A in registers | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
   for arch in sm_80 sm_90a; do
     p="$tmp/$(basename "$f" .cu).$arch.ptx"
     mma=$(grep -c 'mma.sync.aligned' "$p" || true)
     wg=$(grep -c 'wgmma.mma_async' "$p" || true)
-    # imm-trans-a / -b (the last two immediates) 1: an M/N-major operand (wg_gemm's M/N-major tiles)
-    wgt=$(grep -cE 'wgmma.mma_async.*p, 1, 1, (1, [01]|0, 1);' "$p" || true)
+    # imm-trans-a / -b (the last two immediates) 1: an M/N-major operand (wg_gemm's M/N-major tiles);
+    # A from registers ({a0..a3}, then b-desc: the attention's P V) has imm-trans-b alone
+    wgt=$(grep -cE 'wgmma.mma_async.*(p, 1, 1, (1, [01]|0, 1);|\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p, 1, 1, 1;)' "$p" || true)
+    wgr=$(grep -cE 'wgmma.mma_async.*\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p,' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)
     ldt=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.trans' "$p" || true)
     cpa=$(grep -c 'cp.async.cg' "$p" || true)
@@ -46,7 +48,7 @@ for f in "${files[@]}"; do
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
     tck=$(grep -cE "$KRE" "$tmp/kern.tab" || true)
     spill=$(awk -F'\t' -v re="$KRE" '$1 ~ re && $4 > 0' "$tmp/kern.tab" | wc -l)
-    echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $ldm | $ldt | $cpa | $tck | $spill |"
+    echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $wgr | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     # TMA (wt_gemm, k_cuda_tc_tma.cuh): the bulk tensor copies and mbarrier operations
     if [[ $arch == sm_90a ]]; then
@@ -61,8 +63,8 @@ for f in "${files[@]}"; do
     # M/N-major operands on wgmma: the raw entry's and conv's weight gradient
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv)\.cu$ && $arch == sm_90a && $wgt -eq 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
-    # the wgmma forward (fw_fwd): K-major S = Q K^T and N-major P V
-    if [[ $(basename "$f") == k_cuda_attn_tc.cu && $arch == sm_90a && ( $wg -eq 0 || $wgt -eq 0 ) ]]; then bad=1; fi
+    # the wgmma forward (fw_fwd) and backward: K-major S = Q K^T, N-major P V with P in registers
+    if [[ $(basename "$f") == k_cuda_attn_tc.cu && $arch == sm_90a && ( $wg -eq 0 || $wgt -eq 0 || $wgr -eq 0 ) ]]; then bad=1; fi
   done
 done
 echo

@@ -349,7 +349,10 @@ static bool plain_1x1(const Geo &g)
 // same sums: the same bits on the executor, whose wgmma and mma.sync (the geometry's 64
 // tiles: K = 64) both round once per k16. The stem (C = 3) and C % 64 != 0 stay on the
 // geometry loaders. The input grad of a stride-1 square conv with K % 64 == 0 alike: a
-// conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip).
+// conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip). The
+// weight grad where the forward is taken: turned the other way (M = the RSC rows, N = K,
+// k = the NPQ pixels ascending, A the im2col 64 pixels deep, M-major; B = dyh [NPQ x K]),
+// split as the geometry's K x RSC x NPQ product, stored through DwStoreRsc swapped.
 // k_cuda_conv2d_set_im2col(0): off (the tests' reference).
 static int im2col_on = 1;
 // 1x1 stride-1 unpadded: plain_1x1's, or the geometry loaders with its switch off (the
@@ -375,34 +378,39 @@ template <class ST> struct SwapStore {
     __host__ __device__ void operator()(int z, int m, int n, float v) const { st(z, n, m, v); }
 };
 // An im2col product: x [n][h][w][c] walked by an r x s conv (stride st, padding pad) to p
-// x q outputs, N weight rows (w, ld apart), flip as WtI2c's.
+// x q outputs, N weight rows (wt, ld apart), flip as WtI2c's; for the weight grad (conv_i2c
+// DW) wt is dyh [npq x N], ld apart.
 struct I2cConv {
     int n, h, w, c, r, s, st, pad, p, q, flip, N;
     const unsigned short *x, *wt;
     int ld;
 };
-template <int TY, class ST> static int i2c_launch(const I2cConv &v, const ST &st, cudaStream_t s, int kchunk)
+template <int TY, bool DW, class ST>
+static int i2c_launch(const I2cConv &v, const ST &st, cudaStream_t s, int kchunk)
 {
     const char *why;
-    return wt_launch_i2c<TY>(v.x, v.n, v.h, v.w, v.c, v.r, v.s, v.st, v.pad, v.p, v.q, v.flip, v.N, v.wt, v.ld, st, s,
+    return wt_launch_i2c<TY, DW>(v.x, v.n, v.h, v.w, v.c, v.r, v.s, v.st, v.pad, v.p, v.q, v.flip, v.N, v.wt, v.ld, st, s,
                              &why, kchunk);
 }
-// 0 done, -1 failed, 1 not taken (the geometry path then: TMA off, maps refused).
-template <class ST>
+// 0 done, -1 failed, 1 not taken (the geometry path then: TMA off, maps refused). DW: the
+// weight grad (M = r s c, k = the n p q pixels), else the conv (M = n p q, k = r s c).
+template <bool DW, class ST>
 static int conv_i2c(int mm, const char *k, const char *shp, const I2cConv &v, const ST &st, void *ws, cudaStream_t s)
 {
     if (!k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)v.x & 15) || ((uintptr_t)v.wt & 15)) return 1;
     // the geometry product is N x M: its split
-    const int M = v.n * v.p * v.q, K = v.r * v.s * v.c, splits = ws ? k_cuda_gemm_splits(v.N, M, K) : 1;
+    const int npq = v.n * v.p * v.q, rsc = v.r * v.s * v.c, M = DW ? rsc : npq, K = DW ? npq : rsc;
+    const int splits = ws ? k_cuda_gemm_splits(v.N, M, K) : 1;
     const bool bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
     const SwapStore<ST> sw = {st};
     if (splits == 1) {
-        if (bf ? i2c_launch<K_CUDA_MM_BF16>(v, sw, s, 0) : i2c_launch<K_CUDA_MM_F16>(v, sw, s, 0)) return 1;
+        if (bf ? i2c_launch<K_CUDA_MM_BF16, DW>(v, sw, s, 0) : i2c_launch<K_CUDA_MM_F16, DW>(v, sw, s, 0)) return 1;
         return k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col)", shp);
     }
     const int kchunk = ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK, z = (K + kchunk - 1) / kchunk;
     const KgPartial part = {(float *)ws, M, v.N};
-    if (bf ? i2c_launch<K_CUDA_MM_BF16>(v, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16>(v, part, s, kchunk)) return 1;
+    if (bf ? i2c_launch<K_CUDA_MM_BF16, DW>(v, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16, DW>(v, part, s, kchunk))
+        return 1;
     if (k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col, split-K %d)", shp, z)) return -1;
     K_LAUNCH((k_cuda_gemm_finish<SwapStore<ST>>), k_cuda_blocks((size_t)M * v.N), K_CUDA_THREADS, 0, s)(
         M, v.N, z, (const float *)ws, sw);
@@ -526,7 +534,7 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
         if (im2col_fwd_fits(g)) {
             const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, ah.p, ah.ld};
-            const int ri = conv_i2c(mm, k, shp, v, st, ws, cs);
+            const int ri = conv_i2c<false>(mm, k, shp, v, st, ws, cs);
             if (ri <= 0) return ri;
         }
         if (plain_1x1(g)) { // B = x's rows [NHW x C], k-contiguous
@@ -586,7 +594,7 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         int ri = 1; // stride 1: a conv of dyh, padding R-1-pad, taps flipped
         if (im2col_dx_fits(g)) {
             const I2cConv v = {g.N, g.P, g.Q, g.K, g.R, g.S, 1, g.R - 1 - g.pad, g.H, g.W, 1, g.C, dyh, ah.p, ah.ld};
-            if ((ri = conv_i2c(mm, k, shp, v, st, ws, cs)) < 0) return -1;
+            if ((ri = conv_i2c<false>(mm, k, shp, v, st, ws, cs)) < 0) return -1;
         }
         if (ri && (plain_1x1(g) ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ah, bp, st, ws, cs)
                                 : k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)))
@@ -616,8 +624,14 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         DwStoreRsc sth = {g, dw};
         TcRawMN bp; // 1x1 with dyh's rows aligned (K % 8): B = x's rows [NPQ x C], N-contiguous
         bp.p = bh.p, bp.ld = g.C, bp.vec = 1;
-        if (plain_1x1(g) && ah.vec ? k_cuda_gemm_mm16(mm, k, shp, g.K, g.C, g.N * g.PQ(), ah, bp, sth, ws, cs)
-                                   : k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs))
+        int ri = 1; // the forward's im2col (M = RSC, k = the NPQ pixels), B = dyh [NPQ x K]
+        if (im2col_fwd_fits(g)) {
+            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, dyh, g.K};
+            if ((ri = conv_i2c<true>(mm, k, shp, v, sth, ws, cs)) < 0) return -1;
+        }
+        if (ri && (plain_1x1(g) && ah.vec
+                       ? k_cuda_gemm_mm16(mm, k, shp, g.K, g.C, g.N * g.PQ(), ah, bp, sth, ws, cs)
+                       : k_cuda_gemm_mm16(mm, k, shp, g.K, g.RS() * g.C, g.N * g.PQ(), ah, bh, sth, ws, cs)))
             return -1;
     } else if (k_cuda_gemm_mm(mm & K_CUDA_MM_TYPE, "k_cuda_conv2d_bwd (weight grad)", shp, g.K, g.C * g.RS(),
                               g.N * g.PQ(), a, b, st, ws, cs)) {

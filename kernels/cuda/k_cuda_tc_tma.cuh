@@ -25,6 +25,11 @@
 // a stage is one filter tap's 64 channels), B the weights [K x RSC]; each stage's A is
 // one im2col box of 128 pixels x 64 channels from m0's start pixel, the tap as the copy's
 // offsets {s, r}: the same K-major, 128-byte swizzled tile a k-contiguous A's box is.
+// The weight grad turns it (A M-major, !AK): row m = (r, s, c), k = the output pixels, B
+// dy [NPQ x K] by the M/N-contiguous map; a stage's A is two im2col boxes of 64 pixels x
+// 64 channels (a consumer warpgroup's 64 rows each), a pixel's channels one 128-byte row:
+// the M/N-major tile wt_issue<false, 128> gives. Pixels past the batch are zero fill on
+// both sides; a box past the last of the r s c rows re-reads a valid tap (unstored rows).
 //
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200) in no more waves than
@@ -116,6 +121,18 @@ __device__ __forceinline__ void wt_issue_i2c(unsigned short *tile, const k_tmap 
     K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.pad, p * g.st - g.pad, n, (unsigned short)ow, (unsigned short)oh,
                          bar);
 }
+// The weight grad's A (M/N-major: rows m = (r, s, c), k = output pixels): R / 64 im2col
+// boxes of 64 pixels from j0 x 64 channels, one a 64-row box of wt_issue<false, R>'s
+// layout (a pixel's 64 channels one 128-byte row). A box past the M = R S C rows (the
+// last tile of 576 = 4.5 x 128) takes the last valid chunk again: TMA still counts its
+// bytes, its rows are never stored.
+template <int R>
+__device__ __forceinline__ void wt_issue_i2c_mn(unsigned short *tile, const k_tmap *map, const WtI2c &g, int M, int m0,
+                                                int j0, unsigned long long *bar)
+{
+#pragma unroll
+    for (int j = 0; j < R / 64; j++) wt_issue_i2c(tile + 64 * WT_BK * j, map, g, min(m0 + 64 * j, M - 64), j0, bar);
+}
 
 // The accumulators through st, in PTX's D layout (wgg_store's, BN / 8 blocks of n8).
 template <int BN, class ST>
@@ -145,7 +162,8 @@ __device__ __forceinline__ WtTile wt_tile(int t, int M, int N, int K, int kchunk
     return w;
 }
 
-// I2C: A by im2col (ig; AK true), else by tiles of ma.
+// I2C: A by im2col (ig): AK, the conv's (rows = pixels, K-major); !AK, its weight grad's
+// (rows = (r, s, c), k = pixels, M-major); else A by tiles of ma.
 template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
 __global__ void __launch_bounds__(WT_THREADS, 1)
     wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
@@ -175,7 +193,9 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
                 // it runs ahead into the next tile while the consumers store this one
                 if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
                 K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-                if constexpr (I2C) wt_issue_i2c(sm.a[s], &ma, ig, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
+                if constexpr (I2C && AK) wt_issue_i2c(sm.a[s], &ma, ig, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
+                else if constexpr (I2C)
+                    wt_issue_i2c_mn<WGG_T>(sm.a[s], &ma, ig, M, w.m0, w.kbeg + kt * WT_BK, &sm.full[s]);
                 else wt_issue<AK, WGG_T>(sm.a[s], &ma, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
                 wt_issue<BK, BN>(sm.b[s], &mb, w.kbeg + kt * WT_BK, w.n0, &sm.full[s]);
             }
@@ -288,23 +308,24 @@ static inline int wt_launch(int M, int N, int K, const void *a, int lda, const v
     return wt_run_bn<TY, AK, BK>(bn, M, N, K, kchunk, ma, mb, st, s, why);
 }
 // wt_gemm with A the im2col of x [n][h][w][c] (16-bit, NHWC, 16-byte aligned; c % 64 ==
-// 0) for a conv of an r x s filter, stride st, padding pad, p x q outputs: M = n p q rows
-// (output pixels), N columns of b (k-contiguous, ldb apart: the weights [N x rsc]), K =
-// r s c, as wt_launch (kchunk: split-K through out); flip: WtI2c's. 0, or -1: a launch
-// error, or the maps refused (why).
-template <int TY, class ST>
+// 0) for a conv of an r x s filter, stride st, padding pad, p x q outputs. !DW: M = n p q
+// rows (output pixels), N columns of b (k-contiguous, ldb apart: the weights [N x rsc]),
+// K = r s c. DW (the weight grad): M = r s c, k = the n p q output pixels, b dy [npq x N]
+// (N-contiguous, ldb apart), A's boxes 64 pixels deep. kchunk as wt_launch's (split-K
+// through out); flip: WtI2c's. 0, or -1: a launch error, or the maps refused (why).
+template <int TY, bool DW, class ST>
 static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r, int s_, int st, int pad, int p,
                                 int q, int flip, int N, const void *b, int ldb, const ST &out, cudaStream_t s,
                                 const char **why, int kchunk = 0)
 {
-    const int M = n * p * q, K = r * s_ * c;
+    const int M = DW ? r * s_ * c : n * p * q, K = DW ? n * p * q : r * s_ * c;
     k_tmap ma, mb;
     if (kchunk <= 0 || kchunk >= K) kchunk = K;
     int bn = kchunk < K ? wt_tile_n_split(N) : wt_tile_n(M, N);
-    if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, WGG_T, 128, why) ||
-        wt_map(&mb, b, ldb, true, N, K, bn, why))
+    if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, DW ? WT_BK : WGG_T, 128, why) ||
+        wt_map(&mb, b, ldb, !DW, N, K, bn, why))
         return -1;
     const WtI2c ig = {c, r, s_, p * q, q, st, pad, flip};
-    return wt_run_bn<TY, true, true, ST, true>(bn, M, N, K, kchunk, ma, mb, out, s, why, ig);
+    return wt_run_bn<TY, !DW, !DW, ST, true>(bn, M, N, K, kchunk, ma, mb, out, s, why, ig);
 }
 } // namespace

@@ -1,9 +1,10 @@
 /* Convs other than 1x1 stride-1 unpadded ones on TMA's im2col mode (k_cuda_conv.cu's
- * conv_i2c: A the im2col boxes of NHWC 16-bit x, B the weights, on wt_gemm): y and, at
- * stride 1, dx (a conv of dy by the flipped taps) bitwise equal to the geometry loaders'
- * (k_cuda_conv2d_set_im2col(0)) on the same path (dw too: untouched), bf16 and f16, 3x3 stride 1 and 2 with padding and ResNet's 1x1 stride-2 downsample,
- * output pixels not a multiple of 128 (the last tile's pixels past the batch are TMA's
- * zero fill), split over k and not, wt_gemm's 128 x 128 and 128 x 256 tiles. On the
+ * conv_i2c: A the im2col boxes of NHWC 16-bit x, B the weights, on wt_gemm): y, dw (A the
+ * im2col boxes 64 pixels deep, M-major, B dy) and, at stride 1, dx (a conv of dy by the
+ * flipped taps) bitwise equal to the geometry loaders' (k_cuda_conv2d_set_im2col(0)),
+ * bf16 and f16, 3x3 stride 1 and 2 with padding and ResNet's 1x1 stride-2 downsample,
+ * output pixels not a multiple of 64 (the last tile's or stage's pixels past the batch
+ * are TMA's zero fill), split over k and not, wt_gemm's 128 x 128 and 128 x 256 tiles. On the
  * executor the TMA copies are counted: exactly the im2col product's boxes, none with the
  * switch off, none where the conv must fall back (C % 64 != 0) or TMA is off. And the
  * device graph: ResNet-18's basic blocks train to the same losses either way. */
@@ -33,28 +34,30 @@ static unsigned long long i2c_tma_now(void)
 }
 
 #if DDPRT_SIMT
-/* An im2col product's TMA boxes: M pixels x N channels x K, two boxes (A's im2col, B's
- * weights) a 64-deep stage and tile; split as the geometry product (N x M) splits
- * (k_cuda_gemm_splits), then on 128 x 128 tiles; else bn wide. */
-static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn)
+/* An im2col product's TMA boxes: M x N x K, split as the geometry product (N x M) splits
+ * (k_cuda_gemm_splits), then on 128 x 128 tiles, else bn wide; a 64-deep stage and tile:
+ * the conv's (M pixels, K = r s c) two boxes (A's im2col, B's weights), the weight grad's
+ * (dw: M = r s c, K = the pixels) two im2col boxes of 64 rows and bn / 64 of dy's. */
+static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn, int dw)
 {
     int t = N >= 128 && M >= 128 ? 128 : 64;
     long long tiles = ((N + t - 1) / t) * ((M + t - 1) / t), sp = (t == 128 ? 264 : 528) / tiles, maxk = K / 128;
     sp = sp < maxk ? sp : maxk;
     sp = sp < 1 ? 1 : sp > 128 ? 128 : sp;
     if (sp > 1) bn = 128;
-    return 2ull * (unsigned long long)((M + 127) / 128) * (unsigned long long)((N + bn - 1) / bn) *
-           (unsigned long long)(K / 64);
+    return (dw ? 2ull + (unsigned)bn / 64 : 2ull) * (unsigned long long)((M + 127) / 128) *
+           (unsigned long long)((N + bn - 1) / bn) * (unsigned long long)((K + 63) / 64);
 }
 
-/* The forward's (M = n p q, N = k, K = r s c; c in 64s) and, at stride 1 on a square
- * filter with k in 64s, the input grad's (M = n h w, N = c, K = r s k). */
+/* The forward's (M = n p q, N = k, K = r s c; c in 64s) and the weight grad's (M = r s c,
+ * N = k, K = n p q) and, at stride 1 on a square filter with k in 64s, the input grad's
+ * (M = n h w, N = c, K = r s k). */
 static unsigned long long i2c_want(const k_conv_shape *sh, int bn)
 {
-    unsigned long long f =
-        sh->c % 64 ? 0 : i2c_boxes((long long)sh->n * sh->p * sh->q, sh->k, (long long)sh->r * sh->s * sh->c, bn);
+    const long long npq = (long long)sh->n * sh->p * sh->q, rsc = (long long)sh->r * sh->s * sh->c;
+    unsigned long long f = sh->c % 64 ? 0 : i2c_boxes(npq, sh->k, rsc, bn, 0) + i2c_boxes(rsc, sh->k, npq, bn, 1);
     if (sh->stride != 1 || sh->r != sh->s || sh->k % 64 || (sh->r == 1 && sh->pad == 0)) return f;
-    return f + i2c_boxes((long long)sh->n * sh->h * sh->w, sh->c, (long long)sh->r * sh->s * sh->k, bn);
+    return f + i2c_boxes((long long)sh->n * sh->h * sh->w, sh->c, (long long)sh->r * sh->s * sh->k, bn, 0);
 }
 #endif
 
@@ -130,21 +133,24 @@ static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long w
     free(hx), free(hw), free(hb), free(hdy);
 }
 
-/* 3x3 stride 1 pad 1: 162 output pixels (two tiles, the second mostly past the batch),
+/* 3x3 stride 1 pad 1: 324 output pixels (three tiles, the last mostly past the batch),
  * k = 128 (the geometry's 128 tiles, wg_gemm), split over k in three; dx alike (c = 64:
- * the geometry's 64 tiles). */
+ * the geometry's 64 tiles, nine chunks); dw's 576 = 4.5 x 128 rows (the last tile's
+ * second box re-reads a valid tap), split over the pixels in two (192 + 132: the second
+ * chunk starts inside image 2 at p = q = 3, its last stage 4 pixels, the rest zero fill). */
 TEST(gpu_tc_conv_im2col_3x3_bitwise)
 {
     if (!g_sm90()) return;
-    static const int d[9] = {2, 64, 9, 9, 128, 3, 3, 1, 1};
+    static const int d[9] = {4, 64, 9, 9, 128, 3, 3, 1, 1};
     i2c_case(K_CUDA_MM_BF16, d, 1, 1, 128, -1);
     i2c_case(K_CUDA_MM_F16, d, 1, 1, 128, -1);
     i2c_case(K_CUDA_MM_BF16, d, 1, 0, 128, -1); /* fp32 NCHW x: the call's own NHWC copy */
 }
 
 /* 3x3 stride 2 pad 1 (72 pixels, k = 64: the geometry's 64 tiles on mma.sync's kernel,
- * split over k) and ResNet's 1x1 stride-2 downsample (unsplit; 128 x 128 and 128 x 256
- * tiles), c = 128: two 64-channel chunks a tap. */
+ * split over k; dw unsplit, a stage's walk leaving the last image) and ResNet's 1x1
+ * stride-2 downsample (50 pixels: dw one stage; unsplit; 128 x 128 and 128 x 256 tiles),
+ * c = 128: two 64-channel chunks a tap. */
 TEST(gpu_tc_conv_im2col_strided_bitwise)
 {
     if (!g_sm90()) return;

@@ -35,7 +35,8 @@ static unsigned long long i2c_tma_now(void)
 
 #if DDPRT_SIMT
 /* An im2col product's TMA boxes: M x N x K, split as the geometry product (N x M) splits
- * (k_cuda_gemm_splits), then on 128 x 128 tiles, else bn wide; a 64-deep stage and tile:
+ * (k_cuda_gemm_splits), then on 128 x 128 tiles, else bn wide (wt_tile_n's 128 x 64 for
+ * N <= 64 in both cases, but for bn 256: always wide); a 64-deep stage and tile:
  * the conv's (M pixels, K = r s c) two boxes (A's im2col, B's weights), the weight grad's
  * (dw: M = r s c, K = the pixels) two im2col boxes of 64 rows and bn / 64 of dy's. */
 static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn, int dw)
@@ -44,7 +45,7 @@ static unsigned long long i2c_boxes(long long M, long long N, long long K, int b
     long long tiles = ((N + t - 1) / t) * ((M + t - 1) / t), sp = (t == 128 ? 264 : 528) / tiles, maxk = K / 128;
     sp = sp < maxk ? sp : maxk;
     sp = sp < 1 ? 1 : sp > 128 ? 128 : sp;
-    if (sp > 1) bn = 128;
+    if (sp > 1 || bn != 256) bn = N <= 64 ? 64 : 128;
     return (dw ? 2ull + (unsigned)bn / 64 : 2ull) * (unsigned long long)((M + 127) / 128) *
            (unsigned long long)((N + bn - 1) / bn) * (unsigned long long)((K + 63) / 64);
 }

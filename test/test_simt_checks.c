@@ -142,10 +142,10 @@ TEST(simt_tensor_core_checks)
            "before that thread's cp.async.wait_group covered it", NULL);
     expect("cp_async_no_barrier", "its wait_group was not followed by a __syncthreads", NULL);
     expect("cp_async_ok", "report: none", NULL);
-    expect("wgmma_partial", "wgmma.mma_async at simt_checks.cu:", "issued by a partial warpgroup: threads 0-63 of a "
+    expect("wgmma_partial", "wgmma.mma_async at simt_checks_wgmma.cuh:", "issued by a partial warpgroup: threads 0-63 of a "
            "block of 64", NULL);
-    expect("wgmma_overwritten", "wgmma.wait_group at simt_checks.cu:", "the shared-memory operands of "
-           "wgmma.mma_async at simt_checks.cu:", "were written before this wait_group covered it", NULL);
+    expect("wgmma_overwritten", "wgmma.wait_group at simt_checks_wgmma.cuh:", "the shared-memory operands of "
+           "wgmma.mma_async at simt_checks_wgmma.cuh:", "were written before this wait_group covered it", NULL);
     expect("wgmma_ok", "report: none", "result: wgmma ok", NULL);
     /* A from registers (FlashAttention-3's P V): the product under every order; the
      * registers changed before the wait, written after the fence, imm-trans-a 1 */
@@ -154,19 +154,19 @@ TEST(simt_tensor_core_checks)
         run_case("wgmma_rs_ok", rs_orders[i]);
         CHECKF(strstr(out, "report: none") && strstr(out, "result: wgmma ok"), "%s:\n%s", rs_orders[i], out);
     }
-    expect("wgmma_rs_overwritten", "wgmma.wait_group at simt_checks.cu:", "the A registers (at",
+    expect("wgmma_rs_overwritten", "wgmma.wait_group at simt_checks_wgmma.cuh:", "the A registers (at",
            "were written before this wait_group covered it", NULL);
-    expect("wgmma_rs_after_fence", "wgmma.mma_async at simt_checks.cu:", "thread 5's A registers (at",
+    expect("wgmma_rs_after_fence", "wgmma.mma_async at simt_checks_wgmma.cuh:", "thread 5's A registers (at",
            "were written after its last wgmma.fence", NULL);
-    expect("wgmma_rs_trans_a", "wgmma.mma_async at simt_checks.cu:", "imm-trans-a 1 with A in registers", NULL);
-    expect("wgmma_no_proxy_fence", "wgmma.mma_async at simt_checks.cu:", "operand A row 0-0, k 0-7 at",
+    expect("wgmma_rs_trans_a", "wgmma.mma_async at simt_checks_wgmma.cuh:", "imm-trans-a 1 with A in registers", NULL);
+    expect("wgmma_no_proxy_fence", "wgmma.mma_async at simt_checks_wgmma.cuh:", "operand A row 0-0, k 0-7 at",
            "written by the generic proxy (a store or cp.async) since the last fence.proxy.async", NULL);
-    expect("wgmma_proxy_fence_early", "wgmma.mma_async at simt_checks.cu:", "written by the generic proxy", NULL);
-    expect("wgmma_no_barrier", "wgmma.mma_async at simt_checks.cu:", "stored since the last __syncthreads", NULL);
+    expect("wgmma_proxy_fence_early", "wgmma.mma_async at simt_checks_wgmma.cuh:", "written by the generic proxy", NULL);
+    expect("wgmma_no_barrier", "wgmma.mma_async at simt_checks_wgmma.cuh:", "stored since the last __syncthreads", NULL);
     expect("wgmma_ok_sw128", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw64", "report: none", "result: wgmma ok", NULL);
     expect("wgmma_ok_sw32", "report: none", "result: wgmma ok", NULL);
-    expect("wgmma_swz_unaligned", "wgmma.mma_async at simt_checks.cu:", "operand A at", "64-byte swizzle: its "
+    expect("wgmma_swz_unaligned", "wgmma.mma_async at simt_checks_wgmma.cuh:", "operand A at", "64-byte swizzle: its "
            "swizzle pattern is not aligned to 8 rows of its width", NULL);
     expect("wgmma_swz_row_crossed", "operand A at", "64-byte swizzle: its 16 k cross the end of a swizzle row", NULL);
     /* M/N-major operands (imm-trans 1): every layout type against the plain product, and
@@ -175,9 +175,9 @@ TEST(simt_tensor_core_checks)
     static const char *mn_ok[] = {"wgmma_mn_ok", "wgmma_mn_ok_sw32", "wgmma_mn_ok_sw64", "wgmma_mn_ok_sw128",
                                   "wgmma_mn_ok_a", "wgmma_mn_ok_b", "wgmma_mn_ok_b_noswz"};
     for (size_t i = 0; i < sizeof mn_ok / sizeof *mn_ok; i++) expect(mn_ok[i], "report: none", "result: wgmma ok", NULL);
-    expect("wgmma_mn_unaligned", "wgmma.mma_async at simt_checks.cu:", "operand A at", "128-byte swizzle (M/N-major): "
+    expect("wgmma_mn_unaligned", "wgmma.mma_async at simt_checks_wgmma.cuh:", "operand A at", "128-byte swizzle (M/N-major): "
            "its swizzle pattern (8 k-rows of its width) does not start at the operand's address", NULL);
-    expect("wgmma_mn_tf32", "wgmma.mma_async at simt_checks.cu:", "imm-trans-a 1 (an M/N-major operand) with type 2: "
+    expect("wgmma_mn_tf32", "wgmma.mma_async at simt_checks_wgmma.cuh:", "imm-trans-a 1 (an M/N-major operand) with type 2: "
            "PTX allows the transpose only for 16-bit types", NULL);
 }
 

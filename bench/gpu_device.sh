@@ -14,6 +14,9 @@ set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/gpu-out}
 mkdir -p "$O"
+# a start-up probe that disagrees says where in its warning line and leaves both results here
+mkdir -p "$O/probes"
+export DDPRT_PROBE_DUMP=$O/probes
 export DDPRT_BUILD=${BUILD:-build} LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=$DDPRT_BUILD
 step() { local cap=$1 log=$2; shift 2; local t=$SECONDS

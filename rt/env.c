@@ -99,6 +99,10 @@ static const env_var vars[RT_ENV_COUNT] = {
       "`cp.async.bulk.tensor` and mbarriers, a producer warpgroup, persistent) in place of `cp.async` (`wg_gemm`): "
       "`auto` once a probe GEMM at start-up agrees with `wg_gemm` (else `wg_gemm`, said in the start-up line), `0` "
       "keeps `wg_gemm`, `1` takes TMA without the probe"),
+    V(PROBE_DUMP, E_ANY, NULL, "unset",
+      "a folder where a start-up probe that disagrees (`DDPRT_WGMMA`, `DDPRT_TMA` and the paths' own) writes both "
+      "results (`NAME.got.f32`, `NAME.want.f32`: the header `DDPRTF32`, rows and columns as uint32, the floats) "
+      "beside its one-line report of where they differ"),
     V(SIMT_SCHED, E_ENUM, "forward|reversed|random|warps", "forward",
       "the SIMT executor (the CUDA kernels on the CPU in the test builds, [simt.md](simt.md)): the order a block's "
       "threads run in between synchronisations (`warps`: each warp alone up to the next barrier)"),

@@ -3,6 +3,7 @@
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "kernels/cuda/k_cuda_probe.h"
 #include "rt/env.h"
+#include "rt/fdiff.h"
 #include "rt/half.h"
 #include <stdio.h>
 #include <limits.h>
@@ -93,6 +94,19 @@ int k_cuda_tc_gemm(const k_tc_gemm *g, port_stream s)
 #define K_CUDA_PROBE_WAIT_S 30
 #endif
 
+// A probe's disagreement said in full (rt_fdiff_report: where the elements differ, as a
+// warning; both results where DDPRT_PROBE_DUMP asks): the one GPU run tells a layout bug
+// from a rounding. Columns [0, cols) of rows ld apart.
+static void probe_said(const char *name, const float *got, const float *want, int rows, int cols, int ld, double tol)
+{
+    float *g = (float *)malloc(sizeof(float) * 2 * rows * cols), *w = g + rows * cols;
+    if (!g) return;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) g[r * cols + c] = got[r * ld + c], w[r * cols + c] = want[r * ld + c];
+    rt_fdiff_report(name, g, w, (size_t)rows, (size_t)cols, tol, NULL, 0);
+    free(g);
+}
+
 // ---- The wgmma decision (k_cuda.h). The probe: a 200 x 136 x 72 product (edge tiles in m, n
 // and k) on the gathering kernels, wgmma against mma.sync: the same rounded operands, so
 // they differ only by the order of the fp32 sums (under 1e-4 of the largest value here); a
@@ -148,6 +162,7 @@ int k_cuda_wgmma_probe(char *why, size_t len)
                 diff = fmax(diff, fabs((double)c0[i] - c1[i]));
             }
             if (!(diff <= 1e-4 * big)) {
+                probe_said(mn ? "wgmma-probe-mn" : "wgmma-probe", c1, c0, PM, PN, PN, 1e-4);
                 snprintf(why, len, "the probe's wgmma result%s differs from mma.sync's by %.3g (largest value %.3g)",
                          mn ? " on m/n-major operands" : "", diff, big);
                 goto out;
@@ -270,6 +285,7 @@ static int tma_probe_split(char *why, size_t len)
             diff = fmax(diff, fabs((double)c[i] - c[SM * SN + i]));
         }
         if (!(diff <= 1e-5 * big)) {
+            probe_said("tma-probe-split", c + SM * SN, c, SM, SN, SN, 1e-5);
             snprintf(why, len, "the probe's split-K TMA result differs from wg_gemm's by %.3g (largest value %.3g)", diff,
                      big);
             goto out;
@@ -332,6 +348,11 @@ int k_cuda_tma_probe(char *why, size_t len)
             if (i % PN < PN64) diff = fmax(diff, fabs((double)c[i] - c[5 * PM * PN + i]));
         }
         if (!(diff <= 1e-5 * big) || !(diffm <= 1e-5 * bigm)) {
+            static const char *file[] = {"", "tma-probe-128", "tma-probe-256", "", "tma-probe-mn", "tma-probe-64"};
+            for (int pass = 1; pass < PASSES; pass++)
+                if (pass != 3)
+                    probe_said(file[pass], c + pass * PM * PN, c + (pass == 4 ? 3 : 0) * PM * PN, PM,
+                               pass == 5 ? (int)PN64 : (int)PN, PN, 1e-5);
             snprintf(why, len, "the probe's TMA result differs from wg_gemm's by %.3g (largest value %.3g)%s",
                      diff > 1e-5 * big ? diff : diffm, diff > 1e-5 * big ? big : bigm,
                      diff > 1e-5 * big ? "" : " with M/N-contiguous operands");

@@ -7,6 +7,7 @@
 #
 # Usage (the Makefile passes its flags): inject_bugs.sh BUILD "CXX FLAGS" "LINK" "OBJS" "LIBS"
 # DDPRT_INJECT=REGEX: only the bugs whose name matches (make simt-inject INJECT=...).
+# INJECT_LOG=DIR: each bug's whole suite output in DIR/<name>.log.
 set -euo pipefail
 build=$1 cxx=$2 link=$3 objs=$4 libs=$5
 tmp=$(mktemp -d)
@@ -96,6 +97,8 @@ for b in "${bugs[@]}"; do
   # shellcheck disable=SC2086
   $link -o "$tmp/suite" $link_objs $libs
   out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$tmp/suite" "$filter" 2>&1 || true)
+  # INJECT_LOG=dir: each row's whole output kept there (what the table's one line leaves out)
+  [[ -n ${INJECT_LOG:-} ]] && printf '%s\n' "$out" > "$INJECT_LOG/$(printf '%s' "$name" | tr -c 'A-Za-z0-9' _ | cut -c1-80).log"
   what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race.{0,60}|AddressSanitizer: [a-z-]+.{0,40}|simt: .{0,400}' | head -1 || true)
   if [ -z "$what" ]; then
     what=$(printf '%s\n' "$out" | grep -m1 -E '^FAIL ' | cut -c1-160 || true)

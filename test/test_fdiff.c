@@ -84,3 +84,33 @@ TEST(fdiff_dumps_both_results_where_asked)
     CHECKF(strstr(why, "/nonexistent-ddprt/dir/p.got.f32: No such file") != NULL, "%s", why);
     unsetenv("DDPRT_PROBE_DUMP");
 }
+
+/* bench/probe_diff.py on a dump whose rows are a fragment half off (got row i = want
+ * row i ^ 8): it names the map, which is what a failing probe on a lent GPU comes back
+ * with. Skipped where /usr/bin/python3 has no numpy. */
+TEST(fdiff_probe_diff_names_a_row_map)
+{
+    static float want[R * C], got[R * C];
+    char dir[] = "/tmp/ddprt-pdiff-XXXXXX", why[300], cmd[400], out[4096] = "";
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1")) {
+        t_note("skipped: /usr/bin/python3 has no numpy (Debian: apt-get install python3-numpy)");
+        return;
+    }
+    fill(want);
+    for (int r = 0; r < R; r++) {
+        int s = (r ^ 8) < R ? r ^ 8 : r;
+        memcpy(got + r * C, want + s * C, sizeof(float) * C);
+    }
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("DDPRT_PROBE_DUMP", dir, 1);
+    CHECK_EQ(rt_fdiff_dump("frag", got, want, R, C, why, sizeof why), 1);
+    unsetenv("DDPRT_PROBE_DUMP");
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 bench/probe_diff.py %s 2>&1", dir);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) == 0);
+    CHECKF(strstr(out, "frag: 130 x 72, ") && strstr(out, "got row i = want row i ^ 8: all match"), "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}

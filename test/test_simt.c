@@ -164,13 +164,17 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
                out);
         int n = 0;
         for (const char *p = out; (p = strstr(p, " TFLOP/s, ")); p++) n++;
-        CHECKF(n == 11 + (wg == 2), "%d rates, not %d:\n%s", n, 11 + (wg == 2), out);
+        /* with TMA: wg_gemm's row beside it, and wt_gemm's tiles (128 x 128, 128 x 256) on one product */
+        CHECKF(n == 11 + 3 * (wg == 2), "%d rates, not %d:\n%s", n, 11 + 3 * (wg == 2), out);
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             char r[64];
             snprintf(r, sizeof r, rows[i], wg == 2 ? "TMA" : wg ? "wgmma" : "mma");
             CHECKF(strstr(out, r), "no row \"%s\":\n%s", r, out);
         }
         CHECKF(wg < 2 || strstr(out, "gemm bf16 (wgmma)"), "no wg_gemm row beside TMA's:\n%s", out);
+        const char *t128 = strstr(out, "smoke TMA 128x128"), *t256 = strstr(out, "smoke TMA 128x256");
+        CHECKF(wg < 2 || (t128 && t256 && !strncmp(t128 + 17, " <-", 3) + !strncmp(t256 + 17, " <-", 3) == 1),
+               "no tile rows, or not one marked as the rule's:\n%s", out);
     }
 }
 #endif

@@ -59,4 +59,8 @@ void kb_row(const char *name, const char *shape, double us, double work, int is_
 float *kb_dbuf(size_t n);
 /* The tensor cores' rows (k_cuda_bench_tc.c); smoke: tiny shapes. */
 void kb_tensor_cores(int wgmma, int smoke);
+/* A tensor-core row: kb_row's, then TFLOP/s and the % of the card's dense peak at mm. */
+void kb_tc_row(const char *name, const char *shape, double us, double flop, double ref_us, int mm);
+/* wt_gemm's tiles, each product at each (k_cuda_bench_gemms.c); TMA on only. */
+void kb_gemm_tiles(int smoke);
 #endif

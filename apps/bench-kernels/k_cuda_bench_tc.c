@@ -31,6 +31,11 @@ static void tc_row(const char *name, const char *shape, double us, double flop, 
     printf("%-18s %-34s %10s %16.1f TFLOP/s, %s of the dense tensor-core peak\n", "", "", "", tf, pk);
 }
 
+void kb_tc_row(const char *name, const char *shape, double us, double flop, double ref_us, int mm)
+{
+    tc_row(name, shape, us, flop, ref_us, mm);
+}
+
 /* ---- the GEMM */
 typedef struct tc_ctx {
     k_tc_gemm g;
@@ -261,6 +266,7 @@ void kb_tensor_cores(int wgmma, int smoke)
 {
     if (smoke) { /* edge tiles everywhere */
         bench_gemm(wgmma, 200);
+        kb_gemm_tiles(1);
         bench_conv_tc("conv bf16", 2, 24, 9, 40, 3, 1, K_CUDA_MM_BF16);
         bench_conv_tc("conv bf16", 2, 64, 9, 64, 3, 2, K_CUDA_MM_BF16); /* im2col where TMA is on */
         bench_conv_tc("conv tf32", 2, 24, 9, 40, 3, 1, K_CUDA_MM_TF32);
@@ -270,6 +276,7 @@ void kb_tensor_cores(int wgmma, int smoke)
     printf("# tensor cores (%s; reference: cuBLAS at the same precision, fp32 compute; cuDNN bf16 channels-last, "
            "its heuristics' algorithms)\n", wgmma ? "wgmma where a 128-tile product runs, else mma.sync" : "mma.sync");
     bench_gemm(wgmma, 4096);
+    kb_gemm_tiles(0);
     bench_conv_tc("resnet 56x56 bf16", 32, 64, 56, 64, 3, 1, K_CUDA_MM_BF16);
     bench_conv_tc("resnet 56>28 s2 bf16", 32, 64, 56, 128, 3, 2, K_CUDA_MM_BF16);
     bench_conv_tc("resnet 1x1 s2 bf16", 32, 64, 56, 128, 1, 2, K_CUDA_MM_BF16);

@@ -167,6 +167,12 @@ int k_cuda_wgmma_probe(char *why, size_t len);
 int k_cuda_tma_setup(char *why, size_t len);
 int k_cuda_tma_on(void);
 int k_cuda_tma_probe(char *why, size_t len);
+/* wt_gemm's tile N forced to bn (64, 128 or 256; anything else: its rule, wt_tile_n) for
+ * unsplit products; the previous setting. The kernel table's hook: the same sums at
+ * every tile, timed side by side. */
+int k_cuda_tma_set_tile(int bn);
+/* The tile N the rule takes for an unsplit m x n product (nothing forced). */
+int k_cuda_tma_rule_tile(int m, int n);
 /* conv and linear at a precision (K_CUDA_MM_*); the plain forms above are fp32.
  * w16: NULL, or w rounded to mm's 16-bit type as the products round it (k_cuda_f32_to_bf16
  * / _f16: the device graph's copy, nn/graph_cuda.c; bf16 / f16 only). Where its rows are

@@ -244,6 +244,22 @@ int k_cuda_tma_set_fill(int tiles)
     tma_fill = tiles > 0 ? tiles : TMA_FILL_SMS;
     return old;
 }
+static int tma_tile;
+int k_cuda_tma_tile(void) { return tma_tile; }
+int k_cuda_tma_set_tile(int bn)
+{
+    int old = tma_tile;
+    tma_tile = bn == 64 || bn == 128 || bn == 256 ? bn : 0;
+    return old;
+}
+int k_cuda_tma_rule_tile(int m, int n)
+{
+    int old = tma_tile;
+    tma_tile = 0;
+    int bn = wt_tile_n(m, n);
+    tma_tile = old;
+    return bn;
+}
 
 // Split-K on wt_gemm (the tiles' k chunks to their partials) against wg_gemm's partials:
 // 128 x 136 x 1000, six chunks of 192 and one of 40 (k_cuda_gemm_splits), the same sums.

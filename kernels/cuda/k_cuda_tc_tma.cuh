@@ -46,6 +46,9 @@
 // value (k_cuda_tc_gemm.cu).
 extern "C" int k_cuda_tma_fill(void);
 extern "C" int k_cuda_tma_set_fill(int tiles);
+// The tile N forced (64, 128 or 256; 0: wt_tile_n's rule): ddprt-bench-kernels times a
+// product at each tile on the card, to measure the rule (k_cuda.h).
+extern "C" int k_cuda_tma_tile(void);
 
 namespace {
 #define WT_BK 64        // k per stage: one 128-byte swizzle row of 16-bit values
@@ -248,6 +251,7 @@ static inline int wt_tile_n(int M, int N)
 {
     const long long tm = (M + WGG_T - 1) / WGG_T, F = k_cuda_tma_fill();
     const long long wide = tm * ((N + 255) / 256), narrow = tm * ((N + 127) / 128);
+    if (k_cuda_tma_tile()) return k_cuda_tma_tile();
     if (F <= 1) return 256;
     if (N <= 64) return 64;
     return wide >= F && 2 * ((wide + F - 1) / F) <= (narrow + F - 1) / F ? 256 : 128;

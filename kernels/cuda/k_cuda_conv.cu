@@ -14,6 +14,7 @@
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "kernels/cuda/k_cuda_nhwc.h"
 #include <algorithm>
+#include <stdint.h>
 #include <stdio.h>
 
 namespace {
@@ -263,9 +264,10 @@ struct DwStoreRsc {
     }
 };
 
-// The workspace: the split-K partials, then (16-byte aligned) xh, wh (KRSC or CRSK), dyh.
+// The workspace: the split-K partials, then (16-byte aligned) xh, wh (KRSC or CRSK), dyh,
+// and for a strided input grad with K % 64 == 0 its phases' weights (k_cuda_conv_phase.cuh).
 struct ConvWs {
-    size_t xh, wh, dyh, end; // byte offsets
+    size_t xh, wh, dyh, ph, end; // byte offsets
 };
 static size_t up16(size_t b) { return (b + 15) & ~(size_t)15; }
 // w16p: the caller passes k_cuda_conv2d_w16_prep's block (K_CUDA_MM_W16P), so no wh;
@@ -282,7 +284,8 @@ static ConvWs conv_ws(const Geo &g, int copies, int w16p, int xdir, int nodx)
     w.xh = up16(std::max(a, std::max(b, c)));
     w.wh = w.xh + (cx && !xdir ? up16((size_t)2 * g.N * g.HW() * g.C) : 0);
     w.dyh = w.wh + ((cx || ck) && !w16p ? up16((size_t)2 * g.K * g.C * g.RS()) : 0);
-    w.end = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
+    w.ph = w.dyh + (cx || ck ? up16((size_t)2 * g.N * g.PQ() * g.K) : 0);
+    w.end = w.ph + (ck && g.st > 1 && g.K % 64 == 0 ? up16((size_t)2 * g.K * g.C * g.RS()) : 0);
     return w;
 }
 // Whether mm's x is read where it lies (no xh): 16-bit, channels last, 16-bit products.
@@ -349,7 +352,10 @@ static bool plain_1x1(const Geo &g)
 // same sums: the same bits on the executor, whose wgmma and mma.sync (the geometry's 64
 // tiles: K = 64) both round once per k16. The stem (C = 3) and C % 64 != 0 stay on the
 // geometry loaders. The input grad of a stride-1 square conv with K % 64 == 0 alike: a
-// conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip). The
+// conv of dyh (padding R-1-pad) by the CRSK weights, taps flipped (WtI2c's flip); of a
+// strided one (stride 2..8) such a conv per output phase, over the phase's taps with its
+// own corners, stored to every st-th pixel (k_cuda_conv_phase.cuh: its chunks the
+// geometry's, else the geometry path). The
 // weight grad where the forward is taken: turned the other way (M = the RSC rows, N = K,
 // k = the NPQ pixels ascending, A the im2col 64 pixels deep, M-major; B = dyh [NPQ x K]),
 // split as the geometry's K x RSC x NPQ product, stored through DwStoreRsc swapped.
@@ -380,34 +386,42 @@ template <class ST> struct SwapStore {
 // An im2col product: x [n][h][w][c] walked by an r x s conv (stride st, padding pad) to p
 // x q outputs, N weight rows (wt, ld apart), flip as WtI2c's; for the weight grad (conv_i2c
 // DW) wt is dyh [npq x N], ld apart.
+// box: the map's corners lo / hi {w, h} as given (a strided input grad's phase), else
+// from pad (I2C_CORNERS).
 struct I2cConv {
     int n, h, w, c, r, s, st, pad, p, q, flip, N;
     const unsigned short *x, *wt;
-    int ld;
+    int ld, box, lo[2], hi[2];
 };
 template <int TY, bool DW, class ST>
 static int i2c_launch(const I2cConv &v, const ST &st, cudaStream_t s, int kchunk)
 {
     const char *why;
-    return wt_launch_i2c<TY, DW>(v.x, v.n, v.h, v.w, v.c, v.r, v.s, v.st, v.pad, v.p, v.q, v.flip, v.N, v.wt, v.ld, st, s,
-                             &why, kchunk);
+    I2C_CORNERS(v.r, v.s, v.pad);
+    if (v.box) lo[0] = v.lo[0], lo[1] = v.lo[1], hi[0] = v.hi[0], hi[1] = v.hi[1];
+    return wt_launch_i2c<TY, DW>(v.x, v.n, v.h, v.w, v.c, v.r, v.s, v.st, lo, hi, v.p, v.q, v.flip, v.N, v.wt, v.ld, st,
+                                 s, &why, kchunk);
 }
 // 0 done, -1 failed, 1 not taken (the geometry path then: TMA off, maps refused). DW: the
 // weight grad (M = r s c, k = the n p q pixels), else the conv (M = n p q, k = r s c).
+// kc >= 0: the split's chunk as given (a multiple of WT_BK; >= K: none), for a strided
+// input grad's phase product, whose chunks are the geometry's (k_cuda_conv_phase.cuh).
 template <bool DW, class ST>
-static int conv_i2c(int mm, const char *k, const char *shp, const I2cConv &v, const ST &st, void *ws, cudaStream_t s)
+static int conv_i2c(int mm, const char *k, const char *shp, const I2cConv &v, const ST &st, void *ws, cudaStream_t s,
+                    int kc = -1)
 {
     if (!k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)v.x & 15) || ((uintptr_t)v.wt & 15)) return 1;
     // the geometry product is N x M: its split
     const int npq = v.n * v.p * v.q, rsc = v.r * v.s * v.c, M = DW ? rsc : npq, K = DW ? npq : rsc;
-    const int splits = ws ? k_cuda_gemm_splits(v.N, M, K) : 1;
+    const int splits = kc >= 0 ? (kc >= K ? 1 : 2) : ws ? k_cuda_gemm_splits(v.N, M, K) : 1;
     const bool bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
     const SwapStore<ST> sw = {st};
     if (splits == 1) {
         if (bf ? i2c_launch<K_CUDA_MM_BF16, DW>(v, sw, s, 0) : i2c_launch<K_CUDA_MM_F16, DW>(v, sw, s, 0)) return 1;
         return k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col)", shp);
     }
-    const int kchunk = ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK, z = (K + kchunk - 1) / kchunk;
+    const int kchunk = kc >= 0 ? kc : ((K + splits - 1) / splits + WT_BK - 1) / WT_BK * WT_BK,
+              z = (K + kchunk - 1) / kchunk;
     const KgPartial part = {(float *)ws, M, v.N};
     if (bf ? i2c_launch<K_CUDA_MM_BF16, DW>(v, part, s, kchunk) : i2c_launch<K_CUDA_MM_F16, DW>(v, part, s, kchunk))
         return 1;
@@ -416,6 +430,7 @@ static int conv_i2c(int mm, const char *k, const char *shp, const I2cConv &v, co
         M, v.N, z, (const float *)ws, sw);
     return k_cuda_check_launch(k, "%s (TMA im2col, split-K finish)", shp);
 }
+#include "kernels/cuda/k_cuda_conv_phase.cuh" // the strided input grad, a product per output phase
 
 // db[k]: one block per output channel, a fixed-order tree over its n*p*q values (nhwc:
 // dy [n, p, q, k], the same values in the same order, K apart).
@@ -533,7 +548,8 @@ int k_cuda_conv2d_fwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         bh.p = xh, bh.ld = 0, bh.vec = 1, bh.g = g;
         if (xn && !(bh.p = x_nhwc(mm, g, x, bb.xt, xh, cs))) return -1;
         if (im2col_fwd_fits(g)) {
-            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, ah.p, ah.ld};
+            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, ah.p, ah.ld,
+                               0, {}, {}};
             const int ri = conv_i2c<false>(mm, k, shp, v, st, ws, cs);
             if (ri <= 0) return ri;
         }
@@ -593,8 +609,12 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         bp.p = dyh, bp.ld = g.K, bp.vec = 1;
         int ri = 1; // stride 1: a conv of dyh, padding R-1-pad, taps flipped
         if (im2col_dx_fits(g)) {
-            const I2cConv v = {g.N, g.P, g.Q, g.K, g.R, g.S, 1, g.R - 1 - g.pad, g.H, g.W, 1, g.C, dyh, ah.p, ah.ld};
+            const I2cConv v = {g.N, g.P, g.Q, g.K, g.R, g.S, 1, g.R - 1 - g.pad, g.H, g.W, 1, g.C, dyh, ah.p, ah.ld,
+                               0, {}, {}};
             if ((ri = conv_i2c<false>(mm, k, shp, v, st, ws, cs)) < 0) return -1;
+        } else if (im2col_dx_phase_fits(g)) { // strided: one such conv per output phase
+            if ((ri = phase_dx(mm, k, shp, g, dyh, ah.p, (unsigned short *)(cw + L.ph), st, ws, cs)) < 0)
+                return -1;
         }
         if (ri && (plain_1x1(g) ? k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.K, ah, bp, st, ws, cs)
                                 : k_cuda_gemm_mm16(mm, k, shp, g.C, g.N * g.HW(), g.RS() * g.K, ah, bh, st, ws, cs)))
@@ -626,7 +646,7 @@ int k_cuda_conv2d_bwd_mm(int mm, const k_conv_shape *sh, const float *x, const f
         bp.p = bh.p, bp.ld = g.C, bp.vec = 1;
         int ri = 1; // the forward's im2col (M = RSC, k = the NPQ pixels), B = dyh [NPQ x K]
         if (im2col_fwd_fits(g)) {
-            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, dyh, g.K};
+            const I2cConv v = {g.N, g.H, g.W, g.C, g.R, g.S, g.st, g.pad, g.P, g.Q, 0, g.K, bh.p, dyh, g.K, 0, {}, {}};
             if ((ri = conv_i2c<true>(mm, k, shp, v, sth, ws, cs)) < 0) return -1;
         }
         if (ri && (plain_1x1(g) && ah.vec

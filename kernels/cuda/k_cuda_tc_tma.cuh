@@ -30,6 +30,9 @@
 // 64 channels (a consumer warpgroup's 64 rows each), a pixel's channels one 128-byte row:
 // the M/N-major tile wt_issue<false, 128> gives. Pixels past the batch are zero fill on
 // both sides; a box past the last of the r s c rows re-reads a valid tap (unstored rows).
+// A strided conv's input grad is a stride-1 conv of dy per output phase (k_cuda_conv.cu's
+// phase_dx), whose padding differs above and left, and whose lower and upper corners
+// (wt_launch_i2c's lo / hi) are its own (the upper one sized to the phase's grid).
 //
 // The tile (wt_launch): 128 x 256 where its tiles still fill the GPU (at least
 // k_cuda_tma_fill() of them: the SM count, 132 on an H100 / H200) in no more waves than
@@ -108,10 +111,11 @@ __device__ __forceinline__ void wt_issue(unsigned short *tile, const k_tmap *map
 }
 
 // The conv the im2col A walks (wt_launch_i2c): C channels, R x S taps, PQ output pixels
-// an image, Q a row, stride st, padding pad; flip: k's tap (r, s) read at (R-1-r, S-1-s)
-// (the input grad as a conv of dy: the weights' taps flipped, their rows kept).
+// an image, Q a row, stride st, padding padh above and padw left (the map's lower corner
+// negated: they differ in a strided input grad's phase); flip: k's tap (r, s) read at
+// (R-1-r, S-1-s) (the input grad as a conv of dy: the weights' taps flipped, their rows kept).
 struct WtI2c {
-    int C, R, S, PQ, Q, st, pad, flip;
+    int C, R, S, PQ, Q, st, padh, padw, flip;
 };
 // A stage of A's 128 pixels from row j0, k: tap (r, s), channels [c, c + 64). Pixels past
 // the last image are TMA's zero fill (their rows are not stored).
@@ -121,7 +125,7 @@ __device__ __forceinline__ void wt_issue_i2c(unsigned short *tile, const k_tmap 
     const int rs = k / g.C, c = k - rs * g.C, r = rs / g.S, s = rs - r * g.S;
     const int n = j0 / g.PQ, pq = j0 - n * g.PQ, p = pq / g.Q, q = pq - p * g.Q;
     const int ow = g.flip ? g.S - 1 - s : s, oh = g.flip ? g.R - 1 - r : r;
-    K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.pad, p * g.st - g.pad, n, (unsigned short)ow, (unsigned short)oh,
+    K_TMA_LOAD_IM2COL_4D(tile, map, c, q * g.st - g.padw, p * g.st - g.padh, n, (unsigned short)ow, (unsigned short)oh,
                          bar);
 }
 // The weight grad's A (M/N-major: rows m = (r, s, c), k = output pixels): R / 64 im2col
@@ -316,20 +320,22 @@ static inline int wt_launch(int M, int N, int K, const void *a, int lda, const v
 // rows (output pixels), N columns of b (k-contiguous, ldb apart: the weights [N x rsc]),
 // K = r s c. DW (the weight grad): M = r s c, k = the n p q output pixels, b dy [npq x N]
 // (N-contiguous, ldb apart), A's boxes 64 pixels deep. kchunk as wt_launch's (split-K
-// through out); flip: WtI2c's. 0, or -1: a launch error, or the maps refused (why).
+// through out); flip: WtI2c's. lo / hi: the map's corners {w, h} (I2C_CORNERS: -pad and
+// pad - (S-1), pad - (R-1) for a conv; a strided input grad's phase its own, st 1). 0, or
+// -1: a launch error, or the maps refused (why).
 template <int TY, bool DW, class ST>
-static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r, int s_, int st, int pad, int p,
-                                int q, int flip, int N, const void *b, int ldb, const ST &out, cudaStream_t s,
-                                const char **why, int kchunk = 0)
+static inline int wt_launch_i2c(const void *x, int n, int h, int w, int c, int r, int s_, int st, const int (&lo)[2],
+                                const int (&hi)[2], int p, int q, int flip, int N, const void *b, int ldb,
+                                const ST &out, cudaStream_t s, const char **why, int kchunk = 0)
 {
     const int M = DW ? r * s_ * c : n * p * q, K = DW ? n * p * q : r * s_ * c;
     k_tmap ma, mb;
     if (kchunk <= 0 || kchunk >= K) kchunk = K;
     int bn = kchunk < K ? wt_tile_n_split(N) : wt_tile_n(M, N);
-    if (k_tmap_encode_im2col(&ma, x, n, h, w, c, r, s_, st, pad, WT_BK, DW ? WT_BK : WGG_T, 128, why) ||
+    if (k_tmap_encode_im2col_box(&ma, x, n, h, w, c, st, lo, hi, WT_BK, DW ? WT_BK : WGG_T, 128, why) ||
         wt_map(&mb, b, ldb, !DW, N, K, bn, why))
         return -1;
-    const WtI2c ig = {c, r, s_, p * q, q, st, pad, flip};
+    const WtI2c ig = {c, r, s_, p * q, q, st, -lo[1], -lo[0], flip};
     return wt_run_bn<TY, !DW, !DW, ST, true>(bn, M, N, K, kchunk, ma, mb, out, s, why, ig);
 }
 } // namespace

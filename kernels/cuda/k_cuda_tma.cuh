@@ -17,12 +17,14 @@
 // zero padding pad: dims {C, W, H, N}; the bounding box of the start pixels [-pad, W - 1 +
 // pad - (S - 1)] in w (h alike), walked st apart: output pixel (n, p, q)'s start is
 // (q st - pad, p st - pad, n), Q of them a row, and the offsets {s, r} pick the tap.
-// (Corner arrays w first, as CUTLASS's make_im2col_tma_copy passes them.)
-#define I2C_DIMS(U64, U32, N, H, W, C, R, S, st, pad)                                                            \
+// (Corner arrays w first, as CUTLASS's make_im2col_tma_copy passes them.) The _box form
+// takes the corners lo / hi {w, h} as they are (the strided input grad's phases: their
+// own padding a side and dimension, k_cuda_conv_phase.cuh).
+#define I2C_DIMS(U64, U32, N, H, W, C, st)                                                                          \
     U64 dims[4] = {(U64)(C), (U64)(W), (U64)(H), (U64)(N)};                                                      \
     U64 strides[3] = {(U64)(C) * 2, (U64)(W) * (C) * 2, (U64)(H) * (W) * (C) * 2};                               \
-    int lo[2] = {-(pad), -(pad)}, hi[2] = {(pad) - ((S) - 1), (pad) - ((R) - 1)};                                \
     U32 es[4] = {1, (U32)(st), (U32)(st), 1}
+#define I2C_CORNERS(R, S, pad) int lo[2] = {-(pad), -(pad)}, hi[2] = {(pad) - ((S) - 1), (pad) - ((R) - 1)}
 
 #ifdef DDPRT_SIMT
 typedef simt::tensormap k_tmap;
@@ -58,10 +60,11 @@ static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long 
     return *why ? -1 : 0;
 }
 // The driver's checks for an im2col map of NHWC x (I2C_DIMS below): 0, or -1 with why.
-static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, int W, int C, int R, int S, int st,
-                                       int pad, unsigned cpp, unsigned ppc, int swz, const char **why)
+static inline int k_tmap_encode_im2col_box(k_tmap *m, const void *x, int N, int H, int W, int C, int st,
+                                           const int (&lo)[2], const int (&hi)[2], unsigned cpp, unsigned ppc,
+                                           int swz, const char **why)
 {
-    I2C_DIMS(unsigned long long, unsigned, N, H, W, C, R, S, st, pad);
+    I2C_DIMS(unsigned long long, unsigned, N, H, W, C, st);
     *why = simt::tensormap_encode_im2col(m, 2, 4, x, dims, strides, lo, hi, cpp, ppc, es, swz);
     return *why ? -1 : 0;
 }
@@ -213,8 +216,9 @@ static inline int k_tmap_encode_2d(k_tmap *m, const void *g, unsigned long long 
 }
 // cuTensorMapEncodeIm2col through the runtime's driver entry point, the map I2C_DIMS
 // describes: 0, or -1 with why.
-static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, int W, int C, int R, int S, int st,
-                                       int pad, unsigned cpp, unsigned ppc, int swz, const char **why)
+static inline int k_tmap_encode_im2col_box(k_tmap *m, const void *x, int N, int H, int W, int C, int st,
+                                           const int (&lo)[2], const int (&hi)[2], unsigned cpp, unsigned ppc,
+                                           int swz, const char **why)
 {
     static PFN_cuTensorMapEncodeIm2col_v12000 enc;
     if (!enc) {
@@ -227,7 +231,7 @@ static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, i
         }
         enc = (PFN_cuTensorMapEncodeIm2col_v12000)f;
     }
-    I2C_DIMS(cuuint64_t, cuuint32_t, N, H, W, C, R, S, st, pad);
+    I2C_DIMS(cuuint64_t, cuuint32_t, N, H, W, C, st);
     CUtensorMapSwizzle s = swz == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : swz == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                            : swz == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
     CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)x, dims, strides, lo, hi, cpp, ppc, es,
@@ -237,3 +241,10 @@ static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, i
     return r ? -1 : 0;
 }
 #endif
+// The conv's map (I2C_DIMS, I2C_CORNERS): its corners from R, S and one padding.
+static inline int k_tmap_encode_im2col(k_tmap *m, const void *x, int N, int H, int W, int C, int R, int S, int st,
+                                       int pad, unsigned cpp, unsigned ppc, int swz, const char **why)
+{
+    I2C_CORNERS(R, S, pad);
+    return k_tmap_encode_im2col_box(m, x, N, H, W, C, st, lo, hi, cpp, ppc, swz, why);
+}

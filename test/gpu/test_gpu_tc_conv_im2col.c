@@ -36,30 +36,75 @@ static unsigned long long i2c_tma_now(void)
 }
 
 #if DDPRT_SIMT
-/* An im2col product's TMA boxes: M x N x K, split as the geometry product (N x M) splits
- * (k_cuda_gemm_splits), then on 128 x 128 tiles, else bn wide (wt_tile_n's 128 x 64 for
- * N <= 64 in both cases, but for bn 256: always wide); a 64-deep stage and tile:
- * the conv's (M pixels, K = r s c) two boxes (A's im2col, B's weights), the weight grad's
- * (dw: M = r s c, K = the pixels) two im2col boxes of 64 rows and bn / 64 of dy's. */
-static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn, int dw)
+/* The geometry product's split count (k_cuda_gemm_splits: M x N x K). */
+static long long i2c_split(long long M, long long N, long long K)
 {
     int t = N >= 128 && M >= 128 ? 128 : 64;
     long long tiles = ((N + t - 1) / t) * ((M + t - 1) / t), sp = (t == 128 ? 264 : 528) / tiles, maxk = K / 128;
     sp = sp < maxk ? sp : maxk;
-    sp = sp < 1 ? 1 : sp > 128 ? 128 : sp;
+    return sp < 1 ? 1 : sp > 128 ? 128 : sp;
+}
+/* An im2col product's TMA boxes: M x N x K, split (sp > 1) on 128 x 128 tiles, else bn
+ * wide (wt_tile_n's 128 x 64 for N <= 64 in both cases, but for bn 256: always wide); a
+ * 64-deep stage and tile: the conv's (M pixels, K = r s c) two boxes (A's im2col, B's
+ * weights), the weight grad's (dw: M = r s c, K = the pixels) two im2col boxes of 64 rows
+ * and bn / 64 of dy's. */
+static unsigned long long i2c_boxes_sp(long long M, long long N, long long K, int bn, int dw, long long sp)
+{
     if (sp > 1 || bn != 256) bn = N <= 64 ? 64 : 128;
     return (dw ? 2ull + (unsigned)bn / 64 : 2ull) * (unsigned long long)((M + 127) / 128) *
            (unsigned long long)((N + bn - 1) / bn) * (unsigned long long)((K + 63) / 64);
 }
+/* ... split as the geometry product (N x M) splits. */
+static unsigned long long i2c_boxes(long long M, long long N, long long K, int bn, int dw)
+{
+    return i2c_boxes_sp(M, N, K, bn, dw, i2c_split(N, M, K));
+}
+
+static int cdiv(int a, int b) { return a > 0 ? (a + b - 1) / b : 0; }
+/* A strided input grad's phase products (k_cuda_conv_phase.cuh), M = n Ha Wb, N = c, K =
+ * Rt St k, each phase's 64-deep stages grouped by the geometry's split chunk (C x NHW x
+ * RSK) they fall in: 0 where some phase's runs are uneven (the geometry path then). */
+static unsigned long long i2c_phases(const k_conv_shape *sh, int bn)
+{
+    const int st = sh->stride, K = sh->k;
+    const long long rsk = (long long)sh->r * sh->s * K, sp = i2c_split(sh->c, (long long)sh->n * sh->h * sh->w, rsk);
+    const long long kc = sp == 1 ? rsk : ((rsk + sp - 1) / sp + 63) / 64 * 64;
+    unsigned long long sum = 0;
+    for (int ph = 0; ph < st; ph++)
+        for (int pw = 0; pw < st; pw++) {
+            const int r0 = (ph + sh->pad) % st, s0 = (pw + sh->pad) % st, Rt = cdiv(sh->r - r0, st),
+                      St = cdiv(sh->s - s0, st), Ha = cdiv(sh->h - ph, st), Wb = cdiv(sh->w - pw, st);
+            if (!Rt || !St || !Ha || !Wb) continue;
+            int runs = 0, len = 0, n = 0;
+            long long last = -1;
+            for (int t = 0; t < Rt; t++)
+                for (int u = 0; u < St; u++)
+                    for (int kb = 0; kb < K; kb += 64) {
+                        long long z = (((long long)(r0 + st * t) * sh->s + s0 + st * u) * K + kb) / kc;
+                        if (z != last && last >= 0) {
+                            if (runs++ == 0) len = n;
+                            else if (n != len) return 0;
+                            n = 0;
+                        }
+                        last = z, n++;
+                    }
+            if (runs && n > len) return 0;
+            sum += i2c_boxes_sp((long long)sh->n * Ha * Wb, sh->c, (long long)Rt * St * K, bn, 0, runs ? 2 : 1);
+        }
+    return sum;
+}
 
 /* The forward's (M = n p q, N = k, K = r s c; c in 64s) and the weight grad's (M = r s c,
- * N = k, K = n p q) and, at stride 1 on a square filter with k in 64s, the input grad's
- * (M = n h w, N = c, K = r s k). */
+ * N = k, K = n p q) and, with k in 64s, the input grad's: at stride 1 on a square filter
+ * one product (M = n h w, N = c, K = r s k), strided one a phase (i2c_phases). */
 static unsigned long long i2c_want(const k_conv_shape *sh, int bn)
 {
     const long long npq = (long long)sh->n * sh->p * sh->q, rsc = (long long)sh->r * sh->s * sh->c;
     unsigned long long f = sh->c % 64 ? 0 : i2c_boxes(npq, sh->k, rsc, bn, 0) + i2c_boxes(rsc, sh->k, npq, bn, 1);
-    if (sh->stride != 1 || sh->r != sh->s || sh->k % 64 || (sh->r == 1 && sh->pad == 0)) return f;
+    if (sh->k % 64) return f;
+    if (sh->stride > 1) return f + i2c_phases(sh, bn);
+    if (sh->r != sh->s || (sh->r == 1 && sh->pad == 0)) return f;
     return f + i2c_boxes((long long)sh->n * sh->h * sh->w, sh->c, (long long)sh->r * sh->s * sh->k, bn, 0);
 }
 #endif
@@ -153,7 +198,9 @@ TEST(gpu_tc_conv_im2col_3x3_bitwise)
 /* 3x3 stride 2 pad 1 (72 pixels, k = 64: the geometry's 64 tiles on mma.sync's kernel,
  * split over k; dw unsplit, a stage's walk leaving the last image) and ResNet's 1x1
  * stride-2 downsample (50 pixels: dw one stage; unsplit; 128 x 128 and 128 x 256 tiles),
- * c = 128: two 64-channel chunks a tap. */
+ * c = 128: two 64-channel chunks a tap. dx by output phase (odd 11 x 11: phases of 6 and
+ * 5 rows, upper corners -1; the taps 1, 2, 2, 4, the geometry's four chunks of three taps
+ * a phase's runs of 1 or 2 taps; the downsample's three tapless phases written zero). */
 TEST(gpu_tc_conv_im2col_strided_bitwise)
 {
     if (!g_sm90()) return;
@@ -162,6 +209,28 @@ TEST(gpu_tc_conv_im2col_strided_bitwise)
     i2c_case(K_CUDA_MM_F16, s2, 1, 1, 128, -1);
     i2c_case(K_CUDA_MM_BF16, ds, 1, 1, 128, -1);
     i2c_case(K_CUDA_MM_F16, ds, 1, 1, 256, -1);
+}
+
+/* The strided input grad's phases: 3x3 stride 2 even (8 x 8, k = 128: a tap two stages, the
+ * geometry's nine chunks one tap each, so the 4-tap phase splits in four), fp32 NCHW x
+ * (the call's own copies: the phases' weights copied from wh); 3x3 stride 3 pad 1 (one
+ * tap a phase, lower corners +1 where dh > Rt - 1, 3 x 2 and 2 x 2 phase grids); 5x5
+ * stride 2 pad 2, whose geometry chunks (three stages) cut the phases' taps unevenly: the
+ * geometry path for all of dx (no phase boxes), the same bits. */
+TEST(gpu_tc_conv_im2col_strided_dx_phases)
+{
+    if (!g_sm90()) return;
+    static const int e2[9] = {2, 64, 8, 8, 128, 3, 3, 2, 1}, s3[9] = {1, 64, 8, 8, 64, 3, 3, 3, 1},
+                     f5[9] = {1, 64, 7, 7, 64, 5, 5, 2, 2};
+    i2c_case(K_CUDA_MM_BF16, e2, 1, 0, 128, -1);
+    i2c_case(K_CUDA_MM_F16, s3, 1, 1, 128, -1);
+    i2c_case(K_CUDA_MM_BF16, s3, 1, 1, 256, -1);
+    i2c_case(K_CUDA_MM_F16, f5, 1, 1, 128, -1);
+#if DDPRT_SIMT
+    k_conv_shape sh = {.n = 1, .c = 64, .h = 7, .w = 7, .k = 64, .r = 5, .s = 5, .stride = 2, .pad = 2};
+    k_conv_shape_init(&sh);
+    CHECKF(i2c_phases(&sh, 128) == 0, "the 5x5 stride-2 case is meant to fall back (its phases' runs uneven)");
+#endif
 }
 
 /* Products that must fall back to the geometry loaders: c = 48 (not in 64s: the forward;

@@ -72,6 +72,9 @@ bugs=(
 "TMA im2col conv (sm_90): expect_tx 16 bytes short of the im2col box and the weights' box|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16 * I2C);/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv weight grad (sm_90): the im2col boxes' first pixel a stage late|k_cuda_tc_tma.cuh|s/min\(m0 \+ 64 \* j, M - 64\), j0, bar\)/min(m0 + 64 * j, M - 64), j0 + WT_BK, bar)/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv weight grad (sm_90): both im2col boxes of a stage into the first 64 rows|k_cuda_tc_tma.cuh|s/wt_issue_i2c\(tile \+ 64 \* WT_BK \* j, map/wt_issue_i2c(tile, map/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
+"TMA im2col conv strided input grad (sm_90): a phase's store with its h and w phases swapped|k_cuda_conv_phase.cuh|s/g.st \* a \+ ph\) \* g.W \+ g.st \* b \+ pw, v\)/g.st * a + pw) * g.W + g.st * b + ph, v)/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
+"TMA im2col conv strided input grad (sm_90): a phase's first tap off by one|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
+"TMA im2col conv strided input grad (sm_90): a phase's first tap off by one, seen by the start-up probe|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_path_probes_agree|forward|k_cuda_conv.cu"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

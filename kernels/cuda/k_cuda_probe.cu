@@ -9,6 +9,7 @@
 #include "kernels/cuda/k_cuda.h"
 #include "kernels/cuda/k_cuda_probe.h"
 #include "ports/cuda/port_cuda.h"
+#include "rt/fdiff.h"
 #include "rt/half.h"
 #include <math.h>
 #include <stdio.h>
@@ -87,7 +88,12 @@ int k_cuda_attention_probe(char *why, size_t len)
         const float *l0 = hy + ny, *l1 = hy + no + ny;
         for (size_t i = 0; i < nl; i++) el = fmax(el, fabs((double)l1[i] - l0[i]) / (1 + fabs((double)l0[i])));
         bool yok = close(hy + no, hy, n1, 0x1p-6, &ey), gok = close(hy + no + ny + nl, hy + ny + nl, n3, 0x1p-5, &eg);
-        if (!yok || !gok || !(el <= 0x1p-16)) {
+        if (!yok || !gok || !(el <= 0x1p-16)) { // where, said in full (and dumped: DDPRT_PROBE_DUMP)
+            char f[48];
+            snprintf(f, sizeof f, "attention-probe-hd%d-y", hd);
+            rt_fdiff_report(f, hy + no, hy, T, (size_t)H * hd, 0x1p-6, NULL, 0);
+            snprintf(f, sizeof f, "attention-probe-hd%d-dqkv", hd);
+            rt_fdiff_report(f, hy + no + ny + nl, hy + ny + nl, T, (size_t)3 * H * hd, 0x1p-5, NULL, 0);
             snprintf(why, len, "the wgmma attention (hd %d) differs from mma.sync's: y by %.3g of the largest, lse by "
                      "%.3g, dqkv by %.3g", hd, ey, el, eg);
             goto out;
@@ -145,9 +151,16 @@ static int conv_probe(k_conv_shape sh, int (*set)(int), const char *what, char *
         const float *r0 = h + nall, *r1 = h + 2 * nall;
         const size_t off[4] = {0, ny, ny + nx, ny + nx + nw}, n[4] = {ny, nx, nw, (size_t)sh.k};
         static const char *name[4] = {"y", "dx", "dw", "db"};
+        // each as a matrix (rows x columns) for rt_fdiff_report: y [n k][p q], dx [n c][h w], dw [k][c r s], db
+        const size_t rows[4] = {(size_t)sh.n * sh.k, (size_t)sh.n * sh.c, (size_t)sh.k, 1};
         for (int i = 0; i < 4; i++) {
             double e;
             if (!close(r1 + off[i], r0 + off[i], n[i], 0x1p-12, &e)) {
+                char f[64];
+                int m = snprintf(f, sizeof f, "conv-probe-%dx%d-s%d-", sh.r, sh.s, sh.stride);
+                for (const char *c = what; *c && m < 50; c++) f[m++] = *c == ' ' ? '-' : *c;
+                snprintf(f + m, sizeof f - m, "-%s", name[i]);
+                rt_fdiff_report(f, r1 + off[i], r0 + off[i], rows[i], n[i] / rows[i], 0x1p-12, NULL, 0);
                 snprintf(why, len, "the %s differs from the geometry path on a %s: %s by %.3g of the largest", what,
                          shp, name[i], e);
                 goto out;

@@ -179,6 +179,11 @@ TEST(simt_tensor_core_checks)
            "its swizzle pattern (8 k-rows of its width) does not start at the operand's address", NULL);
     expect("wgmma_mn_tf32", "wgmma.mma_async at simt_checks_wgmma.cuh:", "imm-trans-a 1 (an M/N-major operand) with type 2: "
            "PTX allows the transpose only for 16-bit types", NULL);
+    /* tf32 (m64n128k8, 4-byte elements) from K-major tiles: bitwise the product of the
+     * rounded operands with no swizzle and the 64- / 128-byte swizzles; 8 k off a row named */
+    static const char *tf_ok[] = {"wgmma_tf32_ok", "wgmma_tf32_ok_sw64", "wgmma_tf32_ok_sw128"};
+    for (size_t i = 0; i < sizeof tf_ok / sizeof *tf_ok; i++) expect(tf_ok[i], "report: none", "result: wgmma tf32 ok", NULL);
+    expect("wgmma_tf32_row_crossed", "operand A at", "64-byte swizzle: its 8 k cross the end of a swizzle row", NULL);
 }
 
 /* TMA and mbarriers (test/simt/simt_tma.cc): a tile copied in each swizzle and read back,

@@ -36,6 +36,8 @@
     simt::wgmma(__FILE__, __LINE__, simt::MMA_BF16, 128, d, da, db, scale_d, ta, tb)
 #define K_WGMMA_F16_128T(d, da, db, scale_d, ta, tb)                                                               \
     simt::wgmma(__FILE__, __LINE__, simt::MMA_F16, 128, d, da, db, scale_d, ta, tb)
+// m64n128k8 tf32 (K-major operands only: PTX has no transpose for 32-bit types)
+#define K_WGMMA_TF32_128(d, da, db, scale_d) simt::wgmma(__FILE__, __LINE__, simt::MMA_TF32, 128, d, da, db, scale_d)
 #define K_WGMMA_FENCE() simt::wgmma_fence(__FILE__, __LINE__)
 #define K_WGMMA_COMMIT() simt::wgmma_commit(__FILE__, __LINE__)
 #define K_WGMMA_WAIT(n) simt::wgmma_wait(__FILE__, __LINE__, n)
@@ -124,6 +126,13 @@ __device__ __forceinline__ void k_wgmma_f16_128t(float *d, unsigned long long da
 {
     K_WGMMA_128_("f16");
 }
+// tf32: k8, both operands K-major (no imm-trans operands in PTX's tf32 form)
+__device__ __forceinline__ void k_wgmma_tf32_128(float *d, unsigned long long da, unsigned long long db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n" "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
 #define K_WGMMA_FENCE() asm volatile("wgmma.fence.sync.aligned;" ::: "memory")
 #define K_WGMMA_COMMIT() asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory")
 #define K_WGMMA_WAIT(n) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(n) : "memory")
@@ -133,6 +142,7 @@ template <int TA, int TB>
 __device__ __forceinline__ void k_wgmma_bf16_128t(float *, unsigned long long, unsigned long long, int) { __trap(); }
 template <int TA, int TB>
 __device__ __forceinline__ void k_wgmma_f16_128t(float *, unsigned long long, unsigned long long, int) { __trap(); }
+__device__ __forceinline__ void k_wgmma_tf32_128(float *, unsigned long long, unsigned long long, int) { __trap(); }
 #define K_WGMMA_FENCE() ((void)0)
 #define K_WGMMA_COMMIT() ((void)0)
 #define K_WGMMA_WAIT(n) ((void)0)
@@ -142,6 +152,7 @@ __device__ __forceinline__ void k_wgmma_f16_128t(float *, unsigned long long, un
 #define K_WGMMA_F16_128(d, da, db, scale_d) k_wgmma_f16_128t<0, 0>(d, da, db, scale_d)
 #define K_WGMMA_BF16_128T(d, da, db, scale_d, ta, tb) k_wgmma_bf16_128t<ta, tb>(d, da, db, scale_d)
 #define K_WGMMA_F16_128T(d, da, db, scale_d, ta, tb) k_wgmma_f16_128t<ta, tb>(d, da, db, scale_d)
+#define K_WGMMA_TF32_128(d, da, db, scale_d) k_wgmma_tf32_128(d, da, db, scale_d)
 __device__ __forceinline__ unsigned long long k_wgmma_desc(const void *p, int lbo, int sbo, int swz)
 {
     unsigned long long a = k_smem_addr(p);

@@ -388,7 +388,7 @@ int main(int argc, char **argv)
         report();
     } else if (!strcmp(c, "wgmma_overwritten") || !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_swz", 9) ||
                !strncmp(c, "wgmma_mn_", 9) || strstr(c, "proxy_fence") || !strcmp(c, "wgmma_no_barrier") ||
-               !strncmp(c, "wgmma_rs_", 9)) {
+               !strncmp(c, "wgmma_rs_", 9) || !strncmp(c, "wgmma_tf32_", 11)) {
         static float in[1024 + 2048], o[64 * 128];
         for (int i = 0; i < 3072; i++) in[i] = (float)((i * 29 % 97) - 48) / 8.0f;
         float *din = dev(3072), *dout = dev(64 * 128);
@@ -416,9 +416,15 @@ int main(int argc, char **argv)
         else if (!strcmp(c, "wgmma_rs_overwritten")) SIMT_LAUNCH((wgmma_rs_case<1>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_rs_after_fence")) SIMT_LAUNCH((wgmma_rs_case<2>), 1, 128, 0, 0)(din, dout);
         else if (!strcmp(c, "wgmma_rs_trans_a")) SIMT_LAUNCH((wgmma_rs_case<3>), 1, 128, 0, 0)(din, dout);
+        // tf32 (K-major): no swizzle, the 64- and 128-byte swizzles, the 8 k across a 64-byte row
+        else if (!strcmp(c, "wgmma_tf32_ok")) SIMT_LAUNCH((wgmma_tf32_case<0, 0>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_tf32_ok_sw64")) SIMT_LAUNCH((wgmma_tf32_case<64, 32>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_tf32_ok_sw128")) SIMT_LAUNCH((wgmma_tf32_case<128, 96>), 1, 128, 0, 0)(din, dout);
+        else if (!strcmp(c, "wgmma_tf32_row_crossed")) SIMT_LAUNCH((wgmma_tf32_case<64, 48>), 1, 128, 0, 0)(din, dout);
         else SIMT_LAUNCH((wgmma_case<1>), 1, 128, 0, 0)(din, dout);
         report();
         if (cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost)) return 1;
+        if (!strncmp(c, "wgmma_tf32_ok", 13)) return check_wgmma_tf32(in, o);
         return !strncmp(c, "wgmma_ok", 8) || !strncmp(c, "wgmma_mn_ok", 11) || !strcmp(c, "wgmma_rs_ok")
                    ? check_wgmma(in, o)
                    : 0;

@@ -1,5 +1,6 @@
 // t-simt-checks' wgmma cases (test/simt/simt_tc.cc), included by simt_checks.cu: the
-// descriptor form on K- and M/N-major tiles, the register-A form (wgmma_rs), tf32, and the
+// descriptor form on K- and M/N-major tiles, the register-A form (wgmma_rs), tf32 (K-major
+// m64n128k8 in each layout type kernels use; transposed refused), and the
 // misuse each check reports (operands written under the op, fences missing or early).
 
 // wgmma m64n128k16 on a 64x16 A and 128x16 B (K-major core matrices: 8 rows x 16 bytes,
@@ -147,6 +148,51 @@ __global__ void wgmma_mn_tf32(float *out)
     K_WGMMA_COMMIT();
     K_WGMMA_WAIT(0);
     out[threadIdx.x] = d[0];
+}
+
+// m64n128k8 tf32 (K-major only) on a 64x8 A and 128x8 B rounded by k_tf32 (cvt.rna):
+// W = 0, no swizzle: core matrices of 8 rows x 16 bytes (4 k), the next 8 rows SBO = 128
+// bytes on, the next 4 k LBO = R * 16 bytes on; W-byte swizzle: rows of W bytes, the 8 k
+// (32 bytes) at byte OFF of a row, byte b holding what the hardware reads at
+// b ^ (((b >> 7) & (W / 16 - 1)) << 4). The executor reads 4-byte elements there.
+template <int W, int OFF> __global__ void wgmma_tf32_case(const float *in, float *out)
+{
+    __shared__ __attribute__((aligned(1024))) unsigned A[64 * 32], B[128 * 32];
+    int t = threadIdx.x;
+    auto at = [](int R, int r, int k) {
+        int b = W ? (r % 8) * W + (r / 8) * 8 * W + OFF + 4 * k : (k / 4) * R * 16 + (r / 8) * 128 + (r % 8) * 16 + (k % 4) * 4;
+        return (W ? b ^ (((b >> 7) & (W / 16 - 1)) << 4) : b) / 4;
+    };
+    for (int i = t; i < 64 * 8; i += blockDim.x) A[at(64, i / 8, i % 8)] = k_tf32(in[i]);
+    for (int i = t; i < 128 * 8; i += blockDim.x) B[at(128, i / 8, i % 8)] = k_tf32(in[1024 + i]);
+    K_FENCE_PROXY_ASYNC();
+    __syncthreads();
+    float d[64];
+    for (int e = 0; e < 64; e++) d[e] = 0.0f;
+    const int lay = W == 128 ? K_WGMMA_SW128 : W == 64 ? K_WGMMA_SW64 : K_WGMMA_NOSWZ;
+    K_WGMMA_FENCE();
+    K_WGMMA_TF32_128(d, W ? k_wgmma_desc((char *)A + OFF, 16, 8 * W, lay) : k_wgmma_desc(A, 64 * 16, 128, lay),
+                     W ? k_wgmma_desc((char *)B + OFF, 16, 8 * W, lay) : k_wgmma_desc(B, 128 * 16, 128, lay), 1);
+    K_WGMMA_COMMIT();
+    K_WGMMA_WAIT(0);
+    int w = (t & 127) >> 5, g = (t & 31) >> 2, q = t & 3;
+    for (int e = 0; e < 64; e++) out[(16 * w + g + 8 * ((e >> 1) & 1)) * 128 + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+
+static int check_wgmma_tf32(const float *in, const float *o)
+{
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < 128; n++) {
+            double s = 0;
+            for (int k = 0; k < 8; k++)
+                s += (double)__uint_as_float(k_tf32(in[m * 8 + k])) * __uint_as_float(k_tf32(in[1024 + n * 8 + k]));
+            if (o[m * 128 + n] != (float)s) {
+                printf("result: wgmma tf32 D[%d][%d] is %g, the product %g\n", m, n, o[m * 128 + n], s);
+                return 1;
+            }
+        }
+    printf("result: wgmma tf32 ok\n");
+    return 0;
 }
 
 static int check_wgmma(const float *in, const float *o)

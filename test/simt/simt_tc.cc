@@ -15,7 +15,8 @@
 //     outside device memory;
 //   - (simt_exec.cc) mma.sync / ldmatrix issued by a partial warp or at different sites.
 //
-// wgmma (sm_90; m64nNk16 bf16 / f16, both operands in shared memory, K-major or, with
+// wgmma (sm_90; m64nNk16 bf16 / f16 and m64nNk8 tf32 (32-bit elements, K-major only: the
+// same 32 bytes of a row an op), both operands in shared memory, K-major or, with
 // imm-trans 1, M/N-major; no swizzle or the 32 / 64 / 128-byte swizzles) is computed when its warpgroup has arrived, into a shadow copy; each lane's
 // accumulators read NaN until its wgmma.wait_group covers the op (a chained op on the same
 // accumulators starts from the shadow). Its checks: an mma_async by a thread that has not
@@ -122,6 +123,7 @@ struct wg_op { // one wgmma.mma_async of a warpgroup
     const char *file;
     int line;
     int rs; // A from registers
+    int es; // the operands' element bytes (4: tf32)
 };
 struct wg_pend { // a lane's part of an op not yet waited for
     int thr, op, group;
@@ -263,17 +265,25 @@ void mma(int kind, void *const lanes[32])
 }
 
 
-// Byte offset of element (r, k) of a K-major, no-swizzle operand: core matrices of 8
-// rows x 16 bytes, the next 8 rows SBO bytes on, the next 8 k LBO bytes on.
-size_t kmajor_off(int r, int k, size_t lbo, size_t sbo) { return (r % 8) * 16 + (r / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo; }
+// Byte offset of element (r, k) of a K-major, no-swizzle operand of es-byte elements:
+// core matrices of 8 rows x 16 bytes (16 / es k), the next 8 rows SBO bytes on, the next
+// 16 / es k LBO bytes on.
+size_t kmajor_off(int r, int k, size_t lbo, size_t sbo, int es)
+{
+    int c = 16 / es;
+    return (r % 8) * 16 + (r / 8) * sbo + (size_t)(k % c) * es + (k / c) * lbo;
+}
 
-struct desc { const char *p; size_t lbo, sbo; int swz, mn; }; // mn: the operand is M / N-major (imm-trans 1)
-desc decode(unsigned long long d, int mn)
+// mn: the operand is M / N-major (imm-trans 1); es: its element's bytes (2, or 4: tf32)
+struct desc { const char *p; size_t lbo, sbo; int swz, mn, es; };
+desc decode(unsigned long long d, int mn, int es)
 {
     const char *b = shared_base();
     return {b + ((d & 0x3fff) << 4), (size_t)((d >> 16) & 0x3fff) << 4, (size_t)((d >> 32) & 0x3fff) << 4, (int)(d >> 62),
-            mn};
+            mn, es};
 }
+// An op's k: 32 bytes of a K-major row (16 bf16 / f16, 8 tf32).
+int op_k(const desc &d) { return 32 / d.es; }
 
 // Row width of a swizzle mode (PTX layout type: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte).
 size_t swz_width(int swz) { return swz == 1 ? 128 : swz == 2 ? 64 : 32; }
@@ -300,10 +310,10 @@ size_t mnmajor_off(int r, int k, size_t lbo, size_t sbo) { return (k % 8) * 16 +
 
 const char *elem_at(const desc &d, int r, int k)
 {
-    if (!d.swz) return d.p + (d.mn ? mnmajor_off(r, k, d.lbo, d.sbo) : kmajor_off(r, k, d.lbo, d.sbo));
+    if (!d.swz) return d.p + (d.mn ? mnmajor_off(r, k, d.lbo, d.sbo) : kmajor_off(r, k, d.lbo, d.sbo, d.es));
     size_t w = swz_width(d.swz), e = w / 2;
     uintptr_t a = d.mn ? (uintptr_t)d.p + (r / e) * d.lbo + (r % e) * 2 + (k / 8) * d.sbo + (k % 8) * w
-                       : (uintptr_t)d.p + (r / 8) * d.sbo + (r % 8) * w + (size_t)k * 2;
+                       : (uintptr_t)d.p + (r / 8) * d.sbo + (r % 8) * w + (size_t)k * d.es;
     return (const char *)(a ^ (((a >> 7) & (w / 16 - 1)) << 4));
 }
 
@@ -318,18 +328,18 @@ const char *swz_check(const desc &d)
     if (d.mn && (uintptr_t)d.p % (8 * w)) return "its swizzle pattern (8 k-rows of its width) does not start at the "
                                                  "operand's address, aligned to 8 rows of its width";
     if (((uintptr_t)d.p - in_row) % (8 * w)) return "its swizzle pattern is not aligned to 8 rows of its width";
-    if (in_row + 32 > w) return "its 16 k cross the end of a swizzle row";
+    if (in_row + 32 > w) return d.es == 4 ? "its 8 k cross the end of a swizzle row" : "its 16 k cross the end of a swizzle row";
     return NULL;
 }
 
 unsigned long long operand_sum(const desc *a, const desc &b, int n) // a NULL: A in registers
 {
     unsigned long long h = 1469598103934665603ULL;
-    auto mix = [&](const char *p) { for (int i = 0; i < 2; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL; };
+    auto mix = [&](const char *p) { for (int i = 0; i < b.es; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL; };
     for (int r = 0; a && r < 64; r++)
-        for (int k = 0; k < 16; k++) mix(elem_at(*a, r, k));
+        for (int k = 0; k < op_k(*a); k++) mix(elem_at(*a, r, k));
     for (int c = 0; c < n; c++)
-        for (int k = 0; k < 16; k++) mix(elem_at(b, c, k));
+        for (int k = 0; k < op_k(b); k++) mix(elem_at(b, c, k));
     return h;
 }
 } // namespace
@@ -338,9 +348,11 @@ unsigned long long operand_sum(const desc *a, const desc &b, int n) // a NULL: A
 // and -b (simt_wgmma_count): the device tests' evidence that a product really runs on
 // wgmma with M/N-major tiles (test_gpu_tc.c).
 // Register-A ops count as imm-trans-a 0, and also in simt_wgmma_rs_count.
-static std::atomic<unsigned long long> wgmma_issued[4], wgmma_rs_issued;
+// tf32 ops (imm-trans 0 0) also in simt_wgmma_tf32_count: TF32's evidence (test_gpu_tc_tf32_wgmma.c).
+static std::atomic<unsigned long long> wgmma_issued[4], wgmma_rs_issued, wgmma_tf32_issued;
 extern "C" unsigned long long simt_wgmma_count(int ta, int tb) { return wgmma_issued[(ta & 1) << 1 | (tb & 1)].load(); }
 extern "C" unsigned long long simt_wgmma_rs_count(void) { return wgmma_rs_issued.load(); }
+extern "C" unsigned long long simt_wgmma_tf32_count(void) { return wgmma_tf32_issued.load(); }
 
 int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, int line, char *why, size_t len)
 {
@@ -358,8 +370,9 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                  "16-bit types (bf16 / f16)", op.c_str(), ta ? "a" : "b", kind);
         return -1;
     }
-    if (n < 8 || n > 256 || n % 8 || (kind != MMA_BF16 && kind != MMA_F16)) {
-        snprintf(why, len, "%s: m64n%dk16 of type %d is not emulated (n: 8..256 by 8; bf16 or f16)", op.c_str(), n, kind);
+    if (n < 8 || n > 256 || n % 8 || (kind != MMA_BF16 && kind != MMA_F16 && (kind != MMA_TF32 || rs))) {
+        snprintf(why, len, "%s: m64n%dk%d of type %d%s is not emulated (n: 8..256 by 8; bf16, f16, or tf32 with A by "
+                 "descriptor)", op.c_str(), n, kind == MMA_TF32 ? 8 : 16, kind, rs ? " with A in registers" : "");
         return -1;
     }
     for (int j = 0; j < 128; j++) {
@@ -381,7 +394,8 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
             return -1;
         }
     }
-    desc a = decode(l0->da, ta), b = decode(l0->db, tb);
+    const int es = kind == MMA_TF32 ? 4 : 2, kd = 32 / es; // element bytes; the op's k
+    desc a = decode(l0->da, ta, es), b = decode(l0->db, tb, es);
     for (int pass = rs; pass < 2; pass++) {
         const desc &d = pass ? b : a;
         if (const char *bad = swz_check(d)) {
@@ -396,11 +410,11 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         const desc &d = pass ? b : a;
         int rows = pass ? n : 64;
         for (int r = 0; r < rows; r += d.mn ? 8 : 1)
-            for (int k = 0; k < 16; k += d.mn ? 1 : 8) {
+            for (int k = 0; k < kd; k += d.mn ? 1 : 16 / es) {
                 const char *p = elem_at(d, r, k);
                 if ((uintptr_t)p & 15 || !in_shared(p, 16)) {
                     snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: %s", op.c_str(), pass ? 'B' : 'A', r,
-                             d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
+                             d.mn ? r + 7 : r, k, d.mn ? k : k + 16 / es - 1, (const void *)p, (uintptr_t)p & 15 ? "not 16-byte aligned" : "outside the kernel's shared memory");
                     return -1;
                 }
                 if (tma_read_check(p, 16, base, 128, (op + (pass ? ": operand B" : ": operand A")).c_str(), why, len))
@@ -410,14 +424,15 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
                     snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: stored since the last __syncthreads; "
                              "the warpgroup's warps issue wgmma one by one, and one may start before another warp's "
                              "stores are in (a barrier between the stores and the wgmma)", op.c_str(), pass ? 'B' : 'A',
-                             r, d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p);
+                             r, d.mn ? r + 7 : r, k, d.mn ? k : k + 16 / es - 1, (const void *)p);
                     return -1;
                 }
                 if (v && memcmp(v, p, 16)) {
                     snprintf(why, len, "%s: operand %c row %d-%d, k %d-%d at %p: written by the generic proxy (a store "
                              "or cp.async) since the last fence.proxy.async; wgmma reads shared memory through the async "
                              "proxy, which those writes reach only through a fence after them (then the barrier)",
-                             op.c_str(), pass ? 'B' : 'A', r, d.mn ? r + 7 : r, k, d.mn ? k : k + 7, (const void *)p);
+                             op.c_str(), pass ? 'B' : 'A', r, d.mn ? r + 7 : r, k, d.mn ? k : k + 16 / es - 1,
+                             (const void *)p);
                     return -1;
                 }
                 if (any_copy_at(p))
@@ -432,10 +447,10 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
             }
     }
     wg_op o = {std::vector<float>((size_t)128 * (n / 2)), n, base, rs ? NULL : a.p, b.p, l0->da, l0->db,
-               operand_sum(rs ? NULL : &a, b, n), ta, tb, file, line, rs};
+               operand_sum(rs ? NULL : &a, b, n), ta, tb, file, line, rs, es};
     auto elem = [&](const desc &d, int r, int k) {
-        unsigned short h;
-        memcpy(&h, elem_at(d, r, k), 2);
+        unsigned h = 0; // (little-endian: a 16-bit element in the low half)
+        memcpy(&h, elem_at(d, r, k), es);
         return operand(kind, h);
     };
     // Register A: the warpgroup's fragments gathered (warp w rows 16w..; a[0] row g, k 2t
@@ -459,13 +474,14 @@ int simt::tc_wgmma(int arg, void *const lanes[128], int base, const char *file, 
         for (int e = 0; e < n / 2; e++) {
             int row = 16 * w + g + 8 * ((e >> 1) & 1), col = 8 * (e / 4) + 2 * t + (e & 1);
             double s = l0->scale_d ? in[e] : 0.0;
-            for (int k = 0; k < 16; k++) s += (double)elem_a(row, k) * elem(b, col, k);
+            for (int k = 0; k < kd; k++) s += (double)elem_a(row, k) * elem(b, col, k);
             o.res[(size_t)j * (n / 2) + e] = (float)s;
         }
     }
     wg_ops.push_back(std::move(o));
     wgmma_issued[ta << 1 | tb]++;
     if (rs) wgmma_rs_issued++;
+    if (kind == MMA_TF32) wgmma_tf32_issued++;
     for (int j = 0; j < 128; j++) {
         const wgmma_lane *x = (const wgmma_lane *)lanes[j];
         for (int e = 0; e < n / 2; e++) x->d[e] = __builtin_nanf(""); // the registers belong to the op now
@@ -532,7 +548,7 @@ void simt::wgmma_wait(const char *file, int line, int n)
             continue;
         }
         const wg_op &o = wg_ops[p.op];
-        desc a = decode(o.da, o.ta), b = decode(o.db, o.tb);
+        desc a = decode(o.da, o.ta, o.es), b = decode(o.db, o.tb, o.es);
         unsigned a_now[4];
         if (p.a) raw_copy(a_now, p.a, 16);
         if (p.a && memcmp(a_now, p.a_was, 16)) {

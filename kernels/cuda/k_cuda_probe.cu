@@ -1,6 +1,7 @@
 // The start-up probes of the sm_90a paths that are not plain GEMMs (k_cuda.h,
-// k_cuda_path_probes): the wgmma attention forward (fw_fwd) against fa_fwd, and 1x1
-// convs as plain products (wt_gemm / wg_gemm on the arrays) against the geometry loaders.
+// k_cuda_path_probes): the wgmma attention forward (fw_fwd) against fa_fwd, 1x1 convs as
+// plain products (wt_gemm / wg_gemm on the arrays) against the geometry loaders, and the
+// TF32 products on wgmma (wgtf_gemm) against mma.sync's tf_gemm.
 // Each runs the same inputs both ways on the device. The two differ only in how the
 // tensor cores group the fp32 sums (bitwise equal on the executor), well inside the
 // bounds here; a wrong layout, swizzle, fragment or barrier phase differs by the values
@@ -204,6 +205,73 @@ int k_cuda_conv_im2col_probe(char *why, size_t len)
     return rc;
 }
 
+// ---- TF32 on wgmma (wgtf_gemm, k_cuda_tc_wgtf.cuh): its switch, read by every launch.
+static int wgtf_on = 1;
+extern "C" int k_cuda_tf32_set_wgmma(int on) { return __atomic_exchange_n(&wgtf_on, on ? 1 : 0, __ATOMIC_RELAXED); }
+extern "C" int k_cuda_tf32_wgmma_on(void) { return __atomic_load_n(&wgtf_on, __ATOMIC_RELAXED); }
+
+// linear at --matmul-precision high, n 260, 136 -> 130 (edge tiles in m, n and k; dW split
+// over k in 2), forward and backward, on tf_gemm then wgtf_gemm: y (A k-contiguous, B =
+// w k-contiguous), dx (B = w n-contiguous: stored transposed), dw (both M/N-contiguous).
+// The same tf32 operands, so they differ only in how the two units round inside their
+// fp32 sums (bitwise equal on the executor): within 2^-12 of the largest value here; a
+// wrong layout, swizzle or rounding differs by the values themselves.
+int k_cuda_tf32_wgmma_probe(char *why, size_t len)
+{
+    enum { NB = 260, IN = 136, OUT = 130 };
+    const size_t nx = (size_t)NB * IN, nw = (size_t)IN * OUT, ny = (size_t)NB * OUT, nb = OUT;
+    const size_t nin = nx + nw + nb + ny, nout = ny + nx + nw + nb, nall = nin + nout;
+    const size_t wsb = k_cuda_linear_workspace_mm(K_CUDA_MM_TF32, NB, IN, OUT);
+    float *h = (float *)malloc(sizeof(float) * (nin + 2 * nout));
+    void *d = NULL;
+    int rc = -1, was = k_cuda_tf32_set_wgmma(1);
+    if (!h || port_dev_malloc(&d, sizeof(float) * nall + wsb + 16, "tf32 wgmma probe")) {
+        snprintf(why, len, "the tf32 wgmma probe could not start (%s)", port_cuda_errmsg());
+        goto out;
+    }
+    {
+        // inputs x, w, b, dy; outputs y, dx, dw, db (h: the inputs, then each pass's outputs)
+        float *x = (float *)d, *w = x + nx, *b = w + nw, *dy = b + nb, *y = dy + ny, *dx = y + ny, *dw = dx + nx;
+        float *db = dw + nw;
+        void *ws = (void *)(((uintptr_t)(db + nb) + 15) & ~(uintptr_t)15);
+        for (size_t i = 0; i < nin; i++) h[i] = probe_val(i, 23) * (1.0f + 0x1p-12f * (float)(i % 7)); // tf32 rounds
+        if (port_memcpy_h2d(d, h, sizeof(float) * nin, NULL, "tf32 wgmma probe")) {
+            snprintf(why, len, "the tf32 wgmma probe could not start (%s)", port_cuda_errmsg());
+            goto out;
+        }
+        for (int pass = 0; pass < 2; pass++) { // tf_gemm, then wgtf_gemm
+            k_cuda_tf32_set_wgmma(pass);
+            if (k_cuda_linear_fwd_mm(K_CUDA_MM_TF32, NB, IN, OUT, x, w, NULL, b, y, ws, NULL) ||
+                k_cuda_linear_bwd_mm(K_CUDA_MM_TF32, NB, IN, OUT, x, w, NULL, dy, dx, dw, db, ws, NULL) ||
+                sync_back(h + nin + pass * nout, y, sizeof(float) * nout, "tf32 wgmma probe")) {
+                snprintf(why, len, "the tf32 wgmma probe failed on %s (%s)", pass ? "wgmma" : "mma.sync",
+                         port_cuda_errmsg());
+                goto out;
+            }
+        }
+        const float *r0 = h + nin, *r1 = r0 + nout;
+        const size_t off[3] = {0, ny, ny + nx}, n[3] = {ny, nx, nw};
+        static const char *name[3] = {"y", "dx", "dw"};
+        double worst = 0;
+        for (int i = 0; i < 3; i++) {
+            double e;
+            if (!close(r1 + off[i], r0 + off[i], n[i], 0x1p-12, &e)) {
+                snprintf(why, len, "tf32 on wgmma differs from mma.sync's on a linear 260 x 136 -> 130: %s by %.3g of "
+                         "the largest", name[i], e);
+                goto out;
+            }
+            worst = fmax(worst, e);
+        }
+        snprintf(why, len, "the probe agrees with mma.sync to %.2g of the largest value (y, dx, dw)", worst);
+        rc = 1;
+    }
+out:
+    k_cuda_tf32_set_wgmma(rc == 1 ? was : 0);
+    if (d) port_dev_free(d);
+    free(h);
+    return rc;
+}
+
 // After the GEMM probes (k_cuda_wgmma_setup, wgmma on): each path's probe, what it said
 // appended to why as far as it fits.
 int k_cuda_path_probes(char *why, size_t len)
@@ -211,10 +279,11 @@ int k_cuda_path_probes(char *why, size_t len)
     static const struct {
         const char *name;
         int (*probe)(char *, size_t);
-    } p[3] = {{"attention", k_cuda_attention_probe},
-              {"conv 1x1", k_cuda_conv1x1_probe},
-              {"conv im2col", k_cuda_conv_im2col_probe}};
-    for (int i = 0; i < 3; i++) {
+    } p[] = {{"attention", k_cuda_attention_probe},
+             {"conv 1x1", k_cuda_conv1x1_probe},
+             {"conv im2col", k_cuda_conv_im2col_probe},
+             {"tf32", k_cuda_tf32_wgmma_probe}};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
         char b[200];
         if (p[i].probe(b, sizeof b) != 1 && port_cuda_timed_out()) {
             snprintf(why, len, "the %s probe did not finish within %d s (%s); rerun with DDPRT_WGMMA=0", p[i].name,

@@ -15,10 +15,15 @@ int k_cuda_attention_set_wgmma(int on);
 int k_cuda_conv2d_set_1x1(int on);
 /* 3x3 / strided convs (C % 64) on TMA's im2col mode (1) or the geometry loaders (0); the previous setting. */
 int k_cuda_conv2d_set_im2col(int on);
+/* The 128-tile TF32 products (--matmul-precision high) on wgmma (wgtf_gemm) where wgmma is
+ * on (1), or mma.sync's tf_gemm (0); the previous setting. k_cuda_tf32_wgmma_on: the setting. */
+int k_cuda_tf32_set_wgmma(int on);
+int k_cuda_tf32_wgmma_on(void);
 int k_cuda_attention_probe(char *why, size_t len);
 int k_cuda_conv1x1_probe(char *why, size_t len);
 int k_cuda_conv_im2col_probe(char *why, size_t len);
-/* All three, after the GEMM probes with wgmma on: "; attention: ...; conv 1x1: ...; conv
+int k_cuda_tf32_wgmma_probe(char *why, size_t len);
+/* All of them, after the GEMM probes with wgmma on: "; attention: ...; conv 1x1: ...; conv
  * im2col: ..." appended to why (what fits); -2 with why the hang's line when one did not
  * finish, else 1. */
 int k_cuda_path_probes(char *why, size_t len);

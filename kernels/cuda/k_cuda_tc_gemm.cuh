@@ -347,6 +347,12 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
 #include "kernels/cuda/k_cuda_tc_wgmma.cuh"
 #include "kernels/cuda/k_cuda_tc_tma.cuh"
 #include "kernels/cuda/k_cuda_tc_tf32.cuh"
+#include "kernels/cuda/k_cuda_tc_wgtf.cuh"
+#include "kernels/cuda/k_cuda_probe.h"
+
+// The 128-tile TF32 products on wgmma (wgtf_gemm) where the device takes it and the
+// start-up probe agreed (k_cuda_tf32_wgmma_on), else mma.sync's tf_gemm.
+static inline bool k_tf32_on_wgmma() { return k_cuda_wgmma_on() && k_cuda_tf32_wgmma_on(); }
 
 // C = A B on the tensor cores (TY: K_CUDA_MM_BF16, _F16 or _TF32) through st, split over k
 // as the SGEMM splits it (the same k_cuda_gemm_ws_bytes workspace; ws NULL: no split).
@@ -368,6 +374,12 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     constexpr bool WGR = WG && WGR0;
     if (splits == 1) {
         if constexpr (TY == K_CUDA_MM_TF32) {
+            if constexpr (T == WGG_T) {
+                if (k_tf32_on_wgmma()) {
+                    K_LAUNCH((wgtf_gemm<LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
+                    return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma tf32)", shapes);
+                }
+            }
             K_LAUNCH((tf_gemm<T, T, LA, LB, ST>), grid, TC_THREADS, 0, s)(M, N, K, K, la, lb, st);
         } else {
             if constexpr (WG) {
@@ -403,7 +415,10 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     KgPartial part = {(float *)ws, M, N};
     bool wg = false;
     if constexpr (TY == K_CUDA_MM_TF32) {
-        K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
+        if constexpr (T == WGG_T) {
+            if ((wg = k_tf32_on_wgmma())) K_LAUNCH((wgtf_gemm<LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+        }
+        if (!wg) K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     } else {
         if constexpr (WG) {
             if ((wg = k_cuda_wgmma_on())) {

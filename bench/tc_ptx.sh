@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
 # the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg|wgg|wt)_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_(fwd|bwd_dkv|bwd_dq)ILi'
+KRE='(tc|tf|wg|wgg|wt)_gemmILi|wgtf_gemmI|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_(fwd|bwd_dkv|bwd_dq)ILi'
 # nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
 # after another they took over 300 s (the test's deadline) on a loaded 2-core machine
 ptx_one() {
@@ -26,8 +26,8 @@ ptx_one() {
 export -f ptx_one; export NVCC PTXAS tmp
 for f in "${files[@]}"; do printf '%s sm_80\n%s sm_90a\n' "$f" "$f"; done |
   xargs -P "${JOBS:-$(nproc)}" -L1 bash -c 'ptx_one "$@"' _
-echo "| file | arch | mma.sync | wgmma | wgmma M/N-major | wgmma A in registers | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| file | arch | mma.sync | wgmma | wgmma M/N-major | wgmma A in registers | wgmma tf32 | ldmatrix | ldmatrix.trans | cp.async | tensor-core kernels | spilling |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for f in "${files[@]}"; do
   for arch in sm_80 sm_90a; do
     p="$tmp/$(basename "$f" .cu).$arch.ptx"
@@ -37,6 +37,8 @@ for f in "${files[@]}"; do
     # A from registers ({a0..a3}, then b-desc: the attention's P V) has imm-trans-b alone
     wgt=$(grep -cE 'wgmma.mma_async.*(p, 1, 1, (1, [01]|0, 1);|\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p, 1, 1, 1;)' "$p" || true)
     wgr=$(grep -cE 'wgmma.mma_async.*\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p,' "$p" || true)
+    # tf32 (wgtf_gemm: --matmul-precision high on sm_90a), of the wgmma column
+    wtf=$(grep -c 'wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)
     ldt=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.trans' "$p" || true)
     cpa=$(grep -c 'cp.async.cg' "$p" || true)
@@ -48,7 +50,7 @@ for f in "${files[@]}"; do
         print n "\t" r "\t" sm "\t" sp >> tab }' "$p.v"
     tck=$(grep -cE "$KRE" "$tmp/kern.tab" || true)
     spill=$(awk -F'\t' -v re="$KRE" '$1 ~ re && $4 > 0' "$tmp/kern.tab" | wc -l)
-    echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $wgr | $ldm | $ldt | $cpa | $tck | $spill |"
+    echo "| $(basename "$f") | $arch | $mma | $wg | $wgt | $wgr | $wtf | $ldm | $ldt | $cpa | $tck | $spill |"
     cp "$tmp/kern.tab" "$tmp/$(basename "$f").$arch.tab"; rm -f "$tmp/kern.tab"
     # TMA (wt_gemm, k_cuda_tc_tma.cuh): the bulk tensor copies and mbarrier operations
     if [[ $arch == sm_90a ]]; then
@@ -60,6 +62,8 @@ for f in "${files[@]}"; do
     if [[ $mma -eq 0 || $tck -eq 0 || $spill -ne 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_tc_gemm.cu && ( $ldm -eq 0 || $ldt -eq 0 || $cpa -eq 0 ) ]]; then bad=1; fi
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv|linear|tfm)\.cu$ && $arch == sm_90a && $wg -eq 0 ]]; then bad=1; fi
+    # TF32 on wgmma: conv's and linear's products at --matmul-precision high
+    if [[ $(basename "$f") =~ ^k_cuda_(conv|linear)\.cu$ && $arch == sm_90a && $wtf -eq 0 ]]; then bad=1; fi
     # M/N-major operands on wgmma: the raw entry's and conv's weight gradient
     if [[ $(basename "$f") =~ ^k_cuda_(tc_gemm|conv)\.cu$ && $arch == sm_90a && $wgt -eq 0 ]]; then bad=1; fi
     if [[ $(basename "$f") == k_cuda_attn_tc.cu && ( $ldm -eq 0 || $ldt -eq 0 ) ]]; then bad=1; fi
@@ -85,6 +89,18 @@ if ls "$tmp"/*.sm_90a.tab >/dev/null 2>&1; then
       d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
       IFS=',' read -r ty a b _ <<<"${d#wg_gemm<}"
       echo "| wg_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | ${a# } | ${b# } | $r | $sm | $sp |"
+    done | sort -u
+  done
+fi
+if ls "$tmp"/*.sm_90a.tab >/dev/null 2>&1; then
+  echo
+  echo "| wgtf_gemm instance (sm_90a, tf32) | file | A | B | registers | static smem (B) | spill stores (B) |"
+  echo "|---|---|---|---|---|---|---|"
+  for t in "$tmp"/*.sm_90a.tab; do
+    awk -F'\t' '$1 ~ /wgtf_gemmI/' "$t" | while IFS=$'\t' read -r n r sm sp; do
+      d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
+      IFS=',' read -r a b _ <<<"${d#wgtf_gemm<}"
+      echo "| wgtf_gemm | $(basename "$t" .sm_90a.tab) | ${a# } | ${b# } | $r | $sm | $sp |"
     done | sort -u
   done
 fi

@@ -164,8 +164,10 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
                out);
         int n = 0;
         for (const char *p = out; (p = strstr(p, " TFLOP/s, ")); p++) n++;
-        /* with TMA: wg_gemm's row beside it, and wt_gemm's tiles (128 x 128, 128 x 256) on one product */
-        CHECKF(n == 11 + 3 * (wg == 2), "%d rates, not %d:\n%s", n, 11 + 3 * (wg == 2), out);
+        /* + wg_gemm's row beside TMA's and wt_gemm's tiles (128 x 128, 128 x 256) on one product; + mma.sync's
+         * TF32 row beside wgmma's */
+        int want = 11 + 3 * (wg == 2) + (wg > 0);
+        CHECKF(n == want, "%d rates, not %d:\n%s", n, want, out);
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
             char r[64];
             snprintf(r, sizeof r, rows[i], wg == 2 ? "TMA" : wg ? "wgmma" : "mma");
@@ -175,6 +177,7 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
         const char *t128 = strstr(out, "smoke TMA 128x128"), *t256 = strstr(out, "smoke TMA 128x256");
         CHECKF(wg < 2 || (t128 && t256 && !strncmp(t128 + 17, " <-", 3) + !strncmp(t256 + 17, " <-", 3) == 1),
                "no tile rows, or not one marked as the rule's:\n%s", out);
+        CHECKF(!wg || strstr(out, "gemm tf32 (wgmma)"), "no TF32 wgmma row:\n%s", out);
     }
 }
 #endif

@@ -1,6 +1,7 @@
 /* ddprt-bench-kernels --device cuda, the tensor cores: the GEMM at 4096^3 (bf16, f16:
  * 16-bit arrays; TF32: linear's fp32 operands) against cuBLAS at the same precision
- * (cublasGemmEx, fp32 compute; TF32 math for the fp32 one); ResNet's 3x3 convs (and a
+ * (cublasGemmEx, fp32 compute; TF32 math for the fp32 one: on sm_90 ours on wgmma,
+ * wgtf_gemm, and mma.sync's tf_gemm beside it); ResNet's 3x3 convs (and a
  * strided 3x3 and the 1x1 downsample) at bf16 as --amp bf16 trains them (16-bit
  * channels-last activations in and out, the weights' 16-bit block, fp32 gradients) against cuDNN on
  * bf16 channels-last tensors with the algorithm its heuristics pick (what PyTorch's
@@ -9,6 +10,7 @@
  * card is known. */
 #include "apps/bench-kernels/k_cuda_bench.h"
 #include "kernels/cuda/k_cuda.h"
+#include "kernels/cuda/k_cuda_probe.h"
 #include "rt/env.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,9 +105,16 @@ static void bench_gemm(int wgmma, int M)
     c.g.type = K_CUDA_MM_F16;
     tc_row(tma ? "gemm f16 (TMA)" : wgmma ? "gemm f16 (wgmma)" : "gemm f16 (mma)", shape, kb_time_us(tc_ours, &c), flop,
            blas ? kb_time_us(tc_blas, &c) : -1, K_CUDA_MM_F16);
-    if (!port_dev_malloc(&c.ws, k_cuda_linear_workspace(M, M, M) + 256, "workspace"))
-        tc_row("gemm tf32 (mma)", tf_shape, kb_time_us(tf_ours, &c), flop,
-               kb_ref.sgemm && kb_ref.set_math_blas ? kb_time_us(tf_blas, &c) : -1, K_CUDA_MM_TF32);
+    if (!port_dev_malloc(&c.ws, k_cuda_linear_workspace(M, M, M) + 256, "workspace")) {
+        int tblas = kb_ref.sgemm && kb_ref.set_math_blas, wtf = wgmma && k_cuda_tf32_wgmma_on();
+        if (wtf) /* TF32 on wgmma (wgtf_gemm), then mma.sync's tf_gemm beside it */
+            tc_row("gemm tf32 (wgmma)", tf_shape, kb_time_us(tf_ours, &c), flop, tblas ? kb_time_us(tf_blas, &c) : -1,
+                   K_CUDA_MM_TF32);
+        int was = k_cuda_tf32_set_wgmma(0);
+        tc_row("gemm tf32 (mma)", tf_shape, kb_time_us(tf_ours, &c), flop, tblas ? kb_time_us(tf_blas, &c) : -1,
+               K_CUDA_MM_TF32);
+        k_cuda_tf32_set_wgmma(was);
+    }
     port_dev_free(a), port_dev_free(b), port_dev_free(c.x), port_dev_free(c.w), port_dev_free(c.y);
     port_dev_free(c.ws);
 }

@@ -75,6 +75,10 @@ bugs=(
 "TMA im2col conv strided input grad (sm_90): a phase's store with its h and w phases swapped|k_cuda_conv_phase.cuh|s/g.st \* a \+ ph\) \* g.W \+ g.st \* b \+ pw, v\)/g.st * a + pw) * g.W + g.st * b + ph, v)/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
 "TMA im2col conv strided input grad (sm_90): a phase's first tap off by one|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
 "TMA im2col conv strided input grad (sm_90): a phase's first tap off by one, seen by the start-up probe|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_path_probes_agree|forward|k_cuda_conv.cu"
+"tensor-core TF32 GEMM (sm_90): the tf32 rounding dropped (fp32 bits stored: the unit truncates them)|k_cuda_tc_wgtf.cuh|s/v\[i\] = k_tf32\(/v[i] = __float_as_uint(/|gpu_tc_tf32_wgmma_linear_bitwise|forward|k_cuda_linear.cu"
+"tensor-core TF32 GEMM (sm_90): the tiles stored unswizzled, the descriptors 64-byte swizzled|k_cuda_tc_wgtf.cuh|s/tile\[tf_off<WGG_T>\(r, k\)\] = v\[i\];/tile[r * TF_BK + k] = v[i];/|gpu_tc_tf32_wgmma_linear_bitwise|forward|k_cuda_linear.cu"
+"tensor-core TF32 GEMM (sm_90): fence.proxy.async after the tiles' stores removed|k_cuda_tc_wgtf.cuh|s/        K_FENCE_PROXY_ASYNC\(\); \/\/ the generic-proxy stores[^\n]*\n//|gpu_tc_tf32_wgmma_conv_bitwise|forward|k_cuda_conv.cu"
+"tensor-core TF32 GEMM (sm_90): B's second k8 step at k 4 (16 bytes), seen by the start-up probe|k_cuda_tc_wgtf.cuh|s/k_wgmma_desc\(tb \+ 8 \* kk,/k_wgmma_desc(tb + 4 * kk,/|gpu_tc_tf32_wgmma_probe_agrees|forward|k_cuda_linear.cu"
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'

@@ -125,7 +125,7 @@ TEST(gpu_tc_tf32_wgmma_conv_bitwise)
 {
     if (!g_sm90()) return;
     conv_case(2, 24, 130, 8, 9, 1); /* y and dw on wgmma, dx (24 rows) on tf_gemm */
-    conv_case(1, 130, 20, 12, 11, 1); /* dx on wgmma (130 x 132 pixels) and dw (9c = 1170 columns) too */
+    conv_case(1, 130, 20, 12, 11, 1); /* dx on wgmma (130 channels x 132 pixels), y and dw (k 20) on tf_gemm */
 }
 
 /* The start-up probe: agrees with mma.sync, says so, leaves the path on, ran on wgmma. */

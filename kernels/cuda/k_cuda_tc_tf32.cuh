@@ -6,7 +6,8 @@
 // of fp32, the same XOR swizzle), fragments by ldmatrix (32-bit elements as b16 pairs:
 // lane l gets row l/4, word l%4, which is m16n8k8's layout). The tiles are always
 // k-contiguous in shared memory: an M/N-contiguous loader's values are stored transposed
-// (ldmatrix.trans has no 32-bit form).
+// (ldmatrix.trans has no 32-bit form). On sm_90 (k_cuda_wgmma_on) the 128-tile products
+// take wgmma's wgtf_gemm instead (k_cuda_tc_wgtf.cuh: these tiles, the same sums).
 #pragma once
 
 #define TF_BK 16

@@ -251,11 +251,14 @@ int k_cuda_tf32_wgmma_probe(char *why, size_t len)
         }
         const float *r0 = h + nin, *r1 = r0 + nout;
         const size_t off[3] = {0, ny, ny + nx}, n[3] = {ny, nx, nw};
-        static const char *name[3] = {"y", "dx", "dw"};
+        const size_t rows[3] = {NB, NB, OUT}; // y [n][out], dx [n][in], dw [out][in]
+        static const char *name[3] = {"y", "dx", "dw"}, *dump[3] = {"tf32-probe-y", "tf32-probe-dx", "tf32-probe-dw"};
         double worst = 0;
         for (int i = 0; i < 3; i++) {
             double e;
             if (!close(r1 + off[i], r0 + off[i], n[i], 0x1p-12, &e)) {
+                // where they differ, as a warning (and both dumped where DDPRT_PROBE_DUMP asks)
+                rt_fdiff_report(dump[i], r1 + off[i], r0 + off[i], rows[i], n[i] / rows[i], 0x1p-12, NULL, 0);
                 snprintf(why, len, "tf32 on wgmma differs from mma.sync's on a linear 260 x 136 -> 130: %s by %.3g of "
                          "the largest", name[i], e);
                 goto out;

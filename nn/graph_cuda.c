@@ -44,7 +44,7 @@ struct nn_cuda {
     char desc[400];
     int wgmma;                  /* the tensor-core products on wgmma (k_cuda_wgmma_setup) */
     unsigned long permutes;     /* conv's permutes of x / dy in training steps (k_cuda_conv2d_chan_last_calls) */
-    char wgmma_why[600];
+    char wgmma_why[1024]; /* the GEMM probes, TMA and four path probes said in turn */
 };
 
 #define KC(call) do { if (call) rt_fatal("cuda: %s (last kernel: %s)", port_cuda_errmsg(), k_cuda_last_kernel()); } while (0)

@@ -50,11 +50,11 @@ TEST(gpu_tc_path_probes_agree)
     unsetenv("DDPRT_TMA");
     if (!G_SIMT) { /* the auto mode on an sm_90 GPU: the GEMM probes, then these */
         unsetenv("DDPRT_WGMMA");
-        char w[600];
+        char w[1024];
         int rc = k_cuda_wgmma_setup(w, sizeof w);
         printf("wgmma setup: %d %s\n", rc, w);
         CHECKF(rc == 1 && strstr(w, "; attention: the probe agrees") && strstr(w, "; conv 1x1: the probe agrees") &&
-                   strstr(w, "; conv im2col: the probe agrees"),
+                   strstr(w, "; conv im2col: the probe agrees") && strstr(w, "; tf32: the probe agrees"),
                "%d %s", rc, w);
     }
     g_wgmma_off();

@@ -2,6 +2,7 @@
  * kernels and the reference libraries; k_cuda_bench_tc.c: the tensor cores). CUDA builds only. */
 #ifndef APPS_K_CUDA_BENCH_H
 #define APPS_K_CUDA_BENCH_H
+#include "kernels/cuda/k_cuda.h"
 #include "ports/cuda/port_cuda.h"
 #include <stddef.h>
 
@@ -61,6 +62,8 @@ float *kb_dbuf(size_t n);
 void kb_tensor_cores(int wgmma, int smoke);
 /* A tensor-core row: kb_row's, then TFLOP/s and the % of the card's dense peak at mm. */
 void kb_tc_row(const char *name, const char *shape, double us, double flop, double ref_us, int mm);
+/* cuBLAS on the product k_tc_gemm describes (bf16 / f16, either operand's major): 0, or -1. */
+int kb_tc_blas(const k_tc_gemm *g);
 /* wt_gemm's tiles, each product at each (k_cuda_bench_gemms.c); TMA on only. */
 void kb_gemm_tiles(int smoke);
 #endif

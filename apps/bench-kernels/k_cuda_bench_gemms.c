@@ -14,16 +14,7 @@ typedef struct gt_ctx {
     k_tc_gemm g;
 } gt_ctx;
 static int gt_ours(void *c_) { return k_cuda_tc_gemm(&((gt_ctx *)c_)->g, kb_S); }
-static int gt_blas(void *c_)
-{
-    const k_tc_gemm *g = &((gt_ctx *)c_)->g;
-    float one = 1, zero = 0;
-    /* row-major C[m][n] = sum_k A(m, k) B(n, k): column-major C^T = op(B) op(A), op by each operand's major */
-    return kb_ref.gemm_ex(kb_ref.h_blas, g->b_kfast ? 1 : 0, g->a_kfast ? 0 : 1, g->n, g->m, g->k, &one, g->b,
-                          14 /* CUDA_R_16BF */, g->ldb, g->a, 14, g->lda, &zero, g->c, 0 /* CUDA_R_32F */, g->ldc,
-                          68 /* CUBLAS_COMPUTE_32F */, -1)
-               ? -1 : 0;
-}
+static int gt_blas(void *c_) { return kb_tc_blas(&((gt_ctx *)c_)->g); }
 
 static void gemm_tiles(const char *name, int m, int n, int k, int a_kfast, int b_kfast)
 {

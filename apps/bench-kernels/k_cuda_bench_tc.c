@@ -46,16 +46,18 @@ typedef struct tc_ctx {
     void *ws;
 } tc_ctx;
 static int tc_ours(void *c_) { tc_ctx *c = c_; return k_cuda_tc_gemm(&c->g, kb_S); }
-static int tc_blas(void *c_)
+/* cuBLAS on a k_tc_gemm's operands (bf16 / f16 in, fp32 compute and out): row-major C[m][n] = sum_k A(m, k)
+ * B(n, k) is column-major C^T = op(B) op(A), op by each operand's major. */
+int kb_tc_blas(const k_tc_gemm *g)
 {
-    tc_ctx *c = c_;
     float one = 1, zero = 0;
-    int ty = c->g.type == K_CUDA_MM_BF16 ? 14 /* CUDA_R_16BF */ : 2 /* CUDA_R_16F */;
-    /* row-major C[m][n] = A[m][k] B[n][k]^T is column-major C^T = B^T(T) A^T */
-    return kb_ref.gemm_ex(kb_ref.h_blas, 1, 0, c->g.n, c->g.m, c->g.k, &one, c->g.b, ty, c->g.ldb, c->g.a, ty,
-                          c->g.lda, &zero, c->g.c, 0 /* CUDA_R_32F */, c->g.ldc, 68 /* CUBLAS_COMPUTE_32F */, -1)
+    int ty = g->type == K_CUDA_MM_BF16 ? 14 /* CUDA_R_16BF */ : 2 /* CUDA_R_16F */;
+    return kb_ref.gemm_ex(kb_ref.h_blas, g->b_kfast ? 1 : 0, g->a_kfast ? 0 : 1, g->n, g->m, g->k, &one, g->b, ty,
+                          g->ldb, g->a, ty, g->lda, &zero, g->c, 0 /* CUDA_R_32F */, g->ldc, 68 /* CUBLAS_COMPUTE_32F */,
+                          -1)
                ? -1 : 0;
 }
+static int tc_blas(void *c_) { return kb_tc_blas(&((tc_ctx *)c_)->g); }
 static int tf_ours(void *c_)
 {
     tc_ctx *c = c_;

@@ -11,11 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #define T_MAX 1024
+#define JOBS_MAX 16
+/* A test running (T_JOBS). */
+struct running {
+    pid_t pid;
+    int i, cap;
+    double t0;
+};
 static struct { const char *name, *file; t_fn fn; } tests[T_MAX];
 static int ntests, nfail_checks, note_fd = 1;
 static const char *cur_name = "?";
@@ -207,46 +215,68 @@ int main(int argc, char **argv)
     }
     tty = isatty(1) && !verbose;
     t_start = last_progress = now_s();
-    for (int i = 0; i < ntests; i++) {
-        if (!want[i]) continue;
-        progress(passed + failed, total, failed, 0);
-        double t0 = now_s();
-        fflush(NULL);
-        int cap = capture_file();
-        pid_t pid = fork();
-        if (pid == 0) {
-            cur_name = tests[i].name;
-            setpgid(0, 0); /* so a hung test's children die with it */
-            if (cap >= 0) {
-                if (!notes) note_fd = dup(1);
-                dup2(cap, 1);
-                dup2(cap, 2);
-                close(cap);
-            }
-            alarm(timeout);
-            tests[i].fn();
+    /* T_JOBS=N: up to N tests at once (the device suites of pure kernel tests, on the
+     * executor: one core each, test_simt.c); results in the order they end. */
+    int jobs = getenv("T_JOBS") ? atoi(getenv("T_JOBS")) : 1;
+    if (jobs < 1) jobs = 1;
+    if (jobs > JOBS_MAX) jobs = JOBS_MAX;
+    struct running run[JOBS_MAX];
+    int nrun = 0;
+    for (int i = 0; i < ntests || nrun > 0;) {
+        if (i < ntests && !want[i]) {
+            i++;
+            continue;
+        }
+        if (i < ntests && nrun < jobs) {
+            progress(passed + failed, total, failed, 0);
             fflush(NULL);
-            _exit(nfail_checks ? 1 : 0);
+            struct running *r = &run[nrun++];
+            r->i = i, r->t0 = now_s(), r->cap = capture_file();
+            r->pid = fork();
+            if (r->pid == 0) {
+                cur_name = tests[i].name;
+                setpgid(0, 0); /* so a hung test's children die with it */
+                if (r->cap >= 0) {
+                    if (!notes) note_fd = dup(1);
+                    dup2(r->cap, 1);
+                    dup2(r->cap, 2);
+                    close(r->cap);
+                }
+                alarm(timeout);
+                tests[i].fn();
+                fflush(NULL);
+                _exit(nfail_checks ? 1 : 0);
+            }
+            i++;
+            continue;
         }
         int st = 0;
-        waitpid(pid, &st, 0);
+        pid_t pid = waitpid(-1, &st, 0);
+        int k = 0;
+        while (k < nrun && run[k].pid != pid) k++;
+        if (pid < 0 || k == nrun) {
+            if (pid < 0 && errno != EINTR) break; /* no child left: cannot happen while nrun > 0 */
+            continue;
+        }
+        struct running r = run[k];
+        run[k] = run[--nrun];
         kill(-pid, SIGKILL); /* reap leftovers of multi-process tests */
-        double dt = now_s() - t0;
+        double dt = now_s() - r.t0;
         int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
         if (notes) show_notes(notes);
         if (!ok || verbose) clear_progress();
-        if (cap >= 0 && (!ok || verbose)) replay(cap);
-        if (cap >= 0) close(cap);
+        if (r.cap >= 0 && (!ok || verbose)) replay(r.cap);
+        if (r.cap >= 0) close(r.cap);
         if (ok) {
             passed++;
-            if (verbose) printf("ok   %s (%.2fs)\n", tests[i].name, dt);
+            if (verbose) printf("ok   %s (%.2fs)\n", tests[r.i].name, dt);
         } else {
             failed++;
             if (WIFSIGNALED(st))
-                printf("FAIL %s: %s: killed by signal %d%s (%.2fs)\n", tests[i].name, tests[i].file,
+                printf("FAIL %s: %s: killed by signal %d%s (%.2fs)\n", tests[r.i].name, tests[r.i].file,
                        WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (test deadline)" : "", dt);
             else
-                printf("FAIL %s: %s: exit %d (%.2fs)\n", tests[i].name, tests[i].file, WEXITSTATUS(st), dt);
+                printf("FAIL %s: %s: exit %d (%.2fs)\n", tests[r.i].name, tests[r.i].file, WEXITSTATUS(st), dt);
         }
     }
     clear_progress();

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if DDPRT_HAVE_SIMT
 /* The words of the suites' filters below (suite() refuses another): every device test must
@@ -21,8 +22,9 @@ static const char *const suite_words[] = {
     "test_gpu_op_", "test_gpu_staged_train", "test_gpu_tc", "test_gpu_tfm", "test_gpu_nhwc", "gpu_nhwc_",
     "gpu_train_gpt_adamw_and_resnet20_adam", "gpu_amp_channels_last_resnet20"};
 #define N_SUITE_WORDS (sizeof suite_words / sizeof suite_words[0])
-/* The device suite's tests whose name or file holds one of `filter`'s words. */
-static void suite(const char *filter, const char *order)
+/* The device suite's tests whose name or file holds one of `filter`'s words, `jobs` at a
+ * time (the runner's T_JOBS). */
+static void suite_jobs(const char *filter, const char *order, int jobs)
 {
     static char out[1 << 20];
     char cmd[1024];
@@ -34,12 +36,22 @@ static void suite(const char *filter, const char *order)
         for (size_t i = 0; i < N_SUITE_WORDS && !known; i++) known = !strcmp(w, suite_words[i]);
         CHECKF(known, "suite filter \"%s\" is not in suite_words", w);
     }
-    snprintf(cmd, sizeof cmd, "DDPRT_SIMT_SCHED=%s %s %s 2>&1", order, t_prog("test-gpu-simt"), filter);
+    snprintf(cmd, sizeof cmd, "T_JOBS=%d DDPRT_SIMT_SCHED=%s %s %s 2>&1", jobs, order, t_prog("test-gpu-simt"), filter);
     int rc = t_sh(cmd, out, sizeof out);
     const char *s = strstr(out, " passed, 0 failed");
     /* at least one test ran: a filter that matches nothing would pass as "0 passed" */
     while (s && s > out && s[-1] >= '0' && s[-1] <= '9') s--;
     CHECKF(rc == 0 && s && atoi(s) > 0, "%s (threads %s): exit %d\n%s", filter, order, rc, out);
+}
+
+static void suite(const char *filter, const char *order) { suite_jobs(filter, order, 1); }
+/* The suites of kernel tests (no processes, ports or files but their own temporary ones),
+ * on as many cores as there are (up to 4; one under a sanitizer): each test runs the
+ * executor on one core, and make test's runner runs one test at a time. */
+static void kernels_suite(const char *filter, const char *order)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    suite_jobs(filter, order, t_san("address") || t_san("thread") || n < 1 ? 1 : n > 4 ? 4 : (int)n);
 }
 
 /* The second order of a pair is the race check of builds without TSan; under make tsan
@@ -51,12 +63,12 @@ static int second_order(void)
     return 0;
 }
 
-TEST(simt_device_kernels_forward_order) { suite("test_gpu_kernels", "forward"); }
-TEST(simt_device_kernels_random_order) { if (second_order()) suite("test_gpu_kernels", "random"); }
-TEST(simt_device_graph_ops_forward_order) { suite("test_gpu_graph_ops", "forward"); }
-TEST(simt_device_graph_ops_reversed_order) { if (second_order()) suite("test_gpu_graph_ops", "reversed"); }
-TEST(simt_device_transformer_forward_order) { suite("test_gpu_tfm", "forward"); }
-TEST(simt_device_transformer_random_order) { if (second_order()) suite("test_gpu_tfm", "random"); }
+TEST(simt_device_kernels_forward_order) { kernels_suite("test_gpu_kernels", "forward"); }
+TEST(simt_device_kernels_random_order) { if (second_order()) kernels_suite("test_gpu_kernels", "random"); }
+TEST(simt_device_graph_ops_forward_order) { kernels_suite("test_gpu_graph_ops", "forward"); }
+TEST(simt_device_graph_ops_reversed_order) { if (second_order()) kernels_suite("test_gpu_graph_ops", "reversed"); }
+TEST(simt_device_transformer_forward_order) { kernels_suite("test_gpu_tfm", "forward"); }
+TEST(simt_device_transformer_random_order) { if (second_order()) kernels_suite("test_gpu_tfm", "random"); }
 /* The tensor-core GEMM: mma.sync, ldmatrix and cp.async on the executor's emulation. */
 /* ... and their ldmatrix reads and cp.async stores conflict-free: the executor counts each
  * phase's shared-memory banks (DDPRT_SIMT_BANKS), and every tensor-core kernel's swizzled
@@ -67,7 +79,7 @@ TEST(simt_device_tensor_cores_forward_order)
     char env[512];
     snprintf(env, sizeof env, "%s/banks.txt", t_proc_tmpdir());
     setenv("DDPRT_SIMT_BANKS", env, 1);
-    suite("test_gpu_tc", "forward");
+    kernels_suite("test_gpu_tc", "forward");
     unsetenv("DDPRT_SIMT_BANKS");
     FILE *f = fopen(env, "r");
     CHECKF(f != NULL, "no bank report %s", env);
@@ -94,13 +106,13 @@ TEST(simt_device_tensor_cores_forward_order)
     fclose(f);
     for (int i = 0; i < NK; i++) CHECKF(seen[i], "%s: no phases counted", kernels[i]);
 }
-TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) suite("test_gpu_tc", "reversed"); }
+TEST(simt_device_tensor_cores_reversed_order) { if (second_order()) kernels_suite("test_gpu_tc", "reversed"); }
 /* Each warp alone up to the next barrier: a warp that overwrites (or reads) shared memory
  * another warp has yet to read (or write) with only warp intrinsics between sees it. */
-TEST(simt_device_kernels_warps_order) { if (second_order()) suite("test_gpu_kernels test_gpu_graph_ops", "warps"); }
-TEST(simt_device_tensor_cores_warps_order) { if (second_order()) suite("test_gpu_tc test_gpu_act16 test_gpu_tfm", "warps"); }
-TEST(simt_device_act16_forward_order) { suite("test_gpu_act16", "forward"); }
-TEST(simt_device_act16_random_order) { if (second_order()) suite("test_gpu_act16", "random"); }
+TEST(simt_device_kernels_warps_order) { if (second_order()) kernels_suite("test_gpu_kernels test_gpu_graph_ops", "warps"); }
+TEST(simt_device_tensor_cores_warps_order) { if (second_order()) kernels_suite("test_gpu_tc test_gpu_act16 test_gpu_tfm", "warps"); }
+TEST(simt_device_act16_forward_order) { kernels_suite("test_gpu_act16", "forward"); }
+TEST(simt_device_act16_random_order) { if (second_order()) kernels_suite("test_gpu_act16", "random"); }
 /* One file per op's device test (test/gpu/test_gpu_op_KIND.c, docs/adding-an-op.md). */
 TEST(simt_device_op_files_random_order) { suite("test_gpu_op_", "random"); }
 /* Whole models, DDP, the staged allreduce and the trainer: the kernels above again, in

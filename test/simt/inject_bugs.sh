@@ -82,28 +82,62 @@ bugs=(
 )
 
 printf '| injected bug | kernel file | what reported it |\n|---|---|---|\n'
-fails=0
+# In three passes, so that a 2-core machine keeps both cores busy (make test's runner runs
+# one test at a time): every row's mutation applied to its own copy of the sources; each
+# distinct (mutated source, .cu) compiled once, JOBS at a time (rows that share a mutation
+# share its objects); then each row linked and run, JOBS at a time. Lines in the table's order.
+jobs_max=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+par() { # "$@" in the background, at most jobs_max at once
+  while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n || true; done
+  "$@" &
+}
+rows=() compiles=()
+declare -A seen_obj=()
 for b in "${bugs[@]}"; do
   IFS='|' read -r name file subst filter order only <<<"$b"
   [[ -z "${DDPRT_INJECT:-}" || "$name" =~ $DDPRT_INJECT ]] || continue
-  rm -rf "$tmp/src" && mkdir -p "$tmp/src/kernels/cuda" "$tmp/obj"
-  cp kernels/cuda/*.cu kernels/cuda/*.cuh kernels/cuda/*.h "$tmp/src/kernels/cuda/"
-  f="$tmp/src/kernels/cuda/$file"
-  perl -0pi -e "\$n = ($subst); die \"no match\\n\" unless \$n == 1" "$f" || { echo "| $name | $file | (mutation did not apply) |"; fails=$((fails+1)); continue; }
+  i=${#rows[@]} d="$tmp/r${#rows[@]}"
+  rows+=("$b")
+  mkdir -p "$d/src/kernels/cuda"
+  cp kernels/cuda/*.cu kernels/cuda/*.cuh kernels/cuda/*.h "$d/src/kernels/cuda/"
+  f="$d/src/kernels/cuda/$file"
+  if ! perl -0pi -e "\$n = ($subst); die \"no match\\n\" unless \$n == 1" "$f"; then
+    echo "| $name | $file | (mutation did not apply) |" >"$d/line"; echo 1 >"$d/fail"; continue
+  fi
   # The .cu files that include the mutated one (or are it), rebuilt; the rest as built.
   cus=$(cd kernels/cuda && { [ "${file##*.}" != cu ] || echo "$file"; { grep -l "$file" *.cuh || true; } |
         while read -r h; do grep -l "$h" *.cu || true; done; grep -l "$file" *.cu || true; } | sort -u)
   [[ -n ${only:-} ]] && cus=$only
-  link_objs=$objs
+  key=$(sha1sum <"$f" | cut -c1-16)
+  : >"$d/objs"
   for cu in $cus; do
-    o="$tmp/obj/${cu%.cu}.o"
-    # the mutated copies first: the sources include "kernels/cuda/..." through -I.
-    ${cxx/ -I. / -I$tmp/src -I. } -c "$tmp/src/kernels/cuda/$cu" -o "$o"
-    link_objs=${link_objs//"$build/obj-simt/kernels/cuda/${cu%.cu}.o"/$o}
+    o="$tmp/obj/$key-${cu%.cu}.o"
+    echo "$cu $o" >>"$d/objs"
+    [[ -n ${seen_obj[$o]:-} ]] && continue
+    seen_obj[$o]=1
+    compiles+=("$d|$cu|$o")
   done
+done
+mkdir -p "$tmp/obj"
+compile() { # row dir, .cu, object: the mutated copies first (the sources include "kernels/cuda/..." through -I.)
+  ${cxx/ -I. / -I$1/src -I. } -c "$1/src/kernels/cuda/$2" -o "$3" >"$3.log" 2>&1 || echo 1 >"$3.fail"
+}
+for c in "${compiles[@]}"; do IFS='|' read -r d cu o <<<"$c"; par compile "$d" "$cu" "$o"; done
+wait
+run_row() { # row index: link with the row's objects, run its tests, write its table line
+  local d="$tmp/r$1" name file subst filter order only link_objs=$objs out what cu o
+  IFS='|' read -r name file subst filter order only <<<"${rows[$1]}"
+  while read -r cu o; do
+    if [[ -e $o.fail ]]; then
+      echo "| $name | $file | (did not compile: $(grep -m1 -E 'error' "$o.log" | cut -c1-160)) |" >"$d/line"
+      echo 1 >"$d/fail"; return
+    fi
+    link_objs=${link_objs//"$build/obj-simt/kernels/cuda/${cu%.cu}.o"/$o}
+  done <"$d/objs"
   # shellcheck disable=SC2086
-  $link -o "$tmp/suite" $link_objs $libs
-  out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$tmp/suite" "$filter" 2>&1 || true)
+  $link -o "$d/suite" $link_objs $libs
+  out=$(DDPRT_SIMT_SCHED=$order DDPRT_BUILD=$build "$d/suite" "$filter" 2>&1 || true)
+  rm -f "$d/suite"
   # INJECT_LOG=dir: each row's whole output kept there (what the table's one line leaves out)
   [[ -n ${INJECT_LOG:-} ]] && printf '%s\n' "$out" > "$INJECT_LOG/$(printf '%s' "$name" | tr -c 'A-Za-z0-9' _ | cut -c1-80).log"
   what=$(printf '%s\n' "$out" | grep -m1 -oE 'ThreadSanitizer: data race.{0,60}|AddressSanitizer: [a-z-]+.{0,40}|simt: .{0,400}' | head -1 || true)
@@ -111,8 +145,15 @@ for b in "${bugs[@]}"; do
     what=$(printf '%s\n' "$out" | grep -m1 -E '^FAIL ' | cut -c1-160 || true)
     [ -n "$what" ] && what="only the comparison with the CPU: $what"
   fi
-  if [ -z "$what" ]; then what="NOTHING (the suite passed)"; fails=$((fails+1)); fi
-  echo "| $name | $file | ${what//|/\\|} |"
+  if [ -z "$what" ]; then what="NOTHING (the suite passed)"; echo 1 >"$d/fail"; fi
+  echo "| $name | $file | ${what//|/\\|} |" >"$d/line"
+}
+for i in "${!rows[@]}"; do [[ -e $tmp/r$i/line ]] || par run_row "$i"; done
+wait
+fails=0
+for i in "${!rows[@]}"; do
+  cat "$tmp/r$i/line" 2>/dev/null || echo "| (row $i wrote no line) | | |"
+  [[ -e $tmp/r$i/line && ! -e $tmp/r$i/fail ]] || fails=$((fails+1))
 done
 echo
 echo "thread order per bug as listed; sanitizer: ${san:-none}; $(date -u +%F)"

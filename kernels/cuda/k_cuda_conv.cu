@@ -14,6 +14,7 @@
 #include "kernels/cuda/k_cuda_tc_gemm.cuh"
 #include "kernels/cuda/k_cuda_nhwc.h"
 #include <algorithm>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -470,6 +471,11 @@ extern "C" int k_cuda_conv2d_set_1x1(int on)
 extern "C" int k_cuda_conv2d_set_im2col(int on)
 {
     return __atomic_exchange_n(&im2col_on, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+// Test hook: the strided input grads' grouped phase products launched so far (phase_dx).
+extern "C" unsigned long long k_cuda_conv2d_phase_groups(void)
+{
+    return __atomic_load_n(&phase_groups, __ATOMIC_RELAXED);
 }
 
 size_t k_cuda_conv2d_workspace(const k_conv_shape *sh) { return conv_ws(geo(sh), 1, 0, 0, 0).end; }

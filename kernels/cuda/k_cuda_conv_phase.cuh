@@ -94,66 +94,137 @@ struct PhaseStore {
         ds(z, c, (n * g.H + g.st * a + ph) * g.W + g.st * b + pw, v);
     }
 };
-// A phase with no taps: its M pixels' C channels zero.
-__global__ void conv_phase_zero(int M, Div dC, PhaseStore st)
+// Every pixel of the phases without taps zero, in one launch: a phase (ph, pw) has none
+// where no tap row reaches ph (Rt 0: bit ph of zh) or no tap column pw (St 0: zw's).
+__global__ void conv_phase_zero(Geo g, DxStore ds, unsigned zh, unsigned zw)
 {
-    const int n = M * (int)dC.d;
+    const int n = g.N * g.HW() * g.C;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        int j, c;
-        dC.qr(i, j, c);
-        st(0, c, j, 0.0f);
+        int j, c, nn, hw, h, w, a, ph, b, pw;
+        g.dC.qr(i, j, c), g.dHW.qr(j, nn, hw), g.dW.qr(hw, h, w), g.dst.qr(h, a, ph), g.dst.qr(w, b, pw);
+        if (((zh >> ph) | (zw >> pw)) & 1) ds(0, c, j, 0.0f);
     }
 }
-// The phase's weights [C][Rt][St][K] from the CRSK ones, 8 k (16 bytes) a thread.
-__global__ void conv_phase_w(Geo g, PhaseDx f, Div dK8, Div dSt, Div dRt, const unsigned short *src,
+// The multi-tap phases' weights [C][Rt][St][K] from the CRSK ones, up to PH_W_MAX phases a
+// launch: their copies lie one after another, so 16-byte chunk i (8 k) is dst's i-th; the
+// table's entry e covers chunks [end[e - 1], end[e]) (end[-1]: beg).
+#define PH_W_MAX 8
+struct PhaseWTab {
+    int n, beg, end[PH_W_MAX], r0[PH_W_MAX], s0[PH_W_MAX];
+    Div dSt[PH_W_MAX], dRt[PH_W_MAX];
+};
+__global__ void conv_phase_w(Geo g, const K_GRID_CONST PhaseWTab tb, Div dK8, const unsigned short *src,
                              unsigned short *dst)
 {
-    const int n = g.C * f.Rt * f.St * (g.K / 8);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int n = tb.end[tb.n - 1] - tb.beg;
+    for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < n; l += gridDim.x * blockDim.x) {
+        const int i = tb.beg + l;
+        int e = 0;
+        while (i >= tb.end[e]) e++;
         int rest, kb, ct, u, c, t;
-        dK8.qr(i, rest, kb), dSt.qr(rest, ct, u), dRt.qr(ct, c, t);
-        const size_t from = (((size_t)c * g.R + f.r0 + g.st * t) * g.S + f.s0 + g.st * u) * g.K + 8 * kb;
+        dK8.qr(i - (e ? tb.end[e - 1] : tb.beg), rest, kb), tb.dSt[e].qr(rest, ct, u), tb.dRt[e].qr(ct, c, t);
+        const size_t from = (((size_t)c * g.R + tb.r0[e] + g.st * t) * g.S + tb.s0[e] + g.st * u) * g.K + 8 * kb;
         *(TcChunk *)(dst + (size_t)i * 8) = *(const TcChunk *)(src + from);
     }
+}
+#include "kernels/cuda/k_cuda_conv_grp.cuh" // the phases' products in one launch
+
+static unsigned long long phase_groups; // grouped products launched (k_cuda_conv2d_phase_groups)
+
+// A group of tap phases f[0 .. n) (B b[i], ld[i] apart) in one product, and its finish
+// where some phase splits: 0, -1 failed, 1 not taken (the maps refused).
+static int phase_group(int mm, const char *k, const char *shp, const Geo &g, const unsigned short *dyh,
+                       const PhaseDx *f, const unsigned short *const *b, const int *ld, int n, int kc_g, void *ws,
+                       const DxStore &ds, cudaStream_t s)
+{
+    PhaseGrp gp;
+    gp.ws = (float *)ws, gp.n = n, gp.N = g.C, gp.t0[0] = 0;
+    size_t off = 0, fe = 0;
+    long long tm = 0;
+    bool split = false;
+    for (int i = 0; i < n; i++) { // shapes and splits first: the tile N follows from them
+        const int M = g.N * f[i].Ha * f[i].Wb, K = f[i].Rt * f[i].St * g.K, kc = phase_kchunk(g, f[i], kc_g);
+        gp.M[i] = M, gp.K[i] = K, gp.kc[i] = kc < K ? kc : K, gp.z[i] = (K + gp.kc[i] - 1) / gp.kc[i];
+        gp.st[i] = {ds, mkdiv(f[i].Ha * f[i].Wb), mkdiv(f[i].Wb), f[i].ph, f[i].pw};
+        gp.ig[i] = {g.K, f[i].Rt, f[i].St, f[i].Ha * f[i].Wb, f[i].Wb, 1, -f[i].lo[1], -f[i].lo[0], 1};
+        gp.off[i] = off, fe += gp.z[i] > 1 ? (size_t)M * g.C : 0, gp.fend[i] = fe;
+        off += gp.z[i] > 1 ? (size_t)gp.z[i] * M * g.C : 0; // at most the geometry's chunks: its workspace
+        split |= gp.z[i] > 1, tm += (M + WGG_T - 1) / WGG_T;
+    }
+    // wt_launch's rule over the group's tiles (a split product's tile where one splits)
+    const int bn = split ? wt_tile_n_split(g.C) : wt_tile_n((int)std::min<long long>(tm * WGG_T, INT_MAX), g.C);
+    const char *why = NULL;
+    for (int i = 0; i < n; i++) {
+        if (k_tmap_encode_im2col_box(&gp.ma[i], dyh, g.N, g.P, g.Q, g.K, 1, f[i].lo, f[i].hi, WT_BK, WGG_T, 128,
+                                     &why) ||
+            wt_map(&gp.mb[i], b[i], ld[i], true, g.C, gp.K[i], bn, &why))
+            return 1;
+        gp.t0[i + 1] = gp.t0[i] + (gp.M[i] + WGG_T - 1) / WGG_T * ((g.C + bn - 1) / bn) * gp.z[i];
+    }
+    const bool bf = (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_BF16;
+    if (bf ? grp_run_bn<K_CUDA_MM_BF16>(bn, gp, s, &why) : grp_run_bn<K_CUDA_MM_F16>(bn, gp, s, &why)) return 1;
+    if (k_cuda_check_launch(k, "%s (tensor cores, wgmma, TMA im2col, %d output phases in one product)", shp, n))
+        return -1;
+    __atomic_add_fetch(&phase_groups, 1, __ATOMIC_RELAXED);
+    if (!split) return 0;
+    K_LAUNCH(conv_phase_finish, k_cuda_blocks(fe), K_CUDA_THREADS, 0, s)(gp);
+    return k_cuda_check_launch(k, "%s (TMA im2col, %d output phases' split-K finish)", shp, n);
 }
 
 // dx of a strided conv by phases (where im2col_dx_phase_fits): wt the CRSK weights (16-bit,
 // ld R S K), wph the workspace's room for the copies. 0 done, -1 failed, 1 not taken (the
-// geometry path then writes all of dx, whatever a phase wrote). A phase's split partials
-// (at most the geometry's chunks, of fewer rows) fit the geometry's workspace.
+// geometry path then writes all of dx, whatever a phase wrote). One launch for the
+// tapless phases' zeros, one for the multi-tap phases' weight copies (PH_W_MAX a launch),
+// one product for the tap phases (GRP_MAX a launch) and its split finish. A phase's split
+// partials (at most the geometry's chunks, of fewer rows) fit the geometry's workspace,
+// and so do a group's together (their rows add up to at most N H W).
 static int phase_dx(int mm, const char *k, const char *shp, const Geo &g, const unsigned short *dyh,
                     const unsigned short *wt, unsigned short *wph, const DxStore &ds, void *ws, cudaStream_t s)
 {
     if (!k_cuda_wgmma_on() || !k_cuda_tma_on() || ((uintptr_t)dyh & 15) || ((uintptr_t)wt & 15) ||
         ((uintptr_t)wph & 15))
         return 1;
-    size_t off = 0;
-    const int kc = geo_dx_kchunk(g);
+    PhaseDx f[64];
+    const unsigned short *b[64];
+    int ld[64], n = 0;
+    unsigned zh = 0, zw = 0;
+    size_t off = 0; // the copies' room used (elements)
     for (int ph = 0; ph < g.st; ph++)
         for (int pw = 0; pw < g.st; pw++) {
-            const PhaseDx f = phase_of(g, ph, pw);
-            if (!f.Ha || !f.Wb) continue; // no pixels (H or W under st)
-            const int M = g.N * f.Ha * f.Wb;
-            const PhaseStore pst = {ds, mkdiv(f.Ha * f.Wb), mkdiv(f.Wb), ph, pw};
-            if (!f.Rt || !f.St) {
-                K_LAUNCH(conv_phase_zero, k_cuda_blocks((size_t)M * g.C), K_CUDA_THREADS, 0, s)(M, mkdiv(g.C), pst);
-                if (k_cuda_check_launch(k, "%s (phase %d,%d: no taps, zero)", shp, ph, pw)) return -1;
+            const PhaseDx p = phase_of(g, ph, pw);
+            if (!p.Ha || !p.Wb) continue; // no pixels (H or W under st)
+            if (!p.Rt || !p.St) {
+                zh |= (unsigned)!p.Rt << ph, zw |= (unsigned)!p.St << pw;
                 continue;
             }
-            const unsigned short *b = wt + ((size_t)f.r0 * g.S + f.s0) * g.K;
-            int ld = g.RS() * g.K;
-            if (f.Rt * f.St > 1) {
-                b = wph + off, ld = f.Rt * f.St * g.K;
-                const size_t n = (size_t)g.C * ld / 8;
-                K_LAUNCH(conv_phase_w, k_cuda_blocks(n), K_CUDA_THREADS, 0, s)(g, f, mkdiv(g.K / 8), mkdiv(f.St),
-                                                                              mkdiv(f.Rt), wt, wph + off);
-                if (k_cuda_check_launch(k, "%s (phase %d,%d: weights)", shp, ph, pw)) return -1;
-                off += (size_t)g.C * ld;
-            }
-            const I2cConv v = {g.N, g.P, g.Q, g.K, f.Rt, f.St, 1, 0, f.Ha, f.Wb, 1, g.C, dyh, b, ld, 1,
-                               {f.lo[0], f.lo[1]}, {f.hi[0], f.hi[1]}};
-            const int r = conv_i2c<false>(mm, k, shp, v, pst, ws, s, phase_kchunk(g, f, kc));
-            if (r) return r;
+            f[n] = p, b[n] = wt + ((size_t)p.r0 * g.S + p.s0) * g.K, ld[n] = g.RS() * g.K;
+            if (p.Rt * p.St > 1) // a copy: the taps are not one strided view
+                b[n] = wph + off, ld[n] = p.Rt * p.St * g.K, off += (size_t)g.C * ld[n];
+            n++;
         }
+    if (zh | zw) {
+        K_LAUNCH(conv_phase_zero, k_cuda_blocks((size_t)g.N * g.HW() * g.C), K_CUDA_THREADS, 0, s)(g, ds, zh, zw);
+        if (k_cuda_check_launch(k, "%s (output phases without taps: zero)", shp)) return -1;
+    }
+    PhaseWTab tb;
+    tb.n = 0, tb.beg = 0;
+    for (int i = 0; i < n; i++) {
+        if (f[i].Rt * f[i].St > 1) {
+            const int e = tb.n++;
+            tb.end[e] = (e ? tb.end[e - 1] : tb.beg) + g.C * ld[i] / 8, tb.r0[e] = f[i].r0, tb.s0[e] = f[i].s0;
+            tb.dSt[e] = mkdiv(f[i].St), tb.dRt[e] = mkdiv(f[i].Rt);
+        }
+        if (tb.n && (tb.n == PH_W_MAX || i == n - 1)) {
+            K_LAUNCH(conv_phase_w, k_cuda_blocks((size_t)(tb.end[tb.n - 1] - tb.beg)), K_CUDA_THREADS, 0, s)(
+                g, tb, mkdiv(g.K / 8), wt, wph);
+            if (k_cuda_check_launch(k, "%s (output phases' weights)", shp)) return -1;
+            tb.beg = tb.end[tb.n - 1], tb.n = 0;
+        }
+    }
+    const int kc = geo_dx_kchunk(g);
+    for (int i = 0; i < n; i += GRP_MAX) {
+        const int r = phase_group(mm, k, shp, g, dyh, f + i, b + i, ld + i, std::min(GRP_MAX, n - i), kc, ws, ds, s);
+        if (r) return r;
+    }
     return 0;
 }

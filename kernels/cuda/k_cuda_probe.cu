@@ -191,7 +191,8 @@ int k_cuda_conv1x1_probe(char *why, size_t len)
 // A 3x3 conv, n 2, 64 -> 128 channels, 9 x 9, stride 1, padding 1 (y, dx and dw on TMA's
 // im2col where it is on: 162 pixels, partial tiles, y and dx split over k; dw's 576 rows,
 // its last stage's walk past the batch), then stride 2 (y and dw; dx by output phase: 5
-// and 4 rows a phase, 1 to 4 taps, split as the geometry's chunks).
+// and 4 rows a phase, 1 to 4 taps, split as the geometry's chunks: the four phases in one
+// grouped product, the 1-tap one stored into dx, the others' partials then finished).
 int k_cuda_conv_im2col_probe(char *why, size_t len)
 {
     k_conv_shape sh;

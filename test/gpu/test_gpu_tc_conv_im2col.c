@@ -21,6 +21,7 @@
 
 int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
 int k_cuda_tma_set_fill(int tiles);    /* kernels/cuda/k_cuda_tc_tma.cuh */
+unsigned long long k_cuda_conv2d_phase_groups(void); /* kernels/cuda/k_cuda_conv.cu */
 #if DDPRT_SIMT
 unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
 #endif
@@ -64,13 +65,17 @@ static unsigned long long i2c_boxes(long long M, long long N, long long K, int b
 static int cdiv(int a, int b) { return a > 0 ? (a + b - 1) / b : 0; }
 /* A strided input grad's phase products (k_cuda_conv_phase.cuh), M = n Ha Wb, N = c, K =
  * Rt St k, each phase's 64-deep stages grouped by the geometry's split chunk (C x NHW x
- * RSK) they fall in: 0 where some phase's runs are uneven (the geometry path then). */
+ * RSK) they fall in: 0 where some phase's runs are uneven (the geometry path then). The
+ * tap phases go four a launch (conv_phase_gemm), on a split product's tile where one of
+ * the four splits. */
 static unsigned long long i2c_phases(const k_conv_shape *sh, int bn)
 {
     const int st = sh->stride, K = sh->k;
     const long long rsk = (long long)sh->r * sh->s * K, sp = i2c_split(sh->c, (long long)sh->n * sh->h * sh->w, rsk);
     const long long kc = sp == 1 ? rsk : ((rsk + sp - 1) / sp + 63) / 64 * 64;
     unsigned long long sum = 0;
+    long long M[64], Kp[64];
+    int spl[64], np = 0;
     for (int ph = 0; ph < st; ph++)
         for (int pw = 0; pw < st; pw++) {
             const int r0 = (ph + sh->pad) % st, s0 = (pw + sh->pad) % st, Rt = cdiv(sh->r - r0, st),
@@ -90,8 +95,13 @@ static unsigned long long i2c_phases(const k_conv_shape *sh, int bn)
                         last = z, n++;
                     }
             if (runs && n > len) return 0;
-            sum += i2c_boxes_sp((long long)sh->n * Ha * Wb, sh->c, (long long)Rt * St * K, bn, 0, runs ? 2 : 1);
+            M[np] = (long long)sh->n * Ha * Wb, Kp[np] = (long long)Rt * St * K, spl[np++] = runs ? 2 : 1;
         }
+    for (int g0 = 0; g0 < np; g0 += 4) { /* a launch's four phases: its tile a split product's where one splits */
+        int gbn = bn;
+        for (int i = g0; i < np && i < g0 + 4; i++) gbn = spl[i] > 1 ? 128 : gbn;
+        for (int i = g0; i < np && i < g0 + 4; i++) sum += i2c_boxes_sp(M[i], sh->c, Kp[i], gbn, 0, spl[i]);
+    }
     return sum;
 }
 
@@ -231,6 +241,35 @@ TEST(gpu_tc_conv_im2col_strided_dx_phases)
     k_conv_shape_init(&sh);
     CHECKF(i2c_phases(&sh, 128) == 0, "the 5x5 stride-2 case is meant to fall back (its phases' runs uneven)");
 #endif
+}
+
+/* The tap phases' products go four a launch (conv_phase_gemm: the persistent tile loop
+ * over their tile spaces one after another, a map, store and split per phase): as many
+ * launches as that, the same bits as the geometry path, the phases' boxes. */
+static void i2c_grouped(int t, const int *d, int bn, unsigned long long want)
+{
+    unsigned long long g0 = k_cuda_conv2d_phase_groups();
+    i2c_case(t, d, 1, 1, bn, -1);
+    unsigned long long got = k_cuda_conv2d_phase_groups() - g0;
+    CHECKF(got == want, "%s n=%d c=%d %dx%d k=%d %dx%d st=%d pad=%d (bn %d): %llu grouped phase products, expected %llu",
+           g_tn(t), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], bn, got, want);
+}
+/* ResNet-18's strided convs at a small batch: 3x3 stride 2 pad 1 (8 x 8, k = 64: the 1-
+ * and 2-tap phases unsplit, two split ones, so one launch mixes stores into dx and
+ * partials, then one finish), on a block a tile (128 x 128) and on one block for all
+ * tiles (k_cuda_tma_set_fill(1): the walk crosses every phase's tiles); the 1x1 stride-2
+ * downsample (one tap phase, three zero); 3x3 stride 3 pad 1 (nine 1-tap phases, lower
+ * corners +1: 4 + 4 + 1 a launch). */
+TEST(gpu_tc_conv_im2col_strided_dx_grouped)
+{
+    if (!g_sm90()) return;
+    static const int s2[9] = {2, 64, 8, 8, 64, 3, 3, 2, 1}, ds[9] = {2, 128, 10, 10, 128, 1, 1, 2, 0},
+                     s3[9] = {1, 64, 8, 8, 64, 3, 3, 3, 1};
+    i2c_grouped(K_CUDA_MM_BF16, s2, 128, 1);
+    i2c_grouped(K_CUDA_MM_F16, s2, 256, 1);
+    i2c_grouped(K_CUDA_MM_BF16, ds, 256, 1);
+    i2c_grouped(K_CUDA_MM_F16, s3, 128, 3);
+    i2c_grouped(K_CUDA_MM_BF16, s3, 256, 3);
 }
 
 /* Products that must fall back to the geometry loaders: c = 48 (not in 64s: the forward;

@@ -2,12 +2,14 @@
  * the attention's wgmma forward (fw_fwd) against fa_fwd, 1x1 convs as plain products and
  * 3x3 / strided convs on TMA's im2col against the geometry loaders. Each agrees here, says so, leaves its switch on, and really
  * ran its path: wgmma ops (the attention) and TMA boxes (1x1 convs with TMA on) counted on
- * the executor. On an sm_90 GPU, k_cuda_wgmma_setup in its auto mode runs them after the
+ * the executor, and the strided dx's grouped phase product (k_cuda_conv2d_phase_groups). On an sm_90 GPU, k_cuda_wgmma_setup in its auto mode runs them after the
  * GEMM probes and says what they found. A path that disagrees is named and turned off:
  * test/simt/inject_bugs.sh's rows "seen by the start-up probe" break each path and this
  * test fails with the probe's line. */
 #include "test/gpu/g.h"
 #include "kernels/cuda/k_cuda_probe.h"
+
+unsigned long long k_cuda_conv2d_phase_groups(void); /* kernels/cuda/k_cuda_conv.cu */
 
 #if G_SIMT
 unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
@@ -40,12 +42,16 @@ TEST(gpu_tc_path_probes_agree)
         CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv 1x1 probe copied %llu TMA boxes", tma,
                tma_ops() - t0);
         t0 = tma_ops();
+        unsigned long long g0 = k_cuda_conv2d_phase_groups();
         rc = k_cuda_conv_im2col_probe(why, sizeof why);
         CHECKF(rc == 1 && strstr(why, "the probe agrees with the geometry path (stride 1 and 2; y, dx, dw, db)"),
                "conv im2col probe (TMA %d): %d %s", tma, rc, why);
         CHECKF(k_cuda_conv2d_set_im2col(1) == 1, "the conv im2col probe left the im2col convs off");
         CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv im2col probe copied %llu TMA boxes", tma,
                tma_ops() - t0);
+        /* its stride-2 dx: the four phases in one grouped product (with TMA) */
+        CHECKF(k_cuda_conv2d_phase_groups() - g0 == (unsigned)tma, "TMA %d: the conv im2col probe made %llu grouped "
+               "phase products", tma, k_cuda_conv2d_phase_groups() - g0);
     }
     unsetenv("DDPRT_TMA");
     if (!G_SIMT) { /* the auto mode on an sm_90 GPU: the GEMM probes, then these */

@@ -15,8 +15,9 @@ files=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bad=0
-# the tensor-core kernels' mangled names: the GEMMs and the attention's three kernels
-KRE='(tc|tf|wg|wgg|wt)_gemmILi|wgtf_gemmI|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_(fwd|bwd_dkv|bwd_dq)ILi'
+# the tensor-core kernels' mangled names: the GEMMs (conv_phase_gemm: the strided dx's grouped one) and the
+# attention's three kernels
+KRE='(tc|tf|wg|wgg|wt)_gemmILi|wgtf_gemmI|conv_phase_gemmILi|fa_(fwd|bwd_dkv|bwd_dq)ILi|fw_(fwd|bwd_dkv|bwd_dq)ILi'
 # nvcc and ptxas for every (file, arch) at once, JOBS at a time (default: the cores): one
 # after another they took over 300 s (the test's deadline) on a loaded 2-core machine
 ptx_one() {
@@ -126,6 +127,15 @@ if [[ -f $tmp/tma.tab ]]; then
       IFS=',' read -r ty bn ak bk _ <<<"${d#wt_gemm<}"
       echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } |" \
         "$([[ ${ak# } == true ]] && echo K || echo M) | $([[ ${bk# } == true ]] && echo K || echo N) | $r | $sp |"
+    done | sort -u
+  done
+  # the strided dx's grouped phase product (k_cuda_conv_grp.cuh): A im2col, B K-major, per phase
+  for t in "$tmp"/*.sm_90a.tab; do
+    awk -F'\t' '$1 ~ /conv_phase_gemmILi/' "$t" | while IFS=$'\t' read -r n r sm sp; do
+      d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
+      IFS=',' read -r ty bn _ <<<"${d#conv_phase_gemm<}"; bn=${bn%>}
+      echo "| conv_phase_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } |" \
+        "K (im2col) | K | $r | $sp |"
     done | sort -u
   done
 fi

@@ -337,6 +337,20 @@ TEST(simt_mma_layouts_match_the_ptx_isa)
     }
 }
 
+/* Every injected bug's pattern still matches its kernel file exactly once (INJECT_DRY:
+ * nothing built): make test rebuilds only the "tensor-core" rows, and a kernel edit once
+ * broke another row's pattern unseen (the im2col tap's offsets, after padh / padw came). */
+TEST(simt_injected_bugs_all_apply)
+{
+    static char o[65536];
+    int rc = t_sh("INJECT_DRY=1 test/simt/inject_bugs.sh build - - - - 2>&1", o, sizeof o);
+    const char *s = strstr(o, " mutations apply");
+    while (s && s > o && s[-1] != '\n') s--;
+    int n = 0, of = -1;
+    CHECKF(rc == 0 && s && sscanf(s, "%d of %d", &n, &of) == 2 && n == of && n > 50, "exit %d:\n%s", rc, o);
+    CHECKF(!strstr(o, "(mutation did not apply)"), "%s", o);
+}
+
 /* The injected tensor-core bugs (test/simt/inject_bugs.sh, the real kernel rebuilt with
  * each): a wrong fragment index fails the comparison with the reference, a missing
  * cp.async.wait_group (the 16-bit entry's and the mixed pipeline's of conv / linear with

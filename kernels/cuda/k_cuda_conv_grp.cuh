@@ -1,5 +1,5 @@
 // The strided input grad's phase products in one launch (included by k_cuda_conv_phase.cuh,
-// inside k_cuda_conv.cu's namespace): wt_gemm's pipeline (k_cuda_tc_tma.cuh: the producer
+// inside k_cuda_conv.cu's namespace): wt_pipeline (k_cuda_tc_tma.cuh: the producer
 // warpgroup's TMA boxes, the consumers' wgmma, the stage ring running on over tiles) whose
 // persistent tile loop walks the concatenation of up to GRP_MAX phases' tile spaces. A
 // phase apart (ResNet-18's layer 4 at batch 128: ~98 tiles of 128 x 128) leaves a quarter
@@ -24,79 +24,52 @@ struct PhaseGrp {
     size_t off[GRP_MAX], fend[GRP_MAX];
     int M[GRP_MAX], K[GRP_MAX], kc[GRP_MAX], z[GRP_MAX], t0[GRP_MAX + 1], n, N;
 };
-// Tile t's phase p (the last whose first tile is <= t: a few compares) and its place there.
-template <int BN> __device__ __forceinline__ WtTile grp_tile(const PhaseGrp &gp, int t, int &p)
-{
-    p = 0;
-    while (p + 1 < gp.n && t >= gp.t0[p + 1]) p++;
-    return wt_tile<BN>(t - gp.t0[p], gp.M[p], gp.N, gp.K[p], gp.kc[p]);
-}
 // The product's (pixel, channel) to the phase's store, read in place (no copy to registers).
 struct GrpStore {
     const PhaseStore *ps;
     __device__ void operator()(int z, int m, int n, float v) const { (*ps)(z, n, m, v); }
 };
+// The group's tiles for wt_pipeline: tile t's phase p (the last whose first tile is <= t: a
+// few compares) places it and picks its A map, B map, walk and store (gp: the kernel's
+// __grid_constant__ table, read in place).
+struct GrpTiles {
+    static constexpr bool i2c = true;
+    const PhaseGrp *gp;
+    int tiles;
+    template <int BN> __device__ __forceinline__ WtTile tile(int t) const
+    {
+        int p = 0;
+        while (p + 1 < gp->n && t >= gp->t0[p + 1]) p++;
+        WtTile w = wt_tile<BN>(t - gp->t0[p], gp->M[p], gp->N, gp->K[p], gp->kc[p]);
+        w.p = p;
+        return w;
+    }
+    template <bool AK, bool BK, int BN>
+    __device__ __forceinline__ void issue(unsigned short *a, unsigned short *b, const WtTile &w, int kt,
+                                          unsigned long long *bar) const
+    {
+        wt_issue_i2c(a, &gp->ma[w.p], gp->ig[w.p], w.kbeg + kt * WT_BK, w.m0, bar);
+        wt_issue<true, BN>(b, &gp->mb[w.p], w.kbeg + kt * WT_BK, w.n0, bar);
+    }
+    // split phases: partials for conv_phase_finish; else dx through the phase's store
+    template <int BN> __device__ __forceinline__ void store(const float (&acc)[BN / 2], const WtTile &w, int wg) const
+    {
+        const int p = w.p;
+        if (gp->z[p] > 1) {
+            const KgPartial part = {gp->ws + gp->off[p], gp->M[p], gp->N};
+            wt_store<BN>(acc, part, gp->M[p], gp->N, w.m0, w.n0, wg, w.kbeg / gp->kc[p]);
+        } else {
+            const GrpStore gs = {&gp->st[p]};
+            wt_store<BN>(acc, gs, gp->M[p], gp->N, w.m0, w.n0, wg, 0);
+        }
+    }
+};
 
 template <int TY, int BN>
 __global__ void __launch_bounds__(WT_THREADS, 1) conv_phase_gemm(const K_GRID_CONST PhaseGrp gp)
 {
-    K_DYN_SHARED(unsigned char, raw);
-    WtSmem<BN> &sm = *(WtSmem<BN> *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
-    if (threadIdx.x == WT_CONSUMERS) {
-        for (int s = 0; s < WT_STAGES; s++) {
-            K_MBAR_INIT(&sm.full[s], 1);
-            K_MBAR_INIT(&sm.empty[s], WT_CONSUMERS);
-        }
-        K_FENCE_MBAR_INIT();
-    }
-    __syncthreads();
-    const int tiles = gp.t0[gp.n];
-    // `it`: wt_gemm's slice count over the block's tiles (stage and phase parity)
-    if (threadIdx.x >= WT_CONSUMERS) {
-        K_SETMAXNREG_DEC(WT_PRODUCER_REGS);
-        if (threadIdx.x != WT_CONSUMERS) return;
-        int it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            int p;
-            const WtTile w = grp_tile<BN>(gp, t, p);
-            for (int kt = 0; kt < w.kt_n; kt++, it++) {
-                int s = it % WT_STAGES;
-                if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
-                K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-                wt_issue_i2c(sm.a[s], &gp.ma[p], gp.ig[p], w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
-                wt_issue<true, BN>(sm.b[s], &gp.mb[p], w.kbeg + kt * WT_BK, w.n0, &sm.full[s]);
-            }
-        }
-        return;
-    }
-    K_SETMAXNREG_INC(WT_CONSUMER_REGS);
-    const int wg = threadIdx.x >> 7;
-    int it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int p;
-        const WtTile w = grp_tile<BN>(gp, t, p);
-        float acc[BN / 2];
-#pragma unroll
-        for (int e = 0; e < BN / 2; e++) acc[e] = 0.0f;
-        for (int kt = 0; kt < w.kt_n; kt++, it++) {
-            int s = it % WT_STAGES;
-            K_MBAR_WAIT(&sm.full[s], (it / WT_STAGES) & 1);
-            K_WGMMA_FENCE();
-            wt_slice<TY, BN, true, true>(acc, sm.a[s], sm.b[s], wg);
-            K_WGMMA_COMMIT();
-            K_WGMMA_WAIT(1);
-            if (kt > 0) K_MBAR_ARRIVE(&sm.empty[(it - 1) % WT_STAGES]);
-        }
-        K_WGMMA_WAIT(0);
-        K_MBAR_ARRIVE(&sm.empty[(it - 1) % WT_STAGES]);
-        if (gp.z[p] > 1) {
-            const KgPartial part = {gp.ws + gp.off[p], gp.M[p], gp.N};
-            wt_store<BN>(acc, part, gp.M[p], gp.N, w.m0, w.n0, wg, w.kbeg / gp.kc[p]);
-        } else {
-            const GrpStore gs = {&gp.st[p]};
-            wt_store<BN>(acc, gs, gp.M[p], gp.N, w.m0, w.n0, wg, 0);
-        }
-    }
+    const GrpTiles tl = {&gp, gp.t0[gp.n]};
+    wt_pipeline<TY, BN, true, true>(tl);
 }
 
 // The split phases' partials added in order (k_cuda_gemm_finish's sum), into dx.

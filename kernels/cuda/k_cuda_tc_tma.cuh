@@ -155,26 +155,28 @@ __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &s
 }
 
 // Tile t of a product (persistent blocks walk t = blockIdx.x, + gridDim.x, ...): m
-// fastest, so the blocks that run at once share B's columns, then n, then the split.
+// fastest, so the blocks that run at once share B's columns, then n, then the split. p:
+// the product's index in a group (conv_phase_gemm's output phases), else 0.
 struct WtTile {
-    int m0, n0, kbeg, kt_n;
+    int m0, n0, kbeg, kt_n, p;
 };
 template <int BN>
 __device__ __forceinline__ WtTile wt_tile(int t, int M, int N, int K, int kchunk)
 {
     const int tm = (M + WGG_T - 1) / WGG_T, tn = (N + BN - 1) / BN;
     WtTile w;
+    w.p = 0;
     w.m0 = t % tm * WGG_T, w.n0 = t / tm % tn * BN, w.kbeg = t / (tm * tn) * kchunk;
     w.kt_n = (min(K, w.kbeg + kchunk) - w.kbeg + WT_BK - 1) / WT_BK;
     return w;
 }
 
-// I2C: A by im2col (ig): AK, the conv's (rows = pixels, K-major); !AK, its weight grad's
-// (rows = (r, s, c), k = pixels, M-major); else A by tiles of ma.
-template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
-__global__ void __launch_bounds__(WT_THREADS, 1)
-    wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
-            ST st, WtI2c ig)
+// The pipeline over a block's tiles t = blockIdx.x, + gridDim.x, ... < tl.tiles: a
+// producer warpgroup whose one thread issues each stage's TMA copies (tl.issue), two
+// consumer warpgroups running wgmma on them (AK / BK: the tiles' majors) and storing each
+// tile (tl.store). TL: wt_gemm's one product (WtOne), the strided input grad's group of
+// output phases (k_cuda_conv_grp.cuh); tl.tile(t) places tile t.
+template <int TY, int BN, bool AK, bool BK, class TL> __device__ __forceinline__ void wt_pipeline(const TL &tl)
 {
     K_DYN_SHARED(unsigned char, raw);
     WtSmem<BN> &sm = *(WtSmem<BN> *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
@@ -192,19 +194,15 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
         K_SETMAXNREG_DEC(WT_PRODUCER_REGS);
         if (threadIdx.x != WT_CONSUMERS) return;
         int it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const WtTile w = wt_tile<BN>(t, M, N, K, kchunk);
+        for (int t = blockIdx.x; t < tl.tiles; t += gridDim.x) {
+            const WtTile w = tl.template tile<BN>(t);
             for (int kt = 0; kt < w.kt_n; kt++, it++) {
                 int s = it % WT_STAGES;
                 // the stage's last slice (it - WT_STAGES) released by every consumer thread;
                 // it runs ahead into the next tile while the consumers store this one
                 if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
                 K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
-                if constexpr (I2C && AK) wt_issue_i2c(sm.a[s], &ma, ig, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
-                else if constexpr (I2C)
-                    wt_issue_i2c_mn<WGG_T>(sm.a[s], &ma, ig, M, w.m0, w.kbeg + kt * WT_BK, &sm.full[s]);
-                else wt_issue<AK, WGG_T>(sm.a[s], &ma, w.kbeg + kt * WT_BK, w.m0, &sm.full[s]);
-                wt_issue<BK, BN>(sm.b[s], &mb, w.kbeg + kt * WT_BK, w.n0, &sm.full[s]);
+                tl.template issue<AK, BK, BN>(sm.a[s], sm.b[s], w, kt, &sm.full[s]);
             }
         }
         return;
@@ -212,8 +210,8 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
     K_SETMAXNREG_INC(WT_CONSUMER_REGS);
     const int wg = threadIdx.x >> 7;
     int it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const WtTile w = wt_tile<BN>(t, M, N, K, kchunk);
+    for (int t = blockIdx.x; t < tl.tiles; t += gridDim.x) {
+        const WtTile w = tl.template tile<BN>(t);
         float acc[BN / 2];
 #pragma unroll
         for (int e = 0; e < BN / 2; e++) acc[e] = 0.0f;
@@ -228,8 +226,41 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
         }
         K_WGMMA_WAIT(0);
         K_MBAR_ARRIVE(&sm.empty[(it - 1) % WT_STAGES]); // the tile's last stage, for the next tile
+        tl.template store<BN>(acc, w, wg);
+    }
+}
+
+// One product's tiles (wt_gemm). I2C: A by im2col (ig): AK, the conv's (rows = pixels,
+// K-major); !AK, its weight grad's (rows = (r, s, c), k = pixels, M-major); else A by
+// tiles of ma. ma / mb: the kernel's __grid_constant__ maps, which TMA reads in place.
+template <class ST, bool I2C> struct WtOne {
+    static constexpr bool i2c = I2C;
+    int M, N, K, kchunk, tiles;
+    const k_tmap *ma, *mb;
+    ST st;
+    WtI2c ig;
+    template <int BN> __device__ __forceinline__ WtTile tile(int t) const { return wt_tile<BN>(t, M, N, K, kchunk); }
+    template <bool AK, bool BK, int BN>
+    __device__ __forceinline__ void issue(unsigned short *a, unsigned short *b, const WtTile &w, int kt,
+                                          unsigned long long *bar) const
+    {
+        if constexpr (I2C && AK) wt_issue_i2c(a, ma, ig, w.kbeg + kt * WT_BK, w.m0, bar);
+        else if constexpr (I2C) wt_issue_i2c_mn<WGG_T>(a, ma, ig, M, w.m0, w.kbeg + kt * WT_BK, bar);
+        else wt_issue<AK, WGG_T>(a, ma, w.kbeg + kt * WT_BK, w.m0, bar);
+        wt_issue<BK, BN>(b, mb, w.kbeg + kt * WT_BK, w.n0, bar);
+    }
+    template <int BN> __device__ __forceinline__ void store(const float (&acc)[BN / 2], const WtTile &w, int wg) const
+    {
         wt_store<BN>(acc, st, M, N, w.m0, w.n0, wg, w.kbeg / kchunk);
     }
+};
+template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
+__global__ void __launch_bounds__(WT_THREADS, 1)
+    wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
+            ST st, WtI2c ig)
+{
+    const WtOne<ST, I2C> tl = {M, N, K, kchunk, tiles, &ma, &mb, st, ig};
+    wt_pipeline<TY, BN, AK, BK>(tl);
 }
 
 // An array's tensor map: k-contiguous rows x K (a box 64 k x box rows), M/N-contiguous

@@ -8,6 +8,8 @@
 # Usage (the Makefile passes its flags): inject_bugs.sh BUILD "CXX FLAGS" "LINK" "OBJS" "LIBS"
 # DDPRT_INJECT=REGEX: only the bugs whose name matches (make simt-inject INJECT=...).
 # INJECT_LOG=DIR: each bug's whole suite output in DIR/<name>.log.
+# INJECT_DRY=1: only whether each mutation applies (exactly once), nothing built or run
+# (make test's simt_injected_bugs_all_apply: a kernel edit that breaks a row's pattern).
 set -euo pipefail
 build=$1 cxx=$2 link=$3 objs=$4 libs=$5
 tmp=$(mktemp -d)
@@ -64,16 +66,16 @@ bugs=(
 "tensor-core GEMM (sm_90, TMA): expect_tx 16 bytes short|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16);/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA, M/N-major): B's descriptor LBO (the next 64 rows) 4 KiB, not the boxes' 8 KiB|k_cuda_tc_tma.cuh|s/: k_wgmma_desc\(tb \+ 64 \* 16 \* kk, 8192, 1024, K_WGMMA_SW128\);/: k_wgmma_desc(tb + 64 * 16 * kk, 4096, 1024, K_WGMMA_SW128);/|gpu_tc_tma_gemm_mn_major|forward|k_cuda_tc_gemm.cu"
 "tensor-core GEMM (sm_90, TMA): the consumers take more registers than the producer gives (setmaxnreg.inc 240)|k_cuda_tc_tma.cuh|s/#define WT_CONSUMER_REGS 232/#define WT_CONSUMER_REGS 240/|gpu_tc_tma_gemm_odd_shapes|forward|k_cuda_tc_gemm.cu"
-"TMA split-K GEMM (sm_90): the chunk's k offset dropped from A's boxes|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_split_k|forward|k_cuda_linear.cu"
-"TMA split-K GEMM (sm_90): the chunk's k offset dropped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(sm.a\[s\], &ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(sm.a[s], \&ma, kt * WT_BK,/|gpu_tc_tma_probe_agrees|forward|k_cuda_tc_gemm.cu"
-"TMA im2col conv (sm_90): the tap's offsets in the wrong order ({r, s}, not {w, h} = {s, r})|k_cuda_tc_tma.cuh|s/p \* g.st - g.pad, n, \(unsigned short\)ow, \(unsigned short\)oh,/p * g.st - g.pad, n, (unsigned short)oh, (unsigned short)ow,/|gpu_tc_conv_im2col_3x3_bitwise|forward|k_cuda_conv.cu"
+"TMA split-K GEMM (sm_90): the chunk's k offset dropped from A's boxes|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(a, ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(a, ma, kt * WT_BK,/|gpu_tc_tma_split_k|forward|k_cuda_linear.cu"
+"TMA split-K GEMM (sm_90): the chunk's k offset dropped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/wt_issue<AK, WGG_T>\(a, ma, w.kbeg \+ kt \* WT_BK,/wt_issue<AK, WGG_T>(a, ma, kt * WT_BK,/|gpu_tc_tma_probe_agrees|forward|k_cuda_tc_gemm.cu"
+"TMA im2col conv (sm_90): the tap's offsets in the wrong order ({r, s}, not {w, h} = {s, r})|k_cuda_tc_tma.cuh|s/p \* g.st - g.padh, n, \(unsigned short\)ow, \(unsigned short\)oh,/p * g.st - g.padh, n, (unsigned short)oh, (unsigned short)ow,/|gpu_tc_conv_im2col_3x3_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv input grad (sm_90): dy's taps not flipped|k_cuda_tc_tma.cuh|s/const int ow = g.flip \? g.S - 1 - s : s, oh = g.flip \? g.R - 1 - r : r;/const int ow = s, oh = r;/|gpu_tc_conv_im2col_3x3_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv input grad (sm_90): dy's taps not flipped, seen by the start-up probe|k_cuda_tc_tma.cuh|s/const int ow = g.flip \? g.S - 1 - s : s, oh = g.flip \? g.R - 1 - r : r;/const int ow = s, oh = r;/|gpu_tc_path_probes_agree|forward|k_cuda_conv.cu"
-"TMA im2col conv (sm_90): expect_tx 16 bytes short of the im2col box and the weights' box|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16 * I2C);/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
+"TMA im2col conv (sm_90): expect_tx 16 bytes short of the im2col box and the weights' box|k_cuda_tc_tma.cuh|s/K_MBAR_ARRIVE_TX\(&sm.full\[s\], \(WGG_T \+ BN\) \* WT_BK \* 2\);/K_MBAR_ARRIVE_TX(\&sm.full[s], (WGG_T + BN) * WT_BK * 2 - 16 * TL::i2c);/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv weight grad (sm_90): the im2col boxes' first pixel a stage late|k_cuda_tc_tma.cuh|s/min\(m0 \+ 64 \* j, M - 64\), j0, bar\)/min(m0 + 64 * j, M - 64), j0 + WT_BK, bar)/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv weight grad (sm_90): both im2col boxes of a stage into the first 64 rows|k_cuda_tc_tma.cuh|s/wt_issue_i2c\(tile \+ 64 \* WT_BK \* j, map/wt_issue_i2c(tile, map/|gpu_tc_conv_im2col_strided_bitwise|forward|k_cuda_conv.cu"
 "TMA im2col conv strided input grad (sm_90): a phase's store with its h and w phases swapped|k_cuda_conv_phase.cuh|s/g.st \* a \+ ph\) \* g.W \+ g.st \* b \+ pw, v\)/g.st * a + pw) * g.W + g.st * b + ph, v)/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
-"TMA im2col conv strided input grad (sm_90): the grouped product's tile loop gives each phase's first tile to the phase before|k_cuda_conv_grp.cuh|s/t >= gp.t0\[p \+ 1\]\) p\+\+;/t > gp.t0[p + 1]) p++;/|gpu_tc_conv_im2col_strided_dx_grouped|forward|k_cuda_conv.cu"
+"TMA im2col conv strided input grad (sm_90): the grouped product's tile loop gives each phase's first tile to the phase before|k_cuda_conv_grp.cuh|s/t >= gp->t0\[p \+ 1\]\) p\+\+;/t > gp->t0[p + 1]) p++;/|gpu_tc_conv_im2col_strided_dx_grouped|forward|k_cuda_conv.cu"
 "TMA im2col conv strided input grad (sm_90): a phase's first tap off by one|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_conv_im2col_strided_dx_phases|forward|k_cuda_conv.cu"
 "TMA im2col conv strided input grad (sm_90): a phase's first tap off by one, seen by the start-up probe|k_cuda_conv_phase.cuh|s/f.r0 = \(ph \+ g.pad\) % g.st,/f.r0 = (ph + g.pad + 1) % g.st,/|gpu_tc_path_probes_agree|forward|k_cuda_conv.cu"
 "tensor-core TF32 GEMM (sm_90): the tf32 rounding dropped (fp32 bits stored: the unit truncates them)|k_cuda_tc_wgtf.cuh|s/v\[i\] = k_tf32\(/v[i] = __float_as_uint(/|gpu_tc_tf32_wgmma_linear_bitwise|forward|k_cuda_linear.cu"
@@ -119,6 +121,15 @@ for b in "${bugs[@]}"; do
     compiles+=("$d|$cu|$o")
   done
 done
+if [[ -n ${INJECT_DRY:-} ]]; then
+  fails=0
+  for i in "${!rows[@]}"; do
+    IFS='|' read -r name file _ <<<"${rows[$i]}"
+    if [[ -e $tmp/r$i/fail ]]; then cat "$tmp/r$i/line"; fails=$((fails+1)); else echo "| $name | $file | applies |"; fi
+  done
+  echo "$((${#rows[@]} - fails)) of ${#rows[@]} mutations apply"
+  exit $((fails > 0))
+fi
 mkdir -p "$tmp/obj"
 compile() { # row dir, .cu, object: the mutated copies first (the sources include "kernels/cuda/..." through -I.)
   ${cxx/ -I. / -I$1/src -I. } -c "$1/src/kernels/cuda/$2" -o "$3" >"$3.log" 2>&1 || echo 1 >"$3.fail"

@@ -3,13 +3,13 @@
  * kernels or naive references, under two thread orders (a kernel whose result depends
  * on the order in which its threads run has a race). Built when the executor is
  * (g++ present, SIMT not 0). */
+#include "ports/posix/port.h"
 #include "test/t.h"
 #include "test/t_proc.h"
 #include "test/t_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #if DDPRT_HAVE_SIMT
 /* The words of the suites' filters below (suite() refuses another): every device test must
@@ -50,8 +50,8 @@ static void suite(const char *filter, const char *order) { suite_jobs(filter, or
  * executor on one core, and make test's runner runs one test at a time. */
 static void kernels_suite(const char *filter, const char *order)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    suite_jobs(filter, order, t_san("address") || t_san("thread") || n < 1 ? 1 : n > 4 ? 4 : (int)n);
+    const int n = port_ncpus();
+    suite_jobs(filter, order, t_san("address") || t_san("thread") || n < 1 ? 1 : n > 4 ? 4 : n);
 }
 
 /* The second order of a pair is the race check of builds without TSan; under make tsan

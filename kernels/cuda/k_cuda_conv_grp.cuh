@@ -87,22 +87,13 @@ __global__ void conv_phase_finish(const K_GRID_CONST PhaseGrp gp)
     }
 }
 
-// conv_phase_gemm<TY, BN> on the stream: one block an SM at most (k_cuda_tma_fill), its
-// dynamic shared memory limit raised once. 0, or -1 (why).
+// conv_phase_gemm<TY, BN> on the stream (wt_blocks: as wt_gemm's launch). 0, or -1 (why).
 template <int TY, int BN> static int grp_run(const PhaseGrp &gp, cudaStream_t s, const char **why)
 {
     static int attr;
-    if (!attr) {
-        if (cudaFuncSetAttribute(conv_phase_gemm<TY, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 wt_smem_bytes<BN>())) {
-            *why = "cudaFuncSetAttribute refused the dynamic shared memory";
-            return -1;
-        }
-        attr = 1;
-    }
-    const int tiles = gp.t0[gp.n], blocks = tiles < k_cuda_tma_fill() ? tiles : k_cuda_tma_fill();
+    const int blocks = wt_blocks<BN>(conv_phase_gemm<TY, BN>, attr, gp.t0[gp.n], why);
+    if (blocks < 0) return -1;
     K_LAUNCH((conv_phase_gemm<TY, BN>), blocks, WT_THREADS, wt_smem_bytes<BN>(), s)(gp);
-    *why = NULL;
     return 0;
 }
 template <int TY> static int grp_run_bn(int bn, const PhaseGrp &gp, cudaStream_t s, const char **why)

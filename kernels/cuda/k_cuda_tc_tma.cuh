@@ -294,29 +294,36 @@ static inline int wt_tile_n(int M, int N)
 // A split product's tile (its tiles do not fill the GPU): never wide.
 static inline int wt_tile_n_split(int N) { return N <= 64 ? 64 : 128; }
 
-template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
-static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb, const ST &st,
-                         cudaStream_t s, const char **why, WtI2c ig = WtI2c())
+// A persistent TMA GEMM kernel's launch (wt_gemm, conv_phase_gemm): its dynamic shared
+// memory limit raised once (attr: the instance's flag), at most one block an SM
+// (k_cuda_tma_fill) for its tiles. The blocks, or -1 with why.
+template <int BN, class KF> static inline int wt_blocks(KF kernel, int &attr, long long tiles, const char **why)
 {
-    static int attr;
     if (!attr) {
-        if (cudaFuncSetAttribute(wt_gemm<TY, BN, AK, BK, ST, I2C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 wt_smem_bytes<BN>())) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wt_smem_bytes<BN>())) {
             *why = "cudaFuncSetAttribute refused the dynamic shared memory";
             return -1;
         }
         attr = 1;
     }
-    // persistent: at most one block an SM (k_cuda_tma_fill), each walking its tiles
-    long long tiles = (long long)((N + BN - 1) / BN) * ((M + WGG_T - 1) / WGG_T) * ((K + kchunk - 1) / kchunk);
     if (tiles > 0x7fffffff) {
         *why = "more tiles than an int counts";
         return -1;
     }
-    int blocks = (int)(tiles < k_cuda_tma_fill() ? tiles : k_cuda_tma_fill());
+    *why = NULL;
+    return (int)(tiles < k_cuda_tma_fill() ? tiles : k_cuda_tma_fill());
+}
+
+template <int TY, int BN, bool AK, bool BK, class ST, bool I2C = false>
+static inline int wt_run(int M, int N, int K, int kchunk, const k_tmap &ma, const k_tmap &mb, const ST &st,
+                         cudaStream_t s, const char **why, WtI2c ig = WtI2c())
+{
+    static int attr;
+    const long long tiles = (long long)((N + BN - 1) / BN) * ((M + WGG_T - 1) / WGG_T) * ((K + kchunk - 1) / kchunk);
+    const int blocks = wt_blocks<BN>(wt_gemm<TY, BN, AK, BK, ST, I2C>, attr, tiles, why);
+    if (blocks < 0) return -1;
     K_LAUNCH((wt_gemm<TY, BN, AK, BK, ST, I2C>), blocks, WT_THREADS, wt_smem_bytes<BN>(), s)(M, N, K, kchunk,
                                                                                            (int)tiles, ma, mb, st, ig);
-    *why = NULL;
     return 0;
 }
 

@@ -38,8 +38,8 @@ for f in "${files[@]}"; do
     # A from registers ({a0..a3}, then b-desc: the attention's P V) has imm-trans-b alone
     wgt=$(grep -cE 'wgmma.mma_async.*(p, 1, 1, (1, [01]|0, 1);|\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p, 1, 1, 1;)' "$p" || true)
     wgr=$(grep -cE 'wgmma.mma_async.*\{%r[0-9]+(,%r[0-9]+){3}\}, %rd[0-9]+, p,' "$p" || true)
-    # tf32 (wgtf_gemm: --matmul-precision high on sm_90a), of the wgmma column
-    wtf=$(grep -c 'wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32' "$p" || true)
+    # tf32 (wgtf_gemm, wt_gemm<TF32>: --matmul-precision high on sm_90a), of the wgmma column
+    wtf=$(grep -cE 'wgmma.mma_async.sync.aligned.m64n[0-9]+k8.f32.tf32.tf32' "$p" || true)
     ldm=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.shared' "$p" || true)
     ldt=$(grep -c 'ldmatrix.sync.aligned.m8n8.x4.trans' "$p" || true)
     cpa=$(grep -c 'cp.async.cg' "$p" || true)
@@ -125,7 +125,7 @@ if [[ -f $tmp/tma.tab ]]; then
     awk -F'\t' '$1 ~ /[0-9]wt_gemmILi/' "$t" | while IFS=$'\t' read -r n r sm sp; do
       d=$(c++filt "$n" | sed -e 's/(anonymous namespace):://g' -e 's/^void //' -e 's/>(.*/>/')
       IFS=',' read -r ty bn ak bk _ <<<"${d#wt_gemm<}"
-      echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $([[ $ty == 1 ]] && echo bf16 || echo f16) | 128x${bn# } |" \
+      echo "| wt_gemm | $(basename "$t" .sm_90a.tab) | $(case $ty in 1) echo bf16 ;; 3) echo tf32 ;; *) echo f16 ;; esac) | 128x${bn# } |" \
         "$([[ ${ak# } == true ]] && echo K || echo M) | $([[ ${bk# } == true ]] && echo K || echo N) | $r | $sp |"
     done | sort -u
   done

@@ -1,7 +1,8 @@
 /* ddprt-bench-kernels --device cuda, the tensor cores: the GEMM at 4096^3 (bf16, f16:
  * 16-bit arrays; TF32: linear's fp32 operands) against cuBLAS at the same precision
  * (cublasGemmEx, fp32 compute; TF32 math for the fp32 one: on sm_90 ours on wgmma,
- * wgtf_gemm, and mma.sync's tf_gemm beside it); ResNet's 3x3 convs (and a
+ * TMA's wt_gemm where TMA is on, else wgtf_gemm, and mma.sync's tf_gemm beside it);
+ * ResNet's 3x3 convs (and a
  * strided 3x3 and the 1x1 downsample) at bf16 as --amp bf16 trains them (16-bit
  * channels-last activations in and out, the weights' 16-bit block, fp32 gradients) against cuDNN on
  * bf16 channels-last tensors with the algorithm its heuristics pick (what PyTorch's
@@ -109,8 +110,8 @@ static void bench_gemm(int wgmma, int M)
            blas ? kb_time_us(tc_blas, &c) : -1, K_CUDA_MM_F16);
     if (!port_dev_malloc(&c.ws, k_cuda_linear_workspace(M, M, M) + 256, "workspace")) {
         int tblas = kb_ref.sgemm && kb_ref.set_math_blas, wtf = wgmma && k_cuda_tf32_wgmma_on();
-        if (wtf) /* TF32 on wgmma (wgtf_gemm), then mma.sync's tf_gemm beside it */
-            tc_row("gemm tf32 (wgmma)", tf_shape, kb_time_us(tf_ours, &c), flop, tblas ? kb_time_us(tf_blas, &c) : -1,
+        if (wtf) /* TF32 on wgmma (TMA's wt_gemm where on, else wgtf_gemm), then mma.sync's tf_gemm beside it */
+            tc_row(tma ? "gemm tf32 (TMA)" : "gemm tf32 (wgmma)", tf_shape, kb_time_us(tf_ours, &c), flop, tblas ? kb_time_us(tf_blas, &c) : -1,
                    K_CUDA_MM_TF32);
         int was = k_cuda_tf32_set_wgmma(0);
         tc_row("gemm tf32 (mma)", tf_shape, kb_time_us(tf_ours, &c), flop, tblas ? kb_time_us(tf_blas, &c) : -1,

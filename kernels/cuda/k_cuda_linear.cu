@@ -22,6 +22,19 @@ struct Store {
     __host__ __device__ void operator()(int, int m, int n, float v) const { y[(size_t)m * ld + n] = v; }
 };
 
+// w [out][in] -> wt [in][out]: 32 x 32 tiles through shared memory (rows read and written
+// whole), 256 threads as 8 rows of 32.
+__global__ void linear_w_transpose(int out, int in, const float *w, float *wt)
+{
+    __shared__ float t[32][33];
+    const int i0 = blockIdx.x * 32, o0 = blockIdx.y * 32, tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    for (int j = ty; j < 32; j += 8)
+        if (o0 + j < out && i0 + tx < in) t[j][tx] = w[(size_t)(o0 + j) * in + i0 + tx];
+    __syncthreads();
+    for (int j = ty; j < 32; j += 8)
+        if (i0 + j < in && o0 + tx < out) wt[(size_t)(i0 + j) * out + o0 + tx] = t[tx][j];
+}
+
 __global__ void linear_bias_grad(int n, int out, const float *dy, float *db)
 {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
@@ -33,13 +46,42 @@ __global__ void linear_bias_grad(int n, int out, const float *dy, float *db)
 
 } // namespace
 
-// The split-K partials, after the backward's 16-bit dy (k_dy16) at bf16 / f16.
+// TF32's input grad by TMA (linear_dx_tma): w transposed at the workspace's front, [in][out]
+// (wgmma takes tf32 K-major only, and dx = dy w reads w along out); 0 where not taken (other
+// precisions, rows of out not 16-byte aligned).
+static size_t k_wt_bytes(int mm, int in, int out)
+{
+    return (mm & K_CUDA_MM_TYPE) == K_CUDA_MM_TF32 && out % 4 == 0 ? ((size_t)in * out * 4 + 255) / 256 * 256 : 0;
+}
+
+// The split-K partials, after the backward's 16-bit dy (k_dy16) at bf16 / f16, or w's
+// transpose at TF32 (k_wt_bytes).
 size_t k_cuda_linear_workspace_mm(int mm, int n, int in, int out)
 {
     size_t a = k_cuda_gemm_ws_bytes(n, out, in), b = k_cuda_gemm_ws_bytes(n, in, out);
     size_t c = k_cuda_gemm_ws_bytes(out, in, n);
     size_t m = a > b ? a : b;
-    return (m > c ? m : c) + k_dy16_bytes(mm, n, out);
+    return (m > c ? m : c) + k_dy16_bytes(mm, n, out) + k_wt_bytes(mm, in, out);
+}
+
+// dx = dy w at TF32 by TMA (wt_gemm<TF32>: both operands k-contiguous fp32): w
+// transposed into the workspace's front, then the product with B = wt [in][out] (k
+// along out, as the gathering loader's order: the same sums), its split partials past
+// it. Where TMA and tf32 wgmma are on and the product takes the 128 tile; 0 done, -1
+// failed, 1 not taken.
+static int linear_dx_tma(int mm, const char *k, const char *shp, int n, int in, int out, const float *dy,
+                         const float *w, float *dx, void *ws, cudaStream_t cs)
+{
+    const size_t wtb = k_wt_bytes(mm, in, out);
+    if (!wtb || !ws || ((uintptr_t)ws & 15) || !k_tf32_on_wgmma() || !k_cuda_tma_on() || k_cuda_gemm_tile(n, in) != 128)
+        return 1;
+    float *wt = (float *)ws;
+    K_LAUNCH(linear_w_transpose, dim3((in + 31) / 32, (out + 31) / 32), 256, 0, cs)(out, in, w, wt);
+    if (k_cuda_check_launch(k, "%s (w transposed for TMA)", shp)) return -1;
+    KgRowA a = {dy, out};
+    KgColB b = {wt, out};
+    Store st = {dx, in};
+    return k_cuda_gemm_mm(K_CUDA_MM_TF32, k, shp, n, in, out, a, b, st, (char *)ws + wtb, cs);
 }
 
 size_t k_cuda_linear_workspace(int n, int in, int out) { return k_cuda_linear_workspace_mm(K_CUDA_MM_BF16, n, in, out); }
@@ -86,7 +128,10 @@ int k_cuda_linear_bwd_mm(int mm, int n, int in, int out, const float *x, const f
     if (k_act_mm_check(mm, "k_cuda_linear_bwd", shp)) return -1;
     KDy16 d; // dy's 16-bit copy where it is made; d.ws past it
     if (k_dy16(d, mm, n, out, dy, ws, cs)) return -1;
-    if (dx) {
+    int dxr = 1;
+    if (dx && !d.raw) dxr = linear_dx_tma(mm, "k_cuda_linear_bwd (input grad)", shp, n, in, out, dy, w, dx, d.ws, cs);
+    if (dxr < 0) return -1;
+    if (dx && dxr) {
         const char *k = "k_cuda_linear_bwd (input grad)";
         KgRowA a = {dy, out};
         KgRowB b = {w, in};

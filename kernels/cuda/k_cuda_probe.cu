@@ -216,7 +216,10 @@ extern "C" int k_cuda_tf32_wgmma_on(void) { return __atomic_load_n(&wgtf_on, __A
 // w k-contiguous), dx (B = w n-contiguous: stored transposed), dw (both M/N-contiguous).
 // The same tf32 operands, so they differ only in how the two units round inside their
 // fp32 sums (bitwise equal on the executor): within 2^-12 of the largest value here; a
-// wrong layout, swizzle or rounding differs by the values themselves.
+// wrong layout, swizzle or rounding differs by the values themselves. The inputs are
+// tf32 values already (rounded here as k_tf32 rounds): the forward's TMA path (two fp32
+// arrays, where TMA is on) hands wgmma the fp32 bits, which it truncates, where tf_gemm
+// rounds; on tf32-exact values both are the values themselves.
 int k_cuda_tf32_wgmma_probe(char *why, size_t len)
 {
     enum { NB = 260, IN = 136, OUT = 130 };
@@ -235,7 +238,13 @@ int k_cuda_tf32_wgmma_probe(char *why, size_t len)
         float *x = (float *)d, *w = x + nx, *b = w + nw, *dy = b + nb, *y = dy + ny, *dx = y + ny, *dw = dx + nx;
         float *db = dw + nw;
         void *ws = (void *)(((uintptr_t)(db + nb) + 15) & ~(uintptr_t)15);
-        for (size_t i = 0; i < nin; i++) h[i] = probe_val(i, 23) * (1.0f + 0x1p-12f * (float)(i % 7)); // tf32 rounds
+        for (size_t i = 0; i < nin; i++) {
+            float v = probe_val(i, 23) * (1.0f + 0x1p-12f * (float)(i % 7));
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            u = (u + 0x1000u) & 0xffffe000u; // k_tf32's rounding (finite values)
+            memcpy(&h[i], &u, 4);
+        }
         if (port_memcpy_h2d(d, h, sizeof(float) * nin, NULL, "tf32 wgmma probe")) {
             snprintf(why, len, "the tf32 wgmma probe could not start (%s)", port_cuda_errmsg());
             goto out;

@@ -354,6 +354,35 @@ __global__ void __launch_bounds__(TC_THREADS) tc_gemm(int M, int N, int K, int k
 // start-up probe agreed (k_cuda_tf32_wgmma_on), else mma.sync's tf_gemm.
 static inline bool k_tf32_on_wgmma() { return k_cuda_wgmma_on() && k_cuda_tf32_wgmma_on(); }
 
+// Two k-contiguous fp32 arrays (KgRowA: A [m][k]; KgColB: B [n][k]: linear's forward) at
+// TF32 by TMA (wt_gemm, k_cuda_tc_tma.cuh: wgmma truncates their low 13 bits, as
+// cuBLAS's TF32 on Hopper) where TMA and tf32 wgmma are on and their rows 16-byte
+// aligned; kchunk as wt_launch's. 0 launched, 1 not taken (the maps refused too).
+template <class L> struct TfRawK {
+    static constexpr bool value = false;
+};
+template <> struct TfRawK<KgRowA> {
+    static constexpr bool value = true;
+    static const float *p(const KgRowA &l) { return l.a; }
+};
+template <> struct TfRawK<KgColB> {
+    static constexpr bool value = true;
+    static const float *p(const KgColB &l) { return l.b; }
+};
+template <class LA, class LB, class ST>
+static inline int k_tf32_tma(int M, int N, int K, const LA &la, const LB &lb, const ST &st, cudaStream_t s,
+                             int kchunk = 0)
+{
+    if constexpr (TfRawK<LA>::value && TfRawK<LB>::value) {
+        const float *a = TfRawK<LA>::p(la), *b = TfRawK<LB>::p(lb);
+        const char *why;
+        if (k_tf32_on_wgmma() && k_cuda_tma_on() && !((uintptr_t)a & 15) && !((uintptr_t)b & 15) && la.ld % 4 == 0 &&
+            lb.ld % 4 == 0 && !wt_launch<K_CUDA_MM_TF32, true, true>(M, N, K, a, la.ld, b, lb.ld, st, s, &why, kchunk))
+            return 0;
+    }
+    return 1;
+}
+
 // C = A B on the tensor cores (TY: K_CUDA_MM_BF16, _F16 or _TF32) through st, split over k
 // as the SGEMM splits it (the same k_cuda_gemm_ws_bytes workspace; ws NULL: no split).
 template <int T, int TY, class LA, class LB, class ST>
@@ -375,6 +404,8 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     if (splits == 1) {
         if constexpr (TY == K_CUDA_MM_TF32) {
             if constexpr (T == WGG_T) {
+                if (!k_tf32_tma(M, N, K, la, lb, st, s))
+                    return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma tf32, TMA)", shapes);
                 if (k_tf32_on_wgmma()) {
                     K_LAUNCH((wgtf_gemm<LA, LB, ST>), grid, 256, 0, s)(M, N, K, K, la, lb, st);
                     return k_cuda_check_launch(kernel, "%s (tensor cores, wgmma tf32)", shapes);
@@ -416,7 +447,8 @@ static int k_cuda_gemm_tc_t(const char *kernel, const char *shapes, int M, int N
     bool wg = false;
     if constexpr (TY == K_CUDA_MM_TF32) {
         if constexpr (T == WGG_T) {
-            if ((wg = k_tf32_on_wgmma())) K_LAUNCH((wgtf_gemm<LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
+            if ((wg = k_tf32_on_wgmma()) && k_tf32_tma(M, N, K, la, lb, part, s, kchunk))
+                K_LAUNCH((wgtf_gemm<LA, LB, KgPartial>), grid, 256, 0, s)(M, N, K, kchunk, la, lb, part);
         }
         if (!wg) K_LAUNCH((tf_gemm<T, T, LA, LB, KgPartial>), grid, TC_THREADS, 0, s)(M, N, K, kchunk, la, lb, part);
     } else {

@@ -39,6 +39,15 @@
 // 128 x 128 tiles take (wt_tile_n), 128 x 64 where N <= 64, else 128 x 128. A
 // 128 x 256 tile reads 384 rows of shared memory for 128 x 256 products (128 x 128: 256
 // rows for half as many).
+//
+// TF32 (TY K_CUDA_MM_TF32: --matmul-precision high on two fp32 k-contiguous arrays, linear's
+// forward): the same tiles, stages and ring with fp32 maps: a stage's row is still 128
+// bytes (32 k), its four k8 ops (m64nBNk8.tf32) 32 bytes apart as the 16-bit k16 steps,
+// so the descriptors, boxes and byte counts are the 16-bit ones; k per stage 32
+// (wt_sk). wgmma has no transposed tf32: K-major operands only. The operands are the
+// fp32 bits TMA copied, and wgmma reads their top 19 bits (PTX: .tf32 truncates the low
+// 13), as cuBLAS's TF32 on Hopper does: tf_gemm's and wgtf_gemm's operands are rounded
+// (cvt.rna) instead, so the sums are theirs bit for bit only on tf32-exact values.
 #pragma once
 #include "kernels/cuda/k_cuda_tma.cuh"
 
@@ -54,13 +63,15 @@ extern "C" int k_cuda_tma_set_fill(int tiles);
 extern "C" int k_cuda_tma_tile(void);
 
 namespace {
-#define WT_BK 64        // k per stage: one 128-byte swizzle row of 16-bit values
+#define WT_BK 64        // k per stage: one 128-byte swizzle row of 16-bit values (32 of tf32: wt_sk)
 #define WT_STAGES 4
 #define WT_THREADS 384  // two consumer warpgroups, then the producer warpgroup
 #define WT_CONSUMERS 256
 // Registers a thread: 168 at launch (64K / 384); 40 + 2 x 232 = 3 x 168.
 #define WT_PRODUCER_REGS 40
 #define WT_CONSUMER_REGS 232
+// k per stage of a TY product: a 128-byte row.
+template <int TY> __host__ __device__ constexpr int wt_sk() { return TY == K_CUDA_MM_TF32 ? 32 : WT_BK; }
 template <int BN> struct WtSmem {
     unsigned short a[WT_STAGES][WGG_T * WT_BK], b[WT_STAGES][BN * WT_BK];
     unsigned long long full[WT_STAGES], empty[WT_STAGES];
@@ -73,7 +84,7 @@ static_assert(sizeof(WtSmem<256>) + 1024 <= 227 * 1024, "wt_gemm's stages exceed
 // One 64-deep slice on the warpgroup's 64 rows: four k16 steps, 32 bytes on in the
 // 128-byte row each (the hardware swizzles the address it forms), 8 rows 1 KiB apart.
 // M/N-major (!AK / !BK): k 16kk is 2 KiB into the 64-row box, the warpgroup's 64 rows
-// of A its own box.
+// of A its own box. TF32: four k8 steps, the same 32 bytes apart (K-major only).
 template <int TY, int BN, bool AK, bool BK>
 __device__ __forceinline__ void wt_slice(float (&acc)[BN / 2], const unsigned short *ta, const unsigned short *tb,
                                          int wg)
@@ -84,7 +95,12 @@ __device__ __forceinline__ void wt_slice(float (&acc)[BN / 2], const unsigned sh
                                    : k_wgmma_desc(ta + 64 * wg * WT_BK + 64 * 16 * kk, 8192, 1024, K_WGMMA_SW128);
         unsigned long long db = BK ? k_wgmma_desc(tb + 16 * kk, 16, 8 * WT_BK * 2, K_WGMMA_SW128)
                                    : k_wgmma_desc(tb + 64 * 16 * kk, 8192, 1024, K_WGMMA_SW128);
-        if constexpr (BN == 256) {
+        if constexpr (TY == K_CUDA_MM_TF32) {
+            static_assert(AK && BK, "tf32 wgmma takes K-major operands only");
+            if constexpr (BN == 256) K_WGMMA_TF32_256(acc, da, db, 1);
+            else if constexpr (BN == 64) K_WGMMA_TF32_64(acc, da, db, 1);
+            else K_WGMMA_TF32_128(acc, da, db, 1);
+        } else if constexpr (BN == 256) {
             if (TY == K_CUDA_MM_BF16) K_WGMMA_BF16_256T(acc, da, db, 1, !AK, !BK);
             else K_WGMMA_F16_256T(acc, da, db, 1, !AK, !BK);
         } else if constexpr (BN == 64) {
@@ -156,18 +172,18 @@ __device__ __forceinline__ void wt_store(const float (&acc)[BN / 2], const ST &s
 
 // Tile t of a product (persistent blocks walk t = blockIdx.x, + gridDim.x, ...): m
 // fastest, so the blocks that run at once share B's columns, then n, then the split. p:
-// the product's index in a group (conv_phase_gemm's output phases), else 0.
+// the product's index in a group (conv_phase_gemm's output phases), else 0. SK: k a stage.
 struct WtTile {
     int m0, n0, kbeg, kt_n, p;
 };
-template <int BN>
+template <int BN, int SK = WT_BK>
 __device__ __forceinline__ WtTile wt_tile(int t, int M, int N, int K, int kchunk)
 {
     const int tm = (M + WGG_T - 1) / WGG_T, tn = (N + BN - 1) / BN;
     WtTile w;
     w.p = 0;
     w.m0 = t % tm * WGG_T, w.n0 = t / tm % tn * BN, w.kbeg = t / (tm * tn) * kchunk;
-    w.kt_n = (min(K, w.kbeg + kchunk) - w.kbeg + WT_BK - 1) / WT_BK;
+    w.kt_n = (min(K, w.kbeg + kchunk) - w.kbeg + SK - 1) / SK;
     return w;
 }
 
@@ -201,7 +217,7 @@ template <int TY, int BN, bool AK, bool BK, class TL> __device__ __forceinline__
                 // the stage's last slice (it - WT_STAGES) released by every consumer thread;
                 // it runs ahead into the next tile while the consumers store this one
                 if (it >= WT_STAGES) K_MBAR_WAIT(&sm.empty[s], (it / WT_STAGES - 1) & 1);
-                K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * WT_BK * 2);
+                K_MBAR_ARRIVE_TX(&sm.full[s], (WGG_T + BN) * 128); // rows of 128 bytes (any TY)
                 tl.template issue<AK, BK, BN>(sm.a[s], sm.b[s], w, kt, &sm.full[s]);
             }
         }
@@ -233,21 +249,25 @@ template <int TY, int BN, bool AK, bool BK, class TL> __device__ __forceinline__
 // One product's tiles (wt_gemm). I2C: A by im2col (ig): AK, the conv's (rows = pixels,
 // K-major); !AK, its weight grad's (rows = (r, s, c), k = pixels, M-major); else A by
 // tiles of ma. ma / mb: the kernel's __grid_constant__ maps, which TMA reads in place.
-template <class ST, bool I2C> struct WtOne {
+// SK: k a stage (wt_sk).
+template <class ST, bool I2C, int SK = WT_BK> struct WtOne {
     static constexpr bool i2c = I2C;
     int M, N, K, kchunk, tiles;
     const k_tmap *ma, *mb;
     ST st;
     WtI2c ig;
-    template <int BN> __device__ __forceinline__ WtTile tile(int t) const { return wt_tile<BN>(t, M, N, K, kchunk); }
+    template <int BN> __device__ __forceinline__ WtTile tile(int t) const
+    {
+        return wt_tile<BN, SK>(t, M, N, K, kchunk);
+    }
     template <bool AK, bool BK, int BN>
     __device__ __forceinline__ void issue(unsigned short *a, unsigned short *b, const WtTile &w, int kt,
                                           unsigned long long *bar) const
     {
         if constexpr (I2C && AK) wt_issue_i2c(a, ma, ig, w.kbeg + kt * WT_BK, w.m0, bar);
         else if constexpr (I2C) wt_issue_i2c_mn<WGG_T>(a, ma, ig, M, w.m0, w.kbeg + kt * WT_BK, bar);
-        else wt_issue<AK, WGG_T>(a, ma, w.kbeg + kt * WT_BK, w.m0, bar);
-        wt_issue<BK, BN>(b, mb, w.kbeg + kt * WT_BK, w.n0, bar);
+        else wt_issue<AK, WGG_T>(a, ma, w.kbeg + kt * SK, w.m0, bar);
+        wt_issue<BK, BN>(b, mb, w.kbeg + kt * SK, w.n0, bar);
     }
     template <int BN> __device__ __forceinline__ void store(const float (&acc)[BN / 2], const WtTile &w, int wg) const
     {
@@ -259,17 +279,18 @@ __global__ void __launch_bounds__(WT_THREADS, 1)
     wt_gemm(int M, int N, int K, int kchunk, int tiles, const K_GRID_CONST k_tmap ma, const K_GRID_CONST k_tmap mb,
             ST st, WtI2c ig)
 {
-    const WtOne<ST, I2C> tl = {M, N, K, kchunk, tiles, &ma, &mb, st, ig};
+    const WtOne<ST, I2C, wt_sk<TY>()> tl = {M, N, K, kchunk, tiles, &ma, &mb, st, ig};
     wt_pipeline<TY, BN, AK, BK>(tl);
 }
 
-// An array's tensor map: k-contiguous rows x K (a box 64 k x box rows), M/N-contiguous
-// K x rows (a box 64 rows x 64 k); ld elements apart: 0, or -1 with why (TMA's
-// constraints: 16-byte aligned, ld a multiple of 8 elements).
-static inline int wt_map(k_tmap *m, const void *p, int ld, bool kf, int rows, int K, int box_rows, const char **why)
+// An array's tensor map: k-contiguous rows x K (a box 64 k x box rows; fp32, eb 4: 32
+// k), M/N-contiguous K x rows (a box 64 rows x 64 k; 16-bit only); ld elements apart: 0,
+// or -1 with why (TMA's constraints: 16-byte aligned, ld a multiple of 16 bytes).
+static inline int wt_map(k_tmap *m, const void *p, int ld, bool kf, int rows, int K, int box_rows, const char **why,
+                         int eb = 2)
 {
-    return kf ? k_tmap_encode_2d(m, p, (unsigned long long)rows, (unsigned long long)K, (unsigned long long)ld, WT_BK,
-                                 (unsigned)box_rows, 128, why)
+    return kf ? k_tmap_encode_2d_eb(m, p, (unsigned long long)rows, (unsigned long long)K, (unsigned long long)ld,
+                                    128 / eb, (unsigned)box_rows, 128, eb, why)
               : k_tmap_encode_2d(m, p, (unsigned long long)K, (unsigned long long)rows, (unsigned long long)ld, 64,
                                  WT_BK, 128, why);
 }
@@ -338,19 +359,21 @@ static inline int wt_run_bn(int bn, int M, int N, int K, int kchunk, const k_tma
 }
 
 // wt_gemm<TY, BN, AK, BK, ST> on the stream (AK / BK: A / B k-contiguous, else
-// M/N-contiguous), BN by wt_tile_n; its dynamic shared memory limit raised once; 0, or
-// -1 (a launch error for k_cuda_check_launch, or the maps refused: why). kchunk (a
-// multiple of WT_BK) < K: split-K, partial z of k [z kchunk, (z + 1) kchunk) through st
-// (KgPartial), on 128 x 128 tiles, or 128 x 64 where N <= 64 (a split product is one whose tiles do
-// not fill the GPU).
+// M/N-contiguous; TF32: two fp32 k-contiguous arrays), BN by wt_tile_n; its dynamic
+// shared memory limit raised once; 0, or -1 (a launch error for k_cuda_check_launch, or
+// the maps refused: why). kchunk (a multiple of WT_BK) < K: split-K, partial z of k
+// [z kchunk, (z + 1) kchunk) through st (KgPartial), on 128 x 128 tiles, or 128 x 64
+// where N <= 64 (a split product is one whose tiles do not fill the GPU).
 template <int TY, bool AK, bool BK, class ST>
 static inline int wt_launch(int M, int N, int K, const void *a, int lda, const void *b, int ldb, const ST &st,
                             cudaStream_t s, const char **why, int kchunk = 0)
 {
+    static_assert(TY != K_CUDA_MM_TF32 || (AK && BK), "tf32 wgmma takes K-major operands only");
+    constexpr int eb = TY == K_CUDA_MM_TF32 ? 4 : 2;
     k_tmap ma, mb;
     if (kchunk <= 0 || kchunk >= K) kchunk = K;
     int bn = kchunk < K ? wt_tile_n_split(N) : wt_tile_n(M, N);
-    if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why) || wt_map(&mb, b, ldb, BK, N, K, bn, why)) return -1;
+    if (wt_map(&ma, a, lda, AK, M, K, WGG_T, why, eb) || wt_map(&mb, b, ldb, BK, N, K, bn, why, eb)) return -1;
     return wt_run_bn<TY, AK, BK>(bn, M, N, K, kchunk, ma, mb, st, s, why);
 }
 // wt_gemm with A the im2col of x [n][h][w][c] (16-bit, NHWC, 16-byte aligned; c % 64 ==

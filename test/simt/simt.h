@@ -142,7 +142,7 @@ inline void setmaxnreg(const char *file, int line, int n, int inc)
 // the destination is NaN from the issue until that phase completes, and only threads
 // that waited for the phase (or a __syncthreads since one did) may read it.
 struct tensormap { alignas(16) unsigned long long opaque[16]; }; // CUtensorMap's 128 bytes
-// cuTensorMapEncodeTiled with the driver's documented checks (rank 2, 16-bit elements,
+// cuTensorMapEncodeTiled with the driver's documented checks (rank 2, 16-bit or fp32 elements,
 // interleave none, element strides 1; swizzle in bytes: 0, 32, 64 or 128): NULL, or why not.
 const char *tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, const void *gaddr,
                              const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,

@@ -162,7 +162,7 @@ const char *simt::tensormap_encode(tensormap *m, int elem_bytes, unsigned rank, 
                                    const unsigned *box, const unsigned *elem_strides, int swz)
 {
     if (rank != 2) return "rank is not 2 (the executor emulates 2D tile maps)";
-    if (elem_bytes != 2) return "the element type is not 16-bit (bf16 / f16)";
+    if (elem_bytes != 2 && elem_bytes != 4) return "the element type is not 16-bit (bf16 / f16) or fp32";
     if ((uintptr_t)gaddr % 16) return "the global address is not 16-byte aligned";
     if (!dims[0] || !dims[1] || dims[0] > (1ull << 32) || dims[1] > (1ull << 32))
         return "a global dimension is 0 or over 2^32";

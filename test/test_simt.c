@@ -189,7 +189,8 @@ TEST(simt_bench_kernels_tensor_core_rows_run)
         const char *t128 = strstr(out, "smoke TMA 128x128"), *t256 = strstr(out, "smoke TMA 128x256");
         CHECKF(wg < 2 || (t128 && t256 && !strncmp(t128 + 17, " <-", 3) + !strncmp(t256 + 17, " <-", 3) == 1),
                "no tile rows, or not one marked as the rule's:\n%s", out);
-        CHECKF(!wg || strstr(out, "gemm tf32 (wgmma)"), "no TF32 wgmma row:\n%s", out);
+        /* TF32 on wgmma: TMA's wt_gemm where TMA is on, else wgtf_gemm */
+        CHECKF(!wg || strstr(out, wg == 2 ? "gemm tf32 (TMA)" : "gemm tf32 (wgmma)"), "no TF32 wgmma row:\n%s", out);
     }
 }
 #endif

@@ -41,7 +41,7 @@
 // rows for half as many).
 //
 // TF32 (TY K_CUDA_MM_TF32: --matmul-precision high on two fp32 k-contiguous arrays, linear's
-// forward): the same tiles, stages and ring with fp32 maps: a stage's row is still 128
+// forward and input grad): the same tiles, stages and ring with fp32 maps: a stage's row is still 128
 // bytes (32 k), its four k8 ops (m64nBNk8.tf32) 32 bytes apart as the 16-bit k16 steps,
 // so the descriptors, boxes and byte counts are the 16-bit ones; k per stage 32
 // (wt_sk). wgmma has no transposed tf32: K-major operands only. The operands are the

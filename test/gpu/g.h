@@ -212,7 +212,19 @@ static inline unsigned long long g_cp_count(void)
     g_need(port_stream_sync(NULL, "cp.async count") == 0, "sync");
     return simt_cp_async_count();
 }
-
+unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
+#endif
+/* TMA copies so far, once the launches have run (0 on a GPU: not counted there). */
+static inline unsigned long long g_tma_count(void)
+{
+#if DDPRT_SIMT
+    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
+    return simt_tma_count();
+#else
+    return 0;
+#endif
+}
+#if DDPRT_SIMT
 /* cp.async copies a 64-tile product (M or N under 128, no split over k) issues for its
  * one 16-bit operand: 64 rows x 4 chunks a 32-deep slice, every block. */
 static inline unsigned long long g_cp_expect(int M, int N, int K)

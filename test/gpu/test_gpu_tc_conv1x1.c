@@ -17,9 +17,6 @@
 #include "kernels/cuda/k_cuda_probe.h"
 int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
 int k_cuda_tma_set_fill(int tiles); /* kernels/cuda/k_cuda_tc_tma.cuh */
-#if DDPRT_SIMT
-unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
-#endif
 
 /* wgmma 0 (mma.sync), 1 (wg_gemm) or 2 (TMA's wt_gemm). */
 static void path_set(int p)
@@ -32,16 +29,6 @@ static void path_set(int p)
     setenv("DDPRT_WGMMA", "1", 1);
     setenv("DDPRT_TMA", p == 2 ? "1" : "0", 1);
     CHECKF(k_cuda_wgmma_setup(why, sizeof why) == 1 && k_cuda_tma_on() == (p == 2), "%s", why);
-}
-
-static unsigned long long tma_now(void)
-{
-#if DDPRT_SIMT
-    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
-    return simt_tma_count();
-#else
-    return 0;
-#endif
 }
 
 /* wt_gemm's tile N: 128, or 256 (its wide tile, forced by k_cuda_tma_set_fill(1)). */
@@ -128,15 +115,15 @@ static void c1_case(int t, const int *d, int nhwc, int paths)
         if (!(paths >> p & 1)) continue;
         path_set(p);
         k_cuda_conv2d_set_1x1(0); /* the reference: the geometry loaders on this path */
-        unsigned long long t0 = tma_now();
+        unsigned long long t0 = g_tma_count();
         c1_go(&r);
-        CHECKF(tma_now() == t0, "%s: geometry products took %llu TMA copies", pn[p], tma_now() - t0);
+        CHECKF(g_tma_count() == t0, "%s: geometry products took %llu TMA copies", pn[p], g_tma_count() - t0);
         for (int i = 0; i < 4; i++) ref[i] = g_result(r.o[i], n[i]);
         k_cuda_conv2d_set_1x1(1);
-        t0 = tma_now();
+        t0 = g_tma_count();
         c1_go(&r);
 #if DDPRT_SIMT
-        unsigned long long want = p == 2 && sh->stride == 1 && sh->pad == 0 ? tma_want(sh) : 0, got = tma_now() - t0;
+        unsigned long long want = p == 2 && sh->stride == 1 && sh->pad == 0 ? tma_want(sh) : 0, got = g_tma_count() - t0;
         CHECKF(got == want, "%s n=%d c=%d %dx%d k=%d st=%d pad=%d on %s: %llu TMA copies, expected %llu", g_tn(t),
                sh->n, sh->c, sh->h, sh->w, sh->k, sh->stride, sh->pad, pn[p], got, want);
 #endif
@@ -204,9 +191,9 @@ static void bneck_train(const char *path, int plain, double *l, unsigned long lo
 {
     int was = k_cuda_conv2d_set_1x1(plain), wi = k_cuda_conv2d_set_im2col(0); /* the 3x3s' TMA: its own test */
     int k, wg;
-    unsigned long long t0 = tma_now();
+    unsigned long long t0 = g_tma_count();
     g_need(gm_train_amp16(path, l, &k, &wg) == 0, "train");
-    *tma = tma_now() - t0;
+    *tma = g_tma_count() - t0;
     CHECKF(k > 0 && wg, "%d outputs channels last, wgmma %d", k, wg);
     k_cuda_conv2d_set_1x1(was);
     k_cuda_conv2d_set_im2col(wi);

@@ -22,19 +22,6 @@
 int k_cuda_conv2d_set_im2col(int on); /* kernels/cuda/k_cuda_conv.cu */
 int k_cuda_tma_set_fill(int tiles);    /* kernels/cuda/k_cuda_tc_tma.cuh */
 unsigned long long k_cuda_conv2d_phase_groups(void); /* kernels/cuda/k_cuda_conv.cu */
-#if DDPRT_SIMT
-unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
-#endif
-
-static unsigned long long i2c_tma_now(void)
-{
-#if DDPRT_SIMT
-    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
-    return simt_tma_count();
-#else
-    return 0;
-#endif
-}
 
 #if DDPRT_SIMT
 /* The geometry product's split count (k_cuda_gemm_splits: M x N x K). */
@@ -158,12 +145,12 @@ static void i2c_case(int t, const int *d, int tma, int nhwc, int bn, long long w
     unsigned long long got[2];
     for (int on = 0; on < 2; on++) { /* the geometry loaders first: the reference */
         int was = k_cuda_conv2d_set_im2col(on);
-        unsigned long long t0 = i2c_tma_now();
+        unsigned long long t0 = g_tma_count();
         g_need(k_cuda_conv2d_fwd_mm(mm, &sh, x, w, blk, b, out[0], ws, NULL) == 0 &&
                    k_cuda_conv2d_bwd_mm(mm, &sh, x, w, blk, dy, out[1], out[2], NULL, ws, NULL) == 0 &&
                    port_dev_sync("conv im2col") == 0,
                "conv");
-        got[on] = i2c_tma_now() - t0;
+        got[on] = g_tma_count() - t0;
         for (int i = 0; i < 3; i++) o[on][i] = g_result(out[i], n[i]);
         k_cuda_conv2d_set_im2col(was);
     }
@@ -300,9 +287,9 @@ static const char basic_net[] = "[conv2d] name=conv1 filters=64 size=3 pad=1 bia
 static void basic_train(const char *path, int on, double *l, unsigned long long *tma)
 {
     int was = k_cuda_conv2d_set_im2col(on), nhwc, wg;
-    unsigned long long t0 = i2c_tma_now();
+    unsigned long long t0 = g_tma_count();
     g_need(gm_train_amp16(path, l, &nhwc, &wg) == 0, "train");
-    *tma = i2c_tma_now() - t0;
+    *tma = g_tma_count() - t0;
     k_cuda_conv2d_set_im2col(was);
 }
 

@@ -13,12 +13,9 @@ unsigned long long k_cuda_conv2d_phase_groups(void); /* kernels/cuda/k_cuda_conv
 
 #if G_SIMT
 unsigned long long simt_wgmma_count(int ta, int tb); /* test/simt/simt_tc.cc */
-unsigned long long simt_tma_count(void);            /* test/simt/simt_tma.cc */
 static unsigned long long wg_ops(void) { return simt_wgmma_count(0, 0) + simt_wgmma_count(0, 1); }
-static unsigned long long tma_ops(void) { return simt_tma_count(); }
 #else
 static unsigned long long wg_ops(void) { return 0; }
-static unsigned long long tma_ops(void) { return 0; }
 #endif
 
 TEST(gpu_tc_path_probes_agree)
@@ -34,21 +31,21 @@ TEST(gpu_tc_path_probes_agree)
         CHECKF(rc == 1 && strstr(why, "the probe agrees with mma.sync (hd 64, 128; forward and backward)"), "attention probe: %d %s", rc, why);
         CHECKF(k_cuda_attention_set_wgmma(1) == 1, "the attention probe left fw_fwd off");
         CHECKF(!G_SIMT || wg_ops() > w0, "the attention probe ran no wgmma op");
-        unsigned long long t0 = tma_ops();
+        unsigned long long t0 = g_tma_count();
         rc = k_cuda_conv1x1_probe(why, sizeof why);
         CHECKF(rc == 1 && strstr(why, "the probe agrees with the geometry path (y, dx, dw, db)"), "conv 1x1 probe "
                "(TMA %d): %d %s", tma, rc, why);
         CHECKF(k_cuda_conv2d_set_1x1(1) == 1, "the conv 1x1 probe left the plain products off");
-        CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv 1x1 probe copied %llu TMA boxes", tma,
-               tma_ops() - t0);
-        t0 = tma_ops();
+        CHECKF(!G_SIMT || (g_tma_count() > t0) == tma, "TMA %d: the conv 1x1 probe copied %llu TMA boxes", tma,
+               g_tma_count() - t0);
+        t0 = g_tma_count();
         unsigned long long g0 = k_cuda_conv2d_phase_groups();
         rc = k_cuda_conv_im2col_probe(why, sizeof why);
         CHECKF(rc == 1 && strstr(why, "the probe agrees with the geometry path (stride 1 and 2; y, dx, dw, db)"),
                "conv im2col probe (TMA %d): %d %s", tma, rc, why);
         CHECKF(k_cuda_conv2d_set_im2col(1) == 1, "the conv im2col probe left the im2col convs off");
-        CHECKF(!G_SIMT || (tma_ops() > t0) == tma, "TMA %d: the conv im2col probe copied %llu TMA boxes", tma,
-               tma_ops() - t0);
+        CHECKF(!G_SIMT || (g_tma_count() > t0) == tma, "TMA %d: the conv im2col probe copied %llu TMA boxes", tma,
+               g_tma_count() - t0);
         /* its stride-2 dx: the four phases in one grouped product (with TMA) */
         CHECKF(k_cuda_conv2d_phase_groups() - g0 == (unsigned)tma, "TMA %d: the conv im2col probe made %llu grouped "
                "phase products", tma, k_cuda_conv2d_phase_groups() - g0);

@@ -131,22 +131,8 @@ TEST(gpu_tc_tf32_wgmma_conv_bitwise)
     conv_case(1, 130, 20, 12, 11, 1); /* dx on wgmma (130 channels x 132 pixels), y and dw (k 20) on tf_gemm */
 }
 
-#if G_SIMT
-unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
-#endif
 int k_cuda_tma_set_fill(int tiles);      /* kernels/cuda/k_cuda_tc_tma.cuh */
 int k_cuda_tma_fill(void);
-
-/* TMA copies so far (0 on a GPU: not counted there) */
-static unsigned long long tma_boxes(void)
-{
-#if G_SIMT
-    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
-    return simt_tma_count();
-#else
-    return 0;
-#endif
-}
 
 /* wgmma and TMA on (DDPRT_TMA=1), or both off. */
 static void tma(int on)
@@ -193,12 +179,12 @@ static void tma_linear_case(int n, int in, int out, int tile)
     for (int on = 1; on >= 0; on--) {
         for (int i = 0; i < 4; i++) o[on][i] = g_dev(cnt[i] * 4);
         tma(on);
-        unsigned long long b0 = tma_boxes(), t0 = tf_ops();
+        unsigned long long b0 = g_tma_count(), t0 = tf_ops();
         g_need(k_cuda_linear_fwd_mm(K_CUDA_MM_TF32, n, in, out, x, w, NULL, b, o[on][0], ws, NULL) == 0, "fwd");
-        unsigned long long b1 = tma_boxes(), ops = tf_ops() - t0;
+        unsigned long long b1 = g_tma_count(), ops = tf_ops() - t0;
         g_need(k_cuda_linear_bwd_mm(K_CUDA_MM_TF32, n, in, out, x, w, NULL, dy, o[on][1], o[on][2], o[on][3], ws,
                                     NULL) == 0, "bwd");
-        unsigned long long fb = b1 - b0, bb = tma_boxes() - b1;
+        unsigned long long fb = b1 - b0, bb = g_tma_count() - b1;
         if (on) {
             int split = in > 1024; /* the cases below: a split forward where so */
             unsigned long long want = fwd ? 2ull * ((n + 127) / 128) * ((out + bn - 1) / bn) * ((in + 31) / 32) : 0;
@@ -279,10 +265,10 @@ TEST(gpu_tc_tf32_wgmma_probe_agrees)
     g_wgmma_off();
     /* with TMA on (as on an H100 after its probe): the forward by TMA, the same answer */
     tma(1);
-    unsigned long long b0 = tma_boxes();
+    unsigned long long b0 = g_tma_count();
     rc = k_cuda_tf32_wgmma_probe(why, sizeof why);
     CHECKF(rc == 1 && strstr(why, "the probe agrees with mma.sync"), "tf32 probe, TMA on: %d %s", rc, why);
     CHECKF(k_cuda_tf32_set_wgmma(1) == 1, "the tf32 probe (TMA on) left wgmma's tf32 products off");
-    CHECKF(!G_SIMT || tma_boxes() > b0, "the tf32 probe with TMA on copied no TMA box");
+    CHECKF(!G_SIMT || g_tma_count() > b0, "the tf32 probe with TMA on copied no TMA box");
     tma(0);
 }

@@ -10,9 +10,6 @@
 #include <math.h>
 #include <string.h>
 
-#if DDPRT_SIMT
-unsigned long long simt_tma_count(void); /* test/simt/simt_tma.cc */
-#endif
 int k_cuda_tma_fill(void);               /* kernels/cuda/k_cuda_tc_tma.cuh */
 int k_cuda_tma_set_fill(int tiles);
 
@@ -31,13 +28,6 @@ static void tma_reset(void)
     g_wgmma_off();
 }
 
-#if DDPRT_SIMT
-static unsigned long long tma_count(void)
-{
-    g_need(port_stream_sync(NULL, "TMA count") == 0, "sync");
-    return simt_tma_count();
-}
-#endif
 
 /* C = A B of A (m x k) and B (k x n), each k-contiguous (akf / bkf: [m][k], [n][k]) or
  * M/N-contiguous ([k][m], [k][n]), rows rounded up to 8 elements, pad more, on wt_gemm
@@ -63,7 +53,7 @@ static void tma_case2(int type, int m, int n, int k, int pad, int bias, int relu
     for (int on = 1; on >= 0; on--) {
         tma_set(on);
 #if DDPRT_SIMT
-        unsigned long long t0 = tma_count();
+        unsigned long long t0 = g_tma_count();
 #endif
         g_need(k_cuda_tc_gemm(&g, NULL) == 0 && port_dev_sync("tc gemm") == 0, "tc gemm");
 #if DDPRT_SIMT
@@ -71,8 +61,8 @@ static void tma_case2(int type, int m, int n, int k, int pad, int bias, int relu
          * rows for an M/N-contiguous one; none on wg_gemm */
         unsigned long long per = (akf ? 1 : 2) + (bkf ? 1 : bn / 64);
         unsigned long long want = on ? per * ((m + 127) / 128) * ((n + bn - 1) / bn) * ((k + 63) / 64) : 0;
-        CHECKF(tma_count() - t0 == want, "m=%d n=%d k=%d tile %d TMA %d: %llu TMA copies, expected %llu", m, n, k, bn,
-               on, tma_count() - t0, want);
+        CHECKF(g_tma_count() - t0 == want, "m=%d n=%d k=%d tile %d TMA %d: %llu TMA copies, expected %llu", m, n, k, bn,
+               on, g_tma_count() - t0, want);
 #endif
         c[on] = g_result(gc, nc);
     }
@@ -164,12 +154,12 @@ TEST(gpu_tc_tma_linear_forward)
         tma_set(on);
         float *gy = g_dev((size_t)N * OUT * 4);
 #if DDPRT_SIMT
-        unsigned long long t0 = tma_count();
+        unsigned long long t0 = g_tma_count();
 #endif
         g_need(k_cuda_linear_fwd_mm(t | K_CUDA_MM_X16, N, IN, OUT, (const float *)x16, w, w16, b, gy, NULL, NULL) == 0 &&
                    port_dev_sync("linear") == 0, "linear fwd");
 #if DDPRT_SIMT
-        CHECKF(on ? tma_count() > t0 : tma_count() == t0, "TMA %d: %llu TMA copies", on, tma_count() - t0);
+        CHECKF(on ? g_tma_count() > t0 : g_tma_count() == t0, "TMA %d: %llu TMA copies", on, g_tma_count() - t0);
 #endif
         y[on] = g_result(gy, (size_t)N * OUT);
         port_dev_free(gy);
@@ -241,7 +231,7 @@ TEST(gpu_tc_tma_split_k_bitwise_equal_wg_gemm)
             tma_set(on);
             for (int i = 0; i < 3; i++) o[on][i] = g_dev(cnt[i] * 4);
 #if DDPRT_SIMT
-            unsigned long long t0 = tma_count();
+            unsigned long long t0 = g_tma_count();
 #endif
             g_need((hf ? k_cuda_conv1d_hf_bwd_mm(mm, n, in, out, (const float *)x16, w, w16, dy, o[on][0], o[on][1],
                                                  o[on][2], ws, NULL)
@@ -254,8 +244,8 @@ TEST(gpu_tc_tma_split_k_bitwise_equal_wg_gemm)
             unsigned long long want = !on ? 0
                                       : tma_boxes(n, in, out, 1, hf) +
                                             (hf ? tma_boxes(in, out, n, 0, 0) : tma_boxes(out, in, n, 0, 0));
-            CHECKF(tma_count() - t0 == want, "%s %s n=%d TMA %d: %llu TMA copies, expected %llu", g_tn(t),
-                   hf ? "conv1d_hf" : "linear", n, on, tma_count() - t0, want);
+            CHECKF(g_tma_count() - t0 == want, "%s %s n=%d TMA %d: %llu TMA copies, expected %llu", g_tn(t),
+                   hf ? "conv1d_hf" : "linear", n, on, g_tma_count() - t0, want);
 #endif
         }
         static const char *const nm[] = {"dx", "dw", "db"};
